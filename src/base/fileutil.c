@@ -1,0 +1,49 @@
+/* fileutil.c - small readers for /proc and /sys style files. */
+#include "base/fileutil.h"
+
+#include "base/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+long gs_read_text_file(const char *path, char *buf, size_t cap) {
+  if (cap == 0)
+    return gs_error(GS_EINVAL, "read %s: zero-sized buffer", path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return gs_error(errno == ENOENT ? GS_ENOENT : GS_EIO, "open %s: %s", path, strerror(errno));
+  size_t len = 0;
+  while (len + 1 < cap) {
+    ssize_t n = read(fd, buf + len, cap - 1 - len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      int saved = errno;
+      close(fd);
+      return gs_error(GS_EIO, "read %s: %s", path, strerror(saved));
+    }
+    if (n == 0)
+      break;
+    len += (size_t)n;
+  }
+  close(fd);
+  buf[len] = '\0';
+  return (long)len;
+}
+
+int gs_read_u64_file(const char *path, uint64_t *out) {
+  char buf[64];
+  long n = gs_read_text_file(path, buf, sizeof buf);
+  if (n < 0)
+    return (int)n;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(buf, &end, 10);
+  if (end == buf || errno != 0)
+    return gs_error(GS_EIO, "%s: expected an unsigned integer, got \"%.20s\"", path, buf);
+  *out = v;
+  return GS_OK;
+}

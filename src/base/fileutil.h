@@ -1,0 +1,14 @@
+/* fileutil.h - small readers for /proc and /sys style files. */
+#ifndef GS_BASE_FILEUTIL_H
+#define GS_BASE_FILEUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Reads up to cap-1 bytes of `path` into buf, NUL-terminated. Returns the
+ * length, or a negative GS_E code (with detail) when the file cannot be read. */
+long gs_read_text_file(const char *path, char *buf, size_t cap);
+/* Reads one unsigned decimal integer from `path`. Returns 0 or a GS_E code. */
+int gs_read_u64_file(const char *path, uint64_t *out);
+
+#endif

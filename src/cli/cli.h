@@ -1,0 +1,25 @@
+/* cli.h - the `gpusrv` command: its subcommand table and shared helpers. */
+#ifndef GS_CLI_H
+#define GS_CLI_H
+
+#include <stdio.h>
+
+/* Exit statuses of every subcommand (DESIGN.md). */
+enum { GS_EXIT_OK = 0, GS_EXIT_FAILED = 1, GS_EXIT_USAGE = 2 };
+
+typedef struct gs_cli_command {
+  const char *name;
+  const char *summary; /* one line for `gpusrv --help` */
+  const char *help;    /* the text of `gpusrv help NAME` and `gpusrv NAME --help` */
+  int (*run)(int argc, char **argv); /* argv[0] is the subcommand's name */
+} gs_cli_command;
+
+/* Prints "gpusrv: <what>: <why>" style errors to stderr. */
+void gs_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints an error and the command's usage line to stderr; returns GS_EXIT_USAGE. */
+int gs_cli_usage_error(const gs_cli_command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+extern const gs_cli_command gs_cli_smi;
+
+#endif

@@ -1,0 +1,446 @@
+/* cmd_smi.c - `gpusrv smi`: the devices of every backend with their memory,
+ * utilization, temperature and power, as a table, JSON or CSV. */
+#include "cli/cli.h"
+#include "cli/table.h"
+#include "hal/hal.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef GS_VERSION
+#define GS_VERSION "0.0.0-dev"
+#endif
+
+static const char smi_help[] =
+    "Usage: gpusrv smi [--json | --query=FIELDS [--format=csv[,noheader][,nounits]]] "
+    "[-i ID] [-l SECONDS]\n"
+    "\n"
+    "Shows every device that gpusrv can use: memory, utilization, temperature and power.\n"
+    "A figure the machine does not expose is shown as N/A (null in JSON), never as 0.\n"
+    "\n"
+    "Options:\n"
+    "  --json                 Print {\"devices\": [...]} as JSON\n"
+    "  -q, --query=FIELDS     Print the comma-separated FIELDS of each device as CSV\n"
+    "  --format=FORMAT        With --query: csv, optionally with noheader and nounits\n"
+    "  -i, --id=ID            Only this device (its id such as cpu0, or its index)\n"
+    "  -l, --loop=SECONDS     Repeat every SECONDS until interrupted\n"
+    "  -h, --help             Show this help\n"
+    "\n"
+    "Query fields: index, id, backend, name, memory.total, memory.used, memory.free,\n"
+    "utilization, temperature, power. Memory is in MiB, utilization in %, temperature\n"
+    "in degrees C, power in W.\n";
+
+/* ---- query fields -------------------------------------------------------------- */
+
+typedef enum {
+  F_INDEX, F_ID, F_BACKEND, F_NAME, F_MEM_TOTAL, F_MEM_USED, F_MEM_FREE, F_UTIL, F_TEMP, F_POWER,
+  F_COUNT
+} field_id;
+
+static const struct {
+  const char *name;
+  const char *unit; /* for the CSV header and values; NULL: none */
+} fields[F_COUNT] = {
+    [F_INDEX] = {"index", NULL},        [F_ID] = {"id", NULL},
+    [F_BACKEND] = {"backend", NULL},    [F_NAME] = {"name", NULL},
+    [F_MEM_TOTAL] = {"memory.total", "MiB"}, [F_MEM_USED] = {"memory.used", "MiB"},
+    [F_MEM_FREE] = {"memory.free", "MiB"},   [F_UTIL] = {"utilization", "%"},
+    [F_TEMP] = {"temperature", "C"},    [F_POWER] = {"power", "W"},
+};
+
+#define MIB(b) ((unsigned long long)((b) >> 20))
+
+/* One device's figures, read once per refresh. */
+typedef struct sample {
+  gs_device_t *device;
+  const gs_device_info *info;
+  gs_telemetry t;
+  int proc_rc; /* 0, or GS_ENOTSUP when the backend cannot list processes */
+  int proc_count;
+  gs_process_info procs[32];
+} sample;
+
+/* Writes a field's value without unit into buf; returns false if not available. */
+static bool field_value(const sample *s, field_id f, char *buf, size_t cap) {
+  const gs_telemetry *t = &s->t;
+  bool mem = t->valid & GS_TM_MEMORY;
+  switch (f) {
+  case F_INDEX: snprintf(buf, cap, "%d", s->info->index); return true;
+  case F_ID: snprintf(buf, cap, "%s", s->info->id); return true;
+  case F_BACKEND: snprintf(buf, cap, "%s", s->info->backend); return true;
+  case F_NAME: snprintf(buf, cap, "%s", s->info->name); return true;
+  case F_MEM_TOTAL: snprintf(buf, cap, "%llu", MIB(t->memory_total_bytes)); return mem;
+  case F_MEM_USED: snprintf(buf, cap, "%llu", MIB(t->memory_used_bytes)); return mem;
+  case F_MEM_FREE: snprintf(buf, cap, "%llu", MIB(t->memory_free_bytes)); return mem;
+  case F_UTIL:
+    snprintf(buf, cap, "%.0f", t->utilization_percent);
+    return t->valid & GS_TM_UTILIZATION;
+  case F_TEMP:
+    snprintf(buf, cap, "%.0f", t->temperature_c);
+    return t->valid & GS_TM_TEMPERATURE;
+  case F_POWER:
+    snprintf(buf, cap, "%.2f", t->power_w);
+    return t->valid & GS_TM_POWER;
+  case F_COUNT: break;
+  }
+  return false;
+}
+
+/* Parses "a,b,c" into field ids. Returns the count, or -1 after naming the
+ * unknown field and listing the valid ones. */
+static int parse_query(const char *spec, field_id *out, int max) {
+  int n = 0;
+  const char *p = spec;
+  while (*p) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    while (len && *p == ' ') {
+      p++;
+      len--;
+    }
+    int found = -1;
+    for (int f = 0; f < F_COUNT; f++)
+      if (strlen(fields[f].name) == len && strncmp(fields[f].name, p, len) == 0)
+        found = f;
+    if (found < 0 || n == max) {
+      fprintf(stderr, "gpusrv: smi: unknown query field '%.*s'; valid fields:", (int)len, p);
+      for (int f = 0; f < F_COUNT; f++)
+        fprintf(stderr, "%s%s", f ? "," : " ", fields[f].name);
+      fputc('\n', stderr);
+      return -1;
+    }
+    out[n++] = (field_id)found;
+    p += len + (comma ? 1 : 0);
+    if (comma && !*p) {
+      fprintf(stderr, "gpusrv: smi: empty query field after the last ','\n");
+      return -1;
+    }
+  }
+  if (n == 0) {
+    fprintf(stderr, "gpusrv: smi: --query needs at least one field\n");
+    return -1;
+  }
+  return n;
+}
+
+/* ---- output -------------------------------------------------------------------- */
+
+static void print_csv(const sample *s, int n, const field_id *q, int nq, bool header, bool units) {
+  if (header)
+    for (int i = 0; i < nq; i++) {
+      const char *unit = fields[q[i]].unit;
+      printf("%s%s", i ? ", " : "", fields[q[i]].name);
+      if (units && unit)
+        printf(" [%s]", unit);
+      if (i == nq - 1)
+        putchar('\n');
+    }
+  for (int d = 0; d < n; d++)
+    for (int i = 0; i < nq; i++) {
+      char v[160];
+      const char *unit = fields[q[i]].unit;
+      bool ok = field_value(&s[d], q[i], v, sizeof v);
+      printf("%s", i ? ", " : "");
+      if (!ok)
+        printf("[N/A]");
+      else if (units && unit)
+        printf("%s %s", v, unit);
+      else
+        printf("%s", v);
+      if (i == nq - 1)
+        putchar('\n');
+    }
+}
+
+static json_t *json_num_or_null(bool ok, double v) { return ok ? json_real(v) : json_null(); }
+
+static int print_json(const sample *s, int n) {
+  json_t *root = json_object(), *devs = json_array(), *skipped = json_array();
+  for (int d = 0; d < n; d++) {
+    const gs_telemetry *t = &s[d].t;
+    bool mem = t->valid & GS_TM_MEMORY;
+    json_t *o = json_object();
+    json_object_set_new(o, "index", json_integer(s[d].info->index));
+    json_object_set_new(o, "id", json_string(s[d].info->id));
+    json_object_set_new(o, "backend", json_string(s[d].info->backend));
+    json_object_set_new(o, "name", json_string(s[d].info->name));
+    json_object_set_new(o, "compute_units", json_integer(s[d].info->compute_units));
+    json_object_set_new(o, "memory_total_bytes",
+                        mem ? json_integer((json_int_t)t->memory_total_bytes) : json_null());
+    json_object_set_new(o, "memory_used_bytes",
+                        mem ? json_integer((json_int_t)t->memory_used_bytes) : json_null());
+    json_object_set_new(o, "memory_free_bytes",
+                        mem ? json_integer((json_int_t)t->memory_free_bytes) : json_null());
+    json_object_set_new(o, "utilization_percent",
+                        json_num_or_null(t->valid & GS_TM_UTILIZATION, t->utilization_percent));
+    json_object_set_new(o, "temperature_c",
+                        json_num_or_null(t->valid & GS_TM_TEMPERATURE, t->temperature_c));
+    json_object_set_new(o, "power_w", json_num_or_null(t->valid & GS_TM_POWER, t->power_w));
+    if (s[d].proc_rc == 0) {
+      json_t *procs = json_array();
+      for (int i = 0; i < s[d].proc_count && i < 32; i++) {
+        json_t *p = json_object();
+        json_object_set_new(p, "pid", json_integer(s[d].procs[i].pid));
+        json_object_set_new(p, "name", json_string(s[d].procs[i].name));
+        json_object_set_new(p, "memory_used_bytes",
+                            json_integer((json_int_t)s[d].procs[i].memory_used_bytes));
+        json_array_append_new(procs, p);
+      }
+      json_object_set_new(o, "processes", procs);
+    } else {
+      json_object_set_new(o, "processes", json_null()); /* not available */
+    }
+    json_array_append_new(devs, o);
+  }
+  for (int i = 0; i < gs_hal_skipped_count(); i++) {
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(gs_hal_skipped(i)->name));
+    json_object_set_new(o, "reason", json_string(gs_hal_skipped(i)->reason));
+    json_array_append_new(skipped, o);
+  }
+  json_object_set_new(root, "devices", devs);
+  json_object_set_new(root, "skipped_backends", skipped);
+  int rc = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  fputc('\n', stdout);
+  json_decref(root);
+  return rc == 0 ? GS_EXIT_OK : GS_EXIT_FAILED;
+}
+
+static void print_table(const sample *s, int n) {
+  char when[64];
+  time_t now = time(NULL);
+  struct tm tm;
+  strftime(when, sizeof when, "%a %b %e %H:%M:%S %Y", localtime_r(&now, &tm));
+  printf("gpusrv smi %s    %s\n", GS_VERSION, when);
+
+  static const char *const heads[] = {"Idx", "ID", "Backend", "Name", "Memory-Usage", "Util",
+                                      "Temp", "Power"};
+  static const bool right[] = {true, false, false, false, true, true, true, true};
+  gs_table_t *t = gs_table_new(8, heads, right);
+  for (int d = 0; t && d < n; d++) {
+    char idx[16], mem[64], util[16], temp[16], power[24], name[41], v[160];
+    field_value(&s[d], F_INDEX, idx, sizeof idx);
+    snprintf(name, sizeof name, "%s", s[d].info->name); /* long names are cut at 40 */
+    if (s[d].t.valid & GS_TM_MEMORY)
+      snprintf(mem, sizeof mem, "%lluMiB / %lluMiB", MIB(s[d].t.memory_used_bytes),
+               MIB(s[d].t.memory_total_bytes));
+    else
+      snprintf(mem, sizeof mem, "N/A");
+    snprintf(util, sizeof util, "%s", field_value(&s[d], F_UTIL, v, sizeof v) ? strcat(v, "%") : "N/A");
+    snprintf(temp, sizeof temp, "%s", field_value(&s[d], F_TEMP, v, sizeof v) ? strcat(v, "C") : "N/A");
+    snprintf(power, sizeof power, "%s", field_value(&s[d], F_POWER, v, sizeof v) ? strcat(v, "W") : "N/A");
+    const char *row[] = {idx, s[d].info->id, s[d].info->backend, name, mem, util, temp, power};
+    gs_table_add_row(t, row);
+  }
+  if (t)
+    gs_table_print(t, stdout);
+  gs_table_free(t);
+
+  printf("\nProcesses:\n");
+  static const char *const pheads[] = {"Device", "PID", "Process name", "Memory"};
+  static const bool pright[] = {false, true, false, true};
+  gs_table_t *pt = gs_table_new(4, pheads, pright);
+  for (int d = 0; pt && d < n; d++) {
+    if (s[d].proc_rc < 0) {
+      const char *row[] = {s[d].info->id, "-", "(not reported by this backend)", "-"};
+      gs_table_add_row(pt, row);
+      continue;
+    }
+    if (s[d].proc_count == 0) {
+      const char *row[] = {s[d].info->id, "-", "(none)", "-"};
+      gs_table_add_row(pt, row);
+    }
+    for (int i = 0; i < s[d].proc_count && i < 32; i++) {
+      char pid[16], mem[32];
+      snprintf(pid, sizeof pid, "%d", s[d].procs[i].pid);
+      snprintf(mem, sizeof mem, "%lluMiB", MIB(s[d].procs[i].memory_used_bytes));
+      const char *row[] = {s[d].info->id, pid, s[d].procs[i].name, mem};
+      gs_table_add_row(pt, row);
+    }
+  }
+  if (pt)
+    gs_table_print(pt, stdout);
+  gs_table_free(pt);
+
+  if (gs_hal_skipped_count() > 0) {
+    printf("\nBackends not loaded:\n");
+    for (int i = 0; i < gs_hal_skipped_count(); i++)
+      printf("  %-8s %s\n", gs_hal_skipped(i)->name, gs_hal_skipped(i)->reason);
+  }
+}
+
+/* ---- the command ----------------------------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+typedef struct smi_options {
+  bool json;
+  const char *query, *format, *device;
+  double loop_seconds; /* 0: once */
+} smi_options;
+
+static int parse_options(int argc, char **argv, smi_options *o) {
+  static const struct option longs[] = {
+      {"json", no_argument, NULL, 'j'},        {"query", required_argument, NULL, 'q'},
+      {"format", required_argument, NULL, 'f'}, {"id", required_argument, NULL, 'i'},
+      {"loop", required_argument, NULL, 'l'},   {NULL, 0, NULL, 0}};
+  opterr = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, ":q:i:l:", longs, NULL)) != -1) {
+    switch (c) {
+    case 'j': o->json = true; break;
+    case 'q': o->query = optarg; break;
+    case 'f': o->format = optarg; break;
+    case 'i': o->device = optarg; break;
+    case 'l': {
+      char *end;
+      errno = 0;
+      double v = strtod(optarg, &end);
+      if (end == optarg || *end || errno || !isfinite(v) || v <= 0 || v > 86400)
+        return gs_cli_usage_error(&gs_cli_smi, "-l needs a number of seconds in (0, 86400], got '%s'",
+                                  optarg);
+      o->loop_seconds = v;
+      break;
+    }
+    case ':':
+      return gs_cli_usage_error(&gs_cli_smi, "option '%s' needs a value", argv[optind - 1]);
+    default:
+      return gs_cli_usage_error(&gs_cli_smi, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    return gs_cli_usage_error(&gs_cli_smi, "unexpected argument '%s'", argv[optind]);
+  if (o->json && o->query)
+    return gs_cli_usage_error(&gs_cli_smi, "--json and --query cannot be combined");
+  if (o->format && !o->query)
+    return gs_cli_usage_error(&gs_cli_smi, "--format applies to --query only");
+  return 0;
+}
+
+static int parse_format(const char *spec, bool *header, bool *units) {
+  *header = true;
+  *units = true;
+  if (!spec)
+    return 0;
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", spec);
+  bool csv = false;
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    while (*tok == ' ')
+      tok++;
+    if (strcmp(tok, "csv") == 0)
+      csv = true;
+    else if (strcmp(tok, "noheader") == 0)
+      *header = false;
+    else if (strcmp(tok, "nounits") == 0)
+      *units = false;
+    else
+      return gs_cli_usage_error(&gs_cli_smi,
+                                "unknown format '%s' (expected csv, noheader, nounits)", tok);
+  }
+  if (!csv)
+    return gs_cli_usage_error(&gs_cli_smi, "--format must include csv, got '%s'", spec);
+  return 0;
+}
+
+static int refresh(sample *s, int n, const smi_options *o, const field_id *q, int nq, bool header,
+                   bool units) {
+  for (int d = 0; d < n; d++) {
+    gs_device_telemetry(s[d].device, &s[d].t);
+    s[d].proc_rc = gs_device_processes(s[d].device, s[d].procs, 32, &s[d].proc_count);
+  }
+  if (o->json)
+    return print_json(s, n);
+  if (o->query)
+    print_csv(s, n, q, nq, header, units);
+  else
+    print_table(s, n);
+  return GS_EXIT_OK;
+}
+
+static int smi_run(int argc, char **argv) {
+  smi_options o = {0};
+  int rc = parse_options(argc, argv, &o);
+  if (rc)
+    return rc;
+  field_id q[F_COUNT * 4];
+  int nq = 0;
+  bool header, units;
+  if (o.query && (nq = parse_query(o.query, q, (int)(sizeof q / sizeof q[0]))) < 0)
+    return GS_EXIT_USAGE;
+  if ((rc = parse_format(o.format, &header, &units)) != 0)
+    return rc;
+
+  if (gs_hal_init() < 0) {
+    gs_cli_error("smi: %s", gs_error_detail());
+    for (int i = 0; i < gs_hal_skipped_count(); i++)
+      fprintf(stderr, "  %s: %s\n", gs_hal_skipped(i)->name, gs_hal_skipped(i)->reason);
+    gs_hal_shutdown();
+    return GS_EXIT_FAILED;
+  }
+  int n = 0;
+  sample *s = calloc((size_t)gs_hal_device_count() + 1, sizeof *s);
+  if (!s) {
+    gs_hal_shutdown();
+    gs_cli_error("smi: out of memory");
+    return GS_EXIT_FAILED;
+  }
+  if (o.device) {
+    gs_device_t *d = gs_hal_device_find(o.device);
+    if (!d) {
+      gs_cli_error("smi: no device '%s' (run 'gpusrv smi' to list them)", o.device);
+      free(s);
+      gs_hal_shutdown();
+      return GS_EXIT_FAILED;
+    }
+    s[n].device = d;
+    s[n++].info = gs_device_get_info(d);
+  } else {
+    for (int i = 0; i < gs_hal_device_count(); i++) {
+      s[n].device = gs_hal_device(i);
+      s[n].info = gs_device_get_info(s[n].device);
+      n++;
+    }
+  }
+
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+
+  rc = refresh(s, n, &o, q, nq, header, units);
+  while (rc == GS_EXIT_OK && o.loop_seconds > 0 && !interrupted) {
+    fflush(stdout);
+    struct timespec ts = {.tv_sec = (time_t)o.loop_seconds,
+                          .tv_nsec = (long)((o.loop_seconds - (double)(time_t)o.loop_seconds) * 1e9)};
+    /* A signal cuts the sleep short (no SA_RESTART), and the loop ends. */
+    if (nanosleep(&ts, NULL) != 0 || interrupted)
+      break;
+    if (!o.json && !o.query)
+      printf("\n");
+    rc = refresh(s, n, &o, q, nq, header, units);
+  }
+  fflush(stdout);
+  free(s);
+  gs_hal_shutdown();
+  return rc;
+}
+
+const gs_cli_command gs_cli_smi = {
+    .name = "smi",
+    .summary = "Show devices, their memory, utilization, temperature and power",
+    .help = smi_help,
+    .run = smi_run,
+};

@@ -1,0 +1,222 @@
+"""`gpusrv smi`: its JSON, table and CSV agree with /proc, every query field
+works, and bad flags fail as DESIGN.md says (exit 2, usage on stderr)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+GPUSRV = os.environ.get("GPUSRV_BIN", "build/gpusrv")
+PLUGINS = os.environ.get("GPUSRV_TEST_PLUGINS", "")
+FIELDS = ["index", "id", "backend", "name", "memory.total", "memory.used", "memory.free",
+          "utilization", "temperature", "power"]
+
+
+def run(*args, env=None, timeout=60):
+    full_env = dict(os.environ)
+    full_env.pop("GPUSRV_BACKENDS", None)
+    full_env.pop("GPUSRV_PLUGIN_PATH", None)
+    full_env.update(env or {})
+    return subprocess.run([GPUSRV, *args], capture_output=True, text=True, env=full_env,
+                          timeout=timeout)
+
+
+def smi_json(*extra, env=None):
+    p = run("smi", "--json", *extra, env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def meminfo():
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, rest = line.split(":", 1)
+            out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+def cgroup_memory_limit():
+    """The memory limit of this process's cgroup, v1 or v2, or None."""
+    lines = open("/proc/self/cgroup").read().splitlines()
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            candidates += [f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidates += [f"/sys/fs/cgroup{path}/memory.max", "/sys/fs/cgroup/memory.max"]
+    for c in candidates:
+        try:
+            text = open(c).read().strip()
+        except OSError:
+            continue
+        return None if text == "max" else int(text)
+    return None
+
+
+def cpu_model_name():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def cpu0(doc):
+    devs = [d for d in doc["devices"] if d["id"] == "cpu0"]
+    assert len(devs) == 1, doc
+    return devs[0]
+
+
+def test_json_agrees_with_proc():
+    doc = smi_json()
+    d = cpu0(doc)
+    assert d["index"] == 0 and d["backend"] == "cpu"
+    mem = meminfo()
+    limit = cgroup_memory_limit()
+    expected_total = min(mem["MemTotal"], limit) if limit else mem["MemTotal"]
+    assert d["memory_total_bytes"] == expected_total
+    assert d["memory_used_bytes"] + d["memory_free_bytes"] == d["memory_total_bytes"]
+    if not limit or limit >= mem["MemTotal"]:
+        # Free is MemAvailable, read a moment apart: allow 2% of the total.
+        assert abs(d["memory_free_bytes"] - meminfo()["MemAvailable"]) < 0.02 * expected_total
+    assert 0.0 <= d["utilization_percent"] <= 100.0
+    assert d["compute_units"] == len(os.sched_getaffinity(0))
+    if cpu_model_name():
+        assert d["name"] == cpu_model_name()
+    # Fields the machine does not expose are null, never a made-up 0.
+    for key, lo, hi in [("temperature_c", -40, 150), ("power_w", 0.001, 5000)]:
+        assert d[key] is None or lo <= d[key] <= hi, (key, d[key])
+    if not os.path.exists("/sys/class/powercap"):
+        assert d["power_w"] is None
+    assert d["processes"] is None  # the CPU backend cannot list processes
+
+
+def test_json_names_skipped_plugins():
+    if not PLUGINS:
+        pytest.skip("GPUSRV_TEST_PLUGINS is not set (run through ctest)")
+    doc = smi_json(env={"GPUSRV_PLUGIN_PATH": PLUGINS})
+    ids = [d["id"] for d in doc["devices"]]
+    assert ids == ["cpu0", "testcpu0"]
+    skipped = {s["name"]: s["reason"] for s in doc["skipped_backends"]}
+    assert "no fake driver" in skipped["nodevice"]
+    assert "API version" in skipped["badversion"]
+    table = run("smi", env={"GPUSRV_PLUGIN_PATH": PLUGINS})
+    assert table.returncode == 0
+    assert "Backends not loaded" in table.stdout and "no fake driver" in table.stdout
+
+
+def test_table_shows_each_device():
+    p = run("smi")
+    assert p.returncode == 0, p.stderr
+    d = cpu0(smi_json())
+    row = [l for l in p.stdout.splitlines() if "| cpu0 " in l]
+    assert len(row) == 2  # the device table and the processes table
+    total_mib = d["memory_total_bytes"] >> 20
+    assert f"/ {total_mib}MiB" in row[0]
+    assert "Processes" in p.stdout
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_each_query_field(field):
+    p = run("smi", f"--query={field}", "--format=csv,noheader,nounits")
+    assert p.returncode == 0, p.stderr
+    value = p.stdout.strip().splitlines()[0]
+    d = cpu0(smi_json())
+    expect = {
+        "index": str(d["index"]), "id": d["id"], "backend": d["backend"], "name": d["name"],
+        "memory.total": str(d["memory_total_bytes"] >> 20),
+    }
+    if field in expect:
+        assert value == expect[field]
+    elif field in ("memory.used", "memory.free"):
+        assert abs(int(value) - (d[field.replace(".", "_") + "_bytes"] >> 20)) <= 0.02 * (
+            d["memory_total_bytes"] >> 20)
+    elif field == "utilization":
+        assert 0 <= float(value) <= 100
+    else:  # temperature, power: a number or N/A, as the JSON says
+        key = {"temperature": "temperature_c", "power": "power_w"}[field]
+        assert (value == "[N/A]") == (d[key] is None)
+
+
+def test_csv_header_and_units():
+    p = run("smi", "--query=index,memory.total,utilization", "--format=csv")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "index, memory.total [MiB], utilization [%]"
+    assert re.fullmatch(r"0, \d+ MiB, \d+ %", lines[1]), lines[1]
+    p = run("smi", "-q", "id,name", "--format=csv,noheader")
+    assert p.stdout.splitlines()[0].startswith("cpu0, ")
+
+
+def test_select_device():
+    for ident in ("cpu0", "0"):
+        p = run("smi", "-i", ident, "--query=id", "--format=csv,noheader")
+        assert p.returncode == 0 and p.stdout.strip() == "cpu0"
+    p = run("smi", "-i", "cuda7")
+    assert p.returncode == 1 and p.stdout == ""
+    assert "no device 'cuda7'" in p.stderr
+
+
+def test_unknown_query_field_exits_2_and_lists_fields():
+    p = run("smi", "--query=index,gpu.fans", "--format=csv")
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert "gpu.fans" in p.stderr
+    for f in FIELDS:
+        assert f in p.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["smi", "--bogus"], ["smi", "-z"], ["smi", "extra"], ["smi", "-l", "0"], ["smi", "-l", "abc"],
+    ["smi", "-l"], ["smi", "--json", "--query=index"], ["smi", "--format=csv"],
+    ["smi", "--query=index", "--format=xml"], ["smi", "--query="], ["smi", "--query=index,"],
+])
+def test_bad_smi_flags_exit_2_with_usage(args):
+    p = run(*args)
+    assert p.returncode == 2, (args, p.returncode, p.stderr)
+    assert p.stdout == ""
+    assert p.stderr.startswith("gpusrv: smi: ")
+
+
+@pytest.mark.parametrize("args", [[], ["bogus"], ["--bogus"], ["help", "bogus"]])
+def test_bad_commands_exit_2(args):
+    p = run(*args)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert "Usage: gpusrv" in p.stderr or "unknown command" in p.stderr
+
+
+def test_help_and_version():
+    top = run("--help")
+    assert top.returncode == 0 and "smi" in top.stdout and top.stdout.startswith("Usage: gpusrv")
+    a, b = run("help", "smi"), run("smi", "--help")
+    assert a.returncode == b.returncode == 0
+    assert a.stdout == b.stdout and a.stdout.startswith("Usage: gpusrv smi")
+    v = run("--version")
+    assert v.returncode == 0 and re.fullmatch(r"gpusrv \d+\.\d+\.\d+\S*\n", v.stdout)
+
+
+def test_loop_repeats_until_interrupted():
+    env = dict(os.environ)
+    env.pop("GPUSRV_PLUGIN_PATH", None)
+    proc = subprocess.Popen([GPUSRV, "smi", "-l", "0.2", "--query=id", "--format=csv,noheader"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(1.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert out.count("cpu0") >= 3
+
+
+def test_no_backend_fails_with_reason():
+    p = run("smi", env={"GPUSRV_BACKENDS": "none"})
+    assert p.returncode == 1
+    assert "no backend could be started" in p.stderr
+    assert "GPUSRV_BACKENDS" in p.stderr
