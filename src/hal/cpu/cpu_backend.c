@@ -71,6 +71,10 @@ static int cpu_segment_alloc(gs_device_t *device, gs_mem_kind kind, size_t size,
   if (p == MAP_FAILED)
     return gs_error(GS_ENOMEM, "%s: cannot map %zu bytes: %s", gs_device_get_info(device)->id,
                     size, strerror(errno));
+  /* Large tensors are walked linearly: huge pages spare the TLB (where the
+   * kernel offers them; THP in "madvise" mode needs this hint). */
+  if (size >= ((size_t)2 << 20))
+    madvise(p, size, MADV_HUGEPAGE);
   if (kind == GS_MEM_PINNED_HOST && cd->can_lock && mlock(p, size) != 0 &&
       !cd->lock_failure_logged) {
     /* Past RLIMIT_MEMLOCK: the memory still works, it is only pageable. */
