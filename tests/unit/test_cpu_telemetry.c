@@ -47,12 +47,18 @@ static void remove_root(void) {
   CHECK_EQ(system(cmd), 0);
 }
 
-static void read_tm(gs_telemetry *t) {
+/* A telemetry reader over the fixture tree. */
+static void open_state(gs_cpu_telemetry_state *st) {
   char proc[300], sys[300];
   snprintf(proc, sizeof proc, "%s/proc", root);
   snprintf(sys, sizeof sys, "%s/sys", root);
+  gs__cpu_telemetry_init(st, proc, sys);
+}
+
+/* One read by a fresh reader. */
+static void read_tm(gs_telemetry *t) {
   gs_cpu_telemetry_state st;
-  gs__cpu_telemetry_init(&st, proc, sys);
+  open_state(&st);
   CHECK_OK(gs__cpu_telemetry_read(&st, 1000, t));
   gs__cpu_telemetry_destroy(&st);
 }
@@ -149,11 +155,8 @@ static void memory_cgroup_v1_in_container(void) {
 
 static void utilization_from_deltas(void) {
   make_root();
-  char proc[300], sys[300];
-  snprintf(proc, sizeof proc, "%s/proc", root);
-  snprintf(sys, sizeof sys, "%s/sys", root);
   gs_cpu_telemetry_state st;
-  gs__cpu_telemetry_init(&st, proc, sys);
+  open_state(&st);
   gs_telemetry t;
   CHECK_OK(gs__cpu_telemetry_read(&st, 1000, &t));
   /* No tick passed during the first sample: not available rather than 0. */
@@ -196,11 +199,8 @@ static void power_from_rapl_with_wrap(void) {
   put("sys/class/powercap/intel-rapl:0/energy_uj", "%llu\n", (unsigned long long)(range - 1000000));
   put("sys/class/powercap/intel-rapl:0:0/max_energy_range_uj", "%llu\n", (unsigned long long)range);
   put("sys/class/powercap/intel-rapl:0:0/energy_uj", "5\n"); /* a sub-domain: not added */
-  char proc[300], sys[300];
-  snprintf(proc, sizeof proc, "%s/proc", root);
-  snprintf(sys, sizeof sys, "%s/sys", root);
   gs_cpu_telemetry_state st;
-  gs__cpu_telemetry_init(&st, proc, sys);
+  open_state(&st);
   gs_telemetry t;
   uint64_t a0 = gs_now_ns();
   CHECK_OK(gs__cpu_telemetry_read(&st, 1000, &t));

@@ -184,6 +184,29 @@ static void chomp(char *s) {
     s[--n] = '\0';
 }
 
+/* Reads a millidegree file into the running maximum; false if unreadable. */
+static bool take_hottest(const char *path, long long *best, bool *found) {
+  char buf[64];
+  if (gs_read_text_file(path, buf, sizeof buf) < 0)
+    return false;
+  long long mc = strtoll(buf, NULL, 10);
+  if (!*found || mc > *best)
+    *best = mc;
+  *found = true;
+  return true;
+}
+
+/* Whether <dir>/<entry>/<file> holds one of `names` (one line). */
+static bool names_match(const char *dir, const char *entry, const char *file,
+                        const char *const *names) {
+  char path[1024], buf[64];
+  snprintf(path, sizeof path, "%s/%s/%s", dir, entry, file);
+  if (gs_read_text_file(path, buf, sizeof buf) < 0)
+    return false;
+  chomp(buf);
+  return name_in(buf, names);
+}
+
 /* Hottest CPU sensor in millidegrees, from hwmon chips known to measure the
  * CPU, else from CPU thermal zones. Returns 0 or GS_ENOENT. */
 static int read_temperature_mc(const char *sys_root, long long *out) {
@@ -191,59 +214,36 @@ static int read_temperature_mc(const char *sys_root, long long *out) {
                                             "soc_thermal", NULL};
   static const char *const zones[] = {"x86_pkg_temp", "cpu-thermal", "cpu_thermal",
                                       "soc-thermal", "soc_thermal", NULL};
-  char dirpath[512], path[1024], buf[64];
+  char dirpath[512], path[1024];
   long long best = 0;
   bool found = false;
 
   snprintf(dirpath, sizeof dirpath, "%s/class/hwmon", sys_root);
   DIR *d = opendir(dirpath);
   for (struct dirent *de; d && (de = readdir(d));) {
-    if (de->d_name[0] == '.')
-      continue;
-    snprintf(path, sizeof path, "%s/%s/name", dirpath, de->d_name);
-    if (gs_read_text_file(path, buf, sizeof buf) < 0)
-      continue;
-    chomp(buf);
-    if (!name_in(buf, hwmon_chips))
+    if (de->d_name[0] == '.' || !names_match(dirpath, de->d_name, "name", hwmon_chips))
       continue;
     for (int i = 1; i <= 64; i++) {
       snprintf(path, sizeof path, "%s/%s/temp%d_input", dirpath, de->d_name, i);
-      if (gs_read_text_file(path, buf, sizeof buf) < 0)
-        continue;
-      long long mc = strtoll(buf, NULL, 10);
-      if (!found || mc > best)
-        best = mc;
-      found = true;
+      take_hottest(path, &best, &found);
     }
   }
   if (d)
     closedir(d);
-  if (found) {
-    *out = best;
-    return GS_OK;
-  }
 
-  snprintf(dirpath, sizeof dirpath, "%s/class/thermal", sys_root);
-  d = opendir(dirpath);
-  for (struct dirent *de; d && (de = readdir(d));) {
-    if (strncmp(de->d_name, "thermal_zone", 12) != 0)
-      continue;
-    snprintf(path, sizeof path, "%s/%s/type", dirpath, de->d_name);
-    if (gs_read_text_file(path, buf, sizeof buf) < 0)
-      continue;
-    chomp(buf);
-    if (!name_in(buf, zones))
-      continue;
-    snprintf(path, sizeof path, "%s/%s/temp", dirpath, de->d_name);
-    if (gs_read_text_file(path, buf, sizeof buf) < 0)
-      continue;
-    long long mc = strtoll(buf, NULL, 10);
-    if (!found || mc > best)
-      best = mc;
-    found = true;
+  if (!found) {
+    snprintf(dirpath, sizeof dirpath, "%s/class/thermal", sys_root);
+    d = opendir(dirpath);
+    for (struct dirent *de; d && (de = readdir(d));) {
+      if (strncmp(de->d_name, "thermal_zone", 12) != 0 ||
+          !names_match(dirpath, de->d_name, "type", zones))
+        continue;
+      snprintf(path, sizeof path, "%s/%s/temp", dirpath, de->d_name);
+      take_hottest(path, &best, &found);
+    }
+    if (d)
+      closedir(d);
   }
-  if (d)
-    closedir(d);
   if (!found)
     return GS_ENOENT;
   *out = best;
