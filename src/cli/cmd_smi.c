@@ -314,8 +314,12 @@ static int parse_options(int argc, char **argv, smi_options *o) {
       break;
     }
     case ':':
+      if (optopt)
+        return gs_cli_usage_error(&gs_cli_smi, "option '-%c' needs a value", optopt);
       return gs_cli_usage_error(&gs_cli_smi, "option '%s' needs a value", argv[optind - 1]);
     default:
+      if (optopt)
+        return gs_cli_usage_error(&gs_cli_smi, "unknown option '-%c'", optopt);
       return gs_cli_usage_error(&gs_cli_smi, "unknown option '%s'", argv[optind - 1]);
     }
   }

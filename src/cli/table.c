@@ -23,6 +23,7 @@ gs_table_t *gs_table_new(int ncols, const char *const *headers, const bool *righ
     t->right[i] = right && right[i];
   t->nrows = -1; /* the header row is row -1 */
   if (gs_table_add_row(t, headers) < 0) {
+    free(t->cells);
     free(t);
     return NULL;
   }

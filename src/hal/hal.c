@@ -69,12 +69,9 @@ static int iface_complete(const gs_backend_iface *in, gs_backend_iface *out) {
   REQUIRE(stream_wait_event)
   REQUIRE(event_synchronize)
   REQUIRE(event_query)
+  REQUIRE(stream_mark)
+  REQUIRE(stream_passed)
 #undef REQUIRE
-  if (!out->stream_mark || !out->stream_passed) {
-    /* The default needs the stream's synchronize: see gs__stream_mark(). */
-    out->stream_mark = NULL;
-    out->stream_passed = NULL;
-  }
   if (!out->event_elapsed_ns)
     out->event_elapsed_ns = default_event_elapsed;
   if (!out->device_telemetry)
@@ -119,11 +116,18 @@ bool gs__hal_backend_wanted(const char *name) {
 /* Undoes a backend: its default pools (which need the backend alive), then
  * the backend's own state, then the HAL's records of it. */
 static void backend_discard(gs_backend_t *be) {
-  for (int i = 0; i < be->device_count; i++)
+  for (int i = 0; i < be->device_count; i++) {
+    gs_device_t *d = be->devices[i];
     for (int k = 0; k < GS_MEM_KIND_COUNT; k++) {
-      gs_pool_destroy(be->devices[i]->default_pools[k]);
-      be->devices[i]->default_pools[k] = NULL;
+      gs_pool_destroy(d->default_pools[k]);
+      d->default_pools[k] = NULL;
     }
+    /* Pools the caller created and did not destroy go too. */
+    while (d->pools) {
+      GS_LOGW("hal", "%s: a pool was still alive at shutdown; destroying it", d->info.id);
+      gs_pool_destroy(d->pools);
+    }
+  }
   be->iface.shutdown(be);
   for (int i = 0; i < be->device_count; i++) {
     pthread_mutex_destroy(&be->devices[i]->pools_lock);
@@ -211,14 +215,18 @@ int gs__backend_add_device(gs_backend_t *be, const gs_device_info *info,
 int gs_hal_init(void) {
   if (reg.initialized)
     return gs_error(GS_ESTATE, "the HAL is already initialized");
+  memset(&reg, 0, sizeof reg); /* the skipped list of an earlier failed start */
   reg.initialized = true;
   if (gs__hal_backend_wanted(gs__cpu_backend_iface.name))
     gs__hal_register_backend(&gs__cpu_backend_iface, NULL);
   else
     gs__hal_skip(gs__cpu_backend_iface.name, "not listed in GPUSRV_BACKENDS");
   gs__plugins_load();
-  if (reg.backend_count == 0)
+  if (reg.backend_count == 0) {
+    /* Nothing to shut down; the skipped list stays readable for the caller. */
+    reg.initialized = false;
     return gs_error(GS_ENOENT, "no backend could be started (%d skipped)", reg.skipped_count);
+  }
   return GS_OK;
 }
 
@@ -316,19 +324,12 @@ void gs__device_for_each_pool(gs_device_t *d, void (*fn)(gs_pool_t *, void *), v
   pthread_mutex_unlock(&d->pools_lock);
 }
 
-/* Default for a backend without stream_mark: wait for the stream now, so
- * that every ticket has been passed. */
 int gs__stream_mark(gs_stream_t *s, uint64_t *ticket) {
-  const gs_backend_iface *f = &s->device->backend->iface;
-  if (f->stream_mark)
-    return f->stream_mark(s->ctx, ticket);
-  *ticket = 0;
-  return f->stream_synchronize(s->ctx);
+  return s->device->backend->iface.stream_mark(s->ctx, ticket);
 }
 
 int gs__stream_passed(gs_stream_t *s, uint64_t ticket) {
-  const gs_backend_iface *f = &s->device->backend->iface;
-  return f->stream_passed ? f->stream_passed(s->ctx, ticket) : 1;
+  return s->device->backend->iface.stream_passed(s->ctx, ticket);
 }
 
 /* ---- kernel table ----------------------------------------------------------- */

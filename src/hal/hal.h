@@ -42,10 +42,12 @@ typedef struct gs_event gs_event_t;
  * directory of the running executable and ../lib/gpusrv beside it.
  * GPUSRV_BACKENDS=cpu,opencl restricts which backends load. A plugin that is
  * skipped is logged with its reason and listed by gs_hal_skipped(). Returns 0,
- * or an error if no backend at all could be started. Calling it twice without
+ * or GS_ENOENT if no backend at all could be started (then nothing needs
+ * shutting down, and the skipped list says why). Calling it twice without
  * gs_hal_shutdown() in between is an error (GS_ESTATE). */
 int gs_hal_init(void);
-/* Destroys every device, pool, buffer, stream and event. */
+/* Destroys every device and pool (pools still alive are logged). Streams and
+ * events must have been destroyed by their owners first. */
 void gs_hal_shutdown(void);
 
 int gs_hal_backend_count(void);

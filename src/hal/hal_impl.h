@@ -62,9 +62,9 @@ typedef struct gs_backend_iface {
   int (*stream_host_func)(void *stream, gs_host_fn fn, void *arg);
   int (*stream_synchronize)(void *stream);
 
-  /* Optional: a ticket for "everything queued so far" and whether the stream
-   * has passed it, without blocking. Default: mark synchronizes the stream and
-   * every ticket counts as passed. Pools use these to reuse memory safely. */
+  /* A ticket for "everything queued so far", and whether the stream has
+   * passed it, without blocking and without consuming the stream's error.
+   * Pools use these to reuse memory that was freed in stream order. */
   int (*stream_mark)(void *stream, uint64_t *ticket);
   int (*stream_passed)(void *stream, uint64_t ticket); /* 1, 0 or GS_E code */
 

@@ -16,6 +16,7 @@
  */
 #include "hal/hal_internal.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 
 #include <stdio.h>
@@ -142,6 +143,51 @@ static bool block_usable(gs_buffer_t *b, gs_stream_t *stream) {
   return false;
 }
 
+/* Drops a free block's tag once its stream has passed the free. Safe under
+ * the pool lock: a stream is forgotten by every pool (under each pool's
+ * lock) before it is destroyed. */
+static void settle_tag(gs_buffer_t *b) {
+  if (b->free_stream && gs__stream_passed(b->free_stream, b->free_ticket) == 1)
+    b->free_stream = NULL;
+}
+
+/* Whether two free neighbours may become one block. */
+static bool mergeable(gs_buffer_t *a, gs_buffer_t *b) {
+  if (!a || !b || !a->is_free || !b->is_free)
+    return false;
+  settle_tag(a);
+  settle_tag(b);
+  return a->free_stream == b->free_stream;
+}
+
+/* Merges `next` into `b`; both free, `next` right after `b`, both out of
+ * their bins or not: bins are fixed here. */
+static void merge_into(gs_pool_t *p, gs_buffer_t *b, gs_buffer_t *next) {
+  if (next->bin >= 0)
+    bin_remove(p, next);
+  b->size += next->size;
+  if (next->free_ticket > b->free_ticket)
+    b->free_ticket = next->free_ticket;
+  b->seg_next = next->seg_next;
+  if (b->seg_next)
+    b->seg_next->seg_prev = b;
+  block_recycle(p, next);
+}
+
+/* Merges every run of free neighbours in the segment whose tags now agree
+ * (tags settle after the free that set them, so a later look can merge). */
+static void coalesce_segment(gs_pool_t *p, gs_segment *seg) {
+  for (gs_buffer_t *b = seg->first; b; b = b->seg_next) {
+    if (!b->is_free || !mergeable(b, b->seg_next))
+      continue;
+    if (b->bin >= 0)
+      bin_remove(p, b);
+    while (mergeable(b, b->seg_next))
+      merge_into(p, b, b->seg_next);
+    bin_insert(p, b);
+  }
+}
+
 /* Best fit in the first bins that have a usable block. */
 static gs_buffer_t *find_free_block(gs_pool_t *p, bool small, size_t size, gs_stream_t *stream) {
   bin_set *set = &p->bins[small];
@@ -183,6 +229,7 @@ static uint64_t release_unused(gs_pool_t *p) {
   gs_segment *next;
   for (gs_segment *seg = p->segments; seg; seg = next) {
     next = seg->next;
+    coalesce_segment(p, seg);
     gs_buffer_t *b = seg->first;
     if (b->is_free && !b->seg_next && block_usable(b, NULL)) {
       released += seg->size;
@@ -206,7 +253,7 @@ static int segment_new(gs_pool_t *p, size_t block_size, bool small, gs_buffer_t 
     want = block_size; /* no batching when close to the limit */
   if (p->limit && p->st.reserved_bytes + want > p->limit) {
     char a[32], f[32], l[32], r[32];
-    uint64_t free_bytes = p->limit - p->st.reserved_bytes;
+    uint64_t free_bytes = p->limit > p->st.reserved_bytes ? p->limit - p->st.reserved_bytes : 0;
     return gs_error(GS_ENOMEM,
                     "%s %s pool: cannot allocate %s: limit %s, %s reserved, %s free under the "
                     "limit (the cache holds no block that fits)",
@@ -249,6 +296,37 @@ static int segment_new(gs_pool_t *p, size_t block_size, bool small, gs_buffer_t 
   return GS_OK;
 }
 
+/* Whether a free block still waits for its stream. */
+static bool any_tagged(gs_pool_t *p) {
+  bool tagged = false;
+  for (gs_segment *seg = p->segments; seg; seg = seg->next)
+    for (gs_buffer_t *b = seg->first; b; b = b->seg_next)
+      if (b->is_free && b->free_stream) {
+        settle_tag(b);
+        tagged = tagged || b->free_stream;
+      }
+  return tagged;
+}
+
+/* Waits, with the lock held only while looking, until no free block waits
+ * for its stream, or `timeout_ns` passes. Streams are polled rather than
+ * synchronized: synchronizing would consume their owners' errors, and a
+ * stream may be destroyed meanwhile (it is forgotten under our lock first).
+ * Returns true when nothing waits any more. */
+static bool wait_for_tags(gs_pool_t *p, uint64_t timeout_ns) {
+  uint64_t deadline = gs_now_ns() + timeout_ns;
+  while (any_tagged(p)) {
+    if (gs_now_ns() > deadline)
+      return false;
+    pthread_mutex_unlock(&p->lock);
+    gs_sleep_ns(50 * 1000);
+    pthread_mutex_lock(&p->lock);
+  }
+  for (gs_segment *seg = p->segments; seg; seg = seg->next)
+    coalesce_segment(p, seg);
+  return true;
+}
+
 /* ---- pools ------------------------------------------------------------------ */
 
 int gs__pool_init(gs_pool_t **out, gs_device_t *device, gs_mem_kind kind, uint64_t limit) {
@@ -277,6 +355,10 @@ int gs_pool_create(gs_device_t *device, gs_mem_kind kind, uint64_t limit, gs_poo
 void gs_pool_destroy(gs_pool_t *p) {
   if (!p)
     return;
+  /* Work queued before a stream-ordered free may still use the memory. */
+  pthread_mutex_lock(&p->lock);
+  wait_for_tags(p, UINT64_MAX / 2);
+  pthread_mutex_unlock(&p->lock);
   gs__device_remove_pool(p->device, p);
   if (p->st.live_count)
     GS_LOGW("hal", "%s %s pool destroyed with %llu buffer(s) still live", p->device->info.id,
@@ -365,22 +447,6 @@ static void maybe_split(gs_pool_t *p, gs_buffer_t *b, size_t size) {
   bin_insert(p, r);
 }
 
-/* Streams that blocks of the cache wait for, to synchronize before giving up. */
-static int collect_waited_streams(gs_pool_t *p, gs_stream_t **out, int max) {
-  int n = 0;
-  for (gs_segment *seg = p->segments; seg; seg = seg->next)
-    for (gs_buffer_t *b = seg->first; b; b = b->seg_next) {
-      if (!b->is_free || !b->free_stream)
-        continue;
-      int k = 0;
-      while (k < n && out[k] != b->free_stream)
-        k++;
-      if (k == n && n < max)
-        out[n++] = b->free_stream;
-    }
-  return n;
-}
-
 static int alloc_locked(gs_pool_t *p, size_t rounded, bool small, gs_stream_t *stream,
                         gs_buffer_t **out) {
   gs_buffer_t *b = find_free_block(p, small, rounded, stream);
@@ -413,23 +479,17 @@ int gs_pool_alloc(gs_pool_t *p, size_t size, gs_stream_t *stream, gs_buffer_t **
   gs_buffer_t *b = NULL;
   pthread_mutex_lock(&p->lock);
   int rc = alloc_locked(p, rounded, small, stream, &b);
-  if (rc == GS_ENOMEM) {
-    /* Memory freed on other streams may come back once they pass their
-     * frees. Wait for them outside the lock (their host callbacks may free
-     * into this pool), then try once more. */
-    gs_stream_t *waited[16];
-    int n = collect_waited_streams(p, waited, 16);
-    if (n > 0) {
-      char detail[512];
-      snprintf(detail, sizeof detail, "%s", gs_error_detail());
-      pthread_mutex_unlock(&p->lock);
-      for (int i = 0; i < n; i++)
-        gs_stream_synchronize(waited[i]);
-      pthread_mutex_lock(&p->lock);
-      rc = alloc_locked(p, rounded, small, stream, &b);
-      if (rc == GS_ENOMEM)
-        gs_error(GS_ENOMEM, "%s", detail);
-    }
+  if (rc == GS_ENOMEM && any_tagged(p)) {
+    /* Memory freed on other streams comes back once they pass their frees.
+     * A bounded wait: a host function that allocates while its own stream
+     * holds the memory would otherwise wait for itself. */
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", gs_error_detail());
+    bool settled = wait_for_tags(p, 10ull * 1000 * 1000 * 1000);
+    rc = alloc_locked(p, rounded, small, stream, &b);
+    if (rc == GS_ENOMEM)
+      gs_error(GS_ENOMEM, "%s%s", detail,
+               settled ? "" : "; memory freed on other streams was still in use after 10 s");
   }
   if (rc == GS_OK) {
     b->requested = size;
@@ -446,32 +506,23 @@ int gs_pool_alloc(gs_pool_t *p, size_t size, gs_stream_t *stream, gs_buffer_t **
   return rc;
 }
 
-/* Whether two free neighbours may become one block. */
-static bool mergeable(const gs_buffer_t *a, const gs_buffer_t *b) {
-  return a && b && a->is_free && b->is_free && a->free_stream == b->free_stream;
-}
-
-/* Merges `next` into `b`; both free, `next` right after `b`. */
-static void merge_into(gs_pool_t *p, gs_buffer_t *b, gs_buffer_t *next) {
-  if (next->bin >= 0)
-    bin_remove(p, next);
-  b->size += next->size;
-  if (next->free_ticket > b->free_ticket)
-    b->free_ticket = next->free_ticket;
-  b->seg_next = next->seg_next;
-  if (b->seg_next)
-    b->seg_next->seg_prev = b;
-  block_recycle(p, next);
-}
-
 void gs_buffer_free(gs_buffer_t *b, gs_stream_t *stream) {
   if (!b)
     return;
   gs_pool_t *p = b->pool;
   uint64_t ticket = 0;
-  /* Marked before taking the lock: a default mark synchronizes the stream. */
-  if (stream && gs__stream_mark(stream, &ticket) < 0)
-    stream = NULL; /* the mark synchronized or failed: nothing to wait for */
+  if (stream && gs__stream_mark(stream, &ticket) < 0) {
+    /* Cannot tell when the stream passes this point: keep the memory out of
+     * the cache rather than risk handing it out while it is still in use. */
+    GS_LOGE("hal", "%s: cannot mark stream for a free (%s); %zu bytes leak", p->device->info.id,
+            gs_error_detail(), b->size);
+    pthread_mutex_lock(&p->lock);
+    p->st.allocated_bytes -= b->size;
+    p->st.requested_bytes -= b->requested;
+    p->st.live_count--;
+    pthread_mutex_unlock(&p->lock);
+    return;
+  }
   pthread_mutex_lock(&p->lock);
   p->st.allocated_bytes -= b->size;
   p->st.requested_bytes -= b->requested;
@@ -498,6 +549,8 @@ void gs__pool_forget_stream(gs_pool_t *p, gs_stream_t *stream) {
     for (gs_buffer_t *b = seg->first; b; b = b->seg_next)
       if (b->is_free && b->free_stream == stream)
         b->free_stream = NULL;
+  for (gs_segment *seg = p->segments; seg; seg = seg->next)
+    coalesce_segment(p, seg);
   pthread_mutex_unlock(&p->lock);
 }
 

@@ -28,8 +28,11 @@ void gs_stream_destroy(gs_stream_t *s) {
   if (!s)
     return;
   iface_of(s)->stream_synchronize(s->ctx);
-  /* Memory freed on this stream has been passed: free for everyone now. */
-  gs__device_for_each_pool(s->device, forget_stream, s);
+  /* Memory freed on this stream has been passed: free for everyone now. Any
+   * device's pool may hold such memory (a buffer may be freed on a stream of
+   * another device), so every pool forgets the stream. */
+  for (int i = 0; i < gs_hal_device_count(); i++)
+    gs__device_for_each_pool(gs_hal_device(i), forget_stream, s);
   iface_of(s)->stream_destroy(s->ctx);
   free(s);
 }

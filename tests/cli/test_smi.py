@@ -185,6 +185,12 @@ def test_bad_smi_flags_exit_2_with_usage(args):
     assert p.stderr.startswith("gpusrv: smi: ")
 
 
+def test_unknown_short_option_is_named():
+    p = run("smi", "-i", "cpu0", "-xq")
+    assert p.returncode == 2
+    assert "unknown option '-x'" in p.stderr
+
+
 @pytest.mark.parametrize("args", [[], ["bogus"], ["--bogus"], ["help", "bogus"]])
 def test_bad_commands_exit_2(args):
     p = run(*args)

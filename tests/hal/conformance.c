@@ -589,6 +589,58 @@ static void freed_memory_waits_for_its_stream(void) {
   gs_pool_destroy(pool);
 }
 
+static void stream_freed_memory_is_released_after_the_stream_passes(void) {
+  gs_pool_t *pool;
+  CHECK_OK(gs_pool_create(dev, GS_MEM_DEVICE, 4u << 20, &pool));
+  gs_stream_t *s;
+  CHECK_OK(gs_stream_create(dev, &s));
+  gs_buffer_t *b;
+  CHECK_OK(gs_pool_alloc(pool, 1u << 20, s, &b)); /* splits a segment */
+  CHECK_OK(gs_stream_memset(s, b, 0, 1, 1u << 20));
+  gs_buffer_free(b, s);
+  CHECK_OK(gs_stream_synchronize(s));
+  /* The freed half and the untouched half merge once the stream has passed
+   * the free, so the whole segment can go back to the device. */
+  gs_pool_trim(pool);
+  gs_pool_stats st;
+  gs_pool_get_stats(pool, &st);
+  CHECK_EQ(st.reserved_bytes, 0);
+  /* And a limit-sized request fits again. */
+  CHECK_OK(gs_pool_alloc(pool, 4u << 20, NULL, &b));
+  gs_buffer_free(b, NULL);
+  gs_stream_destroy(s);
+  gs_pool_destroy(pool);
+}
+
+static void pool_destroy_waits_for_queued_work(void) {
+  gs_pool_t *pool;
+  CHECK_OK(gs_pool_create(dev, GS_MEM_DEVICE, 0, &pool));
+  gs_stream_t *s;
+  CHECK_OK(gs_stream_create(dev, &s));
+  gs_buffer_t *b;
+  static uint8_t out[1 << 16];
+  CHECK_OK(gs_pool_alloc(pool, sizeof out, s, &b));
+  CHECK_OK(gs_stream_memset(s, b, 0, 7, sizeof out));
+  CHECK_OK(gs_stream_host_func(s, sleep_20ms, NULL));
+  CHECK_OK(gs_stream_copy_d2h(s, out, b, 0, sizeof out));
+  gs_buffer_free(b, s);
+  gs_pool_destroy(pool); /* must not unmap memory the queued copy reads */
+  CHECK_OK(gs_stream_synchronize(s));
+  CHECK_EQ(out[0], 7);
+  CHECK_EQ(out[sizeof out - 1], 7);
+  gs_stream_destroy(s);
+}
+
+static void pool_left_alive_is_destroyed_at_shutdown(void) {
+  gs_pool_t *pool;
+  gs_buffer_t *b;
+  CHECK_OK(gs_pool_create(dev, GS_MEM_PINNED_HOST, 0, &pool));
+  CHECK_OK(gs_pool_alloc(pool, 12345, NULL, &b));
+  gs_buffer_free(b, NULL);
+  /* Not destroyed here: teardown's gs_hal_shutdown() must free it (the leak
+   * checker of the sanitizer build fails this case otherwise). */
+}
+
 /* ---- several streams from several threads ---------------------------------------- */
 
 typedef struct worker_arg {
@@ -674,6 +726,10 @@ static const gs_test tests[] = {
     {"event_destroyed_while_queued", event_destroyed_while_queued},
     {"stream_destroy_finishes_queued_work", stream_destroy_finishes_queued_work},
     {"freed_memory_waits_for_its_stream", freed_memory_waits_for_its_stream},
+    {"stream_freed_memory_is_released_after_the_stream_passes",
+     stream_freed_memory_is_released_after_the_stream_passes},
+    {"pool_destroy_waits_for_queued_work", pool_destroy_waits_for_queued_work},
+    {"pool_left_alive_is_destroyed_at_shutdown", pool_left_alive_is_destroyed_at_shutdown},
     {"several_streams_from_several_threads", several_streams_from_several_threads},
     {NULL, NULL},
 };

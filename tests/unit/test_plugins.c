@@ -57,8 +57,8 @@ static void nothing_loads(void) {
   setenv("GPUSRV_BACKENDS", "nosuch", 1);
   CHECK_ERR(gs_hal_init(), GS_ENOENT);
   CHECK(strstr(gs_error_detail(), "no backend") != NULL);
-  gs_hal_shutdown();
-  /* And after a shutdown, a normal start works again. */
+  CHECK_EQ(gs_hal_skipped_count(), 1); /* cpu, not wanted */
+  /* A failed start leaves nothing half-done: starting again works. */
   unsetenv("GPUSRV_BACKENDS");
   CHECK_OK(gs_hal_init());
   CHECK_ERR(gs_hal_init(), GS_ESTATE);
@@ -87,7 +87,25 @@ static void plugin_device_works(void) {
   gs_hal_shutdown();
 }
 
+static void free_on_a_stream_of_another_device(void) {
+  setenv("GPUSRV_PLUGIN_PATH", plugin_dir, 1);
+  unsetenv("GPUSRV_BACKENDS");
+  CHECK_OK(gs_hal_init());
+  gs_device_t *cpu = gs_hal_device_find("cpu0"), *other = gs_hal_device_find("testcpu0");
+  CHECK(cpu && other);
+  gs_stream_t *s;
+  gs_buffer_t *b;
+  CHECK_OK(gs_stream_create(other, &s));
+  CHECK_OK(gs_pool_alloc(gs_device_pool(cpu, GS_MEM_DEVICE), 4096, NULL, &b));
+  gs_buffer_free(b, s); /* ordered after s's work */
+  gs_stream_destroy(s); /* every pool forgets s, not only testcpu0's */
+  CHECK_OK(gs_pool_alloc(gs_device_pool(cpu, GS_MEM_DEVICE), 4096, NULL, &b));
+  gs_buffer_free(b, NULL);
+  gs_hal_shutdown();
+}
+
 static const gs_test tests[] = {
+    {"free_on_a_stream_of_another_device", free_on_a_stream_of_another_device},
     {"loads_good_and_skips_bad", loads_good_and_skips_bad},
     {"backends_env_restricts", backends_env_restricts},
     {"nothing_loads", nothing_loads},

@@ -352,31 +352,30 @@ int gs__cpu_stream_passed(void *stream, uint64_t ticket) {
 int gs__cpu_event_record(void *event, void *stream) {
   cpu_event *e = event;
   cpu_op op = {.type = OP_RECORD};
-  pthread_mutex_lock(&e->lock);
-  op.u.ev.gen = ++e->recorded_gen;
-  pthread_mutex_unlock(&e->lock);
   op.u.ev.event = e;
   atomic_fetch_add(&e->refs, 1);
+  /* The new generation becomes visible together with its queued record, so
+   * that a wait that sees it finds the record already queued. (Lock order:
+   * event, then stream; the worker never holds both.) */
+  pthread_mutex_lock(&e->lock);
+  op.u.ev.gen = e->recorded_gen + 1;
   int rc = enqueue(stream, &op);
-  if (rc < 0) {
-    /* Not queued: mark this record as reached so that nobody waits for it. */
-    pthread_mutex_lock(&e->lock);
-    if (op.u.ev.gen > e->done_gen)
-      e->done_gen = op.u.ev.gen;
-    pthread_mutex_unlock(&e->lock);
+  if (rc == 0)
+    e->recorded_gen = op.u.ev.gen;
+  pthread_mutex_unlock(&e->lock);
+  if (rc < 0)
     event_unref(e);
-  }
   return rc;
 }
 
 int gs__cpu_stream_wait_event(void *stream, void *event) {
   cpu_event *e = event;
   cpu_op op = {.type = OP_WAIT};
+  op.u.ev.event = e;
+  atomic_fetch_add(&e->refs, 1);
   pthread_mutex_lock(&e->lock);
   op.u.ev.gen = e->recorded_gen;
   pthread_mutex_unlock(&e->lock);
-  op.u.ev.event = e;
-  atomic_fetch_add(&e->refs, 1);
   int rc = enqueue(stream, &op);
   if (rc < 0)
     event_unref(e);
