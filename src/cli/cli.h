@@ -21,5 +21,6 @@ int gs_cli_usage_error(const gs_cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 extern const gs_cli_command gs_cli_smi;
+extern const gs_cli_command gs_cli_model;
 
 #endif

@@ -9,7 +9,7 @@
 #define GS_VERSION "0.0.0-dev"
 #endif
 
-static const gs_cli_command *const commands[] = {&gs_cli_smi, NULL};
+static const gs_cli_command *const commands[] = {&gs_cli_smi, &gs_cli_model, NULL};
 
 void gs_cli_error(const char *fmt, ...) {
   va_list ap;

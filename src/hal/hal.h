@@ -214,12 +214,13 @@ int gs_stream_synchronize(gs_stream_t *s);
 
 /* ---- op kernels ------------------------------------------------------- */
 
-#define GS_KERNEL_MAX_BUFFERS 16
+#define GS_KERNEL_MAX_BUFFERS 32
 #define GS_KERNEL_MAX_PARAMS 256
 
 /* A kernel launch: buffers (with byte offsets) and a small parameter block,
  * copied when queued. What the buffers and parameters mean is the op's
- * contract, shared by every backend's kernel for that op. */
+ * contract, shared by every backend's kernel for that op. A NULL buffer
+ * stands for an omitted optional operand. */
 typedef struct gs_kernel_args {
   int buffer_count;
   gs_buffer_t *buffers[GS_KERNEL_MAX_BUFFERS];

@@ -111,6 +111,9 @@ gs_device_t *gs__backend_device(const gs_backend_t *backend, int index);
  * during start-up; a second registration of a name replaces the first. */
 int gs__backend_register_kernel(gs_backend_t *backend, const char *name, const void *kernel);
 
+/* The kernel registered for op `name`, or NULL. */
+const void *gs__backend_find_kernel(const gs_backend_t *backend, const char *name);
+
 /* The backend's context pointer of a stream or event. */
 void *gs__stream_ctx(const gs_stream_t *stream);
 

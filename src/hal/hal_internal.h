@@ -52,7 +52,6 @@ struct gs_event {
 int gs__hal_register_backend(const gs_backend_iface *iface, void *dl_handle);
 void gs__hal_skip(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool gs__hal_backend_wanted(const char *name);
-const void *gs__backend_find_kernel(const gs_backend_t *backend, const char *name);
 
 /* plugin.c */
 void gs__plugins_load(void);

@@ -124,6 +124,8 @@ int gs_stream_launch(gs_stream_t *s, const char *op, const gs_kernel_args *args)
     return gs_error(GS_EINVAL, "launch %s: parameter block of %zu bytes (at most %d)", op,
                     args->params_size, GS_KERNEL_MAX_PARAMS);
   for (int i = 0; i < args->buffer_count; i++) {
+    if (!args->buffers[i])
+      continue; /* an omitted optional operand */
     int rc = check_range(s, op, args->buffers[i], args->offsets[i], 0);
     if (rc < 0)
       return rc;

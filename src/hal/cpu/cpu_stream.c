@@ -301,8 +301,9 @@ int gs__cpu_stream_launch(void *stream, const void *kernel, const gs_kernel_args
   gs_cpu_kernel_call *call = &op.u.kernel.call;
   call->buffer_count = args->buffer_count;
   for (int i = 0; i < args->buffer_count; i++) {
-    call->ptr[i] = host_addr(args->buffers[i], args->offsets[i]);
-    call->bytes[i] = args->buffers[i]->requested - args->offsets[i];
+    gs_buffer_t *b = args->buffers[i];
+    call->ptr[i] = b ? host_addr(b, args->offsets[i]) : NULL;
+    call->bytes[i] = b ? b->requested - args->offsets[i] : 0;
   }
   if (args->params_size)
     memcpy(op.u.kernel.params, args->params, args->params_size);

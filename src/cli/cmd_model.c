@@ -1,0 +1,391 @@
+/* cmd_model.c - `gpusrv model inspect` and `gpusrv model run`: what an ONNX
+ * file holds and whether gpusrv can run it, and one run of it on .npy inputs. */
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "engine/npy.h"
+#include "engine/op.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char model_help[] =
+    "Usage: gpusrv model inspect FILE.onnx [--json]\n"
+    "       gpusrv model run FILE.onnx -i NAME=FILE.npy [-i ...] -o OUTDIR [--device ID]\n"
+    "                        [--precision fp32|fp16|bf16]\n"
+    "\n"
+    "inspect  Shows the model's inputs and outputs (name, type, shape), its ops and how often\n"
+    "         each occurs, its parameters, its opset, and whether gpusrv supports every op.\n"
+    "         Exits 1 and lists what is unsupported if not.\n"
+    "run      Runs the model once on the given inputs and writes each output to\n"
+    "         OUTDIR/<output name>.npy (characters other than letters, digits, '.', '-' and\n"
+    "         '_' in the name become '_').\n"
+    "\n"
+    "Options:\n"
+    "  --json                 inspect: print JSON\n"
+    "  -i, --input NAME=FILE  run: a .npy file for the model input NAME (one per input)\n"
+    "  -o, --output DIR       run: where the outputs go (created if missing)\n"
+    "  --device ID            run: the device, as `gpusrv smi` names it (default: the first)\n"
+    "  --precision P          run: fp32 (default); fp16 and bf16 are not supported yet\n"
+    "  -h, --help             Show this help\n";
+
+/* ---- inspect -------------------------------------------------------------------- */
+
+static json_t *shape_json(const gs_value_info *v) {
+  if (v->rank < 0)
+    return json_null();
+  json_t *a = json_array();
+  for (int d = 0; d < v->rank; d++)
+    json_array_append_new(a, v->dims[d] >= 0    ? json_integer(v->dims[d])
+                             : v->dim_params[d] ? json_string(v->dim_params[d])
+                                                : json_null());
+  return a;
+}
+
+static void shape_text(const gs_value_info *v, char *buf, size_t cap) {
+  if (v->rank < 0) {
+    snprintf(buf, cap, "(unknown)");
+    return;
+  }
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < v->rank && n < cap; d++) {
+    if (v->dims[d] >= 0)
+      n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)v->dims[d]);
+    else
+      n += (size_t)snprintf(buf + n, cap - n, "%s%s", d ? ", " : "",
+                            v->dim_params[d] ? v->dim_params[d] : "?");
+  }
+  if (n < cap)
+    snprintf(buf + n, cap - n, "]");
+}
+
+typedef struct op_count {
+  const char *name;
+  int count;
+} op_count;
+
+static int count_ops(const gs_model *m, op_count *out, int max) {
+  int n = 0;
+  for (int i = 0; i < m->n_nodes; i++) {
+    int j = 0;
+    while (j < n && strcmp(out[j].name, m->nodes[i].op_type) != 0)
+      j++;
+    if (j == n) {
+      if (n == max)
+        continue;
+      out[n++] = (op_count){m->nodes[i].op_type, 0};
+    }
+    out[j].count++;
+  }
+  return n;
+}
+
+static int inspect(int argc, char **argv) {
+  const char *path = NULL;
+  bool json = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0)
+      json = true;
+    else if (argv[i][0] == '-')
+      return gs_cli_usage_error(&gs_cli_model, "inspect: unknown option '%s'", argv[i]);
+    else if (path)
+      return gs_cli_usage_error(&gs_cli_model, "inspect: one model at a time ('%s' and '%s')",
+                                path, argv[i]);
+    else
+      path = argv[i];
+  }
+  if (!path)
+    return gs_cli_usage_error(&gs_cli_model, "inspect: which model? (FILE.onnx)");
+  gs_model *m;
+  if (gs_model_load_ex(path, false, &m) < 0) {
+    gs_cli_error("model inspect: %s", gs_error_detail());
+    return GS_EXIT_FAILED;
+  }
+  int support = gs_model_check_support(m);
+  char unsupported[1200];
+  snprintf(unsupported, sizeof unsupported, "%s", support < 0 ? gs_error_detail() : "");
+  uint64_t params = 0, bytes = 0;
+  for (int i = 0; i < m->n_inits; i++) {
+    params += (uint64_t)gs_shape_numel(&m->inits[i].shape);
+    bytes += m->inits[i].bytes;
+  }
+  op_count ops[256];
+  int n_ops = count_ops(m, ops, 256);
+  if (json) {
+    json_t *o = json_object(), *ins = json_array(), *outs = json_array(), *oc = json_object();
+    json_object_set_new(o, "path", json_string(path));
+    json_object_set_new(o, "ir_version", json_integer(m->ir_version));
+    json_object_set_new(o, "opset", json_integer(m->opset));
+    json_object_set_new(o, "producer", m->producer ? json_string(m->producer) : json_null());
+    for (int pass = 0; pass < 2; pass++) {
+      const gs_value_info *vs = pass ? m->outputs : m->inputs;
+      int n = pass ? m->n_outputs : m->n_inputs;
+      for (int i = 0; i < n; i++) {
+        json_t *v = json_object();
+        json_object_set_new(v, "name", json_string(vs[i].name));
+        json_object_set_new(v, "dtype", json_string(gs_dtype_name(vs[i].dtype)));
+        json_object_set_new(v, "shape", shape_json(&vs[i]));
+        json_array_append_new(pass ? outs : ins, v);
+      }
+    }
+    json_object_set_new(o, "inputs", ins);
+    json_object_set_new(o, "outputs", outs);
+    json_object_set_new(o, "nodes", json_integer(m->n_nodes));
+    for (int i = 0; i < n_ops; i++)
+      json_object_set_new(oc, ops[i].name, json_integer(ops[i].count));
+    json_object_set_new(o, "ops", oc);
+    json_object_set_new(o, "parameters", json_integer((json_int_t)params));
+    json_object_set_new(o, "parameter_bytes", json_integer((json_int_t)bytes));
+    json_object_set_new(o, "initializers", json_integer(m->n_inits));
+    json_object_set_new(o, "supported", json_boolean(support == 0));
+    json_object_set_new(o, "unsupported", support ? json_string(unsupported) : json_null());
+    json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    putchar('\n');
+    json_decref(o);
+  } else {
+    printf("Model       %s\n", path);
+    printf("Format      ONNX IR %lld, opset %lld%s%s%s\n", (long long)m->ir_version,
+           (long long)m->opset, m->producer ? ", made by \"" : "", m->producer ? m->producer : "",
+           m->producer ? "\"" : "");
+    for (int pass = 0; pass < 2; pass++) {
+      const gs_value_info *vs = pass ? m->outputs : m->inputs;
+      int n = pass ? m->n_outputs : m->n_inputs;
+      for (int i = 0; i < n; i++) {
+        char shape[256];
+        shape_text(&vs[i], shape, sizeof shape);
+        printf("%-11s %-20s %-9s %s\n", i ? "" : pass ? "Outputs" : "Inputs", vs[i].name,
+               gs_dtype_name(vs[i].dtype), shape);
+      }
+    }
+    printf("Parameters  %llu in %d initializers (%.1f KiB)\n", (unsigned long long)params,
+           m->n_inits, (double)bytes / 1024.0);
+    printf("Ops         %d nodes:", m->n_nodes);
+    for (int i = 0; i < n_ops; i++)
+      printf("%s %s x%d", i ? "," : "", ops[i].name, ops[i].count);
+    printf("\nSupported   %s\n", support == 0 ? "yes, every op" : "no (see below)");
+  }
+  gs_model_free(m);
+  if (support < 0) {
+    gs_cli_error("model inspect: %s", unsupported);
+    return GS_EXIT_FAILED;
+  }
+  return GS_EXIT_OK;
+}
+
+/* ---- run ------------------------------------------------------------------------------ */
+
+#define MAX_INPUTS 64
+
+static void safe_name(const char *name, char *out, size_t cap) {
+  size_t i = 0;
+  for (; name[i] && i + 1 < cap; i++) {
+    char ch = name[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '-' || ch == '_';
+    out[i] = ok ? ch : '_';
+  }
+  out[i] = '\0';
+  if (strcmp(out, ".") == 0 || strcmp(out, "..") == 0 || i == 0)
+    snprintf(out, cap, "output");
+}
+
+static int mkdir_p(const char *dir) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -1;
+      *p = '/';
+    }
+  return mkdir(buf, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static void list_inputs(const gs_model *m) {
+  fprintf(stderr, "The model's inputs:");
+  for (int i = 0; i < m->n_inputs; i++) {
+    char shape[256];
+    shape_text(&m->inputs[i], shape, sizeof shape);
+    fprintf(stderr, "%s %s (%s %s)", i ? "," : "", m->inputs[i].name,
+            gs_dtype_name(m->inputs[i].dtype), shape);
+  }
+  fputc('\n', stderr);
+}
+
+static int run(int argc, char **argv) {
+  static const struct option longs[] = {{"input", required_argument, NULL, 'i'},
+                                        {"output", required_argument, NULL, 'o'},
+                                        {"device", required_argument, NULL, 'd'},
+                                        {"precision", required_argument, NULL, 'p'},
+                                        {NULL, 0, NULL, 0}};
+  const char *specs[MAX_INPUTS], *outdir = NULL, *device_id = NULL;
+  gs_precision precision = GS_PRECISION_FP32;
+  int n_specs = 0, c;
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, ":i:o:", longs, NULL)) != -1) {
+    switch (c) {
+    case 'i':
+      if (n_specs == MAX_INPUTS)
+        return gs_cli_usage_error(&gs_cli_model, "run: at most %d inputs", MAX_INPUTS);
+      if (!strchr(optarg, '=') || optarg[0] == '=')
+        return gs_cli_usage_error(&gs_cli_model, "run: -i wants NAME=FILE.npy, got '%s'", optarg);
+      specs[n_specs++] = optarg;
+      break;
+    case 'o': outdir = optarg; break;
+    case 'd': device_id = optarg; break;
+    case 'p':
+      if (strcmp(optarg, "fp32") == 0)
+        precision = GS_PRECISION_FP32;
+      else if (strcmp(optarg, "fp16") == 0)
+        precision = GS_PRECISION_FP16;
+      else if (strcmp(optarg, "bf16") == 0)
+        precision = GS_PRECISION_BF16;
+      else
+        return gs_cli_usage_error(&gs_cli_model, "run: --precision is fp32, fp16 or bf16, not '%s'",
+                                  optarg);
+      break;
+    case ':': return gs_cli_usage_error(&gs_cli_model, "run: option '%s' needs a value", argv[optind - 1]);
+    default:
+      if (optopt)
+        return gs_cli_usage_error(&gs_cli_model, "run: unknown option '-%c'", optopt);
+      return gs_cli_usage_error(&gs_cli_model, "run: unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind >= argc)
+    return gs_cli_usage_error(&gs_cli_model, "run: which model? (FILE.onnx)");
+  if (optind + 1 < argc)
+    return gs_cli_usage_error(&gs_cli_model, "run: unexpected argument '%s'", argv[optind + 1]);
+  if (!outdir)
+    return gs_cli_usage_error(&gs_cli_model, "run: -o OUTDIR is required");
+  const char *path = argv[optind];
+
+  int status = GS_EXIT_FAILED;
+  gs_model *m = NULL;
+  gs_plan *plan = NULL;
+  gs_npy inputs[MAX_INPUTS] = {{0}};
+  void *outputs[MAX_INPUTS] = {0};
+  const void *in_ptrs[MAX_INPUTS];
+  gs_shape shapes[MAX_INPUTS];
+  if (gs_hal_init() < 0 || gs_engine_init() < 0) {
+    gs_cli_error("model run: %s", gs_error_detail());
+    gs_hal_shutdown();
+    return GS_EXIT_FAILED;
+  }
+  gs_device_t *dev = device_id ? gs_hal_device_find(device_id) : gs_hal_device(0);
+  if (!dev) {
+    gs_cli_error("model run: no device '%s' (run 'gpusrv smi' to list them)", device_id);
+    goto done;
+  }
+  if (gs_model_load(path, &m) < 0) {
+    gs_cli_error("model run: %s", gs_error_detail());
+    goto done;
+  }
+  if (m->n_inputs > MAX_INPUTS || m->n_outputs > MAX_INPUTS) {
+    gs_cli_error("model run: the model has more than %d inputs or outputs", MAX_INPUTS);
+    goto done;
+  }
+  /* Every -i names an input, and every input has one -i. */
+  for (int s = 0; s < n_specs; s++) {
+    size_t len = (size_t)(strchr(specs[s], '=') - specs[s]);
+    int found = -1;
+    for (int i = 0; i < m->n_inputs; i++)
+      if (strlen(m->inputs[i].name) == len && strncmp(m->inputs[i].name, specs[s], len) == 0)
+        found = i;
+    if (found < 0) {
+      gs_cli_error("model run: the model has no input '%.*s'", (int)len, specs[s]);
+      list_inputs(m);
+      status = GS_EXIT_USAGE;
+      goto done;
+    }
+    if (inputs[found].data) {
+      gs_cli_error("model run: input '%s' is given twice", m->inputs[found].name);
+      status = GS_EXIT_USAGE;
+      goto done;
+    }
+    if (gs_npy_read(specs[s] + len + 1, &inputs[found]) < 0) {
+      gs_cli_error("model run: input '%s': %s", m->inputs[found].name, gs_error_detail());
+      goto done;
+    }
+    if (inputs[found].dtype != m->inputs[found].dtype) {
+      gs_cli_error("model run: input '%s' must be %s, %s holds %s", m->inputs[found].name,
+                   gs_dtype_name(m->inputs[found].dtype), specs[s] + len + 1,
+                   gs_dtype_name(inputs[found].dtype));
+      goto done;
+    }
+  }
+  for (int i = 0; i < m->n_inputs; i++) {
+    if (!inputs[i].data) {
+      gs_cli_error("model run: input '%s' is missing (-i %s=FILE.npy)", m->inputs[i].name,
+                   m->inputs[i].name);
+      list_inputs(m);
+      status = GS_EXIT_USAGE;
+      goto done;
+    }
+    shapes[i] = inputs[i].shape;
+    in_ptrs[i] = inputs[i].data;
+  }
+  gs_plan_options opt = {.device = dev, .precision = precision};
+  if (gs_plan_create(m, shapes, &opt, &plan) < 0) {
+    gs_cli_error("model run: %s", gs_error_detail());
+    goto done;
+  }
+  for (int i = 0; i < m->n_outputs; i++) {
+    gs_plan_value_info info;
+    gs_plan_output(plan, i, &info);
+    if (!(outputs[i] = malloc(info.bytes ? info.bytes : 1))) {
+      gs_cli_error("model run: out of memory for output '%s' (%zu bytes)", info.name, info.bytes);
+      goto done;
+    }
+  }
+  if (gs_plan_run(plan, in_ptrs, outputs) < 0) {
+    gs_cli_error("model run: %s", gs_error_detail());
+    goto done;
+  }
+  if (mkdir_p(outdir) < 0) {
+    gs_cli_error("model run: cannot create %s: %s", outdir, strerror(errno));
+    goto done;
+  }
+  for (int i = 0; i < m->n_outputs; i++) {
+    gs_plan_value_info info;
+    gs_plan_output(plan, i, &info);
+    char name[256], file[4400];
+    safe_name(info.name, name, sizeof name);
+    snprintf(file, sizeof file, "%s/%s.npy", outdir, name);
+    if (gs_npy_write(file, info.dtype, &info.shape, outputs[i]) < 0) {
+      gs_cli_error("model run: %s", gs_error_detail());
+      goto done;
+    }
+  }
+  status = GS_EXIT_OK;
+done:
+  for (int i = 0; i < MAX_INPUTS; i++) {
+    free(inputs[i].data);
+    free(outputs[i]);
+  }
+  gs_plan_destroy(plan);
+  gs_model_free(m);
+  gs_hal_shutdown();
+  return status;
+}
+
+static int model_run(int argc, char **argv) {
+  if (argc < 2)
+    return gs_cli_usage_error(&gs_cli_model, "which action? (inspect or run)");
+  if (strcmp(argv[1], "inspect") == 0)
+    return inspect(argc - 1, argv + 1);
+  if (strcmp(argv[1], "run") == 0)
+    return run(argc - 1, argv + 1);
+  return gs_cli_usage_error(&gs_cli_model, "unknown action '%s' (inspect or run)", argv[1]);
+}
+
+const gs_cli_command gs_cli_model = {
+    .name = "model",
+    .summary = "Inspect an ONNX model, or run it once on .npy inputs",
+    .help = model_help,
+    .run = model_run,
+};

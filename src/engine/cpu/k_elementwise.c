@@ -1,0 +1,502 @@
+/* k_elementwise.c - CPU kernels of the element-wise ops. float32 has fast
+ * loops the compiler vectorises; other types go through double (floats) or
+ * int64 (integers) element by element. */
+#include "engine/cpu/kernels.h"
+
+#include "base/error.h"
+
+#include <stdlib.h>
+
+/* ---- broadcasting iterator ------------------------------------------------------ */
+
+void gs_bcast_init(gs_bcast *b, const gs_shape *out, int n_in, const gs_shape *const *in) {
+  memset(b, 0, sizeof *b);
+  b->n_in = n_in;
+  int64_t dims[GS_MAX_DIMS], strides[GS_BCAST_MAX_IN][GS_MAX_DIMS];
+  int rank = out->rank;
+  for (int d = 0; d < rank; d++)
+    dims[d] = out->dims[d];
+  for (int k = 0; k < n_in; k++) {
+    int64_t s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+      int id = in[k]->rank - rank + d;
+      int64_t dim = id >= 0 ? in[k]->dims[id] : 1;
+      strides[k][d] = dim == 1 ? 0 : s;
+      s *= dim;
+    }
+  }
+  /* Merge neighbouring dims that every operand walks contiguously (or all
+   * broadcast), so that rows are as long as possible. Size-1 dims vanish. */
+  int r = 0;
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] == 1)
+      continue;
+    bool merge = r > 0;
+    for (int k = 0; merge && k < n_in; k++) {
+      int64_t prev = b->strides[k][r - 1], cur = strides[k][d];
+      merge = (prev == 0 && cur == 0) || (cur != 0 && prev == cur * dims[d]);
+    }
+    if (merge) {
+      b->dims[r - 1] *= dims[d];
+      for (int k = 0; k < n_in; k++)
+        b->strides[k][r - 1] = strides[k][d];
+    } else {
+      b->dims[r] = dims[d];
+      for (int k = 0; k < n_in; k++)
+        b->strides[k][r] = strides[k][d];
+      r++;
+    }
+  }
+  if (r == 0) { /* a scalar, or all dims 1 */
+    b->dims[0] = gs_shape_numel(out) == 0 ? 0 : 1;
+    r = 1;
+  }
+  for (int d = 0; d < rank; d++)
+    if (out->dims[d] == 0)
+      b->dims[0] = 0;
+  b->rank = r;
+  b->row_len = b->dims[r - 1];
+  b->rows = 1;
+  for (int d = 0; d < r - 1; d++)
+    b->rows *= b->dims[d];
+  if (b->row_len == 0)
+    b->rows = 0;
+}
+
+void gs_bcast_row(const gs_bcast *b, int64_t row, int64_t *out_off, int64_t *in_off) {
+  *out_off = row * b->row_len;
+  for (int k = 0; k < b->n_in; k++)
+    in_off[k] = 0;
+  for (int d = b->rank - 2; d >= 0; d--) {
+    int64_t i = row % b->dims[d];
+    row /= b->dims[d];
+    for (int k = 0; k < b->n_in; k++)
+      in_off[k] += i * b->strides[k][d];
+  }
+}
+
+/* ---- unary ------------------------------------------------------------------------ */
+
+typedef enum {
+  U_RELU, U_LEAKY, U_SIGMOID, U_TANH, U_GELU, U_ERF, U_SQRT, U_EXP, U_LOG, U_NEG, U_ABS, U_NOT,
+} unary_op;
+
+static inline float gelu_f(float x, bool tanh_approx) {
+  if (tanh_approx)
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+static inline double unary_d(unary_op op, double x, const gs_unary_attrs *a) {
+  switch (op) {
+  case U_RELU: return x > 0 ? x : 0;
+  case U_LEAKY: return x >= 0 ? x : a->alpha * x;
+  case U_SIGMOID: return 1.0 / (1.0 + exp(-x));
+  case U_TANH: return tanh(x);
+  case U_GELU:
+    return a->gelu_tanh ? 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+                        : 0.5 * x * (1.0 + erf(x * 0.7071067811865476));
+  case U_ERF: return erf(x);
+  case U_SQRT: return sqrt(x);
+  case U_EXP: return exp(x);
+  case U_LOG: return log(x);
+  case U_NEG: return -x;
+  case U_ABS: return fabs(x);
+  case U_NOT: return x == 0;
+  }
+  return x;
+}
+
+static int run_unary(const gs_cpu_kernel_call *k, unary_op op) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_unary_attrs *a = c->attrs;
+  gs_dtype dt = c->in[0].dtype;
+  int64_t n = gs_shape_numel(&c->in[0].shape);
+  const void *x = k->ptr[0];
+  void *y = k->ptr[1];
+  if (dt == GS_DT_FLOAT32) {
+    const float *xf = x;
+    float *yf = y;
+    switch (op) {
+    case U_RELU:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = xf[i] > 0 ? xf[i] : 0;
+      return 0;
+    case U_LEAKY: {
+      float al = a->alpha;
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = xf[i] >= 0 ? xf[i] : al * xf[i];
+      return 0;
+    }
+    case U_SIGMOID:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = 1.0f / (1.0f + expf(-xf[i]));
+      return 0;
+    case U_TANH:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = tanhf(xf[i]);
+      return 0;
+    case U_GELU:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = gelu_f(xf[i], a->gelu_tanh);
+      return 0;
+    case U_ERF:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = erff(xf[i]);
+      return 0;
+    case U_SQRT:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = sqrtf(xf[i]);
+      return 0;
+    case U_EXP:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = expf(xf[i]);
+      return 0;
+    case U_LOG:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = logf(xf[i]);
+      return 0;
+    case U_NEG:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = -xf[i];
+      return 0;
+    case U_ABS:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = fabsf(xf[i]);
+      return 0;
+    case U_NOT: break;
+    }
+  }
+  if (gs_is_int(dt)) {
+    for (int64_t i = 0; i < n; i++) {
+      int64_t v = gs_ldi(dt, x, i);
+      int64_t r = op == U_RELU ? (v > 0 ? v : 0)
+                  : op == U_NEG ? (int64_t)(0 - (uint64_t)v)
+                  : op == U_ABS ? (v < 0 ? (int64_t)(0 - (uint64_t)v) : v)
+                  : op == U_NOT ? v == 0
+                                : v;
+      gs_sti(dt, y, i, r);
+    }
+    return 0;
+  }
+  for (int64_t i = 0; i < n; i++)
+    gs_st(dt, y, i, unary_d(op, gs_ld(dt, x, i), a));
+  return 0;
+}
+
+#define UNARY_KERNEL(fn, op) \
+  static int fn(const gs_cpu_kernel_call *k) { return run_unary(k, op); }
+UNARY_KERNEL(k_relu, U_RELU)
+UNARY_KERNEL(k_leaky, U_LEAKY)
+UNARY_KERNEL(k_sigmoid, U_SIGMOID)
+UNARY_KERNEL(k_tanh, U_TANH)
+UNARY_KERNEL(k_gelu, U_GELU)
+UNARY_KERNEL(k_erf, U_ERF)
+UNARY_KERNEL(k_sqrt, U_SQRT)
+UNARY_KERNEL(k_exp, U_EXP)
+UNARY_KERNEL(k_log, U_LOG)
+UNARY_KERNEL(k_neg, U_NEG)
+UNARY_KERNEL(k_abs, U_ABS)
+UNARY_KERNEL(k_not, U_NOT)
+
+static int k_cast(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  gs_dtype from = c->in[0].dtype, to = c->out[0].dtype;
+  int64_t n = gs_shape_numel(&c->in[0].shape);
+  if (from == to) {
+    memcpy(k->ptr[1], k->ptr[0], (size_t)n * gs_dtype_size(to));
+    return 0;
+  }
+  if (gs_is_int(from) && gs_is_int(to)) {
+    for (int64_t i = 0; i < n; i++)
+      gs_sti(to, k->ptr[1], i, gs_ldi(from, k->ptr[0], i));
+    return 0;
+  }
+  if (from == GS_DT_FLOAT32 && to == GS_DT_FLOAT16) {
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)k->ptr[1])[i] = gs_f32_to_f16(((const float *)k->ptr[0])[i]);
+    return 0;
+  }
+  for (int64_t i = 0; i < n; i++)
+    gs_st(to, k->ptr[1], i, gs_ld(from, k->ptr[0], i));
+  return 0;
+}
+
+static int k_clip(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  gs_dtype dt = c->in[0].dtype;
+  int64_t n = gs_shape_numel(&c->in[0].shape);
+  const void *lo = c->n_in > 1 ? k->ptr[1] : NULL, *hi = c->n_in > 2 ? k->ptr[2] : NULL;
+  void *y = k->ptr[c->n_in];
+  if (dt == GS_DT_FLOAT32) {
+    float l = lo ? *(const float *)lo : -INFINITY, h = hi ? *(const float *)hi : INFINITY;
+    const float *x = k->ptr[0];
+    float *yf = y;
+    for (int64_t i = 0; i < n; i++) {
+      float v = x[i] < l ? l : x[i];
+      yf[i] = v > h ? h : v;
+    }
+    return 0;
+  }
+  if (gs_is_int(dt)) {
+    int64_t l = lo ? gs_ldi(dt, lo, 0) : INT64_MIN, h = hi ? gs_ldi(dt, hi, 0) : INT64_MAX;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t v = gs_ldi(dt, k->ptr[0], i);
+      gs_sti(dt, y, i, v < l ? l : v > h ? h : v);
+    }
+    return 0;
+  }
+  double l = lo ? gs_ld(dt, lo, 0) : -INFINITY, h = hi ? gs_ld(dt, hi, 0) : INFINITY;
+  for (int64_t i = 0; i < n; i++) {
+    double v = gs_ld(dt, k->ptr[0], i);
+    gs_st(dt, y, i, v < l ? l : v > h ? h : v);
+  }
+  return 0;
+}
+
+/* ---- binary ------------------------------------------------------------------------- */
+
+typedef enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MIN, B_MAX, B_EQ, B_LT, B_GT } binary_op;
+
+static inline double binary_d(binary_op op, double a, double b) {
+  switch (op) {
+  case B_ADD: return a + b;
+  case B_SUB: return a - b;
+  case B_MUL: return a * b;
+  case B_DIV: return a / b;
+  case B_POW: return pow(a, b);
+  case B_MIN: return a != a || b != b ? NAN : a < b ? a : b;
+  case B_MAX: return a != a || b != b ? NAN : a > b ? a : b;
+  case B_EQ: return a == b;
+  case B_LT: return a < b;
+  case B_GT: return a > b;
+  }
+  return 0;
+}
+
+/* Integer arithmetic wraps, like the hardware, without C's undefined behaviour. */
+static inline int binary_i(binary_op op, int64_t a, int64_t b, int64_t *r) {
+  uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+  switch (op) {
+  case B_ADD: *r = (int64_t)(ua + ub); return 0;
+  case B_SUB: *r = (int64_t)(ua - ub); return 0;
+  case B_MUL: *r = (int64_t)(ua * ub); return 0;
+  case B_DIV:
+    if (b == 0)
+      return gs_error(GS_EINVAL, "integer division by zero");
+    *r = (a == INT64_MIN && b == -1) ? INT64_MIN : a / b;
+    return 0;
+  case B_POW: {
+    if (b < 0) {
+      *r = a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;
+      return 0;
+    }
+    uint64_t acc = 1, base = ua;
+    for (int64_t e = b; e; e >>= 1, base *= base)
+      if (e & 1)
+        acc *= base;
+    *r = (int64_t)acc;
+    return 0;
+  }
+  case B_MIN: *r = a < b ? a : b; return 0;
+  case B_MAX: *r = a > b ? a : b; return 0;
+  case B_EQ: *r = a == b; return 0;
+  case B_LT: *r = a < b; return 0;
+  case B_GT: *r = a > b; return 0;
+  }
+  return 0;
+}
+
+/* The float32 rows: the cases without broadcasting in a row vectorise. */
+#define F32_ROW(EXPR)                                       \
+  do {                                                      \
+    if (sa == 1 && sb == 1)                                 \
+      for (int64_t i = 0; i < len; i++) {                   \
+        float x = pa[i], w = pb[i];                         \
+        po[i] = (EXPR);                                     \
+      }                                                     \
+    else if (sa == 1)                                       \
+      for (int64_t i = 0; i < len; i++) {                   \
+        float x = pa[i], w = pb[0];                         \
+        po[i] = (EXPR);                                     \
+      }                                                     \
+    else if (sb == 1)                                       \
+      for (int64_t i = 0; i < len; i++) {                   \
+        float x = pa[0], w = pb[i];                         \
+        po[i] = (EXPR);                                     \
+      }                                                     \
+    else                                                    \
+      for (int64_t i = 0; i < len; i++) {                   \
+        float x = pa[0], w = pb[0];                         \
+        po[i] = (EXPR);                                     \
+      }                                                     \
+  } while (0)
+
+static void f32_row(binary_op op, const float *pa, int64_t sa, const float *pb, int64_t sb,
+                    float *po, int64_t len) {
+  switch (op) {
+  case B_ADD: F32_ROW(x + w); break;
+  case B_SUB: F32_ROW(x - w); break;
+  case B_MUL: F32_ROW(x * w); break;
+  case B_DIV: F32_ROW(x / w); break;
+  case B_POW: F32_ROW(powf(x, w)); break;
+  case B_MIN: F32_ROW(x != x || w != w ? NAN : x < w ? x : w); break;
+  case B_MAX: F32_ROW(x != x || w != w ? NAN : x > w ? x : w); break;
+  default: break;
+  }
+}
+
+/* out = a op b with broadcasting; a, b and out given as pointers and descs. */
+static int binary(binary_op op, const gs_tensor_desc *da, const void *a, const gs_tensor_desc *db,
+                  const void *b, const gs_tensor_desc *dout, void *out) {
+  const gs_shape *shapes[2] = {&da->shape, &db->shape};
+  gs_bcast it;
+  gs_bcast_init(&it, &dout->shape, 2, shapes);
+  gs_dtype dt = da->dtype, ot = dout->dtype;
+  bool compare = op == B_EQ || op == B_LT || op == B_GT;
+  bool fast = dt == GS_DT_FLOAT32 && db->dtype == GS_DT_FLOAT32 && !compare;
+  int64_t sa = it.strides[0][it.rank - 1] ? 1 : 0, sb = it.strides[1][it.rank - 1] ? 1 : 0;
+  for (int64_t row = 0; row < it.rows; row++) {
+    int64_t oo, io[2];
+    gs_bcast_row(&it, row, &oo, io);
+    if (fast) {
+      f32_row(op, (const float *)a + io[0], sa, (const float *)b + io[1], sb, (float *)out + oo,
+              it.row_len);
+      continue;
+    }
+    for (int64_t i = 0; i < it.row_len; i++) {
+      int64_t ia = io[0] + i * sa, ib = io[1] + i * sb;
+      if (gs_is_int(dt) && gs_is_int(db->dtype)) {
+        int64_t r = 0;
+        int rc = binary_i(op, gs_ldi(dt, a, ia), gs_ldi(db->dtype, b, ib), &r);
+        if (rc < 0)
+          return rc;
+        gs_sti(ot, out, oo + i, r);
+      } else {
+        double r = binary_d(op, gs_ld(dt, a, ia), gs_ld(db->dtype, b, ib));
+        if (compare)
+          gs_sti(ot, out, oo + i, (int64_t)r);
+        else
+          gs_st(ot, out, oo + i, r);
+      }
+    }
+  }
+  return 0;
+}
+
+static int run_binary(const gs_cpu_kernel_call *k, binary_op op) {
+  const gs_op_call *c = gs_kcall(k);
+  return binary(op, &c->in[0], k->ptr[0], &c->in[1], k->ptr[1], &c->out[0], k->ptr[2]);
+}
+
+#define BINARY_KERNEL(fn, op) \
+  static int fn(const gs_cpu_kernel_call *k) { return run_binary(k, op); }
+BINARY_KERNEL(k_add, B_ADD)
+BINARY_KERNEL(k_sub, B_SUB)
+BINARY_KERNEL(k_mul, B_MUL)
+BINARY_KERNEL(k_div, B_DIV)
+BINARY_KERNEL(k_pow, B_POW)
+BINARY_KERNEL(k_equal, B_EQ)
+BINARY_KERNEL(k_less, B_LT)
+BINARY_KERNEL(k_greater, B_GT)
+
+/* Copies `src` broadcast to the shape of `dst` (element size esz). */
+static void broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
+                           void *dst, size_t esz) {
+  const gs_shape *shapes[1] = {src_shape};
+  gs_bcast it;
+  gs_bcast_init(&it, dst_shape, 1, shapes);
+  bool contiguous = it.strides[0][it.rank - 1] != 0;
+  for (int64_t row = 0; row < it.rows; row++) {
+    int64_t oo, io;
+    gs_bcast_row(&it, row, &oo, &io);
+    char *o = (char *)dst + (size_t)oo * esz;
+    const char *s = (const char *)src + (size_t)io * esz;
+    if (contiguous)
+      memcpy(o, s, (size_t)it.row_len * esz);
+    else
+      for (int64_t i = 0; i < it.row_len; i++)
+        memcpy(o + (size_t)i * esz, s, esz);
+  }
+}
+
+void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
+                            void *dst, size_t esz) {
+  broadcast_copy(src_shape, src, dst_shape, dst, esz);
+}
+
+/* Min and Max of any number of inputs: the first broadcast into the output,
+ * then each other one folded in place. */
+static int run_variadic(const gs_cpu_kernel_call *k, binary_op op) {
+  const gs_op_call *c = gs_kcall(k);
+  void *out = k->ptr[c->n_in];
+  broadcast_copy(&c->in[0].shape, k->ptr[0], &c->out[0].shape, out, gs_dtype_size(c->out[0].dtype));
+  for (int i = 1; i < c->n_in; i++) {
+    int rc = binary(op, &c->out[0], out, &c->in[i], k->ptr[i], &c->out[0], out);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+static int k_min(const gs_cpu_kernel_call *k) { return run_variadic(k, B_MIN); }
+static int k_max(const gs_cpu_kernel_call *k) { return run_variadic(k, B_MAX); }
+
+static int k_where(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_shape *shapes[3] = {&c->in[0].shape, &c->in[1].shape, &c->in[2].shape};
+  gs_bcast it;
+  gs_bcast_init(&it, &c->out[0].shape, 3, shapes);
+  size_t esz = gs_dtype_size(c->out[0].dtype);
+  int64_t s[3];
+  for (int j = 0; j < 3; j++)
+    s[j] = it.strides[j][it.rank - 1] ? 1 : 0;
+  const uint8_t *cond = k->ptr[0];
+  const char *x = k->ptr[1], *y = k->ptr[2];
+  char *o = k->ptr[3];
+  for (int64_t row = 0; row < it.rows; row++) {
+    int64_t oo, io[3];
+    gs_bcast_row(&it, row, &oo, io);
+    if (esz == 4 && s[0] == 1 && s[1] == 1 && s[2] == 1) {
+      const uint32_t *px = (const uint32_t *)x + io[1], *py = (const uint32_t *)y + io[2];
+      uint32_t *po = (uint32_t *)o + oo;
+      const uint8_t *pc = cond + io[0];
+      for (int64_t i = 0; i < it.row_len; i++)
+        po[i] = pc[i] ? px[i] : py[i];
+      continue;
+    }
+    for (int64_t i = 0; i < it.row_len; i++) {
+      bool t = cond[io[0] + i * s[0]] != 0;
+      const char *src = t ? x + (size_t)(io[1] + i * s[1]) * esz : y + (size_t)(io[2] + i * s[2]) * esz;
+      memcpy(o + (size_t)(oo + i) * esz, src, esz);
+    }
+  }
+  return 0;
+}
+
+/* ---- registration ------------------------------------------------------------------- */
+
+#define KERNEL(name, func) {name, {.fn = func}}
+static const struct {
+  const char *name;
+  gs_cpu_kernel kernel;
+} kernels[] = {
+    KERNEL("Relu", k_relu),       KERNEL("LeakyRelu", k_leaky), KERNEL("Sigmoid", k_sigmoid),
+    KERNEL("Tanh", k_tanh),       KERNEL("Gelu", k_gelu),       KERNEL("Erf", k_erf),
+    KERNEL("Sqrt", k_sqrt),       KERNEL("Exp", k_exp),         KERNEL("Log", k_log),
+    KERNEL("Neg", k_neg),         KERNEL("Abs", k_abs),         KERNEL("Not", k_not),
+    KERNEL("Cast", k_cast),       KERNEL("Clip", k_clip),       KERNEL("Add", k_add),
+    KERNEL("Sub", k_sub),         KERNEL("Mul", k_mul),         KERNEL("Div", k_div),
+    KERNEL("Pow", k_pow),         KERNEL("Equal", k_equal),     KERNEL("Less", k_less),
+    KERNEL("Greater", k_greater), KERNEL("Min", k_min),         KERNEL("Max", k_max),
+    KERNEL("Where", k_where),
+};
+
+int gs__cpu_register_elementwise(gs_backend_t *be) {
+  for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+    int rc = gs__backend_register_kernel(be, kernels[i].name, &kernels[i].kernel);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}

@@ -1,0 +1,529 @@
+/* k_nn.c - CPU kernels of the neural-network ops. Matrix products go to
+ * OpenBLAS (sgemm/dgemm); Conv is im2col + sgemm (1x1 convolutions skip the
+ * im2col); ConvTranspose is sgemm + col2im. float16 and bfloat16 tensors are
+ * computed in float32 and converted back. */
+#include "engine/cpu/kernels.h"
+
+#include "base/error.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+/* A float32 implementation sees every float operand as float32. */
+typedef int (*f32_impl)(const gs_op_call *c, float *const *ptr);
+
+static bool needs_conversion(gs_dtype dt) {
+  return dt == GS_DT_FLOAT16 || dt == GS_DT_BFLOAT16 || dt == GS_DT_FLOAT64;
+}
+
+/* Runs impl directly on float32 operands; other float types are converted
+ * to float32 copies first and the outputs converted back. */
+static int run_f32(const gs_cpu_kernel_call *k, f32_impl impl) {
+  const gs_op_call *c = gs_kcall(k);
+  int n = c->n_in + c->n_out;
+  float *ptr[GS_OP_MAX_IO] = {0};
+  bool temp[GS_OP_MAX_IO] = {false};
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    const gs_tensor_desc *d = i < c->n_in ? &c->in[i] : &c->out[i - c->n_in];
+    ptr[i] = k->ptr[i];
+    if (!k->ptr[i] || !needs_conversion(d->dtype))
+      continue;
+    int64_t count = gs_shape_numel(&d->shape);
+    if (!(ptr[i] = malloc((size_t)(count ? count : 1) * sizeof(float)))) {
+      rc = gs_error(GS_ENOMEM, "out of memory converting %lld values to float32", (long long)count);
+      break;
+    }
+    temp[i] = true;
+    if (i < c->n_in)
+      for (int64_t j = 0; j < count; j++)
+        ptr[i][j] = (float)gs_ld(d->dtype, k->ptr[i], j);
+  }
+  if (rc == 0)
+    rc = impl(c, ptr);
+  for (int i = 0; i < n; i++) {
+    if (!temp[i])
+      continue;
+    if (rc == 0 && i >= c->n_in) {
+      const gs_tensor_desc *d = &c->out[i - c->n_in];
+      int64_t count = gs_shape_numel(&d->shape);
+      for (int64_t j = 0; j < count; j++)
+        gs_st(d->dtype, k->ptr[i], j, ptr[i][j]);
+    }
+    free(ptr[i]);
+  }
+  return rc;
+}
+
+static void apply_act(gs_activation act, float *y, int64_t n) {
+  if (act == GS_ACT_RELU)
+    for (int64_t i = 0; i < n; i++)
+      y[i] = y[i] > 0 ? y[i] : 0;
+}
+
+void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
+                            void *dst, size_t esz);
+
+/* ---- Gemm and MatMul ------------------------------------------------------------- */
+
+static int gemm_f32(const gs_op_call *c, float *const *p) {
+  const gs_gemm_attrs *g = c->attrs;
+  float *y = p[c->n_in];
+  bool has_c = c->n_in > 2 && p[2] && g->beta != 0;
+  if (has_c)
+    gs__cpu_broadcast_copy(&c->in[2].shape, p[2], &c->out[0].shape, y, sizeof(float));
+  if (g->m && g->n)
+    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k, g->alpha,
+                p[0], (int)c->in[0].shape.dims[1], p[1], (int)c->in[1].shape.dims[1],
+                has_c ? g->beta : 0.0f, y, (int)g->n);
+  apply_act(g->act, y, g->m * g->n);
+  return 0;
+}
+
+static int k_gemm(const gs_cpu_kernel_call *k) { return run_f32(k, gemm_f32); }
+
+/* Element offsets of batch `b`'s matrices in a and b. */
+static void batch_offsets(const gs_matmul_attrs *m, int64_t b, int64_t *oa, int64_t *ob) {
+  *oa = *ob = 0;
+  for (int d = m->batch_rank - 1; d >= 0; d--) {
+    int64_t i = b % m->batch_dims[d];
+    b /= m->batch_dims[d];
+    *oa += i * m->a_batch_strides[d];
+    *ob += i * m->b_batch_strides[d];
+  }
+}
+
+static int matmul_f32(const gs_op_call *c, float *const *p) {
+  const gs_matmul_attrs *m = c->attrs;
+  float *y = p[c->n_in];
+  const float *bias = m->has_bias ? p[2] : NULL;
+  for (int64_t b = 0; b < m->batch; b++) {
+    int64_t oa, ob;
+    batch_offsets(m, b, &oa, &ob);
+    float *yb = y + b * m->m * m->n;
+    if (bias)
+      for (int64_t r = 0; r < m->m; r++)
+        memcpy(yb + r * m->n, bias, sizeof(float) * (size_t)m->n);
+    if (m->m && m->n) {
+      if (m->k == 0 && !bias)
+        memset(yb, 0, sizeof(float) * (size_t)(m->m * m->n));
+      else if (m->k)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m->m, (int)m->n, (int)m->k,
+                    1.0f, p[0] + oa, (int)m->k, p[1] + ob, (int)m->n, bias ? 1.0f : 0.0f, yb,
+                    (int)m->n);
+    }
+  }
+  apply_act(m->act, y, m->batch * m->m * m->n);
+  return 0;
+}
+
+static int k_matmul(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  gs_dtype dt = c->in[0].dtype;
+  if (!gs_is_int(dt))
+    return run_f32(k, matmul_f32);
+  const gs_matmul_attrs *m = c->attrs;
+  for (int64_t b = 0; b < m->batch; b++) {
+    int64_t oa, ob;
+    batch_offsets(m, b, &oa, &ob);
+    for (int64_t i = 0; i < m->m; i++)
+      for (int64_t j = 0; j < m->n; j++) {
+        uint64_t acc = 0; /* wraps like the hardware */
+        for (int64_t t = 0; t < m->k; t++)
+          acc += (uint64_t)gs_ldi(dt, k->ptr[0], oa + i * m->k + t) *
+                 (uint64_t)gs_ldi(dt, k->ptr[1], ob + t * m->n + j);
+        gs_sti(dt, k->ptr[2], b * m->m * m->n + i * m->n + j, (int64_t)acc);
+      }
+  }
+  return 0;
+}
+
+/* ---- convolution ------------------------------------------------------------------- */
+
+/* Spatial geometry padded to three dims (depth, height, width). */
+typedef struct geom {
+  int64_t in[3], out[3], k[3], s[3], d[3], p[3];
+  int64_t in_size, out_size, k_size;
+} geom;
+
+static void make_geom(geom *g, int spatial, const int64_t *in_dims, const int64_t *out_dims,
+                      const int64_t *kernel, const int64_t *stride, const int64_t *dilation,
+                      const int64_t *pad_begin) {
+  int off = 3 - spatial;
+  for (int i = 0; i < 3; i++) {
+    bool real = i >= off;
+    g->in[i] = real ? in_dims[i - off] : 1;
+    g->out[i] = real ? out_dims[i - off] : 1;
+    g->k[i] = real ? kernel[i - off] : 1;
+    g->s[i] = real ? stride[i - off] : 1;
+    g->d[i] = real ? dilation[i - off] : 1;
+    g->p[i] = real ? pad_begin[i - off] : 0;
+  }
+  g->in_size = g->in[0] * g->in[1] * g->in[2];
+  g->out_size = g->out[0] * g->out[1] * g->out[2];
+  g->k_size = g->k[0] * g->k[1] * g->k[2];
+}
+
+/* cols[(ch * K + kidx) * out_size + o] = x[ch][position of o shifted by kidx]. */
+static void im2col(const geom *g, const float *x, int64_t channels, float *cols) {
+  for (int64_t ch = 0; ch < channels; ch++)
+    for (int64_t kd = 0; kd < g->k[0]; kd++)
+      for (int64_t kh = 0; kh < g->k[1]; kh++)
+        for (int64_t kw = 0; kw < g->k[2]; kw++) {
+          float *row = cols + ((ch * g->k[0] + kd) * g->k[1] * g->k[2] + kh * g->k[2] + kw) *
+                                  g->out_size;
+          const float *xc = x + ch * g->in_size;
+          for (int64_t od = 0; od < g->out[0]; od++) {
+            int64_t id = od * g->s[0] - g->p[0] + kd * g->d[0];
+            for (int64_t oh = 0; oh < g->out[1]; oh++) {
+              int64_t ih = oh * g->s[1] - g->p[1] + kh * g->d[1];
+              float *dst = row + (od * g->out[1] + oh) * g->out[2];
+              if (id < 0 || id >= g->in[0] || ih < 0 || ih >= g->in[1]) {
+                memset(dst, 0, sizeof(float) * (size_t)g->out[2]);
+                continue;
+              }
+              const float *src = xc + (id * g->in[1] + ih) * g->in[2];
+              int64_t iw0 = -g->p[2] + kw * g->d[2];
+              for (int64_t ow = 0; ow < g->out[2]; ow++) {
+                int64_t iw = iw0 + ow * g->s[2];
+                dst[ow] = iw >= 0 && iw < g->in[2] ? src[iw] : 0.0f;
+              }
+            }
+          }
+        }
+}
+
+static int conv_f32(const gs_op_call *c, float *const *p) {
+  const gs_conv_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  geom g;
+  make_geom(&g, a->spatial, xs->dims + 2, ys->dims + 2, a->kernel, a->stride, a->dilation,
+            a->pad_begin);
+  int64_t batch = xs->dims[0], cin = xs->dims[1], cout = ys->dims[1];
+  int64_t cin_g = cin / a->group, cout_g = cout / a->group, kk = cin_g * g.k_size;
+  bool direct = g.k_size == 1 && g.s[0] == 1 && g.s[1] == 1 && g.s[2] == 1 && g.p[0] == 0 &&
+                g.p[1] == 0 && g.p[2] == 0 && g.out_size == g.in_size;
+  float *cols = NULL;
+  if (!direct && g.out_size && kk &&
+      !(cols = malloc(sizeof(float) * (size_t)kk * (size_t)g.out_size)))
+    return gs_error(GS_ENOMEM, "out of memory for the im2col buffer of node %s", c->node_name);
+  const float *w = p[1], *bias = a->has_bias ? p[2] : NULL;
+  float *y = p[c->n_in];
+  for (int64_t n = 0; n < batch; n++)
+    for (int64_t grp = 0; grp < a->group; grp++) {
+      const float *xg = p[0] + (n * cin + grp * cin_g) * g.in_size;
+      float *yg = y + (n * cout + grp * cout_g) * g.out_size;
+      const float *src = xg;
+      if (!direct && cols) {
+        im2col(&g, xg, cin_g, cols);
+        src = cols;
+      }
+      if (cout_g && g.out_size) {
+        if (kk)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cout_g, (int)g.out_size,
+                      (int)kk, 1.0f, w + grp * cout_g * kk, (int)kk, src, (int)g.out_size, 0.0f,
+                      yg, (int)g.out_size);
+        else
+          memset(yg, 0, sizeof(float) * (size_t)(cout_g * g.out_size));
+      }
+      for (int64_t o = 0; bias && o < cout_g; o++) {
+        float b = bias[grp * cout_g + o], *row = yg + o * g.out_size;
+        for (int64_t i = 0; i < g.out_size; i++)
+          row[i] += b;
+      }
+    }
+  free(cols);
+  apply_act(a->act, y, gs_shape_numel(ys));
+  return 0;
+}
+
+static int k_conv(const gs_cpu_kernel_call *k) { return run_f32(k, conv_f32); }
+
+static int conv_transpose_f32(const gs_op_call *c, float *const *p) {
+  const gs_conv_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  /* The geometry of the forward convolution whose input is our output. */
+  geom g;
+  make_geom(&g, a->spatial, ys->dims + 2, xs->dims + 2, a->kernel, a->stride, a->dilation,
+            a->pad_begin);
+  int64_t batch = xs->dims[0], cin = xs->dims[1], cout = ys->dims[1];
+  int64_t cin_g = cin / a->group, cout_g = cout / a->group, rows = cout_g * g.k_size;
+  float *cols = NULL;
+  if (rows && g.out_size && !(cols = malloc(sizeof(float) * (size_t)rows * (size_t)g.out_size)))
+    return gs_error(GS_ENOMEM, "out of memory for the col2im buffer of node %s", c->node_name);
+  const float *w = p[1], *bias = a->has_bias ? p[2] : NULL;
+  float *y = p[c->n_in];
+  memset(y, 0, sizeof(float) * (size_t)gs_shape_numel(ys));
+  for (int64_t n = 0; cols && n < batch; n++)
+    for (int64_t grp = 0; grp < a->group; grp++) {
+      const float *xg = p[0] + (n * cin + grp * cin_g) * g.out_size;
+      float *yg = y + (n * cout + grp * cout_g) * g.in_size;
+      /* cols (cout_g*K x HWin) = W_g^T (cout_g*K x cin_g) * X_g (cin_g x HWin) */
+      if (cin_g)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)g.out_size,
+                    (int)cin_g, 1.0f, w + grp * cin_g * rows, (int)rows, xg, (int)g.out_size,
+                    0.0f, cols, (int)g.out_size);
+      else
+        memset(cols, 0, sizeof(float) * (size_t)(rows * g.out_size));
+      /* col2im: scatter-add each column entry to the output position it came from. */
+      for (int64_t co = 0; co < cout_g; co++)
+        for (int64_t kd = 0; kd < g.k[0]; kd++)
+          for (int64_t kh = 0; kh < g.k[1]; kh++)
+            for (int64_t kw = 0; kw < g.k[2]; kw++) {
+              const float *row =
+                  cols + ((co * g.k[0] + kd) * g.k[1] * g.k[2] + kh * g.k[2] + kw) * g.out_size;
+              float *yc = yg + co * g.in_size;
+              for (int64_t id = 0; id < g.out[0]; id++) {
+                int64_t od = id * g.s[0] - g.p[0] + kd * g.d[0];
+                if (od < 0 || od >= g.in[0])
+                  continue;
+                for (int64_t ih = 0; ih < g.out[1]; ih++) {
+                  int64_t oh = ih * g.s[1] - g.p[1] + kh * g.d[1];
+                  if (oh < 0 || oh >= g.in[1])
+                    continue;
+                  const float *src = row + (id * g.out[1] + ih) * g.out[2];
+                  float *dst = yc + (od * g.in[1] + oh) * g.in[2];
+                  for (int64_t iw = 0; iw < g.out[2]; iw++) {
+                    int64_t ow = iw * g.s[2] - g.p[2] + kw * g.d[2];
+                    if (ow >= 0 && ow < g.in[2])
+                      dst[ow] += src[iw];
+                  }
+                }
+              }
+            }
+      for (int64_t o = 0; bias && o < cout_g; o++) {
+        float b = bias[grp * cout_g + o], *row = yg + o * g.in_size;
+        for (int64_t i = 0; i < g.in_size; i++)
+          row[i] += b;
+      }
+    }
+  free(cols);
+  return 0;
+}
+
+static int k_conv_transpose(const gs_cpu_kernel_call *k) { return run_f32(k, conv_transpose_f32); }
+
+/* ---- pooling --------------------------------------------------------------------------- */
+
+static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
+  const gs_pool_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  int64_t planes = xs->dims[0] * xs->dims[1];
+  float *y = p[1];
+  if (a->global) {
+    int64_t size = gs_shape_numel(xs) / (planes ? planes : 1);
+    for (int64_t pl = 0; pl < planes; pl++) {
+      const float *x = p[0] + pl * size;
+      double sum = 0;
+      for (int64_t i = 0; i < size; i++)
+        sum += x[i];
+      y[pl] = size ? (float)(sum / (double)size) : 0.0f;
+    }
+    return 0;
+  }
+  geom g;
+  make_geom(&g, a->spatial, xs->dims + 2, ys->dims + 2, a->kernel, a->stride, a->dilation,
+            a->pad_begin);
+  int64_t pe[3] = {0, 0, 0};
+  for (int i = 0; i < a->spatial; i++)
+    pe[3 - a->spatial + i] = a->pad_end[i];
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *x = p[0] + pl * g.in_size;
+    float *yp = y + pl * g.out_size;
+    for (int64_t od = 0; od < g.out[0]; od++)
+      for (int64_t oh = 0; oh < g.out[1]; oh++)
+        for (int64_t ow = 0; ow < g.out[2]; ow++) {
+          float best = -INFINITY;
+          double sum = 0;
+          int64_t valid = 0, padded = 0;
+          for (int64_t kd = 0; kd < g.k[0]; kd++) {
+            int64_t id = od * g.s[0] - g.p[0] + kd * g.d[0];
+            for (int64_t kh = 0; kh < g.k[1]; kh++) {
+              int64_t ih = oh * g.s[1] - g.p[1] + kh * g.d[1];
+              for (int64_t kw = 0; kw < g.k[2]; kw++) {
+                int64_t iw = ow * g.s[2] - g.p[2] + kw * g.d[2];
+                /* Positions inside the padded input count for count_include_pad. */
+                if (id < g.in[0] + pe[0] && ih < g.in[1] + pe[1] && iw < g.in[2] + pe[2])
+                  padded++;
+                if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2])
+                  continue;
+                float v = x[(id * g.in[1] + ih) * g.in[2] + iw];
+                best = v > best || v != v ? v : best;
+                sum += v;
+                valid++;
+              }
+            }
+          }
+          int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
+          if (is_max)
+            yp[o] = best;
+          else {
+            int64_t div = a->count_include_pad ? padded : valid;
+            yp[o] = div ? (float)(sum / (double)div) : 0.0f;
+          }
+        }
+  }
+  return 0;
+}
+
+static int maxpool_f32(const gs_op_call *c, float *const *p) { return pool_f32(c, p, true); }
+static int avgpool_f32(const gs_op_call *c, float *const *p) { return pool_f32(c, p, false); }
+static int k_maxpool(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  if (gs_is_int(c->in[0].dtype)) { /* int8/uint8 max pooling, through float */
+    int64_t nx = gs_shape_numel(&c->in[0].shape), ny = gs_shape_numel(&c->out[0].shape);
+    float *x = malloc(sizeof(float) * (size_t)(nx ? nx : 1)), *y = malloc(sizeof(float) * (size_t)(ny ? ny : 1));
+    if (!x || !y) {
+      free(x);
+      free(y);
+      return gs_error(GS_ENOMEM, "out of memory in MaxPool");
+    }
+    for (int64_t i = 0; i < nx; i++)
+      x[i] = (float)gs_ldi(c->in[0].dtype, k->ptr[0], i);
+    float *const p[2] = {x, y};
+    int rc = pool_f32(c, p, true);
+    for (int64_t i = 0; i < ny; i++)
+      gs_sti(c->out[0].dtype, k->ptr[1], i, (int64_t)y[i]);
+    free(x);
+    free(y);
+    return rc;
+  }
+  return run_f32(k, maxpool_f32);
+}
+static int k_avgpool(const gs_cpu_kernel_call *k) { return run_f32(k, avgpool_f32); }
+
+/* ---- normalisation and softmax ------------------------------------------------------- */
+
+static int batchnorm_f32(const gs_op_call *c, float *const *p) {
+  const gs_norm_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  int64_t n = xs->dims[0], ch = xs->dims[1], inner = 1;
+  for (int i = 2; i < xs->rank; i++)
+    inner *= xs->dims[i];
+  const float *x = p[0], *scale = p[1], *bias = p[2], *mean = p[3], *var = p[4];
+  float *y = p[5];
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t cc = 0; cc < ch; cc++) {
+      float s = scale[cc] / sqrtf(var[cc] + a->epsilon), t = bias[cc] - mean[cc] * s;
+      const float *xr = x + (b * ch + cc) * inner;
+      float *yr = y + (b * ch + cc) * inner;
+      for (int64_t i = 0; i < inner; i++)
+        yr[i] = xr[i] * s + t;
+    }
+  return 0;
+}
+
+static int k_batchnorm(const gs_cpu_kernel_call *k) { return run_f32(k, batchnorm_f32); }
+
+static int layernorm_f32(const gs_op_call *c, float *const *p) {
+  const gs_norm_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  int64_t inner = 1;
+  for (int i = a->axis; i < xs->rank; i++)
+    inner *= xs->dims[i];
+  int64_t rows = inner ? gs_shape_numel(xs) / inner : 0;
+  const float *x = p[0], *scale = p[1], *bias = c->n_in > 2 ? p[2] : NULL;
+  float *y = p[c->n_in];
+  float *mean_out = c->n_out > 1 ? p[c->n_in + 1] : NULL;
+  float *inv_out = c->n_out > 2 ? p[c->n_in + 2] : NULL;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * inner;
+    float *yr = y + r * inner;
+    double sum = 0;
+    for (int64_t i = 0; i < inner; i++)
+      sum += xr[i];
+    float mean = (float)(sum / (double)inner);
+    double sq = 0;
+    for (int64_t i = 0; i < inner; i++) {
+      float d = xr[i] - mean;
+      sq += (double)d * d;
+    }
+    float inv = 1.0f / sqrtf((float)(sq / (double)inner) + a->epsilon);
+    if (bias)
+      for (int64_t i = 0; i < inner; i++)
+        yr[i] = (xr[i] - mean) * inv * scale[i] + bias[i];
+    else
+      for (int64_t i = 0; i < inner; i++)
+        yr[i] = (xr[i] - mean) * inv * scale[i];
+    if (mean_out)
+      mean_out[r] = mean;
+    if (inv_out)
+      inv_out[r] = inv;
+  }
+  return 0;
+}
+
+static int k_layernorm(const gs_cpu_kernel_call *k) { return run_f32(k, layernorm_f32); }
+
+static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
+  const gs_axis_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  int64_t outer = 1, len = xs->dims[a->axis], inner = 1;
+  for (int i = 0; i < a->axis; i++)
+    outer *= xs->dims[i];
+  for (int i = a->axis + 1; i < xs->rank; i++)
+    inner *= xs->dims[i];
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      const float *x = p[0] + o * len * inner + in;
+      float *y = p[1] + o * len * inner + in;
+      float mx = -INFINITY;
+      for (int64_t i = 0; i < len; i++)
+        mx = x[i * inner] > mx ? x[i * inner] : mx;
+      double sum = 0;
+      for (int64_t i = 0; i < len; i++) {
+        float e = expf(x[i * inner] - mx);
+        if (!log_out)
+          y[i * inner] = e;
+        sum += e;
+      }
+      if (log_out) {
+        float ls = logf((float)sum);
+        for (int64_t i = 0; i < len; i++)
+          y[i * inner] = x[i * inner] - mx - ls;
+      } else {
+        float inv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < len; i++)
+          y[i * inner] *= inv;
+      }
+    }
+  return 0;
+}
+
+static int softmax_impl(const gs_op_call *c, float *const *p) { return softmax_f32(c, p, false); }
+static int logsoftmax_impl(const gs_op_call *c, float *const *p) { return softmax_f32(c, p, true); }
+static int k_softmax(const gs_cpu_kernel_call *k) { return run_f32(k, softmax_impl); }
+static int k_logsoftmax(const gs_cpu_kernel_call *k) { return run_f32(k, logsoftmax_impl); }
+
+/* ---- registration ----------------------------------------------------------------------- */
+
+#define KERNEL(name, func) {name, {.fn = func}}
+static const struct {
+  const char *name;
+  gs_cpu_kernel kernel;
+} kernels[] = {
+    KERNEL("Gemm", k_gemm),
+    KERNEL("MatMul", k_matmul),
+    KERNEL("Conv", k_conv),
+    KERNEL("ConvTranspose", k_conv_transpose),
+    KERNEL("MaxPool", k_maxpool),
+    KERNEL("AveragePool", k_avgpool),
+    KERNEL("GlobalAveragePool", k_avgpool),
+    KERNEL("BatchNormalization", k_batchnorm),
+    KERNEL("LayerNormalization", k_layernorm),
+    KERNEL("Softmax", k_softmax),
+    KERNEL("LogSoftmax", k_logsoftmax),
+};
+
+int gs__cpu_register_nn(gs_backend_t *be) {
+  /* Kernels run one at a time on a stream's worker; BLAS threads of its own
+   * would compete with other streams for the same cores. */
+  openblas_set_num_threads(1);
+  for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+    int rc = gs__backend_register_kernel(be, kernels[i].name, &kernels[i].kernel);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}

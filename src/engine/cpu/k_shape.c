@@ -1,0 +1,348 @@
+/* k_shape.c - CPU kernels of the ops that move data: copies (Reshape and
+ * its kin), Transpose, Concat, Split, Slice, Gather, Expand, Pad, Resize,
+ * Shape and ConstantOfShape. They work on bytes, whatever the type. */
+#include "engine/cpu/kernels.h"
+
+#include "base/error.h"
+
+#include <stdlib.h>
+
+void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
+                            void *dst, size_t esz);
+
+static size_t esize(const gs_tensor_desc *d) { return gs_dtype_size(d->dtype); }
+
+/* Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: the bytes as they are. */
+static int k_copy(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  size_t bytes = (size_t)gs_shape_numel(&c->in[0].shape) * esize(&c->in[0]);
+  void *y = k->ptr[c->n_in];
+  if (y != k->ptr[0] && bytes)
+    memmove(y, k->ptr[0], bytes);
+  if (c->n_out > 1 && k->ptr[c->n_in + 1]) /* Dropout's mask: everything kept */
+    memset(k->ptr[c->n_in + 1], 1, (size_t)gs_shape_numel(&c->out[1].shape));
+  return 0;
+}
+
+/* Row-major element strides of a shape. */
+static void strides_of(const gs_shape *s, int64_t *st) {
+  int64_t v = 1;
+  for (int d = s->rank - 1; d >= 0; d--) {
+    st[d] = v;
+    v *= s->dims[d];
+  }
+}
+
+static int k_transpose(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_transpose_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  size_t es = esize(&c->in[0]);
+  int64_t xst[GS_MAX_DIMS], src_stride[GS_MAX_DIMS];
+  strides_of(xs, xst);
+  for (int d = 0; d < ys->rank; d++)
+    src_stride[d] = xst[a->perm[d]];
+  int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0}, off = 0;
+  const char *x = k->ptr[0];
+  char *y = k->ptr[1];
+  int last = ys->rank - 1;
+  for (int64_t i = 0; i < n;) {
+    /* Walk the output's last dim in one go. */
+    int64_t len = last >= 0 ? ys->dims[last] : 1, step = last >= 0 ? src_stride[last] : 0;
+    if (es == 4) {
+      const uint32_t *xs4 = (const uint32_t *)x + off;
+      uint32_t *y4 = (uint32_t *)y + i;
+      for (int64_t j = 0; j < len; j++)
+        y4[j] = xs4[j * step];
+    } else {
+      for (int64_t j = 0; j < len; j++)
+        memcpy(y + (size_t)(i + j) * es, x + (size_t)(off + j * step) * es, es);
+    }
+    i += len;
+    for (int d = last - 1; d >= 0; d--) {
+      idx[d]++;
+      off += src_stride[d];
+      if (idx[d] < ys->dims[d])
+        break;
+      off -= src_stride[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  return 0;
+}
+
+static int k_concat(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  int axis = ((const gs_axis_attrs *)c->attrs)->axis;
+  const gs_shape *ys = &c->out[0].shape;
+  size_t es = esize(&c->out[0]);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++)
+    outer *= ys->dims[i];
+  for (int i = axis + 1; i < ys->rank; i++)
+    inner *= ys->dims[i];
+  char *y = k->ptr[c->n_in];
+  size_t out_row = (size_t)(ys->dims[axis] * inner) * es;
+  size_t at = 0;
+  for (int j = 0; j < c->n_in; j++) {
+    size_t chunk = (size_t)(c->in[j].shape.dims[axis] * inner) * es;
+    for (int64_t o = 0; o < outer && chunk; o++)
+      memcpy(y + (size_t)o * out_row + at, (const char *)k->ptr[j] + (size_t)o * chunk, chunk);
+    at += chunk;
+  }
+  return 0;
+}
+
+static int k_split(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  int axis = ((const gs_axis_attrs *)c->attrs)->axis;
+  const gs_shape *xs = &c->in[0].shape;
+  size_t es = esize(&c->in[0]);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++)
+    outer *= xs->dims[i];
+  for (int i = axis + 1; i < xs->rank; i++)
+    inner *= xs->dims[i];
+  const char *x = k->ptr[0];
+  size_t in_row = (size_t)(xs->dims[axis] * inner) * es, at = 0;
+  for (int j = 0; j < c->n_out; j++) {
+    size_t chunk = (size_t)(c->out[j].shape.dims[axis] * inner) * es;
+    char *y = k->ptr[c->n_in + j];
+    for (int64_t o = 0; y && o < outer && chunk; o++)
+      memcpy(y + (size_t)o * chunk, x + (size_t)o * in_row + at, chunk);
+    at += chunk;
+  }
+  return 0;
+}
+
+static int k_slice(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_slice_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  size_t es = esize(&c->in[0]);
+  int64_t xst[GS_MAX_DIMS];
+  strides_of(xs, xst);
+  int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
+  const char *x = k->ptr[0];
+  char *y = k->ptr[c->n_in];
+  int last = ys->rank - 1;
+  for (int64_t i = 0; i < n;) {
+    int64_t off = 0;
+    for (int d = 0; d < last; d++)
+      off += (a->start[d] + idx[d] * a->step[d]) * xst[d];
+    int64_t len = last >= 0 ? ys->dims[last] : 1;
+    if (last < 0) {
+      memcpy(y, x, es);
+    } else if (a->step[last] == 1) {
+      memcpy(y + (size_t)i * es, x + (size_t)(off + a->start[last]) * es, (size_t)len * es);
+    } else {
+      for (int64_t j = 0; j < len; j++)
+        memcpy(y + (size_t)(i + j) * es,
+               x + (size_t)(off + (a->start[last] + j * a->step[last]) * xst[last]) * es, es);
+    }
+    i += len;
+    for (int d = last - 1; d >= 0; d--) {
+      if (++idx[d] < ys->dims[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  return 0;
+}
+
+static int k_gather(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  int axis = ((const gs_axis_attrs *)c->attrs)->axis;
+  const gs_shape *xs = &c->in[0].shape;
+  size_t es = esize(&c->in[0]);
+  int64_t outer = 1, inner = 1, dim = xs->dims[axis];
+  for (int i = 0; i < axis; i++)
+    outer *= xs->dims[i];
+  for (int i = axis + 1; i < xs->rank; i++)
+    inner *= xs->dims[i];
+  int64_t n_idx = gs_shape_numel(&c->in[1].shape);
+  const char *x = k->ptr[0];
+  char *y = k->ptr[2];
+  size_t block = (size_t)inner * es;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < n_idx; j++) {
+      int64_t ix = gs_ldi(c->in[1].dtype, k->ptr[1], j);
+      if (ix < -dim || ix >= dim)
+        return gs_error(GS_EINVAL, "node %s (Gather): index %lld is out of range [%lld, %lld)",
+                        c->node_name, (long long)ix, (long long)-dim, (long long)dim);
+      if (ix < 0)
+        ix += dim;
+      memcpy(y + (size_t)(o * n_idx + j) * block, x + (size_t)(o * dim + ix) * block, block);
+    }
+  return 0;
+}
+
+static int k_expand(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  gs__cpu_broadcast_copy(&c->in[0].shape, k->ptr[0], &c->out[0].shape, k->ptr[2],
+                         esize(&c->in[0]));
+  return 0;
+}
+
+static int k_shape(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_shape_attrs *a = c->attrs;
+  for (int i = a->start; i < a->end; i++)
+    ((int64_t *)k->ptr[1])[i - a->start] = c->in[0].shape.dims[i];
+  return 0;
+}
+
+static int k_constant_of_shape(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_constant_attrs *a = c->attrs;
+  size_t es = esize(&c->out[0]);
+  int64_t n = gs_shape_numel(&c->out[0].shape);
+  char *y = k->ptr[1];
+  for (int64_t i = 0; i < n; i++)
+    memcpy(y + (size_t)i * es, a->value, es);
+  return 0;
+}
+
+static int k_pad(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_pad_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  gs_dtype dt = c->in[0].dtype;
+  size_t es = esize(&c->in[0]);
+  uint8_t fill[8] = {0};
+  gs_st(dt, fill, 0, a->value);
+  int64_t xst[GS_MAX_DIMS];
+  strides_of(xs, xst);
+  int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
+  const char *x = k->ptr[0];
+  char *y = k->ptr[c->n_in];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t off = 0;
+    bool outside = false;
+    for (int d = 0; d < ys->rank; d++) {
+      int64_t s = idx[d] - a->begin[d], len = xs->dims[d];
+      if (s < 0 || s >= len) {
+        if (a->mode == GS_PAD_CONSTANT) {
+          outside = true;
+          break;
+        }
+        if (a->mode == GS_PAD_EDGE)
+          s = s < 0 ? 0 : len - 1;
+        else /* reflect, pads smaller than the axis */
+          s = s < 0 ? -s : 2 * (len - 1) - s;
+      }
+      off += s * xst[d];
+    }
+    memcpy(y + (size_t)i * es, outside ? (const char *)fill : x + (size_t)off * es, es);
+    for (int d = ys->rank - 1; d >= 0; d--) {
+      if (++idx[d] < ys->dims[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  return 0;
+}
+
+/* Input coordinate of output coordinate o along one dim. */
+static double resize_source(const gs_resize_attrs *a, int d, int64_t o, int64_t in, int64_t out) {
+  double s = a->scale[d];
+  switch (a->coord) {
+  case GS_COORD_ASYMMETRIC: return (double)o / s;
+  case GS_COORD_ALIGN_CORNERS: return out == 1 ? 0.0 : (double)o * (double)(in - 1) / (double)(out - 1);
+  case GS_COORD_PYTORCH_HALF_PIXEL: return out > 1 ? ((double)o + 0.5) / s - 0.5 : 0.0;
+  case GS_COORD_HALF_PIXEL: break;
+  }
+  return ((double)o + 0.5) / s - 0.5;
+}
+
+static int64_t nearest_index(gs_nearest_mode m, double x, int64_t in) {
+  int64_t i;
+  switch (m) {
+  case GS_NEAREST_FLOOR: i = (int64_t)floor(x); break;
+  case GS_NEAREST_CEIL: i = (int64_t)ceil(x); break;
+  case GS_NEAREST_ROUND_PREFER_CEIL: i = (int64_t)floor(x + 0.5); break;
+  default: i = x == floor(x) + 0.5 ? (int64_t)floor(x) : (int64_t)floor(x + 0.5); break;
+  }
+  return i < 0 ? 0 : i >= in ? in - 1 : i;
+}
+
+static int k_resize(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_resize_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  gs_dtype dt = c->in[0].dtype;
+  int r = xs->rank;
+  int64_t xst[GS_MAX_DIMS];
+  strides_of(xs, xst);
+  int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
+  void *y = k->ptr[c->n_in];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t lo[GS_MAX_DIMS], hi[GS_MAX_DIMS];
+    double w[GS_MAX_DIMS];
+    int moving[GS_MAX_DIMS], n_moving = 0;
+    for (int d = 0; d < r; d++) {
+      int64_t in = xs->dims[d];
+      double src = resize_source(a, d, idx[d], in, ys->dims[d]);
+      if (a->mode == GS_RESIZE_NEAREST || in == 1) {
+        lo[d] = hi[d] = a->mode == GS_RESIZE_NEAREST ? nearest_index(a->nearest, src, in) : 0;
+        w[d] = 0;
+        continue;
+      }
+      src = src < 0 ? 0 : src > (double)(in - 1) ? (double)(in - 1) : src;
+      lo[d] = (int64_t)floor(src);
+      hi[d] = lo[d] + 1 < in ? lo[d] + 1 : lo[d];
+      w[d] = src - (double)lo[d];
+      if (w[d] > 0)
+        moving[n_moving++] = d;
+    }
+    /* Sum over the corners of the dims that interpolate. */
+    double v = 0;
+    for (int corner = 0; corner < (1 << n_moving); corner++) {
+      double weight = 1;
+      int64_t off = 0;
+      for (int d = 0; d < r; d++)
+        off += lo[d] * xst[d];
+      for (int m = 0; m < n_moving; m++) {
+        int d = moving[m];
+        bool up = (corner >> m) & 1;
+        weight *= up ? w[d] : 1 - w[d];
+        if (up)
+          off += (hi[d] - lo[d]) * xst[d];
+      }
+      v += weight * gs_ld(dt, k->ptr[0], off);
+    }
+    if (gs_is_int(dt) && a->mode == GS_RESIZE_LINEAR)
+      v = nearbyint(v);
+    gs_st(dt, y, i, v);
+    for (int d = r - 1; d >= 0; d--) {
+      if (++idx[d] < ys->dims[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  return 0;
+}
+
+#define KERNEL(name, func) {name, {.fn = func}}
+static const struct {
+  const char *name;
+  gs_cpu_kernel kernel;
+} kernels[] = {
+    KERNEL("Reshape", k_copy),     KERNEL("Flatten", k_copy),
+    KERNEL("Squeeze", k_copy),     KERNEL("Unsqueeze", k_copy),
+    KERNEL("Identity", k_copy),    KERNEL("Dropout", k_copy),
+    KERNEL("Transpose", k_transpose), KERNEL("Concat", k_concat),
+    KERNEL("Split", k_split),      KERNEL("Slice", k_slice),
+    KERNEL("Gather", k_gather),    KERNEL("Expand", k_expand),
+    KERNEL("Shape", k_shape),      KERNEL("ConstantOfShape", k_constant_of_shape),
+    KERNEL("Pad", k_pad),          KERNEL("Resize", k_resize),
+};
+
+int gs__cpu_register_shape(gs_backend_t *be) {
+  for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+    int rc = gs__backend_register_kernel(be, kernels[i].name, &kernels[i].kernel);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}

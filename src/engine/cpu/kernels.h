@@ -1,0 +1,118 @@
+/* kernels.h - what the CPU kernels of the engine share: element loads and
+ * stores for every type, the broadcasting iterator, and the registration
+ * of each family's kernels in the CPU backend's kernel table. */
+#ifndef GS_ENGINE_CPU_KERNELS_H
+#define GS_ENGINE_CPU_KERNELS_H
+
+#include "engine/op.h"
+#include "engine/ops/op_attrs.h"
+#include "hal/cpu/cpu_kernel.h"
+#include "hal/hal_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The node's call, as the plan passes it: a pointer in the parameter block. */
+static inline const gs_op_call *gs_kcall(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c;
+  memcpy(&c, k->params, sizeof c);
+  return c;
+}
+
+/* ---- element access by type (the slow, general paths) ------------------------- */
+
+static inline double gs_ld(gs_dtype dt, const void *p, int64_t i) {
+  switch (dt) {
+  case GS_DT_FLOAT32: return ((const float *)p)[i];
+  case GS_DT_FLOAT64: return ((const double *)p)[i];
+  case GS_DT_FLOAT16: return gs_f16_to_f32(((const uint16_t *)p)[i]);
+  case GS_DT_BFLOAT16: return gs_bf16_to_f32(((const uint16_t *)p)[i]);
+  case GS_DT_INT64: return (double)((const int64_t *)p)[i];
+  case GS_DT_INT32: return ((const int32_t *)p)[i];
+  case GS_DT_INT16: return ((const int16_t *)p)[i];
+  case GS_DT_INT8: return ((const int8_t *)p)[i];
+  case GS_DT_UINT8:
+  case GS_DT_BOOL: return ((const uint8_t *)p)[i];
+  default: return 0;
+  }
+}
+
+static inline int64_t gs_ldi(gs_dtype dt, const void *p, int64_t i) {
+  switch (dt) {
+  case GS_DT_INT64: return ((const int64_t *)p)[i];
+  case GS_DT_INT32: return ((const int32_t *)p)[i];
+  case GS_DT_INT16: return ((const int16_t *)p)[i];
+  case GS_DT_INT8: return ((const int8_t *)p)[i];
+  case GS_DT_UINT8:
+  case GS_DT_BOOL: return ((const uint8_t *)p)[i];
+  default: return (int64_t)gs_ld(dt, p, i);
+  }
+}
+
+/* Converts a double to an integer type without undefined behaviour: NaN is
+ * 0, values past the type's range saturate. */
+static inline int64_t gs_sat_i64(double v, double lo, double hi) {
+  if (v != v)
+    return 0;
+  if (v <= lo)
+    return (int64_t)lo;
+  if (v >= hi)
+    return v >= 9.2233720368547748e18 ? INT64_MAX : (int64_t)hi;
+  return (int64_t)v;
+}
+
+static inline void gs_st(gs_dtype dt, void *p, int64_t i, double v) {
+  switch (dt) {
+  case GS_DT_FLOAT32: ((float *)p)[i] = (float)v; break;
+  case GS_DT_FLOAT64: ((double *)p)[i] = v; break;
+  case GS_DT_FLOAT16: ((uint16_t *)p)[i] = gs_f32_to_f16((float)v); break;
+  case GS_DT_BFLOAT16: ((uint16_t *)p)[i] = gs_f32_to_bf16((float)v); break;
+  case GS_DT_INT64: ((int64_t *)p)[i] = gs_sat_i64(v, -9.2233720368547758e18, 9.2233720368547758e18); break;
+  case GS_DT_INT32: ((int32_t *)p)[i] = (int32_t)gs_sat_i64(v, -2147483648.0, 2147483647.0); break;
+  case GS_DT_INT16: ((int16_t *)p)[i] = (int16_t)gs_sat_i64(v, -32768.0, 32767.0); break;
+  case GS_DT_INT8: ((int8_t *)p)[i] = (int8_t)gs_sat_i64(v, -128.0, 127.0); break;
+  case GS_DT_UINT8: ((uint8_t *)p)[i] = (uint8_t)gs_sat_i64(v, 0.0, 255.0); break;
+  case GS_DT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+  default: break;
+  }
+}
+
+/* Integer stores wrap (two's complement), as integer arithmetic in ONNX runtimes does. */
+static inline void gs_sti(gs_dtype dt, void *p, int64_t i, int64_t v) {
+  switch (dt) {
+  case GS_DT_INT64: ((int64_t *)p)[i] = v; break;
+  case GS_DT_INT32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+  case GS_DT_INT16: ((int16_t *)p)[i] = (int16_t)(uint16_t)(uint64_t)v; break;
+  case GS_DT_INT8: ((int8_t *)p)[i] = (int8_t)(uint8_t)(uint64_t)v; break;
+  case GS_DT_UINT8: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)v; break;
+  case GS_DT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+  default: gs_st(dt, p, i, (double)v); break;
+  }
+}
+
+static inline bool gs_is_int(gs_dtype dt) { return !gs_dtype_is_float(dt); }
+
+/* ---- broadcasting ---------------------------------------------------------------- */
+
+#define GS_BCAST_MAX_IN 3
+
+/* Iterates an output shape in rows of its last (merged) dimension, with the
+ * matching element offsets of up to three broadcast inputs. */
+typedef struct gs_bcast {
+  int n_in, rank;
+  int64_t dims[GS_MAX_DIMS];
+  int64_t strides[GS_BCAST_MAX_IN][GS_MAX_DIMS]; /* 0 where an input broadcasts */
+  int64_t rows, row_len;
+} gs_bcast;
+
+void gs_bcast_init(gs_bcast *b, const gs_shape *out, int n_in, const gs_shape *const *in);
+/* Offsets of row `row` (0 <= row < rows) of the output and of each input. */
+void gs_bcast_row(const gs_bcast *b, int64_t row, int64_t *out_off, int64_t *in_off);
+
+/* Registration of each family's CPU kernels (called by gs_engine_init). */
+int gs__cpu_register_elementwise(gs_backend_t *be);
+int gs__cpu_register_nn(gs_backend_t *be);
+int gs__cpu_register_reduce(gs_backend_t *be);
+int gs__cpu_register_shape(gs_backend_t *be);
+
+#endif

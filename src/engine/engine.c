@@ -1,0 +1,21 @@
+/* engine.c - start-up of the compute engine: registers each backend's
+ * kernels for the engine's ops. */
+#include "engine/engine.h"
+
+#include "base/error.h"
+#include "engine/cpu/kernels.h"
+
+int gs_engine_init(void) {
+  gs_backend_t *cpu = gs_hal_backend_by_name("cpu");
+  if (!cpu)
+    return gs_error(GS_ENOENT, "the cpu backend is not loaded (GPUSRV_BACKENDS?); the engine "
+                               "needs it for its own work");
+  int rc = gs__cpu_register_elementwise(cpu);
+  if (rc == 0)
+    rc = gs__cpu_register_nn(cpu);
+  if (rc == 0)
+    rc = gs__cpu_register_reduce(cpu);
+  if (rc == 0)
+    rc = gs__cpu_register_shape(cpu);
+  return rc;
+}

@@ -1,0 +1,63 @@
+/* engine.h - the compute engine: load ONNX models (model.h), build a plan
+ * for a device and input shapes, and run it. */
+#ifndef GS_ENGINE_H
+#define GS_ENGINE_H
+
+#include "engine/model.h"
+#include "engine/tensor.h"
+#include "hal/hal.h"
+
+/* Registers the engine's kernels with the backends. Call once after
+ * gs_hal_init(). */
+int gs_engine_init(void);
+
+typedef struct gs_plan gs_plan;
+
+/* Precision a plan computes in. */
+typedef enum { GS_PRECISION_FP32, GS_PRECISION_FP16, GS_PRECISION_BF16 } gs_precision;
+
+typedef struct gs_plan_options {
+  gs_device_t *device;    /* NULL: the first device */
+  gs_precision precision; /* GS_PRECISION_FP32 unless asked */
+} gs_plan_options;
+
+/* Builds a plan of `model` for the given shapes of its inputs (one per
+ * model input, in order): fixes every shape, folds constants, fuses
+ * MatMul+Add, Conv+BatchNormalization and a following Relu, and lays out
+ * one arena by liveness. The plan keeps a pointer to the model, which must
+ * outlive it. The caller destroys it with gs_plan_destroy(). Shapes that do
+ * not fit the model give GS_EINVAL naming the input, expected and got. */
+int gs_plan_create(const gs_model *model, const gs_shape *input_shapes,
+                   const gs_plan_options *options, gs_plan **out);
+void gs_plan_destroy(gs_plan *plan);
+
+/* Runs the plan: inputs[i] holds input i (host memory of the plan's shape
+ * and type), outputs[i] receives output i. One run at a time per plan;
+ * concurrent callers are serialised. */
+int gs_plan_run(gs_plan *plan, const void *const *inputs, void *const *outputs);
+
+typedef struct gs_plan_value_info {
+  const char *name;
+  gs_dtype dtype;
+  gs_shape shape;
+  size_t bytes;
+} gs_plan_value_info;
+
+int gs_plan_input_count(const gs_plan *plan);
+int gs_plan_output_count(const gs_plan *plan);
+void gs_plan_input(const gs_plan *plan, int i, gs_plan_value_info *out);
+void gs_plan_output(const gs_plan *plan, int i, gs_plan_value_info *out);
+
+typedef struct gs_plan_report {
+  int nodes;        /* in the model */
+  int steps;        /* kernels a run launches */
+  int folded;       /* nodes computed while planning */
+  int fused;        /* nodes merged into another's kernel */
+  int cpu_fallback; /* steps that run on the CPU because the device lacks the kernel */
+  uint64_t arena_bytes;  /* peak of the liveness-planned arena */
+  uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse */
+  uint64_t weights_bytes;
+} gs_plan_report;
+void gs_plan_get_report(const gs_plan *plan, gs_plan_report *out);
+
+#endif

@@ -1,0 +1,254 @@
+/* model_check.c - what gs_model_load() checks after reading a file: every
+ * op and attribute is supported (else one message naming every unsupported
+ * op and its nodes), every input is produced by something, no value is
+ * produced twice, and the graph has no cycle. */
+#include "engine/model.h"
+
+#include "base/error.h"
+#include "engine/op.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Collects "Op (nodes a, b)" entries into a message buffer. */
+typedef struct problems {
+  char text[1024];
+  size_t len;
+  int count;
+} problems;
+
+static void add_problem(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_problem(problems *p, const char *fmt, ...) {
+  p->count++;
+  if (p->len >= sizeof p->text - 1)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(p->text + p->len, sizeof p->text - p->len, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    p->len += (size_t)n;
+  if (p->len >= sizeof p->text)
+    p->len = sizeof p->text - 1;
+}
+
+/* Lists each unsupported op once, with the nodes that use it. */
+static int check_ops(const gs_model *m) {
+  problems p = {.len = 0};
+  bool *done = calloc((size_t)m->n_nodes + 1, 1);
+  if (!done)
+    return gs_error(GS_ENOMEM, "out of memory checking the model");
+  for (int i = 0; i < m->n_nodes; i++) {
+    if (done[i])
+      continue;
+    const gs_node *n = &m->nodes[i];
+    bool foreign = n->domain[0] && strcmp(n->domain, "ai.onnx") != 0;
+    const gs_op_def *op = foreign ? NULL : gs_op_find(n->op_type);
+    if (op)
+      continue;
+    add_problem(&p, "%s%s%s%s (nodes ", p.count ? "; " : "", foreign ? n->domain : "",
+                foreign ? ":" : "", n->op_type);
+    int listed = 0;
+    for (int j = i; j < m->n_nodes; j++) {
+      const gs_node *o = &m->nodes[j];
+      if (strcmp(o->op_type, n->op_type) != 0 || strcmp(o->domain, n->domain) != 0)
+        continue;
+      done[j] = true;
+      if (listed++ < 5)
+        add_problem(&p, "%s%s", listed > 1 ? ", " : "", o->name);
+      p.count--; /* nodes are not counted as problems */
+    }
+    if (listed > 5)
+      add_problem(&p, ", and %d more", listed - 5), p.count--;
+    add_problem(&p, ")"), p.count--;
+  }
+  free(done);
+  if (p.count)
+    return gs_error(GS_ENOTSUP, "unsupported op%s: %s", p.count > 1 ? "s" : "", p.text);
+  return GS_OK;
+}
+
+static bool attr_known(const gs_op_def *op, const char *name) {
+  for (const char *const *a = op->attrs; a && *a; a++)
+    if (strcmp(*a, name) == 0)
+      return true;
+  return false;
+}
+
+/* Arity, attribute names and attribute values of each node. */
+static int check_nodes(const gs_model *m) {
+  problems p = {.len = 0};
+  for (int i = 0; i < m->n_nodes; i++) {
+    const gs_node *n = &m->nodes[i];
+    const gs_op_def *op = gs_op_find(n->op_type);
+    /* Trailing omitted optional inputs do not count. */
+    int n_in = n->n_in;
+    while (n_in > 0 && n->inputs[n_in - 1][0] == '\0')
+      n_in--;
+    if (n_in < op->min_in || n_in > op->max_in || n->n_out < op->min_out ||
+        n->n_out > op->max_out) {
+      add_problem(&p, "%snode %s (%s) has %d inputs and %d outputs; the op takes %d..%d and "
+                      "%d..%d",
+                  p.count ? "; " : "", n->name, n->op_type, n_in, n->n_out, op->min_in,
+                  op->max_in, op->min_out, op->max_out);
+      continue;
+    }
+    if (n_in + n->n_out > GS_OP_MAX_IO) {
+      add_problem(&p, "%snode %s has %d operands (at most %d)", p.count ? "; " : "", n->name,
+                  n_in + n->n_out, GS_OP_MAX_IO);
+      continue;
+    }
+    for (int a = 0; a < n->n_attrs; a++) {
+      if (!attr_known(op, n->attrs[a].name))
+        add_problem(&p, "%snode %s (%s): attribute %s is not supported", p.count ? "; " : "",
+                    n->name, n->op_type, n->attrs[a].name);
+      else if (n->attrs[a].type == GS_ATTR_UNSUPPORTED)
+        add_problem(&p, "%snode %s (%s): attribute %s has an unsupported type (graph, sparse "
+                        "tensor or type)",
+                    p.count ? "; " : "", n->name, n->op_type, n->attrs[a].name);
+    }
+    if (op->check && op->check(n) < 0)
+      add_problem(&p, "%snode %s (%s): %s", p.count ? "; " : "", n->name, n->op_type,
+                  gs_error_detail());
+  }
+  if (p.count)
+    return gs_error(GS_ENOTSUP, "%s", p.text);
+  return GS_OK;
+}
+
+/* Every input produced, nothing produced twice, no cycle; then the nodes
+ * are put in an order that runs (the file's order may not). */
+static int check_graph(gs_model *m) {
+  gs_strmap produced;
+  gs_strmap_init(&produced);
+  int rc = GS_OK;
+  /* producer index: -1 graph input or initializer, else node index */
+  for (int i = 0; rc == 0 && i < m->n_inputs; i++) {
+    if (gs_strmap_get(&produced, m->inputs[i].name) >= 0)
+      rc = gs_error(GS_EINVAL, "graph input %s is declared twice", m->inputs[i].name);
+    else
+      rc = gs_strmap_put(&produced, m->inputs[i].name, m->n_nodes);
+  }
+  for (int i = 0; rc == 0 && i < m->n_inits; i++)
+    rc = gs_strmap_put(&produced, m->inits[i].name, m->n_nodes);
+  for (int i = 0; rc == 0 && i < m->n_nodes; i++) {
+    gs_node *n = &m->nodes[i];
+    for (int o = 0; rc == 0 && o < n->n_out; o++) {
+      if (!n->outputs[o][0])
+        continue;
+      if (gs_strmap_get(&produced, n->outputs[o]) >= 0)
+        rc = gs_error(GS_EINVAL, "value %s is produced twice (again by node %s)", n->outputs[o],
+                      n->name);
+      else
+        rc = gs_strmap_put(&produced, n->outputs[o], i);
+    }
+  }
+  /* Edges producer -> consumer, grouped by producer (counting sort), for
+   * Kahn's algorithm in time linear in the graph's size. */
+  int n = m->n_nodes, n_edges = 0;
+  int *pending = calloc((size_t)n + 1, sizeof(int)), *order = calloc((size_t)n + 1, sizeof(int));
+  int *first = calloc((size_t)n + 2, sizeof(int));
+  size_t total_in = 0;
+  for (int i = 0; i < n; i++)
+    total_in += (size_t)m->nodes[i].n_in;
+  int *from = malloc((total_in + 1) * sizeof(int)), *to = malloc((total_in + 1) * sizeof(int));
+  int *adj = malloc((total_in + 1) * sizeof(int));
+  if (rc == 0 && (!pending || !order || !first || !from || !to || !adj))
+    rc = gs_error(GS_ENOMEM, "out of memory checking the graph");
+  for (int i = 0; rc == 0 && i < n; i++) {
+    gs_node *nd = &m->nodes[i];
+    for (int k = 0; rc == 0 && k < nd->n_in; k++) {
+      if (!nd->inputs[k][0])
+        continue;
+      int p = gs_strmap_get(&produced, nd->inputs[k]);
+      if (p < 0)
+        rc = gs_error(GS_EINVAL, "node %s (%s) reads %s, which no node, input or initializer "
+                                 "produces",
+                      nd->name, nd->op_type, nd->inputs[k]);
+      else if (p < n) {
+        from[n_edges] = p;
+        to[n_edges++] = i;
+        pending[i]++;
+        first[p + 1]++;
+      }
+    }
+  }
+  if (rc == 0) {
+    for (int i = 0; i < n; i++)
+      first[i + 1] += first[i];
+    int *fill = calloc((size_t)n + 1, sizeof(int));
+    if (!fill)
+      rc = gs_error(GS_ENOMEM, "out of memory checking the graph");
+    for (int e = 0; rc == 0 && e < n_edges; e++)
+      adj[first[from[e]] + fill[from[e]]++] = to[e];
+    free(fill);
+  }
+  int taken = 0, head = 0;
+  for (int i = 0; rc == 0 && i < n; i++)
+    if (pending[i] == 0)
+      order[taken++] = i;
+  while (rc == 0 && head < taken) {
+    int v = order[head++];
+    for (int e = first[v]; e < first[v + 1]; e++)
+      if (--pending[adj[e]] == 0)
+        order[taken++] = adj[e];
+  }
+  if (rc == 0 && taken < n) {
+    int stuck = 0;
+    while (pending[stuck] == 0)
+      stuck++;
+    rc = gs_error(GS_EINVAL, "the graph has a cycle through node %s (%s)", m->nodes[stuck].name,
+                  m->nodes[stuck].op_type);
+  }
+  free(first);
+  free(from);
+  free(to);
+  free(adj);
+  for (int i = 0; rc == 0 && i < m->n_outputs; i++)
+    if (gs_strmap_get(&produced, m->outputs[i].name) < 0)
+      rc = gs_error(GS_EINVAL, "graph output %s is produced by nothing", m->outputs[i].name);
+  if (rc == 0 && m->n_outputs == 0)
+    rc = gs_error(GS_EINVAL, "the graph has no outputs");
+  /* Keep the nodes in an order that runs: plans walk them front to back. */
+  if (rc == 0) {
+    gs_node *sorted = malloc(sizeof *sorted * ((size_t)m->n_nodes + 1));
+    if (!sorted) {
+      rc = gs_error(GS_ENOMEM, "out of memory sorting the graph");
+    } else {
+      for (int i = 0; i < m->n_nodes; i++)
+        sorted[i] = m->nodes[order[i]];
+      free(m->nodes);
+      m->nodes = sorted;
+    }
+  }
+  free(pending);
+  free(order);
+  gs_strmap_free(&produced);
+  return rc;
+}
+
+int gs_model_check_support(const gs_model *m) {
+  int rc = check_ops((gs_model *)m);
+  if (rc == 0)
+    rc = check_nodes((gs_model *)m);
+  return rc;
+}
+
+int gs__model_check(gs_model *m, bool check_support) {
+  /* Unnamed nodes get names, so that messages can point at them. */
+  for (int i = 0; i < m->n_nodes; i++) {
+    gs_node *n = &m->nodes[i];
+    if (n->name && n->name[0])
+      continue;
+    char name[96];
+    snprintf(name, sizeof name, "%s_%d", n->op_type, i);
+    free(n->name);
+    if (!(n->name = strdup(name)))
+      return gs_error(GS_ENOMEM, "out of memory naming nodes");
+  }
+  int rc = check_support ? gs_model_check_support(m) : 0;
+  if (rc == 0)
+    rc = check_graph(m);
+  return rc;
+}

@@ -1,0 +1,87 @@
+/* op.h - the backend-neutral definition of an op: which inputs, outputs and
+ * attributes it takes, how it checks them, and how it infers the types and
+ * shapes of its outputs. Kernels live apart, one set per backend, registered
+ * in the HAL's kernel table under the op's name (src/engine/cpu/ for the CPU).
+ *
+ * A kernel receives, as its only parameter, a pointer to the gs_op_call of
+ * its node, and its buffers in the order inputs then outputs (NULL for an
+ * omitted optional input). */
+#ifndef GS_ENGINE_OP_H
+#define GS_ENGINE_OP_H
+
+#include "engine/model.h"
+#include "engine/tensor.h"
+
+/* Inputs plus outputs of one node, bounded by the HAL's kernel buffers. */
+#define GS_OP_MAX_IO 32
+
+typedef struct gs_tensor_desc {
+  gs_dtype dtype; /* GS_DT_INVALID: an omitted optional operand */
+  gs_shape shape;
+} gs_tensor_desc;
+
+typedef struct gs_op_call {
+  const struct gs_op_def *op;
+  const char *node_name; /* for messages */
+  int n_in, n_out;
+  gs_tensor_desc in[GS_OP_MAX_IO];
+  gs_tensor_desc out[GS_OP_MAX_IO];
+  /* Set by infer: the op's parsed attributes, one flat malloc'd block that
+   * the plan frees. Kernels read it; its layout is in ops/op_attrs.h. */
+  void *attrs;
+  /* During infer only: the values of inputs known before running (constants
+   * and folded results), NULL where unknown. */
+  const void *in_data[GS_OP_MAX_IO];
+} gs_op_call;
+
+typedef struct gs_op_def {
+  const char *name; /* ONNX op_type */
+  int min_in, max_in, min_out, max_out;
+  /* Attribute names the op understands; NULL-terminated, NULL for none. Any
+   * other attribute on a node makes the model unsupported. */
+  const char *const *attrs;
+  /* Optional: checks attribute values that cannot be supported, at load. */
+  int (*check)(const gs_node *node);
+  /* Validates the inputs (types, shapes, known values), fills out[] and
+   * attrs. Errors name the node and say what was expected and what came. */
+  int (*infer)(gs_op_call *call, const gs_node *node);
+  /* Optional: computes output 0 without its inputs' values, from shapes and
+   * attributes alone (Shape, Constant). `out` has room for out[0]. */
+  int (*fold)(const gs_op_call *call, const gs_node *node, void *out);
+} gs_op_def;
+
+/* The op named `name` in the default ONNX domain, or NULL. */
+const gs_op_def *gs_op_find(const char *name);
+/* Every op, for listings: fills up to max, returns the total. */
+int gs_op_list(const gs_op_def **out, int max);
+
+/* ---- helpers for op definitions (op_util.c) --------------------------------- */
+
+int64_t gs_attr_int(const gs_node *n, const char *name, int64_t dflt);
+float gs_attr_float(const gs_node *n, const char *name, float dflt);
+const char *gs_attr_string(const gs_node *n, const char *name, const char *dflt);
+/* The ints of an INTS attribute: count, or -1 when absent; fills up to max. */
+int gs_attr_ints(const gs_node *n, const char *name, int64_t *out, int max);
+
+/* Reads a known int64/int32 input (shapes, axes, ...) into out. Returns the
+ * count, or a GS_E code when the input is unknown before running or too long. */
+int gs_op_const_ints(const gs_op_call *c, int input, int64_t *out, int max);
+/* Sets the error "node N (Op): <message>" and returns GS_EINVAL. */
+int gs_op_fail(const gs_op_call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Requires input i to have one of the dtypes in mask (1u << dtype). */
+int gs_op_want_dtype(const gs_op_call *c, int input, uint32_t mask);
+/* Allocates the zeroed attrs block of `size` bytes into c->attrs. */
+void *gs_op_attrs(gs_op_call *c, size_t size);
+
+#define GS_DTM(dt) (1u << (dt))
+#define GS_DTM_FLOATS \
+  (GS_DTM(GS_DT_FLOAT16) | GS_DTM(GS_DT_BFLOAT16) | GS_DTM(GS_DT_FLOAT32) | GS_DTM(GS_DT_FLOAT64))
+/* The float types the neural-network kernels take (16-bit ones computed in float32). */
+#define GS_DTM_F32ISH (GS_DTM(GS_DT_FLOAT16) | GS_DTM(GS_DT_BFLOAT16) | GS_DTM(GS_DT_FLOAT32))
+#define GS_DTM_INTS                                                                  \
+  (GS_DTM(GS_DT_UINT8) | GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_INT16) | GS_DTM(GS_DT_INT32) | \
+   GS_DTM(GS_DT_INT64))
+#define GS_DTM_NUMERIC (GS_DTM_FLOATS | GS_DTM_INTS)
+#define GS_DTM_ALL (GS_DTM_NUMERIC | GS_DTM(GS_DT_BOOL))
+
+#endif

@@ -1,0 +1,119 @@
+/* op_attrs.h - the parsed attributes of each op, as its infer function
+ * leaves them for the kernels of every backend. Flat structs: one free(). */
+#ifndef GS_ENGINE_OP_ATTRS_H
+#define GS_ENGINE_OP_ATTRS_H
+
+#include "engine/tensor.h"
+
+/* Activation fused into the op that precedes it (plan.c fuses them). */
+typedef enum { GS_ACT_NONE, GS_ACT_RELU } gs_activation;
+
+typedef struct gs_unary_attrs {
+  float alpha;         /* LeakyRelu */
+  bool gelu_tanh;      /* Gelu approximate="tanh" */
+} gs_unary_attrs;
+
+typedef struct gs_cast_attrs {
+  gs_dtype to;
+} gs_cast_attrs;
+
+typedef struct gs_axis_attrs {
+  int axis; /* normalised */
+} gs_axis_attrs;
+
+typedef struct gs_gemm_attrs {
+  float alpha, beta;
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  gs_activation act;
+} gs_gemm_attrs;
+
+/* MatMul, and MatMul+Add fused: out = a @ b (+ bias broadcast on the last dim). */
+typedef struct gs_matmul_attrs {
+  int64_t batch, m, n, k;
+  /* Batch strides of a and b in elements (0: broadcast), per flattened batch. */
+  int batch_rank;
+  int64_t batch_dims[GS_MAX_DIMS];
+  int64_t a_batch_strides[GS_MAX_DIMS], b_batch_strides[GS_MAX_DIMS];
+  bool has_bias; /* fused Add: input 2, of n elements */
+  gs_activation act;
+} gs_matmul_attrs;
+
+typedef struct gs_conv_attrs {
+  int spatial; /* 1, 2 or 3 */
+  int64_t group;
+  int64_t kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3], output_padding[3];
+  bool has_bias;
+  gs_activation act;
+} gs_conv_attrs;
+
+typedef struct gs_pool_attrs {
+  int spatial;
+  int64_t kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];
+  bool count_include_pad;
+  bool global;
+} gs_pool_attrs;
+
+typedef struct gs_norm_attrs {
+  float epsilon;
+  int axis; /* LayerNormalization: first normalised axis */
+} gs_norm_attrs;
+
+typedef struct gs_reduce_attrs {
+  bool reduce[GS_MAX_DIMS]; /* which input dims are reduced */
+  bool keepdims;
+  bool select_last; /* ArgMax */
+} gs_reduce_attrs;
+
+typedef struct gs_topk_attrs {
+  int axis;
+  int64_t k;
+  bool largest, sorted;
+} gs_topk_attrs;
+
+typedef struct gs_transpose_attrs {
+  int perm[GS_MAX_DIMS];
+} gs_transpose_attrs;
+
+typedef struct gs_slice_attrs {
+  int64_t start[GS_MAX_DIMS], step[GS_MAX_DIMS]; /* per input dim, resolved */
+} gs_slice_attrs;
+
+typedef struct gs_constant_attrs {
+  uint8_t value[8]; /* ConstantOfShape: one element of the output type */
+} gs_constant_attrs;
+
+typedef enum { GS_PAD_CONSTANT, GS_PAD_REFLECT, GS_PAD_EDGE } gs_pad_mode;
+
+typedef struct gs_pad_attrs {
+  gs_pad_mode mode;
+  int64_t begin[GS_MAX_DIMS], end[GS_MAX_DIMS]; /* may be negative (crop) */
+  double value;
+} gs_pad_attrs;
+
+typedef enum { GS_RESIZE_NEAREST, GS_RESIZE_LINEAR } gs_resize_mode;
+typedef enum {
+  GS_COORD_HALF_PIXEL,
+  GS_COORD_ASYMMETRIC,
+  GS_COORD_ALIGN_CORNERS,
+  GS_COORD_PYTORCH_HALF_PIXEL,
+} gs_coord_mode;
+typedef enum {
+  GS_NEAREST_ROUND_PREFER_FLOOR,
+  GS_NEAREST_ROUND_PREFER_CEIL,
+  GS_NEAREST_FLOOR,
+  GS_NEAREST_CEIL,
+} gs_nearest_mode;
+
+typedef struct gs_resize_attrs {
+  gs_resize_mode mode;
+  gs_coord_mode coord;
+  gs_nearest_mode nearest;
+  double scale[GS_MAX_DIMS]; /* output / input per dim */
+} gs_resize_attrs;
+
+typedef struct gs_shape_attrs {
+  int start, end; /* Shape: the slice of dims it returns */
+} gs_shape_attrs;
+
+#endif

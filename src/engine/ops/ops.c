@@ -1,0 +1,27 @@
+/* ops.c - the registry of op definitions: every family's table, looked up by
+ * ONNX op_type. */
+#include "engine/ops/ops.h"
+
+#include <string.h>
+
+static const gs_op_def *const tables[] = {gs__ops_elementwise, gs__ops_nn, gs__ops_reduce,
+                                          gs__ops_shape};
+
+const gs_op_def *gs_op_find(const char *name) {
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+    for (const gs_op_def *d = tables[t]; d->name; d++)
+      if (strcmp(d->name, name) == 0)
+        return d;
+  return NULL;
+}
+
+int gs_op_list(const gs_op_def **out, int max) {
+  int n = 0;
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+    for (const gs_op_def *d = tables[t]; d->name; d++) {
+      if (n < max)
+        out[n] = d;
+      n++;
+    }
+  return n;
+}

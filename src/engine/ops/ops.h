@@ -1,0 +1,13 @@
+/* ops.h - the tables of op definitions, one per family; ops.c indexes them. */
+#ifndef GS_ENGINE_OPS_H
+#define GS_ENGINE_OPS_H
+
+#include "engine/op.h"
+
+/* Each table ends with an entry whose name is NULL. */
+extern const gs_op_def gs__ops_elementwise[];
+extern const gs_op_def gs__ops_nn[];
+extern const gs_op_def gs__ops_reduce[];
+extern const gs_op_def gs__ops_shape[];
+
+#endif

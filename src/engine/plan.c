@@ -1,0 +1,657 @@
+/* plan.c - builds and runs plans. A plan fixes every shape of a model for
+ * given input shapes, computes while planning what does not depend on the
+ * inputs (constant folding), fuses MatMul+Add, Conv+BatchNormalization and
+ * a following Relu, places every intermediate tensor in one arena by
+ * liveness, uploads the weights once, and runs as a list of kernel launches
+ * on one stream. */
+#include "engine/engine.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/op.h"
+#include "engine/ops/op_attrs.h"
+#include "hal/cpu/cpu_kernel.h"
+#include "hal/hal_impl.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA_ALIGN 64
+
+typedef struct value {
+  const char *name;   /* borrowed from the model */
+  gs_dtype dtype;
+  gs_shape shape;
+  size_t bytes;
+  const void *data;   /* host data when known while planning, else NULL */
+  bool owns_data;
+  bool owns_name; /* values the plan made up (fused weights) */
+  int def, last_use;  /* step that writes it (-1: before the first), last step reading it */
+  int64_t offset;     /* in the arena, or in the weights buffer when `data` */
+  bool in_arena;
+  bool graph_output;
+} value;
+
+typedef struct step {
+  const gs_node *node;
+  gs_op_call *call;
+  int in[GS_OP_MAX_IO], out[GS_OP_MAX_IO]; /* value indices, -1: omitted */
+  bool dead;                               /* fused into another step */
+  bool on_cpu;                             /* fallback: the device lacks this kernel */
+} step;
+
+struct gs_plan {
+  const gs_model *model;
+  gs_device_t *device;
+  gs_strmap index;
+  value *values;
+  int n_values, cap_values;
+  step *steps;
+  int n_steps;
+  int *inputs, *outputs; /* value indices of the graph's inputs and outputs */
+  gs_buffer_t *arena, *weights;
+  gs_stream_t *stream;
+  pthread_mutex_t run_lock;
+  gs_plan_report report;
+};
+
+/* ---- values ---------------------------------------------------------------------- */
+
+static int add_value(gs_plan *p, const char *name, gs_dtype dt, const gs_shape *shape) {
+  if (p->n_values == p->cap_values) {
+    int cap = p->cap_values ? 2 * p->cap_values : 64;
+    value *grown = realloc(p->values, sizeof *grown * (size_t)cap);
+    if (!grown)
+      return gs_error(GS_ENOMEM, "out of memory planning");
+    p->values = grown;
+    p->cap_values = cap;
+  }
+  int64_t n = gs_shape_numel(shape);
+  size_t es = gs_dtype_size(dt);
+  if (n < 0 || (es && (uint64_t)n > SIZE_MAX / 4 / es))
+    return gs_error(GS_EINVAL, "value %s would have an impossible size", name);
+  value *v = &p->values[p->n_values];
+  *v = (value){.name = name, .dtype = dt, .shape = *shape, .bytes = (size_t)n * es, .def = -1,
+               .last_use = -1, .offset = -1};
+  int rc = gs_strmap_put(&p->index, name, p->n_values);
+  if (rc < 0)
+    return rc;
+  return p->n_values++;
+}
+
+static int find_value(const gs_plan *p, const char *name) { return gs_strmap_get(&p->index, name); }
+
+/* ---- building steps ----------------------------------------------------------------- */
+
+static void free_call(gs_op_call *c) {
+  if (c)
+    free(c->attrs);
+  free(c);
+}
+
+/* Runs a CPU kernel on host data now (constant folding). */
+static int run_on_host(const gs_op_call *c, const void *const *in, void *const *out) {
+  gs_backend_t *cpu = gs_hal_backend_by_name("cpu");
+  const gs_cpu_kernel *k = cpu ? gs__backend_find_kernel(cpu, c->op->name) : NULL;
+  if (!k)
+    return gs_error(GS_ENOTSUP, "no CPU kernel for %s to fold node %s", c->op->name, c->node_name);
+  gs_cpu_kernel_call kc = {.buffer_count = c->n_in + c->n_out, .params = &c,
+                           .params_size = sizeof c};
+  for (int i = 0; i < c->n_in; i++)
+    kc.ptr[i] = (void *)in[i];
+  for (int i = 0; i < c->n_out; i++)
+    kc.ptr[c->n_in + i] = out[i];
+  return k->fn(&kc);
+}
+
+static int plan_node(gs_plan *p, const gs_node *node) {
+  const gs_op_def *op = gs_op_find(node->op_type);
+  gs_op_call *c = calloc(1, sizeof *c);
+  if (!c)
+    return gs_error(GS_ENOMEM, "out of memory planning node %s", node->name);
+  c->op = op;
+  c->node_name = node->name;
+  c->n_in = node->n_in;
+  c->n_out = node->n_out;
+  int in_idx[GS_OP_MAX_IO], out_idx[GS_OP_MAX_IO];
+  bool all_known = true;
+  for (int i = 0; i < node->n_in; i++) {
+    in_idx[i] = node->inputs[i][0] ? find_value(p, node->inputs[i]) : -1;
+    if (in_idx[i] < 0) {
+      c->in[i].dtype = GS_DT_INVALID;
+      continue;
+    }
+    const value *v = &p->values[in_idx[i]];
+    c->in[i].dtype = v->dtype;
+    c->in[i].shape = v->shape;
+    c->in_data[i] = v->data;
+    if (!v->data && v->bytes)
+      all_known = false;
+    if (!v->data && !v->bytes)
+      c->in_data[i] = ""; /* an empty tensor is known: it has no values */
+  }
+  int rc = op->infer(c, node);
+  if (rc < 0) {
+    free_call(c);
+    return rc;
+  }
+  for (int i = 0; i < node->n_out; i++) {
+    out_idx[i] = -1;
+    if (!node->outputs[i][0])
+      continue;
+    if ((rc = add_value(p, node->outputs[i], c->out[i].dtype, &c->out[i].shape)) < 0) {
+      free_call(c);
+      return rc;
+    }
+    out_idx[i] = rc;
+  }
+  /* Known outputs: from the op's own fold, or by running its CPU kernel. */
+  bool fold = op->fold || (all_known && node->n_in > 0);
+  if (fold) {
+    void *outs[GS_OP_MAX_IO] = {0};
+    const void *ins[GS_OP_MAX_IO];
+    for (int i = 0; i < node->n_in; i++)
+      ins[i] = in_idx[i] >= 0 ? p->values[in_idx[i]].data : NULL;
+    rc = 0;
+    for (int i = 0; rc == 0 && i < node->n_out; i++) {
+      size_t bytes = out_idx[i] >= 0 ? p->values[out_idx[i]].bytes
+                                     : (size_t)gs_shape_numel(&c->out[i].shape) * gs_dtype_size(c->out[i].dtype);
+      if (!(outs[i] = calloc(1, bytes ? bytes : 1)))
+        rc = gs_error(GS_ENOMEM, "out of memory folding node %s", node->name);
+    }
+    if (rc == 0)
+      rc = op->fold ? op->fold(c, node, outs[0]) : run_on_host(c, ins, outs);
+    for (int i = 0; i < node->n_out; i++) {
+      if (rc == 0 && out_idx[i] >= 0) {
+        p->values[out_idx[i]].data = outs[i];
+        p->values[out_idx[i]].owns_data = true;
+      } else {
+        free(outs[i]);
+      }
+    }
+    free_call(c);
+    if (rc < 0)
+      return rc;
+    p->report.folded++;
+    return 0;
+  }
+  step *s = &p->steps[p->n_steps];
+  memset(s, 0, sizeof *s);
+  s->node = node;
+  s->call = c;
+  for (int i = 0; i < GS_OP_MAX_IO; i++)
+    s->in[i] = s->out[i] = -1;
+  memcpy(s->in, in_idx, sizeof(int) * (size_t)node->n_in);
+  memcpy(s->out, out_idx, sizeof(int) * (size_t)node->n_out);
+  for (int i = 0; i < node->n_in; i++)
+    c->in_data[i] = NULL; /* only meaningful while inferring */
+  p->n_steps++;
+  return 0;
+}
+
+/* ---- fusion ----------------------------------------------------------------------------- */
+
+/* The one live step that reads value v, or -1 if none or several, or v is an output. */
+static int sole_consumer(gs_plan *p, int v) {
+  if (p->values[v].graph_output)
+    return -1;
+  int found = -1;
+  for (int s = 0; s < p->n_steps; s++) {
+    if (p->steps[s].dead)
+      continue;
+    for (int i = 0; i < p->steps[s].call->n_in; i++)
+      if (p->steps[s].in[i] == v) {
+        if (found >= 0 && found != s)
+          return -1;
+        found = s;
+      }
+  }
+  return found;
+}
+
+static bool is_op(const step *s, const char *name) { return strcmp(s->call->op->name, name) == 0; }
+
+/* Conv (constant float32 weights) followed by BatchNormalization (constant
+ * parameters): new weights W*s and bias (b - mean)*s + B, s = scale/sqrt(var+eps). */
+static int fuse_conv_bn(gs_plan *p, step *conv) {
+  int y = conv->out[0], b = sole_consumer(p, y);
+  if (b < 0 || !is_op(&p->steps[b], "BatchNormalization") || p->steps[b].in[0] != y)
+    return 0;
+  step *bn = &p->steps[b];
+  const value *w = &p->values[conv->in[1]];
+  if (w->dtype != GS_DT_FLOAT32 || !w->data)
+    return 0;
+  for (int i = 1; i < 5; i++)
+    if (!p->values[bn->in[i]].data)
+      return 0;
+  const gs_conv_attrs *ca = conv->call->attrs;
+  if (ca->has_bias && !p->values[conv->in[2]].data)
+    return 0;
+  int64_t cout = w->shape.dims[0], per = cout ? gs_shape_numel(&w->shape) / cout : 0;
+  float eps = ((const gs_norm_attrs *)bn->call->attrs)->epsilon;
+  const float *scale = p->values[bn->in[1]].data, *shift = p->values[bn->in[2]].data,
+              *mean = p->values[bn->in[3]].data, *var = p->values[bn->in[4]].data;
+  const float *old_b = ca->has_bias ? p->values[conv->in[2]].data : NULL;
+  float *nw = malloc(w->bytes ? w->bytes : 1), *nb = malloc(sizeof(float) * (size_t)(cout ? cout : 1));
+  if (!nw || !nb) {
+    free(nw);
+    free(nb);
+    return gs_error(GS_ENOMEM, "out of memory fusing node %s", conv->node->name);
+  }
+  for (int64_t o = 0; o < cout; o++) {
+    float s = scale[o] / sqrtf(var[o] + eps);
+    for (int64_t i = 0; i < per; i++)
+      nw[o * per + i] = ((const float *)w->data)[o * per + i] * s;
+    nb[o] = ((old_b ? old_b[o] : 0.0f) - mean[o]) * s + shift[o];
+  }
+  char name[256];
+  gs_shape bs = {.rank = 1, .dims = {cout}};
+  snprintf(name, sizeof name, "%s/fused_weights", conv->node->name);
+  char *wname = strdup(name);
+  snprintf(name, sizeof name, "%s/fused_bias", conv->node->name);
+  char *bname = strdup(name);
+  int wi = wname && bname ? add_value(p, wname, GS_DT_FLOAT32, &w->shape)
+                          : gs_error(GS_ENOMEM, "out of memory fusing node %s", conv->node->name);
+  if (wi >= 0) {
+    p->values[wi].data = nw;
+    p->values[wi].owns_data = p->values[wi].owns_name = true;
+    wname = NULL;
+    nw = NULL;
+  }
+  int bi = wi >= 0 ? add_value(p, bname, GS_DT_FLOAT32, &bs) : wi;
+  if (bi >= 0) {
+    p->values[bi].data = nb;
+    p->values[bi].owns_data = p->values[bi].owns_name = true;
+    bname = NULL;
+    nb = NULL;
+  }
+  free(wname);
+  free(bname);
+  free(nw);
+  free(nb);
+  if (wi < 0 || bi < 0)
+    return wi < 0 ? wi : bi;
+  conv->in[1] = wi;
+  conv->in[2] = bi;
+  conv->call->n_in = 3;
+  conv->call->in[2].dtype = GS_DT_FLOAT32;
+  conv->call->in[2].shape = bs;
+  ((gs_conv_attrs *)conv->call->attrs)->has_bias = true;
+  conv->out[0] = bn->out[0];
+  bn->dead = true;
+  p->report.fused++;
+  return 0;
+}
+
+/* MatMul whose output only feeds an Add of a constant vector over its last
+ * dim: the bias joins the MatMul (sgemm with beta = 1). */
+static int fuse_matmul_add(gs_plan *p, step *mm) {
+  int y = mm->out[0], a = sole_consumer(p, y);
+  if (a < 0 || !is_op(&p->steps[a], "Add") || mm->call->in[0].dtype != GS_DT_FLOAT32)
+    return 0;
+  step *add = &p->steps[a];
+  int other = add->in[0] == y ? add->in[1] : add->in[0];
+  const value *bias = &p->values[other];
+  gs_matmul_attrs *m = mm->call->attrs;
+  if (!bias->data || bias->dtype != GS_DT_FLOAT32 || gs_shape_numel(&bias->shape) != m->n ||
+      bias->shape.dims[bias->shape.rank - 1] != m->n ||
+      !gs_shape_equal(&p->values[add->out[0]].shape, &p->values[y].shape) ||
+      p->values[y].shape.rank < 1)
+    return 0;
+  mm->in[2] = other;
+  mm->call->n_in = 3;
+  mm->call->in[2] = (gs_tensor_desc){.dtype = GS_DT_FLOAT32, .shape = bias->shape};
+  m->has_bias = true;
+  mm->out[0] = add->out[0];
+  add->dead = true;
+  p->report.fused++;
+  return 0;
+}
+
+/* Gemm, MatMul or Conv followed by Relu: the Relu runs inside their kernel. */
+static void fuse_relu(gs_plan *p, step *s) {
+  int y = s->out[0], r = sole_consumer(p, y);
+  if (r < 0 || !is_op(&p->steps[r], "Relu") || p->values[y].dtype != GS_DT_FLOAT32)
+    return;
+  gs_activation *act = is_op(s, "Conv")   ? &((gs_conv_attrs *)s->call->attrs)->act
+                       : is_op(s, "Gemm") ? &((gs_gemm_attrs *)s->call->attrs)->act
+                                          : &((gs_matmul_attrs *)s->call->attrs)->act;
+  if (*act != GS_ACT_NONE)
+    return;
+  *act = GS_ACT_RELU;
+  s->out[0] = p->steps[r].out[0];
+  p->steps[r].dead = true;
+  p->report.fused++;
+}
+
+static int fuse(gs_plan *p) {
+  for (int i = 0; i < p->n_steps; i++) {
+    step *s = &p->steps[i];
+    if (s->dead)
+      continue;
+    int rc = 0;
+    if (is_op(s, "Conv"))
+      rc = fuse_conv_bn(p, s);
+    else if (is_op(s, "MatMul"))
+      rc = fuse_matmul_add(p, s);
+    if (rc < 0)
+      return rc;
+    if (is_op(s, "Conv") || is_op(s, "Gemm") || is_op(s, "MatMul"))
+      fuse_relu(p, s);
+  }
+  /* Drop the fused steps, keeping order. */
+  int n = 0;
+  for (int i = 0; i < p->n_steps; i++) {
+    if (p->steps[i].dead) {
+      free_call(p->steps[i].call);
+      continue;
+    }
+    p->steps[n++] = p->steps[i];
+  }
+  p->n_steps = n;
+  return 0;
+}
+
+/* ---- memory plan ----------------------------------------------------------------------- */
+
+static int cmp_by_size(const void *a, const void *b, void *ctx) {
+  const value *v = ctx;
+  size_t x = v[*(const int *)a].bytes, y = v[*(const int *)b].bytes;
+  return (x < y) - (x > y);
+}
+
+typedef struct interval {
+  int64_t start, end;
+} interval;
+
+static int cmp_interval(const void *a, const void *b) {
+  int64_t x = ((const interval *)a)->start, y = ((const interval *)b)->start;
+  return (x > y) - (x < y);
+}
+
+/* Greedy by size: the biggest tensors are placed first, each at the lowest
+ * offset that no tensor alive at the same time overlaps. */
+static int plan_memory(gs_plan *p) {
+  for (int s = 0; s < p->n_steps; s++) {
+    step *st = &p->steps[s];
+    for (int i = 0; i < st->call->n_in; i++)
+      if (st->in[i] >= 0)
+        p->values[st->in[i]].last_use = s;
+    for (int i = 0; i < st->call->n_out; i++)
+      if (st->out[i] >= 0) {
+        p->values[st->out[i]].def = s;
+        p->values[st->out[i]].in_arena = true;
+      }
+  }
+  for (int i = 0; i < p->model->n_inputs; i++) {
+    value *v = &p->values[p->inputs[i]];
+    v->in_arena = true;
+    v->def = -1;
+  }
+  for (int i = 0; i < p->model->n_outputs; i++) {
+    value *v = &p->values[p->outputs[i]];
+    if (!v->data)
+      v->last_use = p->n_steps;
+  }
+  int *order = malloc(sizeof(int) * (size_t)(p->n_values + 1)), n = 0;
+  interval *busy = malloc(sizeof(interval) * (size_t)(p->n_values + 1));
+  if (!order || !busy) {
+    free(order);
+    free(busy);
+    return gs_error(GS_ENOMEM, "out of memory planning memory");
+  }
+  for (int i = 0; i < p->n_values; i++)
+    if (p->values[i].in_arena && !p->values[i].data) {
+      if (p->values[i].last_use < p->values[i].def)
+        p->values[i].last_use = p->values[i].def; /* written, never read */
+      order[n++] = i;
+    }
+  qsort_r(order, (size_t)n, sizeof(int), cmp_by_size, p->values);
+  uint64_t peak = 0, naive = 0;
+  for (int a = 0; a < n; a++) {
+    value *v = &p->values[order[a]];
+    size_t need = (v->bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    naive += need;
+    /* The placed tensors alive at the same time, by offset; the first gap
+     * that fits wins. */
+    int n_busy = 0;
+    for (int b = 0; b < a; b++) {
+      value *w = &p->values[order[b]];
+      if (w->bytes && !(w->last_use < v->def || v->last_use < w->def))
+        busy[n_busy++] = (interval){w->offset, w->offset + (int64_t)((w->bytes + ARENA_ALIGN - 1) /
+                                                                      ARENA_ALIGN * ARENA_ALIGN)};
+    }
+    qsort(busy, (size_t)n_busy, sizeof *busy, cmp_interval);
+    int64_t at = 0;
+    for (int b = 0; b < n_busy && need; b++) {
+      if (at + (int64_t)need <= busy[b].start)
+        break;
+      if (busy[b].end > at)
+        at = busy[b].end;
+    }
+    v->offset = at;
+    if ((uint64_t)at + need > peak)
+      peak = (uint64_t)at + need;
+  }
+  free(order);
+  free(busy);
+  p->report.arena_bytes = peak;
+  p->report.naive_bytes = naive;
+  return 0;
+}
+
+/* Known values that steps read or the graph outputs go to the weights buffer. */
+static int place_weights(gs_plan *p, uint64_t *total) {
+  bool *used = calloc((size_t)p->n_values + 1, 1);
+  if (!used)
+    return gs_error(GS_ENOMEM, "out of memory placing weights");
+  for (int s = 0; s < p->n_steps; s++)
+    for (int i = 0; i < p->steps[s].call->n_in; i++)
+      if (p->steps[s].in[i] >= 0)
+        used[p->steps[s].in[i]] = true;
+  for (int i = 0; i < p->model->n_outputs; i++)
+    used[p->outputs[i]] = true;
+  uint64_t at = 0;
+  for (int i = 0; i < p->n_values; i++) {
+    value *v = &p->values[i];
+    if (!used[i] || !v->data)
+      continue;
+    v->offset = (int64_t)at;
+    at += (v->bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+  }
+  free(used);
+  *total = at;
+  return 0;
+}
+
+/* ---- plan lifecycle -------------------------------------------------------------------- */
+
+void gs_plan_destroy(gs_plan *p) {
+  if (!p)
+    return;
+  if (p->stream)
+    gs_stream_synchronize(p->stream);
+  gs_buffer_free(p->arena, p->stream);
+  gs_buffer_free(p->weights, p->stream);
+  gs_stream_destroy(p->stream);
+  for (int s = 0; s < p->n_steps; s++)
+    free_call(p->steps[s].call);
+  for (int i = 0; i < p->n_values; i++) {
+    if (p->values[i].owns_data)
+      free((void *)p->values[i].data);
+    if (p->values[i].owns_name)
+      free((void *)p->values[i].name);
+  }
+  free(p->values);
+  free(p->steps);
+  free(p->inputs);
+  free(p->outputs);
+  gs_strmap_free(&p->index);
+  pthread_mutex_destroy(&p->run_lock);
+  free(p);
+}
+
+static int check_input_shape(const gs_value_info *in, const gs_shape *s) {
+  char a[160], b[160];
+  if (in->rank >= 0 && s->rank != in->rank)
+    return gs_error(GS_EINVAL, "input %s: expected rank %d, got shape %s", in->name, in->rank,
+                    gs_shape_str(s, b, sizeof b));
+  for (int d = 0; d < s->rank; d++) {
+    if (s->dims[d] < 0)
+      return gs_error(GS_EINVAL, "input %s: dimension %d is negative", in->name, d);
+    if (in->rank >= 0 && in->dims[d] >= 0 && in->dims[d] != s->dims[d]) {
+      gs_shape want = {.rank = in->rank};
+      for (int i = 0; i < in->rank; i++)
+        want.dims[i] = in->dims[i];
+      snprintf(a, sizeof a, "%s", gs_shape_str(&want, b, sizeof b));
+      for (char *q = a; (q = strstr(q, "-1"));)
+        q[0] = '?', q[1] = ' ';
+      return gs_error(GS_EINVAL, "input %s: expected shape %s, got %s (dimension %d)", in->name, a,
+                      gs_shape_str(s, b, sizeof b), d);
+    }
+  }
+  return GS_OK;
+}
+
+int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
+                   gs_plan **out) {
+  gs_plan *p = calloc(1, sizeof *p);
+  if (!p)
+    return gs_error(GS_ENOMEM, "out of memory creating a plan");
+  pthread_mutex_init(&p->run_lock, NULL);
+  gs_strmap_init(&p->index);
+  p->model = m;
+  p->device = opt && opt->device ? opt->device : gs_hal_device(0);
+  p->report.nodes = m->n_nodes;
+  int rc = 0;
+  if (!p->device)
+    rc = gs_error(GS_ENOENT, "no device to plan for");
+  else if (opt && opt->precision != GS_PRECISION_FP32)
+    rc = gs_error(GS_ENOTSUP, "precision %s is not supported yet: plans compute in float32",
+                  opt->precision == GS_PRECISION_FP16 ? "fp16" : "bf16");
+  p->steps = calloc((size_t)m->n_nodes + 1, sizeof *p->steps);
+  p->inputs = calloc((size_t)m->n_inputs + 1, sizeof(int));
+  p->outputs = calloc((size_t)m->n_outputs + 1, sizeof(int));
+  if (rc == 0 && (!p->steps || !p->inputs || !p->outputs))
+    rc = gs_error(GS_ENOMEM, "out of memory creating a plan");
+  for (int i = 0; rc == 0 && i < m->n_inputs; i++) {
+    if ((rc = check_input_shape(&m->inputs[i], &input_shapes[i])) < 0)
+      break;
+    if ((rc = add_value(p, m->inputs[i].name, m->inputs[i].dtype, &input_shapes[i])) >= 0)
+      p->inputs[i] = rc, rc = 0;
+  }
+  for (int i = 0; rc == 0 && i < m->n_inits; i++) {
+    const gs_const_tensor *t = &m->inits[i];
+    if ((rc = add_value(p, t->name, t->dtype, &t->shape)) >= 0) {
+      p->values[rc].data = t->data ? t->data : "";
+      rc = 0;
+    }
+  }
+  for (int i = 0; rc == 0 && i < m->n_nodes; i++)
+    rc = plan_node(p, &m->nodes[i]);
+  for (int i = 0; rc == 0 && i < m->n_outputs; i++) {
+    int v = find_value(p, m->outputs[i].name);
+    p->outputs[i] = v;
+    p->values[v].graph_output = true;
+  }
+  if (rc == 0)
+    rc = fuse(p);
+  if (rc == 0)
+    rc = plan_memory(p);
+  uint64_t wbytes = 0;
+  if (rc == 0)
+    rc = place_weights(p, &wbytes);
+  /* Every step needs a kernel on the device. */
+  for (int s = 0; rc == 0 && s < p->n_steps; s++)
+    if (!gs_device_supports_op(p->device, p->steps[s].call->op->name))
+      rc = gs_error(GS_ENOTSUP, "%s has no kernel for %s (node %s), and running it on the CPU "
+                                "instead is not supported yet",
+                    gs_device_get_info(p->device)->id, p->steps[s].call->op->name,
+                    p->steps[s].node->name);
+  p->report.steps = p->n_steps;
+  p->report.weights_bytes = wbytes;
+  if (rc == 0)
+    rc = gs_stream_create(p->device, &p->stream);
+  gs_pool_t *pool = p->device ? gs_device_pool(p->device, GS_MEM_DEVICE) : NULL;
+  if (rc == 0)
+    rc = gs_pool_alloc(pool, p->report.arena_bytes, p->stream, &p->arena);
+  if (rc == 0)
+    rc = gs_pool_alloc(pool, wbytes, p->stream, &p->weights);
+  /* Upload the weights once; the model's host copies stay where they are. */
+  for (int i = 0; rc == 0 && i < p->n_values; i++) {
+    value *v = &p->values[i];
+    if (v->data && v->offset >= 0 && v->bytes)
+      rc = gs_stream_copy_h2d(p->stream, p->weights, (size_t)v->offset, v->data, v->bytes);
+  }
+  if (rc == 0)
+    rc = gs_stream_synchronize(p->stream);
+  if (rc < 0) {
+    gs_plan_destroy(p);
+    return rc;
+  }
+  GS_LOGD("engine", "plan: %d nodes -> %d steps (%d folded, %d fused), arena %llu bytes (naive %llu)",
+          p->report.nodes, p->report.steps, p->report.folded, p->report.fused,
+          (unsigned long long)p->report.arena_bytes, (unsigned long long)p->report.naive_bytes);
+  *out = p;
+  return GS_OK;
+}
+
+/* ---- running ------------------------------------------------------------------------------ */
+
+static void locate(const gs_plan *p, int v, gs_buffer_t **buf, size_t *off) {
+  const value *val = &p->values[v];
+  *buf = val->data ? p->weights : p->arena;
+  *off = (size_t)(val->offset > 0 ? val->offset : 0);
+}
+
+int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
+  pthread_mutex_lock(&p->run_lock);
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
+    const value *v = &p->values[p->inputs[i]];
+    if (v->bytes && v->last_use >= 0)
+      rc = gs_stream_copy_h2d(p->stream, p->arena, (size_t)v->offset, inputs[i], v->bytes);
+  }
+  for (int s = 0; rc == 0 && s < p->n_steps; s++) {
+    const step *st = &p->steps[s];
+    const gs_op_call *c = st->call;
+    gs_kernel_args args = {.buffer_count = c->n_in + c->n_out, .params = &c,
+                           .params_size = sizeof c};
+    for (int i = 0; i < c->n_in; i++)
+      if (st->in[i] >= 0)
+        locate(p, st->in[i], &args.buffers[i], &args.offsets[i]);
+    for (int i = 0; i < c->n_out; i++)
+      if (st->out[i] >= 0)
+        locate(p, st->out[i], &args.buffers[c->n_in + i], &args.offsets[c->n_in + i]);
+    rc = gs_stream_launch(p->stream, c->op->name, &args);
+  }
+  for (int i = 0; rc == 0 && i < p->model->n_outputs; i++) {
+    const value *v = &p->values[p->outputs[i]];
+    gs_buffer_t *buf;
+    size_t off;
+    locate(p, p->outputs[i], &buf, &off);
+    if (v->bytes)
+      rc = gs_stream_copy_d2h(p->stream, outputs[i], buf, off, v->bytes);
+  }
+  int sync = gs_stream_synchronize(p->stream);
+  pthread_mutex_unlock(&p->run_lock);
+  return rc < 0 ? rc : sync;
+}
+
+/* ---- queries ---------------------------------------------------------------------------------- */
+
+int gs_plan_input_count(const gs_plan *p) { return p->model->n_inputs; }
+int gs_plan_output_count(const gs_plan *p) { return p->model->n_outputs; }
+
+static void describe(const gs_plan *p, int v, gs_plan_value_info *out) {
+  const value *val = &p->values[v];
+  *out = (gs_plan_value_info){.name = val->name, .dtype = val->dtype, .shape = val->shape,
+                              .bytes = val->bytes};
+}
+
+void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) { describe(p, p->inputs[i], out); }
+void gs_plan_output(const gs_plan *p, int i, gs_plan_value_info *out) { describe(p, p->outputs[i], out); }
+void gs_plan_get_report(const gs_plan *p, gs_plan_report *out) { *out = p->report; }
