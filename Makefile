@@ -27,8 +27,9 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure
 	@$(MAKE) --no-print-directory test-asan
 
+# clang, so that the ONNX decoder's libFuzzer target is built and run too.
 test-asan: deps
-	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DGS_SANITIZE=ON >/dev/null
+	@CC=clang cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DGS_SANITIZE=ON >/dev/null
 	@cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure

@@ -58,7 +58,7 @@ typedef struct rig {
   char *plain_src, *plain_dst;   /* memcpy's own buffers */
 } rig;
 
-static void die(const char *what) {
+__attribute__((noreturn)) static void die(const char *what) {
   fprintf(stderr, "gs-bench-copy: %s: %s\n", what, gs_error_detail());
   exit(1);
 }
@@ -92,7 +92,7 @@ static double stream_sample(rig *r, direction dir, size_t size, int n) {
     if (rc)
       die("copy");
   }
-  uint64_t ns;
+  uint64_t ns = 0;
   if (gs_event_record(r->e1, r->s) || gs_event_synchronize(r->e1) ||
       gs_event_elapsed_ns(r->e0, r->e1, &ns))
     die("timing");

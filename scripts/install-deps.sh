@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debs=(build-essential cmake pkg-config libjansson-dev libopenblas-dev python3 python3-venv)
+debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev libopenblas-dev
+      python3 python3-venv)
 
 missing=()
 for p in "${debs[@]}"; do

@@ -36,7 +36,7 @@ const char *gs_err_name(int code);
 /* Records why the calling thread's last operation failed and returns `code`,
  * so that a failing function can end with `return gs_error(GS_EINVAL, ...)`. */
 int gs_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int gs_verror(int code, const char *fmt, va_list ap);
+int gs_verror(int code, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* The detail recorded by the last gs_error() on this thread, or the plain
  * message of the code if none was recorded. Valid until the next gs_error()

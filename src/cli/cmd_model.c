@@ -30,6 +30,8 @@ static const char model_help[] =
     "  -o, --output DIR       run: where the outputs go (created if missing)\n"
     "  --device ID            run: the device, as `gpusrv smi` names it (default: the first)\n"
     "  --precision P          run: fp32 (default); fp16 and bf16 are not supported yet\n"
+    "  --report               run: print the plan: kernels, folded and fused nodes, and the\n"
+    "                         arena's peak bytes beside the sum of all intermediate tensors\n"
     "  -h, --help             Show this help\n";
 
 /* ---- inspect -------------------------------------------------------------------- */
@@ -221,7 +223,9 @@ static int run(int argc, char **argv) {
                                         {"output", required_argument, NULL, 'o'},
                                         {"device", required_argument, NULL, 'd'},
                                         {"precision", required_argument, NULL, 'p'},
+                                        {"report", no_argument, NULL, 'r'},
                                         {NULL, 0, NULL, 0}};
+  bool report = false;
   const char *specs[MAX_INPUTS], *outdir = NULL, *device_id = NULL;
   gs_precision precision = GS_PRECISION_FP32;
   int n_specs = 0, c;
@@ -237,6 +241,7 @@ static int run(int argc, char **argv) {
       specs[n_specs++] = optarg;
       break;
     case 'o': outdir = optarg; break;
+    case 'r': report = true; break;
     case 'd': device_id = optarg; break;
     case 'p':
       if (strcmp(optarg, "fp32") == 0)
@@ -341,6 +346,15 @@ static int run(int argc, char **argv) {
       gs_cli_error("model run: out of memory for output '%s' (%zu bytes)", info.name, info.bytes);
       goto done;
     }
+  }
+  if (report) {
+    gs_plan_report r;
+    gs_plan_get_report(plan, &r);
+    printf("plan: %d nodes -> %d kernels (%d folded while planning, %d fused); arena %llu bytes "
+           "(naive sum %llu); weights %llu bytes; on %s\n",
+           r.nodes, r.steps, r.folded, r.fused, (unsigned long long)r.arena_bytes,
+           (unsigned long long)r.naive_bytes, (unsigned long long)r.weights_bytes,
+           gs_device_get_info(dev)->id);
   }
   if (gs_plan_run(plan, in_ptrs, outputs) < 0) {
     gs_cli_error("model run: %s", gs_error_detail());

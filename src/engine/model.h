@@ -39,6 +39,7 @@ typedef struct gs_attr {
   float *floats;
   int64_t *ints;
   char **strings;
+  int n_strings; /* strings held, whatever the type says (for freeing) */
 } gs_attr;
 
 typedef struct gs_node {

@@ -49,9 +49,28 @@ typedef struct loader {
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static int read_string(gs_pb *r, char **out) {
+/* A known field must arrive with its own wire type: a file that disagrees is
+ * corrupt, and reading it as something else would only make things up. */
+static int want_wire(const gs_pb *r, int wire, int expected) {
+  if (wire != expected)
+    return gs_error(GS_EINVAL, "field with wire type %d where %d belongs, at byte %zu", wire,
+                    expected, gs_pb_offset(r));
+  return 0;
+}
+
+static int read_sub(gs_pb *r, int wire, gs_pb *sub) {
+  int rc = want_wire(r, wire, GS_PB_LEN);
+  return rc < 0 ? rc : gs_pb_sub(r, sub);
+}
+
+static int read_varint(gs_pb *r, int wire, uint64_t *v) {
+  int rc = want_wire(r, wire, GS_PB_VARINT);
+  return rc < 0 ? rc : gs_pb_varint(r, v);
+}
+
+static int read_string(gs_pb *r, int wire, char **out) {
   gs_pb s;
-  int rc = gs_pb_sub(r, &s);
+  int rc = read_sub(r, wire, &s);
   if (rc < 0)
     return rc;
   size_t len = (size_t)(s.end - s.p);
@@ -247,9 +266,9 @@ count:
                   n_fixed ? n_fixed : n_ints, (long long)numel);
 }
 
-static int parse_tensor(const loader *ld, gs_pb *r, gs_const_tensor *t) {
+static int parse_tensor(const loader *ld, gs_pb *r, int r_wire, gs_const_tensor *t) {
   gs_pb m;
-  int rc = gs_pb_sub(r, &m);
+  int rc = read_sub(r, r_wire, &m);
   if (rc < 0)
     return rc;
   memset(t, 0, sizeof *t);
@@ -269,12 +288,12 @@ static int parse_tensor(const loader *ld, gs_pb *r, gs_const_tensor *t) {
     switch (field) {
     case TENSOR_DIMS: rc = read_varints(&m, wire, &dims, &n_dims, &cap_dims); break;
     case TENSOR_DATA_TYPE:
-      rc = gs_pb_varint(&m, &v);
+      rc = read_varint(&m, wire, &v);
       onnx_type = (int64_t)v;
       break;
-    case TENSOR_NAME: rc = read_string(&m, &t->name); break;
+    case TENSOR_NAME: rc = read_string(&m, wire, &t->name); break;
     case TENSOR_RAW_DATA:
-      rc = gs_pb_sub(&m, &raw);
+      rc = read_sub(&m, wire, &raw);
       has_raw = true;
       break;
     case TENSOR_INT32_DATA:
@@ -294,12 +313,12 @@ static int parse_tensor(const loader *ld, gs_pb *r, gs_const_tensor *t) {
     case TENSOR_EXTERNAL_DATA: {
       gs_pb e;
       char *key = NULL, *value = NULL;
-      rc = gs_pb_sub(&m, &e);
+      rc = read_sub(&m, wire, &e);
       uint32_t f2;
       int w2;
       while (rc >= 0 && (rc = gs_pb_next(&e, &f2, &w2)) == 1)
-        rc = f2 == ENTRY_KEY ? read_string(&e, &key)
-             : f2 == ENTRY_VALUE ? read_string(&e, &value)
+        rc = f2 == ENTRY_KEY ? read_string(&e, w2, &key)
+             : f2 == ENTRY_VALUE ? read_string(&e, w2, &value)
                                  : gs_pb_skip(&e, w2);
       if (rc >= 0 && key && value) {
         if (strcmp(key, "location") == 0) {
@@ -317,7 +336,7 @@ static int parse_tensor(const loader *ld, gs_pb *r, gs_const_tensor *t) {
       break;
     }
     case TENSOR_DATA_LOCATION:
-      rc = gs_pb_varint(&m, &v);
+      rc = read_varint(&m, wire, &v);
       location = (int64_t)v;
       break;
     case TENSOR_SEGMENT:
@@ -397,20 +416,20 @@ static void attr_clear(gs_attr *a) {
   }
   free(a->floats);
   free(a->ints);
-  for (int i = 0; a->strings && i < a->n; i++)
+  for (int i = 0; a->strings && i < a->n_strings; i++)
     free(a->strings[i]);
   free(a->strings);
   memset(a, 0, sizeof *a);
 }
 
-static int parse_attr(const loader *ld, gs_pb *r, gs_attr *a) {
+static int parse_attr(const loader *ld, gs_pb *r, int r_wire, gs_attr *a) {
   gs_pb m;
-  int rc = gs_pb_sub(r, &m);
+  int rc = read_sub(r, r_wire, &m);
   if (rc < 0)
     return rc;
   memset(a, 0, sizeof *a);
   int64_t type = 0;
-  int cap = 0, n_floats = 0, n_ints = 0, n_strings = 0;
+  int cap_floats = 0, cap_ints = 0, cap_strings = 0, n_floats = 0, n_ints = 0;
   bool other = false;
   uint32_t field;
   int wire;
@@ -418,21 +437,23 @@ static int parse_attr(const loader *ld, gs_pb *r, gs_attr *a) {
     uint64_t v;
     uint32_t v32;
     switch (field) {
-    case ATTR_NAME: rc = read_string(&m, &a->name); break;
+    case ATTR_NAME: rc = read_string(&m, wire, &a->name); break;
     case ATTR_TYPE:
-      rc = gs_pb_varint(&m, &v);
+      rc = read_varint(&m, wire, &v);
       type = (int64_t)v;
       break;
     case ATTR_F:
-      rc = gs_pb_fixed32(&m, &v32);
+      rc = want_wire(&m, wire, GS_PB_I32);
+      if (rc == 0)
+        rc = gs_pb_fixed32(&m, &v32);
       memcpy(&a->f, &v32, 4);
       break;
     case ATTR_I:
-      rc = gs_pb_varint(&m, &v);
+      rc = read_varint(&m, wire, &v);
       a->i = (int64_t)v;
       break;
     case ATTR_S:
-      rc = read_string(&m, &a->s);
+      rc = read_string(&m, wire, &a->s);
       break;
     case ATTR_T:
       if (a->t) {
@@ -441,27 +462,21 @@ static int parse_attr(const loader *ld, gs_pb *r, gs_attr *a) {
       }
       if (!(a->t = calloc(1, sizeof *a->t)))
         rc = gs_error(GS_ENOMEM, "out of memory");
-      else if ((rc = parse_tensor(ld, &m, a->t)) < 0) {
+      else if ((rc = parse_tensor(ld, &m, wire, a->t)) < 0) {
         free(a->t);
         a->t = NULL;
       }
       break;
     case ATTR_FLOATS:
-      cap = n_floats;
-      rc = read_fixed(&m, wire, 4, (void **)&a->floats, &n_floats, &cap);
-      if (rc >= 0 && cap > n_floats) {
-        /* keep exact: cap is only a growth hint here */
-      }
+      rc = read_fixed(&m, wire, 4, (void **)&a->floats, &n_floats, &cap_floats);
       break;
     case ATTR_INTS:
-      cap = n_ints;
-      rc = read_varints(&m, wire, &a->ints, &n_ints, &cap);
+      rc = read_varints(&m, wire, &a->ints, &n_ints, &cap_ints);
       break;
     case ATTR_STRINGS: {
       char *s = NULL;
-      cap = n_strings;
-      rc = read_string(&m, &s);
-      if (rc >= 0 && (rc = push((void **)&a->strings, &n_strings, &cap, sizeof s, &s)) < 0)
+      rc = read_string(&m, wire, &s);
+      if (rc >= 0 && (rc = push((void **)&a->strings, &a->n_strings, &cap_strings, sizeof s, &s)) < 0)
         free(s);
       break;
     }
@@ -487,7 +502,7 @@ static int parse_attr(const loader *ld, gs_pb *r, gs_attr *a) {
   case AT_TENSOR: a->type = a->t ? GS_ATTR_TENSOR : GS_ATTR_UNDEFINED; break;
   case AT_FLOATS: a->type = GS_ATTR_FLOATS; a->n = n_floats; break;
   case AT_INTS: a->type = GS_ATTR_INTS; a->n = n_ints; break;
-  case AT_STRINGS: a->type = GS_ATTR_STRINGS; a->n = n_strings; break;
+  case AT_STRINGS: a->type = GS_ATTR_STRINGS; a->n = a->n_strings; break;
   default: a->type = other || type ? GS_ATTR_UNSUPPORTED : GS_ATTR_UNDEFINED; break;
   }
   if (a->type == GS_ATTR_UNDEFINED) {
@@ -516,9 +531,9 @@ static void node_clear(gs_node *n) {
   memset(n, 0, sizeof *n);
 }
 
-static int parse_node(const loader *ld, gs_pb *r, gs_node *n) {
+static int parse_node(const loader *ld, gs_pb *r, int r_wire, gs_node *n) {
   gs_pb m;
-  int rc = gs_pb_sub(r, &m);
+  int rc = read_sub(r, r_wire, &m);
   if (rc < 0)
     return rc;
   memset(n, 0, sizeof *n);
@@ -530,19 +545,19 @@ static int parse_node(const loader *ld, gs_pb *r, gs_node *n) {
     switch (field) {
     case NODE_INPUT:
     case NODE_OUTPUT:
-      rc = read_string(&m, &s);
+      rc = read_string(&m, wire, &s);
       if (rc >= 0)
         rc = field == NODE_INPUT ? push((void **)&n->inputs, &n->n_in, &cap_in, sizeof s, &s)
                                  : push((void **)&n->outputs, &n->n_out, &cap_out, sizeof s, &s);
       if (rc < 0)
         free(s);
       break;
-    case NODE_NAME: rc = read_string(&m, &n->name); break;
-    case NODE_OP_TYPE: rc = read_string(&m, &n->op_type); break;
-    case NODE_DOMAIN: rc = read_string(&m, &n->domain); break;
+    case NODE_NAME: rc = read_string(&m, wire, &n->name); break;
+    case NODE_OP_TYPE: rc = read_string(&m, wire, &n->op_type); break;
+    case NODE_DOMAIN: rc = read_string(&m, wire, &n->domain); break;
     case NODE_ATTRIBUTE: {
       gs_attr a;
-      rc = parse_attr(ld, &m, &a);
+      rc = parse_attr(ld, &m, wire, &a);
       if (rc >= 0 && (rc = push((void **)&n->attrs, &n->n_attrs, &cap_attr, sizeof a, &a)) < 0)
         attr_clear(&a);
       break;
@@ -574,9 +589,9 @@ static void value_info_clear(gs_value_info *v) {
   memset(v, 0, sizeof *v);
 }
 
-static int parse_shape(gs_pb *r, gs_value_info *v) {
+static int parse_shape(gs_pb *r, int r_wire, gs_value_info *v) {
   gs_pb m;
-  int rc = gs_pb_sub(r, &m);
+  int rc = read_sub(r, r_wire, &m);
   if (rc < 0)
     return rc;
   v->rank = 0;
@@ -592,7 +607,7 @@ static int parse_shape(gs_pb *r, gs_value_info *v) {
       return gs_error(GS_EINVAL, "value %s has more than %d dimensions", v->name ? v->name : "?",
                       GS_MAX_DIMS);
     gs_pb d;
-    if ((rc = gs_pb_sub(&m, &d)) < 0)
+    if ((rc = read_sub(&m, wire, &d)) < 0)
       return rc;
     int k = v->rank++;
     v->dims[k] = -1;
@@ -600,10 +615,10 @@ static int parse_shape(gs_pb *r, gs_value_info *v) {
     int w2;
     while ((rc = gs_pb_next(&d, &f2, &w2)) == 1) {
       uint64_t val;
-      if (f2 == DIM_VALUE && (rc = gs_pb_varint(&d, &val)) >= 0)
+      if (f2 == DIM_VALUE && (rc = read_varint(&d, w2, &val)) >= 0)
         v->dims[k] = (int64_t)val < 0 ? -1 : (int64_t)val;
       else if (f2 == DIM_PARAM)
-        rc = read_string(&d, &v->dim_params[k]);
+        rc = read_string(&d, w2, &v->dim_params[k]);
       else if (f2 != DIM_VALUE)
         rc = gs_pb_skip(&d, w2);
       if (rc < 0)
@@ -615,9 +630,9 @@ static int parse_shape(gs_pb *r, gs_value_info *v) {
   return rc;
 }
 
-static int parse_value_info(gs_pb *r, gs_value_info *v) {
+static int parse_value_info(gs_pb *r, int r_wire, gs_value_info *v) {
   gs_pb m;
-  int rc = gs_pb_sub(r, &m);
+  int rc = read_sub(r, r_wire, &m);
   if (rc < 0)
     return rc;
   memset(v, 0, sizeof *v);
@@ -627,10 +642,10 @@ static int parse_value_info(gs_pb *r, gs_value_info *v) {
   int wire;
   while ((rc = gs_pb_next(&m, &field, &wire)) == 1) {
     if (field == VALUE_NAME) {
-      rc = read_string(&m, &v->name);
+      rc = read_string(&m, wire, &v->name);
     } else if (field == VALUE_TYPE) {
       gs_pb type;
-      rc = gs_pb_sub(&m, &type);
+      rc = read_sub(&m, wire, &type);
       uint32_t f2;
       int w2;
       while (rc >= 0 && (rc = gs_pb_next(&type, &f2, &w2)) == 1) {
@@ -640,15 +655,15 @@ static int parse_value_info(gs_pb *r, gs_value_info *v) {
         }
         tensor = true;
         gs_pb tt;
-        rc = gs_pb_sub(&type, &tt);
+        rc = read_sub(&type, w2, &tt);
         uint32_t f3;
         int w3;
         while (rc >= 0 && (rc = gs_pb_next(&tt, &f3, &w3)) == 1) {
           uint64_t et;
-          if (f3 == TTYPE_ELEM_TYPE && (rc = gs_pb_varint(&tt, &et)) >= 0)
+          if (f3 == TTYPE_ELEM_TYPE && (rc = read_varint(&tt, w3, &et)) >= 0)
             v->dtype = gs_dtype_from_onnx((int)et);
           else if (f3 == TTYPE_SHAPE)
-            rc = parse_shape(&tt, v);
+            rc = parse_shape(&tt, w3, v);
           else if (f3 != TTYPE_ELEM_TYPE)
             rc = gs_pb_skip(&tt, w3);
         }
@@ -674,9 +689,9 @@ static int parse_value_info(gs_pb *r, gs_value_info *v) {
 
 /* ---- graph and model --------------------------------------------------------------- */
 
-static int parse_graph(const loader *ld, gs_pb *r, gs_model *m) {
+static int parse_graph(const loader *ld, gs_pb *r, int r_wire, gs_model *m) {
   gs_pb g;
-  int rc = gs_pb_sub(r, &g);
+  int rc = read_sub(r, r_wire, &g);
   if (rc < 0)
     return rc;
   int cap_nodes = 0, cap_inits = 0, cap_in = 0, cap_out = 0;
@@ -688,15 +703,15 @@ static int parse_graph(const loader *ld, gs_pb *r, gs_model *m) {
     switch (field) {
     case GRAPH_NODE: {
       gs_node n;
-      if ((rc = parse_node(ld, &g, &n)) >= 0 &&
+      if ((rc = parse_node(ld, &g, wire, &n)) >= 0 &&
           (rc = push((void **)&m->nodes, &m->n_nodes, &cap_nodes, sizeof n, &n)) < 0)
         node_clear(&n);
       break;
     }
-    case GRAPH_NAME: rc = read_string(&g, &m->graph_name); break;
+    case GRAPH_NAME: rc = read_string(&g, wire, &m->graph_name); break;
     case GRAPH_INITIALIZER: {
       gs_const_tensor t;
-      if ((rc = parse_tensor(ld, &g, &t)) >= 0 &&
+      if ((rc = parse_tensor(ld, &g, wire, &t)) >= 0 &&
           (rc = push((void **)&m->inits, &m->n_inits, &cap_inits, sizeof t, &t)) < 0)
         const_tensor_clear(&t);
       break;
@@ -704,7 +719,7 @@ static int parse_graph(const loader *ld, gs_pb *r, gs_model *m) {
     case GRAPH_INPUT:
     case GRAPH_OUTPUT: {
       gs_value_info v;
-      if ((rc = parse_value_info(&g, &v)) < 0)
+      if ((rc = parse_value_info(&g, wire, &v)) < 0)
         break;
       rc = field == GRAPH_INPUT ? push((void **)&all_inputs, &n_all_inputs, &cap_in, sizeof v, &v)
                                 : push((void **)&m->outputs, &m->n_outputs, &cap_out, sizeof v, &v);
@@ -785,29 +800,29 @@ int gs_model_load_bytes_ex(const void *data, size_t len, const char *dir, bool c
     uint64_t v;
     switch (field) {
     case MODEL_IR_VERSION:
-      rc = gs_pb_varint(&r, &v);
+      rc = read_varint(&r, wire, &v);
       m->ir_version = (int64_t)v;
       break;
-    case MODEL_PRODUCER: rc = read_string(&r, &m->producer); break;
+    case MODEL_PRODUCER: rc = read_string(&r, wire, &m->producer); break;
     case MODEL_GRAPH:
       if (has_graph) {
         rc = gs_error(GS_EINVAL, "the model has two graphs");
         break;
       }
       has_graph = true;
-      rc = parse_graph(&ld, &r, m);
+      rc = parse_graph(&ld, &r, wire, m);
       break;
     case MODEL_OPSET: {
       gs_pb o;
       char *domain = NULL;
       int64_t version = -1;
-      rc = gs_pb_sub(&r, &o);
+      rc = read_sub(&r, wire, &o);
       uint32_t f2;
       int w2;
       while (rc >= 0 && (rc = gs_pb_next(&o, &f2, &w2)) == 1) {
         if (f2 == OPSET_DOMAIN)
-          rc = read_string(&o, &domain);
-        else if (f2 == OPSET_VERSION && (rc = gs_pb_varint(&o, &v)) >= 0)
+          rc = read_string(&o, w2, &domain);
+        else if (f2 == OPSET_VERSION && (rc = read_varint(&o, w2, &v)) >= 0)
           version = (int64_t)v;
         else if (f2 != OPSET_VERSION)
           rc = gs_pb_skip(&o, w2);

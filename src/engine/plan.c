@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ARENA_ALIGN 64
 
@@ -107,6 +108,12 @@ static int run_on_host(const gs_op_call *c, const void *const *in, void *const *
   return k->fn(&kc);
 }
 
+/* Folding computes on the host, so the host's memory bounds what it may make. */
+static uint64_t host_memory_bytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : (uint64_t)1 << 32;
+}
+
 static int plan_node(gs_plan *p, const gs_node *node) {
   const gs_op_def *op = gs_op_find(node->op_type);
   gs_op_call *c = calloc(1, sizeof *c);
@@ -156,10 +163,15 @@ static int plan_node(gs_plan *p, const gs_node *node) {
     for (int i = 0; i < node->n_in; i++)
       ins[i] = in_idx[i] >= 0 ? p->values[in_idx[i]].data : NULL;
     rc = 0;
+    uint64_t limit = host_memory_bytes();
     for (int i = 0; rc == 0 && i < node->n_out; i++) {
       size_t bytes = out_idx[i] >= 0 ? p->values[out_idx[i]].bytes
                                      : (size_t)gs_shape_numel(&c->out[i].shape) * gs_dtype_size(c->out[i].dtype);
-      if (!(outs[i] = calloc(1, bytes ? bytes : 1)))
+      /* A hostile model can ask for a constant bigger than the machine. */
+      if (bytes > limit / 2)
+        rc = gs_error(GS_ENOMEM, "node %s would compute a constant of %zu bytes while planning; "
+                                 "the host has %llu", node->name, bytes, (unsigned long long)limit);
+      else if (!(outs[i] = calloc(1, bytes ? bytes : 1)))
         rc = gs_error(GS_ENOMEM, "out of memory folding node %s", node->name);
     }
     if (rc == 0)
@@ -573,6 +585,13 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
                     p->steps[s].node->name);
   p->report.steps = p->n_steps;
   p->report.weights_bytes = wbytes;
+  uint64_t capacity = p->device ? gs_device_get_info(p->device)->memory_total_bytes : 0;
+  if (rc == 0 && p->report.arena_bytes + wbytes > capacity)
+    rc = gs_error(GS_ENOMEM, "the plan needs %llu bytes of %s memory (arena %llu, weights %llu); "
+                             "the device has %llu",
+                  (unsigned long long)(p->report.arena_bytes + wbytes),
+                  gs_device_get_info(p->device)->id, (unsigned long long)p->report.arena_bytes,
+                  (unsigned long long)wbytes, (unsigned long long)capacity);
   if (rc == 0)
     rc = gs_stream_create(p->device, &p->stream);
   gs_pool_t *pool = p->device ? gs_device_pool(p->device, GS_MEM_DEVICE) : NULL;

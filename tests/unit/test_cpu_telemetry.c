@@ -15,7 +15,7 @@
 static char root[256];
 
 /* Writes `text` to root/relpath, creating directories on the way. */
-static void put(const char *relpath, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void put(const char *relpath, const char *fmt, ...) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", root, relpath);
   for (char *p = path + strlen(root) + 1; *p; p++)

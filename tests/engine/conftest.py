@@ -1,0 +1,5 @@
+"""Lets the engine tests import their helpers (gsonnx, models) by name."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,96 @@
+"""Whole models through gpusrv's engine against onnxruntime (rtol 1e-4 for
+float32), the plan's memory report, and the digits demo's accuracy."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from gsonnx import GPUSRV, check_model, load_outputs, run_gpusrv
+from models import BUILDERS, example_input
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("batch", [1, 4])
+def test_model_matches_onnxruntime(name, batch):
+    x = example_input(name, batch)
+    check_model(BUILDERS[name](), {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+def test_plan_folds_fuses_and_reuses_memory(tmp_path):
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(BUILDERS["cnn"](), path)
+    p = run_gpusrv(path, {"x": example_input("cnn", 2)}, str(tmp_path), extra=["--report"])
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"(\d+) nodes -> (\d+) kernels \((\d+) folded while planning, (\d+) fused\); "
+                  r"arena (\d+) bytes \(naive sum (\d+)\)", p.stdout)
+    assert m, p.stdout
+    nodes, kernels, folded, fused, arena, naive = map(int, m.groups())
+    assert nodes == 14
+    # Three Conv+BatchNormalization pairs, and two Relus after a fused conv.
+    assert fused == 5 and kernels == nodes - fused
+    # The peak is the 2x16x32x32 float map beside the pooled one (160 KiB):
+    # nothing else needs to be alive then, so no layout can do better.
+    assert arena == (2 * 16 * 32 * 32 + 2 * 16 * 16 * 16) * 4, (arena, naive)
+    assert arena < 0.6 * naive
+
+
+def test_transformer_reshapes_fold_and_matmul_add_fuses(tmp_path):
+    path = str(tmp_path / "t.onnx")
+    onnx.save(BUILDERS["transformer"](), path)
+    p = run_gpusrv(path, {"x": example_input("transformer", 1)}, str(tmp_path), extra=["--report"])
+    assert p.returncode == 0, p.stderr
+    fused = int(re.search(r"(\d+) fused", p.stdout).group(1))
+    assert fused == 6  # q, k, v, o, ff1 and ff2 each fold their bias Add into the MatMul
+
+
+def test_digits_demo_accuracy(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "models", "digits"))
+    from train import held_out_split
+    _, x_test, _, y_test = held_out_split()
+    model = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
+    p = run_gpusrv(model, {"pixels": x_test}, str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    probs = load_outputs(str(tmp_path), ["probs"])["probs"]
+    assert probs.shape == (len(y_test), 10)
+    accuracy = float((probs.argmax(axis=1) == y_test).mean())
+    print(f"digits held-out accuracy through gpusrv: {accuracy:.4f} on {len(y_test)} images")
+    assert accuracy >= 0.95
+
+
+def test_wrong_input_shape_names_input_expected_and_got(tmp_path):
+    model = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
+    p = run_gpusrv(model, {"pixels": np.zeros((3, 60), np.float32)}, str(tmp_path))
+    assert p.returncode == 1
+    assert "input pixels" in p.stderr and "[batch, 64]" in p.stderr.replace("?", "batch") \
+        or "expected shape" in p.stderr, p.stderr
+    assert "[3, 60]" in p.stderr
+
+
+def test_run_argument_errors(tmp_path):
+    model = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((2, 64), np.float32))
+    np.save(tmp_path / "x64.npy", np.zeros((2, 64), np.float64))
+    cases = [
+        ([model, "-o", str(tmp_path / "o")], 2, "input 'pixels' is missing"),
+        ([model, "-i", f"nope={tmp_path}/x.npy", "-o", str(tmp_path / "o")], 2, "no input 'nope'"),
+        ([model, "-i", f"pixels={tmp_path}/x64.npy", "-o", str(tmp_path / "o")], 1, "must be float32"),
+        ([model, "-i", f"pixels={tmp_path}/missing.npy", "-o", str(tmp_path / "o")], 1, "cannot open"),
+        ([model, "-i", f"pixels={tmp_path}/x.npy"], 2, "-o OUTDIR is required"),
+        ([model, "-i", f"pixels={tmp_path}/x.npy", "-o", str(tmp_path / "o"), "--device", "gpu9"], 1,
+         "no device 'gpu9'"),
+        ([model, "-i", f"pixels={tmp_path}/x.npy", "-o", str(tmp_path / "o"), "--precision", "fp8"], 2,
+         "--precision"),
+        ([str(tmp_path / "none.onnx"), "-i", f"pixels={tmp_path}/x.npy", "-o", str(tmp_path / "o")], 1,
+         "cannot open"),
+    ]
+    for args, code, text in cases:
+        p = subprocess.run([GPUSRV, "model", "run", *args], capture_output=True, text=True)
+        assert p.returncode == code, (args, p.returncode, p.stderr)
+        assert text in p.stderr, (args, p.stderr)
+        assert p.stdout == ""

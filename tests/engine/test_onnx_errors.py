@@ -1,0 +1,199 @@
+"""Models gpusrv must refuse with a clear message, never a crash or a huge
+allocation: unsupported ops and attributes, truncated, corrupt and hostile
+files, cycles, missing inputs, absurd shapes, escaping external data."""
+import os
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gsonnx import GPUSRV, make_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DIGITS = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
+
+
+def inspect(path, *extra):
+    return subprocess.run([GPUSRV, "model", "inspect", path, *extra], capture_output=True,
+                          text=True, timeout=60)
+
+
+def refused(path, *texts):
+    """Both inspect and run refuse the file, exit 1, and say why."""
+    p = inspect(path)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)  # 1, not a signal
+    for t in texts:
+        assert t in p.stderr, (t, p.stderr)
+    return p
+
+
+def save(tmp_path, model, name="m.onnx"):
+    path = str(tmp_path / name)
+    onnx.save(model, path)
+    return path
+
+
+def write(tmp_path, data, name="m.onnx"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def x_to_y(nodes, consts=None, opset=17):
+    return make_model(nodes, {"x": np.zeros((2, 3), np.float32)}, consts, opset=opset)
+
+
+def test_unsupported_ops_are_all_named_with_their_nodes(tmp_path):
+    nodes = [helper.make_node("Foo", ["x"], ["a"], name="first_foo"),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Foo", ["b"], ["c"], name="second_foo"),
+             helper.make_node("Bar", ["c"], ["y"], name="the_bar")]
+    path = save(tmp_path, x_to_y(nodes))
+    p = refused(path, "Foo (nodes first_foo, second_foo)", "Bar (nodes the_bar)")
+    assert "Supported   no" in p.stdout  # inspect still describes the model
+    j = inspect(path, "--json")
+    assert j.returncode == 1 and '"supported": false' in j.stdout
+    r = subprocess.run([GPUSRV, "model", "run", path, "-i", "x=/dev/null", "-o", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "Foo (nodes first_foo, second_foo)" in r.stderr
+
+
+def test_custom_domain_is_unsupported(tmp_path):
+    nodes = [helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft", name="ms_gelu")]
+    m = x_to_y(nodes)
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    refused(save(tmp_path, m), "com.microsoft:Gelu (nodes ms_gelu)")
+
+
+def test_unsupported_attribute_and_value(tmp_path):
+    refused(save(tmp_path, x_to_y([helper.make_node("Relu", ["x"], ["y"], name="r", colour=3)])),
+            "node r (Relu): attribute colour is not supported")
+    refused(save(tmp_path, x_to_y([helper.make_node("Gelu", ["x"], ["y"], name="g", approximate="cubic")],
+                                  opset=20)),
+            "node g (Gelu)", "cubic")
+
+
+def test_opset_outside_the_supported_range(tmp_path):
+    refused(save(tmp_path, x_to_y([helper.make_node("Relu", ["x"], ["y"])], opset=11)),
+            "opset 11", "13 to 21")
+
+
+def test_cycle_and_missing_input(tmp_path):
+    cyc = [helper.make_node("Add", ["x", "b"], ["a"], name="n1"),
+           helper.make_node("Relu", ["a"], ["b"], name="n2"),
+           helper.make_node("Relu", ["b"], ["y"], name="n3")]
+    refused(save(tmp_path, x_to_y(cyc), "cycle.onnx"), "cycle")
+    missing = [helper.make_node("Add", ["x", "ghost"], ["y"], name="adder")]
+    refused(save(tmp_path, x_to_y(missing), "missing.onnx"), "adder", "ghost", "produces")
+
+
+def test_output_produced_twice(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])]
+    refused(save(tmp_path, x_to_y(nodes)), "produced twice")
+
+
+def test_not_a_model(tmp_path):
+    refused(write(tmp_path, b""), "no graph")
+    refused(write(tmp_path, b"hello, I am not protobuf at all \xff\xff\xff\xff"), "")
+    p = refused(write(tmp_path, os.urandom(4096)), "")
+    assert p.stderr.startswith("gpusrv: model inspect: ")
+
+
+@pytest.mark.parametrize("cut", [1, 7, 100, 1000, 5000, 19000])
+def test_truncated_file(tmp_path, cut):
+    data = open(DIGITS, "rb").read()
+    refused(write(tmp_path, data[:cut]), "")
+
+
+def test_flipped_bytes_never_crash(tmp_path):
+    data = bytearray(open(DIGITS, "rb").read())
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        bad = bytearray(data)
+        for pos in rng.integers(0, len(bad), size=8):
+            bad[pos] ^= int(rng.integers(1, 256))
+        p = inspect(write(tmp_path, bytes(bad), f"f{trial}.onnx"))
+        assert p.returncode in (0, 1), (trial, p.returncode, p.stderr)
+
+
+def test_wrong_wire_type(tmp_path):
+    # ModelProto field 7 (graph) sent as a varint instead of a message.
+    refused(write(tmp_path, bytes([7 << 3 | 0, 5, 8 << 3 | 2, 2, 16, 17])), "wire type")
+
+
+def test_length_past_the_end(tmp_path):
+    refused(write(tmp_path, bytes([7 << 3 | 2, 0xff, 0xff, 0x03, 1, 2, 3])), "past the end")
+
+
+def test_absurd_dims_without_data(tmp_path):
+    t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1 << 40, 1 << 40])
+    m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
+    m.graph.initializer.append(t)
+    refused(save(tmp_path, m), "w")  # refused before any allocation of its size
+
+
+def test_raw_data_shorter_than_shape(tmp_path):
+    t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1000000], raw_data=b"\0" * 8)
+    m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
+    m.graph.initializer.append(t)
+    refused(save(tmp_path, m), "raw_data has 8 bytes")
+
+
+def test_too_many_dims(tmp_path):
+    m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])],
+               {"w": np.zeros([1] * 9, np.float32)})
+    refused(save(tmp_path, m), "9 dimensions")
+
+
+@pytest.mark.parametrize("location", ["../escape.bin", "/etc/passwd", "missing.bin"])
+def test_external_data_must_stay_beside_the_model(tmp_path, location):
+    t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3])
+    t.data_location = TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", location
+    m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
+    m.graph.initializer.append(t)
+    refused(save(tmp_path, m), "w")
+
+
+def test_external_data_is_read(tmp_path):
+    w = np.arange(3, dtype=np.float32)
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 16 + w.tobytes())
+    t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3])
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "weights.bin"), ("offset", "16"), ("length", "12")):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
+    m.graph.initializer.append(t)
+    path = save(tmp_path, m)
+    np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+    p = subprocess.run([GPUSRV, "model", "run", path, "-i", f"x={tmp_path}/x.npy", "-o",
+                        str(tmp_path / "out")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), np.ones((2, 3)) + w)
+
+
+def test_huge_constant_is_refused_while_planning(tmp_path):
+    shape = numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "s")
+    m = make_model([helper.make_node("ConstantOfShape", ["s"], ["c"]),
+                    helper.make_node("Add", ["x", "c"], ["y"])],
+                   {"x": np.zeros((1, 1), np.float32)})
+    m.graph.initializer.append(shape)
+    path = save(tmp_path, m)
+    np.save(tmp_path / "x.npy", np.ones((1, 1), np.float32))
+    p = subprocess.run([GPUSRV, "model", "run", path, "-i", f"x={tmp_path}/x.npy", "-o",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "bytes" in p.stderr, p.stderr
+
+
+def test_bad_npy_inputs(tmp_path):
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY\x01\x00\x10\x00{'descr': '>f4'}")
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(np.ones((2, 64), np.float32)))
+    for name, text in (("bad.npy", ""), ("fortran.npy", "Fortran")):
+        p = subprocess.run([GPUSRV, "model", "run", DIGITS, "-i", f"pixels={tmp_path}/{name}", "-o",
+                            str(tmp_path / "o")], capture_output=True, text=True)
+        assert p.returncode == 1, p.stderr
+        assert text in p.stderr

@@ -1,0 +1,418 @@
+"""Every op of the engine against onnxruntime: shapes, attributes, types,
+broadcasting and edge cases (empty tensors, size-1 dims, negative axes)."""
+import numpy as np
+import pytest
+
+from gsonnx import check_op
+
+rng = np.random.default_rng(1234)
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def i64(*shape, lo=-5, hi=5):
+    return rng.integers(lo, hi, size=shape).astype(np.int64)
+
+
+# ---- unary -----------------------------------------------------------------------
+
+UNARY = ["Relu", "Sigmoid", "Tanh", "Erf", "Neg", "Abs", "Exp"]
+
+
+@pytest.mark.parametrize("op", UNARY)
+@pytest.mark.parametrize("shape", [(3, 4), (2, 1, 5), (7,), (), (0, 3)])
+def test_unary_float32(op, shape):
+    check_op(op, {"x": f32(*shape)})
+
+
+@pytest.mark.parametrize("op", ["Sqrt", "Log"])
+def test_unary_positive(op):
+    check_op(op, {"x": f32(4, 5, lo=0.1, hi=5)})
+
+
+@pytest.mark.parametrize("op", ["Relu", "Sigmoid", "Neg", "Abs"])
+def test_unary_float16(op):
+    check_op(op, {"x": f32(6, 7).astype(np.float16)})
+
+
+def test_unary_float64():
+    check_op("Exp", {"x": f32(3, 3).astype(np.float64)})
+
+
+@pytest.mark.parametrize("op", ["Relu", "Neg", "Abs"])
+def test_unary_int(op):
+    check_op(op, {"x": rng.integers(-100, 100, size=(4, 5)).astype(np.int32)})
+
+
+def test_leaky_relu():
+    check_op("LeakyRelu", {"x": f32(4, 6)}, {"alpha": 0.2})
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate):
+    check_op("Gelu", {"x": f32(3, 8)}, {"approximate": approximate}, opset=20)
+
+
+def test_not():
+    check_op("Not", {"x": rng.integers(0, 2, size=(3, 4)).astype(bool)})
+
+
+@pytest.mark.parametrize("to,dt", [(6, np.int32), (7, np.int64), (10, np.float16), (9, np.bool_),
+                                   (11, np.float64)])
+def test_cast_from_float(to, dt):
+    x = f32(4, 5, lo=-50, hi=50)
+    check_op("Cast", {"x": x}, {"to": to}, outputs=[("y", dt)])
+
+
+def test_cast_int_to_float():
+    check_op("Cast", {"x": i64(3, 4)}, {"to": 1}, outputs=[("y", np.float32)])
+
+
+def test_clip():
+    x = f32(5, 6)
+    check_op("Clip", {"x": x}, consts={"lo": np.array(-0.5, np.float32), "hi": np.array(0.7, np.float32)})
+    check_op("Clip", {"x": x}, consts={"lo": np.array(-0.5, np.float32)})
+    check_op("Clip", {"x": x}, consts={"hi": np.array(0.1, np.float32)}, input_names=["x", "", "hi"])
+
+
+def test_identity_and_dropout():
+    check_op("Identity", {"x": f32(2, 3)})
+    check_op("Dropout", {"x": f32(2, 3)}, outputs=[("y", np.float32), ("mask", np.bool_)])
+
+
+# ---- binary, broadcasting ----------------------------------------------------------
+
+BROADCASTS = [((3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 4), ()), ((1, 4), (3, 1)),
+              ((2, 1, 3), (2, 5, 1)), ((0, 4), (4,)), ((5,), (5,))]
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("a,b", BROADCASTS)
+def test_arith_float32(op, a, b):
+    y = f32(*b, lo=0.5, hi=2.0) if op == "Div" else f32(*b)
+    check_op(op, {"a": f32(*a), "b": y})
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
+def test_arith_int64(op):
+    check_op(op, {"a": i64(3, 4), "b": i64(4)})
+
+
+def test_int_division_truncates():
+    a = np.array([7, -7, 7, -7, 0], np.int32)
+    b = np.array([2, 2, -2, -2, 3], np.int32)
+    check_op("Div", {"a": a, "b": b})
+
+
+def test_pow():
+    check_op("Pow", {"a": f32(3, 4, lo=0.1, hi=3)}, consts={"b": np.array([0.5, 2, 3, -1], np.float32)})
+
+
+@pytest.mark.parametrize("op", ["Equal", "Less", "Greater"])
+def test_compare(op):
+    a = rng.integers(0, 3, size=(3, 4)).astype(np.float32)
+    b = rng.integers(0, 3, size=(4,)).astype(np.float32)
+    check_op(op, {"a": a, "b": b}, outputs=[("y", np.bool_)])
+    check_op(op, {"a": i64(2, 3), "b": i64(1, 3)}, outputs=[("y", np.bool_)])
+
+
+@pytest.mark.parametrize("op", ["Min", "Max"])
+def test_min_max_variadic(op):
+    check_op(op, {"a": f32(3, 1), "b": f32(1, 4), "c": f32(4)})
+    check_op(op, {"a": f32(2, 3)})
+
+
+def test_where():
+    cond = rng.integers(0, 2, size=(3, 1)).astype(bool)
+    check_op("Where", {"c": cond, "x": f32(3, 4), "y_": f32(4)}, outputs=[("y", np.float32)])
+    check_op("Where", {"c": rng.integers(0, 2, size=(2, 5)).astype(bool), "x": i64(2, 5), "y_": i64(1)},
+             outputs=[("y", np.int64)])
+
+
+# ---- matrix products -------------------------------------------------------------------
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_gemm(ta, tb):
+    a = f32(4, 3) if ta else f32(3, 4)
+    b = f32(5, 4) if tb else f32(4, 5)
+    check_op("Gemm", {"a": a}, {"transA": ta, "transB": tb, "alpha": 0.5, "beta": 2.0},
+             consts={"b": b, "c": f32(5)})
+    check_op("Gemm", {"a": a, "b": b, "c": f32(3, 5)}, {"transA": ta, "transB": tb})
+
+
+def test_gemm_without_c():
+    check_op("Gemm", {"a": f32(2, 7), "b": f32(7, 3)})
+
+
+@pytest.mark.parametrize("a,b", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (3, 4, 2)),
+                                 ((4,), (4, 3)), ((3, 4), (4,)), ((2, 3, 4), (2, 4, 6)),
+                                 ((1, 0), (0, 3))])
+def test_matmul(a, b):
+    check_op("MatMul", {"a": f32(*a), "b": f32(*b)})
+
+
+def test_matmul_int():
+    check_op("MatMul", {"a": i64(3, 4), "b": i64(4, 2)})
+
+
+# ---- convolution and pooling -------------------------------------------------------------
+
+CONVS = [
+    dict(x=(1, 3, 8, 8), w=(4, 3, 3, 3), attrs={}),
+    dict(x=(2, 3, 9, 7), w=(6, 3, 3, 3), attrs={"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    dict(x=(1, 4, 10, 10), w=(4, 2, 3, 3), attrs={"group": 2, "dilations": [2, 2], "pads": [2, 1, 2, 1]}),
+    dict(x=(1, 6, 7, 7), w=(6, 1, 3, 3), attrs={"group": 6, "pads": [1, 1, 1, 1]}),
+    dict(x=(2, 8, 5, 5), w=(16, 8, 1, 1), attrs={}),
+    dict(x=(1, 2, 11), w=(3, 2, 4), attrs={"strides": [3], "pads": [1, 2]}),
+    dict(x=(1, 2, 4, 5, 6), w=(3, 2, 2, 3, 2), attrs={"pads": [1, 0, 1, 0, 1, 1]}),
+    dict(x=(1, 3, 8, 7), w=(2, 3, 3, 3), attrs={"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    dict(x=(1, 3, 8, 7), w=(2, 3, 4, 4), attrs={"auto_pad": "SAME_LOWER"}),
+]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=range(len(CONVS)))
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv(case, bias):
+    consts = {"w": f32(*case["w"])}
+    if bias:
+        consts["b"] = f32(case["w"][0])
+    check_op("Conv", {"x": f32(*case["x"])}, case["attrs"], consts=consts)
+
+
+CONV_TRANSPOSES = [
+    dict(x=(1, 3, 4, 4), w=(3, 2, 3, 3), attrs={}),
+    dict(x=(2, 4, 5, 5), w=(4, 3, 3, 3), attrs={"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                                 "output_padding": [1, 1]}),
+    dict(x=(1, 4, 3, 3), w=(4, 2, 2, 2), attrs={"group": 2, "strides": [2, 2]}),
+    dict(x=(1, 2, 6), w=(2, 3, 3), attrs={"dilations": [2]}),
+]
+
+
+@pytest.mark.parametrize("case", CONV_TRANSPOSES, ids=range(len(CONV_TRANSPOSES)))
+def test_conv_transpose(case):
+    out_ch = case["w"][1] * case["attrs"].get("group", 1)
+    check_op("ConvTranspose", {"x": f32(*case["x"])}, case["attrs"],
+             consts={"w": f32(*case["w"]), "b": f32(out_ch)})
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [2, 2]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [2, 3], "dilations": [2, 1]},
+])
+def test_maxpool(attrs):
+    check_op("MaxPool", {"x": f32(2, 3, 9, 8)}, attrs)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+])
+def test_averagepool(attrs):
+    check_op("AveragePool", {"x": f32(1, 2, 7, 7)}, attrs)
+
+
+def test_pool_1d_and_global():
+    check_op("MaxPool", {"x": f32(2, 3, 10)}, {"kernel_shape": [3], "strides": [2]})
+    check_op("GlobalAveragePool", {"x": f32(2, 5, 4, 3)})
+
+
+# ---- normalisation and softmax -------------------------------------------------------------
+
+def test_batchnorm():
+    c = 4
+    check_op("BatchNormalization", {"x": f32(2, c, 5, 3)},
+             {"epsilon": 1e-3},
+             consts={"s": f32(c), "b": f32(c), "m": f32(c), "v": f32(c, lo=0.5, hi=2)})
+
+
+@pytest.mark.parametrize("axis,bias", [(-1, True), (1, True), (-1, False)])
+def test_layernorm(axis, bias):
+    x = f32(2, 3, 8)
+    inner = int(np.prod(x.shape[axis:]))
+    shape = x.shape[axis:]
+    consts = {"s": f32(*shape)}
+    if bias:
+        consts["b"] = f32(*shape)
+    assert inner > 0
+    check_op("LayerNormalization", {"x": x}, {"axis": axis}, consts=consts)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_softmax(op, axis):
+    check_op(op, {"x": f32(3, 4, 5, lo=-10, hi=10)}, {"axis": axis})
+
+
+# ---- reductions ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax"])
+@pytest.mark.parametrize("axes,keep", [([1], 1), ([0, 2], 0), ([-1], 1), (None, 0)])
+def test_reduce(op, axes, keep):
+    consts = {"axes": np.array(axes, np.int64)} if axes is not None else {}
+    check_op(op, {"x": f32(3, 4, 5)}, {"keepdims": keep}, consts=consts, opset=18)
+
+
+def test_reduce_axes_attribute_opset13():
+    check_op("ReduceMean", {"x": f32(2, 6)}, {"axes": [1]}, opset=13)
+    check_op("ReduceSum", {"x": f32(2, 6)}, consts={"axes": np.array([0], np.int64)}, opset=13)
+
+
+def test_reduce_int():
+    check_op("ReduceSum", {"x": i64(3, 4)}, consts={"axes": np.array([1], np.int64)}, opset=18)
+
+
+def test_argmax():
+    x = rng.integers(0, 4, size=(3, 5, 2)).astype(np.float32)  # ties on purpose
+    check_op("ArgMax", {"x": x}, {"axis": 1, "keepdims": 0}, outputs=[("y", np.int64)])
+    check_op("ArgMax", {"x": x}, {"axis": -1, "select_last_index": 1}, outputs=[("y", np.int64)])
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk(largest):
+    x = rng.integers(0, 6, size=(3, 7)).astype(np.float32)
+    check_op("TopK", {"x": x}, {"axis": 1, "largest": largest}, consts={"k": np.array([3], np.int64)},
+             outputs=[("v", np.float32), ("i", np.int64)])
+
+
+# ---- data movement ---------------------------------------------------------------------------
+
+def test_reshape():
+    x = f32(2, 3, 4)
+    check_op("Reshape", {"x": x}, consts={"s": np.array([4, -1], np.int64)})
+    check_op("Reshape", {"x": x}, consts={"s": np.array([0, 12], np.int64)})
+    check_op("Reshape", {"x": x}, consts={"s": np.array([24], np.int64)})
+
+
+def test_flatten():
+    check_op("Flatten", {"x": f32(2, 3, 4, 5)}, {"axis": 2})
+    check_op("Flatten", {"x": f32(2, 3, 4)}, {"axis": 0})
+
+
+@pytest.mark.parametrize("perm", [[1, 0, 2], [2, 0, 1], [0, 2, 1], None])
+def test_transpose(perm):
+    attrs = {"perm": perm} if perm else {}
+    check_op("Transpose", {"x": f32(2, 3, 4)}, attrs)
+    check_op("Transpose", {"x": i64(2, 3, 4)}, attrs)
+
+
+def test_concat():
+    check_op("Concat", {"a": f32(2, 1, 3), "b": f32(2, 4, 3), "c": f32(2, 2, 3)}, {"axis": 1})
+    check_op("Concat", {"a": f32(2, 3), "b": f32(1, 3)}, {"axis": -2})
+
+
+def test_split():
+    x = f32(6, 4)
+    check_op("Split", {"x": x}, {"axis": 0}, consts={"s": np.array([1, 2, 3], np.int64)},
+             outputs=["a", "b", "c"])
+    check_op("Split", {"x": x}, {"axis": 1}, outputs=["a", "b"])
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1], [3], [0], [1]),
+    ([0, 1], [-1, 100], [1, 2], [1, 2]),
+    ([-1], [-100], [1], [-1]),
+    ([3], [0], [2], [-2]),
+])
+def test_slice(starts, ends, axes, steps):
+    consts = {"st": np.array(starts, np.int64), "en": np.array(ends, np.int64),
+              "ax": np.array(axes, np.int64), "sp": np.array(steps, np.int64)}
+    check_op("Slice", {"x": f32(4, 5, 6)}, consts=consts)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather(axis):
+    x = f32(4, 5, 3)
+    idx = np.array([[0, -1], [2, 1]], np.int64)
+    check_op("Gather", {"x": x}, {"axis": axis}, consts={"i": idx})
+
+
+def test_gather_out_of_range_is_an_error(tmp_path):
+    from gsonnx import make_model, run_gpusrv
+    import onnx
+    from onnx import helper
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
+    model = make_model([node], {"x": f32(3, 2), "i": np.array([5], np.int64)})
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    p = run_gpusrv(path, {"x": f32(3, 2), "i": np.array([5], np.int64)}, str(tmp_path))
+    assert p.returncode == 1
+    assert "index 5 is out of range" in p.stderr
+
+
+def test_squeeze_unsqueeze():
+    check_op("Squeeze", {"x": f32(1, 3, 1, 2)}, consts={"a": np.array([0, -2], np.int64)})
+    check_op("Squeeze", {"x": f32(1, 3, 1, 2)})
+    check_op("Unsqueeze", {"x": f32(3, 2)}, consts={"a": np.array([0, -1], np.int64)})
+
+
+def test_expand():
+    check_op("Expand", {"x": f32(3, 1)}, consts={"s": np.array([2, 3, 4], np.int64)})
+    check_op("Expand", {"x": f32(4)}, consts={"s": np.array([1], np.int64)})
+
+
+def test_shape_and_constant_of_shape():
+    check_op("Shape", {"x": f32(2, 3, 4)}, outputs=[("y", np.int64)])
+    check_op("Shape", {"x": f32(2, 3, 4)}, {"start": 1, "end": -1}, outputs=[("y", np.int64)],
+             opset=15)
+    from onnx import numpy_helper
+    check_op("ConstantOfShape", {}, {"value": numpy_helper.from_array(np.array([7], np.int64))},
+             consts={"s": np.array([2, 3], np.int64)}, outputs=[("y", np.int64)])
+
+
+def test_constant():
+    from onnx import numpy_helper
+    check_op("Constant", {}, {"value": numpy_helper.from_array(f32(2, 3))}, outputs=[("y", np.float32)])
+    check_op("Constant", {}, {"value_ints": [1, 2, 3]}, outputs=[("y", np.int64)])
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad(mode):
+    consts = {"p": np.array([1, 0, 2, 1, 2, 0], np.int64)}
+    if mode == "constant":
+        consts["v"] = np.array(1.5, np.float32)
+    check_op("Pad", {"x": f32(3, 4, 5)}, {"mode": mode}, consts=consts)
+
+
+def test_pad_negative_crops():
+    check_op("Pad", {"x": f32(4, 5)}, consts={"p": np.array([-1, 1, 0, -2], np.int64)})
+
+
+@pytest.mark.parametrize("mode,coord,nearest", [
+    ("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
+    ("linear", "half_pixel", None), ("linear", "align_corners", None),
+    ("linear", "pytorch_half_pixel", None), ("linear", "asymmetric", None)])
+def test_resize_scales(mode, coord, nearest):
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord}
+    if nearest:
+        attrs["nearest_mode"] = nearest
+    check_op("Resize", {"x": f32(1, 2, 4, 5)}, attrs,
+             consts={"roi": np.array([], np.float32), "sc": np.array([1, 1, 2, 1.5], np.float32)})
+
+
+def test_resize_sizes_downsample():
+    check_op("Resize", {"x": f32(1, 1, 8, 9)}, {"mode": "linear"},
+             consts={"roi": np.array([], np.float32), "sc": np.array([], np.float32),
+                     "sz": np.array([1, 1, 3, 4], np.int64)})
+
+
+# ---- graphs of several nodes: shape subgraphs fold while planning ------------------------------
+
+def test_shape_subgraph_is_folded():
+    from onnx import helper
+    from gsonnx import check_model, make_model
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "zero1"], ["b1"]),
+        helper.make_node("Concat", ["b1", "minus1"], ["ns"], axis=0),
+        helper.make_node("Reshape", ["x", "ns"], ["y"]),
+    ]
+    consts = {"zero": np.array(0, np.int64), "zero1": np.array([0], np.int64),
+              "minus1": np.array([-1], np.int64)}
+    x = f32(3, 4, 5)
+    check_model(make_model(nodes, {"x": x}, consts), {"x": x})
