@@ -593,7 +593,7 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
                   gs_device_get_info(p->device)->id, (unsigned long long)p->report.arena_bytes,
                   (unsigned long long)wbytes, (unsigned long long)capacity);
   if (rc == 0)
-    rc = gs_stream_create(p->device, &p->stream);
+    rc = gs_stream_create_ex(p->device, GS_STREAM_INLINE, &p->stream);
   gs_pool_t *pool = p->device ? gs_device_pool(p->device, GS_MEM_DEVICE) : NULL;
   if (rc == 0)
     rc = gs_pool_alloc(pool, p->report.arena_bytes, p->stream, &p->arena);

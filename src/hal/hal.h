@@ -90,6 +90,7 @@ typedef struct gs_device_caps {
   bool pinned_faster_than_pageable; /* H2D/D2H from pinned memory beat pageable memory */
   bool event_timing;               /* gs_event_elapsed_ns() is available */
   bool process_list;               /* gs_device_processes() lists processes */
+  bool inline_streams;             /* GS_STREAM_INLINE runs work in the calling thread */
   size_t min_alignment;            /* every buffer starts at a multiple of this */
 } gs_device_caps;
 
@@ -187,6 +188,14 @@ void *gs_buffer_host_ptr(const gs_buffer_t *buffer);
 
 /* Creates a stream on `device`; the caller destroys it. */
 int gs_stream_create(gs_device_t *device, gs_stream_t **out);
+
+/* An inline stream runs each operation in the calling thread, during the
+ * call that queues it, where the backend can (caps.inline_streams: the host
+ * itself is the device). It saves the hand-off to a worker thread, which
+ * dominates short request-response work; it gives up overlapping the
+ * caller with the work. Elsewhere the flag is ignored. */
+#define GS_STREAM_INLINE 1u
+int gs_stream_create_ex(gs_device_t *device, unsigned flags, gs_stream_t **out);
 /* Waits for queued work, then destroys the stream. */
 void gs_stream_destroy(gs_stream_t *stream);
 gs_device_t *gs_stream_device(const gs_stream_t *stream);

@@ -50,7 +50,7 @@ typedef struct gs_backend_iface {
   void (*segment_free)(gs_device_t *device, gs_mem_kind kind, gs_segment *segment);
 
   /* Streams. `stream` arguments are the backend's own context pointers. */
-  int (*stream_create)(gs_device_t *device, void **stream);
+  int (*stream_create)(gs_device_t *device, unsigned flags, void **stream);
   void (*stream_destroy)(void *stream); /* after synchronize */
   /* One copy; exactly one side may be a host pointer (NULL buffer). */
   int (*stream_copy)(void *stream, gs_buffer_t *dst, size_t dst_offset, void *dst_host,

@@ -7,13 +7,19 @@
 static const gs_backend_iface *iface_of(const gs_stream_t *s) { return &s->device->backend->iface; }
 
 int gs_stream_create(gs_device_t *device, gs_stream_t **out) {
+  return gs_stream_create_ex(device, 0, out);
+}
+
+int gs_stream_create_ex(gs_device_t *device, unsigned flags, gs_stream_t **out) {
   if (!device || !out)
     return gs_error(GS_EINVAL, "gs_stream_create: NULL device or output");
   gs_stream_t *s = calloc(1, sizeof *s);
   if (!s)
     return gs_error(GS_ENOMEM, "out of memory creating a stream on %s", device->info.id);
   s->device = device;
-  int rc = device->backend->iface.stream_create(device, &s->ctx);
+  if (!device->caps.inline_streams)
+    flags &= ~GS_STREAM_INLINE;
+  int rc = device->backend->iface.stream_create(device, flags, &s->ctx);
   if (rc < 0) {
     free(s);
     return rc;

@@ -641,6 +641,60 @@ static void pool_left_alive_is_destroyed_at_shutdown(void) {
    * checker of the sanitizer build fails this case otherwise). */
 }
 
+static pthread_t host_fn_thread;
+static int note_thread(void *arg) {
+  (void)arg;
+  host_fn_thread = pthread_self();
+  return 0;
+}
+
+static void inline_streams_run_in_the_caller(void) {
+  gs_stream_t *s;
+  CHECK_OK(gs_stream_create_ex(dev, GS_STREAM_INLINE, &s));
+  bool inline_caps = gs_device_get_caps(dev)->inline_streams;
+  CHECK_OK(gs_stream_host_func(s, note_thread, NULL));
+  if (inline_caps) /* ran during the call, on this thread */
+    CHECK(pthread_equal(host_fn_thread, pthread_self()));
+  /* Everything else behaves as on any stream. */
+  enum { N = 4096 };
+  static float hx[N], out[N];
+  for (int i = 0; i < N; i++)
+    hx[i] = (float)i;
+  gs_buffer_t *x, *y;
+  CHECK_OK(gs_pool_alloc(device_pool(), sizeof hx, s, &x));
+  CHECK_OK(gs_pool_alloc(device_pool(), sizeof hx, s, &y));
+  CHECK_OK(gs_stream_copy_h2d(s, x, 0, hx, sizeof hx));
+  CHECK_OK(gs_stream_memset(s, y, 0, 0, sizeof hx));
+  gs_axpy_params p = {.n = N, .alpha = 3.0f};
+  gs_kernel_args args = {.buffer_count = 2, .buffers = {x, y}, .params = &p, .params_size = sizeof p};
+  gs_event_t *e0, *e1;
+  CHECK_OK(gs_event_create(dev, &e0));
+  CHECK_OK(gs_event_create(dev, &e1));
+  CHECK_OK(gs_event_record(e0, s));
+  CHECK_OK(gs_stream_launch(s, "axpy_f32", &args));
+  CHECK_OK(gs_stream_host_func(s, sleep_20ms, NULL));
+  CHECK_OK(gs_event_record(e1, s));
+  if (inline_caps)
+    CHECK_EQ(gs_event_query(e1), 1); /* already happened */
+  CHECK_OK(gs_stream_copy_d2h(s, out, y, 0, sizeof out));
+  CHECK_OK(gs_stream_synchronize(s));
+  for (int i = 0; i < N; i++)
+    CHECK_MSG(out[i] == 3.0f * (float)i, "y[%d] = %g", i, (double)out[i]);
+  uint64_t ns;
+  if (gs_device_get_caps(dev)->event_timing) {
+    CHECK_OK(gs_event_elapsed_ns(e0, e1, &ns));
+    CHECK(ns >= 19 * 1000 * 1000);
+  }
+  CHECK_OK(gs_stream_host_func(s, fail_with_eio, NULL));
+  CHECK_ERR(gs_stream_synchronize(s), GS_EIO);
+  CHECK_OK(gs_stream_synchronize(s));
+  gs_buffer_free(x, s);
+  gs_buffer_free(y, s);
+  gs_event_destroy(e0);
+  gs_event_destroy(e1);
+  gs_stream_destroy(s);
+}
+
 /* ---- several streams from several threads ---------------------------------------- */
 
 typedef struct worker_arg {
@@ -730,6 +784,7 @@ static const gs_test tests[] = {
      stream_freed_memory_is_released_after_the_stream_passes},
     {"pool_destroy_waits_for_queued_work", pool_destroy_waits_for_queued_work},
     {"pool_left_alive_is_destroyed_at_shutdown", pool_left_alive_is_destroyed_at_shutdown},
+    {"inline_streams_run_in_the_caller", inline_streams_run_in_the_caller},
     {"several_streams_from_several_threads", several_streams_from_several_threads},
     {NULL, NULL},
 };

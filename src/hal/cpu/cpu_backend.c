@@ -147,6 +147,7 @@ static int cpu_init(gs_backend_t *backend) {
       .pinned_faster_than_pageable = false, /* both are a memcpy on the host */
       .event_timing = true,
       .process_list = false,
+      .inline_streams = true,
       .min_alignment = 64,
   };
   int rc = gs__backend_add_device(backend, &info, &caps, cd, NULL);

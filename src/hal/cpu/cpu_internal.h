@@ -58,7 +58,7 @@ int gs__cpu_core_count(void);
 
 /* ---- streams and events (cpu_stream.c) ----------------------------------- */
 
-int gs__cpu_stream_create(gs_device_t *device, void **out);
+int gs__cpu_stream_create(gs_device_t *device, unsigned flags, void **out);
 void gs__cpu_stream_destroy(void *stream);
 int gs__cpu_stream_copy(void *stream, gs_buffer_t *dst, size_t dst_offset, void *dst_host,
                         gs_buffer_t *src, size_t src_offset, const void *src_host, size_t bytes);

@@ -58,6 +58,8 @@ typedef struct cpu_stream {
   size_t cap, head, tail; /* head: next to run; tail: next free (both unwrapped) */
   _Atomic uint64_t completed;
   bool worker_idle, stopping;
+  bool inline_exec;         /* GS_STREAM_INLINE: no worker; callers run the work */
+  pthread_mutex_t run_lock; /* inline: one caller's operation at a time */
   int sync_waiters;
   int error;              /* first error since the last synchronize */
   char error_detail[256];
@@ -208,6 +210,20 @@ static void *worker_main(void *arg) {
 
 /* Appends `op`. Returns 0 or GS_ENOMEM when the ring cannot grow. */
 static int enqueue(cpu_stream *s, const cpu_op *op) {
+  if (s->inline_exec) {
+    /* Run it now, in order with other callers; counters as if it had been
+     * queued and completed, so that marks and synchronize work alike. */
+    cpu_op copy = *op;
+    pthread_mutex_lock(&s->run_lock);
+    run_op(s, &copy);
+    pthread_mutex_lock(&s->lock);
+    s->tail++;
+    s->head++;
+    atomic_store_explicit(&s->completed, s->head, memory_order_release);
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->run_lock);
+    return GS_OK;
+  }
   pthread_mutex_lock(&s->lock);
   if (s->tail - s->head == s->cap) {
     size_t cap = s->cap * 2;
@@ -232,7 +248,7 @@ static int enqueue(cpu_stream *s, const cpu_op *op) {
 
 /* ---- streams ---------------------------------------------------------------- */
 
-int gs__cpu_stream_create(gs_device_t *device, void **out) {
+int gs__cpu_stream_create(gs_device_t *device, unsigned flags, void **out) {
   cpu_stream *s = calloc(1, sizeof *s);
   if (s)
     s->ring = malloc(64 * sizeof *s->ring);
@@ -244,11 +260,14 @@ int gs__cpu_stream_create(gs_device_t *device, void **out) {
   }
   s->cap = 64;
   pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_init(&s->run_lock, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);
-  int rc = pthread_create(&s->worker, NULL, worker_main, s);
+  s->inline_exec = flags & GS_STREAM_INLINE;
+  int rc = s->inline_exec ? 0 : pthread_create(&s->worker, NULL, worker_main, s);
   if (rc != 0) {
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->run_lock);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->done);
     free(s->ring);
@@ -261,12 +280,15 @@ int gs__cpu_stream_create(gs_device_t *device, void **out) {
 
 void gs__cpu_stream_destroy(void *stream) {
   cpu_stream *s = stream;
-  pthread_mutex_lock(&s->lock);
-  s->stopping = true;
-  pthread_cond_signal(&s->work);
-  pthread_mutex_unlock(&s->lock);
-  pthread_join(s->worker, NULL);
+  if (!s->inline_exec) {
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->worker, NULL);
+  }
   pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->run_lock);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->done);
   free(s->ring);
@@ -358,9 +380,17 @@ int gs__cpu_event_record(void *event, void *stream) {
   /* The new generation becomes visible together with its queued record, so
    * that a wait that sees it finds the record already queued. (Lock order:
    * event, then stream; the worker never holds both.) */
+  cpu_stream *st = stream;
+  if (st->inline_exec) {
+    /* Runs at once, taking the event's lock itself: not held around it. */
+    pthread_mutex_lock(&e->lock);
+    op.u.ev.gen = ++e->recorded_gen;
+    pthread_mutex_unlock(&e->lock);
+    return enqueue(st, &op);
+  }
   pthread_mutex_lock(&e->lock);
   op.u.ev.gen = e->recorded_gen + 1;
-  int rc = enqueue(stream, &op);
+  int rc = enqueue(st, &op);
   if (rc == 0)
     e->recorded_gen = op.u.ev.gen;
   pthread_mutex_unlock(&e->lock);

@@ -1,0 +1,107 @@
+/* models.c - `gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S]`:
+ * runs a model through gpusrv's engine on random inputs and prints one JSON
+ * line with the latency percentiles and throughput of whole runs (input
+ * copy in, every kernel, output copy out). bench/models.py runs it beside
+ * onnxruntime. Symbolic dimensions take the batch size. */
+#include "base/clock.h"
+#include "engine/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  const char *path = NULL;
+  int batch = 1, iters = 200;
+  double seconds = 3.0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+      batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+      seconds = atof(argv[++i]);
+    else if (argv[i][0] != '-' && !path)
+      path = argv[i];
+    else {
+      fprintf(stderr, "usage: gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S]\n");
+      return 2;
+    }
+  }
+  if (!path || batch < 1 || iters < 1 || iters > 1000000) {
+    fprintf(stderr, "gs-bench-models: need a model, a positive batch and 1..1000000 iterations\n");
+    return 2;
+  }
+  gs_model *m = NULL;
+  gs_plan *plan = NULL;
+  if (gs_hal_init() < 0 || gs_engine_init() < 0 || gs_model_load(path, &m) < 0) {
+    fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
+    return 1;
+  }
+  gs_shape shapes[16];
+  void *inputs[16] = {0}, *outputs[16] = {0};
+  if (m->n_inputs > 16 || m->n_outputs > 16) {
+    fprintf(stderr, "gs-bench-models: at most 16 inputs and outputs\n");
+    return 1;
+  }
+  for (int i = 0; i < m->n_inputs; i++) {
+    shapes[i].rank = m->inputs[i].rank;
+    for (int d = 0; d < shapes[i].rank; d++)
+      shapes[i].dims[d] = m->inputs[i].dims[d] >= 0 ? m->inputs[i].dims[d] : batch;
+  }
+  if (gs_plan_create(m, shapes, NULL, &plan) < 0) {
+    fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
+    return 1;
+  }
+  srand(1);
+  for (int i = 0; i < m->n_inputs; i++) {
+    gs_plan_value_info info;
+    gs_plan_input(plan, i, &info);
+    inputs[i] = malloc(info.bytes + 1);
+    for (size_t b = 0; b + 4 <= info.bytes; b += 4) {
+      float v = (float)rand() / (float)RAND_MAX - 0.5f;
+      memcpy((char *)inputs[i] + b, &v, 4);
+    }
+  }
+  for (int i = 0; i < m->n_outputs; i++) {
+    gs_plan_value_info info;
+    gs_plan_output(plan, i, &info);
+    outputs[i] = malloc(info.bytes + 1);
+  }
+  for (int w = 0; w < 5; w++)
+    gs_plan_run(plan, (const void *const *)inputs, outputs);
+  uint64_t *lat = malloc(sizeof(uint64_t) * (size_t)iters);
+  int done = 0;
+  uint64_t start = gs_now_ns(), budget = (uint64_t)(seconds * 1e9);
+  while (done < iters && (done < 10 || gs_now_ns() - start < budget)) {
+    uint64_t t0 = gs_now_ns();
+    if (gs_plan_run(plan, (const void *const *)inputs, outputs) < 0) {
+      fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
+      return 1;
+    }
+    lat[done++] = gs_now_ns() - t0;
+  }
+  uint64_t total = gs_now_ns() - start;
+  qsort(lat, (size_t)done, sizeof *lat, cmp_u64);
+  gs_plan_report r;
+  gs_plan_get_report(plan, &r);
+  printf("{\"batch\": %d, \"runs\": %d, \"p50_us\": %.1f, \"p99_us\": %.1f, "
+         "\"samples_per_s\": %.1f, \"kernels\": %d, \"arena_bytes\": %llu, \"naive_bytes\": %llu}\n",
+         batch, done, (double)lat[done / 2] / 1e3, (double)lat[(size_t)(done * 0.99)] / 1e3,
+         (double)batch * done / ((double)total / 1e9), r.steps,
+         (unsigned long long)r.arena_bytes, (unsigned long long)r.naive_bytes);
+  free(lat);
+  for (int i = 0; i < 16; i++) {
+    free(inputs[i]);
+    free(outputs[i]);
+  }
+  gs_plan_destroy(plan);
+  gs_model_free(m);
+  gs_hal_shutdown();
+  return 0;
+}

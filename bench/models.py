@@ -1,0 +1,88 @@
+"""bench/models: batch-1 latency (p50, p99) and batch-32 throughput of the
+generated test models and the digits demo, through gpusrv's CPU engine
+(bench/models.c) beside onnxruntime in the same run, both on one thread
+(gpusrv's CPU kernels run on their stream's one worker thread; onnxruntime
+gets intra_op_num_threads=1 and sequential execution).
+
+Usage: .venv/bin/python bench/models.py BUILD_DIR [--seconds S]"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
+from models import BUILDERS  # noqa: E402
+
+
+def ort_bench(path, batch, seconds):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    feeds = {}
+    rng = np.random.default_rng(1)
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) else batch for d in i.shape]
+        feeds[i.name] = (rng.random(shape, dtype=np.float32) - 0.5)
+    for _ in range(5):
+        sess.run(None, feeds)
+    lat, start = [], time.perf_counter()
+    while len(lat) < 10 or (time.perf_counter() - start < seconds and len(lat) < 100000):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        lat.append(time.perf_counter() - t0)
+    total = time.perf_counter() - start
+    lat.sort()
+    return {"p50_us": lat[len(lat) // 2] * 1e6, "p99_us": lat[int(len(lat) * 0.99)] * 1e6,
+            "samples_per_s": batch * len(lat) / total, "runs": len(lat)}
+
+
+def gs_bench(build, path, batch, seconds):
+    p = subprocess.run([os.path.join(build, "bench", "gs-bench-models"), path, "--batch", str(batch),
+                        "--iters", "100000", "--seconds", str(seconds)],
+                       capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        models = {"digits": os.path.join(ROOT, "models", "digits", "1", "model.onnx")}
+        for name, build in BUILDERS.items():
+            models[name] = os.path.join(d, name + ".onnx")
+            onnx.save(build(), models[name])
+        print(f"bench/models: onnxruntime {ort.__version__}, one thread each, "
+              f"{args.seconds:.0f} s per measurement; ratio = gpusrv / onnxruntime (latency: lower "
+              f"is better; throughput: higher is better)")
+        print(f"{'model':12} {'b1 p50 us':>10} {'ort':>8} {'ratio':>6} | {'b1 p99 us':>10} {'ort':>8} | "
+              f"{'b32 /s':>10} {'ort':>10} {'ratio':>6} | arena vs naive")
+        worst, best = 0.0, 1e9
+        for name, path in models.items():
+            g1, o1 = gs_bench(args.build, path, 1, args.seconds), ort_bench(path, 1, args.seconds)
+            g32, o32 = gs_bench(args.build, path, 32, args.seconds), ort_bench(path, 32, args.seconds)
+            lat_ratio = g1["p50_us"] / o1["p50_us"]
+            thr_ratio = g32["samples_per_s"] / o32["samples_per_s"]
+            worst = max(worst, lat_ratio, 1 / thr_ratio)
+            best = min(best, lat_ratio, 1 / thr_ratio)
+            print(f"{name:12} {g1['p50_us']:10.1f} {o1['p50_us']:8.1f} {lat_ratio:6.2f} | "
+                  f"{g1['p99_us']:10.1f} {o1['p99_us']:8.1f} | {g32['samples_per_s']:10.0f} "
+                  f"{o32['samples_per_s']:10.0f} {thr_ratio:6.2f} | "
+                  f"{g32['arena_bytes'] / 1024:.0f} KiB vs {g32['naive_bytes'] / 1024:.0f} KiB")
+        print(f"worst slowdown vs onnxruntime: {worst:.2f}x (goal <= 1.25x); "
+              f"best: {best:.2f}x (goal: ahead, < 1.0, on at least one)")
+
+
+if __name__ == "__main__":
+    main()
