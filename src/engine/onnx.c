@@ -215,18 +215,25 @@ static int read_external(const loader *ld, gs_const_tensor *t, const char *locat
   return 0;
 }
 
-/* Copies typed-field values into t->data, converting to the tensor's type. */
+/* Copies typed-field values into t->data, converting to the tensor's type.
+ * Each type has its own field: float_data (4-byte), double_data (8-byte),
+ * int64_data, or int32_data for the narrower types. */
 static int typed_to_data(gs_const_tensor *t, int onnx_type, const int64_t *ints, int n_ints,
-                         const void *fixed, int n_fixed, int64_t numel) {
+                         int ints_field, const void *fixed, int n_fixed, size_t fixed_width,
+                         int64_t numel) {
   uint8_t *d = t->data;
   switch (t->dtype) {
   case GS_DT_FLOAT32:
   case GS_DT_FLOAT64:
+    if (fixed_width != gs_dtype_size(t->dtype))
+      goto field;
     if (n_fixed != numel)
       goto count;
     memcpy(d, fixed, t->bytes);
     return 0;
   case GS_DT_INT64:
+    if (n_ints && ints_field != TENSOR_INT64_DATA)
+      goto field;
     if (n_ints != numel)
       goto count;
     memcpy(d, ints, t->bytes);
@@ -239,6 +246,8 @@ static int typed_to_data(gs_const_tensor *t, int onnx_type, const int64_t *ints,
   case GS_DT_FLOAT16:
   case GS_DT_BFLOAT16: {
     /* int32_data holds these, one per element (halves as their bit pattern). */
+    if (n_ints && ints_field != TENSOR_INT32_DATA)
+      goto field;
     if (n_ints != numel)
       goto count;
     size_t w = gs_dtype_size(t->dtype);
@@ -264,6 +273,9 @@ static int typed_to_data(gs_const_tensor *t, int onnx_type, const int64_t *ints,
 count:
   return gs_error(GS_EINVAL, "tensor %s has %d values for its %lld elements", t->name,
                   n_fixed ? n_fixed : n_ints, (long long)numel);
+field:
+  return gs_error(GS_EINVAL, "tensor %s of ONNX type %d keeps its values in the wrong field",
+                  t->name, onnx_type);
 }
 
 static int parse_tensor(const loader *ld, gs_pb *r, int r_wire, gs_const_tensor *t) {
@@ -277,6 +289,7 @@ static int parse_tensor(const loader *ld, gs_pb *r, int r_wire, gs_const_tensor 
   void *fixed = NULL;
   size_t fixed_width = 0;
   int64_t onnx_type = 0, location = 0, ext_length = -1;
+  int ints_field = 0;
   uint64_t ext_offset = 0;
   char *ext_location = NULL;
   gs_pb raw = {0};
@@ -298,7 +311,13 @@ static int parse_tensor(const loader *ld, gs_pb *r, int r_wire, gs_const_tensor 
       break;
     case TENSOR_INT32_DATA:
     case TENSOR_INT64_DATA:
-    case TENSOR_UINT64_DATA: rc = read_varints(&m, wire, &ints, &n_ints, &cap_ints); break;
+    case TENSOR_UINT64_DATA:
+      if (ints_field && ints_field != (int)field)
+        rc = gs_error(GS_EINVAL, "tensor mixes integer data fields");
+      else
+        rc = read_varints(&m, wire, &ints, &n_ints, &cap_ints);
+      ints_field = (int)field;
+      break;
     case TENSOR_FLOAT_DATA:
     case TENSOR_DOUBLE_DATA: {
       size_t w = field == TENSOR_FLOAT_DATA ? 4 : 8;
@@ -392,7 +411,8 @@ static int parse_tensor(const loader *ld, gs_pb *r, int r_wire, gs_const_tensor 
     else if (has_raw)
       memcpy(t->data, raw.p, t->bytes);
     else
-      rc = typed_to_data(t, (int)onnx_type, ints, n_ints, fixed, n_fixed, numel);
+      rc = typed_to_data(t, (int)onnx_type, ints, n_ints, ints_field, fixed, n_fixed, fixed_width,
+                         numel);
   }
   free(dims);
   free(ints);

@@ -197,3 +197,11 @@ def test_bad_npy_inputs(tmp_path):
                             str(tmp_path / "o")], capture_output=True, text=True)
         assert p.returncode == 1, p.stderr
         assert text in p.stderr
+
+
+def test_typed_data_in_the_wrong_field(tmp_path):
+    # A double tensor whose values sit in float_data (4 bytes each): found by the fuzzer.
+    t = onnx.TensorProto(name="w", data_type=TensorProto.DOUBLE, dims=[3], float_data=[1, 2, 3])
+    m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
+    m.graph.initializer.append(t)
+    refused(save(tmp_path, m), "wrong field")

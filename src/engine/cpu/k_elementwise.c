@@ -2,6 +2,7 @@
  * loops the compiler vectorises; other types go through double (floats) or
  * int64 (integers) element by element. */
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/fastmath.h"
 
 #include "base/error.h"
 
@@ -81,10 +82,9 @@ typedef enum {
   U_RELU, U_LEAKY, U_SIGMOID, U_TANH, U_GELU, U_ERF, U_SQRT, U_EXP, U_LOG, U_NEG, U_ABS, U_NOT,
 } unary_op;
 
-static inline float gelu_f(float x, bool tanh_approx) {
-  if (tanh_approx)
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + gs_fast_erff(x * 0.70710678f)); }
+static inline float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + gs_fast_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
 static inline double unary_d(unary_op op, double x, const gs_unary_attrs *a) {
@@ -130,19 +130,23 @@ static int run_unary(const gs_cpu_kernel_call *k, unary_op op) {
     }
     case U_SIGMOID:
       for (int64_t i = 0; i < n; i++)
-        yf[i] = 1.0f / (1.0f + expf(-xf[i]));
+        yf[i] = gs_fast_sigmoidf(xf[i]);
       return 0;
     case U_TANH:
       for (int64_t i = 0; i < n; i++)
-        yf[i] = tanhf(xf[i]);
+        yf[i] = gs_fast_tanhf(xf[i]);
       return 0;
     case U_GELU:
-      for (int64_t i = 0; i < n; i++)
-        yf[i] = gelu_f(xf[i], a->gelu_tanh);
+      if (a->gelu_tanh)
+        for (int64_t i = 0; i < n; i++)
+          yf[i] = gelu_tanh(xf[i]);
+      else
+        for (int64_t i = 0; i < n; i++)
+          yf[i] = gelu_erf(xf[i]);
       return 0;
     case U_ERF:
       for (int64_t i = 0; i < n; i++)
-        yf[i] = erff(xf[i]);
+        yf[i] = gs_fast_erff(xf[i]);
       return 0;
     case U_SQRT:
       for (int64_t i = 0; i < n; i++)

@@ -3,6 +3,7 @@
  * im2col); ConvTranspose is sgemm + col2im. float16 and bfloat16 tensors are
  * computed in float32 and converted back. */
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/fastmath.h"
 
 #include "base/error.h"
 
@@ -165,7 +166,21 @@ static void make_geom(geom *g, int spatial, const int64_t *in_dims, const int64_
   g->k_size = g->k[0] * g->k[1] * g->k[2];
 }
 
-/* cols[(ch * K + kidx) * out_size + o] = x[ch][position of o shifted by kidx]. */
+/* The outputs o in [lo, hi) whose input position o*stride + shift lies in
+ * [0, in): the rest read padding. */
+static void valid_range(int64_t out, int64_t stride, int64_t shift, int64_t in, int64_t *lo,
+                        int64_t *hi) {
+  int64_t l = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+  int64_t h = in - shift <= 0 ? 0 : (in - shift + stride - 1) / stride;
+  *lo = l < out ? l : out;
+  *hi = h < out ? h : out;
+  if (*hi < *lo)
+    *hi = *lo;
+}
+
+/* cols[(ch * K + kidx) * out_size + o] = x[ch][position of o shifted by kidx]:
+ * rows are filled by ranges (zeros, then a copy, then zeros), not element by
+ * element with a bounds test. */
 static void im2col(const geom *g, const float *x, int64_t channels, float *cols) {
   for (int64_t ch = 0; ch < channels; ch++)
     for (int64_t kd = 0; kd < g->k[0]; kd++)
@@ -174,6 +189,8 @@ static void im2col(const geom *g, const float *x, int64_t channels, float *cols)
           float *row = cols + ((ch * g->k[0] + kd) * g->k[1] * g->k[2] + kh * g->k[2] + kw) *
                                   g->out_size;
           const float *xc = x + ch * g->in_size;
+          int64_t w_shift = kw * g->d[2] - g->p[2], w_lo, w_hi;
+          valid_range(g->out[2], g->s[2], w_shift, g->in[2], &w_lo, &w_hi);
           for (int64_t od = 0; od < g->out[0]; od++) {
             int64_t id = od * g->s[0] - g->p[0] + kd * g->d[0];
             for (int64_t oh = 0; oh < g->out[1]; oh++) {
@@ -183,12 +200,14 @@ static void im2col(const geom *g, const float *x, int64_t channels, float *cols)
                 memset(dst, 0, sizeof(float) * (size_t)g->out[2]);
                 continue;
               }
-              const float *src = xc + (id * g->in[1] + ih) * g->in[2];
-              int64_t iw0 = -g->p[2] + kw * g->d[2];
-              for (int64_t ow = 0; ow < g->out[2]; ow++) {
-                int64_t iw = iw0 + ow * g->s[2];
-                dst[ow] = iw >= 0 && iw < g->in[2] ? src[iw] : 0.0f;
-              }
+              const float *src = xc + (id * g->in[1] + ih) * g->in[2] + w_shift;
+              memset(dst, 0, sizeof(float) * (size_t)w_lo);
+              if (g->s[2] == 1)
+                memcpy(dst + w_lo, src + w_lo, sizeof(float) * (size_t)(w_hi - w_lo));
+              else
+                for (int64_t ow = w_lo; ow < w_hi; ow++)
+                  dst[ow] = src[ow * g->s[2]];
+              memset(dst + w_hi, 0, sizeof(float) * (size_t)(g->out[2] - w_hi));
             }
           }
         }
@@ -306,6 +325,22 @@ static int k_conv_transpose(const gs_cpu_kernel_call *k) { return run_f32(k, con
 
 /* ---- pooling --------------------------------------------------------------------------- */
 
+/* Window taps [lo, hi) of output position o along one dim that fall inside
+ * the input (taps step by the dilation), and how many fall inside the
+ * padded input (for count_include_pad). */
+static void window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t dil, int64_t in,
+                   int64_t pad_end, int64_t *lo, int64_t *hi, int64_t *padded) {
+  int64_t start = o * stride - pad;
+  int64_t l = start >= 0 ? 0 : (-start + dil - 1) / dil;
+  int64_t h = in - start <= 0 ? 0 : (in - start + dil - 1) / dil;
+  int64_t hp = in + pad_end - start <= 0 ? 0 : (in + pad_end - start + dil - 1) / dil;
+  *lo = l < k ? l : k;
+  *hi = h < k ? h : k;
+  if (*hi < *lo)
+    *hi = *lo;
+  *padded = hp < k ? hp : k;
+}
+
 static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
   const gs_pool_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
@@ -315,10 +350,10 @@ static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
     int64_t size = gs_shape_numel(xs) / (planes ? planes : 1);
     for (int64_t pl = 0; pl < planes; pl++) {
       const float *x = p[0] + pl * size;
-      double sum = 0;
+      float sum = 0;
       for (int64_t i = 0; i < size; i++)
         sum += x[i];
-      y[pl] = size ? (float)(sum / (double)size) : 0.0f;
+      y[pl] = size ? sum / (float)size : 0.0f;
     }
     return 0;
   }
@@ -328,42 +363,54 @@ static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
   int64_t pe[3] = {0, 0, 0};
   for (int i = 0; i < a->spatial; i++)
     pe[3 - a->spatial + i] = a->pad_end[i];
+  /* Each dim's windows, computed once: [lo, hi) taps inside, and padded count. */
+  int64_t total = g.out[0] + g.out[1] + g.out[2];
+  int64_t *win = malloc(sizeof(int64_t) * 3 * (size_t)(total ? total : 1));
+  if (!win)
+    return gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name);
+  int64_t *wins[3] = {win, win + 3 * g.out[0], win + 3 * (g.out[0] + g.out[1])};
+  for (int dim = 0; dim < 3; dim++)
+    for (int64_t o = 0; o < g.out[dim]; o++)
+      window(o, g.s[dim], g.p[dim], g.k[dim], g.d[dim], g.in[dim], pe[dim], &wins[dim][3 * o],
+             &wins[dim][3 * o + 1], &wins[dim][3 * o + 2]);
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *x = p[0] + pl * g.in_size;
     float *yp = y + pl * g.out_size;
-    for (int64_t od = 0; od < g.out[0]; od++)
-      for (int64_t oh = 0; oh < g.out[1]; oh++)
+    for (int64_t od = 0; od < g.out[0]; od++) {
+      const int64_t *wd = &wins[0][3 * od];
+      for (int64_t oh = 0; oh < g.out[1]; oh++) {
+        const int64_t *wh = &wins[1][3 * oh];
         for (int64_t ow = 0; ow < g.out[2]; ow++) {
-          float best = -INFINITY;
-          double sum = 0;
-          int64_t valid = 0, padded = 0;
-          for (int64_t kd = 0; kd < g.k[0]; kd++) {
-            int64_t id = od * g.s[0] - g.p[0] + kd * g.d[0];
-            for (int64_t kh = 0; kh < g.k[1]; kh++) {
-              int64_t ih = oh * g.s[1] - g.p[1] + kh * g.d[1];
-              for (int64_t kw = 0; kw < g.k[2]; kw++) {
-                int64_t iw = ow * g.s[2] - g.p[2] + kw * g.d[2];
-                /* Positions inside the padded input count for count_include_pad. */
-                if (id < g.in[0] + pe[0] && ih < g.in[1] + pe[1] && iw < g.in[2] + pe[2])
-                  padded++;
-                if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2])
-                  continue;
-                float v = x[(id * g.in[1] + ih) * g.in[2] + iw];
-                best = v > best || v != v ? v : best;
-                sum += v;
-                valid++;
-              }
+          const int64_t *ww = &wins[2][3 * ow];
+          int64_t d0 = od * g.s[0] - g.p[0], h0 = oh * g.s[1] - g.p[1], w0 = ow * g.s[2] - g.p[2];
+          float best = -INFINITY, sum = 0;
+          for (int64_t kd = wd[0]; kd < wd[1]; kd++)
+            for (int64_t kh = wh[0]; kh < wh[1]; kh++) {
+              const float *row = x + ((d0 + kd * g.d[0]) * g.in[1] + h0 + kh * g.d[1]) * g.in[2] + w0;
+              /* Separate loops, and a select that compiles to maxss: a
+               * data-dependent branch here mispredicts on every other tap. */
+              if (is_max)
+                for (int64_t kw = ww[0]; kw < ww[1]; kw++) {
+                  float v = row[kw * g.d[2]];
+                  best = v > best ? v : best;
+                }
+              else
+                for (int64_t kw = ww[0]; kw < ww[1]; kw++)
+                  sum += row[kw * g.d[2]];
             }
-          }
           int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
-          if (is_max)
+          if (is_max) {
             yp[o] = best;
-          else {
-            int64_t div = a->count_include_pad ? padded : valid;
-            yp[o] = div ? (float)(sum / (double)div) : 0.0f;
+          } else {
+            int64_t div = a->count_include_pad ? wd[2] * wh[2] * ww[2]
+                                               : (wd[1] - wd[0]) * (wh[1] - wh[0]) * (ww[1] - ww[0]);
+            yp[o] = div ? sum / (float)div : 0.0f;
           }
         }
+      }
+    }
   }
+  free(win);
   return 0;
 }
 
@@ -471,19 +518,22 @@ static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
       float mx = -INFINITY;
       for (int64_t i = 0; i < len; i++)
         mx = x[i * inner] > mx ? x[i * inner] : mx;
-      double sum = 0;
-      for (int64_t i = 0; i < len; i++) {
-        float e = expf(x[i * inner] - mx);
-        if (!log_out)
+      float sum = 0;
+      if (log_out)
+        for (int64_t i = 0; i < len; i++)
+          sum += gs_fast_expf(x[i * inner] - mx);
+      else
+        for (int64_t i = 0; i < len; i++) {
+          float e = gs_fast_expf(x[i * inner] - mx);
           y[i * inner] = e;
-        sum += e;
-      }
+          sum += e;
+        }
       if (log_out) {
         float ls = logf((float)sum);
         for (int64_t i = 0; i < len; i++)
           y[i * inner] = x[i * inner] - mx - ls;
       } else {
-        float inv = (float)(1.0 / sum);
+        float inv = 1.0f / sum;
         for (int64_t i = 0; i < len; i++)
           y[i * inner] *= inv;
       }
