@@ -20,6 +20,13 @@ typedef struct gs_tensor_desc {
   gs_shape shape;
 } gs_tensor_desc;
 
+/* What a kernel keeps between runs of one plan step (a oneDNN primitive,
+ * reordered weights); freed with the plan through `free`. */
+typedef struct gs_kernel_state {
+  void *ptr;
+  void (*free)(void *ptr);
+} gs_kernel_state;
+
 typedef struct gs_op_call {
   const struct gs_op_def *op;
   const char *node_name; /* for messages */
@@ -32,6 +39,8 @@ typedef struct gs_op_call {
   /* During infer only: the values of inputs known before running (constants
    * and folded results), NULL where unknown. */
   const void *in_data[GS_OP_MAX_IO];
+  /* Set by the plan for the steps it runs (NULL while folding). */
+  gs_kernel_state *state;
 } gs_op_call;
 
 typedef struct gs_op_def {

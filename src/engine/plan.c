@@ -88,8 +88,12 @@ static int find_value(const gs_plan *p, const char *name) { return gs_strmap_get
 /* ---- building steps ----------------------------------------------------------------- */
 
 static void free_call(gs_op_call *c) {
-  if (c)
-    free(c->attrs);
+  if (!c)
+    return;
+  if (c->state && c->state->free)
+    c->state->free(c->state->ptr);
+  free(c->state);
+  free(c->attrs);
   free(c);
 }
 
@@ -200,6 +204,8 @@ static int plan_node(gs_plan *p, const gs_node *node) {
   memcpy(s->out, out_idx, sizeof(int) * (size_t)node->n_out);
   for (int i = 0; i < node->n_in; i++)
     c->in_data[i] = NULL; /* only meaningful while inferring */
+  if (!(c->state = calloc(1, sizeof *c->state)))
+    return gs_error(GS_ENOMEM, "out of memory planning node %s", node->name);
   p->n_steps++;
   return 0;
 }
@@ -583,6 +589,10 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
                                 "instead is not supported yet",
                     gs_device_get_info(p->device)->id, p->steps[s].call->op->name,
                     p->steps[s].node->name);
+  /* Kernels may prepare constant weights once (oneDNN's reordered layout). */
+  for (int i = 0; rc == 0 && i < p->n_steps; i++)
+    if (is_op(&p->steps[i], "Conv") && p->values[p->steps[i].in[1]].data)
+      ((gs_conv_attrs *)p->steps[i].call->attrs)->weights_const = true;
   p->report.steps = p->n_steps;
   p->report.weights_bytes = wbytes;
   uint64_t capacity = p->device ? gs_device_get_info(p->device)->memory_total_bytes : 0;

@@ -44,6 +44,7 @@ typedef struct gs_conv_attrs {
   int64_t group;
   int64_t kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3], output_padding[3];
   bool has_bias;
+  bool weights_const; /* set by the plan: the weights never change between runs */
   gs_activation act;
 } gs_conv_attrs;
 

@@ -1,0 +1,225 @@
+/* dnnl_conv.c - float32 convolution through oneDNN. The primitive is made
+ * once per plan step (for its fixed shapes) and kept in the step's kernel
+ * state: oneDNN picks its layouts (blocked, for its fastest kernels), the
+ * weights are reordered to that layout once when they are constant, and
+ * the activations are reordered from and to NCHW around each call, since
+ * the rest of the engine works in NCHW. */
+#include "engine/cpu/dnnl_conv.h"
+
+#include "base/error.h"
+#include "base/log.h"
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One oneDNN engine and stream for the CPU, made at first use. */
+static dnnl_engine_t engine;
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static bool engine_ok;
+
+static void engine_init(void) {
+  engine_ok = dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success;
+  if (!engine_ok)
+    GS_LOGW("engine", "oneDNN has no CPU engine here; convolutions use im2col + GEMM");
+}
+
+typedef struct conv_state {
+  dnnl_primitive_t conv, src_reorder, dst_reorder, w_reorder;
+  dnnl_memory_t src_plain, src_blocked, dst_plain, dst_blocked, w_plain, w_blocked, bias;
+  const void *w_cached; /* the constant weights the blocked copy was made from */
+  bool failed;          /* oneDNN could not do this convolution: im2col instead */
+} conv_state;
+
+static void destroy_state(void *p) {
+  conv_state *s = p;
+  if (!s)
+    return;
+  dnnl_primitive_t prims[] = {s->conv, s->src_reorder, s->dst_reorder, s->w_reorder};
+  for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
+    if (prims[i])
+      dnnl_primitive_destroy(prims[i]);
+  dnnl_memory_t mems[] = {s->src_plain, s->src_blocked, s->dst_plain, s->dst_blocked,
+                          s->w_plain,   s->w_blocked,   s->bias};
+  for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+    if (mems[i])
+      dnnl_memory_destroy(mems[i]);
+  free(s);
+}
+
+static dnnl_format_tag_t plain_tag(int rank) {
+  return rank == 3 ? dnnl_ncw : rank == 4 ? dnnl_nchw : dnnl_ncdhw;
+}
+
+static dnnl_format_tag_t weights_tag(int rank, bool grouped) {
+  if (grouped)
+    return rank == 3 ? dnnl_goiw : rank == 4 ? dnnl_goihw : dnnl_goidhw;
+  return rank == 3 ? dnnl_oiw : rank == 4 ? dnnl_oihw : dnnl_oidhw;
+}
+
+/* A reorder from one layout to another; NULL when they are the same. */
+static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                  dnnl_primitive_t *out) {
+  *out = NULL;
+  if (dnnl_memory_desc_equal(from, to))
+    return dnnl_success;
+  dnnl_primitive_desc_t pd;
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL);
+  if (st == dnnl_success) {
+    st = dnnl_primitive_create(out, pd);
+    dnnl_primitive_desc_destroy(pd);
+  }
+  return st;
+}
+
+static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
+  const gs_conv_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ws = &c->in[1].shape, *ys = &c->out[0].shape;
+  int rank = xs->rank;
+  bool grouped = a->group > 1;
+  dnnl_dims_t src, dst, w, bias = {ys->dims[1]}, strides, dil, pl, pr;
+  for (int i = 0; i < rank; i++) {
+    src[i] = xs->dims[i];
+    dst[i] = ys->dims[i];
+  }
+  int wr = rank + (grouped ? 1 : 0);
+  if (grouped) {
+    w[0] = a->group;
+    w[1] = ws->dims[0] / a->group;
+    for (int i = 1; i < rank; i++)
+      w[i + 1] = ws->dims[i];
+  } else {
+    for (int i = 0; i < rank; i++)
+      w[i] = ws->dims[i];
+  }
+  for (int i = 0; i < a->spatial; i++) {
+    strides[i] = a->stride[i];
+    dil[i] = a->dilation[i] - 1; /* oneDNN counts the gaps */
+    pl[i] = a->pad_begin[i];
+    pr[i] = a->pad_end[i];
+  }
+  dnnl_memory_desc_t src_any, dst_any, w_any, b_md, src_plain, dst_plain, w_plain;
+  dnnl_status_t st = dnnl_success;
+#define TRY(x) \
+  if (st == dnnl_success) \
+  st = (x)
+  TRY(dnnl_memory_desc_init_by_tag(&src_any, rank, src, dnnl_f32, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&dst_any, rank, dst, dnnl_f32, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&w_any, wr, w, dnnl_f32, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&b_md, 1, bias, dnnl_f32, dnnl_x));
+  TRY(dnnl_memory_desc_init_by_tag(&src_plain, rank, src, dnnl_f32, plain_tag(rank)));
+  TRY(dnnl_memory_desc_init_by_tag(&dst_plain, rank, dst, dnnl_f32, plain_tag(rank)));
+  TRY(dnnl_memory_desc_init_by_tag(&w_plain, wr, w, dnnl_f32, weights_tag(rank, grouped)));
+  dnnl_convolution_desc_t cd;
+  TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                 dnnl_convolution_direct, &src_any, &w_any,
+                                                 a->has_bias ? &b_md : NULL, &dst_any, strides,
+                                                 dil, pl, pr));
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t ops = NULL;
+  TRY(dnnl_primitive_attr_create(&attr));
+  if (a->act == GS_ACT_RELU) {
+    TRY(dnnl_post_ops_create(&ops));
+    TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+    TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
+  }
+  dnnl_primitive_desc_t pd = NULL;
+  TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL));
+  if (ops)
+    dnnl_post_ops_destroy(ops);
+  if (attr)
+    dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success)
+    return st;
+  const dnnl_memory_desc_t *src_md = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+  const dnnl_memory_desc_t *dst_md = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  TRY(dnnl_primitive_create(&s->conv, pd));
+  TRY(make_reorder(&src_plain, src_md, &s->src_reorder));
+  TRY(make_reorder(dst_md, &dst_plain, &s->dst_reorder));
+  TRY(make_reorder(&w_plain, w_md, &s->w_reorder));
+  /* Plain memories wrap the engine's buffers (handles set per call); the
+   * blocked ones own their storage. */
+  TRY(dnnl_memory_create(&s->src_plain, &src_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->dst_plain, &dst_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->w_plain, &w_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->bias, &b_md, engine, DNNL_MEMORY_NONE));
+  if (s->src_reorder)
+    TRY(dnnl_memory_create(&s->src_blocked, src_md, engine, DNNL_MEMORY_ALLOCATE));
+  if (s->dst_reorder)
+    TRY(dnnl_memory_create(&s->dst_blocked, dst_md, engine, DNNL_MEMORY_ALLOCATE));
+  if (s->w_reorder)
+    TRY(dnnl_memory_create(&s->w_blocked, w_md, engine, DNNL_MEMORY_ALLOCATE));
+#undef TRY
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+static dnnl_status_t reorder(dnnl_stream_t stream, dnnl_primitive_t r, dnnl_memory_t from,
+                             dnnl_memory_t to) {
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  return dnnl_primitive_execute(r, stream, 2, args);
+}
+
+int gs__dnnl_conv(const gs_op_call *c, float *const *p, bool *done) {
+  *done = false;
+  /* One thread, like every other kernel: a stream's kernels run one at a
+   * time on its thread, and parallelism comes from several streams. Set
+   * before oneDNN first runs anything on this thread. */
+  omp_set_num_threads(1);
+  pthread_once(&engine_once, engine_init);
+  if (!engine_ok || !c->state)
+    return 0;
+  conv_state *s = c->state->ptr;
+  if (!s) {
+    if (!(s = calloc(1, sizeof *s)))
+      return gs_error(GS_ENOMEM, "out of memory for the oneDNN state of node %s", c->node_name);
+    c->state->ptr = s;
+    c->state->free = destroy_state;
+    if (build(s, c) != dnnl_success) {
+      GS_LOGD("engine", "node %s: oneDNN cannot run this convolution; using im2col", c->node_name);
+      s->failed = true;
+    }
+  }
+  if (s->failed)
+    return 0;
+  const gs_conv_attrs *a = c->attrs;
+  /* A stream per call: oneDNN streams are cheap, and this keeps the kernel
+   * safe to run from any of the engine's threads. */
+  dnnl_stream_t stream;
+  if (dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success)
+    return 0;
+  dnnl_status_t st = dnnl_success;
+  dnnl_memory_set_data_handle(s->src_plain, p[0]);
+  dnnl_memory_set_data_handle(s->dst_plain, p[c->n_in]);
+  dnnl_memory_set_data_handle(s->w_plain, p[1]);
+  if (a->has_bias)
+    dnnl_memory_set_data_handle(s->bias, p[2]);
+  if (s->w_reorder && (!a->weights_const || s->w_cached != p[1])) {
+    st = reorder(stream, s->w_reorder, s->w_plain, s->w_blocked);
+    s->w_cached = p[1];
+  }
+  if (st == dnnl_success && s->src_reorder)
+    st = reorder(stream, s->src_reorder, s->src_plain, s->src_blocked);
+  if (st == dnnl_success) {
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, s->src_reorder ? s->src_blocked : s->src_plain},
+        {DNNL_ARG_WEIGHTS, s->w_reorder ? s->w_blocked : s->w_plain},
+        {DNNL_ARG_DST, s->dst_reorder ? s->dst_blocked : s->dst_plain},
+        {DNNL_ARG_BIAS, s->bias},
+    };
+    st = dnnl_primitive_execute(s->conv, stream, a->has_bias ? 4 : 3, args);
+  }
+  if (st == dnnl_success && s->dst_reorder)
+    st = reorder(stream, s->dst_reorder, s->dst_blocked, s->dst_plain);
+  if (st == dnnl_success)
+    st = dnnl_stream_wait(stream);
+  dnnl_stream_destroy(stream);
+  if (st != dnnl_success)
+    return gs_error(GS_EDEVICE, "node %s: oneDNN convolution failed (status %d)", c->node_name,
+                    (int)st);
+  *done = true;
+  return 0;
+}

@@ -1,0 +1,14 @@
+/* dnnl_conv.h - float32 convolution through oneDNN, for the CPU kernels. */
+#ifndef GS_ENGINE_CPU_DNNL_CONV_H
+#define GS_ENGINE_CPU_DNNL_CONV_H
+
+#include "engine/op.h"
+#include "engine/ops/op_attrs.h"
+
+/* Runs the Conv of call c on float32 operands p (inputs, then the output).
+ * Sets *done when oneDNN did it; leaves it false when oneDNN cannot (then
+ * the caller computes it another way). Returns a GS_E code only when oneDNN
+ * started and failed. */
+int gs__dnnl_conv(const gs_op_call *c, float *const *p, bool *done);
+
+#endif
