@@ -29,7 +29,9 @@ static const char model_help[] =
     "  -i, --input NAME=FILE  run: a .npy file for the model input NAME (one per input)\n"
     "  -o, --output DIR       run: where the outputs go (created if missing)\n"
     "  --device ID            run: the device, as `gpusrv smi` names it (default: the first)\n"
-    "  --precision P          run: fp32 (default); fp16 and bf16 are not supported yet\n"
+    "  --precision P          run: fp32 (default), fp16 or bf16: weights and tensors kept in\n"
+    "                         16 bits where the device allows (the CPU computes each op in\n"
+    "                         float32); outputs declared float32 stay float32\n"
     "  --report               run: print the plan: kernels, folded and fused nodes, and the\n"
     "                         arena's peak bytes beside the sum of all intermediate tensors\n"
     "  -h, --help             Show this help\n";

@@ -13,7 +13,10 @@ int gs_engine_init(void);
 
 typedef struct gs_plan gs_plan;
 
-/* Precision a plan computes in. */
+/* Precision of a plan's tensors. FP16 and BF16 convert the float32 weights
+ * once and keep every float32 tensor in 16 bits, where the device can
+ * (caps.half_precision); float32 inputs and outputs are converted at the
+ * plan's edges. */
 typedef enum { GS_PRECISION_FP32, GS_PRECISION_FP16, GS_PRECISION_BF16 } gs_precision;
 
 typedef struct gs_plan_options {

@@ -30,6 +30,7 @@ typedef struct gs_kernel_state {
 typedef struct gs_op_call {
   const struct gs_op_def *op;
   const char *node_name; /* for messages */
+  bool owns_node_name;   /* steps the plan adds name themselves */
   int n_in, n_out;
   gs_tensor_desc in[GS_OP_MAX_IO];
   gs_tensor_desc out[GS_OP_MAX_IO];

@@ -37,7 +37,7 @@ typedef struct value {
 } value;
 
 typedef struct step {
-  const gs_node *node;
+  const gs_node *node; /* NULL for the casts a reduced-precision plan adds */
   gs_op_call *call;
   int in[GS_OP_MAX_IO], out[GS_OP_MAX_IO]; /* value indices, -1: omitted */
   bool dead;                               /* fused into another step */
@@ -56,6 +56,8 @@ struct gs_plan {
   gs_buffer_t *arena, *weights;
   gs_stream_t *stream;
   pthread_mutex_t run_lock;
+  gs_dtype half;     /* GS_DT_FLOAT16 or GS_DT_BFLOAT16 for reduced precision, else INVALID */
+  gs_strmap keep_f32; /* values that must stay float32 (Resize's roi and scales) */
   gs_plan_report report;
 };
 
@@ -85,11 +87,72 @@ static int add_value(gs_plan *p, const char *name, gs_dtype dt, const gs_shape *
 
 static int find_value(const gs_plan *p, const char *name) { return gs_strmap_get(&p->index, name); }
 
+/* ---- reduced precision -------------------------------------------------------------- */
+
+/* Converts known float32 value v to the plan's half type (a copy it owns). */
+static int value_to_half(gs_plan *p, int v) {
+  value *val = &p->values[v];
+  if (val->dtype != GS_DT_FLOAT32 || gs_strmap_get(&p->keep_f32, val->name) >= 0)
+    return 0;
+  int64_t n = gs_shape_numel(&val->shape);
+  uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
+  if (!h)
+    return gs_error(GS_ENOMEM, "out of memory converting %s to 16 bits", val->name);
+  const float *f = val->data;
+  for (int64_t i = 0; i < n; i++)
+    h[i] = p->half == GS_DT_FLOAT16 ? gs_f32_to_f16(f[i]) : gs_f32_to_bf16(f[i]);
+  if (val->owns_data)
+    free((void *)val->data);
+  val->data = h;
+  val->owns_data = true;
+  val->dtype = p->half;
+  val->bytes = (size_t)n * 2;
+  return 0;
+}
+
+/* Adds a Cast step from value `from` to a new value of type `to`, named
+ * `name` (the name then refers to the new value). Returns its index. */
+static int add_cast(gs_plan *p, int from, gs_dtype to, const char *name) {
+  gs_op_call *c = calloc(1, sizeof *c);
+  char *owned = strdup(name);
+  if (!c || !owned) {
+    free(c);
+    free(owned);
+    return gs_error(GS_ENOMEM, "out of memory planning a cast");
+  }
+  c->op = gs_op_find("Cast");
+  c->node_name = owned;
+  c->owns_node_name = true;
+  c->n_in = c->n_out = 1;
+  c->in[0] = (gs_tensor_desc){.dtype = p->values[from].dtype, .shape = p->values[from].shape};
+  c->out[0] = (gs_tensor_desc){.dtype = to, .shape = p->values[from].shape};
+  gs_cast_attrs *a = gs_op_attrs(c, sizeof *a);
+  c->state = calloc(1, sizeof *c->state);
+  int v = a && c->state ? add_value(p, owned, to, &c->out[0].shape) : GS_ENOMEM;
+  if (v < 0) {
+    free(c->state);
+    free(c->attrs);
+    free(c);
+    return v < 0 && v != GS_ENOMEM ? v : gs_error(GS_ENOMEM, "out of memory planning a cast");
+  }
+  a->to = to;
+  step *s = &p->steps[p->n_steps++];
+  memset(s, 0, sizeof *s);
+  s->call = c;
+  for (int i = 0; i < GS_OP_MAX_IO; i++)
+    s->in[i] = s->out[i] = -1;
+  s->in[0] = from;
+  s->out[0] = v;
+  return v;
+}
+
 /* ---- building steps ----------------------------------------------------------------- */
 
 static void free_call(gs_op_call *c) {
   if (!c)
     return;
+  if (c->owns_node_name)
+    free((void *)c->node_name);
   if (c->state && c->state->free)
     c->state->free(c->state->ptr);
   free(c->state);
@@ -149,6 +212,11 @@ static int plan_node(gs_plan *p, const gs_node *node) {
     free_call(c);
     return rc;
   }
+  /* Reduced precision: a cast to float32 inside the graph casts to 16 bits. */
+  if (p->half && strcmp(op->name, "Cast") == 0 && c->out[0].dtype == GS_DT_FLOAT32) {
+    ((gs_cast_attrs *)c->attrs)->to = p->half;
+    c->out[0].dtype = p->half;
+  }
   for (int i = 0; i < node->n_out; i++) {
     out_idx[i] = -1;
     if (!node->outputs[i][0])
@@ -191,6 +259,9 @@ static int plan_node(gs_plan *p, const gs_node *node) {
     free_call(c);
     if (rc < 0)
       return rc;
+    for (int i = 0; p->half && i < node->n_out; i++)
+      if (out_idx[i] >= 0 && (rc = value_to_half(p, out_idx[i])) < 0)
+        return rc;
     p->report.folded++;
     return 0;
   }
@@ -508,6 +579,7 @@ void gs_plan_destroy(gs_plan *p) {
   free(p->inputs);
   free(p->outputs);
   gs_strmap_free(&p->index);
+  gs_strmap_free(&p->keep_f32);
   pthread_mutex_destroy(&p->run_lock);
   free(p);
 }
@@ -547,10 +619,21 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   int rc = 0;
   if (!p->device)
     rc = gs_error(GS_ENOENT, "no device to plan for");
-  else if (opt && opt->precision != GS_PRECISION_FP32)
-    rc = gs_error(GS_ENOTSUP, "precision %s is not supported yet: plans compute in float32",
-                  opt->precision == GS_PRECISION_FP16 ? "fp16" : "bf16");
-  p->steps = calloc((size_t)m->n_nodes + 1, sizeof *p->steps);
+  else if (opt && opt->precision != GS_PRECISION_FP32) {
+    if (!gs_device_get_caps(p->device)->half_precision)
+      rc = gs_error(GS_ENOTSUP, "%s cannot run %s plans", gs_device_get_info(p->device)->id,
+                    opt->precision == GS_PRECISION_FP16 ? "fp16" : "bf16");
+    p->half = opt->precision == GS_PRECISION_FP16 ? GS_DT_FLOAT16 : GS_DT_BFLOAT16;
+  }
+  gs_strmap_init(&p->keep_f32);
+  /* Resize's roi and scales are float32 whatever the data's type. */
+  for (int i = 0; p->half && rc == 0 && i < m->n_nodes; i++)
+    if (strcmp(m->nodes[i].op_type, "Resize") == 0)
+      for (int k = 1; k < m->nodes[i].n_in && k < 3; k++)
+        if (m->nodes[i].inputs[k][0])
+          rc = gs_strmap_put(&p->keep_f32, m->nodes[i].inputs[k], 1);
+  /* Room for the casts a reduced-precision plan adds at inputs and outputs. */
+  p->steps = calloc((size_t)(m->n_nodes + m->n_inputs + m->n_outputs) + 1, sizeof *p->steps);
   p->inputs = calloc((size_t)m->n_inputs + 1, sizeof(int));
   p->outputs = calloc((size_t)m->n_outputs + 1, sizeof(int));
   if (rc == 0 && (!p->steps || !p->inputs || !p->outputs))
@@ -560,18 +643,32 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
       break;
     if ((rc = add_value(p, m->inputs[i].name, m->inputs[i].dtype, &input_shapes[i])) >= 0)
       p->inputs[i] = rc, rc = 0;
+    /* Reduced precision: the graph reads a 16-bit copy of a float32 input. */
+    if (rc == 0 && p->half && m->inputs[i].dtype == GS_DT_FLOAT32 &&
+        (rc = add_cast(p, p->inputs[i], p->half, m->inputs[i].name)) >= 0)
+      rc = 0;
   }
   for (int i = 0; rc == 0 && i < m->n_inits; i++) {
     const gs_const_tensor *t = &m->inits[i];
     if ((rc = add_value(p, t->name, t->dtype, &t->shape)) >= 0) {
-      p->values[rc].data = t->data ? t->data : "";
-      rc = 0;
+      int v = rc;
+      p->values[v].data = t->data ? t->data : "";
+      rc = p->half ? value_to_half(p, v) : 0; /* weights converted once, here */
     }
   }
   for (int i = 0; rc == 0 && i < m->n_nodes; i++)
     rc = plan_node(p, &m->nodes[i]);
   for (int i = 0; rc == 0 && i < m->n_outputs; i++) {
     int v = find_value(p, m->outputs[i].name);
+    /* Reduced precision: outputs declared float32 are handed back as such. */
+    if (p->half && p->values[v].dtype == p->half && m->outputs[i].dtype == GS_DT_FLOAT32) {
+      char name[300];
+      snprintf(name, sizeof name, "%s/float32", m->outputs[i].name);
+      if ((v = add_cast(p, v, GS_DT_FLOAT32, name)) < 0) {
+        rc = v;
+        break;
+      }
+    }
     p->outputs[i] = v;
     p->values[v].graph_output = true;
   }
@@ -588,7 +685,7 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
       rc = gs_error(GS_ENOTSUP, "%s has no kernel for %s (node %s), and running it on the CPU "
                                 "instead is not supported yet",
                     gs_device_get_info(p->device)->id, p->steps[s].call->op->name,
-                    p->steps[s].node->name);
+                    p->steps[s].call->node_name);
   /* Kernels may prepare constant weights once (oneDNN's reordered layout). */
   for (int i = 0; rc == 0 && i < p->n_steps; i++)
     if (is_op(&p->steps[i], "Conv") && p->values[p->steps[i].in[1]].data)
@@ -681,6 +778,14 @@ static void describe(const gs_plan *p, int v, gs_plan_value_info *out) {
                               .bytes = val->bytes};
 }
 
-void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) { describe(p, p->inputs[i], out); }
-void gs_plan_output(const gs_plan *p, int i, gs_plan_value_info *out) { describe(p, p->outputs[i], out); }
+/* Named as the model names them, whatever values the plan added between. */
+void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) {
+  describe(p, p->inputs[i], out);
+  out->name = p->model->inputs[i].name;
+}
+
+void gs_plan_output(const gs_plan *p, int i, gs_plan_value_info *out) {
+  describe(p, p->outputs[i], out);
+  out->name = p->model->outputs[i].name;
+}
 void gs_plan_get_report(const gs_plan *p, gs_plan_report *out) { *out = p->report; }

@@ -91,6 +91,7 @@ typedef struct gs_device_caps {
   bool event_timing;               /* gs_event_elapsed_ns() is available */
   bool process_list;               /* gs_device_processes() lists processes */
   bool inline_streams;             /* GS_STREAM_INLINE runs work in the calling thread */
+  bool half_precision;             /* engine plans may keep tensors in float16/bfloat16 */
   size_t min_alignment;            /* every buffer starts at a multiple of this */
 } gs_device_caps;
 

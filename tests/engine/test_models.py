@@ -94,3 +94,43 @@ def test_run_argument_errors(tmp_path):
         assert p.returncode == code, (args, p.returncode, p.stderr)
         assert text in p.stderr, (args, p.stderr)
         assert p.stdout == ""
+
+
+# Reduced precision: 16-bit weights and activations (each kernel computes in
+# float32). The test reports how far each model's outputs move from
+# onnxruntime's float32 ones, relative to the outputs' range, and bounds it.
+PRECISION_BOUNDS = {"fp16": 2e-3, "bf16": 2e-2}
+
+
+@pytest.mark.parametrize("precision", sorted(PRECISION_BOUNDS))
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_reduced_precision_accuracy(tmp_path, name, precision):
+    import onnxruntime as ort
+    path = str(tmp_path / "m.onnx")
+    onnx.save(BUILDERS[name](), path)
+    x = example_input(name, 4)
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    p = run_gpusrv(path, {"x": x}, str(tmp_path), extra=["--precision", precision])
+    assert p.returncode == 0, p.stderr
+    out_name = onnx.load(path).graph.output[0].name
+    got = load_outputs(str(tmp_path), [out_name])[out_name]
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    scale = float(np.abs(ref).max())
+    err = float(np.abs(got.astype(np.float64) - ref).max()) / scale
+    print(f"{name} {precision}: max |gpusrv - onnxruntime fp32| = {err:.2e} of the output range")
+    assert err <= PRECISION_BOUNDS[precision], err
+    assert err > 0  # the plan did compute in 16 bits
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_digits_accuracy_in_reduced_precision(tmp_path, precision):
+    sys.path.insert(0, os.path.join(ROOT, "models", "digits"))
+    from train import held_out_split
+    _, x_test, _, y_test = held_out_split()
+    model = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
+    p = run_gpusrv(model, {"pixels": x_test}, str(tmp_path), extra=["--precision", precision])
+    assert p.returncode == 0, p.stderr
+    probs = load_outputs(str(tmp_path), ["probs"])["probs"]
+    accuracy = float((probs.argmax(axis=1) == y_test).mean())
+    print(f"digits held-out accuracy in {precision}: {accuracy:.4f}")
+    assert accuracy >= 0.95

@@ -148,6 +148,8 @@ static int cpu_init(gs_backend_t *backend) {
       .event_timing = true,
       .process_list = false,
       .inline_streams = true,
+      /* 16-bit tensors in memory; each kernel computes in float32. */
+      .half_precision = true,
       .min_alignment = 64,
   };
   int rc = gs__backend_add_device(backend, &info, &caps, cd, NULL);
