@@ -107,7 +107,7 @@ static inline double unary_d(unary_op op, double x, const gs_unary_attrs *a) {
   return x;
 }
 
-static int run_unary(const gs_cpu_kernel_call *k, unary_op op) {
+GS_VECTOR_CLONES static int run_unary(const gs_cpu_kernel_call *k, unary_op op) {
   const gs_op_call *c = gs_kcall(k);
   const gs_unary_attrs *a = c->attrs;
   gs_dtype dt = c->in[0].dtype;
@@ -336,7 +336,7 @@ static inline int binary_i(binary_op op, int64_t a, int64_t b, int64_t *r) {
       }                                                     \
   } while (0)
 
-static void f32_row(binary_op op, const float *pa, int64_t sa, const float *pb, int64_t sb,
+GS_VECTOR_CLONES static void f32_row(binary_op op, const float *pa, int64_t sa, const float *pb, int64_t sb,
                     float *po, int64_t len) {
   switch (op) {
   case B_ADD: F32_ROW(x + w); break;

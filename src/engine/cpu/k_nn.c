@@ -57,7 +57,7 @@ static int run_f32(const gs_cpu_kernel_call *k, f32_impl impl) {
   return rc;
 }
 
-static void apply_act(gs_activation act, float *y, int64_t n) {
+GS_VECTOR_CLONES static void apply_act(gs_activation act, float *y, int64_t n) {
   if (act == GS_ACT_RELU)
     for (int64_t i = 0; i < n; i++)
       y[i] = y[i] > 0 ? y[i] : 0;
@@ -346,7 +346,7 @@ static void window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t di
   *padded = hp < k ? hp : k;
 }
 
-static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
+GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
   const gs_pool_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   int64_t planes = xs->dims[0] * xs->dims[1];
@@ -483,7 +483,7 @@ static int k_avgpool(const gs_cpu_kernel_call *k) { return run_f32(k, avgpool_f3
 
 /* ---- normalisation and softmax ------------------------------------------------------- */
 
-static int batchnorm_f32(const gs_op_call *c, float *const *p) {
+GS_VECTOR_CLONES static int batchnorm_f32(const gs_op_call *c, float *const *p) {
   const gs_norm_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape;
   int64_t n = xs->dims[0], ch = xs->dims[1], inner = 1;
@@ -504,7 +504,7 @@ static int batchnorm_f32(const gs_op_call *c, float *const *p) {
 
 static int k_batchnorm(const gs_cpu_kernel_call *k) { return run_f32(k, batchnorm_f32); }
 
-static int layernorm_f32(const gs_op_call *c, float *const *p) {
+GS_VECTOR_CLONES static int layernorm_f32(const gs_op_call *c, float *const *p) {
   const gs_norm_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape;
   int64_t inner = 1;
@@ -544,7 +544,7 @@ static int layernorm_f32(const gs_op_call *c, float *const *p) {
 
 static int k_layernorm(const gs_cpu_kernel_call *k) { return run_f32(k, layernorm_f32); }
 
-static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
+GS_VECTOR_CLONES static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
   const gs_axis_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape;
   int64_t outer = 1, len = xs->dims[a->axis], inner = 1;

@@ -92,6 +92,16 @@ static inline void gs_sti(gs_dtype dt, void *p, int64_t i, int64_t v) {
 
 static inline bool gs_is_int(gs_dtype dt) { return !gs_dtype_is_float(dt); }
 
+/* The hot float32 loops are compiled for the baseline x86-64 and for the
+ * AVX2 and AVX-512 levels; the loader picks the best the CPU has (GNU ifunc).
+ * One binary stays portable while wide vectors are used where they exist. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define GS_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GS_VECTOR_CLONES
+#endif
+
 /* ---- broadcasting ---------------------------------------------------------------- */
 
 #define GS_BCAST_MAX_IN 3
