@@ -29,6 +29,7 @@ static void engine_init(void) {
 typedef struct conv_state {
   dnnl_primitive_t conv, src_reorder, dst_reorder, w_reorder;
   dnnl_memory_t src_plain, src_blocked, dst_plain, dst_blocked, w_plain, w_blocked, bias;
+  dnnl_stream_t stream; /* runs of one plan are serialised, so one stream serves */
   const void *w_cached; /* the constant weights the blocked copy was made from */
   bool failed;          /* oneDNN could not do this convolution: im2col instead */
 } conv_state;
@@ -41,6 +42,8 @@ static void destroy_state(void *p) {
   for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
     if (prims[i])
       dnnl_primitive_destroy(prims[i]);
+  if (s->stream)
+    dnnl_stream_destroy(s->stream);
   dnnl_memory_t mems[] = {s->src_plain, s->src_blocked, s->dst_plain, s->dst_blocked,
                           s->w_plain,   s->w_blocked,   s->bias};
   for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
@@ -186,11 +189,11 @@ int gs__dnnl_conv(const gs_op_call *c, float *const *p, bool *done) {
   if (s->failed)
     return 0;
   const gs_conv_attrs *a = c->attrs;
-  /* A stream per call: oneDNN streams are cheap, and this keeps the kernel
-   * safe to run from any of the engine's threads. */
-  dnnl_stream_t stream;
-  if (dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success)
+  if (!s->stream && dnnl_stream_create(&s->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+    s->stream = NULL;
     return 0;
+  }
+  dnnl_stream_t stream = s->stream;
   dnnl_status_t st = dnnl_success;
   dnnl_memory_set_data_handle(s->src_plain, p[0]);
   dnnl_memory_set_data_handle(s->dst_plain, p[c->n_in]);
@@ -216,7 +219,6 @@ int gs__dnnl_conv(const gs_op_call *c, float *const *p, bool *done) {
     st = reorder(stream, s->dst_reorder, s->dst_blocked, s->dst_plain);
   if (st == dnnl_success)
     st = dnnl_stream_wait(stream);
-  dnnl_stream_destroy(stream);
   if (st != dnnl_success)
     return gs_error(GS_EDEVICE, "node %s: oneDNN convolution failed (status %d)", c->node_name,
                     (int)st);

@@ -371,13 +371,25 @@ GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool 
   /* Each dim's windows, computed once: [lo, hi) taps inside, and padded count. */
   int64_t total = g.out[0] + g.out[1] + g.out[2];
   int64_t *win = malloc(sizeof(int64_t) * 3 * (size_t)(total ? total : 1));
-  if (!win)
+  float *rowbuf = malloc(sizeof(float) * (size_t)(g.in[2] ? g.in[2] : 1));
+  if (!win || !rowbuf) {
+    free(win);
+    free(rowbuf);
     return gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name);
+  }
   int64_t *wins[3] = {win, win + 3 * g.out[0], win + 3 * (g.out[0] + g.out[1])};
   for (int dim = 0; dim < 3; dim++)
     for (int64_t o = 0; o < g.out[dim]; o++)
       window(o, g.s[dim], g.p[dim], g.k[dim], g.d[dim], g.in[dim], pe[dim], &wins[dim][3 * o],
              &wins[dim][3 * o + 1], &wins[dim][3 * o + 2]);
+  /* The outputs along the width whose windows lie wholly inside the row:
+   * the same for every row and plane. */
+  int64_t int_lo = 0, int_hi;
+  while (int_lo < g.out[2] && (wins[2][3 * int_lo] != 0 || wins[2][3 * int_lo + 1] < g.k[2]))
+    int_lo++;
+  int_hi = int_lo;
+  while (int_hi < g.out[2] && wins[2][3 * int_hi] == 0 && wins[2][3 * int_hi + 1] == g.k[2])
+    int_hi++;
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *x = p[0] + pl * g.in_size;
     float *yp = y + pl * g.out_size;
@@ -390,38 +402,43 @@ GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool 
          * (borders, 3-D windows) take the general path below. */
         int64_t in_lo = 0, in_hi = 0;
         if (g.k[0] == 1 && wh[1] - wh[0] == g.k[1]) {
-          while (in_lo < g.out[2] && wins[2][3 * in_lo + 1] - wins[2][3 * in_lo] < g.k[2])
-            in_lo++;
-          in_hi = in_lo;
-          while (in_hi < g.out[2] && wins[2][3 * in_hi + 1] - wins[2][3 * in_hi] == g.k[2] &&
-                 wins[2][3 * in_hi] == 0)
-            in_hi++;
+          in_lo = int_lo;
+          in_hi = int_hi;
           float *yo = yp + (od * g.out[1] + oh) * g.out[2];
-          for (int64_t ow = in_lo; ow < in_hi; ow++)
-            yo[ow] = is_max ? -INFINITY : 0.0f;
+          /* First down the window's rows into one row (contiguous, wide
+           * vectors), then across it: the strided reads happen once, not
+           * once per row of the window. */
           int64_t h0 = oh * g.s[1] - g.p[1], sw = g.s[2];
-          for (int64_t kh = 0; kh < g.k[1]; kh++)
-            for (int64_t kw = 0; kw < g.k[2]; kw++) {
-              const float *src = x + (od * g.s[0] - g.p[0]) * g.in[1] * g.in[2] +
-                                 (h0 + kh * g.d[1]) * g.in[2] + kw * g.d[2] - g.p[2];
-              if (is_max)
-                for (int64_t ow = in_lo; ow < in_hi; ow++) {
-                  float v = src[ow * sw];
-                  yo[ow] = v > yo[ow] ? v : yo[ow];
-                }
-              else
-                for (int64_t ow = in_lo; ow < in_hi; ow++)
-                  yo[ow] += src[ow * sw];
+          const float *plane_d = x + (od * g.s[0] - g.p[0]) * g.in[1] * g.in[2];
+          const float *r0 = plane_d + h0 * g.in[2];
+          memcpy(rowbuf, r0, sizeof(float) * (size_t)g.in[2]);
+          for (int64_t kh = 1; kh < g.k[1]; kh++) {
+            const float *r = plane_d + (h0 + kh * g.d[1]) * g.in[2];
+            if (is_max)
+              for (int64_t i = 0; i < g.in[2]; i++)
+                rowbuf[i] = r[i] > rowbuf[i] ? r[i] : rowbuf[i];
+            else
+              for (int64_t i = 0; i < g.in[2]; i++)
+                rowbuf[i] += r[i];
+          }
+          for (int64_t ow = in_lo; ow < in_hi; ow++) {
+            const float *w = rowbuf + ow * sw - g.p[2];
+            float acc = w[0];
+            for (int64_t kw = 1; kw < g.k[2]; kw++) {
+              float v = w[kw * g.d[2]];
+              acc = is_max ? (v > acc ? v : acc) : acc + v;
             }
+            yo[ow] = acc;
+          }
           if (!is_max) {
             float inv = 1.0f / (float)(g.k[1] * g.k[2]);
             for (int64_t ow = in_lo; ow < in_hi; ow++)
               yo[ow] *= inv;
           }
         }
-        for (int64_t ow = 0; ow < g.out[2]; ow++) {
-          if (ow >= in_lo && ow < in_hi)
-            continue;
+        /* The border outputs: [0, in_lo) and [in_hi, out). */
+        for (int64_t ow = in_lo == 0 ? in_hi : 0; ow < g.out[2];
+             ow = ow + 1 == in_lo ? in_hi : ow + 1) {
           const int64_t *ww = &wins[2][3 * ow];
           int64_t d0 = od * g.s[0] - g.p[0], h0 = oh * g.s[1] - g.p[1], w0 = ow * g.s[2] - g.p[2];
           float best = -INFINITY, sum = 0;
@@ -452,6 +469,7 @@ GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool 
     }
   }
   free(win);
+  free(rowbuf);
   return 0;
 }
 
