@@ -199,6 +199,7 @@ def test_conv_transpose(case):
 
 @pytest.mark.parametrize("attrs", [
     {"kernel_shape": [2, 2]},
+    {"kernel_shape": [2, 2], "strides": [2, 2]},
     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
     {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
     {"kernel_shape": [2, 3], "dilations": [2, 1]},
@@ -219,6 +220,7 @@ def test_averagepool(attrs):
 def test_pool_1d_and_global():
     check_op("MaxPool", {"x": f32(2, 3, 10)}, {"kernel_shape": [3], "strides": [2]})
     check_op("GlobalAveragePool", {"x": f32(2, 5, 4, 3)})
+    check_op("GlobalAveragePool", {"x": f32(2, 3, 7, 9)})  # more than the 16 running sums
 
 
 # ---- normalisation and softmax -------------------------------------------------------------
