@@ -357,6 +357,9 @@ static int run(int argc, char **argv) {
            r.nodes, r.steps, r.folded, r.fused, (unsigned long long)r.arena_bytes,
            (unsigned long long)r.naive_bytes, (unsigned long long)r.weights_bytes,
            gs_device_get_info(dev)->id);
+    if (r.cpu_fallback)
+      printf("plan: %d kernels run on the CPU instead, with copies, because %s lacks them: %s\n",
+             r.cpu_fallback, gs_device_get_info(dev)->id, r.fallback_ops);
   }
   if (gs_plan_run(plan, in_ptrs, outputs) < 0) {
     gs_cli_error("model run: %s", gs_error_detail());

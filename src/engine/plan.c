@@ -42,6 +42,10 @@ typedef struct step {
   int in[GS_OP_MAX_IO], out[GS_OP_MAX_IO]; /* value indices, -1: omitted */
   bool dead;                               /* fused into another step */
   bool on_cpu;                             /* fallback: the device lacks this kernel */
+  /* For a fallback step: the CPU kernel, and the host address of each
+   * operand (constant data, or its place in the plan's staging buffer). */
+  const gs_cpu_kernel *cpu_kernel;
+  void *host[GS_OP_MAX_IO];
 } step;
 
 struct gs_plan {
@@ -54,6 +58,7 @@ struct gs_plan {
   int n_steps;
   int *inputs, *outputs; /* value indices of the graph's inputs and outputs */
   gs_buffer_t *arena, *weights;
+  gs_buffer_t *staging; /* pinned host memory for steps that run on the CPU instead */
   gs_stream_t *stream;
   pthread_mutex_t run_lock;
   gs_dtype half;     /* GS_DT_FLOAT16 or GS_DT_BFLOAT16 for reduced precision, else INVALID */
@@ -556,6 +561,70 @@ static int place_weights(gs_plan *p, uint64_t *total) {
   return 0;
 }
 
+/* ---- running on the CPU what the device cannot run ------------------------------------ */
+
+static size_t align_up(size_t v) { return (v + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+/* Marks a step the device has no kernel for, and lays out its operands in
+ * the staging buffer (offsets kept in host[] until the buffer exists). */
+static int plan_fallback(gs_plan *p, step *st, uint64_t *staging_bytes) {
+  const gs_op_call *c = st->call;
+  if (gs_device_supports_op(p->device, c->op->name))
+    return 0;
+  gs_backend_t *cpu = gs_hal_backend_by_name("cpu");
+  st->cpu_kernel = cpu ? gs__backend_find_kernel(cpu, c->op->name) : NULL;
+  if (!st->cpu_kernel)
+    return gs_error(GS_ENOTSUP, "%s has no kernel for %s (node %s), and neither has the CPU",
+                    gs_device_get_info(p->device)->id, c->op->name, c->node_name);
+  st->on_cpu = true;
+  p->report.cpu_fallback++;
+  if (!strstr(p->report.fallback_ops, c->op->name) &&
+      strlen(p->report.fallback_ops) + strlen(c->op->name) + 3 < sizeof p->report.fallback_ops) {
+    if (p->report.fallback_ops[0])
+      strcat(p->report.fallback_ops, ", ");
+    strcat(p->report.fallback_ops, c->op->name);
+  }
+  size_t at = 0;
+  for (int i = 0; i < c->n_in + c->n_out; i++) {
+    int v = i < c->n_in ? st->in[i] : st->out[i - c->n_in];
+    st->host[i] = NULL;
+    if (v < 0 || (i < c->n_in && p->values[v].data))
+      continue; /* omitted, or constant: read from the host copy */
+    st->host[i] = (void *)(uintptr_t)(at + 1); /* an offset, resolved later */
+    at += align_up(p->values[v].bytes);
+  }
+  if (at > *staging_bytes)
+    *staging_bytes = at;
+  return 0;
+}
+
+static void resolve_fallback(gs_plan *p, step *st) {
+  if (!st->on_cpu)
+    return;
+  char *base = gs_buffer_host_ptr(p->staging);
+  const gs_op_call *c = st->call;
+  for (int i = 0; i < c->n_in + c->n_out; i++) {
+    int v = i < c->n_in ? st->in[i] : st->out[i - c->n_in];
+    if (v < 0)
+      continue;
+    if (i < c->n_in && p->values[v].data)
+      st->host[i] = (void *)p->values[v].data;
+    else
+      st->host[i] = base + ((uintptr_t)st->host[i] - 1);
+  }
+}
+
+/* The host function of a fallback step: the CPU kernel on the staged operands. */
+static int run_fallback(void *arg) {
+  const step *st = arg;
+  const gs_op_call *c = st->call;
+  gs_cpu_kernel_call kc = {.buffer_count = c->n_in + c->n_out, .params = &c,
+                           .params_size = sizeof c};
+  for (int i = 0; i < kc.buffer_count; i++)
+    kc.ptr[i] = st->host[i];
+  return st->cpu_kernel->fn(&kc);
+}
+
 /* ---- plan lifecycle -------------------------------------------------------------------- */
 
 void gs_plan_destroy(gs_plan *p) {
@@ -565,6 +634,7 @@ void gs_plan_destroy(gs_plan *p) {
     gs_stream_synchronize(p->stream);
   gs_buffer_free(p->arena, p->stream);
   gs_buffer_free(p->weights, p->stream);
+  gs_buffer_free(p->staging, p->stream);
   gs_stream_destroy(p->stream);
   for (int s = 0; s < p->n_steps; s++)
     free_call(p->steps[s].call);
@@ -679,13 +749,10 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   uint64_t wbytes = 0;
   if (rc == 0)
     rc = place_weights(p, &wbytes);
-  /* Every step needs a kernel on the device. */
+  /* A step whose op has no kernel on the device runs on the CPU instead. */
+  uint64_t staging_bytes = 0;
   for (int s = 0; rc == 0 && s < p->n_steps; s++)
-    if (!gs_device_supports_op(p->device, p->steps[s].call->op->name))
-      rc = gs_error(GS_ENOTSUP, "%s has no kernel for %s (node %s), and running it on the CPU "
-                                "instead is not supported yet",
-                    gs_device_get_info(p->device)->id, p->steps[s].call->op->name,
-                    p->steps[s].call->node_name);
+    rc = plan_fallback(p, &p->steps[s], &staging_bytes);
   /* Kernels may prepare constant weights once (oneDNN's reordered layout). */
   for (int i = 0; rc == 0 && i < p->n_steps; i++)
     if (is_op(&p->steps[i], "Conv") && p->values[p->steps[i].in[1]].data)
@@ -706,6 +773,11 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
     rc = gs_pool_alloc(pool, p->report.arena_bytes, p->stream, &p->arena);
   if (rc == 0)
     rc = gs_pool_alloc(pool, wbytes, p->stream, &p->weights);
+  if (rc == 0 && staging_bytes)
+    rc = gs_pool_alloc(gs_device_pool(p->device, GS_MEM_PINNED_HOST), staging_bytes, NULL,
+                       &p->staging);
+  for (int s = 0; rc == 0 && p->staging && s < p->n_steps; s++)
+    resolve_fallback(p, &p->steps[s]);
   /* Upload the weights once; the model's host copies stay where they are. */
   for (int i = 0; rc == 0 && i < p->n_values; i++) {
     value *v = &p->values[i];
@@ -727,10 +799,39 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
 
 /* ---- running ------------------------------------------------------------------------------ */
 
+
 static void locate(const gs_plan *p, int v, gs_buffer_t **buf, size_t *off) {
   const value *val = &p->values[v];
   *buf = val->data ? p->weights : p->arena;
   *off = (size_t)(val->offset > 0 ? val->offset : 0);
+}
+
+/* Queues a fallback step on the plan's stream: its inputs down to the
+ * staging buffer, the CPU kernel as a host function, its outputs back up. */
+static int launch_fallback(gs_plan *p, const step *st) {
+  const gs_op_call *c = st->call;
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < c->n_in; i++) {
+    int v = st->in[i];
+    if (v < 0 || p->values[v].data || !p->values[v].bytes)
+      continue;
+    gs_buffer_t *buf;
+    size_t off;
+    locate(p, v, &buf, &off);
+    rc = gs_stream_copy_d2h(p->stream, st->host[i], buf, off, p->values[v].bytes);
+  }
+  if (rc == 0)
+    rc = gs_stream_host_func(p->stream, run_fallback, (void *)st);
+  for (int o = 0; rc == 0 && o < c->n_out; o++) {
+    int v = st->out[o];
+    if (v < 0 || !p->values[v].bytes)
+      continue;
+    gs_buffer_t *buf;
+    size_t off;
+    locate(p, v, &buf, &off);
+    rc = gs_stream_copy_h2d(p->stream, buf, off, st->host[c->n_in + o], p->values[v].bytes);
+  }
+  return rc;
 }
 
 int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
@@ -744,6 +845,10 @@ int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
   for (int s = 0; rc == 0 && s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     const gs_op_call *c = st->call;
+    if (st->on_cpu) {
+      rc = launch_fallback(p, st);
+      continue;
+    }
     gs_kernel_args args = {.buffer_count = c->n_in + c->n_out, .params = &c,
                            .params_size = sizeof c};
     for (int i = 0; i < c->n_in; i++)

@@ -11,6 +11,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 GPUSRV = os.environ.get("GPUSRV_BIN", "build/gpusrv")
+# ctest runs these tests once per backend: GSTEST_DEVICE names the device.
+DEVICE = os.environ.get("GSTEST_DEVICE")
 
 NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
@@ -51,6 +53,8 @@ def run_gpusrv(model_path, feeds, workdir, extra=()):
         path = os.path.join(workdir, f"in_{len(args)}.npy")
         np.save(path, arr)
         args += ["-i", f"{name}={path}"]
+    if DEVICE:
+        args += ["--device", DEVICE]
     p = subprocess.run(args + list(extra), capture_output=True, text=True, timeout=120)
     return p
 

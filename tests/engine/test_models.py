@@ -40,6 +40,20 @@ def test_plan_folds_fuses_and_reuses_memory(tmp_path):
     assert arena < 0.6 * naive
 
 
+def test_fallback_is_reported(tmp_path):
+    """On a device without the engine's kernels, the plan says which ops
+    run on the CPU instead; on the CPU itself nothing falls back."""
+    from gsonnx import DEVICE
+    path = str(tmp_path / "mlp.onnx")
+    onnx.save(BUILDERS["mlp"](), path)
+    p = run_gpusrv(path, {"x": example_input("mlp", 1)}, str(tmp_path), extra=["--report"])
+    assert p.returncode == 0, p.stderr
+    if DEVICE == "testcpu0":
+        assert "run on the CPU instead" in p.stdout and "MatMul" in p.stdout, p.stdout
+    else:
+        assert "instead" not in p.stdout, p.stdout
+
+
 def test_transformer_reshapes_fold_and_matmul_add_fuses(tmp_path):
     path = str(tmp_path / "t.onnx")
     onnx.save(BUILDERS["transformer"](), path)

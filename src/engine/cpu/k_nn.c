@@ -1,7 +1,13 @@
 /* k_nn.c - CPU kernels of the neural-network ops. Matrix products go to
- * OpenBLAS (sgemm/dgemm); Conv is im2col + sgemm (1x1 convolutions skip the
- * im2col); ConvTranspose is sgemm + col2im. float16 and bfloat16 tensors are
- * computed in float32 and converted back. */
+ * OpenBLAS (sgemm); Conv goes to oneDNN (dnnl_conv.c), or im2col + sgemm
+ * where oneDNN cannot take it; ConvTranspose is sgemm + col2im. float16 and
+ * bfloat16 tensors are computed in float32 and converted back.
+ *
+ * Pooling, batch and layer normalisation and softmax are written here
+ * although oneDNN has primitives for them: oneDNN's fast versions want its
+ * blocked layouts, and the engine's tensors are NCHW, so each call would pay
+ * two reorders - a full pass over memory each - around an op that is itself
+ * one pass. The loops below make that one pass, vectorised. */
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/dnnl_conv.h"
 #include "engine/cpu/fastmath.h"
