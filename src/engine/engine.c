@@ -5,6 +5,15 @@
 #include "base/error.h"
 #include "engine/cpu/kernels.h"
 
+int gs__cpu_register_table(gs_backend_t *be, const gs_cpu_kernel_entry *table, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    int rc = gs__backend_register_kernel(be, table[i].name, &table[i].kernel);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
 int gs_engine_init(void) {
   gs_backend_t *cpu = gs_hal_backend_by_name("cpu");
   if (!cpu)

@@ -480,11 +480,8 @@ static int k_where(const gs_cpu_kernel_call *k) {
 
 /* ---- registration ------------------------------------------------------------------- */
 
-#define KERNEL(name, func) {name, {.fn = func}}
-static const struct {
-  const char *name;
-  gs_cpu_kernel kernel;
-} kernels[] = {
+#define KERNEL GS_CPU_KERNEL
+static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("Relu", k_relu),       KERNEL("LeakyRelu", k_leaky), KERNEL("Sigmoid", k_sigmoid),
     KERNEL("Tanh", k_tanh),       KERNEL("Gelu", k_gelu),       KERNEL("Erf", k_erf),
     KERNEL("Sqrt", k_sqrt),       KERNEL("Exp", k_exp),         KERNEL("Log", k_log),
@@ -497,10 +494,5 @@ static const struct {
 };
 
 int gs__cpu_register_elementwise(gs_backend_t *be) {
-  for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
-    int rc = gs__backend_register_kernel(be, kernels[i].name, &kernels[i].kernel);
-    if (rc < 0)
-      return rc;
-  }
-  return 0;
+  return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);
 }

@@ -644,11 +644,8 @@ static int k_logsoftmax(const gs_cpu_kernel_call *k) { return run_f32(k, logsoft
 
 /* ---- registration ----------------------------------------------------------------------- */
 
-#define KERNEL(name, func) {name, {.fn = func}}
-static const struct {
-  const char *name;
-  gs_cpu_kernel kernel;
-} kernels[] = {
+#define KERNEL GS_CPU_KERNEL
+static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("Gemm", k_gemm),
     KERNEL("MatMul", k_matmul),
     KERNEL("Conv", k_conv),
@@ -666,10 +663,5 @@ int gs__cpu_register_nn(gs_backend_t *be) {
   /* Kernels run one at a time on a stream's worker; BLAS threads of its own
    * would compete with other streams for the same cores. */
   openblas_set_num_threads(1);
-  for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
-    int rc = gs__backend_register_kernel(be, kernels[i].name, &kernels[i].kernel);
-    if (rc < 0)
-      return rc;
-  }
-  return 0;
+  return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);
 }

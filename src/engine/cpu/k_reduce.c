@@ -157,21 +157,13 @@ static int k_topk(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
-#define KERNEL(name, func) {name, {.fn = func}}
-static const struct {
-  const char *name;
-  gs_cpu_kernel kernel;
-} kernels[] = {
+#define KERNEL GS_CPU_KERNEL
+static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("ReduceSum", k_reduce_sum), KERNEL("ReduceMean", k_reduce_mean),
     KERNEL("ReduceMax", k_reduce_max), KERNEL("ArgMax", k_argmax),
     KERNEL("TopK", k_topk),
 };
 
 int gs__cpu_register_reduce(gs_backend_t *be) {
-  for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
-    int rc = gs__backend_register_kernel(be, kernels[i].name, &kernels[i].kernel);
-    if (rc < 0)
-      return rc;
-  }
-  return 0;
+  return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);
 }

@@ -323,11 +323,8 @@ static int k_resize(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
-#define KERNEL(name, func) {name, {.fn = func}}
-static const struct {
-  const char *name;
-  gs_cpu_kernel kernel;
-} kernels[] = {
+#define KERNEL GS_CPU_KERNEL
+static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("Reshape", k_copy),     KERNEL("Flatten", k_copy),
     KERNEL("Squeeze", k_copy),     KERNEL("Unsqueeze", k_copy),
     KERNEL("Identity", k_copy),    KERNEL("Dropout", k_copy),
@@ -339,10 +336,5 @@ static const struct {
 };
 
 int gs__cpu_register_shape(gs_backend_t *be) {
-  for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
-    int rc = gs__backend_register_kernel(be, kernels[i].name, &kernels[i].kernel);
-    if (rc < 0)
-      return rc;
-  }
-  return 0;
+  return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);
 }

@@ -119,6 +119,14 @@ void gs_bcast_init(gs_bcast *b, const gs_shape *out, int n_in, const gs_shape *c
 /* Offsets of row `row` (0 <= row < rows) of the output and of each input. */
 void gs_bcast_row(const gs_bcast *b, int64_t row, int64_t *out_off, int64_t *in_off);
 
+/* A family's kernels, as a table registered in one go. */
+typedef struct gs_cpu_kernel_entry {
+  const char *name;
+  gs_cpu_kernel kernel;
+} gs_cpu_kernel_entry;
+#define GS_CPU_KERNEL(name, func) {name, {.fn = func}}
+int gs__cpu_register_table(gs_backend_t *be, const gs_cpu_kernel_entry *table, size_t count);
+
 /* Registration of each family's CPU kernels (called by gs_engine_init). */
 int gs__cpu_register_elementwise(gs_backend_t *be);
 int gs__cpu_register_nn(gs_backend_t *be);

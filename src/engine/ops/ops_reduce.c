@@ -8,6 +8,17 @@
 
 #include <string.h>
 
+/* The shape left after reducing the marked dims (kept as 1 with keepdims). */
+static gs_shape reduced_shape(const gs_shape *x, const gs_reduce_attrs *a) {
+  gs_shape out = {.rank = 0};
+  for (int i = 0; i < x->rank; i++)
+    if (!a->reduce[i])
+      out.dims[out.rank++] = x->dims[i];
+    else if (a->keepdims)
+      out.dims[out.rank++] = 1;
+  return out;
+}
+
 /* Axes come from the attribute (older opsets) or from input 1 (ReduceSum
  * from opset 13, the others from 18). */
 static int infer_reduce(gs_op_call *c, const gs_node *n) {
@@ -42,17 +53,11 @@ static int infer_reduce(gs_op_call *c, const gs_node *n) {
       return gs_op_fail(c, "axis %d is listed twice", ax);
     a->reduce[ax] = true;
   }
-  gs_shape out = {.rank = 0};
-  for (int i = 0; i < x->rank; i++) {
+  for (int i = 0; i < x->rank; i++)
     if (a->reduce[i] && x->dims[i] == 0 && strcmp(c->op->name, "ReduceMax") == 0)
       return gs_op_fail(c, "ReduceMax over an empty dimension has no value");
-    if (!a->reduce[i])
-      out.dims[out.rank++] = x->dims[i];
-    else if (a->keepdims)
-      out.dims[out.rank++] = 1;
-  }
   c->out[0].dtype = c->in[0].dtype;
-  c->out[0].shape = out;
+  c->out[0].shape = reduced_shape(x, a);
   return GS_OK;
 }
 
@@ -72,14 +77,8 @@ static int infer_argmax(gs_op_call *c, const gs_node *n) {
   a->reduce[axis] = true;
   a->keepdims = gs_attr_int(n, "keepdims", 1) != 0;
   a->select_last = gs_attr_int(n, "select_last_index", 0) != 0;
-  gs_shape out = {.rank = 0};
-  for (int i = 0; i < x->rank; i++)
-    if (i != axis)
-      out.dims[out.rank++] = x->dims[i];
-    else if (a->keepdims)
-      out.dims[out.rank++] = 1;
   c->out[0].dtype = GS_DT_INT64;
-  c->out[0].shape = out;
+  c->out[0].shape = reduced_shape(x, a);
   return GS_OK;
 }
 
