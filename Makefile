@@ -18,9 +18,12 @@ $(BUILD)/CMakeCache.txt: | deps
 build: deps $(BUILD)/CMakeCache.txt
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Until the inference server exists, the main job shows the devices.
+# The main job: the inference server on its defaults, over models/ (the digits demo).
 run: build
-	$(BUILD)/gpusrv smi
+	@echo "gpusrv: serving models/ on http://127.0.0.1:8000 (Ctrl-C stops it). Try:"
+	@echo "  curl http://127.0.0.1:8000/v2/models/digits"
+	@echo "  curl -X POST http://127.0.0.1:8000/v2/models/digits/infer -d @models/digits/example-request.json"
+	$(BUILD)/gpusrv serve --model-repository models
 
 # C tests and CLI tests in a normal build, then the same under ASan + UBSan.
 test: build

@@ -11,6 +11,7 @@ typedef struct gs_cli_command {
   const char *name;
   const char *summary; /* one line for `gpusrv --help` */
   const char *help;    /* the text of `gpusrv help NAME` and `gpusrv NAME --help` */
+  const char *(*help_fn)(void); /* or this, for text built at run time */
   int (*run)(int argc, char **argv); /* argv[0] is the subcommand's name */
 } gs_cli_command;
 
@@ -22,5 +23,8 @@ int gs_cli_usage_error(const gs_cli_command *cmd, const char *fmt, ...)
 
 extern const gs_cli_command gs_cli_smi;
 extern const gs_cli_command gs_cli_model;
+extern const gs_cli_command gs_cli_serve;
+/* A command's help text, however it is made. */
+const char *gs_cli_help_text(const gs_cli_command *cmd);
 
 #endif

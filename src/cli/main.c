@@ -9,7 +9,7 @@
 #define GS_VERSION "0.0.0-dev"
 #endif
 
-static const gs_cli_command *const commands[] = {&gs_cli_smi, &gs_cli_model, NULL};
+static const gs_cli_command *const commands[] = {&gs_cli_serve, &gs_cli_smi, &gs_cli_model, NULL};
 
 void gs_cli_error(const char *fmt, ...) {
   va_list ap;
@@ -20,6 +20,10 @@ void gs_cli_error(const char *fmt, ...) {
   va_end(ap);
 }
 
+const char *gs_cli_help_text(const gs_cli_command *cmd) {
+  return cmd->help_fn ? cmd->help_fn() : cmd->help;
+}
+
 /* The usage line is the first line of the help text. */
 int gs_cli_usage_error(const gs_cli_command *cmd, const char *fmt, ...) {
   va_list ap;
@@ -28,9 +32,10 @@ int gs_cli_usage_error(const gs_cli_command *cmd, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-  const char *nl = strchr(cmd->help, '\n');
+  const char *help = gs_cli_help_text(cmd);
+  const char *nl = strchr(help, '\n');
   fprintf(stderr, "%.*s\nRun 'gpusrv help %s' for more.\n",
-          (int)(nl ? nl - cmd->help : (long)strlen(cmd->help)), cmd->help, cmd->name);
+          (int)(nl ? nl - help : (long)strlen(help)), help, cmd->name);
   return GS_EXIT_USAGE;
 }
 
@@ -87,7 +92,7 @@ int main(int argc, char **argv) {
       gs_cli_error("help: unknown command '%s'", argv[2]);
       return GS_EXIT_USAGE;
     }
-    fputs(cmd->help, stdout);
+    fputs(gs_cli_help_text(cmd), stdout);
     return GS_EXIT_OK;
   }
   if (arg[0] == '-') {
@@ -105,7 +110,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--") == 0)
       break;
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      fputs(cmd->help, stdout);
+      fputs(gs_cli_help_text(cmd), stdout);
       return GS_EXIT_OK;
     }
   }

@@ -1,0 +1,29 @@
+/* api.h - the application interface: `gpusrv serve`, an HTTP server of the
+ * KServe v2 inference protocol over the model repository. */
+#ifndef GS_API_H
+#define GS_API_H
+
+#include "base/config.h"
+
+#include <stdint.h>
+
+/* The settings of `gpusrv serve`, filled from gs_serve_options. */
+typedef struct gs_serve_settings {
+  char host[GS_CONFIG_STR];
+  int64_t http_port;
+  char model_repository[GS_CONFIG_STR];
+  char state_dir[GS_CONFIG_STR];
+  int64_t max_request_bytes;
+  int64_t http_threads;
+  int64_t drain_seconds;
+} gs_serve_settings;
+
+/* The one table every way of setting them derives from. */
+extern const gs_config_option gs_serve_options[];
+
+/* Runs the server until SIGINT or SIGTERM, then lets requests in flight
+ * finish (up to drain_seconds) and returns 0; or returns an error when it
+ * cannot start (port taken, repository unreadable). */
+int gs_serve(const gs_serve_settings *settings);
+
+#endif

@@ -1,0 +1,440 @@
+/* kserve.c - the KServe v2 / Open Inference Protocol over HTTP: server and
+ * model metadata, model configuration in Triton's shape, and inference with
+ * JSON tensors and with the binary tensor data extension. */
+#include "api/kserve.h"
+
+#include "base/error.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+  gs_dtype dtype;
+  const char *name;   /* KServe v2 datatype */
+  const char *triton; /* model configuration data_type */
+} types[] = {
+    {GS_DT_BOOL, "BOOL", "TYPE_BOOL"},     {GS_DT_UINT8, "UINT8", "TYPE_UINT8"},
+    {GS_DT_INT8, "INT8", "TYPE_INT8"},     {GS_DT_INT16, "INT16", "TYPE_INT16"},
+    {GS_DT_INT32, "INT32", "TYPE_INT32"},  {GS_DT_INT64, "INT64", "TYPE_INT64"},
+    {GS_DT_FLOAT16, "FP16", "TYPE_FP16"},  {GS_DT_BFLOAT16, "BF16", "TYPE_BF16"},
+    {GS_DT_FLOAT32, "FP32", "TYPE_FP32"},  {GS_DT_FLOAT64, "FP64", "TYPE_FP64"},
+    {GS_DT_BYTES, "BYTES", "TYPE_STRING"},
+};
+
+const char *gs_kserve_dtype_name(gs_dtype dt) {
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+    if (types[i].dtype == dt)
+      return types[i].name;
+  return "INVALID";
+}
+
+static const char *triton_name(gs_dtype dt) {
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+    if (types[i].dtype == dt)
+      return types[i].triton;
+  return "TYPE_INVALID";
+}
+
+static gs_dtype dtype_of(const char *name) {
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+    if (strcmp(types[i].name, name) == 0)
+      return types[i].dtype;
+  return GS_DT_INVALID;
+}
+
+/* ---- replies ---------------------------------------------------------------------- */
+
+void gs_http_reply_free(gs_http_reply *r) {
+  free(r->body);
+  memset(r, 0, sizeof *r);
+}
+
+static int reply_json(gs_http_reply *r, int status, json_t *j) {
+  r->status = status;
+  r->body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(j);
+  r->len = r->body ? strlen(r->body) : 0;
+  snprintf(r->content_type, sizeof r->content_type, "application/json");
+  return r->body ? 0 : gs_error(GS_ENOMEM, "out of memory encoding a reply");
+}
+
+int gs_http_reply_error(gs_http_reply *r, int status, const char *message) {
+  json_t *j = json_object();
+  json_object_set_new(j, "error", json_string(message));
+  return reply_json(r, status, j);
+}
+
+/* ---- metadata ---------------------------------------------------------------------- */
+
+/* The shape a client sees: with batching, the batch dimension is -1. */
+static json_t *shape_json(const gs_served_model *m, const gs_value_info *v, bool config) {
+  json_t *a = json_array();
+  for (int d = 0; d < v->rank; d++) {
+    if (m->max_batch_size > 0 && d == 0) {
+      if (!config)
+        json_array_append_new(a, json_integer(-1));
+      continue;
+    }
+    json_array_append_new(a, json_integer(v->dims[d] >= 0 ? v->dims[d] : -1));
+  }
+  return a;
+}
+
+int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
+  json_t *j = json_object(), *ext = json_array();
+  json_object_set_new(j, "name", json_string("gpusrv"));
+  json_object_set_new(j, "version", json_string(version));
+  /* Exactly what is implemented. */
+  json_array_append_new(ext, json_string("binary_tensor_data"));
+  json_array_append_new(ext, json_string("model_configuration"));
+  json_object_set_new(j, "extensions", ext);
+  return reply_json(r, 200, j);
+}
+
+int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_reply *r) {
+  json_t *j = json_object(), *vers = json_array(), *ins = json_array(), *outs = json_array();
+  json_object_set_new(j, "name", json_string(m->name));
+  for (int i = 0; i < m->n_versions; i++) {
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)m->versions[i].number);
+    json_array_append_new(vers, json_string(num));
+  }
+  json_object_set_new(j, "versions", vers);
+  json_object_set_new(j, "platform", json_string("onnxruntime_onnx"));
+  for (int pass = 0; pass < 2; pass++) {
+    const gs_value_info *vs = pass ? v->model->outputs : v->model->inputs;
+    int n = pass ? v->model->n_outputs : v->model->n_inputs;
+    for (int i = 0; i < n; i++) {
+      json_t *t = json_object();
+      json_object_set_new(t, "name", json_string(vs[i].name));
+      json_object_set_new(t, "datatype", json_string(gs_kserve_dtype_name(vs[i].dtype)));
+      json_object_set_new(t, "shape", shape_json(m, &vs[i], false));
+      json_array_append_new(pass ? outs : ins, t);
+    }
+  }
+  json_object_set_new(j, "inputs", ins);
+  json_object_set_new(j, "outputs", outs);
+  return reply_json(r, 200, j);
+}
+
+int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_reply *r) {
+  json_t *j = json_object(), *ins = json_array(), *outs = json_array();
+  json_object_set_new(j, "name", json_string(m->name));
+  json_object_set_new(j, "platform", json_string("onnxruntime_onnx"));
+  json_object_set_new(j, "backend", json_string("onnxruntime"));
+  json_object_set_new(j, "max_batch_size", json_integer(m->max_batch_size));
+  for (int pass = 0; pass < 2; pass++) {
+    const gs_value_info *vs = pass ? v->model->outputs : v->model->inputs;
+    int n = pass ? v->model->n_outputs : v->model->n_inputs;
+    for (int i = 0; i < n; i++) {
+      json_t *t = json_object();
+      json_object_set_new(t, "name", json_string(vs[i].name));
+      json_object_set_new(t, "data_type", json_string(triton_name(vs[i].dtype)));
+      json_object_set_new(t, "dims", shape_json(m, &vs[i], true));
+      json_array_append_new(pass ? outs : ins, t);
+    }
+  }
+  json_object_set_new(j, "input", ins);
+  json_object_set_new(j, "output", outs);
+  /* One instance on the first device, no batching across requests yet. */
+  json_t *group = json_object(), *groups = json_array();
+  json_object_set_new(group, "count", json_integer(1));
+  json_object_set_new(group, "kind", json_string("KIND_CPU"));
+  json_array_append_new(groups, group);
+  json_object_set_new(j, "instance_group", groups);
+  return reply_json(r, 200, j);
+}
+
+/* ---- inference --------------------------------------------------------------------- */
+
+/* Appends the numbers of a (possibly nested) JSON array to buf as dtype. */
+static int flatten(json_t *a, gs_dtype dt, char *buf, int64_t *at, int64_t count) {
+  if (json_is_array(a)) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(a, i, e) {
+      int rc = flatten(e, dt, buf, at, count);
+      if (rc < 0)
+        return rc;
+    }
+    return 0;
+  }
+  if (*at >= count)
+    return -1; /* too many: the caller names the input */
+  size_t es = gs_dtype_size(dt);
+  char *slot = buf + (size_t)*at * es;
+  double v;
+  if (json_is_boolean(a))
+    v = json_is_true(a);
+  else if (json_is_number(a))
+    v = json_number_value(a);
+  else
+    return -2;
+  switch (dt) {
+  case GS_DT_FLOAT32: *(float *)slot = (float)v; break;
+  case GS_DT_FLOAT64: *(double *)slot = v; break;
+  case GS_DT_FLOAT16: *(uint16_t *)slot = gs_f32_to_f16((float)v); break;
+  case GS_DT_BFLOAT16: *(uint16_t *)slot = gs_f32_to_bf16((float)v); break;
+  case GS_DT_INT64: *(int64_t *)slot = json_is_integer(a) ? json_integer_value(a) : (int64_t)v; break;
+  case GS_DT_INT32: *(int32_t *)slot = (int32_t)(json_is_integer(a) ? json_integer_value(a) : (int64_t)v); break;
+  case GS_DT_INT16: *(int16_t *)slot = (int16_t)v; break;
+  case GS_DT_INT8: *(int8_t *)slot = (int8_t)v; break;
+  case GS_DT_UINT8:
+  case GS_DT_BOOL: *(uint8_t *)slot = (uint8_t)(dt == GS_DT_BOOL ? v != 0 : v); break;
+  default: return -2;
+  }
+  (*at)++;
+  return 0;
+}
+
+static json_t *data_json(gs_dtype dt, const void *p, int64_t n) {
+  json_t *a = json_array();
+  for (int64_t i = 0; i < n; i++) {
+    switch (dt) {
+    case GS_DT_FLOAT32: json_array_append_new(a, json_real(((const float *)p)[i])); break;
+    case GS_DT_FLOAT64: json_array_append_new(a, json_real(((const double *)p)[i])); break;
+    case GS_DT_FLOAT16: json_array_append_new(a, json_real(gs_f16_to_f32(((const uint16_t *)p)[i]))); break;
+    case GS_DT_BFLOAT16: json_array_append_new(a, json_real(gs_bf16_to_f32(((const uint16_t *)p)[i]))); break;
+    case GS_DT_INT64: json_array_append_new(a, json_integer(((const int64_t *)p)[i])); break;
+    case GS_DT_INT32: json_array_append_new(a, json_integer(((const int32_t *)p)[i])); break;
+    case GS_DT_INT16: json_array_append_new(a, json_integer(((const int16_t *)p)[i])); break;
+    case GS_DT_INT8: json_array_append_new(a, json_integer(((const int8_t *)p)[i])); break;
+    case GS_DT_UINT8: json_array_append_new(a, json_integer(((const uint8_t *)p)[i])); break;
+    case GS_DT_BOOL: json_array_append_new(a, json_boolean(((const uint8_t *)p)[i])); break;
+    default: break;
+    }
+  }
+  return a;
+}
+
+static bool param_true(json_t *obj, const char *key) {
+  json_t *params = json_object_get(obj, "parameters");
+  return params && json_is_true(json_object_get(params, key));
+}
+
+#define MAX_IO 8
+
+int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
+                    size_t header_len, gs_http_reply *r) {
+  const gs_model *model = v->model;
+  char why[600];
+  if (header_len > len)
+    return gs_http_reply_error(r, 400, "Inference-Header-Content-Length is larger than the body");
+  size_t json_len = header_len ? header_len : len;
+  json_error_t jerr;
+  json_t *req = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!req) {
+    snprintf(why, sizeof why, "malformed JSON in the request at line %d, column %d: %s", jerr.line,
+             jerr.column, jerr.text);
+    return gs_http_reply_error(r, 400, why);
+  }
+  const char *binary = body + json_len;
+  size_t binary_left = len - json_len;
+  void *in_data[MAX_IO] = {0};
+  bool owned[MAX_IO] = {false};
+  gs_shape shapes[MAX_IO];
+  void *outputs[MAX_IO] = {0};
+  gs_plan_value_info out_info[MAX_IO];
+  int status = 400, rc = 0;
+  why[0] = '\0';
+  json_t *inputs = json_object_get(req, "inputs");
+  if (model->n_inputs > MAX_IO || model->n_outputs > MAX_IO) {
+    status = 400;
+    snprintf(why, sizeof why, "models with more than %d inputs or outputs are not served yet", MAX_IO);
+    goto fail;
+  }
+  if (!json_is_array(inputs)) {
+    snprintf(why, sizeof why, "the request has no \"inputs\" array");
+    goto fail;
+  }
+  size_t k;
+  json_t *in;
+  json_array_foreach(inputs, k, in) {
+    const char *name = json_string_value(json_object_get(in, "name"));
+    const char *dtname = json_string_value(json_object_get(in, "datatype"));
+    json_t *shape = json_object_get(in, "shape");
+    int idx = -1;
+    for (int i = 0; name && i < model->n_inputs; i++)
+      if (strcmp(model->inputs[i].name, name) == 0)
+        idx = i;
+    if (!name || idx < 0) {
+      snprintf(why, sizeof why, "unknown input '%s' for model %s", name ? name : "(no name)",
+               m->name);
+      goto fail;
+    }
+    if (in_data[idx]) {
+      snprintf(why, sizeof why, "input '%s' is given twice", name);
+      goto fail;
+    }
+    const gs_value_info *want = &model->inputs[idx];
+    if (!dtname || dtype_of(dtname) != want->dtype) {
+      snprintf(why, sizeof why, "input '%s': expected datatype %s, got %s", name,
+               gs_kserve_dtype_name(want->dtype), dtname ? dtname : "none");
+      goto fail;
+    }
+    if (!json_is_array(shape) || json_array_size(shape) != (size_t)want->rank) {
+      snprintf(why, sizeof why, "input '%s': expected a shape of %d dimensions", name, want->rank);
+      goto fail;
+    }
+    gs_shape s = {.rank = want->rank};
+    for (int d = 0; d < want->rank; d++) {
+      json_t *dim = json_array_get(shape, (size_t)d);
+      int64_t val = json_is_integer(dim) ? json_integer_value(dim) : -1;
+      bool batch = m->max_batch_size > 0 && d == 0;
+      if (val < 0 || (batch && (val < 1 || val > m->max_batch_size)) ||
+          (!batch && want->dims[d] >= 0 && val != want->dims[d])) {
+        snprintf(why, sizeof why, "input '%s': dimension %d is %lld, expected %s%lld", name, d,
+                 (long long)val, batch ? "1 to " : "",
+                 (long long)(batch ? m->max_batch_size : want->dims[d]));
+        goto fail;
+      }
+      s.dims[d] = val;
+    }
+    shapes[idx] = s;
+    int64_t count = gs_shape_numel(&s);
+    size_t bytes = (size_t)count * gs_dtype_size(want->dtype);
+    json_t *params = json_object_get(in, "parameters");
+    json_t *bsize = params ? json_object_get(params, "binary_data_size") : NULL;
+    if (bsize) {
+      int64_t n = json_is_integer(bsize) ? json_integer_value(bsize) : -1;
+      if (n < 0 || (size_t)n != bytes || (size_t)n > binary_left) {
+        snprintf(why, sizeof why, "input '%s': binary_data_size %lld, but its shape needs %zu bytes "
+                 "and %zu bytes of binary data are left", name, (long long)n, bytes, binary_left);
+        goto fail;
+      }
+      in_data[idx] = (void *)binary; /* read in place, no copy */
+      binary += n;
+      binary_left -= (size_t)n;
+      continue;
+    }
+    json_t *data = json_object_get(in, "data");
+    if (!data) {
+      snprintf(why, sizeof why, "input '%s' has neither \"data\" nor binary_data_size", name);
+      goto fail;
+    }
+    if (!(in_data[idx] = malloc(bytes ? bytes : 1))) {
+      status = 500;
+      snprintf(why, sizeof why, "out of memory for input '%s'", name);
+      goto fail;
+    }
+    owned[idx] = true;
+    int64_t at = 0;
+    int frc = flatten(data, want->dtype, in_data[idx], &at, count);
+    if (frc < 0 || at != count) {
+      snprintf(why, sizeof why, "input '%s': %s (shape needs %lld values)", name,
+               frc == -2 ? "data holds something other than numbers" : "wrong number of values",
+               (long long)count);
+      goto fail;
+    }
+  }
+  for (int i = 0; i < model->n_inputs; i++)
+    if (!in_data[i]) {
+      snprintf(why, sizeof why, "input '%s' is missing", model->inputs[i].name);
+      goto fail;
+    }
+  rc = gs_served_run(m, v, shapes, (const void *const *)in_data, outputs, out_info);
+  if (rc < 0) {
+    status = rc == GS_EINVAL ? 400 : 500;
+    snprintf(why, sizeof why, "%s", gs_error_detail());
+    goto fail;
+  }
+  /* Which outputs, and which of them go as binary. */
+  {
+    json_t *res = json_object(), *outs = json_array();
+    json_object_set_new(res, "model_name", json_string(m->name));
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)v->number);
+    json_object_set_new(res, "model_version", json_string(num));
+    json_t *id = json_object_get(req, "id");
+    if (json_is_string(id))
+      json_object_set(res, "id", id);
+    json_t *wanted = json_object_get(req, "outputs");
+    bool all_binary = param_true(req, "binary_data_output");
+    size_t binary_total = 0;
+    bool send[MAX_IO], as_binary[MAX_IO];
+    for (int i = 0; i < model->n_outputs; i++) {
+      send[i] = !json_is_array(wanted) || json_array_size(wanted) == 0;
+      as_binary[i] = all_binary;
+    }
+    json_t *w;
+    json_array_foreach(wanted, k, w) {
+      const char *name = json_string_value(json_object_get(w, "name"));
+      int idx = -1;
+      for (int i = 0; name && i < model->n_outputs; i++)
+        if (strcmp(model->outputs[i].name, name) == 0)
+          idx = i;
+      if (idx < 0) {
+        json_decref(res);
+        json_decref(outs);
+        snprintf(why, sizeof why, "unknown output '%s' for model %s", name ? name : "(no name)",
+                 m->name);
+        status = 400;
+        goto fail;
+      }
+      send[idx] = true;
+      json_t *p = json_object_get(w, "parameters");
+      if (p && json_object_get(p, "binary_data"))
+        as_binary[idx] = json_is_true(json_object_get(p, "binary_data"));
+    }
+    for (int i = 0; i < model->n_outputs; i++) {
+      if (!send[i])
+        continue;
+      json_t *o = json_object(), *shape = json_array();
+      json_object_set_new(o, "name", json_string(out_info[i].name));
+      json_object_set_new(o, "datatype", json_string(gs_kserve_dtype_name(out_info[i].dtype)));
+      for (int d = 0; d < out_info[i].shape.rank; d++)
+        json_array_append_new(shape, json_integer(out_info[i].shape.dims[d]));
+      json_object_set_new(o, "shape", shape);
+      if (as_binary[i]) {
+        json_t *p = json_object();
+        json_object_set_new(p, "binary_data_size", json_integer((json_int_t)out_info[i].bytes));
+        json_object_set_new(o, "parameters", p);
+        binary_total += out_info[i].bytes;
+      } else {
+        json_object_set_new(o, "data", data_json(out_info[i].dtype, outputs[i],
+                                                 gs_shape_numel(&out_info[i].shape)));
+      }
+      json_array_append_new(outs, o);
+    }
+    json_object_set_new(res, "outputs", outs);
+    char *text = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(res);
+    size_t tl = text ? strlen(text) : 0;
+    r->body = text ? malloc(tl + binary_total + 1) : NULL;
+    if (!r->body) {
+      free(text);
+      status = 500;
+      snprintf(why, sizeof why, "out of memory encoding the reply");
+      goto fail;
+    }
+    memcpy(r->body, text, tl);
+    free(text);
+    size_t at = tl;
+    for (int i = 0; i < model->n_outputs; i++)
+      if (send[i] && as_binary[i]) {
+        memcpy(r->body + at, outputs[i], out_info[i].bytes);
+        at += out_info[i].bytes;
+      }
+    r->len = at;
+    r->status = 200;
+    r->header_len = binary_total ? tl : 0;
+    snprintf(r->content_type, sizeof r->content_type,
+             binary_total ? "application/octet-stream" : "application/json");
+  }
+  for (int i = 0; i < MAX_IO; i++) {
+    if (owned[i])
+      free(in_data[i]);
+    free(outputs[i]);
+  }
+  json_decref(req);
+  return 0;
+fail:
+  for (int i = 0; i < MAX_IO; i++) {
+    if (owned[i])
+      free(in_data[i]);
+    free(outputs[i]);
+  }
+  json_decref(req);
+  return gs_http_reply_error(r, status, why[0] ? why : "bad request");
+}

@@ -1,0 +1,56 @@
+/* repository.h - the model repository: MODELS/<name>/config.json (or a
+ * Triton config.pbtxt) and MODELS/<name>/<version>/model.onnx, loaded into
+ * the engine, with a cache of plans per input shapes. */
+#ifndef GS_API_REPOSITORY_H
+#define GS_API_REPOSITORY_H
+
+#include "engine/engine.h"
+
+#include <pthread.h>
+
+#define GS_REPO_MAX_VERSIONS 8
+#define GS_REPO_PLAN_CACHE 8
+
+typedef struct gs_served_version {
+  int64_t number;
+  gs_model *model; /* NULL when it failed to load */
+  char reason[512];
+  /* Plans by input shapes, most recently used first. */
+  gs_plan *plans[GS_REPO_PLAN_CACHE];
+  gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
+} gs_served_version;
+
+typedef struct gs_served_model {
+  char name[128];
+  int64_t max_batch_size; /* 0: inputs carry no batch dimension of their own */
+  gs_precision precision;
+  bool ready;
+  char reason[512]; /* why not ready */
+  int n_versions;   /* highest first */
+  gs_served_version versions[GS_REPO_MAX_VERSIONS];
+  pthread_mutex_t lock; /* guards the plan caches */
+} gs_served_model;
+
+typedef struct gs_repository {
+  char dir[512];
+  gs_device_t *device;
+  int n_models;
+  gs_served_model *models;
+} gs_repository;
+
+/* Scans `dir` and loads every model it finds. A broken model stays listed,
+ * not ready, with its reason; it does not stop the others. Returns 0, or an
+ * error only when the directory itself cannot be read. */
+int gs_repository_open(gs_repository *repo, const char *dir, gs_device_t *device);
+void gs_repository_close(gs_repository *repo);
+gs_served_model *gs_repository_find(gs_repository *repo, const char *name);
+/* The version `v` ("" or NULL: the highest), or NULL. */
+gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);
+
+/* Runs one request: inputs in model order, with their shapes. Finds or
+ * builds the plan for those shapes. Output buffers are malloc'd for the
+ * caller (freed with free()); out_info receives each output's description. */
+int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shapes,
+                  const void *const *inputs, void **outputs, gs_plan_value_info *out_info);
+
+#endif

@@ -1,0 +1,299 @@
+/* server.c - `gpusrv serve`: libmicrohttpd, the routes of the KServe v2
+ * protocol, request bodies with a size limit, and a graceful stop on SIGINT
+ * or SIGTERM (no new connections; requests in flight finish). */
+#include "api/api.h"
+
+#include "api/kserve.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/engine.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef GS_VERSION
+#define GS_VERSION "0.0.0-dev"
+#endif
+
+#define OPT(name, type, dflt, min, max, help, field) \
+  {name, type, dflt, min, max, help, offsetof(gs_serve_settings, field)}
+const gs_config_option gs_serve_options[] = {
+    OPT("host", GS_CFG_STRING, "127.0.0.1", 0, 0, "Address to listen on", host),
+    OPT("http-port", GS_CFG_INT, "8000", 1, 65535, "HTTP port", http_port),
+    OPT("model-repository", GS_CFG_STRING, "./models", 0, 0,
+        "Directory of models (<name>/config.json, <name>/<version>/model.onnx)", model_repository),
+    OPT("state-dir", GS_CFG_STRING, "./state", 0, 0, "Directory for the daemon's state",
+        state_dir),
+    OPT("max-request-bytes", GS_CFG_INT, "67108864", 1024, (int64_t)1 << 34,
+        "Largest request body accepted; larger ones get 413", max_request_bytes),
+    OPT("http-threads", GS_CFG_INT, "4", 1, 256, "Threads serving HTTP connections",
+        http_threads),
+    OPT("drain-seconds", GS_CFG_INT, "30", 0, 3600,
+        "On SIGINT/SIGTERM, how long requests in flight may take to finish", drain_seconds),
+    {NULL, 0, NULL, 0, 0, NULL, 0},
+};
+
+typedef struct server {
+  const gs_serve_settings *settings;
+  gs_repository repo;
+  atomic_int in_flight;
+} server;
+
+/* A request's body, gathered across the handler's calls. */
+typedef struct request {
+  char *body;
+  size_t len, cap;
+  bool too_large;
+} request;
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+/* ---- replies ------------------------------------------------------------------------- */
+
+static enum MHD_Result send_reply(struct MHD_Connection *c, gs_http_reply *r) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    gs_http_reply_free(r);
+    return MHD_NO;
+  }
+  r->body = NULL; /* the response owns it now */
+  MHD_add_response_header(resp, "Content-Type", r->content_type);
+  if (r->header_len) {
+    char n[32];
+    snprintf(n, sizeof n, "%zu", r->header_len);
+    MHD_add_response_header(resp, "Inference-Header-Content-Length", n);
+  }
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, int status, const char *msg) {
+  gs_http_reply r = {0};
+  gs_http_reply_error(&r, status, msg);
+  return send_reply(c, &r);
+}
+
+static enum MHD_Result send_empty(struct MHD_Connection *c, int status) {
+  gs_http_reply r = {.status = status, .body = strdup(""), .len = 0};
+  snprintf(r.content_type, sizeof r.content_type, "text/plain");
+  return send_reply(c, &r);
+}
+
+/* ---- routing --------------------------------------------------------------------------- */
+
+/* Splits "/v2/models/NAME[/versions/V][/ACTION]". Returns false if the URL
+ * is not of that form. */
+static bool parse_model_url(const char *url, char *name, size_t ncap, char *version, size_t vcap,
+                            char *action, size_t acap) {
+  const char *p = url + strlen("/v2/models/");
+  const char *slash = strchr(p, '/');
+  size_t n = slash ? (size_t)(slash - p) : strlen(p);
+  if (n == 0 || n >= ncap)
+    return false;
+  memcpy(name, p, n);
+  name[n] = '\0';
+  version[0] = action[0] = '\0';
+  if (!slash)
+    return true;
+  p = slash + 1;
+  if (strncmp(p, "versions/", 9) == 0) {
+    p += 9;
+    slash = strchr(p, '/');
+    n = slash ? (size_t)(slash - p) : strlen(p);
+    if (n == 0 || n >= vcap)
+      return false;
+    memcpy(version, p, n);
+    version[n] = '\0';
+    if (!slash)
+      return true;
+    p = slash + 1;
+  }
+  if (strlen(p) >= acap || strchr(p, '/'))
+    return false;
+  snprintf(action, acap, "%s", p);
+  return true;
+}
+
+static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *method,
+                             const char *url, request *req) {
+  bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+  gs_http_reply r = {0};
+  if (strcmp(url, "/v2/health/live") == 0 && get)
+    return send_empty(c, 200);
+  if (strcmp(url, "/v2/health/ready") == 0 && get) {
+    for (int i = 0; i < s->repo.n_models; i++)
+      if (!s->repo.models[i].ready)
+        return send_empty(c, 503);
+    return send_empty(c, stop_requested ? 503 : 200);
+  }
+  if (strcmp(url, "/v2") == 0 && get) {
+    gs_kserve_server_metadata(&r, GS_VERSION);
+    return send_reply(c, &r);
+  }
+  if (strncmp(url, "/v2/models/", 11) == 0) {
+    char name[128], version[32], action[32], msg[300];
+    if (!parse_model_url(url, name, sizeof name, version, sizeof version, action, sizeof action))
+      return send_error(c, 404, "no such route");
+    gs_served_model *m = gs_repository_find(&s->repo, name);
+    if (!m) {
+      snprintf(msg, sizeof msg, "unknown model '%s'", name);
+      return send_error(c, 404, msg);
+    }
+    gs_served_version *v = gs_served_version_find(m, version);
+    if (!v) {
+      snprintf(msg, sizeof msg, version[0] ? "model '%s' has no version '%s'" : "model '%s' has "
+                                                                               "no version%s",
+               name, version);
+      return send_error(c, 404, msg);
+    }
+    if (strcmp(action, "ready") == 0 && get)
+      return send_empty(c, v->model ? 200 : 503);
+    if (!v->model) {
+      snprintf(msg, sizeof msg, "model '%s' is not ready: %s", name,
+               v->reason[0] ? v->reason : m->reason);
+      return send_error(c, 503, msg);
+    }
+    if (action[0] == '\0' && get)
+      gs_kserve_model_metadata(m, v, &r);
+    else if (strcmp(action, "config") == 0 && get)
+      gs_kserve_model_config(m, v, &r);
+    else if (strcmp(action, "infer") == 0 && post) {
+      const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   "Inference-Header-Content-Length");
+      char *end = NULL;
+      long long header_len = hl ? strtoll(hl, &end, 10) : 0;
+      if (hl && (end == hl || *end || header_len < 0))
+        return send_error(c, 400, "Inference-Header-Content-Length is not a number");
+      gs_kserve_infer(m, v, req->body ? req->body : "", req->len, (size_t)header_len, &r);
+    } else
+      return send_error(c, 404, "no such route");
+    return send_reply(c, &r);
+  }
+  return send_error(c, 404, "no such route");
+}
+
+/* libmicrohttpd calls this first with no data, then with each piece of the
+ * body, then once more with none: the request is answered on that last call. */
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload_data,
+                              size_t *upload_size, void **con_cls) {
+  (void)version;
+  server *s = cls;
+  request *req = *con_cls;
+  if (!req) {
+    if (!(req = calloc(1, sizeof *req)))
+      return MHD_NO;
+    *con_cls = req;
+    atomic_fetch_add(&s->in_flight, 1);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->settings->max_request_bytes)
+      req->too_large = true;
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    if (!req->too_large && req->len + *upload_size > (size_t)s->settings->max_request_bytes)
+      req->too_large = true;
+    if (!req->too_large) {
+      if (req->len + *upload_size > req->cap) {
+        size_t cap = req->cap ? req->cap : 4096;
+        while (cap < req->len + *upload_size)
+          cap *= 2;
+        char *grown = realloc(req->body, cap);
+        if (!grown)
+          return MHD_NO;
+        req->body = grown;
+        req->cap = cap;
+      }
+      memcpy(req->body + req->len, upload_data, *upload_size);
+      req->len += *upload_size;
+    }
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  if (req->too_large) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "request body is larger than the limit of %lld bytes "
+                              "(--max-request-bytes)", (long long)s->settings->max_request_bytes);
+    return send_error(c, 413, msg);
+  }
+  return route(s, c, method, url, req);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe) {
+  (void)c;
+  (void)toe;
+  server *s = cls;
+  request *req = *con_cls;
+  if (!req)
+    return;
+  free(req->body);
+  free(req);
+  *con_cls = NULL;
+  atomic_fetch_sub(&s->in_flight, 1);
+}
+
+int gs_serve(const gs_serve_settings *settings) {
+  server s = {.settings = settings};
+  atomic_init(&s.in_flight, 0);
+  if (gs_hal_init() < 0 || gs_engine_init() < 0)
+    return GS_EDEVICE;
+  int rc = gs_repository_open(&s.repo, settings->model_repository, gs_hal_device(0));
+  if (rc < 0) {
+    gs_hal_shutdown();
+    return rc;
+  }
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)settings->http_port)};
+  if (inet_pton(AF_INET, settings->host, &addr.sin_addr) != 1) {
+    gs_repository_close(&s.repo);
+    gs_hal_shutdown();
+    return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
+  }
+  struct MHD_Daemon *d = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+      (uint16_t)settings->http_port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR,
+      (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)settings->http_threads,
+      MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
+      MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_END);
+  if (!d) {
+    gs_repository_close(&s.repo);
+    gs_hal_shutdown();
+    return gs_error(GS_EIO, "cannot listen on %s:%lld (port in use?)", settings->host,
+                    (long long)settings->http_port);
+  }
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  GS_LOGI("api", "listening on http://%s:%lld with %d model(s)", settings->host,
+          (long long)settings->http_port, s.repo.n_models);
+  fprintf(stderr, "gpusrv: serving %d model(s) from %s on http://%s:%lld\n", s.repo.n_models,
+          settings->model_repository, settings->host, (long long)settings->http_port);
+  while (!stop_requested)
+    gs_sleep_ns(50 * 1000 * 1000);
+  /* Stop accepting, let requests in flight finish, then stop. */
+  MHD_quiesce_daemon(d);
+  uint64_t deadline = gs_now_ns() + (uint64_t)settings->drain_seconds * 1000000000u;
+  while (atomic_load(&s.in_flight) > 0 && gs_now_ns() < deadline)
+    gs_sleep_ns(10 * 1000 * 1000);
+  if (atomic_load(&s.in_flight) > 0)
+    GS_LOGW("api", "%d request(s) still in flight after %lld s; stopping anyway",
+            atomic_load(&s.in_flight), (long long)settings->drain_seconds);
+  MHD_stop_daemon(d);
+  gs_repository_close(&s.repo);
+  gs_hal_shutdown();
+  fprintf(stderr, "gpusrv: stopped\n");
+  return GS_OK;
+}

@@ -1,0 +1,97 @@
+/* config.c - settings from one table: defaults, config files, flags, help. */
+#include "base/config.h"
+
+#include "base/error.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const gs_config_option *find(const gs_config_option *t, const char *name) {
+  for (; t->name; t++)
+    if (strcmp(t->name, name) == 0)
+      return t;
+  return NULL;
+}
+
+int gs_config_set(const gs_config_option *table, void *settings, const char *name,
+                  const char *value) {
+  const gs_config_option *o = find(table, name);
+  if (!o)
+    return gs_error(GS_EINVAL, "unknown setting '%s'", name);
+  char *slot = (char *)settings + o->offset;
+  if (o->type == GS_CFG_STRING) {
+    if (strlen(value) >= GS_CONFIG_STR)
+      return gs_error(GS_EINVAL, "%s: value longer than %d characters", name, GS_CONFIG_STR - 1);
+    snprintf(slot, GS_CONFIG_STR, "%s", value);
+    return GS_OK;
+  }
+  char *end;
+  errno = 0;
+  long long v = strtoll(value, &end, 10);
+  if (end == value || *end || errno)
+    return gs_error(GS_EINVAL, "%s: '%s' is not an integer", name, value);
+  if (v < o->min || v > o->max)
+    return gs_error(GS_EINVAL, "%s: %lld is outside [%lld, %lld]", name, v, (long long)o->min,
+                    (long long)o->max);
+  memcpy(slot, &(int64_t){v}, sizeof(int64_t));
+  return GS_OK;
+}
+
+int gs_config_defaults(const gs_config_option *table, void *settings) {
+  for (const gs_config_option *o = table; o->name; o++) {
+    int rc = gs_config_set(table, settings, o->name, o->dflt);
+    if (rc < 0)
+      return rc;
+  }
+  return GS_OK;
+}
+
+int gs_config_load_file(const gs_config_option *table, void *settings, const char *path) {
+  json_error_t jerr;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return gs_error(GS_EINVAL, "config file %s, line %d: %s", path, jerr.line, jerr.text);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return gs_error(GS_EINVAL, "config file %s: expected a JSON object of settings", path);
+  }
+  const char *key;
+  json_t *val;
+  int rc = GS_OK;
+  json_object_foreach(root, key, val) {
+    const gs_config_option *o = find(table, key);
+    char text[64];
+    const char *value = text;
+    if (!o)
+      rc = gs_error(GS_EINVAL, "config file %s: unknown setting '%s'", path, key);
+    else if (o->type == GS_CFG_STRING && json_is_string(val))
+      value = json_string_value(val);
+    else if (o->type == GS_CFG_INT && json_is_integer(val))
+      snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+    else
+      rc = gs_error(GS_EINVAL, "config file %s: '%s' must be %s", path, key,
+                    o->type == GS_CFG_STRING ? "a string" : "an integer");
+    if (rc == 0 && (rc = gs_config_set(table, settings, key, value)) < 0) {
+      char why[300];
+      snprintf(why, sizeof why, "%s", gs_error_detail());
+      rc = gs_error(rc, "config file %s: %s", path, why);
+    }
+    if (rc < 0)
+      break;
+  }
+  json_decref(root);
+  return rc;
+}
+
+void gs_config_print_help(const gs_config_option *table, FILE *out) {
+  for (const gs_config_option *o = table; o->name; o++) {
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s=%s", o->name, o->type == GS_CFG_INT ? "N" : "VALUE");
+    fprintf(out, "  %-30s %s (default: %s", flag, o->help, o->dflt[0] ? o->dflt : "none");
+    if (o->type == GS_CFG_INT)
+      fprintf(out, "; %lld..%lld", (long long)o->min, (long long)o->max);
+    fprintf(out, ")\n");
+  }
+}

@@ -1,0 +1,250 @@
+"""`gpusrv serve` started for real on a free loopback port, spoken to with
+tritonclient (JSON and binary tensors), raw HTTP, and misbehaving clients."""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tritonclient.http as triton
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
+from models import mlp  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(repo, *extra):
+    port = free_port()
+    proc = subprocess.Popen([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
+                             str(port), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/v2/health/live")
+            if c.getresponse().status == 200:
+                return proc, port
+        except OSError:
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            raise AssertionError(f"gpusrv serve exited: {proc.stderr.read()}")
+    proc.kill()
+    raise AssertionError("gpusrv serve did not come up")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    shutil.copytree(os.path.join(ROOT, "models", "digits"), root / "digits")
+    (root / "mlp" / "1").mkdir(parents=True)
+    onnx.save(mlp(), str(root / "mlp" / "1" / "model.onnx"))
+    (root / "mlp" / "config.json").write_text(json.dumps({"max_batch_size": 8}))
+    (root / "broken" / "1").mkdir(parents=True)
+    (root / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    proc, port = start(repo)
+    yield port
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+def request(port, method, path, body=None, headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
+    return r.status, r.read(), dict(r.getheaders())
+
+
+def ort_run(path, x):
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, x)[0]
+
+
+def test_health_and_server_metadata(server):
+    assert request(server, "GET", "/v2/health/live")[0] == 200
+    # One broken model: the server is up but not everything is ready.
+    assert request(server, "GET", "/v2/health/ready")[0] == 503
+    status, body, _ = request(server, "GET", "/v2")
+    meta = json.loads(body)
+    assert status == 200 and meta["name"] == "gpusrv"
+    assert set(meta["extensions"]) == {"binary_tensor_data", "model_configuration"}
+
+
+def test_broken_model_is_listed_with_its_reason(server):
+    status, body, _ = request(server, "GET", "/v2/models/broken")
+    assert status == 503
+    assert "not ready" in json.loads(body)["error"]
+    assert request(server, "GET", "/v2/models/broken/ready")[0] == 503
+    assert request(server, "GET", "/v2/models/digits/ready")[0] == 200
+
+
+def test_metadata_and_config_with_tritonclient(server):
+    client = triton.InferenceServerClient(f"127.0.0.1:{server}")
+    assert client.is_server_live()
+    meta = client.get_model_metadata("digits")
+    assert meta["inputs"] == [{"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}]
+    config = client.get_model_config("digits")
+    assert config["max_batch_size"] == 64
+    assert config["input"][0]["dims"] == [64] and config["output"][0]["name"] == "probs"
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_infer_matches_onnxruntime(server, repo, binary):
+    client = triton.InferenceServerClient(f"127.0.0.1:{server}")
+    x = np.random.default_rng(3).standard_normal((5, 256)).astype(np.float32)
+    inp = triton.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    out = triton.InferRequestedOutput("probs", binary_data=binary)
+    res = client.infer("mlp", [inp], outputs=[out], request_id="r-7")
+    got = res.as_numpy("probs")
+    want = ort_run(str(repo / "mlp" / "1" / "model.onnx"), {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert res.get_response()["id"] == "r-7"
+
+
+def test_digits_example_request_as_printed_by_make_run(server):
+    body = open(os.path.join(ROOT, "models", "digits", "example-request.json"), "rb").read()
+    status, raw, _ = request(server, "POST", "/v2/models/digits/infer", body)
+    assert status == 200, raw
+    probs = np.array(json.loads(raw)["outputs"][0]["data"]).reshape(2, 10)
+    assert list(probs.argmax(axis=1)) == [2, 8]  # the held-out labels of those two images
+
+
+def test_raw_binary_request(server, repo):
+    x = np.random.default_rng(4).standard_normal((2, 256)).astype(np.float32)
+    header = json.dumps({"inputs": [{"name": "x", "shape": [2, 256], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "outputs": [{"name": "probs", "parameters": {"binary_data": True}}]}).encode()
+    status, raw, headers = request(server, "POST", "/v2/models/mlp/infer", header + x.tobytes(),
+                                   {"Inference-Header-Content-Length": str(len(header))})
+    assert status == 200, raw
+    hl = int(headers["Inference-Header-Content-Length"])
+    meta = json.loads(raw[:hl])
+    assert meta["outputs"][0]["parameters"]["binary_data_size"] == 2 * 10 * 4
+    got = np.frombuffer(raw[hl:], np.float32).reshape(2, 10)
+    np.testing.assert_allclose(got, ort_run(str(repo / "mlp" / "1" / "model.onnx"), {"x": x}),
+                               rtol=1e-4, atol=1e-6)
+
+
+BAD = [
+    ("/v2/models/digits/infer", b"{not json", 400, "malformed JSON"),
+    ("/v2/models/digits/infer", b'{"inputs": 3}', 400, "inputs"),
+    ("/v2/models/digits/infer", b'{"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", '
+                                b'"data": [1]}]}', 400, "unknown input 'x'"),
+    ("/v2/models/digits/infer", b'{"inputs": [{"name": "pixels", "shape": [1, 64], '
+                                b'"datatype": "FP64", "data": [1]}]}', 400, "expected datatype FP32"),
+    ("/v2/models/digits/infer", b'{"inputs": [{"name": "pixels", "shape": [1, 64], '
+                                b'"datatype": "FP32", "data": [1, 2]}]}', 400, "wrong number of values"),
+    ("/v2/models/digits/infer", b'{"inputs": [{"name": "pixels", "shape": [100, 64], '
+                                b'"datatype": "FP32", "data": [1]}]}', 400, "expected 1 to 64"),
+    ("/v2/models/digits/infer", b'{"inputs": [{"name": "pixels", "shape": [1, 64], '
+                                b'"datatype": "FP32", "data": ["a"]}]}', 400, "other than numbers"),
+    ("/v2/models/digits/infer", b'{"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": '
+                                b'"FP32", "parameters": {"binary_data_size": 256}}]}', 400,
+     "binary data are left"),
+    ("/v2/models/nope/infer", b"{}", 404, "unknown model 'nope'"),
+    ("/v2/models/digits/versions/9/infer", b"{}", 404, "no version '9'"),
+    ("/v2/nothing", b"", 404, "no such route"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,text", BAD)
+def test_bad_requests_get_clear_errors(server, path, body, status, text):
+    got, raw, _ = request(server, "POST" if body else "GET", path, body)
+    assert got == status, raw
+    assert text in json.loads(raw)["error"]
+    # The server answers the next request.
+    assert request(server, "GET", "/v2/health/live")[0] == 200
+
+
+def test_oversized_body_is_413(repo):
+    proc, port = start(repo, "--max-request-bytes", "2048")
+    try:
+        status, raw, _ = request(port, "POST", "/v2/models/digits/infer", b"x" * 4096)
+        assert status == 413 and "larger than the limit" in json.loads(raw)["error"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_client_cut_off_mid_body(server):
+    s = socket.create_connection(("127.0.0.1", server))
+    s.sendall(b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+              + b'{"inputs": [')
+    s.close()
+    time.sleep(0.2)
+    assert request(server, "GET", "/v2/health/live")[0] == 200
+
+
+def test_concurrent_clients(server):
+    body = open(os.path.join(ROOT, "models", "digits", "example-request.json"), "rb").read()
+    errors = []
+
+    def worker():
+        for _ in range(10):
+            try:
+                status, _, _ = request(server, "POST", "/v2/models/digits/infer", body)
+                if status != 200:
+                    errors.append(status)
+            except OSError as e:
+                errors.append(str(e))
+
+    threads = [threading.Thread(target=worker) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_settings_table_errors(repo, tmp_path):
+    p = subprocess.run([GPUSRV, "serve", "--http-port", "70000"], capture_output=True, text=True)
+    assert p.returncode == 2 and "http-port: 70000 is outside [1, 65535]" in p.stderr
+    p = subprocess.run([GPUSRV, "serve", "--colour", "blue"], capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown setting 'colour'" in p.stderr
+    (tmp_path / "c.json").write_text('{"http-port": "eighty"}')
+    p = subprocess.run([GPUSRV, "serve", "--config", str(tmp_path / "c.json")], capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "must be an integer" in p.stderr
+    help_text = subprocess.run([GPUSRV, "serve", "--help"], capture_output=True, text=True).stdout
+    for name in ("--host", "--http-port", "--model-repository", "--max-request-bytes"):
+        assert name in help_text
+    assert subprocess.run([GPUSRV, "help", "serve"], capture_output=True, text=True).stdout == help_text
+
+
+def test_config_file_then_flags(repo, tmp_path):
+    port = free_port()
+    (tmp_path / "c.json").write_text(json.dumps({"http-port": 1, "model-repository": str(repo)}))
+    proc = subprocess.Popen([GPUSRV, "serve", "--config", str(tmp_path / "c.json"), "--http-port",
+                             str(port)], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            try:
+                if request(port, "GET", "/v2/health/live")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.05)
+        assert request(port, "GET", "/v2/models/digits")[0] == 200  # repository from the file
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
