@@ -88,6 +88,7 @@ int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
   /* Exactly what is implemented. */
   json_array_append_new(ext, json_string("binary_tensor_data"));
   json_array_append_new(ext, json_string("model_configuration"));
+  json_array_append_new(ext, json_string("statistics"));
   json_object_set_new(j, "extensions", ext);
   return reply_json(r, 200, j);
 }
@@ -137,12 +138,88 @@ int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_rep
   }
   json_object_set_new(j, "input", ins);
   json_object_set_new(j, "output", outs);
-  /* One instance on the first device, no batching across requests yet. */
+  if (m->dynamic_batching) {
+    json_t *db = json_object(), *pref = json_array(), *qp = json_object();
+    for (int i = 0; i < m->n_preferred; i++)
+      json_array_append_new(pref, json_integer(m->preferred_batch_sizes[i]));
+    json_object_set_new(db, "preferred_batch_size", pref);
+    json_object_set_new(db, "max_queue_delay_microseconds",
+                        json_integer((json_int_t)m->max_queue_delay_us));
+    json_object_set_new(db, "priority_levels", json_integer(m->priority_levels));
+    json_object_set_new(db, "default_priority_level", json_integer(m->default_priority));
+    json_object_set_new(qp, "max_queue_size", json_integer(m->max_queue_size));
+    json_object_set_new(qp, "default_timeout_microseconds",
+                        json_integer((json_int_t)m->default_timeout_us));
+    json_object_set_new(db, "default_queue_policy", qp);
+    json_object_set_new(j, "dynamic_batching", db);
+  }
+  /* One instance, on the first device. */
   json_t *group = json_object(), *groups = json_array();
   json_object_set_new(group, "count", json_integer(1));
   json_object_set_new(group, "kind", json_string("KIND_CPU"));
   json_array_append_new(groups, group);
   json_object_set_new(j, "instance_group", groups);
+  return reply_json(r, 200, j);
+}
+
+/* ---- statistics -------------------------------------------------------------------- */
+
+static json_t *duration_json(const gs_duration_stat *d) {
+  json_t *o = json_object();
+  json_object_set_new(o, "count", json_integer((json_int_t)d->count));
+  json_object_set_new(o, "ns", json_integer((json_int_t)d->ns));
+  return o;
+}
+
+/* Triton's statistics of one model (all its versions counted together,
+ * reported under the version `v`). */
+static json_t *model_stats_json(gs_served_model *m, gs_served_version *v) {
+  gs_model_stats st;
+  pthread_mutex_lock(&m->stats_lock);
+  st = m->stats;
+  pthread_mutex_unlock(&m->stats_lock);
+  json_t *o = json_object(), *is = json_object(), *bs = json_array();
+  char num[32];
+  snprintf(num, sizeof num, "%lld", (long long)v->number);
+  json_object_set_new(o, "name", json_string(m->name));
+  json_object_set_new(o, "version", json_string(num));
+  json_object_set_new(o, "last_inference", json_integer((json_int_t)st.last_inference_ms));
+  json_object_set_new(o, "inference_count", json_integer((json_int_t)st.inference_count));
+  json_object_set_new(o, "execution_count", json_integer((json_int_t)st.execution_count));
+  json_object_set_new(is, "success", duration_json(&st.success));
+  json_object_set_new(is, "fail", duration_json(&st.fail));
+  json_object_set_new(is, "queue", duration_json(&st.queue));
+  json_object_set_new(is, "compute_input", duration_json(&st.compute_input));
+  json_object_set_new(is, "compute_infer", duration_json(&st.compute_infer));
+  json_object_set_new(is, "compute_output", duration_json(&st.compute_output));
+  gs_duration_stat zero = {0, 0};
+  json_object_set_new(is, "cache_hit", duration_json(&zero));
+  json_object_set_new(is, "cache_miss", duration_json(&zero));
+  json_object_set_new(o, "inference_stats", is);
+  for (int b = 1; b <= GS_STATS_MAX_BATCH; b++) {
+    if (!st.batch[b][1].count)
+      continue;
+    json_t *e = json_object();
+    json_object_set_new(e, "batch_size", json_integer(b));
+    json_object_set_new(e, "compute_input", duration_json(&st.batch[b][0]));
+    json_object_set_new(e, "compute_infer", duration_json(&st.batch[b][1]));
+    json_object_set_new(e, "compute_output", duration_json(&st.batch[b][2]));
+    json_array_append_new(bs, e);
+  }
+  json_object_set_new(o, "batch_stats", bs);
+  return o;
+}
+
+int gs_kserve_stats(gs_repository *repo, gs_served_model *only, gs_served_version *v,
+                    gs_http_reply *r) {
+  json_t *j = json_object(), *all = json_array();
+  for (int i = 0; i < repo->n_models; i++) {
+    gs_served_model *m = &repo->models[i];
+    if ((only && m != only) || !m->ready)
+      continue;
+    json_array_append_new(all, model_stats_json(m, only ? v : gs_served_version_find(m, NULL)));
+  }
+  json_object_set_new(j, "model_stats", all);
   return reply_json(r, 200, j);
 }
 
@@ -213,37 +290,58 @@ static bool param_true(json_t *obj, const char *key) {
   return params && json_is_true(json_object_get(params, key));
 }
 
-#define MAX_IO 8
+#define MAX_IO GS_REQ_MAX_IO
 
-int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
-                    size_t header_len, gs_http_reply *r) {
+/* Parses one request into r (which must be zeroed). On a client mistake,
+ * fills err with the 400/404 reply and returns a GS_E code. */
+int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
+                    size_t header_len, gs_infer_request *r, gs_http_reply *err) {
   const gs_model *model = v->model;
-  char why[600];
+  char why[600] = "";
+  r->model = m;
+  r->version = v;
+  r->batch = 1;
   if (header_len > len)
-    return gs_http_reply_error(r, 400, "Inference-Header-Content-Length is larger than the body");
+    return gs_http_reply_error(err, 400, "Inference-Header-Content-Length is larger than the body"),
+           GS_EINVAL;
   size_t json_len = header_len ? header_len : len;
   json_error_t jerr;
   json_t *req = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &jerr);
   if (!req) {
     snprintf(why, sizeof why, "malformed JSON in the request at line %d, column %d: %s", jerr.line,
              jerr.column, jerr.text);
-    return gs_http_reply_error(r, 400, why);
+    gs_http_reply_error(err, 400, why);
+    return GS_EINVAL;
   }
   const char *binary = body + json_len;
   size_t binary_left = len - json_len;
-  void *in_data[MAX_IO] = {0};
-  bool owned[MAX_IO] = {false};
-  gs_shape shapes[MAX_IO];
-  void *outputs[MAX_IO] = {0};
-  gs_plan_value_info out_info[MAX_IO];
-  int status = 400, rc = 0;
-  why[0] = '\0';
+  int status = 400;
   json_t *inputs = json_object_get(req, "inputs");
   if (model->n_inputs > MAX_IO || model->n_outputs > MAX_IO) {
-    status = 400;
     snprintf(why, sizeof why, "models with more than %d inputs or outputs are not served yet", MAX_IO);
     goto fail;
   }
+  json_t *id = json_object_get(req, "id");
+  if (json_is_string(id)) {
+    snprintf(r->id, sizeof r->id, "%s", json_string_value(id));
+    r->has_id = true;
+  }
+  json_t *params = json_object_get(req, "parameters");
+  json_t *prio = params ? json_object_get(params, "priority") : NULL;
+  json_t *tmo = params ? json_object_get(params, "timeout") : NULL;
+  if (prio && (!json_is_integer(prio) || json_integer_value(prio) < 0 ||
+               (m->priority_levels > 0 && json_integer_value(prio) > m->priority_levels))) {
+    snprintf(why, sizeof why, "priority must be an integer from 1 to %d", m->priority_levels > 0 ? m->priority_levels : 1);
+    goto fail;
+  }
+  if (prio)
+    r->priority = (int)json_integer_value(prio);
+  if (tmo && (!json_is_integer(tmo) || json_integer_value(tmo) < 0)) {
+    snprintf(why, sizeof why, "timeout must be a number of microseconds");
+    goto fail;
+  }
+  if (tmo)
+    r->timeout_us = (uint64_t)json_integer_value(tmo);
   if (!json_is_array(inputs)) {
     snprintf(why, sizeof why, "the request has no \"inputs\" array");
     goto fail;
@@ -263,7 +361,7 @@ int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, 
                m->name);
       goto fail;
     }
-    if (in_data[idx]) {
+    if (r->inputs[idx]) {
       snprintf(why, sizeof why, "input '%s' is given twice", name);
       goto fail;
     }
@@ -277,7 +375,7 @@ int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, 
       snprintf(why, sizeof why, "input '%s': expected a shape of %d dimensions", name, want->rank);
       goto fail;
     }
-    gs_shape s = {.rank = want->rank};
+    gs_shape sh = {.rank = want->rank};
     for (int d = 0; d < want->rank; d++) {
       json_t *dim = json_array_get(shape, (size_t)d);
       int64_t val = json_is_integer(dim) ? json_integer_value(dim) : -1;
@@ -289,13 +387,21 @@ int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, 
                  (long long)(batch ? m->max_batch_size : want->dims[d]));
         goto fail;
       }
-      s.dims[d] = val;
+      sh.dims[d] = val;
     }
-    shapes[idx] = s;
-    int64_t count = gs_shape_numel(&s);
+    if (m->max_batch_size > 0) {
+      if (k > 0 && sh.dims[0] != r->batch) {
+        snprintf(why, sizeof why, "input '%s' has %lld rows, the others %lld", name,
+                 (long long)sh.dims[0], (long long)r->batch);
+        goto fail;
+      }
+      r->batch = sh.dims[0];
+    }
+    r->shapes[idx] = sh;
+    int64_t count = gs_shape_numel(&sh);
     size_t bytes = (size_t)count * gs_dtype_size(want->dtype);
-    json_t *params = json_object_get(in, "parameters");
-    json_t *bsize = params ? json_object_get(params, "binary_data_size") : NULL;
+    json_t *iparams = json_object_get(in, "parameters");
+    json_t *bsize = iparams ? json_object_get(iparams, "binary_data_size") : NULL;
     if (bsize) {
       int64_t n = json_is_integer(bsize) ? json_integer_value(bsize) : -1;
       if (n < 0 || (size_t)n != bytes || (size_t)n > binary_left) {
@@ -303,7 +409,7 @@ int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, 
                  "and %zu bytes of binary data are left", name, (long long)n, bytes, binary_left);
         goto fail;
       }
-      in_data[idx] = (void *)binary; /* read in place, no copy */
+      r->inputs[idx] = binary; /* read in place: the body outlives the request */
       binary += n;
       binary_left -= (size_t)n;
       continue;
@@ -313,14 +419,14 @@ int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, 
       snprintf(why, sizeof why, "input '%s' has neither \"data\" nor binary_data_size", name);
       goto fail;
     }
-    if (!(in_data[idx] = malloc(bytes ? bytes : 1))) {
+    if (!(r->owned[idx] = malloc(bytes ? bytes : 1))) {
       status = 500;
       snprintf(why, sizeof why, "out of memory for input '%s'", name);
       goto fail;
     }
-    owned[idx] = true;
+    r->inputs[idx] = r->owned[idx];
     int64_t at = 0;
-    int frc = flatten(data, want->dtype, in_data[idx], &at, count);
+    int frc = flatten(data, want->dtype, r->owned[idx], &at, count);
     if (frc < 0 || at != count) {
       snprintf(why, sizeof why, "input '%s': %s (shape needs %lld values)", name,
                frc == -2 ? "data holds something other than numbers" : "wrong number of values",
@@ -329,112 +435,96 @@ int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, 
     }
   }
   for (int i = 0; i < model->n_inputs; i++)
-    if (!in_data[i]) {
+    if (!r->inputs[i]) {
       snprintf(why, sizeof why, "input '%s' is missing", model->inputs[i].name);
       goto fail;
     }
-  rc = gs_served_run(m, v, shapes, (const void *const *)in_data, outputs, out_info);
-  if (rc < 0) {
-    status = rc == GS_EINVAL ? 400 : 500;
-    snprintf(why, sizeof why, "%s", gs_error_detail());
-    goto fail;
-  }
   /* Which outputs, and which of them go as binary. */
-  {
-    json_t *res = json_object(), *outs = json_array();
-    json_object_set_new(res, "model_name", json_string(m->name));
-    char num[32];
-    snprintf(num, sizeof num, "%lld", (long long)v->number);
-    json_object_set_new(res, "model_version", json_string(num));
-    json_t *id = json_object_get(req, "id");
-    if (json_is_string(id))
-      json_object_set(res, "id", id);
-    json_t *wanted = json_object_get(req, "outputs");
-    bool all_binary = param_true(req, "binary_data_output");
-    size_t binary_total = 0;
-    bool send[MAX_IO], as_binary[MAX_IO];
-    for (int i = 0; i < model->n_outputs; i++) {
-      send[i] = !json_is_array(wanted) || json_array_size(wanted) == 0;
-      as_binary[i] = all_binary;
-    }
-    json_t *w;
-    json_array_foreach(wanted, k, w) {
-      const char *name = json_string_value(json_object_get(w, "name"));
-      int idx = -1;
-      for (int i = 0; name && i < model->n_outputs; i++)
-        if (strcmp(model->outputs[i].name, name) == 0)
-          idx = i;
-      if (idx < 0) {
-        json_decref(res);
-        json_decref(outs);
-        snprintf(why, sizeof why, "unknown output '%s' for model %s", name ? name : "(no name)",
-                 m->name);
-        status = 400;
-        goto fail;
-      }
-      send[idx] = true;
-      json_t *p = json_object_get(w, "parameters");
-      if (p && json_object_get(p, "binary_data"))
-        as_binary[idx] = json_is_true(json_object_get(p, "binary_data"));
-    }
-    for (int i = 0; i < model->n_outputs; i++) {
-      if (!send[i])
-        continue;
-      json_t *o = json_object(), *shape = json_array();
-      json_object_set_new(o, "name", json_string(out_info[i].name));
-      json_object_set_new(o, "datatype", json_string(gs_kserve_dtype_name(out_info[i].dtype)));
-      for (int d = 0; d < out_info[i].shape.rank; d++)
-        json_array_append_new(shape, json_integer(out_info[i].shape.dims[d]));
-      json_object_set_new(o, "shape", shape);
-      if (as_binary[i]) {
-        json_t *p = json_object();
-        json_object_set_new(p, "binary_data_size", json_integer((json_int_t)out_info[i].bytes));
-        json_object_set_new(o, "parameters", p);
-        binary_total += out_info[i].bytes;
-      } else {
-        json_object_set_new(o, "data", data_json(out_info[i].dtype, outputs[i],
-                                                 gs_shape_numel(&out_info[i].shape)));
-      }
-      json_array_append_new(outs, o);
-    }
-    json_object_set_new(res, "outputs", outs);
-    char *text = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(res);
-    size_t tl = text ? strlen(text) : 0;
-    r->body = text ? malloc(tl + binary_total + 1) : NULL;
-    if (!r->body) {
-      free(text);
-      status = 500;
-      snprintf(why, sizeof why, "out of memory encoding the reply");
+  json_t *wanted = json_object_get(req, "outputs");
+  bool all_binary = param_true(req, "binary_data_output");
+  for (int i = 0; i < model->n_outputs; i++) {
+    r->send[i] = !json_is_array(wanted) || json_array_size(wanted) == 0;
+    r->binary[i] = all_binary;
+  }
+  json_t *w;
+  json_array_foreach(wanted, k, w) {
+    const char *name = json_string_value(json_object_get(w, "name"));
+    int idx = -1;
+    for (int i = 0; name && i < model->n_outputs; i++)
+      if (strcmp(model->outputs[i].name, name) == 0)
+        idx = i;
+    if (idx < 0) {
+      snprintf(why, sizeof why, "unknown output '%s' for model %s", name ? name : "(no name)",
+               m->name);
       goto fail;
     }
-    memcpy(r->body, text, tl);
-    free(text);
-    size_t at = tl;
-    for (int i = 0; i < model->n_outputs; i++)
-      if (send[i] && as_binary[i]) {
-        memcpy(r->body + at, outputs[i], out_info[i].bytes);
-        at += out_info[i].bytes;
-      }
-    r->len = at;
-    r->status = 200;
-    r->header_len = binary_total ? tl : 0;
-    snprintf(r->content_type, sizeof r->content_type,
-             binary_total ? "application/octet-stream" : "application/json");
-  }
-  for (int i = 0; i < MAX_IO; i++) {
-    if (owned[i])
-      free(in_data[i]);
-    free(outputs[i]);
+    r->send[idx] = true;
+    json_t *p = json_object_get(w, "parameters");
+    if (p && json_object_get(p, "binary_data"))
+      r->binary[idx] = json_is_true(json_object_get(p, "binary_data"));
   }
   json_decref(req);
-  return 0;
+  return GS_OK;
 fail:
-  for (int i = 0; i < MAX_IO; i++) {
-    if (owned[i])
-      free(in_data[i]);
-    free(outputs[i]);
-  }
   json_decref(req);
-  return gs_http_reply_error(r, status, why[0] ? why : "bad request");
+  gs_infer_request_clear(r);
+  gs_http_reply_error(err, status, why[0] ? why : "bad request");
+  return GS_EINVAL;
+}
+
+int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
+  if (r->status != 200)
+    return gs_http_reply_error(out, r->status, r->error);
+  const gs_model *model = r->version->model;
+  json_t *res = json_object(), *outs = json_array();
+  json_object_set_new(res, "model_name", json_string(r->model->name));
+  char num[32];
+  snprintf(num, sizeof num, "%lld", (long long)r->version->number);
+  json_object_set_new(res, "model_version", json_string(num));
+  if (r->has_id)
+    json_object_set_new(res, "id", json_string(r->id));
+  size_t binary_total = 0;
+  for (int i = 0; i < model->n_outputs; i++) {
+    if (!r->send[i])
+      continue;
+    const gs_plan_value_info *info = &r->out_info[i];
+    json_t *o = json_object(), *shape = json_array();
+    json_object_set_new(o, "name", json_string(info->name));
+    json_object_set_new(o, "datatype", json_string(gs_kserve_dtype_name(info->dtype)));
+    for (int d = 0; d < info->shape.rank; d++)
+      json_array_append_new(shape, json_integer(info->shape.dims[d]));
+    json_object_set_new(o, "shape", shape);
+    if (r->binary[i]) {
+      json_t *p = json_object();
+      json_object_set_new(p, "binary_data_size", json_integer((json_int_t)info->bytes));
+      json_object_set_new(o, "parameters", p);
+      binary_total += info->bytes;
+    } else {
+      json_object_set_new(o, "data", data_json(info->dtype, r->outputs[i], gs_shape_numel(&info->shape)));
+    }
+    json_array_append_new(outs, o);
+  }
+  json_object_set_new(res, "outputs", outs);
+  char *text = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(res);
+  size_t tl = text ? strlen(text) : 0;
+  out->body = text ? malloc(tl + binary_total + 1) : NULL;
+  if (!out->body) {
+    free(text);
+    return gs_http_reply_error(out, 500, "out of memory encoding the reply");
+  }
+  memcpy(out->body, text, tl);
+  free(text);
+  size_t at = tl;
+  for (int i = 0; i < model->n_outputs; i++)
+    if (r->send[i] && r->binary[i]) {
+      memcpy(out->body + at, r->outputs[i], r->out_info[i].bytes);
+      at += r->out_info[i].bytes;
+    }
+  out->len = at;
+  out->status = 200;
+  out->header_len = binary_total ? tl : 0;
+  snprintf(out->content_type, sizeof out->content_type,
+           binary_total ? "application/octet-stream" : "application/json");
+  return GS_OK;
 }

@@ -3,7 +3,7 @@
 #ifndef GS_API_KSERVE_H
 #define GS_API_KSERVE_H
 
-#include "api/repository.h"
+#include "api/infer_request.h"
 
 #include <stddef.h>
 
@@ -25,10 +25,18 @@ const char *gs_kserve_dtype_name(gs_dtype dt);
 int gs_kserve_server_metadata(gs_http_reply *r, const char *version);
 int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_reply *r);
 int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_reply *r);
-/* POST .../infer: `header_len` is Inference-Header-Content-Length (0: all
- * JSON). Every client mistake is a 400 naming the input and what was
- * expected; the reply is always filled. */
-int gs_kserve_infer(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
-                    size_t header_len, gs_http_reply *r);
+/* GET /v2/models[/NAME[/versions/V]]/stats: Triton's statistics extension,
+ * of every ready model when `only` is NULL. */
+int gs_kserve_stats(gs_repository *repo, gs_served_model *only, gs_served_version *v,
+                    gs_http_reply *r);
+
+/* POST .../infer, first half: parses the body into r (zeroed by the
+ * caller). `header_len` is Inference-Header-Content-Length (0: all JSON).
+ * Binary inputs are read in place: the body must outlive r. A client
+ * mistake fills err (400, naming the input and what was expected). */
+int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
+                    size_t header_len, gs_infer_request *r, gs_http_reply *err);
+/* Second half, once the batcher has finished r: its reply. */
+int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out);
 
 #endif

@@ -15,9 +15,11 @@
 
 /* ---- configuration -------------------------------------------------------------- */
 
-/* config.json: {"max_batch_size": N, "precision": "fp32|fp16|bf16", ...}. Fields
- * of later stages (dynamic_batching, instance_group) are accepted and not yet
- * acted on. */
+/* config.json: {"max_batch_size": N, "precision": "fp32|fp16|bf16",
+ * "dynamic_batching": {preferred_batch_size, max_queue_delay_microseconds,
+ * priority_levels, default_priority_level, default_queue_policy:
+ * {max_queue_size, default_timeout_microseconds}}}. instance_group is
+ * accepted and not acted on yet (one instance, on the first device). */
 static int read_config_json(gs_served_model *m, const char *path) {
   json_error_t jerr;
   json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -30,6 +32,49 @@ static int read_config_json(gs_served_model *m, const char *path) {
     rc = gs_error(GS_EINVAL, "%s: max_batch_size must be an integer in [0, 1048576]", path);
   else if (mbs)
     m->max_batch_size = json_integer_value(mbs);
+  json_t *db = json_object_get(root, "dynamic_batching");
+  if (rc == 0 && db) {
+    m->dynamic_batching = true;
+    json_t *pref = json_object_get(db, "preferred_batch_size"), *e;
+    size_t i;
+    json_array_foreach(pref, i, e) {
+      if (!json_is_integer(e) || json_integer_value(e) < 1 || m->n_preferred == 8) {
+        rc = gs_error(GS_EINVAL, "%s: preferred_batch_size holds up to 8 positive integers", path);
+        break;
+      }
+      m->preferred_batch_sizes[m->n_preferred++] = json_integer_value(e);
+    }
+    json_t *delay = json_object_get(db, "max_queue_delay_microseconds");
+    if (rc == 0 && delay) {
+      if (!json_is_integer(delay) || json_integer_value(delay) < 0)
+        rc = gs_error(GS_EINVAL, "%s: max_queue_delay_microseconds must be >= 0", path);
+      else
+        m->max_queue_delay_us = (uint64_t)json_integer_value(delay);
+    }
+    json_t *levels = json_object_get(db, "priority_levels");
+    if (rc == 0 && levels) {
+      if (!json_is_integer(levels) || json_integer_value(levels) < 0 || json_integer_value(levels) > 100)
+        rc = gs_error(GS_EINVAL, "%s: priority_levels must be in [0, 100]", path);
+      else
+        m->priority_levels = (int)json_integer_value(levels);
+    }
+    json_t *dpl = json_object_get(db, "default_priority_level");
+    if (rc == 0 && dpl)
+      m->default_priority = json_is_integer(dpl) ? (int)json_integer_value(dpl) : 0;
+    json_t *qp = json_object_get(db, "default_queue_policy");
+    if (rc == 0 && qp) {
+      json_t *mqs = json_object_get(qp, "max_queue_size"), *dt =
+          json_object_get(qp, "default_timeout_microseconds");
+      if (mqs && (!json_is_integer(mqs) || json_integer_value(mqs) < 0))
+        rc = gs_error(GS_EINVAL, "%s: max_queue_size must be >= 0", path);
+      else if (mqs)
+        m->max_queue_size = json_integer_value(mqs);
+      if (rc == 0 && dt && (!json_is_integer(dt) || json_integer_value(dt) < 0))
+        rc = gs_error(GS_EINVAL, "%s: default_timeout_microseconds must be >= 0", path);
+      else if (dt)
+        m->default_timeout_us = (uint64_t)json_integer_value(dt);
+    }
+  }
   json_t *prec = json_object_get(root, "precision");
   if (rc == 0 && prec) {
     const char *p = json_is_string(prec) ? json_string_value(prec) : "";
@@ -167,6 +212,7 @@ int gs_repository_open(gs_repository *repo, const char *dir, gs_device_t *device
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", de->d_name);
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->stats_lock, NULL);
     load_model(m, path);
     if (m->ready)
       GS_LOGI("api", "model %s ready (%d version(s))", m->name, m->n_versions);
@@ -186,6 +232,7 @@ void gs_repository_close(gs_repository *repo) {
       gs_model_free(m->versions[v].model);
     }
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->stats_lock);
   }
   free(repo->models);
   memset(repo, 0, sizeof *repo);

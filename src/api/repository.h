@@ -20,10 +20,38 @@ typedef struct gs_served_version {
   gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
 } gs_served_version;
 
+/* Triton's statistics: how many, and how long in all. */
+typedef struct gs_duration_stat {
+  uint64_t count, ns;
+} gs_duration_stat;
+
+#define GS_STATS_MAX_BATCH 256
+
+typedef struct gs_model_stats {
+  gs_duration_stat success, fail, queue, compute_input, compute_infer, compute_output;
+  uint64_t inference_count; /* samples (batch rows) inferred */
+  uint64_t execution_count; /* batches run */
+  /* By batch size: compute_input, compute_infer, compute_output of the batches. */
+  gs_duration_stat batch[GS_STATS_MAX_BATCH + 1][3];
+  uint64_t last_inference_ms;
+} gs_model_stats;
+
 typedef struct gs_served_model {
   char name[128];
   int64_t max_batch_size; /* 0: inputs carry no batch dimension of their own */
   gs_precision precision;
+  /* dynamic_batching of the model's configuration */
+  bool dynamic_batching;
+  int n_preferred;
+  int64_t preferred_batch_sizes[8];
+  uint64_t max_queue_delay_us;
+  int64_t max_queue_size;       /* 0: unbounded */
+  uint64_t default_timeout_us;  /* 0: none */
+  int priority_levels;          /* 0 or 1: one level */
+  int default_priority;
+  struct gs_batcher *batcher;
+  pthread_mutex_t stats_lock;
+  gs_model_stats stats;
   bool ready;
   char reason[512]; /* why not ready */
   int n_versions;   /* highest first */

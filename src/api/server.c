@@ -3,6 +3,7 @@
  * or SIGTERM (no new connections; requests in flight finish). */
 #include "api/api.h"
 
+#include "api/batcher.h"
 #include "api/kserve.h"
 #include "base/clock.h"
 #include "base/error.h"
@@ -44,11 +45,16 @@ typedef struct server {
   atomic_int in_flight;
 } server;
 
-/* A request's body, gathered across the handler's calls. */
+/* A request's body, gathered across the handler's calls; for inference, the
+ * parsed request while it waits in the batcher, and its reply. */
 typedef struct request {
   char *body;
   size_t len, cap;
   bool too_large;
+  struct MHD_Connection *conn;
+  bool queued;          /* suspended, waiting for the batcher */
+  gs_infer_request infer;
+  gs_http_reply reply;  /* filled by the batcher's thread before it resumes us */
 } request;
 
 static volatile sig_atomic_t stop_requested;
@@ -125,6 +131,40 @@ static bool parse_model_url(const char *url, char *name, size_t ncap, char *vers
   return true;
 }
 
+/* From the batcher's thread: the reply is ready; wake the connection. */
+static void on_infer_done(gs_infer_request *r, void *ctx) {
+  request *req = ctx;
+  gs_kserve_encode(r, &req->reply);
+  gs_infer_request_clear(r);
+  MHD_resume_connection(req->conn);
+}
+
+/* Queues an inference and suspends the connection: no HTTP thread waits. */
+static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
+                                   gs_served_version *v, request *req) {
+  const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  char *end = NULL;
+  long long header_len = hl ? strtoll(hl, &end, 10) : 0;
+  if (hl && (end == hl || *end || header_len < 0))
+    return send_error(c, 400, "Inference-Header-Content-Length is not a number");
+  gs_http_reply err = {0};
+  memset(&req->infer, 0, sizeof req->infer);
+  if (gs_kserve_parse(m, v, req->body ? req->body : "", req->len, (size_t)header_len, &req->infer,
+                      &err) < 0)
+    return send_reply(c, &err);
+  req->infer.done = on_infer_done;
+  req->infer.ctx = req;
+  req->conn = c;
+  req->queued = true;
+  MHD_suspend_connection(c);
+  if (gs_batcher_submit(m->batcher, &req->infer) < 0) {
+    gs_http_reply_error(&req->reply, 503, gs_error_detail());
+    gs_infer_request_clear(&req->infer);
+    MHD_resume_connection(c);
+  }
+  return MHD_YES;
+}
+
 static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *method,
                              const char *url, request *req) {
   bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
@@ -139,6 +179,10 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
   }
   if (strcmp(url, "/v2") == 0 && get) {
     gs_kserve_server_metadata(&r, GS_VERSION);
+    return send_reply(c, &r);
+  }
+  if (strcmp(url, "/v2/models/stats") == 0 && get) {
+    gs_kserve_stats(&s->repo, NULL, NULL, &r);
     return send_reply(c, &r);
   }
   if (strncmp(url, "/v2/models/", 11) == 0) {
@@ -168,15 +212,11 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
       gs_kserve_model_metadata(m, v, &r);
     else if (strcmp(action, "config") == 0 && get)
       gs_kserve_model_config(m, v, &r);
-    else if (strcmp(action, "infer") == 0 && post) {
-      const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                   "Inference-Header-Content-Length");
-      char *end = NULL;
-      long long header_len = hl ? strtoll(hl, &end, 10) : 0;
-      if (hl && (end == hl || *end || header_len < 0))
-        return send_error(c, 400, "Inference-Header-Content-Length is not a number");
-      gs_kserve_infer(m, v, req->body ? req->body : "", req->len, (size_t)header_len, &r);
-    } else
+    else if (strcmp(action, "stats") == 0 && get)
+      gs_kserve_stats(&s->repo, m, v, &r);
+    else if (strcmp(action, "infer") == 0 && post)
+      return start_infer(c, m, v, req);
+    else
       return send_error(c, 404, "no such route");
     return send_reply(c, &r);
   }
@@ -221,6 +261,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     *upload_size = 0;
     return MHD_YES;
   }
+  if (req->queued) /* resumed by the batcher: the reply is ready */
+    return send_reply(c, &req->reply);
   if (req->too_large) {
     char msg[160];
     snprintf(msg, sizeof msg, "request body is larger than the limit of %lld bytes "
@@ -239,6 +281,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
   if (!req)
     return;
   free(req->body);
+  gs_http_reply_free(&req->reply);
   free(req);
   *con_cls = NULL;
   atomic_fetch_sub(&s->in_flight, 1);
@@ -254,19 +297,34 @@ int gs_serve(const gs_serve_settings *settings) {
     gs_hal_shutdown();
     return rc;
   }
+  for (int i = 0; rc == 0 && i < s.repo.n_models; i++)
+    if (s.repo.models[i].ready)
+      rc = gs_batcher_start(&s.repo.models[i], &s.repo.models[i].batcher);
+  if (rc < 0) {
+    for (int i = 0; i < s.repo.n_models; i++)
+      gs_batcher_stop(s.repo.models[i].batcher);
+    gs_repository_close(&s.repo);
+    gs_hal_shutdown();
+    return rc;
+  }
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)settings->http_port)};
   if (inet_pton(AF_INET, settings->host, &addr.sin_addr) != 1) {
+    for (int i = 0; i < s.repo.n_models; i++)
+      gs_batcher_stop(s.repo.models[i].batcher);
     gs_repository_close(&s.repo);
     gs_hal_shutdown();
     return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
   }
   struct MHD_Daemon *d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+          MHD_ALLOW_SUSPEND_RESUME,
       (uint16_t)settings->http_port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)settings->http_threads,
       MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
       MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_END);
   if (!d) {
+    for (int i = 0; i < s.repo.n_models; i++)
+      gs_batcher_stop(s.repo.models[i].batcher);
     gs_repository_close(&s.repo);
     gs_hal_shutdown();
     return gs_error(GS_EIO, "cannot listen on %s:%lld (port in use?)", settings->host,
@@ -292,6 +350,8 @@ int gs_serve(const gs_serve_settings *settings) {
     GS_LOGW("api", "%d request(s) still in flight after %lld s; stopping anyway",
             atomic_load(&s.in_flight), (long long)settings->drain_seconds);
   MHD_stop_daemon(d);
+  for (int i = 0; i < s.repo.n_models; i++)
+    gs_batcher_stop(s.repo.models[i].batcher);
   gs_repository_close(&s.repo);
   gs_hal_shutdown();
   fprintf(stderr, "gpusrv: stopped\n");

@@ -55,7 +55,9 @@ def repo(tmp_path_factory):
     shutil.copytree(os.path.join(ROOT, "models", "digits"), root / "digits")
     (root / "mlp" / "1").mkdir(parents=True)
     onnx.save(mlp(), str(root / "mlp" / "1" / "model.onnx"))
-    (root / "mlp" / "config.json").write_text(json.dumps({"max_batch_size": 8}))
+    (root / "mlp" / "config.json").write_text(json.dumps({
+        "max_batch_size": 8,
+        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 50000}}))
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
     return root
@@ -87,7 +89,7 @@ def test_health_and_server_metadata(server):
     status, body, _ = request(server, "GET", "/v2")
     meta = json.loads(body)
     assert status == 200 and meta["name"] == "gpusrv"
-    assert set(meta["extensions"]) == {"binary_tensor_data", "model_configuration"}
+    assert set(meta["extensions"]) == {"binary_tensor_data", "model_configuration", "statistics"}
 
 
 def test_broken_model_is_listed_with_its_reason(server):
@@ -248,3 +250,55 @@ def test_config_file_then_flags(repo, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def stats(port, model):
+    status, raw, _ = request(port, "GET", f"/v2/models/{model}/stats")
+    assert status == 200
+    return json.loads(raw)["model_stats"][0]
+
+
+def test_concurrent_requests_are_batched_and_stats_add_up(server):
+    config = json.loads(request(server, "GET", "/v2/models/mlp/config")[1])
+    assert config["dynamic_batching"]["preferred_batch_size"] == [8]
+    before = stats(server, "mlp")
+    x = np.random.default_rng(5).standard_normal((1, 256)).astype(np.float32)
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).encode()
+    results = []
+
+    def one():
+        results.append(request(server, "POST", "/v2/models/mlp/infer", body)[0])
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [200] * 16
+    after = stats(server, "mlp")
+    new = after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"]
+    assert new == 16
+    assert after["inference_count"] - before["inference_count"] == 16
+    # 16 one-row requests arriving together ran as fewer, larger batches.
+    assert after["execution_count"] - before["execution_count"] < 16
+    assert any(b["batch_size"] > 1 for b in after["batch_stats"])
+    # The parts of a request's time add up to no more than the whole.
+    s = after["inference_stats"]
+    parts = sum(s[k]["ns"] for k in ("queue", "compute_input", "compute_infer", "compute_output"))
+    assert 0 < parts <= s["success"]["ns"]
+    assert s["queue"]["count"] == s["compute_infer"]["count"] == s["success"]["count"]
+
+
+def test_request_timeout_in_queue(server):
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                   "data": [0.0] * 256}], "parameters": {"timeout": 1}}).encode()
+    status, raw, _ = request(server, "POST", "/v2/models/mlp/infer", body)
+    assert status == 503 and "timed out" in json.loads(raw)["error"]
+    assert stats(server, "mlp")["inference_stats"]["fail"]["count"] >= 1
+
+
+def test_all_model_stats(server):
+    status, raw, _ = request(server, "GET", "/v2/models/stats")
+    names = {m["name"] for m in json.loads(raw)["model_stats"]}
+    assert status == 200 and names == {"digits", "mlp"}

@@ -1,0 +1,20 @@
+/* batcher.h - the dynamic batcher of one served model: a queue ordered by
+ * priority, from which batches are formed up to the preferred or maximum
+ * batch size within the maximum queue delay, then run on the model's plan.
+ * Requests wait without holding an HTTP thread (the server suspends them). */
+#ifndef GS_API_BATCHER_H
+#define GS_API_BATCHER_H
+
+#include "api/infer_request.h"
+
+typedef struct gs_batcher gs_batcher;
+
+/* Starts the batcher's thread for `m`. The caller stops it. */
+int gs_batcher_start(gs_served_model *m, gs_batcher **out);
+/* Finishes every queued request, then stops the thread and frees it. */
+void gs_batcher_stop(gs_batcher *b);
+/* Queues a request; its done callback runs later on the batcher's thread.
+ * Returns GS_EBUSY (and does not queue it) when the queue is full. */
+int gs_batcher_submit(gs_batcher *b, gs_infer_request *r);
+
+#endif

@@ -1,0 +1,39 @@
+/* infer_request.h - one inference request between the protocol (kserve.c),
+ * the dynamic batcher (batcher.c) and the server (server.c). */
+#ifndef GS_API_INFER_REQUEST_H
+#define GS_API_INFER_REQUEST_H
+
+#include "api/repository.h"
+
+#define GS_REQ_MAX_IO 8
+
+typedef struct gs_infer_request gs_infer_request;
+
+struct gs_infer_request {
+  gs_served_model *model;
+  gs_served_version *version;
+  char id[128];
+  bool has_id;
+  int priority;        /* 1 is the highest; 0: the model's default */
+  uint64_t timeout_us; /* in the queue; 0: the model's default (or none) */
+  int64_t batch;       /* rows along the batch dimension (1 without batching) */
+  gs_shape shapes[GS_REQ_MAX_IO];
+  const void *inputs[GS_REQ_MAX_IO]; /* into the request body, or owned[] */
+  void *owned[GS_REQ_MAX_IO];
+  bool send[GS_REQ_MAX_IO], binary[GS_REQ_MAX_IO]; /* which outputs, and how */
+  /* Results, filled by the batcher: outputs (malloc'd) or status + error. */
+  void *outputs[GS_REQ_MAX_IO];
+  gs_plan_value_info out_info[GS_REQ_MAX_IO];
+  int status; /* 0 while pending; 200 or an HTTP error status */
+  char error[600];
+  uint64_t t_arrive, t_batch; /* when it was queued, when its batch started */
+  /* Called from the batcher's thread when the request is finished. */
+  void (*done)(gs_infer_request *r, void *ctx);
+  void *ctx;
+  gs_infer_request *next; /* in the batcher's queue */
+};
+
+/* Frees what the request owns (inputs it copied, outputs), not the struct. */
+void gs_infer_request_clear(gs_infer_request *r);
+
+#endif
