@@ -5,6 +5,7 @@
 
 #include "api/batcher.h"
 #include "api/kserve.h"
+#include "api/metrics.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -179,6 +180,10 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
   }
   if (strcmp(url, "/v2") == 0 && get) {
     gs_kserve_server_metadata(&r, GS_VERSION);
+    return send_reply(c, &r);
+  }
+  if (strcmp(url, "/metrics") == 0 && get) {
+    gs_metrics_render(&s->repo, &r);
     return send_reply(c, &r);
   }
   if (strcmp(url, "/v2/models/stats") == 0 && get) {

@@ -302,3 +302,23 @@ def test_all_model_stats(server):
     status, raw, _ = request(server, "GET", "/v2/models/stats")
     names = {m["name"] for m in json.loads(raw)["model_stats"]}
     assert status == 200 and names == {"digits", "mlp"}
+
+
+def test_metrics(server):
+    body = open(os.path.join(ROOT, "models", "digits", "example-request.json"), "rb").read()
+    assert request(server, "POST", "/v2/models/digits/infer", body)[0] == 200
+    status, raw, headers = request(server, "GET", "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    values = {}
+    for line in raw.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    digits = stats(server, "digits")
+    assert values['nv_inference_request_success{model="digits",version="1"}'] == \
+        digits["inference_stats"]["success"]["count"]
+    assert values['nv_inference_count{model="digits",version="1"}'] == digits["inference_count"]
+    assert values['gpusrv_batch_size_count{model="digits"}'] == digits["execution_count"]
+    assert values['gpusrv_device_memory_total_bytes{device="cpu0",backend="cpu"}'] > 0
+    assert 'gpusrv_pool_reserved_bytes{device="cpu0",pool="device"}' in values
+    assert not any("broken" in k for k in values)  # a model that did not load has no series

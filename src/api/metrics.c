@@ -1,0 +1,182 @@
+/* metrics.c - GET /metrics in the Prometheus text format: per model request
+ * counts and durations under Triton's nv_inference_* names (so existing
+ * dashboards work), and per device telemetry, pool statistics and a batch
+ * size histogram under gpusrv_* names. */
+#include "api/metrics.h"
+
+#include "base/error.h"
+#include "hal/hal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct text {
+  char *buf;
+  size_t len, cap;
+  bool failed;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+  if (t->failed)
+    return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap ? t->cap * 2 : 16384;
+    char *grown = realloc(t->buf, cap);
+    if (!grown || n < 0) {
+      t->failed = true;
+      return;
+    }
+    t->buf = grown;
+    t->cap = cap;
+  }
+}
+
+static void header(text *t, const char *name, const char *type, const char *help) {
+  put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+typedef enum { F_SUCCESS, F_FAIL, F_COUNT, F_EXEC, F_REQ_US, F_QUEUE_US, F_IN_US, F_INFER_US,
+               F_OUT_US } model_field;
+
+static uint64_t field(const gs_model_stats *s, model_field f) {
+  switch (f) {
+  case F_SUCCESS: return s->success.count;
+  case F_FAIL: return s->fail.count;
+  case F_COUNT: return s->inference_count;
+  case F_EXEC: return s->execution_count;
+  case F_REQ_US: return (s->success.ns + s->fail.ns) / 1000;
+  case F_QUEUE_US: return s->queue.ns / 1000;
+  case F_IN_US: return s->compute_input.ns / 1000;
+  case F_INFER_US: return s->compute_infer.ns / 1000;
+  case F_OUT_US: return s->compute_output.ns / 1000;
+  }
+  return 0;
+}
+
+int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
+  text t = {0};
+  static const struct {
+    model_field f;
+    const char *name, *help;
+  } model_metrics[] = {
+      {F_SUCCESS, "nv_inference_request_success", "Number of successful inference requests"},
+      {F_FAIL, "nv_inference_request_failure", "Number of failed inference requests"},
+      {F_COUNT, "nv_inference_count", "Number of inferences performed (batch rows)"},
+      {F_EXEC, "nv_inference_exec_count", "Number of model executions (batches)"},
+      {F_REQ_US, "nv_inference_request_duration_us", "Cumulative request duration, microseconds"},
+      {F_QUEUE_US, "nv_inference_queue_duration_us", "Cumulative time in the queue, microseconds"},
+      {F_IN_US, "nv_inference_compute_input_duration_us", "Cumulative input time, microseconds"},
+      {F_INFER_US, "nv_inference_compute_infer_duration_us", "Cumulative compute time, microseconds"},
+      {F_OUT_US, "nv_inference_compute_output_duration_us", "Cumulative output time, microseconds"},
+  };
+  gs_model_stats *snap = calloc((size_t)repo->n_models + 1, sizeof *snap);
+  if (!snap)
+    return gs_http_reply_error(r, 500, "out of memory rendering metrics");
+  for (int i = 0; i < repo->n_models; i++) {
+    pthread_mutex_lock(&repo->models[i].stats_lock);
+    snap[i] = repo->models[i].stats;
+    pthread_mutex_unlock(&repo->models[i].stats_lock);
+  }
+  for (size_t k = 0; k < sizeof model_metrics / sizeof model_metrics[0]; k++) {
+    header(&t, model_metrics[k].name, "counter", model_metrics[k].help);
+    for (int i = 0; i < repo->n_models; i++) {
+      gs_served_model *m = &repo->models[i];
+      gs_served_version *v = gs_served_version_find(m, NULL);
+      if (!m->ready || !v)
+        continue;
+      put(&t, "%s{model=\"%s\",version=\"%lld\"} %llu\n", model_metrics[k].name, m->name,
+          (long long)v->number, (unsigned long long)field(&snap[i], model_metrics[k].f));
+    }
+  }
+  /* Batch sizes the batcher formed, as a histogram per model. */
+  static const int bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  header(&t, "gpusrv_batch_size", "histogram", "Sizes of the batches each model ran");
+  for (int i = 0; i < repo->n_models; i++) {
+    gs_served_model *m = &repo->models[i];
+    if (!m->ready)
+      continue;
+    uint64_t cum = 0, sum = 0;
+    for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
+      for (int s = b ? bounds[b - 1] + 1 : 1; s <= bounds[b]; s++) {
+        cum += snap[i].batch[s][1].count;
+        sum += snap[i].batch[s][1].count * (uint64_t)s;
+      }
+      put(&t, "gpusrv_batch_size_bucket{model=\"%s\",le=\"%d\"} %llu\n", m->name, bounds[b],
+          (unsigned long long)cum);
+    }
+    put(&t, "gpusrv_batch_size_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", m->name,
+        (unsigned long long)snap[i].execution_count);
+    put(&t, "gpusrv_batch_size_sum{model=\"%s\"} %llu\n", m->name, (unsigned long long)sum);
+    put(&t, "gpusrv_batch_size_count{model=\"%s\"} %llu\n", m->name,
+        (unsigned long long)snap[i].execution_count);
+  }
+  free(snap);
+  /* Devices: what their backends expose; a figure that is not available is
+   * left out, never reported as 0. */
+  static const struct {
+    uint32_t bit;
+    const char *name, *help;
+  } dev_metrics[] = {
+      {GS_TM_UTILIZATION, "gpusrv_device_utilization_percent", "Device utilization"},
+      {GS_TM_MEMORY, "gpusrv_device_memory_used_bytes", "Device memory in use"},
+      {GS_TM_MEMORY, "gpusrv_device_memory_total_bytes", "Device memory in all"},
+      {GS_TM_TEMPERATURE, "gpusrv_device_temperature_celsius", "Device temperature"},
+      {GS_TM_POWER, "gpusrv_device_power_watts", "Device power draw"},
+  };
+  int nd = gs_hal_device_count();
+  gs_telemetry *tm = calloc((size_t)nd + 1, sizeof *tm);
+  for (int d = 0; tm && d < nd; d++)
+    gs_device_telemetry(gs_hal_device(d), &tm[d]);
+  for (size_t k = 0; tm && k < sizeof dev_metrics / sizeof dev_metrics[0]; k++) {
+    header(&t, dev_metrics[k].name, "gauge", dev_metrics[k].help);
+    for (int d = 0; d < nd; d++) {
+      if (!(tm[d].valid & dev_metrics[k].bit))
+        continue;
+      const gs_device_info *info = gs_device_get_info(gs_hal_device(d));
+      double v = k == 0 ? tm[d].utilization_percent
+                 : k == 1 ? (double)tm[d].memory_used_bytes
+                 : k == 2 ? (double)tm[d].memory_total_bytes
+                 : k == 3 ? tm[d].temperature_c
+                          : tm[d].power_w;
+      put(&t, "%s{device=\"%s\",backend=\"%s\"} %.17g\n", dev_metrics[k].name, info->id,
+          info->backend, v);
+    }
+  }
+  free(tm);
+  static const char *const pool_names[] = {"allocated", "reserved", "peak_allocated"};
+  for (int k = 0; k < 3; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "gpusrv_pool_%s_bytes", pool_names[k]);
+    header(&t, name, "gauge", "Caching pool statistics per device and memory kind");
+    for (int d = 0; d < nd; d++)
+      for (int kind = 0; kind < GS_MEM_KIND_COUNT; kind++) {
+        gs_pool_stats st;
+        gs_pool_get_stats(gs_device_pool(gs_hal_device(d), (gs_mem_kind)kind), &st);
+        uint64_t v = k == 0 ? st.allocated_bytes : k == 1 ? st.reserved_bytes : st.peak_allocated_bytes;
+        put(&t, "%s{device=\"%s\",pool=\"%s\"} %llu\n", name,
+            gs_device_get_info(gs_hal_device(d))->id, kind ? "pinned" : "device",
+            (unsigned long long)v);
+      }
+  }
+  if (t.failed) {
+    free(t.buf);
+    return gs_http_reply_error(r, 500, "out of memory rendering metrics");
+  }
+  r->status = 200;
+  r->body = t.buf ? t.buf : strdup("");
+  r->len = t.len;
+  r->header_len = 0;
+  snprintf(r->content_type, sizeof r->content_type, "text/plain; version=0.0.4");
+  return GS_OK;
+}
