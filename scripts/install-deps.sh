@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev libopenblas-dev libdnnl-dev
-      libmicrohttpd-dev
+      libmicrohttpd-dev libcurl4-openssl-dev
       python3 python3-venv)
 
 missing=()

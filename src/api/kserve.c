@@ -36,7 +36,7 @@ static const char *triton_name(gs_dtype dt) {
   return "TYPE_INVALID";
 }
 
-static gs_dtype dtype_of(const char *name) {
+gs_dtype gs_kserve_dtype_from_name(const char *name) {
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
     if (strcmp(types[i].name, name) == 0)
       return types[i].dtype;
@@ -79,6 +79,26 @@ static json_t *shape_json(const gs_served_model *m, const gs_value_info *v, bool
     json_array_append_new(a, json_integer(v->dims[d] >= 0 ? v->dims[d] : -1));
   }
   return a;
+}
+
+int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
+  json_t *a = json_array();
+  for (int i = 0; i < repo->n_models; i++) {
+    gs_served_model *m = &repo->models[i];
+    gs_served_version *v = gs_served_version_find(m, NULL);
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(m->name));
+    if (v) {
+      char num[32];
+      snprintf(num, sizeof num, "%lld", (long long)v->number);
+      json_object_set_new(o, "version", json_string(num));
+    }
+    json_object_set_new(o, "state", json_string(m->ready ? "READY" : "UNAVAILABLE"));
+    if (!m->ready)
+      json_object_set_new(o, "reason", json_string(m->reason));
+    json_array_append_new(a, o);
+  }
+  return reply_json(r, 200, a);
 }
 
 int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
@@ -366,7 +386,7 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
       goto fail;
     }
     const gs_value_info *want = &model->inputs[idx];
-    if (!dtname || dtype_of(dtname) != want->dtype) {
+    if (!dtname || gs_kserve_dtype_from_name(dtname) != want->dtype) {
       snprintf(why, sizeof why, "input '%s': expected datatype %s, got %s", name,
                gs_kserve_dtype_name(want->dtype), dtname ? dtname : "none");
       goto fail;

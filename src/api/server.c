@@ -182,6 +182,10 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     gs_kserve_server_metadata(&r, GS_VERSION);
     return send_reply(c, &r);
   }
+  if (strcmp(url, "/v2/repository/index") == 0 && post) {
+    gs_kserve_repository_index(&s->repo, &r);
+    return send_reply(c, &r);
+  }
   if (strcmp(url, "/metrics") == 0 && get) {
     gs_metrics_render(&s->repo, &r);
     return send_reply(c, &r);

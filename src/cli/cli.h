@@ -24,6 +24,8 @@ int gs_cli_usage_error(const gs_cli_command *cmd, const char *fmt, ...)
 extern const gs_cli_command gs_cli_smi;
 extern const gs_cli_command gs_cli_model;
 extern const gs_cli_command gs_cli_serve;
+extern const gs_cli_command gs_cli_models;
+extern const gs_cli_command gs_cli_infer;
 /* A command's help text, however it is made. */
 const char *gs_cli_help_text(const gs_cli_command *cmd);
 

@@ -9,7 +9,8 @@
 #define GS_VERSION "0.0.0-dev"
 #endif
 
-static const gs_cli_command *const commands[] = {&gs_cli_serve, &gs_cli_smi, &gs_cli_model, NULL};
+static const gs_cli_command *const commands[] = {&gs_cli_serve, &gs_cli_smi, &gs_cli_model,
+                                                 &gs_cli_models, &gs_cli_infer, NULL};
 
 void gs_cli_error(const char *fmt, ...) {
   va_list ap;
@@ -58,7 +59,9 @@ static void print_overview(FILE *out) {
           "Environment:\n"
           "  GPUSRV_BACKENDS     Comma-separated backends to load (cpu,opencl,cuda); default all\n"
           "  GPUSRV_PLUGIN_PATH  Colon-separated directories to load backend plugins from\n"
-          "  GPUSRV_LOG          Log level: error, warn (default), info, debug\n");
+          "  GPUSRV_LOG          Log level: error, warn (default), info, debug\n"
+          "  GPUSRV_URL          The daemon that models and infer talk to\n"
+          "  GPUSRV_TOKEN        Bearer token for the daemon\n");
 }
 
 static const gs_cli_command *find(const char *name) {

@@ -322,3 +322,33 @@ def test_metrics(server):
     assert values['gpusrv_device_memory_total_bytes{device="cpu0",backend="cpu"}'] > 0
     assert 'gpusrv_pool_reserved_bytes{device="cpu0",pool="device"}' in values
     assert not any("broken" in k for k in values)  # a model that did not load has no series
+
+
+def test_cli_models_and_infer(server, repo, tmp_path):
+    url = f"http://127.0.0.1:{server}"
+    p = subprocess.run([GPUSRV, "models", "--url", url, "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    states = {m["name"]: m for m in json.loads(p.stdout)}
+    assert states["digits"]["state"] == "READY" and states["mlp"]["state"] == "READY"
+    assert states["broken"]["state"] == "UNAVAILABLE" and states["broken"]["reason"]
+    table = subprocess.run([GPUSRV, "models", "--url", url], capture_output=True, text=True).stdout
+    assert "UNAVAILABLE" in table and "digits" in table
+    x = np.random.default_rng(6).standard_normal((3, 256)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    p = subprocess.run([GPUSRV, "infer", "mlp", "-i", f"x={tmp_path}/x.npy", "-o",
+                        str(tmp_path / "out"), "--url", url], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "probs.npy"),
+                               ort_run(str(repo / "mlp" / "1" / "model.onnx"), {"x": x}),
+                               rtol=1e-4, atol=1e-6)
+    printed = subprocess.run([GPUSRV, "infer", "mlp", "-i", f"x={tmp_path}/x.npy", "--url", url],
+                             capture_output=True, text=True)
+    assert printed.returncode == 0 and json.loads(printed.stdout)[0]["shape"] == [3, 10]
+    p = subprocess.run([GPUSRV, "infer", "nope", "-i", f"x={tmp_path}/x.npy", "--url", url],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "unknown model 'nope'" in p.stderr and p.stdout == ""
+    p = subprocess.run([GPUSRV, "models", "--url", f"http://127.0.0.1:{free_port()}"],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "cannot reach" in p.stderr
+    p = subprocess.run([GPUSRV, "infer", "mlp", "--url", url], capture_output=True, text=True)
+    assert p.returncode == 2
