@@ -280,6 +280,12 @@ static void run_batch(gs_served_model *m, gs_infer_request **batch, int n, int64
     finish(batch[k], status, status == 200 ? NULL : error);
 }
 
+void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
+  r->t_arrive = gs_now_ns();
+  gs_infer_request *batch[1] = {r};
+  run_batch(m, batch, 1, r->batch);
+}
+
 static void *batcher_main(void *arg) {
   gs_batcher *b = arg;
   gs_infer_request *batch[256];

@@ -17,4 +17,9 @@ void gs_batcher_stop(gs_batcher *b);
  * Returns GS_EBUSY (and does not queue it) when the queue is full. */
 int gs_batcher_submit(gs_batcher *b, gs_infer_request *r);
 
+/* Runs one request now, in the calling thread: for models without dynamic
+ * batching, where queueing would only add two thread hand-offs. Its done
+ * callback runs before this returns. */
+void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r);
+
 #endif

@@ -140,6 +140,11 @@ static void on_infer_done(gs_infer_request *r, void *ctx) {
   MHD_resume_connection(req->conn);
 }
 
+static void on_inline_done(gs_infer_request *r, void *ctx) {
+  (void)r;
+  (void)ctx;
+}
+
 /* Queues an inference and suspends the connection: no HTTP thread waits. */
 static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
                                    gs_served_version *v, request *req) {
@@ -153,6 +158,15 @@ static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
   if (gs_kserve_parse(m, v, req->body ? req->body : "", req->len, (size_t)header_len, &req->infer,
                       &err) < 0)
     return send_reply(c, &err);
+  if (!m->dynamic_batching) {
+    /* Nothing to wait for: run it on this thread and answer at once. */
+    req->infer.done = on_inline_done;
+    gs_batcher_run_inline(m, &req->infer);
+    gs_http_reply reply = {0};
+    gs_kserve_encode(&req->infer, &reply);
+    gs_infer_request_clear(&req->infer);
+    return send_reply(c, &reply);
+  }
   req->infer.done = on_infer_done;
   req->infer.ctx = req;
   req->conn = c;
