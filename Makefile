@@ -43,6 +43,7 @@ bench: deps
 	@cmake --build $(BUILD_BENCH) -j $(JOBS)
 	$(BUILD_BENCH)/bench/gs-bench-copy
 	.venv/bin/python bench/models.py $(BUILD_BENCH)
+	.venv/bin/python bench/serve.py $(BUILD_BENCH)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH)

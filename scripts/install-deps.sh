@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev libopenblas-dev libdnnl-dev
-      libmicrohttpd-dev libcurl4-openssl-dev
+      libmicrohttpd-dev libcurl4-openssl-dev libb64-0d
       python3 python3-venv)
 
 missing=()
@@ -32,4 +32,31 @@ if [ ! -x .venv/bin/python ] || ! cmp -s tests/requirements.txt "$stamp"; then
   python3 -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
   cp tests/requirements.txt "$stamp"
+fi
+
+# perf_analyzer, Triton's load generator, for the serving tests and bench/serve: the
+# binary ships inside the tritonclient 2.34 wheel (later wheels dropped it); it needs
+# libb64 (Debian, above) and the CUDA 12 runtime library (PyPI, in requirements.txt),
+# though it talks only HTTP here. A wrapper points it at that library.
+if [ ! -x .venv/bin/perf_analyzer ]; then
+  echo "install-deps: extracting perf_analyzer from the tritonclient 2.34.0 wheel" >&2
+  tmp=$(mktemp -d)
+  .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all:     --platform manylinux1_x86_64 -d "$tmp" tritonclient==2.34.0
+  .venv/bin/python - "$tmp" <<'PY'
+import glob, os, stat, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "tritonclient-2.34.0-*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    data = z.read("tritonclient-2.34.0.data/data/bin/perf_analyzer")
+with open(".venv/bin/perf_analyzer.bin", "wb") as f:
+    f.write(data)
+os.chmod(".venv/bin/perf_analyzer.bin", 0o755)
+PY
+  cat > .venv/bin/perf_analyzer <<'SH'
+#!/bin/sh
+here=$(dirname "$(readlink -f "$0")")
+lib=$(ls -d "$here"/../lib/python3*/site-packages/nvidia/cuda_runtime/lib | head -n 1)
+LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/perf_analyzer.bin" "$@"
+SH
+  chmod +x .venv/bin/perf_analyzer
+  rm -rf "$tmp"
 fi

@@ -352,3 +352,18 @@ def test_cli_models_and_infer(server, repo, tmp_path):
     assert p.returncode == 1 and "cannot reach" in p.stderr
     p = subprocess.run([GPUSRV, "infer", "mlp", "--url", url], capture_output=True, text=True)
     assert p.returncode == 2
+
+
+PERF_ANALYZER = os.path.join(ROOT, ".venv", "bin", "perf_analyzer")
+
+
+@pytest.mark.skipif(not os.path.exists(PERF_ANALYZER), reason="perf_analyzer is not installed "
+                    "(scripts/install-deps.sh extracts it)")
+def test_perf_analyzer_runs_clean(server):
+    p = subprocess.run([PERF_ANALYZER, "-m", "digits", "-u", f"127.0.0.1:{server}",
+                        "--concurrency-range", "4:4", "--measurement-interval", "500", "-b", "2"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Throughput" in p.stdout and "error" not in p.stdout.lower()
+    # perf_analyzer's server-side breakdown comes from the statistics extension.
+    assert "Avg request latency" in p.stdout

@@ -138,3 +138,14 @@ def example_input(name, batch, seed=1):
 
 
 BUILDERS = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
+
+
+def simple_add_sub():
+    """Triton's "simple" example: OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 =
+    INPUT0 - INPUT1, int32 [batch, 16]: next to no compute, so serving it
+    measures the server's own overhead."""
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 16]) for n in ("INPUT0", "INPUT1")]
+    outs = [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 16]) for n in ("OUTPUT0", "OUTPUT1")]
+    nodes = [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+             helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])]
+    return _model(nodes, ins, outs, {}, "simple")
