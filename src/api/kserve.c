@@ -83,9 +83,12 @@ static json_t *shape_json(const gs_served_model *m, const gs_value_info *v, bool
 
 int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
   json_t *a = json_array();
-  for (int i = 0; i < repo->n_models; i++) {
+  int n = atomic_load(&repo->n_models);
+  for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
+    pthread_rwlock_rdlock(&m->use);
     gs_served_version *v = gs_served_version_find(m, NULL);
+    int state = atomic_load(&m->state);
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(m->name));
     if (v) {
@@ -93,9 +96,10 @@ int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
       snprintf(num, sizeof num, "%lld", (long long)v->number);
       json_object_set_new(o, "version", json_string(num));
     }
-    json_object_set_new(o, "state", json_string(m->ready ? "READY" : "UNAVAILABLE"));
-    if (!m->ready)
+    json_object_set_new(o, "state", json_string(gs_model_state_name(state)));
+    if (state != GS_MODEL_READY && m->reason[0])
       json_object_set_new(o, "reason", json_string(m->reason));
+    pthread_rwlock_unlock(&m->use);
     json_array_append_new(a, o);
   }
   return reply_json(r, 200, a);
@@ -109,6 +113,7 @@ int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
   json_array_append_new(ext, json_string("binary_tensor_data"));
   json_array_append_new(ext, json_string("model_configuration"));
   json_array_append_new(ext, json_string("statistics"));
+  json_array_append_new(ext, json_string("model_repository"));
   json_object_set_new(j, "extensions", ext);
   return reply_json(r, 200, j);
 }
@@ -230,14 +235,23 @@ static json_t *model_stats_json(gs_served_model *m, gs_served_version *v) {
   return o;
 }
 
-int gs_kserve_stats(gs_repository *repo, gs_served_model *only, gs_served_version *v,
-                    gs_http_reply *r) {
+int gs_kserve_model_stats(gs_served_model *m, gs_served_version *v, gs_http_reply *r) {
   json_t *j = json_object(), *all = json_array();
-  for (int i = 0; i < repo->n_models; i++) {
+  json_array_append_new(all, model_stats_json(m, v));
+  json_object_set_new(j, "model_stats", all);
+  return reply_json(r, 200, j);
+}
+
+int gs_kserve_stats(gs_repository *repo, gs_http_reply *r) {
+  json_t *j = json_object(), *all = json_array();
+  int n = atomic_load(&repo->n_models);
+  for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
-    if ((only && m != only) || !m->ready)
-      continue;
-    json_array_append_new(all, model_stats_json(m, only ? v : gs_served_version_find(m, NULL)));
+    pthread_rwlock_rdlock(&m->use);
+    gs_served_version *v = gs_served_ready(m) ? gs_served_version_find(m, NULL) : NULL;
+    if (v)
+      json_array_append_new(all, model_stats_json(m, v));
+    pthread_rwlock_unlock(&m->use);
   }
   json_object_set_new(j, "model_stats", all);
   return reply_json(r, 200, j);

@@ -29,10 +29,11 @@ int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r);
 int gs_kserve_server_metadata(gs_http_reply *r, const char *version);
 int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_reply *r);
 int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_reply *r);
-/* GET /v2/models[/NAME[/versions/V]]/stats: Triton's statistics extension,
- * of every ready model when `only` is NULL. */
-int gs_kserve_stats(gs_repository *repo, gs_served_model *only, gs_served_version *v,
-                    gs_http_reply *r);
+/* GET /v2/models/NAME[/versions/V]/stats: Triton's statistics extension
+ * (the caller holds the model's use lock). */
+int gs_kserve_model_stats(gs_served_model *m, gs_served_version *v, gs_http_reply *r);
+/* GET /v2/models/stats: every ready model's. */
+int gs_kserve_stats(gs_repository *repo, gs_http_reply *r);
 
 /* POST .../infer, first half: parses the body into r (zeroed by the
  * caller). `header_len` is Inference-Header-Content-Length (0: all JSON).

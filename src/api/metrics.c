@@ -80,31 +80,41 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
       {F_INFER_US, "nv_inference_compute_infer_duration_us", "Cumulative compute time, microseconds"},
       {F_OUT_US, "nv_inference_compute_output_duration_us", "Cumulative output time, microseconds"},
   };
-  gs_model_stats *snap = calloc((size_t)repo->n_models + 1, sizeof *snap);
-  if (!snap)
+  int n_models = atomic_load(&repo->n_models);
+  gs_model_stats *snap = calloc((size_t)n_models + 1, sizeof *snap);
+  int64_t *version = calloc((size_t)n_models + 1, sizeof *version);
+  if (!snap || !version) {
+    free(snap);
+    free(version);
     return gs_http_reply_error(r, 500, "out of memory rendering metrics");
-  for (int i = 0; i < repo->n_models; i++) {
-    pthread_mutex_lock(&repo->models[i].stats_lock);
-    snap[i] = repo->models[i].stats;
-    pthread_mutex_unlock(&repo->models[i].stats_lock);
+  }
+  /* A consistent snapshot: the ready models, their serving version, their counters. */
+  for (int i = 0; i < n_models; i++) {
+    gs_served_model *m = &repo->models[i];
+    pthread_rwlock_rdlock(&m->use);
+    gs_served_version *v = gs_served_ready(m) ? gs_served_version_find(m, NULL) : NULL;
+    version[i] = v ? v->number : -1;
+    pthread_mutex_lock(&m->stats_lock);
+    snap[i] = m->stats;
+    pthread_mutex_unlock(&m->stats_lock);
+    pthread_rwlock_unlock(&m->use);
   }
   for (size_t k = 0; k < sizeof model_metrics / sizeof model_metrics[0]; k++) {
     header(&t, model_metrics[k].name, "counter", model_metrics[k].help);
-    for (int i = 0; i < repo->n_models; i++) {
-      gs_served_model *m = &repo->models[i];
-      gs_served_version *v = gs_served_version_find(m, NULL);
-      if (!m->ready || !v)
+    for (int i = 0; i < n_models; i++) {
+      if (version[i] < 0)
         continue;
-      put(&t, "%s{model=\"%s\",version=\"%lld\"} %llu\n", model_metrics[k].name, m->name,
-          (long long)v->number, (unsigned long long)field(&snap[i], model_metrics[k].f));
+      put(&t, "%s{model=\"%s\",version=\"%lld\"} %llu\n", model_metrics[k].name,
+          repo->models[i].name, (long long)version[i],
+          (unsigned long long)field(&snap[i], model_metrics[k].f));
     }
   }
   /* Batch sizes the batcher formed, as a histogram per model. */
   static const int bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   header(&t, "gpusrv_batch_size", "histogram", "Sizes of the batches each model ran");
-  for (int i = 0; i < repo->n_models; i++) {
+  for (int i = 0; i < n_models; i++) {
     gs_served_model *m = &repo->models[i];
-    if (!m->ready)
+    if (version[i] < 0)
       continue;
     uint64_t cum = 0, sum = 0;
     for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
@@ -122,6 +132,7 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
         (unsigned long long)snap[i].execution_count);
   }
   free(snap);
+  free(version);
   /* Devices: what their backends expose; a figure that is not available is
    * left out, never reported as 0. */
   static const struct {

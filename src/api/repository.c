@@ -2,6 +2,8 @@
  * and the plan cache each served model keeps. */
 #include "api/repository.h"
 
+#include "api/batcher.h"
+
 #include "base/error.h"
 #include "base/log.h"
 
@@ -136,9 +138,13 @@ static int check_batching(const gs_served_model *m, const gs_model *model) {
   return GS_OK;
 }
 
+/* Reads the configuration and every version of model m from `dir` (the
+ * model's use lock held exclusively). Sets state and reason. */
 static void load_model(gs_served_model *m, const char *dir) {
   char path[1200];
   struct stat st;
+  m->reason[0] = '\0';
+  m->n_versions = 0;
   snprintf(path, sizeof path, "%s/config.json", dir);
   int rc = 0;
   if (stat(path, &st) == 0)
@@ -150,6 +156,7 @@ static void load_model(gs_served_model *m, const char *dir) {
   }
   if (rc < 0) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
+    atomic_store(&m->state, GS_MODEL_UNAVAILABLE);
     return;
   }
   DIR *d = opendir(dir);
@@ -173,73 +180,185 @@ static void load_model(gs_served_model *m, const char *dir) {
   qsort(m->versions, (size_t)m->n_versions, sizeof m->versions[0], cmp_version_desc);
   if (m->n_versions == 0) {
     snprintf(m->reason, sizeof m->reason, "no version directory (%s/<n>/model.onnx)", dir);
+    atomic_store(&m->state, GS_MODEL_UNAVAILABLE);
     return;
   }
+  bool any = false;
   for (int i = 0; i < m->n_versions; i++)
-    if (m->versions[i].model)
-      m->ready = true;
-  if (!m->ready)
+    any = any || m->versions[i].model;
+  if (any && gs_batcher_start(m, &m->batcher) < 0) {
+    snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
+    any = false;
+  }
+  if (!any && !m->reason[0])
     snprintf(m->reason, sizeof m->reason, "version %lld: %s", (long long)m->versions[0].number,
              m->versions[0].reason);
+  atomic_store(&m->state, any ? GS_MODEL_READY : GS_MODEL_UNAVAILABLE);
+  if (any)
+    GS_LOGI("api", "model %s ready (%d version(s))", m->name, m->n_versions);
+  else
+    GS_LOGW("api", "model %s not ready: %s", m->name, m->reason);
+}
+
+/* Undoes load_model (use lock held exclusively): queued requests finish
+ * first, then the plans and models go. */
+static void unload_model(gs_served_model *m) {
+  gs_batcher_stop(m->batcher);
+  m->batcher = NULL;
+  for (int v = 0; v < m->n_versions; v++) {
+    for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
+      gs_plan_destroy(m->versions[v].plans[k]);
+    gs_model_free(m->versions[v].model);
+    memset(&m->versions[v], 0, sizeof m->versions[v]);
+  }
+  m->n_versions = 0;
+  /* The configuration is read again by the next load. */
+  m->max_batch_size = 0;
+  m->precision = GS_PRECISION_FP32;
+  m->dynamic_batching = false;
+  m->n_preferred = 0;
+  m->max_queue_delay_us = 0;
+  m->max_queue_size = 0;
+  m->default_timeout_us = 0;
+  m->priority_levels = 0;
+  m->default_priority = 0;
+}
+
+const char *gs_model_state_name(int state) {
+  switch (state) {
+  case GS_MODEL_LOADING: return "LOADING";
+  case GS_MODEL_READY: return "READY";
+  case GS_MODEL_UNAVAILABLE: return "UNAVAILABLE";
+  default: return "UNLOADED";
+  }
+}
+
+/* A new entry for `name` (admin lock held), or NULL when full. */
+static gs_served_model *add_entry(gs_repository *repo, const char *name) {
+  int n = atomic_load(&repo->n_models);
+  if (n == GS_REPO_MAX_MODELS)
+    return NULL;
+  gs_served_model *m = &repo->models[n];
+  memset(m, 0, sizeof *m);
+  snprintf(m->name, sizeof m->name, "%s", name);
+  atomic_init(&m->state, GS_MODEL_LOADING);
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_mutex_init(&m->stats_lock, NULL);
+  pthread_rwlock_init(&m->use, NULL);
+  atomic_store(&repo->n_models, n + 1); /* published once whole */
+  return m;
+}
+
+static void *loader_main(void *arg) {
+  gs_repository *repo = arg;
+  int n = atomic_load(&repo->n_models);
+  for (int i = 0; i < n && !atomic_load(&repo->closing); i++) {
+    gs_served_model *m = &repo->models[i];
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", repo->dir, m->name);
+    pthread_mutex_lock(&repo->admin);
+    pthread_rwlock_wrlock(&m->use);
+    if (atomic_load(&m->state) == GS_MODEL_LOADING)
+      load_model(m, dir);
+    pthread_rwlock_unlock(&m->use);
+    pthread_mutex_unlock(&repo->admin);
+  }
+  return NULL;
 }
 
 int gs_repository_open(gs_repository *repo, const char *dir, gs_device_t *device) {
   memset(repo, 0, sizeof *repo);
   snprintf(repo->dir, sizeof repo->dir, "%s", dir);
   repo->device = device;
+  pthread_mutex_init(&repo->admin, NULL);
+  if (!(repo->models = calloc(GS_REPO_MAX_MODELS, sizeof *repo->models)))
+    return gs_error(GS_ENOMEM, "out of memory for the model repository");
   DIR *d = opendir(dir);
-  if (!d)
+  if (!d) {
+    free(repo->models);
+    repo->models = NULL;
     return gs_error(GS_ENOENT, "cannot read the model repository %s", dir);
-  int cap = 0;
+  }
   for (struct dirent *de; (de = readdir(d));) {
     char path[1024];
     struct stat st;
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    if (de->d_name[0] == '.' || stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (de->d_name[0] == '.' || stat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        strlen(de->d_name) >= sizeof repo->models[0].name)
       continue;
-    if (strlen(de->d_name) >= sizeof repo->models[0].name)
-      continue;
-    if (repo->n_models == cap) {
-      cap = cap ? 2 * cap : 8;
-      gs_served_model *grown = realloc(repo->models, sizeof *grown * (size_t)cap);
-      if (!grown) {
-        closedir(d);
-        return gs_error(GS_ENOMEM, "out of memory reading the model repository");
-      }
-      repo->models = grown;
+    if (!add_entry(repo, de->d_name)) {
+      GS_LOGW("api", "more than %d models in %s; the rest are not served", GS_REPO_MAX_MODELS, dir);
+      break;
     }
-    gs_served_model *m = &repo->models[repo->n_models++];
-    memset(m, 0, sizeof *m);
-    snprintf(m->name, sizeof m->name, "%s", de->d_name);
-    pthread_mutex_init(&m->lock, NULL);
-    pthread_mutex_init(&m->stats_lock, NULL);
-    load_model(m, path);
-    if (m->ready)
-      GS_LOGI("api", "model %s ready (%d version(s))", m->name, m->n_versions);
-    else
-      GS_LOGW("api", "model %s not ready: %s", m->name, m->reason);
   }
   closedir(d);
+  repo->loader_started = pthread_create(&repo->loader, NULL, loader_main, repo) == 0;
+  if (!repo->loader_started)
+    loader_main(repo); /* no thread to spare: load now */
+  return GS_OK;
+}
+
+int gs_repository_load(gs_repository *repo, const char *name) {
+  char dir[1024];
+  struct stat st;
+  if (!*name || strchr(name, '/') || name[0] == '.' || strlen(name) >= sizeof repo->models[0].name)
+    return gs_error(GS_EINVAL, "'%s' is not a model name", name);
+  snprintf(dir, sizeof dir, "%s/%s", repo->dir, name);
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    return gs_error(GS_ENOENT, "no model directory %s", dir);
+  pthread_mutex_lock(&repo->admin);
+  gs_served_model *m = gs_repository_find(repo, name);
+  if (!m && !(m = add_entry(repo, name))) {
+    pthread_mutex_unlock(&repo->admin);
+    return gs_error(GS_ERANGE, "the repository holds %d models already", GS_REPO_MAX_MODELS);
+  }
+  pthread_rwlock_wrlock(&m->use);
+  atomic_store(&m->state, GS_MODEL_LOADING);
+  unload_model(m);
+  load_model(m, dir);
+  int rc = gs_served_ready(m) ? GS_OK : gs_error(GS_EINVAL, "%s", m->reason);
+  pthread_rwlock_unlock(&m->use);
+  pthread_mutex_unlock(&repo->admin);
+  return rc;
+}
+
+int gs_repository_unload(gs_repository *repo, const char *name) {
+  pthread_mutex_lock(&repo->admin);
+  gs_served_model *m = gs_repository_find(repo, name);
+  if (!m) {
+    pthread_mutex_unlock(&repo->admin);
+    return gs_error(GS_ENOENT, "unknown model '%s'", name);
+  }
+  /* New requests see it unloaded at once; those in flight finish first. */
+  atomic_store(&m->state, GS_MODEL_UNLOADED);
+  pthread_rwlock_wrlock(&m->use);
+  unload_model(m);
+  snprintf(m->reason, sizeof m->reason, "unloaded");
+  pthread_rwlock_unlock(&m->use);
+  pthread_mutex_unlock(&repo->admin);
   return GS_OK;
 }
 
 void gs_repository_close(gs_repository *repo) {
-  for (int i = 0; i < repo->n_models; i++) {
+  atomic_store(&repo->closing, true);
+  if (repo->loader_started)
+    pthread_join(repo->loader, NULL);
+  int n = atomic_load(&repo->n_models);
+  for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
-    for (int v = 0; v < m->n_versions; v++) {
-      for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
-        gs_plan_destroy(m->versions[v].plans[k]);
-      gs_model_free(m->versions[v].model);
-    }
+    unload_model(m);
     pthread_mutex_destroy(&m->lock);
     pthread_mutex_destroy(&m->stats_lock);
+    pthread_rwlock_destroy(&m->use);
   }
+  pthread_mutex_destroy(&repo->admin);
   free(repo->models);
   memset(repo, 0, sizeof *repo);
 }
 
 gs_served_model *gs_repository_find(gs_repository *repo, const char *name) {
-  for (int i = 0; i < repo->n_models; i++)
+  int n = atomic_load(&repo->n_models);
+  for (int i = 0; i < n; i++)
     if (strcmp(repo->models[i].name, name) == 0)
       return &repo->models[i];
   return NULL;

@@ -7,8 +7,17 @@
 #include "engine/engine.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define GS_REPO_MAX_VERSIONS 8
+#define GS_REPO_MAX_MODELS 256
+
+typedef enum {
+  GS_MODEL_LOADING,
+  GS_MODEL_READY,
+  GS_MODEL_UNAVAILABLE, /* failed to load: see reason */
+  GS_MODEL_UNLOADED,
+} gs_model_state;
 #define GS_REPO_PLAN_CACHE 8
 
 typedef struct gs_served_version {
@@ -52,8 +61,11 @@ typedef struct gs_served_model {
   struct gs_batcher *batcher;
   pthread_mutex_t stats_lock;
   gs_model_stats stats;
-  bool ready;
-  char reason[512]; /* why not ready */
+  _Atomic int state; /* gs_model_state */
+  char reason[512];  /* why not ready */
+  /* Requests hold it shared while they use the model's versions; loading
+   * and unloading hold it exclusively. */
+  pthread_rwlock_t use;
   int n_versions;   /* highest first */
   gs_served_version versions[GS_REPO_MAX_VERSIONS];
   pthread_mutex_t lock; /* guards the plan caches */
@@ -62,15 +74,30 @@ typedef struct gs_served_model {
 typedef struct gs_repository {
   char dir[512];
   gs_device_t *device;
-  int n_models;
-  gs_served_model *models;
+  _Atomic int n_models;     /* entries in models[], which never moves */
+  gs_served_model *models;  /* GS_REPO_MAX_MODELS entries */
+  pthread_mutex_t admin;    /* one load or unload at a time */
+  pthread_t loader;         /* loads the models found at start, in the background */
+  bool loader_started;
+  _Atomic bool closing;
 } gs_repository;
 
-/* Scans `dir` and loads every model it finds. A broken model stays listed,
- * not ready, with its reason; it does not stop the others. Returns 0, or an
- * error only when the directory itself cannot be read. */
+static inline bool gs_served_ready(gs_served_model *m) {
+  return atomic_load(&m->state) == GS_MODEL_READY;
+}
+const char *gs_model_state_name(int state);
+
+/* Scans `dir` and starts loading every model it finds in the background;
+ * until then they are LOADING. A broken model stays listed, UNAVAILABLE
+ * with its reason; it does not stop the others. Returns 0, or an error only
+ * when the directory itself cannot be read. */
 int gs_repository_open(gs_repository *repo, const char *dir, gs_device_t *device);
 void gs_repository_close(gs_repository *repo);
+/* (Re)loads model `name` from its directory now; returns 0 or an error
+ * (GS_ENOENT: no such directory; else the model's reason). */
+int gs_repository_load(gs_repository *repo, const char *name);
+/* Unloads model `name`: its queued requests finish first. */
+int gs_repository_unload(gs_repository *repo, const char *name);
 gs_served_model *gs_repository_find(gs_repository *repo, const char *name);
 /* The version `v` ("" or NULL: the highest), or NULL. */
 gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);

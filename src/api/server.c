@@ -180,6 +180,10 @@ static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
   return MHD_YES;
 }
 
+static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
+                                   const char *name, const char *version, const char *action,
+                                   bool get, bool post, request *req);
+
 static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *method,
                              const char *url, request *req) {
   bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
@@ -187,10 +191,31 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
   if (strcmp(url, "/v2/health/live") == 0 && get)
     return send_empty(c, 200);
   if (strcmp(url, "/v2/health/ready") == 0 && get) {
-    for (int i = 0; i < s->repo.n_models; i++)
-      if (!s->repo.models[i].ready)
+    int n = atomic_load(&s->repo.n_models);
+    for (int i = 0; i < n; i++) {
+      int st = atomic_load(&s->repo.models[i].state);
+      if (st == GS_MODEL_LOADING || st == GS_MODEL_UNAVAILABLE)
         return send_empty(c, 503);
+    }
     return send_empty(c, stop_requested ? 503 : 200);
+  }
+  if (strncmp(url, "/v2/repository/models/", 22) == 0 && post) {
+    char name[128], msg[700];
+    const char *p = url + 22, *slash = strchr(p, '/');
+    size_t n = slash ? (size_t)(slash - p) : 0;
+    if (!slash || n == 0 || n >= sizeof name ||
+        (strcmp(slash, "/load") != 0 && strcmp(slash, "/unload") != 0))
+      return send_error(c, 404, "no such route");
+    memcpy(name, p, n);
+    name[n] = '\0';
+    bool load = strcmp(slash, "/load") == 0;
+    int rc = load ? gs_repository_load(&s->repo, name) : gs_repository_unload(&s->repo, name);
+    if (rc < 0) {
+      snprintf(msg, sizeof msg, "%s model '%s': %s", load ? "cannot load" : "cannot unload", name,
+               gs_error_detail());
+      return send_error(c, rc == GS_ENOENT ? 404 : 400, msg);
+    }
+    return send_empty(c, 200);
   }
   if (strcmp(url, "/v2") == 0 && get) {
     gs_kserve_server_metadata(&r, GS_VERSION);
@@ -205,7 +230,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     return send_reply(c, &r);
   }
   if (strcmp(url, "/v2/models/stats") == 0 && get) {
-    gs_kserve_stats(&s->repo, NULL, NULL, &r);
+    gs_kserve_stats(&s->repo, &r);
     return send_reply(c, &r);
   }
   if (strncmp(url, "/v2/models/", 11) == 0) {
@@ -216,6 +241,35 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     if (!m) {
       snprintf(msg, sizeof msg, "unknown model '%s'", name);
       return send_error(c, 404, msg);
+    }
+    /* Loading and unloading wait while requests use the model's versions. */
+    pthread_rwlock_rdlock(&m->use);
+    enum MHD_Result ret = model_route(c, m, name, version, action, get, post, req);
+    pthread_rwlock_unlock(&m->use);
+    return ret;
+  }
+  return send_error(c, 404, "no such route");
+}
+
+static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
+                                   const char *name, const char *version, const char *action,
+                                   bool get, bool post, request *req) {
+  gs_http_reply r = {0};
+  char msg[700];
+  {
+    int state = atomic_load(&m->state);
+    if (state == GS_MODEL_LOADING || state == GS_MODEL_UNLOADED) {
+      if (strcmp(action, "ready") == 0 && get)
+        return send_empty(c, 503);
+      snprintf(msg, sizeof msg, "model '%s' is %s", name,
+               state == GS_MODEL_LOADING ? "still loading" : "unloaded");
+      return send_error(c, 503, msg);
+    }
+    if (state == GS_MODEL_UNAVAILABLE && m->n_versions == 0) {
+      if (strcmp(action, "ready") == 0 && get)
+        return send_empty(c, 503);
+      snprintf(msg, sizeof msg, "model '%s' is not ready: %s", name, m->reason);
+      return send_error(c, 503, msg);
     }
     gs_served_version *v = gs_served_version_find(m, version);
     if (!v) {
@@ -236,7 +290,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     else if (strcmp(action, "config") == 0 && get)
       gs_kserve_model_config(m, v, &r);
     else if (strcmp(action, "stats") == 0 && get)
-      gs_kserve_stats(&s->repo, m, v, &r);
+      gs_kserve_model_stats(m, v, &r);
     else if (strcmp(action, "infer") == 0 && post)
       return start_infer(c, m, v, req);
     else
@@ -320,20 +374,8 @@ int gs_serve(const gs_serve_settings *settings) {
     gs_hal_shutdown();
     return rc;
   }
-  for (int i = 0; rc == 0 && i < s.repo.n_models; i++)
-    if (s.repo.models[i].ready)
-      rc = gs_batcher_start(&s.repo.models[i], &s.repo.models[i].batcher);
-  if (rc < 0) {
-    for (int i = 0; i < s.repo.n_models; i++)
-      gs_batcher_stop(s.repo.models[i].batcher);
-    gs_repository_close(&s.repo);
-    gs_hal_shutdown();
-    return rc;
-  }
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)settings->http_port)};
   if (inet_pton(AF_INET, settings->host, &addr.sin_addr) != 1) {
-    for (int i = 0; i < s.repo.n_models; i++)
-      gs_batcher_stop(s.repo.models[i].batcher);
     gs_repository_close(&s.repo);
     gs_hal_shutdown();
     return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
@@ -346,8 +388,6 @@ int gs_serve(const gs_serve_settings *settings) {
       MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
       MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_END);
   if (!d) {
-    for (int i = 0; i < s.repo.n_models; i++)
-      gs_batcher_stop(s.repo.models[i].batcher);
     gs_repository_close(&s.repo);
     gs_hal_shutdown();
     return gs_error(GS_EIO, "cannot listen on %s:%lld (port in use?)", settings->host,
@@ -358,9 +398,9 @@ int gs_serve(const gs_serve_settings *settings) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  GS_LOGI("api", "listening on http://%s:%lld with %d model(s)", settings->host,
-          (long long)settings->http_port, s.repo.n_models);
-  fprintf(stderr, "gpusrv: serving %d model(s) from %s on http://%s:%lld\n", s.repo.n_models,
+  GS_LOGI("api", "listening on http://%s:%lld", settings->host, (long long)settings->http_port);
+  fprintf(stderr, "gpusrv: serving %d model(s) from %s on http://%s:%lld\n",
+          atomic_load(&s.repo.n_models),
           settings->model_repository, settings->host, (long long)settings->http_port);
   while (!stop_requested)
     gs_sleep_ns(50 * 1000 * 1000);
@@ -373,8 +413,6 @@ int gs_serve(const gs_serve_settings *settings) {
     GS_LOGW("api", "%d request(s) still in flight after %lld s; stopping anyway",
             atomic_load(&s.in_flight), (long long)settings->drain_seconds);
   MHD_stop_daemon(d);
-  for (int i = 0; i < s.repo.n_models; i++)
-    gs_batcher_stop(s.repo.models[i].batcher);
   gs_repository_close(&s.repo);
   gs_hal_shutdown();
   fprintf(stderr, "gpusrv: stopped\n");

@@ -37,12 +37,15 @@ def start(repo, *extra):
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
+            # Up, and done loading (models load in the background).
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/v2/health/live")
-            if c.getresponse().status == 200:
+            c.request("POST", "/v2/repository/index", body=b"{}")
+            r = c.getresponse()
+            if r.status == 200 and all(m["state"] != "LOADING" for m in json.loads(r.read())):
                 return proc, port
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
         if proc.poll() is not None:
             raise AssertionError(f"gpusrv serve exited: {proc.stderr.read()}")
     proc.kill()
@@ -89,7 +92,8 @@ def test_health_and_server_metadata(server):
     status, body, _ = request(server, "GET", "/v2")
     meta = json.loads(body)
     assert status == 200 and meta["name"] == "gpusrv"
-    assert set(meta["extensions"]) == {"binary_tensor_data", "model_configuration", "statistics"}
+    assert set(meta["extensions"]) == {"binary_tensor_data", "model_configuration", "statistics",
+                                       "model_repository"}
 
 
 def test_broken_model_is_listed_with_its_reason(server):
@@ -367,3 +371,40 @@ def test_perf_analyzer_runs_clean(server):
     assert "Throughput" in p.stdout and "error" not in p.stdout.lower()
     # perf_analyzer's server-side breakdown comes from the statistics extension.
     assert "Avg request latency" in p.stdout
+
+
+def test_unload_and_load_while_another_model_serves(repo):
+    proc, port = start(repo)
+    try:
+        body = open(os.path.join(ROOT, "models", "digits", "example-request.json"), "rb").read()
+        stop = threading.Event()
+        digits_status = []
+
+        def keep_inferring():
+            while not stop.is_set():
+                digits_status.append(request(port, "POST", "/v2/models/digits/infer", body)[0])
+
+        t = threading.Thread(target=keep_inferring)
+        t.start()
+        try:
+            assert request(port, "POST", "/v2/repository/models/mlp/unload", b"{}")[0] == 200
+            index = {m["name"]: m for m in json.loads(request(port, "POST", "/v2/repository/index", b"{}")[1])}
+            assert index["mlp"]["state"] == "UNLOADED"
+            status, raw, _ = request(port, "GET", "/v2/models/mlp")
+            assert status == 503 and "unloaded" in json.loads(raw)["error"]
+            for _ in range(3):  # reload, again and again
+                assert request(port, "POST", "/v2/repository/models/mlp/load", b"{}")[0] == 200
+            assert request(port, "GET", "/v2/models/mlp/ready")[0] == 200
+            x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.5] * 256}]}
+            assert request(port, "POST", "/v2/models/mlp/infer", json.dumps(x).encode())[0] == 200
+            status, raw, _ = request(port, "POST", "/v2/repository/models/broken/load", b"{}")
+            assert status == 400 and "cannot load model 'broken'" in json.loads(raw)["error"]
+            status, raw, _ = request(port, "POST", "/v2/repository/models/ghost/load", b"{}")
+            assert status == 404
+        finally:
+            stop.set()
+            t.join()
+        assert digits_status and set(digits_status) == {200}  # never stalled or failed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
