@@ -22,6 +22,10 @@ static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 
 static void put(text *t, const char *fmt, ...) {
   if (t->failed)
     return;
+  if (!t->buf && !(t->buf = malloc(t->cap = 16384))) {
+    t->failed = true;
+    return;
+  }
   for (;;) {
     va_list ap;
     va_start(ap, fmt);
