@@ -14,6 +14,8 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +59,20 @@ typedef struct request {
   gs_infer_request infer;
   gs_http_reply reply;  /* filled by the batcher's thread before it resumes us */
 } request;
+
+/* libmicrohttpd's own messages (a client that hung up, a malformed request
+ * line) go to the log at debug level: they are the clients' business. */
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  if (!gs_log_enabled(GS_LOG_DEBUG))
+    return;
+  char msg[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n && msg[n - 1] == '\n')
+    msg[--n] = '\0';
+  GS_LOGD("http", "%s", msg);
+}
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) {
@@ -312,7 +328,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!(req = calloc(1, sizeof *req)))
       return MHD_NO;
     *con_cls = req;
-    atomic_fetch_add(&s->in_flight, 1);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->settings->max_request_bytes)
       req->too_large = true;
@@ -338,15 +353,24 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     *upload_size = 0;
     return MHD_YES;
   }
-  if (req->queued) /* resumed by the batcher: the reply is ready */
+  if (req->queued) { /* resumed by the batcher: the reply is ready */
+    atomic_fetch_sub(&s->in_flight, 1);
     return send_reply(c, &req->reply);
+  }
   if (req->too_large) {
     char msg[160];
     snprintf(msg, sizeof msg, "request body is larger than the limit of %lld bytes "
                               "(--max-request-bytes)", (long long)s->settings->max_request_bytes);
     return send_error(c, 413, msg);
   }
-  return route(s, c, method, url, req);
+  /* In flight from here until answered: the drain on SIGTERM waits for these.
+   * (A client that hangs up mid-upload never gets here, so it cannot hold up
+   * the drain; libmicrohttpd does not always report such hang-ups.) */
+  atomic_fetch_add(&s->in_flight, 1);
+  enum MHD_Result ret = route(s, c, method, url, req);
+  if (!req->queued)
+    atomic_fetch_sub(&s->in_flight, 1);
+  return ret;
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -357,11 +381,11 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
   request *req = *con_cls;
   if (!req)
     return;
+  (void)s;
   free(req->body);
   gs_http_reply_free(&req->reply);
   free(req);
   *con_cls = NULL;
-  atomic_fetch_sub(&s->in_flight, 1);
 }
 
 int gs_serve(const gs_serve_settings *settings) {
@@ -386,7 +410,8 @@ int gs_serve(const gs_serve_settings *settings) {
       (uint16_t)settings->http_port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)settings->http_threads,
       MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
-      MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+      MHD_OPTION_END);
   if (!d) {
     gs_repository_close(&s.repo);
     gs_hal_shutdown();

@@ -31,9 +31,11 @@ def free_port():
 
 def start(repo, *extra):
     port = free_port()
+    # The server's output goes to a file: a pipe nobody reads would fill up
+    # and block it.
+    log = open(os.path.join(str(repo), f"serve-{port}.log"), "w+")
     proc = subprocess.Popen([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
-                             str(port), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             str(port), *extra], stdout=log, stderr=log, text=True)
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -47,7 +49,8 @@ def start(repo, *extra):
             pass
         time.sleep(0.05)
         if proc.poll() is not None:
-            raise AssertionError(f"gpusrv serve exited: {proc.stderr.read()}")
+            log.seek(0)
+            raise AssertionError(f"gpusrv serve exited: {log.read()}")
     proc.kill()
     raise AssertionError("gpusrv serve did not come up")
 
@@ -242,7 +245,7 @@ def test_config_file_then_flags(repo, tmp_path):
     port = free_port()
     (tmp_path / "c.json").write_text(json.dumps({"http-port": 1, "model-repository": str(repo)}))
     proc = subprocess.Popen([GPUSRV, "serve", "--config", str(tmp_path / "c.json"), "--http-port",
-                             str(port)], stderr=subprocess.PIPE, text=True)
+                             str(port)], stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):
             try:
@@ -408,3 +411,27 @@ def test_unload_and_load_while_another_model_serves(repo):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_sigterm_drains_requests_in_flight(tmp_path):
+    repo = tmp_path / "models"
+    (repo / "slow" / "1").mkdir(parents=True)
+    onnx.save(mlp(), str(repo / "slow" / "1" / "model.onnx"))
+    # A lone request waits the whole queue delay for company: 1.5 s in flight.
+    (repo / "slow" / "config.json").write_text(json.dumps({
+        "max_batch_size": 8,
+        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 1500000}}))
+    proc, port = start(repo)
+    result = {}
+
+    def one():
+        x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.1] * 256}]}
+        result["status"] = request(port, "POST", "/v2/models/slow/infer", json.dumps(x).encode())[0]
+
+    t = threading.Thread(target=one)
+    t.start()
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    t.join(timeout=30)
+    assert result.get("status") == 200  # answered, not dropped
+    assert proc.wait(timeout=30) == 0
