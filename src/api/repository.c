@@ -22,11 +22,7 @@
  * priority_levels, default_priority_level, default_queue_policy:
  * {max_queue_size, default_timeout_microseconds}}}. instance_group is
  * accepted and not acted on yet (one instance, on the first device). */
-static int read_config_json(gs_served_model *m, const char *path) {
-  json_error_t jerr;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root)
-    return gs_error(GS_EINVAL, "%s, line %d: %s", path, jerr.line, jerr.text);
+static int apply_config(gs_served_model *m, json_t *root, const char *path) {
   int rc = GS_OK;
   json_t *mbs = json_object_get(root, "max_batch_size");
   if (mbs && (!json_is_integer(mbs) || json_integer_value(mbs) < 0 ||
@@ -39,6 +35,12 @@ static int read_config_json(gs_served_model *m, const char *path) {
     m->dynamic_batching = true;
     json_t *pref = json_object_get(db, "preferred_batch_size"), *e;
     size_t i;
+    if (json_is_integer(pref)) { /* one value, as the text format writes it */
+      json_t *one = json_array();
+      json_array_append(one, pref);
+      json_object_set_new(db, "preferred_batch_size", one);
+      pref = one;
+    }
     json_array_foreach(pref, i, e) {
       if (!json_is_integer(e) || json_integer_value(e) < 1 || m->n_preferred == 8) {
         rc = gs_error(GS_EINVAL, "%s: preferred_batch_size holds up to 8 positive integers", path);
@@ -89,32 +91,178 @@ static int read_config_json(gs_served_model *m, const char *path) {
     else
       rc = gs_error(GS_EINVAL, "%s: precision must be fp32, fp16 or bf16", path);
   }
+  return rc;
+}
+
+static int read_config_json(gs_served_model *m, const char *path) {
+  json_error_t jerr;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return gs_error(GS_EINVAL, "%s, line %d: %s", path, jerr.line, jerr.text);
+  int rc = apply_config(m, root, path);
   json_decref(root);
   return rc;
 }
 
-/* config.pbtxt (Triton's text format): the fields gpusrv acts on today,
- * max_batch_size; the rest is read by Triton's rules later. */
+/* config.pbtxt: Triton's configuration in the protobuf text format, read
+ * into the same JSON shape as config.json (a field given more than once
+ * becomes an array; enum values become strings), so that one reader serves
+ * both. Written by hand: the text format needs only a small tokenizer, and
+ * the protobuf runtime would bring a schema compiler for it. */
+typedef struct pbt {
+  const char *p;
+  int line;
+  char err[160];
+} pbt;
+
+static void pbt_skip(pbt *t) {
+  for (;;) {
+    while (*t->p == ' ' || *t->p == '\t' || *t->p == '\r' || *t->p == '\n') {
+      if (*t->p == '\n')
+        t->line++;
+      t->p++;
+    }
+    if (*t->p != '#')
+      return;
+    while (*t->p && *t->p != '\n')
+      t->p++;
+  }
+}
+
+static json_t *pbt_value(pbt *t);
+
+/* Fields up to `end` ('}' or NUL) into an object. */
+static json_t *pbt_fields(pbt *t, char end) {
+  json_t *obj = json_object();
+  for (;;) {
+    pbt_skip(t);
+    if (*t->p == end) {
+      if (end)
+        t->p++;
+      return obj;
+    }
+    if (!isalpha((unsigned char)*t->p) && *t->p != '_') {
+      snprintf(t->err, sizeof t->err, "line %d: expected a field name", t->line);
+      json_decref(obj);
+      return NULL;
+    }
+    char key[64];
+    size_t n = 0;
+    while ((isalnum((unsigned char)*t->p) || *t->p == '_') && n + 1 < sizeof key)
+      key[n++] = *t->p++;
+    key[n] = '\0';
+    pbt_skip(t);
+    if (*t->p == ':') {
+      t->p++;
+      pbt_skip(t);
+    } else if (*t->p != '{' && *t->p != '[') {
+      snprintf(t->err, sizeof t->err, "line %d: expected ':' after %s", t->line, key);
+      json_decref(obj);
+      return NULL;
+    }
+    json_t *v = pbt_value(t);
+    if (!v) {
+      json_decref(obj);
+      return NULL;
+    }
+    json_t *prev = json_object_get(obj, key);
+    if (!prev) {
+      json_object_set_new(obj, key, v);
+    } else if (json_is_array(prev) && !json_is_array(v)) {
+      json_array_append_new(prev, v);
+    } else {
+      json_t *arr = json_array();
+      json_array_append(arr, prev);
+      if (json_is_array(v))
+        json_array_extend(arr, v), json_decref(v);
+      else
+        json_array_append_new(arr, v);
+      json_object_set_new(obj, key, arr);
+    }
+    pbt_skip(t);
+    if (*t->p == ',' || *t->p == ';')
+      t->p++;
+  }
+}
+
+static json_t *pbt_value(pbt *t) {
+  pbt_skip(t);
+  const char *p = t->p;
+  if (*p == '{') {
+    t->p++;
+    return pbt_fields(t, '}');
+  }
+  if (*p == '[') {
+    t->p++;
+    json_t *arr = json_array();
+    for (;;) {
+      pbt_skip(t);
+      if (*t->p == ']') {
+        t->p++;
+        return arr;
+      }
+      json_t *v = pbt_value(t);
+      if (!v) {
+        json_decref(arr);
+        return NULL;
+      }
+      json_array_append_new(arr, v);
+      pbt_skip(t);
+      if (*t->p == ',')
+        t->p++;
+    }
+  }
+  if (*p == '"' || *p == '\'') {
+    char q = *p++;
+    const char *e = strchr(p, q);
+    if (!e) {
+      snprintf(t->err, sizeof t->err, "line %d: unterminated string", t->line);
+      return NULL;
+    }
+    t->p = e + 1;
+    return json_stringn(p, (size_t)(e - p));
+  }
+  if (*p == '-' || isdigit((unsigned char)*p)) {
+    char *end;
+    double d = strtod(p, &end);
+    bool integral = true;
+    for (const char *c = p; c < end; c++)
+      integral = integral && *c != '.' && *c != 'e' && *c != 'E';
+    t->p = end;
+    return integral ? json_integer(strtoll(p, NULL, 10)) : json_real(d);
+  }
+  if (isalpha((unsigned char)*p) || *p == '_') { /* enum value, true, false */
+    const char *s0 = p;
+    while (isalnum((unsigned char)*t->p) || *t->p == '_')
+      t->p++;
+    size_t n = (size_t)(t->p - s0);
+    if (n == 4 && !strncmp(s0, "true", 4))
+      return json_true();
+    if (n == 5 && !strncmp(s0, "false", 5))
+      return json_false();
+    return json_stringn(s0, n);
+  }
+  snprintf(t->err, sizeof t->err, "line %d: unexpected '%c'", t->line, *p ? *p : ' ');
+  return NULL;
+}
+
 static int read_config_pbtxt(gs_served_model *m, const char *path) {
   FILE *f = fopen(path, "r");
   if (!f)
     return gs_error(GS_EIO, "cannot open %s", path);
-  char line[1024];
-  int rc = GS_OK;
-  while (fgets(line, sizeof line, f)) {
-    char *p = line;
-    while (isspace((unsigned char)*p))
-      p++;
-    if (strncmp(p, "max_batch_size", 14) == 0) {
-      p = strchr(p, ':');
-      long long v = p ? strtoll(p + 1, NULL, 10) : -1;
-      if (v < 0 || v > 1 << 20)
-        rc = gs_error(GS_EINVAL, "%s: unreadable max_batch_size", path);
-      else
-        m->max_batch_size = v;
-    }
-  }
+  char *text = malloc(1 << 20);
+  size_t len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
   fclose(f);
+  if (!text)
+    return gs_error(GS_ENOMEM, "out of memory reading %s", path);
+  text[len] = '\0';
+  pbt t = {.p = text, .line = 1};
+  json_t *root = pbt_fields(&t, '\0');
+  free(text);
+  if (!root)
+    return gs_error(GS_EINVAL, "%s, %s", path, t.err);
+  int rc = apply_config(m, root, path);
+  json_decref(root);
   return rc;
 }
 

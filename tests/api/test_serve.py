@@ -64,6 +64,25 @@ def repo(tmp_path_factory):
     (root / "mlp" / "config.json").write_text(json.dumps({
         "max_batch_size": 8,
         "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 50000}}))
+    # A Triton repository entry: config.pbtxt in the text format.
+    (root / "tpb" / "1").mkdir(parents=True)
+    onnx.save(mlp(), str(root / "tpb" / "1" / "model.onnx"))
+    (root / "tpb" / "config.pbtxt").write_text('''
+name: "tpb"   # comments are allowed
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 256 ] } ]
+output [ { name: "probs", data_type: TYPE_FP32, dims: [ 10 ] } ]
+dynamic_batching {
+  preferred_batch_size: 4
+  max_queue_delay_microseconds: 100
+  default_queue_policy { max_queue_size: 64 timeout_action: REJECT }
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+''')
+    (root / "badtext" / "1").mkdir(parents=True)
+    onnx.save(mlp(), str(root / "badtext" / "1" / "model.onnx"))
+    (root / "badtext" / "config.pbtxt").write_text("max_batch_size: 8\ndynamic_batching { : }\n")
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
     return root
@@ -308,7 +327,7 @@ def test_request_timeout_in_queue(server):
 def test_all_model_stats(server):
     status, raw, _ = request(server, "GET", "/v2/models/stats")
     names = {m["name"] for m in json.loads(raw)["model_stats"]}
-    assert status == 200 and names == {"digits", "mlp"}
+    assert status == 200 and names == {"digits", "mlp", "tpb"}
 
 
 def test_metrics(server):
@@ -338,6 +357,7 @@ def test_cli_models_and_infer(server, repo, tmp_path):
     states = {m["name"]: m for m in json.loads(p.stdout)}
     assert states["digits"]["state"] == "READY" and states["mlp"]["state"] == "READY"
     assert states["broken"]["state"] == "UNAVAILABLE" and states["broken"]["reason"]
+    assert states["badtext"]["state"] == "UNAVAILABLE" and "line 2" in states["badtext"]["reason"]
     table = subprocess.run([GPUSRV, "models", "--url", url], capture_output=True, text=True).stdout
     assert "UNAVAILABLE" in table and "digits" in table
     x = np.random.default_rng(6).standard_normal((3, 256)).astype(np.float32)
@@ -435,3 +455,48 @@ def test_sigterm_drains_requests_in_flight(tmp_path):
     t.join(timeout=30)
     assert result.get("status") == 200  # answered, not dropped
     assert proc.wait(timeout=30) == 0
+
+
+def test_a_thousand_concurrent_connections(server):
+    """1,000 clients connect at once, each sends one request; every one is
+    answered, and the server answers the next request afterwards."""
+    import selectors
+    body = open(os.path.join(ROOT, "models", "digits", "example-request.json"), "rb").read()
+    req = (b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    socks = []
+    for _ in range(1000):
+        s = socket.create_connection(("127.0.0.1", server))
+        socks.append(s)
+    for s in socks:
+        s.sendall(req)
+    sel = selectors.DefaultSelector()
+    replies = {}
+    for s in socks:
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+        replies[s] = b""
+    open_count, deadline = len(socks), time.time() + 120
+    while open_count and time.time() < deadline:
+        for key, _ in sel.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            if chunk:
+                replies[key.fileobj] += chunk
+            else:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                open_count -= 1
+    assert open_count == 0
+    assert all(r.startswith(b"HTTP/1.1 200") for r in replies.values())
+    assert request(server, "GET", "/v2/health/live")[0] == 200
+
+
+def test_triton_config_pbtxt(server):
+    config = json.loads(request(server, "GET", "/v2/models/tpb/config")[1])
+    assert config["max_batch_size"] == 8
+    assert config["dynamic_batching"]["preferred_batch_size"] == [4]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 100
+    assert config["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 64
+    x = {"inputs": [{"name": "x", "shape": [2, 256], "datatype": "FP32", "data": [0.2] * 512}]}
+    status, raw, _ = request(server, "POST", "/v2/models/tpb/infer", json.dumps(x).encode())
+    assert status == 200 and json.loads(raw)["outputs"][0]["shape"] == [2, 10]
