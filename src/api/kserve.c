@@ -118,6 +118,25 @@ int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
   return reply_json(r, 200, j);
 }
 
+/* The model's inputs and outputs as metadata ("datatype", "shape") or as
+ * configuration ("data_type", "dims") lists them. */
+static void tensor_lists(gs_served_model *m, gs_served_version *v, bool config, json_t *ins,
+                         json_t *outs) {
+  for (int pass = 0; pass < 2; pass++) {
+    const gs_value_info *vs = pass ? v->model->outputs : v->model->inputs;
+    int n = pass ? v->model->n_outputs : v->model->n_inputs;
+    for (int i = 0; i < n; i++) {
+      json_t *t = json_object();
+      json_object_set_new(t, "name", json_string(vs[i].name));
+      json_object_set_new(t, config ? "data_type" : "datatype",
+                          json_string(config ? triton_name(vs[i].dtype)
+                                             : gs_kserve_dtype_name(vs[i].dtype)));
+      json_object_set_new(t, config ? "dims" : "shape", shape_json(m, &vs[i], config));
+      json_array_append_new(pass ? outs : ins, t);
+    }
+  }
+}
+
 int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_reply *r) {
   json_t *j = json_object(), *vers = json_array(), *ins = json_array(), *outs = json_array();
   json_object_set_new(j, "name", json_string(m->name));
@@ -128,17 +147,7 @@ int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_r
   }
   json_object_set_new(j, "versions", vers);
   json_object_set_new(j, "platform", json_string("onnxruntime_onnx"));
-  for (int pass = 0; pass < 2; pass++) {
-    const gs_value_info *vs = pass ? v->model->outputs : v->model->inputs;
-    int n = pass ? v->model->n_outputs : v->model->n_inputs;
-    for (int i = 0; i < n; i++) {
-      json_t *t = json_object();
-      json_object_set_new(t, "name", json_string(vs[i].name));
-      json_object_set_new(t, "datatype", json_string(gs_kserve_dtype_name(vs[i].dtype)));
-      json_object_set_new(t, "shape", shape_json(m, &vs[i], false));
-      json_array_append_new(pass ? outs : ins, t);
-    }
-  }
+  tensor_lists(m, v, false, ins, outs);
   json_object_set_new(j, "inputs", ins);
   json_object_set_new(j, "outputs", outs);
   return reply_json(r, 200, j);
@@ -150,17 +159,7 @@ int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_rep
   json_object_set_new(j, "platform", json_string("onnxruntime_onnx"));
   json_object_set_new(j, "backend", json_string("onnxruntime"));
   json_object_set_new(j, "max_batch_size", json_integer(m->max_batch_size));
-  for (int pass = 0; pass < 2; pass++) {
-    const gs_value_info *vs = pass ? v->model->outputs : v->model->inputs;
-    int n = pass ? v->model->n_outputs : v->model->n_inputs;
-    for (int i = 0; i < n; i++) {
-      json_t *t = json_object();
-      json_object_set_new(t, "name", json_string(vs[i].name));
-      json_object_set_new(t, "data_type", json_string(triton_name(vs[i].dtype)));
-      json_object_set_new(t, "dims", shape_json(m, &vs[i], true));
-      json_array_append_new(pass ? outs : ins, t);
-    }
-  }
+  tensor_lists(m, v, true, ins, outs);
   json_object_set_new(j, "input", ins);
   json_object_set_new(j, "output", outs);
   if (m->dynamic_batching) {

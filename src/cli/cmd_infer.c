@@ -158,15 +158,7 @@ static int infer_run(int argc, char **argv) {
       break;
     }
     char file[1024], safe[256];
-    size_t j = 0;
-    for (; name[j] && j + 1 < sizeof safe; j++) {
-      char ch = name[j];
-      safe[j] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                        ch == '.' || ch == '-' || ch == '_'
-                    ? ch
-                    : '_';
-    }
-    safe[j] = '\0';
+    gs_cli_file_name(name, safe, sizeof safe);
     snprintf(file, sizeof file, "%s/%s.npy", outdir, safe);
     if (gs_npy_write(file, dt, &s, r.body + at) < 0) {
       gs_cli_error("infer: %s", gs_error_detail());

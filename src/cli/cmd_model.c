@@ -183,7 +183,7 @@ static int inspect(int argc, char **argv) {
 
 #define MAX_INPUTS 64
 
-static void safe_name(const char *name, char *out, size_t cap) {
+void gs_cli_file_name(const char *name, char *out, size_t cap) {
   size_t i = 0;
   for (; name[i] && i + 1 < cap; i++) {
     char ch = name[i];
@@ -373,7 +373,7 @@ static int run(int argc, char **argv) {
     gs_plan_value_info info;
     gs_plan_output(plan, i, &info);
     char name[256], file[4400];
-    safe_name(info.name, name, sizeof name);
+    gs_cli_file_name(info.name, name, sizeof name);
     snprintf(file, sizeof file, "%s/%s.npy", outdir, name);
     if (gs_npy_write(file, info.dtype, &info.shape, outputs[i]) < 0) {
       gs_cli_error("model run: %s", gs_error_detail());
