@@ -56,6 +56,7 @@ typedef struct request {
   bool too_large;
   struct MHD_Connection *conn;
   bool queued;          /* suspended, waiting for the batcher */
+  bool counted;         /* still counted in the server's in_flight */
   gs_infer_request infer;
   gs_http_reply reply;  /* filled by the batcher's thread before it resumes us */
 } request;
@@ -354,7 +355,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return MHD_YES;
   }
   if (req->queued) { /* resumed by the batcher: the reply is ready */
-    atomic_fetch_sub(&s->in_flight, 1);
+    if (req->counted) {
+      req->counted = false;
+      atomic_fetch_sub(&s->in_flight, 1);
+    }
     return send_reply(c, &req->reply);
   }
   if (req->too_large) {
@@ -367,9 +371,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
    * (A client that hangs up mid-upload never gets here, so it cannot hold up
    * the drain; libmicrohttpd does not always report such hang-ups.) */
   atomic_fetch_add(&s->in_flight, 1);
+  req->counted = true;
   enum MHD_Result ret = route(s, c, method, url, req);
-  if (!req->queued)
+  if (!req->queued) {
+    req->counted = false;
     atomic_fetch_sub(&s->in_flight, 1);
+  }
   return ret;
 }
 
@@ -381,7 +388,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
   request *req = *con_cls;
   if (!req)
     return;
-  (void)s;
+  /* A queued request whose client left: answered by nobody, but finished. */
+  if (req->counted)
+    atomic_fetch_sub(&s->in_flight, 1);
   free(req->body);
   gs_http_reply_free(&req->reply);
   free(req);

@@ -500,3 +500,27 @@ def test_triton_config_pbtxt(server):
     x = {"inputs": [{"name": "x", "shape": [2, 256], "datatype": "FP32", "data": [0.2] * 512}]}
     status, raw, _ = request(server, "POST", "/v2/models/tpb/infer", json.dumps(x).encode())
     assert status == 200 and json.loads(raw)["outputs"][0]["shape"] == [2, 10]
+
+
+def test_client_vanishes_while_queued(tmp_path):
+    repo = tmp_path / "models"
+    (repo / "slow" / "1").mkdir(parents=True)
+    onnx.save(mlp(), str(repo / "slow" / "1" / "model.onnx"))
+    (repo / "slow" / "config.json").write_text(json.dumps({
+        "max_batch_size": 8,
+        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 300000}}))
+    proc, port = start(repo)
+    try:
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                       "data": [0.1] * 256}]}).encode()
+        for _ in range(5):  # each queued for 0.3 s; each client gone before its answer
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+            s.close()
+        time.sleep(0.8)
+        assert request(port, "POST", "/v2/models/slow/infer", body)[0] == 200
+        assert stats(port, "slow")["inference_stats"]["success"]["count"] >= 6
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
