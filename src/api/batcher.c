@@ -1,5 +1,6 @@
 /* batcher.c - the dynamic batcher of one served model. One thread per
- * model takes requests by priority (then arrival), gathers more of the same
+ * instance of the model takes requests by priority (then arrival), so the
+ * instances run batches side by side; each gathers more of the same
  * version and row shape up to a preferred or the maximum batch size while
  * the first one has waited less than the maximum queue delay, concatenates
  * their rows, runs the batch, and hands each request its rows back. */
@@ -13,9 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct batcher_worker {
+  struct gs_batcher *b;
+  gs_instance *inst;
+  pthread_t thread;
+} batcher_worker;
+
 struct gs_batcher {
   gs_served_model *m;
-  pthread_t thread;
+  int n_workers;
+  batcher_worker workers[GS_REPO_MAX_INSTANCES];
   pthread_mutex_t lock;
   pthread_cond_t cond;
   gs_infer_request *head; /* sorted by priority, then arrival */
@@ -190,7 +198,8 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
 
 /* Concatenates the batch's inputs along their first dimension, runs the
  * batch, and gives each request its rows of every output. */
-static void run_batch(gs_served_model *m, gs_infer_request **batch, int n, int64_t rows) {
+static void run_batch(gs_served_model *m, gs_instance *inst, gs_infer_request **batch, int n,
+                      int64_t rows) {
   gs_served_version *v = batch[0]->version;
   const gs_model *model = v->model;
   uint64_t t0 = gs_now_ns();
@@ -225,7 +234,7 @@ static void run_batch(gs_served_model *m, gs_infer_request **batch, int n, int64
   }
   uint64_t t1 = gs_now_ns();
   if (rc == 0)
-    rc = gs_served_run(m, v, shapes, inputs, outputs, info);
+    rc = gs_served_run(m, inst, v, shapes, inputs, outputs, info);
   uint64_t t2 = gs_now_ns();
   int status = rc == 0 ? 200 : rc == GS_EINVAL ? 400 : 500;
   char error[600];
@@ -283,11 +292,12 @@ static void run_batch(gs_served_model *m, gs_infer_request **batch, int n, int64
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
   r->t_arrive = gs_now_ns();
   gs_infer_request *batch[1] = {r};
-  run_batch(m, batch, 1, r->batch);
+  run_batch(m, NULL, batch, 1, r->batch);
 }
 
 static void *batcher_main(void *arg) {
-  gs_batcher *b = arg;
+  batcher_worker *w = arg;
+  gs_batcher *b = w->b;
   gs_infer_request *batch[256];
   pthread_mutex_lock(&b->lock);
   for (;;) {
@@ -296,7 +306,7 @@ static void *batcher_main(void *arg) {
     if (n == 0)
       break; /* stopping and empty */
     pthread_mutex_unlock(&b->lock);
-    run_batch(b->m, batch, n, rows);
+    run_batch(b->m, w->inst, batch, n, rows);
     pthread_mutex_lock(&b->lock);
   }
   pthread_mutex_unlock(&b->lock);
@@ -310,11 +320,15 @@ int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
   b->m = m;
   pthread_mutex_init(&b->lock, NULL);
   pthread_cond_init(&b->cond, NULL);
-  if (pthread_create(&b->thread, NULL, batcher_main, b) != 0) {
-    pthread_mutex_destroy(&b->lock);
-    pthread_cond_destroy(&b->cond);
-    free(b);
-    return gs_error(GS_ENOMEM, "cannot start the batcher thread of %s", m->name);
+  for (int i = 0; i < m->n_instances; i++) {
+    batcher_worker *w = &b->workers[i];
+    w->b = b;
+    w->inst = &m->instances[i];
+    if (pthread_create(&w->thread, NULL, batcher_main, w) != 0) {
+      gs_batcher_stop(b);
+      return gs_error(GS_ENOMEM, "cannot start the batcher threads of %s", m->name);
+    }
+    b->n_workers++;
   }
   *out = b;
   return GS_OK;
@@ -327,7 +341,8 @@ void gs_batcher_stop(gs_batcher *b) {
   b->stopping = true;
   pthread_cond_broadcast(&b->cond);
   pthread_mutex_unlock(&b->lock);
-  pthread_join(b->thread, NULL);
+  for (int i = 0; i < b->n_workers; i++)
+    pthread_join(b->workers[i].thread, NULL);
   pthread_mutex_destroy(&b->lock);
   pthread_cond_destroy(&b->cond);
   free(b);

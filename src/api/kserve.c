@@ -153,6 +153,39 @@ int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_r
   return reply_json(r, 200, j);
 }
 
+/* The instances as made, one group per device: its kind, how many, and the
+ * device (Triton's gpus: the index among the GPUs). */
+static json_t *instance_groups_json(gs_served_model *m) {
+  json_t *groups = json_array();
+  for (int i = 0; i < m->n_instances; i++) {
+    gs_device_t *d = m->instances[i].device;
+    bool seen = false;
+    for (int k = 0; k < i; k++)
+      seen = seen || m->instances[k].device == d;
+    if (seen)
+      continue;
+    int count = 0;
+    for (int k = i; k < m->n_instances; k++)
+      count += m->instances[k].device == d;
+    const gs_device_info *info = gs_device_get_info(d);
+    json_t *g = json_object();
+    char name[300];
+    snprintf(name, sizeof name, "%s_%s", m->name, info->id);
+    json_object_set_new(g, "name", json_string(name));
+    json_object_set_new(g, "kind", json_string(info->type == GS_DEVICE_GPU ? "KIND_GPU" : "KIND_CPU"));
+    json_object_set_new(g, "count", json_integer(count));
+    json_object_set_new(g, "devices", json_pack("[s]", info->id));
+    if (info->type == GS_DEVICE_GPU) {
+      int gpu_index = 0;
+      for (int k = 0; k < info->index; k++)
+        gpu_index += gs_device_get_info(gs_hal_device(k))->type == GS_DEVICE_GPU;
+      json_object_set_new(g, "gpus", json_pack("[i]", gpu_index));
+    }
+    json_array_append_new(groups, g);
+  }
+  return groups;
+}
+
 int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_reply *r) {
   json_t *j = json_object(), *ins = json_array(), *outs = json_array();
   json_object_set_new(j, "name", json_string(m->name));
@@ -177,12 +210,7 @@ int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_rep
     json_object_set_new(db, "default_queue_policy", qp);
     json_object_set_new(j, "dynamic_batching", db);
   }
-  /* One instance, on the first device. */
-  json_t *group = json_object(), *groups = json_array();
-  json_object_set_new(group, "count", json_integer(1));
-  json_object_set_new(group, "kind", json_string("KIND_CPU"));
-  json_array_append_new(groups, group);
-  json_object_set_new(j, "instance_group", groups);
+  json_object_set_new(j, "instance_group", instance_groups_json(m));
   return reply_json(r, 200, j);
 }
 

@@ -20,8 +20,9 @@
 /* config.json: {"max_batch_size": N, "precision": "fp32|fp16|bf16",
  * "dynamic_batching": {preferred_batch_size, max_queue_delay_microseconds,
  * priority_levels, default_priority_level, default_queue_policy:
- * {max_queue_size, default_timeout_microseconds}}}. instance_group is
- * accepted and not acted on yet (one instance, on the first device). */
+ * {max_queue_size, default_timeout_microseconds}}}, "instance_group":
+ * [{count, kind: KIND_CPU|KIND_GPU|KIND_AUTO|cpu|opencl|cuda, devices:
+ * ["cpu0", ...] or gpus: [0, ...]}]}. */
 static int apply_config(gs_served_model *m, json_t *root, const char *path) {
   int rc = GS_OK;
   json_t *mbs = json_object_get(root, "max_batch_size");
@@ -77,6 +78,44 @@ static int apply_config(gs_served_model *m, json_t *root, const char *path) {
         rc = gs_error(GS_EINVAL, "%s: default_timeout_microseconds must be >= 0", path);
       else if (dt)
         m->default_timeout_us = (uint64_t)json_integer_value(dt);
+    }
+  }
+  json_t *groups = json_object_get(root, "instance_group"), *g;
+  if (rc == 0 && groups && !json_is_array(groups)) {
+    json_t *one = json_array(); /* the text format may give one group bare */
+    json_array_append(one, groups);
+    groups = one;
+    json_object_set_new(root, "instance_group", one);
+  }
+  size_t gi;
+  json_array_foreach(groups, gi, g) {
+    if (rc < 0)
+      break;
+    if (m->n_groups == 4) {
+      rc = gs_error(GS_EINVAL, "%s: at most 4 instance groups", path);
+      break;
+    }
+    typeof(m->groups[0]) *grp = &m->groups[m->n_groups++];
+    memset(grp, 0, sizeof *grp);
+    json_t *count = json_object_get(g, "count"), *kind = json_object_get(g, "kind");
+    grp->count = count ? (int)json_integer_value(count) : 1;
+    if (grp->count < 1 || grp->count > GS_REPO_MAX_INSTANCES) {
+      rc = gs_error(GS_EINVAL, "%s: instance_group count must be 1 to %d", path, GS_REPO_MAX_INSTANCES);
+      break;
+    }
+    snprintf(grp->kind, sizeof grp->kind, "%s", json_is_string(kind) ? json_string_value(kind) : "KIND_AUTO");
+    json_t *devs = json_object_get(g, "devices");
+    if (!devs)
+      devs = json_object_get(g, "gpus");
+    json_t *d;
+    size_t di;
+    json_array_foreach(devs, di, d) {
+      if (grp->n_devices == 8)
+        break;
+      if (json_is_string(d))
+        snprintf(grp->devices[grp->n_devices++], 32, "%s", json_string_value(d));
+      else if (json_is_integer(d))
+        snprintf(grp->devices[grp->n_devices++], 32, "%lld", (long long)json_integer_value(d));
     }
   }
   json_t *prec = json_object_get(root, "precision");
@@ -286,6 +325,77 @@ static int check_batching(const gs_served_model *m, const gs_model *model) {
   return GS_OK;
 }
 
+/* Whether device d is of the kind an instance group asks for. */
+static bool kind_matches(const char *kind, gs_device_t *d) {
+  const gs_device_info *info = gs_device_get_info(d);
+  if (!strcmp(kind, "KIND_AUTO") || !strcmp(kind, "KIND_MODEL"))
+    return true;
+  if (!strcmp(kind, "KIND_CPU"))
+    return info->type == GS_DEVICE_CPU;
+  if (!strcmp(kind, "KIND_GPU"))
+    return info->type == GS_DEVICE_GPU;
+  return !strcmp(kind, info->backend); /* a backend's name: cpu, opencl, cuda */
+}
+
+/* The instances the groups ask for, on the devices that match (all of a
+ * kind in turn when no devices are listed). Default: one on device 0. */
+static int make_instances(gs_served_model *m) {
+  gs_device_t *chosen[GS_REPO_MAX_INSTANCES];
+  int n = 0;
+  if (m->n_groups == 0)
+    chosen[n++] = gs_hal_device(0);
+  for (int gi = 0; gi < m->n_groups; gi++) {
+    typeof(m->groups[0]) *g = &m->groups[gi];
+    gs_device_t *pool[64];
+    int np = 0;
+    if (g->n_devices) {
+      for (int i = 0; i < g->n_devices; i++) {
+        gs_device_t *d = gs_hal_device_find(g->devices[i]);
+        /* Triton's gpus are indexes among the GPUs. */
+        if (!strcmp(g->kind, "KIND_GPU") && d && gs_device_get_info(d)->type != GS_DEVICE_GPU)
+          d = NULL;
+        if (!d || !kind_matches(g->kind, d))
+          return gs_error(GS_EINVAL, "instance_group: no %s device '%s' here", g->kind, g->devices[i]);
+        pool[np++] = d;
+      }
+    } else {
+      for (int i = 0; i < gs_hal_device_count() && np < 64; i++)
+        if (kind_matches(g->kind, gs_hal_device(i)))
+          pool[np++] = gs_hal_device(i);
+    }
+    if (np == 0)
+      return gs_error(GS_EINVAL, "instance_group asks for %s, and this machine has no such device",
+                      g->kind);
+    for (int c = 0; c < g->count; c++) {
+      if (n == GS_REPO_MAX_INSTANCES)
+        return gs_error(GS_EINVAL, "more than %d instances", GS_REPO_MAX_INSTANCES);
+      chosen[n++] = pool[c % np];
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    gs_instance *inst = &m->instances[i];
+    memset(inst, 0, sizeof *inst);
+    inst->device = chosen[i];
+    snprintf(inst->owner, sizeof inst->owner, "model %s instance %d", m->name, i);
+    pthread_mutex_init(&inst->lock, NULL);
+  }
+  m->n_instances = n;
+  return GS_OK;
+}
+
+static void destroy_instances(gs_served_model *m) {
+  for (int i = 0; i < m->n_instances; i++) {
+    gs_instance *inst = &m->instances[i];
+    for (int k = 0; k < GS_REPO_PLAN_CACHE; k++) {
+      gs_plan_destroy(inst->plans[k]);
+      gs_booking_release(inst->bookings[k]);
+    }
+    pthread_mutex_destroy(&inst->lock);
+    memset(inst, 0, sizeof *inst);
+  }
+  m->n_instances = 0;
+}
+
 /* Reads the configuration and every version of model m from `dir` (the
  * model's use lock held exclusively). Sets state and reason. */
 static void load_model(gs_served_model *m, const char *dir) {
@@ -334,6 +444,10 @@ static void load_model(gs_served_model *m, const char *dir) {
   bool any = false;
   for (int i = 0; i < m->n_versions; i++)
     any = any || m->versions[i].model;
+  if (any && make_instances(m) < 0) {
+    snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
+    any = false;
+  }
   if (any && gs_batcher_start(m, &m->batcher) < 0) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
     any = false;
@@ -353,9 +467,8 @@ static void load_model(gs_served_model *m, const char *dir) {
 static void unload_model(gs_served_model *m) {
   gs_batcher_stop(m->batcher);
   m->batcher = NULL;
+  destroy_instances(m);
   for (int v = 0; v < m->n_versions; v++) {
-    for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
-      gs_plan_destroy(m->versions[v].plans[k]);
     gs_model_free(m->versions[v].model);
     memset(&m->versions[v], 0, sizeof m->versions[v]);
   }
@@ -370,6 +483,7 @@ static void unload_model(gs_served_model *m) {
   m->default_timeout_us = 0;
   m->priority_levels = 0;
   m->default_priority = 0;
+  m->n_groups = 0;
 }
 
 const char *gs_model_state_name(int state) {
@@ -390,7 +504,7 @@ static gs_served_model *add_entry(gs_repository *repo, const char *name) {
   memset(m, 0, sizeof *m);
   snprintf(m->name, sizeof m->name, "%s", name);
   atomic_init(&m->state, GS_MODEL_LOADING);
-  pthread_mutex_init(&m->lock, NULL);
+  m->ledger = repo->ledger;
   pthread_mutex_init(&m->stats_lock, NULL);
   pthread_rwlock_init(&m->use, NULL);
   atomic_store(&repo->n_models, n + 1); /* published once whole */
@@ -414,10 +528,10 @@ static void *loader_main(void *arg) {
   return NULL;
 }
 
-int gs_repository_open(gs_repository *repo, const char *dir, gs_device_t *device) {
+int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger) {
   memset(repo, 0, sizeof *repo);
   snprintf(repo->dir, sizeof repo->dir, "%s", dir);
-  repo->device = device;
+  repo->ledger = ledger;
   pthread_mutex_init(&repo->admin, NULL);
   if (!(repo->models = calloc(GS_REPO_MAX_MODELS, sizeof *repo->models)))
     return gs_error(GS_ENOMEM, "out of memory for the model repository");
@@ -495,7 +609,6 @@ void gs_repository_close(gs_repository *repo) {
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
     unload_model(m);
-    pthread_mutex_destroy(&m->lock);
     pthread_mutex_destroy(&m->stats_lock);
     pthread_rwlock_destroy(&m->use);
   }
@@ -538,52 +651,86 @@ static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
   return true;
 }
 
-/* The plan for these shapes, from the cache or made now (the least recently
- * used one makes room). Called with the model's lock held. */
-static int plan_for(gs_served_model *m, gs_served_version *v, const gs_shape *shapes,
-                    gs_plan **out) {
+/* The plan for these shapes on this instance, from its cache or made now
+ * and booked (the least recently used one makes room). Called with the
+ * instance's lock held. */
+static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
+                    const gs_shape *shapes, gs_plan **out) {
   int n = v->model->n_inputs;
   int k = 0;
-  while (k < GS_REPO_PLAN_CACHE && v->plans[k] && !same_shapes(v->plan_shapes[k], shapes, n))
+  while (k < GS_REPO_PLAN_CACHE && inst->plans[k] &&
+         !(inst->plan_version[k] == v && same_shapes(inst->plan_shapes[k], shapes, n)))
     k++;
-  gs_plan *plan = k < GS_REPO_PLAN_CACHE ? v->plans[k] : NULL;
+  gs_plan *plan = k < GS_REPO_PLAN_CACHE ? inst->plans[k] : NULL;
+  gs_booking *booking = plan ? inst->bookings[k] : NULL;
   if (!plan) {
-    gs_plan_options opt = {.device = NULL, .precision = m->precision};
+    gs_plan_options opt = {.device = inst->device, .precision = m->precision};
     int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     if (rc < 0)
       return rc;
+    gs_plan_report r;
+    gs_plan_get_report(plan, &r);
     k = GS_REPO_PLAN_CACHE - 1;
-    gs_plan_destroy(v->plans[k]);
+    /* Make room first: the plan that goes gives its booking back. */
+    gs_plan_destroy(inst->plans[k]);
+    gs_booking_release(inst->bookings[k]);
+    inst->plans[k] = NULL;
+    inst->bookings[k] = NULL;
+    if (m->ledger &&
+        (rc = gs_book_memory(m->ledger, inst->device, r.arena_bytes + r.weights_bytes,
+                             inst->owner, &booking)) < 0) {
+      gs_plan_destroy(plan);
+      return rc;
+    }
   }
   /* Move to the front. */
   for (int i = k; i > 0; i--) {
-    v->plans[i] = v->plans[i - 1];
-    memcpy(v->plan_shapes[i], v->plan_shapes[i - 1], sizeof v->plan_shapes[i]);
+    inst->plans[i] = inst->plans[i - 1];
+    inst->bookings[i] = inst->bookings[i - 1];
+    inst->plan_version[i] = inst->plan_version[i - 1];
+    memcpy(inst->plan_shapes[i], inst->plan_shapes[i - 1], sizeof inst->plan_shapes[i]);
   }
-  v->plans[0] = plan;
-  memcpy(v->plan_shapes[0], shapes, sizeof(gs_shape) * (size_t)n);
+  inst->plans[0] = plan;
+  inst->bookings[0] = booking;
+  inst->plan_version[0] = v;
+  memcpy(inst->plan_shapes[0], shapes, sizeof(gs_shape) * (size_t)n);
   *out = plan;
   return GS_OK;
 }
 
-int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shapes,
-                  const void *const *inputs, void **outputs, gs_plan_value_info *out_info) {
+/* An instance for a run outside the batcher: a free one if there is, else
+ * the next in turn. Returns it locked. */
+static gs_instance *take_instance(gs_served_model *m) {
+  for (int i = 0; i < m->n_instances; i++)
+    if (pthread_mutex_trylock(&m->instances[i].lock) == 0)
+      return &m->instances[i];
+  gs_instance *inst = &m->instances[atomic_fetch_add(&m->next_instance, 1) % (unsigned)m->n_instances];
+  pthread_mutex_lock(&inst->lock);
+  return inst;
+}
+
+int gs_served_run(gs_served_model *m, gs_instance *inst, gs_served_version *v,
+                  const gs_shape *shapes, const void *const *inputs, void **outputs,
+                  gs_plan_value_info *out_info) {
   if (v->model->n_inputs > 8)
     return gs_error(GS_ENOTSUP, "models with more than 8 inputs are not served yet");
-  pthread_mutex_lock(&m->lock);
+  if (m->n_instances == 0)
+    return gs_error(GS_ESTATE, "model %s has no instance", m->name);
+  if (inst)
+    pthread_mutex_lock(&inst->lock);
+  else
+    inst = take_instance(m);
   gs_plan *plan;
-  int rc = plan_for(m, v, shapes, &plan);
+  int rc = plan_for(m, inst, v, shapes, &plan);
   int n_out = rc == 0 ? gs_plan_output_count(plan) : 0;
   for (int i = 0; rc == 0 && i < n_out; i++) {
     gs_plan_output(plan, i, &out_info[i]);
     if (!(outputs[i] = malloc(out_info[i].bytes ? out_info[i].bytes : 1)))
       rc = gs_error(GS_ENOMEM, "out of memory for output %s", out_info[i].name);
   }
-  /* One run at a time per model for now: the dynamic batcher (later) will
-   * gather requests instead of queueing them on this lock. */
   if (rc == 0)
     rc = gs_plan_run(plan, inputs, outputs);
-  pthread_mutex_unlock(&m->lock);
+  pthread_mutex_unlock(&inst->lock);
   if (rc < 0)
     for (int i = 0; i < n_out; i++) {
       free(outputs[i]);

@@ -5,6 +5,7 @@
 #define GS_API_REPOSITORY_H
 
 #include "engine/engine.h"
+#include "sched/sched.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -20,14 +21,26 @@ typedef enum {
 } gs_model_state;
 #define GS_REPO_PLAN_CACHE 8
 
+#define GS_REPO_MAX_INSTANCES 8
+
 typedef struct gs_served_version {
   int64_t number;
   gs_model *model; /* NULL when it failed to load */
   char reason[512];
-  /* Plans by input shapes, most recently used first. */
-  gs_plan *plans[GS_REPO_PLAN_CACHE];
-  gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
 } gs_served_version;
+
+/* One instance of a model: a device, and the plans made on it (each with
+ * its booking of the device's memory), most recently used first. Runs on
+ * one instance take turns; instances run side by side. */
+typedef struct gs_instance {
+  gs_device_t *device;
+  char owner[192]; /* "model NAME instance N", for bookings */
+  pthread_mutex_t lock;
+  gs_plan *plans[GS_REPO_PLAN_CACHE];
+  gs_served_version *plan_version[GS_REPO_PLAN_CACHE];
+  gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
+  gs_booking *bookings[GS_REPO_PLAN_CACHE];
+} gs_instance;
 
 /* Triton's statistics: how many, and how long in all. */
 typedef struct gs_duration_stat {
@@ -59,6 +72,18 @@ typedef struct gs_served_model {
   int priority_levels;          /* 0 or 1: one level */
   int default_priority;
   struct gs_batcher *batcher;
+  /* instance_group: the devices asked for, and the instances made on them */
+  int n_groups;
+  struct {
+    int count;
+    char kind[32];       /* KIND_CPU, KIND_GPU, KIND_AUTO, or a backend: cpu, opencl, cuda */
+    int n_devices;
+    char devices[8][32]; /* device ids or indexes; none: every device of the kind */
+  } groups[4];
+  gs_ledger *ledger;
+  int n_instances;
+  gs_instance instances[GS_REPO_MAX_INSTANCES];
+  _Atomic unsigned next_instance; /* round robin for runs outside the batcher */
   pthread_mutex_t stats_lock;
   gs_model_stats stats;
   _Atomic int state; /* gs_model_state */
@@ -68,12 +93,11 @@ typedef struct gs_served_model {
   pthread_rwlock_t use;
   int n_versions;   /* highest first */
   gs_served_version versions[GS_REPO_MAX_VERSIONS];
-  pthread_mutex_t lock; /* guards the plan caches */
 } gs_served_model;
 
 typedef struct gs_repository {
   char dir[512];
-  gs_device_t *device;
+  gs_ledger *ledger; /* instances book their plans' memory here */
   _Atomic int n_models;     /* entries in models[], which never moves */
   gs_served_model *models;  /* GS_REPO_MAX_MODELS entries */
   pthread_mutex_t admin;    /* one load or unload at a time */
@@ -91,7 +115,7 @@ const char *gs_model_state_name(int state);
  * until then they are LOADING. A broken model stays listed, UNAVAILABLE
  * with its reason; it does not stop the others. Returns 0, or an error only
  * when the directory itself cannot be read. */
-int gs_repository_open(gs_repository *repo, const char *dir, gs_device_t *device);
+int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger);
 void gs_repository_close(gs_repository *repo);
 /* (Re)loads model `name` from its directory now; returns 0 or an error
  * (GS_ENOENT: no such directory; else the model's reason). */
@@ -102,10 +126,12 @@ gs_served_model *gs_repository_find(gs_repository *repo, const char *name);
 /* The version `v` ("" or NULL: the highest), or NULL. */
 gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);
 
-/* Runs one request: inputs in model order, with their shapes. Finds or
- * builds the plan for those shapes. Output buffers are malloc'd for the
- * caller (freed with free()); out_info receives each output's description. */
-int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shapes,
-                  const void *const *inputs, void **outputs, gs_plan_value_info *out_info);
+/* Runs one request or batch on instance `inst` (NULL: the next free one):
+ * inputs in model order, with their shapes. Finds or builds (and books) the
+ * plan for those shapes. Output buffers are malloc'd for the caller (freed
+ * with free()); out_info receives each output's description. */
+int gs_served_run(gs_served_model *m, gs_instance *inst, gs_served_version *v,
+                  const gs_shape *shapes, const void *const *inputs, void **outputs,
+                  gs_plan_value_info *out_info);
 
 #endif

@@ -402,14 +402,19 @@ int gs_serve(const gs_serve_settings *settings) {
   atomic_init(&s.in_flight, 0);
   if (gs_hal_init() < 0 || gs_engine_init() < 0)
     return GS_EDEVICE;
-  int rc = gs_repository_open(&s.repo, settings->model_repository, gs_hal_device(0));
+  gs_ledger *ledger = NULL;
+  int rc = gs_ledger_create(&ledger);
+  if (rc == 0)
+    rc = gs_repository_open(&s.repo, settings->model_repository, ledger);
   if (rc < 0) {
+    gs_ledger_free(ledger);
     gs_hal_shutdown();
     return rc;
   }
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)settings->http_port)};
   if (inet_pton(AF_INET, settings->host, &addr.sin_addr) != 1) {
     gs_repository_close(&s.repo);
+    gs_ledger_free(ledger);
     gs_hal_shutdown();
     return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
   }
@@ -423,6 +428,7 @@ int gs_serve(const gs_serve_settings *settings) {
       MHD_OPTION_END);
   if (!d) {
     gs_repository_close(&s.repo);
+    gs_ledger_free(ledger);
     gs_hal_shutdown();
     return gs_error(GS_EIO, "cannot listen on %s:%lld (port in use?)", settings->host,
                     (long long)settings->http_port);
@@ -448,6 +454,7 @@ int gs_serve(const gs_serve_settings *settings) {
             atomic_load(&s.in_flight), (long long)settings->drain_seconds);
   MHD_stop_daemon(d);
   gs_repository_close(&s.repo);
+  gs_ledger_free(ledger);
   gs_hal_shutdown();
   fprintf(stderr, "gpusrv: stopped\n");
   return GS_OK;

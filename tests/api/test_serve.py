@@ -524,3 +524,55 @@ def test_client_vanishes_while_queued(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_instance_groups(tmp_path):
+    """Two instances serve side by side with the right answers; groups that
+    ask for devices this machine lacks leave the model unavailable, saying
+    why."""
+    def entry(name, groups):
+        (tmp_path / name / "1").mkdir(parents=True)
+        onnx.save(mlp(), str(tmp_path / name / "1" / "model.onnx"))
+        (tmp_path / name / "config.json").write_text(json.dumps(
+            {"max_batch_size": 8, "instance_group": groups}))
+    entry("two", [{"count": 2, "kind": "KIND_CPU"}])
+    entry("gpuonly", [{"count": 1, "kind": "KIND_GPU"}])
+    entry("nodevice", [{"count": 1, "kind": "KIND_CPU", "devices": ["cpu7"]}])
+    entry("zero", [{"count": 0, "kind": "KIND_CPU"}])
+    proc, port = start(tmp_path)
+    try:
+        config = json.loads(request(port, "GET", "/v2/models/two/config")[1])
+        assert config["instance_group"] == [
+            {"name": "two_cpu0", "kind": "KIND_CPU", "count": 2, "devices": ["cpu0"]}]
+        index = {m["name"]: m for m in json.loads(
+            request(port, "POST", "/v2/repository/index", b"{}")[1])}
+        assert index["two"]["state"] == "READY"
+        assert index["gpuonly"]["state"] == "UNAVAILABLE"
+        assert "KIND_GPU" in index["gpuonly"]["reason"] and "no such device" in index["gpuonly"]["reason"]
+        assert "cpu7" in index["nodevice"]["reason"]
+        assert "count must be 1 to 8" in index["zero"]["reason"]
+
+        rng = np.random.default_rng(9)
+        xs = [rng.standard_normal((1 + i % 3, 256)).astype(np.float32) for i in range(24)]
+        want = [ort_run(str(tmp_path / "two" / "1" / "model.onnx"), {"x": x}) for x in xs]
+        got = [None] * len(xs)
+
+        def one(i):
+            body = json.dumps({"inputs": [{"name": "x", "shape": list(xs[i].shape),
+                                           "datatype": "FP32", "data": xs[i].ravel().tolist()}]})
+            status, raw, _ = request(port, "POST", "/v2/models/two/infer", body.encode())
+            assert status == 200, raw
+            out = json.loads(raw)["outputs"][0]
+            got[i] = np.array(out["data"], dtype=np.float32).reshape(out["shape"])
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(xs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        assert stats(port, "two")["inference_stats"]["success"]["count"] == len(xs)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
