@@ -18,6 +18,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/units.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,18 +53,6 @@ struct gs_pool {
 static const char *const kind_names[GS_MEM_KIND_COUNT] = {"device", "pinned"};
 
 static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
-
-static char *human(uint64_t bytes, char *buf, size_t cap) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
 
 /* ---- bins ------------------------------------------------------------------ */
 
@@ -257,9 +246,10 @@ static int segment_new(gs_pool_t *p, size_t block_size, bool small, gs_buffer_t 
     return gs_error(GS_ENOMEM,
                     "%s %s pool: cannot allocate %s: limit %s, %s reserved, %s free under the "
                     "limit (the cache holds no block that fits)",
-                    p->device->info.id, kind_names[p->kind], human(block_size, a, sizeof a),
-                    human(p->limit, l, sizeof l), human(p->st.reserved_bytes, r, sizeof r),
-                    human(free_bytes, f, sizeof f));
+                    p->device->info.id, kind_names[p->kind],
+                    gs_format_bytes(block_size, a, sizeof a), gs_format_bytes(p->limit, l, sizeof l),
+                    gs_format_bytes(p->st.reserved_bytes, r, sizeof r),
+                    gs_format_bytes(free_bytes, f, sizeof f));
   }
   gs_segment *seg = calloc(1, sizeof *seg);
   gs_buffer_t *b = block_new(p);

@@ -3,6 +3,7 @@
 #include "sched/sched.h"
 
 #include "base/error.h"
+#include "base/units.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -61,17 +62,6 @@ static device_account *account_of(gs_ledger *l, gs_device_t *device) {
   return NULL;
 }
 
-static void human(uint64_t b, char *buf, size_t cap) {
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)b;
-  int i = 0;
-  while (v >= 1024 && i < 4) {
-    v /= 1024;
-    i++;
-  }
-  snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-}
-
 int gs_book_memory(gs_ledger *l, gs_device_t *device, uint64_t bytes, const char *owner,
                    gs_booking **out) {
   device_account *a = account_of(l, device);
@@ -86,9 +76,9 @@ int gs_book_memory(gs_ledger *l, gs_device_t *device, uint64_t bytes, const char
     pthread_mutex_unlock(&l->lock);
     free(b);
     char want[32], fr[32], all[32];
-    human(bytes, want, sizeof want);
-    human(free_bytes, fr, sizeof fr);
-    human(cap, all, sizeof all);
+    gs_format_bytes(bytes, want, sizeof want);
+    gs_format_bytes(free_bytes, fr, sizeof fr);
+    gs_format_bytes(cap, all, sizeof all);
     return gs_error(GS_ENOMEM, "%s: %s asked for %s of memory; %s of %s is free",
                     gs_device_get_info(device)->id, owner, want, fr, all);
   }
