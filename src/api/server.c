@@ -282,7 +282,8 @@ static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
                state == GS_MODEL_LOADING ? "still loading" : "unloaded");
       return send_error(c, 503, msg);
     }
-    if (state == GS_MODEL_UNAVAILABLE && m->n_versions == 0) {
+    /* Unavailable: no version loaded, or no instance could be made. */
+    if (state == GS_MODEL_UNAVAILABLE) {
       if (strcmp(action, "ready") == 0 && get)
         return send_empty(c, 503);
       snprintf(msg, sizeof msg, "model '%s' is not ready: %s", name, m->reason);

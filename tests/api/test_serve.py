@@ -551,6 +551,10 @@ def test_instance_groups(tmp_path):
         assert "KIND_GPU" in index["gpuonly"]["reason"] and "no such device" in index["gpuonly"]["reason"]
         assert "cpu7" in index["nodevice"]["reason"]
         assert "count must be 1 to 8" in index["zero"]["reason"]
+        assert request(port, "GET", "/v2/models/gpuonly/ready")[0] == 503
+        x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.0] * 256}]}
+        status, raw, _ = request(port, "POST", "/v2/models/gpuonly/infer", json.dumps(x).encode())
+        assert status == 503 and "no such device" in json.loads(raw)["error"]
 
         rng = np.random.default_rng(9)
         xs = [rng.standard_normal((1 + i % 3, 256)).astype(np.float32) for i in range(24)]
