@@ -16,6 +16,7 @@ typedef struct gs_serve_settings {
   int64_t max_request_bytes;
   int64_t http_threads;
   int64_t drain_seconds;
+  int64_t model_memory_limit;
 } gs_serve_settings;
 
 /* The one table every way of setting them derives from. */

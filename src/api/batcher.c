@@ -80,7 +80,9 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r) {
                     (long long)m->max_queue_size);
   }
   enqueue(b, r);
-  pthread_cond_signal(&b->cond);
+  /* Every worker: the one that wakes may be gathering a batch this
+   * request does not fit, while another instance sits idle. */
+  pthread_cond_broadcast(&b->cond);
   pthread_mutex_unlock(&b->lock);
   return GS_OK;
 }
@@ -193,6 +195,8 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
     ts.tv_nsec = (long)(wake % 1000000000u);
     pthread_cond_timedwait(&b->cond, &b->lock, &ts);
   }
+  if (b->head)
+    pthread_cond_signal(&b->cond); /* what this batch left is another instance's */
   return n;
 }
 

@@ -184,6 +184,21 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
             (unsigned long long)v);
       }
   }
+  if (repo->ledger) {
+    static const char *const ledger_names[] = {"booked", "bookable"};
+    for (int k = 0; k < 2; k++) {
+      char name[64];
+      snprintf(name, sizeof name, "gpusrv_device_memory_%s_bytes", ledger_names[k]);
+      header(&t, name, "gauge",
+             k ? "Device memory the ledger hands out" : "Device memory booked by model plans");
+      for (int d = 0; d < nd; d++) {
+        gs_device_t *dev = gs_hal_device(d);
+        uint64_t v = k ? gs_ledger_capacity(repo->ledger, dev) : gs_ledger_booked(repo->ledger, dev);
+        put(&t, "%s{device=\"%s\"} %llu\n", name, gs_device_get_info(dev)->id,
+            (unsigned long long)v);
+      }
+    }
+  }
   if (t.failed) {
     free(t.buf);
     return gs_http_reply_error(r, 500, "out of memory rendering metrics");

@@ -98,8 +98,9 @@ static int apply_config(gs_served_model *m, json_t *root, const char *path) {
     typeof(m->groups[0]) *grp = &m->groups[m->n_groups++];
     memset(grp, 0, sizeof *grp);
     json_t *count = json_object_get(g, "count"), *kind = json_object_get(g, "kind");
-    grp->count = count ? (int)json_integer_value(count) : 1;
-    if (grp->count < 1 || grp->count > GS_REPO_MAX_INSTANCES) {
+    json_int_t n = count ? json_integer_value(count) : 1;
+    grp->count = n >= 1 && n <= GS_REPO_MAX_INSTANCES ? (int)n : 0;
+    if (grp->count == 0) {
       rc = gs_error(GS_EINVAL, "%s: instance_group count must be 1 to %d", path, GS_REPO_MAX_INSTANCES);
       break;
     }
@@ -337,6 +338,19 @@ static bool kind_matches(const char *kind, gs_device_t *d) {
   return !strcmp(kind, info->backend); /* a backend's name: cpu, opencl, cuda */
 }
 
+/* A KIND_GPU group's device: Triton's gpus are indexes among the GPUs;
+ * an id ("cuda1") names the device itself. */
+static gs_device_t *nth_gpu(const char *entry) {
+  char *end;
+  long want = strtol(entry, &end, 10);
+  if (*end || end == entry)
+    return gs_hal_device_find(entry);
+  for (int i = 0, seen = 0; i < gs_hal_device_count(); i++)
+    if (gs_device_get_info(gs_hal_device(i))->type == GS_DEVICE_GPU && seen++ == want)
+      return gs_hal_device(i);
+  return NULL;
+}
+
 /* The instances the groups ask for, on the devices that match (all of a
  * kind in turn when no devices are listed). Default: one on device 0. */
 static int make_instances(gs_served_model *m) {
@@ -350,10 +364,8 @@ static int make_instances(gs_served_model *m) {
     int np = 0;
     if (g->n_devices) {
       for (int i = 0; i < g->n_devices; i++) {
-        gs_device_t *d = gs_hal_device_find(g->devices[i]);
-        /* Triton's gpus are indexes among the GPUs. */
-        if (!strcmp(g->kind, "KIND_GPU") && d && gs_device_get_info(d)->type != GS_DEVICE_GPU)
-          d = NULL;
+        gs_device_t *d = !strcmp(g->kind, "KIND_GPU") ? nth_gpu(g->devices[i])
+                                                       : gs_hal_device_find(g->devices[i]);
         if (!d || !kind_matches(g->kind, d))
           return gs_error(GS_EINVAL, "instance_group: no %s device '%s' here", g->kind, g->devices[i]);
         pool[np++] = d;
@@ -383,13 +395,19 @@ static int make_instances(gs_served_model *m) {
   return GS_OK;
 }
 
+/* Drops cached plan k of an instance, giving its memory and booking back. */
+static void evict_plan(gs_instance *inst, int k) {
+  gs_plan_destroy(inst->plans[k]);
+  gs_booking_release(inst->bookings[k]);
+  inst->plans[k] = NULL;
+  inst->bookings[k] = NULL;
+}
+
 static void destroy_instances(gs_served_model *m) {
   for (int i = 0; i < m->n_instances; i++) {
     gs_instance *inst = &m->instances[i];
-    for (int k = 0; k < GS_REPO_PLAN_CACHE; k++) {
-      gs_plan_destroy(inst->plans[k]);
-      gs_booking_release(inst->bookings[k]);
-    }
+    for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
+      evict_plan(inst, k);
     pthread_mutex_destroy(&inst->lock);
     memset(inst, 0, sizeof *inst);
   }
@@ -652,8 +670,9 @@ static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
 }
 
 /* The plan for these shapes on this instance, from its cache or made now
- * and booked (the least recently used one makes room). Called with the
- * instance's lock held. */
+ * and booked. The cache is a most-recently-used-first prefix of plans[];
+ * when full, or when the booking does not fit, the least recently used
+ * plans make room. Called with the instance's lock held. */
 static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                     const gs_shape *shapes, gs_plan **out) {
   int n = v->model->n_inputs;
@@ -664,21 +683,23 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
   gs_plan *plan = k < GS_REPO_PLAN_CACHE ? inst->plans[k] : NULL;
   gs_booking *booking = plan ? inst->bookings[k] : NULL;
   if (!plan) {
+    k = GS_REPO_PLAN_CACHE - 1;
+    evict_plan(inst, k); /* before the new plan takes its memory */
     gs_plan_options opt = {.device = inst->device, .precision = m->precision};
     int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     if (rc < 0)
       return rc;
     gs_plan_report r;
     gs_plan_get_report(plan, &r);
-    k = GS_REPO_PLAN_CACHE - 1;
-    /* Make room first: the plan that goes gives its booking back. */
-    gs_plan_destroy(inst->plans[k]);
-    gs_booking_release(inst->bookings[k]);
-    inst->plans[k] = NULL;
-    inst->bookings[k] = NULL;
-    if (m->ledger &&
-        (rc = gs_book_memory(m->ledger, inst->device, r.arena_bytes + r.weights_bytes,
-                             inst->owner, &booking)) < 0) {
+    int last = k - 1; /* the least recently used plan still cached */
+    while (last >= 0 && !inst->plans[last])
+      last--;
+    while (m->ledger && (rc = gs_book_memory(m->ledger, inst->device,
+                                             r.arena_bytes + r.weights_bytes, inst->owner,
+                                             &booking)) == GS_ENOMEM &&
+           last >= 0)
+      evict_plan(inst, last--);
+    if (rc < 0) {
       gs_plan_destroy(plan);
       return rc;
     }

@@ -39,6 +39,9 @@ const gs_config_option gs_serve_options[] = {
         http_threads),
     OPT("drain-seconds", GS_CFG_INT, "30", 0, 3600,
         "On SIGINT/SIGTERM, how long requests in flight may take to finish", drain_seconds),
+    OPT("model-memory-limit", GS_CFG_INT, "0", 0, (int64_t)1 << 50,
+        "Bytes of each device's memory that model plans may book (0: all of it)",
+        model_memory_limit),
     {NULL, 0, NULL, 0, 0, NULL, 0},
 };
 
@@ -405,6 +408,10 @@ int gs_serve(const gs_serve_settings *settings) {
     return GS_EDEVICE;
   gs_ledger *ledger = NULL;
   int rc = gs_ledger_create(&ledger);
+  for (int d = 0; rc == 0 && d < gs_hal_device_count(); d++)
+    if (settings->model_memory_limit > 0 &&
+        (uint64_t)settings->model_memory_limit < gs_ledger_capacity(ledger, gs_hal_device(d)))
+      gs_ledger_set_capacity(ledger, gs_hal_device(d), (uint64_t)settings->model_memory_limit);
   if (rc == 0)
     rc = gs_repository_open(&s.repo, settings->model_repository, ledger);
   if (rc < 0) {

@@ -111,7 +111,10 @@ uint64_t gs_ledger_booked(gs_ledger *l, gs_device_t *device) {
 
 uint64_t gs_ledger_capacity(gs_ledger *l, gs_device_t *device) {
   device_account *a = account_of(l, device);
-  return a ? a->capacity : 0;
+  pthread_mutex_lock(&l->lock);
+  uint64_t v = a ? a->capacity : 0;
+  pthread_mutex_unlock(&l->lock);
+  return v;
 }
 
 void gs_ledger_set_capacity(gs_ledger *l, gs_device_t *device, uint64_t bytes) {

@@ -580,3 +580,59 @@ def test_instance_groups(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def booked_bytes(port):
+    text = request(port, "GET", "/metrics")[1].decode()
+    line = next(l for l in text.splitlines()
+                if l.startswith('gpusrv_device_memory_booked_bytes{device="cpu0"}'))
+    return int(line.split()[-1])
+
+
+def test_model_memory_limit_books_and_evicts(tmp_path):
+    """Every plan books its memory: one that cannot fit is refused saying
+    what was asked and what is free; when two plans do not fit together,
+    the least recently used gives its booking back."""
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    onnx.save(mlp(), str(tmp_path / "m" / "1" / "model.onnx"))
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"max_batch_size": 8}))
+
+    def infer(port, rows):
+        x = {"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
+                         "data": [0.1] * (256 * rows)}]}
+        status, raw, _ = request(port, "POST", "/v2/models/m/infer", json.dumps(x).encode())
+        return status, json.loads(raw)
+
+    proc, port = start(tmp_path, "--model-memory-limit", "4096")
+    try:
+        status, body = infer(port, 1)
+        assert status == 500
+        assert "cpu0: model m instance 0 asked for" in body["error"]
+        assert "4.0 KiB of 4.0 KiB is free" in body["error"]
+        assert booked_bytes(port) == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+    proc, port = start(tmp_path)
+    try:
+        assert booked_bytes(port) == 0
+        assert infer(port, 1)[0] == 200
+        one = booked_bytes(port)
+        assert infer(port, 8)[0] == 200
+        two = booked_bytes(port)
+        assert two > one > 0  # both plans cached and booked
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+    # Room for the larger plan but not for both: each request evicts the other.
+    proc, port = start(tmp_path, "--model-memory-limit", str(two - one))
+    try:
+        for rows in (1, 8, 1, 8):
+            status, body = infer(port, rows)
+            assert status == 200, body
+            assert booked_bytes(port) <= two - one
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
