@@ -56,10 +56,18 @@ static void finish(gs_infer_request *r, int status, const char *error) {
   r->done(r, r->ctx);
 }
 
-/* Inserts by priority (lower number first), after requests of equal priority. */
+/* Whether queued request q goes before r: by priority (lower number
+ * first); within a priority, timed-out (delayed) requests go behind the
+ * others; then by arrival. */
+static bool goes_before(const gs_infer_request *q, const gs_infer_request *r) {
+  if (q->priority != r->priority)
+    return q->priority < r->priority;
+  return !q->delayed || r->delayed;
+}
+
 static void enqueue(gs_batcher *b, gs_infer_request *r) {
   gs_infer_request **at = &b->head;
-  while (*at && (*at)->priority <= r->priority)
+  while (*at && goes_before(*at, r))
     at = &(*at)->next;
   r->next = *at;
   *at = r;
@@ -119,18 +127,33 @@ static bool is_preferred(const gs_served_model *m, int64_t size) {
   return false;
 }
 
-/* Removes from the queue the requests whose queue timeout has passed, into `expired`. */
+/* Removes from the queue the requests whose queue timeout has passed: into
+ * `expired` to be rejected, or (timeout_action DELAY) back into the queue
+ * behind the requests of their priority that have not timed out. */
 static void take_expired(gs_batcher *b, uint64_t now, gs_infer_request **expired) {
+  gs_infer_request *delayed = NULL, **delayed_tail = &delayed; /* in arrival order */
   for (gs_infer_request **at = &b->head; *at;) {
     gs_infer_request *r = *at;
-    if (r->timeout_us && now - r->t_arrive > r->timeout_us * 1000) {
+    if (!r->delayed && r->timeout_us && now - r->t_arrive > r->timeout_us * 1000) {
       *at = r->next;
       b->queued--;
-      r->next = *expired;
-      *expired = r;
+      if (b->m->timeout_delays) {
+        r->next = NULL;
+        *delayed_tail = r;
+        delayed_tail = &r->next;
+      } else {
+        r->next = *expired;
+        *expired = r;
+      }
     } else {
       at = &r->next;
     }
+  }
+  while (delayed) {
+    gs_infer_request *r = delayed;
+    delayed = r->next;
+    r->delayed = true;
+    enqueue(b, r);
   }
 }
 

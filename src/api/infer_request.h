@@ -16,6 +16,7 @@ struct gs_infer_request {
   bool has_id;
   int priority;        /* 1 is the highest; 0: the model's default */
   uint64_t timeout_us; /* in the queue; 0: the model's default (or none) */
+  bool delayed;        /* timed out under timeout_action DELAY */
   int64_t batch;       /* rows along the batch dimension (1 without batching) */
   gs_shape shapes[GS_REQ_MAX_IO];
   const void *inputs[GS_REQ_MAX_IO]; /* into the request body, or owned[] */

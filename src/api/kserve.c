@@ -207,6 +207,7 @@ int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_rep
     json_object_set_new(qp, "max_queue_size", json_integer(m->max_queue_size));
     json_object_set_new(qp, "default_timeout_microseconds",
                         json_integer((json_int_t)m->default_timeout_us));
+    json_object_set_new(qp, "timeout_action", json_string(m->timeout_delays ? "DELAY" : "REJECT"));
     json_object_set_new(db, "default_queue_policy", qp);
     json_object_set_new(j, "dynamic_batching", db);
   }

@@ -20,7 +20,8 @@
 /* config.json: {"max_batch_size": N, "precision": "fp32|fp16|bf16",
  * "dynamic_batching": {preferred_batch_size, max_queue_delay_microseconds,
  * priority_levels, default_priority_level, default_queue_policy:
- * {max_queue_size, default_timeout_microseconds}}}, "instance_group":
+ * {max_queue_size, default_timeout_microseconds, timeout_action: REJECT|DELAY}}},
+ * "instance_group":
  * [{count, kind: KIND_CPU|KIND_GPU|KIND_AUTO|cpu|opencl|cuda, devices:
  * ["cpu0", ...] or gpus: [0, ...]}]}. */
 static int apply_config(gs_served_model *m, json_t *root, const char *path) {
@@ -78,6 +79,12 @@ static int apply_config(gs_served_model *m, json_t *root, const char *path) {
         rc = gs_error(GS_EINVAL, "%s: default_timeout_microseconds must be >= 0", path);
       else if (dt)
         m->default_timeout_us = (uint64_t)json_integer_value(dt);
+      json_t *ta = json_object_get(qp, "timeout_action");
+      const char *action = json_is_string(ta) ? json_string_value(ta) : "";
+      if (rc == 0 && ta && strcmp(action, "REJECT") != 0 && strcmp(action, "DELAY") != 0)
+        rc = gs_error(GS_EINVAL, "%s: timeout_action must be REJECT or DELAY", path);
+      else
+        m->timeout_delays = ta && !strcmp(action, "DELAY");
     }
   }
   json_t *groups = json_object_get(root, "instance_group"), *g;
@@ -499,6 +506,7 @@ static void unload_model(gs_served_model *m) {
   m->max_queue_delay_us = 0;
   m->max_queue_size = 0;
   m->default_timeout_us = 0;
+  m->timeout_delays = false;
   m->priority_levels = 0;
   m->default_priority = 0;
   m->n_groups = 0;

@@ -69,6 +69,7 @@ typedef struct gs_served_model {
   uint64_t max_queue_delay_us;
   int64_t max_queue_size;       /* 0: unbounded */
   uint64_t default_timeout_us;  /* 0: none */
+  bool timeout_delays;          /* timeout_action DELAY: a timed-out request waits behind the rest */
   int priority_levels;          /* 0 or 1: one level */
   int default_priority;
   struct gs_batcher *batcher;

@@ -497,6 +497,7 @@ def test_triton_config_pbtxt(server):
     assert config["dynamic_batching"]["preferred_batch_size"] == [4]
     assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 100
     assert config["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 64
+    assert config["dynamic_batching"]["default_queue_policy"]["timeout_action"] == "REJECT"
     x = {"inputs": [{"name": "x", "shape": [2, 256], "datatype": "FP32", "data": [0.2] * 512}]}
     status, raw, _ = request(server, "POST", "/v2/models/tpb/infer", json.dumps(x).encode())
     assert status == 200 and json.loads(raw)["outputs"][0]["shape"] == [2, 10]
@@ -633,6 +634,43 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
             status, body = infer(port, rows)
             assert status == 200, body
             assert booked_bytes(port) <= two - one
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_timeout_action(tmp_path):
+    """A request past its queue timeout is rejected (503) under REJECT, and
+    still answered, behind the others, under DELAY."""
+    def entry(name, action):
+        (tmp_path / name / "1").mkdir(parents=True)
+        onnx.save(mlp(), str(tmp_path / name / "1" / "model.onnx"))
+        (tmp_path / name / "config.json").write_text(json.dumps({
+            "max_batch_size": 8, "dynamic_batching": {
+                "max_queue_delay_microseconds": 2000,
+                "default_queue_policy": {"default_timeout_microseconds": 1,
+                                         "timeout_action": action}}}))
+    entry("delay", "DELAY")
+    entry("reject", "REJECT")
+    entry("drop", "DROP")
+    proc, port = start(tmp_path)
+    try:
+        index = {m["name"]: m for m in json.loads(
+            request(port, "POST", "/v2/repository/index", b"{}")[1])}
+        assert "timeout_action must be REJECT or DELAY" in index["drop"]["reason"]
+        config = json.loads(request(port, "GET", "/v2/models/delay/config")[1])
+        assert config["dynamic_batching"]["default_queue_policy"]["timeout_action"] == "DELAY"
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                       "data": [0.3] * 256}]}).encode()
+        for model, want in (("delay", 200), ("reject", 503)):
+            results = []
+            threads = [threading.Thread(target=lambda: results.append(
+                request(port, "POST", f"/v2/models/{model}/infer", body)[0])) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert results == [want] * 8, (model, results)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
