@@ -1,6 +1,7 @@
 """bench/serve: perf_analyzer at concurrency 1, 4 and 16 against `gpusrv serve`
 for (a) Triton's trivial add/sub model - the server's own overhead - and (b)
-the digits MLP with one instance and with two (instance_group count 2), beside onnxruntime's in-process latency for the same model
+the digits MLP with one instance, with two (instance_group count 2), and through
+the dynamic batcher, beside onnxruntime's in-process latency for the same model
 measured in the same run (the compute floor), and beside the round trip of a
 small message over this machine's loopback TCP (the transport floor).
 
@@ -83,6 +84,12 @@ def main():
         config["instance_group"] = [{"count": 2, "kind": "KIND_CPU"}]
         with open(os.path.join(repo, "digits2", "config.json"), "w") as f:
             json.dump(config, f)
+        # digitsdb: the same, through the dynamic batcher (requests queue and join batches).
+        shutil.copytree(os.path.join(ROOT, "models", "digits"), os.path.join(repo, "digitsdb"))
+        del config["instance_group"]
+        config["dynamic_batching"] = {"max_queue_delay_microseconds": 100}
+        with open(os.path.join(repo, "digitsdb", "config.json"), "w") as f:
+            json.dump(config, f)
         port = free_port()
         server = subprocess.Popen([os.path.join(build, "gpusrv"), "serve", "--model-repository", repo,
                                    "--http-port", str(port)], stderr=subprocess.DEVNULL)
@@ -93,7 +100,7 @@ def main():
             "digits": ort_p50_us(os.path.join(repo, "digits", "1", "model.onnx"),
                                  {"pixels": np.ones((1, 64), np.float32)}),
         }
-        floors["digits2"] = floors["digits"]
+        floors["digits2"] = floors["digitsdb"] = floors["digits"]
         transport = loopback_floor_us(build)
         cores = os.cpu_count()
         print(f"bench/serve: perf_analyzer (HTTP, batch 1) against gpusrv serve; {cores} cores; "
@@ -101,7 +108,7 @@ def main():
         print(f"{'model':8} {'conc':>4} {'infer/s':>9} {'p50 us':>8} {'p99 us':>8} "
               f"{'ort p50 us':>10} {'overhead us':>11} {'vs cores/ort':>12}")
         try:
-            for model in ("simple", "digits", "digits2"):
+            for model in ("simple", "digits", "digits2", "digitsdb"):
                 for c in (1, 4, 16):
                     ips, p50, p99 = perf(model, port, c, os.path.join(d, "pa.csv"))
                     overhead = p50 - floors[model]
