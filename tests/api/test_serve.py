@@ -1,5 +1,6 @@
 """`gpusrv serve` started for real on a free loopback port, spoken to with
 tritonclient (JSON and binary tensors), raw HTTP, and misbehaving clients."""
+import contextlib
 import http.client
 import json
 import os
@@ -55,6 +56,17 @@ def start(repo, *extra):
     raise AssertionError("gpusrv serve did not come up")
 
 
+@contextlib.contextmanager
+def serving(repo, *extra):
+    """A server for the block: stopped with SIGTERM after, and it must exit 0."""
+    proc, port = start(repo, *extra)
+    try:
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
@@ -90,10 +102,8 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 
 @pytest.fixture(scope="module")
 def server(repo):
-    proc, port = start(repo)
-    yield port
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    with serving(repo) as port:
+        yield port
 
 
 def request(port, method, path, body=None, headers=None):
@@ -397,8 +407,7 @@ def test_perf_analyzer_runs_clean(server):
 
 
 def test_unload_and_load_while_another_model_serves(repo):
-    proc, port = start(repo)
-    try:
+    with serving(repo) as port:
         body = open(os.path.join(ROOT, "models", "digits", "example-request.json"), "rb").read()
         stop = threading.Event()
         digits_status = []
@@ -428,9 +437,6 @@ def test_unload_and_load_while_another_model_serves(repo):
             stop.set()
             t.join()
         assert digits_status and set(digits_status) == {200}  # never stalled or failed
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
 
 
 def test_sigterm_drains_requests_in_flight(tmp_path):
@@ -510,8 +516,7 @@ def test_client_vanishes_while_queued(tmp_path):
     (repo / "slow" / "config.json").write_text(json.dumps({
         "max_batch_size": 8,
         "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 300000}}))
-    proc, port = start(repo)
-    try:
+    with serving(repo) as port:
         body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
                                        "data": [0.1] * 256}]}).encode()
         for _ in range(5):  # each queued for 0.3 s; each client gone before its answer
@@ -522,9 +527,6 @@ def test_client_vanishes_while_queued(tmp_path):
         time.sleep(0.8)
         assert request(port, "POST", "/v2/models/slow/infer", body)[0] == 200
         assert stats(port, "slow")["inference_stats"]["success"]["count"] >= 6
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
 
 
 def test_instance_groups(tmp_path):
@@ -540,8 +542,7 @@ def test_instance_groups(tmp_path):
     entry("gpuonly", [{"count": 1, "kind": "KIND_GPU"}])
     entry("nodevice", [{"count": 1, "kind": "KIND_CPU", "devices": ["cpu7"]}])
     entry("zero", [{"count": 0, "kind": "KIND_CPU"}])
-    proc, port = start(tmp_path)
-    try:
+    with serving(tmp_path) as port:
         config = json.loads(request(port, "GET", "/v2/models/two/config")[1])
         assert config["instance_group"] == [
             {"name": "two_cpu0", "kind": "KIND_CPU", "count": 2, "devices": ["cpu0"]}]
@@ -578,9 +579,6 @@ def test_instance_groups(tmp_path):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
         assert stats(port, "two")["inference_stats"]["success"]["count"] == len(xs)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
 
 
 def booked_bytes(port):
@@ -604,39 +602,27 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
         status, raw, _ = request(port, "POST", "/v2/models/m/infer", json.dumps(x).encode())
         return status, json.loads(raw)
 
-    proc, port = start(tmp_path, "--model-memory-limit", "4096")
-    try:
+    with serving(tmp_path, "--model-memory-limit", "4096") as port:
         status, body = infer(port, 1)
         assert status == 500
         assert "cpu0: model m instance 0 asked for" in body["error"]
         assert "4.0 KiB of 4.0 KiB is free" in body["error"]
         assert booked_bytes(port) == 0
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
 
-    proc, port = start(tmp_path)
-    try:
+    with serving(tmp_path) as port:
         assert booked_bytes(port) == 0
         assert infer(port, 1)[0] == 200
         one = booked_bytes(port)
         assert infer(port, 8)[0] == 200
         two = booked_bytes(port)
         assert two > one > 0  # both plans cached and booked
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
 
     # Room for the larger plan but not for both: each request evicts the other.
-    proc, port = start(tmp_path, "--model-memory-limit", str(two - one))
-    try:
+    with serving(tmp_path, "--model-memory-limit", str(two - one)) as port:
         for rows in (1, 8, 1, 8):
             status, body = infer(port, rows)
             assert status == 200, body
             assert booked_bytes(port) <= two - one
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
 
 
 def test_timeout_action(tmp_path):
@@ -653,8 +639,7 @@ def test_timeout_action(tmp_path):
     entry("delay", "DELAY")
     entry("reject", "REJECT")
     entry("drop", "DROP")
-    proc, port = start(tmp_path)
-    try:
+    with serving(tmp_path) as port:
         index = {m["name"]: m for m in json.loads(
             request(port, "POST", "/v2/repository/index", b"{}")[1])}
         assert "timeout_action must be REJECT or DELAY" in index["drop"]["reason"]
@@ -671,6 +656,3 @@ def test_timeout_action(tmp_path):
             for t in threads:
                 t.join()
             assert results == [want] * 8, (model, results)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
