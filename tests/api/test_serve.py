@@ -30,13 +30,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(repo, *extra):
+def start(repo, *extra, env=None):
     port = free_port()
     # The server's output goes to a file: a pipe nobody reads would fill up
     # and block it.
     log = open(os.path.join(str(repo), f"serve-{port}.log"), "w+")
     proc = subprocess.Popen([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
-                             str(port), *extra], stdout=log, stderr=log, text=True)
+                             str(port), *extra], stdout=log, stderr=log, text=True,
+                            env={**os.environ, **(env or {})})
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -57,9 +58,9 @@ def start(repo, *extra):
 
 
 @contextlib.contextmanager
-def serving(repo, *extra):
+def serving(repo, *extra, env=None):
     """A server for the block: stopped with SIGTERM after, and it must exit 0."""
-    proc, port = start(repo, *extra)
+    proc, port = start(repo, *extra, env=env)
     try:
         yield port
     finally:
@@ -656,3 +657,54 @@ def test_timeout_action(tmp_path):
             for t in threads:
                 t.join()
             assert results == [want] * 8, (model, results)
+
+
+PLUGINS = os.environ.get("GPUSRV_TEST_PLUGINS", os.path.join(ROOT, "build", "tests", "plugins"))
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(PLUGINS, "gpusrv-testcpu.so")),
+                    reason="the test plugins are not built")
+def test_instances_across_devices(tmp_path):
+    """With a second CPU-kind device (the testcpu plugin), a group of two
+    goes one instance to each device, a backend's name places an instance
+    on its device, and the answers match onnxruntime from either."""
+    def entry(name, groups):
+        (tmp_path / name / "1").mkdir(parents=True)
+        onnx.save(mlp(), str(tmp_path / name / "1" / "model.onnx"))
+        (tmp_path / name / "config.json").write_text(json.dumps(
+            {"max_batch_size": 8, "instance_group": groups}))
+    entry("spread", [{"count": 2, "kind": "KIND_CPU"}])
+    entry("pinned", [{"count": 1, "kind": "testcpu"}])
+    model = str(tmp_path / "spread" / "1" / "model.onnx")
+    with serving(tmp_path, env={"GPUSRV_PLUGIN_PATH": PLUGINS}) as port:
+        config = json.loads(request(port, "GET", "/v2/models/spread/config")[1])
+        assert config["instance_group"] == [
+            {"name": "spread_cpu0", "kind": "KIND_CPU", "count": 1, "devices": ["cpu0"]},
+            {"name": "spread_testcpu0", "kind": "KIND_CPU", "count": 1, "devices": ["testcpu0"]}]
+        config = json.loads(request(port, "GET", "/v2/models/pinned/config")[1])
+        assert [g["devices"] for g in config["instance_group"]] == [["testcpu0"]]
+
+        x = np.random.default_rng(3).standard_normal((2, 256)).astype(np.float32)
+        body = json.dumps({"inputs": [{"name": "x", "shape": [2, 256], "datatype": "FP32",
+                                       "data": x.ravel().tolist()}]}).encode()
+        want = ort_run(model, {"x": x})
+        results = []
+
+        def one(name):
+            status, raw, _ = request(port, "POST", f"/v2/models/{name}/infer", body)
+            out = json.loads(raw)["outputs"][0] if status == 200 else None
+            results.append((status, out))
+
+        threads = [threading.Thread(target=one, args=(n,)) for n in ["spread"] * 12 + ["pinned"]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for status, out in results:
+            assert status == 200
+            np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(out["shape"]),
+                                       want, rtol=1e-4, atol=1e-5)
+        text = request(port, "GET", "/metrics")[1].decode()
+        booked = [l for l in text.splitlines()
+                  if l.startswith('gpusrv_device_memory_booked_bytes{device="testcpu0"}')]
+        assert booked and int(booked[0].split()[-1]) > 0
