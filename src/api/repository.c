@@ -480,6 +480,13 @@ static void load_model(gs_served_model *m, const char *dir) {
   if (!any && !m->reason[0])
     snprintf(m->reason, sizeof m->reason, "version %lld: %s", (long long)m->versions[0].number,
              m->versions[0].reason);
+  /* A model that cannot serve does not keep its versions' weights in memory. */
+  for (int i = 0; !any && i < m->n_versions; i++) {
+    gs_model_free(m->versions[i].model);
+    m->versions[i].model = NULL;
+    if (!m->versions[i].reason[0])
+      snprintf(m->versions[i].reason, sizeof m->versions[i].reason, "%s", m->reason);
+  }
   atomic_store(&m->state, any ? GS_MODEL_READY : GS_MODEL_UNAVAILABLE);
   if (any)
     GS_LOGI("api", "model %s ready (%d version(s))", m->name, m->n_versions);
