@@ -206,8 +206,7 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
         at = &r->next;
       }
     }
-    if (*rows >= target || is_preferred(m, *rows) || n == max || b->stopping ||
-        !m->dynamic_batching)
+    if (*rows >= target || is_preferred(m, *rows) || n == max || b->stopping)
       break;
     uint64_t now = gs_now_ns();
     if (now >= deadline)

@@ -570,13 +570,12 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
   char *text = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(res);
   size_t tl = text ? strlen(text) : 0;
-  out->body = text ? malloc(tl + binary_total + 1) : NULL;
+  /* JSON alone (the usual reply) goes as dumped; binary parts follow a copy. */
+  out->body = text && binary_total ? realloc(text, tl + binary_total + 1) : text;
   if (!out->body) {
     free(text);
     return gs_http_reply_error(out, 500, "out of memory encoding the reply");
   }
-  memcpy(out->body, text, tl);
-  free(text);
   size_t at = tl;
   for (int i = 0; i < model->n_outputs; i++)
     if (r->send[i] && r->binary[i]) {

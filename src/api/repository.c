@@ -5,6 +5,7 @@
 #include "api/batcher.h"
 
 #include "base/error.h"
+#include "base/fileutil.h"
 #include "base/log.h"
 
 #include <ctype.h>
@@ -102,7 +103,7 @@ static int apply_config(gs_served_model *m, json_t *root, const char *path) {
       rc = gs_error(GS_EINVAL, "%s: at most 4 instance groups", path);
       break;
     }
-    typeof(m->groups[0]) *grp = &m->groups[m->n_groups++];
+    gs_instance_group *grp = &m->groups[m->n_groups++];
     memset(grp, 0, sizeof *grp);
     json_t *count = json_object_get(g, "count"), *kind = json_object_get(g, "kind");
     json_int_t n = count ? json_integer_value(count) : 1;
@@ -294,15 +295,15 @@ static json_t *pbt_value(pbt *t) {
 }
 
 static int read_config_pbtxt(gs_served_model *m, const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return gs_error(GS_EIO, "cannot open %s", path);
-  char *text = malloc(1 << 20);
-  size_t len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-  fclose(f);
+  const size_t cap = 1 << 20;
+  char *text = malloc(cap);
   if (!text)
     return gs_error(GS_ENOMEM, "out of memory reading %s", path);
-  text[len] = '\0';
+  long len = gs_read_text_file(path, text, cap);
+  if (len < 0 || (size_t)len == cap - 1) {
+    free(text);
+    return len < 0 ? (int)len : gs_error(GS_EINVAL, "%s is over 1 MiB", path);
+  }
   pbt t = {.p = text, .line = 1};
   json_t *root = pbt_fields(&t, '\0');
   free(text);
@@ -366,7 +367,7 @@ static int make_instances(gs_served_model *m) {
   if (m->n_groups == 0)
     chosen[n++] = gs_hal_device(0);
   for (int gi = 0; gi < m->n_groups; gi++) {
-    typeof(m->groups[0]) *g = &m->groups[gi];
+    gs_instance_group *g = &m->groups[gi];
     gs_device_t *pool[64];
     int np = 0;
     if (g->n_devices) {
@@ -473,7 +474,8 @@ static void load_model(gs_served_model *m, const char *dir) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
     any = false;
   }
-  if (any && gs_batcher_start(m, &m->batcher) < 0) {
+  /* Models without dynamic batching run in the HTTP threads: no batcher. */
+  if (any && m->dynamic_batching && gs_batcher_start(m, &m->batcher) < 0) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
     any = false;
   }

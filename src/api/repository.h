@@ -42,6 +42,14 @@ typedef struct gs_instance {
   gs_booking *bookings[GS_REPO_PLAN_CACHE];
 } gs_instance;
 
+/* One entry of instance_group as configured. */
+typedef struct gs_instance_group {
+  int count;
+  char kind[32];       /* KIND_CPU, KIND_GPU, KIND_AUTO, or a backend: cpu, opencl, cuda */
+  int n_devices;
+  char devices[8][32]; /* device ids or indexes; none: every device of the kind */
+} gs_instance_group;
+
 /* Triton's statistics: how many, and how long in all. */
 typedef struct gs_duration_stat {
   uint64_t count, ns;
@@ -75,12 +83,7 @@ typedef struct gs_served_model {
   struct gs_batcher *batcher;
   /* instance_group: the devices asked for, and the instances made on them */
   int n_groups;
-  struct {
-    int count;
-    char kind[32];       /* KIND_CPU, KIND_GPU, KIND_AUTO, or a backend: cpu, opencl, cuda */
-    int n_devices;
-    char devices[8][32]; /* device ids or indexes; none: every device of the kind */
-  } groups[4];
+  gs_instance_group groups[4];
   gs_ledger *ledger;
   int n_instances;
   gs_instance instances[GS_REPO_MAX_INSTANCES];

@@ -466,6 +466,9 @@ static int cmp_interval(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Arena and weight offsets are multiples of ARENA_ALIGN. */
+static size_t align_up(size_t v) { return (v + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
 /* Greedy by size: the biggest tensors are placed first, each at the lowest
  * offset that no tensor alive at the same time overlaps. */
 static int plan_memory(gs_plan *p) {
@@ -507,7 +510,7 @@ static int plan_memory(gs_plan *p) {
   uint64_t peak = 0, naive = 0;
   for (int a = 0; a < n; a++) {
     value *v = &p->values[order[a]];
-    size_t need = (v->bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    size_t need = align_up(v->bytes);
     naive += need;
     /* The placed tensors alive at the same time, by offset; the first gap
      * that fits wins. */
@@ -515,8 +518,7 @@ static int plan_memory(gs_plan *p) {
     for (int b = 0; b < a; b++) {
       value *w = &p->values[order[b]];
       if (w->bytes && !(w->last_use < v->def || v->last_use < w->def))
-        busy[n_busy++] = (interval){w->offset, w->offset + (int64_t)((w->bytes + ARENA_ALIGN - 1) /
-                                                                      ARENA_ALIGN * ARENA_ALIGN)};
+        busy[n_busy++] = (interval){w->offset, w->offset + (int64_t)align_up(w->bytes)};
     }
     qsort(busy, (size_t)n_busy, sizeof *busy, cmp_interval);
     int64_t at = 0;
@@ -554,7 +556,7 @@ static int place_weights(gs_plan *p, uint64_t *total) {
     if (!used[i] || !v->data)
       continue;
     v->offset = (int64_t)at;
-    at += (v->bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    at += align_up(v->bytes);
   }
   free(used);
   *total = at;
@@ -563,7 +565,6 @@ static int place_weights(gs_plan *p, uint64_t *total) {
 
 /* ---- running on the CPU what the device cannot run ------------------------------------ */
 
-static size_t align_up(size_t v) { return (v + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
 /* Marks a step the device has no kernel for, and lays out its operands in
  * the staging buffer (offsets kept in host[] until the buffer exists). */

@@ -57,6 +57,17 @@ def start(repo, *extra, env=None):
     raise AssertionError("gpusrv serve did not come up")
 
 
+def add_model(root, name, config, text=None):
+    """An entry of repository `root`: version 1 of the test MLP, and its
+    configuration as config.json (a dict) or as config.pbtxt (`text`)."""
+    (root / name / "1").mkdir(parents=True)
+    onnx.save(mlp(), str(root / name / "1" / "model.onnx"))
+    if text is not None:
+        (root / name / "config.pbtxt").write_text(text)
+    else:
+        (root / name / "config.json").write_text(json.dumps(config))
+
+
 @contextlib.contextmanager
 def serving(repo, *extra, env=None):
     """A server for the block: stopped with SIGTERM after, and it must exit 0."""
@@ -72,15 +83,11 @@ def serving(repo, *extra, env=None):
 def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     shutil.copytree(os.path.join(ROOT, "models", "digits"), root / "digits")
-    (root / "mlp" / "1").mkdir(parents=True)
-    onnx.save(mlp(), str(root / "mlp" / "1" / "model.onnx"))
-    (root / "mlp" / "config.json").write_text(json.dumps({
+    add_model(root, "mlp", {
         "max_batch_size": 8,
-        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 50000}}))
+        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 50000}})
     # A Triton repository entry: config.pbtxt in the text format.
-    (root / "tpb" / "1").mkdir(parents=True)
-    onnx.save(mlp(), str(root / "tpb" / "1" / "model.onnx"))
-    (root / "tpb" / "config.pbtxt").write_text('''
+    add_model(root, "tpb", None, text='''
 name: "tpb"   # comments are allowed
 platform: "onnxruntime_onnx"
 max_batch_size: 8
@@ -93,9 +100,7 @@ dynamic_batching {
 }
 instance_group [ { count: 1 kind: KIND_CPU } ]
 ''')
-    (root / "badtext" / "1").mkdir(parents=True)
-    onnx.save(mlp(), str(root / "badtext" / "1" / "model.onnx"))
-    (root / "badtext" / "config.pbtxt").write_text("max_batch_size: 8\ndynamic_batching { : }\n")
+    add_model(root, "badtext", None, text="max_batch_size: 8\ndynamic_batching { : }\n")
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
     return root
@@ -201,6 +206,10 @@ BAD = [
     ("/v2/models/digits/infer", b'{"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": '
                                 b'"FP32", "parameters": {"binary_data_size": 256}}]}', 400,
      "binary data are left"),
+    ("/v2/models/digits/infer", b'{"inputs": [], "parameters": {"priority": "high"}}', 400,
+     "priority must be an integer"),
+    ("/v2/models/digits/infer", b'{"inputs": [], "parameters": {"timeout": -1}}', 400,
+     "timeout must be a number of microseconds"),
     ("/v2/models/nope/infer", b"{}", 404, "unknown model 'nope'"),
     ("/v2/models/digits/versions/9/infer", b"{}", 404, "no version '9'"),
     ("/v2/nothing", b"", 404, "no such route"),
@@ -214,6 +223,41 @@ def test_bad_requests_get_clear_errors(server, path, body, status, text):
     assert text in json.loads(raw)["error"]
     # The server answers the next request.
     assert request(server, "GET", "/v2/health/live")[0] == 200
+
+
+@pytest.mark.parametrize("value,text", [("abc", "is not a number"),
+                                        ("99999", "is larger than the body")])
+def test_bad_inference_header_length(server, value, text):
+    got, raw, _ = request(server, "POST", "/v2/models/digits/infer", b"{}",
+                          {"Inference-Header-Content-Length": value})
+    assert got == 400 and text in json.loads(raw)["error"]
+
+
+def test_queue_full_is_503(tmp_path):
+    """max_queue_size 1: while a batch of 7 rows waits its queue delay, the
+    2-row requests cannot join it (8 rows at most); one queues, and those
+    that find the queue full get 503 saying so."""
+    add_model(tmp_path, "q", {"max_batch_size": 8, "dynamic_batching": {
+        "preferred_batch_size": [8], "max_queue_delay_microseconds": 500000,
+        "default_queue_policy": {"max_queue_size": 1}}})
+
+    def body(rows):
+        return json.dumps({"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
+                                       "data": [0.1] * (256 * rows)}]}).encode()
+    with serving(tmp_path) as port:
+        results = []
+        threads = [threading.Thread(target=lambda rows=rows: results.append(
+            request(port, "POST", "/v2/models/q/infer", body(rows))[:2])) for rows in (7, 2, 2, 2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join()
+        statuses = sorted(status for status, _ in results)
+        assert statuses == [200, 200, 503, 503], statuses
+        for status, raw in results:
+            if status == 503:
+                assert "the queue is full (max_queue_size 1)" in json.loads(raw)["error"]
 
 
 def test_oversized_body_is_413(repo):
@@ -442,12 +486,9 @@ def test_unload_and_load_while_another_model_serves(repo):
 
 def test_sigterm_drains_requests_in_flight(tmp_path):
     repo = tmp_path / "models"
-    (repo / "slow" / "1").mkdir(parents=True)
-    onnx.save(mlp(), str(repo / "slow" / "1" / "model.onnx"))
-    # A lone request waits the whole queue delay for company: 1.5 s in flight.
-    (repo / "slow" / "config.json").write_text(json.dumps({
+    add_model(repo, "slow", {
         "max_batch_size": 8,
-        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 1500000}}))
+        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 1500000}})
     proc, port = start(repo)
     result = {}
 
@@ -512,11 +553,9 @@ def test_triton_config_pbtxt(server):
 
 def test_client_vanishes_while_queued(tmp_path):
     repo = tmp_path / "models"
-    (repo / "slow" / "1").mkdir(parents=True)
-    onnx.save(mlp(), str(repo / "slow" / "1" / "model.onnx"))
-    (repo / "slow" / "config.json").write_text(json.dumps({
+    add_model(repo, "slow", {
         "max_batch_size": 8,
-        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 300000}}))
+        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 300000}})
     with serving(repo) as port:
         body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
                                        "data": [0.1] * 256}]}).encode()
@@ -535,14 +574,14 @@ def test_instance_groups(tmp_path):
     ask for devices this machine lacks leave the model unavailable, saying
     why."""
     def entry(name, groups):
-        (tmp_path / name / "1").mkdir(parents=True)
-        onnx.save(mlp(), str(tmp_path / name / "1" / "model.onnx"))
-        (tmp_path / name / "config.json").write_text(json.dumps(
-            {"max_batch_size": 8, "instance_group": groups}))
+        add_model(tmp_path, name, {"max_batch_size": 8, "instance_group": groups})
     entry("two", [{"count": 2, "kind": "KIND_CPU"}])
     entry("gpuonly", [{"count": 1, "kind": "KIND_GPU"}])
     entry("nodevice", [{"count": 1, "kind": "KIND_CPU", "devices": ["cpu7"]}])
     entry("zero", [{"count": 0, "kind": "KIND_CPU"}])
+    entry("many", [{"count": 8, "kind": "KIND_CPU"}, {"count": 1, "kind": "KIND_CPU"}])
+    entry("groups", [{"count": 1}] * 5)
+    entry("bigcount", [{"count": 4294967297, "kind": "KIND_CPU"}])
     with serving(tmp_path) as port:
         config = json.loads(request(port, "GET", "/v2/models/two/config")[1])
         assert config["instance_group"] == [
@@ -554,6 +593,9 @@ def test_instance_groups(tmp_path):
         assert "KIND_GPU" in index["gpuonly"]["reason"] and "no such device" in index["gpuonly"]["reason"]
         assert "cpu7" in index["nodevice"]["reason"]
         assert "count must be 1 to 8" in index["zero"]["reason"]
+        assert "count must be 1 to 8" in index["bigcount"]["reason"]  # not wrapped to 1
+        assert "more than 8 instances" in index["many"]["reason"]
+        assert "at most 4 instance groups" in index["groups"]["reason"]
         assert request(port, "GET", "/v2/models/gpuonly/ready")[0] == 503
         x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.0] * 256}]}
         status, raw, _ = request(port, "POST", "/v2/models/gpuonly/infer", json.dumps(x).encode())
@@ -593,9 +635,7 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
     """Every plan books its memory: one that cannot fit is refused saying
     what was asked and what is free; when two plans do not fit together,
     the least recently used gives its booking back."""
-    (tmp_path / "m" / "1").mkdir(parents=True)
-    onnx.save(mlp(), str(tmp_path / "m" / "1" / "model.onnx"))
-    (tmp_path / "m" / "config.json").write_text(json.dumps({"max_batch_size": 8}))
+    add_model(tmp_path, "m", {"max_batch_size": 8})
 
     def infer(port, rows):
         x = {"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
@@ -630,13 +670,11 @@ def test_timeout_action(tmp_path):
     """A request past its queue timeout is rejected (503) under REJECT, and
     still answered, behind the others, under DELAY."""
     def entry(name, action):
-        (tmp_path / name / "1").mkdir(parents=True)
-        onnx.save(mlp(), str(tmp_path / name / "1" / "model.onnx"))
-        (tmp_path / name / "config.json").write_text(json.dumps({
+        add_model(tmp_path, name, {
             "max_batch_size": 8, "dynamic_batching": {
                 "max_queue_delay_microseconds": 2000,
                 "default_queue_policy": {"default_timeout_microseconds": 1,
-                                         "timeout_action": action}}}))
+                                         "timeout_action": action}}})
     entry("delay", "DELAY")
     entry("reject", "REJECT")
     entry("drop", "DROP")
@@ -669,10 +707,7 @@ def test_instances_across_devices(tmp_path):
     goes one instance to each device, a backend's name places an instance
     on its device, and the answers match onnxruntime from either."""
     def entry(name, groups):
-        (tmp_path / name / "1").mkdir(parents=True)
-        onnx.save(mlp(), str(tmp_path / name / "1" / "model.onnx"))
-        (tmp_path / name / "config.json").write_text(json.dumps(
-            {"max_batch_size": 8, "instance_group": groups}))
+        add_model(tmp_path, name, {"max_batch_size": 8, "instance_group": groups})
     entry("spread", [{"count": 2, "kind": "KIND_CPU"}])
     entry("pinned", [{"count": 1, "kind": "testcpu"}])
     model = str(tmp_path / "spread" / "1" / "model.onnx")
