@@ -1,12 +1,14 @@
-/* fileutil.c - small readers for /proc and /sys style files. */
+/* fileutil.c - small file helpers: readers for /proc and /sys style files, mkdir -p. */
 #include "base/fileutil.h"
 
 #include "base/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 long gs_read_text_file(const char *path, char *buf, size_t cap) {
@@ -46,4 +48,20 @@ int gs_read_u64_file(const char *path, uint64_t *out) {
     return gs_error(GS_EIO, "%s: expected an unsigned integer, got \"%.20s\"", path, buf);
   *out = v;
   return GS_OK;
+}
+
+int gs_mkdir_p(const char *dir) {
+  char buf[4096];
+  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -1;
+      *p = '/';
+    }
+  return mkdir(buf, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }

@@ -11,4 +11,8 @@ long gs_read_text_file(const char *path, char *buf, size_t cap);
 /* Reads one unsigned decimal integer from `path`. Returns 0 or a GS_E code. */
 int gs_read_u64_file(const char *path, uint64_t *out);
 
+/* Creates directory `dir` and any missing parents (mode 0755). Returns 0, or
+ * -1 with errno set. */
+int gs_mkdir_p(const char *dir);
+
 #endif

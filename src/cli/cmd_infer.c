@@ -7,6 +7,7 @@
 #include "engine/npy.h"
 
 #include "base/error.h"
+#include "base/fileutil.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -134,7 +135,7 @@ static int infer_run(int argc, char **argv) {
     status = GS_EXIT_OK;
     goto done;
   }
-  if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
+  if (gs_mkdir_p(outdir) < 0) {
     gs_cli_error("infer: cannot create %s: %s", outdir, strerror(errno));
     json_decref(res);
     goto done;

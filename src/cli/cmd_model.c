@@ -2,6 +2,7 @@
  * file holds and whether gpusrv can run it, and one run of it on .npy inputs. */
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "base/fileutil.h"
 #include "engine/npy.h"
 #include "engine/op.h"
 
@@ -196,19 +197,6 @@ void gs_cli_file_name(const char *name, char *out, size_t cap) {
     snprintf(out, cap, "output");
 }
 
-static int mkdir_p(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return -1;
-      *p = '/';
-    }
-  return mkdir(buf, 0755) == 0 || errno == EEXIST ? 0 : -1;
-}
-
 static void list_inputs(const gs_model *m) {
   fprintf(stderr, "The model's inputs:");
   for (int i = 0; i < m->n_inputs; i++) {
@@ -365,7 +353,7 @@ static int run(int argc, char **argv) {
     gs_cli_error("model run: %s", gs_error_detail());
     goto done;
   }
-  if (mkdir_p(outdir) < 0) {
+  if (gs_mkdir_p(outdir) < 0) {
     gs_cli_error("model run: cannot create %s: %s", outdir, strerror(errno));
     goto done;
   }

@@ -418,9 +418,10 @@ def test_cli_models_and_infer(server, repo, tmp_path):
     x = np.random.default_rng(6).standard_normal((3, 256)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     p = subprocess.run([GPUSRV, "infer", "mlp", "-i", f"x={tmp_path}/x.npy", "-o",
-                        str(tmp_path / "out"), "--url", url], capture_output=True, text=True)
+                        str(tmp_path / "out" / "nested"), "--url", url],  # parents made too
+                       capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    np.testing.assert_allclose(np.load(tmp_path / "out" / "probs.npy"),
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "nested" / "probs.npy"),
                                ort_run(str(repo / "mlp" / "1" / "model.onnx"), {"x": x}),
                                rtol=1e-4, atol=1e-6)
     printed = subprocess.run([GPUSRV, "infer", "mlp", "-i", f"x={tmp_path}/x.npy", "--url", url],
