@@ -129,14 +129,7 @@ static int apply_config(gs_served_model *m, json_t *root, const char *path) {
   }
   json_t *prec = json_object_get(root, "precision");
   if (rc == 0 && prec) {
-    const char *p = json_is_string(prec) ? json_string_value(prec) : "";
-    if (!strcmp(p, "fp32"))
-      m->precision = GS_PRECISION_FP32;
-    else if (!strcmp(p, "fp16"))
-      m->precision = GS_PRECISION_FP16;
-    else if (!strcmp(p, "bf16"))
-      m->precision = GS_PRECISION_BF16;
-    else
+    if (!gs_precision_from_name(json_string_value(prec), &m->precision))
       rc = gs_error(GS_EINVAL, "%s: precision must be fp32, fp16 or bf16", path);
   }
   return rc;

@@ -234,13 +234,7 @@ static int run(int argc, char **argv) {
     case 'r': report = true; break;
     case 'd': device_id = optarg; break;
     case 'p':
-      if (strcmp(optarg, "fp32") == 0)
-        precision = GS_PRECISION_FP32;
-      else if (strcmp(optarg, "fp16") == 0)
-        precision = GS_PRECISION_FP16;
-      else if (strcmp(optarg, "bf16") == 0)
-        precision = GS_PRECISION_BF16;
-      else
+      if (!gs_precision_from_name(optarg, &precision))
         return gs_cli_usage_error(&gs_cli_model, "run: --precision is fp32, fp16 or bf16, not '%s'",
                                   optarg);
       break;

@@ -19,6 +19,11 @@ typedef struct gs_plan gs_plan;
  * plan's edges. */
 typedef enum { GS_PRECISION_FP32, GS_PRECISION_FP16, GS_PRECISION_BF16 } gs_precision;
 
+/* "fp32", "fp16", "bf16", as configurations and the command line write them. */
+const char *gs_precision_name(gs_precision p);
+/* The precision named `name`; false when it names none. */
+bool gs_precision_from_name(const char *name, gs_precision *out);
+
 typedef struct gs_plan_options {
   gs_device_t *device;    /* NULL: the first device */
   gs_precision precision; /* GS_PRECISION_FP32 unless asked */

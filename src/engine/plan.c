@@ -693,7 +693,7 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   else if (opt && opt->precision != GS_PRECISION_FP32) {
     if (!gs_device_get_caps(p->device)->half_precision)
       rc = gs_error(GS_ENOTSUP, "%s cannot run %s plans", gs_device_get_info(p->device)->id,
-                    opt->precision == GS_PRECISION_FP16 ? "fp16" : "bf16");
+                    gs_precision_name(opt->precision));
     p->half = opt->precision == GS_PRECISION_FP16 ? GS_DT_FLOAT16 : GS_DT_BFLOAT16;
   }
   gs_strmap_init(&p->keep_f32);
