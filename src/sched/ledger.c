@@ -1,5 +1,6 @@
-/* ledger.c - bookings of device memory: a running sum per device under
- * one lock, refused when it would pass the device's capacity. */
+/* ledger.c - bookings of device memory and compute share: running sums per
+ * device under one lock, a booking of several devices taken all at once or
+ * not at all, refused when it would pass a device's capacity. */
 #include "sched/sched.h"
 
 #include "base/error.h"
@@ -13,19 +14,23 @@
 typedef struct device_account {
   gs_device_t *device;
   uint64_t capacity, booked;
+  int share_booked;
 } device_account;
+
+struct gs_booking {
+  gs_ledger *ledger;
+  gs_booking *prev, *next; /* the ledger's list of bookings held */
+  int n_parts;
+  gs_booking_part parts[GS_BOOKING_MAX_PARTS];
+  device_account *accounts[GS_BOOKING_MAX_PARTS];
+  char owner[128];
+};
 
 struct gs_ledger {
   pthread_mutex_t lock;
   int n;
   device_account *accounts;
-};
-
-struct gs_booking {
-  gs_ledger *ledger;
-  device_account *account;
-  uint64_t bytes;
-  char owner[128];
+  gs_booking *held;
 };
 
 int gs_ledger_create(gs_ledger **out) {
@@ -62,49 +67,120 @@ static device_account *account_of(gs_ledger *l, gs_device_t *device) {
   return NULL;
 }
 
-int gs_book_memory(gs_ledger *l, gs_device_t *device, uint64_t bytes, const char *owner,
-                   gs_booking **out) {
-  device_account *a = account_of(l, device);
-  if (!a)
-    return gs_error(GS_EINVAL, "booking on a device the ledger does not know");
+/* Called with the lock held: why part `p` does not fit, or GS_OK. */
+static int check_fits(const device_account *a, const gs_booking_part *p, const char *owner) {
+  if (p->bytes > a->capacity - a->booked) {
+    char want[32], fr[32], all[32];
+    gs_format_bytes(p->bytes, want, sizeof want);
+    gs_format_bytes(a->capacity - a->booked, fr, sizeof fr);
+    gs_format_bytes(a->capacity, all, sizeof all);
+    return gs_error(GS_ENOMEM, "%s: %s asked for %s of memory; %s of %s is free",
+                    gs_device_get_info(p->device)->id, owner, want, fr, all);
+  }
+  if (p->share > 100 - a->share_booked)
+    return gs_error(GS_ENOMEM, "%s: %s asked for %d%% of its compute; %d%% is free",
+                    gs_device_get_info(p->device)->id, owner, p->share, 100 - a->share_booked);
+  return GS_OK;
+}
+
+int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char *owner,
+            gs_booking **out) {
+  if (n_parts < 0 || n_parts > GS_BOOKING_MAX_PARTS)
+    return gs_error(GS_EINVAL, "a booking has 0 to %d devices, not %d", GS_BOOKING_MAX_PARTS,
+                    n_parts);
   gs_booking *b = calloc(1, sizeof *b);
   if (!b)
     return gs_error(GS_ENOMEM, "out of memory for a booking");
-  pthread_mutex_lock(&l->lock);
-  if (bytes > a->capacity - a->booked) {
-    uint64_t free_bytes = a->capacity - a->booked, cap = a->capacity;
-    pthread_mutex_unlock(&l->lock);
-    free(b);
-    char want[32], fr[32], all[32];
-    gs_format_bytes(bytes, want, sizeof want);
-    gs_format_bytes(free_bytes, fr, sizeof fr);
-    gs_format_bytes(cap, all, sizeof all);
-    return gs_error(GS_ENOMEM, "%s: %s asked for %s of memory; %s of %s is free",
-                    gs_device_get_info(device)->id, owner, want, fr, all);
+  for (int i = 0; i < n_parts; i++) {
+    b->accounts[i] = account_of(l, parts[i].device);
+    if (!b->accounts[i]) {
+      free(b);
+      return gs_error(GS_EINVAL, "booking on a device the ledger does not know");
+    }
+    if (parts[i].share < 0 || parts[i].share > 100) {
+      free(b);
+      return gs_error(GS_EINVAL, "a compute share is 0 to 100%%, not %d%%", parts[i].share);
+    }
+    for (int k = 0; k < i; k++)
+      if (b->accounts[k] == b->accounts[i]) {
+        free(b);
+        return gs_error(GS_EINVAL, "a booking names device %s twice",
+                        gs_device_get_info(parts[i].device)->id);
+      }
+    b->parts[i] = parts[i];
   }
-  a->booked += bytes;
-  pthread_mutex_unlock(&l->lock);
+  b->n_parts = n_parts;
   b->ledger = l;
-  b->account = a;
-  b->bytes = bytes;
   snprintf(b->owner, sizeof b->owner, "%s", owner);
+  pthread_mutex_lock(&l->lock);
+  for (int i = 0; i < n_parts; i++) {
+    int rc = check_fits(b->accounts[i], &parts[i], owner);
+    if (rc < 0) {
+      pthread_mutex_unlock(&l->lock);
+      free(b);
+      return rc;
+    }
+  }
+  for (int i = 0; i < n_parts; i++) {
+    b->accounts[i]->booked += parts[i].bytes;
+    b->accounts[i]->share_booked += parts[i].share;
+  }
+  b->next = l->held;
+  if (l->held)
+    l->held->prev = b;
+  l->held = b;
+  pthread_mutex_unlock(&l->lock);
   *out = b;
   return GS_OK;
+}
+
+int gs_book_memory(gs_ledger *l, gs_device_t *device, uint64_t bytes, const char *owner,
+                   gs_booking **out) {
+  gs_booking_part part = {.device = device, .bytes = bytes};
+  return gs_book(l, &part, 1, owner, out);
 }
 
 void gs_booking_release(gs_booking *b) {
   if (!b)
     return;
-  pthread_mutex_lock(&b->ledger->lock);
-  b->account->booked -= b->bytes;
-  pthread_mutex_unlock(&b->ledger->lock);
+  gs_ledger *l = b->ledger;
+  pthread_mutex_lock(&l->lock);
+  for (int i = 0; i < b->n_parts; i++) {
+    b->accounts[i]->booked -= b->parts[i].bytes;
+    b->accounts[i]->share_booked -= b->parts[i].share;
+  }
+  if (b->prev)
+    b->prev->next = b->next;
+  else
+    l->held = b->next;
+  if (b->next)
+    b->next->prev = b->prev;
+  pthread_mutex_unlock(&l->lock);
   free(b);
+}
+
+void gs_ledger_each(gs_ledger *l,
+                    void (*fn)(const char *owner, const gs_booking_part *parts, int n_parts,
+                               void *ctx),
+                    void *ctx) {
+  pthread_mutex_lock(&l->lock);
+  for (gs_booking *b = l->held; b; b = b->next)
+    fn(b->owner, b->parts, b->n_parts, ctx);
+  pthread_mutex_unlock(&l->lock);
 }
 
 uint64_t gs_ledger_booked(gs_ledger *l, gs_device_t *device) {
   device_account *a = account_of(l, device);
   pthread_mutex_lock(&l->lock);
   uint64_t v = a ? a->booked : 0;
+  pthread_mutex_unlock(&l->lock);
+  return v;
+}
+
+int gs_ledger_share_booked(gs_ledger *l, gs_device_t *device) {
+  device_account *a = account_of(l, device);
+  pthread_mutex_lock(&l->lock);
+  int v = a ? a->share_booked : 0;
   pthread_mutex_unlock(&l->lock);
   return v;
 }

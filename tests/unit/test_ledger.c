@@ -96,7 +96,80 @@ static void unknown_device_is_refused(void) {
   gs_hal_shutdown();
 }
 
+/* Gangs over two devices (cpu0 and the testcpu plugin's device) booked from
+ * several threads beside single bookings: a gang is all or nothing, so the
+ * sums per device are exactly what the granted bookings add up to. */
+typedef struct {
+  gs_ledger *l;
+  gs_device_t *dev[2];
+  int gangs, singles;
+  gs_booking *held[400];
+  int n_held;
+} gang_arg;
+
+static void *book_gangs(void *p) {
+  gang_arg *w = p;
+  for (int i = 0; i < 100; i++) {
+    gs_booking_part gang[2] = {{.device = w->dev[0], .bytes = 1, .share = 7},
+                               {.device = w->dev[1], .bytes = 1, .share = 7}};
+    if (gs_book(w->l, gang, 2, "gang", &w->held[w->n_held]) == 0) {
+      w->n_held++;
+      w->gangs++;
+    }
+    gs_booking_part single = {.device = w->dev[1], .share = 5};
+    if (gs_book(w->l, &single, 1, "single", &w->held[w->n_held]) == 0) {
+      w->n_held++;
+      w->singles++;
+    }
+  }
+  return NULL;
+}
+
+static void gang_bookings_are_atomic(void) {
+  CHECK_OK(gs_hal_init());
+  gs_device_t *cpu = gs_hal_device_find("cpu0"), *other = gs_hal_device_find("testcpu0");
+  if (!other) {
+    printf("skip: no testcpu0 device (GPUSRV_PLUGIN_PATH names the test plugins)\n");
+    gs_hal_shutdown();
+    return;
+  }
+  gs_ledger *l = NULL;
+  CHECK_OK(gs_ledger_create(&l));
+  static gang_arg w[4];
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) {
+    w[i] = (gang_arg){.l = l, .dev = {cpu, other}};
+    CHECK_EQ(pthread_create(&t[i], NULL, book_gangs, &w[i]), 0);
+  }
+  int gangs = 0, singles = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    gangs += w[i].gangs;
+    singles += w[i].singles;
+  }
+  CHECK(gangs > 0 && singles > 0);
+  CHECK_EQ(gs_ledger_share_booked(l, cpu), 7 * gangs);
+  CHECK_EQ(gs_ledger_share_booked(l, other), 7 * gangs + 5 * singles);
+  CHECK(gs_ledger_share_booked(l, other) <= 100 && gs_ledger_share_booked(l, other) > 100 - 7);
+  CHECK_EQ(gs_ledger_booked(l, cpu), gangs);
+  /* A gang that does not fit says which device and what is free. */
+  gs_booking *b = NULL;
+  gs_booking_part gang[2] = {{.device = cpu, .share = 1}, {.device = other, .share = 50}};
+  CHECK_ERR(gs_book(l, gang, 2, "big gang", &b), GS_ENOMEM);
+  CHECK_MSG(strstr(gs_error_detail(), "testcpu0") && strstr(gs_error_detail(), "50%"),
+            "message: %s", gs_error_detail());
+  CHECK_EQ(gs_ledger_share_booked(l, cpu), 7 * gangs);
+  for (int i = 0; i < 4; i++)
+    for (int k = 0; k < w[i].n_held; k++)
+      gs_booking_release(w[i].held[k]);
+  CHECK_EQ(gs_ledger_share_booked(l, cpu), 0);
+  CHECK_EQ(gs_ledger_share_booked(l, other), 0);
+  gs_ledger_free(l);
+  gs_hal_shutdown();
+}
+
 static const gs_test tests[] = {
+    {"gang_bookings_are_atomic", gang_bookings_are_atomic},
     {"bookings_add_up_and_release", bookings_add_up_and_release},
     {"concurrent_bookings_never_overbook", concurrent_bookings_never_overbook},
     {"unknown_device_is_refused", unknown_device_is_refused},
