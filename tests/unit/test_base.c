@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include "base/error.h"
+#include "base/units.h"
 #include "base/fileutil.h"
 #include "base/log.h"
 
@@ -59,6 +60,45 @@ static void log_levels_parse(void) {
   CHECK(gs_log_enabled(GS_LOG_ERROR));
 }
 
+static void parse_sizes_and_durations(void) {
+  uint64_t b;
+  CHECK_OK(gs_parse_bytes("512", &b));
+  CHECK_EQ(b, 512);
+  CHECK_OK(gs_parse_bytes("64K", &b));
+  CHECK_EQ(b, 65536);
+  CHECK_OK(gs_parse_bytes("1.5G", &b));
+  CHECK_EQ(b, 3ull << 29);
+  CHECK_OK(gs_parse_bytes("16GiB", &b));
+  CHECK_EQ(b, 16ull << 30);
+  CHECK_OK(gs_parse_bytes("100MB", &b));
+  CHECK_EQ(b, 100ull << 20);
+  CHECK_ERR(gs_parse_bytes("lots", &b), GS_EINVAL);
+  CHECK_ERR(gs_parse_bytes("-1G", &b), GS_EINVAL);
+  CHECK_ERR(gs_parse_bytes("5X", &b), GS_EINVAL);
+  CHECK_ERR(gs_parse_bytes("5Gx", &b), GS_EINVAL);
+  CHECK_ERR(gs_parse_bytes("1e30", &b), GS_ERANGE);
+  int64_t s;
+  CHECK_OK(gs_parse_duration("90s", &s));
+  CHECK_EQ(s, 90);
+  CHECK_OK(gs_parse_duration("30m", &s));
+  CHECK_EQ(s, 1800);
+  CHECK_OK(gs_parse_duration("2h", &s));
+  CHECK_EQ(s, 7200);
+  CHECK_OK(gs_parse_duration("10", &s)); /* Slurm: minutes */
+  CHECK_EQ(s, 600);
+  CHECK_OK(gs_parse_duration("1:30", &s));
+  CHECK_EQ(s, 90);
+  CHECK_OK(gs_parse_duration("01:02:03", &s));
+  CHECK_EQ(s, 3723);
+  CHECK_OK(gs_parse_duration("1-02:00:00", &s));
+  CHECK_EQ(s, 93600);
+  CHECK_ERR(gs_parse_duration("0", &s), GS_EINVAL);
+  CHECK_ERR(gs_parse_duration("soon", &s), GS_EINVAL);
+  CHECK_ERR(gs_parse_duration("5w", &s), GS_EINVAL);
+  CHECK_ERR(gs_parse_duration("1:2:3:4", &s), GS_EINVAL);
+  CHECK_MSG(strstr(gs_error_detail(), "1:2:3:4"), "message: %s", gs_error_detail());
+}
+
 static void read_files(void) {
   char path[] = "/tmp/gs-test-XXXXXX";
   int fd = mkstemp(path);
@@ -86,6 +126,7 @@ static const gs_test tests[] = {
     {"error_detail_is_per_thread", error_detail_is_per_thread},
     {"log_levels_parse", log_levels_parse},
     {"read_files", read_files},
+    {"parse_sizes_and_durations", parse_sizes_and_durations},
     {NULL, NULL},
 };
 
