@@ -17,6 +17,10 @@ typedef struct gs_serve_settings {
   int64_t http_threads;
   int64_t drain_seconds;
   int64_t model_memory_limit;
+  char auth[GS_CONFIG_STR];
+  char job_devices[GS_CONFIG_STR];
+  int64_t kill_grace_seconds;
+  int64_t job_pids_max;
 } gs_serve_settings;
 
 /* The one table every way of setting them derives from. */

@@ -50,7 +50,7 @@ void gs_http_reply_free(gs_http_reply *r) {
   memset(r, 0, sizeof *r);
 }
 
-static int reply_json(gs_http_reply *r, int status, json_t *j) {
+int gs_http_reply_json(gs_http_reply *r, int status, json_t *j) {
   r->status = status;
   r->body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(j);
@@ -62,7 +62,7 @@ static int reply_json(gs_http_reply *r, int status, json_t *j) {
 int gs_http_reply_error(gs_http_reply *r, int status, const char *message) {
   json_t *j = json_object();
   json_object_set_new(j, "error", json_string(message));
-  return reply_json(r, status, j);
+  return gs_http_reply_json(r, status, j);
 }
 
 /* ---- metadata ---------------------------------------------------------------------- */
@@ -102,7 +102,7 @@ int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
     pthread_rwlock_unlock(&m->use);
     json_array_append_new(a, o);
   }
-  return reply_json(r, 200, a);
+  return gs_http_reply_json(r, 200, a);
 }
 
 int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
@@ -115,7 +115,7 @@ int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
   json_array_append_new(ext, json_string("statistics"));
   json_array_append_new(ext, json_string("model_repository"));
   json_object_set_new(j, "extensions", ext);
-  return reply_json(r, 200, j);
+  return gs_http_reply_json(r, 200, j);
 }
 
 /* The model's inputs and outputs as metadata ("datatype", "shape") or as
@@ -150,7 +150,7 @@ int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_r
   tensor_lists(m, v, false, ins, outs);
   json_object_set_new(j, "inputs", ins);
   json_object_set_new(j, "outputs", outs);
-  return reply_json(r, 200, j);
+  return gs_http_reply_json(r, 200, j);
 }
 
 /* The instances as made, one group per device: its kind, how many, and the
@@ -212,7 +212,7 @@ int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_rep
     json_object_set_new(j, "dynamic_batching", db);
   }
   json_object_set_new(j, "instance_group", instance_groups_json(m));
-  return reply_json(r, 200, j);
+  return gs_http_reply_json(r, 200, j);
 }
 
 /* ---- statistics -------------------------------------------------------------------- */
@@ -267,7 +267,7 @@ int gs_kserve_model_stats(gs_served_model *m, gs_served_version *v, gs_http_repl
   json_t *j = json_object(), *all = json_array();
   json_array_append_new(all, model_stats_json(m, v));
   json_object_set_new(j, "model_stats", all);
-  return reply_json(r, 200, j);
+  return gs_http_reply_json(r, 200, j);
 }
 
 int gs_kserve_stats(gs_repository *repo, gs_http_reply *r) {
@@ -282,7 +282,7 @@ int gs_kserve_stats(gs_repository *repo, gs_http_reply *r) {
     pthread_rwlock_unlock(&m->use);
   }
   json_object_set_new(j, "model_stats", all);
-  return reply_json(r, 200, j);
+  return gs_http_reply_json(r, 200, j);
 }
 
 /* ---- inference --------------------------------------------------------------------- */

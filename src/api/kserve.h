@@ -5,6 +5,7 @@
 
 #include "api/infer_request.h"
 
+#include <jansson.h>
 #include <stddef.h>
 
 /* A reply: status, body (malloc'd, owned), and for the binary tensor
@@ -18,6 +19,8 @@ typedef struct gs_http_reply {
 } gs_http_reply;
 
 void gs_http_reply_free(gs_http_reply *r);
+/* `j` (a reference the reply takes) as the JSON body, with `status`. */
+int gs_http_reply_json(gs_http_reply *r, int status, json_t *j);
 /* {"error": message} with `status`. */
 int gs_http_reply_error(gs_http_reply *r, int status, const char *message);
 

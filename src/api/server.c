@@ -4,6 +4,7 @@
 #include "api/api.h"
 
 #include "api/batcher.h"
+#include "api/jobs_api.h"
 #include "api/kserve.h"
 #include "api/metrics.h"
 #include "base/clock.h"
@@ -42,12 +43,26 @@ const gs_config_option gs_serve_options[] = {
     OPT("model-memory-limit", GS_CFG_INT, "0", 0, (int64_t)1 << 50,
         "Bytes of each device's memory that model plans may book (0: all of it)",
         model_memory_limit),
+    OPT("auth", GS_CFG_STRING, "auto", 0, 0,
+        "Tokens for inference and reading: 'auto' (only beyond loopback) or 'required'; jobs, "
+        "tenants and model loading always need one", auth),
+    OPT("job-devices", GS_CFG_STRING, "", 0, 0,
+        "Devices jobs may book: every device but the CPUs (empty), 'all', or ids such as "
+        "cuda0,cuda1", job_devices),
+    OPT("kill-grace-seconds", GS_CFG_INT, "10", 0, 3600,
+        "A cancelled or timed-out job gets SIGTERM, then SIGKILL after this long",
+        kill_grace_seconds),
+    OPT("job-pids-max", GS_CFG_INT, "4096", 0, 1 << 22,
+        "Most processes and threads one job may have (its cgroup's pid limit; 0: none)",
+        job_pids_max),
     {NULL, 0, NULL, 0, 0, NULL, 0},
 };
 
 typedef struct server {
   const gs_serve_settings *settings;
   gs_repository repo;
+  gs_frontdesk *frontdesk;
+  bool auth_required; /* on every route but health, not only those that change state */
   atomic_int in_flight;
 } server;
 
@@ -204,10 +219,62 @@ static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
                                    const char *name, const char *version, const char *action,
                                    bool get, bool post, request *req);
 
+/* Routes that change state or run code need a token whatever the setting;
+ * the rest only when the server listens beyond loopback or --auth required;
+ * health never. */
+static bool needs_token(const server *s, const char *url) {
+  if (strncmp(url, "/v2/health/", 11) == 0)
+    return false;
+  if (strncmp(url, "/api/v1/jobs", 12) == 0 || strncmp(url, "/api/v1/tenants", 15) == 0 ||
+      strncmp(url, "/api/v1/usage", 13) == 0 || strncmp(url, "/v2/repository/models/", 22) == 0)
+    return true;
+  return s->auth_required;
+}
+
+/* Who is asking, from "Authorization: Bearer TOKEN". Sends 401 and returns
+ * false when a token is needed and missing or wrong. */
+static bool authenticate(server *s, struct MHD_Connection *c, const char *url, gs_principal *who,
+                         enum MHD_Result *ret) {
+  memset(who, 0, sizeof *who);
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+  bool need = needs_token(s, url);
+  if (!h) {
+    if (need)
+      *ret = send_error(c, 401, "this route needs a token (Authorization: Bearer TOKEN)");
+    return !need;
+  }
+  if (strncasecmp(h, "Bearer ", 7) != 0) {
+    *ret = send_error(c, 401, "the Authorization header must read 'Bearer TOKEN'");
+    return false;
+  }
+  if (gs_frontdesk_authenticate(s->frontdesk, h + 7, who) < 0) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "token refused: %s", gs_error_detail());
+    *ret = send_error(c, 401, msg);
+    return false;
+  }
+  return true;
+}
+
 static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *method,
                              const char *url, request *req) {
   bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
   gs_http_reply r = {0};
+  gs_principal who;
+  enum MHD_Result denied = MHD_NO;
+  if (!authenticate(s, c, url, &who, &denied))
+    return denied;
+  if (strncmp(url, "/api/v1/", 8) == 0) {
+    gs_jobs_query q = {
+        .all = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "all"),
+        .tenant = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "tenant"),
+        .since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since"),
+        .stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream"),
+        .offset = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "offset")};
+    if (gs_jobs_api_route(s->frontdesk, &who, method, url, &q, req->body, req->len, &r))
+      return send_reply(c, &r);
+    return send_error(c, 404, "no such route");
+  }
   if (strcmp(url, "/v2/health/live") == 0 && get)
     return send_empty(c, 200);
   if (strcmp(url, "/v2/health/ready") == 0 && get) {
@@ -229,6 +296,8 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     memcpy(name, p, n);
     name[n] = '\0';
     bool load = strcmp(slash, "/load") == 0;
+    if (!who.admin)
+      return send_error(c, 403, "loading and unloading models needs an admin token");
     int rc = load ? gs_repository_load(&s->repo, name) : gs_repository_unload(&s->repo, name);
     if (rc < 0) {
       snprintf(msg, sizeof msg, "%s model '%s': %s", load ? "cannot load" : "cannot unload", name,
@@ -401,9 +470,28 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
   *con_cls = NULL;
 }
 
+/* Everything gs_serve() opened, closed in reverse; safe on a half-open one. */
+static void close_all(server *s, gs_ledger *ledger, bool repo_open) {
+  gs_frontdesk_close(s->frontdesk);
+  if (repo_open)
+    gs_repository_close(&s->repo);
+  gs_ledger_free(ledger);
+  gs_hal_shutdown();
+}
+
+static bool loopback(const char *host) {
+  return strncmp(host, "127.", 4) == 0;
+}
+
 int gs_serve(const gs_serve_settings *settings) {
   server s = {.settings = settings};
   atomic_init(&s.in_flight, 0);
+  if (strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "required") != 0)
+    return gs_error(GS_EINVAL, "--auth is 'auto' or 'required', not '%s'", settings->auth);
+  s.auth_required = strcmp(settings->auth, "required") == 0 || !loopback(settings->host);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)settings->http_port)};
+  if (inet_pton(AF_INET, settings->host, &addr.sin_addr) != 1)
+    return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
   if (gs_hal_init() < 0 || gs_engine_init() < 0)
     return GS_EDEVICE;
   gs_ledger *ledger = NULL;
@@ -412,19 +500,26 @@ int gs_serve(const gs_serve_settings *settings) {
     if (settings->model_memory_limit > 0 &&
         (uint64_t)settings->model_memory_limit < gs_ledger_capacity(ledger, gs_hal_device(d)))
       gs_ledger_set_capacity(ledger, gs_hal_device(d), (uint64_t)settings->model_memory_limit);
+  gs_frontdesk_settings fs = {.ledger = ledger, .kill_grace_s = (int)settings->kill_grace_seconds,
+                              .job_pids_max = settings->job_pids_max};
+  snprintf(fs.state_dir, sizeof fs.state_dir, "%s", settings->state_dir);
+  snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   if (rc == 0)
-    rc = gs_repository_open(&s.repo, settings->model_repository, ledger);
+    rc = gs_frontdesk_open(&fs, &s.frontdesk);
+  if (rc == 0 && s.auth_required && gs_frontdesk_token_count(s.frontdesk) == 0)
+    rc = gs_error(GS_EPERM, "refusing to listen on %s without tokens configured (gpusrv tenant "
+                            "add)", settings->host);
   if (rc < 0) {
-    gs_ledger_free(ledger);
-    gs_hal_shutdown();
+    close_all(&s, ledger, false);
     return rc;
   }
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)settings->http_port)};
-  if (inet_pton(AF_INET, settings->host, &addr.sin_addr) != 1) {
-    gs_repository_close(&s.repo);
-    gs_ledger_free(ledger);
-    gs_hal_shutdown();
-    return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
+  if (gs_frontdesk_admin_token_path(s.frontdesk)[0])
+    fprintf(stderr, "gpusrv: first start: the admin token is in %s (readable by this user only)\n",
+            gs_frontdesk_admin_token_path(s.frontdesk));
+  rc = gs_repository_open(&s.repo, settings->model_repository, ledger);
+  if (rc < 0) {
+    close_all(&s, ledger, false);
+    return rc;
   }
   struct MHD_Daemon *d = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
@@ -435,9 +530,7 @@ int gs_serve(const gs_serve_settings *settings) {
       MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_END);
   if (!d) {
-    gs_repository_close(&s.repo);
-    gs_ledger_free(ledger);
-    gs_hal_shutdown();
+    close_all(&s, ledger, true);
     return gs_error(GS_EIO, "cannot listen on %s:%lld (port in use?)", settings->host,
                     (long long)settings->http_port);
   }
@@ -452,7 +545,8 @@ int gs_serve(const gs_serve_settings *settings) {
           settings->model_repository, settings->host, (long long)settings->http_port);
   while (!stop_requested)
     gs_sleep_ns(50 * 1000 * 1000);
-  /* Stop accepting, let requests in flight finish, then stop. */
+  /* Stop accepting, let requests in flight finish, then stop. Jobs keep
+   * running; the next start adopts them. */
   MHD_quiesce_daemon(d);
   uint64_t deadline = gs_now_ns() + (uint64_t)settings->drain_seconds * 1000000000u;
   while (atomic_load(&s.in_flight) > 0 && gs_now_ns() < deadline)
@@ -461,9 +555,7 @@ int gs_serve(const gs_serve_settings *settings) {
     GS_LOGW("api", "%d request(s) still in flight after %lld s; stopping anyway",
             atomic_load(&s.in_flight), (long long)settings->drain_seconds);
   MHD_stop_daemon(d);
-  gs_repository_close(&s.repo);
-  gs_ledger_free(ledger);
-  gs_hal_shutdown();
+  close_all(&s, ledger, true);
   fprintf(stderr, "gpusrv: stopped\n");
   return GS_OK;
 }

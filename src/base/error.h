@@ -19,7 +19,8 @@
   X(EVERSION, -10, "incompatible version")                                  \
   X(EDEVICE, -11, "device error")                                           \
   X(ESTATE, -12, "object in the wrong state for this call")                 \
-  X(EINTERNAL, -13, "internal error")
+  X(EINTERNAL, -13, "internal error")                                       \
+  X(EPERM, -14, "permission denied")
 
 enum {
   GS_OK = 0,

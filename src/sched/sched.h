@@ -6,6 +6,10 @@
 #define GS_SCHED_H
 
 #include "hal/hal.h"
+#include "sched/policy.h"
+
+#include <jansson.h>
+#include <stdbool.h>
 
 typedef struct gs_ledger gs_ledger;
 typedef struct gs_booking gs_booking;
@@ -52,5 +56,104 @@ uint64_t gs_ledger_booked(gs_ledger *ledger, gs_device_t *device);
 uint64_t gs_ledger_capacity(gs_ledger *ledger, gs_device_t *device);
 /* Sets what the ledger hands out of `device` (default: its memory_total_bytes). */
 void gs_ledger_set_capacity(gs_ledger *ledger, gs_device_t *device, uint64_t bytes);
+
+/* ---- tenants ---------------------------------------------------------------------- */
+
+/* A tenant: who may use the machine, how much of it, and as which Unix user
+ * its jobs run. Quotas of 0 mean no limit. */
+typedef struct gs_tenant {
+  char name[64];
+  double weight;
+  double max_devices;      /* whole devices; a slice counts as its share */
+  uint64_t max_device_mem; /* bytes */
+  int max_jobs;            /* running at once */
+  double max_cpus;
+  uint64_t max_host_mem;
+  char unix_user[64];
+  char unix_group[64];     /* "" : the user's primary group */
+  bool allow_root;         /* jobs may run as uid 0 */
+  bool admin;              /* may manage tenants and see every job */
+  double created;          /* Unix seconds */
+} gs_tenant;
+
+/* ---- the front desk: tenants, tokens, the queue and process jobs ---------------------- */
+
+typedef struct gs_frontdesk gs_frontdesk;
+
+typedef struct gs_frontdesk_settings {
+  char state_dir[512];   /* state.db, admin.token, jobs/<id>/ */
+  gs_ledger *ledger;     /* shared with the inference server's model instances */
+  char job_devices[256]; /* devices jobs may book: "" every device but the CPUs, "all", or ids */
+  int kill_grace_s;      /* SIGTERM, then SIGKILL after this many seconds */
+  int64_t job_pids_max;  /* pid limit of each job's cgroup */
+} gs_frontdesk_settings;
+
+/* Opens the state database, creates the admin tenant and its token file at
+ * first start, takes back the jobs of an earlier run (pending ones stay
+ * queued; running ones whose processes survived are adopted, the others
+ * become LOST and, with --requeue, queued again), and starts scheduling.
+ * The caller closes it; jobs keep running after close and are adopted by
+ * the next open. */
+int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out);
+void gs_frontdesk_close(gs_frontdesk *fd);
+/* Where the admin token was written ("" if it was not written this run). */
+const char *gs_frontdesk_admin_token_path(const gs_frontdesk *fd);
+/* How many tokens exist. */
+int64_t gs_frontdesk_token_count(gs_frontdesk *fd);
+
+/* Who is asking. */
+typedef struct gs_principal {
+  char tenant[64];
+  bool admin;
+} gs_principal;
+
+/* A bearer token's tenant; GS_EPERM when the token is unknown or wrong. */
+int gs_frontdesk_authenticate(gs_frontdesk *fd, const char *token, gs_principal *out);
+
+/* Adds a tenant and writes its first token into `token` (cap >= 80). */
+int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap);
+/* Removes a tenant and its tokens; GS_EBUSY while it has unfinished jobs. */
+int gs_tenant_remove(gs_frontdesk *fd, const char *name);
+/* A further token for a tenant. */
+int gs_tenant_new_token(gs_frontdesk *fd, const char *name, char *token, size_t cap);
+/* Every tenant with its quotas and what it uses now. New reference. */
+json_t *gs_tenants_json(gs_frontdesk *fd);
+
+/* What `gpusrv submit` asks for. */
+typedef struct gs_job_request {
+  const char *name;
+  json_t *argv; /* array of strings, borrowed */
+  json_t *env;  /* array of "K=V", borrowed; may be NULL */
+  const char *chdir; /* may be NULL or "" */
+  gs_sched_need need;
+  int64_t time_limit_s;
+  int priority;
+  bool requeue;
+} gs_job_request;
+
+/* Queues a job for `who`; it is on disk when this returns. GS_EINVAL
+ * (with why) for a request that can never run here. */
+int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
+                  int64_t *id);
+/* Cancels a job: a pending one at once, a running one by SIGTERM to its
+ * processes, then SIGKILL after the grace period. GS_ENOENT / GS_EPERM. */
+int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id);
+/* One job with its audit trail, or NULL with GS_ENOENT / GS_EPERM. */
+json_t *gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id);
+/* The caller's jobs (an admin's: everyone's, or `tenant`'s); only
+ * unfinished ones unless `all`. */
+json_t *gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char *tenant);
+/* The path of a job's "stdout" or "stderr" log, and whether the job has
+ * ended (so that a follower knows when to stop). */
+int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const char *stream,
+                    char *path, size_t cap, bool *ended);
+/* Accounting of ended jobs per tenant since `since` (Unix seconds). */
+json_t *gs_usage_json(gs_frontdesk *fd, const gs_principal *who, const char *tenant, double since);
+/* Devices jobs may book, with what is booked; and every booking held. */
+json_t *gs_frontdesk_devices_json(gs_frontdesk *fd);
+json_t *gs_frontdesk_bookings_json(gs_frontdesk *fd);
+
+/* `gpusrv __job-shim DIR`: the supervisor of one job's processes (shim.c). */
+int gs_job_shim_main(const char *job_dir);
 
 #endif

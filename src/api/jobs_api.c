@@ -1,0 +1,334 @@
+/* jobs_api.c - /api/v1: jobs (submit, list, get, cancel, logs), tenants
+ * (admin), devices, bookings and usage, over the front desk. Bodies and
+ * replies are JSON; errors are {"error": ...} with 400, 401, 403, 404, 409. */
+#include "api/jobs_api.h"
+
+#include "base/error.h"
+#include "base/units.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LOG_CHUNK (1 << 20)
+
+static int status_of(int code) {
+  switch (code) {
+  case GS_ENOENT: return 404;
+  case GS_EPERM: return 403;
+  case GS_EEXIST:
+  case GS_EBUSY:
+  case GS_ESTATE: return 409;
+  case GS_EIO:
+  case GS_EINTERNAL: return 500;
+  default: return 400;
+  }
+}
+
+static bool fail(gs_http_reply *r, int code) {
+  gs_http_reply_error(r, status_of(code), gs_error_detail());
+  return true;
+}
+
+/* A size given as a number of bytes or as text ("16G"). */
+static int get_bytes(json_t *body, const char *key, uint64_t *out) {
+  json_t *v = json_object_get(body, key);
+  if (!v || json_is_null(v))
+    return GS_OK;
+  if (json_is_integer(v) && json_integer_value(v) >= 0) {
+    *out = (uint64_t)json_integer_value(v);
+    return GS_OK;
+  }
+  if (json_is_string(v)) {
+    int rc = gs_parse_bytes(json_string_value(v), out);
+    return rc < 0 ? gs_error(rc, "%s: %s", key, gs_error_detail()) : GS_OK;
+  }
+  return gs_error(GS_EINVAL, "%s must be a size in bytes or text such as \"16G\"", key);
+}
+
+static int get_number(json_t *body, const char *key, double lo, double hi, double *out) {
+  json_t *v = json_object_get(body, key);
+  if (!v || json_is_null(v))
+    return GS_OK;
+  if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
+    return gs_error(GS_EINVAL, "%s must be a number from %g to %g", key, lo, hi);
+  *out = json_number_value(v);
+  return GS_OK;
+}
+
+static int get_int(json_t *body, const char *key, int lo, int hi, int *out) {
+  json_t *v = json_object_get(body, key);
+  if (!v || json_is_null(v))
+    return GS_OK;
+  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+    return gs_error(GS_EINVAL, "%s must be a whole number from %d to %d", key, lo, hi);
+  *out = (int)json_integer_value(v);
+  return GS_OK;
+}
+
+static int get_string(json_t *body, const char *key, const char **out) {
+  json_t *v = json_object_get(body, key);
+  if (!v || json_is_null(v))
+    return GS_OK;
+  if (!json_is_string(v))
+    return gs_error(GS_EINVAL, "%s must be a string", key);
+  *out = json_string_value(v);
+  return GS_OK;
+}
+
+static json_t *parse_body(const char *body, size_t len, gs_http_reply *r) {
+  json_error_t err;
+  json_t *j = json_loadb(body ? body : "", len, 0, &err);
+  if (!j || !json_is_object(j)) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "the body is not a JSON object%s%s", j ? "" : ": ",
+             j ? "" : err.text);
+    json_decref(j);
+    gs_http_reply_error(r, 400, msg);
+    return NULL;
+  }
+  return j;
+}
+
+/* POST /api/v1/jobs */
+static bool submit(gs_frontdesk *fd, const gs_principal *who, const char *body, size_t len,
+                   gs_http_reply *r) {
+  json_t *b = parse_body(body, len, r);
+  if (!b)
+    return true;
+  gs_job_request req = {.argv = json_object_get(b, "command"), .env = json_object_get(b, "env"),
+                        .need = {.cpus = 1}};
+  int gpus = 0, share = 0;
+  const char *limit = NULL;
+  json_t *lim = json_object_get(b, "time_limit");
+  int rc = get_string(b, "name", &req.name);
+  if (rc == 0)
+    rc = get_string(b, "chdir", &req.chdir);
+  if (rc == 0)
+    rc = get_int(b, "gpus", 0, GS_SCHED_MAX_DEVICES, &gpus);
+  if (rc == 0)
+    rc = get_int(b, "gpu_share", 0, 100, &share);
+  if (rc == 0)
+    rc = get_bytes(b, "gpu_mem", &req.need.gpu_mem);
+  if (rc == 0)
+    rc = get_bytes(b, "mem", &req.need.host_mem);
+  if (rc == 0)
+    rc = get_number(b, "cpus", 0, 1e6, &req.need.cpus);
+  if (rc == 0)
+    rc = get_int(b, "priority", -1000, 1000, &req.priority);
+  if (rc == 0 && json_is_integer(lim) && json_integer_value(lim) >= 0)
+    req.time_limit_s = json_integer_value(lim);
+  else if (rc == 0 && json_is_string(lim)) {
+    limit = json_string_value(lim);
+    rc = gs_parse_duration(limit, &req.time_limit_s);
+  } else if (rc == 0 && lim && !json_is_null(lim))
+    rc = gs_error(GS_EINVAL, "time_limit must be seconds or text such as \"2h\"");
+  json_t *rq = json_object_get(b, "requeue");
+  if (rc == 0 && rq && !json_is_boolean(rq))
+    rc = gs_error(GS_EINVAL, "requeue must be true or false");
+  req.requeue = json_is_true(rq);
+  req.need.gpus = gpus;
+  req.need.gpu_share = share;
+  int64_t id = 0;
+  if (rc == 0)
+    rc = gs_job_submit(fd, who, &req, &id);
+  json_decref(b);
+  if (rc < 0)
+    return fail(r, rc);
+  json_t *job = gs_job_get(fd, who, id);
+  gs_http_reply_json(r, 201, job ? job : json_pack("{s:I}", "id", (json_int_t)id));
+  return true;
+}
+
+/* GET /api/v1/jobs/{id}/logs?stream=stdout&offset=N: the bytes from N on
+ * (up to 1 MiB), as they are. */
+static bool logs(gs_frontdesk *fd, const gs_principal *who, int64_t id, const gs_jobs_query *q,
+                 gs_http_reply *r) {
+  char path[700];
+  bool ended;
+  int rc = gs_job_log_path(fd, who, id, q->stream ? q->stream : "stdout", path, sizeof path,
+                           &ended);
+  if (rc < 0)
+    return fail(r, rc);
+  char *end = NULL;
+  long long offset = q->offset ? strtoll(q->offset, &end, 10) : 0;
+  if (q->offset && (end == q->offset || *end || offset < 0)) {
+    gs_http_reply_error(r, 400, "offset must be a byte offset (0 or more)");
+    return true;
+  }
+  r->status = 200;
+  snprintf(r->content_type, sizeof r->content_type, "text/plain; charset=utf-8");
+  r->body = malloc(LOG_CHUNK + 1);
+  r->len = 0;
+  if (!r->body) {
+    gs_http_reply_error(r, 500, "out of memory reading a log");
+    return true;
+  }
+  int f = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (f >= 0) { /* no file yet: the job has not started; an empty log */
+    ssize_t got = pread(f, r->body, LOG_CHUNK, offset);
+    r->len = got > 0 ? (size_t)got : 0;
+    close(f);
+  }
+  r->body[r->len] = '\0';
+  return true;
+}
+
+static bool jobs_routes(gs_frontdesk *fd, const gs_principal *who, bool get, bool post,
+                        bool del, const char *rest, const gs_jobs_query *q, const char *body,
+                        size_t len, gs_http_reply *r) {
+  if (rest[0] == '\0') {
+    if (post)
+      return submit(fd, who, body, len, r);
+    if (get) {
+      bool all = q->all && strcmp(q->all, "0") != 0 && strcmp(q->all, "false") != 0;
+      gs_http_reply_json(r, 200, json_pack("{s:o}", "jobs", gs_jobs_list(fd, who, all, q->tenant)));
+      return true;
+    }
+    return false;
+  }
+  char *end = NULL;
+  long long id = strtoll(rest + 1, &end, 10);
+  if (rest[0] != '/' || end == rest + 1 || id <= 0)
+    return false;
+  if (*end == '\0' && get) {
+    json_t *j = gs_job_get(fd, who, id);
+    if (!j)
+      return fail(r, gs_error_code());
+    gs_http_reply_json(r, 200, j);
+    return true;
+  }
+  if (*end == '\0' && del) {
+    int rc = gs_job_cancel(fd, who, id);
+    if (rc < 0)
+      return fail(r, rc);
+    json_t *j = gs_job_get(fd, who, id);
+    gs_http_reply_json(r, 200, j ? j : json_object());
+    return true;
+  }
+  if (strcmp(end, "/logs") == 0 && get)
+    return logs(fd, who, id, q, r);
+  return false;
+}
+
+/* POST /api/v1/tenants */
+static bool add_tenant(gs_frontdesk *fd, const char *body, size_t len, gs_http_reply *r) {
+  json_t *b = parse_body(body, len, r);
+  if (!b)
+    return true;
+  gs_tenant t = {.weight = 1};
+  const char *name = NULL, *user = NULL, *group = NULL;
+  int rc = get_string(b, "name", &name);
+  if (rc == 0)
+    rc = get_string(b, "user", &user);
+  if (rc == 0)
+    rc = get_string(b, "group", &group);
+  if (rc == 0)
+    rc = get_number(b, "weight", 1e-6, 1e6, &t.weight);
+  json_t *quotas = json_object_get(b, "quotas");
+  json_t *qs = quotas ? quotas : b;
+  if (rc == 0)
+    rc = get_number(qs, "devices", 0, 1e6, &t.max_devices);
+  if (rc == 0)
+    rc = get_bytes(qs, "device_mem", &t.max_device_mem);
+  if (rc == 0)
+    rc = get_int(qs, "jobs", 0, 1000000, &t.max_jobs);
+  if (rc == 0)
+    rc = get_number(qs, "cpus", 0, 1e6, &t.max_cpus);
+  if (rc == 0)
+    rc = get_bytes(qs, "mem", &t.max_host_mem);
+  t.allow_root = json_is_true(json_object_get(b, "allow_root"));
+  t.admin = json_is_true(json_object_get(b, "admin"));
+  if (rc == 0 && !name)
+    rc = gs_error(GS_EINVAL, "a tenant needs a name");
+  if (rc == 0 && !user)
+    rc = gs_error(GS_EINVAL, "tenant '%s' needs a Unix user for its jobs (\"user\")", name);
+  if (rc == 0 && (strlen(name) >= sizeof t.name || strlen(user) >= sizeof t.unix_user ||
+                  (group && strlen(group) >= sizeof t.unix_group)))
+    rc = gs_error(GS_EINVAL, "names are at most 63 characters");
+  char token[96];
+  if (rc == 0) {
+    snprintf(t.name, sizeof t.name, "%s", name);
+    snprintf(t.unix_user, sizeof t.unix_user, "%s", user);
+    snprintf(t.unix_group, sizeof t.unix_group, "%s", group ? group : "");
+    rc = gs_tenant_add(fd, &t, token, sizeof token);
+  }
+  json_decref(b);
+  if (rc < 0)
+    return fail(r, rc);
+  gs_http_reply_json(r, 201, json_pack("{s:s, s:s}", "name", t.name, "token", token));
+  return true;
+}
+
+static bool tenant_routes(gs_frontdesk *fd, const gs_principal *who, bool get, bool post,
+                          bool del, const char *rest, const char *body, size_t len,
+                          gs_http_reply *r) {
+  if (!who->admin) {
+    gs_http_reply_error(r, 403, "managing tenants needs an admin token");
+    return true;
+  }
+  if (rest[0] == '\0' && get) {
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "tenants", gs_tenants_json(fd)));
+    return true;
+  }
+  if (rest[0] == '\0' && post)
+    return add_tenant(fd, body, len, r);
+  if (rest[0] != '/')
+    return false;
+  char name[128];
+  const char *slash = strchr(rest + 1, '/');
+  size_t n = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
+  if (n == 0 || n >= sizeof name)
+    return false;
+  memcpy(name, rest + 1, n);
+  name[n] = '\0';
+  if (!slash && del) {
+    int rc = gs_tenant_remove(fd, name);
+    if (rc < 0)
+      return fail(r, rc);
+    gs_http_reply_json(r, 200, json_pack("{s:s}", "removed", name));
+    return true;
+  }
+  if (slash && strcmp(slash, "/tokens") == 0 && post) {
+    char token[96];
+    int rc = gs_tenant_new_token(fd, name, token, sizeof token);
+    if (rc < 0)
+      return fail(r, rc);
+    gs_http_reply_json(r, 201, json_pack("{s:s, s:s}", "name", name, "token", token));
+    return true;
+  }
+  return false;
+}
+
+bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *method,
+                       const char *url, const gs_jobs_query *q, const char *body, size_t len,
+                       gs_http_reply *r) {
+  bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0,
+       del = strcmp(method, "DELETE") == 0;
+  if (strncmp(url, "/api/v1/jobs", 12) == 0)
+    return jobs_routes(fd, who, get, post, del, url + 12, q, body, len, r);
+  if (strncmp(url, "/api/v1/tenants", 15) == 0)
+    return tenant_routes(fd, who, get, post, del, url + 15, body, len, r);
+  if (strcmp(url, "/api/v1/devices") == 0 && get) {
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "devices", gs_frontdesk_devices_json(fd)));
+    return true;
+  }
+  if (strcmp(url, "/api/v1/bookings") == 0 && get) {
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "bookings", gs_frontdesk_bookings_json(fd)));
+    return true;
+  }
+  if (strcmp(url, "/api/v1/usage") == 0 && get) {
+    char *end = NULL;
+    double since = q->since ? strtod(q->since, &end) : 0;
+    if (q->since && (end == q->since || *end)) {
+      gs_http_reply_error(r, 400, "since must be Unix seconds");
+      return true;
+    }
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "usage", gs_usage_json(fd, who, q->tenant, since)));
+    return true;
+  }
+  return false;
+}

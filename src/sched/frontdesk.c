@@ -1,0 +1,1188 @@
+/* frontdesk.c - the front desk: tenants and their tokens, the queue of
+ * process jobs, and one thread that schedules them (policy.c), books their
+ * devices (ledger.c), starts them under a supervisor (shim.c), enforces
+ * time limits and cancellations, and records every change (store.c). */
+#include "sched/sched.h"
+
+#include "base/error.h"
+#include "base/fileutil.h"
+#include "base/log.h"
+#include "base/units.h"
+#include "sched/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <math.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_ACTIVE 100000
+
+typedef struct active_job {
+  gs_job *job;
+  int pidfd; /* RUNNING: readable once its supervisor is gone; -1 otherwise */
+} active_job;
+
+struct gs_frontdesk {
+  gs_frontdesk_settings set;
+  gs_store *store;
+  pthread_mutex_t lock;
+  pthread_t thread;
+  bool thread_started, stop;
+  int wake_fd;
+  char admin_token_path[600];
+
+  gs_tenant *tenants;
+  int n_tenants;
+  active_job *active;
+  int n_active, cap_active;
+
+  /* what jobs may book */
+  int n_devices;
+  gs_device_t *devices[GS_SCHED_MAX_DEVICES];
+  gs_sched_free total;
+};
+
+static double wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void wake(gs_frontdesk *fd) {
+  uint64_t one = 1;
+  if (write(fd->wake_fd, &one, sizeof one) < 0) {
+    /* a full counter already means "wake up" */
+  }
+}
+
+/* ---- tokens ------------------------------------------------------------------------------ */
+
+/* A token reads "gs_<id>_<48 hex digits>"; the store keeps only a salted
+ * SHA-256 of the secret part. */
+static void token_hash(const uint8_t salt[16], const char *secret, uint8_t out[32]) {
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  unsigned len = 32;
+  EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+  EVP_DigestUpdate(ctx, salt, 16);
+  EVP_DigestUpdate(ctx, secret, strlen(secret));
+  EVP_DigestFinal_ex(ctx, out, &len);
+  EVP_MD_CTX_free(ctx);
+}
+
+static int random_bytes(void *buf, size_t n) {
+  uint8_t *p = buf;
+  while (n) {
+    ssize_t got = getrandom(p, n, 0);
+    if (got < 0) {
+      if (errno == EINTR)
+        continue;
+      return gs_error(GS_EIO, "no random bytes for a token: %s", strerror(errno));
+    }
+    p += got;
+    n -= (size_t)got;
+  }
+  return GS_OK;
+}
+
+static int make_token(gs_frontdesk *fd, const char *tenant, char *token, size_t cap) {
+  uint8_t raw[24], salt[16], hash[32];
+  int rc = random_bytes(raw, sizeof raw);
+  if (rc == 0)
+    rc = random_bytes(salt, sizeof salt);
+  if (rc < 0)
+    return rc;
+  char secret[49];
+  for (int i = 0; i < 24; i++)
+    snprintf(secret + 2 * i, 3, "%02x", raw[i]);
+  token_hash(salt, secret, hash);
+  int64_t id;
+  rc = gs_store_token_insert(fd->store, tenant, salt, hash, &id);
+  if (rc < 0)
+    return rc;
+  snprintf(token, cap, "gs_%lld_%s", (long long)id, secret);
+  return GS_OK;
+}
+
+int gs_frontdesk_authenticate(gs_frontdesk *fd, const char *token, gs_principal *out) {
+  long long id;
+  char secret[64];
+  int used = 0;
+  if (!token || sscanf(token, "gs_%lld_%63[0-9a-f]%n", &id, secret, &used) != 2 ||
+      token[used] != '\0' || strlen(secret) != 48)
+    return gs_error(GS_EPERM, "not a gpusrv token");
+  char tenant[64];
+  uint8_t salt[16], hash[32], got[32];
+  if (gs_store_token_get(fd->store, id, tenant, salt, hash) < 0)
+    return gs_error(GS_EPERM, "unknown token");
+  token_hash(salt, secret, got);
+  if (CRYPTO_memcmp(got, hash, 32) != 0)
+    return gs_error(GS_EPERM, "wrong token");
+  pthread_mutex_lock(&fd->lock);
+  bool found = false;
+  for (int i = 0; i < fd->n_tenants; i++)
+    if (strcmp(fd->tenants[i].name, tenant) == 0) {
+      snprintf(out->tenant, sizeof out->tenant, "%s", tenant);
+      out->admin = fd->tenants[i].admin;
+      found = true;
+    }
+  pthread_mutex_unlock(&fd->lock);
+  return found ? GS_OK : gs_error(GS_EPERM, "the token's tenant is gone");
+}
+
+int64_t gs_frontdesk_token_count(gs_frontdesk *fd) {
+  int64_t n = 0;
+  gs_store_token_count(fd->store, &n);
+  return n;
+}
+
+const char *gs_frontdesk_admin_token_path(const gs_frontdesk *fd) { return fd->admin_token_path; }
+
+/* ---- tenants ----------------------------------------------------------------------------- */
+
+static gs_tenant *find_tenant(gs_frontdesk *fd, const char *name) {
+  for (int i = 0; i < fd->n_tenants; i++)
+    if (strcmp(fd->tenants[i].name, name) == 0)
+      return &fd->tenants[i];
+  return NULL;
+}
+
+static bool valid_name(const char *s) {
+  if (!s[0] || strlen(s) > 63)
+    return false;
+  for (const char *p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '-' || *p == '_' || *p == '.'))
+      return false;
+  return true;
+}
+
+int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap) {
+  if (!valid_name(t->name))
+    return gs_error(GS_EINVAL, "a tenant's name is 1 to 63 letters, digits, '-', '_' or '.', "
+                               "not '%s'", t->name);
+  if (!(t->weight > 0) || t->weight > 1e6)
+    return gs_error(GS_EINVAL, "a tenant's weight is above 0 (and at most 1e6), not %g",
+                    t->weight);
+  if (t->max_devices < 0 || t->max_cpus < 0 || t->max_jobs < 0)
+    return gs_error(GS_EINVAL, "quotas are 0 (no limit) or more");
+  if (!t->unix_user[0])
+    return gs_error(GS_EINVAL, "tenant '%s' needs a Unix user for its jobs (--user)", t->name);
+  gs_tenant copy = *t;
+  copy.created = wall_now();
+  pthread_mutex_lock(&fd->lock);
+  int rc = find_tenant(fd, t->name) ? gs_error(GS_EEXIST, "tenant '%s' already exists", t->name)
+                                    : GS_OK;
+  gs_tenant *grown = rc == 0 ? realloc(fd->tenants, (size_t)(fd->n_tenants + 1) * sizeof *grown)
+                             : NULL;
+  if (rc == 0 && !grown)
+    rc = gs_error(GS_ENOMEM, "out of memory adding a tenant");
+  if (rc == 0) {
+    fd->tenants = grown;
+    rc = gs_store_tenant_insert(fd->store, &copy);
+  }
+  if (rc == 0)
+    rc = make_token(fd, t->name, token, cap);
+  if (rc == 0)
+    fd->tenants[fd->n_tenants++] = copy;
+  else if (find_tenant(fd, t->name) == NULL && rc != GS_EEXIST)
+    gs_store_tenant_delete(fd->store, t->name); /* no half-made tenant */
+  pthread_mutex_unlock(&fd->lock);
+  return rc;
+}
+
+int gs_tenant_remove(gs_frontdesk *fd, const char *name) {
+  pthread_mutex_lock(&fd->lock);
+  gs_tenant *t = find_tenant(fd, name);
+  int rc = GS_OK;
+  if (!t)
+    rc = gs_error(GS_ENOENT, "no tenant '%s'", name);
+  for (int i = 0; rc == 0 && i < fd->n_active; i++)
+    if (strcmp(fd->active[i].job->tenant, name) == 0)
+      rc = gs_error(GS_EBUSY, "tenant '%s' has unfinished jobs (job %lld); cancel them first",
+                    name, (long long)fd->active[i].job->id);
+  if (rc == 0)
+    rc = gs_store_tenant_delete(fd->store, name);
+  if (rc == 0) {
+    *t = fd->tenants[--fd->n_tenants];
+  }
+  pthread_mutex_unlock(&fd->lock);
+  return rc;
+}
+
+int gs_tenant_new_token(gs_frontdesk *fd, const char *name, char *token, size_t cap) {
+  pthread_mutex_lock(&fd->lock);
+  int rc = find_tenant(fd, name) ? make_token(fd, name, token, cap)
+                                 : gs_error(GS_ENOENT, "no tenant '%s'", name);
+  pthread_mutex_unlock(&fd->lock);
+  return rc;
+}
+
+json_t *gs_tenants_json(gs_frontdesk *fd) {
+  json_t *arr = json_array();
+  pthread_mutex_lock(&fd->lock);
+  for (int i = 0; i < fd->n_tenants; i++) {
+    const gs_tenant *t = &fd->tenants[i];
+    int running = 0, pending = 0;
+    for (int k = 0; k < fd->n_active; k++)
+      if (strcmp(fd->active[k].job->tenant, t->name) == 0) {
+        if (fd->active[k].job->state == GS_JOB_RUNNING)
+          running++;
+        else
+          pending++;
+      }
+    json_array_append_new(
+        arr, json_pack("{s:s, s:f, s:b, s:s, s:s, s:b, s:{s:f, s:I, s:i, s:f, s:I}, s:i, s:i}",
+                       "name", t->name, "weight", t->weight, "admin", t->admin, "user",
+                       t->unix_user, "group", t->unix_group, "allow_root", t->allow_root,
+                       "quotas", "devices", t->max_devices, "device_mem",
+                       (json_int_t)t->max_device_mem, "jobs", t->max_jobs, "cpus", t->max_cpus,
+                       "mem", (json_int_t)t->max_host_mem, "running", running, "pending",
+                       pending));
+  }
+  pthread_mutex_unlock(&fd->lock);
+  return arr;
+}
+
+/* The Unix identity a tenant's jobs run as, or why there is none. */
+typedef struct identity {
+  uid_t uid;
+  gid_t gid;
+  char user[64];
+  char home[512];
+  char shell[256];
+} identity;
+
+static int resolve_identity(const gs_tenant *t, identity *id) {
+  struct passwd pw, *res = NULL;
+  char buf[4096];
+  if (getpwnam_r(t->unix_user, &pw, buf, sizeof buf, &res) != 0 || !res)
+    return gs_error(GS_EINVAL, "tenant '%s' maps to Unix user '%s', which does not exist here",
+                    t->name, t->unix_user);
+  id->uid = pw.pw_uid;
+  id->gid = pw.pw_gid;
+  snprintf(id->user, sizeof id->user, "%s", pw.pw_name);
+  snprintf(id->home, sizeof id->home, "%s", pw.pw_dir);
+  snprintf(id->shell, sizeof id->shell, "%s", pw.pw_shell);
+  if (t->unix_group[0]) {
+    struct group gr, *gres = NULL;
+    if (getgrnam_r(t->unix_group, &gr, buf, sizeof buf, &gres) != 0 || !gres)
+      return gs_error(GS_EINVAL, "tenant '%s' maps to Unix group '%s', which does not exist here",
+                      t->name, t->unix_group);
+    id->gid = gr.gr_gid;
+  }
+  if (id->uid == 0 && !t->allow_root)
+    return gs_error(GS_EPERM, "tenant '%s' maps to root, and jobs never run as root unless the "
+                              "tenant was added with --allow-root", t->name);
+  if (geteuid() != 0 && id->uid != geteuid())
+    return gs_error(GS_EPERM, "tenant '%s' maps to user '%s', but the daemon does not run as "
+                              "root and can start jobs only as its own user (uid %u)",
+                    t->name, t->unix_user, (unsigned)geteuid());
+  return GS_OK;
+}
+
+/* ---- jobs: bookkeeping ----------------------------------------------------------------- */
+
+static int add_active(gs_frontdesk *fd, gs_job *j) {
+  if (fd->n_active == fd->cap_active) {
+    int cap = fd->cap_active ? 2 * fd->cap_active : 64;
+    active_job *grown = realloc(fd->active, (size_t)cap * sizeof *grown);
+    if (!grown)
+      return gs_error(GS_ENOMEM, "out of memory queueing a job");
+    fd->active = grown;
+    fd->cap_active = cap;
+  }
+  fd->active[fd->n_active++] = (active_job){.job = j, .pidfd = -1};
+  return GS_OK;
+}
+
+static void remove_active(gs_frontdesk *fd, int i) {
+  if (fd->active[i].pidfd >= 0)
+    close(fd->active[i].pidfd);
+  gs_job_free(fd->active[i].job);
+  /* keep submission order: the queue is scanned oldest first */
+  memmove(&fd->active[i], &fd->active[i + 1], (size_t)(fd->n_active - i - 1) * sizeof *fd->active);
+  fd->n_active--;
+}
+
+static void set_state(gs_frontdesk *fd, gs_job *j, gs_job_state state, const char *reason) {
+  j->state = state;
+  snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "");
+  if (gs_store_job_update(fd->store, j, true) < 0)
+    GS_LOGE("sched", "job %lld: %s", (long long)j->id, gs_error_detail());
+}
+
+static void job_dir(const gs_frontdesk *fd, int64_t id, char *out, size_t cap) {
+  snprintf(out, cap, "%s/jobs/%lld", fd->set.state_dir, (long long)id);
+}
+
+/* Start time of a process in clock ticks since boot (field 22 of its
+ * stat), 0 if it does not exist. Tells a process from a later one that
+ * reuses its pid. */
+static uint64_t process_start(pid_t pid) {
+  char path[64], text[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  if (gs_read_text_file(path, text, sizeof text) < 0)
+    return 0;
+  const char *p = strrchr(text, ')'); /* the command name may hold spaces */
+  if (!p)
+    return 0;
+  unsigned long long start = 0;
+  int field = 2;
+  for (p++; *p && field < 22; p++)
+    if (*p == ' ')
+      field++;
+  if (field == 22)
+    sscanf(p, "%llu", &start);
+  return start;
+}
+
+static int open_pidfd(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+/* Whole devices book all their memory and compute; slices what they ask. */
+static int book_devices(gs_frontdesk *fd, gs_job *j, gs_sched_placement placement) {
+  gs_booking_part parts[GS_BOOKING_MAX_PARTS];
+  int n = 0;
+  j->devices[0] = '\0';
+  for (int d = 0; d < fd->n_devices; d++) {
+    if (!(placement >> d & 1))
+      continue;
+    parts[n].device = fd->devices[d];
+    parts[n].bytes = j->need.gpus > 0 ? fd->total.dev_mem[d] : j->need.gpu_mem;
+    parts[n].share = j->need.gpus > 0 ? 100 : j->need.gpu_share;
+    size_t len = strlen(j->devices);
+    snprintf(j->devices + len, sizeof j->devices - len, "%s%s", len ? "," : "",
+             gs_device_get_info(fd->devices[d])->id);
+    n++;
+  }
+  j->booking = NULL;
+  if (n == 0)
+    return GS_OK;
+  char owner[96];
+  snprintf(owner, sizeof owner, "job %lld (%s)", (long long)j->id, j->tenant);
+  return gs_book(fd->set.ledger, parts, n, owner, &j->booking);
+}
+
+/* ---- jobs: starting -------------------------------------------------------------------- */
+
+static void env_add(json_t *env, const char *key, const char *value) {
+  size_t n = strlen(key) + strlen(value) + 2;
+  char *kv = malloc(n);
+  if (!kv)
+    return;
+  snprintf(kv, n, "%s=%s", key, value);
+  json_array_append_new(env, json_string(kv));
+  free(kv);
+}
+
+/* CUDA_VISIBLE_DEVICES names CUDA devices by their CUDA index; the other
+ * backends get their own variable. Empty when the job booked none, so that
+ * a job cannot reach a device it did not book. */
+static void visible_devices(const char *devices, const char *prefix, char *out, size_t cap) {
+  out[0] = '\0';
+  char copy[256];
+  snprintf(copy, sizeof copy, "%s", devices);
+  size_t plen = strlen(prefix);
+  for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+    if (strncmp(tok, prefix, plen) == 0 && tok[plen] >= '0' && tok[plen] <= '9') {
+      size_t len = strlen(out);
+      snprintf(out + len, cap - len, "%s%s", len ? "," : "", tok + plen);
+    }
+}
+
+static int write_spec(const char *dir, const gs_job *j, const identity *id, const char *cwd,
+                      const gs_frontdesk_settings *set) {
+  json_t *env = json_array();
+  env_add(env, "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  env_add(env, "HOME", id->home);
+  env_add(env, "USER", id->user);
+  env_add(env, "LOGNAME", id->user);
+  env_add(env, "SHELL", id->shell);
+  size_t i;
+  json_t *kv;
+  json_array_foreach(j->env, i, kv) json_array_append(env, kv);
+  char jid[32], vis[256];
+  snprintf(jid, sizeof jid, "%lld", (long long)j->id);
+  env_add(env, "GPUSRV_JOB_ID", jid);
+  env_add(env, "GPUSRV_TENANT", j->tenant);
+  env_add(env, "GPUSRV_VISIBLE_DEVICES", j->devices);
+  visible_devices(j->devices, "cuda", vis, sizeof vis);
+  env_add(env, "CUDA_VISIBLE_DEVICES", vis);
+  visible_devices(j->devices, "opencl", vis, sizeof vis);
+  env_add(env, "GPUSRV_OPENCL_VISIBLE_DEVICES", vis);
+  json_t *spec = json_pack(
+      "{s:I, s:O, s:o, s:s, s:i, s:i, s:s, s:I, s:f, s:I}", "id", (json_int_t)j->id, "argv",
+      j->argv, "env", env, "cwd", cwd, "uid", (int)id->uid, "gid", (int)id->gid, "user", id->user,
+      "memory", (json_int_t)j->need.host_mem, "cpus", j->need.cpus, "pids",
+      (json_int_t)set->job_pids_max);
+  char path[700], tmp[720];
+  snprintf(path, sizeof path, "%s/spec.json", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  /* Root alone reads it: it holds the job's environment. */
+  int f = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool ok = f >= 0 && spec && json_dumpfd(spec, f, JSON_COMPACT) == 0;
+  if (f >= 0)
+    ok = close(f) == 0 && ok;
+  int rc = ok && rename(tmp, path) == 0
+               ? GS_OK
+               : gs_error(GS_EIO, "cannot write %s: %s", path, strerror(errno));
+  json_decref(spec);
+  return rc;
+}
+
+/* Prepares the job's directory and starts its supervisor; the job is
+ * RUNNING once this returns 0. */
+static int launch(gs_frontdesk *fd, active_job *a) {
+  gs_job *j = a->job;
+  gs_tenant *t = find_tenant(fd, j->tenant);
+  identity id;
+  if (!t)
+    return gs_error(GS_EPERM, "tenant '%s' no longer exists", j->tenant);
+  int rc = resolve_identity(t, &id);
+  if (rc < 0)
+    return rc;
+  char dir[600], work[700];
+  job_dir(fd, j->id, dir, sizeof dir);
+  snprintf(work, sizeof work, "%s/work", dir);
+  /* The job's directory: traversable by its user, readable by root alone
+   * (the spec holds its environment); its work directory and logs belong
+   * to the user and nobody else. */
+  if (gs_mkdir_p(work) < 0 || chmod(dir, 0711) < 0 || chown(work, id.uid, id.gid) < 0 ||
+      chmod(work, 0700) < 0)
+    return gs_error(GS_EIO, "cannot prepare %s: %s", work, strerror(errno));
+  rc = write_spec(dir, j, &id, j->chdir[0] ? j->chdir : work, &fd->set);
+  if (rc < 0)
+    return rc;
+  char exit_path[720], shim_log[720];
+  snprintf(exit_path, sizeof exit_path, "%s/exit.json", dir);
+  unlink(exit_path); /* from an earlier run of a requeued job */
+  snprintf(shim_log, sizeof shim_log, "%s/supervisor.log", dir);
+  pid_t pid = fork();
+  if (pid < 0)
+    return gs_error(GS_EIO, "cannot fork the job's supervisor: %s", strerror(errno));
+  if (pid == 0) {
+    /* Only async-signal-safe calls between fork and exec. */
+    setsid();
+    int null = open("/dev/null", O_RDONLY);
+    int log = open(shim_log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (null >= 0)
+      dup2(null, 0);
+    if (log >= 0) {
+      dup2(log, 1);
+      dup2(log, 2);
+    }
+    syscall(SYS_close_range, 3u, ~0u, 0u);
+    char *const argv[] = {"gpusrv", "__job-shim", dir, NULL};
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  a->pidfd = open_pidfd(pid);
+  j->pid = pid;
+  j->pid_start = process_start(pid);
+  j->start_time = wall_now();
+  j->end_time = 0;
+  j->exit_code = -1;
+  j->signal = 0;
+  j->runs++;
+  j->cancel_requested = j->timed_out = false;
+  j->term_sent_at = 0;
+  set_state(fd, j, GS_JOB_RUNNING, "");
+  GS_LOGI("sched", "job %lld (%s) started, pid %d, devices '%s'", (long long)j->id, j->tenant,
+          (int)pid, j->devices);
+  return GS_OK;
+}
+
+/* ---- jobs: ending ----------------------------------------------------------------------- */
+
+/* The job's supervisor is gone: read what it wrote and settle the job.
+ * Returns true if the job left the queue (false: requeued). */
+static bool settle(gs_frontdesk *fd, active_job *a) {
+  gs_job *j = a->job;
+  if (j->pid > 0)
+    waitpid(j->pid, NULL, WNOHANG); /* reap it if it is our child */
+  char dir[600], path[700];
+  job_dir(fd, j->id, dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/exit.json", dir);
+  json_t *ex = json_load_file(path, 0, NULL);
+  uint64_t ooms = 0;
+  if (ex) {
+    j->exit_code = (int)json_integer_value(json_object_get(ex, "exit_code"));
+    j->signal = (int)json_integer_value(json_object_get(ex, "signal"));
+    ooms = (uint64_t)json_integer_value(json_object_get(ex, "oom_kills"));
+    j->cpu_seconds += json_number_value(json_object_get(ex, "cpu_seconds"));
+    double end = json_number_value(json_object_get(ex, "end_time"));
+    j->end_time = end > 0 ? end : wall_now();
+  } else {
+    j->end_time = wall_now();
+  }
+  double wall = j->end_time > j->start_time ? j->end_time - j->start_time : 0;
+  double devices = j->need.gpus > 0 ? j->need.gpus : j->need.gpu_share / 100.0;
+  uint64_t dev_mem = j->need.gpus > 0 ? 0 : j->need.gpu_mem;
+  if (j->need.gpus > 0)
+    for (int d = 0; d < fd->n_devices; d++)
+      if (j->placement >> d & 1)
+        dev_mem += fd->total.dev_mem[d];
+  j->device_seconds += devices * wall;
+  j->device_mem_byte_seconds += (double)dev_mem * wall;
+  gs_booking_release(j->booking);
+  j->booking = NULL;
+  if (a->pidfd >= 0)
+    close(a->pidfd);
+  a->pidfd = -1;
+  char reason[256] = "";
+  gs_job_state state;
+  if (!ex) {
+    state = GS_JOB_LOST;
+    snprintf(reason, sizeof reason, "its supervisor (pid %d) ended without reporting",
+             (int)j->pid);
+  } else if (j->cancel_requested) {
+    state = GS_JOB_CANCELLED;
+  } else if (j->timed_out) {
+    state = GS_JOB_TIMEOUT;
+    snprintf(reason, sizeof reason, "ran past its time limit of %lld s",
+             (long long)j->time_limit_s);
+  } else if (ooms > 0 && (j->signal == SIGKILL || j->exit_code != 0)) {
+    state = GS_JOB_OUT_OF_MEMORY;
+    char lim[32];
+    snprintf(reason, sizeof reason, "killed for going over its memory limit of %s",
+             gs_format_bytes(j->need.host_mem, lim, sizeof lim));
+  } else if (j->exit_code == 0 && j->signal == 0) {
+    state = GS_JOB_COMPLETED;
+  } else {
+    state = GS_JOB_FAILED;
+    if (j->signal)
+      snprintf(reason, sizeof reason, "killed by signal %d (%s)", j->signal, strsignal(j->signal));
+    else
+      snprintf(reason, sizeof reason, "exit code %d", j->exit_code);
+  }
+  json_decref(ex);
+  set_state(fd, j, state, reason);
+  GS_LOGI("sched", "job %lld %s %s", (long long)j->id, gs_job_state_name(state), reason);
+  if (state == GS_JOB_LOST && j->requeue) {
+    j->pid = 0;
+    j->start_time = j->end_time = 0;
+    set_state(fd, j, GS_JOB_PENDING, "Requeued");
+    return false;
+  }
+  return true;
+}
+
+/* Time limits, and SIGKILL after the grace period of a SIGTERM. */
+static void enforce_limits(gs_frontdesk *fd, double now) {
+  for (int i = 0; i < fd->n_active; i++) {
+    gs_job *j = fd->active[i].job;
+    if (j->state != GS_JOB_RUNNING || j->pid <= 0)
+      continue;
+    if (j->time_limit_s > 0 && !j->timed_out && !j->cancel_requested &&
+        now >= j->start_time + (double)j->time_limit_s) {
+      j->timed_out = true;
+      j->term_sent_at = now;
+      kill(j->pid, SIGTERM); /* the supervisor passes it on to the job's processes */
+    }
+    if (j->term_sent_at > 0 && now >= j->term_sent_at + fd->set.kill_grace_s) {
+      kill(j->pid, SIGUSR1); /* the supervisor kills all of them */
+      j->term_sent_at = INFINITY;
+    }
+  }
+}
+
+/* ---- the queue ----------------------------------------------------------------------------- */
+
+static void snapshot_free(gs_frontdesk *fd, gs_sched_free *free_now) {
+  *free_now = fd->total;
+  for (int d = 0; d < fd->n_devices; d++) {
+    uint64_t booked = gs_ledger_booked(fd->set.ledger, fd->devices[d]);
+    free_now->dev_mem[d] = booked < fd->total.dev_mem[d] ? fd->total.dev_mem[d] - booked : 0;
+    free_now->dev_share[d] = 100 - gs_ledger_share_booked(fd->set.ledger, fd->devices[d]);
+  }
+  for (int i = 0; i < fd->n_active; i++) {
+    const gs_job *j = fd->active[i].job;
+    if (j->state == GS_JOB_RUNNING) {
+      free_now->cpus -= j->need.cpus;
+      free_now->host_mem -= j->need.host_mem < free_now->host_mem ? j->need.host_mem
+                                                                  : free_now->host_mem;
+    }
+  }
+}
+
+static int tenant_index(gs_frontdesk *fd, const char *name) {
+  for (int i = 0; i < fd->n_tenants; i++)
+    if (strcmp(fd->tenants[i].name, name) == 0)
+      return i;
+  return -1;
+}
+
+static void schedule(gs_frontdesk *fd) {
+  int n_run = 0, n_pend = 0;
+  for (int i = 0; i < fd->n_active; i++) {
+    if (fd->active[i].job->state == GS_JOB_RUNNING)
+      n_run++;
+    else
+      n_pend++;
+  }
+  if (n_pend == 0)
+    return;
+  gs_sched_job *running = calloc((size_t)n_run + 1, sizeof *running);
+  gs_sched_job *pending = calloc((size_t)n_pend + 1, sizeof *pending);
+  int *index = calloc((size_t)n_pend + 1, sizeof *index);
+  gs_sched_tenant *tenants = calloc((size_t)fd->n_tenants + 1, sizeof *tenants);
+  if (!running || !pending || !index || !tenants)
+    goto out;
+  for (int t = 0; t < fd->n_tenants; t++) {
+    const gs_tenant *src = &fd->tenants[t];
+    tenants[t] = (gs_sched_tenant){.weight = src->weight, .max_devices = src->max_devices,
+                                   .max_device_mem = src->max_device_mem, .max_jobs = src->max_jobs,
+                                   .max_cpus = src->max_cpus, .max_host_mem = src->max_host_mem};
+  }
+  n_run = n_pend = 0;
+  for (int i = 0; i < fd->n_active; i++) {
+    const gs_job *j = fd->active[i].job;
+    gs_sched_job s = {.id = j->id, .tenant = tenant_index(fd, j->tenant), .priority = j->priority,
+                      .seq = j->id, .need = j->need, .placement = j->placement,
+                      .limit_s = j->time_limit_s};
+    if (j->state == GS_JOB_RUNNING) {
+      s.end_s = j->time_limit_s > 0 ? (int64_t)j->start_time + j->time_limit_s : GS_SCHED_NO_END;
+      running[n_run++] = s;
+    } else {
+      index[n_pend] = i;
+      pending[n_pend++] = s;
+    }
+  }
+  gs_sched_free free_now;
+  snapshot_free(fd, &free_now);
+  gs_sched_plan(&free_now, &fd->total, tenants, fd->n_tenants, running, n_run, pending, n_pend,
+                (int64_t)wall_now());
+  for (int k = 0; k < n_pend; k++) {
+    active_job *a = &fd->active[index[k]];
+    gs_job *j = a->job;
+    if (!pending[k].start) {
+      const char *why = pending[k].tenant < 0 ? "tenant removed" : pending[k].reason;
+      if (strcmp(j->reason, why) != 0) {
+        snprintf(j->reason, sizeof j->reason, "%s", why);
+        gs_store_job_update(fd->store, j, false);
+      }
+      continue;
+    }
+    j->placement = pending[k].placement;
+    int rc = book_devices(fd, j, j->placement);
+    if (rc < 0) { /* a model instance booked the device meanwhile */
+      snprintf(j->reason, sizeof j->reason, "Resources");
+      continue;
+    }
+    rc = launch(fd, a);
+    if (rc < 0) {
+      gs_booking_release(j->booking);
+      j->booking = NULL;
+      j->end_time = wall_now();
+      set_state(fd, j, GS_JOB_FAILED, gs_error_detail());
+    }
+  }
+out:
+  free(running);
+  free(pending);
+  free(index);
+  free(tenants);
+}
+
+static void *scheduler_thread(void *arg) {
+  gs_frontdesk *fd = arg;
+  struct pollfd *fds = NULL;
+  int cap = 0;
+  pthread_mutex_lock(&fd->lock);
+  while (!fd->stop) {
+    double now = wall_now();
+    for (int i = 0; i < fd->n_active;) {
+      active_job *a = &fd->active[i];
+      gs_job *j = a->job;
+      bool gone = false;
+      if (j->state == GS_JOB_RUNNING) {
+        if (a->pidfd >= 0) {
+          struct pollfd p = {.fd = a->pidfd, .events = POLLIN};
+          gone = poll(&p, 1, 0) > 0;
+        } else {
+          gone = process_start(j->pid) != j->pid_start;
+        }
+      }
+      if (gone && settle(fd, a)) {
+        remove_active(fd, i);
+        continue;
+      }
+      if (j->state != GS_JOB_PENDING && j->state != GS_JOB_RUNNING) {
+        remove_active(fd, i); /* failed to launch */
+        continue;
+      }
+      i++;
+    }
+    enforce_limits(fd, now);
+    schedule(fd);
+    /* Sleep until a submission, a cancel, a job's end, or a second passes
+     * (time limits; jobs whose end no pidfd reports). */
+    if (cap < fd->n_active + 1) {
+      cap = fd->n_active + 64;
+      struct pollfd *grown = realloc(fds, (size_t)cap * sizeof *fds);
+      if (!grown) {
+        cap = 0;
+        pthread_mutex_unlock(&fd->lock);
+        sleep(1);
+        pthread_mutex_lock(&fd->lock);
+        continue;
+      }
+      fds = grown;
+    }
+    int n = 0;
+    fds[n++] = (struct pollfd){.fd = fd->wake_fd, .events = POLLIN};
+    for (int i = 0; i < fd->n_active; i++)
+      if (fd->active[i].pidfd >= 0)
+        fds[n++] = (struct pollfd){.fd = fd->active[i].pidfd, .events = POLLIN};
+    pthread_mutex_unlock(&fd->lock);
+    if (poll(fds, (nfds_t)n, 1000) > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t v;
+      if (read(fd->wake_fd, &v, sizeof v) < 0) {
+        /* nothing to drain */
+      }
+    }
+    pthread_mutex_lock(&fd->lock);
+  }
+  pthread_mutex_unlock(&fd->lock);
+  free(fds);
+  return NULL;
+}
+
+/* ---- jobs: the calls ------------------------------------------------------------------------ */
+
+static bool possible(gs_frontdesk *fd, const gs_sched_need *n, char *why, size_t cap) {
+  if (n->gpus > 0 && (n->gpu_mem > 0 || n->gpu_share > 0)) {
+    snprintf(why, cap, "ask for whole devices (gpus) or a slice of one (gpu_mem, gpu_share), "
+                       "not both");
+    return false;
+  }
+  if (n->gpus < 0 || n->gpu_share < 0 || n->gpu_share > 100 || !(n->cpus >= 0)) {
+    snprintf(why, cap, "gpus, cpus and gpu_share (0-100) cannot be negative");
+    return false;
+  }
+  if (gs_sched_possible(&fd->total, n))
+    return true;
+  if (n->gpus > fd->n_devices || ((n->gpu_mem || n->gpu_share) && fd->n_devices == 0))
+    snprintf(why, cap, "it asks for %d device(s); %d device(s) here can be booked by jobs%s",
+             n->gpus ? n->gpus : 1, fd->n_devices,
+             fd->n_devices == 0 ? " (--job-devices chooses them)" : "");
+  else if (n->cpus > fd->total.cpus)
+    snprintf(why, cap, "it asks for %g CPUs; this machine has %g", n->cpus, fd->total.cpus);
+  else if (n->host_mem > fd->total.host_mem)
+    snprintf(why, cap, "it asks for %llu bytes of memory; this machine has %llu",
+             (unsigned long long)n->host_mem, (unsigned long long)fd->total.host_mem);
+  else
+    snprintf(why, cap, "no device has %llu bytes of memory and %d%% of its compute",
+             (unsigned long long)n->gpu_mem, n->gpu_share);
+  return false;
+}
+
+int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
+                  int64_t *id) {
+  if (!json_is_array(req->argv) || json_array_size(req->argv) == 0)
+    return gs_error(GS_EINVAL, "a job needs a command");
+  size_t i;
+  json_t *v;
+  json_array_foreach(req->argv, i, v) if (!json_is_string(v) || !json_string_length(v)) return
+      gs_error(GS_EINVAL, "the command's arguments must be non-empty strings (argument %zu)", i);
+  if (req->env) {
+    if (!json_is_array(req->env))
+      return gs_error(GS_EINVAL, "env must be a list of \"NAME=VALUE\"");
+    json_array_foreach(req->env, i, v) {
+      const char *s = json_string_value(v);
+      if (!s || !strchr(s, '=') || s[0] == '=')
+        return gs_error(GS_EINVAL, "env entry %zu is not \"NAME=VALUE\"", i);
+    }
+  }
+  if (req->chdir && req->chdir[0] && req->chdir[0] != '/')
+    return gs_error(GS_EINVAL, "chdir must be an absolute path, not '%s'", req->chdir);
+  if (req->time_limit_s < 0)
+    return gs_error(GS_EINVAL, "a time limit cannot be negative");
+  if (req->priority < -1000 || req->priority > 1000)
+    return gs_error(GS_EINVAL, "priority is -1000 to 1000, not %d", req->priority);
+  char why[256];
+  if (!possible(fd, &req->need, why, sizeof why))
+    return gs_error(GS_EINVAL, "this job can never run here: %s", why);
+  gs_job *j = calloc(1, sizeof *j);
+  if (!j)
+    return gs_error(GS_ENOMEM, "out of memory for a job");
+  snprintf(j->tenant, sizeof j->tenant, "%s", who->tenant);
+  snprintf(j->name, sizeof j->name, "%s",
+           req->name && req->name[0] ? req->name : json_string_value(json_array_get(req->argv, 0)));
+  j->argv = json_deep_copy(req->argv);
+  j->env = req->env ? json_deep_copy(req->env) : json_array();
+  snprintf(j->chdir, sizeof j->chdir, "%s", req->chdir ? req->chdir : "");
+  j->need = req->need;
+  j->time_limit_s = req->time_limit_s;
+  j->priority = req->priority;
+  j->requeue = req->requeue;
+  j->state = GS_JOB_PENDING;
+  j->exit_code = -1;
+  j->submit_time = wall_now();
+  pthread_mutex_lock(&fd->lock);
+  gs_tenant *t = find_tenant(fd, who->tenant);
+  identity ident;
+  int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
+  if (rc == 0 && fd->n_active >= MAX_ACTIVE)
+    rc = gs_error(GS_EBUSY, "the queue is full (%d unfinished jobs)", MAX_ACTIVE);
+  if (rc == 0)
+    rc = gs_store_job_insert(fd->store, j);
+  if (rc == 0)
+    rc = add_active(fd, j);
+  pthread_mutex_unlock(&fd->lock);
+  if (rc < 0) {
+    gs_job_free(j);
+    return rc;
+  }
+  *id = j->id;
+  wake(fd);
+  return GS_OK;
+}
+
+static bool may_see(const gs_principal *who, const char *tenant) {
+  return who->admin || strcmp(who->tenant, tenant) == 0;
+}
+
+static active_job *find_active(gs_frontdesk *fd, int64_t id) {
+  for (int i = 0; i < fd->n_active; i++)
+    if (fd->active[i].job->id == id)
+      return &fd->active[i];
+  return NULL;
+}
+
+int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
+  pthread_mutex_lock(&fd->lock);
+  active_job *a = find_active(fd, id);
+  int rc = GS_OK;
+  if (!a) {
+    gs_job *j = NULL;
+    rc = gs_store_job_get(fd->store, id, &j);
+    if (rc == 0)
+      rc = may_see(who, j->tenant) ? gs_error(GS_ESTATE, "job %lld has already ended (%s)",
+                                              (long long)id, gs_job_state_name(j->state))
+                                   : gs_error(GS_EPERM, "job %lld belongs to another tenant",
+                                              (long long)id);
+    gs_job_free(j);
+  } else if (!may_see(who, a->job->tenant)) {
+    rc = gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
+  } else if (a->job->state == GS_JOB_PENDING) {
+    a->job->end_time = wall_now();
+    set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending");
+    remove_active(fd, (int)(a - fd->active));
+  } else if (!a->job->cancel_requested) {
+    a->job->cancel_requested = true;
+    a->job->term_sent_at = wall_now();
+    kill(a->job->pid, SIGTERM);
+  }
+  pthread_mutex_unlock(&fd->lock);
+  wake(fd);
+  return rc;
+}
+
+json_t *gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
+  pthread_mutex_lock(&fd->lock);
+  active_job *a = find_active(fd, id);
+  json_t *out = NULL;
+  if (a) {
+    if (may_see(who, a->job->tenant))
+      out = gs_job_to_json(a->job);
+    else
+      gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
+  } else {
+    gs_job *j = NULL;
+    if (gs_store_job_get(fd->store, id, &j) == 0) {
+      if (may_see(who, j->tenant))
+        out = gs_job_to_json(j);
+      else
+        gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
+      gs_job_free(j);
+    }
+  }
+  if (out)
+    json_object_set_new(out, "events", gs_store_job_events_json(fd->store, id));
+  pthread_mutex_unlock(&fd->lock);
+  return out;
+}
+
+json_t *gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char *tenant) {
+  const char *only = who->admin ? (tenant && tenant[0] ? tenant : NULL) : who->tenant;
+  pthread_mutex_lock(&fd->lock);
+  json_t *arr;
+  if (all) {
+    arr = gs_store_jobs_json(fd->store, only, true, 1000);
+  } else {
+    arr = json_array();
+    for (int i = fd->n_active - 1; i >= 0; i--) /* newest first, as with --all */
+      if (!only || strcmp(fd->active[i].job->tenant, only) == 0)
+        json_array_append_new(arr, gs_job_to_json(fd->active[i].job));
+  }
+  pthread_mutex_unlock(&fd->lock);
+  return arr;
+}
+
+int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const char *stream,
+                    char *path, size_t cap, bool *ended) {
+  if (strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)
+    return gs_error(GS_EINVAL, "a log is stdout or stderr, not '%s'", stream);
+  pthread_mutex_lock(&fd->lock);
+  active_job *a = find_active(fd, id);
+  int rc = GS_OK;
+  char tenant[64] = "";
+  if (a) {
+    snprintf(tenant, sizeof tenant, "%s", a->job->tenant);
+    *ended = false;
+  } else {
+    gs_job *j = NULL;
+    rc = gs_store_job_get(fd->store, id, &j);
+    if (rc == 0) {
+      snprintf(tenant, sizeof tenant, "%s", j->tenant);
+      *ended = true;
+    }
+    gs_job_free(j);
+  }
+  pthread_mutex_unlock(&fd->lock);
+  if (rc < 0)
+    return rc;
+  if (!may_see(who, tenant))
+    return gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
+  char dir[600];
+  job_dir(fd, id, dir, sizeof dir);
+  snprintf(path, cap, "%s/%s.log", dir, stream);
+  return GS_OK;
+}
+
+json_t *gs_usage_json(gs_frontdesk *fd, const gs_principal *who, const char *tenant, double since) {
+  const char *only = who->admin ? (tenant && tenant[0] ? tenant : NULL) : who->tenant;
+  pthread_mutex_lock(&fd->lock);
+  json_t *arr = gs_store_usage_json(fd->store, only, since);
+  pthread_mutex_unlock(&fd->lock);
+  return arr;
+}
+
+json_t *gs_frontdesk_devices_json(gs_frontdesk *fd) {
+  json_t *arr = json_array();
+  for (int d = 0; d < fd->n_devices; d++) {
+    const gs_device_info *info = gs_device_get_info(fd->devices[d]);
+    json_array_append_new(
+        arr, json_pack("{s:s, s:s, s:I, s:I, s:i}", "id", info->id, "name", info->name,
+                       "memory_total", (json_int_t)fd->total.dev_mem[d], "memory_booked",
+                       (json_int_t)gs_ledger_booked(fd->set.ledger, fd->devices[d]),
+                       "share_booked", gs_ledger_share_booked(fd->set.ledger, fd->devices[d])));
+  }
+  return arr;
+}
+
+static void add_booking(const char *owner, const gs_booking_part *parts, int n, void *ctx) {
+  json_t *ps = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(ps, json_pack("{s:s, s:I, s:i}", "device",
+                                        gs_device_get_info(parts[i].device)->id, "memory",
+                                        (json_int_t)parts[i].bytes, "share", parts[i].share));
+  json_array_append_new(ctx, json_pack("{s:s, s:o}", "owner", owner, "devices", ps));
+}
+
+json_t *gs_frontdesk_bookings_json(gs_frontdesk *fd) {
+  json_t *arr = json_array();
+  gs_ledger_each(fd->set.ledger, add_booking, arr);
+  return arr;
+}
+
+/* ---- open and close ------------------------------------------------------------------------ */
+
+static int choose_devices(gs_frontdesk *fd) {
+  const char *want = fd->set.job_devices;
+  for (int i = 0; i < gs_hal_device_count() && fd->n_devices < GS_SCHED_MAX_DEVICES; i++) {
+    gs_device_t *dev = gs_hal_device(i);
+    const gs_device_info *info = gs_device_get_info(dev);
+    bool take;
+    if (!want[0])
+      take = info->type != GS_DEVICE_CPU;
+    else if (strcmp(want, "all") == 0)
+      take = true;
+    else {
+      take = false;
+      char copy[256];
+      snprintf(copy, sizeof copy, "%s", want);
+      for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok && !take;
+           tok = strtok_r(NULL, ",", &save))
+        take = strcmp(tok, info->id) == 0;
+    }
+    if (!take)
+      continue;
+    int d = fd->n_devices++;
+    fd->devices[d] = dev;
+    fd->total.dev_mem[d] = gs_ledger_capacity(fd->set.ledger, dev);
+    fd->total.dev_share[d] = 100;
+  }
+  fd->total.n_devices = fd->n_devices;
+  /* Every id named must exist. */
+  if (want[0] && strcmp(want, "all") != 0) {
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", want);
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save))
+      if (!gs_hal_device_find(tok))
+        return gs_error(GS_EINVAL, "--job-devices names '%s', which is no device here", tok);
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  fd->total.cpus = cores > 0 ? (double)cores : 1;
+  fd->total.host_mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+  return GS_OK;
+}
+
+/* The first start: an admin tenant whose jobs run as nobody when the daemon
+ * is root (never as root by default), and its token in a file only the
+ * daemon's user can read. */
+static int first_start(gs_frontdesk *fd) {
+  gs_tenant admin = {.name = "admin", .weight = 1, .admin = true};
+  if (geteuid() == 0) {
+    snprintf(admin.unix_user, sizeof admin.unix_user, "nobody");
+  } else {
+    struct passwd *pw = getpwuid(geteuid());
+    snprintf(admin.unix_user, sizeof admin.unix_user, "%s", pw ? pw->pw_name : "nobody");
+  }
+  char token[96];
+  int rc = gs_tenant_add(fd, &admin, token, sizeof token);
+  if (rc < 0)
+    return rc;
+  snprintf(fd->admin_token_path, sizeof fd->admin_token_path, "%s/admin.token", fd->set.state_dir);
+  int f = open(fd->admin_token_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (f < 0)
+    return gs_error(GS_EIO, "cannot write %s: %s", fd->admin_token_path, strerror(errno));
+  fchmod(f, 0600);
+  dprintf(f, "%s\n", token);
+  close(f);
+  return GS_OK;
+}
+
+/* Jobs of an earlier run: pending ones queue again; running ones are
+ * adopted if their supervisor still lives, else settled from what it wrote
+ * (or LOST). */
+static int take_back_jobs(gs_frontdesk *fd) {
+  gs_job **jobs = NULL;
+  int n = 0;
+  int rc = gs_store_jobs_active(fd->store, &jobs, &n);
+  if (rc < 0)
+    return rc;
+  for (int i = 0; i < n; i++) {
+    gs_job *j = jobs[i];
+    j->exit_code = j->state == GS_JOB_RUNNING ? j->exit_code : -1;
+    if (add_active(fd, j) < 0) {
+      gs_job_free(j);
+      continue;
+    }
+    active_job *a = &fd->active[fd->n_active - 1];
+    if (j->state != GS_JOB_RUNNING)
+      continue;
+    /* Its placement and booking, from the devices it had. */
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", j->devices);
+    j->placement = 0;
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save))
+      for (int d = 0; d < fd->n_devices; d++)
+        if (strcmp(gs_device_get_info(fd->devices[d])->id, tok) == 0)
+          j->placement |= (gs_sched_placement)1 << d;
+    int pidfd = open_pidfd(j->pid);
+    if (pidfd >= 0 && process_start(j->pid) == j->pid_start && j->pid_start != 0) {
+      a->pidfd = pidfd;
+      if (book_devices(fd, j, j->placement) < 0)
+        GS_LOGW("sched", "job %lld: adopted, but its devices could not be booked again: %s",
+                (long long)j->id, gs_error_detail());
+      GS_LOGI("sched", "job %lld adopted (pid %d)", (long long)j->id, (int)j->pid);
+    } else {
+      if (pidfd >= 0)
+        close(pidfd);
+      j->pid_start = 0;
+      if (settle(fd, a))
+        remove_active(fd, fd->n_active - 1);
+    }
+  }
+  free(jobs);
+  return GS_OK;
+}
+
+int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out) {
+  gs_frontdesk *fd = calloc(1, sizeof *fd);
+  if (!fd)
+    return gs_error(GS_ENOMEM, "out of memory opening the front desk");
+  fd->set = *settings;
+  fd->wake_fd = -1;
+  pthread_mutex_init(&fd->lock, NULL);
+  char path[600];
+  int rc = GS_OK;
+  snprintf(path, sizeof path, "%s/jobs", settings->state_dir);
+  if (gs_mkdir_p(path) < 0)
+    rc = gs_error(GS_EIO, "cannot create %s: %s", path, strerror(errno));
+  if (rc == 0) {
+    chmod(settings->state_dir, 0711);
+    chmod(path, 0711);
+    snprintf(path, sizeof path, "%s/state.db", settings->state_dir);
+    rc = gs_store_open(path, &fd->store);
+  }
+  if (rc == 0)
+    rc = choose_devices(fd);
+  if (rc == 0)
+    rc = gs_store_tenants_load(fd->store, &fd->tenants, &fd->n_tenants);
+  if (rc == 0 && fd->n_tenants == 0)
+    rc = first_start(fd);
+  if (rc == 0)
+    rc = take_back_jobs(fd);
+  if (rc == 0 && (fd->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+    rc = gs_error(GS_EIO, "eventfd: %s", strerror(errno));
+  if (rc == 0) {
+    if (pthread_create(&fd->thread, NULL, scheduler_thread, fd) != 0)
+      rc = gs_error(GS_EIO, "cannot start the scheduler thread");
+    else
+      fd->thread_started = true;
+  }
+  if (rc < 0) {
+    gs_frontdesk_close(fd);
+    return rc;
+  }
+  *out = fd;
+  return GS_OK;
+}
+
+void gs_frontdesk_close(gs_frontdesk *fd) {
+  if (!fd)
+    return;
+  if (fd->thread_started) {
+    pthread_mutex_lock(&fd->lock);
+    fd->stop = true;
+    pthread_mutex_unlock(&fd->lock);
+    wake(fd);
+    pthread_join(fd->thread, NULL);
+  }
+  /* Running jobs go on; the next start adopts them. Their bookings end
+   * with this ledger. */
+  for (int i = 0; i < fd->n_active; i++) {
+    gs_booking_release(fd->active[i].job->booking);
+    fd->active[i].job->booking = NULL;
+    if (fd->active[i].pidfd >= 0)
+      close(fd->active[i].pidfd);
+    gs_job_free(fd->active[i].job);
+  }
+  free(fd->active);
+  free(fd->tenants);
+  if (fd->wake_fd >= 0)
+    close(fd->wake_fd);
+  gs_store_close(fd->store);
+  pthread_mutex_destroy(&fd->lock);
+  free(fd);
+}

@@ -1,0 +1,186 @@
+/* shim.c - `gpusrv __job-shim DIR`: the supervisor of one job. The daemon
+ * starts it (in its own session) and it outlives the daemon if need be:
+ * it makes the job's cgroup, starts the command as the tenant's user with
+ * its logs, passes SIGTERM on (and turns SIGUSR1 into SIGKILL of every
+ * process of the job), and when the command ends kills what it left behind
+ * and writes DIR/exit.json, which the daemon (this one or the next) reads. */
+#include "sched/sched.h"
+
+#include "sched/cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char **string_array(json_t *arr) {
+  size_t n = json_array_size(arr);
+  char **out = calloc(n + 1, sizeof *out);
+  for (size_t i = 0; out && i < n; i++)
+    out[i] = (char *)json_string_value(json_array_get(arr, i));
+  return out;
+}
+
+static int open_log(const char *dir, const char *name, uid_t uid, gid_t gid) {
+  char path[800];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (f >= 0 && fchown(f, uid, gid) < 0 && geteuid() == 0) {
+    close(f);
+    return -1;
+  }
+  return f;
+}
+
+/* In the child, between fork and exec: become the job. Never returns. */
+static void become_job(const gs_cgroup *cg, bool have_cg, int out, int err, uid_t uid, gid_t gid,
+                       const char *user, const char *cwd, char **argv, char **env) {
+  setpgid(0, 0);
+  if (have_cg && gs_cgroup_enter(cg) < 0)
+    dprintf(err, "gpusrv: cannot enter the job's cgroup: %s\n", gs_error_detail());
+  int null = open("/dev/null", O_RDONLY);
+  dup2(null, 0);
+  dup2(out, 1);
+  dup2(err, 2);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  if (geteuid() == 0 || getuid() != uid) {
+    if (initgroups(user, gid) < 0 || setgid(gid) < 0 || setuid(uid) < 0) {
+      fprintf(stderr, "gpusrv: cannot become user '%s' (uid %u): %s\n", user, (unsigned)uid,
+              strerror(errno));
+      _exit(126);
+    }
+  }
+  if (chdir(cwd) < 0) {
+    fprintf(stderr, "gpusrv: cannot enter the working directory %s: %s\n", cwd, strerror(errno));
+    _exit(126);
+  }
+  execvpe(argv[0], argv, env);
+  fprintf(stderr, "gpusrv: cannot run '%s': %s\n", argv[0], strerror(errno));
+  _exit(errno == ENOENT ? 127 : 126);
+}
+
+/* Kills everything the job left: its process group, then its cgroup until
+ * it is empty (processes that left the group are still in the cgroup). */
+static void kill_all(pid_t pgid, const gs_cgroup *cg, bool have_cg) {
+  kill(-pgid, SIGKILL);
+  for (int i = 0; have_cg && i < 200 && gs_cgroup_signal(cg, SIGKILL) > 0; i++) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+int gs_job_shim_main(const char *dir) {
+  char path[800];
+  snprintf(path, sizeof path, "%s/spec.json", dir);
+  json_error_t jerr;
+  json_t *spec = json_load_file(path, 0, &jerr);
+  if (!spec) {
+    fprintf(stderr, "gpusrv: job supervisor: cannot read %s: %s\n", path, jerr.text);
+    return 1;
+  }
+  long long id = json_integer_value(json_object_get(spec, "id"));
+  uid_t uid = (uid_t)json_integer_value(json_object_get(spec, "uid"));
+  gid_t gid = (gid_t)json_integer_value(json_object_get(spec, "gid"));
+  const char *user = json_string_value(json_object_get(spec, "user"));
+  const char *cwd = json_string_value(json_object_get(spec, "cwd"));
+  char **argv = string_array(json_object_get(spec, "argv"));
+  char **env = string_array(json_object_get(spec, "env"));
+  if (!user || !cwd || !argv || !env || !argv[0]) {
+    fprintf(stderr, "gpusrv: job supervisor: %s is incomplete\n", path);
+    return 1;
+  }
+  int out = open_log(dir, "stdout.log", uid, gid), err = open_log(dir, "stderr.log", uid, gid);
+  if (out < 0 || err < 0) {
+    fprintf(stderr, "gpusrv: job supervisor: cannot open the logs in %s: %s\n", dir,
+            strerror(errno));
+    return 1;
+  }
+  gs_cgroup_limits limits = {
+      .memory_bytes = (uint64_t)json_integer_value(json_object_get(spec, "memory")),
+      .cpus = json_number_value(json_object_get(spec, "cpus")),
+      .pids_max = json_integer_value(json_object_get(spec, "pids"))};
+  gs_cgroup cg;
+  char name[64];
+  snprintf(name, sizeof name, "gpusrv/job-%lld", id);
+  bool have_cg = gs_cgroup_create(name, &limits, &cg) == 0;
+  if (!have_cg)
+    dprintf(err, "gpusrv: job %lld runs without cgroup limits: %s\n", id, gs_error_detail());
+
+  /* Signals arrive here as events (sigwaitinfo), never asynchronously. */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  pid_t child = fork();
+  if (child < 0) {
+    dprintf(err, "gpusrv: cannot start the job: %s\n", strerror(errno));
+    return 1;
+  }
+  if (child == 0)
+    become_job(&cg, have_cg, out, err, uid, gid, user, cwd, argv, env);
+  setpgid(child, child); /* as the child does: whichever runs first */
+  close(out);
+  close(err);
+
+  int status = 0;
+  struct rusage ru = {0};
+  for (;;) {
+    siginfo_t si;
+    int sig = sigwaitinfo(&set, &si);
+    if (sig == SIGCHLD || sig < 0) {
+      pid_t got = wait4(child, &status, WNOHANG, &ru);
+      if (got == child)
+        break;
+      if (got < 0 && errno != EINTR)
+        break;
+    } else if (sig == SIGTERM || sig == SIGINT) {
+      kill(-child, SIGTERM);
+      if (have_cg)
+        gs_cgroup_signal(&cg, SIGTERM);
+    } else if (sig == SIGUSR1) {
+      kill_all(child, &cg, have_cg);
+    }
+    /* SIGHUP: the daemon's session ended; the job goes on. */
+  }
+  kill_all(child, &cg, have_cg);
+
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  double cpu = have_cg ? gs_cgroup_cpu_seconds(&cg) : 0;
+  if (cpu == 0)
+    cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+          ru.ru_stime.tv_usec / 1e6;
+  json_t *ex = json_pack(
+      "{s:i, s:i, s:I, s:f, s:f}", "exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+      "signal", WIFSIGNALED(status) ? WTERMSIG(status) : 0, "oom_kills",
+      (json_int_t)(have_cg ? gs_cgroup_oom_kills(&cg) : 0), "cpu_seconds", cpu, "end_time",
+      (double)now.tv_sec + now.tv_nsec / 1e9);
+  if (have_cg)
+    gs_cgroup_remove(&cg);
+  char tmp[820];
+  snprintf(path, sizeof path, "%s/exit.json", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int rc = 0;
+  if (!ex || json_dump_file(ex, tmp, JSON_COMPACT) != 0 || rename(tmp, path) != 0) {
+    fprintf(stderr, "gpusrv: job supervisor: cannot write %s: %s\n", path, strerror(errno));
+    rc = 1;
+  }
+  json_decref(ex);
+  json_decref(spec);
+  free(argv);
+  free(env);
+  return rc;
+}

@@ -1,0 +1,474 @@
+/* store.c - the front desk's state in SQLite: schema, and one transaction
+ * per call (WAL, synchronous=FULL, so that an acknowledged job survives a
+ * kill -9 of the daemon and a crash of the machine). */
+#include "sched/store.h"
+
+#include "base/error.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct gs_store {
+  sqlite3 *db;
+};
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS tenants("
+    "  name TEXT PRIMARY KEY, weight REAL NOT NULL, max_devices REAL, max_device_mem INTEGER,"
+    "  max_jobs INTEGER, max_cpus REAL, max_host_mem INTEGER, unix_user TEXT, unix_group TEXT,"
+    "  allow_root INTEGER, admin INTEGER, created REAL);"
+    "CREATE TABLE IF NOT EXISTS tokens("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  tenant TEXT NOT NULL REFERENCES tenants(name) ON DELETE CASCADE,"
+    "  salt BLOB NOT NULL, hash BLOB NOT NULL, created REAL);"
+    "CREATE TABLE IF NOT EXISTS jobs("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, name TEXT, argv TEXT, env TEXT,"
+    "  chdir TEXT, gpus INTEGER, gpu_mem INTEGER, gpu_share INTEGER, cpus REAL, host_mem INTEGER,"
+    "  time_limit INTEGER, priority INTEGER, requeue INTEGER, state TEXT, reason TEXT,"
+    "  submit_time REAL, start_time REAL, end_time REAL, pid INTEGER, pid_start INTEGER,"
+    "  exit_code INTEGER, signal INTEGER, devices TEXT, runs INTEGER, cpu_seconds REAL,"
+    "  device_seconds REAL, device_mem_byte_seconds REAL);"
+    "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);"
+    "CREATE TABLE IF NOT EXISTS job_events("
+    "  job INTEGER NOT NULL, time REAL NOT NULL, state TEXT NOT NULL, reason TEXT);"
+    "CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job);";
+
+static int db_error(gs_store *st, const char *what) {
+  return gs_error(GS_EIO, "state database: %s: %s", what, sqlite3_errmsg(st->db));
+}
+
+int gs_store_open(const char *path, gs_store **out) {
+  gs_store *st = calloc(1, sizeof *st);
+  if (!st)
+    return gs_error(GS_ENOMEM, "out of memory opening %s", path);
+  if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                         SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+    int rc = gs_error(GS_EIO, "cannot open the state database %s: %s", path,
+                      st->db ? sqlite3_errmsg(st->db) : "out of memory");
+    sqlite3_close(st->db);
+    free(st);
+    return rc;
+  }
+  sqlite3_busy_timeout(st->db, 5000);
+  char *msg = NULL;
+  if (sqlite3_exec(st->db,
+                   "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+                   NULL, NULL, &msg) != SQLITE_OK ||
+      sqlite3_exec(st->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+    int rc = gs_error(GS_EIO, "state database %s: %s", path, msg ? msg : "cannot set up");
+    sqlite3_free(msg);
+    sqlite3_close(st->db);
+    free(st);
+    return rc;
+  }
+  *out = st;
+  return GS_OK;
+}
+
+void gs_store_close(gs_store *st) {
+  if (!st)
+    return;
+  sqlite3_close(st->db);
+  free(st);
+}
+
+/* ---- statements ----------------------------------------------------------------------- */
+
+static sqlite3_stmt *prepare(gs_store *st, const char *sql) {
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
+    return NULL;
+  return s;
+}
+
+static const char *text_col(sqlite3_stmt *s, int i) {
+  const unsigned char *t = sqlite3_column_text(s, i);
+  return t ? (const char *)t : "";
+}
+
+/* Runs a statement that returns no rows, then finalizes it. */
+static int run_done(gs_store *st, sqlite3_stmt *s, const char *what) {
+  int rc = sqlite3_step(s) == SQLITE_DONE ? GS_OK : db_error(st, what);
+  sqlite3_finalize(s);
+  return rc;
+}
+
+/* ---- tenants and tokens ------------------------------------------------------------------ */
+
+int gs_store_tenant_insert(gs_store *st, const gs_tenant *t) {
+  sqlite3_stmt *s = prepare(st, "INSERT INTO tenants VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
+  if (!s)
+    return db_error(st, "adding a tenant");
+  sqlite3_bind_text(s, 1, t->name, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_double(s, 2, t->weight);
+  sqlite3_bind_double(s, 3, t->max_devices);
+  sqlite3_bind_int64(s, 4, (sqlite3_int64)t->max_device_mem);
+  sqlite3_bind_int(s, 5, t->max_jobs);
+  sqlite3_bind_double(s, 6, t->max_cpus);
+  sqlite3_bind_int64(s, 7, (sqlite3_int64)t->max_host_mem);
+  sqlite3_bind_text(s, 8, t->unix_user, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 9, t->unix_group, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(s, 10, t->allow_root);
+  sqlite3_bind_int(s, 11, t->admin);
+  sqlite3_bind_double(s, 12, t->created);
+  int rc = sqlite3_step(s);
+  sqlite3_finalize(s);
+  if (rc == SQLITE_CONSTRAINT)
+    return gs_error(GS_EEXIST, "tenant '%s' already exists", t->name);
+  return rc == SQLITE_DONE ? GS_OK : db_error(st, "adding a tenant");
+}
+
+int gs_store_tenant_delete(gs_store *st, const char *name) {
+  sqlite3_stmt *s = prepare(st, "DELETE FROM tenants WHERE name = ?");
+  if (!s)
+    return db_error(st, "removing a tenant");
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+  int rc = run_done(st, s, "removing a tenant");
+  if (rc == 0 && sqlite3_changes(st->db) == 0)
+    return gs_error(GS_ENOENT, "no tenant '%s'", name);
+  return rc;
+}
+
+int gs_store_tenants_load(gs_store *st, gs_tenant **out, int *n) {
+  sqlite3_stmt *s = prepare(st, "SELECT * FROM tenants ORDER BY created, name");
+  if (!s)
+    return db_error(st, "reading tenants");
+  gs_tenant *all = NULL;
+  int count = 0, rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    gs_tenant *grown = realloc(all, (size_t)(count + 1) * sizeof *all);
+    if (!grown) {
+      free(all);
+      sqlite3_finalize(s);
+      return gs_error(GS_ENOMEM, "out of memory reading tenants");
+    }
+    all = grown;
+    gs_tenant *t = &all[count++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", text_col(s, 0));
+    t->weight = sqlite3_column_double(s, 1);
+    t->max_devices = sqlite3_column_double(s, 2);
+    t->max_device_mem = (uint64_t)sqlite3_column_int64(s, 3);
+    t->max_jobs = sqlite3_column_int(s, 4);
+    t->max_cpus = sqlite3_column_double(s, 5);
+    t->max_host_mem = (uint64_t)sqlite3_column_int64(s, 6);
+    snprintf(t->unix_user, sizeof t->unix_user, "%s", text_col(s, 7));
+    snprintf(t->unix_group, sizeof t->unix_group, "%s", text_col(s, 8));
+    t->allow_root = sqlite3_column_int(s, 9);
+    t->admin = sqlite3_column_int(s, 10);
+    t->created = sqlite3_column_double(s, 11);
+  }
+  sqlite3_finalize(s);
+  if (rc != SQLITE_DONE) {
+    free(all);
+    return db_error(st, "reading tenants");
+  }
+  *out = all;
+  *n = count;
+  return GS_OK;
+}
+
+int gs_store_token_insert(gs_store *st, const char *tenant, const uint8_t salt[16],
+                          const uint8_t hash[32], int64_t *id) {
+  sqlite3_stmt *s = prepare(st, "INSERT INTO tokens(tenant, salt, hash, created) "
+                                "VALUES(?, ?, ?, (julianday('now') - 2440587.5) * 86400.0)");
+  if (!s)
+    return db_error(st, "adding a token");
+  sqlite3_bind_text(s, 1, tenant, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_blob(s, 2, salt, 16, SQLITE_TRANSIENT);
+  sqlite3_bind_blob(s, 3, hash, 32, SQLITE_TRANSIENT);
+  int rc = run_done(st, s, "adding a token");
+  if (rc == 0)
+    *id = sqlite3_last_insert_rowid(st->db);
+  return rc;
+}
+
+int gs_store_token_get(gs_store *st, int64_t id, char tenant[64], uint8_t salt[16],
+                       uint8_t hash[32]) {
+  sqlite3_stmt *s = prepare(st, "SELECT tenant, salt, hash FROM tokens WHERE id = ?");
+  if (!s)
+    return db_error(st, "reading a token");
+  sqlite3_bind_int64(s, 1, id);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_ROW || sqlite3_column_bytes(s, 1) != 16 || sqlite3_column_bytes(s, 2) != 32) {
+    sqlite3_finalize(s);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? GS_ENOENT : db_error(st, "reading a token");
+  }
+  snprintf(tenant, 64, "%s", text_col(s, 0));
+  memcpy(salt, sqlite3_column_blob(s, 1), 16);
+  memcpy(hash, sqlite3_column_blob(s, 2), 32);
+  sqlite3_finalize(s);
+  return GS_OK;
+}
+
+int gs_store_token_count(gs_store *st, int64_t *n) {
+  sqlite3_stmt *s = prepare(st, "SELECT count(*) FROM tokens");
+  if (!s || sqlite3_step(s) != SQLITE_ROW) {
+    sqlite3_finalize(s);
+    return db_error(st, "counting tokens");
+  }
+  *n = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  return GS_OK;
+}
+
+/* ---- jobs ------------------------------------------------------------------------------- */
+
+#define JOB_COLUMNS                                                                          \
+  "id, tenant, name, argv, env, chdir, gpus, gpu_mem, gpu_share, cpus, host_mem, time_limit, " \
+  "priority, requeue, state, reason, submit_time, start_time, end_time, pid, pid_start, "     \
+  "exit_code, signal, devices, runs, cpu_seconds, device_seconds, device_mem_byte_seconds"
+
+static void bind_json(sqlite3_stmt *s, int i, const json_t *j) {
+  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  if (text)
+    sqlite3_bind_text(s, i, text, -1, free);
+  else
+    sqlite3_bind_text(s, i, "[]", -1, SQLITE_STATIC);
+}
+
+/* Binds every column but id, from 2 on (in JOB_COLUMNS order). */
+static void bind_job(sqlite3_stmt *s, const gs_job *j) {
+  sqlite3_bind_text(s, 2, j->tenant, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 3, j->name, -1, SQLITE_TRANSIENT);
+  bind_json(s, 4, j->argv);
+  bind_json(s, 5, j->env);
+  sqlite3_bind_text(s, 6, j->chdir, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(s, 7, j->need.gpus);
+  sqlite3_bind_int64(s, 8, (sqlite3_int64)j->need.gpu_mem);
+  sqlite3_bind_int(s, 9, j->need.gpu_share);
+  sqlite3_bind_double(s, 10, j->need.cpus);
+  sqlite3_bind_int64(s, 11, (sqlite3_int64)j->need.host_mem);
+  sqlite3_bind_int64(s, 12, j->time_limit_s);
+  sqlite3_bind_int(s, 13, j->priority);
+  sqlite3_bind_int(s, 14, j->requeue);
+  sqlite3_bind_text(s, 15, gs_job_state_name(j->state), -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 16, j->reason, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_double(s, 17, j->submit_time);
+  sqlite3_bind_double(s, 18, j->start_time);
+  sqlite3_bind_double(s, 19, j->end_time);
+  sqlite3_bind_int64(s, 20, j->pid);
+  sqlite3_bind_int64(s, 21, (sqlite3_int64)j->pid_start);
+  sqlite3_bind_int(s, 22, j->exit_code);
+  sqlite3_bind_int(s, 23, j->signal);
+  sqlite3_bind_text(s, 24, j->devices, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(s, 25, j->runs);
+  sqlite3_bind_double(s, 26, j->cpu_seconds);
+  sqlite3_bind_double(s, 27, j->device_seconds);
+  sqlite3_bind_double(s, 28, j->device_mem_byte_seconds);
+}
+
+static gs_job *read_job(sqlite3_stmt *s) {
+  gs_job *j = calloc(1, sizeof *j);
+  if (!j)
+    return NULL;
+  j->id = sqlite3_column_int64(s, 0);
+  snprintf(j->tenant, sizeof j->tenant, "%s", text_col(s, 1));
+  snprintf(j->name, sizeof j->name, "%s", text_col(s, 2));
+  j->argv = json_loads(text_col(s, 3), 0, NULL);
+  j->env = json_loads(text_col(s, 4), 0, NULL);
+  if (!json_is_array(j->argv) || !json_is_array(j->env)) {
+    json_decref(j->argv);
+    json_decref(j->env);
+    j->argv = json_array();
+    j->env = json_array();
+  }
+  snprintf(j->chdir, sizeof j->chdir, "%s", text_col(s, 5));
+  j->need.gpus = sqlite3_column_int(s, 6);
+  j->need.gpu_mem = (uint64_t)sqlite3_column_int64(s, 7);
+  j->need.gpu_share = sqlite3_column_int(s, 8);
+  j->need.cpus = sqlite3_column_double(s, 9);
+  j->need.host_mem = (uint64_t)sqlite3_column_int64(s, 10);
+  j->time_limit_s = sqlite3_column_int64(s, 11);
+  j->priority = sqlite3_column_int(s, 12);
+  j->requeue = sqlite3_column_int(s, 13);
+  int state = gs_job_state_from_name(text_col(s, 14));
+  j->state = state < 0 ? GS_JOB_LOST : (gs_job_state)state;
+  snprintf(j->reason, sizeof j->reason, "%s", text_col(s, 15));
+  j->submit_time = sqlite3_column_double(s, 16);
+  j->start_time = sqlite3_column_double(s, 17);
+  j->end_time = sqlite3_column_double(s, 18);
+  j->pid = (pid_t)sqlite3_column_int64(s, 19);
+  j->pid_start = (uint64_t)sqlite3_column_int64(s, 20);
+  j->exit_code = sqlite3_column_int(s, 21);
+  j->signal = sqlite3_column_int(s, 22);
+  snprintf(j->devices, sizeof j->devices, "%s", text_col(s, 23));
+  j->runs = sqlite3_column_int(s, 24);
+  j->cpu_seconds = sqlite3_column_double(s, 25);
+  j->device_seconds = sqlite3_column_double(s, 26);
+  j->device_mem_byte_seconds = sqlite3_column_double(s, 27);
+  return j;
+}
+
+static int add_event(gs_store *st, const gs_job *j) {
+  sqlite3_stmt *s = prepare(st, "INSERT INTO job_events VALUES(?, (julianday('now') - 2440587.5) * 86400.0, "
+                                "?, ?)");
+  if (!s)
+    return db_error(st, "recording a job event");
+  sqlite3_bind_int64(s, 1, j->id);
+  sqlite3_bind_text(s, 2, gs_job_state_name(j->state), -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 3, j->reason, -1, SQLITE_TRANSIENT);
+  return run_done(st, s, "recording a job event");
+}
+
+static int begin(gs_store *st) {
+  return sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK
+             ? GS_OK
+             : db_error(st, "starting a transaction");
+}
+
+static int finish(gs_store *st, int rc) {
+  if (rc == 0 && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+    rc = db_error(st, "committing");
+  if (rc < 0)
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+  return rc;
+}
+
+int gs_store_job_insert(gs_store *st, gs_job *j) {
+  int rc = begin(st);
+  if (rc < 0)
+    return rc;
+  sqlite3_stmt *s = prepare(st, "INSERT INTO jobs(" JOB_COLUMNS ") VALUES(NULL,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28)");
+  if (!s)
+    return finish(st, db_error(st, "adding a job"));
+  bind_job(s, j);
+  rc = run_done(st, s, "adding a job");
+  if (rc == 0) {
+    j->id = sqlite3_last_insert_rowid(st->db);
+    rc = add_event(st, j);
+  }
+  return finish(st, rc);
+}
+
+int gs_store_job_update(gs_store *st, const gs_job *j, bool event) {
+  int rc = begin(st);
+  if (rc < 0)
+    return rc;
+  sqlite3_stmt *s = prepare(
+      st, "UPDATE jobs SET tenant=?2, name=?3, argv=?4, env=?5, chdir=?6, gpus=?7, gpu_mem=?8, "
+          "gpu_share=?9, cpus=?10, host_mem=?11, time_limit=?12, priority=?13, requeue=?14, "
+          "state=?15, reason=?16, submit_time=?17, start_time=?18, end_time=?19, pid=?20, "
+          "pid_start=?21, exit_code=?22, signal=?23, devices=?24, runs=?25, cpu_seconds=?26, "
+          "device_seconds=?27, device_mem_byte_seconds=?28 WHERE id=?1");
+  if (!s)
+    return finish(st, db_error(st, "updating a job"));
+  sqlite3_bind_int64(s, 1, j->id);
+  bind_job(s, j);
+  rc = run_done(st, s, "updating a job");
+  if (rc == 0 && event)
+    rc = add_event(st, j);
+  return finish(st, rc);
+}
+
+int gs_store_jobs_active(gs_store *st, gs_job ***out, int *n) {
+  sqlite3_stmt *s = prepare(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE state IN "
+                                "('PENDING', 'RUNNING') ORDER BY id");
+  if (!s)
+    return db_error(st, "reading jobs");
+  gs_job **all = NULL;
+  int count = 0, rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    gs_job **grown = realloc(all, (size_t)(count + 1) * sizeof *all);
+    gs_job *j = grown ? read_job(s) : NULL;
+    if (grown)
+      all = grown;
+    if (!j) {
+      for (int i = 0; i < count; i++)
+        gs_job_free(all[i]);
+      free(all);
+      sqlite3_finalize(s);
+      return gs_error(GS_ENOMEM, "out of memory reading jobs");
+    }
+    all[count++] = j;
+  }
+  sqlite3_finalize(s);
+  if (rc != SQLITE_DONE) {
+    for (int i = 0; i < count; i++)
+      gs_job_free(all[i]);
+    free(all);
+    return db_error(st, "reading jobs");
+  }
+  *out = all;
+  *n = count;
+  return GS_OK;
+}
+
+int gs_store_job_get(gs_store *st, int64_t id, gs_job **out) {
+  sqlite3_stmt *s = prepare(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?");
+  if (!s)
+    return db_error(st, "reading a job");
+  sqlite3_bind_int64(s, 1, id);
+  int rc = sqlite3_step(s);
+  if (rc != SQLITE_ROW) {
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? gs_error(GS_ENOENT, "no job %lld", (long long)id)
+                             : db_error(st, "reading a job");
+  }
+  gs_job *j = read_job(s);
+  sqlite3_finalize(s);
+  if (!j)
+    return gs_error(GS_ENOMEM, "out of memory reading a job");
+  *out = j;
+  return GS_OK;
+}
+
+json_t *gs_store_jobs_json(gs_store *st, const char *tenant, bool all, int limit) {
+  json_t *arr = json_array();
+  sqlite3_stmt *s = prepare(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE (?1 IS NULL OR tenant = ?1)"
+                                " AND (?2 OR state IN ('PENDING', 'RUNNING'))"
+                                " ORDER BY id DESC LIMIT ?3");
+  if (!s)
+    return arr;
+  if (tenant)
+    sqlite3_bind_text(s, 1, tenant, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(s, 2, all);
+  sqlite3_bind_int(s, 3, limit > 0 ? limit : -1);
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    gs_job *j = read_job(s);
+    if (!j)
+      break;
+    json_array_append_new(arr, gs_job_to_json(j));
+    gs_job_free(j);
+  }
+  sqlite3_finalize(s);
+  return arr;
+}
+
+json_t *gs_store_job_events_json(gs_store *st, int64_t id) {
+  json_t *arr = json_array();
+  sqlite3_stmt *s = prepare(st, "SELECT time, state, reason FROM job_events WHERE job = ? "
+                                "ORDER BY rowid");
+  if (!s)
+    return arr;
+  sqlite3_bind_int64(s, 1, id);
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(arr, json_pack("{s:f, s:s, s:s}", "time", sqlite3_column_double(s, 0),
+                                         "state", text_col(s, 1), "reason", text_col(s, 2)));
+  sqlite3_finalize(s);
+  return arr;
+}
+
+json_t *gs_store_usage_json(gs_store *st, const char *tenant, double since) {
+  json_t *arr = json_array();
+  sqlite3_stmt *s = prepare(
+      st, "SELECT tenant, count(*), sum(device_seconds), sum(device_mem_byte_seconds), "
+          "sum(cpu_seconds), sum(max(end_time - start_time, 0)) FROM jobs "
+          "WHERE start_time > 0 AND end_time >= ?2 AND state NOT IN ('PENDING', 'RUNNING') "
+          "AND (?1 IS NULL OR tenant = ?1) GROUP BY tenant ORDER BY tenant");
+  if (!s)
+    return arr;
+  if (tenant)
+    sqlite3_bind_text(s, 1, tenant, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_double(s, 2, since);
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(
+        arr, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "tenant", text_col(s, 0), "jobs",
+                       (json_int_t)sqlite3_column_int64(s, 1), "device_seconds",
+                       sqlite3_column_double(s, 2), "device_memory_byte_seconds",
+                       sqlite3_column_double(s, 3), "cpu_seconds", sqlite3_column_double(s, 4),
+                       "wall_seconds", sqlite3_column_double(s, 5)));
+  sqlite3_finalize(s);
+  return arr;
+}
