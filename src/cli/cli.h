@@ -26,6 +26,14 @@ extern const gs_cli_command gs_cli_model;
 extern const gs_cli_command gs_cli_serve;
 extern const gs_cli_command gs_cli_models;
 extern const gs_cli_command gs_cli_infer;
+extern const gs_cli_command gs_cli_submit;
+extern const gs_cli_command gs_cli_jobs;
+extern const gs_cli_command gs_cli_job;
+extern const gs_cli_command gs_cli_cancel;
+extern const gs_cli_command gs_cli_logs;
+extern const gs_cli_command gs_cli_wait;
+extern const gs_cli_command gs_cli_tenant;
+extern const gs_cli_command gs_cli_usage;
 /* A tensor name as a file name: characters other than letters, digits, '.',
  * '-' and '_' become '_' ("output" if nothing is left). */
 void gs_cli_file_name(const char *name, char *out, size_t cap);

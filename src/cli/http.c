@@ -96,3 +96,28 @@ const char *gs_cli_http_error(const gs_http_response *r, char *buf, size_t cap) 
   json_decref(j);
   return buf;
 }
+
+int gs_cli_call_json(const char *what, const char *url, const char *token, const char *method,
+                     const char *path, json_t *body, json_t **out) {
+  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  gs_http_response r;
+  int rc = gs_cli_http(method, gs_cli_url(url), path, token, text, text ? strlen(text) : 0, 0, &r);
+  free(text);
+  if (rc < 0) {
+    fprintf(stderr, "gpusrv: %s: %s\n", what, gs_error_detail());
+    return 1;
+  }
+  if (r.status < 200 || r.status >= 300) {
+    char why[600];
+    fprintf(stderr, "gpusrv: %s: %s\n", what, gs_cli_http_error(&r, why, sizeof why));
+    free(r.body);
+    return 1;
+  }
+  if (out && !(*out = json_loadb(r.body, r.len, 0, NULL))) {
+    fprintf(stderr, "gpusrv: %s: the daemon's answer is not JSON\n", what);
+    free(r.body);
+    return 1;
+  }
+  free(r.body);
+  return 0;
+}

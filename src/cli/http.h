@@ -4,6 +4,7 @@
 #ifndef GS_CLI_HTTP_H
 #define GS_CLI_HTTP_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 typedef struct gs_http_response {
@@ -21,5 +22,11 @@ int gs_cli_http(const char *method, const char *url, const char *path, const cha
                 const char *body, size_t body_len, size_t header_len, gs_http_response *out);
 /* The server's {"error": "..."} message, or the status line. */
 const char *gs_cli_http_error(const gs_http_response *r, char *buf, size_t cap);
+
+/* One JSON request to the daemon (body may be NULL). On success returns 0
+ * with the JSON answer in *out when out is not NULL (the caller decrefs
+ * it); otherwise prints "gpusrv: WHAT: why" and returns 1 (GS_EXIT_FAILED). */
+int gs_cli_call_json(const char *what, const char *url, const char *token, const char *method,
+                     const char *path, json_t *body, json_t **out);
 
 #endif
