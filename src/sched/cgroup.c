@@ -60,7 +60,9 @@ static int write_text(const char *dir, const char *file, const char *text) {
   return ok ? GS_OK : gs_error(GS_EIO, "cannot write '%s' to %s: %s", text, path, strerror(errno));
 }
 
-int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup *out) {
+/* Fills the directories `name` has (or would have) under the caller's own
+ * groups, making them when `make`. */
+static int locate(const char *name, bool make, gs_cgroup *out) {
   memset(out, 0, sizeof *out);
   struct stat sb;
   char rel[600];
@@ -71,7 +73,7 @@ int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup
         continue;
       char *dir = out->dirs[out->n_dirs];
       snprintf(dir, sizeof out->dirs[0], "/sys/fs/cgroup/%s%s/%s", v1_controllers[i], rel, name);
-      if (gs_mkdir_p(dir) < 0) {
+      if (make && gs_mkdir_p(dir) < 0) {
         int rc = gs_error(GS_EIO, "cannot create cgroup %s: %s", dir, strerror(errno));
         gs_cgroup_remove(out);
         return rc;
@@ -86,17 +88,29 @@ int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup
     char parent[700];
     snprintf(parent, sizeof parent, "/sys/fs/cgroup%s", rel);
     /* Children may use a controller only when their parent hands it down. */
-    write_text(parent, "cgroup.subtree_control", "+memory +cpu +pids");
+    if (make)
+      write_text(parent, "cgroup.subtree_control", "+memory +cpu +pids");
     snprintf(out->dirs[0], sizeof out->dirs[0], "%s/%s", parent, name);
-    if (gs_mkdir_p(out->dirs[0]) < 0)
+    if (make && gs_mkdir_p(out->dirs[0]) < 0)
       return gs_error(GS_EIO, "cannot create cgroup %s: %s", out->dirs[0], strerror(errno));
     snprintf(out->controller[0], sizeof out->controller[0], "unified");
     out->n_dirs = 1;
   } else {
     return gs_error(GS_ENOTSUP, "this machine mounts no cgroup hierarchy under /sys/fs/cgroup");
   }
-  return gs_cgroup_limit(out, limits);
+  return GS_OK;
 }
+
+int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup *out) {
+  int rc = locate(name, true, out);
+  return rc < 0 ? rc : gs_cgroup_limit(out, limits);
+}
+
+void gs_cgroup_job_name(long long id, char *out, unsigned long cap) {
+  snprintf(out, cap, "gpusrv/job-%lld", id);
+}
+
+int gs_cgroup_open(const char *name, gs_cgroup *out) { return locate(name, false, out); }
 
 static const char *dir_of(const gs_cgroup *cg, const char *controller) {
   for (int i = 0; i < cg->n_dirs; i++)

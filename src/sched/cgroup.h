@@ -18,10 +18,15 @@ typedef struct gs_cgroup {
   char controller[4][16];
 } gs_cgroup;
 
+/* The group of job `id`: "gpusrv/job-<id>". */
+void gs_cgroup_job_name(long long id, char *out, unsigned long cap);
+
 /* Creates the group `name` ("gpusrv/job-12") under the caller's own group
  * and applies `limits`. GS_ENOTSUP when the machine has no usable cgroups,
  * GS_EIO when they cannot be written (not root). */
 int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup *out);
+/* The existing group `name` (for one whose supervisor is gone). */
+int gs_cgroup_open(const char *name, gs_cgroup *out);
 int gs_cgroup_limit(const gs_cgroup *cg, const gs_cgroup_limits *limits);
 /* Moves the calling process into the group. */
 int gs_cgroup_enter(const gs_cgroup *cg);

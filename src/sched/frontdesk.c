@@ -8,11 +8,13 @@
 #include "base/fileutil.h"
 #include "base/log.h"
 #include "base/units.h"
+#include "sched/cgroup.h"
 #include "sched/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <math.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -547,6 +549,15 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
   char reason[256] = "";
   gs_job_state state;
   if (!ex) {
+    /* Whatever is left of it would hold resources nobody booked. */
+    gs_cgroup cg;
+    char name[64];
+    gs_cgroup_job_name(j->id, name, sizeof name);
+    if (gs_cgroup_open(name, &cg) == 0) {
+      for (int k = 0; k < 100 && gs_cgroup_signal(&cg, SIGKILL) > 0; k++)
+        usleep(10000);
+      gs_cgroup_remove(&cg);
+    }
     state = GS_JOB_LOST;
     snprintf(reason, sizeof reason, "its supervisor (pid %d) ended without reporting",
              (int)j->pid);
@@ -1117,6 +1128,26 @@ static int take_back_jobs(gs_frontdesk *fd) {
   return GS_OK;
 }
 
+/* Jobs run as their tenants' users, who must be able to pass through every
+ * directory above their work directories. */
+static void warn_if_unreachable(const char *jobs_dir) {
+  char real[PATH_MAX];
+  if (!realpath(jobs_dir, real))
+    return;
+  for (char *slash = real; slash; slash = strchr(slash + 1, '/')) {
+    char saved = slash[1];
+    slash[1] = '\0';
+    struct stat sb;
+    if (stat(real, &sb) == 0 && !(sb.st_mode & S_IXOTH)) {
+      GS_LOGW("sched", "jobs will not reach their work directories: %s is not traversable by "
+                       "other users (chmod o+x, or choose another --state-dir)", real);
+      slash[1] = saved;
+      return;
+    }
+    slash[1] = saved;
+  }
+}
+
 int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out) {
   gs_frontdesk *fd = calloc(1, sizeof *fd);
   if (!fd)
@@ -1135,6 +1166,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     snprintf(path, sizeof path, "%s/state.db", settings->state_dir);
     rc = gs_store_open(path, &fd->store);
   }
+  if (rc == 0 && geteuid() == 0)
+    warn_if_unreachable(path);
   if (rc == 0)
     rc = choose_devices(fd);
   if (rc == 0)

@@ -110,7 +110,7 @@ int gs_job_shim_main(const char *dir) {
       .pids_max = json_integer_value(json_object_get(spec, "pids"))};
   gs_cgroup cg;
   char name[64];
-  snprintf(name, sizeof name, "gpusrv/job-%lld", id);
+  gs_cgroup_job_name(id, name, sizeof name);
   bool have_cg = gs_cgroup_create(name, &limits, &cg) == 0;
   if (!have_cg)
     dprintf(err, "gpusrv: job %lld runs without cgroup limits: %s\n", id, gs_error_detail());

@@ -35,8 +35,10 @@ def start(repo, *extra, env=None):
     # The server's output goes to a file: a pipe nobody reads would fill up
     # and block it.
     log = open(os.path.join(str(repo), f"serve-{port}.log"), "w+")
+    # Each server keeps its own state (jobs, tenants, the admin token).
+    state = ["--state-dir", os.path.join(str(repo), f"state-{port}")]
     proc = subprocess.Popen([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
-                             str(port), *extra], stdout=log, stderr=log, text=True,
+                             str(port), *state, *extra], stdout=log, stderr=log, text=True,
                             env={**os.environ, **(env or {})})
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -55,6 +57,11 @@ def start(repo, *extra, env=None):
             raise AssertionError(f"gpusrv serve exited: {log.read()}")
     proc.kill()
     raise AssertionError("gpusrv serve did not come up")
+
+
+def admin_token(repo, port):
+    with open(os.path.join(str(repo), f"state-{port}", "admin.token")) as f:
+        return f.read().strip()
 
 
 def add_model(root, name, config, text=None):
@@ -317,7 +324,8 @@ def test_settings_table_errors(repo, tmp_path):
 
 def test_config_file_then_flags(repo, tmp_path):
     port = free_port()
-    (tmp_path / "c.json").write_text(json.dumps({"http-port": 1, "model-repository": str(repo)}))
+    (tmp_path / "c.json").write_text(json.dumps({"http-port": 1, "model-repository": str(repo),
+                                                  "state-dir": str(tmp_path / "state")}))
     proc = subprocess.Popen([GPUSRV, "serve", "--config", str(tmp_path / "c.json"), "--http-port",
                              str(port)], stderr=subprocess.DEVNULL)
     try:
@@ -462,22 +470,26 @@ def test_unload_and_load_while_another_model_serves(repo):
             while not stop.is_set():
                 digits_status.append(request(port, "POST", "/v2/models/digits/infer", body)[0])
 
+        # Loading and unloading need an admin's token.
+        status, raw, _ = request(port, "POST", "/v2/repository/models/mlp/unload", b"{}")
+        assert status == 401 and "token" in json.loads(raw)["error"]
+        admin = {"Authorization": "Bearer " + admin_token(repo, port)}
         t = threading.Thread(target=keep_inferring)
         t.start()
         try:
-            assert request(port, "POST", "/v2/repository/models/mlp/unload", b"{}")[0] == 200
+            assert request(port, "POST", "/v2/repository/models/mlp/unload", b"{}", admin)[0] == 200
             index = {m["name"]: m for m in json.loads(request(port, "POST", "/v2/repository/index", b"{}")[1])}
             assert index["mlp"]["state"] == "UNLOADED"
             status, raw, _ = request(port, "GET", "/v2/models/mlp")
             assert status == 503 and "unloaded" in json.loads(raw)["error"]
             for _ in range(3):  # reload, again and again
-                assert request(port, "POST", "/v2/repository/models/mlp/load", b"{}")[0] == 200
+                assert request(port, "POST", "/v2/repository/models/mlp/load", b"{}", admin)[0] == 200
             assert request(port, "GET", "/v2/models/mlp/ready")[0] == 200
             x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.5] * 256}]}
             assert request(port, "POST", "/v2/models/mlp/infer", json.dumps(x).encode())[0] == 200
-            status, raw, _ = request(port, "POST", "/v2/repository/models/broken/load", b"{}")
+            status, raw, _ = request(port, "POST", "/v2/repository/models/broken/load", b"{}", admin)
             assert status == 400 and "cannot load model 'broken'" in json.loads(raw)["error"]
-            status, raw, _ = request(port, "POST", "/v2/repository/models/ghost/load", b"{}")
+            status, raw, _ = request(port, "POST", "/v2/repository/models/ghost/load", b"{}", admin)
             assert status == 404
         finally:
             stop.set()

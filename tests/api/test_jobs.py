@@ -1,0 +1,473 @@
+"""The front desk, for real: `gpusrv serve` with its state in a temporary
+directory, process jobs submitted over /api/v1 and with the `gpusrv` command,
+tokens and tenants, limits (time, memory), cancellation of whole process
+trees, and a daemon killed with SIGKILL that loses nothing."""
+import contextlib
+import http.client
+import shutil
+import tempfile
+import json
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
+PLUGINS = os.environ.get("GPUSRV_TEST_PLUGINS", "")
+IS_ROOT = os.geteuid() == 0
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "LOST"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """A `gpusrv serve` on a free port with its state in `state`."""
+
+    def __init__(self, tmp_path, *extra, env=None):
+        # Jobs run as other users, who must be able to reach their work
+        # directories: the state lives in a directory they can traverse
+        # (pytest's own are 0700).
+        self.state = tempfile.mkdtemp(prefix="gpusrv-state-")
+        os.chmod(self.state, 0o711)
+        self.repo = tmp_path / "models"
+        self.repo.mkdir(exist_ok=True)
+        self.extra, self.env = extra, env or {}
+        self.port = free_port()
+        self.log_path = tmp_path / f"serve-{self.port}.log"
+        self.proc = None
+
+    def start(self):
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [GPUSRV, "serve", "--model-repository", str(self.repo), "--state-dir", self.state,
+             "--http-port", str(self.port), "--kill-grace-seconds", "1", *self.extra],
+            stdout=log, stderr=log, env={**os.environ, **self.env})
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if self.request("GET", "/v2/health/live")[0] == 200:
+                    return self
+            except OSError:
+                time.sleep(0.05)
+            assert self.proc.poll() is None, open(self.log_path).read()
+        raise AssertionError("gpusrv serve did not come up")
+
+    @property
+    def admin(self):
+        with open(os.path.join(self.state, "admin.token")) as f:
+            return f.read().strip()
+
+    def request(self, method, path, body=None, token=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        headers = {"Authorization": "Bearer " + token} if token else {}
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        raw = r.read()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, raw
+
+    def submit(self, command, token=None, **asks):
+        status, job = self.request("POST", "/api/v1/jobs", {"command": command, "cpus": 0.1, **asks},
+                                   token or self.admin)
+        assert status == 201, job
+        return job["id"]
+
+    def job(self, job_id, token=None):
+        status, job = self.request("GET", f"/api/v1/jobs/{job_id}", token=token or self.admin)
+        assert status == 200, job
+        return job
+
+    def wait(self, job_id, timeout=30, token=None):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            job = self.job(job_id, token)
+            if job["state"] in ENDED:
+                return job
+            time.sleep(0.05)
+        raise AssertionError(f"job {job_id} did not end: {self.job(job_id, token)}")
+
+    def log(self, job_id, stream="stdout", token=None):
+        status, raw = self.request("GET", f"/api/v1/jobs/{job_id}/logs?stream={stream}",
+                                   token=token or self.admin)
+        assert status == 200
+        return raw.decode() if isinstance(raw, bytes) else json.dumps(raw)
+
+    def cli(self, *args, token=None, check=True):
+        p = subprocess.run([GPUSRV, *args], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "GPUSRV_URL": f"http://127.0.0.1:{self.port}",
+                                "GPUSRV_TOKEN": token or self.admin})
+        if check:
+            assert p.returncode == 0, p.stderr
+        return p
+
+    def cleanup(self):
+        shutil.rmtree(self.state, ignore_errors=True)
+
+    def stop(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=30)
+        if sig == signal.SIGTERM:
+            assert code == 0
+
+
+@contextlib.contextmanager
+def daemon(tmp_path, *extra, **kw):
+    d = Daemon(tmp_path, *extra, **kw).start()
+    try:
+        yield d
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+        d.cleanup()
+
+
+def test_job_runs_with_its_environment_and_complete_logs(tmp_path):
+    with daemon(tmp_path) as d:
+        script = ("for i in $(seq 1 20000); do echo line $i; done; echo oops >&2; "
+                  "echo id=$GPUSRV_JOB_ID tenant=$GPUSRV_TENANT cuda=[$CUDA_VISIBLE_DEVICES] "
+                  "user=$(id -un); exit 7")
+        p = d.cli("submit", "--cpus", "0.2", "--name", "counter", "--", "sh", "-c", script)
+        job_id = int(p.stdout.strip())
+        w = d.cli("wait", str(job_id), check=False)
+        assert w.returncode == 7 and "FAILED" in w.stderr
+        job = d.job(job_id)
+        assert job["state"] == "FAILED" and job["exit_code"] == 7 and job["name"] == "counter"
+        assert [e["state"] for e in job["events"]] == ["PENDING", "RUNNING", "FAILED"]
+        out = d.cli("logs", str(job_id)).stdout.splitlines()
+        assert out[:20000] == [f"line {i}" for i in range(1, 20001)]  # nothing lost, in order
+        expected_user = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
+        assert out[20000] == f"id={job_id} tenant=admin cuda=[] user={expected_user}"
+        assert d.cli("logs", str(job_id), "--stderr").stdout == "oops\n"
+        # Listings: unfinished by default, all with --all.
+        assert str(job_id) not in d.cli("jobs").stdout
+        listed = json.loads(d.cli("jobs", "--all", "--json").stdout)
+        assert [j["id"] for j in listed] == [job_id]
+
+
+def test_time_limit_ends_an_endless_job_as_timeout(tmp_path):
+    with daemon(tmp_path) as d:
+        job_id = d.submit(["sleep", "1000"], time_limit="1s")
+        job = d.wait(job_id, timeout=20)
+        assert job["state"] == "TIMEOUT" and "time limit" in job["reason"]
+        assert job["end_time"] - job["start_time"] < 5
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="memory limits need cgroups, which need root")
+def test_memory_hog_is_stopped_as_out_of_memory(tmp_path):
+    with daemon(tmp_path) as d:
+        hog = ["python3", "-c", "x = bytearray(400 << 20); print('survived')"]
+        job_id = d.submit(hog, mem="64M")
+        job = d.wait(job_id)
+        assert job["state"] == "OUT_OF_MEMORY", job
+        assert "survived" not in d.log(job_id)
+        # The same program with room enough completes.
+        assert d.wait(d.submit(hog, mem="1G"))["state"] == "COMPLETED"
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone as far as we care
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_cancel_kills_the_whole_process_tree(tmp_path):
+    with daemon(tmp_path) as d:
+        # A child that ignores SIGTERM, and one that left the process group
+        # (setsid): both must go.
+        script = ("trap '' TERM; sleep 1000 & echo $! > pids; "
+                  "setsid sleep 1001 & echo $! >> pids; sleep 1002")
+        job_id = d.submit(["sh", "-c", script])
+        work = os.path.join(d.state, "jobs", str(job_id), "work", "pids")
+        deadline = time.time() + 20
+        while time.time() < deadline and not (os.path.exists(work) and
+                                              len(open(work).read().split()) == 2):
+            time.sleep(0.05)
+        pids = [int(p) for p in open(work).read().split()]
+        assert all(alive(p) for p in pids)
+        d.cli("cancel", str(job_id))
+        job = d.wait(job_id)
+        assert job["state"] == "CANCELLED"
+        deadline = time.time() + 10
+        while time.time() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.05)
+        if IS_ROOT:  # without a cgroup the setsid'd one can escape
+            assert not any(alive(p) for p in pids)
+        else:
+            assert not alive(pids[0])
+        # A pending job cancels at once; an ended one cannot be cancelled.
+        assert d.request("DELETE", f"/api/v1/jobs/{job_id}", token=d.admin)[0] == 409
+
+
+def test_queue_waits_for_resources_and_honours_priority(tmp_path):
+    with daemon(tmp_path) as d:
+        cores = os.cpu_count()
+        status, err = d.request("POST", "/api/v1/jobs", {"command": ["true"], "cpus": cores + 1},
+                                d.admin)
+        assert status == 400 and "can never run" in err["error"] and "CPUs" in err["error"]
+        big = d.submit(["sleep", "2"], cpus=cores)
+        while d.job(big)["state"] != "RUNNING":
+            time.sleep(0.05)
+        low = d.submit(["true"], cpus=cores, priority=-5)
+        high = d.submit(["true"], cpus=cores, priority=5)
+        time.sleep(0.3)
+        assert d.job(high)["state"] == "PENDING" and d.job(high)["reason"] == "Resources"
+        assert d.job(low)["state"] == "PENDING" and d.job(low)["reason"] == "Priority"
+        d.wait(low)
+        assert d.job(high)["start_time"] <= d.job(low)["start_time"]
+
+
+def test_gang_booking_of_whole_devices(tmp_path):
+    if not PLUGINS:
+        pytest.skip("GPUSRV_TEST_PLUGINS not set: no second device to book")
+    with daemon(tmp_path, "--job-devices", "all", env={"GPUSRV_PLUGIN_PATH": PLUGINS}) as d:
+        both = d.submit(["sh", "-c", "echo $GPUSRV_VISIBLE_DEVICES; sleep 1"], gpus=2)
+        while d.job(both)["state"] != "RUNNING":
+            time.sleep(0.05)
+        bookings = d.request("GET", "/api/v1/bookings")[1]["bookings"]
+        mine = [b for b in bookings if b["owner"].startswith(f"job {both} ")]
+        assert len(mine) == 1 and {p["device"] for p in mine[0]["devices"]} == {"cpu0", "testcpu0"}
+        assert all(p["share"] == 100 for p in mine[0]["devices"])
+        one = d.submit(["true"], gpus=1)
+        time.sleep(0.3)
+        assert d.job(one)["state"] == "PENDING" and d.job(one)["reason"] == "Resources"
+        assert d.wait(both)["state"] == "COMPLETED"
+        assert d.log(both).strip() == "cpu0,testcpu0"
+        assert d.wait(one)["state"] == "COMPLETED"
+        status, err = d.request("POST", "/api/v1/jobs", {"command": ["true"], "gpus": 3}, d.admin)
+        assert status == 400 and "device" in err["error"]
+        # Slices share a device up to 100% of its compute.
+        a = d.submit(["sleep", "1"], gpu_mem="1M", gpu_share=60)
+        b = d.submit(["sleep", "1"], gpu_mem="1M", gpu_share=60)
+        ja, jb = d.wait(a), d.wait(b)
+        assert ja["devices"] != jb["devices"] or ja["end_time"] <= jb["start_time"] + 0.01 \
+            or jb["end_time"] <= ja["start_time"] + 0.01
+
+
+def test_tokens_and_tenant_isolation(tmp_path):
+    with daemon(tmp_path) as d:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+        user = "nobody" if IS_ROOT else me
+        alice = d.cli("tenant", "add", "alice", "--user", user).stdout.strip()
+        bob = d.cli("tenant", "add", "bob", "--user", user, "--weight", "2").stdout.strip()
+        assert alice.startswith("gs_") and alice != bob
+        # No token, a wrong one, a made-up one.
+        assert d.request("GET", "/api/v1/jobs")[0] == 401
+        assert d.request("GET", "/api/v1/jobs", token=alice[:-1] + "0")[0] == 401
+        assert d.request("GET", "/api/v1/jobs", token="letmein")[0] == 401
+        # Health never needs one; inference and metadata not on loopback.
+        assert d.request("GET", "/v2/health/ready")[0] == 200
+        assert d.request("GET", "/v2")[0] == 200
+        job = d.submit(["sh", "-c", "echo secret"], token=alice)
+        d.wait(job, token=alice)
+        for method, path in (("GET", f"/api/v1/jobs/{job}"), ("DELETE", f"/api/v1/jobs/{job}"),
+                             ("GET", f"/api/v1/jobs/{job}/logs")):
+            status, err = d.request(method, path, token=bob)
+            assert status == 403 and "another tenant" in err["error"]
+        assert d.request("GET", "/api/v1/jobs?all=1", token=bob)[1]["jobs"] == []
+        assert [j["id"] for j in d.request("GET", "/api/v1/jobs?all=1", token=alice)[1]["jobs"]] \
+            == [job]
+        # The admin sees everyone's; tenants cannot manage tenants.
+        assert d.log(job) == "secret\n"
+        assert d.request("GET", "/api/v1/tenants", token=alice)[0] == 403
+        p = d.cli("tenant", "add", "mallory", "--user", user, token=alice, check=False)
+        assert p.returncode == 1 and "admin" in p.stderr
+        # A further token works; removing the tenant revokes them.
+        extra = d.cli("tenant", "token", "bob").stdout.strip()
+        assert d.request("GET", "/api/v1/jobs", token=extra)[0] == 200
+        d.cli("tenant", "remove", "bob")
+        assert d.request("GET", "/api/v1/jobs", token=extra)[0] == 401
+        assert d.request("GET", "/api/v1/jobs", token=bob)[0] == 401
+        # Accounting per tenant.
+        usage = json.loads(d.cli("usage", "--json").stdout)
+        assert [u["tenant"] for u in usage] == ["alice"] and usage[0]["jobs"] == 1
+
+
+def test_auth_required_covers_inference(tmp_path):
+    with daemon(tmp_path, "--auth", "required") as d:
+        assert d.request("GET", "/v2/health/live")[0] == 200
+        assert d.request("GET", "/v2")[0] == 401
+        assert d.request("GET", "/metrics")[0] == 401
+        assert d.request("GET", "/v2", token=d.admin)[0] == 200
+    p = subprocess.run([GPUSRV, "serve", "--auth", "sometimes", "--state-dir", str(tmp_path / "s")],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "'auto' or 'required'" in p.stderr
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="switching users needs root")
+def test_jobs_run_as_their_tenants_user_never_root(tmp_path):
+    for name in ("gstest_a", "gstest_b"):
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                        name], capture_output=True)
+    with daemon(tmp_path) as d:
+        a = d.cli("tenant", "add", "ta", "--user", "gstest_a").stdout.strip()
+        b = d.cli("tenant", "add", "tb", "--user", "gstest_b").stdout.strip()
+        root_t = d.cli("tenant", "add", "tr", "--user", "root").stdout.strip()
+        ghost = d.cli("tenant", "add", "tg", "--user", "no_such_user_here").stdout.strip()
+        ja = d.submit(["sh", "-c", "echo private > mine.txt; id -un; sleep 2"], token=a)
+        while d.job(ja, a)["state"] != "RUNNING":
+            time.sleep(0.05)
+        time.sleep(0.3)
+        work_a = os.path.join(d.state, "jobs", str(ja), "work")
+        log_a = os.path.join(d.state, "jobs", str(ja), "stdout.log")
+        jb = d.submit(["sh", "-c", f"cat {work_a}/mine.txt; cat {log_a}; ls {work_a}; echo done"],
+                      token=b)
+        d.wait(jb, token=b)
+        out_b, err_b = d.log(jb, token=b), d.log(jb, "stderr", token=b)
+        assert "private" not in out_b and out_b.strip().endswith("done")
+        assert err_b.count("Permission denied") == 3, err_b
+        assert d.wait(ja, token=a)["state"] == "COMPLETED"
+        assert d.log(ja, token=a).strip() == "gstest_a"
+        # Root only with --allow-root; a user that does not exist: refused with the reason.
+        status, err = d.request("POST", "/api/v1/jobs", {"command": ["id"]}, root_t)
+        assert status == 403 and "--allow-root" in err["error"]
+        status, err = d.request("POST", "/api/v1/jobs", {"command": ["id"]}, ghost)
+        assert status == 400 and "does not exist" in err["error"]
+        allowed = d.cli("tenant", "add", "tr2", "--user", "root", "--allow-root").stdout.strip()
+        jr = d.submit(["id", "-u"], token=allowed)
+        d.wait(jr, token=allowed)
+        assert d.log(jr, token=allowed).strip() == "0"
+
+
+def test_bad_requests_get_clear_errors(tmp_path):
+    with daemon(tmp_path) as d:
+        t = d.admin
+        cases = [
+            (b"{not json", "not a JSON object"),
+            ({"command": "echo hi"}, "needs a command"),
+            ({"command": []}, "needs a command"),
+            ({"command": ["echo", 3]}, "non-empty strings"),
+            ({"command": ["true"], "cpus": -1}, "cpus"),
+            ({"command": ["true"], "time_limit": "soon"}, "not a time limit"),
+            ({"command": ["true"], "mem": "lots"}, "not a size"),
+            ({"command": ["true"], "gpus": 1, "gpu_mem": "1G"}, "not both"),
+            ({"command": ["true"], "env": ["NOEQUALS"]}, "NAME=VALUE"),
+            ({"command": ["true"], "chdir": "relative"}, "absolute"),
+            ({"command": ["true"], "priority": 99999}, "priority"),
+        ]
+        for body, needle in cases:
+            status, err = d.request("POST", "/api/v1/jobs", body, t)
+            assert status == 400 and needle in err["error"], (body, err)
+        assert d.request("GET", "/api/v1/jobs/999", token=t)[0] == 404
+        assert d.request("GET", "/api/v1/jobs/abc", token=t)[0] == 404
+        assert d.request("GET", "/api/v1/jobs/1/logs?stream=stdin", token=t)[0] in (400, 404)
+        # A command that does not exist fails with the reason in its log.
+        job = d.wait(d.submit(["/no/such/program"]))
+        assert job["state"] == "FAILED" and job["exit_code"] == 127
+        assert "cannot run '/no/such/program'" in d.log(job["id"], "stderr")
+        # The command line: usage errors exit 2.
+        for args in (["submit"], ["submit", "--cpus", "x", "--", "true"], ["submit", "--time",
+                     "forever", "--", "true"], ["wait"], ["wait", "abc"], ["logs"],
+                     ["tenant"], ["tenant", "frob", "x"], ["usage", "--since", "yesterday"]):
+            assert d.cli(*args, check=False).returncode == 2, args
+
+
+def test_pending_jobs_survive_a_restart(tmp_path):
+    d = Daemon(tmp_path).start()
+    cores = os.cpu_count()
+    blocker = d.submit(["sleep", "1.5"], cpus=cores)
+    while d.job(blocker)["state"] != "RUNNING":
+        time.sleep(0.05)
+    waiting = d.submit(["echo", "after"], cpus=cores)
+    d.stop()
+    d.start()
+    try:
+        assert d.wait(blocker)["state"] == "COMPLETED"  # adopted across the restart
+        assert d.wait(waiting)["state"] == "COMPLETED"
+        assert d.log(waiting) == "after\n"
+    finally:
+        d.stop()
+        d.cleanup()
+
+
+def test_kill_9_of_the_daemon_loses_nothing(tmp_path):
+    d = Daemon(tmp_path).start()
+    token = d.admin
+    acked, errors = [], []
+    stop = threading.Event()
+
+    def submitter():
+        i = 0
+        while not stop.is_set():
+            try:
+                status, job = d.request("POST", "/api/v1/jobs",
+                                        {"command": ["sh", "-c", f"sleep 0.3; echo job{i}"],
+                                         "cpus": 0.01}, token)
+                if status == 201:
+                    acked.append((job["id"], f"job{i}"))
+            except OSError:  # the daemon died under us: not acknowledged
+                pass
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+            i += 1
+
+    long_job = d.submit(["sh", "-c", "sleep 2; echo survived"])
+    threads = [threading.Thread(target=submitter) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    d.stop(signal.SIGKILL)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors and len(acked) > 5
+    d.start()
+    try:
+        for job_id, word in acked:
+            job = d.wait(job_id, timeout=60)
+            assert job["state"] == "COMPLETED", job
+            assert d.log(job_id) == word + "\n"
+        job = d.wait(long_job)
+        assert job["state"] == "COMPLETED" and d.log(long_job) == "survived\n"
+    finally:
+        d.stop()
+        d.cleanup()
+
+
+def test_lost_jobs_are_requeued_when_asked(tmp_path):
+    d = Daemon(tmp_path).start()
+    plain = d.submit(["sleep", "30"])
+    again = d.submit(["sh", "-c", "test -e marker || { touch marker; sleep 30; }; echo second"],
+                     requeue=True)
+    for j in (plain, again):
+        while d.job(j)["state"] != "RUNNING":
+            time.sleep(0.05)
+    marker = os.path.join(d.state, "jobs", str(again), "work", "marker")
+    while not os.path.exists(marker):  # its first run is under way
+        time.sleep(0.05)
+    supervisors = [d.job(j) for j in (plain, again)]
+    d.stop(signal.SIGKILL)
+    # While the daemon is down, the jobs' supervisors and processes vanish.
+    for job in supervisors:
+        os.killpg(os.getpgid(job_pid(d, job["id"])), signal.SIGKILL)
+    d.start()
+    try:
+        assert d.wait(plain)["state"] == "LOST"
+        job = d.wait(again)
+        assert job["state"] == "COMPLETED" and job["runs"] == 2
+        assert "LOST" in [e["state"] for e in job["events"]]
+    finally:
+        d.stop()
+        d.cleanup()
+
+
+def job_pid(d, job_id):
+    import sqlite3
+    with contextlib.closing(sqlite3.connect(os.path.join(d.state, "state.db"))) as db:
+        return db.execute("SELECT pid FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
