@@ -65,3 +65,21 @@ int gs_mkdir_p(const char *dir) {
     }
   return mkdir(buf, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
+
+uint64_t gs_process_start_ticks(int pid) {
+  char path[64], text[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  if (gs_read_text_file(path, text, sizeof text) < 0)
+    return 0;
+  const char *p = strrchr(text, ')'); /* the command name may hold spaces and ')' */
+  if (!p)
+    return 0;
+  unsigned long long start = 0;
+  int field = 2;
+  for (p++; *p && field < 22; p++)
+    if (*p == ' ')
+      field++;
+  if (field == 22)
+    sscanf(p, "%llu", &start);
+  return start;
+}

@@ -15,4 +15,9 @@ int gs_read_u64_file(const char *path, uint64_t *out);
  * -1 with errno set. */
 int gs_mkdir_p(const char *dir);
 
+/* The start time of process `pid` in clock ticks since boot (field 22 of
+ * /proc/PID/stat), 0 if there is no such process. It tells a process from a
+ * later one that reuses its pid. */
+uint64_t gs_process_start_ticks(int pid);
+
 #endif

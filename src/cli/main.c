@@ -1,7 +1,6 @@
 /* main.c - `gpusrv SUBCOMMAND ...`: dispatches to the subcommands, and
  * prints help and the version. */
 #include "cli/cli.h"
-#include "sched/sched.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -80,9 +79,6 @@ int main(int argc, char **argv) {
     return GS_EXIT_USAGE;
   }
   const char *arg = argv[1];
-  /* The supervisor of one job, started by the daemon (src/sched/shim.c). */
-  if (strcmp(arg, "__job-shim") == 0 && argc == 3)
-    return gs_job_shim_main(argv[2]);
   if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
     print_overview(stdout);
     return GS_EXIT_OK;

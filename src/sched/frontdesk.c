@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ struct gs_frontdesk {
   bool thread_started, stop;
   int wake_fd;
   char admin_token_path[600];
+  char shim_path[PATH_MAX]; /* gpusrv-job-shim */
 
   gs_tenant *tenants;
   int n_tenants;
@@ -333,27 +335,6 @@ static void job_dir(const gs_frontdesk *fd, int64_t id, char *out, size_t cap) {
   snprintf(out, cap, "%s/jobs/%lld", fd->set.state_dir, (long long)id);
 }
 
-/* Start time of a process in clock ticks since boot (field 22 of its
- * stat), 0 if it does not exist. Tells a process from a later one that
- * reuses its pid. */
-static uint64_t process_start(pid_t pid) {
-  char path[64], text[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  if (gs_read_text_file(path, text, sizeof text) < 0)
-    return 0;
-  const char *p = strrchr(text, ')'); /* the command name may hold spaces */
-  if (!p)
-    return 0;
-  unsigned long long start = 0;
-  int field = 2;
-  for (p++; *p && field < 22; p++)
-    if (*p == ' ')
-      field++;
-  if (field == 22)
-    sscanf(p, "%llu", &start);
-  return start;
-}
-
 static int open_pidfd(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
 /* Whole devices book all their memory and compute; slices what they ask. */
@@ -470,32 +451,17 @@ static int launch(gs_frontdesk *fd, active_job *a) {
   rc = write_spec(dir, j, &id, j->chdir[0] ? j->chdir : work, &fd->set);
   if (rc < 0)
     return rc;
-  char exit_path[720], shim_log[720];
+  char exit_path[720], pid_path[720], shim_log[720];
   snprintf(exit_path, sizeof exit_path, "%s/exit.json", dir);
+  snprintf(pid_path, sizeof pid_path, "%s/supervisor.pid", dir);
   unlink(exit_path); /* from an earlier run of a requeued job */
+  unlink(pid_path);
   snprintf(shim_log, sizeof shim_log, "%s/supervisor.log", dir);
-  pid_t pid = fork();
-  if (pid < 0)
-    return gs_error(GS_EIO, "cannot fork the job's supervisor: %s", strerror(errno));
-  if (pid == 0) {
-    /* Only async-signal-safe calls between fork and exec. */
-    setsid();
-    int null = open("/dev/null", O_RDONLY);
-    int log = open(shim_log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (null >= 0)
-      dup2(null, 0);
-    if (log >= 0) {
-      dup2(log, 1);
-      dup2(log, 2);
-    }
-    syscall(SYS_close_range, 3u, ~0u, 0u);
-    char *const argv[] = {"gpusrv", "__job-shim", dir, NULL};
-    execv("/proc/self/exe", argv);
-    _exit(127);
-  }
-  a->pidfd = open_pidfd(pid);
-  j->pid = pid;
-  j->pid_start = process_start(pid);
+  /* On disk before the supervisor exists: should the daemon die in
+   * between, the next one finds the job RUNNING and looks for the
+   * supervisor's pid file, instead of starting the job a second time. */
+  j->pid = 0;
+  j->pid_start = 0;
   j->start_time = wall_now();
   j->end_time = 0;
   j->exit_code = -1;
@@ -504,6 +470,31 @@ static int launch(gs_frontdesk *fd, active_job *a) {
   j->cancel_requested = j->timed_out = false;
   j->term_sent_at = 0;
   set_state(fd, j, GS_JOB_RUNNING, "");
+  /* posix_spawn (vfork underneath): no copy of the daemon's page tables,
+   * which a fork of a process holding models would pay for. */
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, shim_log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  pid_t pid;
+  char *const argv[] = {"gpusrv-job-shim", dir, NULL};
+  char *const envp[] = {NULL};
+  int err = posix_spawn(&pid, fd->shim_path, &fa, &attr, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (err != 0)
+    return gs_error(GS_EIO, "cannot start the job's supervisor %s: %s", fd->shim_path,
+                    strerror(err));
+  a->pidfd = open_pidfd(pid);
+  j->pid = pid;
+  j->pid_start = gs_process_start_ticks(pid);
+  if (gs_store_job_update(fd->store, j, false) < 0)
+    GS_LOGE("sched", "job %lld: %s", (long long)j->id, gs_error_detail());
   GS_LOGI("sched", "job %lld (%s) started, pid %d, devices '%s'", (long long)j->id, j->tenant,
           (int)pid, j->devices);
   return GS_OK;
@@ -682,11 +673,10 @@ static void schedule(gs_frontdesk *fd) {
     active_job *a = &fd->active[index[k]];
     gs_job *j = a->job;
     if (!pending[k].start) {
-      const char *why = pending[k].tenant < 0 ? "tenant removed" : pending[k].reason;
-      if (strcmp(j->reason, why) != 0) {
-        snprintf(j->reason, sizeof j->reason, "%s", why);
-        gs_store_job_update(fd->store, j, false);
-      }
+      /* Why it waits changes with every pass: kept in memory only (writing
+       * it would cost a synced transaction per pending job). */
+      snprintf(j->reason, sizeof j->reason, "%s",
+               pending[k].tenant < 0 ? "tenant removed" : pending[k].reason);
       continue;
     }
     j->placement = pending[k].placement;
@@ -726,7 +716,7 @@ static void *scheduler_thread(void *arg) {
           struct pollfd p = {.fd = a->pidfd, .events = POLLIN};
           gone = poll(&p, 1, 0) > 0;
         } else {
-          gone = process_start(j->pid) != j->pid_start;
+          gone = gs_process_start_ticks(j->pid) != j->pid_start;
         }
       }
       if (gone && settle(fd, a)) {
@@ -933,14 +923,16 @@ json_t *gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
 json_t *gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char *tenant) {
   const char *only = who->admin ? (tenant && tenant[0] ? tenant : NULL) : who->tenant;
   pthread_mutex_lock(&fd->lock);
-  json_t *arr;
+  /* Unfinished jobs as the queue has them now (newest first), then with
+   * --all the ended ones from the store. */
+  json_t *arr = json_array();
+  for (int i = fd->n_active - 1; i >= 0; i--)
+    if (!only || strcmp(fd->active[i].job->tenant, only) == 0)
+      json_array_append_new(arr, gs_job_to_json(fd->active[i].job));
   if (all) {
-    arr = gs_store_jobs_json(fd->store, only, true, 1000);
-  } else {
-    arr = json_array();
-    for (int i = fd->n_active - 1; i >= 0; i--) /* newest first, as with --all */
-      if (!only || strcmp(fd->active[i].job->tenant, only) == 0)
-        json_array_append_new(arr, gs_job_to_json(fd->active[i].job));
+    json_t *ended = gs_store_jobs_json(fd->store, only, 1000);
+    json_array_extend(arr, ended);
+    json_decref(ended);
   }
   pthread_mutex_unlock(&fd->lock);
   return arr;
@@ -1109,8 +1101,31 @@ static int take_back_jobs(gs_frontdesk *fd) {
       for (int d = 0; d < fd->n_devices; d++)
         if (strcmp(gs_device_get_info(fd->devices[d])->id, tok) == 0)
           j->placement |= (gs_sched_placement)1 << d;
-    int pidfd = open_pidfd(j->pid);
-    if (pidfd >= 0 && process_start(j->pid) == j->pid_start && j->pid_start != 0) {
+    char dir[600], path[700];
+    job_dir(fd, j->id, dir, sizeof dir);
+    if (j->pid <= 0) {
+      /* The daemon stopped while starting it: the supervisor, if it came
+       * to be, left its pid; if it did not, the job never ran. */
+      long long pid = 0;
+      unsigned long long start = 0;
+      char text[64];
+      snprintf(path, sizeof path, "%s/supervisor.pid", dir);
+      if (gs_read_text_file(path, text, sizeof text) > 0 &&
+          sscanf(text, "%lld %llu", &pid, &start) == 2) {
+        j->pid = (pid_t)pid;
+        j->pid_start = start;
+      } else {
+        snprintf(path, sizeof path, "%s/exit.json", dir);
+        if (access(path, F_OK) != 0) {
+          j->start_time = 0;
+          j->runs--;
+          set_state(fd, j, GS_JOB_PENDING, "Requeued: the daemon stopped while starting it");
+          continue;
+        }
+      }
+    }
+    int pidfd = j->pid > 0 ? open_pidfd(j->pid) : -1;
+    if (pidfd >= 0 && gs_process_start_ticks(j->pid) == j->pid_start && j->pid_start != 0) {
       a->pidfd = pidfd;
       if (book_devices(fd, j, j->placement) < 0)
         GS_LOGW("sched", "job %lld: adopted, but its devices could not be booked again: %s",
@@ -1148,6 +1163,27 @@ static void warn_if_unreachable(const char *jobs_dir) {
   }
 }
 
+/* The job supervisor lives beside the running executable (the build tree)
+ * or in ../lib/gpusrv (an installed tree). */
+static int find_shim(char *out, size_t cap) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0)
+    return gs_error(GS_EIO, "cannot find this executable: %s", strerror(errno));
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (slash)
+    *slash = '\0';
+  const char *const places[] = {"", "/../lib/gpusrv"};
+  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+    snprintf(out, cap, "%s%s/gpusrv-job-shim", exe, places[i]);
+    if (access(out, X_OK) == 0)
+      return GS_OK;
+  }
+  return gs_error(GS_ENOENT, "cannot find gpusrv-job-shim in %s or %s/../lib/gpusrv: jobs "
+                             "cannot start", exe, exe);
+}
+
 int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out) {
   gs_frontdesk *fd = calloc(1, sizeof *fd);
   if (!fd)
@@ -1168,6 +1204,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
   }
   if (rc == 0 && geteuid() == 0)
     warn_if_unreachable(path);
+  if (rc == 0)
+    rc = find_shim(fd->shim_path, sizeof fd->shim_path);
   if (rc == 0)
     rc = choose_devices(fd);
   if (rc == 0)

@@ -153,7 +153,4 @@ json_t *gs_usage_json(gs_frontdesk *fd, const gs_principal *who, const char *ten
 json_t *gs_frontdesk_devices_json(gs_frontdesk *fd);
 json_t *gs_frontdesk_bookings_json(gs_frontdesk *fd);
 
-/* `gpusrv __job-shim DIR`: the supervisor of one job's processes (shim.c). */
-int gs_job_shim_main(const char *job_dir);
-
 #endif

@@ -1,12 +1,17 @@
-/* shim.c - `gpusrv __job-shim DIR`: the supervisor of one job. The daemon
+/* shim.c - `gpusrv-job-shim DIR`: the supervisor of one job. The daemon
  * starts it (in its own session) and it outlives the daemon if need be:
  * it makes the job's cgroup, starts the command as the tenant's user with
  * its logs, passes SIGTERM on (and turns SIGUSR1 into SIGKILL of every
  * process of the job), and when the command ends kills what it left behind
  * and writes DIR/exit.json, which the daemon (this one or the next) reads. */
-#include "sched/sched.h"
+#include "sched/shim.h"
 
+#include "base/error.h"
+#include "base/fileutil.h"
 #include "sched/cgroup.h"
+
+#include <jansson.h>
+#include <stdbool.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,6 +108,17 @@ int gs_job_shim_main(const char *dir) {
     fprintf(stderr, "gpusrv: job supervisor: cannot open the logs in %s: %s\n", dir,
             strerror(errno));
     return 1;
+  }
+  /* Who supervises this job, for a daemon that died while starting it. */
+  char pid_path[820], tmp_path[840];
+  snprintf(pid_path, sizeof pid_path, "%s/supervisor.pid", dir);
+  snprintf(tmp_path, sizeof tmp_path, "%s.tmp", pid_path);
+  FILE *pf = fopen(tmp_path, "w");
+  if (pf) {
+    fprintf(pf, "%d %llu\n", (int)getpid(),
+            (unsigned long long)gs_process_start_ticks((int)getpid()));
+    if (fclose(pf) != 0 || rename(tmp_path, pid_path) != 0)
+      fprintf(stderr, "gpusrv: job supervisor: cannot write %s: %s\n", pid_path, strerror(errno));
   }
   gs_cgroup_limits limits = {
       .memory_bytes = (uint64_t)json_integer_value(json_object_get(spec, "memory")),

@@ -414,17 +414,16 @@ int gs_store_job_get(gs_store *st, int64_t id, gs_job **out) {
   return GS_OK;
 }
 
-json_t *gs_store_jobs_json(gs_store *st, const char *tenant, bool all, int limit) {
+json_t *gs_store_jobs_json(gs_store *st, const char *tenant, int limit) {
   json_t *arr = json_array();
   sqlite3_stmt *s = prepare(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE (?1 IS NULL OR tenant = ?1)"
-                                " AND (?2 OR state IN ('PENDING', 'RUNNING'))"
-                                " ORDER BY id DESC LIMIT ?3");
+                                " AND state NOT IN ('PENDING', 'RUNNING')"
+                                " ORDER BY id DESC LIMIT ?2");
   if (!s)
     return arr;
   if (tenant)
     sqlite3_bind_text(s, 1, tenant, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(s, 2, all);
-  sqlite3_bind_int(s, 3, limit > 0 ? limit : -1);
+  sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
   while (sqlite3_step(s) == SQLITE_ROW) {
     gs_job *j = read_job(s);
     if (!j)

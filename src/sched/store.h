@@ -36,9 +36,9 @@ int gs_store_job_update(gs_store *st, const gs_job *j, bool event);
 int gs_store_jobs_active(gs_store *st, gs_job ***out, int *n);
 /* One job; GS_ENOENT if none. The caller gs_job_free()s it. */
 int gs_store_job_get(gs_store *st, int64_t id, gs_job **out);
-/* Jobs as a JSON array (newest first): of `tenant` (NULL: everyone's),
- * only the unfinished ones unless `all`. New reference. */
-json_t *gs_store_jobs_json(gs_store *st, const char *tenant, bool all, int limit);
+/* Ended jobs as a JSON array (newest first, at most `limit`) of `tenant`
+ * (NULL: everyone's). New reference. */
+json_t *gs_store_jobs_json(gs_store *st, const char *tenant, int limit);
 /* The audit trail of one job: [{time, state, reason}]. New reference. */
 json_t *gs_store_job_events_json(gs_store *st, int64_t id);
 /* Accounting per tenant of jobs that ended since `since` (Unix seconds):
