@@ -44,6 +44,8 @@ bench: deps
 	$(BUILD_BENCH)/bench/gs-bench-copy
 	.venv/bin/python bench/models.py $(BUILD_BENCH)
 	.venv/bin/python bench/serve.py $(BUILD_BENCH)
+	$(BUILD_BENCH)/bench/gs-bench-sched-plan
+	.venv/bin/python bench/sched.py $(BUILD_BENCH)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH)

@@ -417,10 +417,13 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
   snprintf(path, sizeof path, "%s/spec.json", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   /* Root alone reads it: it holds the job's environment. */
+  char *text = spec ? json_dumps(spec, JSON_COMPACT) : NULL; /* one write, not one per token */
   int f = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  bool ok = f >= 0 && spec && json_dumpfd(spec, f, JSON_COMPACT) == 0;
+  size_t len = text ? strlen(text) : 0;
+  bool ok = f >= 0 && text && write(f, text, len) == (ssize_t)len;
   if (f >= 0)
     ok = close(f) == 0 && ok;
+  free(text);
   int rc = ok && rename(tmp, path) == 0
                ? GS_OK
                : gs_error(GS_EIO, "cannot write %s: %s", path, strerror(errno));
