@@ -21,6 +21,7 @@ typedef struct gs_serve_settings {
   char job_devices[GS_CONFIG_STR];
   int64_t kill_grace_seconds;
   int64_t job_pids_max;
+  char preemption[GS_CONFIG_STR];
 } gs_serve_settings;
 
 /* The one table every way of setting them derives from. */

@@ -55,6 +55,10 @@ const gs_config_option gs_serve_options[] = {
     OPT("job-pids-max", GS_CFG_INT, "4096", 0, 1 << 22,
         "Most processes and threads one job may have (its cgroup's pid limit; 0: none)",
         job_pids_max),
+    OPT("preemption", GS_CFG_STRING, "off", 0, 0,
+        "'requeue': stop lower-priority jobs (SIGTERM, then SIGKILL after kill-grace-seconds) "
+        "when the head of the queue needs what they hold, and queue them again; 'off': never",
+        preemption),
     {NULL, 0, NULL, 0, 0, NULL, 0},
 };
 
@@ -489,6 +493,9 @@ int gs_serve(const gs_serve_settings *settings) {
   if (strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "required") != 0)
     return gs_error(GS_EINVAL, "--auth is 'auto' or 'required', not '%s'", settings->auth);
   s.auth_required = strcmp(settings->auth, "required") == 0 || !loopback(settings->host);
+  if (strcmp(settings->preemption, "off") != 0 && strcmp(settings->preemption, "requeue") != 0)
+    return gs_error(GS_EINVAL, "--preemption is 'off' or 'requeue', not '%s'",
+                    settings->preemption);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)settings->http_port)};
   if (inet_pton(AF_INET, settings->host, &addr.sin_addr) != 1)
     return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
@@ -501,7 +508,8 @@ int gs_serve(const gs_serve_settings *settings) {
         (uint64_t)settings->model_memory_limit < gs_ledger_capacity(ledger, gs_hal_device(d)))
       gs_ledger_set_capacity(ledger, gs_hal_device(d), (uint64_t)settings->model_memory_limit);
   gs_frontdesk_settings fs = {.ledger = ledger, .kill_grace_s = (int)settings->kill_grace_seconds,
-                              .job_pids_max = settings->job_pids_max};
+                              .job_pids_max = settings->job_pids_max,
+                              .preemption = strcmp(settings->preemption, "requeue") == 0};
   snprintf(fs.state_dir, sizeof fs.state_dir, "%s", settings->state_dir);
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   if (rc == 0)

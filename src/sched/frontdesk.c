@@ -471,6 +471,7 @@ static int launch(gs_frontdesk *fd, active_job *a) {
   j->signal = 0;
   j->runs++;
   j->cancel_requested = j->timed_out = false;
+  j->preempted_by = 0;
   j->term_sent_at = 0;
   set_state(fd, j, GS_JOB_RUNNING, "");
   /* posix_spawn (vfork underneath): no copy of the daemon's page tables,
@@ -557,6 +558,10 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
              (int)j->pid);
   } else if (j->cancel_requested) {
     state = GS_JOB_CANCELLED;
+  } else if (j->preempted_by) {
+    state = GS_JOB_PREEMPTED;
+    snprintf(reason, sizeof reason, "stopped to make room for job %lld",
+             (long long)j->preempted_by);
   } else if (j->timed_out) {
     state = GS_JOB_TIMEOUT;
     snprintf(reason, sizeof reason, "ran past its time limit of %lld s",
@@ -578,9 +583,10 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
   json_decref(ex);
   set_state(fd, j, state, reason);
   GS_LOGI("sched", "job %lld %s %s", (long long)j->id, gs_job_state_name(state), reason);
-  if (state == GS_JOB_LOST && j->requeue) {
+  if ((state == GS_JOB_LOST && j->requeue) || state == GS_JOB_PREEMPTED) {
     j->pid = 0;
     j->start_time = j->end_time = 0;
+    j->preempted_by = 0;
     set_state(fd, j, GS_JOB_PENDING, "Requeued");
     return false;
   }
@@ -593,7 +599,7 @@ static void enforce_limits(gs_frontdesk *fd, double now) {
     gs_job *j = fd->active[i].job;
     if (j->state != GS_JOB_RUNNING || j->pid <= 0)
       continue;
-    if (j->time_limit_s > 0 && !j->timed_out && !j->cancel_requested &&
+    if (j->time_limit_s > 0 && !j->timed_out && !j->cancel_requested && !j->preempted_by &&
         now >= j->start_time + (double)j->time_limit_s) {
       j->timed_out = true;
       j->term_sent_at = now;
@@ -632,6 +638,39 @@ static int tenant_index(gs_frontdesk *fd, const char *name) {
   return -1;
 }
 
+static active_job *find_active(gs_frontdesk *fd, int64_t id);
+
+/* The head of the queue waits for resources that lower-priority jobs hold:
+ * stop the cheapest of them (SIGTERM, then SIGKILL after the grace period);
+ * they are requeued when they have gone. */
+static void preempt_for_head(gs_frontdesk *fd, const gs_sched_free *free_now,
+                             const gs_sched_job *running, int n_run, const gs_sched_job *pending,
+                             int n_pend) {
+  const gs_sched_job *head = NULL;
+  for (int k = 0; k < n_pend && !head; k++)
+    if (!pending[k].start && strcmp(pending[k].reason, "Resources") == 0)
+      head = &pending[k];
+  if (!head || n_run == 0)
+    return;
+  bool *victim = calloc((size_t)n_run, sizeof *victim);
+  if (!victim)
+    return;
+  if (gs_sched_victims(free_now, &fd->total, running, n_run, head, victim) > 0) {
+    double now = wall_now();
+    for (int i = 0; i < n_run; i++) {
+      active_job *a = victim[i] ? find_active(fd, running[i].id) : NULL;
+      if (!a || a->job->pid <= 0)
+        continue;
+      a->job->preempted_by = head->id;
+      a->job->term_sent_at = now;
+      kill(a->job->pid, SIGTERM);
+      GS_LOGI("sched", "job %lld preempted for job %lld", (long long)a->job->id,
+              (long long)head->id);
+    }
+  }
+  free(victim);
+}
+
 static void schedule(gs_frontdesk *fd) {
   int n_run = 0, n_pend = 0;
   for (int i = 0; i < fd->n_active; i++) {
@@ -662,6 +701,7 @@ static void schedule(gs_frontdesk *fd) {
                       .limit_s = j->time_limit_s};
     if (j->state == GS_JOB_RUNNING) {
       s.end_s = j->time_limit_s > 0 ? (int64_t)j->start_time + j->time_limit_s : GS_SCHED_NO_END;
+      s.leaving = j->cancel_requested || j->timed_out || j->preempted_by;
       running[n_run++] = s;
     } else {
       index[n_pend] = i;
@@ -670,8 +710,11 @@ static void schedule(gs_frontdesk *fd) {
   }
   gs_sched_free free_now;
   snapshot_free(fd, &free_now);
+  gs_sched_free before = free_now;
   gs_sched_plan(&free_now, &fd->total, tenants, fd->n_tenants, running, n_run, pending, n_pend,
                 (int64_t)wall_now());
+  if (fd->set.preemption)
+    preempt_for_head(fd, &before, running, n_run, pending, n_pend);
   for (int k = 0; k < n_pend; k++) {
     active_job *a = &fd->active[index[k]];
     gs_job *j = a->job;

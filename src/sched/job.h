@@ -52,6 +52,7 @@ typedef struct gs_job {
   gs_booking *booking;
   gs_sched_placement placement;
   bool cancel_requested, timed_out;
+  int64_t preempted_by;  /* stopped to make room for this job (0: not preempted) */
   double term_sent_at; /* when SIGTERM went to it; SIGKILL follows after the grace */
 } gs_job;
 

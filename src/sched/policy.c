@@ -353,3 +353,69 @@ int gs_sched_plan(gs_sched_free *free_now, const gs_sched_free *total, gs_sched_
   free(stop);
   return started;
 }
+
+/* ---- preemption ------------------------------------------------------------------------ */
+
+typedef struct candidate {
+  int index;
+  int priority;
+  int64_t end_s; /* started later ~ ends later: the least work lost */
+} candidate;
+
+static int by_cheapest_victim(const void *a, const void *b) {
+  const candidate *x = a, *y = b;
+  if (x->priority != y->priority)
+    return x->priority < y->priority ? -1 : 1;
+  return x->end_s > y->end_s ? -1 : x->end_s < y->end_s;
+}
+
+int gs_sched_victims(const gs_sched_free *free_now, const gs_sched_free *total,
+                     const gs_sched_job *running, int n_running, const gs_sched_job *head,
+                     bool *victim) {
+  gs_sched_free trial = *free_now;
+  gs_sched_placement p;
+  for (int i = 0; i < n_running; i++) {
+    victim[i] = false;
+    if (running[i].leaving)
+      gs_sched_give(&trial, total, &running[i].need, running[i].placement);
+  }
+  if (gs_sched_fit(&trial, total, &head->need, &p))
+    return 0; /* those already leaving make room enough */
+  candidate *c = malloc(((size_t)n_running + 1) * sizeof *c);
+  if (!c)
+    return 0;
+  int n = 0;
+  for (int i = 0; i < n_running; i++)
+    if (!running[i].leaving && running[i].priority < head->priority)
+      c[n++] = (candidate){i, running[i].priority, running[i].end_s};
+  qsort(c, (size_t)n, sizeof *c, by_cheapest_victim);
+  int chosen = 0;
+  bool fits = false;
+  for (int k = 0; k < n && !fits; k++) {
+    const gs_sched_job *r = &running[c[k].index];
+    gs_sched_give(&trial, total, &r->need, r->placement);
+    victim[c[k].index] = true;
+    chosen++;
+    fits = gs_sched_fit(&trial, total, &head->need, &p);
+  }
+  free(c);
+  if (!fits) {
+    for (int i = 0; i < n_running; i++)
+      victim[i] = false;
+    return 0;
+  }
+  /* Spare those whose stopping turned out not to be needed (an earlier
+   * pick freed what a later one was chosen for). */
+  for (int i = 0; i < n_running; i++) {
+    if (!victim[i])
+      continue;
+    gs_sched_free without = trial;
+    gs_sched_take(&without, total, &running[i].need, running[i].placement);
+    if (gs_sched_fit(&without, total, &head->need, &p)) {
+      victim[i] = false;
+      trial = without;
+      chosen--;
+    }
+  }
+  return chosen;
+}

@@ -63,6 +63,7 @@ typedef struct gs_sched_job {
   int64_t limit_s; /* pending jobs: time limit in seconds, 0 if none */
   gs_sched_need need;
   gs_sched_placement placement; /* running: where it is; pending: set when it starts */
+  bool leaving;  /* running: already being stopped (cancelled, timed out, preempted) */
   /* decided for pending jobs */
   bool start;
   const char *reason; /* why it waits: "Resources", "Priority", "QuotaExceeded" */
@@ -87,5 +88,15 @@ bool gs_sched_possible(const gs_sched_free *total, const gs_sched_need *need);
 int gs_sched_plan(gs_sched_free *free_now, const gs_sched_free *total, gs_sched_tenant *tenants,
                   int n_tenants, const gs_sched_job *running, int n_running,
                   gs_sched_job *pending, int n_pending, int64_t now_s);
+
+/* Preemption: which running jobs of lower priority than `head` to stop
+ * (victim[i] set) so that it can start once they are gone — the lowest
+ * priority first, and among equals the one that started last (least work
+ * lost). Jobs already leaving count as gone and are not chosen again.
+ * Returns how many it chose; 0 when the head can start without stopping
+ * more (it waits for those leaving) or cannot start even so. */
+int gs_sched_victims(const gs_sched_free *free_now, const gs_sched_free *total,
+                     const gs_sched_job *running, int n_running, const gs_sched_job *head,
+                     bool *victim);
 
 #endif

@@ -86,6 +86,7 @@ typedef struct gs_frontdesk_settings {
   char job_devices[256]; /* devices jobs may book: "" every device but the CPUs, "all", or ids */
   int kill_grace_s;      /* SIGTERM, then SIGKILL after this many seconds */
   int64_t job_pids_max;  /* pid limit of each job's cgroup */
+  bool preemption;       /* stop lower-priority jobs (and requeue them) for the queue's head */
 } gs_frontdesk_settings;
 
 /* Opens the state database, creates the admin tenant and its token file at

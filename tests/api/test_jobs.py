@@ -233,6 +233,34 @@ def test_queue_waits_for_resources_and_honours_priority(tmp_path):
         assert d.job(high)["start_time"] <= d.job(low)["start_time"]
 
 
+def test_preemption_requeues_lower_priority_work(tmp_path):
+    cores = os.cpu_count()
+    with daemon(tmp_path, "--preemption", "requeue") as d:
+        # Told to stop, it says so and leaves; its second run finishes at once.
+        low = d.submit(["sh", "-c", "if [ -e ran ]; then echo second; exit 0; fi; touch ran; "
+                        "trap 'echo stopping; exit 143' TERM; while :; do sleep 0.05; done"],
+                       cpus=cores, priority=-1)
+        while d.job(low)["state"] != "RUNNING":
+            time.sleep(0.05)
+        time.sleep(0.3)
+        high = d.submit(["sh", "-c", "echo high"], cpus=cores, priority=10)
+        assert d.wait(high)["state"] == "COMPLETED"
+        job = d.wait(low)
+        states = [e["state"] for e in job["events"]]
+        assert job["state"] == "COMPLETED" and job["runs"] == 2, job
+        assert states == ["PENDING", "RUNNING", "PREEMPTED", "PENDING", "RUNNING", "COMPLETED"]
+        assert d.log(low) == "stopping\nsecond\n"
+        preempted = [e for e in job["events"] if e["state"] == "PREEMPTED"][0]
+        assert f"job {high}" in preempted["reason"]
+        # Equal priority never preempts.
+        a = d.submit(["sleep", "1"], cpus=cores)
+        while d.job(a)["state"] != "RUNNING":
+            time.sleep(0.05)
+        b = d.submit(["true"], cpus=cores)
+        assert d.wait(a)["runs"] == 1 and d.wait(b)["state"] == "COMPLETED"
+        assert "PREEMPTED" not in [e["state"] for e in d.job(a)["events"]]
+
+
 def test_gang_booking_of_whole_devices(tmp_path):
     if not PLUGINS:
         pytest.skip("GPUSRV_TEST_PLUGINS not set: no second device to book")

@@ -274,6 +274,57 @@ static void quotas_and_priorities(void) {
   CHECK(!pending[3].start);
 }
 
+/* Preemption stops the fewest, cheapest lower-priority jobs, never a job
+ * of the head's priority or above, and none while enough is leaving. */
+static void preemption_victims(void) {
+  gs_sched_free total = {.cpus = 12, .host_mem = 8 * GB};
+  gs_sched_free free_now = total;
+  gs_sched_job running[3] = {job(1, 0, 0, 4, 0), job(2, 0, 0, 4, 0), job(3, 0, 5, 4, 0)};
+  running[0].end_s = 10;
+  running[1].end_s = 20; /* started later: less work lost */
+  running[2].end_s = 30;
+  for (int i = 0; i < 3; i++)
+    gs_sched_take(&free_now, &total, &running[i].need, running[i].placement);
+  bool victim[3];
+  gs_sched_job head = job(9, 0, 3, 4, 0);
+  CHECK_EQ(gs_sched_victims(&free_now, &total, running, 3, &head, victim), 1);
+  CHECK(!victim[0] && victim[1] && !victim[2]);
+  /* Two needed: both of the lower priority; the priority-5 job never. */
+  head.need.cpus = 8;
+  CHECK_EQ(gs_sched_victims(&free_now, &total, running, 3, &head, victim), 2);
+  CHECK(victim[0] && victim[1] && !victim[2]);
+  /* More than the lower-priority jobs hold: nobody is stopped. */
+  head.need.cpus = 12;
+  CHECK_EQ(gs_sched_victims(&free_now, &total, running, 3, &head, victim), 0);
+  CHECK(!victim[0] && !victim[1] && !victim[2]);
+  /* One already leaving makes room: wait for it, stop nobody else. */
+  head.need.cpus = 4;
+  running[0].leaving = true;
+  CHECK_EQ(gs_sched_victims(&free_now, &total, running, 3, &head, victim), 0);
+  /* Devices: a whole device for the head, where one device holds a slice
+   * and the other a whole-device job: stopping one of them is enough. */
+  gs_sched_free dev_total = {.n_devices = 2, .cpus = 8, .host_mem = 8 * GB};
+  for (int d = 0; d < 2; d++) {
+    dev_total.dev_mem[d] = 40 * GB;
+    dev_total.dev_share[d] = 100;
+  }
+  gs_sched_free dev_free = dev_total;
+  gs_sched_job held[2] = {job(1, 0, 0, 1, 0), job(2, 0, 0, 1, 0)};
+  held[0].need.gpu_mem = GB;
+  held[0].need.gpu_share = 10;
+  held[0].placement = 0x1;
+  held[0].end_s = 50;
+  held[1].need.gpus = 1;
+  held[1].placement = 0x2;
+  held[1].end_s = 40;
+  for (int i = 0; i < 2; i++)
+    gs_sched_take(&dev_free, &dev_total, &held[i].need, held[i].placement);
+  gs_sched_job big = job(9, 0, 1, 1, 0);
+  big.need.gpus = 1;
+  CHECK_EQ(gs_sched_victims(&dev_free, &dev_total, held, 2, &big, victim), 1);
+  CHECK(victim[0] != victim[1]);
+}
+
 int main(int argc, char **argv) {
   static const gs_test tests[] = {
       {"drf_paper_example", drf_paper_example},
@@ -282,6 +333,7 @@ int main(int argc, char **argv) {
       {"gangs_take_whole_devices", gangs_take_whole_devices},
       {"slices_best_fit", slices_best_fit},
       {"quotas_and_priorities", quotas_and_priorities},
+      {"preemption_victims", preemption_victims},
       {NULL, NULL},
   };
   gs_test_suite suite = {.name = "policy", .tests = tests};
