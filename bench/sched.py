@@ -4,7 +4,8 @@ gpusrv (`gpusrv submit` and a raw HTTP POST) beside task-spooler (`ts`) doing
 the same submissions in the same run: each job is `date +%s%N`, which prints
 the moment it runs; the latency is that moment minus the moment just before
 the submission. One job at a time, each waited for, so the queue is idle.
-Slurm is not measured here (see bench/RESULTS.md). Usage:
+Slurm is measured too when a local one answers (bench/slurm-local.sh starts
+one): `sbatch --wrap` with its output file. Usage:
     python bench/sched.py BUILD_DIR [N]
 """
 import http.client
@@ -120,6 +121,26 @@ def bench_ts():
     return lat
 
 
+def bench_slurm(n):
+    if not shutil.which("sbatch") or subprocess.run(["sinfo", "-h"], capture_output=True,
+                                                     timeout=10).returncode != 0:
+        return None
+    out_dir = tempfile.mkdtemp(prefix="slurm-bench-")
+    lat = []
+    try:
+        for i in range(n):
+            out = os.path.join(out_dir, f"out.{i}")
+            t0 = time.time_ns()
+            subprocess.run(["sbatch", "--parsable", "-o", out, "--wrap", "date +%s%N"],
+                           capture_output=True, check=True)
+            while not (os.path.exists(out) and os.path.getsize(out) > 0):
+                time.sleep(0.005)
+            lat.append((int(open(out).read().split()[0]) - t0) / 1e6)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return lat
+
+
 def main():
     print(f"bench/sched: submit-to-running latency, idle queue, {N} jobs each (`date +%s%N`)")
     cli, raw = bench_gpusrv()
@@ -131,7 +152,11 @@ def main():
     else:
         p50_ts = summary("task-spooler (ts CLI)", lat_ts)
         print(f"gpusrv CLI / ts: {p50_cli / p50_ts:.2f}x")
-    print("Slurm: not measured (see bench/RESULTS.md)")
+    lat_slurm = bench_slurm(min(N, 10))
+    if lat_slurm is None:
+        print("Slurm: no local slurmctld answers (bench/slurm-local.sh starts one)")
+    else:
+        summary("Slurm (sbatch --wrap)", lat_slurm)
     print(f"goal: p50 <= 10 ms and ahead of the peers; gpusrv CLI p50 {p50_cli:.2f} ms")
 
 
