@@ -472,6 +472,7 @@ static int launch(gs_frontdesk *fd, active_job *a) {
   j->runs++;
   j->cancel_requested = j->timed_out = false;
   j->preempted_by = 0;
+  j->over_memory[0] = '\0';
   j->term_sent_at = 0;
   set_state(fd, j, GS_JOB_RUNNING, "");
   /* posix_spawn (vfork underneath): no copy of the daemon's page tables,
@@ -558,6 +559,9 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
              (int)j->pid);
   } else if (j->cancel_requested) {
     state = GS_JOB_CANCELLED;
+  } else if (j->over_memory[0]) {
+    state = GS_JOB_OUT_OF_MEMORY;
+    snprintf(reason, sizeof reason, "%s", j->over_memory);
   } else if (j->preempted_by) {
     state = GS_JOB_PREEMPTED;
     snprintf(reason, sizeof reason, "stopped to make room for job %lld",
@@ -600,6 +604,7 @@ static void enforce_limits(gs_frontdesk *fd, double now) {
     if (j->state != GS_JOB_RUNNING || j->pid <= 0)
       continue;
     if (j->time_limit_s > 0 && !j->timed_out && !j->cancel_requested && !j->preempted_by &&
+        !j->over_memory[0] &&
         now >= j->start_time + (double)j->time_limit_s) {
       j->timed_out = true;
       j->term_sent_at = now;
@@ -608,6 +613,71 @@ static void enforce_limits(gs_frontdesk *fd, double now) {
     if (j->term_sent_at > 0 && now >= j->term_sent_at + fd->set.kill_grace_s) {
       kill(j->pid, SIGUSR1); /* the supervisor kills all of them */
       j->term_sent_at = INFINITY;
+    }
+  }
+}
+
+/* ---- device memory per process -------------------------------------------------------------- */
+
+/* The job a process belongs to: its cgroup (gpusrv/job-ID), else the
+ * GPUSRV_JOB_ID in its environment (jobs without cgroups). 0 if none. */
+static int64_t job_of_process(int pid) {
+  char path[64], text[4096];
+  snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
+  if (gs_read_text_file(path, text, sizeof text) > 0) {
+    const char *p = strstr(text, "/gpusrv/job-");
+    if (p)
+      return strtoll(p + 12, NULL, 10);
+  }
+  snprintf(path, sizeof path, "/proc/%d/environ", pid);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0)
+    return 0;
+  ssize_t n = read(f, text, sizeof text - 1);
+  close(f);
+  for (ssize_t i = 0; i < n;) {
+    const char *var = text + i;
+    size_t len = strnlen(var, (size_t)(n - i));
+    if (len > 14 && strncmp(var, "GPUSRV_JOB_ID=", 14) == 0 && (ssize_t)(i + len) < n)
+      return strtoll(var + 14, NULL, 10);
+    i += (ssize_t)len + 1;
+  }
+  return 0;
+}
+
+/* What the devices report each process using (NVML on NVIDIA GPUs), summed
+ * per job and device: a job over its booking on a device is stopped as
+ * OUT_OF_MEMORY before it starves the jobs and models that share it. */
+static void watch_device_memory(gs_frontdesk *fd, double now) {
+  gs_process_info procs[256];
+  for (int d = 0; d < fd->n_devices; d++) {
+    int count = 0;
+    if (gs_device_processes(fd->devices[d], procs, 256, &count) < 0 || count == 0)
+      continue;
+    if (count > 256)
+      count = 256;
+    for (int i = 0; i < fd->n_active; i++) {
+      gs_job *j = fd->active[i].job;
+      if (j->state != GS_JOB_RUNNING || j->over_memory[0] || j->pid <= 0)
+        continue;
+      uint64_t used = 0;
+      for (int k = 0; k < count; k++)
+        if (job_of_process(procs[k].pid) == j->id)
+          used += procs[k].memory_used_bytes;
+      uint64_t booked = !(j->placement >> d & 1) ? 0
+                        : j->need.gpus > 0       ? fd->total.dev_mem[d]
+                                                 : j->need.gpu_mem;
+      if (used <= booked)
+        continue;
+      char u[32], b[32];
+      snprintf(j->over_memory, sizeof j->over_memory,
+               "used %s of device memory on %s; its booking there is %s",
+               gs_format_bytes(used, u, sizeof u), gs_device_get_info(fd->devices[d])->id,
+               gs_format_bytes(booked, b, sizeof b));
+      if (j->term_sent_at == 0)
+        j->term_sent_at = now;
+      kill(j->pid, SIGTERM);
+      GS_LOGW("sched", "job %lld: %s", (long long)j->id, j->over_memory);
     }
   }
 }
@@ -701,7 +771,7 @@ static void schedule(gs_frontdesk *fd) {
                       .limit_s = j->time_limit_s};
     if (j->state == GS_JOB_RUNNING) {
       s.end_s = j->time_limit_s > 0 ? (int64_t)j->start_time + j->time_limit_s : GS_SCHED_NO_END;
-      s.leaving = j->cancel_requested || j->timed_out || j->preempted_by;
+      s.leaving = j->cancel_requested || j->timed_out || j->preempted_by || j->over_memory[0];
       running[n_run++] = s;
     } else {
       index[n_pend] = i;
@@ -750,6 +820,7 @@ static void *scheduler_thread(void *arg) {
   gs_frontdesk *fd = arg;
   struct pollfd *fds = NULL;
   int cap = 0;
+  double next_watch = 0;
   pthread_mutex_lock(&fd->lock);
   while (!fd->stop) {
     double now = wall_now();
@@ -776,6 +847,10 @@ static void *scheduler_thread(void *arg) {
       i++;
     }
     enforce_limits(fd, now);
+    if (now >= next_watch) {
+      watch_device_memory(fd, now);
+      next_watch = now + 0.5;
+    }
     schedule(fd);
     /* Sleep until a submission, a cancel, a job's end, or a second passes
      * (time limits; jobs whose end no pidfd reports). */
@@ -797,7 +872,7 @@ static void *scheduler_thread(void *arg) {
       if (fd->active[i].pidfd >= 0)
         fds[n++] = (struct pollfd){.fd = fd->active[i].pidfd, .events = POLLIN};
     pthread_mutex_unlock(&fd->lock);
-    if (poll(fds, (nfds_t)n, 1000) > 0 && (fds[0].revents & POLLIN)) {
+    if (poll(fds, (nfds_t)n, 500) > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;
       if (read(fd->wake_fd, &v, sizeof v) < 0) {
         /* nothing to drain */

@@ -20,6 +20,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
 PLUGINS = os.environ.get("GPUSRV_TEST_PLUGINS", "")
+FAKE_PLUGINS = os.environ.get("GPUSRV_TEST_FAKE_PLUGINS", "")
 IS_ROOT = os.geteuid() == 0
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "LOST"}
 
@@ -286,6 +287,33 @@ def test_gang_booking_of_whole_devices(tmp_path):
         ja, jb = d.wait(a), d.wait(b)
         assert ja["devices"] != jb["devices"] or ja["end_time"] <= jb["start_time"] + 0.01 \
             or jb["end_time"] <= ja["start_time"] + 0.01
+
+
+def test_job_over_its_device_memory_is_stopped(tmp_path):
+    """Per-process device memory as NVML reports it, faked by the fakegpu
+    test plugin from a file: a job over its booking is stopped as
+    OUT_OF_MEMORY; one within it runs on."""
+    if not FAKE_PLUGINS:
+        pytest.skip("GPUSRV_TEST_FAKE_PLUGINS not set: no device that reports processes")
+    figures = tmp_path / "processes"
+    figures.write_text("")
+    env = {"GPUSRV_PLUGIN_PATH": FAKE_PLUGINS, "GPUSRV_TEST_PROCESSES": str(figures)}
+    with daemon(tmp_path, "--job-devices", "fakegpu0", env=env) as d:
+        script = "echo $$ > pid; while :; do sleep 0.05; done"
+        hog = d.submit(["sh", "-c", script], gpu_mem="1G", gpu_share=10)
+        fine = d.submit(["sh", "-c", script], gpu_mem="1G", gpu_share=10, time_limit="3s")
+        pids = {}
+        for j in (hog, fine):
+            path = os.path.join(d.state, "jobs", str(j), "work", "pid")
+            deadline = time.time() + 20
+            while time.time() < deadline and not (os.path.exists(path) and open(path).read()):
+                time.sleep(0.05)
+            pids[j] = int(open(path).read())
+        figures.write_text(f"{pids[hog]} {3 << 30}\n{pids[fine]} {512 << 20}\n")
+        job = d.wait(hog)
+        assert job["state"] == "OUT_OF_MEMORY", job
+        assert "3.0 GiB of device memory on fakegpu0" in job["reason"] and "1.0 GiB" in job["reason"]
+        assert d.wait(fine)["state"] == "TIMEOUT"  # never stopped for memory
 
 
 def test_tokens_and_tenant_isolation(tmp_path):
