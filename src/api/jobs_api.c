@@ -23,6 +23,7 @@ static int status_of(int code) {
   case GS_EBUSY:
   case GS_ESTATE: return 409;
   case GS_EIO:
+  case GS_ENOMEM:
   case GS_EINTERNAL: return 500;
   default: return 400;
   }
@@ -44,7 +45,12 @@ static int get_bytes(json_t *body, const char *key, uint64_t *out) {
   }
   if (json_is_string(v)) {
     int rc = gs_parse_bytes(json_string_value(v), out);
-    return rc < 0 ? gs_error(rc, "%s: %s", key, gs_error_detail()) : GS_OK;
+    if (rc < 0) {
+      char why[300];
+      snprintf(why, sizeof why, "%s", gs_error_detail()); /* not formatted into itself */
+      return gs_error(rc, "%s: %s", key, why);
+    }
+    return GS_OK;
   }
   return gs_error(GS_EINVAL, "%s must be a size in bytes or text such as \"16G\"", key);
 }
@@ -228,6 +234,8 @@ static bool add_tenant(gs_frontdesk *fd, const char *body, size_t len, gs_http_r
     rc = get_string(b, "group", &group);
   if (rc == 0)
     rc = get_number(b, "weight", 1e-6, 1e6, &t.weight);
+  if (rc == 0)
+    rc = get_int(b, "max_priority", -1000, 1000, &t.max_priority);
   json_t *quotas = json_object_get(b, "quotas");
   json_t *qs = quotas ? quotas : b;
   if (rc == 0)

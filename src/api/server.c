@@ -81,6 +81,9 @@ typedef struct request {
   bool counted;         /* still counted in the server's in_flight */
   gs_infer_request infer;
   gs_http_reply reply;  /* filled by the batcher's thread before it resumes us */
+  gs_principal who;     /* from the Authorization header, checked before the body */
+  int denied;           /* 401 when the token is missing or wrong (the body is not kept) */
+  char denied_why[200];
 } request;
 
 /* libmicrohttpd's own messages (a client that hung up, a malformed request
@@ -235,39 +238,38 @@ static bool needs_token(const server *s, const char *url) {
   return s->auth_required;
 }
 
-/* Who is asking, from "Authorization: Bearer TOKEN". Sends 401 and returns
- * false when a token is needed and missing or wrong. */
-static bool authenticate(server *s, struct MHD_Connection *c, const char *url, gs_principal *who,
-                         enum MHD_Result *ret) {
-  memset(who, 0, sizeof *who);
+/* Who is asking, from "Authorization: Bearer TOKEN", as soon as the
+ * headers are in (before any body is kept). Sets req->denied when a token is
+ * needed and missing, or given and wrong; health routes ignore the header. */
+static void authenticate(server *s, struct MHD_Connection *c, const char *url, request *req) {
+  memset(&req->who, 0, sizeof req->who);
+  if (strncmp(url, "/v2/health/", 11) == 0)
+    return;
   const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-  bool need = needs_token(s, url);
+  const char *why = NULL;
+  char msg[200];
   if (!h) {
-    if (need)
-      *ret = send_error(c, 401, "this route needs a token (Authorization: Bearer TOKEN)");
-    return !need;
-  }
-  if (strncasecmp(h, "Bearer ", 7) != 0) {
-    *ret = send_error(c, 401, "the Authorization header must read 'Bearer TOKEN'");
-    return false;
-  }
-  if (gs_frontdesk_authenticate(s->frontdesk, h + 7, who) < 0) {
-    char msg[200];
+    if (needs_token(s, url))
+      why = "this route needs a token (Authorization: Bearer TOKEN)";
+  } else if (strncasecmp(h, "Bearer ", 7) != 0) {
+    why = "the Authorization header must read 'Bearer TOKEN'";
+  } else if (gs_frontdesk_authenticate(s->frontdesk, h + 7, &req->who) < 0) {
     snprintf(msg, sizeof msg, "token refused: %s", gs_error_detail());
-    *ret = send_error(c, 401, msg);
-    return false;
+    why = msg;
   }
-  return true;
+  if (why) {
+    req->denied = 401;
+    snprintf(req->denied_why, sizeof req->denied_why, "%s", why);
+  }
 }
 
 static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *method,
                              const char *url, request *req) {
   bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
   gs_http_reply r = {0};
-  gs_principal who;
-  enum MHD_Result denied = MHD_NO;
-  if (!authenticate(s, c, url, &who, &denied))
-    return denied;
+  const gs_principal who = req->who;
+  if (req->denied)
+    return send_error(c, req->denied, req->denied_why);
   if (strncmp(url, "/api/v1/", 8) == 0) {
     gs_jobs_query q = {
         .all = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "all"),
@@ -409,12 +411,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->settings->max_request_bytes)
       req->too_large = true;
+    authenticate(s, c, url, req);
     return MHD_YES;
   }
   if (*upload_size) {
     if (!req->too_large && req->len + *upload_size > (size_t)s->settings->max_request_bytes)
       req->too_large = true;
-    if (!req->too_large) {
+    if (!req->too_large && !req->denied) { /* an unauthenticated body is read, not kept */
       if (req->len + *upload_size > req->cap) {
         size_t cap = req->cap ? req->cap : 4096;
         while (cap < req->len + *upload_size)

@@ -34,6 +34,7 @@ static const char tenant_help[] =
     "  --user USER      The Unix user its jobs run as (required)\n"
     "  --group GROUP    Their group (default: the user's primary group)\n"
     "  --weight W       Its weight in fair share (default 1)\n"
+    "  --max-priority P Highest priority its jobs may ask for (default 0)\n"
     "  --allow-root     Its jobs may run as root (never otherwise)\n"
     "  --admin          It may manage tenants and see every job\n"
     "  --max-gpus N     Quotas (default none): devices held at once,\n"
@@ -71,14 +72,16 @@ static int tenant_run(int argc, char **argv) {
       else if (!strcmp(a, "--user") || !strcmp(a, "--group"))
         json_object_set_new(body, a + 2, json_string(v));
       else if (!strcmp(a, "--weight") || !strcmp(a, "--max-gpus") || !strcmp(a, "--max-cpus") ||
-               !strcmp(a, "--max-jobs")) {
+               !strcmp(a, "--max-jobs") || !strcmp(a, "--max-priority")) {
         double n = strtod(v, &end);
-        if (end == v || *end || !(n >= 0)) {
+        if (end == v || *end || !(n >= 0 || !strcmp(a, "--max-priority"))) {
           json_decref(body);
           return gs_cli_usage_error(me, "bad value '%s' for %s", v, a);
         }
         if (!strcmp(a, "--weight"))
           json_object_set_new(body, "weight", json_real(n));
+        else if (!strcmp(a, "--max-priority"))
+          json_object_set_new(body, "max_priority", json_integer((json_int_t)n));
         else if (!strcmp(a, "--max-jobs"))
           json_object_set_new(quotas, "jobs", json_integer((json_int_t)n));
         else

@@ -87,12 +87,24 @@ static int locate(const char *name, bool make, gs_cgroup *out) {
     out->version = 2;
     char parent[700];
     snprintf(parent, sizeof parent, "/sys/fs/cgroup%s", rel);
-    /* Children may use a controller only when their parent hands it down. */
-    if (make)
-      write_text(parent, "cgroup.subtree_control", "+memory +cpu +pids");
     snprintf(out->dirs[0], sizeof out->dirs[0], "%s/%s", parent, name);
-    if (make && gs_mkdir_p(out->dirs[0]) < 0)
-      return gs_error(GS_EIO, "cannot create cgroup %s: %s", out->dirs[0], strerror(errno));
+    /* A group may use a controller only when every group above it hands it
+     * down: enable them level by level. (The daemon's own group holds the
+     * daemon, and v2 lets a group with processes hand nothing down, so the
+     * daemon belongs in a delegated subtree, e.g. systemd's Delegate= with
+     * DelegateSubgroup=; otherwise the limits fail and the job says so.) */
+    char level[800];
+    snprintf(level, sizeof level, "%s", parent);
+    for (const char *c = name; make && c && *c;) {
+      const char *slash = strchr(c, '/');
+      size_t n = slash ? (size_t)(slash - c) : strlen(c);
+      write_text(level, "cgroup.subtree_control", "+memory +cpu +pids");
+      size_t len = strlen(level);
+      snprintf(level + len, sizeof level - len, "/%.*s", (int)n, c);
+      if (mkdir(level, 0755) < 0 && errno != EEXIST)
+        return gs_error(GS_EIO, "cannot create cgroup %s: %s", level, strerror(errno));
+      c = slash ? slash + 1 : NULL;
+    }
     snprintf(out->controller[0], sizeof out->controller[0], "unified");
     out->n_dirs = 1;
   } else {
@@ -103,7 +115,9 @@ static int locate(const char *name, bool make, gs_cgroup *out) {
 
 int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup *out) {
   int rc = locate(name, true, out);
-  return rc < 0 ? rc : gs_cgroup_limit(out, limits);
+  if (rc == 0 && (rc = gs_cgroup_limit(out, limits)) < 0)
+    gs_cgroup_remove(out); /* no group left behind for a job that runs without it */
+  return rc;
 }
 
 void gs_cgroup_job_name(long long id, char *out, unsigned long cap) {

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #define MAX_ACTIVE 100000
+#define MAX_TIME_LIMIT_S (100LL * 366 * 86400)
 
 typedef struct active_job {
   gs_job *job;
@@ -132,7 +133,10 @@ int gs_frontdesk_authenticate(gs_frontdesk *fd, const char *token, gs_principal 
     return gs_error(GS_EPERM, "not a gpusrv token");
   char tenant[64];
   uint8_t salt[16], hash[32], got[32];
-  if (gs_store_token_get(fd->store, id, tenant, salt, hash) < 0)
+  pthread_mutex_lock(&fd->lock); /* one connection: not beside a transaction */
+  int rc = gs_store_token_get(fd->store, id, tenant, salt, hash);
+  pthread_mutex_unlock(&fd->lock);
+  if (rc < 0)
     return gs_error(GS_EPERM, "unknown token");
   token_hash(salt, secret, got);
   if (CRYPTO_memcmp(got, hash, 32) != 0)
@@ -185,6 +189,8 @@ int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap)
                     t->weight);
   if (t->max_devices < 0 || t->max_cpus < 0 || t->max_jobs < 0)
     return gs_error(GS_EINVAL, "quotas are 0 (no limit) or more");
+  if (t->max_priority < -1000 || t->max_priority > 1000)
+    return gs_error(GS_EINVAL, "a maximum priority is -1000 to 1000, not %d", t->max_priority);
   if (!t->unix_user[0])
     return gs_error(GS_EINVAL, "tenant '%s' needs a Unix user for its jobs (--user)", t->name);
   gs_tenant copy = *t;
@@ -251,9 +257,11 @@ json_t *gs_tenants_json(gs_frontdesk *fd) {
           pending++;
       }
     json_array_append_new(
-        arr, json_pack("{s:s, s:f, s:b, s:s, s:s, s:b, s:{s:f, s:I, s:i, s:f, s:I}, s:i, s:i}",
+        arr, json_pack("{s:s, s:f, s:b, s:s, s:s, s:b, s:i, s:{s:f, s:I, s:i, s:f, s:I}, s:i, "
+                       "s:i}",
                        "name", t->name, "weight", t->weight, "admin", t->admin, "user",
                        t->unix_user, "group", t->unix_group, "allow_root", t->allow_root,
+                       "max_priority", t->max_priority,
                        "quotas", "devices", t->max_devices, "device_mem",
                        (json_int_t)t->max_device_mem, "jobs", t->max_jobs, "cpus", t->max_cpus,
                        "mem", (json_int_t)t->max_host_mem, "running", running, "pending",
@@ -302,7 +310,8 @@ static int resolve_identity(const gs_tenant *t, identity *id) {
 
 /* ---- jobs: bookkeeping ----------------------------------------------------------------- */
 
-static int add_active(gs_frontdesk *fd, gs_job *j) {
+/* Room for one more active job. */
+static int reserve_active(gs_frontdesk *fd) {
   if (fd->n_active == fd->cap_active) {
     int cap = fd->cap_active ? 2 * fd->cap_active : 64;
     active_job *grown = realloc(fd->active, (size_t)cap * sizeof *grown);
@@ -311,8 +320,14 @@ static int add_active(gs_frontdesk *fd, gs_job *j) {
     fd->active = grown;
     fd->cap_active = cap;
   }
-  fd->active[fd->n_active++] = (active_job){.job = j, .pidfd = -1};
   return GS_OK;
+}
+
+static int add_active(gs_frontdesk *fd, gs_job *j) {
+  int rc = reserve_active(fd);
+  if (rc == 0)
+    fd->active[fd->n_active++] = (active_job){.job = j, .pidfd = -1};
+  return rc;
 }
 
 static void remove_active(gs_frontdesk *fd, int i) {
@@ -336,6 +351,15 @@ static void job_dir(const gs_frontdesk *fd, int64_t id, char *out, size_t cap) {
 }
 
 static int open_pidfd(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+/* Signals a job's supervisor through its pidfd where there is one, so that
+ * a pid reused after it ended cannot receive the signal. */
+static void signal_job(active_job *a, int sig) {
+  if (a->pidfd >= 0)
+    syscall(SYS_pidfd_send_signal, a->pidfd, sig, NULL, 0u);
+  else if (a->job->pid > 0 && gs_process_start_ticks(a->job->pid) == a->job->pid_start)
+    kill(a->job->pid, sig);
+}
 
 /* Whole devices book all their memory and compute; slices what they ask. */
 static int book_devices(gs_frontdesk *fd, gs_job *j, gs_sched_placement placement) {
@@ -388,17 +412,29 @@ static void visible_devices(const char *devices, const char *prefix, char *out, 
     }
 }
 
+/* Whether `env` ("K=V" strings) sets `name`. */
+static bool env_has(const json_t *env, const char *name) {
+  size_t i, len = strlen(name);
+  json_t *kv;
+  json_array_foreach(env, i, kv) {
+    const char *s = json_string_value(kv);
+    if (s && strncmp(s, name, len) == 0 && s[len] == '=')
+      return true;
+  }
+  return false;
+}
+
 static int write_spec(const char *dir, const gs_job *j, const identity *id, const char *cwd,
                       const gs_frontdesk_settings *set) {
-  json_t *env = json_array();
-  env_add(env, "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-  env_add(env, "HOME", id->home);
-  env_add(env, "USER", id->user);
-  env_add(env, "LOGNAME", id->user);
-  env_add(env, "SHELL", id->shell);
-  size_t i;
-  json_t *kv;
-  json_array_foreach(j->env, i, kv) json_array_append(env, kv);
+  /* The job's own variables, then the defaults it did not set; those of
+   * the booking were refused in its request, so they are the daemon's. */
+  json_t *env = json_deep_copy(j->env);
+  const char *defaults[][2] = {
+      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+      {"HOME", id->home}, {"USER", id->user}, {"LOGNAME", id->user}, {"SHELL", id->shell}};
+  for (size_t k = 0; k < sizeof defaults / sizeof defaults[0]; k++)
+    if (!env_has(j->env, defaults[k][0]))
+      env_add(env, defaults[k][0], defaults[k][1]);
   char jid[32], vis[256];
   snprintf(jid, sizeof jid, "%lld", (long long)j->id);
   env_add(env, "GPUSRV_JOB_ID", jid);
@@ -485,7 +521,21 @@ static int launch(gs_frontdesk *fd, active_job *a) {
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  /* Born with the signals it waits for blocked (a cancel at its start is
+   * not lost), and with every disposition at its default (the daemon
+   * ignores SIGPIPE; its jobs must not). */
+  sigset_t blocked, all;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGCHLD);
+  sigaddset(&blocked, SIGTERM);
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGHUP);
+  sigaddset(&blocked, SIGUSR1);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &blocked);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
   pid_t pid;
   char *const argv[] = {"gpusrv-job-shim", dir, NULL};
   char *const envp[] = {NULL};
@@ -506,6 +556,19 @@ static int launch(gs_frontdesk *fd, active_job *a) {
 }
 
 /* ---- jobs: ending ----------------------------------------------------------------------- */
+
+/* What is left of a job whose supervisor vanished would hold resources
+ * nobody booked: kill it through the job's cgroup. */
+static void kill_leftovers(int64_t id) {
+  gs_cgroup cg;
+  char name[64];
+  gs_cgroup_job_name(id, name, sizeof name);
+  if (gs_cgroup_open(name, &cg) == 0) {
+    for (int k = 0; k < 100 && gs_cgroup_signal(&cg, SIGKILL) > 0; k++)
+      usleep(10000);
+    gs_cgroup_remove(&cg);
+  }
+}
 
 /* The job's supervisor is gone: read what it wrote and settle the job.
  * Returns true if the job left the queue (false: requeued). */
@@ -544,38 +607,32 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
   a->pidfd = -1;
   char reason[256] = "";
   gs_job_state state;
-  if (!ex) {
-    /* Whatever is left of it would hold resources nobody booked. */
-    gs_cgroup cg;
-    char name[64];
-    gs_cgroup_job_name(j->id, name, sizeof name);
-    if (gs_cgroup_open(name, &cg) == 0) {
-      for (int k = 0; k < 100 && gs_cgroup_signal(&cg, SIGKILL) > 0; k++)
-        usleep(10000);
-      gs_cgroup_remove(&cg);
-    }
+  bool clean_exit = ex && j->exit_code == 0 && j->signal == 0;
+  if (!ex)
+    kill_leftovers(j->id);
+  if (j->cancel_requested) {
+    state = GS_JOB_CANCELLED;
+  } else if (!ex) {
     state = GS_JOB_LOST;
     snprintf(reason, sizeof reason, "its supervisor (pid %d) ended without reporting",
              (int)j->pid);
-  } else if (j->cancel_requested) {
-    state = GS_JOB_CANCELLED;
-  } else if (j->over_memory[0]) {
-    state = GS_JOB_OUT_OF_MEMORY;
-    snprintf(reason, sizeof reason, "%s", j->over_memory);
-  } else if (j->preempted_by) {
-    state = GS_JOB_PREEMPTED;
-    snprintf(reason, sizeof reason, "stopped to make room for job %lld",
-             (long long)j->preempted_by);
   } else if (j->timed_out) {
     state = GS_JOB_TIMEOUT;
     snprintf(reason, sizeof reason, "ran past its time limit of %lld s",
              (long long)j->time_limit_s);
+  } else if (j->over_memory[0]) {
+    state = GS_JOB_OUT_OF_MEMORY;
+    snprintf(reason, sizeof reason, "%s", j->over_memory);
+  } else if (j->preempted_by && !clean_exit) {
+    state = GS_JOB_PREEMPTED;
+    snprintf(reason, sizeof reason, "stopped to make room for job %lld",
+             (long long)j->preempted_by);
   } else if (ooms > 0 && (j->signal == SIGKILL || j->exit_code != 0)) {
     state = GS_JOB_OUT_OF_MEMORY;
     char lim[32];
     snprintf(reason, sizeof reason, "killed for going over its memory limit of %s",
              gs_format_bytes(j->need.host_mem, lim, sizeof lim));
-  } else if (j->exit_code == 0 && j->signal == 0) {
+  } else if (clean_exit) {
     state = GS_JOB_COMPLETED;
   } else {
     state = GS_JOB_FAILED;
@@ -600,7 +657,8 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
 /* Time limits, and SIGKILL after the grace period of a SIGTERM. */
 static void enforce_limits(gs_frontdesk *fd, double now) {
   for (int i = 0; i < fd->n_active; i++) {
-    gs_job *j = fd->active[i].job;
+    active_job *a = &fd->active[i];
+    gs_job *j = a->job;
     if (j->state != GS_JOB_RUNNING || j->pid <= 0)
       continue;
     if (j->time_limit_s > 0 && !j->timed_out && !j->cancel_requested && !j->preempted_by &&
@@ -608,10 +666,10 @@ static void enforce_limits(gs_frontdesk *fd, double now) {
         now >= j->start_time + (double)j->time_limit_s) {
       j->timed_out = true;
       j->term_sent_at = now;
-      kill(j->pid, SIGTERM); /* the supervisor passes it on to the job's processes */
+      signal_job(a, SIGTERM); /* the supervisor passes it on to the job's processes */
     }
     if (j->term_sent_at > 0 && now >= j->term_sent_at + fd->set.kill_grace_s) {
-      kill(j->pid, SIGUSR1); /* the supervisor kills all of them */
+      signal_job(a, SIGUSR1); /* the supervisor kills all of them */
       j->term_sent_at = INFINITY;
     }
   }
@@ -619,9 +677,10 @@ static void enforce_limits(gs_frontdesk *fd, double now) {
 
 /* ---- device memory per process -------------------------------------------------------------- */
 
-/* The job a process belongs to: its cgroup (gpusrv/job-ID), else the
- * GPUSRV_JOB_ID in its environment (jobs without cgroups). 0 if none. */
-static int64_t job_of_process(int pid) {
+/* The job a process belongs to, by what the job cannot forge: its cgroup
+ * (gpusrv/job-ID), else its session, which its supervisor leads (a process
+ * can leave a session but not join another). 0 if none. */
+static int64_t job_of_process(gs_frontdesk *fd, int pid) {
   char path[64], text[4096];
   snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
   if (gs_read_text_file(path, text, sizeof text) > 0) {
@@ -629,40 +688,42 @@ static int64_t job_of_process(int pid) {
     if (p)
       return strtoll(p + 12, NULL, 10);
   }
-  snprintf(path, sizeof path, "/proc/%d/environ", pid);
-  int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0)
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  if (gs_read_text_file(path, text, sizeof text) <= 0)
     return 0;
-  ssize_t n = read(f, text, sizeof text - 1);
-  close(f);
-  for (ssize_t i = 0; i < n;) {
-    const char *var = text + i;
-    size_t len = strnlen(var, (size_t)(n - i));
-    if (len > 14 && strncmp(var, "GPUSRV_JOB_ID=", 14) == 0 && (ssize_t)(i + len) < n)
-      return strtoll(var + 14, NULL, 10);
-    i += (ssize_t)len + 1;
-  }
+  const char *p = strrchr(text, ')');
+  int ppid, pgrp, session;
+  char state;
+  if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4)
+    return 0;
+  for (int i = 0; i < fd->n_active; i++)
+    if (fd->active[i].job->state == GS_JOB_RUNNING && fd->active[i].job->pid == session)
+      return fd->active[i].job->id;
   return 0;
 }
 
 /* What the devices report each process using (NVML on NVIDIA GPUs), summed
- * per job and device: a job over its booking on a device is stopped as
- * OUT_OF_MEMORY before it starves the jobs and models that share it. */
+ * per job and device: a job over its booking on a device (or on a device it
+ * did not book) is stopped as OUT_OF_MEMORY before it starves the jobs and
+ * models that share it. */
 static void watch_device_memory(gs_frontdesk *fd, double now) {
   gs_process_info procs[256];
+  int64_t owner[256];
   for (int d = 0; d < fd->n_devices; d++) {
     int count = 0;
     if (gs_device_processes(fd->devices[d], procs, 256, &count) < 0 || count == 0)
       continue;
     if (count > 256)
       count = 256;
+    for (int k = 0; k < count; k++)
+      owner[k] = job_of_process(fd, procs[k].pid);
     for (int i = 0; i < fd->n_active; i++) {
       gs_job *j = fd->active[i].job;
       if (j->state != GS_JOB_RUNNING || j->over_memory[0] || j->pid <= 0)
         continue;
       uint64_t used = 0;
       for (int k = 0; k < count; k++)
-        if (job_of_process(procs[k].pid) == j->id)
+        if (owner[k] == j->id)
           used += procs[k].memory_used_bytes;
       uint64_t booked = !(j->placement >> d & 1) ? 0
                         : j->need.gpus > 0       ? fd->total.dev_mem[d]
@@ -676,7 +737,7 @@ static void watch_device_memory(gs_frontdesk *fd, double now) {
                gs_format_bytes(booked, b, sizeof b));
       if (j->term_sent_at == 0)
         j->term_sent_at = now;
-      kill(j->pid, SIGTERM);
+      signal_job(&fd->active[i], SIGTERM);
       GS_LOGW("sched", "job %lld: %s", (long long)j->id, j->over_memory);
     }
   }
@@ -733,7 +794,7 @@ static void preempt_for_head(gs_frontdesk *fd, const gs_sched_free *free_now,
         continue;
       a->job->preempted_by = head->id;
       a->job->term_sent_at = now;
-      kill(a->job->pid, SIGTERM);
+      signal_job(a, SIGTERM);
       GS_LOGI("sched", "job %lld preempted for job %lld", (long long)a->job->id,
               (long long)head->id);
     }
@@ -833,7 +894,10 @@ static void *scheduler_thread(void *arg) {
           struct pollfd p = {.fd = a->pidfd, .events = POLLIN};
           gone = poll(&p, 1, 0) > 0;
         } else {
-          gone = gs_process_start_ticks(j->pid) != j->pid_start;
+          /* No pidfd (an old kernel): reap it if it is our child, else
+           * look for it in /proc. */
+          gone = waitpid(j->pid, NULL, WNOHANG) == j->pid ||
+                 gs_process_start_ticks(j->pid) != j->pid_start;
         }
       }
       if (gone && settle(fd, a)) {
@@ -914,6 +978,18 @@ static bool possible(gs_frontdesk *fd, const gs_sched_need *n, char *why, size_t
   return false;
 }
 
+/* Variables that say which devices a job may use, or who it is: the
+ * daemon's to set. */
+static bool reserved_variable(const char *kv) {
+  static const char *const names[] = {"CUDA_VISIBLE_DEVICES=", "NVIDIA_VISIBLE_DEVICES=",
+                                      "HIP_VISIBLE_DEVICES=", "ROCR_VISIBLE_DEVICES=",
+                                      "GPU_DEVICE_ORDINAL=", "GPUSRV_"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strncmp(kv, names[i], strlen(names[i])) == 0)
+      return true;
+  return false;
+}
+
 int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
                   int64_t *id) {
   if (!json_is_array(req->argv) || json_array_size(req->argv) == 0)
@@ -929,12 +1005,19 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
       const char *s = json_string_value(v);
       if (!s || !strchr(s, '=') || s[0] == '=')
         return gs_error(GS_EINVAL, "env entry %zu is not \"NAME=VALUE\"", i);
+      if (reserved_variable(s))
+        return gs_error(GS_EINVAL, "env entry %zu sets %.*s, which the daemon sets from the "
+                                   "job's booking", i, (int)(strchr(s, '=') - s), s);
     }
   }
   if (req->chdir && req->chdir[0] && req->chdir[0] != '/')
     return gs_error(GS_EINVAL, "chdir must be an absolute path, not '%s'", req->chdir);
-  if (req->time_limit_s < 0)
-    return gs_error(GS_EINVAL, "a time limit cannot be negative");
+  if (req->chdir && strlen(req->chdir) >= sizeof ((gs_job *)0)->chdir)
+    return gs_error(GS_EINVAL, "chdir is longer than %zu bytes",
+                    sizeof ((gs_job *)0)->chdir - 1);
+  if (req->time_limit_s < 0 || req->time_limit_s > MAX_TIME_LIMIT_S)
+    return gs_error(GS_EINVAL, "a time limit is 0 (none) to %lld seconds, not %lld",
+                    (long long)MAX_TIME_LIMIT_S, (long long)req->time_limit_s);
   if (req->priority < -1000 || req->priority > 1000)
     return gs_error(GS_EINVAL, "priority is -1000 to 1000, not %d", req->priority);
   char why[256];
@@ -960,18 +1043,24 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
   gs_tenant *t = find_tenant(fd, who->tenant);
   identity ident;
   int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
+  if (rc == 0 && req->priority > t->max_priority)
+    rc = gs_error(GS_EPERM, "tenant '%s' may submit at priority %d at most, not %d", t->name,
+                  t->max_priority, req->priority);
   if (rc == 0 && fd->n_active >= MAX_ACTIVE)
     rc = gs_error(GS_EBUSY, "the queue is full (%d unfinished jobs)", MAX_ACTIVE);
   if (rc == 0)
-    rc = gs_store_job_insert(fd->store, j);
+    rc = reserve_active(fd); /* so that nothing can fail once it is on disk */
   if (rc == 0)
-    rc = add_active(fd, j);
+    rc = gs_store_job_insert(fd->store, j);
+  if (rc == 0) {
+    *id = j->id;
+    add_active(fd, j);
+  }
   pthread_mutex_unlock(&fd->lock);
   if (rc < 0) {
     gs_job_free(j);
     return rc;
   }
-  *id = j->id;
   wake(fd);
   return GS_OK;
 }
@@ -1009,7 +1098,7 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
   } else if (!a->job->cancel_requested) {
     a->job->cancel_requested = true;
     a->job->term_sent_at = wall_now();
-    kill(a->job->pid, SIGTERM);
+    signal_job(a, SIGTERM);
   }
   pthread_mutex_unlock(&fd->lock);
   wake(fd);
@@ -1173,7 +1262,7 @@ static int choose_devices(gs_frontdesk *fd) {
  * is root (never as root by default), and its token in a file only the
  * daemon's user can read. */
 static int first_start(gs_frontdesk *fd) {
-  gs_tenant admin = {.name = "admin", .weight = 1, .admin = true};
+  gs_tenant admin = {.name = "admin", .weight = 1, .admin = true, .max_priority = 1000};
   if (geteuid() == 0) {
     snprintf(admin.unix_user, sizeof admin.unix_user, "nobody");
   } else {
@@ -1185,13 +1274,23 @@ static int first_start(gs_frontdesk *fd) {
   if (rc < 0)
     return rc;
   snprintf(fd->admin_token_path, sizeof fd->admin_token_path, "%s/admin.token", fd->set.state_dir);
-  int f = open(fd->admin_token_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  unlink(fd->admin_token_path); /* a stale one from a state that was wiped */
+  int f = open(fd->admin_token_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (f < 0)
     return gs_error(GS_EIO, "cannot write %s: %s", fd->admin_token_path, strerror(errno));
   fchmod(f, 0600);
   dprintf(f, "%s\n", token);
   close(f);
   return GS_OK;
+}
+
+/* When this machine booted (Unix seconds), from /proc/stat's btime. */
+static double boot_time(void) {
+  char text[16384];
+  if (gs_read_text_file("/proc/stat", text, sizeof text) < 0)
+    return 0;
+  const char *p = strstr(text, "\nbtime ");
+  return p ? strtod(p + 7, NULL) : 0;
 }
 
 /* Jobs of an earlier run: pending ones queue again; running ones are
@@ -1245,7 +1344,9 @@ static int take_back_jobs(gs_frontdesk *fd) {
         }
       }
     }
-    int pidfd = j->pid > 0 ? open_pidfd(j->pid) : -1;
+    /* A supervisor from before the last boot cannot be alive, whatever
+     * process now has its pid and start time. */
+    int pidfd = j->pid > 0 && j->start_time > boot_time() ? open_pidfd(j->pid) : -1;
     if (pidfd >= 0 && gs_process_start_ticks(j->pid) == j->pid_start && j->pid_start != 0) {
       a->pidfd = pidfd;
       if (book_devices(fd, j, j->placement) < 0)

@@ -72,6 +72,7 @@ typedef struct gs_tenant {
   char unix_user[64];
   char unix_group[64];     /* "" : the user's primary group */
   bool allow_root;         /* jobs may run as uid 0 */
+  int max_priority;        /* highest priority its jobs may ask for (admins set it) */
   bool admin;              /* may manage tenants and see every job */
   double created;          /* Unix seconds */
 } gs_tenant;

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,9 +57,21 @@ static void become_job(const gs_cgroup *cg, bool have_cg, int out, int err, uid_
   dup2(null, 0);
   dup2(out, 1);
   dup2(err, 2);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
+  /* Default dispositions and an empty mask, whatever this process had. The
+   * raw calls: glibc's own leave its two internal real-time signals alone
+   * (posix_spawn left them ignored and blocked), and a threaded job needs
+   * them (setuid across threads, cancellation). */
+  struct {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    uint64_t mask;
+  } dfl = {SIG_DFL, 0, NULL, 0};
+  for (int sig = 1; sig <= 64; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
+  uint64_t none = 0;
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
   if (geteuid() == 0 || getuid() != uid) {
     if (initgroups(user, gid) < 0 || setgid(gid) < 0 || setuid(uid) < 0) {
       fprintf(stderr, "gpusrv: cannot become user '%s' (uid %u): %s\n", user, (unsigned)uid,
@@ -68,7 +83,10 @@ static void become_job(const gs_cgroup *cg, bool have_cg, int out, int err, uid_
     fprintf(stderr, "gpusrv: cannot enter the working directory %s: %s\n", cwd, strerror(errno));
     _exit(126);
   }
-  execvpe(argv[0], argv, env);
+  umask(022); /* the supervisor's own 077 is not the job's */
+  /* execvp searches the job's PATH (execvpe would search this process's). */
+  environ = env;
+  execvp(argv[0], argv);
   fprintf(stderr, "gpusrv: cannot run '%s': %s\n", argv[0], strerror(errno));
   _exit(errno == ENOENT ? 127 : 126);
 }
@@ -84,6 +102,7 @@ static void kill_all(pid_t pgid, const gs_cgroup *cg, bool have_cg) {
 }
 
 int gs_job_shim_main(const char *dir) {
+  umask(077); /* its reports are root's alone: a job must not forge them */
   char path[800];
   snprintf(path, sizeof path, "%s/spec.json", dir);
   json_error_t jerr;

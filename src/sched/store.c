@@ -17,7 +17,7 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS tenants("
     "  name TEXT PRIMARY KEY, weight REAL NOT NULL, max_devices REAL, max_device_mem INTEGER,"
     "  max_jobs INTEGER, max_cpus REAL, max_host_mem INTEGER, unix_user TEXT, unix_group TEXT,"
-    "  allow_root INTEGER, admin INTEGER, created REAL);"
+    "  allow_root INTEGER, admin INTEGER, created REAL, max_priority INTEGER DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS tokens("
     "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
     "  tenant TEXT NOT NULL REFERENCES tenants(name) ON DELETE CASCADE,"
@@ -97,7 +97,7 @@ static int run_done(gs_store *st, sqlite3_stmt *s, const char *what) {
 /* ---- tenants and tokens ------------------------------------------------------------------ */
 
 int gs_store_tenant_insert(gs_store *st, const gs_tenant *t) {
-  sqlite3_stmt *s = prepare(st, "INSERT INTO tenants VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
+  sqlite3_stmt *s = prepare(st, "INSERT INTO tenants VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s)
     return db_error(st, "adding a tenant");
   sqlite3_bind_text(s, 1, t->name, -1, SQLITE_TRANSIENT);
@@ -112,6 +112,7 @@ int gs_store_tenant_insert(gs_store *st, const gs_tenant *t) {
   sqlite3_bind_int(s, 10, t->allow_root);
   sqlite3_bind_int(s, 11, t->admin);
   sqlite3_bind_double(s, 12, t->created);
+  sqlite3_bind_int(s, 13, t->max_priority);
   int rc = sqlite3_step(s);
   sqlite3_finalize(s);
   if (rc == SQLITE_CONSTRAINT)
@@ -158,6 +159,7 @@ int gs_store_tenants_load(gs_store *st, gs_tenant **out, int *n) {
     t->allow_root = sqlite3_column_int(s, 9);
     t->admin = sqlite3_column_int(s, 10);
     t->created = sqlite3_column_double(s, 11);
+    t->max_priority = sqlite3_column_int(s, 12);
   }
   sqlite3_finalize(s);
   if (rc != SQLITE_DONE) {

@@ -325,10 +325,16 @@ def test_tokens_and_tenant_isolation(tmp_path):
         assert alice.startswith("gs_") and alice != bob
         # No token, a wrong one, a made-up one.
         assert d.request("GET", "/api/v1/jobs")[0] == 401
-        assert d.request("GET", "/api/v1/jobs", token=alice[:-1] + "0")[0] == 401
+        wrong = alice[:-1] + ("1" if alice[-1] == "0" else "0")
+        assert d.request("GET", "/api/v1/jobs", token=wrong)[0] == 401
         assert d.request("GET", "/api/v1/jobs", token="letmein")[0] == 401
-        # Health never needs one; inference and metadata not on loopback.
+        # Health never needs one (a wrong one is ignored there); inference and
+        # metadata not on loopback.
         assert d.request("GET", "/v2/health/ready")[0] == 200
+        assert d.request("GET", "/v2/health/live", token="garbage")[0] == 200
+        # A body sent without a token is refused (and not kept).
+        status, err = d.request("POST", "/api/v1/jobs", b"x" * (4 << 20))
+        assert status == 401 and "token" in err["error"]
         assert d.request("GET", "/v2")[0] == 200
         job = d.submit(["sh", "-c", "echo secret"], token=alice)
         d.wait(job, token=alice)
@@ -353,6 +359,41 @@ def test_tokens_and_tenant_isolation(tmp_path):
         # Accounting per tenant.
         usage = json.loads(d.cli("usage", "--json").stdout)
         assert [u["tenant"] for u in usage] == ["alice"] and usage[0]["jobs"] == 1
+
+
+def test_jobs_get_a_clean_process_state(tmp_path):
+    with daemon(tmp_path) as d:
+        # The daemon ignores SIGPIPE; its jobs start with every disposition at
+        # its default and an empty mask.
+        job = d.wait(d.submit(["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]))
+        assert job["state"] == "COMPLETED"
+        assert d.log(job["id"]).split() == ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16]
+        # Commands are looked up in the job's PATH.
+        tools = tempfile.mkdtemp(prefix="gpusrv-tools-")
+        try:
+            os.chmod(tools, 0o755)
+            with open(os.path.join(tools, "hello-gs"), "w") as f:
+                f.write("#!/bin/sh\necho hello from tools; umask\n")
+            os.chmod(os.path.join(tools, "hello-gs"), 0o755)
+            job = d.wait(d.submit(["hello-gs"], env=[f"PATH={tools}:/usr/bin:/bin"]))
+            assert job["state"] == "COMPLETED", d.log(job["id"], "stderr")
+            assert d.log(job["id"]).split() == ["hello", "from", "tools", "0022"]
+        finally:
+            shutil.rmtree(tools)
+
+
+def test_priority_is_capped_per_tenant(tmp_path):
+    with daemon(tmp_path) as d:
+        user = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
+        plain = d.cli("tenant", "add", "plain", "--user", user).stdout.strip()
+        vip = d.cli("tenant", "add", "vip", "--user", user, "--max-priority", "50").stdout.strip()
+        status, err = d.request("POST", "/api/v1/jobs", {"command": ["true"], "priority": 1}, plain)
+        assert status == 403 and "priority 0 at most" in err["error"]
+        assert d.request("POST", "/api/v1/jobs", {"command": ["true"], "priority": -3}, plain)[0] == 201
+        assert d.request("POST", "/api/v1/jobs", {"command": ["true"], "priority": 50}, vip)[0] == 201
+        assert d.request("POST", "/api/v1/jobs", {"command": ["true"], "priority": 51}, vip)[0] == 403
+        assert d.request("POST", "/api/v1/jobs", {"command": ["true"], "priority": 900},
+                         d.admin)[0] == 201
 
 
 def test_auth_required_covers_inference(tmp_path):
@@ -416,6 +457,10 @@ def test_bad_requests_get_clear_errors(tmp_path):
             ({"command": ["true"], "env": ["NOEQUALS"]}, "NAME=VALUE"),
             ({"command": ["true"], "chdir": "relative"}, "absolute"),
             ({"command": ["true"], "priority": 99999}, "priority"),
+            ({"command": ["true"], "env": ["CUDA_VISIBLE_DEVICES=0,1"]}, "CUDA_VISIBLE_DEVICES"),
+            ({"command": ["true"], "env": ["GPUSRV_JOB_ID=1"]}, "GPUSRV_JOB_ID"),
+            ({"command": ["true"], "time_limit": 2 ** 62}, "time limit"),
+            ({"command": ["true"], "chdir": "/" + "x" * 600}, "longer than"),
         ]
         for body, needle in cases:
             status, err = d.request("POST", "/api/v1/jobs", body, t)
