@@ -20,7 +20,8 @@
   X(EDEVICE, -11, "device error")                                           \
   X(ESTATE, -12, "object in the wrong state for this call")                 \
   X(EINTERNAL, -13, "internal error")                                       \
-  X(EPERM, -14, "permission denied")
+  X(EPERM, -14, "permission denied")                                        \
+  X(ECANCELED, -15, "cancelled")
 
 enum {
   GS_OK = 0,

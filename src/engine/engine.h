@@ -43,6 +43,12 @@ void gs_plan_destroy(gs_plan *plan);
  * and type), outputs[i] receives output i. One run at a time per plan;
  * concurrent callers are serialised. */
 int gs_plan_run(gs_plan *plan, const void *const *inputs, void *const *outputs);
+/* The same with inputs and outputs in device buffers of the plan's device
+ * (from offset 0, at least the plan's sizes): for pipelines that copy
+ * host to device and back in stages of their own. */
+int gs_plan_run_buffers(gs_plan *plan, gs_buffer_t *const *inputs, gs_buffer_t *const *outputs);
+/* The device the plan runs on. */
+gs_device_t *gs_plan_device(const gs_plan *plan);
 
 typedef struct gs_plan_value_info {
   const char *name;

@@ -30,7 +30,7 @@ static const char *dict_value(const char *h, const char *key) {
   return p;
 }
 
-int gs_npy_parse(const void *bytes, size_t len, gs_npy *out) {
+int gs_npy_parse_header(const void *bytes, size_t len, gs_npy *out, size_t *data_offset) {
   const unsigned char *b = bytes;
   memset(out, 0, sizeof *out);
   if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
@@ -111,8 +111,18 @@ int gs_npy_parse(const void *bytes, size_t len, gs_npy *out) {
   free(h);
   if (rc < 0)
     return rc;
+  *data_offset = start + hlen;
+  return GS_OK;
+}
+
+int gs_npy_parse(const void *bytes, size_t len, gs_npy *out) {
+  const unsigned char *b = bytes;
+  size_t offset;
+  int rc = gs_npy_parse_header(bytes, len, out, &offset);
+  if (rc < 0)
+    return rc;
   int64_t n = gs_shape_numel(&out->shape);
-  size_t have = len - start - hlen, es = gs_dtype_size(out->dtype);
+  size_t have = len - offset, es = gs_dtype_size(out->dtype);
   if (n < 0 || (uint64_t)n > SIZE_MAX / es || (size_t)n * es != have)
     return gs_error(GS_EINVAL, "the .npy file holds %zu bytes of data; its shape needs %lld x %zu",
                     have, (long long)n, es);
@@ -120,7 +130,7 @@ int gs_npy_parse(const void *bytes, size_t len, gs_npy *out) {
   out->data = malloc(have ? have : 1);
   if (!out->data)
     return gs_error(GS_ENOMEM, "out of memory for %zu bytes", have);
-  memcpy(out->data, b + start + hlen, have);
+  memcpy(out->data, b + offset, have);
   return GS_OK;
 }
 
@@ -152,7 +162,8 @@ int gs_npy_read(const char *path, gs_npy *out) {
   return GS_OK;
 }
 
-int gs_npy_write(const char *path, gs_dtype dtype, const gs_shape *shape, const void *data) {
+int gs_npy_format_header(gs_dtype dtype, const gs_shape *shape, unsigned char *buf, size_t cap,
+                         size_t *len) {
   const char *descr = NULL;
   for (size_t i = 0; i < sizeof descrs / sizeof descrs[0]; i++)
     if (descrs[i].dtype == dtype)
@@ -172,17 +183,30 @@ int gs_npy_write(const char *path, gs_dtype dtype, const gs_shape *shape, const 
   /* Pad with spaces and a newline so that data starts on a 64-byte boundary. */
   int total = 10 + hl + 1;
   int pad = (64 - total % 64) % 64;
+  unsigned hlen = (unsigned)(hl + pad + 1);
+  if (cap < 10 + (size_t)hlen)
+    return gs_error(GS_EINVAL, "no room for a .npy header");
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+                           (unsigned char)(hlen >> 8)};
+  memcpy(buf, pre, 10);
+  memcpy(buf + 10, header, (size_t)hl);
+  memset(buf + 10 + hl, ' ', (size_t)pad);
+  buf[10 + hl + pad] = '\n';
+  *len = 10 + (size_t)hlen;
+  return GS_OK;
+}
+
+int gs_npy_write(const char *path, gs_dtype dtype, const gs_shape *shape, const void *data) {
+  unsigned char header[640];
+  size_t hlen;
+  int rc = gs_npy_format_header(dtype, shape, header, sizeof header, &hlen);
+  if (rc < 0)
+    return rc;
   FILE *f = fopen(path, "wb");
   if (!f)
     return gs_error(GS_EIO, "cannot create %s: %s", path, strerror(errno));
-  unsigned hlen = (unsigned)(hl + pad + 1);
-  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
-                           (unsigned char)(hlen >> 8)};
   size_t bytes = (size_t)gs_shape_numel(shape) * gs_dtype_size(dtype);
-  bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)hl, f) == (size_t)hl;
-  for (int i = 0; ok && i < pad; i++)
-    ok = fputc(' ', f) != EOF;
-  ok = ok && fputc('\n', f) != EOF && (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
+  bool ok = fwrite(header, 1, hlen, f) == hlen && (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
   if (fclose(f) != 0)
     ok = false;
   if (!ok)

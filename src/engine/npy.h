@@ -19,6 +19,12 @@ typedef struct gs_npy {
 int gs_npy_read(const char *path, gs_npy *out);
 /* Parses .npy bytes in memory (data is copied). */
 int gs_npy_parse(const void *bytes, size_t len, gs_npy *out);
+/* Parses only the header of .npy bytes (dtype and shape into out, data
+ * NULL) and where the data starts; the data need not be present. */
+int gs_npy_parse_header(const void *bytes, size_t len, gs_npy *out, size_t *data_offset);
+/* The version 1 header of an array (data then starts 64-byte aligned). */
+int gs_npy_format_header(gs_dtype dtype, const gs_shape *shape, unsigned char *buf, size_t cap,
+                         size_t *len);
 /* Writes a .npy file (version 1). float16 is written as '<f2'; bfloat16,
  * which NumPy lacks, as its raw 16-bit patterns ('<u2'). */
 int gs_npy_write(const char *path, gs_dtype dtype, const gs_shape *shape, const void *data);

@@ -835,14 +835,10 @@ static int launch_fallback(gs_plan *p, const step *st) {
   return rc;
 }
 
-int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
-  pthread_mutex_lock(&p->run_lock);
+/* The kernels of one run, between the inputs' arrival and the outputs'
+ * departure. The run lock is held. */
+static int run_steps(gs_plan *p) {
   int rc = 0;
-  for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
-    const value *v = &p->values[p->inputs[i]];
-    if (v->bytes && v->last_use >= 0)
-      rc = gs_stream_copy_h2d(p->stream, p->arena, (size_t)v->offset, inputs[i], v->bytes);
-  }
   for (int s = 0; rc == 0 && s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     const gs_op_call *c = st->call;
@@ -860,6 +856,19 @@ int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
         locate(p, st->out[i], &args.buffers[c->n_in + i], &args.offsets[c->n_in + i]);
     rc = gs_stream_launch(p->stream, c->op->name, &args);
   }
+  return rc;
+}
+
+int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
+  pthread_mutex_lock(&p->run_lock);
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
+    const value *v = &p->values[p->inputs[i]];
+    if (v->bytes && v->last_use >= 0)
+      rc = gs_stream_copy_h2d(p->stream, p->arena, (size_t)v->offset, inputs[i], v->bytes);
+  }
+  if (rc == 0)
+    rc = run_steps(p);
   for (int i = 0; rc == 0 && i < p->model->n_outputs; i++) {
     const value *v = &p->values[p->outputs[i]];
     gs_buffer_t *buf;
@@ -867,6 +876,29 @@ int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
     locate(p, p->outputs[i], &buf, &off);
     if (v->bytes)
       rc = gs_stream_copy_d2h(p->stream, outputs[i], buf, off, v->bytes);
+  }
+  int sync = gs_stream_synchronize(p->stream);
+  pthread_mutex_unlock(&p->run_lock);
+  return rc < 0 ? rc : sync;
+}
+
+int gs_plan_run_buffers(gs_plan *p, gs_buffer_t *const *inputs, gs_buffer_t *const *outputs) {
+  pthread_mutex_lock(&p->run_lock);
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
+    const value *v = &p->values[p->inputs[i]];
+    if (v->bytes && v->last_use >= 0)
+      rc = gs_stream_copy_d2d(p->stream, p->arena, (size_t)v->offset, inputs[i], 0, v->bytes);
+  }
+  if (rc == 0)
+    rc = run_steps(p);
+  for (int i = 0; rc == 0 && i < p->model->n_outputs; i++) {
+    const value *v = &p->values[p->outputs[i]];
+    gs_buffer_t *buf;
+    size_t off;
+    locate(p, p->outputs[i], &buf, &off);
+    if (v->bytes)
+      rc = gs_stream_copy_d2d(p->stream, outputs[i], 0, buf, off, v->bytes);
   }
   int sync = gs_stream_synchronize(p->stream);
   pthread_mutex_unlock(&p->run_lock);
@@ -895,3 +927,4 @@ void gs_plan_output(const gs_plan *p, int i, gs_plan_value_info *out) {
   out->name = p->model->outputs[i].name;
 }
 void gs_plan_get_report(const gs_plan *p, gs_plan_report *out) { *out = p->report; }
+gs_device_t *gs_plan_device(const gs_plan *p) { return p->device; }

@@ -1,0 +1,226 @@
+/* cmd_batch.c - `gpusrv batch`: batch inference over a data set, in this
+ * process, as the six-stage pipeline (engine/batch.h), with a progress bar
+ * on a terminal and each stage's throughput and busy fraction at the end. */
+#include "cli/cli.h"
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "engine/batch.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char batch_help[] =
+    "Usage: gpusrv batch MODEL --input PATH --output DIR [OPTIONS]\n"
+    "\n"
+    "Runs MODEL (a model.onnx, or a model directory of <version>/model.onnx) over every row\n"
+    "of a data set and writes DIR/<output name>.npy, rows in input order. The data set is a\n"
+    ".npy file (rows along its first dimension), a directory of .npy files (taken in name\n"
+    "order, each one row or several) or a CSV file (one row per line; a header line is\n"
+    "skipped). Storage is read ahead by reader threads, rows are converted and normalised on\n"
+    "a CPU thread pool into pinned staging buffers, then copied to the device, computed and\n"
+    "copied back, overlapped batch by batch. At the end it prints each stage's throughput\n"
+    "and busy fraction and names the bottleneck. The results equal `gpusrv model run`'s.\n"
+    "\n"
+    "Options:\n"
+    "  -i, --input PATH       The data set (.npy, a directory of .npy, or .csv)\n"
+    "  -o, --output DIR       Where the outputs go (made if missing)\n"
+    "  -b, --batch N          Rows per batch (default 64; a model's fixed batch size wins)\n"
+    "  -d, --device ID        Device to run on (default: the first)\n"
+    "      --precision P      fp32 (default), fp16 or bf16\n"
+    "      --preprocess SPEC  scale=X,mean=M,std=S: each value becomes (x*X - M)/S\n"
+    "                         (fractions allowed: scale=1/255)\n"
+    "      --slots N          Batches in flight (default 4)\n"
+    "      --readers N        Reader threads (default 2)\n"
+    "      --workers N        Preprocessing threads (default: the cores)\n"
+    "      --json             Print the figures as JSON\n"
+    "\n"
+    "Running as a job of a daemon (--url) is not built yet.\n";
+
+typedef struct progress_state {
+  bool tty;
+  uint64_t start_ns, last_ns;
+} progress_state;
+
+static void show_progress(int64_t done, int64_t total, void *ctx) {
+  progress_state *p = ctx;
+  uint64_t now = gs_now_ns();
+  if (!p->tty || (now - p->last_ns < 100000000 && done < total))
+    return;
+  p->last_ns = now;
+  double secs = (double)(now - p->start_ns) / 1e9, rate = secs > 0 ? (double)done / secs : 0;
+  double eta = rate > 0 ? (double)(total - done) / rate : 0;
+  int width = 30, filled = total ? (int)((double)done / (double)total * width) : width;
+  char bar[64];
+  for (int i = 0; i < width; i++)
+    bar[i] = i < filled ? '#' : '.';
+  bar[width] = '\0';
+  fprintf(stderr, "\r[%s] %lld/%lld rows  %.0f rows/s  ETA %.0fs ", bar, (long long)done,
+          (long long)total, rate, eta);
+  if (done >= total)
+    fputc('\n', stderr);
+}
+
+static atomic_bool interrupted;
+static void on_interrupt(int sig) {
+  (void)sig;
+  atomic_store(&interrupted, true);
+}
+
+/* MODEL as given, or the highest version's model.onnx in a model directory. */
+static int resolve_model(const char *arg, char *out, size_t cap) {
+  size_t len = strlen(arg);
+  if (len > 5 && strcmp(arg + len - 5, ".onnx") == 0) {
+    snprintf(out, cap, "%s", arg);
+    return GS_OK;
+  }
+  for (int v = 1000; v >= 1; v--) {
+    snprintf(out, cap, "%s/%d/model.onnx", arg, v);
+    if (access(out, R_OK) == 0)
+      return GS_OK;
+  }
+  return gs_error(GS_ENOENT, "%s is neither a .onnx file nor a directory of <version>/model.onnx",
+                  arg);
+}
+
+static void print_summary(const gs_pipeline_result *r, int64_t rows, bool json_out) {
+  double wall = (double)r->wall_ns / 1e9;
+  int slowest = gs_pipeline_slowest(r);
+  if (json_out) {
+    json_t *stages = json_array();
+    for (int k = 0; k < r->n_stages; k++) {
+      const gs_pipeline_stage_stats *s = &r->stages[k];
+      double busy = (double)s->busy_ns / 1e9 / s->threads;
+      json_array_append_new(
+          stages, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f}", "stage", s->name, "threads",
+                            s->threads, "batches", (json_int_t)s->items, "busy_fraction",
+                            wall > 0 ? busy / wall : 0.0, "batches_per_s_alone",
+                            busy > 0 ? (double)s->items / busy : 0.0, "waiting_s",
+                            (double)(s->wait_in_ns + s->wait_out_ns) / 1e9 / s->threads));
+    }
+    json_t *j = json_pack("{s:I, s:I, s:f, s:f, s:o, s:s, s:s}", "rows", (json_int_t)rows,
+                          "batches", (json_int_t)r->items, "seconds", wall, "rows_per_s",
+                          wall > 0 ? (double)rows / wall : 0.0, "stages", stages, "bottleneck",
+                          slowest >= 0 ? r->stages[slowest].name : "", "exchange",
+                          "n/a (one device)");
+    json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    putchar('\n');
+    json_decref(j);
+    return;
+  }
+  printf("%lld rows in %lld batches, %.3f s: %.0f rows/s\n", (long long)rows,
+         (long long)r->items, wall, wall > 0 ? (double)rows / wall : 0);
+  printf("%-11s %7s %10s %13s %12s\n", "stage", "threads", "busy", "alone", "waiting");
+  for (int k = 0; k < r->n_stages; k++) {
+    const gs_pipeline_stage_stats *s = &r->stages[k];
+    double busy = (double)s->busy_ns / 1e9 / s->threads;
+    printf("%-11s %7d %9.0f%% %8.0f b/s %11.3fs%s\n", s->name, s->threads,
+           wall > 0 ? 100 * busy / wall : 0, busy > 0 ? (double)s->items / busy : 0,
+           (double)(s->wait_in_ns + s->wait_out_ns) / 1e9 / s->threads,
+           k == slowest ? "  <- bottleneck" : "");
+  }
+  printf("exchange: n/a (one device)\n");
+}
+
+static int batch_run_cmd(int argc, char **argv) {
+  const gs_cli_command *me = &gs_cli_batch;
+  gs_batch_options o = {.scale = 1, .mean = 0, .std = 1};
+  const char *precision = "fp32", *device = NULL;
+  bool json_out = false;
+  static const struct option opts[] = {
+      {"input", required_argument, NULL, 'i'},   {"output", required_argument, NULL, 'o'},
+      {"batch", required_argument, NULL, 'b'},   {"device", required_argument, NULL, 'd'},
+      {"precision", required_argument, NULL, 'p'}, {"preprocess", required_argument, NULL, 'P'},
+      {"slots", required_argument, NULL, 's'},   {"readers", required_argument, NULL, 'r'},
+      {"workers", required_argument, NULL, 'w'}, {"json", no_argument, NULL, 'j'},
+      {"url", required_argument, NULL, 'u'},     {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "i:o:b:d:", opts, NULL)) != -1) {
+    char *end = NULL;
+    long n = 0;
+    if (strchr("bsrw", c)) {
+      n = strtol(optarg, &end, 10);
+      if (end == optarg || *end || n < 1 || n > 1 << 20)
+        return gs_cli_usage_error(me, "bad number '%s'", optarg);
+    }
+    switch (c) {
+    case 'i': o.input = optarg; break;
+    case 'o': o.output_dir = optarg; break;
+    case 'b': o.batch = (int)n; break;
+    case 'd': device = optarg; break;
+    case 'p': precision = optarg; break;
+    case 'P':
+      if (gs_batch_parse_preprocess(optarg, &o) < 0)
+        return gs_cli_usage_error(me, "%s", gs_error_detail());
+      break;
+    case 's':
+      if (n > 64)
+        return gs_cli_usage_error(me, "--slots is 1 to 64");
+      o.slots = (int)n;
+      break;
+    case 'r': o.readers = n > 16 ? 16 : (int)n; break;
+    case 'w': o.workers = n > 32 ? 32 : (int)n; break;
+    case 'j': json_out = true; break;
+    case 'u':
+      gs_cli_error("batch: running as a job of a daemon (--url) is not supported yet; run it "
+                   "here, or submit `gpusrv batch ...` with `gpusrv submit`");
+      return GS_EXIT_FAILED;
+    default:
+      return gs_cli_usage_error(me, "unknown or incomplete option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind != argc - 1)
+    return gs_cli_usage_error(me, "give one MODEL");
+  if (!o.input || !o.output_dir)
+    return gs_cli_usage_error(me, "--input and --output are required");
+  if (!gs_precision_from_name(precision, &o.precision))
+    return gs_cli_usage_error(me, "--precision is fp32, fp16 or bf16, not '%s'", precision);
+  char model[4096];
+  if (resolve_model(argv[optind], model, sizeof model) < 0) {
+    gs_cli_error("batch: %s", gs_error_detail());
+    return GS_EXIT_FAILED;
+  }
+  o.model_path = model;
+  if (gs_hal_init() < 0 || gs_engine_init() < 0) {
+    gs_cli_error("batch: %s", gs_error_detail());
+    return GS_EXIT_FAILED;
+  }
+  if (device && !(o.device = gs_hal_device_find(device))) {
+    gs_cli_error("batch: no device '%s' (gpusrv smi lists them)", device);
+    gs_hal_shutdown();
+    return GS_EXIT_FAILED;
+  }
+  progress_state prog = {.tty = isatty(STDERR_FILENO), .start_ns = gs_now_ns()};
+  o.progress = show_progress;
+  o.progress_ctx = &prog;
+  atomic_init(&interrupted, false);
+  o.cancel = &interrupted;
+  struct sigaction sa = {.sa_handler = on_interrupt};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  int64_t rows = 0;
+  gs_pipeline_result r;
+  int rc = gs_batch_run(&o, &rows, &r);
+  if (rc < 0) {
+    gs_cli_error("batch: %s", gs_error_detail());
+    gs_hal_shutdown();
+    return GS_EXIT_FAILED;
+  }
+  print_summary(&r, rows, json_out);
+  gs_hal_shutdown();
+  return GS_EXIT_OK;
+}
+
+const gs_cli_command gs_cli_batch = {
+    .name = "batch",
+    .summary = "Run a model over a data set as an overlapped pipeline",
+    .help = batch_help,
+    .run = batch_run_cmd,
+};

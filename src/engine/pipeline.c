@@ -1,0 +1,264 @@
+/* pipeline.c - the overlapped pipeline of pipeline.h: one lock and one
+ * condition variable for its bookkeeping (items are coarse, a batch each),
+ * a free list of slots that the source draws from (back-pressure), an input
+ * queue per stage, and an in-order hand-off so that every queue stays in
+ * submission order whatever the number of threads per stage. */
+#include "engine/pipeline.h"
+
+#include "base/clock.h"
+#include "base/error.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct item_queue {
+  int *slot;
+  int64_t *seq;
+  int head, count, cap;
+} item_queue;
+
+typedef struct run_state {
+  const gs_pipeline_stage *stages;
+  int n;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  item_queue queue[GS_PIPELINE_MAX_STAGES]; /* [0]: free slots; [k]: stage k's input */
+  int64_t taken[GS_PIPELINE_MAX_STAGES];    /* items each stage has taken */
+  int64_t next_out[GS_PIPELINE_MAX_STAGES]; /* the seq each stage hands on next */
+  int64_t end_seq;                          /* INT64_MAX until the source ends */
+  bool stop;
+  atomic_bool *cancel;
+  gs_pipeline_result *result;
+  int error;
+} run_state;
+
+typedef struct worker {
+  run_state *st;
+  int stage;
+  pthread_t thread;
+} worker;
+
+static void push(item_queue *q, int slot, int64_t seq) {
+  int at = (q->head + q->count) % q->cap;
+  q->slot[at] = slot;
+  q->seq[at] = seq;
+  q->count++;
+}
+
+static void pop(item_queue *q, int *slot, int64_t *seq) {
+  *slot = q->slot[q->head];
+  *seq = q->seq[q->head];
+  q->head = (q->head + 1) % q->cap;
+  q->count--;
+}
+
+/* Waits for the condition with a short timeout, so that an external
+ * cancel is seen even when nobody broadcasts. Called with the lock held. */
+static void wait_a_little(run_state *st) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += 20 * 1000 * 1000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  pthread_cond_timedwait(&st->cond, &st->lock, &ts);
+}
+
+static bool cancelled(run_state *st) {
+  if (st->cancel && atomic_load(st->cancel) && !st->stop) {
+    st->stop = true;
+    st->result->cancelled = true;
+    pthread_cond_broadcast(&st->cond);
+  }
+  return st->stop;
+}
+
+/* Records the first failure and stops every stage. Lock held. */
+static void fail(run_state *st, int stage, int code) {
+  if (st->error == 0) {
+    st->error = code;
+    st->result->failed_stage = stage;
+    snprintf(st->result->error, sizeof st->result->error, "%s: %s", st->stages[stage].name,
+             gs_error_detail());
+  }
+  st->stop = true;
+  pthread_cond_broadcast(&st->cond);
+}
+
+static void *stage_thread(void *arg) {
+  worker *w = arg;
+  run_state *st = w->st;
+  const int k = w->stage;
+  const gs_pipeline_stage *stage = &st->stages[k];
+  uint64_t busy = 0, wait_in = 0, wait_out = 0;
+  int64_t items = 0;
+  pthread_mutex_lock(&st->lock);
+  for (;;) {
+    /* An item: a free slot and the next seq for the source, else the next
+     * item of this stage's queue. */
+    uint64_t t0 = gs_now_ns();
+    bool finished = false;
+    while (!cancelled(st)) {
+      if (k == 0 ? st->taken[0] >= st->end_seq : st->taken[k] >= st->end_seq) {
+        finished = true;
+        break;
+      }
+      if (st->queue[k].count > 0)
+        break;
+      wait_a_little(st);
+    }
+    wait_in += gs_now_ns() - t0;
+    if (finished || st->stop)
+      break;
+    int slot;
+    int64_t seq;
+    if (k == 0) {
+      int64_t unused;
+      pop(&st->queue[0], &slot, &unused);
+      seq = st->taken[0];
+    } else {
+      pop(&st->queue[k], &slot, &seq);
+    }
+    st->taken[k]++;
+    pthread_mutex_unlock(&st->lock);
+
+    uint64_t t1 = gs_now_ns();
+    int rc = stage->run(stage->ctx, slot, seq);
+    busy += gs_now_ns() - t1;
+
+    pthread_mutex_lock(&st->lock);
+    if (rc < 0) {
+      fail(st, k, rc);
+      break;
+    }
+    if (k == 0 && rc == 1) { /* the input ended before this seq */
+      if (seq < st->end_seq)
+        st->end_seq = seq;
+      push(&st->queue[0], slot, 0);
+      pthread_cond_broadcast(&st->cond);
+      continue;
+    }
+    /* Hand on in order. */
+    uint64_t t2 = gs_now_ns();
+    while (!cancelled(st) && st->next_out[k] != seq && seq < st->end_seq)
+      wait_a_little(st);
+    wait_out += gs_now_ns() - t2;
+    if (st->stop)
+      break;
+    if (seq >= st->end_seq) { /* a source thread went past the end */
+      push(&st->queue[0], slot, 0);
+    } else if (k == st->n - 1) {
+      push(&st->queue[0], slot, 0);
+      st->result->items++;
+    } else {
+      push(&st->queue[k + 1], slot, seq);
+    }
+    if (seq < st->end_seq) {
+      st->next_out[k]++;
+      items++;
+    }
+    pthread_cond_broadcast(&st->cond);
+  }
+  gs_pipeline_stage_stats *s = &st->result->stages[k];
+  s->busy_ns += busy;
+  s->wait_in_ns += wait_in;
+  s->wait_out_ns += wait_out;
+  s->items += items;
+  pthread_cond_broadcast(&st->cond);
+  pthread_mutex_unlock(&st->lock);
+  return NULL;
+}
+
+int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
+                    atomic_bool *cancel, gs_pipeline_result *out) {
+  memset(out, 0, sizeof *out);
+  out->failed_stage = -1;
+  if (n_stages < 1 || n_stages > GS_PIPELINE_MAX_STAGES)
+    return gs_error(GS_EINVAL, "a pipeline has 1 to %d stages, not %d", GS_PIPELINE_MAX_STAGES,
+                    n_stages);
+  if (slots < 1 || slots > 1024)
+    return gs_error(GS_EINVAL, "a pipeline has 1 to 1024 slots, not %d", slots);
+  int total_threads = 0;
+  for (int k = 0; k < n_stages; k++) {
+    if (stages[k].threads < 1 || !stages[k].run)
+      return gs_error(GS_EINVAL, "stage '%s' needs a run function and 1 thread or more",
+                      stages[k].name ? stages[k].name : "?");
+    total_threads += stages[k].threads;
+  }
+  if (total_threads > GS_PIPELINE_MAX_THREADS)
+    return gs_error(GS_EINVAL, "a pipeline runs at most %d threads, not %d",
+                    GS_PIPELINE_MAX_THREADS, total_threads);
+  run_state st = {.stages = stages, .n = n_stages, .end_seq = INT64_MAX, .cancel = cancel,
+                  .result = out};
+  out->n_stages = n_stages;
+  int rc = GS_OK;
+  for (int k = 0; k < n_stages && rc == 0; k++) {
+    snprintf(out->stages[k].name, sizeof out->stages[k].name, "%s", stages[k].name);
+    out->stages[k].threads = stages[k].threads;
+    item_queue *q = &st.queue[k];
+    q->cap = slots;
+    q->slot = malloc((size_t)slots * sizeof *q->slot);
+    q->seq = malloc((size_t)slots * sizeof *q->seq);
+    if (!q->slot || !q->seq)
+      rc = gs_error(GS_ENOMEM, "out of memory for a pipeline");
+  }
+  worker *workers = rc == 0 ? calloc((size_t)total_threads, sizeof *workers) : NULL;
+  if (rc == 0 && !workers)
+    rc = gs_error(GS_ENOMEM, "out of memory for a pipeline");
+  if (rc == 0) {
+    for (int i = 0; i < slots; i++)
+      push(&st.queue[0], i, 0);
+    pthread_mutex_init(&st.lock, NULL);
+    pthread_cond_init(&st.cond, NULL);
+    uint64_t start = gs_now_ns();
+    int started = 0;
+    for (int k = 0; k < n_stages; k++)
+      for (int t = 0; t < stages[k].threads; t++) {
+        workers[started] = (worker){.st = &st, .stage = k};
+        if (pthread_create(&workers[started].thread, NULL, stage_thread, &workers[started]) != 0) {
+          pthread_mutex_lock(&st.lock);
+          st.stop = true;
+          if (st.error == 0)
+            st.error = gs_error(GS_EIO, "cannot start a pipeline thread");
+          pthread_cond_broadcast(&st.cond);
+          pthread_mutex_unlock(&st.lock);
+          k = n_stages;
+          break;
+        }
+        started++;
+      }
+    for (int i = 0; i < started; i++)
+      pthread_join(workers[i].thread, NULL);
+    out->wall_ns = gs_now_ns() - start;
+    pthread_cond_destroy(&st.cond);
+    pthread_mutex_destroy(&st.lock);
+    rc = st.error ? st.error
+         : out->cancelled ? gs_error(GS_ECANCELED, "the pipeline was cancelled")
+                          : GS_OK;
+    if (st.error && out->failed_stage >= 0)
+      gs_error(st.error, "%s", out->error);
+  }
+  free(workers);
+  for (int k = 0; k < n_stages; k++) {
+    free(st.queue[k].slot);
+    free(st.queue[k].seq);
+  }
+  return rc;
+}
+
+int gs_pipeline_slowest(const gs_pipeline_result *r) {
+  int best = -1;
+  double best_busy = -1;
+  for (int k = 0; k < r->n_stages; k++) {
+    double per_thread = (double)r->stages[k].busy_ns / (r->stages[k].threads ? r->stages[k].threads : 1);
+    if (per_thread > best_busy) {
+      best_busy = per_thread;
+      best = k;
+    }
+  }
+  return best;
+}

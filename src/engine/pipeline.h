@@ -1,0 +1,62 @@
+/* pipeline.h - stages run as an overlapped pipeline: a ring of slots (the
+ * buffers, allocated once by the caller), a thread or more per stage, items
+ * handed from stage to stage in order, back-pressure when every slot is in
+ * flight, cancellation, the first error stopping every stage, and per-stage
+ * timers (busy, waiting for input, blocked on output) that name the slowest
+ * stage. The six-stage data flow of DESIGN.md (ingest, preprocess, H2D,
+ * compute, exchange, D2H) is one use; `gpusrv batch` and `gpusrv bench` run
+ * on it. */
+#ifndef GS_ENGINE_PIPELINE_H
+#define GS_ENGINE_PIPELINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GS_PIPELINE_MAX_STAGES 8
+#define GS_PIPELINE_MAX_THREADS 64
+
+/* One stage. `run` works on the item `seq` held in slot `slot`. The first
+ * stage (the source) fills the slot and returns 1 when there is no item
+ * `seq` (the input has ended); every stage returns 0 when done, or a
+ * negative GS_E code (with gs_error detail) to fail the run. With several
+ * threads a stage works on several items at once; they still leave it in
+ * order. The last stage's slot goes back to the ring when it returns. */
+typedef struct gs_pipeline_stage {
+  const char *name;
+  int threads; /* 1 or more */
+  int (*run)(void *ctx, int slot, int64_t seq);
+  void *ctx;
+} gs_pipeline_stage;
+
+typedef struct gs_pipeline_stage_stats {
+  char name[32];
+  int threads;
+  int64_t items;
+  uint64_t busy_ns;     /* in run(), summed over its threads */
+  uint64_t wait_in_ns;  /* waiting for an item (the source: for a free slot) */
+  uint64_t wait_out_ns; /* done, waiting to hand the item on in order */
+} gs_pipeline_stage_stats;
+
+typedef struct gs_pipeline_result {
+  int64_t items;     /* that left the last stage */
+  uint64_t wall_ns;
+  int n_stages;
+  gs_pipeline_stage_stats stages[GS_PIPELINE_MAX_STAGES];
+  int failed_stage;  /* -1 if none */
+  char error[512];   /* the failing stage's message ("" if none) */
+  bool cancelled;
+} gs_pipeline_result;
+
+/* Runs the stages over `slots` slots (1..1024) until the source ends, a
+ * stage fails, or *cancel becomes true (checked between items; may be
+ * NULL). Returns 0, the failing stage's code (the result names the stage and
+ * its message), or GS_ECANCELED. Every stage's threads have stopped when it
+ * returns. */
+int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
+                    atomic_bool *cancel, gs_pipeline_result *out);
+
+/* The stage whose busy time per thread is largest: the bottleneck. */
+int gs_pipeline_slowest(const gs_pipeline_result *r);
+
+#endif
