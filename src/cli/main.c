@@ -12,7 +12,8 @@
 static const gs_cli_command *const commands[] = {
     &gs_cli_serve, &gs_cli_smi,    &gs_cli_model, &gs_cli_models, &gs_cli_infer,
     &gs_cli_submit, &gs_cli_jobs,  &gs_cli_job,   &gs_cli_cancel, &gs_cli_logs,
-    &gs_cli_wait,  &gs_cli_tenant, &gs_cli_usage, &gs_cli_batch, NULL};
+    &gs_cli_wait,  &gs_cli_tenant, &gs_cli_usage, &gs_cli_batch,
+    &gs_cli_bench,  NULL};
 
 void gs_cli_error(const char *fmt, ...) {
   va_list ap;

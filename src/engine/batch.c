@@ -303,6 +303,61 @@ static int prepare(batch_run *b) {
   return open_outputs(b);
 }
 
+/* A source that only counts batches, for running one stage alone. */
+static int count_batches(void *ctx, int s, int64_t seq) {
+  batch_run *b = ctx;
+  if (seq * b->batch >= b->rows)
+    return 1;
+  if (b->slots[s].rows == 0) /* ingest has not run in this slot: a full batch */
+    b->slots[s].rows = b->rows - seq * b->batch < b->batch ? b->rows - seq * b->batch : b->batch;
+  return 0;
+}
+
+static void stages_of(batch_run *b, gs_pipeline_stage stages[6]) {
+  const gs_batch_options *o = b->o;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int workers = o->workers > 0 ? o->workers : cores > 0 ? (int)cores : 1;
+  gs_pipeline_stage all[6] = {
+      {"ingest", o->readers > 0 ? o->readers : 2, ingest, b},
+      {"preprocess", workers, preprocess, b},
+      {"h2d", 1, h2d, b},
+      {"compute", 1, compute, b},
+      {"d2h", 1, d2h, b},
+      {"write", 1, write_out, b},
+  };
+  memcpy(stages, all, sizeof all);
+}
+
+int gs_batch_profile(const gs_batch_options *o, double alone[6], gs_pipeline_result *whole,
+                     int64_t *rows) {
+  batch_run b = {.o = o};
+  atomic_init(&b.written, 0);
+  memset(whole, 0, sizeof *whole);
+  int rc = prepare(&b);
+  gs_pipeline_stage stages[6];
+  stages_of(&b, stages);
+  int64_t batches = (b.rows + b.batch - 1) / (b.batch ? b.batch : 1);
+  for (int k = 0; rc == 0 && k < 6; k++) {
+    gs_pipeline_result r;
+    gs_dataset_drop_cache(b.ds);
+    if (k == 0) {
+      rc = gs_pipeline_run(&stages[0], 1, b.n_slots, o->cancel, &r);
+    } else {
+      gs_pipeline_stage pair[2] = {{"count", 1, count_batches, &b}, stages[k]};
+      rc = gs_pipeline_run(pair, 2, b.n_slots, o->cancel, &r);
+    }
+    alone[k] = r.wall_ns ? (double)batches / ((double)r.wall_ns / 1e9) : 0;
+  }
+  if (rc == 0) {
+    atomic_store(&b.written, 0);
+    gs_dataset_drop_cache(b.ds);
+    rc = gs_pipeline_run(stages, 6, b.n_slots, o->cancel, whole);
+  }
+  *rows = atomic_load(&b.written);
+  teardown(&b);
+  return rc;
+}
+
 int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *stats) {
   if (!(o->std != 0) || !isfinite(o->scale) || !isfinite(o->mean) || !isfinite(o->std))
     return gs_error(GS_EINVAL, "preprocessing needs finite scale and mean and a non-zero std");
@@ -311,16 +366,8 @@ int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *s
   memset(stats, 0, sizeof *stats);
   int rc = prepare(&b);
   if (rc == 0) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int workers = o->workers > 0 ? o->workers : cores > 0 ? (int)cores : 1;
-    gs_pipeline_stage stages[] = {
-        {"ingest", o->readers > 0 ? o->readers : 2, ingest, &b},
-        {"preprocess", workers, preprocess, &b},
-        {"h2d", 1, h2d, &b},
-        {"compute", 1, compute, &b},
-        {"d2h", 1, d2h, &b},
-        {"write", 1, write_out, &b},
-    };
+    gs_pipeline_stage stages[6];
+    stages_of(&b, stages);
     rc = gs_pipeline_run(stages, 6, b.n_slots, o->cancel, stats);
   }
   *rows = atomic_load(&b.written);

@@ -30,6 +30,13 @@ typedef struct gs_batch_options {
  * it returns 0. */
 int gs_batch_run(const gs_batch_options *options, int64_t *rows, gs_pipeline_result *stats);
 
+/* For `gpusrv bench`: runs each of the six stages alone over the whole data
+ * set (with its threads; alone[k] gets its batches per second), then all of
+ * them overlapped into *whole. The data set is dropped from the page cache
+ * before each run that reads it. */
+int gs_batch_profile(const gs_batch_options *options, double alone[6], gs_pipeline_result *whole,
+                     int64_t *rows);
+
 /* Parses "scale=1/255,mean=0.5,std=0.25" into options (each key optional;
  * a value may be a fraction). GS_EINVAL naming what is wrong. */
 int gs_batch_parse_preprocess(const char *spec, gs_batch_options *options);

@@ -350,3 +350,12 @@ int gs_dataset_read(gs_dataset *ds, int64_t first, int64_t count, void *out) {
                     (long long)(first + count - 1), (long long)ds->rows);
   return ds->csv ? read_csv(ds, first, count, out) : read_npy(ds, first, count, out);
 }
+
+void gs_dataset_drop_cache(gs_dataset *ds) {
+  for (int i = 0; i < ds->n_parts; i++) {
+    fdatasync(ds->parts[i].fd);
+    posix_fadvise(ds->parts[i].fd, 0, 0, POSIX_FADV_DONTNEED);
+  }
+  if (ds->csv_fd >= 0)
+    posix_fadvise(ds->csv_fd, 0, 0, POSIX_FADV_DONTNEED);
+}

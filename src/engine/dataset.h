@@ -28,4 +28,8 @@ gs_dtype gs_dataset_dtype(const gs_dataset *ds);
  * of gs_dataset_dtype). Safe from several threads at once. */
 int gs_dataset_read(gs_dataset *ds, int64_t first, int64_t count, void *out);
 
+/* Asks the kernel to drop the data set's files from the page cache, so that
+ * the next read comes from storage (benchmarks). */
+void gs_dataset_drop_cache(gs_dataset *ds);
+
 #endif

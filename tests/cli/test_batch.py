@@ -122,3 +122,20 @@ def test_usage_errors(tmp_path):
     assert p.returncode == 1 and "neither a .onnx file" in p.stderr
     p = run("batch", MODEL, "-i", "x", "-o", "y", "--url", "http://127.0.0.1:1", check=False)
     assert p.returncode == 1 and "not supported yet" in p.stderr
+
+
+def test_bench_measures_every_stage(tmp_path):
+    p = run("bench", "--json", "--size", "8", "--dir", str(tmp_path))
+    b = json.loads(p.stdout)
+    assert b["device"] == "cpu0" and b["storage_read"]["method"] in ("O_DIRECT", "page cache dropped")
+    for key in ("h2d_pinned_GBps", "h2d_pageable_GBps", "d2h_pinned_GBps", "d2h_pageable_GBps",
+                "gemm_gflops", "digits_rows_per_s"):
+        assert b[key] > 0, key
+    assert b["exchange"] == "n/a (one device)"
+    for name in ("synthetic_pipeline", "digits_pipeline"):
+        assert 0 < b[name]["fraction"] < 1.5 and b[name]["slowest"], b[name]
+    assert set(b["digits_pipeline"]["rows_per_s_alone"]) == {"ingest", "preprocess", "h2d",
+                                                            "compute", "d2h", "write"}
+    assert b["digits_pipeline"]["rows"] == 262144
+    assert list(tmp_path.iterdir()) == []  # its temporary files are gone
+    assert run("bench", "--size", "1", check=False).returncode == 2
