@@ -2,12 +2,15 @@
  * process, as the six-stage pipeline (engine/batch.h), with a progress bar
  * on a terminal and each stage's throughput and busy fraction at the end. */
 #include "cli/cli.h"
+#include "cli/http.h"
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "engine/batch.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -38,8 +41,12 @@ static const char batch_help[] =
     "      --readers N        Reader threads (default 2)\n"
     "      --workers N        Preprocessing threads (default: the cores)\n"
     "      --json             Print the figures as JSON\n"
-    "\n"
-    "Running as a job of a daemon (--url) is not built yet.\n";
+    "      --url URL          Run it as a job of that daemon, under a booking of the front\n"
+    "                         desk (its tenant's user must be able to read the model and the\n"
+    "                         data set and write DIR); it waits, then prints the job's output\n"
+    "      --token TOKEN      Bearer token for --url (default: GPUSRV_TOKEN)\n"
+    "      --cpus N           With --url: the CPU cores to book (default: --workers, else 1)\n"
+    "      --gpus N           With --url: whole devices to book\n";
 
 typedef struct progress_state {
   bool tty;
@@ -87,6 +94,90 @@ static int resolve_model(const char *arg, char *out, size_t cap) {
                   arg);
 }
 
+/* --url: the same command, with absolute paths, as a job of the daemon;
+ * waits for it and passes its output and exit status on. */
+static int run_as_job(const char *url, const char *token, char **argv, int argc, int first_model,
+                      const char *model, const char *input, const char *output, double cpus,
+                      int gpus) {
+  char exe[PATH_MAX], abs_model[PATH_MAX], abs_in[PATH_MAX], abs_out[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0 || !realpath(model, abs_model) || !realpath(input, abs_in)) {
+    gs_cli_error("batch: cannot resolve %s: %s", n <= 0 ? "this executable" : input,
+                 strerror(errno));
+    return GS_EXIT_FAILED;
+  }
+  exe[n] = '\0';
+  if (output[0] == '/')
+    snprintf(abs_out, sizeof abs_out, "%s", output);
+  else {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) {
+      gs_cli_error("batch: %s", strerror(errno));
+      return GS_EXIT_FAILED;
+    }
+    snprintf(abs_out, sizeof abs_out, "%s/%s", cwd, output);
+  }
+  json_t *cmd = json_pack("[s, s, s, s, s, s, s]", exe, "batch", abs_model, "--input", abs_in,
+                          "--output", abs_out);
+  /* Every other option as given, except those that only concern this end. */
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool with_value = !strcmp(a, "--url") || !strcmp(a, "--token") || !strcmp(a, "--cpus") ||
+                      !strcmp(a, "--gpus") || !strcmp(a, "-i") || !strcmp(a, "--input") ||
+                      !strcmp(a, "-o") || !strcmp(a, "--output");
+    if (i == first_model || !strncmp(a, "--url=", 6) || !strncmp(a, "--token=", 8) ||
+        !strncmp(a, "--input=", 8) || !strncmp(a, "--output=", 9) ||
+        !strncmp(a, "--cpus=", 7) || !strncmp(a, "--gpus=", 7))
+      continue;
+    if (with_value) {
+      i++;
+      continue;
+    }
+    json_array_append_new(cmd, json_string(a));
+  }
+  json_t *body = json_pack("{s:o, s:s, s:f}", "command", cmd, "name", "batch", "cpus", cpus);
+  if (gpus > 0)
+    json_object_set_new(body, "gpus", json_integer(gpus));
+  json_t *job = NULL;
+  int rc = gs_cli_call_json("batch", url, token, "POST", "/api/v1/jobs", body, &job);
+  json_decref(body);
+  if (rc != 0)
+    return GS_EXIT_FAILED;
+  long long id = (long long)json_integer_value(json_object_get(job, "id"));
+  json_decref(job);
+  fprintf(stderr, "gpusrv: batch: job %lld queued\n", id);
+  char path[128];
+  snprintf(path, sizeof path, "/api/v1/jobs/%lld", id);
+  for (useconds_t pause = 20000;; pause = pause < 500000 ? pause * 2 : pause) {
+    if (gs_cli_call_json("batch", url, token, "GET", path, NULL, &job) != 0)
+      return GS_EXIT_FAILED;
+    const char *state = json_string_value(json_object_get(job, "state"));
+    if (state && strcmp(state, "PENDING") != 0 && strcmp(state, "RUNNING") != 0)
+      break;
+    json_decref(job);
+    usleep(pause);
+  }
+  /* Its output, then its errors, as the job logged them. */
+  for (int stream = 0; stream < 2; stream++) {
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?stream=%s", id,
+             stream ? "stderr" : "stdout");
+    gs_http_response r;
+    if (gs_cli_http("GET", gs_cli_url(url), path, token, NULL, 0, 0, &r) == 0) {
+      if (r.status == 200)
+        fwrite(r.body, 1, r.len, stream ? stderr : stdout);
+      free(r.body);
+    }
+  }
+  const char *state = json_string_value(json_object_get(job, "state"));
+  int exit_code = strcmp(state, "COMPLETED") == 0 ? GS_EXIT_OK : GS_EXIT_FAILED;
+  if (exit_code != GS_EXIT_OK)
+    gs_cli_error("batch: job %lld %s%s%s", id, state,
+                 json_string_value(json_object_get(job, "reason"))[0] ? ": " : "",
+                 json_string_value(json_object_get(job, "reason")));
+  json_decref(job);
+  return exit_code;
+}
+
 static void print_summary(const gs_pipeline_result *r, int64_t rows, bool json_out) {
   double wall = (double)r->wall_ns / 1e9;
   int slowest = gs_pipeline_slowest(r);
@@ -129,7 +220,9 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, bool json_o
 static int batch_run_cmd(int argc, char **argv) {
   const gs_cli_command *me = &gs_cli_batch;
   gs_batch_options o = {.scale = 1, .mean = 0, .std = 1};
-  const char *precision = "fp32", *device = NULL;
+  const char *precision = "fp32", *device = NULL, *url = NULL, *token = NULL;
+  double cpus = 0;
+  int gpus = 0;
   bool json_out = false;
   static const struct option opts[] = {
       {"input", required_argument, NULL, 'i'},   {"output", required_argument, NULL, 'o'},
@@ -137,7 +230,9 @@ static int batch_run_cmd(int argc, char **argv) {
       {"precision", required_argument, NULL, 'p'}, {"preprocess", required_argument, NULL, 'P'},
       {"slots", required_argument, NULL, 's'},   {"readers", required_argument, NULL, 'r'},
       {"workers", required_argument, NULL, 'w'}, {"json", no_argument, NULL, 'j'},
-      {"url", required_argument, NULL, 'u'},     {NULL, 0, NULL, 0}};
+      {"url", required_argument, NULL, 'u'},     {"token", required_argument, NULL, 't'},
+      {"cpus", required_argument, NULL, 'c'},    {"gpus", required_argument, NULL, 'g'},
+      {NULL, 0, NULL, 0}};
   optind = 1;
   opterr = 0;
   int c;
@@ -167,10 +262,18 @@ static int batch_run_cmd(int argc, char **argv) {
     case 'r': o.readers = n > 16 ? 16 : (int)n; break;
     case 'w': o.workers = n > 32 ? 32 : (int)n; break;
     case 'j': json_out = true; break;
-    case 'u':
-      gs_cli_error("batch: running as a job of a daemon (--url) is not supported yet; run it "
-                   "here, or submit `gpusrv batch ...` with `gpusrv submit`");
-      return GS_EXIT_FAILED;
+    case 'u': url = optarg; break;
+    case 't': token = optarg; break;
+    case 'c':
+      cpus = strtod(optarg, &end);
+      if (end == optarg || *end || !(cpus > 0) || cpus > 4096)
+        return gs_cli_usage_error(me, "bad --cpus '%s'", optarg);
+      break;
+    case 'g':
+      gpus = (int)strtol(optarg, &end, 10);
+      if (end == optarg || *end || gpus < 0 || gpus > 64)
+        return gs_cli_usage_error(me, "bad --gpus '%s'", optarg);
+      break;
     default:
       return gs_cli_usage_error(me, "unknown or incomplete option '%s'", argv[optind - 1]);
     }
@@ -187,6 +290,9 @@ static int batch_run_cmd(int argc, char **argv) {
     return GS_EXIT_FAILED;
   }
   o.model_path = model;
+  if (url)
+    return run_as_job(url, token, argv, argc, optind, model, o.input, o.output_dir,
+                      cpus > 0 ? cpus : o.workers > 0 ? o.workers : 1, gpus);
   if (gs_hal_init() < 0 || gs_engine_init() < 0) {
     gs_cli_error("batch: %s", gs_error_detail());
     return GS_EXIT_FAILED;

@@ -396,6 +396,34 @@ def test_priority_is_capped_per_tenant(tmp_path):
                          d.admin)[0] == 201
 
 
+def test_batch_runs_as_a_job_of_the_daemon(tmp_path):
+    import numpy as np
+    model = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
+    shared = tempfile.mkdtemp(prefix="gpusrv-batch-")
+    try:
+        os.chmod(shared, 0o777)  # the job's user reads the data and writes the outputs here
+        x = (np.random.default_rng(5).random((300, 64), dtype=np.float32) * 16).astype(np.float32)
+        np.save(os.path.join(shared, "x.npy"), x)
+        os.chmod(os.path.join(shared, "x.npy"), 0o644)
+        subprocess.run([GPUSRV, "model", "run", model, "-i", f"pixels={shared}/x.npy", "-o",
+                        f"{shared}/ref"], check=True, capture_output=True)
+        with daemon(tmp_path) as d:
+            p = d.cli("batch", model, "--input", f"{shared}/x.npy", "--output", f"{shared}/out",
+                      "--batch", "64", "--workers", "1", "--url", f"http://127.0.0.1:{d.port}",
+                      "--token", d.admin)
+            assert "300 rows in 5 batches" in p.stdout and "job 1 queued" in p.stderr
+            np.testing.assert_array_equal(np.load(f"{shared}/out/probs.npy"),
+                                          np.load(f"{shared}/ref/probs.npy"))
+            job = d.job(1)
+            assert job["state"] == "COMPLETED" and job["name"] == "batch" and job["cpus"] == 1
+            # A data set that is not there is refused before anything is queued.
+            p = d.cli("batch", model, "-i", f"{shared}/missing.npy", "-o", f"{shared}/o2", "--url",
+                      f"http://127.0.0.1:{d.port}", check=False)
+            assert p.returncode == 1 and "missing.npy" in p.stderr
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
 def test_auth_required_covers_inference(tmp_path):
     with daemon(tmp_path, "--auth", "required") as d:
         assert d.request("GET", "/v2/health/live")[0] == 200

@@ -120,8 +120,10 @@ def test_usage_errors(tmp_path):
         assert run(*args, check=False).returncode == 2, args
     p = run("batch", str(tmp_path), "-i", "x", "-o", "y", check=False)
     assert p.returncode == 1 and "neither a .onnx file" in p.stderr
-    p = run("batch", MODEL, "-i", "x", "-o", "y", "--url", "http://127.0.0.1:1", check=False)
-    assert p.returncode == 1 and "not supported yet" in p.stderr
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((2, 64), np.float32))
+    p = run("batch", MODEL, "-i", str(x), "-o", "y", "--url", "http://127.0.0.1:1", check=False)
+    assert p.returncode == 1 and "cannot reach" in p.stderr
 
 
 def test_bench_measures_every_stage(tmp_path):
