@@ -332,8 +332,10 @@ static bool kind_matches(const char *kind, gs_device_t *d) {
   const gs_device_info *info = gs_device_get_info(d);
   if (!strcmp(kind, "KIND_AUTO") || !strcmp(kind, "KIND_MODEL"))
     return true;
+  /* The host's own cores: a CPU-type device reached through a driver (an
+   * OpenCL CPU device, whose memory is not host memory) is not KIND_CPU. */
   if (!strcmp(kind, "KIND_CPU"))
-    return info->type == GS_DEVICE_CPU;
+    return info->type == GS_DEVICE_CPU && gs_device_get_caps(d)->host_visible_device_memory;
   if (!strcmp(kind, "KIND_GPU"))
     return info->type == GS_DEVICE_GPU;
   return !strcmp(kind, info->backend); /* a backend's name: cpu, opencl, cuda */

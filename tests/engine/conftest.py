@@ -3,3 +3,24 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip, with the reason, when the device under test is not on this machine."""
+    import json
+    import subprocess
+    import pytest
+    device = os.environ.get("GSTEST_DEVICE")
+    if not device:
+        return
+    gpusrv = os.environ.get("GPUSRV_BIN", os.path.join(os.path.dirname(__file__), "..", "..",
+                                                        "build", "gpusrv"))
+    smi = subprocess.run([gpusrv, "smi", "--json"], capture_output=True, text=True)
+    try:
+        ids = [d["id"] for d in json.loads(smi.stdout)["devices"]]
+    except (ValueError, KeyError):
+        return
+    if device not in ids:
+        skip = pytest.mark.skip(reason=f"device {device} is not on this machine (devices: {ids})")
+        for item in items:
+            item.add_marker(skip)

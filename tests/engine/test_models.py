@@ -48,7 +48,7 @@ def test_fallback_is_reported(tmp_path):
     onnx.save(BUILDERS["mlp"](), path)
     p = run_gpusrv(path, {"x": example_input("mlp", 1)}, str(tmp_path), extra=["--report"])
     assert p.returncode == 0, p.stderr
-    if DEVICE == "testcpu0":
+    if DEVICE not in (None, "cpu0"):  # no engine kernels there (yet): MatMul falls back
         assert "run on the CPU instead" in p.stdout and "MatMul" in p.stdout, p.stdout
     else:
         assert "instead" not in p.stdout, p.stdout
@@ -125,6 +125,8 @@ def test_reduced_precision_accuracy(tmp_path, name, precision):
     x = example_input(name, 4)
     ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     p = run_gpusrv(path, {"x": x}, str(tmp_path), extra=["--precision", precision])
+    if p.returncode != 0 and f"cannot run {precision} plans" in p.stderr:
+        pytest.skip(p.stderr.strip())  # the device lacks 16-bit tensors (caps.half_precision)
     assert p.returncode == 0, p.stderr
     out_name = onnx.load(path).graph.output[0].name
     got = load_outputs(str(tmp_path), [out_name])[out_name]
@@ -143,6 +145,8 @@ def test_digits_accuracy_in_reduced_precision(tmp_path, precision):
     _, x_test, _, y_test = held_out_split()
     model = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
     p = run_gpusrv(model, {"pixels": x_test}, str(tmp_path), extra=["--precision", precision])
+    if p.returncode != 0 and f"cannot run {precision} plans" in p.stderr:
+        pytest.skip(p.stderr.strip())  # the device lacks 16-bit tensors (caps.half_precision)
     assert p.returncode == 0, p.stderr
     probs = load_outputs(str(tmp_path), ["probs"])["probs"]
     accuracy = float((probs.argmax(axis=1) == y_test).mean())

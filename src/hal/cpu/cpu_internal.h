@@ -66,6 +66,10 @@ int gs__cpu_stream_memset(void *stream, gs_buffer_t *dst, size_t offset, uint8_t
                           size_t bytes);
 int gs__cpu_stream_launch(void *stream, const void *kernel, const gs_kernel_args *args);
 int gs__cpu_stream_host_func(void *stream, gs_host_fn fn, void *arg);
+/* Queues fn(arg) in order with the stream's other work, then free(arg): the
+ * way a backend that drives its device from the host (OpenCL) reuses these
+ * worker streams. Takes arg even on failure. */
+int gs__cpu_stream_call(void *stream, gs_host_fn fn, void *arg);
 int gs__cpu_stream_synchronize(void *stream);
 int gs__cpu_stream_mark(void *stream, uint64_t *ticket);
 int gs__cpu_stream_passed(void *stream, uint64_t ticket);

@@ -18,7 +18,7 @@ typedef struct cpu_event {
   atomic_int refs;       /* the owner plus queued operations */
 } cpu_event;
 
-typedef enum { OP_COPY, OP_MEMSET, OP_KERNEL, OP_HOST_FN, OP_RECORD, OP_WAIT } op_type;
+typedef enum { OP_COPY, OP_MEMSET, OP_KERNEL, OP_HOST_FN, OP_CALL, OP_RECORD, OP_WAIT } op_type;
 
 typedef struct cpu_op {
   op_type type;
@@ -41,7 +41,7 @@ typedef struct cpu_op {
     struct {
       gs_host_fn fn;
       void *arg;
-    } host;
+    } host; /* OP_HOST_FN; OP_CALL frees arg after */
     struct {
       cpu_event *event;
       uint64_t gen;
@@ -151,10 +151,13 @@ static void run_op(cpu_stream *s, cpu_op *op) {
       set_error(s, rc);
     break;
   }
-  case OP_HOST_FN: {
+  case OP_HOST_FN:
+  case OP_CALL: {
     int rc = op->u.host.fn(op->u.host.arg);
     if (rc != 0)
       set_error(s, rc < 0 ? rc : gs_error(GS_EINTERNAL, "host function returned %d", rc));
+    if (op->type == OP_CALL)
+      free(op->u.host.arg);
     break;
   }
   case OP_RECORD: {
@@ -338,6 +341,16 @@ int gs__cpu_stream_host_func(void *stream, gs_host_fn fn, void *arg) {
   op.u.host.fn = fn;
   op.u.host.arg = arg;
   return enqueue(stream, &op);
+}
+
+int gs__cpu_stream_call(void *stream, gs_host_fn fn, void *arg) {
+  cpu_op op = {.type = OP_CALL};
+  op.u.host.fn = fn;
+  op.u.host.arg = arg;
+  int rc = enqueue(stream, &op);
+  if (rc < 0)
+    free(arg);
+  return rc;
 }
 
 int gs__cpu_stream_synchronize(void *stream) {

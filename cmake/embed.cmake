@@ -1,0 +1,5 @@
+# embed.cmake - writes the text of IN as a C string constant NAME into OUT
+# (run at build time: cmake -DIN=... -DOUT=... -DNAME=... -P embed.cmake).
+file(READ "${IN}" text HEX)
+string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${text}")
+file(WRITE "${OUT}" "/* generated from ${IN}; do not edit */\nstatic const char ${NAME}[] = {${bytes} 0x00};\n")
