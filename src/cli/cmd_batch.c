@@ -96,14 +96,15 @@ static int resolve_model(const char *arg, char *out, size_t cap) {
 
 /* --url: the same command, with absolute paths, as a job of the daemon;
  * waits for it and passes its output and exit status on. */
-static int run_as_job(const char *url, const char *token, char **argv, int argc, int first_model,
-                      const char *model, const char *input, const char *output, double cpus,
-                      int gpus) {
+static int run_as_job(const char *url, const char *token, json_t *forward, const char *model,
+                      const char *input, const char *output, double cpus, int gpus) {
   char exe[PATH_MAX], abs_model[PATH_MAX], abs_in[PATH_MAX], abs_out[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0 || !realpath(model, abs_model) || !realpath(input, abs_in)) {
-    gs_cli_error("batch: cannot resolve %s: %s", n <= 0 ? "this executable" : input,
-                 strerror(errno));
+  const char *bad = n <= 0 ? "this executable" : !realpath(model, abs_model) ? model
+                    : !realpath(input, abs_in)                              ? input
+                                                                            : NULL;
+  if (bad) {
+    gs_cli_error("batch: cannot resolve %s: %s", bad, strerror(errno));
     return GS_EXIT_FAILED;
   }
   exe[n] = '\0';
@@ -119,22 +120,8 @@ static int run_as_job(const char *url, const char *token, char **argv, int argc,
   }
   json_t *cmd = json_pack("[s, s, s, s, s, s, s]", exe, "batch", abs_model, "--input", abs_in,
                           "--output", abs_out);
-  /* Every other option as given, except those that only concern this end. */
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    bool with_value = !strcmp(a, "--url") || !strcmp(a, "--token") || !strcmp(a, "--cpus") ||
-                      !strcmp(a, "--gpus") || !strcmp(a, "-i") || !strcmp(a, "--input") ||
-                      !strcmp(a, "-o") || !strcmp(a, "--output");
-    if (i == first_model || !strncmp(a, "--url=", 6) || !strncmp(a, "--token=", 8) ||
-        !strncmp(a, "--input=", 8) || !strncmp(a, "--output=", 9) ||
-        !strncmp(a, "--cpus=", 7) || !strncmp(a, "--gpus=", 7))
-      continue;
-    if (with_value) {
-      i++;
-      continue;
-    }
-    json_array_append_new(cmd, json_string(a));
-  }
+  /* The options that shape the run itself, as parsed (never the token). */
+  json_array_extend(cmd, forward);
   json_t *body = json_pack("{s:o, s:s, s:f}", "command", cmd, "name", "batch", "cpus", cpus);
   if (gpus > 0)
     json_object_set_new(body, "gpus", json_integer(gpus));
@@ -152,7 +139,7 @@ static int run_as_job(const char *url, const char *token, char **argv, int argc,
     if (gs_cli_call_json("batch", url, token, "GET", path, NULL, &job) != 0)
       return GS_EXIT_FAILED;
     const char *state = json_string_value(json_object_get(job, "state"));
-    if (state && strcmp(state, "PENDING") != 0 && strcmp(state, "RUNNING") != 0)
+    if (!state || (strcmp(state, "PENDING") != 0 && strcmp(state, "RUNNING") != 0))
       break;
     json_decref(job);
     usleep(pause);
@@ -169,11 +156,11 @@ static int run_as_job(const char *url, const char *token, char **argv, int argc,
     }
   }
   const char *state = json_string_value(json_object_get(job, "state"));
-  int exit_code = strcmp(state, "COMPLETED") == 0 ? GS_EXIT_OK : GS_EXIT_FAILED;
+  const char *reason = json_string_value(json_object_get(job, "reason"));
+  int exit_code = state && strcmp(state, "COMPLETED") == 0 ? GS_EXIT_OK : GS_EXIT_FAILED;
   if (exit_code != GS_EXIT_OK)
-    gs_cli_error("batch: job %lld %s%s%s", id, state,
-                 json_string_value(json_object_get(job, "reason"))[0] ? ": " : "",
-                 json_string_value(json_object_get(job, "reason")));
+    gs_cli_error("batch: job %lld %s%s%s", id, state ? state : "ended oddly",
+                 reason && reason[0] ? ": " : "", reason ? reason : "");
   json_decref(job);
   return exit_code;
 }
@@ -223,6 +210,7 @@ static int batch_run_cmd(int argc, char **argv) {
   const char *precision = "fp32", *device = NULL, *url = NULL, *token = NULL;
   double cpus = 0;
   int gpus = 0;
+  json_t *forward = json_array(); /* for --url: the run's own options, normalised */
   bool json_out = false;
   static const struct option opts[] = {
       {"input", required_argument, NULL, 'i'},   {"output", required_argument, NULL, 'o'},
@@ -243,6 +231,16 @@ static int batch_run_cmd(int argc, char **argv) {
       n = strtol(optarg, &end, 10);
       if (end == optarg || *end || n < 1 || n > 1 << 20)
         return gs_cli_usage_error(me, "bad number '%s'", optarg);
+    }
+    static const char *const forwarded[] = {['b'] = "--batch", ['d'] = "--device",
+                                            ['p'] = "--precision", ['P'] = "--preprocess",
+                                            ['s'] = "--slots", ['r'] = "--readers",
+                                            ['w'] = "--workers"};
+    if (c > 0 && c < (int)(sizeof forwarded / sizeof forwarded[0]) && forwarded[c]) {
+      json_array_append_new(forward, json_string(forwarded[c]));
+      json_array_append_new(forward, json_string(optarg));
+    } else if (c == 'j') {
+      json_array_append_new(forward, json_string("--json"));
     }
     switch (c) {
     case 'i': o.input = optarg; break;
@@ -290,9 +288,13 @@ static int batch_run_cmd(int argc, char **argv) {
     return GS_EXIT_FAILED;
   }
   o.model_path = model;
-  if (url)
-    return run_as_job(url, token, argv, argc, optind, model, o.input, o.output_dir,
-                      cpus > 0 ? cpus : o.workers > 0 ? o.workers : 1, gpus);
+  if (url) {
+    int rc = run_as_job(url, token, forward, model, o.input, o.output_dir,
+                        cpus > 0 ? cpus : o.workers > 0 ? o.workers : 1, gpus);
+    json_decref(forward);
+    return rc;
+  }
+  json_decref(forward);
   if (gs_hal_init() < 0 || gs_engine_init() < 0) {
     gs_cli_error("batch: %s", gs_error_detail());
     return GS_EXIT_FAILED;

@@ -10,7 +10,10 @@
 #include "engine/batch.h"
 #include "engine/npy.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -119,7 +122,7 @@ static int copies(gs_device_t *dev, copy_figures *f) {
   double *out[4] = {&f->h2d_pinned, &f->h2d_pageable, &f->d2h_pinned, &f->d2h_pageable};
   for (int kind = 0; rc == 0 && kind < 4; kind++) {
     void *host = kind % 2 == 0 ? gs_buffer_host_ptr(p) : pageable;
-    double t[5];
+    double t[5] = {0};
     for (int r = 0; rc == 0 && r < 5; r++) {
       uint64_t t0 = gs_now_ns();
       rc = kind < 2 ? gs_stream_copy_h2d(s, d, 0, host, bytes) : gs_stream_copy_d2h(s, host, d, 0, bytes);
@@ -304,6 +307,29 @@ static int synthetic_pipeline(double *alone_min, double *whole, const char **slo
 
 /* ---- the digits pipeline over a data set on disk --------------------------------------------- */
 
+static atomic_bool interrupted;
+static void on_interrupt(int sig) {
+  (void)sig;
+  atomic_store(&interrupted, true);
+}
+
+/* Removes our work directory: its files, its output directory's files. */
+static void remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+      continue;
+    char path[PATH_MAX + 256];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (unlink(path) != 0 && errno == EISDIR)
+      remove_tree(path);
+  }
+  if (d)
+    closedir(d);
+  rmdir(dir);
+}
+
 static int digits_pipeline(gs_device_t *dev, const char *dir, double alone[6], double *whole_rate,
                            int64_t *rows, int *batch) {
   char model[PATH_MAX], data[PATH_MAX], out[PATH_MAX];
@@ -329,9 +355,14 @@ static int digits_pipeline(gs_device_t *dev, const char *dir, double alone[6], d
     snprintf(model, sizeof model, "models/digits/1/model.onnx");
   if (!model[0])
     return gs_error(GS_ENOENT, "cannot find the digits demo model (models/digits/1/model.onnx)");
-  /* 262,144 rows of 64 float32: 64 MiB on disk. */
-  snprintf(data, sizeof data, "%s/gpusrv-bench-digits-%d.npy", dir, (int)getpid());
-  snprintf(out, sizeof out, "%s/gpusrv-bench-out-%d", dir, (int)getpid());
+  /* 262,144 rows of 64 float32: 64 MiB on disk, in a directory of our own
+   * (made with mkdtemp: nobody else's names or links in it). */
+  char work[PATH_MAX];
+  snprintf(work, sizeof work, "%s/gpusrv-bench-XXXXXX", dir);
+  if (!mkdtemp(work))
+    return gs_error(GS_EIO, "cannot make a directory in %s: %s", dir, strerror(errno));
+  snprintf(data, sizeof data, "%s/digits.npy", work);
+  snprintf(out, sizeof out, "%s/out", work);
   const int64_t count = 262144;
   gs_shape shape = {2, {count, 64}};
   float *x = malloc((size_t)count * 64 * sizeof *x);
@@ -342,17 +373,14 @@ static int digits_pipeline(gs_device_t *dev, const char *dir, double alone[6], d
   int rc = gs_npy_write(data, GS_DT_FLOAT32, &shape, x);
   free(x);
   gs_batch_options o = {.model_path = model, .input = data, .output_dir = out, .batch = 4096,
-                        .device = dev, .scale = 1, .mean = 0, .std = 1, .slots = 4};
-  gs_pipeline_result whole;
+                        .device = dev, .scale = 1, .mean = 0, .std = 1, .slots = 4,
+                        .cancel = &interrupted};
+  gs_pipeline_result whole = {0};
   if (rc == 0)
     rc = gs_batch_profile(&o, alone, &whole, rows);
   *batch = o.batch;
   *whole_rate = whole.wall_ns ? (double)whole.items / ((double)whole.wall_ns / 1e9) : 0;
-  unlink(data);
-  char probs[PATH_MAX + 16];
-  snprintf(probs, sizeof probs, "%s/probs.npy", out);
-  unlink(probs);
-  rmdir(out);
+  remove_tree(work);
   return rc;
 }
 
@@ -398,6 +426,11 @@ static int bench_run(int argc, char **argv) {
     return GS_EXIT_FAILED;
   }
   bool tty = isatty(STDERR_FILENO) && !json_out;
+  atomic_init(&interrupted, false);
+  struct sigaction sa = {.sa_handler = on_interrupt};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   double storage = 0, gflops = 0, synth_alone = 0, synth_whole = 0, digits_whole = 0;
   double alone[6] = {0};
   const char *storage_how = "", *synth_slowest = "";

@@ -270,8 +270,9 @@ static int prepare(batch_run *b) {
   b->device = gs_plan_device(b->plan);
   gs_plan_input(b->plan, 0, &b->in);
   b->n_out = gs_plan_output_count(b->plan);
-  for (int i = 0; i < b->n_out; i++) {
+  for (int i = 0; i < MAX_OUTPUTS; i++)
     b->out_fd[i] = -1;
+  for (int i = 0; i < b->n_out; i++) {
     gs_plan_output(b->plan, i, &b->out[i]);
     if (b->out[i].shape.rank < 1 || b->out[i].shape.dims[0] != b->batch)
       return gs_error(GS_ENOTSUP, "%s: output %s does not keep the batch dimension first",
@@ -303,22 +304,36 @@ static int prepare(batch_run *b) {
   return open_outputs(b);
 }
 
+/* Each output exactly its header and rows long (a stage run alone may have
+ * written a whole last batch). */
+static int trim_outputs(batch_run *b) {
+  for (int i = 0; i < b->n_out; i++)
+    if (ftruncate(b->out_fd[i], (off_t)(b->out_data_offset[i] +
+                                        (size_t)b->rows * b->out_row_bytes[i])) != 0)
+      return gs_error(GS_EIO, "cannot size the output %s: %s", b->out[i].name, strerror(errno));
+  return GS_OK;
+}
+
 /* A source that only counts batches, for running one stage alone. */
 static int count_batches(void *ctx, int s, int64_t seq) {
   batch_run *b = ctx;
   if (seq * b->batch >= b->rows)
     return 1;
-  if (b->slots[s].rows == 0) /* ingest has not run in this slot: a full batch */
-    b->slots[s].rows = b->rows - seq * b->batch < b->batch ? b->rows - seq * b->batch : b->batch;
+  b->slots[s].rows = b->rows - seq * b->batch < b->batch ? b->rows - seq * b->batch : b->batch;
   return 0;
 }
 
 static void stages_of(batch_run *b, gs_pipeline_stage stages[6]) {
   const gs_batch_options *o = b->o;
+  int readers = o->readers > 0 ? o->readers : 2;
+  /* Preprocessing threads: the cores, within the pipeline's thread limit. */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int workers = o->workers > 0 ? o->workers : cores > 0 ? (int)cores : 1;
+  int room = GS_PIPELINE_MAX_THREADS - readers - 4;
+  if (workers > room)
+    workers = room > 0 ? room : 1;
   gs_pipeline_stage all[6] = {
-      {"ingest", o->readers > 0 ? o->readers : 2, ingest, b},
+      {"ingest", readers, ingest, b},
       {"preprocess", workers, preprocess, b},
       {"h2d", 1, h2d, b},
       {"compute", 1, compute, b},
@@ -353,6 +368,8 @@ int gs_batch_profile(const gs_batch_options *o, double alone[6], gs_pipeline_res
     gs_dataset_drop_cache(b.ds);
     rc = gs_pipeline_run(stages, 6, b.n_slots, o->cancel, whole);
   }
+  if (rc == 0)
+    rc = trim_outputs(&b);
   *rows = atomic_load(&b.written);
   teardown(&b);
   return rc;
@@ -370,6 +387,8 @@ int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *s
     stages_of(&b, stages);
     rc = gs_pipeline_run(stages, 6, b.n_slots, o->cancel, stats);
   }
+  if (rc == 0)
+    rc = trim_outputs(&b);
   *rows = atomic_load(&b.written);
   teardown(&b);
   return rc;

@@ -16,9 +16,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* One .npy file. Files are opened for each read, not held: a directory of
+ * one-row files may hold more of them than a process may keep open. */
+#define CSV_LINE_MAX (64 << 20)
+
 typedef struct npy_part {
-  char path[PATH_MAX];
-  int fd;
+  char *path;
   int64_t first_row, rows;
   size_t data_offset;
 } npy_part;
@@ -31,7 +34,7 @@ struct gs_dataset {
   int64_t rows;
   /* .npy */
   npy_part *parts;
-  int n_parts;
+  int n_parts, cap_parts;
   /* CSV: where each data row's line starts and ends, and its line number */
   char csv_path[PATH_MAX];
   int csv_fd;
@@ -42,8 +45,7 @@ void gs_dataset_close(gs_dataset *ds) {
   if (!ds)
     return;
   for (int i = 0; i < ds->n_parts; i++)
-    if (ds->parts[i].fd >= 0)
-      close(ds->parts[i].fd);
+    free(ds->parts[i].path);
   free(ds->parts);
   if (ds->csv_fd >= 0)
     close(ds->csv_fd);
@@ -58,26 +60,38 @@ gs_dtype gs_dataset_dtype(const gs_dataset *ds) { return ds->dtype; }
 
 /* ---- .npy ------------------------------------------------------------------------------ */
 
+/* The largest .npy header read (the format allows up to 4 GiB; numpy
+ * writes a few hundred bytes). */
+#define NPY_HEADER_MAX ((size_t)1 << 20)
+
 static int add_npy(gs_dataset *ds, const char *path) {
-  npy_part *grown = realloc(ds->parts, (size_t)(ds->n_parts + 1) * sizeof *grown);
-  if (!grown)
-    return gs_error(GS_ENOMEM, "out of memory opening %s", path);
-  ds->parts = grown;
+  if (ds->n_parts == ds->cap_parts) {
+    int cap = ds->cap_parts ? 2 * ds->cap_parts : 16;
+    npy_part *grown = realloc(ds->parts, (size_t)cap * sizeof *grown);
+    if (!grown)
+      return gs_error(GS_ENOMEM, "out of memory opening %s", path);
+    ds->parts = grown;
+    ds->cap_parts = cap;
+  }
   npy_part *p = &ds->parts[ds->n_parts];
   memset(p, 0, sizeof *p);
-  snprintf(p->path, sizeof p->path, "%s", path);
-  p->fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (p->fd < 0)
+  if (!(p->path = strdup(path)))
+    return gs_error(GS_ENOMEM, "out of memory opening %s", path);
+  ds->n_parts++;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
     return gs_error(errno == ENOENT ? GS_ENOENT : GS_EIO, "cannot open %s: %s", path,
                     strerror(errno));
-  ds->n_parts++;
-  unsigned char head[65536];
-  ssize_t got = pread(p->fd, head, sizeof head, 0);
+  unsigned char *head = malloc(NPY_HEADER_MAX + 16);
+  ssize_t got = head ? pread(fd, head, NPY_HEADER_MAX + 16, 0) : -1;
   struct stat sb;
   gs_npy info;
-  int rc = got < 0 || fstat(p->fd, &sb) < 0
+  int rc = !head ? gs_error(GS_ENOMEM, "out of memory reading %s", path)
+           : got < 0 || fstat(fd, &sb) < 0
                ? gs_error(GS_EIO, "cannot read %s: %s", path, strerror(errno))
                : gs_npy_parse_header(head, (size_t)got, &info, &p->data_offset);
+  free(head);
+  close(fd);
   if (rc < 0) {
     char why[400];
     snprintf(why, sizeof why, "%s", gs_error_detail());
@@ -85,15 +99,18 @@ static int add_npy(gs_dataset *ds, const char *path) {
   }
   int64_t numel = gs_shape_numel(&info.shape);
   size_t es = gs_dtype_size(info.dtype);
-  if ((uint64_t)sb.st_size != p->data_offset + (uint64_t)numel * es)
-    return gs_error(GS_EINVAL, "%s: holds %lld bytes of data; its shape needs %lld x %zu", path,
-                    (long long)(sb.st_size - (off_t)p->data_offset), (long long)numel, es);
+  uint64_t need;
+  uint64_t have = (uint64_t)sb.st_size - p->data_offset;
+  if (numel < 0 || __builtin_mul_overflow((uint64_t)numel, (uint64_t)es, &need) || need != have)
+    return gs_error(GS_EINVAL, "%s: holds %llu bytes of data; its shape %s needs %zu per element",
+                    path, (unsigned long long)have,
+                    gs_shape_str(&info.shape, (char[128]){0}, 128), es);
   if (ds->n_parts > 1 && info.dtype != ds->dtype)
     return gs_error(GS_EINVAL, "%s: holds %s, the files before it %s", path,
                     gs_dtype_name(info.dtype), gs_dtype_name(ds->dtype));
   ds->dtype = info.dtype;
   /* Rows along the first dimension, or the whole file as one row. */
-  int64_t inner = 1;
+  int64_t inner = 1; /* no overflow: numel fits, and it is their product */
   for (int d = 1; d < info.shape.rank; d++)
     inner *= info.shape.dims[d];
   if (info.shape.rank >= 1 && inner == ds->row_elems)
@@ -107,7 +124,8 @@ static int add_npy(gs_dataset *ds, const char *path) {
                     gs_shape_str(&info.shape, shape, sizeof shape), (long long)ds->row_elems);
   }
   p->first_row = ds->rows;
-  ds->rows += p->rows;
+  if (__builtin_add_overflow(ds->rows, p->rows, &ds->rows))
+    return gs_error(GS_EINVAL, "%s: too many rows in all", path);
   return GS_OK;
 }
 
@@ -153,21 +171,37 @@ static int add_npy_dir(gs_dataset *ds, const char *dir) {
 
 static int read_npy(gs_dataset *ds, int64_t first, int64_t count, void *out) {
   char *dst = out;
-  for (int i = 0; i < ds->n_parts && count > 0; i++) {
+  /* The file holding row `first`: the last whose first_row is not past it. */
+  int lo = 0, hi = ds->n_parts - 1;
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (ds->parts[mid].first_row <= first)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  for (int i = lo; i < ds->n_parts && count > 0; i++) {
     npy_part *p = &ds->parts[i];
     if (first >= p->first_row + p->rows)
       continue;
+    int fd = open(p->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return gs_error(GS_EIO, "cannot open %s: %s", p->path, strerror(errno));
     int64_t from = first - p->first_row, take = p->rows - from < count ? p->rows - from : count;
     size_t bytes = (size_t)take * ds->row_bytes;
     off_t at = (off_t)(p->data_offset + (size_t)from * ds->row_bytes);
     for (size_t done = 0; done < bytes;) {
-      ssize_t got = pread(p->fd, dst + done, bytes - done, at + (off_t)done);
-      if (got <= 0)
-        return gs_error(GS_EIO, "%s: cannot read rows %lld..%lld: %s", p->path,
-                        (long long)from, (long long)(from + take - 1),
-                        got < 0 ? strerror(errno) : "the file got shorter");
+      ssize_t got = pread(fd, dst + done, bytes - done, at + (off_t)done);
+      if (got <= 0) {
+        int rc = gs_error(GS_EIO, "%s: cannot read rows %lld..%lld: %s", p->path,
+                          (long long)from, (long long)(from + take - 1),
+                          got < 0 ? strerror(errno) : "the file got shorter");
+        close(fd);
+        return rc;
+      }
       done += (size_t)got;
     }
+    close(fd);
     dst += bytes;
     first += take;
     count -= take;
@@ -202,9 +236,13 @@ static int index_csv(gs_dataset *ds, const char *path) {
   if (ds->csv_fd < 0)
     return gs_error(errno == ENOENT ? GS_ENOENT : GS_EIO, "cannot open %s: %s", path,
                     strerror(errno));
-  FILE *f = fdopen(dup(ds->csv_fd), "r");
-  if (!f)
+  int copy = dup(ds->csv_fd);
+  FILE *f = copy >= 0 ? fdopen(copy, "r") : NULL;
+  if (!f) {
+    if (copy >= 0)
+      close(copy);
     return gs_error(GS_EIO, "cannot read %s: %s", path, strerror(errno));
+  }
   char *line = NULL;
   size_t cap = 0, n_cap = 0;
   ssize_t len;
@@ -215,6 +253,21 @@ static int index_csv(gs_dataset *ds, const char *path) {
     int64_t start = offset;
     offset += len;
     size_t l = (size_t)len;
+    if (l > CSV_LINE_MAX) {
+      rc = gs_error(GS_EINVAL, "%s:%lld: a line of %zu bytes (at most %d)", path,
+                    (long long)line_no, l, CSV_LINE_MAX);
+      break;
+    }
+    if (memchr(line, '\0', l)) {
+      rc = gs_error(GS_EINVAL, "%s:%lld: holds a NUL byte; not a text file", path,
+                    (long long)line_no);
+      break;
+    }
+    if (line_no == 1 && l >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) { /* a UTF-8 BOM */
+      memmove(line, line + 3, l - 2);
+      l -= 3;
+      start += 3;
+    }
     while (l && (line[l - 1] == '\n' || line[l - 1] == '\r'))
       l--;
     if (l == 0)
@@ -251,6 +304,9 @@ static int index_csv(gs_dataset *ds, const char *path) {
     ds->line_no[ds->rows] = line_no;
     ds->rows++;
   }
+  if (rc == 0 && ferror(f))
+    rc = gs_error(GS_EIO, "%s: cannot read past line %lld: %s", path, (long long)line_no,
+                  strerror(errno));
   free(line);
   fclose(f);
   if (rc == 0 && ds->rows == 0)
@@ -284,7 +340,12 @@ static int read_csv(gs_dataset *ds, int64_t first, int64_t count, void *out) {
     char *line_end = text + (ds->line_end[first + r] - from);
     *line_end = '\0';
     for (int64_t c = 0; c < ds->row_elems; c++) {
-      char *cell_end = strchr(p, ',');
+      if (p > line_end) { /* fewer cells than when it was indexed: the file changed */
+        rc = gs_error(GS_EINVAL, "%s:%lld: fewer values than before", ds->csv_path,
+                      (long long)ds->line_no[first + r]);
+        break;
+      }
+      char *cell_end = memchr(p, ',', (size_t)(line_end - p));
       if (!cell_end)
         cell_end = line_end;
       char saved = *cell_end;
@@ -353,8 +414,12 @@ int gs_dataset_read(gs_dataset *ds, int64_t first, int64_t count, void *out) {
 
 void gs_dataset_drop_cache(gs_dataset *ds) {
   for (int i = 0; i < ds->n_parts; i++) {
-    fdatasync(ds->parts[i].fd);
-    posix_fadvise(ds->parts[i].fd, 0, 0, POSIX_FADV_DONTNEED);
+    int fd = open(ds->parts[i].path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      fdatasync(fd);
+      posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      close(fd);
+    }
   }
   if (ds->csv_fd >= 0)
     posix_fadvise(ds->csv_fd, 0, 0, POSIX_FADV_DONTNEED);

@@ -107,6 +107,8 @@ int gs_npy_parse_header(const void *bytes, size_t len, gs_npy *out, size_t *data
         out->shape.dims[out->shape.rank++] = d;
       p = end;
     }
+    if (rc == 0 && *p != ')')
+      rc = gs_error(GS_EINVAL, "unreadable shape in the .npy header");
   }
   free(h);
   if (rc < 0)

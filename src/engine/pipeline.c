@@ -184,7 +184,7 @@ int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
     return gs_error(GS_EINVAL, "a pipeline has 1 to 1024 slots, not %d", slots);
   int total_threads = 0;
   for (int k = 0; k < n_stages; k++) {
-    if (stages[k].threads < 1 || !stages[k].run)
+    if (stages[k].threads < 1 || !stages[k].run || !stages[k].name)
       return gs_error(GS_EINVAL, "stage '%s' needs a run function and 1 thread or more",
                       stages[k].name ? stages[k].name : "?");
     total_threads += stages[k].threads;

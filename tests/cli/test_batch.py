@@ -91,6 +91,13 @@ def truncated_npy(path):
         f.truncate(128 + 100)  # the header, then 100 of 2,560 bytes
 
 
+def huge_npy(path):
+    """A header that claims 2**61 float64 rows of 64 (its byte count wraps 64 bits)."""
+    header = "{'descr': '<f8', 'fortran_order': False, 'shape': (2305843009213693952, 64), }"
+    header += " " * (117 - len(header)) + "\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
+
+
 @pytest.mark.parametrize("make,needle", [
     (lambda d: (d / "bad.csv").write_text("1,2\n" + ",".join(["1"] * 64) + "\n"),
      "bad.csv:1: 2 values; the model's rows have 64"),
@@ -102,6 +109,10 @@ def truncated_npy(path):
     (lambda d: truncated_npy(d / "bad.npy"),
      "bad.npy: holds 100 bytes of data"),
     (lambda d: (d / "empty").mkdir(), "holds no .npy files"),
+    (lambda d: (d / "bad.csv").write_bytes((",".join(["1"] * 64) + "\n").encode() +
+                                           b"1\x00," + b",".join([b"1"] * 63) + b"\n"),
+     "bad.csv:2: holds a NUL byte"),
+    (lambda d: huge_npy(d / "bad.npy"), "bad.npy: holds 0 bytes of data"),
     (lambda d: (d / "bad.txt").write_text("1"), "a data set is a .npy file"),
 ])
 def test_malformed_data_sets_name_file_and_position(tmp_path, make, needle):
