@@ -204,6 +204,13 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, bool json_o
   printf("exchange: n/a (one device)\n");
 }
 
+/* A usage error, once the forwarded options are let go. */
+#define USAGE_ERROR(...)                                                                     \
+  do {                                                                                         \
+    json_decref(forward);                                                                      \
+    return gs_cli_usage_error(me, __VA_ARGS__);                                                \
+  } while (0)
+
 static int batch_run_cmd(int argc, char **argv) {
   const gs_cli_command *me = &gs_cli_batch;
   gs_batch_options o = {.scale = 1, .mean = 0, .std = 1};
@@ -230,7 +237,7 @@ static int batch_run_cmd(int argc, char **argv) {
     if (strchr("bsrw", c)) {
       n = strtol(optarg, &end, 10);
       if (end == optarg || *end || n < 1 || n > 1 << 20)
-        return gs_cli_usage_error(me, "bad number '%s'", optarg);
+        USAGE_ERROR("bad number '%s'", optarg);
     }
     static const char *const forwarded[] = {['b'] = "--batch", ['d'] = "--device",
                                             ['p'] = "--precision", ['P'] = "--preprocess",
@@ -250,11 +257,11 @@ static int batch_run_cmd(int argc, char **argv) {
     case 'p': precision = optarg; break;
     case 'P':
       if (gs_batch_parse_preprocess(optarg, &o) < 0)
-        return gs_cli_usage_error(me, "%s", gs_error_detail());
+        USAGE_ERROR("%s", gs_error_detail());
       break;
     case 's':
       if (n > 64)
-        return gs_cli_usage_error(me, "--slots is 1 to 64");
+        USAGE_ERROR("--slots is 1 to 64");
       o.slots = (int)n;
       break;
     case 'r': o.readers = n > 16 ? 16 : (int)n; break;
@@ -265,26 +272,27 @@ static int batch_run_cmd(int argc, char **argv) {
     case 'c':
       cpus = strtod(optarg, &end);
       if (end == optarg || *end || !(cpus > 0) || cpus > 4096)
-        return gs_cli_usage_error(me, "bad --cpus '%s'", optarg);
+        USAGE_ERROR("bad --cpus '%s'", optarg);
       break;
     case 'g':
       gpus = (int)strtol(optarg, &end, 10);
       if (end == optarg || *end || gpus < 0 || gpus > 64)
-        return gs_cli_usage_error(me, "bad --gpus '%s'", optarg);
+        USAGE_ERROR("bad --gpus '%s'", optarg);
       break;
     default:
-      return gs_cli_usage_error(me, "unknown or incomplete option '%s'", argv[optind - 1]);
+      USAGE_ERROR("unknown or incomplete option '%s'", argv[optind - 1]);
     }
   }
   if (optind != argc - 1)
-    return gs_cli_usage_error(me, "give one MODEL");
+    USAGE_ERROR("give one MODEL");
   if (!o.input || !o.output_dir)
-    return gs_cli_usage_error(me, "--input and --output are required");
+    USAGE_ERROR("--input and --output are required");
   if (!gs_precision_from_name(precision, &o.precision))
-    return gs_cli_usage_error(me, "--precision is fp32, fp16 or bf16, not '%s'", precision);
+    USAGE_ERROR("--precision is fp32, fp16 or bf16, not '%s'", precision);
   char model[4096];
   if (resolve_model(argv[optind], model, sizeof model) < 0) {
     gs_cli_error("batch: %s", gs_error_detail());
+    json_decref(forward);
     return GS_EXIT_FAILED;
   }
   o.model_path = model;
