@@ -45,12 +45,7 @@ static int get_bytes(json_t *body, const char *key, uint64_t *out) {
   }
   if (json_is_string(v)) {
     int rc = gs_parse_bytes(json_string_value(v), out);
-    if (rc < 0) {
-      char why[300];
-      snprintf(why, sizeof why, "%s", gs_error_detail()); /* not formatted into itself */
-      return gs_error(rc, "%s: %s", key, why);
-    }
-    return GS_OK;
+    return rc < 0 ? gs_error_prefix(rc, key) : GS_OK;
   }
   return gs_error(GS_EINVAL, "%s must be a size in bytes or text such as \"16G\"", key);
 }

@@ -52,6 +52,12 @@ const char *gs_error_detail(void) {
 
 int gs_error_code(void) { return last_code; }
 
+int gs_error_prefix(int code, const char *prefix) {
+  char detail[sizeof last_detail];
+  snprintf(detail, sizeof detail, "%s", gs_error_detail());
+  return gs_error(code, "%s: %s", prefix, detail);
+}
+
 void gs_error_clear(void) {
   last_code = GS_OK;
   last_detail[0] = '\0';

@@ -44,6 +44,9 @@ int gs_verror(int code, const char *fmt, va_list ap) __attribute__((format(print
  * message of the code if none was recorded. Valid until the next gs_error()
  * on the same thread. */
 const char *gs_error_detail(void);
+/* Puts `prefix: ` (a file name, a setting) before the recorded detail and
+ * returns `code`: `return gs_error_prefix(rc, path);` */
+int gs_error_prefix(int code, const char *prefix);
 int gs_error_code(void);
 void gs_error_clear(void);
 

@@ -92,11 +92,8 @@ static int add_npy(gs_dataset *ds, const char *path) {
                : gs_npy_parse_header(head, (size_t)got, &info, &p->data_offset);
   free(head);
   close(fd);
-  if (rc < 0) {
-    char why[400];
-    snprintf(why, sizeof why, "%s", gs_error_detail());
-    return gs_error(rc, "%s: %s", path, why);
-  }
+  if (rc < 0)
+    return gs_error_prefix(rc, path);
   int64_t numel = gs_shape_numel(&info.shape);
   size_t es = gs_dtype_size(info.dtype);
   uint64_t need;

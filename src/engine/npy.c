@@ -156,12 +156,7 @@ int gs_npy_read(const char *path, gs_npy *out) {
   fclose(f);
   int rc = gs_npy_parse(buf, (size_t)len, out);
   free(buf);
-  if (rc < 0) {
-    char why[400];
-    snprintf(why, sizeof why, "%s", gs_error_detail());
-    return gs_error(rc, "%s: %s", path, why);
-  }
-  return GS_OK;
+  return rc < 0 ? gs_error_prefix(rc, path) : GS_OK;
 }
 
 int gs_npy_format_header(gs_dtype dtype, const gs_shape *shape, unsigned char *buf, size_t cap,

@@ -924,11 +924,8 @@ int gs_model_load_ex(const char *path, bool check_support, gs_model **out) {
   int rc = gs_model_load_bytes_ex(data, len, dir, check_support, out);
   free(data);
   free(dir);
-  if (rc < 0) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", gs_error_detail());
-    return gs_error(rc, "%s: %s", path, why);
-  }
+  if (rc < 0)
+    return gs_error_prefix(rc, path);
   (*out)->path = strdup(path);
   return GS_OK;
 }

@@ -859,13 +859,19 @@ static int run_steps(gs_plan *p) {
   return rc;
 }
 
-int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
+/* One run with inputs and outputs in host memory or in device buffers (the
+ * other pair NULL): the copies in, the kernels, the copies out. */
+static int run_with(gs_plan *p, const void *const *host_in, void *const *host_out,
+                    gs_buffer_t *const *dev_in, gs_buffer_t *const *dev_out) {
   pthread_mutex_lock(&p->run_lock);
   int rc = 0;
   for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
     const value *v = &p->values[p->inputs[i]];
     if (v->bytes && v->last_use >= 0)
-      rc = gs_stream_copy_h2d(p->stream, p->arena, (size_t)v->offset, inputs[i], v->bytes);
+      rc = host_in ? gs_stream_copy_h2d(p->stream, p->arena, (size_t)v->offset, host_in[i],
+                                        v->bytes)
+                   : gs_stream_copy_d2d(p->stream, p->arena, (size_t)v->offset, dev_in[i], 0,
+                                        v->bytes);
   }
   if (rc == 0)
     rc = run_steps(p);
@@ -875,34 +881,20 @@ int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
     size_t off;
     locate(p, p->outputs[i], &buf, &off);
     if (v->bytes)
-      rc = gs_stream_copy_d2h(p->stream, outputs[i], buf, off, v->bytes);
+      rc = host_out ? gs_stream_copy_d2h(p->stream, host_out[i], buf, off, v->bytes)
+                    : gs_stream_copy_d2d(p->stream, dev_out[i], 0, buf, off, v->bytes);
   }
   int sync = gs_stream_synchronize(p->stream);
   pthread_mutex_unlock(&p->run_lock);
   return rc < 0 ? rc : sync;
 }
 
+int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
+  return run_with(p, inputs, outputs, NULL, NULL);
+}
+
 int gs_plan_run_buffers(gs_plan *p, gs_buffer_t *const *inputs, gs_buffer_t *const *outputs) {
-  pthread_mutex_lock(&p->run_lock);
-  int rc = 0;
-  for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
-    const value *v = &p->values[p->inputs[i]];
-    if (v->bytes && v->last_use >= 0)
-      rc = gs_stream_copy_d2d(p->stream, p->arena, (size_t)v->offset, inputs[i], 0, v->bytes);
-  }
-  if (rc == 0)
-    rc = run_steps(p);
-  for (int i = 0; rc == 0 && i < p->model->n_outputs; i++) {
-    const value *v = &p->values[p->outputs[i]];
-    gs_buffer_t *buf;
-    size_t off;
-    locate(p, p->outputs[i], &buf, &off);
-    if (v->bytes)
-      rc = gs_stream_copy_d2d(p->stream, outputs[i], 0, buf, off, v->bytes);
-  }
-  int sync = gs_stream_synchronize(p->stream);
-  pthread_mutex_unlock(&p->run_lock);
-  return rc < 0 ? rc : sync;
+  return run_with(p, NULL, NULL, inputs, outputs);
 }
 
 /* ---- queries ---------------------------------------------------------------------------------- */
