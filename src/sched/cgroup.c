@@ -120,6 +120,41 @@ int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup
   return rc;
 }
 
+long long gs_cgroup_job_of_process(int pid) {
+  /* The hierarchy jobs are placed in: v1's memory controller, else v2's. */
+  struct stat sb;
+  bool v1 = stat("/sys/fs/cgroup/memory", &sb) == 0 && S_ISDIR(sb.st_mode);
+  char rel[600], prefix[700], path[64], text[4096];
+  if (!own_group(v1 ? "memory" : "", rel, sizeof rel))
+    return 0;
+  snprintf(prefix, sizeof prefix, "%s/gpusrv/job-", rel);
+  snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
+  if (gs_read_text_file(path, text, sizeof text) <= 0)
+    return 0;
+  for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save)) {
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2)
+      continue;
+    *c2 = '\0';
+    bool right_line = false;
+    if (v1) {
+      char list[256];
+      snprintf(list, sizeof list, ",%s,", c1 + 1);
+      right_line = strstr(list, ",memory,") != NULL;
+    } else {
+      right_line = c1[1] == '\0' && strncmp(line, "0:", 2) == 0;
+    }
+    const char *grp = c2 + 1;
+    if (!right_line || strncmp(grp, prefix, strlen(prefix)) != 0)
+      continue;
+    char *end;
+    long long id = strtoll(grp + strlen(prefix), &end, 10);
+    return id > 0 && (*end == '\0' || *end == '/') ? id : 0;
+  }
+  return 0;
+}
+
 void gs_cgroup_job_name(long long id, char *out, unsigned long cap) {
   snprintf(out, cap, "gpusrv/job-%lld", id);
 }

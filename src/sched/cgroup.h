@@ -18,6 +18,11 @@ typedef struct gs_cgroup {
   char controller[4][16];
 } gs_cgroup;
 
+/* The job whose group (under this process's own, exactly as the daemon
+ * makes them) process `pid` is in; 0 if none. A group of the same name
+ * elsewhere (a user's delegated subtree) does not count. */
+long long gs_cgroup_job_of_process(int pid);
+
 /* The group of job `id`: "gpusrv/job-<id>". */
 void gs_cgroup_job_name(long long id, char *out, unsigned long cap);
 

@@ -45,6 +45,11 @@ typedef struct active_job {
 struct gs_frontdesk {
   gs_frontdesk_settings set;
   gs_store *store;
+  /* Token checks read through a connection of their own, and the tenants
+   * under a lock of their own, so that no request waits on the scheduler
+   * (which holds `lock` across spawns and synced writes). */
+  gs_store *auth_store;
+  pthread_rwlock_t tenants_lock;
   pthread_mutex_t lock;
   pthread_t thread;
   bool thread_started, stop;
@@ -133,15 +138,13 @@ int gs_frontdesk_authenticate(gs_frontdesk *fd, const char *token, gs_principal 
     return gs_error(GS_EPERM, "not a gpusrv token");
   char tenant[64];
   uint8_t salt[16], hash[32], got[32];
-  pthread_mutex_lock(&fd->lock); /* one connection: not beside a transaction */
-  int rc = gs_store_token_get(fd->store, id, tenant, salt, hash);
-  pthread_mutex_unlock(&fd->lock);
+  int rc = gs_store_token_get(fd->auth_store, id, tenant, salt, hash);
   if (rc < 0)
     return gs_error(GS_EPERM, "unknown token");
   token_hash(salt, secret, got);
   if (CRYPTO_memcmp(got, hash, 32) != 0)
     return gs_error(GS_EPERM, "wrong token");
-  pthread_mutex_lock(&fd->lock);
+  pthread_rwlock_rdlock(&fd->tenants_lock);
   bool found = false;
   for (int i = 0; i < fd->n_tenants; i++)
     if (strcmp(fd->tenants[i].name, tenant) == 0) {
@@ -149,7 +152,7 @@ int gs_frontdesk_authenticate(gs_frontdesk *fd, const char *token, gs_principal 
       out->admin = fd->tenants[i].admin;
       found = true;
     }
-  pthread_mutex_unlock(&fd->lock);
+  pthread_rwlock_unlock(&fd->tenants_lock);
   return found ? GS_OK : gs_error(GS_EPERM, "the token's tenant is gone");
 }
 
@@ -203,13 +206,18 @@ int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap)
   if (rc == 0 && !grown)
     rc = gs_error(GS_ENOMEM, "out of memory adding a tenant");
   if (rc == 0) {
+    pthread_rwlock_wrlock(&fd->tenants_lock);
     fd->tenants = grown;
+    pthread_rwlock_unlock(&fd->tenants_lock);
     rc = gs_store_tenant_insert(fd->store, &copy);
   }
   if (rc == 0)
     rc = make_token(fd, t->name, token, cap);
-  if (rc == 0)
+  if (rc == 0) {
+    pthread_rwlock_wrlock(&fd->tenants_lock);
     fd->tenants[fd->n_tenants++] = copy;
+    pthread_rwlock_unlock(&fd->tenants_lock);
+  }
   else if (find_tenant(fd, t->name) == NULL && rc != GS_EEXIST)
     gs_store_tenant_delete(fd->store, t->name); /* no half-made tenant */
   pthread_mutex_unlock(&fd->lock);
@@ -229,7 +237,9 @@ int gs_tenant_remove(gs_frontdesk *fd, const char *name) {
   if (rc == 0)
     rc = gs_store_tenant_delete(fd->store, name);
   if (rc == 0) {
+    pthread_rwlock_wrlock(&fd->tenants_lock);
     *t = fd->tenants[--fd->n_tenants];
+    pthread_rwlock_unlock(&fd->tenants_lock);
   }
   pthread_mutex_unlock(&fd->lock);
   return rc;
@@ -442,6 +452,7 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
   env_add(env, "GPUSRV_VISIBLE_DEVICES", j->devices);
   visible_devices(j->devices, "cuda", vis, sizeof vis);
   env_add(env, "CUDA_VISIBLE_DEVICES", vis);
+  env_add(env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID"); /* the indexes as gpusrv numbers them */
   visible_devices(j->devices, "opencl", vis, sizeof vis);
   env_add(env, "GPUSRV_OPENCL_VISIBLE_DEVICES", vis);
   json_t *spec = json_pack(
@@ -581,7 +592,9 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
   snprintf(path, sizeof path, "%s/exit.json", dir);
   json_t *ex = json_load_file(path, 0, NULL);
   uint64_t ooms = 0;
+  bool term_forwarded = false;
   if (ex) {
+    term_forwarded = json_is_true(json_object_get(ex, "term_forwarded"));
     j->exit_code = (int)json_integer_value(json_object_get(ex, "exit_code"));
     j->signal = (int)json_integer_value(json_object_get(ex, "signal"));
     ooms = (uint64_t)json_integer_value(json_object_get(ex, "oom_kills"));
@@ -623,7 +636,9 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
   } else if (j->over_memory[0]) {
     state = GS_JOB_OUT_OF_MEMORY;
     snprintf(reason, sizeof reason, "%s", j->over_memory);
-  } else if (j->preempted_by && !clean_exit) {
+  } else if (j->preempted_by && (!clean_exit || term_forwarded)) {
+    /* Stopped for another job, even if it left cleanly on SIGTERM (a
+     * checkpoint): its work is not done, so it runs again. */
     state = GS_JOB_PREEMPTED;
     snprintf(reason, sizeof reason, "stopped to make room for job %lld",
              (long long)j->preempted_by);
@@ -681,13 +696,10 @@ static void enforce_limits(gs_frontdesk *fd, double now) {
  * (gpusrv/job-ID), else its session, which its supervisor leads (a process
  * can leave a session but not join another). 0 if none. */
 static int64_t job_of_process(gs_frontdesk *fd, int pid) {
+  int64_t id = gs_cgroup_job_of_process(pid);
+  if (id > 0)
+    return id;
   char path[64], text[4096];
-  snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
-  if (gs_read_text_file(path, text, sizeof text) > 0) {
-    const char *p = strstr(text, "/gpusrv/job-");
-    if (p)
-      return strtoll(p + 12, NULL, 10);
-  }
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   if (gs_read_text_file(path, text, sizeof text) <= 0)
     return 0;
@@ -981,9 +993,10 @@ static bool possible(gs_frontdesk *fd, const gs_sched_need *n, char *why, size_t
 /* Variables that say which devices a job may use, or who it is: the
  * daemon's to set. */
 static bool reserved_variable(const char *kv) {
-  static const char *const names[] = {"CUDA_VISIBLE_DEVICES=", "NVIDIA_VISIBLE_DEVICES=",
-                                      "HIP_VISIBLE_DEVICES=", "ROCR_VISIBLE_DEVICES=",
-                                      "GPU_DEVICE_ORDINAL=", "GPUSRV_"};
+  static const char *const names[] = {"CUDA_VISIBLE_DEVICES=", "CUDA_DEVICE_ORDER=",
+                                      "NVIDIA_VISIBLE_DEVICES=", "HIP_VISIBLE_DEVICES=",
+                                      "ROCR_VISIBLE_DEVICES=", "GPU_DEVICE_ORDINAL=",
+                                      "ZE_AFFINITY_MASK=", "ONEAPI_DEVICE_SELECTOR=", "GPUSRV_"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strncmp(kv, names[i], strlen(names[i])) == 0)
       return true;
@@ -1284,13 +1297,21 @@ static int first_start(gs_frontdesk *fd) {
   return GS_OK;
 }
 
-/* When this machine booted (Unix seconds), from /proc/stat's btime. */
-static double boot_time(void) {
-  char text[16384];
-  if (gs_read_text_file("/proc/stat", text, sizeof text) < 0)
-    return 0;
-  const char *p = strstr(text, "\nbtime ");
-  return p ? strtod(p + 7, NULL) : 0;
+/* Whether the supervisor of the job in `dir` started during this boot (its
+ * pid file names the boot it started in); true when the file says nothing. */
+static bool supervisor_boot_matches(const char *dir) {
+  char path[700], text[128], now[64];
+  snprintf(path, sizeof path, "%s/supervisor.pid", dir);
+  long long pid;
+  unsigned long long start;
+  char boot[64] = "";
+  if (gs_read_text_file(path, text, sizeof text) <= 0 ||
+      sscanf(text, "%lld %llu %63s", &pid, &start, boot) < 3)
+    return true;
+  if (gs_read_text_file("/proc/sys/kernel/random/boot_id", now, sizeof now) <= 0)
+    return true;
+  now[strcspn(now, "\n")] = '\0';
+  return strcmp(boot, now) == 0;
 }
 
 /* Jobs of an earlier run: pending ones queue again; running ones are
@@ -1345,9 +1366,13 @@ static int take_back_jobs(gs_frontdesk *fd) {
       }
     }
     /* A supervisor from before the last boot cannot be alive, whatever
-     * process now has its pid and start time. */
-    int pidfd = j->pid > 0 && j->start_time > boot_time() ? open_pidfd(j->pid) : -1;
-    if (pidfd >= 0 && gs_process_start_ticks(j->pid) == j->pid_start && j->pid_start != 0) {
+     * process now has its pid and start time: its pid file names its boot. */
+    bool same_boot = supervisor_boot_matches(dir);
+    int pidfd = j->pid > 0 && same_boot ? open_pidfd(j->pid) : -1;
+    /* A kernel before 5.3 has no pidfds: /proc alone tells then. */
+    bool no_pidfds = pidfd < 0 && j->pid > 0 && same_boot && errno == ENOSYS;
+    if ((pidfd >= 0 || no_pidfds) && same_boot && j->pid_start != 0 &&
+        gs_process_start_ticks(j->pid) == j->pid_start) {
       a->pidfd = pidfd;
       if (book_devices(fd, j, j->placement) < 0)
         GS_LOGW("sched", "job %lld: adopted, but its devices could not be booked again: %s",
@@ -1413,6 +1438,7 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
   fd->set = *settings;
   fd->wake_fd = -1;
   pthread_mutex_init(&fd->lock, NULL);
+  pthread_rwlock_init(&fd->tenants_lock, NULL);
   char path[600];
   int rc = GS_OK;
   snprintf(path, sizeof path, "%s/jobs", settings->state_dir);
@@ -1423,6 +1449,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     chmod(path, 0711);
     snprintf(path, sizeof path, "%s/state.db", settings->state_dir);
     rc = gs_store_open(path, &fd->store);
+    if (rc == 0)
+      rc = gs_store_open(path, &fd->auth_store);
   }
   if (rc == 0 && geteuid() == 0)
     warn_if_unreachable(path);
@@ -1476,6 +1504,8 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
   if (fd->wake_fd >= 0)
     close(fd->wake_fd);
   gs_store_close(fd->store);
+  gs_store_close(fd->auth_store);
+  pthread_rwlock_destroy(&fd->tenants_lock);
   pthread_mutex_destroy(&fd->lock);
   free(fd);
 }

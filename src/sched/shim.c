@@ -55,6 +55,8 @@ static void become_job(const gs_cgroup *cg, bool have_cg, int out, int err, uid_
     dprintf(err, "gpusrv: cannot enter the job's cgroup: %s\n", gs_error_detail());
   int null = open("/dev/null", O_RDONLY);
   dup2(null, 0);
+  if (null > 0)
+    close(null);
   dup2(out, 1);
   dup2(err, 2);
   /* Default dispositions and an empty mask, whatever this process had. The
@@ -134,8 +136,12 @@ int gs_job_shim_main(const char *dir) {
   snprintf(tmp_path, sizeof tmp_path, "%s.tmp", pid_path);
   FILE *pf = fopen(tmp_path, "w");
   if (pf) {
-    fprintf(pf, "%d %llu\n", (int)getpid(),
-            (unsigned long long)gs_process_start_ticks((int)getpid()));
+    char boot[64] = "-";
+    if (gs_read_text_file("/proc/sys/kernel/random/boot_id", boot, sizeof boot) <= 0)
+      snprintf(boot, sizeof boot, "-");
+    boot[strcspn(boot, "\n")] = '\0';
+    fprintf(pf, "%d %llu %s\n", (int)getpid(),
+            (unsigned long long)gs_process_start_ticks((int)getpid()), boot);
     if (fclose(pf) != 0 || rename(tmp_path, pid_path) != 0)
       fprintf(stderr, "gpusrv: job supervisor: cannot write %s: %s\n", pid_path, strerror(errno));
   }
@@ -171,6 +177,7 @@ int gs_job_shim_main(const char *dir) {
   close(err);
 
   int status = 0;
+  bool term_forwarded = false; /* it was asked to stop (cancel, time limit, preemption) */
   struct rusage ru = {0};
   for (;;) {
     siginfo_t si;
@@ -182,6 +189,7 @@ int gs_job_shim_main(const char *dir) {
       if (got < 0 && errno != EINTR)
         break;
     } else if (sig == SIGTERM || sig == SIGINT) {
+      term_forwarded = true;
       kill(-child, SIGTERM);
       if (have_cg)
         gs_cgroup_signal(&cg, SIGTERM);
@@ -199,10 +207,10 @@ int gs_job_shim_main(const char *dir) {
     cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
           ru.ru_stime.tv_usec / 1e6;
   json_t *ex = json_pack(
-      "{s:i, s:i, s:I, s:f, s:f}", "exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+      "{s:i, s:i, s:I, s:f, s:f, s:b}", "exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
       "signal", WIFSIGNALED(status) ? WTERMSIG(status) : 0, "oom_kills",
       (json_int_t)(have_cg ? gs_cgroup_oom_kills(&cg) : 0), "cpu_seconds", cpu, "end_time",
-      (double)now.tv_sec + now.tv_nsec / 1e9);
+      (double)now.tv_sec + now.tv_nsec / 1e9, "term_forwarded", term_forwarded);
   if (have_cg)
     gs_cgroup_remove(&cg);
   char tmp[820];

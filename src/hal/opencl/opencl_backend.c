@@ -194,22 +194,34 @@ static int ocl_stream_memset(void *stream, gs_buffer_t *dst, size_t offset, uint
 
 /* ---- kernels ----------------------------------------------------------------------------- */
 
-/* A kernel registered for an op: how to set its arguments from a launch. */
-typedef struct ocl_kernel {
-  const char *name;
-  int (*run)(ocl_stream *s, const gs_kernel_args *args, const void *params);
-} ocl_kernel;
+/* A launch's operands, resolved when it is queued (the caller may free a
+ * buffer right after queueing; its memory is reused only in stream order). */
+typedef struct operand {
+  cl_mem mem;      /* NULL: a host (pinned) buffer, or an omitted operand */
+  void *host;      /* the host address of a pinned buffer */
+  size_t offset;   /* bytes from the start of mem */
+  size_t bytes;    /* from offset to the end of the buffer */
+  bool present;
+} operand;
 
 typedef struct launch_op {
   ocl_stream *s;
-  const ocl_kernel *k;
-  gs_kernel_args args;
+  const struct ocl_kernel *k;
+  int n;
+  operand ops[GS_KERNEL_MAX_BUFFERS];
+  size_t params_size;
   uint8_t params[GS_KERNEL_MAX_PARAMS];
 } launch_op;
 
+/* A kernel registered for an op: how to run a launch of it. */
+typedef struct ocl_kernel {
+  const char *name;
+  int (*run)(const launch_op *l);
+} ocl_kernel;
+
 static int run_launch(void *arg) {
   launch_op *l = arg;
-  return l->k->run(l->s, &l->args, l->params);
+  return l->k->run(l);
 }
 
 static int ocl_stream_launch(void *stream, const void *kernel, const gs_kernel_args *args) {
@@ -219,36 +231,51 @@ static int ocl_stream_launch(void *stream, const void *kernel, const gs_kernel_a
     return gs_error(GS_ENOMEM, "out of memory queueing a kernel");
   l->s = s;
   l->k = kernel;
-  l->args = *args;
+  l->n = args->buffer_count;
   if (args->params_size > sizeof l->params) {
     free(l);
     return gs_error(GS_EINVAL, "kernel parameters of %zu bytes", args->params_size);
   }
+  for (int i = 0; i < args->buffer_count; i++) {
+    gs_buffer_t *b = args->buffers[i];
+    if (!b)
+      continue;
+    operand *o = &l->ops[i];
+    o->present = true;
+    o->bytes = b->requested - args->offsets[i];
+    if ((o->host = host_side(b, args->offsets[i])) == NULL) {
+      o->mem = b->segment->native;
+      o->offset = b->offset + args->offsets[i];
+    }
+  }
+  l->params_size = args->params_size;
   if (args->params_size)
     memcpy(l->params, args->params, args->params_size);
-  l->args.params = l->params;
   return gs__cpu_stream_call(s->worker, run_launch, l);
 }
 
 /* y += alpha * x: the HAL's test kernel. Device buffers only. */
-static int run_axpy(ocl_stream *s, const gs_kernel_args *a, const void *params) {
-  if (a->buffer_count != 2 || a->params_size != sizeof(gs_axpy_params) || !a->buffers[0] ||
-      !a->buffers[1])
+static int run_axpy(const launch_op *l) {
+  if (l->n != 2 || l->params_size != sizeof(gs_axpy_params) || !l->ops[0].present ||
+      !l->ops[1].present)
     return gs_error(GS_EINVAL, "axpy_f32: expects 2 buffers and gs_axpy_params");
-  const gs_axpy_params *p = params;
-  size_t xb = a->buffers[0]->requested - a->offsets[0], yb = a->buffers[1]->requested - a->offsets[1];
-  if (p->n > xb / sizeof(float) || p->n > yb / sizeof(float))
+  gs_axpy_params p;
+  memcpy(&p, l->params, sizeof p);
+  const operand *xo_ = &l->ops[0], *yo_ = &l->ops[1];
+  if (p.n > xo_->bytes / sizeof(float) || p.n > yo_->bytes / sizeof(float))
     return gs_error(GS_EINVAL, "axpy_f32: n = %llu floats exceeds a buffer (%zu and %zu bytes)",
-                    (unsigned long long)p->n, xb, yb);
-  if (host_side(a->buffers[0], 0) || host_side(a->buffers[1], 0))
+                    (unsigned long long)p.n, xo_->bytes, yo_->bytes);
+  if (!xo_->mem || !yo_->mem)
     return gs_error(GS_EINVAL, "axpy_f32: operands must be device buffers");
-  if (p->n == 0)
+  if (xo_->offset % sizeof(float) || yo_->offset % sizeof(float))
+    return gs_error(GS_EINVAL, "axpy_f32: operands must start at a multiple of 4 bytes");
+  if (p.n == 0)
     return GS_OK;
+  ocl_stream *s = l->s;
   ocl_device *d = s->dev;
-  cl_mem x = a->buffers[0]->segment->native, y = a->buffers[1]->segment->native;
-  cl_ulong xo = (a->buffers[0]->offset + a->offsets[0]) / sizeof(float),
-           yo = (a->buffers[1]->offset + a->offsets[1]) / sizeof(float), n = p->n;
-  cl_float alpha = p->alpha;
+  cl_mem x = xo_->mem, y = yo_->mem;
+  cl_ulong xo = xo_->offset / sizeof(float), yo = yo_->offset / sizeof(float), n = p.n;
+  cl_float alpha = p.alpha;
   /* One kernel object per device: arguments and enqueue under its lock. */
   pthread_mutex_lock(&d->kernel_lock);
   cl_int err = clSetKernelArg(d->axpy, 0, sizeof x, &x);
