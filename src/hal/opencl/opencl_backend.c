@@ -30,6 +30,7 @@ typedef struct ocl_device {
   cl_kernel axpy; /* template; each launch clones arguments under lock */
   pthread_mutex_t kernel_lock;
   size_t align;
+  size_t max_alloc; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
 } ocl_device;
 
 typedef struct ocl_stream {
@@ -68,6 +69,9 @@ static int ocl_segment_alloc(gs_device_t *device, gs_mem_kind kind, size_t size,
   ocl_device *d = gs__device_ctx(device);
   cl_int err;
   cl_mem_flags flags = CL_MEM_READ_WRITE | (kind == GS_MEM_PINNED_HOST ? CL_MEM_ALLOC_HOST_PTR : 0);
+  if (size > d->max_alloc)
+    return gs_error(GS_ENOMEM, "%s: %zu bytes in one allocation; the device allows %zu",
+                    gs_device_get_info(device)->id, size, d->max_alloc);
   cl_mem mem = clCreateBuffer(d->ctx, flags, size, NULL, &err);
   if (!mem)
     return cl_fail(err, "clCreateBuffer");
@@ -385,12 +389,14 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
   d->id = id;
   gs_device_info info = {0};
   cl_device_type type = 0;
-  cl_ulong mem = 0;
+  cl_ulong mem = 0, max_alloc = 0;
   cl_uint units = 0, align_bits = 0;
   char ext[4096] = "";
   clGetDeviceInfo(id, CL_DEVICE_NAME, sizeof info.name - 1, info.name, NULL);
   clGetDeviceInfo(id, CL_DEVICE_TYPE, sizeof type, &type, NULL);
   clGetDeviceInfo(id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+  clGetDeviceInfo(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+  d->max_alloc = max_alloc ? (size_t)max_alloc : (size_t)mem;
   clGetDeviceInfo(id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
   clGetDeviceInfo(id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL);
   clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
@@ -409,7 +415,9 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
   d->align = align_bits >= 8 ? align_bits / 8 : 128;
   gs_device_caps caps = {
       .host_visible_device_memory = false, /* a cl_mem is not a host address */
-      .pinned_host_locked = true,           /* CL_MEM_ALLOC_HOST_PTR, mapped */
+      /* CL_MEM_ALLOC_HOST_PTR is page-locked by GPU drivers; a CPU device's
+       * is ordinary memory. */
+      .pinned_host_locked = info.type != GS_DEVICE_CPU,
       .pinned_faster_than_pageable = info.type == GS_DEVICE_GPU,
       .event_timing = true,
       .process_list = false,
