@@ -434,30 +434,21 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     *upload_size = 0;
     return MHD_YES;
   }
-  if (req->queued) { /* resumed by the batcher: the reply is ready */
-    if (req->counted) {
-      req->counted = false;
-      atomic_fetch_sub(&s->in_flight, 1);
-    }
+  if (req->queued) /* resumed by the batcher: the reply is ready */
     return send_reply(c, &req->reply);
-  }
   if (req->too_large) {
     char msg[160];
     snprintf(msg, sizeof msg, "request body is larger than the limit of %lld bytes "
                               "(--max-request-bytes)", (long long)s->settings->max_request_bytes);
     return send_error(c, 413, msg);
   }
-  /* In flight from here until answered: the drain on SIGTERM waits for these.
-   * (A client that hangs up mid-upload never gets here, so it cannot hold up
-   * the drain; libmicrohttpd does not always report such hang-ups.) */
+  /* In flight from here until its reply has been sent (completed() below),
+   * not merely queued: the drain on SIGTERM waits for these, and stopping
+   * the daemon with a reply still unsent would drop it. (A client that
+   * hangs up mid-upload never gets here, so it cannot hold up the drain.) */
   atomic_fetch_add(&s->in_flight, 1);
   req->counted = true;
-  enum MHD_Result ret = route(s, c, method, url, req);
-  if (!req->queued) {
-    req->counted = false;
-    atomic_fetch_sub(&s->in_flight, 1);
-  }
-  return ret;
+  return route(s, c, method, url, req);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -468,7 +459,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
   request *req = *con_cls;
   if (!req)
     return;
-  /* A queued request whose client left: answered by nobody, but finished. */
+  /* Its reply is sent, or its client left: either way it is finished. */
   if (req->counted)
     atomic_fetch_sub(&s->in_flight, 1);
   free(req->body);

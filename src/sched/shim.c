@@ -134,7 +134,10 @@ int gs_job_shim_main(const char *dir) {
   char pid_path[820], tmp_path[840];
   snprintf(pid_path, sizeof pid_path, "%s/supervisor.pid", dir);
   snprintf(tmp_path, sizeof tmp_path, "%s.tmp", pid_path);
+  /* Without it a daemon that died while starting the job could not tell
+   * that it started, and would start it again: no pid file, no job. */
   FILE *pf = fopen(tmp_path, "w");
+  bool written = false;
   if (pf) {
     char boot[64] = "-";
     if (gs_read_text_file("/proc/sys/kernel/random/boot_id", boot, sizeof boot) <= 0)
@@ -142,8 +145,11 @@ int gs_job_shim_main(const char *dir) {
     boot[strcspn(boot, "\n")] = '\0';
     fprintf(pf, "%d %llu %s\n", (int)getpid(),
             (unsigned long long)gs_process_start_ticks((int)getpid()), boot);
-    if (fclose(pf) != 0 || rename(tmp_path, pid_path) != 0)
-      fprintf(stderr, "gpusrv: job supervisor: cannot write %s: %s\n", pid_path, strerror(errno));
+    written = fclose(pf) == 0 && rename(tmp_path, pid_path) == 0;
+  }
+  if (!written) {
+    fprintf(stderr, "gpusrv: job supervisor: cannot write %s: %s\n", pid_path, strerror(errno));
+    return 1;
   }
   gs_cgroup_limits limits = {
       .memory_bytes = (uint64_t)json_integer_value(json_object_get(spec, "memory")),
@@ -183,11 +189,18 @@ int gs_job_shim_main(const char *dir) {
     siginfo_t si;
     int sig = sigwaitinfo(&set, &si);
     if (sig == SIGCHLD || sig < 0) {
-      pid_t got = wait4(child, &status, WNOHANG, &ru);
-      if (got == child)
+      /* Ended? Look without reaping: while the job's first process is a
+       * zombie its pid, and so its process group's id, cannot be reused,
+       * and the group's leftovers can be killed safely; then reap it. */
+      siginfo_t ended = {0};
+      if (waitid(P_PID, (id_t)child, &ended, WEXITED | WNOHANG | WNOWAIT) < 0 && errno != EINTR)
         break;
-      if (got < 0 && errno != EINTR)
-        break;
+      if (ended.si_pid != child)
+        continue;
+      kill(-child, SIGKILL);
+      while (wait4(child, &status, 0, &ru) < 0 && errno == EINTR) {
+      }
+      break;
     } else if (sig == SIGTERM || sig == SIGINT) {
       term_forwarded = true;
       kill(-child, SIGTERM);
@@ -198,7 +211,11 @@ int gs_job_shim_main(const char *dir) {
     }
     /* SIGHUP: the daemon's session ended; the job goes on. */
   }
-  kill_all(child, &cg, have_cg);
+  if (have_cg) /* anything that left the group is still in the cgroup */
+    for (int i = 0; i < 200 && gs_cgroup_signal(&cg, SIGKILL) > 0; i++) {
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
 
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
