@@ -436,6 +436,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   }
   if (req->queued) /* resumed by the batcher: the reply is ready */
     return send_reply(c, &req->reply);
+  if (req->denied) /* who may not send anything learns that first, not its size */
+    return send_error(c, req->denied, req->denied_why);
   if (req->too_large) {
     char msg[160];
     snprintf(msg, sizeof msg, "request body is larger than the limit of %lld bytes "

@@ -332,8 +332,10 @@ def test_tokens_and_tenant_isolation(tmp_path):
         # metadata not on loopback.
         assert d.request("GET", "/v2/health/ready")[0] == 200
         assert d.request("GET", "/v2/health/live", token="garbage")[0] == 200
-        # A body sent without a token is refused (and not kept).
+        # A body sent without a token is refused (and not kept), before its size is judged.
         status, err = d.request("POST", "/api/v1/jobs", b"x" * (4 << 20))
+        assert status == 401 and "token" in err["error"]
+        status, err = d.request("POST", "/api/v1/jobs", b"x" * (65 << 20))
         assert status == 401 and "token" in err["error"]
         assert d.request("GET", "/v2")[0] == 200
         job = d.submit(["sh", "-c", "echo secret"], token=alice)
