@@ -4,6 +4,7 @@
 #include "base/error.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,4 +83,17 @@ uint64_t gs_process_start_ticks(int pid) {
   if (field == 22)
     sscanf(p, "%llu", &start);
   return start;
+}
+
+void gs_file_name_of(const char *name, char *out, size_t cap) {
+  size_t i = 0;
+  for (; name[i] && i + 1 < cap; i++) {
+    char ch = name[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '-' || ch == '_';
+    out[i] = ok ? ch : '_';
+  }
+  out[i] = '\0';
+  if (strcmp(out, ".") == 0 || strcmp(out, "..") == 0 || i == 0)
+    snprintf(out, cap, "output");
 }

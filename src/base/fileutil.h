@@ -20,4 +20,8 @@ int gs_mkdir_p(const char *dir);
  * later one that reuses its pid. */
 uint64_t gs_process_start_ticks(int pid);
 
+/* A tensor name as a file name: characters other than letters, digits, '.',
+ * '-' and '_' become '_' ("output" if nothing, "." or ".." is left). */
+void gs_file_name_of(const char *name, char *out, size_t cap);
+
 #endif

@@ -36,9 +36,6 @@ extern const gs_cli_command gs_cli_tenant;
 extern const gs_cli_command gs_cli_usage;
 extern const gs_cli_command gs_cli_batch;
 extern const gs_cli_command gs_cli_bench;
-/* A tensor name as a file name: characters other than letters, digits, '.',
- * '-' and '_' become '_' ("output" if nothing is left). */
-void gs_cli_file_name(const char *name, char *out, size_t cap);
 
 /* A command's help text, however it is made. */
 const char *gs_cli_help_text(const gs_cli_command *cmd);

@@ -159,7 +159,7 @@ static int infer_run(int argc, char **argv) {
       break;
     }
     char file[1024], safe[256];
-    gs_cli_file_name(name, safe, sizeof safe);
+    gs_file_name_of(name, safe, sizeof safe);
     snprintf(file, sizeof file, "%s/%s.npy", outdir, safe);
     if (gs_npy_write(file, dt, &s, r.body + at) < 0) {
       gs_cli_error("infer: %s", gs_error_detail());

@@ -184,19 +184,6 @@ static int inspect(int argc, char **argv) {
 
 #define MAX_INPUTS 64
 
-void gs_cli_file_name(const char *name, char *out, size_t cap) {
-  size_t i = 0;
-  for (; name[i] && i + 1 < cap; i++) {
-    char ch = name[i];
-    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '-' || ch == '_';
-    out[i] = ok ? ch : '_';
-  }
-  out[i] = '\0';
-  if (strcmp(out, ".") == 0 || strcmp(out, "..") == 0 || i == 0)
-    snprintf(out, cap, "output");
-}
-
 static void list_inputs(const gs_model *m) {
   fprintf(stderr, "The model's inputs:");
   for (int i = 0; i < m->n_inputs; i++) {
@@ -355,7 +342,7 @@ static int run(int argc, char **argv) {
     gs_plan_value_info info;
     gs_plan_output(plan, i, &info);
     char name[256], file[4400];
-    gs_cli_file_name(info.name, name, sizeof name);
+    gs_file_name_of(info.name, name, sizeof name);
     snprintf(file, sizeof file, "%s/%s.npy", outdir, name);
     if (gs_npy_write(file, info.dtype, &info.shape, outputs[i]) < 0) {
       gs_cli_error("model run: %s", gs_error_detail());

@@ -16,11 +16,6 @@
   "  --url URL        The daemon (default: GPUSRV_URL, else http://127.0.0.1:8000)\n" \
   "  --token TOKEN    Bearer token (default: GPUSRV_TOKEN); tenant needs an admin's\n"
 
-static int call(const char *what, const char *url, const char *token, const char *method,
-                const char *path, json_t *body, json_t **out) {
-  return gs_cli_call_json(what, url, token, method, path, body, out);
-}
-
 static const char tenant_help[] =
     "Usage: gpusrv tenant add NAME --user USER [OPTIONS]\n"
     "       gpusrv tenant list [--json]\n"
@@ -103,19 +98,19 @@ static int tenant_run(int argc, char **argv) {
   char path[200];
   int rc;
   if (!strcmp(verb, "list")) {
-    rc = call("tenant list", url, token, "GET", "/api/v1/tenants", NULL, &answer);
+    rc = gs_cli_call_json("tenant list", url, token, "GET", "/api/v1/tenants", NULL, &answer);
   } else if (!name) {
     json_decref(body);
     return gs_cli_usage_error(me, "which tenant? (give its name)");
   } else if (!strcmp(verb, "add")) {
     json_object_set_new(body, "name", json_string(name));
-    rc = call("tenant add", url, token, "POST", "/api/v1/tenants", body, &answer);
+    rc = gs_cli_call_json("tenant add", url, token, "POST", "/api/v1/tenants", body, &answer);
   } else if (!strcmp(verb, "remove")) {
     snprintf(path, sizeof path, "/api/v1/tenants/%s", name);
-    rc = call("tenant remove", url, token, "DELETE", path, NULL, &answer);
+    rc = gs_cli_call_json("tenant remove", url, token, "DELETE", path, NULL, &answer);
   } else if (!strcmp(verb, "token")) {
     snprintf(path, sizeof path, "/api/v1/tenants/%s/tokens", name);
-    rc = call("tenant token", url, token, "POST", path, NULL, &answer);
+    rc = gs_cli_call_json("tenant token", url, token, "POST", path, NULL, &answer);
   } else {
     json_decref(body);
     return gs_cli_usage_error(me, "unknown action '%s' (add, list, remove or token)", verb);
@@ -211,7 +206,7 @@ static int usage_run(int argc, char **argv) {
   snprintf(path, sizeof path, "/api/v1/usage?since=%.0f%s%s", since_s, tenant ? "&tenant=" : "",
            tenant ? tenant : "");
   json_t *answer = NULL;
-  int rc = call("usage", url, token, "GET", path, NULL, &answer);
+  int rc = gs_cli_call_json("usage", url, token, "GET", path, NULL, &answer);
   if (rc != GS_EXIT_OK)
     return rc;
   json_t *rows = json_object_get(answer, "usage");

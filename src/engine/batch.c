@@ -200,19 +200,6 @@ static void teardown(batch_run *b) {
   gs_model_free(b->model);
 }
 
-/* A name made safe for a file ("output" if nothing is left). */
-static void file_name(const char *name, char *out, size_t cap) {
-  size_t n = 0;
-  for (const char *p = name; *p && n + 1 < cap; p++)
-    out[n++] = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-                       *p == '.' || *p == '-' || *p == '_'
-                   ? *p
-                   : '_';
-  out[n] = '\0';
-  if (n == 0)
-    snprintf(out, cap, "output");
-}
-
 static int open_outputs(batch_run *b) {
   if (gs_mkdir_p(b->o->output_dir) < 0)
     return gs_error(GS_EIO, "cannot create %s: %s", b->o->output_dir, strerror(errno));
@@ -225,7 +212,7 @@ static int open_outputs(batch_run *b) {
     if (rc < 0)
       return rc;
     char name[200], path[4096];
-    file_name(b->out[i].name, name, sizeof name);
+    gs_file_name_of(b->out[i].name, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s.npy", b->o->output_dir, name);
     b->out_fd[i] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (b->out_fd[i] < 0 || pwrite(b->out_fd[i], header, hlen, 0) != (ssize_t)hlen)

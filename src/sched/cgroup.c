@@ -113,9 +113,56 @@ static int locate(const char *name, bool make, gs_cgroup *out) {
   return GS_OK;
 }
 
+int gs_cgroup_open(const char *name, gs_cgroup *out) { return locate(name, false, out); }
+
+static const char *dir_of(const gs_cgroup *cg, const char *controller) {
+  for (int i = 0; i < cg->n_dirs; i++)
+    if (cg->version == 2 || strcmp(cg->controller[i], controller) == 0)
+      return cg->dirs[i];
+  return NULL;
+}
+
+static int apply_limits(const gs_cgroup *cg, const gs_cgroup_limits *l) {
+  char v[64];
+  const char *d;
+  int rc = GS_OK;
+  if (l->memory_bytes && (d = dir_of(cg, "memory"))) {
+    snprintf(v, sizeof v, "%llu", (unsigned long long)l->memory_bytes);
+    rc = write_text(d, cg->version == 1 ? "memory.limit_in_bytes" : "memory.max", v);
+    /* Swap would let a job grow past its limit without an OOM kill. */
+    if (rc == 0 && cg->version == 1) {
+      char path[1200];
+      snprintf(path, sizeof path, "%s/memory.memsw.limit_in_bytes", d);
+      if (access(path, F_OK) == 0)
+        write_text(d, "memory.memsw.limit_in_bytes", v);
+    } else if (rc == 0) {
+      write_text(d, "memory.swap.max", "0");
+    }
+  }
+  if (rc == 0 && l->cpus > 0 && (d = dir_of(cg, "cpu"))) {
+    long long quota = (long long)(l->cpus * 100000 + 0.5);
+    if (quota < 1000)
+      quota = 1000;
+    if (cg->version == 1) {
+      rc = write_text(d, "cpu.cfs_period_us", "100000");
+      snprintf(v, sizeof v, "%lld", quota);
+      if (rc == 0)
+        rc = write_text(d, "cpu.cfs_quota_us", v);
+    } else {
+      snprintf(v, sizeof v, "%lld 100000", quota);
+      rc = write_text(d, "cpu.max", v);
+    }
+  }
+  if (rc == 0 && l->pids_max > 0 && (d = dir_of(cg, "pids"))) {
+    snprintf(v, sizeof v, "%lld", (long long)l->pids_max);
+    rc = write_text(d, "pids.max", v);
+  }
+  return rc;
+}
+
 int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup *out) {
   int rc = locate(name, true, out);
-  if (rc == 0 && (rc = gs_cgroup_limit(out, limits)) < 0)
+  if (rc == 0 && (rc = apply_limits(out, limits)) < 0)
     gs_cgroup_remove(out); /* no group left behind for a job that runs without it */
   return rc;
 }
@@ -157,53 +204,6 @@ long long gs_cgroup_job_of_process(int pid) {
 
 void gs_cgroup_job_name(long long id, char *out, unsigned long cap) {
   snprintf(out, cap, "gpusrv/job-%lld", id);
-}
-
-int gs_cgroup_open(const char *name, gs_cgroup *out) { return locate(name, false, out); }
-
-static const char *dir_of(const gs_cgroup *cg, const char *controller) {
-  for (int i = 0; i < cg->n_dirs; i++)
-    if (cg->version == 2 || strcmp(cg->controller[i], controller) == 0)
-      return cg->dirs[i];
-  return NULL;
-}
-
-int gs_cgroup_limit(const gs_cgroup *cg, const gs_cgroup_limits *l) {
-  char v[64];
-  const char *d;
-  int rc = GS_OK;
-  if (l->memory_bytes && (d = dir_of(cg, "memory"))) {
-    snprintf(v, sizeof v, "%llu", (unsigned long long)l->memory_bytes);
-    rc = write_text(d, cg->version == 1 ? "memory.limit_in_bytes" : "memory.max", v);
-    /* Swap would let a job grow past its limit without an OOM kill. */
-    if (rc == 0 && cg->version == 1) {
-      char path[1200];
-      snprintf(path, sizeof path, "%s/memory.memsw.limit_in_bytes", d);
-      if (access(path, F_OK) == 0)
-        write_text(d, "memory.memsw.limit_in_bytes", v);
-    } else if (rc == 0) {
-      write_text(d, "memory.swap.max", "0");
-    }
-  }
-  if (rc == 0 && l->cpus > 0 && (d = dir_of(cg, "cpu"))) {
-    long long quota = (long long)(l->cpus * 100000 + 0.5);
-    if (quota < 1000)
-      quota = 1000;
-    if (cg->version == 1) {
-      rc = write_text(d, "cpu.cfs_period_us", "100000");
-      snprintf(v, sizeof v, "%lld", quota);
-      if (rc == 0)
-        rc = write_text(d, "cpu.cfs_quota_us", v);
-    } else {
-      snprintf(v, sizeof v, "%lld 100000", quota);
-      rc = write_text(d, "cpu.max", v);
-    }
-  }
-  if (rc == 0 && l->pids_max > 0 && (d = dir_of(cg, "pids"))) {
-    snprintf(v, sizeof v, "%lld", (long long)l->pids_max);
-    rc = write_text(d, "pids.max", v);
-  }
-  return rc;
 }
 
 int gs_cgroup_enter(const gs_cgroup *cg) {

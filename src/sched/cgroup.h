@@ -32,7 +32,6 @@ void gs_cgroup_job_name(long long id, char *out, unsigned long cap);
 int gs_cgroup_create(const char *name, const gs_cgroup_limits *limits, gs_cgroup *out);
 /* The existing group `name` (for one whose supervisor is gone). */
 int gs_cgroup_open(const char *name, gs_cgroup *out);
-int gs_cgroup_limit(const gs_cgroup *cg, const gs_cgroup_limits *limits);
 /* Moves the calling process into the group. */
 int gs_cgroup_enter(const gs_cgroup *cg);
 /* Sends `sig` to every process in the group; returns how many it reached. */

@@ -1,7 +1,7 @@
 /* sched.h - the front desk: a ledger of bookings of device memory and
  * compute share (every use of a device books what it needs; a booking that
  * does not fit is refused with which device and what is free), and the
- * tenants, queue and process jobs built on it (frontdesk.h). */
+ * tenants, queue and process jobs built on it (the front desk, below). */
 #ifndef GS_SCHED_H
 #define GS_SCHED_H
 

@@ -361,6 +361,12 @@ def test_tokens_and_tenant_isolation(tmp_path):
         # Accounting per tenant.
         usage = json.loads(d.cli("usage", "--json").stdout)
         assert [u["tenant"] for u in usage] == ["alice"] and usage[0]["jobs"] == 1
+        # A tenant with an unfinished job cannot be removed.
+        waiting = d.submit(["sleep", "30"], token=alice)
+        p = d.cli("tenant", "remove", "alice", check=False)
+        assert p.returncode == 1 and "unfinished jobs" in p.stderr
+        d.cli("cancel", str(waiting))
+        assert d.wait(waiting)["state"] == "CANCELLED"
 
 
 def test_jobs_get_a_clean_process_state(tmp_path):

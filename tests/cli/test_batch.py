@@ -63,7 +63,6 @@ def test_directory_and_csv_and_uint8(data):
     # uint8 pixels converted to float32 on the way.
     x8 = np.round(x).astype(np.uint8)
     np.save(d / "x8.npy", x8)
-    run("model", "run", MODEL, "-i", f"pixels={d / 'x8f.npy'}", "-o", str(d / "r8"), check=False)
     np.save(d / "x8f.npy", x8.astype(np.float32))
     run("model", "run", MODEL, "-i", f"pixels={d / 'x8f.npy'}", "-o", str(d / "r8"))
     run("batch", MODEL, "-i", str(d / "x8.npy"), "-o", str(d / "o4"))
