@@ -1,30 +1,63 @@
-/* batcher.c - the dynamic batcher of one served model. One thread per
- * instance of the model takes requests by priority (then arrival), so the
- * instances run batches side by side; each gathers more of the same
- * version and row shape up to a preferred or the maximum batch size while
- * the first one has waited less than the maximum queue delay, concatenates
- * their rows, runs the batch, and hands each request its rows back. */
+/* batcher.c - the dynamic batcher of one served model. Requests wait in one
+ * queue by priority (then arrival). Each instance of the model runs batches
+ * as a pipeline of five stages over a few slots, so that several batches
+ * are in flight per instance and each stage is timed:
+ *
+ *   gather  - the next batch off the queue: the first request and more of
+ *             the same version and row shape, up to a preferred or the
+ *             maximum batch size while the first has waited less than the
+ *             maximum queue delay; their rows joined into pinned staging
+ *   h2d     - staging to the device, on the instance's copy-in stream
+ *   compute - the plan for the batch's shapes
+ *   d2h     - the outputs back to pinned staging, on the copy-out stream
+ *   encode  - each request's rows of each output, encoded into its reply
+ *
+ * A slot's buffers come from the device's caching pools and grow to the
+ * largest batch seen, so a steady load allocates nothing. A batch that
+ * fails (a plan that cannot be built, a device error) fails its own
+ * requests; the pipeline goes on. */
 #include "api/batcher.h"
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/pipeline.h"
 
 #include <stdio.h>
 #include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct batcher_worker {
+#define BATCH_SLOTS 4 /* batches in flight per instance */
+#define MAX_BATCH_REQUESTS 256
+
+typedef struct batch_slot {
+  gs_infer_request *reqs[MAX_BATCH_REQUESTS];
+  int n;
+  int64_t rows;
+  gs_shape shapes[GS_REQ_MAX_IO];
+  size_t in_bytes[GS_REQ_MAX_IO];
+  gs_buffer_t *staged_in[GS_REQ_MAX_IO], *dev_in[GS_REQ_MAX_IO];
+  int n_out;
+  gs_plan_value_info out_info[GS_REQ_MAX_IO];
+  gs_buffer_t *dev_out[GS_REQ_MAX_IO], *staged_out[GS_REQ_MAX_IO];
+  int status; /* 0 while all goes well, else the HTTP status its requests get */
+  char error[600];
+  uint64_t t_batch, t_copied_in, t_computed; /* when it left the queue, h2d, compute */
+} batch_slot;
+
+typedef struct instance_pipeline {
   struct gs_batcher *b;
   gs_instance *inst;
+  gs_stream_t *h2d, *d2h;
+  batch_slot slots[BATCH_SLOTS];
   pthread_t thread;
-} batcher_worker;
+} instance_pipeline;
 
 struct gs_batcher {
   gs_served_model *m;
-  int n_workers;
-  batcher_worker workers[GS_REPO_MAX_INSTANCES];
+  int n_pipelines;
+  instance_pipeline pipelines[GS_REPO_MAX_INSTANCES];
   pthread_mutex_t lock;
   pthread_cond_t cond;
   gs_infer_request *head; /* sorted by priority, then arrival */
@@ -35,9 +68,11 @@ struct gs_batcher {
 void gs_infer_request_clear(gs_infer_request *r) {
   for (int i = 0; i < GS_REQ_MAX_IO; i++) {
     free(r->owned[i]);
-    free(r->outputs[i]);
+    if (!r->outputs_borrowed)
+      free(r->outputs[i]);
     r->owned[i] = r->outputs[i] = NULL;
   }
+  r->outputs_borrowed = false;
 }
 
 static void stat_add(gs_duration_stat *s, uint64_t ns) {
@@ -221,124 +256,246 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
   return n;
 }
 
-/* Concatenates the batch's inputs along their first dimension, runs the
- * batch, and gives each request its rows of every output. */
-static void run_batch(gs_served_model *m, gs_instance *inst, gs_infer_request **batch, int n,
-                      int64_t rows) {
-  gs_served_version *v = batch[0]->version;
-  const gs_model *model = v->model;
+/* ---- the stages ------------------------------------------------------------------------ */
+
+static void slot_fail(batch_slot *sl, int rc) {
+  if (sl->status)
+    return;
+  sl->status = rc == GS_EINVAL ? 400 : 500;
+  snprintf(sl->error, sizeof sl->error, "%s", gs_error_detail());
+}
+
+/* A slot's buffer at least `bytes` long from `pool`: kept while big
+ * enough, else given back and taken anew (the pool caches both). */
+static int ensure_buffer(gs_pool_t *pool, gs_buffer_t **buf, size_t bytes) {
+  if (*buf && gs_buffer_size(*buf) >= bytes)
+    return GS_OK;
+  gs_buffer_free(*buf, NULL);
+  *buf = NULL;
+  return gs_pool_alloc(pool, bytes ? bytes : 1, NULL, buf);
+}
+
+static int stage_gather(void *ctx, int s, int64_t seq) {
+  (void)seq;
+  instance_pipeline *ip = ctx;
+  gs_batcher *b = ip->b;
+  batch_slot *sl = &ip->slots[s];
+  static _Thread_local bool slack_set;
+  if (!slack_set) {
+    /* Linux lets a sleeping thread wake up to 50 us late (timer slack); the
+     * max queue delay is often 100 us, so ask for none. */
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    slack_set = true;
+  }
   uint64_t t0 = gs_now_ns();
-  for (int k = 0; k < n; k++)
-    batch[k]->t_batch = t0;
-  gs_shape shapes[GS_REQ_MAX_IO];
-  const void *inputs[GS_REQ_MAX_IO];
-  void *joined[GS_REQ_MAX_IO] = {0};
-  void *outputs[GS_REQ_MAX_IO] = {0};
-  gs_plan_value_info info[GS_REQ_MAX_IO];
-  int rc = 0;
+  pthread_mutex_lock(&b->lock);
+  sl->n = next_batch(b, sl->reqs, MAX_BATCH_REQUESTS, &sl->rows);
+  pthread_mutex_unlock(&b->lock);
+  sl->t_batch = gs_now_ns();
+  /* Waiting for requests, and for company within the max queue delay, is
+   * the stage waiting for input; joining rows is its work. */
+  gs_pipeline_note_wait(sl->t_batch - t0);
+  if (sl->n == 0)
+    return 1; /* stopping, and nothing is queued */
+  sl->status = 0;
+  sl->n_out = 0;
+  gs_infer_request *first = sl->reqs[0];
+  const gs_model *model = first->version->model;
+  gs_pool_t *pinned = gs_device_pool(ip->inst->device, GS_MEM_PINNED_HOST);
+  for (int k = 0; k < sl->n; k++)
+    sl->reqs[k]->t_batch = sl->t_batch;
   for (int i = 0; i < model->n_inputs; i++) {
-    shapes[i] = batch[0]->shapes[i];
-    inputs[i] = batch[0]->inputs[i];
-    if (n == 1)
-      continue;
-    shapes[i].dims[0] = rows;
-    size_t row_bytes = (size_t)(gs_shape_numel(&batch[0]->shapes[i]) / batch[0]->batch) *
-                       gs_dtype_size(model->inputs[i].dtype);
-    char *buf = malloc(row_bytes * (size_t)rows + 1);
-    if (!buf) {
-      rc = gs_error(GS_ENOMEM, "out of memory joining a batch of %lld rows", (long long)rows);
+    sl->shapes[i] = first->shapes[i];
+    if (sl->n > 1)
+      sl->shapes[i].dims[0] = sl->rows;
+    size_t elem = gs_dtype_size(model->inputs[i].dtype);
+    sl->in_bytes[i] = (size_t)gs_shape_numel(&sl->shapes[i]) * elem;
+    int rc = ensure_buffer(pinned, &sl->staged_in[i], sl->in_bytes[i]);
+    if (rc < 0) {
+      slot_fail(sl, rc);
       break;
     }
-    size_t at = 0;
-    for (int k = 0; k < n; k++) {
-      memcpy(buf + at, batch[k]->inputs[i], row_bytes * (size_t)batch[k]->batch);
-      at += row_bytes * (size_t)batch[k]->batch;
+    char *to = gs_buffer_host_ptr(sl->staged_in[i]);
+    for (int k = 0; k < sl->n; k++) {
+      size_t bytes = (size_t)gs_shape_numel(&sl->reqs[k]->shapes[i]) * elem;
+      memcpy(to, sl->reqs[k]->inputs[i], bytes);
+      to += bytes;
     }
-    joined[i] = buf;
-    inputs[i] = buf;
   }
-  uint64_t t1 = gs_now_ns();
-  if (rc == 0)
-    rc = gs_served_run(m, inst, v, shapes, inputs, outputs, info);
-  uint64_t t2 = gs_now_ns();
-  int status = rc == 0 ? 200 : rc == GS_EINVAL ? 400 : 500;
-  char error[600];
-  snprintf(error, sizeof error, "%s", rc < 0 ? gs_error_detail() : "");
-  /* Each request's rows of each output. */
-  for (int k = 0, row = 0; rc == 0 && k < n; row += (int)batch[k]->batch, k++) {
-    gs_infer_request *r = batch[k];
-    for (int o = 0; o < model->n_outputs && status == 200; o++) {
-      r->out_info[o] = info[o];
-      if (n == 1) {
-        r->outputs[o] = outputs[o];
-        outputs[o] = NULL;
+  return GS_OK;
+}
+
+static int stage_h2d(void *ctx, int s, int64_t seq) {
+  (void)seq;
+  instance_pipeline *ip = ctx;
+  batch_slot *sl = &ip->slots[s];
+  int n_in = sl->reqs[0]->version->model->n_inputs, rc = GS_OK;
+  gs_pool_t *dev = gs_device_pool(ip->inst->device, GS_MEM_DEVICE);
+  for (int i = 0; sl->status == 0 && rc == 0 && i < n_in; i++)
+    if ((rc = ensure_buffer(dev, &sl->dev_in[i], sl->in_bytes[i])) == 0 && sl->in_bytes[i])
+      rc = gs_stream_copy_h2d(ip->h2d, sl->dev_in[i], 0, gs_buffer_host_ptr(sl->staged_in[i]),
+                              sl->in_bytes[i]);
+  int sync = gs_stream_synchronize(ip->h2d);
+  if (rc < 0 || sync < 0)
+    slot_fail(sl, rc < 0 ? rc : sync);
+  sl->t_copied_in = gs_now_ns();
+  return GS_OK;
+}
+
+static int stage_compute(void *ctx, int s, int64_t seq) {
+  (void)seq;
+  instance_pipeline *ip = ctx;
+  batch_slot *sl = &ip->slots[s];
+  if (sl->status == 0) {
+    gs_instance *inst = ip->inst;
+    gs_served_version *v = sl->reqs[0]->version;
+    gs_pool_t *dev = gs_device_pool(inst->device, GS_MEM_DEVICE);
+    pthread_mutex_lock(&inst->lock);
+    gs_plan *plan;
+    int rc = gs_served_plan(ip->b->m, inst, v, sl->shapes, &plan);
+    for (int i = 0; rc == 0 && i < v->model->n_inputs; i++) {
+      gs_plan_value_info in;
+      gs_plan_input(plan, i, &in);
+      if (in.bytes != sl->in_bytes[i])
+        rc = gs_error(GS_EINVAL, "input %s: the batch has %zu bytes, the plan takes %zu",
+                      in.name, sl->in_bytes[i], in.bytes);
+    }
+    sl->n_out = rc == 0 ? gs_plan_output_count(plan) : 0;
+    for (int i = 0; rc == 0 && i < sl->n_out; i++) {
+      gs_plan_output(plan, i, &sl->out_info[i]);
+      rc = ensure_buffer(dev, &sl->dev_out[i], sl->out_info[i].bytes);
+    }
+    if (rc == 0)
+      rc = gs_plan_run_buffers(plan, sl->dev_in, sl->dev_out);
+    pthread_mutex_unlock(&inst->lock);
+    if (rc < 0)
+      slot_fail(sl, rc);
+  }
+  sl->t_computed = gs_now_ns();
+  return GS_OK;
+}
+
+static int stage_d2h(void *ctx, int s, int64_t seq) {
+  (void)seq;
+  instance_pipeline *ip = ctx;
+  batch_slot *sl = &ip->slots[s];
+  gs_pool_t *pinned = gs_device_pool(ip->inst->device, GS_MEM_PINNED_HOST);
+  int rc = GS_OK;
+  for (int i = 0; sl->status == 0 && rc == 0 && i < sl->n_out; i++)
+    if ((rc = ensure_buffer(pinned, &sl->staged_out[i], sl->out_info[i].bytes)) == 0 &&
+        sl->out_info[i].bytes)
+      rc = gs_stream_copy_d2h(ip->d2h, gs_buffer_host_ptr(sl->staged_out[i]), sl->dev_out[i], 0,
+                              sl->out_info[i].bytes);
+  int sync = gs_stream_synchronize(ip->d2h);
+  if (rc < 0 || sync < 0)
+    slot_fail(sl, rc < 0 ? rc : sync);
+  return GS_OK;
+}
+
+/* Each request its rows of every output (pointers into the slot's staging,
+ * which its reply copies before the slot is reused), the statistics, and
+ * the reply. */
+static int stage_encode(void *ctx, int s, int64_t seq) {
+  (void)seq;
+  instance_pipeline *ip = ctx;
+  batch_slot *sl = &ip->slots[s];
+  gs_served_model *m = ip->b->m;
+  for (int k = 0, row = 0; sl->status == 0 && k < sl->n; row += (int)sl->reqs[k]->batch, k++) {
+    gs_infer_request *r = sl->reqs[k];
+    r->outputs_borrowed = true;
+    for (int o = 0; o < sl->n_out; o++) {
+      const gs_plan_value_info *info = &sl->out_info[o];
+      char *data = gs_buffer_host_ptr(sl->staged_out[o]);
+      r->out_info[o] = *info;
+      r->outputs[o] = data;
+      if (sl->n == 1)
         continue;
-      }
-      int64_t out_rows = info[o].shape.rank ? info[o].shape.dims[0] : 1;
-      size_t row_bytes = out_rows ? info[o].bytes / (size_t)out_rows : 0;
+      int64_t out_rows = info->shape.rank ? info->shape.dims[0] : 1;
+      size_t row_bytes = out_rows ? info->bytes / (size_t)out_rows : 0;
       r->out_info[o].shape.dims[0] = r->batch;
       r->out_info[o].bytes = row_bytes * (size_t)r->batch;
-      if (!(r->outputs[o] = malloc(r->out_info[o].bytes + 1))) {
-        status = 500;
-        snprintf(error, sizeof error, "out of memory splitting a batch");
-        break;
-      }
-      memcpy(r->outputs[o], (char *)outputs[o] + row_bytes * (size_t)row, r->out_info[o].bytes);
+      r->outputs[o] = data + row_bytes * (size_t)row;
     }
   }
-  uint64_t t3 = gs_now_ns();
+  uint64_t now = gs_now_ns();
   pthread_mutex_lock(&m->stats_lock);
-  for (int k = 0; k < n; k++) {
-    stat_add(&m->stats.queue, t0 - batch[k]->t_arrive);
-    stat_add(&m->stats.compute_input, t1 - t0);
-    stat_add(&m->stats.compute_infer, t2 - t1);
-    stat_add(&m->stats.compute_output, t3 - t2);
+  for (int k = 0; k < sl->n; k++) {
+    stat_add(&m->stats.queue, sl->t_batch - sl->reqs[k]->t_arrive);
+    stat_add(&m->stats.compute_input, sl->t_copied_in - sl->t_batch);
+    stat_add(&m->stats.compute_infer, sl->t_computed - sl->t_copied_in);
+    stat_add(&m->stats.compute_output, now - sl->t_computed);
   }
-  if (status == 200) {
-    m->stats.inference_count += (uint64_t)rows;
+  if (sl->status == 0) {
+    m->stats.inference_count += (uint64_t)sl->rows;
     m->stats.execution_count++;
-    gs_duration_stat *bs = m->stats.batch[rows <= GS_STATS_MAX_BATCH ? rows : 0];
-    stat_add(&bs[0], t1 - t0);
-    stat_add(&bs[1], t2 - t1);
-    stat_add(&bs[2], t3 - t2);
+    gs_duration_stat *bs = m->stats.batch[sl->rows <= GS_STATS_MAX_BATCH ? sl->rows : 0];
+    stat_add(&bs[0], sl->t_copied_in - sl->t_batch);
+    stat_add(&bs[1], sl->t_computed - sl->t_copied_in);
+    stat_add(&bs[2], now - sl->t_computed);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     m->stats.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
   }
   pthread_mutex_unlock(&m->stats_lock);
-  for (int i = 0; i < GS_REQ_MAX_IO; i++) {
-    free(joined[i]);
-    free(outputs[i]);
-  }
-  for (int k = 0; k < n; k++)
-    finish(batch[k], status, status == 200 ? NULL : error);
+  for (int k = 0; k < sl->n; k++)
+    finish(sl->reqs[k], sl->status ? sl->status : 200, sl->status ? sl->error : NULL);
+  return GS_OK;
+}
+
+/* ---- the instance's pipeline ------------------------------------------------------------- */
+
+static void *instance_main(void *arg) {
+  instance_pipeline *ip = arg;
+  gs_pipeline_stage stages[5] = {
+      {"gather", 1, stage_gather, ip},   {"h2d", 1, stage_h2d, ip},
+      {"compute", 1, stage_compute, ip}, {"d2h", 1, stage_d2h, ip},
+      {"encode", 1, stage_encode, ip},
+  };
+  if (gs_pipeline_run(stages, 5, BATCH_SLOTS, NULL, &ip->inst->pipeline) < 0)
+    GS_LOGE("batcher", "model %s: the batch pipeline of %s stopped: %s", ip->b->m->name,
+                 ip->inst->owner, gs_error_detail());
+  return NULL;
+}
+
+static void release_pipeline(instance_pipeline *ip) {
+  for (int s = 0; s < BATCH_SLOTS; s++)
+    for (int i = 0; i < GS_REQ_MAX_IO; i++) {
+      batch_slot *sl = &ip->slots[s];
+      gs_buffer_free(sl->staged_in[i], NULL);
+      gs_buffer_free(sl->dev_in[i], NULL);
+      gs_buffer_free(sl->dev_out[i], NULL);
+      gs_buffer_free(sl->staged_out[i], NULL);
+    }
+  if (ip->h2d)
+    gs_stream_destroy(ip->h2d);
+  if (ip->d2h)
+    gs_stream_destroy(ip->d2h);
 }
 
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
-  r->t_arrive = gs_now_ns();
-  gs_infer_request *batch[1] = {r};
-  run_batch(m, NULL, batch, 1, r->batch);
-}
-
-static void *batcher_main(void *arg) {
-  batcher_worker *w = arg;
-  gs_batcher *b = w->b;
-  /* Linux lets a sleeping thread wake up to 50 us late (timer slack); the
-   * batcher's waits are the max queue delay, often 100 us, so ask for none. */
-  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  gs_infer_request *batch[256];
-  pthread_mutex_lock(&b->lock);
-  for (;;) {
-    int64_t rows = 0;
-    int n = next_batch(b, batch, 256, &rows);
-    if (n == 0)
-      break; /* stopping and empty */
-    pthread_mutex_unlock(&b->lock);
-    run_batch(b->m, w->inst, batch, n, rows);
-    pthread_mutex_lock(&b->lock);
+  r->t_arrive = r->t_batch = gs_now_ns();
+  int rc = gs_served_run(m, NULL, r->version, r->shapes, r->inputs, r->outputs, r->out_info);
+  uint64_t t1 = gs_now_ns();
+  pthread_mutex_lock(&m->stats_lock);
+  /* In the HTTP thread: no queue, no copies of its own; the plan's run is
+   * the compute. */
+  stat_add(&m->stats.queue, 0);
+  stat_add(&m->stats.compute_input, 0);
+  stat_add(&m->stats.compute_infer, t1 - r->t_batch);
+  stat_add(&m->stats.compute_output, 0);
+  if (rc == 0) {
+    m->stats.inference_count += (uint64_t)r->batch;
+    m->stats.execution_count++;
+    gs_duration_stat *bs = m->stats.batch[r->batch <= GS_STATS_MAX_BATCH ? r->batch : 0];
+    stat_add(&bs[0], 0);
+    stat_add(&bs[1], t1 - r->t_batch);
+    stat_add(&bs[2], 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->stats.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
   }
-  pthread_mutex_unlock(&b->lock);
-  return NULL;
+  pthread_mutex_unlock(&m->stats_lock);
+  finish(r, rc == 0 ? 200 : rc == GS_EINVAL ? 400 : 500, rc == 0 ? NULL : gs_error_detail());
 }
 
 int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
@@ -352,15 +509,28 @@ int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
   pthread_cond_init(&b->cond, &attr);
   pthread_condattr_destroy(&attr);
-  for (int i = 0; i < m->n_instances; i++) {
-    batcher_worker *w = &b->workers[i];
-    w->b = b;
-    w->inst = &m->instances[i];
-    if (pthread_create(&w->thread, NULL, batcher_main, w) != 0) {
-      gs_batcher_stop(b);
-      return gs_error(GS_ENOMEM, "cannot start the batcher threads of %s", m->name);
+  int rc = GS_OK;
+  for (int i = 0; i < m->n_instances && rc == 0; i++) {
+    instance_pipeline *ip = &b->pipelines[i];
+    ip->b = b;
+    ip->inst = &m->instances[i];
+    if ((rc = gs_stream_create(ip->inst->device, &ip->h2d)) < 0 ||
+        (rc = gs_stream_create(ip->inst->device, &ip->d2h)) < 0) {
+      release_pipeline(ip);
+      break;
     }
-    b->n_workers++;
+    if (pthread_create(&ip->thread, NULL, instance_main, ip) != 0) {
+      release_pipeline(ip);
+      rc = gs_error(GS_ENOMEM, "cannot start the batch pipeline of %s", ip->inst->owner);
+      break;
+    }
+    b->n_pipelines++;
+  }
+  if (rc < 0) {
+    char why[600];
+    snprintf(why, sizeof why, "%s", gs_error_detail());
+    gs_batcher_stop(b);
+    return gs_error(rc, "%s", why);
   }
   *out = b;
   return GS_OK;
@@ -373,8 +543,16 @@ void gs_batcher_stop(gs_batcher *b) {
   b->stopping = true;
   pthread_cond_broadcast(&b->cond);
   pthread_mutex_unlock(&b->lock);
-  for (int i = 0; i < b->n_workers; i++)
-    pthread_join(b->workers[i].thread, NULL);
+  for (int i = 0; i < b->n_pipelines; i++) {
+    pthread_join(b->pipelines[i].thread, NULL);
+    release_pipeline(&b->pipelines[i]);
+  }
+  /* What no pipeline took (none could start, or one stopped on an error). */
+  while (b->head) {
+    gs_infer_request *r = b->head;
+    b->head = r->next;
+    finish(r, 503, "the model is being unloaded");
+  }
   pthread_mutex_destroy(&b->lock);
   pthread_cond_destroy(&b->cond);
   free(b);

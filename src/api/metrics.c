@@ -137,6 +137,36 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
   }
   free(snap);
   free(version);
+  /* Each instance's batch pipeline (models with dynamic batching): how long
+   * each stage worked, waited for a batch, and waited to hand one on. */
+  static const char *const stage_metrics[][2] = {
+      {"gpusrv_batch_stage_busy_seconds_total", "Time each batch pipeline stage worked"},
+      {"gpusrv_batch_stage_wait_input_seconds_total", "Time each stage waited for a batch"},
+      {"gpusrv_batch_stage_wait_output_seconds_total", "Time each stage waited to hand on"},
+      {"gpusrv_batch_stage_batches_total", "Batches each stage has passed on"},
+  };
+  for (size_t k = 0; k < sizeof stage_metrics / sizeof stage_metrics[0]; k++) {
+    header(&t, stage_metrics[k][0], "counter", stage_metrics[k][1]);
+    for (int i = 0; i < n_models; i++) {
+      gs_served_model *m = &repo->models[i];
+      pthread_rwlock_rdlock(&m->use);
+      for (int n = 0; gs_served_ready(m) && m->dynamic_batching && n < m->n_instances; n++) {
+        gs_pipeline_result live;
+        gs_pipeline_read_stats(&m->instances[n].pipeline, &live);
+        for (int st = 0; st < live.n_stages; st++) {
+          const gs_pipeline_stage_stats *f = &live.stages[st];
+          uint64_t ns = k == 0 ? f->busy_ns : k == 1 ? f->wait_in_ns : f->wait_out_ns;
+          if (k == 3)
+            put(&t, "%s{model=\"%s\",instance=\"%d\",stage=\"%s\"} %lld\n", stage_metrics[k][0],
+                m->name, n, f->name, (long long)f->items);
+          else
+            put(&t, "%s{model=\"%s\",instance=\"%d\",stage=\"%s\"} %.9f\n", stage_metrics[k][0],
+                m->name, n, f->name, (double)ns / 1e9);
+        }
+      }
+      pthread_rwlock_unlock(&m->use);
+    }
+  }
   /* Devices: what their backends expose; a figure that is not available is
    * left out, never reported as 0. */
   static const struct {

@@ -731,6 +731,13 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
   return GS_OK;
 }
 
+int gs_served_plan(gs_served_model *m, gs_instance *inst, gs_served_version *v,
+                   const gs_shape *shapes, gs_plan **out) {
+  if (v->model->n_inputs > 8)
+    return gs_error(GS_ENOTSUP, "models with more than 8 inputs are not served yet");
+  return plan_for(m, inst, v, shapes, out);
+}
+
 /* An instance for a run outside the batcher: a free one if there is, else
  * the next in turn. Returns it locked. */
 static gs_instance *take_instance(gs_served_model *m) {

@@ -5,6 +5,7 @@
 #define GS_API_REPOSITORY_H
 
 #include "engine/engine.h"
+#include "engine/pipeline.h"
 #include "sched/sched.h"
 
 #include <pthread.h>
@@ -40,6 +41,9 @@ typedef struct gs_instance {
   gs_served_version *plan_version[GS_REPO_PLAN_CACHE];
   gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
   gs_booking *bookings[GS_REPO_PLAN_CACHE];
+  /* The figures of the instance's batch pipeline (batcher.c), live while
+   * it runs: read them with gs_pipeline_read_stats. */
+  gs_pipeline_result pipeline;
 } gs_instance;
 
 /* One entry of instance_group as configured. */
@@ -129,6 +133,13 @@ int gs_repository_unload(gs_repository *repo, const char *name);
 gs_served_model *gs_repository_find(gs_repository *repo, const char *name);
 /* The version `v` ("" or NULL: the highest), or NULL. */
 gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);
+
+/* The plan for inputs of these shapes on instance `inst`, whose lock the
+ * caller holds: from the instance's cache, or built and booked now (the
+ * least recently used plans making room). It stays valid while the lock is
+ * held. */
+int gs_served_plan(gs_served_model *m, gs_instance *inst, gs_served_version *v,
+                   const gs_shape *shapes, gs_plan **out);
 
 /* Runs one request or batch on instance `inst` (NULL: the next free one):
  * inputs in model order, with their shapes. Finds or builds (and books) the

@@ -1,8 +1,9 @@
-/* pipeline.c - the overlapped pipeline of pipeline.h: one lock and one
- * condition variable for its bookkeeping (items are coarse, a batch each),
- * a free list of slots that the source draws from (back-pressure), an input
- * queue per stage, and an in-order hand-off so that every queue stays in
- * submission order whatever the number of threads per stage. */
+/* pipeline.c - the overlapped pipeline of pipeline.h: one lock for its
+ * bookkeeping (items are coarse, a batch each) and a condition variable per
+ * stage, so that a hand-off wakes only the stage it concerns; a free list of
+ * slots that the source draws from (back-pressure), an input queue per
+ * stage, and an in-order hand-off so that every queue stays in submission
+ * order whatever the number of threads per stage. */
 #include "engine/pipeline.h"
 
 #include "base/clock.h"
@@ -24,7 +25,7 @@ typedef struct run_state {
   const gs_pipeline_stage *stages;
   int n;
   pthread_mutex_t lock;
-  pthread_cond_t cond;
+  pthread_cond_t cond[GS_PIPELINE_MAX_STAGES]; /* [k]: stage k has something to look at */
   item_queue queue[GS_PIPELINE_MAX_STAGES]; /* [0]: free slots; [k]: stage k's input */
   int64_t taken[GS_PIPELINE_MAX_STAGES];    /* items each stage has taken */
   int64_t next_out[GS_PIPELINE_MAX_STAGES]; /* the seq each stage hands on next */
@@ -55,9 +56,25 @@ static void pop(item_queue *q, int *slot, int64_t *seq) {
   q->count--;
 }
 
-/* Waits for the condition with a short timeout, so that an external
- * cancel is seen even when nobody broadcasts. Called with the lock held. */
-static void wait_a_little(run_state *st) {
+/* Time a stage's run() spent waiting for work outside the pipeline (the
+ * source waiting for requests): counted as waiting for input, not busy. */
+static _Thread_local uint64_t outside_wait_ns;
+
+void gs_pipeline_note_wait(uint64_t ns) { outside_wait_ns += ns; }
+
+static void wake_all(run_state *st) {
+  for (int k = 0; k < st->n; k++)
+    pthread_cond_broadcast(&st->cond[k]);
+}
+
+/* Waits until stage k's condition is signalled; with a cancel flag to
+ * watch, for a short while at most, so that an external cancel is seen
+ * even when nobody signals. Called with the lock held. */
+static void wait_for(run_state *st, int k) {
+  if (!st->cancel) {
+    pthread_cond_wait(&st->cond[k], &st->lock);
+    return;
+  }
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_nsec += 20 * 1000 * 1000;
@@ -65,14 +82,14 @@ static void wait_a_little(run_state *st) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000;
   }
-  pthread_cond_timedwait(&st->cond, &st->lock, &ts);
+  pthread_cond_timedwait(&st->cond[k], &st->lock, &ts);
 }
 
 static bool cancelled(run_state *st) {
   if (st->cancel && atomic_load(st->cancel) && !st->stop) {
     st->stop = true;
     st->result->cancelled = true;
-    pthread_cond_broadcast(&st->cond);
+    wake_all(st);
   }
   return st->stop;
 }
@@ -86,7 +103,13 @@ static void fail(run_state *st, int stage, int code) {
              gs_error_detail());
   }
   st->stop = true;
-  pthread_cond_broadcast(&st->cond);
+  wake_all(st);
+}
+
+/* Adds to a stage's figures while the pipeline runs: atomically, so that
+ * gs_pipeline_read_stats can read them from another thread meanwhile. */
+static void add_stat(uint64_t *field, uint64_t value) {
+  __atomic_fetch_add(field, value, __ATOMIC_RELAXED);
 }
 
 static void *stage_thread(void *arg) {
@@ -94,8 +117,7 @@ static void *stage_thread(void *arg) {
   run_state *st = w->st;
   const int k = w->stage;
   const gs_pipeline_stage *stage = &st->stages[k];
-  uint64_t busy = 0, wait_in = 0, wait_out = 0;
-  int64_t items = 0;
+  gs_pipeline_stage_stats *figures = &st->result->stages[k];
   pthread_mutex_lock(&st->lock);
   for (;;) {
     /* An item: a free slot and the next seq for the source, else the next
@@ -103,15 +125,15 @@ static void *stage_thread(void *arg) {
     uint64_t t0 = gs_now_ns();
     bool finished = false;
     while (!cancelled(st)) {
-      if (k == 0 ? st->taken[0] >= st->end_seq : st->taken[k] >= st->end_seq) {
+      if (st->taken[k] >= st->end_seq) {
         finished = true;
         break;
       }
       if (st->queue[k].count > 0)
         break;
-      wait_a_little(st);
+      wait_for(st, k);
     }
-    wait_in += gs_now_ns() - t0;
+    add_stat(&figures->wait_in_ns, gs_now_ns() - t0);
     if (finished || st->stop)
       break;
     int slot;
@@ -126,9 +148,12 @@ static void *stage_thread(void *arg) {
     st->taken[k]++;
     pthread_mutex_unlock(&st->lock);
 
+    outside_wait_ns = 0;
     uint64_t t1 = gs_now_ns();
     int rc = stage->run(stage->ctx, slot, seq);
-    busy += gs_now_ns() - t1;
+    uint64_t spent = gs_now_ns() - t1, waited = outside_wait_ns < spent ? outside_wait_ns : spent;
+    add_stat(&figures->busy_ns, spent - waited);
+    add_stat(&figures->wait_in_ns, waited);
 
     pthread_mutex_lock(&st->lock);
     if (rc < 0) {
@@ -139,36 +164,39 @@ static void *stage_thread(void *arg) {
       if (seq < st->end_seq)
         st->end_seq = seq;
       push(&st->queue[0], slot, 0);
-      pthread_cond_broadcast(&st->cond);
+      wake_all(st); /* every stage compares its count with the end */
       continue;
     }
     /* Hand on in order. */
     uint64_t t2 = gs_now_ns();
     while (!cancelled(st) && st->next_out[k] != seq && seq < st->end_seq)
-      wait_a_little(st);
-    wait_out += gs_now_ns() - t2;
+      wait_for(st, k);
+    add_stat(&figures->wait_out_ns, gs_now_ns() - t2);
     if (st->stop)
       break;
-    if (seq >= st->end_seq) { /* a source thread went past the end */
+    int to = k + 1;
+    if (seq >= st->end_seq || k == st->n - 1) { /* done, or a source thread went past the end */
       push(&st->queue[0], slot, 0);
-    } else if (k == st->n - 1) {
-      push(&st->queue[0], slot, 0);
-      st->result->items++;
+      to = 0;
+      if (seq < st->end_seq)
+        add_stat((uint64_t *)&st->result->items, 1);
     } else {
-      push(&st->queue[k + 1], slot, seq);
+      push(&st->queue[to], slot, seq);
     }
     if (seq < st->end_seq) {
       st->next_out[k]++;
-      items++;
+      add_stat((uint64_t *)&figures->items, 1);
     }
-    pthread_cond_broadcast(&st->cond);
+    /* One thread of the next stage has an item; with several, some may be
+     * waiting on their order rather than for an item, so wake them all. */
+    if (st->stages[to].threads > 1)
+      pthread_cond_broadcast(&st->cond[to]);
+    else
+      pthread_cond_signal(&st->cond[to]);
+    if (stage->threads > 1) /* a sibling may be waiting to hand on the next seq */
+      pthread_cond_broadcast(&st->cond[k]);
   }
-  gs_pipeline_stage_stats *s = &st->result->stages[k];
-  s->busy_ns += busy;
-  s->wait_in_ns += wait_in;
-  s->wait_out_ns += wait_out;
-  s->items += items;
-  pthread_cond_broadcast(&st->cond);
+  wake_all(st);
   pthread_mutex_unlock(&st->lock);
   return NULL;
 }
@@ -213,7 +241,8 @@ int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
     for (int i = 0; i < slots; i++)
       push(&st.queue[0], i, 0);
     pthread_mutex_init(&st.lock, NULL);
-    pthread_cond_init(&st.cond, NULL);
+    for (int k = 0; k < n_stages; k++)
+      pthread_cond_init(&st.cond[k], NULL);
     uint64_t start = gs_now_ns();
     int started = 0;
     for (int k = 0; k < n_stages; k++)
@@ -224,7 +253,7 @@ int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
           st.stop = true;
           if (st.error == 0)
             st.error = gs_error(GS_EIO, "cannot start a pipeline thread");
-          pthread_cond_broadcast(&st.cond);
+          wake_all(&st);
           pthread_mutex_unlock(&st.lock);
           k = n_stages;
           break;
@@ -234,7 +263,8 @@ int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
     for (int i = 0; i < started; i++)
       pthread_join(workers[i].thread, NULL);
     out->wall_ns = gs_now_ns() - start;
-    pthread_cond_destroy(&st.cond);
+    for (int k = 0; k < n_stages; k++)
+      pthread_cond_destroy(&st.cond[k]);
     pthread_mutex_destroy(&st.lock);
     rc = st.error ? st.error
          : out->cancelled ? gs_error(GS_ECANCELED, "the pipeline was cancelled")
@@ -248,6 +278,19 @@ int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
     free(st.queue[k].seq);
   }
   return rc;
+}
+
+void gs_pipeline_read_stats(const gs_pipeline_result *live, gs_pipeline_result *copy) {
+  *copy = *live; /* names and thread counts do not change while it runs */
+  copy->items = (int64_t)__atomic_load_n((const uint64_t *)&live->items, __ATOMIC_RELAXED);
+  for (int k = 0; k < live->n_stages && k < GS_PIPELINE_MAX_STAGES; k++) {
+    const gs_pipeline_stage_stats *from = &live->stages[k];
+    gs_pipeline_stage_stats *to = &copy->stages[k];
+    to->items = (int64_t)__atomic_load_n((const uint64_t *)&from->items, __ATOMIC_RELAXED);
+    to->busy_ns = __atomic_load_n(&from->busy_ns, __ATOMIC_RELAXED);
+    to->wait_in_ns = __atomic_load_n(&from->wait_in_ns, __ATOMIC_RELAXED);
+    to->wait_out_ns = __atomic_load_n(&from->wait_out_ns, __ATOMIC_RELAXED);
+  }
 }
 
 int gs_pipeline_slowest(const gs_pipeline_result *r) {

@@ -50,11 +50,21 @@ typedef struct gs_pipeline_result {
 
 /* Runs the stages over `slots` slots (1..1024) until the source ends, a
  * stage fails, or *cancel becomes true (checked between items; may be
- * NULL). Returns 0, the failing stage's code (the result names the stage and
+ * NULL). `out` is filled as it goes (see gs_pipeline_read_stats). Returns 0, the failing stage's code (the result names the stage and
  * its message), or GS_ECANCELED. Every stage's threads have stopped when it
  * returns. */
 int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
                     atomic_bool *cancel, gs_pipeline_result *out);
+
+/* For a stage's run() that waits for work from outside the pipeline (a
+ * source waiting for requests to arrive): reports that many nanoseconds of
+ * the current call as waiting for input rather than busy. */
+void gs_pipeline_note_wait(uint64_t ns);
+
+/* The figures of a run still going: `live` is the result gs_pipeline_run
+ * is filling (its counters grow as items pass); copies them consistently
+ * enough for monitoring from another thread. */
+void gs_pipeline_read_stats(const gs_pipeline_result *live, gs_pipeline_result *copy);
 
 /* The stage whose busy time per thread is largest: the bottleneck. */
 int gs_pipeline_slowest(const gs_pipeline_result *r);

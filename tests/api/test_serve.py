@@ -379,6 +379,48 @@ def test_concurrent_requests_are_batched_and_stats_add_up(server):
     assert s["queue"]["count"] == s["compute_infer"]["count"] == s["success"]["count"]
 
 
+def metric_values(port):
+    values = {}
+    for line in request(port, "GET", "/metrics")[1].decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_batches_in_flight_keep_each_requests_rows(server, repo):
+    """Requests of 1 to 3 rows each, 48 at once, through the batcher's
+    pipeline (several batches in flight): each reply holds exactly its own
+    rows' results, and every stage of the pipeline saw every batch."""
+    path = str(repo / "mlp" / "1" / "model.onnx")
+    rng = np.random.default_rng(11)
+    inputs = [rng.standard_normal((1 + i % 3, 256)).astype(np.float32) for i in range(48)]
+    got = [None] * len(inputs)
+    before = stats(server, "mlp")
+
+    def one(i):
+        client = triton.InferenceServerClient(f"127.0.0.1:{server}")
+        inp = triton.InferInput("x", list(inputs[i].shape), "FP32")
+        inp.set_data_from_numpy(inputs[i], binary_data=i % 2 == 0)
+        got[i] = client.infer("mlp", [inp]).as_numpy("probs")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, x in enumerate(inputs):
+        assert got[i] is not None and got[i].shape == (x.shape[0], 10)
+        np.testing.assert_allclose(got[i], ort_run(path, {"x": x}), rtol=1e-4, atol=1e-6)
+    after = stats(server, "mlp")
+    assert after["inference_count"] - before["inference_count"] == sum(len(x) for x in inputs)
+    values = metric_values(server)
+    for stage in ("gather", "h2d", "compute", "d2h", "encode"):
+        key = f'gpusrv_batch_stage_batches_total{{model="mlp",instance="0",stage="{stage}"}}'
+        assert values[key] == after["execution_count"], stage
+    assert values['gpusrv_batch_stage_busy_seconds_total{model="mlp",instance="0",stage="compute"}'] > 0
+
+
 def test_request_timeout_in_queue(server):
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
                                    "data": [0.0] * 256}], "parameters": {"timeout": 1}}).encode()
