@@ -12,7 +12,11 @@
  *   d2h     - the outputs back to pinned staging, on the copy-out stream
  *   encode  - each request's rows of each output, encoded into its reply
  *
- * A slot's buffers come from the device's caching pools and grow to the
+ * On a device whose memory the host addresses directly (the CPU backend)
+ * there is nothing to copy: gather writes into the device buffers, encode
+ * reads from them, and the pipeline is gather, compute, encode. Each stage
+ * hand-off costs a thread wake-up, so stages that would do nothing are left
+ * out rather than run empty. A slot's buffers come from the device's caching pools and grow to the
  * largest batch seen, so a steady load allocates nothing. A batch that
  * fails (a plan that cannot be built, a device error) fails its own
  * requests; the pipeline goes on. */
@@ -50,6 +54,7 @@ typedef struct instance_pipeline {
   struct gs_batcher *b;
   gs_instance *inst;
   gs_stream_t *h2d, *d2h;
+  bool direct; /* the host addresses the device's memory: no staging, no copies */
   batch_slot slots[BATCH_SLOTS];
   pthread_t thread;
 } instance_pipeline;
@@ -68,11 +73,11 @@ struct gs_batcher {
 void gs_infer_request_clear(gs_infer_request *r) {
   for (int i = 0; i < GS_REQ_MAX_IO; i++) {
     free(r->owned[i]);
-    if (!r->outputs_borrowed)
+    if (!r->output_borrowed[i])
       free(r->outputs[i]);
     r->owned[i] = r->outputs[i] = NULL;
+    r->output_borrowed[i] = false;
   }
-  r->outputs_borrowed = false;
 }
 
 static void stat_add(gs_duration_stat *s, uint64_t ns) {
@@ -301,7 +306,8 @@ static int stage_gather(void *ctx, int s, int64_t seq) {
   sl->n_out = 0;
   gs_infer_request *first = sl->reqs[0];
   const gs_model *model = first->version->model;
-  gs_pool_t *pinned = gs_device_pool(ip->inst->device, GS_MEM_PINNED_HOST);
+  gs_pool_t *into = gs_device_pool(ip->inst->device,
+                                   ip->direct ? GS_MEM_DEVICE : GS_MEM_PINNED_HOST);
   for (int k = 0; k < sl->n; k++)
     sl->reqs[k]->t_batch = sl->t_batch;
   for (int i = 0; i < model->n_inputs; i++) {
@@ -310,18 +316,20 @@ static int stage_gather(void *ctx, int s, int64_t seq) {
       sl->shapes[i].dims[0] = sl->rows;
     size_t elem = gs_dtype_size(model->inputs[i].dtype);
     sl->in_bytes[i] = (size_t)gs_shape_numel(&sl->shapes[i]) * elem;
-    int rc = ensure_buffer(pinned, &sl->staged_in[i], sl->in_bytes[i]);
+    gs_buffer_t **buf = ip->direct ? &sl->dev_in[i] : &sl->staged_in[i];
+    int rc = ensure_buffer(into, buf, sl->in_bytes[i]);
     if (rc < 0) {
       slot_fail(sl, rc);
       break;
     }
-    char *to = gs_buffer_host_ptr(sl->staged_in[i]);
+    char *to = gs_buffer_host_ptr(*buf);
     for (int k = 0; k < sl->n; k++) {
       size_t bytes = (size_t)gs_shape_numel(&sl->reqs[k]->shapes[i]) * elem;
       memcpy(to, sl->reqs[k]->inputs[i], bytes);
       to += bytes;
     }
   }
+  sl->t_copied_in = gs_now_ns(); /* h2d, when there is one, moves it on */
   return GS_OK;
 }
 
@@ -392,6 +400,28 @@ static int stage_d2h(void *ctx, int s, int64_t seq) {
   return GS_OK;
 }
 
+/* A request's own copy of its rows of a BYTES output: the records, then
+ * the strings they point to. In a batch, a record may point into another
+ * request's body (a model that mixes rows), and that request may be
+ * answered and gone before this one is encoded. */
+static void *own_strings(const gs_bytes_ref *rows, int64_t n) {
+  size_t heap = 0;
+  for (int64_t i = 0; i < n; i++)
+    heap += rows[i].len;
+  char *block = malloc((size_t)n * sizeof *rows + heap + 1);
+  if (!block)
+    return NULL;
+  gs_bytes_ref *recs = (gs_bytes_ref *)block;
+  char *at = block + (size_t)n * sizeof *rows;
+  for (int64_t i = 0; i < n; i++) {
+    if (rows[i].len)
+      memcpy(at, rows[i].data, rows[i].len);
+    recs[i] = (gs_bytes_ref){.data = at, .len = rows[i].len};
+    at += rows[i].len;
+  }
+  return block;
+}
+
 /* Each request its rows of every output (pointers into the slot's staging,
  * which its reply copies before the slot is reused), the statistics, and
  * the reply. */
@@ -402,12 +432,12 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
   gs_served_model *m = ip->b->m;
   for (int k = 0, row = 0; sl->status == 0 && k < sl->n; row += (int)sl->reqs[k]->batch, k++) {
     gs_infer_request *r = sl->reqs[k];
-    r->outputs_borrowed = true;
     for (int o = 0; o < sl->n_out; o++) {
       const gs_plan_value_info *info = &sl->out_info[o];
-      char *data = gs_buffer_host_ptr(sl->staged_out[o]);
+      char *data = gs_buffer_host_ptr(ip->direct ? sl->dev_out[o] : sl->staged_out[o]);
       r->out_info[o] = *info;
       r->outputs[o] = data;
+      r->output_borrowed[o] = true;
       if (sl->n == 1)
         continue;
       int64_t out_rows = info->shape.rank ? info->shape.dims[0] : 1;
@@ -415,6 +445,13 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
       r->out_info[o].shape.dims[0] = r->batch;
       r->out_info[o].bytes = row_bytes * (size_t)r->batch;
       r->outputs[o] = data + row_bytes * (size_t)row;
+      if (info->dtype == GS_DT_BYTES) {
+        r->outputs[o] = own_strings((const gs_bytes_ref *)(data + row_bytes * (size_t)row),
+                                    (int64_t)(r->out_info[o].bytes / sizeof(gs_bytes_ref)));
+        r->output_borrowed[o] = false;
+        if (!r->outputs[o])
+          r->status = 500; /* answered below as out of memory */
+      }
     }
   }
   uint64_t now = gs_now_ns();
@@ -437,8 +474,15 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
     m->stats.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
   }
   pthread_mutex_unlock(&m->stats_lock);
-  for (int k = 0; k < sl->n; k++)
-    finish(sl->reqs[k], sl->status ? sl->status : 200, sl->status ? sl->error : NULL);
+  for (int k = 0; k < sl->n; k++) {
+    gs_infer_request *r = sl->reqs[k];
+    if (sl->status)
+      finish(r, sl->status, sl->error);
+    else if (r->status == 500)
+      finish(r, 500, "out of memory copying the strings of a reply");
+    else
+      finish(r, 200, NULL);
+  }
   return GS_OK;
 }
 
@@ -446,12 +490,18 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
 
 static void *instance_main(void *arg) {
   instance_pipeline *ip = arg;
-  gs_pipeline_stage stages[5] = {
+  gs_pipeline_stage copying[5] = {
       {"gather", 1, stage_gather, ip},   {"h2d", 1, stage_h2d, ip},
       {"compute", 1, stage_compute, ip}, {"d2h", 1, stage_d2h, ip},
       {"encode", 1, stage_encode, ip},
   };
-  if (gs_pipeline_run(stages, 5, BATCH_SLOTS, NULL, &ip->inst->pipeline) < 0)
+  gs_pipeline_stage direct[3] = {
+      {"gather", 1, stage_gather, ip},
+      {"compute", 1, stage_compute, ip},
+      {"encode", 1, stage_encode, ip},
+  };
+  if (gs_pipeline_run(ip->direct ? direct : copying, ip->direct ? 3 : 5, BATCH_SLOTS, NULL,
+                      &ip->inst->pipeline) < 0)
     GS_LOGE("batcher", "model %s: the batch pipeline of %s stopped: %s", ip->b->m->name,
                  ip->inst->owner, gs_error_detail());
   return NULL;
@@ -514,8 +564,11 @@ int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
     instance_pipeline *ip = &b->pipelines[i];
     ip->b = b;
     ip->inst = &m->instances[i];
-    if ((rc = gs_stream_create(ip->inst->device, &ip->h2d)) < 0 ||
-        (rc = gs_stream_create(ip->inst->device, &ip->d2h)) < 0) {
+    ip->direct = gs_device_get_caps(ip->inst->device)->host_visible_device_memory;
+    /* Each copy stage waits for its own copies: an inline stream, where the
+     * backend has them, runs them on the stage's thread without a hop. */
+    if (!ip->direct && ((rc = gs_stream_create_ex(ip->inst->device, GS_STREAM_INLINE, &ip->h2d)) < 0 ||
+                        (rc = gs_stream_create_ex(ip->inst->device, GS_STREAM_INLINE, &ip->d2h)) < 0)) {
       release_pipeline(ip);
       break;
     }

@@ -24,7 +24,7 @@ struct gs_infer_request {
   bool send[GS_REQ_MAX_IO], binary[GS_REQ_MAX_IO]; /* which outputs, and how */
   /* Results, filled by the batcher: outputs (malloc'd) or status + error. */
   void *outputs[GS_REQ_MAX_IO];
-  bool outputs_borrowed; /* outputs point into the batcher's staging: valid in done() only */
+  bool output_borrowed[GS_REQ_MAX_IO]; /* into the batcher's staging: valid in done() only */
   gs_plan_value_info out_info[GS_REQ_MAX_IO];
   int status; /* 0 while pending; 200 or an HTTP error status */
   char error[600];

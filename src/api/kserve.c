@@ -347,6 +347,142 @@ static json_t *data_json(gs_dtype dt, const void *p, int64_t n) {
   return a;
 }
 
+/* ---- BYTES ---------------------------------------------------------------------------- */
+
+/* Counts the strings of a (possibly nested) JSON array and their bytes;
+ * -2 when it holds something else. */
+static int count_strings(json_t *a, int64_t *n, size_t *bytes) {
+  if (json_is_array(a)) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(a, i, e) {
+      int rc = count_strings(e, n, bytes);
+      if (rc < 0)
+        return rc;
+    }
+    return 0;
+  }
+  if (!json_is_string(a))
+    return -2;
+  (*n)++;
+  *bytes += json_string_length(a);
+  return 0;
+}
+
+/* Copies the strings into `heap` and points a record at each. */
+static void fill_strings(json_t *a, gs_bytes_ref *recs, int64_t *at, char **heap) {
+  if (json_is_array(a)) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(a, i, e)
+      fill_strings(e, recs, at, heap);
+    return;
+  }
+  size_t len = json_string_length(a);
+  memcpy(*heap, json_string_value(a), len);
+  recs[(*at)++] = (gs_bytes_ref){.data = *heap, .len = len};
+  *heap += len;
+}
+
+/* A JSON input of BYTES: one block, the records then the strings' bytes. */
+static int strings_from_json(json_t *data, int64_t count, void **block, const char *name,
+                             char *why, size_t why_len) {
+  int64_t n = 0;
+  size_t bytes = 0;
+  int rc = count_strings(data, &n, &bytes);
+  if (rc < 0 || n != count) {
+    snprintf(why, why_len, "input '%s': %s (shape needs %lld strings)", name,
+             rc < 0 ? "data holds something other than strings" : "wrong number of values",
+             (long long)count);
+    return GS_EINVAL;
+  }
+  char *b = malloc((size_t)count * sizeof(gs_bytes_ref) + bytes + 1);
+  if (!b) {
+    snprintf(why, why_len, "out of memory for input '%s'", name);
+    return GS_ENOMEM;
+  }
+  char *heap = b + (size_t)count * sizeof(gs_bytes_ref);
+  int64_t at = 0;
+  fill_strings(data, (gs_bytes_ref *)b, &at, &heap);
+  *block = b;
+  return GS_OK;
+}
+
+/* Binary BYTES as the binary extension sends them: each element a 4-byte
+ * little-endian length and that many bytes, exactly `size` bytes for
+ * `count` elements. The records point into `data`, which must outlive
+ * them. */
+static int strings_from_binary(const char *data, size_t size, int64_t count, void **block,
+                               const char *name, char *why, size_t why_len) {
+  gs_bytes_ref *recs = malloc((size_t)count * sizeof *recs + 1);
+  if (!recs) {
+    snprintf(why, why_len, "out of memory for input '%s'", name);
+    return GS_ENOMEM;
+  }
+  size_t at = 0;
+  for (int64_t i = 0; i < count; i++) {
+    if (size - at < 4) {
+      snprintf(why, why_len, "input '%s': its binary data end before the length of string %lld "
+               "of %lld", name, (long long)i, (long long)count);
+      free(recs);
+      return GS_EINVAL;
+    }
+    const unsigned char *p = (const unsigned char *)data + at;
+    uint32_t len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    at += 4;
+    if (size - at < len) {
+      snprintf(why, why_len, "input '%s': string %lld says %u bytes, only %zu are left", name,
+               (long long)i, len, size - at);
+      free(recs);
+      return GS_EINVAL;
+    }
+    recs[i] = (gs_bytes_ref){.data = data + at, .len = len};
+    at += len;
+  }
+  if (at != size) {
+    snprintf(why, why_len, "input '%s': %zu bytes of binary data are left after its %lld strings",
+             name, size - at, (long long)count);
+    free(recs);
+    return GS_EINVAL;
+  }
+  *block = recs;
+  return GS_OK;
+}
+
+/* The size of BYTES elements in the binary form, and the form itself. */
+static size_t strings_binary_size(const gs_bytes_ref *recs, int64_t n) {
+  size_t total = 0;
+  for (int64_t i = 0; i < n; i++)
+    total += 4 + recs[i].len;
+  return total;
+}
+
+static void strings_to_binary(const gs_bytes_ref *recs, int64_t n, char *out) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t len = (uint32_t)recs[i].len;
+    unsigned char le[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                           (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+    memcpy(out, le, 4);
+    if (len)
+      memcpy(out + 4, recs[i].data, len);
+    out += 4 + len;
+  }
+}
+
+/* JSON strings; NULL when one is not valid UTF-8 (JSON cannot carry it). */
+static json_t *strings_json(const gs_bytes_ref *recs, int64_t n) {
+  json_t *a = json_array();
+  for (int64_t i = 0; a && i < n; i++) {
+    json_t *s = json_stringn(recs[i].len ? recs[i].data : "", recs[i].len);
+    if (!s) {
+      json_decref(a);
+      return NULL;
+    }
+    json_array_append_new(a, s);
+  }
+  return a;
+}
+
 static bool param_true(json_t *obj, const char *key) {
   json_t *params = json_object_get(obj, "parameters");
   return params && json_is_true(json_object_get(params, key));
@@ -462,8 +598,27 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
     r->shapes[idx] = sh;
     int64_t count = gs_shape_numel(&sh);
     size_t bytes = (size_t)count * gs_dtype_size(want->dtype);
+    bool strings = want->dtype == GS_DT_BYTES;
     json_t *iparams = json_object_get(in, "parameters");
     json_t *bsize = iparams ? json_object_get(iparams, "binary_data_size") : NULL;
+    if (bsize && strings) {
+      int64_t n = json_is_integer(bsize) ? json_integer_value(bsize) : -1;
+      if (n < 0 || (size_t)n > binary_left) {
+        snprintf(why, sizeof why, "input '%s': binary_data_size %lld, but %zu bytes of binary "
+                 "data are left", name, (long long)n, binary_left);
+        goto fail;
+      }
+      int src = strings_from_binary(binary, (size_t)n, count, &r->owned[idx], name, why,
+                                    sizeof why);
+      if (src < 0) {
+        status = src == GS_ENOMEM ? 500 : 400;
+        goto fail;
+      }
+      r->inputs[idx] = r->owned[idx];
+      binary += n;
+      binary_left -= (size_t)n;
+      continue;
+    }
     if (bsize) {
       int64_t n = json_is_integer(bsize) ? json_integer_value(bsize) : -1;
       if (n < 0 || (size_t)n != bytes || (size_t)n > binary_left) {
@@ -480,6 +635,15 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
     if (!data) {
       snprintf(why, sizeof why, "input '%s' has neither \"data\" nor binary_data_size", name);
       goto fail;
+    }
+    if (strings) {
+      int src = strings_from_json(data, count, &r->owned[idx], name, why, sizeof why);
+      if (src < 0) {
+        status = src == GS_ENOMEM ? 500 : 400;
+        goto fail;
+      }
+      r->inputs[idx] = r->owned[idx];
+      continue;
     }
     if (!(r->owned[idx] = malloc(bytes ? bytes : 1))) {
       status = 500;
@@ -534,6 +698,54 @@ fail:
   return GS_EINVAL;
 }
 
+int gs_kserve_parse_raw(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
+                        gs_infer_request *r, gs_http_reply *err) {
+  const gs_model *model = v->model;
+  char why[600] = "";
+  r->model = m;
+  r->version = v;
+  r->batch = 1;
+  const gs_value_info *in = &model->inputs[0];
+  if (model->n_inputs != 1 || model->n_outputs > MAX_IO) {
+    snprintf(why, sizeof why, "a raw binary request (Inference-Header-Content-Length: 0) needs a "
+             "model with one input; %s has %d", m->name, model->n_inputs);
+    return gs_http_reply_error(err, 400, why), GS_EINVAL;
+  }
+  gs_shape sh = {.rank = in->rank};
+  for (int d = 0; d < in->rank; d++) {
+    if (m->max_batch_size > 0 && d == 0) {
+      sh.dims[0] = 1; /* one row */
+    } else if (in->dims[d] < 0) {
+      snprintf(why, sizeof why, "a raw binary request needs the input's whole shape from the "
+               "model, but dimension %d of '%s' varies: send JSON with its shape", d, in->name);
+      return gs_http_reply_error(err, 400, why), GS_EINVAL;
+    } else {
+      sh.dims[d] = in->dims[d];
+    }
+  }
+  int64_t count = gs_shape_numel(&sh);
+  r->shapes[0] = sh;
+  if (in->dtype == GS_DT_BYTES) {
+    int rc = strings_from_binary(body, len, count, &r->owned[0], in->name, why, sizeof why);
+    if (rc < 0)
+      return gs_http_reply_error(err, rc == GS_ENOMEM ? 500 : 400, why), rc;
+    r->inputs[0] = r->owned[0];
+  } else {
+    size_t bytes = (size_t)count * gs_dtype_size(in->dtype);
+    if (len != bytes) {
+      char shape[128];
+      snprintf(why, sizeof why, "the raw body has %zu bytes; input '%s' of shape %s and type %s "
+               "needs %zu", len, in->name, gs_shape_str(&sh, shape, sizeof shape),
+               gs_kserve_dtype_name(in->dtype), bytes);
+      return gs_http_reply_error(err, 400, why), GS_EINVAL;
+    }
+    r->inputs[0] = body; /* read in place: the body outlives the request */
+  }
+  for (int i = 0; i < model->n_outputs; i++)
+    r->send[i] = r->binary[i] = true;
+  return GS_OK;
+}
+
 int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
   if (r->status != 200)
     return gs_http_reply_error(out, r->status, r->error);
@@ -545,11 +757,13 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
   json_object_set_new(res, "model_version", json_string(num));
   if (r->has_id)
     json_object_set_new(res, "id", json_string(r->id));
-  size_t binary_total = 0;
+  size_t binary_total = 0, binary_size[GS_REQ_MAX_IO] = {0};
   for (int i = 0; i < model->n_outputs; i++) {
     if (!r->send[i])
       continue;
     const gs_plan_value_info *info = &r->out_info[i];
+    int64_t numel = gs_shape_numel(&info->shape);
+    bool strings = info->dtype == GS_DT_BYTES;
     json_t *o = json_object(), *shape = json_array();
     json_object_set_new(o, "name", json_string(info->name));
     json_object_set_new(o, "datatype", json_string(gs_kserve_dtype_name(info->dtype)));
@@ -557,12 +771,24 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
       json_array_append_new(shape, json_integer(info->shape.dims[d]));
     json_object_set_new(o, "shape", shape);
     if (r->binary[i]) {
+      binary_size[i] = strings ? strings_binary_size(r->outputs[i], numel) : info->bytes;
       json_t *p = json_object();
-      json_object_set_new(p, "binary_data_size", json_integer((json_int_t)info->bytes));
+      json_object_set_new(p, "binary_data_size", json_integer((json_int_t)binary_size[i]));
       json_object_set_new(o, "parameters", p);
-      binary_total += info->bytes;
+      binary_total += binary_size[i];
     } else {
-      json_object_set_new(o, "data", data_json(info->dtype, r->outputs[i], gs_shape_numel(&info->shape)));
+      json_t *data = strings ? strings_json(r->outputs[i], numel)
+                             : data_json(info->dtype, r->outputs[i], numel);
+      if (!data) {
+        char why[300];
+        snprintf(why, sizeof why, "output '%s' holds bytes that are not valid UTF-8, which JSON "
+                 "cannot carry: ask for it with binary_data", info->name);
+        json_decref(o);
+        json_decref(outs);
+        json_decref(res);
+        return gs_http_reply_error(out, 400, why);
+      }
+      json_object_set_new(o, "data", data);
     }
     json_array_append_new(outs, o);
   }
@@ -579,8 +805,11 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
   size_t at = tl;
   for (int i = 0; i < model->n_outputs; i++)
     if (r->send[i] && r->binary[i]) {
-      memcpy(out->body + at, r->outputs[i], r->out_info[i].bytes);
-      at += r->out_info[i].bytes;
+      if (r->out_info[i].dtype == GS_DT_BYTES)
+        strings_to_binary(r->outputs[i], gs_shape_numel(&r->out_info[i].shape), out->body + at);
+      else
+        memcpy(out->body + at, r->outputs[i], binary_size[i]);
+      at += binary_size[i];
     }
   out->len = at;
   out->status = 200;

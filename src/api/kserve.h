@@ -44,6 +44,11 @@ int gs_kserve_stats(gs_repository *repo, gs_http_reply *r);
  * mistake fills err (400, naming the input and what was expected). */
 int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
                     size_t header_len, gs_infer_request *r, gs_http_reply *err);
+/* The raw single-input form (Inference-Header-Content-Length: 0): the body
+ * is the one input's binary data, its shape the model's (one row when the
+ * model batches); every output goes back as binary data. */
+int gs_kserve_parse_raw(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
+                        gs_infer_request *r, gs_http_reply *err);
 /* Second half, once the batcher has finished r: its reply. */
 int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out);
 

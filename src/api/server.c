@@ -197,8 +197,11 @@ static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
     return send_error(c, 400, "Inference-Header-Content-Length is not a number");
   gs_http_reply err = {0};
   memset(&req->infer, 0, sizeof req->infer);
-  if (gs_kserve_parse(m, v, req->body ? req->body : "", req->len, (size_t)header_len, &req->infer,
-                      &err) < 0)
+  const char *body = req->body ? req->body : "";
+  int parsed = hl && header_len == 0
+                   ? gs_kserve_parse_raw(m, v, body, req->len, &req->infer, &err)
+                   : gs_kserve_parse(m, v, body, req->len, (size_t)header_len, &req->infer, &err);
+  if (parsed < 0)
     return send_reply(c, &err);
   if (!m->dynamic_batching) {
     /* Nothing to wait for: run it on this thread and answer at once. */

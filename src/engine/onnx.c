@@ -362,7 +362,8 @@ static int parse_tensor(const loader *ld, gs_pb *r, int r_wire, gs_const_tensor 
       rc = gs_error(GS_EINVAL, "segmented tensors are not supported");
       break;
     case TENSOR_STRING_DATA:
-      rc = gs_error(GS_ENOTSUP, "string tensors are not supported in models");
+      rc = gs_error(GS_ENOTSUP, "constant string tensors are not supported in models (strings "
+                                "may only come in as inputs)");
       break;
     default: rc = gs_pb_skip(&m, wire); break;
     }
@@ -372,9 +373,12 @@ static int parse_tensor(const loader *ld, gs_pb *r, int r_wire, gs_const_tensor 
   const char *name = t->name ? t->name : "(unnamed)";
   if (rc >= 0) {
     t->dtype = gs_dtype_from_onnx((int)onnx_type);
-    if (t->dtype == GS_DT_INVALID || t->dtype == GS_DT_BYTES)
+    if (t->dtype == GS_DT_INVALID)
       rc = gs_error(GS_ENOTSUP, "tensor %s has ONNX data type %lld, which gpusrv does not support",
                     name, (long long)onnx_type);
+    else if (t->dtype == GS_DT_BYTES)
+      rc = gs_error(GS_ENOTSUP, "constant string tensor %s is not supported (strings may only "
+                                "come in as inputs)", name);
     else if (n_dims > GS_MAX_DIMS)
       rc = gs_error(GS_EINVAL, "tensor %s has %d dimensions (at most %d)", name, n_dims,
                     GS_MAX_DIMS);

@@ -62,6 +62,10 @@ typedef struct gs_op_def {
 
 /* The op named `name` in the default ONNX domain, or NULL. */
 const gs_op_def *gs_op_find(const char *name);
+/* Whether op `name` takes BYTES (string) tensors: it moves elements
+ * without reading them (Identity, the reshapes, Transpose, Concat, Split,
+ * Slice, Gather, Expand, Shape), so a string record is 16 opaque bytes. */
+bool gs_op_moves_bytes(const char *name);
 /* Every op, for listings: fills up to max, returns the total. */
 int gs_op_list(const gs_op_def **out, int max);
 
@@ -93,5 +97,7 @@ void *gs_op_attrs(gs_op_call *c, size_t size);
    GS_DTM(GS_DT_INT64))
 #define GS_DTM_NUMERIC (GS_DTM_FLOATS | GS_DTM_INTS)
 #define GS_DTM_ALL (GS_DTM_NUMERIC | GS_DTM(GS_DT_BOOL))
+/* What ops that only move elements take: strings too (gs_op_moves_bytes). */
+#define GS_DTM_MOVABLE (GS_DTM_ALL | GS_DTM(GS_DT_BYTES))
 
 #endif

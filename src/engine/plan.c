@@ -204,6 +204,13 @@ static int plan_node(gs_plan *p, const gs_node *node) {
       continue;
     }
     const value *v = &p->values[in_idx[i]];
+    if (v->dtype == GS_DT_BYTES && !gs_op_moves_bytes(op->name)) {
+      free_call(c);
+      return gs_error(GS_ENOTSUP, "node %s: %s does not take BYTES (string) tensors such as %s; "
+                                  "strings can only be moved (Identity, Reshape, Transpose, "
+                                  "Concat, Split, Slice, Gather and the like)",
+                      node->name, op->name, v->name);
+    }
     c->in[i].dtype = v->dtype;
     c->in[i].shape = v->shape;
     c->in_data[i] = v->data;

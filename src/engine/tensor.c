@@ -16,7 +16,7 @@ static const struct {
     [GS_DT_INT16] = {"int16", 2, 5},       [GS_DT_INT32] = {"int32", 4, 6},
     [GS_DT_INT64] = {"int64", 8, 7},       [GS_DT_FLOAT16] = {"float16", 2, 10},
     [GS_DT_BFLOAT16] = {"bfloat16", 2, 16}, [GS_DT_FLOAT32] = {"float32", 4, 1},
-    [GS_DT_FLOAT64] = {"float64", 8, 11},  [GS_DT_BYTES] = {"bytes", 0, 8},
+    [GS_DT_FLOAT64] = {"float64", 8, 11},  [GS_DT_BYTES] = {"bytes", sizeof(gs_bytes_ref), 8},
 };
 
 size_t gs_dtype_size(gs_dtype dt) { return (unsigned)dt < GS_DT_COUNT ? dtypes[dt].size : 0; }

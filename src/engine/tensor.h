@@ -19,11 +19,22 @@ typedef enum gs_dtype {
   GS_DT_BFLOAT16,
   GS_DT_FLOAT32,
   GS_DT_FLOAT64,
-  GS_DT_BYTES, /* variable-length strings: the API layer only */
+  GS_DT_BYTES, /* variable-length strings, held as gs_bytes_ref records */
   GS_DT_COUNT
 } gs_dtype;
 
-/* Bytes per element; 0 for INVALID and BYTES. */
+/* A BYTES (ONNX string) element inside the engine: where its bytes lie in
+ * host memory, and how many. A tensor of strings is an array of these; the
+ * bytes themselves stay where the caller put them (a request's body, its
+ * decoded JSON) and must outlive the run. Only ops that move elements
+ * without looking at them take such tensors (gs_op_moves_bytes), so plans
+ * treat a record as 16 opaque bytes on any device. */
+typedef struct gs_bytes_ref {
+  const char *data;
+  uint64_t len;
+} gs_bytes_ref;
+
+/* Bytes per element: 0 for INVALID; sizeof(gs_bytes_ref) for BYTES. */
 size_t gs_dtype_size(gs_dtype dt);
 /* "float32", "int64", ...; "invalid" for anything else. */
 const char *gs_dtype_name(gs_dtype dt);

@@ -415,7 +415,8 @@ def test_batches_in_flight_keep_each_requests_rows(server, repo):
     after = stats(server, "mlp")
     assert after["inference_count"] - before["inference_count"] == sum(len(x) for x in inputs)
     values = metric_values(server)
-    for stage in ("gather", "h2d", "compute", "d2h", "encode"):
+    # On the CPU device the host addresses device memory: no copy stages.
+    for stage in ("gather", "compute", "encode"):
         key = f'gpusrv_batch_stage_batches_total{{model="mlp",instance="0",stage="{stage}"}}'
         assert values[key] == after["execution_count"], stage
     assert values['gpusrv_batch_stage_busy_seconds_total{model="mlp",instance="0",stage="compute"}'] > 0

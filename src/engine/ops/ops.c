@@ -15,6 +15,16 @@ const gs_op_def *gs_op_find(const char *name) {
   return NULL;
 }
 
+bool gs_op_moves_bytes(const char *name) {
+  static const char *const movers[] = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                       "Transpose", "Concat", "Split", "Slice", "Gather",
+                                       "Expand", "Shape"};
+  for (size_t i = 0; i < sizeof movers / sizeof movers[0]; i++)
+    if (strcmp(movers[i], name) == 0)
+      return true;
+  return false;
+}
+
 int gs_op_list(const gs_op_def **out, int max) {
   int n = 0;
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)

@@ -63,7 +63,7 @@ static int infer_not(gs_op_call *c, const gs_node *n) {
 
 static int infer_identity(gs_op_call *c, const gs_node *n) {
   (void)n;
-  return infer_same(c, GS_DTM_ALL);
+  return infer_same(c, GS_DTM_MOVABLE);
 }
 
 static int infer_dropout(gs_op_call *c, const gs_node *n) {
