@@ -49,10 +49,16 @@ def ort_p50_us(path, feeds, seconds=2.0):
 
 
 def perf(model, port, concurrency, out_csv):
-    p = subprocess.run([PERF_ANALYZER, "-m", model, "-u", f"127.0.0.1:{port}",
-                        "--concurrency-range", f"{concurrency}:{concurrency}",
-                        "--measurement-interval", "2000", "--percentile", "50", "-f", out_csv],
-                       capture_output=True, text=True, timeout=300)
+    # This shared 2-core VM is noisy: p50s within 25% of each other count as
+    # stable, and a run that still does not settle gets one longer retry.
+    for interval in ("2000", "4000"):
+        p = subprocess.run([PERF_ANALYZER, "-m", model, "-u", f"127.0.0.1:{port}",
+                            "--concurrency-range", f"{concurrency}:{concurrency}",
+                            "--measurement-interval", interval, "--stability-percentage", "25",
+                            "--percentile", "50", "-f", out_csv],
+                           capture_output=True, text=True, timeout=300)
+        if p.returncode == 0:
+            break
     if p.returncode != 0:
         raise SystemExit(f"perf_analyzer failed: {p.stdout}\n{p.stderr}")
     row = next(csv.DictReader(open(out_csv)))

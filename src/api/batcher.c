@@ -295,6 +295,8 @@ static int stage_gather(void *ctx, int s, int64_t seq) {
   uint64_t t0 = gs_now_ns();
   pthread_mutex_lock(&b->lock);
   sl->n = next_batch(b, sl->reqs, MAX_BATCH_REQUESTS, &sl->rows);
+  if (b->head)
+    gs_pipeline_note_more(); /* keep gathering; let the other stages' threads run this one */
   pthread_mutex_unlock(&b->lock);
   sl->t_batch = gs_now_ns();
   /* Waiting for requests, and for company within the max queue delay, is
@@ -490,15 +492,17 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
 
 static void *instance_main(void *arg) {
   instance_pipeline *ip = arg;
+  /* Every stage after gather may be run through by the thread before it
+   * when idle: a lone request crosses on one thread, as without a pipeline. */
   gs_pipeline_stage copying[5] = {
-      {"gather", 1, stage_gather, ip},   {"h2d", 1, stage_h2d, ip},
-      {"compute", 1, stage_compute, ip}, {"d2h", 1, stage_d2h, ip},
-      {"encode", 1, stage_encode, ip},
+      {"gather", 1, stage_gather, ip, false},  {"h2d", 1, stage_h2d, ip, true},
+      {"compute", 1, stage_compute, ip, true}, {"d2h", 1, stage_d2h, ip, true},
+      {"encode", 1, stage_encode, ip, true},
   };
   gs_pipeline_stage direct[3] = {
-      {"gather", 1, stage_gather, ip},
-      {"compute", 1, stage_compute, ip},
-      {"encode", 1, stage_encode, ip},
+      {"gather", 1, stage_gather, ip, false},
+      {"compute", 1, stage_compute, ip, true},
+      {"encode", 1, stage_encode, ip, true},
   };
   if (gs_pipeline_run(ip->direct ? direct : copying, ip->direct ? 3 : 5, BATCH_SLOTS, NULL,
                       &ip->inst->pipeline) < 0)

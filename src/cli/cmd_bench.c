@@ -285,7 +285,7 @@ static int synthetic_pipeline(double *alone_min, double *whole, const char **slo
   gs_pipeline_stage stages[6];
   for (int k = 0; k < 6; k++) {
     st[k] = (synthetic){.items = 1000, .us = us[k]};
-    stages[k] = (gs_pipeline_stage){names[k], 1, synthetic_stage, &st[k]};
+    stages[k] = (gs_pipeline_stage){names[k], 1, synthetic_stage, &st[k], false};
   }
   *alone_min = 0;
   for (int k = 0; k < 6; k++) {

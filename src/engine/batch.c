@@ -320,12 +320,12 @@ static void stages_of(batch_run *b, gs_pipeline_stage stages[6]) {
   if (workers > room)
     workers = room > 0 ? room : 1;
   gs_pipeline_stage all[6] = {
-      {"ingest", readers, ingest, b},
-      {"preprocess", workers, preprocess, b},
-      {"h2d", 1, h2d, b},
-      {"compute", 1, compute, b},
-      {"d2h", 1, d2h, b},
-      {"write", 1, write_out, b},
+      {"ingest", readers, ingest, b, false},
+      {"preprocess", workers, preprocess, b, false},
+      {"h2d", 1, h2d, b, false},
+      {"compute", 1, compute, b, false},
+      {"d2h", 1, d2h, b, false},
+      {"write", 1, write_out, b, false},
   };
   memcpy(stages, all, sizeof all);
 }
@@ -345,7 +345,7 @@ int gs_batch_profile(const gs_batch_options *o, double alone[6], gs_pipeline_res
     if (k == 0) {
       rc = gs_pipeline_run(&stages[0], 1, b.n_slots, o->cancel, &r);
     } else {
-      gs_pipeline_stage pair[2] = {{"count", 1, count_batches, &b}, stages[k]};
+      gs_pipeline_stage pair[2] = {{"count", 1, count_batches, &b, false}, stages[k]};
       rc = gs_pipeline_run(pair, 2, b.n_slots, o->cancel, &r);
     }
     alone[k] = r.wall_ns ? (double)batches / ((double)r.wall_ns / 1e9) : 0;

@@ -28,6 +28,7 @@ typedef struct run_state {
   pthread_cond_t cond[GS_PIPELINE_MAX_STAGES]; /* [k]: stage k has something to look at */
   item_queue queue[GS_PIPELINE_MAX_STAGES]; /* [0]: free slots; [k]: stage k's input */
   int64_t taken[GS_PIPELINE_MAX_STAGES];    /* items each stage has taken */
+  int active[GS_PIPELINE_MAX_STAGES];       /* threads in each stage's run() now */
   int64_t next_out[GS_PIPELINE_MAX_STAGES]; /* the seq each stage hands on next */
   int64_t end_seq;                          /* INT64_MAX until the source ends */
   bool stop;
@@ -59,8 +60,11 @@ static void pop(item_queue *q, int *slot, int64_t *seq) {
 /* Time a stage's run() spent waiting for work outside the pipeline (the
  * source waiting for requests): counted as waiting for input, not busy. */
 static _Thread_local uint64_t outside_wait_ns;
+/* Set by a source whose run() knows that more items are ready at once. */
+static _Thread_local bool source_has_more;
 
 void gs_pipeline_note_wait(uint64_t ns) { outside_wait_ns += ns; }
+void gs_pipeline_note_more(void) { source_has_more = true; }
 
 static void wake_all(run_state *st) {
   for (int k = 0; k < st->n; k++)
@@ -112,6 +116,33 @@ static void add_stat(uint64_t *field, uint64_t value) {
   __atomic_fetch_add(field, value, __ATOMIC_RELAXED);
 }
 
+/* Whether the thread of stage `own`, handing item `seq` on to stage `to`,
+ * runs `to` itself: `to` allows it, has one thread, which is idle with
+ * nothing queued and expects this very item; and the thread's own stage
+ * has no work waiting, so that nothing is held up meanwhile. A lone item
+ * then crosses the pipeline without a thread wake-up per stage; under load
+ * the stages keep to their own threads and overlap. Lock held. */
+static bool runs_through(const run_state *st, int own, int to, int64_t seq) {
+  const gs_pipeline_stage *next = &st->stages[to];
+  if (!next->run_through || next->threads != 1 || st->active[to] > 0 ||
+      st->queue[to].count > 0 || st->taken[to] != seq || st->stop)
+    return false;
+  return own == 0 ? !source_has_more : st->queue[own].count == 0;
+}
+
+/* Runs stage k on an item in the calling thread and times it. */
+static int run_stage(run_state *st, int k, int slot, int64_t seq) {
+  const gs_pipeline_stage *stage = &st->stages[k];
+  gs_pipeline_stage_stats *figures = &st->result->stages[k];
+  outside_wait_ns = 0;
+  uint64_t t1 = gs_now_ns();
+  int rc = stage->run(stage->ctx, slot, seq);
+  uint64_t spent = gs_now_ns() - t1, waited = outside_wait_ns < spent ? outside_wait_ns : spent;
+  add_stat(&figures->busy_ns, spent - waited);
+  add_stat(&figures->wait_in_ns, waited);
+  return rc;
+}
+
 static void *stage_thread(void *arg) {
   worker *w = arg;
   run_state *st = w->st;
@@ -129,7 +160,7 @@ static void *stage_thread(void *arg) {
         finished = true;
         break;
       }
-      if (st->queue[k].count > 0)
+      if (st->queue[k].count > 0 && st->active[k] < stage->threads)
         break;
       wait_for(st, k);
     }
@@ -146,16 +177,14 @@ static void *stage_thread(void *arg) {
       pop(&st->queue[k], &slot, &seq);
     }
     st->taken[k]++;
+    st->active[k]++;
     pthread_mutex_unlock(&st->lock);
 
-    outside_wait_ns = 0;
-    uint64_t t1 = gs_now_ns();
-    int rc = stage->run(stage->ctx, slot, seq);
-    uint64_t spent = gs_now_ns() - t1, waited = outside_wait_ns < spent ? outside_wait_ns : spent;
-    add_stat(&figures->busy_ns, spent - waited);
-    add_stat(&figures->wait_in_ns, waited);
+    source_has_more = false;
+    int rc = run_stage(st, k, slot, seq);
 
     pthread_mutex_lock(&st->lock);
+    st->active[k]--;
     if (rc < 0) {
       fail(st, k, rc);
       break;
@@ -174,25 +203,50 @@ static void *stage_thread(void *arg) {
     add_stat(&figures->wait_out_ns, gs_now_ns() - t2);
     if (st->stop)
       break;
-    int to = k + 1;
-    if (seq >= st->end_seq || k == st->n - 1) { /* done, or a source thread went past the end */
-      push(&st->queue[0], slot, 0);
-      to = 0;
-      if (seq < st->end_seq)
-        add_stat((uint64_t *)&st->result->items, 1);
-    } else {
-      push(&st->queue[to], slot, seq);
+    /* Stage `at` is done with the item: on to the next stage, or through
+     * it in this thread (runs_through), and so on. */
+    int at = k;
+    for (;;) {
+      int to = at + 1;
+      bool last = seq >= st->end_seq || at == st->n - 1; /* or a source went past the end */
+      if (seq < st->end_seq) {
+        st->next_out[at]++;
+        add_stat((uint64_t *)&st->result->stages[at].items, 1);
+      }
+      if (!last && runs_through(st, k, to, seq)) {
+        st->taken[to]++;
+        st->active[to]++;
+        pthread_mutex_unlock(&st->lock);
+        rc = run_stage(st, to, slot, seq);
+        pthread_mutex_lock(&st->lock);
+        st->active[to]--;
+        if (st->queue[to].count > 0) /* its own thread may be waiting for us to finish */
+          pthread_cond_signal(&st->cond[to]);
+        if (rc < 0) {
+          fail(st, to, rc);
+          break;
+        }
+        at = to;
+        continue;
+      }
+      if (last) {
+        push(&st->queue[0], slot, 0);
+        to = 0;
+        if (seq < st->end_seq)
+          add_stat((uint64_t *)&st->result->items, 1);
+      } else {
+        push(&st->queue[to], slot, seq);
+      }
+      /* One thread of the next stage has an item; with several, some may be
+       * waiting on their order rather than for an item, so wake them all. */
+      if (st->stages[to].threads > 1)
+        pthread_cond_broadcast(&st->cond[to]);
+      else
+        pthread_cond_signal(&st->cond[to]);
+      break;
     }
-    if (seq < st->end_seq) {
-      st->next_out[k]++;
-      add_stat((uint64_t *)&figures->items, 1);
-    }
-    /* One thread of the next stage has an item; with several, some may be
-     * waiting on their order rather than for an item, so wake them all. */
-    if (st->stages[to].threads > 1)
-      pthread_cond_broadcast(&st->cond[to]);
-    else
-      pthread_cond_signal(&st->cond[to]);
+    if (st->stop)
+      break;
     if (stage->threads > 1) /* a sibling may be waiting to hand on the next seq */
       pthread_cond_broadcast(&st->cond[k]);
   }

@@ -27,6 +27,12 @@ typedef struct gs_pipeline_stage {
   int threads; /* 1 or more */
   int (*run)(void *ctx, int slot, int64_t seq);
   void *ctx;
+  /* For latency: when this stage (one thread) is idle with nothing queued
+   * and the stage before it has no other work waiting, that stage's thread
+   * runs this one itself rather than waking this stage's thread. A lone
+   * item then crosses without a wake-up per stage; under load the stages
+   * keep to their own threads and overlap. */
+  bool run_through;
 } gs_pipeline_stage;
 
 typedef struct gs_pipeline_stage_stats {
@@ -60,6 +66,11 @@ int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
  * source waiting for requests to arrive): reports that many nanoseconds of
  * the current call as waiting for input rather than busy. */
 void gs_pipeline_note_wait(uint64_t ns);
+
+/* For a source whose run() knows that more items are ready at once (a
+ * server with more requests queued): the pipeline then hands this item on
+ * rather than running later stages in the source's thread (run_through). */
+void gs_pipeline_note_more(void);
 
 /* The figures of a run still going: `live` is the result gs_pipeline_run
  * is filling (its counters grow as items pass); copies them consistently

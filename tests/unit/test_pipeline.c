@@ -6,7 +6,9 @@
 
 #include "engine/pipeline.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,8 +78,8 @@ static test_ctx *new_ctx(void) {
 static void order_kept_under_back_pressure(void) {
   srand(3);
   test_ctx *c = new_ctx();
-  gs_pipeline_stage stages[] = {{"ingest", 1, source, c}, {"preprocess", 4, middle, c},
-                                {"write", 1, sink, c}};
+  gs_pipeline_stage stages[] = {{"ingest", 1, source, c, false}, {"preprocess", 4, middle, c, false},
+                                {"write", 1, sink, c, false}};
   gs_pipeline_result r;
   CHECK_OK(gs_pipeline_run(stages, 3, SLOTS, NULL, &r));
   CHECK(!c->disorder);
@@ -94,8 +96,8 @@ static void several_sources_find_the_end(void) {
   srand(4);
   test_ctx *c = new_ctx();
   c->total = 777;
-  gs_pipeline_stage stages[] = {{"read", 3, source, c}, {"work", 2, middle, c},
-                                {"write", 1, sink, c}};
+  gs_pipeline_stage stages[] = {{"read", 3, source, c, false}, {"work", 2, middle, c, false},
+                                {"write", 1, sink, c, false}};
   gs_pipeline_result r;
   CHECK_OK(gs_pipeline_run(stages, 3, 8, NULL, &r));
   CHECK(!c->disorder);
@@ -116,8 +118,8 @@ static void cancel_stops_mid_run(void) {
   c->total = 1000000; /* would take minutes */
   c->cancel_at = 100;
   c->sleep_us_mid = 100;
-  gs_pipeline_stage stages[] = {{"ingest", 1, source, c}, {"work", 2, middle, c},
-                                {"write", 1, sink, c}};
+  gs_pipeline_stage stages[] = {{"ingest", 1, source, c, false}, {"work", 2, middle, c, false},
+                                {"write", 1, sink, c, false}};
   gs_pipeline_result r;
   CHECK_ERR(gs_pipeline_run(stages, 3, SLOTS, &c->cancel, &r), GS_ECANCELED);
   CHECK(r.cancelled);
@@ -129,8 +131,8 @@ static void cancel_stops_mid_run(void) {
 static void error_stops_every_stage(void) {
   test_ctx *c = new_ctx();
   c->fail_at = 50;
-  gs_pipeline_stage stages[] = {{"ingest", 2, source, c}, {"preprocess", 3, middle, c},
-                                {"write", 1, sink, c}};
+  gs_pipeline_stage stages[] = {{"ingest", 2, source, c, false}, {"preprocess", 3, middle, c, false},
+                                {"write", 1, sink, c, false}};
   gs_pipeline_result r;
   CHECK_ERR(gs_pipeline_run(stages, 3, SLOTS, NULL, &r), GS_EIO);
   CHECK_EQ(r.failed_stage, 1);
@@ -145,8 +147,8 @@ static void slowest_stage_is_named(void) {
   test_ctx *c = new_ctx();
   c->total = 200;
   c->sleep_us_mid = 1000;
-  gs_pipeline_stage stages[] = {{"ingest", 1, source, c}, {"compute", 1, middle, c},
-                                {"write", 1, sink, c}};
+  gs_pipeline_stage stages[] = {{"ingest", 1, source, c, false}, {"compute", 1, middle, c, false},
+                                {"write", 1, sink, c, false}};
   gs_pipeline_result r;
   CHECK_OK(gs_pipeline_run(stages, 3, SLOTS, NULL, &r));
   CHECK_EQ(gs_pipeline_slowest(&r), 1);
@@ -156,9 +158,77 @@ static void slowest_stage_is_named(void) {
   free(c);
 }
 
+/* run_through: stages of one thread that the thread before them may run
+ * when idle. Three source threads race to hand items on; the middle stage
+ * must still run one item at a time, in order, and the sink see them all
+ * in order. With a slow source and nothing else in flight, items cross on
+ * the source's thread. */
+typedef struct through_ctx {
+  test_ctx base;
+  atomic_int in_middle;
+  bool overlapped;
+  int64_t middle_next;
+  pthread_t source_thread[16];
+  int64_t same_thread;
+  unsigned source_sleep_us;
+} through_ctx;
+
+static int through_source(void *p, int slot, int64_t seq) {
+  through_ctx *t = p;
+  if (seq >= t->base.total)
+    return 1;
+  t->base.slot_seq[slot] = seq;
+  t->source_thread[slot] = pthread_self();
+  pause_us(t->source_sleep_us ? t->source_sleep_us : (unsigned)(rand() % 50));
+  return 0;
+}
+
+static int through_middle(void *p, int slot, int64_t seq) {
+  through_ctx *t = p;
+  if (atomic_fetch_add(&t->in_middle, 1) != 0)
+    t->overlapped = true;
+  if (seq != t->middle_next || t->base.slot_seq[slot] != seq)
+    t->base.disorder = true;
+  t->middle_next = seq + 1;
+  if (pthread_equal(t->source_thread[slot], pthread_self()))
+    t->same_thread++;
+  pause_us((unsigned)(rand() % 30));
+  atomic_fetch_sub(&t->in_middle, 1);
+  return 0;
+}
+
+static void run_through_keeps_order_and_one_at_a_time(void) {
+  srand(5);
+  through_ctx *t = calloc(1, sizeof *t);
+  t->base.total = N;
+  t->base.fail_at = t->base.cancel_at = -1;
+  atomic_init(&t->in_middle, 0);
+  gs_pipeline_stage stages[] = {{"read", 3, through_source, t, false},
+                                {"work", 1, through_middle, t, true},
+                                {"write", 1, sink, &t->base, true}};
+  gs_pipeline_result r;
+  CHECK_OK(gs_pipeline_run(stages, 3, 8, NULL, &r));
+  CHECK(!t->overlapped);
+  CHECK(!t->base.disorder);
+  CHECK_EQ(t->base.seen, N);
+  CHECK_EQ(r.items, N);
+  for (int k = 0; k < 3; k++)
+    CHECK_EQ(r.stages[k].items, N);
+  /* A slow single source: the pipeline is idle whenever an item comes. */
+  memset(t, 0, sizeof *t);
+  t->base.total = 50;
+  t->base.fail_at = t->base.cancel_at = -1;
+  t->source_sleep_us = 300;
+  stages[0].threads = 1;
+  CHECK_OK(gs_pipeline_run(stages, 3, 4, NULL, &r));
+  CHECK(!t->base.disorder && t->base.seen == 50);
+  CHECK_MSG(t->same_thread > 0, "no item ran through on the source's thread");
+  free(t);
+}
+
 static void bad_arguments(void) {
   test_ctx *c = new_ctx();
-  gs_pipeline_stage stages[] = {{"a", 0, source, c}};
+  gs_pipeline_stage stages[] = {{"a", 0, source, c, false}};
   gs_pipeline_result r;
   CHECK_ERR(gs_pipeline_run(stages, 1, 4, NULL, &r), GS_EINVAL);
   stages[0].threads = 1;
@@ -170,6 +240,7 @@ static void bad_arguments(void) {
 int main(int argc, char **argv) {
   static const gs_test tests[] = {
       {"order_kept_under_back_pressure", order_kept_under_back_pressure},
+      {"run_through_keeps_order_and_one_at_a_time", run_through_keeps_order_and_one_at_a_time},
       {"several_sources_find_the_end", several_sources_find_the_end},
       {"cancel_stops_mid_run", cancel_stops_mid_run},
       {"error_stops_every_stage", error_stops_every_stage},
