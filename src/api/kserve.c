@@ -327,7 +327,7 @@ static int flatten(json_t *a, gs_dtype dt, char *buf, int64_t *at, int64_t count
   return 0;
 }
 
-static json_t *data_json(gs_dtype dt, const void *p, int64_t n) {
+json_t *gs_kserve_data_json(gs_dtype dt, const void *p, int64_t n) {
   json_t *a = json_array();
   for (int64_t i = 0; i < n; i++) {
     switch (dt) {
@@ -778,7 +778,7 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
       binary_total += binary_size[i];
     } else {
       json_t *data = strings ? strings_json(r->outputs[i], numel)
-                             : data_json(info->dtype, r->outputs[i], numel);
+                             : gs_kserve_data_json(info->dtype, r->outputs[i], numel);
       if (!data) {
         char why[300];
         snprintf(why, sizeof why, "output '%s' holds bytes that are not valid UTF-8, which JSON "

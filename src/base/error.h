@@ -5,30 +5,8 @@
 
 #include <stdarg.h>
 
-/* One table: code name, value, message. Codes are negative; 0 is success. */
-#define GS_ERRNO_MAP(X)                                                     \
-  X(EINVAL, -1, "invalid argument")                                         \
-  X(ENOMEM, -2, "out of memory")                                            \
-  X(ENOTSUP, -3, "not supported")                                           \
-  X(ENOENT, -4, "not found")                                                \
-  X(EIO, -5, "input/output error")                                          \
-  X(EBUSY, -6, "resource busy")                                             \
-  X(ETIMEDOUT, -7, "timed out")                                             \
-  X(EEXIST, -8, "already exists")                                           \
-  X(ERANGE, -9, "value out of range")                                       \
-  X(EVERSION, -10, "incompatible version")                                  \
-  X(EDEVICE, -11, "device error")                                           \
-  X(ESTATE, -12, "object in the wrong state for this call")                 \
-  X(EINTERNAL, -13, "internal error")                                       \
-  X(EPERM, -14, "permission denied")                                        \
-  X(ECANCELED, -15, "cancelled")
-
-enum {
-  GS_OK = 0,
-#define GS__ERR_ENUM(name, value, msg) GS_##name = (value),
-  GS_ERRNO_MAP(GS__ERR_ENUM)
-#undef GS__ERR_ENUM
-};
+/* The codes themselves are public: the client library returns them too. */
+#include "gpusrv/errors.h"
 
 /* Message for a code, such as "out of memory"; never NULL. */
 const char *gs_strerror(int code);

@@ -2,7 +2,7 @@
  * process, as the six-stage pipeline (engine/batch.h), with a progress bar
  * on a terminal and each stage's throughput and busy fraction at the end. */
 #include "cli/cli.h"
-#include "cli/http.h"
+#include "cli/daemon.h"
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -96,6 +96,18 @@ static int resolve_model(const char *arg, char *out, size_t cap) {
 
 /* --url: the same command, with absolute paths, as a job of the daemon;
  * waits for it and passes its output and exit status on. */
+static int copy_to_stdout(const char *data, size_t len, void *ctx) {
+  (void)ctx;
+  fwrite(data, 1, len, stdout);
+  return 0;
+}
+
+static int copy_to_stderr(const char *data, size_t len, void *ctx) {
+  (void)ctx;
+  fwrite(data, 1, len, stderr);
+  return 0;
+}
+
 static int run_as_job(const char *url, const char *token, json_t *forward, const char *model,
                       const char *input, const char *output, double cpus, int gpus) {
   char exe[PATH_MAX], abs_model[PATH_MAX], abs_in[PATH_MAX], abs_out[PATH_MAX];
@@ -145,16 +157,11 @@ static int run_as_job(const char *url, const char *token, json_t *forward, const
     usleep(pause);
   }
   /* Its output, then its errors, as the job logged them. */
-  for (int stream = 0; stream < 2; stream++) {
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?stream=%s", id,
-             stream ? "stderr" : "stdout");
-    gs_http_response r;
-    if (gs_cli_http("GET", gs_cli_url(url), path, token, NULL, 0, 0, &r) == 0) {
-      if (r.status == 200)
-        fwrite(r.body, 1, r.len, stream ? stderr : stdout);
-      free(r.body);
-    }
-  }
+  gs_client *client = gs_cli_client("batch", url, token);
+  for (int stream = 0; client && stream < 2; stream++)
+    gs_client_job_logs(client, id, stream == 1, false, stream ? copy_to_stderr : copy_to_stdout,
+                       NULL);
+  gs_client_close(client);
   const char *state = json_string_value(json_object_get(job, "state"));
   const char *reason = json_string_value(json_object_get(job, "reason"));
   int exit_code = state && strcmp(state, "COMPLETED") == 0 ? GS_EXIT_OK : GS_EXIT_FAILED;

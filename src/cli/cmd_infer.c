@@ -1,9 +1,9 @@
-/* cmd_infer.c - `gpusrv infer`: one inference request to a running daemon,
- * inputs from .npy files sent as binary tensors; outputs written as .npy
- * files, or printed as JSON. */
+/* cmd_infer.c - `gpusrv infer`: one inference request to a running daemon
+ * through the client library, inputs from .npy files sent as binary
+ * tensors; outputs written as .npy files, or printed as JSON. */
 #include "api/kserve.h"
 #include "cli/cli.h"
-#include "cli/http.h"
+#include "gpusrv/client.h"
 #include "engine/npy.h"
 
 #include "base/error.h"
@@ -30,6 +30,26 @@ static const char infer_help[] =
     "  --token TOKEN           Bearer token (default: GPUSRV_TOKEN)\n";
 
 #define MAX_INPUTS 16
+#define MAX_OUTPUTS 16
+
+/* BYTES elements as the binary form has them (a 4-byte little-endian
+ * length, then the bytes) as JSON strings; NULL when one is not UTF-8. */
+static json_t *strings_of(const char *p, size_t len) {
+  json_t *a = json_array();
+  for (size_t at = 0; a && at + 4 <= len;) {
+    const unsigned char *b = (const unsigned char *)p + at;
+    size_t n = (size_t)b[0] | (size_t)b[1] << 8 | (size_t)b[2] << 16 | (size_t)b[3] << 24;
+    at += 4;
+    json_t *s = n <= len - at ? json_stringn(p + at, n) : NULL;
+    if (!s) {
+      json_decref(a);
+      return NULL;
+    }
+    json_array_append_new(a, s);
+    at += n;
+  }
+  return a;
+}
 
 static int infer_run(int argc, char **argv) {
   const char *model = NULL, *outdir = NULL, *url = NULL, *token = NULL, *version = NULL;
@@ -72,110 +92,96 @@ static int infer_run(int argc, char **argv) {
 
   int status = GS_EXIT_FAILED;
   gs_npy npys[MAX_INPUTS] = {{0}};
-  char *body = NULL, *header = NULL;
-  gs_http_response r = {0};
-  json_t *req = json_object(), *inputs = json_array(), *params = json_object();
-  size_t data_bytes = 0;
+  gs_client_tensor in[MAX_INPUTS] = {{0}}, out[MAX_OUTPUTS] = {{0}};
+  char in_names[MAX_INPUTS][256];
+  int n_out = 0;
+  char *meta_text = NULL;
+  json_t *meta = NULL, *printed = NULL;
+  gs_client *client = NULL;
+  if (gs_client_open(url, token, &client) != GS_OK) {
+    gs_cli_error("infer: %s", gs_client_last_error(NULL));
+    return GS_EXIT_FAILED;
+  }
   for (int i = 0; i < n; i++) {
     const char *eq = strchr(specs[i], '=');
     if (gs_npy_read(eq + 1, &npys[i]) < 0) {
       gs_cli_error("infer: %s", gs_error_detail());
       goto done;
     }
-    json_t *in = json_object(), *shape = json_array(), *p = json_object();
-    json_object_set_new(in, "name", json_stringn(specs[i], (size_t)(eq - specs[i])));
-    for (int d = 0; d < npys[i].shape.rank; d++)
-      json_array_append_new(shape, json_integer(npys[i].shape.dims[d]));
-    json_object_set_new(in, "shape", shape);
-    json_object_set_new(in, "datatype", json_string(gs_kserve_dtype_name(npys[i].dtype)));
-    json_object_set_new(p, "binary_data_size", json_integer((json_int_t)npys[i].bytes));
-    json_object_set_new(in, "parameters", p);
-    json_array_append_new(inputs, in);
-    data_bytes += npys[i].bytes;
+    snprintf(in_names[i], sizeof in_names[i], "%.*s", (int)(eq - specs[i]), specs[i]);
+    in[i].name = in_names[i];
+    snprintf(in[i].datatype, sizeof in[i].datatype, "%s", gs_kserve_dtype_name(npys[i].dtype));
+    in[i].rank = npys[i].shape.rank;
+    for (int d = 0; d < in[i].rank; d++)
+      in[i].shape[d] = npys[i].shape.dims[d];
+    in[i].data = npys[i].data;
+    in[i].bytes = npys[i].bytes;
   }
-  json_object_set_new(req, "inputs", inputs);
-  json_object_set_new(params, "binary_data_output", json_boolean(outdir != NULL));
-  json_object_set_new(req, "parameters", params);
-  header = json_dumps(req, JSON_COMPACT);
-  size_t hl = header ? strlen(header) : 0;
-  body = header ? malloc(hl + data_bytes + 1) : NULL;
-  if (!body) {
-    gs_cli_error("infer: out of memory");
+  /* The model's outputs, by name, from its metadata. */
+  if (gs_client_model_metadata(client, model, version, &meta_text) != GS_OK) {
+    gs_cli_error("infer: %s", gs_client_last_error(client));
     goto done;
   }
-  memcpy(body, header, hl);
-  for (int i = 0, at = (int)hl; i < n; at += (int)npys[i].bytes, i++)
-    memcpy(body + at, npys[i].data, npys[i].bytes);
-  char path[512];
-  if (version)
-    snprintf(path, sizeof path, "/v2/models/%s/versions/%s/infer", model, version);
-  else
-    snprintf(path, sizeof path, "/v2/models/%s/infer", model);
-  if (gs_cli_http("POST", gs_cli_url(url), path, token, body, hl + data_bytes, hl, &r) < 0) {
-    gs_cli_error("infer: %s", gs_error_detail());
-    goto done;
-  }
-  char why[600];
-  if (r.status != 200) {
-    gs_cli_error("infer: %s", gs_cli_http_error(&r, why, sizeof why));
-    goto done;
-  }
-  size_t json_len = r.header_len ? r.header_len : r.len;
-  json_t *res = json_loadb(r.body, json_len, 0, NULL);
-  json_t *outs = res ? json_object_get(res, "outputs") : NULL;
-  if (!json_is_array(outs)) {
-    gs_cli_error("infer: the daemon's answer has no outputs");
-    json_decref(res);
-    goto done;
-  }
-  if (!outdir) {
-    json_dumpf(outs, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    putchar('\n');
-    json_decref(res);
-    status = GS_EXIT_OK;
-    goto done;
-  }
-  if (gs_mkdir_p(outdir) < 0) {
-    gs_cli_error("infer: cannot create %s: %s", outdir, strerror(errno));
-    json_decref(res);
-    goto done;
-  }
-  size_t at = json_len, k;
-  json_t *o;
-  status = GS_EXIT_OK;
+  meta = json_loads(meta_text, 0, NULL);
+  json_t *outs = json_object_get(meta, "outputs"), *o;
+  size_t k;
   json_array_foreach(outs, k, o) {
-    const char *name = json_string_value(json_object_get(o, "name"));
-    gs_dtype dt = gs_kserve_dtype_from_name(json_string_value(json_object_get(o, "datatype")));
-    json_t *shape = json_object_get(o, "shape");
-    json_t *size = json_object_get(json_object_get(o, "parameters"), "binary_data_size");
-    gs_shape s = {.rank = (int)json_array_size(shape)};
-    for (int d = 0; d < s.rank && d < 8; d++)
-      s.dims[d] = json_integer_value(json_array_get(shape, (size_t)d));
-    size_t bytes = (size_t)json_integer_value(size);
-    if (!name || dt == GS_DT_INVALID || s.rank > 8 || !size || at + bytes > r.len ||
-        (size_t)gs_shape_numel(&s) * gs_dtype_size(dt) != bytes) {
-      gs_cli_error("infer: the daemon's answer describes output %zu inconsistently", k);
-      status = GS_EXIT_FAILED;
-      break;
-    }
-    char file[1024], safe[256];
-    gs_file_name_of(name, safe, sizeof safe);
-    snprintf(file, sizeof file, "%s/%s.npy", outdir, safe);
-    if (gs_npy_write(file, dt, &s, r.body + at) < 0) {
-      gs_cli_error("infer: %s", gs_error_detail());
-      status = GS_EXIT_FAILED;
-      break;
-    }
-    at += bytes;
+    if (n_out < MAX_OUTPUTS && json_is_string(json_object_get(o, "name")))
+      out[n_out++].name = json_string_value(json_object_get(o, "name"));
   }
-  json_decref(res);
+  if (gs_client_infer(client, model, version, in, n, out, n_out) != GS_OK) {
+    gs_cli_error("infer: %s", gs_client_last_error(client));
+    goto done;
+  }
+  if (outdir && gs_mkdir_p(outdir) < 0) {
+    gs_cli_error("infer: cannot create %s: %s", outdir, strerror(errno));
+    goto done;
+  }
+  printed = json_array();
+  status = GS_EXIT_OK;
+  for (int i = 0; i < n_out && status == GS_EXIT_OK; i++) {
+    gs_dtype dt = gs_kserve_dtype_from_name(out[i].datatype);
+    gs_shape s = {.rank = out[i].rank};
+    for (int d = 0; d < s.rank; d++)
+      s.dims[d] = out[i].shape[d];
+    if (dt == GS_DT_INVALID || (dt != GS_DT_BYTES && (size_t)gs_shape_numel(&s) *
+                                                         gs_dtype_size(dt) != out[i].bytes)) {
+      gs_cli_error("infer: the daemon's answer describes output %s inconsistently", out[i].name);
+      status = GS_EXIT_FAILED;
+    } else if (outdir) {
+      char file[1024], safe[256];
+      gs_file_name_of(out[i].name, safe, sizeof safe);
+      snprintf(file, sizeof file, "%s/%s.npy", outdir, safe);
+      if (dt == GS_DT_BYTES || gs_npy_write(file, dt, &s, out[i].data) < 0) {
+        gs_cli_error("infer: %s", dt == GS_DT_BYTES ? "BYTES outputs cannot be written as .npy; "
+                                                      "leave out -o to print them"
+                                                    : gs_error_detail());
+        status = GS_EXIT_FAILED;
+      }
+    } else {
+      json_t *shape = json_array();
+      for (int d = 0; d < s.rank; d++)
+        json_array_append_new(shape, json_integer(s.dims[d]));
+      json_t *data = dt == GS_DT_BYTES ? strings_of(out[i].data, out[i].bytes)
+                                       : gs_kserve_data_json(dt, out[i].data, gs_shape_numel(&s));
+      json_array_append_new(printed, json_pack("{s:s, s:s, s:o, s:o}", "name", out[i].name,
+                                               "datatype", out[i].datatype, "shape", shape,
+                                               "data", data ? data : json_null()));
+    }
+  }
+  if (status == GS_EXIT_OK && !outdir) {
+    json_dumpf(printed, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    putchar('\n');
+  }
 done:
   for (int i = 0; i < n; i++)
     free(npys[i].data);
-  json_decref(req);
-  free(header);
-  free(body);
-  free(r.body);
+  for (int i = 0; i < n_out; i++)
+    free(out[i].data);
+  json_decref(printed);
+  json_decref(meta); /* after out[].name, which points into it, is done with */
+  free(meta_text);
+  gs_client_close(client);
   return status;
 }
 

@@ -2,7 +2,7 @@
  * `cancel`, `logs`, `wait`, `tenant` and `usage`, all talking to a running
  * daemon's /api/v1 routes. */
 #include "cli/cli.h"
-#include "cli/http.h"
+#include "cli/daemon.h"
 #include "cli/table.h"
 
 #include "base/error.h"
@@ -444,6 +444,13 @@ static const char logs_help[] =
     "  -f, --follow     Keep printing as the job writes, until it ends\n"
     "  --stderr         The job's standard error instead\n" DAEMON_OPTIONS;
 
+static int print_chunk(const char *data, size_t len, void *ctx) {
+  (void)ctx;
+  fwrite(data, 1, len, stdout);
+  fflush(stdout);
+  return 0;
+}
+
 static int logs_run(int argc, char **argv) {
   common o = {0};
   long long id = 0;
@@ -463,45 +470,14 @@ static int logs_run(int argc, char **argv) {
   }
   if (!have)
     return gs_cli_usage_error(&gs_cli_logs, "which job? (give its id)");
-  long long offset = 0;
-  char path[128], job_path[64];
-  snprintf(job_path, sizeof job_path, "/api/v1/jobs/%lld", id);
-  for (useconds_t pause = 20000;;) {
-    /* The state first: once it has ended, one more read gets the rest. */
-    bool done = true;
-    if (follow) {
-      json_t *j = NULL;
-      if (call("logs", &o, "GET", job_path, NULL, &j) != GS_EXIT_OK)
-        return GS_EXIT_FAILED;
-      done = ended(str(j, "state"));
-      json_decref(j);
-    }
-    for (;;) {
-      snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?stream=%s&offset=%lld", id, stream,
-               offset);
-      gs_http_response r;
-      if (gs_cli_http("GET", gs_cli_url(o.url), path, o.token, NULL, 0, 0, &r) < 0) {
-        gs_cli_error("logs: %s", gs_error_detail());
-        return GS_EXIT_FAILED;
-      }
-      if (r.status != 200) {
-        char why[600];
-        gs_cli_error("logs: %s", gs_cli_http_error(&r, why, sizeof why));
-        free(r.body);
-        return GS_EXIT_FAILED;
-      }
-      fwrite(r.body, 1, r.len, stdout);
-      offset += (long long)r.len;
-      free(r.body);
-      if (r.len == 0)
-        break;
-    }
-    fflush(stdout);
-    if (done)
-      return GS_EXIT_OK;
-    usleep(pause);
-    pause = pause < 500000 ? pause * 2 : pause;
-  }
+  gs_client *client = gs_cli_client("logs", o.url, o.token);
+  if (!client)
+    return GS_EXIT_FAILED;
+  int rc = gs_client_job_logs(client, id, !strcmp(stream, "stderr"), follow, print_chunk, NULL);
+  if (rc != GS_OK)
+    gs_cli_error("logs: %s", gs_client_last_error(client));
+  gs_client_close(client);
+  return rc == GS_OK ? GS_EXIT_OK : GS_EXIT_FAILED;
 }
 
 const gs_cli_command gs_cli_logs = {

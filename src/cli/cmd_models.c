@@ -1,7 +1,7 @@
 /* cmd_models.c - `gpusrv models`: the models of a running daemon, their
  * versions and states, and why a model is not ready. */
 #include "cli/cli.h"
-#include "cli/http.h"
+#include "cli/daemon.h"
 #include "cli/table.h"
 
 #include "base/error.h"
@@ -38,18 +38,21 @@ static int models_run(int argc, char **argv) {
     else
       return gs_cli_usage_error(&gs_cli_models, "unknown option '%s'", argv[i]);
   }
-  gs_http_response r;
-  if (gs_cli_http("POST", gs_cli_url(url), "/v2/repository/index", token, "{}", 2, 0, &r) < 0) {
-    gs_cli_error("models: %s", gs_error_detail());
+  gs_client *client = gs_cli_client("models", url, token);
+  char *text = NULL;
+  if (!client)
+    return GS_EXIT_FAILED;
+  if (gs_client_models(client, &text) != GS_OK) {
+    gs_cli_error("models: %s", gs_client_last_error(client));
+    gs_client_close(client);
     return GS_EXIT_FAILED;
   }
-  char why[400];
-  json_t *list = r.status == 200 ? json_loadb(r.body, r.len, 0, NULL) : NULL;
+  gs_client_close(client);
+  json_t *list = json_loads(text, 0, NULL);
+  free(text);
   if (!json_is_array(list)) {
-    gs_cli_error("models: %s", r.status == 200 ? "the daemon's answer is not a list"
-                                              : gs_cli_http_error(&r, why, sizeof why));
+    gs_cli_error("models: the daemon's answer is not a list");
     json_decref(list);
-    free(r.body);
     return GS_EXIT_FAILED;
   }
   if (json_out) {
@@ -73,7 +76,6 @@ static int models_run(int argc, char **argv) {
     gs_table_free(t);
   }
   json_decref(list);
-  free(r.body);
   return GS_EXIT_OK;
 }
 

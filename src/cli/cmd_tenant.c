@@ -1,7 +1,7 @@
 /* cmd_tenant.c - `gpusrv tenant add|list|remove|token` (admin) and
  * `gpusrv usage`: the daemon's tenants and their accounting. */
 #include "cli/cli.h"
-#include "cli/http.h"
+#include "cli/daemon.h"
 #include "cli/table.h"
 
 #include "base/error.h"

@@ -1,0 +1,41 @@
+/* daemon.c - the CLI's calls to a running daemon, through the client library. */
+#include "cli/daemon.h"
+
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+gs_client *gs_cli_client(const char *what, const char *url, const char *token) {
+  gs_client *c;
+  if (gs_client_open(url, token, &c) != GS_OK) {
+    fprintf(stderr, "gpusrv: %s: %s\n", what, gs_client_last_error(NULL));
+    return NULL;
+  }
+  return c;
+}
+
+int gs_cli_call_json(const char *what, const char *url, const char *token, const char *method,
+                     const char *path, json_t *body, json_t **out) {
+  gs_client *c = gs_cli_client(what, url, token);
+  if (!c)
+    return GS_EXIT_FAILED;
+  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL, *answer = NULL;
+  bool encoded = !body || text;
+  int rc = encoded ? gs_client_request(c, method, path, text, out ? &answer : NULL) : GS_ENOMEM;
+  free(text);
+  if (rc != GS_OK) {
+    fprintf(stderr, "gpusrv: %s: %s\n", what, encoded ? gs_client_last_error(c) : "out of memory");
+    gs_client_close(c);
+    return GS_EXIT_FAILED;
+  }
+  gs_client_close(c);
+  if (out && !(*out = json_loads(answer, 0, NULL))) {
+    fprintf(stderr, "gpusrv: %s: the daemon's answer is not JSON\n", what);
+    free(answer);
+    return GS_EXIT_FAILED;
+  }
+  free(answer);
+  return GS_EXIT_OK;
+}

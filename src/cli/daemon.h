@@ -1,0 +1,22 @@
+/* daemon.h - how `gpusrv` subcommands reach a running daemon: through the
+ * client library (include/gpusrv/client.h), with the --url/GPUSRV_URL and
+ * --token/GPUSRV_TOKEN conventions of DESIGN.md and errors printed as
+ * "gpusrv: WHAT: why". */
+#ifndef GS_CLI_DAEMON_H
+#define GS_CLI_DAEMON_H
+
+#include "gpusrv/client.h"
+
+#include <jansson.h>
+
+/* A client of the daemon (url and token may be NULL: the library's
+ * defaults), or NULL after printing why. gs_client_close() it. */
+gs_client *gs_cli_client(const char *what, const char *url, const char *token);
+
+/* One JSON request to the daemon (body may be NULL). On success returns 0
+ * with the JSON answer in *out when out is not NULL (the caller decrefs
+ * it); otherwise prints "gpusrv: WHAT: why" and returns 1 (GS_EXIT_FAILED). */
+int gs_cli_call_json(const char *what, const char *url, const char *token, const char *method,
+                     const char *path, json_t *body, json_t **out);
+
+#endif

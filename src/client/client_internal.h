@@ -1,0 +1,63 @@
+/* client_internal.h - what the client library's files share: the handle,
+ * one HTTP exchange with the daemon, and the per-thread last error. */
+#ifndef GS_CLIENT_INTERNAL_H
+#define GS_CLIENT_INTERNAL_H
+
+#include "gpusrv/client.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+
+#define GS_CLIENT_IDLE_MAX 16 /* connections kept open between calls */
+
+struct gs_client {
+  char url[1024]; /* without a trailing slash */
+  char auth[1100]; /* "Authorization: Bearer ..." or "" */
+  pthread_mutex_t lock;
+  CURL *idle[GS_CLIENT_IDLE_MAX]; /* easy handles, each with its open connection */
+  int n_idle;
+};
+
+/* A part of a request body, sent from where it lies. */
+typedef struct client_segment {
+  const char *data;
+  size_t len;
+} client_segment;
+
+/* One request and its answer. By default the answer's body is collected in
+ * body/len (NUL-terminated); with `sink` set, it goes there as it arrives
+ * (a 0 return from the sink, other than for len 0, aborts the transfer). */
+typedef struct client_exchange {
+  const char *method, *path; /* path with its query, "/v2/..." */
+  const client_segment *segments;
+  int n_segments;
+  size_t infer_header_len; /* request's Inference-Header-Content-Length (0: none) */
+  size_t (*sink)(const char *data, size_t len, void *ctx);
+  void *sink_ctx;
+  /* the answer */
+  long status;
+  bool has_infer_header_len;
+  size_t reply_header_len;
+  char *body;
+  size_t len;
+  bool failed_alloc;
+  CURL *handle; /* while it runs */
+} client_exchange;
+
+/* Sends the request and waits for the whole answer. GS_OK once an answer
+ * came (any status: see client_status_error), GS_EIO if the daemon could
+ * not be reached or the transfer broke, GS_ENOMEM. The caller frees
+ * x->body. */
+int client_perform(gs_client *c, client_exchange *x);
+/* For an answer that is not 2xx: the code its status maps to, with the
+ * daemon's {"error": ...} message recorded as the last error. GS_OK for 2xx. */
+int client_status_error(const gs_client *c, const client_exchange *x, const char *what);
+/* Records the calling thread's last error on c and returns code. */
+int client_fail(const gs_client *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A path segment with every byte outside [A-Za-z0-9._~-] percent-encoded. */
+void client_escape(const char *in, char *out, size_t cap);
+/* GET `path` into *json (a copy of the body) after checking the status. */
+int client_get_json(gs_client *c, const char *path, const char *what, char **json);
+
+#endif
