@@ -5,7 +5,7 @@ BUILD_ASAN ?= build-asan
 BUILD_BENCH ?= build-bench
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build run test test-asan bench clean
+.PHONY: all deps build run test test-asan bench install clean
 
 all: build
 
@@ -36,6 +36,13 @@ test-asan: deps
 	@cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure
+
+# Installs gpusrv like a system service (see README.md): the command, its
+# plugins and job supervisor, the client library, headers and pkg-config file,
+# the systemd unit, and /etc/gpusrv/gpusrv.conf (kept if already there).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Benchmarks in an optimised build; figures go to stdout (see bench/RESULTS.md).
 bench: deps
