@@ -52,7 +52,9 @@ typedef struct gs_client gs_client;
  * service's), else none. Nothing is sent until the first call. */
 GS_CLIENT_API int gs_client_open(const char *url, const char *token, gs_client **out);
 GS_CLIENT_API void gs_client_close(gs_client *c);
-/* Why the calling thread's last failed call on `c` failed ("" if none). */
+/* Why the calling thread's last failed call failed, if that call was on
+ * `c` (NULL: a failed gs_client_open); "" otherwise. Kept per thread, so
+ * that threads sharing a client never see each other's errors. */
 GS_CLIENT_API const char *gs_client_last_error(const gs_client *c);
 /* The URL the client talks to. */
 GS_CLIENT_API const char *gs_client_url(const gs_client *c);
@@ -92,7 +94,8 @@ GS_CLIENT_API int gs_client_model_stats(gs_client *c, const char *model, char **
  * element a 4-byte little-endian length and its bytes). The data are sent
  * as they are, straight from `data`, without a copy.
  *
- * Outputs: set `name` (NULL: the model's i-th output). With `data` set,
+ * Outputs: name every one (those are asked for), or none (the model's
+ * outputs, in order; a model with fewer fails GS_ENOENT). With `data` set,
  * the output is written there and `bytes` is its capacity: a larger output
  * fails the call with GS_ERANGE (`bytes` then says how many it needs).
  * With `data` NULL the library allocates it (free() it). Either way the

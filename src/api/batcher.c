@@ -45,6 +45,7 @@ typedef struct batch_slot {
   int n_out;
   gs_plan_value_info out_info[GS_REQ_MAX_IO];
   gs_buffer_t *dev_out[GS_REQ_MAX_IO], *staged_out[GS_REQ_MAX_IO];
+  bool open;  /* holds requests not yet answered */
   int status; /* 0 while all goes well, else the HTTP status its requests get */
   char error[600];
   uint64_t t_batch, t_copied_in, t_computed; /* when it left the queue, h2d, compute */
@@ -62,6 +63,7 @@ typedef struct instance_pipeline {
 struct gs_batcher {
   gs_served_model *m;
   int n_pipelines;
+  int alive; /* pipelines still running (under lock) */
   instance_pipeline pipelines[GS_REPO_MAX_INSTANCES];
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -123,6 +125,10 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r) {
     r->timeout_us = m->default_timeout_us;
   r->t_arrive = gs_now_ns();
   pthread_mutex_lock(&b->lock);
+  if (b->alive == 0) {
+    pthread_mutex_unlock(&b->lock);
+    return gs_error(GS_EBUSY, "model %s: no instance can run batches (the log says why)", m->name);
+  }
   if (m->max_queue_size > 0 && b->queued >= m->max_queue_size) {
     pthread_mutex_unlock(&b->lock);
     return gs_error(GS_EBUSY, "model %s: the queue is full (max_queue_size %lld)", m->name,
@@ -304,6 +310,7 @@ static int stage_gather(void *ctx, int s, int64_t seq) {
   gs_pipeline_note_wait(sl->t_batch - t0);
   if (sl->n == 0)
     return 1; /* stopping, and nothing is queued */
+  sl->open = true;
   sl->status = 0;
   sl->n_out = 0;
   gs_infer_request *first = sl->reqs[0];
@@ -432,6 +439,19 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
   instance_pipeline *ip = ctx;
   batch_slot *sl = &ip->slots[s];
   gs_served_model *m = ip->b->m;
+  /* A batch of several requests splits along the first dimension of each
+   * output, which must then be the batch's rows. */
+  for (int o = 0; sl->n > 1 && sl->status == 0 && o < sl->n_out; o++) {
+    const gs_plan_value_info *info = &sl->out_info[o];
+    int64_t out_rows = info->shape.rank ? info->shape.dims[0] : -1;
+    if (out_rows != sl->rows) {
+      sl->status = 500;
+      snprintf(sl->error, sizeof sl->error, "output %s has %lld rows for a batch of %lld: this "
+               "model cannot be batched (set max_batch_size to 0, or keep the batch dimension)",
+               info->name, (long long)out_rows, (long long)sl->rows);
+    }
+  }
+  int64_t failed_rows = 0;
   for (int k = 0, row = 0; sl->status == 0 && k < sl->n; row += (int)sl->reqs[k]->batch, k++) {
     gs_infer_request *r = sl->reqs[k];
     for (int o = 0; o < sl->n_out; o++) {
@@ -451,8 +471,10 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
         r->outputs[o] = own_strings((const gs_bytes_ref *)(data + row_bytes * (size_t)row),
                                     (int64_t)(r->out_info[o].bytes / sizeof(gs_bytes_ref)));
         r->output_borrowed[o] = false;
-        if (!r->outputs[o])
+        if (!r->outputs[o] && r->status != 500) {
           r->status = 500; /* answered below as out of memory */
+          failed_rows += r->batch;
+        }
       }
     }
   }
@@ -465,7 +487,7 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
     stat_add(&m->stats.compute_output, now - sl->t_computed);
   }
   if (sl->status == 0) {
-    m->stats.inference_count += (uint64_t)sl->rows;
+    m->stats.inference_count += (uint64_t)(sl->rows - failed_rows);
     m->stats.execution_count++;
     gs_duration_stat *bs = m->stats.batch[sl->rows <= GS_STATS_MAX_BATCH ? sl->rows : 0];
     stat_add(&bs[0], sl->t_copied_in - sl->t_batch);
@@ -476,6 +498,7 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
     m->stats.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
   }
   pthread_mutex_unlock(&m->stats_lock);
+  sl->open = false;
   for (int k = 0; k < sl->n; k++) {
     gs_infer_request *r = sl->reqs[k];
     if (sl->status)
@@ -504,10 +527,32 @@ static void *instance_main(void *arg) {
       {"compute", 1, stage_compute, ip, true},
       {"encode", 1, stage_encode, ip, true},
   };
-  if (gs_pipeline_run(ip->direct ? direct : copying, ip->direct ? 3 : 5, BATCH_SLOTS, NULL,
-                      &ip->inst->pipeline) < 0)
-    GS_LOGE("batcher", "model %s: the batch pipeline of %s stopped: %s", ip->b->m->name,
-                 ip->inst->owner, gs_error_detail());
+  gs_batcher *b = ip->b;
+  int rc = gs_pipeline_run(ip->direct ? direct : copying, ip->direct ? 3 : 5, BATCH_SLOTS, NULL,
+                           &ip->inst->pipeline);
+  if (rc == 0)
+    return NULL; /* stopped, every batch answered */
+  GS_LOGE("batcher", "model %s: the batch pipeline of %s stopped: %s", b->m->name,
+          ip->inst->owner, gs_error_detail());
+  /* Batches it held, then (when no instance is left) the queue: answered. */
+  for (int s = 0; s < BATCH_SLOTS; s++)
+    if (ip->slots[s].open) {
+      ip->slots[s].open = false;
+      for (int k = 0; k < ip->slots[s].n; k++)
+        finish(ip->slots[s].reqs[k], 503, "the model's batch pipeline stopped");
+    }
+  pthread_mutex_lock(&b->lock);
+  gs_infer_request *left = --b->alive == 0 ? b->head : NULL;
+  if (left) {
+    b->head = NULL;
+    b->queued = 0;
+  }
+  pthread_mutex_unlock(&b->lock);
+  while (left) {
+    gs_infer_request *r = left;
+    left = r->next;
+    finish(r, 503, "no instance of the model can run batches");
+  }
   return NULL;
 }
 
@@ -576,7 +621,9 @@ int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
       release_pipeline(ip);
       break;
     }
+    b->alive++; /* before it runs: it counts itself out if it fails */
     if (pthread_create(&ip->thread, NULL, instance_main, ip) != 0) {
+      b->alive--;
       release_pipeline(ip);
       rc = gs_error(GS_ENOMEM, "cannot start the batch pipeline of %s", ip->inst->owner);
       break;

@@ -414,6 +414,11 @@ static int strings_from_json(json_t *data, int64_t count, void **block, const ch
  * them. */
 static int strings_from_binary(const char *data, size_t size, int64_t count, void **block,
                                const char *name, char *why, size_t why_len) {
+  if (count < 0 || (uint64_t)count > size / 4) { /* each string has its 4-byte length */
+    snprintf(why, why_len, "input '%s': %zu bytes of binary data cannot hold %lld strings", name,
+             size, (long long)count);
+    return GS_EINVAL;
+  }
   gs_bytes_ref *recs = malloc((size_t)count * sizeof *recs + 1);
   if (!recs) {
     snprintf(why, why_len, "out of memory for input '%s'", name);
@@ -449,11 +454,15 @@ static int strings_from_binary(const char *data, size_t size, int64_t count, voi
   return GS_OK;
 }
 
-/* The size of BYTES elements in the binary form, and the form itself. */
+/* The size of BYTES elements in the binary form (SIZE_MAX when one is too
+ * long for its 4-byte length), and the form itself. */
 static size_t strings_binary_size(const gs_bytes_ref *recs, int64_t n) {
   size_t total = 0;
-  for (int64_t i = 0; i < n; i++)
+  for (int64_t i = 0; i < n; i++) {
+    if (recs[i].len > UINT32_MAX)
+      return SIZE_MAX;
     total += 4 + recs[i].len;
+  }
   return total;
 }
 
@@ -597,6 +606,14 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
     }
     r->shapes[idx] = sh;
     int64_t count = gs_shape_numel(&sh);
+    /* Every value takes a byte or more of the body in any form (JSON, binary,
+     * a string's length): a shape that holds more cannot be honest, and
+     * bounding it keeps the sizes below from overflowing. */
+    if (count < 0 || (uint64_t)count > len) {
+      snprintf(why, sizeof why, "input '%s': its shape holds more values than the request's %zu "
+               "bytes can carry", name, len);
+      goto fail;
+    }
     size_t bytes = (size_t)count * gs_dtype_size(want->dtype);
     bool strings = want->dtype == GS_DT_BYTES;
     json_t *iparams = json_object_get(in, "parameters");
@@ -725,6 +742,11 @@ int gs_kserve_parse_raw(gs_served_model *m, gs_served_version *v, const char *bo
   }
   int64_t count = gs_shape_numel(&sh);
   r->shapes[0] = sh;
+  if (count < 0 || (uint64_t)count > len) {
+    snprintf(why, sizeof why, "the raw body has %zu bytes, too few for the %s values of input "
+             "'%s'", len, count < 0 ? "overflowing number of" : "model's", in->name);
+    return gs_http_reply_error(err, 400, why), GS_EINVAL;
+  }
   if (in->dtype == GS_DT_BYTES) {
     int rc = strings_from_binary(body, len, count, &r->owned[0], in->name, why, sizeof why);
     if (rc < 0)
@@ -772,6 +794,13 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
     json_object_set_new(o, "shape", shape);
     if (r->binary[i]) {
       binary_size[i] = strings ? strings_binary_size(r->outputs[i], numel) : info->bytes;
+      if (binary_size[i] == SIZE_MAX) {
+        json_decref(o);
+        json_decref(outs);
+        json_decref(res);
+        return gs_http_reply_error(out, 500, "an output string is longer than the binary form's "
+                                             "4-byte length can say");
+      }
       json_t *p = json_object();
       json_object_set_new(p, "binary_data_size", json_integer((json_int_t)binary_size[i]));
       json_object_set_new(o, "parameters", p);

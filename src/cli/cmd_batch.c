@@ -94,8 +94,6 @@ static int resolve_model(const char *arg, char *out, size_t cap) {
                   arg);
 }
 
-/* --url: the same command, with absolute paths, as a job of the daemon;
- * waits for it and passes its output and exit status on. */
 static int copy_to_stdout(const char *data, size_t len, void *ctx) {
   (void)ctx;
   fwrite(data, 1, len, stdout);
@@ -108,6 +106,9 @@ static int copy_to_stderr(const char *data, size_t len, void *ctx) {
   return 0;
 }
 
+/* --url: the same command, with absolute paths, as a job of the daemon;
+ * waits for it and passes its output on; exits 0 when it completed, else 1
+ * (the job's state and reason said). */
 static int run_as_job(const char *url, const char *token, json_t *forward, const char *model,
                       const char *input, const char *output, double cpus, int gpus) {
   char exe[PATH_MAX], abs_model[PATH_MAX], abs_in[PATH_MAX], abs_out[PATH_MAX];
@@ -159,8 +160,10 @@ static int run_as_job(const char *url, const char *token, json_t *forward, const
   /* Its output, then its errors, as the job logged them. */
   gs_client *client = gs_cli_client("batch", url, token);
   for (int stream = 0; client && stream < 2; stream++)
-    gs_client_job_logs(client, id, stream == 1, false, stream ? copy_to_stderr : copy_to_stdout,
-                       NULL);
+    if (gs_client_job_logs(client, id, stream == 1, false, stream ? copy_to_stderr : copy_to_stdout,
+                           NULL) != GS_OK)
+      gs_cli_error("batch: job %lld's %s: %s", id, stream ? "errors" : "output",
+                   gs_client_last_error(client));
   gs_client_close(client);
   const char *state = json_string_value(json_object_get(job, "state"));
   const char *reason = json_string_value(json_object_get(job, "reason"));

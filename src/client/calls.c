@@ -112,38 +112,61 @@ static int request_json(gs_client *c, const char *method, const char *path, json
   return rc;
 }
 
+/* Sets key to a JSON string; false when the text is not UTF-8. */
+static bool put_string(json_t *obj, const char *key, const char *value) {
+  json_t *s = json_string(value);
+  return s && json_object_set_new(obj, key, s) == 0;
+}
+
+/* A NULL-terminated list of strings as a JSON array, or NULL when one is
+ * not UTF-8 (a command with a part silently missing would run something
+ * else). */
+static json_t *string_array(const char *const *list) {
+  json_t *a = json_array();
+  for (; a && list && *list; list++) {
+    json_t *s = json_string(*list);
+    if (!s || json_array_append_new(a, s) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
 int gs_client_job_submit(gs_client *c, const gs_client_job_spec *spec, int64_t *id, char **json) {
   if (json)
     *json = NULL;
   if (!spec || !spec->argv || !spec->argv[0])
     return client_fail(c, GS_EINVAL, "submit: no command");
-  json_t *body = json_object(), *cmd = json_array(), *env = json_array();
-  for (const char *const *a = spec->argv; *a; a++)
-    json_array_append_new(cmd, json_string(*a));
-  for (const char *const *e = spec->env; e && *e; e++)
-    json_array_append_new(env, json_string(*e));
-  json_object_set_new(body, "command", cmd);
+  json_t *cmd = string_array(spec->argv), *env = string_array(spec->env);
+  if (!cmd || !env) {
+    json_decref(cmd);
+    json_decref(env);
+    return client_fail(c, GS_EINVAL, "submit: the command or its environment is not valid UTF-8");
+  }
+  json_t *body = json_object();
+  json_object_set_new(body, "command", cmd); /* steals it, even on failure */
   json_object_set_new(body, "env", env);
-  if (spec->name)
-    json_object_set_new(body, "name", json_string(spec->name));
+  bool ok = body != NULL;
+  ok = ok && (!spec->name || put_string(body, "name", spec->name)) &&
+       (!spec->gpu_mem || put_string(body, "gpu_mem", spec->gpu_mem)) &&
+       (!spec->mem || put_string(body, "mem", spec->mem)) &&
+       (!spec->time_limit || put_string(body, "time_limit", spec->time_limit)) &&
+       (!spec->chdir || put_string(body, "chdir", spec->chdir));
+  if (!ok) {
+    json_decref(body);
+    return client_fail(c, GS_EINVAL, "submit: a name, size, time or directory is not valid UTF-8");
+  }
   if (spec->gpus)
     json_object_set_new(body, "gpus", json_integer(spec->gpus));
-  if (spec->gpu_mem)
-    json_object_set_new(body, "gpu_mem", json_string(spec->gpu_mem));
   if (spec->gpu_share > 0)
     json_object_set_new(body, "gpu_share", json_integer(spec->gpu_share));
   if (spec->cpus > 0)
     json_object_set_new(body, "cpus", json_real(spec->cpus));
-  if (spec->mem)
-    json_object_set_new(body, "mem", json_string(spec->mem));
-  if (spec->time_limit)
-    json_object_set_new(body, "time_limit", json_string(spec->time_limit));
   if (spec->priority)
     json_object_set_new(body, "priority", json_integer(spec->priority));
   if (spec->requeue)
     json_object_set_new(body, "requeue", json_true());
-  if (spec->chdir)
-    json_object_set_new(body, "chdir", json_string(spec->chdir));
   json_t *job = NULL;
   int rc = request_json(c, "POST", "/api/v1/jobs", body, &job);
   if (rc == GS_OK) {
@@ -221,16 +244,17 @@ int gs_client_job_wait(gs_client *c, int64_t id, double timeout_s, char state[32
 }
 
 typedef struct log_reader {
+  gs_client *c;
+  client_exchange *x;
   gs_client_data_fn fn;
   void *ctx;
   size_t got;
-  bool stopped;
 } log_reader;
 
 static size_t on_log(const char *data, size_t len, void *arg) {
   log_reader *r = arg;
   if (len && r->fn(data, len, r->ctx) != 0) {
-    r->stopped = true;
+    r->x->sink_error = client_fail(r->c, GS_ECANCELED, "logs: stopped by the callback");
     return 0;
   }
   r->got += len;
@@ -259,14 +283,13 @@ int gs_client_job_logs(gs_client *c, int64_t id, bool stderr_stream, bool follow
     for (;;) { /* the daemon answers up to a chunk at a time */
       snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?stream=%s&offset=%lld", (long long)id,
                stderr_stream ? "stderr" : "stdout", offset);
-      log_reader r = {.fn = on_data, .ctx = ctx};
-      client_exchange x = {.method = "GET", .path = path, .sink = on_log, .sink_ctx = &r};
+      client_exchange x = {.method = "GET", .path = path, .sink = on_log};
+      log_reader r = {.c = c, .x = &x, .fn = on_data, .ctx = ctx};
+      x.sink_ctx = &r;
       int rc = client_perform(c, &x);
       if (rc == GS_OK)
         rc = client_status_error(c, &x, "logs");
       free(x.body);
-      if (r.stopped)
-        return client_fail(c, GS_ECANCELED, "logs: stopped by the callback");
       if (rc < 0)
         return rc;
       offset += (long long)r.got;

@@ -77,15 +77,19 @@ int gs_client_open(const char *url, const char *token, gs_client **out) {
   }
   memcpy(c->url, url, n);
   char found[600] = "";
+  const char *file = getenv("GPUSRV_TOKEN_FILE");
   if (!token || !*token)
     token = getenv("GPUSRV_TOKEN");
   if (token && *token) {
     snprintf(found, sizeof found, "%s", token);
+  } else if (file && *file) {
+    /* Named, it is the one: never fall back to another (the admin's). */
+    if (!read_token_file(file, found, sizeof found)) {
+      free(c);
+      return client_fail(NULL, GS_EPERM, "cannot read a token from GPUSRV_TOKEN_FILE=%s", file);
+    }
   } else {
-    const char *files[] = {getenv("GPUSRV_TOKEN_FILE"), "/var/lib/gpusrv/admin.token"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-      if (read_token_file(files[i], found, sizeof found))
-        break;
+    read_token_file("/var/lib/gpusrv/admin.token", found, sizeof found);
   }
   if (strpbrk(found, "\r\n")) {
     free(c);
@@ -143,6 +147,25 @@ typedef struct body_reader {
   size_t off;
 } body_reader;
 
+/* libcurl rewinds the body to send it again (a reused connection the
+ * daemon had closed). */
+static int seek_body(void *arg, curl_off_t offset, int origin) {
+  body_reader *r = arg;
+  if (origin != SEEK_SET || offset < 0)
+    return CURL_SEEKFUNC_CANTSEEK;
+  r->at = 0;
+  r->off = 0;
+  size_t left = (size_t)offset;
+  while (r->at < r->n && left >= r->seg[r->at].len) {
+    left -= r->seg[r->at].len;
+    r->at++;
+  }
+  if (r->at == r->n && left > 0)
+    return CURL_SEEKFUNC_FAIL;
+  r->off = left;
+  return CURL_SEEKFUNC_OK;
+}
+
 /* Feeds libcurl the request body from its segments as they lie. */
 static size_t read_body(char *buf, size_t size, size_t count, void *arg) {
   body_reader *r = arg;
@@ -190,8 +213,14 @@ static size_t on_header(char *line, size_t size, size_t count, void *arg) {
   static const char key[] = "Inference-Header-Content-Length:";
   size_t len = size * count;
   if (len > sizeof key && strncasecmp(line, key, sizeof key - 1) == 0) {
-    x->reply_header_len = strtoull(line + sizeof key - 1, NULL, 10);
-    x->has_infer_header_len = true;
+    const char *v = line + sizeof key - 1;
+    while (*v == ' ')
+      v++;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    /* Digits only and a sane size; anything else is a broken reply. */
+    x->has_infer_header_len = end != v && *v != '-' && n <= GS_CLIENT_MAX_HEADER;
+    x->reply_header_len = x->has_infer_header_len ? (size_t)n : 0;
   }
   return len;
 }
@@ -203,6 +232,7 @@ int client_perform(gs_client *c, client_exchange *x) {
   x->has_infer_header_len = false;
   x->reply_header_len = 0;
   x->failed_alloc = false;
+  x->sink_error = 0;
   CURL *h = take_handle(c);
   if (!h)
     return client_fail(c, GS_ENOMEM, "cannot start a libcurl handle");
@@ -229,11 +259,16 @@ int client_perform(gs_client *c, client_exchange *x) {
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+  if (x->timeout_ms > 0)
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, x->timeout_ms);
   if (x->n_segments > 0 || strcmp(x->method, "POST") == 0) {
     curl_easy_setopt(h, CURLOPT_POST, 1L);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)total);
     curl_easy_setopt(h, CURLOPT_READFUNCTION, read_body);
     curl_easy_setopt(h, CURLOPT_READDATA, &reader);
+    curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, seek_body);
+    curl_easy_setopt(h, CURLOPT_SEEKDATA, &reader);
   }
   if (strcmp(x->method, "GET") != 0 && strcmp(x->method, "POST") != 0)
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, x->method);
@@ -244,8 +279,11 @@ int client_perform(gs_client *c, client_exchange *x) {
     curl_easy_cleanup(h); /* its connection may be half-used: do not keep it */
     if (x->failed_alloc)
       return client_fail(c, GS_ENOMEM, "out of memory reading the daemon's answer");
-    if (rc == CURLE_WRITE_ERROR && x->sink)
-      return client_fail(c, GS_ECANCELED, "stopped while reading the daemon's answer");
+    if (rc == CURLE_WRITE_ERROR && x->sink_error)
+      return x->sink_error; /* the sink said why */
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+      return client_fail(c, GS_ETIMEDOUT, "the daemon at %s did not answer %s in time", c->url,
+                         x->path);
     return client_fail(c, GS_EIO, "cannot reach the daemon at %s: %s", c->url,
                        curl_easy_strerror(rc));
   }
@@ -263,9 +301,9 @@ int client_status_error(const gs_client *c, const client_exchange *x, const char
              : x->status == 413 ? GS_ERANGE
              : x->status == 503 ? GS_EBUSY
                                 : GS_EIO;
-  json_t *j = x->body ? json_loadb(x->body, x->has_infer_header_len ? x->reply_header_len : x->len,
-                                   0, NULL)
-                      : NULL;
+  size_t json_len = x->has_infer_header_len && x->reply_header_len < x->len ? x->reply_header_len
+                                                                          : x->len;
+  json_t *j = x->body ? json_loadb(x->body, json_len, 0, NULL) : NULL;
   const char *msg = j ? json_string_value(json_object_get(j, "error")) : NULL;
   if (msg)
     client_fail(c, code, "%s: %s (HTTP %ld)", what, msg, x->status);
@@ -296,7 +334,8 @@ int gs_client_request(gs_client *c, const char *method, const char *path, const 
   if (json)
     *json = NULL;
   client_segment seg = {body, body ? strlen(body) : 0};
-  client_exchange x = {.method = method, .path = path, .segments = &seg, .n_segments = body ? 1 : 0};
+  client_exchange x = {.method = method, .path = path, .segments = &seg, .n_segments = body ? 1 : 0,
+                       .timeout_ms = GS_CLIENT_CALL_TIMEOUT_MS};
   int rc = client_perform(c, &x);
   if (rc == GS_OK)
     rc = client_status_error(c, &x, path);
@@ -308,9 +347,4 @@ int gs_client_request(gs_client *c, const char *method, const char *path, const 
   }
   free(x.body);
   return rc;
-}
-
-int client_get_json(gs_client *c, const char *path, const char *what, char **json) {
-  (void)what;
-  return gs_client_request(c, "GET", path, NULL, json);
 }

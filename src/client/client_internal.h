@@ -9,6 +9,10 @@
 #include <pthread.h>
 
 #define GS_CLIENT_IDLE_MAX 16 /* connections kept open between calls */
+/* A reply's JSON header longer than this is refused (a broken reply). */
+#define GS_CLIENT_MAX_HEADER ((size_t)64 << 20)
+/* Calls other than inference and log streams give up after this long. */
+#define GS_CLIENT_CALL_TIMEOUT_MS 60000L
 
 struct gs_client {
   char url[1024]; /* without a trailing slash */
@@ -34,6 +38,8 @@ typedef struct client_exchange {
   size_t infer_header_len; /* request's Inference-Header-Content-Length (0: none) */
   size_t (*sink)(const char *data, size_t len, void *ctx);
   void *sink_ctx;
+  int sink_error;   /* set by a sink that stops the transfer, its message recorded */
+  long timeout_ms;  /* the whole exchange; 0: none */
   /* the answer */
   long status;
   bool has_infer_header_len;
@@ -57,7 +63,5 @@ int client_fail(const gs_client *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A path segment with every byte outside [A-Za-z0-9._~-] percent-encoded. */
 void client_escape(const char *in, char *out, size_t cap);
-/* GET `path` into *json (a copy of the body) after checking the status. */
-int client_get_json(gs_client *c, const char *path, const char *what, char **json);
 
 #endif

@@ -12,7 +12,8 @@
 #define MAX_TENSORS 64
 
 /* The reply as it streams in: first its JSON header (its length is in the
- * reply's Inference-Header-Content-Length), then each binary output in the
+ * reply's Inference-Header-Content-Length; without one, the whole reply is
+ * the header and every output is empty), then each binary output in the
  * header's order, each routed to its destination. */
 typedef struct reply_reader {
   client_exchange *x;
@@ -20,8 +21,9 @@ typedef struct reply_reader {
   gs_client_tensor *outputs;
   int n_outputs;
   bool by_position;        /* outputs without names: the model's in order */
+  bool filled[MAX_TENSORS];
   char *header;            /* collected header */
-  size_t header_got;
+  size_t header_got, header_cap;
   bool header_done;
   int n_parts;
   struct part {
@@ -40,7 +42,7 @@ static int64_t integer(json_t *j, const char *key) {
 /* Parses the reply's header: where each binary output goes, and each
  * asked-for output's description. */
 static int route_outputs(reply_reader *r) {
-  json_t *h = json_loadb(r->header, r->x->reply_header_len, 0, NULL);
+  json_t *h = json_loadb(r->header, r->header_got, 0, NULL);
   json_t *outs = h ? json_object_get(h, "outputs") : NULL;
   if (!json_is_array(outs)) {
     json_decref(h);
@@ -71,6 +73,7 @@ static int route_outputs(reply_reader *r) {
           t = &r->outputs[k];
     if (!t)
       continue; /* not asked for: its bytes are skipped */
+    r->filled[t - r->outputs] = true;
     const char *dt = json_string_value(json_object_get(o, "datatype"));
     snprintf(t->datatype, sizeof t->datatype, "%s", dt ? dt : "");
     json_t *shape = json_object_get(o, "shape");
@@ -101,28 +104,45 @@ static int route_outputs(reply_reader *r) {
   return rc;
 }
 
+/* Appends to the collected header, growing it. */
+static bool add_header(reply_reader *r, const char *data, size_t len) {
+  if (r->header_got + len + 1 > r->header_cap) {
+    size_t cap = (r->header_got + len + 1) * 2;
+    if (cap > GS_CLIENT_MAX_HEADER + 1 || !(r->header = realloc(r->header, cap)))
+      return false;
+    r->header_cap = cap;
+  }
+  memcpy(r->header + r->header_got, data, len);
+  r->header_got += len;
+  r->header[r->header_got] = '\0';
+  return true;
+}
+
+static size_t stop(reply_reader *r, int code) {
+  r->error = r->x->sink_error = code;
+  return 0;
+}
+
 static size_t on_reply(const char *data, size_t len, void *ctx) {
   reply_reader *r = ctx;
   size_t used = 0;
-  if (!r->x->has_infer_header_len) { /* JSON alone: no binary outputs */
-    r->error = client_fail(r->c, GS_EIO, "infer: the daemon answered without binary outputs");
-    return 0;
+  if (!r->x->has_infer_header_len) { /* JSON alone: collected, read at the end */
+    if (!add_header(r, data, len))
+      return stop(r, client_fail(r->c, GS_ENOMEM, "infer: the reply is too large"));
+    return len;
   }
   if (!r->header_done) {
     size_t want = r->x->reply_header_len - r->header_got;
     size_t take = len < want ? len : want;
-    if (!r->header && !(r->header = malloc(r->x->reply_header_len + 1))) {
-      r->error = client_fail(r->c, GS_ENOMEM, "out of memory reading the reply");
-      return 0;
-    }
-    memcpy(r->header + r->header_got, data, take);
-    r->header_got += take;
+    if (!add_header(r, data, take))
+      return stop(r, client_fail(r->c, GS_ENOMEM, "infer: out of memory reading the reply"));
     used = take;
     if (r->header_got < r->x->reply_header_len)
       return len;
     r->header_done = true;
-    if ((r->error = route_outputs(r)) < 0)
-      return 0; /* stop the transfer */
+    int rc = route_outputs(r);
+    if (rc < 0)
+      return stop(r, rc); /* its message is recorded */
   }
   while (used < len && r->at < r->n_parts) {
     struct part *p = &r->parts[r->at];
@@ -134,10 +154,9 @@ static size_t on_reply(const char *data, size_t len, void *ctx) {
     if (p->got == p->size)
       r->at++;
   }
-  if (used < len) {
-    r->error = client_fail(r->c, GS_EIO, "infer: the daemon sent more bytes than its outputs hold");
-    return 0;
-  }
+  if (used < len)
+    return stop(r, client_fail(r->c, GS_EIO, "infer: the daemon sent more bytes than its "
+                                             "outputs hold"));
   return len;
 }
 
@@ -151,18 +170,29 @@ static char *request_header(const gs_client_tensor *inputs, int n_inputs,
     json_t *shape = json_array();
     for (int d = 0; d < t->rank; d++)
       json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-    json_array_append_new(ins, json_pack("{s:s, s:o, s:s, s:{s:I}}", "name", t->name, "shape",
-                                         shape, "datatype", t->datatype, "parameters",
-                                         "binary_data_size", (json_int_t)t->bytes));
+    json_t *in = json_pack("{s:s, s:o, s:s, s:{s:I}}", "name", t->name, "shape", shape,
+                           "datatype", t->datatype, "parameters", "binary_data_size",
+                           (json_int_t)t->bytes);
+    if (!in || json_array_append_new(ins, in) != 0) { /* a name that is not UTF-8 */
+      json_decref(req);
+      json_decref(ins);
+      return NULL;
+    }
   }
   json_object_set_new(req, "inputs", ins);
   if (by_position) {
     json_object_set_new(req, "parameters", json_pack("{s:b}", "binary_data_output", 1));
   } else {
     json_t *outs = json_array();
-    for (int i = 0; i < n_outputs; i++)
-      json_array_append_new(outs, json_pack("{s:s, s:{s:b}}", "name", outputs[i].name,
-                                            "parameters", "binary_data", 1));
+    for (int i = 0; i < n_outputs; i++) {
+      json_t *o = json_pack("{s:s, s:{s:b}}", "name", outputs[i].name, "parameters",
+                            "binary_data", 1);
+      if (!o || json_array_append_new(outs, o) != 0) {
+        json_decref(req);
+        json_decref(outs);
+        return NULL;
+      }
+    }
     json_object_set_new(req, "outputs", outs);
   }
   char *text = json_dumps(req, JSON_COMPACT);
@@ -182,13 +212,17 @@ int gs_client_infer(gs_client *c, const char *model, const char *version,
         inputs[i].rank > GS_CLIENT_MAX_DIMS || (inputs[i].bytes && !inputs[i].data))
       return client_fail(c, GS_EINVAL, "infer: input %d needs a name, a datatype, a shape and "
                                        "its data", i);
-  bool by_position = n_outputs == 0;
+  /* Every output named (those are asked for), or none (the model's, in order). */
+  int named = 0;
   for (int i = 0; i < n_outputs; i++)
-    if (!outputs[i].name)
-      by_position = true;
+    named += outputs[i].name != NULL;
+  if (named && named != n_outputs)
+    return client_fail(c, GS_EINVAL, "infer: name every output or none");
+  bool by_position = named == 0;
   char *header = request_header(inputs, n_inputs, outputs, n_outputs, by_position);
   if (!header)
-    return client_fail(c, GS_ENOMEM, "out of memory");
+    return client_fail(c, GS_EINVAL, "infer: a tensor name is not valid UTF-8 (or memory ran "
+                                     "out)");
   client_segment segs[MAX_TENSORS + 1];
   segs[0] = (client_segment){header, strlen(header)};
   for (int i = 0; i < n_inputs; i++)
@@ -218,12 +252,23 @@ int gs_client_infer(gs_client *c, const char *model, const char *version,
     rc = r.error; /* its message is already the last error */
   else if (rc == GS_OK)
     rc = client_status_error(c, &x, "infer");
+  if (rc == GS_OK && !x.has_infer_header_len) {
+    /* A reply without binary data: every output in it is empty. */
+    r.header_done = true;
+    rc = route_outputs(&r);
+    for (int i = 0; rc == GS_OK && i < r.n_parts; i++)
+      if (r.parts[i].size)
+        rc = client_fail(c, GS_EIO, "infer: the daemon's answer lacks its binary data");
+    r.at = r.n_parts;
+  }
   if (rc == GS_OK && (!r.header_done || r.at < r.n_parts))
     rc = client_fail(c, GS_EIO, "infer: the daemon's answer ended early");
-  if (rc == GS_OK)
-    for (int i = 0; i < n_outputs; i++)
-      if (!outputs[i].datatype[0] && outputs[i].name)
-        rc = client_fail(c, GS_ENOENT, "infer: the reply has no output %s", outputs[i].name);
+  for (int i = 0; rc == GS_OK && i < n_outputs; i++)
+    if (!r.filled[i])
+      rc = by_position ? client_fail(c, GS_ENOENT, "infer: the model has fewer than %d outputs",
+                                     i + 1)
+                       : client_fail(c, GS_ENOENT, "infer: the reply has no output %s",
+                                     outputs[i].name);
   if (rc < 0)
     for (int i = 0; i < n_outputs; i++)
       if (ours[i]) {

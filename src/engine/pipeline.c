@@ -124,8 +124,10 @@ static void add_stat(uint64_t *field, uint64_t value) {
  * the stages keep to their own threads and overlap. Lock held. */
 static bool runs_through(const run_state *st, int own, int to, int64_t seq) {
   const gs_pipeline_stage *next = &st->stages[to];
-  if (!next->run_through || next->threads != 1 || st->active[to] > 0 ||
-      st->queue[to].count > 0 || st->taken[to] != seq || st->stop)
+  /* A stage of several threads hands on at once: a sibling may be waiting
+   * to hand on the next item after this one. */
+  if (!next->run_through || next->threads != 1 || st->stages[own].threads != 1 ||
+      st->active[to] > 0 || st->queue[to].count > 0 || st->taken[to] != seq || st->stop)
     return false;
   return own == 0 ? !source_has_more : st->queue[own].count == 0;
 }
@@ -276,11 +278,11 @@ int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
                     GS_PIPELINE_MAX_THREADS, total_threads);
   run_state st = {.stages = stages, .n = n_stages, .end_seq = INT64_MAX, .cancel = cancel,
                   .result = out};
-  out->n_stages = n_stages;
   int rc = GS_OK;
   for (int k = 0; k < n_stages && rc == 0; k++) {
     snprintf(out->stages[k].name, sizeof out->stages[k].name, "%s", stages[k].name);
     out->stages[k].threads = stages[k].threads;
+    __atomic_store_n(&out->n_stages, k + 1, __ATOMIC_RELEASE); /* named before counted */
     item_queue *q = &st.queue[k];
     q->cap = slots;
     q->slot = malloc((size_t)slots * sizeof *q->slot);
@@ -335,11 +337,18 @@ int gs_pipeline_run(const gs_pipeline_stage *stages, int n_stages, int slots,
 }
 
 void gs_pipeline_read_stats(const gs_pipeline_result *live, gs_pipeline_result *copy) {
-  *copy = *live; /* names and thread counts do not change while it runs */
+  memset(copy, 0, sizeof *copy);
+  copy->failed_stage = -1;
+  /* A stage is counted once named (release in gs_pipeline_run). */
+  int n = __atomic_load_n(&live->n_stages, __ATOMIC_ACQUIRE);
+  copy->n_stages = n < GS_PIPELINE_MAX_STAGES ? n : GS_PIPELINE_MAX_STAGES;
   copy->items = (int64_t)__atomic_load_n((const uint64_t *)&live->items, __ATOMIC_RELAXED);
-  for (int k = 0; k < live->n_stages && k < GS_PIPELINE_MAX_STAGES; k++) {
+  for (int k = 0; k < copy->n_stages; k++) {
     const gs_pipeline_stage_stats *from = &live->stages[k];
     gs_pipeline_stage_stats *to = &copy->stages[k];
+    memcpy(to->name, from->name, sizeof to->name);
+    to->name[sizeof to->name - 1] = '\0';
+    to->threads = from->threads;
     to->items = (int64_t)__atomic_load_n((const uint64_t *)&from->items, __ATOMIC_RELAXED);
     to->busy_ns = __atomic_load_n(&from->busy_ns, __ATOMIC_RELAXED);
     to->wait_in_ns = __atomic_load_n(&from->wait_in_ns, __ATOMIC_RELAXED);

@@ -40,7 +40,8 @@ typedef struct gs_pipeline_stage_stats {
   int threads;
   int64_t items;
   uint64_t busy_ns;     /* in run(), summed over its threads */
-  uint64_t wait_in_ns;  /* waiting for an item (the source: for a free slot) */
+  uint64_t wait_in_ns;  /* its threads waiting for an item (the source: for a free slot), also
+                         * while the stage before ran this one for them (run_through) */
   uint64_t wait_out_ns; /* done, waiting to hand the item on in order */
 } gs_pipeline_stage_stats;
 

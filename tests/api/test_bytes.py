@@ -41,6 +41,26 @@ def compare_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+def any_strings_model():
+    """text [N] STRING -> same: a dimension the client chooses freely."""
+    text = helper.make_tensor_value_info("text", TensorProto.STRING, ["N"])
+    same = helper.make_tensor_value_info("same", TensorProto.STRING, ["N"])
+    graph = helper.make_graph([helper.make_node("Identity", ["text"], ["same"])], "any",
+                              [text], [same])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def column_sum_model():
+    """x [N, 2] -> y [2], the sum over the rows: its output has no batch
+    dimension, so it cannot be split between batched requests."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [0])
+    graph = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+                              "colsum", [x], [y], [axes])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
 def add(root, name, model, config):
     (root / name / "1").mkdir(parents=True)
     onnx.save(model, str(root / name / "1" / "model.onnx"))
@@ -55,6 +75,9 @@ def server(tmp_path_factory):
         "max_batch_size": 8,
         "dynamic_batching": {"max_queue_delay_microseconds": 20000}})
     add(root, "compare", compare_model(), {"max_batch_size": 0})
+    add(root, "any", any_strings_model(), {"max_batch_size": 0})
+    add(root, "colsum", column_sum_model(), {
+        "max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000}})
     shutil.copytree(os.path.join(ROOT, "models", "digits"), root / "digits")
     with serving(root) as port:
         yield port
@@ -168,3 +191,44 @@ def test_raw_single_input_request(server):
     status, raw, _ = request(server, "POST", "/v2/models/compare/infer", b"xx",
                              {"Inference-Header-Content-Length": "0"})
     assert status == 400 and "one input" in json.loads(raw)["error"]
+
+
+def test_shapes_larger_than_the_request_are_refused(server):
+    """A shape whose element count the body cannot hold is refused before
+    anything is allocated for it (2^60 strings once overflowed a size)."""
+    body = raw_strings([b""] * 1000)
+    header = json.dumps({"inputs": [{"name": "text", "shape": [2 ** 60], "datatype": "BYTES",
+                                     "parameters": {"binary_data_size": len(body)}}]}).encode()
+    status, raw, _ = request(server, "POST", "/v2/models/any/infer", header + body,
+                             {"Inference-Header-Content-Length": str(len(header))})
+    assert status == 400 and "more values than" in json.loads(raw)["error"], raw
+    js = json.dumps({"inputs": [{"name": "text", "shape": [2 ** 62], "datatype": "BYTES",
+                                 "data": ["a"]}]}).encode()
+    status, raw, _ = request(server, "POST", "/v2/models/any/infer", js)
+    assert status == 400 and "more values than" in json.loads(raw)["error"], raw
+    # A fair shape still works.
+    client = triton.InferenceServerClient(f"127.0.0.1:{server}")
+    inp = triton.InferInput("text", [3], "BYTES")
+    inp.set_data_from_numpy(np.array([b"x", b"", b"yz"], dtype=object), binary_data=True)
+    assert client.infer("any", [inp]).as_numpy("same").tolist() == [b"x", b"", b"yz"]
+
+
+def test_a_batch_whose_output_loses_its_rows_fails_clearly(server):
+    results = []
+
+    def one(rows):
+        body = json.dumps({"inputs": [{"name": "x", "shape": [rows, 2], "datatype": "FP32",
+                                       "data": [1.0] * (2 * rows)}]}).encode()
+        results.append(request(server, "POST", "/v2/models/colsum/infer", body))
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Batched together: refused with the reason, nothing read past the output.
+    batched = [r for r in results if r[0] != 200]
+    if batched:
+        assert all(r[0] == 500 and b"cannot be batched" in r[1] for r in batched), results
+    else:  # they happened to run apart: each got its own sum
+        assert sorted(json.loads(r[1])["outputs"][0]["data"][0] for r in results) == [1.0, 2.0]

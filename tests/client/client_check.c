@@ -98,8 +98,22 @@ static void inference(gs_client *c) {
   free(out.data);
   /* A buffer too small: GS_ERANGE, saying how many bytes it needs. */
   gs_client_tensor small = {.name = "probs", .data = tiny, .bytes = sizeof tiny};
-  CHECK(gs_client_infer(c, "digits", NULL, &in, 1, &small, 1) == GS_ERANGE && small.bytes == 40,
+  CHECK(gs_client_infer(c, "digits", NULL, &in, 1, &small, 1) == GS_ERANGE && small.bytes == 40 &&
+            strstr(gs_client_last_error(c), "output probs has 40 bytes, its buffer holds 16"),
         "%s (bytes %zu)", gs_client_last_error(c), small.bytes);
+  /* Outputs named, or not: never a mix; by position, no more than the model has. */
+  gs_client_tensor mixed[2] = {{.name = "probs"}, {0}};
+  CHECK(gs_client_infer(c, "digits", NULL, &in, 1, mixed, 2) == GS_EINVAL &&
+            strstr(gs_client_last_error(c), "name every output or none"),
+        "%s", gs_client_last_error(c));
+  gs_client_tensor two[2] = {{0}, {0}};
+  CHECK(gs_client_infer(c, "digits", NULL, &in, 1, two, 2) == GS_ENOENT && !two[0].data &&
+            strstr(gs_client_last_error(c), "fewer than 2 outputs"),
+        "%s", gs_client_last_error(c));
+  gs_client_tensor ghost = {.name = "ghost"};
+  CHECK(gs_client_infer(c, "digits", NULL, &in, 1, &ghost, 1) == GS_EINVAL &&
+            strstr(gs_client_last_error(c), "unknown output 'ghost'"),
+        "%s", gs_client_last_error(c));
   /* The daemon's own message for a bad input. */
   gs_client_tensor wrong = in;
   wrong.name = "pixelz";

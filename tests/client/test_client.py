@@ -89,9 +89,15 @@ def test_submit_example(daemon):
     assert p.returncode == 5, p.stderr
     assert p.stdout == "one\ntwo\n"
     assert re.search(r"job \d+ FAILED, exit code 5", p.stderr), p.stderr
-    # Without a token the daemon refuses, and the example says why.
+    # A token file named but unreadable is an error, never a fall back to another token.
     env.pop("GPUSRV_TOKEN")
     env["GPUSRV_TOKEN_FILE"] = "/nonexistent"
+    p = subprocess.run([submit, "--url", url, "--", "true"], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 1 and "cannot read a token from GPUSRV_TOKEN_FILE" in p.stderr, p.stderr
+    # With a wrong token the daemon refuses, and the example says why.
+    env.pop("GPUSRV_TOKEN_FILE")
+    env["GPUSRV_TOKEN"] = "gs_1_00"
     p = subprocess.run([submit, "--url", url, "--", "true"], capture_output=True, text=True,
                        env=env, timeout=60)
     assert p.returncode == 1 and "401" in p.stderr, p.stderr
