@@ -226,3 +226,34 @@ def test_no_backend_fails_with_reason():
     assert p.returncode == 1
     assert "no backend could be started" in p.stderr
     assert "GPUSRV_BACKENDS" in p.stderr
+
+
+def cuda_plugin_dir():
+    """The directory holding gpusrv-cuda.so beside the gpusrv under test."""
+    build = os.path.dirname(os.path.abspath(GPUSRV))
+    return build if os.path.exists(os.path.join(build, "gpusrv-cuda.so")) else None
+
+
+def test_cuda_plugin_says_why_it_cannot_run(tmp_path):
+    """Without a driver the CUDA plugin is skipped with that reason; against
+    the toolkit's stub libcuda it finds every driver entry point it lists
+    (versioned names included) and then says the library is only a stub."""
+    plugins = cuda_plugin_dir()
+    if not plugins:
+        pytest.skip("the CUDA plugin is not built here (no CUDA toolkit)")
+    if os.path.exists("/dev/nvidiactl"):
+        pytest.skip("this machine has an NVIDIA driver: the plugin runs for real")
+    doc = smi_json(env={"GPUSRV_PLUGIN_PATH": plugins, "GPUSRV_BACKENDS": "cpu,cuda"})
+    skipped = {s["name"]: s["reason"] for s in doc["skipped_backends"]}
+    assert "no NVIDIA driver" in skipped["cuda"] and "libcuda.so.1" in skipped["cuda"]
+    assert [d["id"] for d in doc["devices"]] == ["cpu0"]  # gpusrv carries on
+    stubs = [p for p in ("/usr/local/cuda/lib64/stubs/libcuda.so",
+                         "/usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so")
+             if os.path.exists(p)]
+    if not stubs:
+        return
+    os.symlink(stubs[0], tmp_path / "libcuda.so.1")
+    doc = smi_json(env={"GPUSRV_PLUGIN_PATH": plugins, "GPUSRV_BACKENDS": "cpu,cuda",
+                        "LD_LIBRARY_PATH": str(tmp_path)})
+    skipped = {s["name"]: s["reason"] for s in doc["skipped_backends"]}
+    assert "stub library" in skipped["cuda"], skipped["cuda"]
