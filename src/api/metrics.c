@@ -198,6 +198,53 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
           info->backend, v);
     }
   }
+  /* What GPUs add: clocks, the PCIe link, ECC errors, and health (0 healthy,
+   * 1 degraded, 2 unhealthy, the reason as a label). */
+  static const struct {
+    uint32_t bit;
+    const char *name, *type, *help;
+  } gpu_metrics[] = {
+      {GS_TM_CLOCKS, "gpusrv_device_sm_clock_mhz", "gauge", "SM clock"},
+      {GS_TM_CLOCKS, "gpusrv_device_memory_clock_mhz", "gauge", "Memory clock"},
+      {GS_TM_PCIE, "gpusrv_device_pcie_generation", "gauge", "PCIe link generation now"},
+      {GS_TM_PCIE, "gpusrv_device_pcie_width", "gauge", "PCIe link width now"},
+      {GS_TM_ECC, "gpusrv_device_ecc_errors_corrected_total", "counter",
+       "Corrected ECC errors since the driver loaded"},
+      {GS_TM_ECC, "gpusrv_device_ecc_errors_uncorrected_total", "counter",
+       "Uncorrectable ECC errors since the driver loaded"},
+      {GS_TM_HEALTH, "gpusrv_device_health", "gauge", "0 healthy, 1 degraded, 2 unhealthy"},
+  };
+  for (size_t k = 0; tm && k < sizeof gpu_metrics / sizeof gpu_metrics[0]; k++) {
+    header(&t, gpu_metrics[k].name, gpu_metrics[k].type, gpu_metrics[k].help);
+    for (int d = 0; d < nd; d++) {
+      const gs_telemetry *x = &tm[d];
+      if (!(x->valid & gpu_metrics[k].bit))
+        continue;
+      const gs_device_info *info = gs_device_get_info(gs_hal_device(d));
+      double v = k == 0 ? x->sm_clock_mhz
+                 : k == 1 ? x->memory_clock_mhz
+                 : k == 2 ? x->pcie_generation
+                 : k == 3 ? x->pcie_width
+                 : k == 4 ? (double)x->ecc_corrected
+                 : k == 5 ? (double)x->ecc_uncorrected
+                          : (double)x->health;
+      if (k == 6) {
+        char reason[2 * sizeof x->health_reason];
+        size_t o = 0; /* a label value escapes backslashes, quotes and newlines */
+        for (const char *c = x->health_reason; *c && o + 2 < sizeof reason; c++) {
+          if (*c == '\\' || *c == '"')
+            reason[o++] = '\\';
+          reason[o++] = *c == '\n' ? ' ' : *c;
+        }
+        reason[o] = '\0';
+        put(&t, "%s{device=\"%s\",backend=\"%s\",reason=\"%s\"} %.17g\n", gpu_metrics[k].name,
+            info->id, info->backend, reason, v);
+      } else {
+        put(&t, "%s{device=\"%s\",backend=\"%s\"} %.17g\n", gpu_metrics[k].name, info->id,
+            info->backend, v);
+      }
+    }
+  }
   free(tm);
   static const char *const pool_names[] = {"allocated", "reserved", "peak_allocated"};
   for (int k = 0; k < 3; k++) {

@@ -182,6 +182,26 @@ static int print_json(const sample *s, int n) {
     json_object_set_new(o, "temperature_c",
                         json_num_or_null(t->valid & GS_TM_TEMPERATURE, t->temperature_c));
     json_object_set_new(o, "power_w", json_num_or_null(t->valid & GS_TM_POWER, t->power_w));
+    json_object_set_new(o, "clocks_mhz",
+                        t->valid & GS_TM_CLOCKS ? json_pack("{s:f, s:f}", "sm", t->sm_clock_mhz,
+                                                            "memory", t->memory_clock_mhz)
+                                                : json_null());
+    json_object_set_new(o, "pcie",
+                        t->valid & GS_TM_PCIE
+                            ? json_pack("{s:i, s:i, s:i}", "generation", t->pcie_generation,
+                                        "width", t->pcie_width, "max_width", t->pcie_max_width)
+                            : json_null());
+    json_object_set_new(o, "ecc_errors",
+                        t->valid & GS_TM_ECC
+                            ? json_pack("{s:I, s:I}", "corrected", (json_int_t)t->ecc_corrected,
+                                        "uncorrected", (json_int_t)t->ecc_uncorrected)
+                            : json_null());
+    json_object_set_new(o, "health", t->valid & GS_TM_HEALTH
+                                         ? json_string(gs_health_name(t->health))
+                                         : json_null());
+    json_object_set_new(o, "health_reason", t->valid & GS_TM_HEALTH && t->health_reason[0]
+                                                ? json_string(t->health_reason)
+                                                : json_null());
     if (s[d].proc_rc == 0) {
       json_t *procs = json_array();
       for (int i = 0; i < s[d].proc_count && i < 32; i++) {

@@ -289,6 +289,10 @@ gs_device_t *gs__backend_device(const gs_backend_t *be, int i) {
   return i >= 0 && i < be->device_count ? be->devices[i] : NULL;
 }
 
+const char *gs_health_name(gs_health h) {
+  return h == GS_HEALTH_UNHEALTHY ? "unhealthy" : h == GS_HEALTH_DEGRADED ? "degraded" : "healthy";
+}
+
 int gs_device_telemetry(gs_device_t *d, gs_telemetry *out) {
   memset(out, 0, sizeof *out);
   return d->backend->iface.device_telemetry(d, out);

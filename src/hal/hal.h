@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 /* Plugins built against a different version are refused at load. */
-#define GS_HAL_API_VERSION 1u
+#define GS_HAL_API_VERSION 2u
 
 typedef struct gs_backend gs_backend_t;
 typedef struct gs_device gs_device_t;
@@ -106,7 +106,14 @@ enum {
   GS_TM_UTILIZATION = 1u << 1, /* utilization_percent */
   GS_TM_TEMPERATURE = 1u << 2, /* temperature_c */
   GS_TM_POWER = 1u << 3,       /* power_w */
+  GS_TM_CLOCKS = 1u << 4,      /* sm_clock_mhz, memory_clock_mhz */
+  GS_TM_PCIE = 1u << 5,        /* pcie_generation, pcie_width, pcie_max_width */
+  GS_TM_ECC = 1u << 6,         /* ecc_corrected, ecc_uncorrected */
+  GS_TM_HEALTH = 1u << 7,      /* health, health_reason */
 };
+typedef enum { GS_HEALTH_HEALTHY = 0, GS_HEALTH_DEGRADED, GS_HEALTH_UNHEALTHY } gs_health;
+const char *gs_health_name(gs_health h); /* "healthy", "degraded", "unhealthy" */
+
 typedef struct gs_telemetry {
   uint32_t valid;
   uint64_t memory_total_bytes;
@@ -115,6 +122,11 @@ typedef struct gs_telemetry {
   double utilization_percent; /* over the interval since the previous call, 0..100 */
   double temperature_c;
   double power_w;             /* average since the previous call */
+  double sm_clock_mhz, memory_clock_mhz;
+  int pcie_generation, pcie_width, pcie_max_width; /* the link now, and its widest */
+  uint64_t ecc_corrected, ecc_uncorrected;         /* since the driver loaded */
+  gs_health health;
+  char health_reason[160]; /* why not healthy ("" when healthy) */
 } gs_telemetry;
 
 /* Reads telemetry. Utilization and power are averages over the time since the

@@ -257,3 +257,54 @@ def test_cuda_plugin_says_why_it_cannot_run(tmp_path):
                         "LD_LIBRARY_PATH": str(tmp_path)})
     skipped = {s["name"]: s["reason"] for s in doc["skipped_backends"]}
     assert "stub library" in skipped["cuda"], skipped["cuda"]
+
+
+def test_gpu_clocks_link_errors_and_health(tmp_path):
+    """A GPU's clocks, PCIe link, ECC errors and health (here from the fakegpu
+    test plugin, as NVML would give them) in smi's JSON and in /metrics; a
+    device without them shows null and no series."""
+    fake = os.environ.get("GPUSRV_TEST_FAKE_PLUGINS")
+    if not fake:
+        pytest.skip("GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
+    tele = tmp_path / "telemetry"
+    tele.write_text("clocks 1980 2619\npcie 5 8 16\necc 3 0\nhealth 1 PCIe link at x8 of x16\n")
+    env = {"GPUSRV_PLUGIN_PATH": fake, "GPUSRV_TEST_TELEMETRY": str(tele)}
+    doc = smi_json(env=env)
+    gpu = next(d for d in doc["devices"] if d["id"] == "fakegpu0")
+    cpu = next(d for d in doc["devices"] if d["id"] == "cpu0")
+    assert gpu["clocks_mhz"] == {"sm": 1980.0, "memory": 2619.0}
+    assert gpu["pcie"] == {"generation": 5, "width": 8, "max_width": 16}
+    assert gpu["ecc_errors"] == {"corrected": 3, "uncorrected": 0}
+    assert gpu["health"] == "degraded" and gpu["health_reason"] == "PCIe link at x8 of x16"
+    assert cpu["clocks_mhz"] is None and cpu["health"] is None
+    # The same in /metrics.
+    import http.client
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "models").mkdir()
+    full_env = {**os.environ, **env}
+    full_env.pop("GPUSRV_BACKENDS", None)
+    proc = subprocess.Popen([GPUSRV, "serve", "--http-port", str(port), "--model-repository",
+                             str(tmp_path / "models"), "--state-dir", str(tmp_path / "state")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=full_env)
+    try:
+        body = None
+        for _ in range(100):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/metrics")
+                body = c.getresponse().read().decode()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert body is not None
+        assert 'gpusrv_device_health{device="fakegpu0",backend="fakegpu",reason="PCIe link at x8 of x16"} 1' in body
+        assert 'gpusrv_device_pcie_width{device="fakegpu0",backend="fakegpu"} 8' in body
+        assert 'gpusrv_device_sm_clock_mhz{device="fakegpu0",backend="fakegpu"} 1980' in body
+        assert 'gpusrv_device_ecc_errors_corrected_total{device="fakegpu0",backend="fakegpu"} 3' in body
+        assert 'gpusrv_device_health{device="cpu0"' not in body
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

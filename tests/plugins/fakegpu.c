@@ -1,12 +1,16 @@
 /* fakegpu.c - a test plugin: the CPU backend's implementation under the name
  * "fakegpu", whose devices report the processes using them with figures read
  * from the file named by GPUSRV_TEST_PROCESSES ("PID BYTES" per line), as
- * NVML would report a GPU's processes. Lets the front desk's watch of
- * per-process device memory be tested without a GPU. */
+ * NVML would report a GPU's processes, and GPU telemetry from the file named
+ * by GPUSRV_TEST_TELEMETRY (lines "clocks SM MEM", "pcie GEN WIDTH MAX",
+ * "ecc CORRECTED UNCORRECTED", "health 0|1|2 REASON..."). Lets the front
+ * desk's watch of per-process device memory, and the way smi and /metrics
+ * show a GPU's clocks, link, errors and health, be tested without a GPU. */
 #include "hal/hal_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const uint32_t gs_plugin_api_version = GS_HAL_API_VERSION;
 
@@ -32,10 +36,44 @@ static int fake_processes(gs_device_t *device, gs_process_info *out, int max, in
   return GS_OK;
 }
 
+static int fake_telemetry(gs_device_t *device, gs_telemetry *out) {
+  int rc = gs__cpu_backend_iface.device_telemetry(device, out);
+  const char *path = getenv("GPUSRV_TEST_TELEMETRY");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  char line[256];
+  while (rc == 0 && f && fgets(line, sizeof line, f)) {
+    int a, b, c, n = 0;
+    unsigned long long x, y;
+    if (sscanf(line, "clocks %d %d", &a, &b) == 2) {
+      out->valid |= GS_TM_CLOCKS;
+      out->sm_clock_mhz = a;
+      out->memory_clock_mhz = b;
+    } else if (sscanf(line, "pcie %d %d %d", &a, &b, &c) == 3) {
+      out->valid |= GS_TM_PCIE;
+      out->pcie_generation = a;
+      out->pcie_width = b;
+      out->pcie_max_width = c;
+    } else if (sscanf(line, "ecc %llu %llu", &x, &y) == 2) {
+      out->valid |= GS_TM_ECC;
+      out->ecc_corrected = x;
+      out->ecc_uncorrected = y;
+    } else if (sscanf(line, "health %d %n", &a, &n) == 1) {
+      out->valid |= GS_TM_HEALTH;
+      out->health = (gs_health)a;
+      snprintf(out->health_reason, sizeof out->health_reason, "%s", line + n);
+      out->health_reason[strcspn(out->health_reason, "\n")] = '\0';
+    }
+  }
+  if (f)
+    fclose(f);
+  return rc;
+}
+
 int gs_plugin_init(const gs_backend_iface **out) {
   iface = gs__cpu_backend_iface;
   iface.name = "fakegpu";
   iface.device_processes = fake_processes;
+  iface.device_telemetry = fake_telemetry;
   *out = &iface;
   return GS_OK;
 }

@@ -463,6 +463,30 @@ static const cu_kernel axpy_kernel = {"axpy_f32", launch_axpy};
 
 /* ---- telemetry ---------------------------------------------------------------------------------- */
 
+/* Healthy, degraded or unhealthy, with the reason: a GPU NVML has lost
+ * (fallen off the bus), uncorrectable memory errors, or a PCIe link running
+ * narrower than it can. */
+static void judge_health(cu_device *d, gs_telemetry *t) {
+  gs_nvml_memory m;
+  t->valid |= GS_TM_HEALTH;
+  t->health = GS_HEALTH_HEALTHY;
+  t->health_reason[0] = '\0';
+  if (nvml.memory(d->nvml, &m) == GS_NVML_ERROR_GPU_IS_LOST) {
+    t->health = GS_HEALTH_UNHEALTHY;
+    snprintf(t->health_reason, sizeof t->health_reason,
+             "the GPU is lost (NVML_ERROR_GPU_IS_LOST: fell off the bus; reset or reboot)");
+  } else if ((t->valid & GS_TM_ECC) && t->ecc_uncorrected > 0) {
+    t->health = GS_HEALTH_UNHEALTHY;
+    snprintf(t->health_reason, sizeof t->health_reason,
+             "%llu uncorrectable ECC errors since the driver loaded",
+             (unsigned long long)t->ecc_uncorrected);
+  } else if ((t->valid & GS_TM_PCIE) && t->pcie_width < t->pcie_max_width) {
+    t->health = GS_HEALTH_DEGRADED;
+    snprintf(t->health_reason, sizeof t->health_reason, "PCIe link at x%d of x%d",
+             t->pcie_width, t->pcie_max_width);
+  }
+}
+
 static int cu_telemetry(gs_device_t *device, gs_telemetry *out) {
   cu_device *d = gs__device_ctx(device);
   memset(out, 0, sizeof *out);
@@ -488,6 +512,31 @@ static int cu_telemetry(gs_device_t *device, gs_telemetry *out) {
       out->valid |= GS_TM_POWER;
       out->power_w = mw / 1000.0;
     }
+    unsigned int sm, mem, gen, width, max_width;
+    if (nvml.clock(d->nvml, GS_NVML_CLOCK_SM, &sm) == GS_NVML_SUCCESS &&
+        nvml.clock(d->nvml, GS_NVML_CLOCK_MEM, &mem) == GS_NVML_SUCCESS) {
+      out->valid |= GS_TM_CLOCKS;
+      out->sm_clock_mhz = sm;
+      out->memory_clock_mhz = mem;
+    }
+    if (nvml.pcie_gen(d->nvml, &gen) == GS_NVML_SUCCESS &&
+        nvml.pcie_width(d->nvml, &width) == GS_NVML_SUCCESS &&
+        nvml.pcie_max_width(d->nvml, &max_width) == GS_NVML_SUCCESS) {
+      out->valid |= GS_TM_PCIE;
+      out->pcie_generation = (int)gen;
+      out->pcie_width = (int)width;
+      out->pcie_max_width = (int)max_width;
+    }
+    unsigned long long corrected, uncorrected; /* not supported without ECC memory */
+    if (nvml.ecc_errors(d->nvml, GS_NVML_ECC_CORRECTED, GS_NVML_VOLATILE_ECC, &corrected) ==
+            GS_NVML_SUCCESS &&
+        nvml.ecc_errors(d->nvml, GS_NVML_ECC_UNCORRECTED, GS_NVML_VOLATILE_ECC, &uncorrected) ==
+            GS_NVML_SUCCESS) {
+      out->valid |= GS_TM_ECC;
+      out->ecc_corrected = corrected;
+      out->ecc_uncorrected = uncorrected;
+    }
+    judge_health(d, out);
     return GS_OK;
   }
   /* Without NVML: memory from the driver, nothing else. */

@@ -54,6 +54,8 @@ enum { GS_NVML_VOLATILE_ECC = 0 };
     (gs_nvml_device, unsigned int *))                                                       \
   X(pcie_width, "nvmlDeviceGetCurrPcieLinkWidth", gs_nvml_return,                           \
     (gs_nvml_device, unsigned int *))                                                       \
+  X(pcie_max_width, "nvmlDeviceGetMaxPcieLinkWidth", gs_nvml_return,                        \
+    (gs_nvml_device, unsigned int *))                                                       \
   X(ecc_errors, "nvmlDeviceGetTotalEccErrors", gs_nvml_return,                              \
     (gs_nvml_device, int, int, unsigned long long *))                                       \
   X(processes, "nvmlDeviceGetComputeRunningProcesses_v3", gs_nvml_return,                   \
