@@ -577,7 +577,7 @@ static int place_weights(gs_plan *p, uint64_t *total) {
  * the staging buffer (offsets kept in host[] until the buffer exists). */
 static int plan_fallback(gs_plan *p, step *st, uint64_t *staging_bytes) {
   const gs_op_call *c = st->call;
-  if (gs_device_supports_op(p->device, c->op->name))
+  if (gs_device_supports_launch(p->device, c->op->name, &c, sizeof c))
     return 0;
   gs_backend_t *cpu = gs_hal_backend_by_name("cpu");
   st->cpu_kernel = cpu ? gs__backend_find_kernel(cpu, c->op->name) : NULL;

@@ -35,6 +35,12 @@ static int default_telemetry(gs_device_t *device, gs_telemetry *out) {
   memset(out, 0, sizeof *out);
   return GS_OK;
 }
+static bool default_kernel_supports(const void *kernel, const void *params, size_t size) {
+  (void)kernel;
+  (void)params;
+  (void)size;
+  return true;
+}
 static int default_processes(gs_device_t *device, gs_process_info *out, int max, int *count) {
   (void)out;
   (void)max;
@@ -78,6 +84,8 @@ static int iface_complete(const gs_backend_iface *in, gs_backend_iface *out) {
     out->device_telemetry = default_telemetry;
   if (!out->device_processes)
     out->device_processes = default_processes;
+  if (!out->kernel_supports)
+    out->kernel_supports = default_kernel_supports;
   return GS_OK;
 }
 
@@ -394,4 +402,10 @@ const void *gs__backend_find_kernel(const gs_backend_t *be, const char *name) {
 
 bool gs_device_supports_op(const gs_device_t *d, const char *op) {
   return op && gs__backend_find_kernel(d->backend, op) != NULL;
+}
+
+bool gs_device_supports_launch(const gs_device_t *d, const char *op, const void *params,
+                               size_t params_size) {
+  const void *kernel = op ? gs__backend_find_kernel(d->backend, op) : NULL;
+  return kernel && d->backend->iface.kernel_supports(kernel, params, params_size);
 }

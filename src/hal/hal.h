@@ -253,6 +253,10 @@ typedef struct gs_kernel_args {
 
 /* True when the device's backend has a kernel registered under `op`. */
 bool gs_device_supports_op(const gs_device_t *device, const char *op);
+/* ... and whether that kernel runs a launch with these parameters (a
+ * backend's kernel may cover some types or shapes of an op only). */
+bool gs_device_supports_launch(const gs_device_t *device, const char *op, const void *params,
+                               size_t params_size);
 /* Queues the kernel registered under `op`. GS_ENOTSUP if there is none. */
 int gs_stream_launch(gs_stream_t *s, const char *op, const gs_kernel_args *args);
 

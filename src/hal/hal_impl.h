@@ -81,6 +81,9 @@ typedef struct gs_backend_iface {
   int (*device_telemetry)(gs_device_t *device, gs_telemetry *out);
   /* Optional: default GS_ENOTSUP. */
   int (*device_processes)(gs_device_t *device, gs_process_info *out, int max, int *count);
+  /* Optional: whether `kernel` runs a launch with these parameters (the
+   * types and shapes it covers); default: every launch. */
+  bool (*kernel_supports)(const void *kernel, const void *params, size_t params_size);
 } gs_backend_iface;
 
 /* ---- plugins ------------------------------------------------------------ */

@@ -8,9 +8,7 @@
  * from NVML (nvml.h). Without a driver, with a driver older than the headers,
  * with a driver whose library and kernel module disagree, or without a
  * device, the plugin is skipped with that reason and gpusrv carries on. */
-#include "hal/cuda/cuda_driver.h"
-#include "hal/cuda/nvml.h"
-#include "hal/hal_impl.h"
+#include "hal/cuda/cuda_internal.h"
 
 #include "base/log.h"
 #include "cuda_kernels.h" /* generated from kernels.cu: gs_cuda_kernels_fatbin */
@@ -21,34 +19,14 @@
 
 const uint32_t gs_plugin_api_version = GS_HAL_API_VERSION;
 
-#define MARKS 64 /* recorded events per stream for stream-ordered reuse */
+#define MARKS GS_CUDA_MARKS
+#define cu gs__cu
 
-static gs_cuda_driver cu;
+gs_cuda_driver gs__cu;
+gs_cublas gs__cublas;
+bool gs__have_cublas;
 static gs_nvml nvml;
 static bool have_nvml;
-
-typedef struct cu_device {
-  CUdevice dev;
-  CUcontext ctx;
-  char pci_bus_id[32];
-  gs_nvml_device nvml; /* NULL without NVML */
-  CUmodule module;
-  CUfunction axpy;
-} cu_device;
-
-typedef struct cu_stream {
-  cu_device *d;
-  CUstream s;
-  pthread_mutex_t lock;
-  uint64_t issued, passed; /* tickets handed out, and the last one known passed */
-  struct {
-    uint64_t ticket;
-    CUevent ev;
-  } marks[MARKS];
-  int next_mark;
-  int error; /* the first failure of a host function, until synchronize */
-  char error_detail[256];
-} cu_stream;
 
 typedef struct cu_event {
   cu_device *d;
@@ -56,7 +34,7 @@ typedef struct cu_event {
 } cu_event;
 
 /* A driver failure as a GS_E code with the driver's own words. */
-static int cu_fail(CUresult r, const char *what) {
+int gs__cu_fail(CUresult r, const char *what) {
   const char *name = NULL, *text = NULL;
   if (cu.cuGetErrorName(r, &name) != CUDA_SUCCESS)
     name = NULL;
@@ -75,7 +53,7 @@ static int cu_fail(CUresult r, const char *what) {
 /* Driver calls act on the calling thread's current context. */
 static int use(const cu_device *d) {
   CUresult r = cu.cuCtxSetCurrent(d->ctx);
-  return r == CUDA_SUCCESS ? GS_OK : cu_fail(r, "cuCtxSetCurrent");
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuCtxSetCurrent");
 }
 
 /* ---- memory --------------------------------------------------------------------------- */
@@ -91,7 +69,7 @@ static int cu_segment_alloc(gs_device_t *device, gs_mem_kind kind, size_t size, 
     void *p = NULL;
     r = cu.cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE);
     if (r != CUDA_SUCCESS)
-      return cu_fail(r, "cuMemHostAlloc");
+      return gs__cu_fail(r, "cuMemHostAlloc");
     out->native = p;
     out->host_ptr = p;
     return GS_OK;
@@ -99,7 +77,7 @@ static int cu_segment_alloc(gs_device_t *device, gs_mem_kind kind, size_t size, 
   CUdeviceptr p = 0;
   r = cu.cuMemAlloc(&p, size);
   if (r != CUDA_SUCCESS)
-    return cu_fail(r, "cuMemAlloc");
+    return gs__cu_fail(r, "cuMemAlloc");
   out->native = (void *)(uintptr_t)p;
   out->host_ptr = NULL;
   return GS_OK;
@@ -164,7 +142,7 @@ static int queue_host_call(cu_stream *s, gs_host_fn fn, void *arg, bool free_arg
     if (free_arg)
       free(arg);
     free(h);
-    return cu_fail(r, "cuLaunchHostFunc");
+    return gs__cu_fail(r, "cuLaunchHostFunc");
   }
   return GS_OK;
 }
@@ -217,7 +195,7 @@ static int cu_stream_create(gs_device_t *device, unsigned flags, void **out) {
       cu.cuStreamDestroy(s->s);
     pthread_mutex_destroy(&s->lock);
     free(s);
-    return cu_fail(r, "cuStreamCreate");
+    return gs__cu_fail(r, "cuStreamCreate");
   }
   *out = s;
   return GS_OK;
@@ -227,6 +205,8 @@ static void cu_stream_destroy(void *stream) {
   cu_stream *s = stream;
   if (use(s->d) == 0) {
     cu.cuStreamSynchronize(s->s);
+    if (s->blas)
+      gs__cublas.cublasDestroy(s->blas);
     for (int i = 0; i < MARKS; i++)
       cu.cuEventDestroy(s->marks[i].ev);
     cu.cuStreamDestroy(s->s);
@@ -255,7 +235,7 @@ static int cu_stream_copy(void *stream, gs_buffer_t *dst, size_t dst_offset, voi
     r = cu.cuMemcpyHtoDAsync(device_side(dst, dst_offset), sh, bytes, s->s);
   else
     r = cu.cuMemcpyDtoHAsync(dh, device_side(src, src_offset), bytes, s->s);
-  return r == CUDA_SUCCESS ? GS_OK : cu_fail(r, "copy");
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "copy");
 }
 
 static int cu_stream_memset(void *stream, gs_buffer_t *dst, size_t offset, uint8_t value,
@@ -270,7 +250,7 @@ static int cu_stream_memset(void *stream, gs_buffer_t *dst, size_t offset, uint8
   if (h)
     return queue_host_copy(s, h, NULL, bytes, value);
   CUresult r = cu.cuMemsetD8Async(device_side(dst, offset), value, bytes, s->s);
-  return r == CUDA_SUCCESS ? GS_OK : cu_fail(r, "cuMemsetD8Async");
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuMemsetD8Async");
 }
 
 static int cu_host_func(void *stream, gs_host_fn fn, void *arg) {
@@ -293,7 +273,7 @@ static int cu_synchronize(void *stream) {
   s->error_detail[0] = '\0';
   pthread_mutex_unlock(&s->lock);
   if (r != CUDA_SUCCESS)
-    return cu_fail(r, "cuStreamSynchronize");
+    return gs__cu_fail(r, "cuStreamSynchronize");
   return err < 0 ? gs_error(err, "%s", detail) : GS_OK;
 }
 
@@ -319,7 +299,7 @@ static int cu_mark(void *stream, uint64_t *ticket) {
     s->next_mark = (at + 1) % MARKS;
   }
   pthread_mutex_unlock(&s->lock);
-  return r == CUDA_SUCCESS ? GS_OK : cu_fail(r, "recording a stream mark");
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "recording a stream mark");
 }
 
 static int cu_passed(void *stream, uint64_t ticket) {
@@ -337,7 +317,7 @@ static int cu_passed(void *stream, uint64_t ticket) {
       s->passed = s->marks[i].ticket;
       result = 1;
     } else if (r != CUDA_ERROR_NOT_READY) {
-      result = cu_fail(r, "cuEventQuery");
+      result = gs__cu_fail(r, "cuEventQuery");
     }
   }
   pthread_mutex_unlock(&s->lock);
@@ -358,7 +338,7 @@ static int cu_event_create(gs_device_t *device, void **out) {
   CUresult r = cu.cuEventCreate(&e->ev, CU_EVENT_DEFAULT);
   if (r != CUDA_SUCCESS) {
     free(e);
-    return cu_fail(r, "cuEventCreate");
+    return gs__cu_fail(r, "cuEventCreate");
   }
   *out = e;
   return GS_OK;
@@ -376,7 +356,7 @@ static int cu_event_record(void *event, void *stream) {
   cu_stream *s = stream;
   int rc = use(s->d);
   CUresult r = rc < 0 ? CUDA_SUCCESS : cu.cuEventRecord(e->ev, s->s);
-  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : cu_fail(r, "cuEventRecord");
+  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuEventRecord");
 }
 
 static int cu_wait_event(void *stream, void *event) {
@@ -384,14 +364,14 @@ static int cu_wait_event(void *stream, void *event) {
   cu_event *e = event;
   int rc = use(s->d);
   CUresult r = rc < 0 ? CUDA_SUCCESS : cu.cuStreamWaitEvent(s->s, e->ev, 0);
-  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : cu_fail(r, "cuStreamWaitEvent");
+  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuStreamWaitEvent");
 }
 
 static int cu_event_synchronize(void *event) {
   cu_event *e = event;
   int rc = use(e->d);
   CUresult r = rc < 0 ? CUDA_SUCCESS : cu.cuEventSynchronize(e->ev);
-  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : cu_fail(r, "cuEventSynchronize");
+  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuEventSynchronize");
 }
 
 static int cu_event_query(void *event) {
@@ -400,7 +380,7 @@ static int cu_event_query(void *event) {
   if (rc < 0)
     return rc;
   CUresult r = cu.cuEventQuery(e->ev);
-  return r == CUDA_SUCCESS ? 1 : r == CUDA_ERROR_NOT_READY ? 0 : cu_fail(r, "cuEventQuery");
+  return r == CUDA_SUCCESS ? 1 : r == CUDA_ERROR_NOT_READY ? 0 : gs__cu_fail(r, "cuEventQuery");
 }
 
 static int cu_elapsed(void *start, void *end, uint64_t *ns) {
@@ -411,27 +391,45 @@ static int cu_elapsed(void *start, void *end, uint64_t *ns) {
   float ms = 0;
   CUresult r = cu.cuEventElapsedTime(&ms, a->ev, b->ev);
   if (r != CUDA_SUCCESS)
-    return cu_fail(r, "cuEventElapsedTime");
+    return gs__cu_fail(r, "cuEventElapsedTime");
   *ns = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
   return GS_OK;
 }
 
 /* ---- kernels ------------------------------------------------------------------------------- */
 
-/* A kernel registered for an op: how to queue a launch of it. */
-typedef struct cu_kernel {
-  const char *name;
-  int (*launch)(cu_stream *s, const gs_kernel_args *args);
-} cu_kernel;
-
 static int cu_stream_launch(void *stream, const void *kernel, const gs_kernel_args *args) {
   cu_stream *s = stream;
+  const cu_kernel *k = kernel;
   int rc = use(s->d);
-  return rc < 0 ? rc : ((const cu_kernel *)kernel)->launch(s, args);
+  return rc < 0 ? rc : k->launch(k, s, args);
+}
+
+static bool cu_kernel_supports(const void *kernel, const void *params, size_t params_size) {
+  const cu_kernel *k = kernel;
+  return !k->supports || k->supports(k, params, params_size);
+}
+
+int gs__cu_device_ptr(gs_buffer_t *b, size_t offset, CUdeviceptr *out) {
+  if (!b || host_side(b, offset))
+    return gs_error(GS_EINVAL, "a CUDA kernel's operand must be a device buffer");
+  *out = device_side(b, offset);
+  return GS_OK;
+}
+
+int gs__cu_launch_1d(cu_stream *s, CUfunction fn, unsigned long long n, void **params) {
+  if (n == 0)
+    return GS_OK;
+  unsigned threads = 256;
+  unsigned long long want = (n + threads - 1) / threads;
+  unsigned blocks = want > 65535 ? 65535 : (unsigned)want; /* the kernels stride over the rest */
+  CUresult r = cu.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, s->s, params, NULL);
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuLaunchKernel");
 }
 
 /* y += alpha * x: the HAL's test kernel. Device buffers only. */
-static int launch_axpy(cu_stream *s, const gs_kernel_args *a) {
+static int launch_axpy(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  (void)k;
   if (a->buffer_count != 2 || !a->buffers[0] || !a->buffers[1] ||
       a->params_size != sizeof(gs_axpy_params))
     return gs_error(GS_EINVAL, "axpy_f32: expects 2 buffers and gs_axpy_params");
@@ -446,20 +444,14 @@ static int launch_axpy(cu_stream *s, const gs_kernel_args *a) {
     return gs_error(GS_EINVAL, "axpy_f32: operands must be device buffers");
   if (a->offsets[0] % sizeof(float) || a->offsets[1] % sizeof(float))
     return gs_error(GS_EINVAL, "axpy_f32: operands must start at a multiple of 4 bytes");
-  if (p.n == 0)
-    return GS_OK;
   CUdeviceptr x = device_side(xb, a->offsets[0]), y = device_side(yb, a->offsets[1]);
   unsigned long long n = p.n;
   float alpha = p.alpha;
   void *params[] = {&x, &y, &n, &alpha};
-  unsigned threads = 256;
-  unsigned long long want = (n + threads - 1) / threads;
-  unsigned blocks = want > 65535 ? 65535 : (unsigned)want; /* the kernel strides over the rest */
-  CUresult r = cu.cuLaunchKernel(s->d->axpy, blocks, 1, 1, threads, 1, 1, 0, s->s, params, NULL);
-  return r == CUDA_SUCCESS ? GS_OK : cu_fail(r, "axpy_f32");
+  return gs__cu_launch_1d(s, s->d->axpy, n, params);
 }
 
-static const cu_kernel axpy_kernel = {"axpy_f32", launch_axpy};
+static const cu_kernel axpy_kernel = {"axpy_f32", 0, NULL, launch_axpy};
 
 /* ---- telemetry ---------------------------------------------------------------------------------- */
 
@@ -609,7 +601,7 @@ static int add_device(gs_backend_t *backend, int ordinal) {
   if (r == CUDA_SUCCESS)
     r = cu.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
   if (r != CUDA_SUCCESS) {
-    int rc = cu_fail(r, "device setup");
+    int rc = gs__cu_fail(r, "device setup");
     release_device(d);
     return rc;
   }
@@ -617,9 +609,11 @@ static int add_device(gs_backend_t *backend, int ordinal) {
   info.compute_units = attribute(d->dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   int rc = use(d);
   if (rc == 0 && (r = cu.cuModuleLoadData(&d->module, gs_cuda_kernels_fatbin)) != CUDA_SUCCESS)
-    rc = cu_fail(r, "loading the kernels (is this GPU older than sm_80?)");
+    rc = gs__cu_fail(r, "loading the kernels (is this GPU older than sm_80?)");
   if (rc == 0 && (r = cu.cuModuleGetFunction(&d->axpy, d->module, "axpy_f32")) != CUDA_SUCCESS)
-    rc = cu_fail(r, "cuModuleGetFunction(axpy_f32)");
+    rc = gs__cu_fail(r, "cuModuleGetFunction(axpy_f32)");
+  if (rc == 0)
+    rc = gs__cuda_find_op_functions(d);
   if (rc == 0 && have_nvml && nvml.by_pci_bus_id(d->pci_bus_id, &d->nvml) != GS_NVML_SUCCESS)
     d->nvml = NULL; /* telemetry then says "not available" */
   gs_device_caps caps = {
@@ -658,7 +652,7 @@ static int cu_init(gs_backend_t *backend) {
          : r == CUDA_ERROR_SYSTEM_DRIVER_MISMATCH || r == CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
              ? gs_error(GS_EVERSION, "the NVIDIA driver is too old for CUDA %d.%d (cuInit)",
                         CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10)
-             : cu_fail(r, "cuInit");
+             : gs__cu_fail(r, "cuInit");
     gs_cuda_driver_unload(&cu);
     return rc;
   }
@@ -687,7 +681,11 @@ static int cu_init(gs_backend_t *backend) {
     gs_cuda_driver_unload(&cu);
     return rc;
   }
-  return gs__backend_register_kernel(backend, "axpy_f32", &axpy_kernel);
+  gs__have_cublas = gs_cublas_load(&gs__cublas) == GS_OK;
+  if (!gs__have_cublas)
+    GS_LOGW("cuda", "GEMM runs on the CPU: %s", gs_error_detail());
+  rc = gs__backend_register_kernel(backend, "axpy_f32", &axpy_kernel);
+  return rc < 0 ? rc : gs__cuda_register_ops(backend);
 }
 
 static void cu_shutdown(gs_backend_t *backend) {
@@ -695,6 +693,8 @@ static void cu_shutdown(gs_backend_t *backend) {
     release_device(gs__device_ctx(gs__backend_device(backend, i)));
   if (have_nvml)
     gs_nvml_unload(&nvml);
+  if (gs__have_cublas)
+    gs_cublas_unload(&gs__cublas);
   gs_cuda_driver_unload(&cu);
 }
 
@@ -722,6 +722,7 @@ static const gs_backend_iface iface = {
     .event_elapsed_ns = cu_elapsed,
     .device_telemetry = cu_telemetry,
     .device_processes = cu_processes,
+    .kernel_supports = cu_kernel_supports,
 };
 
 int gs_plugin_init(const gs_backend_iface **out) {

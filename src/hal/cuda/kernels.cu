@@ -9,3 +9,54 @@ extern "C" __global__ void axpy_f32(const float *x, float *y, unsigned long long
   for (; i < n; i += stride)
     y[i] += alpha * x[i];
 }
+
+// The engine's elementwise ops on float32. Ops are numbered as the plugin's
+// launchers number them (cuda_backend.c).
+enum { UNARY_RELU, UNARY_SIGMOID, UNARY_TANH };
+enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
+
+extern "C" __global__ void unary_f32(const float *x, float *y, unsigned long long n, int op) {
+  unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float v = x[i];
+    y[i] = op == UNARY_RELU ? (v > 0.0f ? v : 0.0f)
+           : op == UNARY_SIGMOID ? 1.0f / (1.0f + expf(-v))
+                                 : tanhf(v);
+  }
+}
+
+// NumPy broadcasting: the output's shape and, per operand, the stride of
+// each output dimension in elements (0 where the operand is broadcast).
+struct broadcast {
+  int rank;
+  long long dims[8];
+  long long a_strides[8], b_strides[8];
+};
+
+extern "C" __global__ void binary_f32(const float *a, const float *b, float *y,
+                                      unsigned long long n, int op, broadcast s) {
+  unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    unsigned long long rest = i;
+    long long ia = 0, ib = 0;
+    for (int d = s.rank - 1; d >= 0; d--) {
+      long long at = (long long)(rest % (unsigned long long)s.dims[d]);
+      rest /= (unsigned long long)s.dims[d];
+      ia += at * s.a_strides[d];
+      ib += at * s.b_strides[d];
+    }
+    float u = a[ia], v = b[ib];
+    y[i] = op == BINARY_ADD ? u + v : op == BINARY_SUB ? u - v : op == BINARY_MUL ? u * v : u / v;
+  }
+}
+
+// Every row of y (rows x n) starts as the bias: GEMM then adds onto it.
+extern "C" __global__ void bias_rows_f32(const float *bias, float *y, unsigned long long rows,
+                                         unsigned long long n) {
+  unsigned long long total = rows * n, stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+       i < total; i += stride)
+    y[i] = bias[i % n];
+}

@@ -1,0 +1,62 @@
+/* cuda_internal.h - what the CUDA plugin's files share: its devices,
+ * streams and kernels, the driver and cuBLAS tables, and small helpers. */
+#ifndef GS_HAL_CUDA_INTERNAL_H
+#define GS_HAL_CUDA_INTERNAL_H
+
+#include "hal/cuda/cuda_blas.h"
+#include "hal/cuda/cuda_driver.h"
+#include "hal/cuda/nvml.h"
+#include "hal/hal_impl.h"
+
+#define GS_CUDA_MARKS 64 /* recorded events per stream for stream-ordered reuse */
+
+extern gs_cuda_driver gs__cu;
+extern gs_cublas gs__cublas;
+extern bool gs__have_cublas;
+
+typedef struct cu_device {
+  CUdevice dev;
+  CUcontext ctx;
+  char pci_bus_id[32];
+  gs_nvml_device nvml; /* NULL without NVML */
+  CUmodule module;
+  CUfunction axpy, unary, binary, bias_rows;
+} cu_device;
+
+typedef struct cu_stream {
+  cu_device *d;
+  CUstream s;
+  pthread_mutex_t lock;
+  uint64_t issued, passed; /* tickets handed out, and the last one known passed */
+  struct {
+    uint64_t ticket;
+    CUevent ev;
+  } marks[GS_CUDA_MARKS];
+  int next_mark;
+  int error; /* the first failure of a host function, until synchronize */
+  char error_detail[256];
+  cublasHandle_t blas; /* made on first use, bound to this stream */
+} cu_stream;
+
+/* A kernel registered for an op: whether it runs a launch (types, shapes),
+ * and how to queue one. `op` selects among the variants one function runs. */
+typedef struct cu_kernel {
+  const char *name;
+  int op;
+  bool (*supports)(const struct cu_kernel *k, const void *params, size_t params_size);
+  int (*launch)(const struct cu_kernel *k, cu_stream *s, const gs_kernel_args *args);
+} cu_kernel;
+
+/* A driver failure as a GS_E code with the driver's own words. */
+int gs__cu_fail(CUresult r, const char *what);
+/* Where a buffer's bytes are on the device; GS_EINVAL for host (pinned) ones. */
+int gs__cu_device_ptr(gs_buffer_t *b, size_t offset, CUdeviceptr *out);
+/* Queues `fn` over n elements with a grid that strides over the rest. */
+int gs__cu_launch_1d(cu_stream *s, CUfunction fn, unsigned long long n, void **params);
+
+/* The engine's ops on CUDA (cuda_ops.c): registers them with the backend. */
+int gs__cuda_register_ops(gs_backend_t *backend);
+/* Looks up the ops' functions in a device's module. */
+int gs__cuda_find_op_functions(cu_device *d);
+
+#endif

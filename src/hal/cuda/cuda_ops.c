@@ -1,0 +1,234 @@
+/* cuda_ops.c - the engine's ops on CUDA: float32 Relu, Sigmoid and Tanh,
+ * Add, Sub, Mul and Div with NumPy broadcasting (kernels.cu), and MatMul
+ * (with the plan's fused bias and Relu) through cuBLAS. Each kernel says
+ * which launches it runs (kernel_supports); the plan runs the others, and
+ * every op without a kernel here, on the CPU. A launch receives its node's
+ * gs_op_call, as the CPU's kernels do. */
+#include "hal/cuda/cuda_internal.h"
+
+#include "engine/op.h"
+#include "engine/ops/op_attrs.h"
+
+#include <string.h>
+
+enum { UNARY_RELU, UNARY_SIGMOID, UNARY_TANH };       /* as kernels.cu numbers them */
+enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
+
+typedef struct broadcast { /* kernels.cu's struct broadcast */
+  int rank;
+  long long dims[8];
+  long long a_strides[8], b_strides[8];
+} broadcast;
+
+static const gs_op_call *call_of(const void *params, size_t size) {
+  return size == sizeof(const gs_op_call *) ? *(const gs_op_call *const *)params : NULL;
+}
+
+static bool all_f32(const gs_op_call *c) {
+  for (int i = 0; i < c->n_in; i++)
+    if (c->in[i].dtype != GS_DT_FLOAT32 && c->in[i].dtype != GS_DT_INVALID)
+      return false;
+  for (int i = 0; i < c->n_out; i++)
+    if (c->out[i].dtype != GS_DT_FLOAT32)
+      return false;
+  return true;
+}
+
+/* ---- unary ----------------------------------------------------------------------------- */
+
+static bool unary_supports(const cu_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->n_in == 1 && c->n_out == 1 && all_f32(c);
+}
+
+static int unary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  const gs_op_call *c = call_of(a->params, a->params_size);
+  if (!c || !unary_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "%s on CUDA: float32 only", k->name);
+  CUdeviceptr x, y;
+  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
+  if (rc < 0)
+    return rc;
+  unsigned long long n = (unsigned long long)gs_shape_numel(&c->out[0].shape);
+  int op = k->op;
+  void *params[] = {&x, &y, &n, &op};
+  return gs__cu_launch_1d(s, s->d->unary, n, params);
+}
+
+/* ---- binary ----------------------------------------------------------------------------- */
+
+/* Strides of `in` over the output's dimensions: 0 where it is broadcast. */
+static void strides_over(const gs_shape *in, const gs_shape *out, long long *strides) {
+  long long stride = 1;
+  for (int d = out->rank - 1; d >= 0; d--) {
+    int di = d - (out->rank - in->rank);
+    if (di >= 0 && in->dims[di] > 1) {
+      strides[d] = stride;
+      stride *= in->dims[di];
+    } else {
+      strides[d] = 0;
+    }
+  }
+}
+
+static bool binary_supports(const cu_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->n_in == 2 && c->n_out == 1 && all_f32(c) && c->out[0].shape.rank <= 8 &&
+         c->in[0].dtype == GS_DT_FLOAT32 && c->in[1].dtype == GS_DT_FLOAT32;
+}
+
+static int binary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  const gs_op_call *c = call_of(a->params, a->params_size);
+  if (!c || !binary_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "%s on CUDA: float32 of rank 8 or less only", k->name);
+  CUdeviceptr x, z, y;
+  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &z);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[2], a->offsets[2], &y);
+  if (rc < 0)
+    return rc;
+  broadcast b = {.rank = c->out[0].shape.rank};
+  for (int d = 0; d < b.rank; d++)
+    b.dims[d] = c->out[0].shape.dims[d];
+  strides_over(&c->in[0].shape, &c->out[0].shape, b.a_strides);
+  strides_over(&c->in[1].shape, &c->out[0].shape, b.b_strides);
+  unsigned long long n = (unsigned long long)gs_shape_numel(&c->out[0].shape);
+  int op = k->op;
+  void *params[] = {&x, &z, &y, &n, &op, &b};
+  return gs__cu_launch_1d(s, s->d->binary, n, params);
+}
+
+/* ---- MatMul through cuBLAS --------------------------------------------------------------------- */
+
+static bool matmul_supports(const cu_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  if (!gs__have_cublas || !c || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
+    return false;
+  const gs_matmul_attrs *m = c->attrs;
+  return m && m->m <= INT32_MAX && m->n <= INT32_MAX && m->k <= INT32_MAX;
+}
+
+/* Element offsets of batch `b`'s matrices (as the CPU kernel computes them). */
+static void batch_offsets(const gs_matmul_attrs *m, int64_t b, int64_t *oa, int64_t *ob) {
+  *oa = *ob = 0;
+  for (int d = m->batch_rank - 1; d >= 0; d--) {
+    int64_t i = b % m->batch_dims[d];
+    b /= m->batch_dims[d];
+    *oa += i * m->a_batch_strides[d];
+    *ob += i * m->b_batch_strides[d];
+  }
+}
+
+static int blas_fail(cublasStatus_t st, const char *what) {
+  return gs_error(st == CUBLAS_STATUS_ALLOC_FAILED ? GS_ENOMEM : GS_EDEVICE,
+                  "%s: cuBLAS status %d", what, (int)st);
+}
+
+static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  const gs_op_call *c = call_of(a->params, a->params_size);
+  if (!c || !matmul_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "MatMul on CUDA: float32 through cuBLAS only");
+  const gs_matmul_attrs *m = c->attrs;
+  CUdeviceptr A, B, Y, bias = 0;
+  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &A);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &B);
+  if (rc == 0 && m->has_bias)
+    rc = gs__cu_device_ptr(a->buffers[2], a->offsets[2], &bias);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &Y);
+  if (rc < 0)
+    return rc;
+  if (!s->blas) {
+    cublasStatus_t st = gs__cublas.cublasCreate(&s->blas);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = gs__cublas.cublasSetStream(s->blas, (cudaStream_t)s->s);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return blas_fail(st, "cublasCreate");
+  }
+  unsigned long long rows = (unsigned long long)(m->batch * m->m), n = (unsigned long long)m->n;
+  float alpha = 1.0f, beta = 0.0f;
+  if (m->has_bias) { /* y starts as the bias on every row; GEMM adds onto it */
+    void *params[] = {&bias, &Y, &rows, &n};
+    if ((rc = gs__cu_launch_1d(s, s->d->bias_rows, rows * n, params)) < 0)
+      return rc;
+    beta = 1.0f;
+  }
+  if (m->k == 0) { /* an empty sum: the bias, or zeros */
+    CUresult r = m->has_bias ? CUDA_SUCCESS
+                             : gs__cu.cuMemsetD8Async(Y, 0, rows * n * sizeof(float), s->s);
+    if (r != CUDA_SUCCESS)
+      return gs__cu_fail(r, "cuMemsetD8Async");
+  } else if (m->m && m->n) {
+    /* Row-major Y = A B is column-major Y^T = B^T A^T: cuBLAS gets B first. */
+    int M = (int)m->m, N = (int)m->n, K = (int)m->k;
+    cublasStatus_t st;
+    if (m->batch_rank <= 1) {
+      long long sa = m->batch_rank ? m->a_batch_strides[0] : 0;
+      long long sb = m->batch_rank ? m->b_batch_strides[0] : 0;
+      st = gs__cublas.cublasSgemmStridedBatched(
+          s->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, (const float *)(uintptr_t)B, N, sb,
+          (const float *)(uintptr_t)A, K, sa, &beta, (float *)(uintptr_t)Y, N,
+          (long long)M * N, (int)m->batch);
+    } else {
+      st = CUBLAS_STATUS_SUCCESS;
+      for (int64_t b = 0; st == CUBLAS_STATUS_SUCCESS && b < m->batch; b++) {
+        int64_t oa, ob;
+        batch_offsets(m, b, &oa, &ob);
+        st = gs__cublas.cublasSgemm(s->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
+                                    (const float *)(uintptr_t)B + ob, N,
+                                    (const float *)(uintptr_t)A + oa, K, &beta,
+                                    (float *)(uintptr_t)Y + b * m->m * m->n, N);
+      }
+    }
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return blas_fail(st, "cublasSgemm");
+  }
+  if (m->act == GS_ACT_RELU) {
+    unsigned long long total = rows * n;
+    int op = UNARY_RELU;
+    void *params[] = {&Y, &Y, &total, &op};
+    rc = gs__cu_launch_1d(s, s->d->unary, total, params);
+  }
+  return rc;
+}
+
+/* ---- registration ----------------------------------------------------------------------------------- */
+
+static const cu_kernel ops[] = {
+    {"Relu", UNARY_RELU, unary_supports, unary_launch},
+    {"Sigmoid", UNARY_SIGMOID, unary_supports, unary_launch},
+    {"Tanh", UNARY_TANH, unary_supports, unary_launch},
+    {"Add", BINARY_ADD, binary_supports, binary_launch},
+    {"Sub", BINARY_SUB, binary_supports, binary_launch},
+    {"Mul", BINARY_MUL, binary_supports, binary_launch},
+    {"Div", BINARY_DIV, binary_supports, binary_launch},
+    {"MatMul", 0, matmul_supports, matmul_launch},
+};
+
+int gs__cuda_register_ops(gs_backend_t *backend) {
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    int rc = gs__backend_register_kernel(backend, ops[i].name, &ops[i]);
+    if (rc < 0)
+      return rc;
+  }
+  return GS_OK;
+}
+
+int gs__cuda_find_op_functions(cu_device *d) {
+  static const char *const names[] = {"unary_f32", "binary_f32", "bias_rows_f32"};
+  CUfunction *slots[] = {&d->unary, &d->binary, &d->bias_rows};
+  for (int i = 0; i < 3; i++) {
+    CUresult r = gs__cu.cuModuleGetFunction(slots[i], d->module, names[i]);
+    if (r != CUDA_SUCCESS)
+      return gs__cu_fail(r, names[i]);
+  }
+  return GS_OK;
+}
