@@ -116,13 +116,13 @@ static void CUDA_CB run_host_call(void *p) {
   host_call *h = p;
   int rc = h->fn(h->arg);
   if (rc != 0) {
-    pthread_mutex_lock(&h->s->lock);
+    pthread_mutex_lock(&h->s->error_lock);
     if (h->s->error == 0) {
       h->s->error = rc < 0 ? rc : GS_EINTERNAL;
       snprintf(h->s->error_detail, sizeof h->s->error_detail, "%s",
                rc < 0 ? gs_error_detail() : "a host function failed");
     }
-    pthread_mutex_unlock(&h->s->lock);
+    pthread_mutex_unlock(&h->s->error_lock);
   }
   if (h->free_arg)
     free(h->arg);
@@ -184,7 +184,11 @@ static int cu_stream_create(gs_device_t *device, unsigned flags, void **out) {
     return gs_error(GS_ENOMEM, "out of memory creating a stream");
   s->d = d;
   pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_init(&s->error_lock, NULL);
+  const char *what = "cuStreamCreate";
   CUresult r = cu.cuStreamCreate(&s->s, CU_STREAM_NON_BLOCKING);
+  if (r == CUDA_SUCCESS)
+    what = "cuEventCreate";
   for (int i = 0; r == CUDA_SUCCESS && i < MARKS; i++)
     r = cu.cuEventCreate(&s->marks[i].ev, CU_EVENT_DISABLE_TIMING);
   if (r != CUDA_SUCCESS) {
@@ -194,8 +198,9 @@ static int cu_stream_create(gs_device_t *device, unsigned flags, void **out) {
     if (s->s)
       cu.cuStreamDestroy(s->s);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->error_lock);
     free(s);
-    return gs__cu_fail(r, "cuStreamCreate");
+    return gs__cu_fail(r, what);
   }
   *out = s;
   return GS_OK;
@@ -212,6 +217,7 @@ static void cu_stream_destroy(void *stream) {
     cu.cuStreamDestroy(s->s);
   }
   pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->error_lock);
   free(s);
 }
 
@@ -265,20 +271,21 @@ static int cu_synchronize(void *stream) {
   if (rc < 0)
     return rc;
   CUresult r = cu.cuStreamSynchronize(s->s);
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->error_lock);
   int err = s->error;
   char detail[sizeof s->error_detail];
   memcpy(detail, s->error_detail, sizeof detail);
   s->error = 0;
   s->error_detail[0] = '\0';
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->error_lock);
   if (r != CUDA_SUCCESS)
     return gs__cu_fail(r, "cuStreamSynchronize");
   return err < 0 ? gs_error(err, "%s", detail) : GS_OK;
 }
 
 /* Tickets: an event recorded per mark, from a ring; reusing the oldest
- * waits for it first, which makes its ticket passed. */
+ * waits for it first (outside the lock: pools ask cu_passed meanwhile),
+ * which makes its ticket passed. */
 static int cu_mark(void *stream, uint64_t *ticket) {
   cu_stream *s = stream;
   int rc = use(s->d);
@@ -286,18 +293,20 @@ static int cu_mark(void *stream, uint64_t *ticket) {
     return rc;
   pthread_mutex_lock(&s->lock);
   int at = s->next_mark;
+  s->next_mark = (at + 1) % MARKS; /* the slot is this call's */
+  uint64_t old = s->marks[at].ticket;
   CUresult r = CUDA_SUCCESS;
-  if (s->marks[at].ticket > s->passed) {
+  if (old > s->passed) {
+    pthread_mutex_unlock(&s->lock);
     r = cu.cuEventSynchronize(s->marks[at].ev);
-    if (r == CUDA_SUCCESS)
-      s->passed = s->marks[at].ticket;
+    pthread_mutex_lock(&s->lock);
+    if (r == CUDA_SUCCESS && old > s->passed)
+      s->passed = old;
   }
   if (r == CUDA_SUCCESS)
     r = cu.cuEventRecord(s->marks[at].ev, s->s);
-  if (r == CUDA_SUCCESS) {
+  if (r == CUDA_SUCCESS)
     s->marks[at].ticket = *ticket = ++s->issued;
-    s->next_mark = (at + 1) % MARKS;
-  }
   pthread_mutex_unlock(&s->lock);
   return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "recording a stream mark");
 }
@@ -354,6 +363,8 @@ static void cu_event_destroy(void *event) {
 static int cu_event_record(void *event, void *stream) {
   cu_event *e = event;
   cu_stream *s = stream;
+  if (e->d != s->d)
+    return gs_error(GS_EINVAL, "a CUDA event is recorded on a stream of its own device only");
   int rc = use(s->d);
   CUresult r = rc < 0 ? CUDA_SUCCESS : cu.cuEventRecord(e->ev, s->s);
   return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuEventRecord");
@@ -547,12 +558,21 @@ static int cu_processes(gs_device_t *device, gs_process_info *out, int max, int 
   if (!d->nvml)
     return gs_error(GS_ENOTSUP, "%s: NVML is not available to list processes",
                     gs_device_get_info(device)->id);
-  gs_nvml_process procs[256];
-  unsigned int n = 256;
+  gs_nvml_process few[64], *procs = few;
+  unsigned int n = 64;
   gs_nvml_return r = nvml.processes(d->nvml, &n, procs);
-  if (r != GS_NVML_SUCCESS)
+  if (r == GS_NVML_ERROR_INSUFFICIENT_SIZE) { /* n says how many there are: room for more */
+    n += 16;
+    if (!(procs = malloc(n * sizeof *procs)))
+      return gs_error(GS_ENOMEM, "out of memory listing processes");
+    r = nvml.processes(d->nvml, &n, procs);
+  }
+  if (r != GS_NVML_SUCCESS) {
+    if (procs != few)
+      free(procs);
     return gs_error(GS_EDEVICE, "%s: listing processes: %s", gs_device_get_info(device)->id,
                     nvml.error_string(r));
+  }
   *count = (int)n;
   for (int i = 0; i < (int)n && i < max; i++) {
     out[i] = (gs_process_info){.pid = (int)procs[i].pid};
@@ -566,6 +586,8 @@ static int cu_processes(gs_device_t *device, gs_process_info *out, int max, int 
       fclose(f);
     }
   }
+  if (procs != few)
+    free(procs);
   return GS_OK;
 }
 

@@ -26,7 +26,9 @@ typedef struct cu_device {
 typedef struct cu_stream {
   cu_device *d;
   CUstream s;
-  pthread_mutex_t lock;
+  pthread_mutex_t lock;       /* the marks, and the cuBLAS handle's creation; never held
+                               * while waiting on the device */
+  pthread_mutex_t error_lock; /* error, error_detail: host functions set them */
   uint64_t issued, passed; /* tickets handed out, and the last one known passed */
   struct {
     uint64_t ticket;

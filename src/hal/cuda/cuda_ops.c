@@ -112,7 +112,8 @@ static bool matmul_supports(const cu_kernel *k, const void *params, size_t size)
   if (!gs__have_cublas || !c || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
     return false;
   const gs_matmul_attrs *m = c->attrs;
-  return m && m->m <= INT32_MAX && m->n <= INT32_MAX && m->k <= INT32_MAX;
+  return m && m->m <= INT32_MAX && m->n <= INT32_MAX && m->k <= INT32_MAX &&
+         m->batch <= INT32_MAX;
 }
 
 /* Element offsets of batch `b`'s matrices (as the CPU kernel computes them). */
@@ -146,13 +147,19 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
     rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &Y);
   if (rc < 0)
     return rc;
+  pthread_mutex_lock(&s->lock); /* one handle per stream, bound to it or none */
+  cublasStatus_t made = CUBLAS_STATUS_SUCCESS;
   if (!s->blas) {
-    cublasStatus_t st = gs__cublas.cublasCreate(&s->blas);
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = gs__cublas.cublasSetStream(s->blas, (cudaStream_t)s->s);
-    if (st != CUBLAS_STATUS_SUCCESS)
-      return blas_fail(st, "cublasCreate");
+    made = gs__cublas.cublasCreate(&s->blas);
+    if (made == CUBLAS_STATUS_SUCCESS &&
+        (made = gs__cublas.cublasSetStream(s->blas, (cudaStream_t)s->s)) != CUBLAS_STATUS_SUCCESS)
+      gs__cublas.cublasDestroy(s->blas);
+    if (made != CUBLAS_STATUS_SUCCESS)
+      s->blas = NULL;
   }
+  pthread_mutex_unlock(&s->lock);
+  if (made != CUBLAS_STATUS_SUCCESS)
+    return blas_fail(made, "cublasCreate");
   unsigned long long rows = (unsigned long long)(m->batch * m->m), n = (unsigned long long)m->n;
   float alpha = 1.0f, beta = 0.0f;
   if (m->has_bias) { /* y starts as the bias on every row; GEMM adds onto it */

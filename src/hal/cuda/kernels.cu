@@ -11,7 +11,7 @@ extern "C" __global__ void axpy_f32(const float *x, float *y, unsigned long long
 }
 
 // The engine's elementwise ops on float32. Ops are numbered as the plugin's
-// launchers number them (cuda_backend.c).
+// launchers number them (cuda_ops.c).
 enum { UNARY_RELU, UNARY_SIGMOID, UNARY_TANH };
 enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
 
