@@ -308,3 +308,23 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_opencl_kernels_are_cached_on_disk(tmp_path):
+    """The OpenCL kernels build once per device and driver: the binary lands
+    in GPUSRV_CACHE_DIR, a later start reads it, and a corrupt entry is
+    rebuilt rather than trusted."""
+    build = os.path.dirname(os.path.abspath(GPUSRV))
+    if not os.path.exists(os.path.join(build, "gpusrv-opencl.so")):
+        pytest.skip("the OpenCL plugin is not built here")
+    env = {"GPUSRV_PLUGIN_PATH": build, "GPUSRV_BACKENDS": "cpu,opencl",
+           "GPUSRV_CACHE_DIR": str(tmp_path / "cache")}
+    doc = smi_json(env=env)
+    if "opencl0" not in [d["id"] for d in doc["devices"]]:
+        pytest.skip("no OpenCL device here")
+    entries = list((tmp_path / "cache").glob("opencl-*.bin"))
+    assert len(entries) == 1 and entries[0].stat().st_size > 1000
+    assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]  # from the cache
+    entries[0].write_bytes(b"not a program")
+    assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]  # rebuilt
+    assert entries[0].stat().st_size > 1000

@@ -6,14 +6,12 @@
  * host functions, events and stream-ordered reuse behave exactly as on the
  * CPU; kernels in OpenCL C (kernels.cl, embedded at build time) built once
  * per device at start. Telemetry: memory size only. */
-#define CL_TARGET_OPENCL_VERSION 120
-#include "hal/cpu/cpu_internal.h"
+#include "hal/opencl/opencl_internal.h"
 
 #include "base/clock.h"
 #include "base/log.h"
 #include "opencl_kernels.h" /* generated from kernels.cl: gs_opencl_kernels_source */
 
-#include <CL/cl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,23 +19,6 @@
 const uint32_t gs_plugin_api_version = GS_HAL_API_VERSION;
 
 #define MAX_DEVICES 16
-
-typedef struct ocl_device {
-  cl_device_id id;
-  cl_context ctx;
-  cl_command_queue admin; /* for mapping pinned memory */
-  cl_program program;
-  cl_kernel axpy; /* template; each launch clones arguments under lock */
-  pthread_mutex_t kernel_lock;
-  size_t align;
-  size_t max_alloc; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
-} ocl_device;
-
-typedef struct ocl_stream {
-  void *worker; /* the HAL worker stream that runs our operations in order */
-  cl_command_queue queue;
-  ocl_device *dev;
-} ocl_stream;
 
 static const char *cl_error_name(cl_int e) {
   switch (e) {
@@ -55,7 +36,7 @@ static const char *cl_error_name(cl_int e) {
   }
 }
 
-static int cl_fail(cl_int e, const char *what) {
+int gs__ocl_fail(cl_int e, const char *what) {
   int code = e == CL_OUT_OF_RESOURCES || e == CL_OUT_OF_HOST_MEMORY ||
                      e == CL_MEM_OBJECT_ALLOCATION_FAILURE
                  ? GS_ENOMEM
@@ -74,7 +55,7 @@ static int ocl_segment_alloc(gs_device_t *device, gs_mem_kind kind, size_t size,
                     gs_device_get_info(device)->id, size, d->max_alloc);
   cl_mem mem = clCreateBuffer(d->ctx, flags, size, NULL, &err);
   if (!mem)
-    return cl_fail(err, "clCreateBuffer");
+    return gs__ocl_fail(err, "clCreateBuffer");
   out->native = mem;
   out->host_ptr = NULL;
   out->size = size;
@@ -84,7 +65,7 @@ static int ocl_segment_alloc(gs_device_t *device, gs_mem_kind kind, size_t size,
                                  NULL, NULL, &err);
     if (!p) {
       clReleaseMemObject(mem);
-      return cl_fail(err, "clEnqueueMapBuffer");
+      return gs__ocl_fail(err, "clEnqueueMapBuffer");
     }
     out->host_ptr = p;
   }
@@ -137,7 +118,7 @@ static int run_copy(void *arg) {
                               NULL, NULL);
   if (err == CL_SUCCESS)
     err = clFinish(c->s->queue);
-  return err == CL_SUCCESS ? GS_OK : cl_fail(err, "copy");
+  return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, "copy");
 }
 
 static int ocl_stream_copy(void *stream, gs_buffer_t *dst, size_t dst_offset, void *dst_host,
@@ -179,7 +160,7 @@ static int run_fill(void *arg) {
                                    NULL, NULL);
   if (err == CL_SUCCESS)
     err = clFinish(f->s->queue);
-  return err == CL_SUCCESS ? GS_OK : cl_fail(err, "clEnqueueFillBuffer");
+  return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, "clEnqueueFillBuffer");
 }
 
 static int ocl_stream_memset(void *stream, gs_buffer_t *dst, size_t offset, uint8_t value,
@@ -197,31 +178,6 @@ static int ocl_stream_memset(void *stream, gs_buffer_t *dst, size_t offset, uint
 }
 
 /* ---- kernels ----------------------------------------------------------------------------- */
-
-/* A launch's operands, resolved when it is queued (the caller may free a
- * buffer right after queueing; its memory is reused only in stream order). */
-typedef struct operand {
-  cl_mem mem;      /* NULL: a host (pinned) buffer, or an omitted operand */
-  void *host;      /* the host address of a pinned buffer */
-  size_t offset;   /* bytes from the start of mem */
-  size_t bytes;    /* from offset to the end of the buffer */
-  bool present;
-} operand;
-
-typedef struct launch_op {
-  ocl_stream *s;
-  const struct ocl_kernel *k;
-  int n;
-  operand ops[GS_KERNEL_MAX_BUFFERS];
-  size_t params_size;
-  uint8_t params[GS_KERNEL_MAX_PARAMS];
-} launch_op;
-
-/* A kernel registered for an op: how to run a launch of it. */
-typedef struct ocl_kernel {
-  const char *name;
-  int (*run)(const launch_op *l);
-} ocl_kernel;
 
 static int run_launch(void *arg) {
   launch_op *l = arg;
@@ -294,10 +250,15 @@ static int run_axpy(const launch_op *l) {
   pthread_mutex_unlock(&d->kernel_lock);
   if (err == CL_SUCCESS)
     err = clFinish(s->queue);
-  return err == CL_SUCCESS ? GS_OK : cl_fail(err, "axpy_f32");
+  return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, "axpy_f32");
 }
 
-static const ocl_kernel axpy_kernel = {"axpy_f32", run_axpy};
+static const ocl_kernel axpy_kernel = {"axpy_f32", 0, NULL, run_axpy};
+
+static bool ocl_kernel_supports(const void *kernel, const void *params, size_t params_size) {
+  const ocl_kernel *k = kernel;
+  return !k->supports || k->supports(k, params, params_size);
+}
 
 /* ---- streams and events: the worker streams' own ------------------------------------------------ */
 
@@ -311,7 +272,7 @@ static int ocl_stream_create(gs_device_t *device, unsigned flags, void **out) {
   s->queue = clCreateCommandQueue(s->dev->ctx, s->dev->id, 0, &err);
   if (!s->queue) {
     free(s);
-    return cl_fail(err, "clCreateCommandQueue");
+    return gs__ocl_fail(err, "clCreateCommandQueue");
   }
   int rc = gs__cpu_stream_create(device, 0, &s->worker);
   if (rc < 0) {
@@ -354,21 +315,17 @@ static int ocl_wait_event(void *stream, void *event) {
 
 static int build_kernels(ocl_device *d, const char *dev_name) {
   cl_int err;
-  const char *src = gs_opencl_kernels_source;
-  d->program = clCreateProgramWithSource(d->ctx, 1, &src, NULL, &err);
-  if (!d->program)
-    return cl_fail(err, "clCreateProgramWithSource");
-  err = clBuildProgram(d->program, 1, &d->id, "-cl-std=CL1.2", NULL, NULL);
-  if (err != CL_SUCCESS) {
-    char log[2048] = "";
-    clGetProgramBuildInfo(d->program, d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-    return gs_error(GS_EDEVICE, "%s: the kernels do not build: %s", dev_name, log);
-  }
+  int rc = gs__ocl_build_program(d, dev_name, gs_opencl_kernels_source, &d->program);
+  if (rc < 0)
+    return rc;
   d->axpy = clCreateKernel(d->program, "axpy_f32", &err);
-  return d->axpy ? GS_OK : cl_fail(err, "clCreateKernel(axpy_f32)");
+  if (!d->axpy)
+    return gs__ocl_fail(err, "clCreateKernel(axpy_f32)");
+  return gs__ocl_create_op_kernels(d);
 }
 
 static void release_device(ocl_device *d) {
+  gs__ocl_release_op_kernels(d);
   if (d->axpy)
     clReleaseKernel(d->axpy);
   if (d->program)
@@ -407,9 +364,9 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
   info.memory_total_bytes = mem;
   cl_int err;
   d->ctx = clCreateContext(NULL, 1, &id, NULL, NULL, &err);
-  int rc = d->ctx ? GS_OK : cl_fail(err, "clCreateContext");
+  int rc = d->ctx ? GS_OK : gs__ocl_fail(err, "clCreateContext");
   if (rc == 0 && !(d->admin = clCreateCommandQueue(d->ctx, id, 0, &err)))
-    rc = cl_fail(err, "clCreateCommandQueue");
+    rc = gs__ocl_fail(err, "clCreateCommandQueue");
   if (rc == 0)
     rc = build_kernels(d, info.name);
   d->align = align_bits >= 8 ? align_bits / 8 : 128;
@@ -461,7 +418,8 @@ static int ocl_init(gs_backend_t *backend) {
   }
   if (added == 0)
     return gs_error(GS_ENOENT, "no usable OpenCL device");
-  return gs__backend_register_kernel(backend, "axpy_f32", &axpy_kernel);
+  int rc = gs__backend_register_kernel(backend, "axpy_f32", &axpy_kernel);
+  return rc < 0 ? rc : gs__ocl_register_ops(backend);
 }
 
 static void ocl_shutdown(gs_backend_t *backend) {
@@ -498,6 +456,7 @@ static const gs_backend_iface iface = {
     .event_query = gs__cpu_event_query,
     .event_elapsed_ns = gs__cpu_event_elapsed_ns,
     .device_telemetry = ocl_telemetry,
+    .kernel_supports = ocl_kernel_supports,
 };
 
 int gs_plugin_init(const gs_backend_iface **out) {

@@ -1,0 +1,135 @@
+/* opencl_cache.c - the kernels' programs, built from source once per device
+ * and driver and kept on disk as binaries, so that later starts skip the
+ * OpenCL compiler (hundreds of milliseconds per device on PoCL). The cache
+ * is GPUSRV_CACHE_DIR, else $XDG_CACHE_HOME/gpusrv, else ~/.cache/gpusrv;
+ * an entry is named by a hash of the device, its driver, the platform and
+ * the source, so a changed driver or kernel source builds anew. A cache that
+ * cannot be read or written is only slower; a corrupt entry is rebuilt. */
+#include "hal/opencl/opencl_internal.h"
+
+#include "base/fileutil.h"
+#include "base/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    h ^= (unsigned char)s[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/* The entry's path for this device and source; false when there is no cache directory. */
+static bool entry_path(cl_device_id id, const char *source, char *out, size_t cap) {
+  char dir[1024];
+  const char *env = getenv("GPUSRV_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+             *home = getenv("HOME");
+  if (env && *env)
+    snprintf(dir, sizeof dir, "%s", env);
+  else if (xdg && *xdg)
+    snprintf(dir, sizeof dir, "%s/gpusrv", xdg);
+  else if (home && *home)
+    snprintf(dir, sizeof dir, "%s/.cache/gpusrv", home);
+  else
+    return false;
+  char name[256] = "", driver[256] = "", platform_version[256] = "";
+  cl_platform_id platform = NULL;
+  clGetDeviceInfo(id, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+  clGetDeviceInfo(id, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+  clGetDeviceInfo(id, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+  if (platform)
+    clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof platform_version - 1,
+                      platform_version, NULL);
+  uint64_t h = 14695981039346656037ull;
+  h = fnv1a(h, name, strlen(name) + 1);
+  h = fnv1a(h, driver, strlen(driver) + 1);
+  h = fnv1a(h, platform_version, strlen(platform_version) + 1);
+  h = fnv1a(h, source, strlen(source));
+  snprintf(out, cap, "%s/opencl-%016llx.bin", dir, (unsigned long long)h);
+  return true;
+}
+
+static cl_program from_binary(ocl_device *d, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  unsigned char *bin = NULL;
+  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (size > 0 && fseek(f, 0, SEEK_SET) == 0 && (bin = malloc((size_t)size)) &&
+      fread(bin, 1, (size_t)size, f) != (size_t)size) {
+    free(bin);
+    bin = NULL;
+  }
+  fclose(f);
+  if (!bin)
+    return NULL;
+  size_t len = (size_t)size;
+  const unsigned char *bins[] = {bin};
+  cl_int status = CL_SUCCESS, err;
+  cl_program p = clCreateProgramWithBinary(d->ctx, 1, &d->id, &len, bins, &status, &err);
+  free(bin);
+  if (p && (status != CL_SUCCESS || err != CL_SUCCESS ||
+            clBuildProgram(p, 1, &d->id, "-cl-std=CL1.2", NULL, NULL) != CL_SUCCESS)) {
+    clReleaseProgram(p);
+    p = NULL;
+  }
+  return p;
+}
+
+static void save_binary(cl_program p, const char *path) {
+  size_t size = 0;
+  if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
+      size == 0)
+    return;
+  unsigned char *bin = malloc(size);
+  unsigned char *bins[] = {bin};
+  if (!bin || clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) != CL_SUCCESS) {
+    free(bin);
+    return;
+  }
+  char dir[1100], tmp[1200];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = '\0';
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+  FILE *f = gs_mkdir_p(dir) == 0 ? fopen(tmp, "wb") : NULL;
+  bool ok = f && fwrite(bin, 1, size, f) == size;
+  if (f)
+    ok = fclose(f) == 0 && ok;
+  /* Whole or not at all: another process may be reading the entry. */
+  if (!ok || rename(tmp, path) != 0) {
+    unlink(tmp);
+    GS_LOGD("opencl", "cannot cache the kernels' binary in %s", path);
+  }
+  free(bin);
+}
+
+int gs__ocl_build_program(ocl_device *d, const char *dev_name, const char *source,
+                          cl_program *out) {
+  char path[1200];
+  bool cached = entry_path(d->id, source, path, sizeof path);
+  if (cached && (*out = from_binary(d, path))) {
+    GS_LOGD("opencl", "%s: kernels from the cache %s", dev_name, path);
+    return GS_OK;
+  }
+  cl_int err;
+  cl_program p = clCreateProgramWithSource(d->ctx, 1, &source, NULL, &err);
+  if (!p)
+    return gs__ocl_fail(err, "clCreateProgramWithSource");
+  err = clBuildProgram(p, 1, &d->id, "-cl-std=CL1.2", NULL, NULL);
+  if (err != CL_SUCCESS) {
+    char log[2048] = "";
+    clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    clReleaseProgram(p);
+    return gs_error(GS_EDEVICE, "%s: the kernels do not build: %s", dev_name, log);
+  }
+  if (cached)
+    save_binary(p, path);
+  *out = p;
+  return GS_OK;
+}

@@ -1,0 +1,69 @@
+/* opencl_internal.h - what the OpenCL plugin's files share: devices,
+ * streams, a launch with its operands resolved, and the kernels. */
+#ifndef GS_HAL_OPENCL_INTERNAL_H
+#define GS_HAL_OPENCL_INTERNAL_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include "hal/cpu/cpu_internal.h"
+
+#include <CL/cl.h>
+
+typedef struct ocl_device {
+  cl_device_id id;
+  cl_context ctx;
+  cl_command_queue admin; /* for mapping pinned memory */
+  cl_program program;
+  /* Kernel objects, one per function: arguments set and the launch queued
+   * under kernel_lock. */
+  cl_kernel axpy, unary, binary, bias_rows;
+  pthread_mutex_t kernel_lock;
+  size_t align;
+  size_t max_alloc; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+} ocl_device;
+
+typedef struct ocl_stream {
+  void *worker; /* the HAL worker stream that runs our operations in order */
+  cl_command_queue queue;
+  ocl_device *dev;
+} ocl_stream;
+
+/* A launch's operands, resolved when it is queued (the caller may free a
+ * buffer right after queueing; its memory is reused only in stream order). */
+typedef struct operand {
+  cl_mem mem;      /* NULL: a host (pinned) buffer, or an omitted operand */
+  void *host;      /* the host address of a pinned buffer */
+  size_t offset;   /* bytes from the start of mem */
+  size_t bytes;    /* from offset to the end of the buffer */
+  bool present;
+} operand;
+
+typedef struct launch_op {
+  ocl_stream *s;
+  const struct ocl_kernel *k;
+  int n;
+  operand ops[GS_KERNEL_MAX_BUFFERS];
+  size_t params_size;
+  uint8_t params[GS_KERNEL_MAX_PARAMS];
+} launch_op;
+
+/* A kernel registered for an op: which launches it runs (NULL: all), and
+ * how to run one on the stream's worker. `op` picks a variant. */
+typedef struct ocl_kernel {
+  const char *name;
+  int op;
+  bool (*supports)(const struct ocl_kernel *k, const void *params, size_t params_size);
+  int (*run)(const launch_op *l);
+} ocl_kernel;
+
+int gs__ocl_fail(cl_int e, const char *what);
+/* The kernels' program for a device, from the on-disk binary cache when it
+ * has one for this device, driver and source, else built (opencl_cache.c). */
+int gs__ocl_build_program(ocl_device *d, const char *dev_name, const char *source,
+                          cl_program *out);
+/* Registers the engine's ops (opencl_ops.c); makes and releases their
+ * kernel objects per device. */
+int gs__ocl_register_ops(gs_backend_t *backend);
+int gs__ocl_create_op_kernels(ocl_device *d);
+void gs__ocl_release_op_kernels(ocl_device *d);
+
+#endif

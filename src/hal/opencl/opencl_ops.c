@@ -1,0 +1,289 @@
+/* opencl_ops.c - the engine's ops on OpenCL: float32 Relu, Sigmoid and
+ * Tanh, Add, Sub, Mul and Div with NumPy broadcasting (kernels.cl), and
+ * MatMul (with the plan's fused bias and Relu) through CLBlast. Each kernel
+ * says which launches it runs (kernel_supports); the plan runs the others,
+ * and every op without a kernel here, on the CPU. A launch receives its
+ * node's gs_op_call, as the CPU's kernels do, and runs on the stream's
+ * worker in order with everything else on that stream. */
+#include "hal/opencl/opencl_internal.h"
+
+#include "engine/op.h"
+#include "engine/ops/op_attrs.h"
+
+#ifdef GS_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
+#include <string.h>
+
+enum { UNARY_RELU, UNARY_SIGMOID, UNARY_TANH };       /* as kernels.cl numbers them */
+enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
+
+typedef struct broadcast { /* kernels.cl's struct broadcast: longs only, one layout */
+  cl_long rank;
+  cl_long dims[8];
+  cl_long a_strides[8], b_strides[8];
+} broadcast;
+
+/* Elements of a shape. Not gs_shape_numel: a plugin resolves only the HAL's
+ * symbols from its host (the conformance runner has no engine). */
+static int64_t numel(const gs_shape *s) {
+  int64_t n = 1;
+  for (int d = 0; d < s->rank; d++)
+    n *= s->dims[d];
+  return n;
+}
+
+static const gs_op_call *call_of(const void *params, size_t size) {
+  return size == sizeof(const gs_op_call *) ? *(const gs_op_call *const *)params : NULL;
+}
+
+static bool all_f32(const gs_op_call *c) {
+  for (int i = 0; i < c->n_in; i++)
+    if (c->in[i].dtype != GS_DT_FLOAT32 && c->in[i].dtype != GS_DT_INVALID)
+      return false;
+  for (int i = 0; i < c->n_out; i++)
+    if (c->out[i].dtype != GS_DT_FLOAT32)
+      return false;
+  return true;
+}
+
+/* An operand as a cl_mem and an element offset; GS_EINVAL for a host one. */
+static int device_operand(const launch_op *l, int i, cl_mem *mem, cl_ulong *elems) {
+  const operand *o = &l->ops[i];
+  if (!o->present || !o->mem)
+    return gs_error(GS_EINVAL, "%s: operand %d must be a device buffer", l->k->name, i);
+  if (o->offset % sizeof(float))
+    return gs_error(GS_EINVAL, "%s: operand %d is not float-aligned", l->k->name, i);
+  *mem = o->mem;
+  *elems = o->offset / sizeof(float);
+  return GS_OK;
+}
+
+/* Sets a kernel's arguments (size, pointer pairs) and queues it over n
+ * items, under the device's kernel lock; then waits for it. */
+static int enqueue(const launch_op *l, cl_kernel k, size_t n, int nargs, const size_t *sizes,
+                   const void *const *values) {
+  if (n == 0)
+    return GS_OK;
+  ocl_device *d = l->s->dev;
+  pthread_mutex_lock(&d->kernel_lock);
+  cl_int err = CL_SUCCESS;
+  for (int i = 0; i < nargs && err == CL_SUCCESS; i++)
+    err = clSetKernelArg(k, (cl_uint)i, sizes[i], values[i]);
+  if (err == CL_SUCCESS)
+    err = clEnqueueNDRangeKernel(l->s->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL);
+  pthread_mutex_unlock(&d->kernel_lock);
+  if (err == CL_SUCCESS)
+    err = clFinish(l->s->queue);
+  return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, l->k->name);
+}
+
+/* ---- unary ------------------------------------------------------------------------------ */
+
+static bool unary_supports(const ocl_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->n_in == 1 && c->n_out == 1 && all_f32(c);
+}
+
+static int run_unary_on(const launch_op *l, cl_mem x, cl_ulong xo, cl_mem y, cl_ulong yo,
+                        cl_ulong n, cl_int op) {
+  const size_t sizes[] = {sizeof x, sizeof xo, sizeof y, sizeof yo, sizeof n, sizeof op};
+  const void *values[] = {&x, &xo, &y, &yo, &n, &op};
+  return enqueue(l, l->s->dev->unary, (size_t)n, 6, sizes, values);
+}
+
+static int run_unary(const launch_op *l) {
+  const gs_op_call *c = call_of(l->params, l->params_size);
+  if (!c || !unary_supports(l->k, l->params, l->params_size))
+    return gs_error(GS_ENOTSUP, "%s on OpenCL: float32 only", l->k->name);
+  cl_mem x, y;
+  cl_ulong xo, yo;
+  int rc = device_operand(l, 0, &x, &xo);
+  if (rc == 0)
+    rc = device_operand(l, 1, &y, &yo);
+  if (rc < 0)
+    return rc;
+  return run_unary_on(l, x, xo, y, yo, (cl_ulong)numel(&c->out[0].shape), l->k->op);
+}
+
+/* ---- binary ------------------------------------------------------------------------------ */
+
+/* Strides of `in` over the output's dimensions: 0 where it is broadcast. */
+static void strides_over(const gs_shape *in, const gs_shape *out, cl_long *strides) {
+  cl_long stride = 1;
+  for (int d = out->rank - 1; d >= 0; d--) {
+    int di = d - (out->rank - in->rank);
+    if (di >= 0 && in->dims[di] > 1) {
+      strides[d] = stride;
+      stride *= in->dims[di];
+    } else {
+      strides[d] = 0;
+    }
+  }
+}
+
+static bool binary_supports(const ocl_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->n_in == 2 && c->n_out == 1 && all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32 &&
+         c->in[1].dtype == GS_DT_FLOAT32 && c->out[0].shape.rank <= 8;
+}
+
+static int run_binary(const launch_op *l) {
+  const gs_op_call *c = call_of(l->params, l->params_size);
+  if (!c || !binary_supports(l->k, l->params, l->params_size))
+    return gs_error(GS_ENOTSUP, "%s on OpenCL: float32 of rank 8 or less only", l->k->name);
+  cl_mem a, b, y;
+  cl_ulong ao, bo, yo;
+  int rc = device_operand(l, 0, &a, &ao);
+  if (rc == 0)
+    rc = device_operand(l, 1, &b, &bo);
+  if (rc == 0)
+    rc = device_operand(l, 2, &y, &yo);
+  if (rc < 0)
+    return rc;
+  broadcast s = {.rank = c->out[0].shape.rank};
+  for (int d = 0; d < c->out[0].shape.rank; d++)
+    s.dims[d] = c->out[0].shape.dims[d];
+  strides_over(&c->in[0].shape, &c->out[0].shape, s.a_strides);
+  strides_over(&c->in[1].shape, &c->out[0].shape, s.b_strides);
+  cl_ulong n = (cl_ulong)numel(&c->out[0].shape);
+  cl_int op = l->k->op;
+  const size_t sizes[] = {sizeof a, sizeof ao, sizeof b, sizeof bo, sizeof y,
+                          sizeof yo, sizeof n,  sizeof op, sizeof s};
+  const void *values[] = {&a, &ao, &b, &bo, &y, &yo, &n, &op, &s};
+  return enqueue(l, l->s->dev->binary, (size_t)n, 9, sizes, values);
+}
+
+/* ---- MatMul through CLBlast ------------------------------------------------------------------ */
+
+#ifdef GS_HAVE_CLBLAST
+static bool matmul_supports(const ocl_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->attrs && all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32;
+}
+
+/* Element offsets of batch `b`'s matrices (as the CPU kernel computes them). */
+static void batch_offsets(const gs_matmul_attrs *m, int64_t b, int64_t *oa, int64_t *ob) {
+  *oa = *ob = 0;
+  for (int d = m->batch_rank - 1; d >= 0; d--) {
+    int64_t i = b % m->batch_dims[d];
+    b /= m->batch_dims[d];
+    *oa += i * m->a_batch_strides[d];
+    *ob += i * m->b_batch_strides[d];
+  }
+}
+
+static int run_matmul(const launch_op *l) {
+  const gs_op_call *c = call_of(l->params, l->params_size);
+  if (!c || !matmul_supports(l->k, l->params, l->params_size))
+    return gs_error(GS_ENOTSUP, "MatMul on OpenCL: float32 only");
+  const gs_matmul_attrs *m = c->attrs;
+  cl_mem A, B, Y, bias = NULL;
+  cl_ulong ao, bo, yo, biaso = 0;
+  int rc = device_operand(l, 0, &A, &ao);
+  if (rc == 0)
+    rc = device_operand(l, 1, &B, &bo);
+  if (rc == 0 && m->has_bias)
+    rc = device_operand(l, 2, &bias, &biaso);
+  if (rc == 0)
+    rc = device_operand(l, c->n_in, &Y, &yo);
+  if (rc < 0)
+    return rc;
+  cl_ulong rows = (cl_ulong)(m->batch * m->m), n = (cl_ulong)m->n;
+  float beta = 0.0f;
+  if (m->has_bias) { /* y starts as the bias on every row; GEMM adds onto it */
+    const size_t sizes[] = {sizeof bias, sizeof biaso, sizeof Y, sizeof yo, sizeof rows, sizeof n};
+    const void *values[] = {&bias, &biaso, &Y, &yo, &rows, &n};
+    if ((rc = enqueue(l, l->s->dev->bias_rows, (size_t)(rows * n), 6, sizes, values)) < 0)
+      return rc;
+    beta = 1.0f;
+  }
+  if (m->k == 0 && !m->has_bias && rows * n > 0) { /* an empty sum: zeros */
+    float zero = 0.0f;
+    cl_int err = clEnqueueFillBuffer(l->s->queue, Y, &zero, sizeof zero, yo * sizeof(float),
+                                     rows * n * sizeof(float), 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+      err = clFinish(l->s->queue);
+    if (err != CL_SUCCESS)
+      return gs__ocl_fail(err, "MatMul");
+  } else if (m->k && m->m && m->n) {
+    cl_command_queue q = l->s->queue;
+    CLBlastStatusCode st;
+    if (m->batch_rank <= 1) {
+      size_t sa = m->batch_rank ? (size_t)m->a_batch_strides[0] : 0;
+      size_t sb = m->batch_rank ? (size_t)m->b_batch_strides[0] : 0;
+      st = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo,
+                                      CLBlastTransposeNo, (size_t)m->m, (size_t)m->n,
+                                      (size_t)m->k, 1.0f, A, ao, (size_t)m->k, sa, B, bo,
+                                      (size_t)m->n, sb, beta, Y, yo, (size_t)m->n,
+                                      (size_t)(m->m * m->n), (size_t)m->batch, &q, NULL);
+    } else {
+      st = CLBlastSuccess;
+      for (int64_t b = 0; st == CLBlastSuccess && b < m->batch; b++) {
+        int64_t oa, ob;
+        batch_offsets(m, b, &oa, &ob);
+        st = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
+                          (size_t)m->m, (size_t)m->n, (size_t)m->k, 1.0f, A, ao + (size_t)oa,
+                          (size_t)m->k, B, bo + (size_t)ob, (size_t)m->n, beta, Y,
+                          yo + (size_t)(b * m->m * m->n), (size_t)m->n, &q, NULL);
+      }
+    }
+    cl_int err = st == CLBlastSuccess ? clFinish(q) : CL_SUCCESS;
+    if (st != CLBlastSuccess)
+      return gs_error(st == CLBlastOpenCLOutOfResources || st == CLBlastOpenCLOutOfHostMemory
+                          ? GS_ENOMEM
+                          : GS_EDEVICE,
+                      "MatMul: CLBlast status %d", (int)st);
+    if (err != CL_SUCCESS)
+      return gs__ocl_fail(err, "MatMul");
+  }
+  if (m->act == GS_ACT_RELU)
+    rc = run_unary_on(l, Y, yo, Y, yo, rows * n, UNARY_RELU);
+  return rc;
+}
+#endif
+
+/* ---- registration -------------------------------------------------------------------------------- */
+
+static const ocl_kernel ops[] = {
+    {"Relu", UNARY_RELU, unary_supports, run_unary},
+    {"Sigmoid", UNARY_SIGMOID, unary_supports, run_unary},
+    {"Tanh", UNARY_TANH, unary_supports, run_unary},
+    {"Add", BINARY_ADD, binary_supports, run_binary},
+    {"Sub", BINARY_SUB, binary_supports, run_binary},
+    {"Mul", BINARY_MUL, binary_supports, run_binary},
+    {"Div", BINARY_DIV, binary_supports, run_binary},
+#ifdef GS_HAVE_CLBLAST
+    {"MatMul", 0, matmul_supports, run_matmul},
+#endif
+};
+
+int gs__ocl_register_ops(gs_backend_t *backend) {
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    int rc = gs__backend_register_kernel(backend, ops[i].name, &ops[i]);
+    if (rc < 0)
+      return rc;
+  }
+  return GS_OK;
+}
+
+int gs__ocl_create_op_kernels(ocl_device *d) {
+  static const char *const names[] = {"unary_f32", "binary_f32", "bias_rows_f32"};
+  cl_kernel *slots[] = {&d->unary, &d->binary, &d->bias_rows};
+  for (int i = 0; i < 3; i++) {
+    cl_int err;
+    if (!(*slots[i] = clCreateKernel(d->program, names[i], &err)))
+      return gs__ocl_fail(err, names[i]);
+  }
+  return GS_OK;
+}
+
+void gs__ocl_release_op_kernels(ocl_device *d) {
+  cl_kernel all[] = {d->unary, d->binary, d->bias_rows};
+  for (int i = 0; i < 3; i++)
+    if (all[i])
+      clReleaseKernel(all[i]);
+}
