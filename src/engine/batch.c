@@ -338,6 +338,10 @@ int gs_batch_profile(const gs_batch_options *o, double alone[6], gs_pipeline_res
   int rc = prepare(&b);
   gs_pipeline_stage stages[6];
   stages_of(&b, stages);
+  /* One untimed run first: a device library's first call may compile its
+   * kernels (CLBlast does), which is not the stage's throughput. */
+  if (rc == 0)
+    rc = compute(&b, 0, 0);
   int64_t batches = (b.rows + b.batch - 1) / (b.batch ? b.batch : 1);
   for (int k = 0; rc == 0 && k < 6; k++) {
     gs_pipeline_result r;

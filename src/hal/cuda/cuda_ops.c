@@ -55,7 +55,7 @@ static int unary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *
   const gs_op_call *c = call_of(a->params, a->params_size);
   if (!c || !unary_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "%s on CUDA: float32 only", k->name);
-  CUdeviceptr x, y;
+  CUdeviceptr x = 0, y = 0;
   int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
   if (rc == 0)
     rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
@@ -94,7 +94,7 @@ static int binary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
   const gs_op_call *c = call_of(a->params, a->params_size);
   if (!c || !binary_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "%s on CUDA: float32 of rank 8 or less only", k->name);
-  CUdeviceptr x, z, y;
+  CUdeviceptr x = 0, z = 0, y = 0;
   int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
   if (rc == 0)
     rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &z);
@@ -146,7 +146,7 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
   if (!c || !matmul_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "MatMul on CUDA: float32 through cuBLAS only");
   const gs_matmul_attrs *m = c->attrs;
-  CUdeviceptr A, B, Y, bias = 0;
+  CUdeviceptr A = 0, B = 0, Y = 0, bias = 0;
   int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &A);
   if (rc == 0)
     rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &B);

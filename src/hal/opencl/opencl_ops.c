@@ -97,8 +97,8 @@ static int run_unary(const launch_op *l) {
   const gs_op_call *c = call_of(l->params, l->params_size);
   if (!c || !unary_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "%s on OpenCL: float32 only", l->k->name);
-  cl_mem x, y;
-  cl_ulong xo, yo;
+  cl_mem x = NULL, y = NULL;
+  cl_ulong xo = 0, yo = 0;
   int rc = device_operand(l, 0, &x, &xo);
   if (rc == 0)
     rc = device_operand(l, 1, &y, &yo);
@@ -134,8 +134,8 @@ static int run_binary(const launch_op *l) {
   const gs_op_call *c = call_of(l->params, l->params_size);
   if (!c || !binary_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "%s on OpenCL: float32 of rank 8 or less only", l->k->name);
-  cl_mem a, b, y;
-  cl_ulong ao, bo, yo;
+  cl_mem a = NULL, b = NULL, y = NULL;
+  cl_ulong ao = 0, bo = 0, yo = 0;
   int rc = device_operand(l, 0, &a, &ao);
   if (rc == 0)
     rc = device_operand(l, 1, &b, &bo);
@@ -181,8 +181,8 @@ static int run_matmul(const launch_op *l) {
   if (!c || !matmul_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "MatMul on OpenCL: float32 only");
   const gs_matmul_attrs *m = c->attrs;
-  cl_mem A, B, Y, bias = NULL;
-  cl_ulong ao, bo, yo, biaso = 0;
+  cl_mem A = NULL, B = NULL, Y = NULL, bias = NULL;
+  cl_ulong ao = 0, bo = 0, yo = 0, biaso = 0;
   int rc = device_operand(l, 0, &A, &ao);
   if (rc == 0)
     rc = device_operand(l, 1, &B, &bo);
