@@ -41,19 +41,23 @@ def test_plan_folds_fuses_and_reuses_memory(tmp_path):
 
 
 def test_fallback_is_reported(tmp_path):
-    """On a device without the engine's kernels, the plan says which ops
-    run on the CPU instead; on the CPU itself nothing falls back."""
+    """On a device without some of the engine's kernels, the plan says which
+    ops run on the CPU instead; on the CPU itself nothing falls back."""
     from gsonnx import DEVICE
-    path = str(tmp_path / "mlp.onnx")
-    onnx.save(BUILDERS["mlp"](), path)
-    p = run_gpusrv(path, {"x": example_input("mlp", 1)}, str(tmp_path), extra=["--report"])
+    # The CNN: no device but the CPU has a convolution kernel yet.
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(BUILDERS["cnn"](), path)
+    p = run_gpusrv(path, {"x": example_input("cnn", 1)}, str(tmp_path), extra=["--report"])
     assert p.returncode == 0, p.stderr
-    if DEVICE == "testcpu0":  # a backend without any of the engine's kernels
-        assert "run on the CPU instead" in p.stdout and "MatMul" in p.stdout, p.stdout
-    elif DEVICE not in (None, "cpu0"):  # a device with some: Softmax is not among them yet
-        assert "run on the CPU instead" in p.stdout and "Softmax" in p.stdout, p.stdout
+    if DEVICE not in (None, "cpu0"):
+        assert "run on the CPU instead" in p.stdout and "Conv" in p.stdout, p.stdout
     else:
         assert "instead" not in p.stdout, p.stdout
+    if DEVICE == "testcpu0":  # a backend with none of the engine's kernels: MatMul too
+        path = str(tmp_path / "mlp.onnx")
+        onnx.save(BUILDERS["mlp"](), path)
+        p = run_gpusrv(path, {"x": example_input("mlp", 1)}, str(tmp_path), extra=["--report"])
+        assert "run on the CPU instead" in p.stdout and "MatMul" in p.stdout, p.stdout
 
 
 def test_transformer_reshapes_fold_and_matmul_add_fuses(tmp_path):

@@ -1,6 +1,7 @@
 /* cuda_ops.c - the engine's ops on CUDA: float32 Relu, Sigmoid and Tanh,
- * Add, Sub, Mul and Div with NumPy broadcasting (kernels.cu), and MatMul
- * (with the plan's fused bias and Relu) through cuBLAS. Each kernel says
+ * Add, Sub, Mul and Div with NumPy broadcasting, Softmax and LogSoftmax
+ * (kernels.cu), and MatMul and Gemm (with the plan's fused bias and Relu)
+ * through cuBLAS. Each kernel says
  * which launches it runs (kernel_supports); the plan runs the others, and
  * every op without a kernel here, on the CPU. A launch receives its node's
  * gs_op_call, as the CPU's kernels do. */
@@ -113,7 +114,37 @@ static int binary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
   return gs__cu_launch_1d(s, s->d->binary, n, params);
 }
 
-/* ---- MatMul through cuBLAS --------------------------------------------------------------------- */
+/* ---- Softmax, LogSoftmax ----------------------------------------------------------------------- */
+
+static bool softmax_supports(const cu_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->attrs && c->n_in == 1 && c->n_out == 1 && all_f32(c);
+}
+
+static int softmax_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  const gs_op_call *c = call_of(a->params, a->params_size);
+  if (!c || !softmax_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "%s on CUDA: float32 only", k->name);
+  const gs_axis_attrs *ax = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  unsigned long long outer = 1, len = (unsigned long long)xs->dims[ax->axis], inner = 1;
+  for (int i = 0; i < ax->axis; i++)
+    outer *= (unsigned long long)xs->dims[i];
+  for (int i = ax->axis + 1; i < xs->rank; i++)
+    inner *= (unsigned long long)xs->dims[i];
+  CUdeviceptr x = 0, y = 0;
+  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
+  if (rc < 0)
+    return rc;
+  int log_out = k->op;
+  void *params[] = {&x, &y, &outer, &len, &inner, &log_out};
+  return gs__cu_launch_1d(s, s->d->softmax, outer * inner, params);
+}
+
+/* ---- MatMul and Gemm through cuBLAS ------------------------------------------------------------- */
 
 static bool matmul_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
@@ -141,6 +172,22 @@ static int blas_fail(cublasStatus_t st, const char *what) {
                   "%s: cuBLAS status %d", what, (int)st);
 }
 
+/* The stream's cuBLAS handle, made on first use and bound to the stream. */
+static int blas_handle(cu_stream *s) {
+  pthread_mutex_lock(&s->lock); /* one handle per stream, bound to it or none */
+  cublasStatus_t made = CUBLAS_STATUS_SUCCESS;
+  if (!s->blas) {
+    made = gs__cublas.cublasCreate(&s->blas);
+    if (made == CUBLAS_STATUS_SUCCESS &&
+        (made = gs__cublas.cublasSetStream(s->blas, (cudaStream_t)s->s)) != CUBLAS_STATUS_SUCCESS)
+      gs__cublas.cublasDestroy(s->blas);
+    if (made != CUBLAS_STATUS_SUCCESS)
+      s->blas = NULL;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return made == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(made, "cublasCreate");
+}
+
 static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
   const gs_op_call *c = call_of(a->params, a->params_size);
   if (!c || !matmul_supports(k, a->params, a->params_size))
@@ -156,19 +203,8 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
     rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &Y);
   if (rc < 0)
     return rc;
-  pthread_mutex_lock(&s->lock); /* one handle per stream, bound to it or none */
-  cublasStatus_t made = CUBLAS_STATUS_SUCCESS;
-  if (!s->blas) {
-    made = gs__cublas.cublasCreate(&s->blas);
-    if (made == CUBLAS_STATUS_SUCCESS &&
-        (made = gs__cublas.cublasSetStream(s->blas, (cudaStream_t)s->s)) != CUBLAS_STATUS_SUCCESS)
-      gs__cublas.cublasDestroy(s->blas);
-    if (made != CUBLAS_STATUS_SUCCESS)
-      s->blas = NULL;
-  }
-  pthread_mutex_unlock(&s->lock);
-  if (made != CUBLAS_STATUS_SUCCESS)
-    return blas_fail(made, "cublasCreate");
+  if ((rc = blas_handle(s)) < 0)
+    return rc;
   unsigned long long rows = (unsigned long long)(m->batch * m->m), n = (unsigned long long)m->n;
   float alpha = 1.0f, beta = 0.0f;
   if (m->has_bias) { /* y starts as the bias on every row; GEMM adds onto it */
@@ -216,6 +252,68 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
   return rc;
 }
 
+static bool gemm_supports(const cu_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  if (!gs__have_cublas || !c || !c->attrs || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
+    return false;
+  const gs_gemm_attrs *g = c->attrs;
+  return c->in[0].shape.rank == 2 && c->in[1].shape.rank == 2 && c->out[0].shape.rank == 2 &&
+         (c->n_in < 3 || c->in[2].dtype == GS_DT_INVALID || c->in[2].shape.rank <= 2) &&
+         g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX;
+}
+
+/* y = alpha op(A) op(B) + beta C, C broadcast to y first. Row-major y is
+ * column-major y^T = op(B)^T op(A)^T: cuBLAS gets B first, each operand's
+ * stored layout read as its transpose. */
+static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  const gs_op_call *c = call_of(a->params, a->params_size);
+  if (!c || !gemm_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "Gemm on CUDA: float32 through cuBLAS only");
+  const gs_gemm_attrs *g = c->attrs;
+  bool has_c = c->n_in > 2 && a->buffers[2] && g->beta != 0;
+  CUdeviceptr A = 0, B = 0, C = 0, Y = 0;
+  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &A);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &B);
+  if (rc == 0 && has_c)
+    rc = gs__cu_device_ptr(a->buffers[2], a->offsets[2], &C);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &Y);
+  if (rc == 0)
+    rc = blas_handle(s);
+  if (rc < 0)
+    return rc;
+  unsigned long long total = (unsigned long long)(g->m * g->n);
+  if (has_c) {
+    broadcast b = {.rank = 2, .dims = {g->m, g->n}};
+    strides_over(&c->in[2].shape, &c->out[0].shape, b.a_strides);
+    void *params[] = {&C, &Y, &total, &b};
+    if ((rc = gs__cu_launch_1d(s, s->d->broadcast, total, params)) < 0)
+      return rc;
+  }
+  if (total && g->k) {
+    float alpha = g->alpha, beta = has_c ? g->beta : 0.0f;
+    cublasStatus_t st = gs__cublas.cublasSgemm(
+        s->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+        (int)g->n, (int)g->m, (int)g->k, &alpha, (const float *)(uintptr_t)B,
+        (int)c->in[1].shape.dims[1], (const float *)(uintptr_t)A, (int)c->in[0].shape.dims[1],
+        &beta, (float *)(uintptr_t)Y, (int)g->n);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return blas_fail(st, "cublasSgemm");
+  } else if (total && !has_c) { /* an empty sum: zeros */
+    CUresult r = gs__cu.cuMemsetD8Async(Y, 0, total * sizeof(float), s->s);
+    if (r != CUDA_SUCCESS)
+      return gs__cu_fail(r, "cuMemsetD8Async");
+  }
+  if (g->act == GS_ACT_RELU) {
+    int op = UNARY_RELU;
+    void *params[] = {&Y, &Y, &total, &op};
+    rc = gs__cu_launch_1d(s, s->d->unary, total, params);
+  }
+  return rc;
+}
+
 /* ---- registration ----------------------------------------------------------------------------------- */
 
 static const cu_kernel ops[] = {
@@ -226,7 +324,10 @@ static const cu_kernel ops[] = {
     {"Sub", BINARY_SUB, binary_supports, binary_launch},
     {"Mul", BINARY_MUL, binary_supports, binary_launch},
     {"Div", BINARY_DIV, binary_supports, binary_launch},
+    {"Softmax", 0, softmax_supports, softmax_launch},
+    {"LogSoftmax", 1, softmax_supports, softmax_launch},
     {"MatMul", 0, matmul_supports, matmul_launch},
+    {"Gemm", 0, gemm_supports, gemm_launch},
 };
 
 int gs__cuda_register_ops(gs_backend_t *backend) {
@@ -239,9 +340,10 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
 }
 
 int gs__cuda_find_op_functions(cu_device *d) {
-  static const char *const names[] = {"unary_f32", "binary_f32", "bias_rows_f32"};
-  CUfunction *slots[] = {&d->unary, &d->binary, &d->bias_rows};
-  for (int i = 0; i < 3; i++) {
+  static const char *const names[] = {"unary_f32", "binary_f32", "bias_rows_f32",
+                                      "broadcast_f32", "softmax_f32"};
+  CUfunction *slots[] = {&d->unary, &d->binary, &d->bias_rows, &d->broadcast, &d->softmax};
+  for (int i = 0; i < 5; i++) {
     CUresult r = gs__cu.cuModuleGetFunction(slots[i], d->module, names[i]);
     if (r != CUDA_SUCCESS)
       return gs__cu_fail(r, names[i]);

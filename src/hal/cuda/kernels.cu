@@ -60,3 +60,48 @@ extern "C" __global__ void bias_rows_f32(const float *bias, float *y, unsigned l
        i < total; i += stride)
     y[i] = bias[i % n];
 }
+
+// y = x's values at the output's shape (NumPy broadcasting: a's strides).
+extern "C" __global__ void broadcast_f32(const float *x, float *y, unsigned long long n,
+                                         broadcast s) {
+  unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    unsigned long long rest = i;
+    long long ix = 0;
+    for (int d = s.rank - 1; d >= 0; d--) {
+      ix += (long long)(rest % (unsigned long long)s.dims[d]) * s.a_strides[d];
+      rest /= (unsigned long long)s.dims[d];
+    }
+    y[i] = x[ix];
+  }
+}
+
+// Softmax (or LogSoftmax) along one axis: x as [outer, len, inner], one
+// thread per (outer, inner) pair.
+extern "C" __global__ void softmax_f32(const float *x, float *y, unsigned long long outer,
+                                       unsigned long long len, unsigned long long inner,
+                                       int log_out) {
+  unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long id = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+       id < outer * inner; id += stride) {
+    unsigned long long o = id / inner, in = id % inner;
+    const float *xs = x + o * len * inner + in;
+    float *ys = y + o * len * inner + in;
+    float mx = -INFINITY;
+    for (unsigned long long i = 0; i < len; i++)
+      mx = fmaxf(mx, xs[i * inner]);
+    float sum = 0.0f;
+    for (unsigned long long i = 0; i < len; i++)
+      sum += expf(xs[i * inner] - mx);
+    if (log_out) {
+      float ls = logf(sum);
+      for (unsigned long long i = 0; i < len; i++)
+        ys[i * inner] = xs[i * inner] - mx - ls;
+    } else {
+      float inv = 1.0f / sum;
+      for (unsigned long long i = 0; i < len; i++)
+        ys[i * inner] = expf(xs[i * inner] - mx) * inv;
+    }
+  }
+}

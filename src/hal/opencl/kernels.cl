@@ -63,3 +63,45 @@ __kernel void bias_rows_f32(__global const float *bias, ulong bo, __global float
   if (i < rows * n)
     y[yo + i] = bias[bo + i % n];
 }
+
+/* y = x's values at the output's shape (NumPy broadcasting: a's strides). */
+__kernel void broadcast_f32(__global const float *x, ulong xo, __global float *y, ulong yo,
+                            ulong n, broadcast s) {
+  size_t i = get_global_id(0);
+  if (i >= n)
+    return;
+  ulong rest = i;
+  long ix = 0;
+  for (int d = (int)s.rank - 1; d >= 0; d--) {
+    ix += (long)(rest % (ulong)s.dims[d]) * s.a_strides[d];
+    rest /= (ulong)s.dims[d];
+  }
+  y[yo + i] = x[xo + ix];
+}
+
+/* Softmax (or LogSoftmax) along one axis: x as [outer, len, inner], one
+ * work item per (outer, inner) pair. */
+__kernel void softmax_f32(__global const float *x, ulong xo, __global float *y, ulong yo,
+                          ulong outer, ulong len, ulong inner, int log_out) {
+  size_t id = get_global_id(0);
+  if (id >= outer * inner)
+    return;
+  ulong o = id / inner, in = id % inner;
+  __global const float *xs = x + xo + o * len * inner + in;
+  __global float *ys = y + yo + o * len * inner + in;
+  float mx = -INFINITY;
+  for (ulong i = 0; i < len; i++)
+    mx = fmax(mx, xs[i * inner]);
+  float sum = 0.0f;
+  for (ulong i = 0; i < len; i++)
+    sum += exp(xs[i * inner] - mx);
+  if (log_out) {
+    float ls = log(sum);
+    for (ulong i = 0; i < len; i++)
+      ys[i * inner] = xs[i * inner] - mx - ls;
+  } else {
+    float inv = 1.0f / sum;
+    for (ulong i = 0; i < len; i++)
+      ys[i * inner] = exp(xs[i * inner] - mx) * inv;
+  }
+}

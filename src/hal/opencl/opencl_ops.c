@@ -1,6 +1,7 @@
 /* opencl_ops.c - the engine's ops on OpenCL: float32 Relu, Sigmoid and
- * Tanh, Add, Sub, Mul and Div with NumPy broadcasting (kernels.cl), and
- * MatMul (with the plan's fused bias and Relu) through CLBlast. Each kernel
+ * Tanh, Add, Sub, Mul and Div with NumPy broadcasting, Softmax and
+ * LogSoftmax (kernels.cl), and MatMul and Gemm (with the plan's fused bias
+ * and Relu) through CLBlast. Each kernel
  * says which launches it runs (kernel_supports); the plan runs the others,
  * and every op without a kernel here, on the CPU. A launch receives its
  * node's gs_op_call, as the CPU's kernels do, and runs on the stream's
@@ -156,7 +157,40 @@ static int run_binary(const launch_op *l) {
   return enqueue(l, l->s->dev->binary, (size_t)n, 9, sizes, values);
 }
 
-/* ---- MatMul through CLBlast ------------------------------------------------------------------ */
+/* ---- Softmax, LogSoftmax --------------------------------------------------------------------- */
+
+static bool softmax_supports(const ocl_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->attrs && c->n_in == 1 && c->n_out == 1 && all_f32(c);
+}
+
+static int run_softmax(const launch_op *l) {
+  const gs_op_call *c = call_of(l->params, l->params_size);
+  if (!c || !softmax_supports(l->k, l->params, l->params_size))
+    return gs_error(GS_ENOTSUP, "%s on OpenCL: float32 only", l->k->name);
+  const gs_axis_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  cl_ulong outer = 1, len = (cl_ulong)xs->dims[a->axis], inner = 1;
+  for (int i = 0; i < a->axis; i++)
+    outer *= (cl_ulong)xs->dims[i];
+  for (int i = a->axis + 1; i < xs->rank; i++)
+    inner *= (cl_ulong)xs->dims[i];
+  cl_mem x = NULL, y = NULL;
+  cl_ulong xo = 0, yo = 0;
+  int rc = device_operand(l, 0, &x, &xo);
+  if (rc == 0)
+    rc = device_operand(l, 1, &y, &yo);
+  if (rc < 0)
+    return rc;
+  cl_int log_out = l->k->op;
+  const size_t sizes[] = {sizeof x,     sizeof xo,    sizeof y,     sizeof yo,
+                          sizeof outer, sizeof len,   sizeof inner, sizeof log_out};
+  const void *values[] = {&x, &xo, &y, &yo, &outer, &len, &inner, &log_out};
+  return enqueue(l, l->s->dev->softmax, (size_t)(outer * inner), 8, sizes, values);
+}
+
+/* ---- MatMul and Gemm through CLBlast ------------------------------------------------------------ */
 
 #ifdef GS_HAVE_CLBLAST
 static bool matmul_supports(const ocl_kernel *k, const void *params, size_t size) {
@@ -244,6 +278,67 @@ static int run_matmul(const launch_op *l) {
     rc = run_unary_on(l, Y, yo, Y, yo, rows * n, UNARY_RELU);
   return rc;
 }
+
+static bool gemm_supports(const ocl_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->attrs && all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32 &&
+         c->in[0].shape.rank == 2 && c->in[1].shape.rank == 2 && c->out[0].shape.rank == 2 &&
+         (c->n_in < 3 || c->in[2].dtype == GS_DT_INVALID || c->in[2].shape.rank <= 2);
+}
+
+/* y = alpha op(A) op(B) + beta C, C broadcast to y first. */
+static int run_gemm(const launch_op *l) {
+  const gs_op_call *c = call_of(l->params, l->params_size);
+  if (!c || !gemm_supports(l->k, l->params, l->params_size))
+    return gs_error(GS_ENOTSUP, "Gemm on OpenCL: float32 only");
+  const gs_gemm_attrs *g = c->attrs;
+  bool has_c = c->n_in > 2 && l->ops[2].present && g->beta != 0;
+  cl_mem A = NULL, B = NULL, C = NULL, Y = NULL;
+  cl_ulong ao = 0, bo = 0, co = 0, yo = 0;
+  int rc = device_operand(l, 0, &A, &ao);
+  if (rc == 0)
+    rc = device_operand(l, 1, &B, &bo);
+  if (rc == 0 && has_c)
+    rc = device_operand(l, 2, &C, &co);
+  if (rc == 0)
+    rc = device_operand(l, c->n_in, &Y, &yo);
+  if (rc < 0)
+    return rc;
+  cl_ulong total = (cl_ulong)(g->m * g->n);
+  if (has_c) {
+    broadcast s = {.rank = 2, .dims = {g->m, g->n}};
+    strides_over(&c->in[2].shape, &c->out[0].shape, s.a_strides);
+    const size_t sizes[] = {sizeof C, sizeof co, sizeof Y, sizeof yo, sizeof total, sizeof s};
+    const void *values[] = {&C, &co, &Y, &yo, &total, &s};
+    if ((rc = enqueue(l, l->s->dev->broadcast, (size_t)total, 6, sizes, values)) < 0)
+      return rc;
+  }
+  if (total && g->k) {
+    cl_command_queue q = l->s->queue;
+    CLBlastStatusCode st = CLBlastSgemm(
+        CLBlastLayoutRowMajor, g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
+        g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, (size_t)g->m, (size_t)g->n,
+        (size_t)g->k, g->alpha, A, ao, (size_t)c->in[0].shape.dims[1], B, bo,
+        (size_t)c->in[1].shape.dims[1], has_c ? g->beta : 0.0f, Y, yo, (size_t)g->n, &q, NULL);
+    cl_int err = st == CLBlastSuccess ? clFinish(q) : CL_SUCCESS;
+    if (st != CLBlastSuccess)
+      return gs_error(GS_EDEVICE, "Gemm: CLBlast status %d", (int)st);
+    if (err != CL_SUCCESS)
+      return gs__ocl_fail(err, "Gemm");
+  } else if (total && !has_c) { /* an empty sum: zeros */
+    float zero = 0.0f;
+    cl_int err = clEnqueueFillBuffer(l->s->queue, Y, &zero, sizeof zero, yo * sizeof(float),
+                                     total * sizeof(float), 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+      err = clFinish(l->s->queue);
+    if (err != CL_SUCCESS)
+      return gs__ocl_fail(err, "Gemm");
+  }
+  if (g->act == GS_ACT_RELU)
+    rc = run_unary_on(l, Y, yo, Y, yo, total, UNARY_RELU);
+  return rc;
+}
 #endif
 
 /* ---- registration -------------------------------------------------------------------------------- */
@@ -256,8 +351,11 @@ static const ocl_kernel ops[] = {
     {"Sub", BINARY_SUB, binary_supports, run_binary},
     {"Mul", BINARY_MUL, binary_supports, run_binary},
     {"Div", BINARY_DIV, binary_supports, run_binary},
+    {"Softmax", 0, softmax_supports, run_softmax},
+    {"LogSoftmax", 1, softmax_supports, run_softmax},
 #ifdef GS_HAVE_CLBLAST
     {"MatMul", 0, matmul_supports, run_matmul},
+    {"Gemm", 0, gemm_supports, run_gemm},
 #endif
 };
 
@@ -271,9 +369,10 @@ int gs__ocl_register_ops(gs_backend_t *backend) {
 }
 
 int gs__ocl_create_op_kernels(ocl_device *d) {
-  static const char *const names[] = {"unary_f32", "binary_f32", "bias_rows_f32"};
-  cl_kernel *slots[] = {&d->unary, &d->binary, &d->bias_rows};
-  for (int i = 0; i < 3; i++) {
+  static const char *const names[] = {"unary_f32", "binary_f32", "bias_rows_f32",
+                                      "broadcast_f32", "softmax_f32"};
+  cl_kernel *slots[] = {&d->unary, &d->binary, &d->bias_rows, &d->broadcast, &d->softmax};
+  for (int i = 0; i < 5; i++) {
     cl_int err;
     if (!(*slots[i] = clCreateKernel(d->program, names[i], &err)))
       return gs__ocl_fail(err, names[i]);
@@ -282,8 +381,8 @@ int gs__ocl_create_op_kernels(ocl_device *d) {
 }
 
 void gs__ocl_release_op_kernels(ocl_device *d) {
-  cl_kernel all[] = {d->unary, d->binary, d->bias_rows};
-  for (int i = 0; i < 3; i++)
+  cl_kernel all[] = {d->unary, d->binary, d->bias_rows, d->broadcast, d->softmax};
+  for (int i = 0; i < 5; i++)
     if (all[i])
       clReleaseKernel(all[i]);
 }
