@@ -20,7 +20,7 @@ typedef struct cu_device {
   char pci_bus_id[32];
   gs_nvml_device nvml; /* NULL without NVML */
   CUmodule module;
-  CUfunction axpy, unary, binary, bias_rows, broadcast, softmax;
+  CUfunction axpy, unary, binary, bias_rows, broadcast, softmax, layernorm;
 } cu_device;
 
 typedef struct cu_stream {

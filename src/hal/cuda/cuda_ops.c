@@ -1,7 +1,9 @@
-/* cuda_ops.c - the engine's ops on CUDA: float32 Relu, Sigmoid and Tanh,
- * Add, Sub, Mul and Div with NumPy broadcasting, Softmax and LogSoftmax
- * (kernels.cu), and MatMul and Gemm (with the plan's fused bias and Relu)
- * through cuBLAS. Each kernel says
+/* cuda_ops.c - the engine's ops on CUDA: float32 unary ops (Relu,
+ * LeakyRelu, Sigmoid, Tanh, Gelu, Erf, Sqrt, Exp, Log, Neg, Abs), Add, Sub,
+ * Mul and Div with NumPy broadcasting, Softmax, LogSoftmax, Transpose and
+ * LayerNormalization (kernels.cu); Identity and the reshapes as copies of
+ * any type; MatMul and Gemm (with the plan's fused bias and Relu) through
+ * cuBLAS. Each kernel says
  * which launches it runs (kernel_supports); the plan runs the others, and
  * every op without a kernel here, on the CPU. A launch receives its node's
  * gs_op_call, as the CPU's kernels do. */
@@ -12,7 +14,10 @@
 
 #include <string.h>
 
-enum { UNARY_RELU, UNARY_SIGMOID, UNARY_TANH };       /* as kernels.cu numbers them */
+enum { /* as kernels.cu numbers them */
+  UNARY_RELU, UNARY_SIGMOID, UNARY_TANH, UNARY_LEAKY, UNARY_GELU_ERF, UNARY_GELU_TANH,
+  UNARY_ERF, UNARY_SQRT, UNARY_EXP, UNARY_LOG, UNARY_NEG, UNARY_ABS
+};
 enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
 
 typedef struct broadcast { /* kernels.cu's struct broadcast */
@@ -63,9 +68,50 @@ static int unary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *
   if (rc < 0)
     return rc;
   unsigned long long n = (unsigned long long)numel(&c->out[0].shape);
-  int op = k->op;
-  void *params[] = {&x, &y, &n, &op};
+  /* Only LeakyRelu and Gelu have unary attributes (the others' block is empty). */
+  const gs_unary_attrs *at = c->attrs;
+  int op = k->op == UNARY_GELU_ERF && at && at->gelu_tanh ? UNARY_GELU_TANH : k->op;
+  float alpha = k->op == UNARY_LEAKY && at ? at->alpha : 0.0f;
+  void *params[] = {&x, &y, &n, &op, &alpha};
   return gs__cu_launch_1d(s, s->d->unary, n, params);
+}
+
+/* ---- data movement --------------------------------------------------------------------- */
+
+/* Bytes per element (the engine's gs_dtype_size, which a plugin cannot call). */
+static size_t element_size(gs_dtype dt) {
+  switch (dt) {
+  case GS_DT_BOOL: case GS_DT_UINT8: case GS_DT_INT8: return 1;
+  case GS_DT_INT16: case GS_DT_FLOAT16: case GS_DT_BFLOAT16: return 2;
+  case GS_DT_INT32: case GS_DT_FLOAT32: return 4;
+  case GS_DT_INT64: case GS_DT_FLOAT64: return 8;
+  case GS_DT_BYTES: return sizeof(gs_bytes_ref);
+  default: return 0;
+  }
+}
+
+/* Identity and the reshapes: the bytes as they are, any type. */
+static bool copy_supports(const cu_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->n_out == 1 && element_size(c->out[0].dtype) > 0;
+}
+
+static int copy_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  const gs_op_call *c = call_of(a->params, a->params_size);
+  if (!c || !copy_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "%s on CUDA: one output of a known type only", k->name);
+  CUdeviceptr x = 0, y = 0;
+  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &y);
+  if (rc < 0)
+    return rc;
+  size_t bytes = (size_t)numel(&c->out[0].shape) * element_size(c->out[0].dtype);
+  if (bytes == 0 || x == y)
+    return GS_OK;
+  CUresult r = gs__cu.cuMemcpyDtoDAsync(y, x, bytes, s->s);
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, k->name);
 }
 
 /* ---- binary ----------------------------------------------------------------------------- */
@@ -142,6 +188,83 @@ static int softmax_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args
   int log_out = k->op;
   void *params[] = {&x, &y, &outer, &len, &inner, &log_out};
   return gs__cu_launch_1d(s, s->d->softmax, outer * inner, params);
+}
+
+/* ---- Transpose, LayerNormalization --------------------------------------------------------------- */
+
+static bool transpose_supports(const cu_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->attrs && c->n_in == 1 && all_f32(c) && c->out[0].shape.rank <= 8;
+}
+
+/* The output gathers the input along permuted strides: broadcast_f32's walk. */
+static int transpose_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  const gs_op_call *c = call_of(a->params, a->params_size);
+  if (!c || !transpose_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "Transpose on CUDA: float32 only");
+  const gs_transpose_attrs *at = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  long long in_strides[8], stride = 1;
+  for (int d = xs->rank - 1; d >= 0; d--) {
+    in_strides[d] = stride;
+    stride *= xs->dims[d];
+  }
+  broadcast b = {.rank = ys->rank};
+  for (int d = 0; d < ys->rank; d++) {
+    b.dims[d] = ys->dims[d];
+    b.a_strides[d] = in_strides[at->perm[d]];
+  }
+  CUdeviceptr x = 0, y = 0;
+  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
+  if (rc < 0)
+    return rc;
+  unsigned long long n = (unsigned long long)numel(ys);
+  void *params[] = {&x, &y, &n, &b};
+  return gs__cu_launch_1d(s, s->d->broadcast, n, params);
+}
+
+static int64_t norm_inner(const gs_op_call *c) {
+  const gs_norm_attrs *na = c->attrs;
+  int64_t inner = 1;
+  for (int i = na->axis; i < c->in[0].shape.rank; i++)
+    inner *= c->in[0].shape.dims[i];
+  return inner;
+}
+
+static bool layernorm_supports(const cu_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  if (!c || !c->attrs || c->n_out != 1 || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
+    return false; /* the optional mean and inverse-deviation outputs: on the CPU */
+  int64_t inner = norm_inner(c);
+  bool has_bias = c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID;
+  return inner > 0 && numel(&c->in[1].shape) == inner &&
+         (!has_bias || numel(&c->in[2].shape) == inner);
+}
+
+static int layernorm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+  const gs_op_call *c = call_of(a->params, a->params_size);
+  if (!c || !layernorm_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "LayerNormalization on CUDA: float32, one output");
+  const gs_norm_attrs *na = c->attrs;
+  CUdeviceptr x = 0, sc = 0, b = 0, y = 0;
+  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &sc);
+  if (rc == 0 && c->n_in > 2 && a->buffers[2])
+    rc = gs__cu_device_ptr(a->buffers[2], a->offsets[2], &b);
+  if (rc == 0)
+    rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &y);
+  if (rc < 0)
+    return rc;
+  unsigned long long inner = (unsigned long long)norm_inner(c);
+  unsigned long long rows = (unsigned long long)numel(&c->in[0].shape) / inner;
+  float eps = na->epsilon;
+  void *params[] = {&x, &sc, &b, &y, &rows, &inner, &eps};
+  return gs__cu_launch_1d(s, s->d->layernorm, rows, params);
 }
 
 /* ---- MatMul and Gemm through cuBLAS ------------------------------------------------------------- */
@@ -246,7 +369,8 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
   if (m->act == GS_ACT_RELU) {
     unsigned long long total = rows * n;
     int op = UNARY_RELU;
-    void *params[] = {&Y, &Y, &total, &op};
+    float unused = 0.0f;
+    void *params[] = {&Y, &Y, &total, &op, &unused};
     rc = gs__cu_launch_1d(s, s->d->unary, total, params);
   }
   return rc;
@@ -308,7 +432,8 @@ static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a
   }
   if (g->act == GS_ACT_RELU) {
     int op = UNARY_RELU;
-    void *params[] = {&Y, &Y, &total, &op};
+    float alpha = 0.0f;
+    void *params[] = {&Y, &Y, &total, &op, &alpha};
     rc = gs__cu_launch_1d(s, s->d->unary, total, params);
   }
   return rc;
@@ -320,6 +445,21 @@ static const cu_kernel ops[] = {
     {"Relu", UNARY_RELU, unary_supports, unary_launch},
     {"Sigmoid", UNARY_SIGMOID, unary_supports, unary_launch},
     {"Tanh", UNARY_TANH, unary_supports, unary_launch},
+    {"LeakyRelu", UNARY_LEAKY, unary_supports, unary_launch},
+    {"Gelu", UNARY_GELU_ERF, unary_supports, unary_launch},
+    {"Erf", UNARY_ERF, unary_supports, unary_launch},
+    {"Sqrt", UNARY_SQRT, unary_supports, unary_launch},
+    {"Exp", UNARY_EXP, unary_supports, unary_launch},
+    {"Log", UNARY_LOG, unary_supports, unary_launch},
+    {"Neg", UNARY_NEG, unary_supports, unary_launch},
+    {"Abs", UNARY_ABS, unary_supports, unary_launch},
+    {"Identity", 0, copy_supports, copy_launch},
+    {"Reshape", 0, copy_supports, copy_launch},
+    {"Flatten", 0, copy_supports, copy_launch},
+    {"Squeeze", 0, copy_supports, copy_launch},
+    {"Unsqueeze", 0, copy_supports, copy_launch},
+    {"Transpose", 0, transpose_supports, transpose_launch},
+    {"LayerNormalization", 0, layernorm_supports, layernorm_launch},
     {"Add", BINARY_ADD, binary_supports, binary_launch},
     {"Sub", BINARY_SUB, binary_supports, binary_launch},
     {"Mul", BINARY_MUL, binary_supports, binary_launch},
@@ -340,10 +480,11 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
 }
 
 int gs__cuda_find_op_functions(cu_device *d) {
-  static const char *const names[] = {"unary_f32", "binary_f32", "bias_rows_f32",
-                                      "broadcast_f32", "softmax_f32"};
-  CUfunction *slots[] = {&d->unary, &d->binary, &d->bias_rows, &d->broadcast, &d->softmax};
-  for (int i = 0; i < 5; i++) {
+  static const char *const names[] = {"unary_f32",     "binary_f32",  "bias_rows_f32",
+                                      "broadcast_f32", "softmax_f32", "layernorm_f32"};
+  CUfunction *slots[] = {&d->unary,     &d->binary,  &d->bias_rows,
+                         &d->broadcast, &d->softmax, &d->layernorm};
+  for (int i = 0; i < 6; i++) {
     CUresult r = gs__cu.cuModuleGetFunction(slots[i], d->module, names[i]);
     if (r != CUDA_SUCCESS)
       return gs__cu_fail(r, names[i]);

@@ -12,17 +12,57 @@ extern "C" __global__ void axpy_f32(const float *x, float *y, unsigned long long
 
 // The engine's elementwise ops on float32. Ops are numbered as the plugin's
 // launchers number them (cuda_ops.c).
-enum { UNARY_RELU, UNARY_SIGMOID, UNARY_TANH };
+enum {
+  UNARY_RELU, UNARY_SIGMOID, UNARY_TANH, UNARY_LEAKY, UNARY_GELU_ERF, UNARY_GELU_TANH,
+  UNARY_ERF, UNARY_SQRT, UNARY_EXP, UNARY_LOG, UNARY_NEG, UNARY_ABS
+};
 enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
 
-extern "C" __global__ void unary_f32(const float *x, float *y, unsigned long long n, int op) {
+extern "C" __global__ void unary_f32(const float *x, float *y, unsigned long long n, int op,
+                                     float alpha) {
   unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    float v = x[i];
-    y[i] = op == UNARY_RELU ? (v > 0.0f ? v : 0.0f)
-           : op == UNARY_SIGMOID ? 1.0f / (1.0f + expf(-v))
-                                 : tanhf(v);
+    float v = x[i], r;
+    switch (op) {
+    case UNARY_RELU: r = v > 0.0f ? v : 0.0f; break;
+    case UNARY_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
+    case UNARY_TANH: r = tanhf(v); break;
+    case UNARY_LEAKY: r = v >= 0.0f ? v : alpha * v; break;
+    case UNARY_GELU_ERF: r = 0.5f * v * (1.0f + erff(v * 0.70710678f)); break;
+    case UNARY_GELU_TANH:
+      r = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+      break;
+    case UNARY_ERF: r = erff(v); break;
+    case UNARY_SQRT: r = sqrtf(v); break;
+    case UNARY_EXP: r = expf(v); break;
+    case UNARY_LOG: r = logf(v); break;
+    case UNARY_NEG: r = -v; break;
+    default: r = fabsf(v); break;
+    }
+    y[i] = r;
+  }
+}
+
+// LayerNormalization over the last `inner` elements of each of `rows` rows,
+// one thread per row; bias may be null.
+extern "C" __global__ void layernorm_f32(const float *x, const float *scale, const float *bias,
+                                         float *y, unsigned long long rows,
+                                         unsigned long long inner, float eps) {
+  unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long r = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+       r < rows; r += stride) {
+    const float *xr = x + r * inner;
+    float *yr = y + r * inner;
+    float sum = 0.0f;
+    for (unsigned long long i = 0; i < inner; i++)
+      sum += xr[i];
+    float mean = sum / (float)inner, sq = 0.0f;
+    for (unsigned long long i = 0; i < inner; i++)
+      sq += (xr[i] - mean) * (xr[i] - mean);
+    float inv = rsqrtf(sq / (float)inner + eps);
+    for (unsigned long long i = 0; i < inner; i++)
+      yr[i] = (xr[i] - mean) * inv * scale[i] + (bias ? bias[i] : 0.0f);
   }
 }
 

@@ -15,19 +15,62 @@ __kernel void axpy_f32(__global const float *x, ulong xo, __global float *y, ulo
 #define UNARY_RELU 0
 #define UNARY_SIGMOID 1
 #define UNARY_TANH 2
+#define UNARY_LEAKY 3
+#define UNARY_GELU_ERF 4
+#define UNARY_GELU_TANH 5
+#define UNARY_ERF 6
+#define UNARY_SQRT 7
+#define UNARY_EXP 8
+#define UNARY_LOG 9
+#define UNARY_NEG 10
+#define UNARY_ABS 11
 #define BINARY_ADD 0
 #define BINARY_SUB 1
 #define BINARY_MUL 2
 #define BINARY_DIV 3
 
 __kernel void unary_f32(__global const float *x, ulong xo, __global float *y, ulong yo, ulong n,
-                        int op) {
+                        int op, float alpha) {
   size_t i = get_global_id(0);
   if (i >= n)
     return;
-  float v = x[xo + i];
-  y[yo + i] = op == UNARY_RELU ? fmax(v, 0.0f) : op == UNARY_SIGMOID ? 1.0f / (1.0f + exp(-v))
-                                                                      : tanh(v);
+  float v = x[xo + i], r;
+  switch (op) {
+  case UNARY_RELU: r = fmax(v, 0.0f); break;
+  case UNARY_SIGMOID: r = 1.0f / (1.0f + exp(-v)); break;
+  case UNARY_TANH: r = tanh(v); break;
+  case UNARY_LEAKY: r = v >= 0.0f ? v : alpha * v; break;
+  case UNARY_GELU_ERF: r = 0.5f * v * (1.0f + erf(v * 0.70710678f)); break;
+  case UNARY_GELU_TANH: r = 0.5f * v * (1.0f + tanh(0.7978845608f * (v + 0.044715f * v * v * v))); break;
+  case UNARY_ERF: r = erf(v); break;
+  case UNARY_SQRT: r = sqrt(v); break;
+  case UNARY_EXP: r = exp(v); break;
+  case UNARY_LOG: r = log(v); break;
+  case UNARY_NEG: r = -v; break;
+  default: r = fabs(v); break;
+  }
+  y[yo + i] = r;
+}
+
+/* LayerNormalization over the last `inner` elements of each of `rows` rows,
+ * one work item per row; bias optional (has_bias 0). */
+__kernel void layernorm_f32(__global const float *x, ulong xo, __global const float *scale,
+                            ulong so, __global const float *bias, ulong bo, int has_bias,
+                            __global float *y, ulong yo, ulong rows, ulong inner, float eps) {
+  size_t r = get_global_id(0);
+  if (r >= rows)
+    return;
+  __global const float *xr = x + xo + r * inner;
+  __global float *yr = y + yo + r * inner;
+  float sum = 0.0f;
+  for (ulong i = 0; i < inner; i++)
+    sum += xr[i];
+  float mean = sum / (float)inner, sq = 0.0f;
+  for (ulong i = 0; i < inner; i++)
+    sq += (xr[i] - mean) * (xr[i] - mean);
+  float inv = 1.0f / sqrt(sq / (float)inner + eps);
+  for (ulong i = 0; i < inner; i++)
+    yr[i] = (xr[i] - mean) * inv * scale[so + i] + (has_bias ? bias[bo + i] : 0.0f);
 }
 
 /* NumPy broadcasting: the output's dimensions and, per operand, the stride

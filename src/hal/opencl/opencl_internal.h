@@ -15,7 +15,7 @@ typedef struct ocl_device {
   cl_program program;
   /* Kernel objects, one per function: arguments set and the launch queued
    * under kernel_lock. */
-  cl_kernel axpy, unary, binary, bias_rows, broadcast, softmax;
+  cl_kernel axpy, unary, binary, bias_rows, broadcast, softmax, layernorm;
   pthread_mutex_t kernel_lock;
   size_t align;
   size_t max_alloc; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */

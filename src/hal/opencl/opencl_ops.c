@@ -1,7 +1,9 @@
-/* opencl_ops.c - the engine's ops on OpenCL: float32 Relu, Sigmoid and
- * Tanh, Add, Sub, Mul and Div with NumPy broadcasting, Softmax and
- * LogSoftmax (kernels.cl), and MatMul and Gemm (with the plan's fused bias
- * and Relu) through CLBlast. Each kernel
+/* opencl_ops.c - the engine's ops on OpenCL: float32 unary ops (Relu,
+ * LeakyRelu, Sigmoid, Tanh, Gelu, Erf, Sqrt, Exp, Log, Neg, Abs), Add, Sub,
+ * Mul and Div with NumPy broadcasting, Softmax, LogSoftmax, Transpose and
+ * LayerNormalization (kernels.cl); Identity and the reshapes as copies of
+ * any type; MatMul and Gemm (with the plan's fused bias and Relu) through
+ * CLBlast. Each kernel
  * says which launches it runs (kernel_supports); the plan runs the others,
  * and every op without a kernel here, on the CPU. A launch receives its
  * node's gs_op_call, as the CPU's kernels do, and runs on the stream's
@@ -16,7 +18,10 @@
 #endif
 #include <string.h>
 
-enum { UNARY_RELU, UNARY_SIGMOID, UNARY_TANH };       /* as kernels.cl numbers them */
+enum { /* as kernels.cl numbers them */
+  UNARY_RELU, UNARY_SIGMOID, UNARY_TANH, UNARY_LEAKY, UNARY_GELU_ERF, UNARY_GELU_TANH,
+  UNARY_ERF, UNARY_SQRT, UNARY_EXP, UNARY_LOG, UNARY_NEG, UNARY_ABS
+};
 enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
 
 typedef struct broadcast { /* kernels.cl's struct broadcast: longs only, one layout */
@@ -88,10 +93,11 @@ static bool unary_supports(const ocl_kernel *k, const void *params, size_t size)
 }
 
 static int run_unary_on(const launch_op *l, cl_mem x, cl_ulong xo, cl_mem y, cl_ulong yo,
-                        cl_ulong n, cl_int op) {
-  const size_t sizes[] = {sizeof x, sizeof xo, sizeof y, sizeof yo, sizeof n, sizeof op};
-  const void *values[] = {&x, &xo, &y, &yo, &n, &op};
-  return enqueue(l, l->s->dev->unary, (size_t)n, 6, sizes, values);
+                        cl_ulong n, cl_int op, cl_float alpha) {
+  const size_t sizes[] = {sizeof x, sizeof xo, sizeof y, sizeof yo, sizeof n, sizeof op,
+                          sizeof alpha};
+  const void *values[] = {&x, &xo, &y, &yo, &n, &op, &alpha};
+  return enqueue(l, l->s->dev->unary, (size_t)n, 7, sizes, values);
 }
 
 static int run_unary(const launch_op *l) {
@@ -105,7 +111,49 @@ static int run_unary(const launch_op *l) {
     rc = device_operand(l, 1, &y, &yo);
   if (rc < 0)
     return rc;
-  return run_unary_on(l, x, xo, y, yo, (cl_ulong)numel(&c->out[0].shape), l->k->op);
+  /* Only LeakyRelu and Gelu have unary attributes (the others' block is empty). */
+  const gs_unary_attrs *at = c->attrs;
+  cl_int op = l->k->op == UNARY_GELU_ERF && at && at->gelu_tanh ? UNARY_GELU_TANH : l->k->op;
+  cl_float alpha = l->k->op == UNARY_LEAKY && at ? at->alpha : 0.0f;
+  return run_unary_on(l, x, xo, y, yo, (cl_ulong)numel(&c->out[0].shape), op, alpha);
+}
+
+/* ---- data movement --------------------------------------------------------------------- */
+
+/* Bytes per element (the engine's gs_dtype_size, which a plugin cannot call). */
+static size_t element_size(gs_dtype dt) {
+  switch (dt) {
+  case GS_DT_BOOL: case GS_DT_UINT8: case GS_DT_INT8: return 1;
+  case GS_DT_INT16: case GS_DT_FLOAT16: case GS_DT_BFLOAT16: return 2;
+  case GS_DT_INT32: case GS_DT_FLOAT32: return 4;
+  case GS_DT_INT64: case GS_DT_FLOAT64: return 8;
+  case GS_DT_BYTES: return sizeof(gs_bytes_ref);
+  default: return 0;
+  }
+}
+
+/* Identity and the reshapes: the bytes as they are, any type. */
+static bool copy_supports(const ocl_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->n_out == 1 && element_size(c->out[0].dtype) > 0;
+}
+
+static int run_copy_op(const launch_op *l) {
+  const gs_op_call *c = call_of(l->params, l->params_size);
+  if (!c || !copy_supports(l->k, l->params, l->params_size))
+    return gs_error(GS_ENOTSUP, "%s on OpenCL: one output of a known type only", l->k->name);
+  const operand *x = &l->ops[0], *y = &l->ops[c->n_in];
+  if (!x->present || !x->mem || !y->present || !y->mem)
+    return gs_error(GS_EINVAL, "%s: operands must be device buffers", l->k->name);
+  size_t bytes = (size_t)numel(&c->out[0].shape) * element_size(c->out[0].dtype);
+  if (bytes == 0 || (x->mem == y->mem && x->offset == y->offset))
+    return GS_OK;
+  cl_int err = clEnqueueCopyBuffer(l->s->queue, x->mem, y->mem, x->offset, y->offset, bytes, 0,
+                                   NULL, NULL);
+  if (err == CL_SUCCESS)
+    err = clFinish(l->s->queue);
+  return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, l->k->name);
 }
 
 /* ---- binary ------------------------------------------------------------------------------ */
@@ -188,6 +236,94 @@ static int run_softmax(const launch_op *l) {
                           sizeof outer, sizeof len,   sizeof inner, sizeof log_out};
   const void *values[] = {&x, &xo, &y, &yo, &outer, &len, &inner, &log_out};
   return enqueue(l, l->s->dev->softmax, (size_t)(outer * inner), 8, sizes, values);
+}
+
+/* ---- Transpose, LayerNormalization --------------------------------------------------------------- */
+
+static bool transpose_supports(const ocl_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  return c && c->attrs && c->n_in == 1 && all_f32(c) && c->out[0].shape.rank <= 8;
+}
+
+/* The output gathers the input along permuted strides: broadcast_f32's walk. */
+static int run_transpose(const launch_op *l) {
+  const gs_op_call *c = call_of(l->params, l->params_size);
+  if (!c || !transpose_supports(l->k, l->params, l->params_size))
+    return gs_error(GS_ENOTSUP, "Transpose on OpenCL: float32 only");
+  const gs_transpose_attrs *at = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  cl_long in_strides[8], stride = 1;
+  for (int d = xs->rank - 1; d >= 0; d--) {
+    in_strides[d] = stride;
+    stride *= xs->dims[d];
+  }
+  broadcast s = {.rank = ys->rank};
+  for (int d = 0; d < ys->rank; d++) {
+    s.dims[d] = ys->dims[d];
+    s.a_strides[d] = in_strides[at->perm[d]];
+  }
+  cl_mem x = NULL, y = NULL;
+  cl_ulong xo = 0, yo = 0;
+  int rc = device_operand(l, 0, &x, &xo);
+  if (rc == 0)
+    rc = device_operand(l, 1, &y, &yo);
+  if (rc < 0)
+    return rc;
+  cl_ulong n = (cl_ulong)numel(ys);
+  const size_t sizes[] = {sizeof x, sizeof xo, sizeof y, sizeof yo, sizeof n, sizeof s};
+  const void *values[] = {&x, &xo, &y, &yo, &n, &s};
+  return enqueue(l, l->s->dev->broadcast, (size_t)n, 6, sizes, values);
+}
+
+/* The rows' length: the dimensions from the normalised axis on. */
+static int64_t norm_inner(const gs_op_call *c) {
+  const gs_norm_attrs *a = c->attrs;
+  int64_t inner = 1;
+  for (int i = a->axis; i < c->in[0].shape.rank; i++)
+    inner *= c->in[0].shape.dims[i];
+  return inner;
+}
+
+static bool layernorm_supports(const ocl_kernel *k, const void *params, size_t size) {
+  (void)k;
+  const gs_op_call *c = call_of(params, size);
+  if (!c || !c->attrs || c->n_out != 1 || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
+    return false; /* the optional mean and inverse-deviation outputs: on the CPU */
+  int64_t inner = norm_inner(c);
+  bool has_bias = c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID;
+  return inner > 0 && numel(&c->in[1].shape) == inner &&
+         (!has_bias || numel(&c->in[2].shape) == inner);
+}
+
+static int run_layernorm(const launch_op *l) {
+  const gs_op_call *c = call_of(l->params, l->params_size);
+  if (!c || !layernorm_supports(l->k, l->params, l->params_size))
+    return gs_error(GS_ENOTSUP, "LayerNormalization on OpenCL: float32, one output");
+  const gs_norm_attrs *a = c->attrs;
+  cl_int has_bias = c->n_in > 2 && l->ops[2].present;
+  cl_mem x = NULL, sc = NULL, b = NULL, y = NULL;
+  cl_ulong xo = 0, so = 0, bo = 0, yo = 0;
+  int rc = device_operand(l, 0, &x, &xo);
+  if (rc == 0)
+    rc = device_operand(l, 1, &sc, &so);
+  if (rc == 0 && has_bias)
+    rc = device_operand(l, 2, &b, &bo);
+  if (rc == 0)
+    rc = device_operand(l, c->n_in, &y, &yo);
+  if (rc < 0)
+    return rc;
+  if (!has_bias) { /* an argument must still be a valid buffer */
+    b = sc;
+    bo = so;
+  }
+  cl_ulong inner = (cl_ulong)norm_inner(c), rows = (cl_ulong)numel(&c->in[0].shape) / inner;
+  cl_float eps = a->epsilon;
+  const size_t sizes[] = {sizeof x,  sizeof xo, sizeof sc,   sizeof so,    sizeof b,  sizeof bo,
+                          sizeof has_bias, sizeof y, sizeof yo, sizeof rows, sizeof inner,
+                          sizeof eps};
+  const void *values[] = {&x, &xo, &sc, &so, &b, &bo, &has_bias, &y, &yo, &rows, &inner, &eps};
+  return enqueue(l, l->s->dev->layernorm, (size_t)rows, 12, sizes, values);
 }
 
 /* ---- MatMul and Gemm through CLBlast ------------------------------------------------------------ */
@@ -275,7 +411,7 @@ static int run_matmul(const launch_op *l) {
       return gs__ocl_fail(err, "MatMul");
   }
   if (m->act == GS_ACT_RELU)
-    rc = run_unary_on(l, Y, yo, Y, yo, rows * n, UNARY_RELU);
+    rc = run_unary_on(l, Y, yo, Y, yo, rows * n, UNARY_RELU, 0.0f);
   return rc;
 }
 
@@ -336,7 +472,7 @@ static int run_gemm(const launch_op *l) {
       return gs__ocl_fail(err, "Gemm");
   }
   if (g->act == GS_ACT_RELU)
-    rc = run_unary_on(l, Y, yo, Y, yo, total, UNARY_RELU);
+    rc = run_unary_on(l, Y, yo, Y, yo, total, UNARY_RELU, 0.0f);
   return rc;
 }
 #endif
@@ -347,6 +483,21 @@ static const ocl_kernel ops[] = {
     {"Relu", UNARY_RELU, unary_supports, run_unary},
     {"Sigmoid", UNARY_SIGMOID, unary_supports, run_unary},
     {"Tanh", UNARY_TANH, unary_supports, run_unary},
+    {"LeakyRelu", UNARY_LEAKY, unary_supports, run_unary},
+    {"Gelu", UNARY_GELU_ERF, unary_supports, run_unary},
+    {"Erf", UNARY_ERF, unary_supports, run_unary},
+    {"Sqrt", UNARY_SQRT, unary_supports, run_unary},
+    {"Exp", UNARY_EXP, unary_supports, run_unary},
+    {"Log", UNARY_LOG, unary_supports, run_unary},
+    {"Neg", UNARY_NEG, unary_supports, run_unary},
+    {"Abs", UNARY_ABS, unary_supports, run_unary},
+    {"Identity", 0, copy_supports, run_copy_op},
+    {"Reshape", 0, copy_supports, run_copy_op},
+    {"Flatten", 0, copy_supports, run_copy_op},
+    {"Squeeze", 0, copy_supports, run_copy_op},
+    {"Unsqueeze", 0, copy_supports, run_copy_op},
+    {"Transpose", 0, transpose_supports, run_transpose},
+    {"LayerNormalization", 0, layernorm_supports, run_layernorm},
     {"Add", BINARY_ADD, binary_supports, run_binary},
     {"Sub", BINARY_SUB, binary_supports, run_binary},
     {"Mul", BINARY_MUL, binary_supports, run_binary},
@@ -369,10 +520,11 @@ int gs__ocl_register_ops(gs_backend_t *backend) {
 }
 
 int gs__ocl_create_op_kernels(ocl_device *d) {
-  static const char *const names[] = {"unary_f32", "binary_f32", "bias_rows_f32",
-                                      "broadcast_f32", "softmax_f32"};
-  cl_kernel *slots[] = {&d->unary, &d->binary, &d->bias_rows, &d->broadcast, &d->softmax};
-  for (int i = 0; i < 5; i++) {
+  static const char *const names[] = {"unary_f32",     "binary_f32",  "bias_rows_f32",
+                                      "broadcast_f32", "softmax_f32", "layernorm_f32"};
+  cl_kernel *slots[] = {&d->unary,     &d->binary,  &d->bias_rows,
+                        &d->broadcast, &d->softmax, &d->layernorm};
+  for (int i = 0; i < 6; i++) {
     cl_int err;
     if (!(*slots[i] = clCreateKernel(d->program, names[i], &err)))
       return gs__ocl_fail(err, names[i]);
@@ -381,8 +533,8 @@ int gs__ocl_create_op_kernels(ocl_device *d) {
 }
 
 void gs__ocl_release_op_kernels(ocl_device *d) {
-  cl_kernel all[] = {d->unary, d->binary, d->bias_rows, d->broadcast, d->softmax};
-  for (int i = 0; i < 5; i++)
+  cl_kernel all[] = {d->unary, d->binary, d->bias_rows, d->broadcast, d->softmax, d->layernorm};
+  for (int i = 0; i < 6; i++)
     if (all[i])
       clReleaseKernel(all[i]);
 }
