@@ -9,8 +9,7 @@
  * gs_op_call, as the CPU's kernels do. */
 #include "hal/cuda/cuda_internal.h"
 
-#include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "engine/op_launch.h"
 
 #include <string.h>
 
@@ -20,45 +19,22 @@ enum { /* as kernels.cu numbers them */
 };
 enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
 
-typedef struct broadcast { /* kernels.cu's struct broadcast */
+typedef struct broadcast { /* kernels.cu's struct broadcast (int, then long longs) */
   int rank;
-  long long dims[8];
-  long long a_strides[8], b_strides[8];
+  int64_t dims[8];
+  int64_t a_strides[8], b_strides[8];
 } broadcast;
-
-/* Elements of a shape. Not gs_shape_numel: a plugin resolves only the HAL's
- * symbols from its host (the conformance runner has no engine). */
-static int64_t numel(const gs_shape *s) {
-  int64_t n = 1;
-  for (int d = 0; d < s->rank; d++)
-    n *= s->dims[d];
-  return n;
-}
-
-static const gs_op_call *call_of(const void *params, size_t size) {
-  return size == sizeof(const gs_op_call *) ? *(const gs_op_call *const *)params : NULL;
-}
-
-static bool all_f32(const gs_op_call *c) {
-  for (int i = 0; i < c->n_in; i++)
-    if (c->in[i].dtype != GS_DT_FLOAT32 && c->in[i].dtype != GS_DT_INVALID)
-      return false;
-  for (int i = 0; i < c->n_out; i++)
-    if (c->out[i].dtype != GS_DT_FLOAT32)
-      return false;
-  return true;
-}
 
 /* ---- unary ----------------------------------------------------------------------------- */
 
 static bool unary_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->n_in == 1 && c->n_out == 1 && all_f32(c);
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->n_in == 1 && c->n_out == 1 && gs_launch_all_f32(c);
 }
 
 static int unary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = call_of(a->params, a->params_size);
+  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
   if (!c || !unary_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "%s on CUDA: float32 only", k->name);
   CUdeviceptr x = 0, y = 0;
@@ -67,7 +43,7 @@ static int unary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *
     rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
   if (rc < 0)
     return rc;
-  unsigned long long n = (unsigned long long)numel(&c->out[0].shape);
+  unsigned long long n = (unsigned long long)gs_launch_numel(&c->out[0].shape);
   /* Only LeakyRelu and Gelu have unary attributes (the others' block is empty). */
   const gs_unary_attrs *at = c->attrs;
   int op = k->op == UNARY_GELU_ERF && at && at->gelu_tanh ? UNARY_GELU_TANH : k->op;
@@ -78,27 +54,15 @@ static int unary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *
 
 /* ---- data movement --------------------------------------------------------------------- */
 
-/* Bytes per element (the engine's gs_dtype_size, which a plugin cannot call). */
-static size_t element_size(gs_dtype dt) {
-  switch (dt) {
-  case GS_DT_BOOL: case GS_DT_UINT8: case GS_DT_INT8: return 1;
-  case GS_DT_INT16: case GS_DT_FLOAT16: case GS_DT_BFLOAT16: return 2;
-  case GS_DT_INT32: case GS_DT_FLOAT32: return 4;
-  case GS_DT_INT64: case GS_DT_FLOAT64: return 8;
-  case GS_DT_BYTES: return sizeof(gs_bytes_ref);
-  default: return 0;
-  }
-}
-
 /* Identity and the reshapes: the bytes as they are, any type. */
 static bool copy_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->n_out == 1 && element_size(c->out[0].dtype) > 0;
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->n_out == 1 && gs_launch_element_size(c->out[0].dtype) > 0;
 }
 
 static int copy_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = call_of(a->params, a->params_size);
+  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
   if (!c || !copy_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "%s on CUDA: one output of a known type only", k->name);
   CUdeviceptr x = 0, y = 0;
@@ -107,7 +71,7 @@ static int copy_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a
     rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &y);
   if (rc < 0)
     return rc;
-  size_t bytes = (size_t)numel(&c->out[0].shape) * element_size(c->out[0].dtype);
+  size_t bytes = (size_t)gs_launch_numel(&c->out[0].shape) * gs_launch_element_size(c->out[0].dtype);
   if (bytes == 0 || x == y)
     return GS_OK;
   CUresult r = gs__cu.cuMemcpyDtoDAsync(y, x, bytes, s->s);
@@ -116,29 +80,15 @@ static int copy_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a
 
 /* ---- binary ----------------------------------------------------------------------------- */
 
-/* Strides of `in` over the output's dimensions: 0 where it is broadcast. */
-static void strides_over(const gs_shape *in, const gs_shape *out, long long *strides) {
-  long long stride = 1;
-  for (int d = out->rank - 1; d >= 0; d--) {
-    int di = d - (out->rank - in->rank);
-    if (di >= 0 && in->dims[di] > 1) {
-      strides[d] = stride;
-      stride *= in->dims[di];
-    } else {
-      strides[d] = 0;
-    }
-  }
-}
-
 static bool binary_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->n_in == 2 && c->n_out == 1 && all_f32(c) && c->out[0].shape.rank <= 8 &&
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->n_in == 2 && c->n_out == 1 && gs_launch_all_f32(c) && c->out[0].shape.rank <= 8 &&
          c->in[0].dtype == GS_DT_FLOAT32 && c->in[1].dtype == GS_DT_FLOAT32;
 }
 
 static int binary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = call_of(a->params, a->params_size);
+  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
   if (!c || !binary_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "%s on CUDA: float32 of rank 8 or less only", k->name);
   CUdeviceptr x = 0, z = 0, y = 0;
@@ -152,9 +102,9 @@ static int binary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
   broadcast b = {.rank = c->out[0].shape.rank};
   for (int d = 0; d < b.rank; d++)
     b.dims[d] = c->out[0].shape.dims[d];
-  strides_over(&c->in[0].shape, &c->out[0].shape, b.a_strides);
-  strides_over(&c->in[1].shape, &c->out[0].shape, b.b_strides);
-  unsigned long long n = (unsigned long long)numel(&c->out[0].shape);
+  gs_launch_broadcast_strides(&c->in[0].shape, &c->out[0].shape, b.a_strides);
+  gs_launch_broadcast_strides(&c->in[1].shape, &c->out[0].shape, b.b_strides);
+  unsigned long long n = (unsigned long long)gs_launch_numel(&c->out[0].shape);
   int op = k->op;
   void *params[] = {&x, &z, &y, &n, &op, &b};
   return gs__cu_launch_1d(s, s->d->binary, n, params);
@@ -164,21 +114,18 @@ static int binary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
 
 static bool softmax_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->attrs && c->n_in == 1 && c->n_out == 1 && all_f32(c);
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->attrs && c->n_in == 1 && c->n_out == 1 && gs_launch_all_f32(c);
 }
 
 static int softmax_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = call_of(a->params, a->params_size);
+  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
   if (!c || !softmax_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "%s on CUDA: float32 only", k->name);
-  const gs_axis_attrs *ax = c->attrs;
-  const gs_shape *xs = &c->in[0].shape;
-  unsigned long long outer = 1, len = (unsigned long long)xs->dims[ax->axis], inner = 1;
-  for (int i = 0; i < ax->axis; i++)
-    outer *= (unsigned long long)xs->dims[i];
-  for (int i = ax->axis + 1; i < xs->rank; i++)
-    inner *= (unsigned long long)xs->dims[i];
+  int64_t o, n, i;
+  gs_launch_softmax_dims(c, &o, &n, &i);
+  unsigned long long outer = (unsigned long long)o, len = (unsigned long long)n,
+                     inner = (unsigned long long)i;
   CUdeviceptr x = 0, y = 0;
   int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
   if (rc == 0)
@@ -194,59 +141,38 @@ static int softmax_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args
 
 static bool transpose_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->attrs && c->n_in == 1 && all_f32(c) && c->out[0].shape.rank <= 8;
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->attrs && c->n_in == 1 && gs_launch_all_f32(c) && c->out[0].shape.rank <= 8;
 }
 
 /* The output gathers the input along permuted strides: broadcast_f32's walk. */
 static int transpose_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = call_of(a->params, a->params_size);
+  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
   if (!c || !transpose_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "Transpose on CUDA: float32 only");
-  const gs_transpose_attrs *at = c->attrs;
-  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  long long in_strides[8], stride = 1;
-  for (int d = xs->rank - 1; d >= 0; d--) {
-    in_strides[d] = stride;
-    stride *= xs->dims[d];
-  }
+  const gs_shape *ys = &c->out[0].shape;
   broadcast b = {.rank = ys->rank};
-  for (int d = 0; d < ys->rank; d++) {
+  for (int d = 0; d < ys->rank; d++)
     b.dims[d] = ys->dims[d];
-    b.a_strides[d] = in_strides[at->perm[d]];
-  }
+  gs_launch_transpose_strides(c, b.a_strides);
   CUdeviceptr x = 0, y = 0;
   int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
   if (rc == 0)
     rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
   if (rc < 0)
     return rc;
-  unsigned long long n = (unsigned long long)numel(ys);
+  unsigned long long n = (unsigned long long)gs_launch_numel(ys);
   void *params[] = {&x, &y, &n, &b};
   return gs__cu_launch_1d(s, s->d->broadcast, n, params);
 }
 
-static int64_t norm_inner(const gs_op_call *c) {
-  const gs_norm_attrs *na = c->attrs;
-  int64_t inner = 1;
-  for (int i = na->axis; i < c->in[0].shape.rank; i++)
-    inner *= c->in[0].shape.dims[i];
-  return inner;
-}
-
 static bool layernorm_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  if (!c || !c->attrs || c->n_out != 1 || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
-    return false; /* the optional mean and inverse-deviation outputs: on the CPU */
-  int64_t inner = norm_inner(c);
-  bool has_bias = c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID;
-  return inner > 0 && numel(&c->in[1].shape) == inner &&
-         (!has_bias || numel(&c->in[2].shape) == inner);
+  return gs_launch_layernorm_ok(gs_launch_call(params, size));
 }
 
 static int layernorm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = call_of(a->params, a->params_size);
+  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
   if (!c || !layernorm_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "LayerNormalization on CUDA: float32, one output");
   const gs_norm_attrs *na = c->attrs;
@@ -260,8 +186,8 @@ static int layernorm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_ar
     rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &y);
   if (rc < 0)
     return rc;
-  unsigned long long inner = (unsigned long long)norm_inner(c);
-  unsigned long long rows = (unsigned long long)numel(&c->in[0].shape) / inner;
+  unsigned long long inner = (unsigned long long)gs_launch_norm_inner(c);
+  unsigned long long rows = (unsigned long long)gs_launch_numel(&c->in[0].shape) / inner;
   float eps = na->epsilon;
   void *params[] = {&x, &sc, &b, &y, &rows, &inner, &eps};
   return gs__cu_launch_1d(s, s->d->layernorm, rows, params);
@@ -271,23 +197,12 @@ static int layernorm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_ar
 
 static bool matmul_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  if (!gs__have_cublas || !c || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
+  const gs_op_call *c = gs_launch_call(params, size);
+  if (!gs__have_cublas || !c || !gs_launch_all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
     return false;
   const gs_matmul_attrs *m = c->attrs;
   return m && m->m <= INT32_MAX && m->n <= INT32_MAX && m->k <= INT32_MAX &&
          m->batch <= INT32_MAX;
-}
-
-/* Element offsets of batch `b`'s matrices (as the CPU kernel computes them). */
-static void batch_offsets(const gs_matmul_attrs *m, int64_t b, int64_t *oa, int64_t *ob) {
-  *oa = *ob = 0;
-  for (int d = m->batch_rank - 1; d >= 0; d--) {
-    int64_t i = b % m->batch_dims[d];
-    b /= m->batch_dims[d];
-    *oa += i * m->a_batch_strides[d];
-    *ob += i * m->b_batch_strides[d];
-  }
 }
 
 static int blas_fail(cublasStatus_t st, const char *what) {
@@ -312,7 +227,7 @@ static int blas_handle(cu_stream *s) {
 }
 
 static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = call_of(a->params, a->params_size);
+  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
   if (!c || !matmul_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "MatMul on CUDA: float32 through cuBLAS only");
   const gs_matmul_attrs *m = c->attrs;
@@ -356,7 +271,7 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
       st = CUBLAS_STATUS_SUCCESS;
       for (int64_t b = 0; st == CUBLAS_STATUS_SUCCESS && b < m->batch; b++) {
         int64_t oa, ob;
-        batch_offsets(m, b, &oa, &ob);
+        gs_launch_matmul_offsets(m, b, &oa, &ob);
         st = gs__cublas.cublasSgemm(s->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
                                     (const float *)(uintptr_t)B + ob, N,
                                     (const float *)(uintptr_t)A + oa, K, &beta,
@@ -378,20 +293,18 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
 
 static bool gemm_supports(const cu_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  if (!gs__have_cublas || !c || !c->attrs || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
+  const gs_op_call *c = gs_launch_call(params, size);
+  if (!gs__have_cublas || !gs_launch_gemm_ok(c))
     return false;
   const gs_gemm_attrs *g = c->attrs;
-  return c->in[0].shape.rank == 2 && c->in[1].shape.rank == 2 && c->out[0].shape.rank == 2 &&
-         (c->n_in < 3 || c->in[2].dtype == GS_DT_INVALID || c->in[2].shape.rank <= 2) &&
-         g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX;
+  return g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX;
 }
 
 /* y = alpha op(A) op(B) + beta C, C broadcast to y first. Row-major y is
  * column-major y^T = op(B)^T op(A)^T: cuBLAS gets B first, each operand's
  * stored layout read as its transpose. */
 static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = call_of(a->params, a->params_size);
+  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
   if (!c || !gemm_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "Gemm on CUDA: float32 through cuBLAS only");
   const gs_gemm_attrs *g = c->attrs;
@@ -411,7 +324,7 @@ static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a
   unsigned long long total = (unsigned long long)(g->m * g->n);
   if (has_c) {
     broadcast b = {.rank = 2, .dims = {g->m, g->n}};
-    strides_over(&c->in[2].shape, &c->out[0].shape, b.a_strides);
+    gs_launch_broadcast_strides(&c->in[2].shape, &c->out[0].shape, b.a_strides);
     void *params[] = {&C, &Y, &total, &b};
     if ((rc = gs__cu_launch_1d(s, s->d->broadcast, total, params)) < 0)
       return rc;

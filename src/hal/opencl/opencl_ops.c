@@ -10,8 +10,7 @@
  * worker in order with everything else on that stream. */
 #include "hal/opencl/opencl_internal.h"
 
-#include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "engine/op_launch.h"
 
 #ifdef GS_HAVE_CLBLAST
 #include <clblast_c.h>
@@ -29,29 +28,6 @@ typedef struct broadcast { /* kernels.cl's struct broadcast: longs only, one lay
   cl_long dims[8];
   cl_long a_strides[8], b_strides[8];
 } broadcast;
-
-/* Elements of a shape. Not gs_shape_numel: a plugin resolves only the HAL's
- * symbols from its host (the conformance runner has no engine). */
-static int64_t numel(const gs_shape *s) {
-  int64_t n = 1;
-  for (int d = 0; d < s->rank; d++)
-    n *= s->dims[d];
-  return n;
-}
-
-static const gs_op_call *call_of(const void *params, size_t size) {
-  return size == sizeof(const gs_op_call *) ? *(const gs_op_call *const *)params : NULL;
-}
-
-static bool all_f32(const gs_op_call *c) {
-  for (int i = 0; i < c->n_in; i++)
-    if (c->in[i].dtype != GS_DT_FLOAT32 && c->in[i].dtype != GS_DT_INVALID)
-      return false;
-  for (int i = 0; i < c->n_out; i++)
-    if (c->out[i].dtype != GS_DT_FLOAT32)
-      return false;
-  return true;
-}
 
 /* An operand as a cl_mem and an element offset; GS_EINVAL for a host one. */
 static int device_operand(const launch_op *l, int i, cl_mem *mem, cl_ulong *elems) {
@@ -88,8 +64,8 @@ static int enqueue(const launch_op *l, cl_kernel k, size_t n, int nargs, const s
 
 static bool unary_supports(const ocl_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->n_in == 1 && c->n_out == 1 && all_f32(c);
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->n_in == 1 && c->n_out == 1 && gs_launch_all_f32(c);
 }
 
 static int run_unary_on(const launch_op *l, cl_mem x, cl_ulong xo, cl_mem y, cl_ulong yo,
@@ -101,7 +77,7 @@ static int run_unary_on(const launch_op *l, cl_mem x, cl_ulong xo, cl_mem y, cl_
 }
 
 static int run_unary(const launch_op *l) {
-  const gs_op_call *c = call_of(l->params, l->params_size);
+  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
   if (!c || !unary_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "%s on OpenCL: float32 only", l->k->name);
   cl_mem x = NULL, y = NULL;
@@ -115,38 +91,26 @@ static int run_unary(const launch_op *l) {
   const gs_unary_attrs *at = c->attrs;
   cl_int op = l->k->op == UNARY_GELU_ERF && at && at->gelu_tanh ? UNARY_GELU_TANH : l->k->op;
   cl_float alpha = l->k->op == UNARY_LEAKY && at ? at->alpha : 0.0f;
-  return run_unary_on(l, x, xo, y, yo, (cl_ulong)numel(&c->out[0].shape), op, alpha);
+  return run_unary_on(l, x, xo, y, yo, (cl_ulong)gs_launch_numel(&c->out[0].shape), op, alpha);
 }
 
 /* ---- data movement --------------------------------------------------------------------- */
 
-/* Bytes per element (the engine's gs_dtype_size, which a plugin cannot call). */
-static size_t element_size(gs_dtype dt) {
-  switch (dt) {
-  case GS_DT_BOOL: case GS_DT_UINT8: case GS_DT_INT8: return 1;
-  case GS_DT_INT16: case GS_DT_FLOAT16: case GS_DT_BFLOAT16: return 2;
-  case GS_DT_INT32: case GS_DT_FLOAT32: return 4;
-  case GS_DT_INT64: case GS_DT_FLOAT64: return 8;
-  case GS_DT_BYTES: return sizeof(gs_bytes_ref);
-  default: return 0;
-  }
-}
-
 /* Identity and the reshapes: the bytes as they are, any type. */
 static bool copy_supports(const ocl_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->n_out == 1 && element_size(c->out[0].dtype) > 0;
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->n_out == 1 && gs_launch_element_size(c->out[0].dtype) > 0;
 }
 
 static int run_copy_op(const launch_op *l) {
-  const gs_op_call *c = call_of(l->params, l->params_size);
+  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
   if (!c || !copy_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "%s on OpenCL: one output of a known type only", l->k->name);
   const operand *x = &l->ops[0], *y = &l->ops[c->n_in];
   if (!x->present || !x->mem || !y->present || !y->mem)
     return gs_error(GS_EINVAL, "%s: operands must be device buffers", l->k->name);
-  size_t bytes = (size_t)numel(&c->out[0].shape) * element_size(c->out[0].dtype);
+  size_t bytes = (size_t)gs_launch_numel(&c->out[0].shape) * gs_launch_element_size(c->out[0].dtype);
   if (bytes == 0 || (x->mem == y->mem && x->offset == y->offset))
     return GS_OK;
   cl_int err = clEnqueueCopyBuffer(l->s->queue, x->mem, y->mem, x->offset, y->offset, bytes, 0,
@@ -158,29 +122,15 @@ static int run_copy_op(const launch_op *l) {
 
 /* ---- binary ------------------------------------------------------------------------------ */
 
-/* Strides of `in` over the output's dimensions: 0 where it is broadcast. */
-static void strides_over(const gs_shape *in, const gs_shape *out, cl_long *strides) {
-  cl_long stride = 1;
-  for (int d = out->rank - 1; d >= 0; d--) {
-    int di = d - (out->rank - in->rank);
-    if (di >= 0 && in->dims[di] > 1) {
-      strides[d] = stride;
-      stride *= in->dims[di];
-    } else {
-      strides[d] = 0;
-    }
-  }
-}
-
 static bool binary_supports(const ocl_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->n_in == 2 && c->n_out == 1 && all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32 &&
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->n_in == 2 && c->n_out == 1 && gs_launch_all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32 &&
          c->in[1].dtype == GS_DT_FLOAT32 && c->out[0].shape.rank <= 8;
 }
 
 static int run_binary(const launch_op *l) {
-  const gs_op_call *c = call_of(l->params, l->params_size);
+  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
   if (!c || !binary_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "%s on OpenCL: float32 of rank 8 or less only", l->k->name);
   cl_mem a = NULL, b = NULL, y = NULL;
@@ -195,9 +145,9 @@ static int run_binary(const launch_op *l) {
   broadcast s = {.rank = c->out[0].shape.rank};
   for (int d = 0; d < c->out[0].shape.rank; d++)
     s.dims[d] = c->out[0].shape.dims[d];
-  strides_over(&c->in[0].shape, &c->out[0].shape, s.a_strides);
-  strides_over(&c->in[1].shape, &c->out[0].shape, s.b_strides);
-  cl_ulong n = (cl_ulong)numel(&c->out[0].shape);
+  gs_launch_broadcast_strides(&c->in[0].shape, &c->out[0].shape, s.a_strides);
+  gs_launch_broadcast_strides(&c->in[1].shape, &c->out[0].shape, s.b_strides);
+  cl_ulong n = (cl_ulong)gs_launch_numel(&c->out[0].shape);
   cl_int op = l->k->op;
   const size_t sizes[] = {sizeof a, sizeof ao, sizeof b, sizeof bo, sizeof y,
                           sizeof yo, sizeof n,  sizeof op, sizeof s};
@@ -209,21 +159,16 @@ static int run_binary(const launch_op *l) {
 
 static bool softmax_supports(const ocl_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->attrs && c->n_in == 1 && c->n_out == 1 && all_f32(c);
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->attrs && c->n_in == 1 && c->n_out == 1 && gs_launch_all_f32(c);
 }
 
 static int run_softmax(const launch_op *l) {
-  const gs_op_call *c = call_of(l->params, l->params_size);
+  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
   if (!c || !softmax_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "%s on OpenCL: float32 only", l->k->name);
-  const gs_axis_attrs *a = c->attrs;
-  const gs_shape *xs = &c->in[0].shape;
-  cl_ulong outer = 1, len = (cl_ulong)xs->dims[a->axis], inner = 1;
-  for (int i = 0; i < a->axis; i++)
-    outer *= (cl_ulong)xs->dims[i];
-  for (int i = a->axis + 1; i < xs->rank; i++)
-    inner *= (cl_ulong)xs->dims[i];
+  int64_t outer, len, inner;
+  gs_launch_softmax_dims(c, &outer, &len, &inner);
   cl_mem x = NULL, y = NULL;
   cl_ulong xo = 0, yo = 0;
   int rc = device_operand(l, 0, &x, &xo);
@@ -232,37 +177,31 @@ static int run_softmax(const launch_op *l) {
   if (rc < 0)
     return rc;
   cl_int log_out = l->k->op;
-  const size_t sizes[] = {sizeof x,     sizeof xo,    sizeof y,     sizeof yo,
-                          sizeof outer, sizeof len,   sizeof inner, sizeof log_out};
-  const void *values[] = {&x, &xo, &y, &yo, &outer, &len, &inner, &log_out};
-  return enqueue(l, l->s->dev->softmax, (size_t)(outer * inner), 8, sizes, values);
+  cl_ulong o = (cl_ulong)outer, n = (cl_ulong)len, i = (cl_ulong)inner;
+  const size_t sizes[] = {sizeof x, sizeof xo, sizeof y, sizeof yo,
+                          sizeof o, sizeof n,  sizeof i, sizeof log_out};
+  const void *values[] = {&x, &xo, &y, &yo, &o, &n, &i, &log_out};
+  return enqueue(l, l->s->dev->softmax, (size_t)(o * i), 8, sizes, values);
 }
 
 /* ---- Transpose, LayerNormalization --------------------------------------------------------------- */
 
 static bool transpose_supports(const ocl_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->attrs && c->n_in == 1 && all_f32(c) && c->out[0].shape.rank <= 8;
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->attrs && c->n_in == 1 && gs_launch_all_f32(c) && c->out[0].shape.rank <= 8;
 }
 
 /* The output gathers the input along permuted strides: broadcast_f32's walk. */
 static int run_transpose(const launch_op *l) {
-  const gs_op_call *c = call_of(l->params, l->params_size);
+  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
   if (!c || !transpose_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "Transpose on OpenCL: float32 only");
-  const gs_transpose_attrs *at = c->attrs;
-  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  cl_long in_strides[8], stride = 1;
-  for (int d = xs->rank - 1; d >= 0; d--) {
-    in_strides[d] = stride;
-    stride *= xs->dims[d];
-  }
+  const gs_shape *ys = &c->out[0].shape;
   broadcast s = {.rank = ys->rank};
-  for (int d = 0; d < ys->rank; d++) {
+  for (int d = 0; d < ys->rank; d++)
     s.dims[d] = ys->dims[d];
-    s.a_strides[d] = in_strides[at->perm[d]];
-  }
+  gs_launch_transpose_strides(c, s.a_strides);
   cl_mem x = NULL, y = NULL;
   cl_ulong xo = 0, yo = 0;
   int rc = device_operand(l, 0, &x, &xo);
@@ -270,34 +209,19 @@ static int run_transpose(const launch_op *l) {
     rc = device_operand(l, 1, &y, &yo);
   if (rc < 0)
     return rc;
-  cl_ulong n = (cl_ulong)numel(ys);
+  cl_ulong n = (cl_ulong)gs_launch_numel(ys);
   const size_t sizes[] = {sizeof x, sizeof xo, sizeof y, sizeof yo, sizeof n, sizeof s};
   const void *values[] = {&x, &xo, &y, &yo, &n, &s};
   return enqueue(l, l->s->dev->broadcast, (size_t)n, 6, sizes, values);
 }
 
-/* The rows' length: the dimensions from the normalised axis on. */
-static int64_t norm_inner(const gs_op_call *c) {
-  const gs_norm_attrs *a = c->attrs;
-  int64_t inner = 1;
-  for (int i = a->axis; i < c->in[0].shape.rank; i++)
-    inner *= c->in[0].shape.dims[i];
-  return inner;
-}
-
 static bool layernorm_supports(const ocl_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  if (!c || !c->attrs || c->n_out != 1 || !all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
-    return false; /* the optional mean and inverse-deviation outputs: on the CPU */
-  int64_t inner = norm_inner(c);
-  bool has_bias = c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID;
-  return inner > 0 && numel(&c->in[1].shape) == inner &&
-         (!has_bias || numel(&c->in[2].shape) == inner);
+  return gs_launch_layernorm_ok(gs_launch_call(params, size));
 }
 
 static int run_layernorm(const launch_op *l) {
-  const gs_op_call *c = call_of(l->params, l->params_size);
+  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
   if (!c || !layernorm_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "LayerNormalization on OpenCL: float32, one output");
   const gs_norm_attrs *a = c->attrs;
@@ -317,7 +241,8 @@ static int run_layernorm(const launch_op *l) {
     b = sc;
     bo = so;
   }
-  cl_ulong inner = (cl_ulong)norm_inner(c), rows = (cl_ulong)numel(&c->in[0].shape) / inner;
+  cl_ulong inner = (cl_ulong)gs_launch_norm_inner(c);
+  cl_ulong rows = (cl_ulong)gs_launch_numel(&c->in[0].shape) / inner;
   cl_float eps = a->epsilon;
   const size_t sizes[] = {sizeof x,  sizeof xo, sizeof sc,   sizeof so,    sizeof b,  sizeof bo,
                           sizeof has_bias, sizeof y, sizeof yo, sizeof rows, sizeof inner,
@@ -331,23 +256,12 @@ static int run_layernorm(const launch_op *l) {
 #ifdef GS_HAVE_CLBLAST
 static bool matmul_supports(const ocl_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->attrs && all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32;
-}
-
-/* Element offsets of batch `b`'s matrices (as the CPU kernel computes them). */
-static void batch_offsets(const gs_matmul_attrs *m, int64_t b, int64_t *oa, int64_t *ob) {
-  *oa = *ob = 0;
-  for (int d = m->batch_rank - 1; d >= 0; d--) {
-    int64_t i = b % m->batch_dims[d];
-    b /= m->batch_dims[d];
-    *oa += i * m->a_batch_strides[d];
-    *ob += i * m->b_batch_strides[d];
-  }
+  const gs_op_call *c = gs_launch_call(params, size);
+  return c && c->attrs && gs_launch_all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32;
 }
 
 static int run_matmul(const launch_op *l) {
-  const gs_op_call *c = call_of(l->params, l->params_size);
+  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
   if (!c || !matmul_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "MatMul on OpenCL: float32 only");
   const gs_matmul_attrs *m = c->attrs;
@@ -394,7 +308,7 @@ static int run_matmul(const launch_op *l) {
       st = CLBlastSuccess;
       for (int64_t b = 0; st == CLBlastSuccess && b < m->batch; b++) {
         int64_t oa, ob;
-        batch_offsets(m, b, &oa, &ob);
+        gs_launch_matmul_offsets(m, b, &oa, &ob);
         st = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
                           (size_t)m->m, (size_t)m->n, (size_t)m->k, 1.0f, A, ao + (size_t)oa,
                           (size_t)m->k, B, bo + (size_t)ob, (size_t)m->n, beta, Y,
@@ -417,15 +331,12 @@ static int run_matmul(const launch_op *l) {
 
 static bool gemm_supports(const ocl_kernel *k, const void *params, size_t size) {
   (void)k;
-  const gs_op_call *c = call_of(params, size);
-  return c && c->attrs && all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32 &&
-         c->in[0].shape.rank == 2 && c->in[1].shape.rank == 2 && c->out[0].shape.rank == 2 &&
-         (c->n_in < 3 || c->in[2].dtype == GS_DT_INVALID || c->in[2].shape.rank <= 2);
+  return gs_launch_gemm_ok(gs_launch_call(params, size));
 }
 
 /* y = alpha op(A) op(B) + beta C, C broadcast to y first. */
 static int run_gemm(const launch_op *l) {
-  const gs_op_call *c = call_of(l->params, l->params_size);
+  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
   if (!c || !gemm_supports(l->k, l->params, l->params_size))
     return gs_error(GS_ENOTSUP, "Gemm on OpenCL: float32 only");
   const gs_gemm_attrs *g = c->attrs;
@@ -444,7 +355,7 @@ static int run_gemm(const launch_op *l) {
   cl_ulong total = (cl_ulong)(g->m * g->n);
   if (has_c) {
     broadcast s = {.rank = 2, .dims = {g->m, g->n}};
-    strides_over(&c->in[2].shape, &c->out[0].shape, s.a_strides);
+    gs_launch_broadcast_strides(&c->in[2].shape, &c->out[0].shape, s.a_strides);
     const size_t sizes[] = {sizeof C, sizeof co, sizeof Y, sizeof yo, sizeof total, sizeof s};
     const void *values[] = {&C, &co, &Y, &yo, &total, &s};
     if ((rc = enqueue(l, l->s->dev->broadcast, (size_t)total, 6, sizes, values)) < 0)
