@@ -50,6 +50,7 @@ bench: deps
 	@cmake --build $(BUILD_BENCH) -j $(JOBS)
 	$(BUILD_BENCH)/bench/gs-bench-copy
 	.venv/bin/python bench/models.py $(BUILD_BENCH)
+	-.venv/bin/python bench/models.py $(BUILD_BENCH) --device opencl0 # where there is one
 	.venv/bin/python bench/serve.py $(BUILD_BENCH)
 	$(BUILD_BENCH)/bench/gs-bench-sched-plan
 	.venv/bin/python bench/sched.py $(BUILD_BENCH)

@@ -1,5 +1,6 @@
-/* models.c - `gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S]`:
- * runs a model through gpusrv's engine on random inputs and prints one JSON
+/* models.c - `gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] [--device ID]`:
+ * runs a model through gpusrv's engine (on the first device, or ID) on
+ * random inputs and prints one JSON
  * line with the latency percentiles and throughput of whole runs (input
  * copy in, every kernel, output copy out). bench/models.py runs it beside
  * onnxruntime. Symbolic dimensions take the batch size. */
@@ -16,7 +17,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-  const char *path = NULL;
+  const char *path = NULL, *device_id = NULL;
   int batch = 1, iters = 200;
   double seconds = 3.0;
   for (int i = 1; i < argc; i++) {
@@ -26,10 +27,13 @@ int main(int argc, char **argv) {
       iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
       seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+      device_id = argv[++i];
     else if (argv[i][0] != '-' && !path)
       path = argv[i];
     else {
-      fprintf(stderr, "usage: gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S]\n");
+      fprintf(stderr, "usage: gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] "
+                      "[--device ID]\n");
       return 2;
     }
   }
@@ -54,7 +58,15 @@ int main(int argc, char **argv) {
     for (int d = 0; d < shapes[i].rank; d++)
       shapes[i].dims[d] = m->inputs[i].dims[d] >= 0 ? m->inputs[i].dims[d] : batch;
   }
-  if (gs_plan_create(m, shapes, NULL, &plan) < 0) {
+  gs_plan_options po = {0};
+  for (int d = 0; device_id && d < gs_hal_device_count(); d++)
+    if (!strcmp(gs_device_get_info(gs_hal_device(d))->id, device_id))
+      po.device = gs_hal_device(d);
+  if (device_id && !po.device) {
+    fprintf(stderr, "gs-bench-models: no device %s here\n", device_id);
+    return 1;
+  }
+  if (gs_plan_create(m, shapes, &po, &plan) < 0) {
     fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
     return 1;
   }

@@ -4,7 +4,7 @@ generated test models and the digits demo, through gpusrv's CPU engine
 (gpusrv's CPU kernels run on their stream's one worker thread; onnxruntime
 gets intra_op_num_threads=1 and sequential execution).
 
-Usage: .venv/bin/python bench/models.py BUILD_DIR [--seconds S]"""
+Usage: .venv/bin/python bench/models.py BUILD_DIR [--seconds S] [--device ID]"""
 import argparse
 import json
 import os
@@ -62,10 +62,15 @@ def ort_floor(seconds):
         return ort_bench(path, 1, seconds)["p50_us"]
 
 
-def gs_bench(build, path, batch, seconds):
-    p = subprocess.run([os.path.join(build, "bench", "gs-bench-models"), path, "--batch", str(batch),
-                        "--iters", "100000", "--seconds", str(seconds)],
-                       capture_output=True, text=True, check=True)
+def gs_bench(build, path, batch, seconds, device):
+    cmd = [os.path.join(build, "bench", "gs-bench-models"), path, "--batch", str(batch),
+           "--iters", "100000", "--seconds", str(seconds)]
+    if device:
+        cmd += ["--device", device]
+    p = subprocess.run(cmd, capture_output=True, text=True,
+                       env={**os.environ, "GPUSRV_PLUGIN_PATH": build})
+    if p.returncode != 0:
+        raise SystemExit(f"bench/models: {p.stderr.strip()}")
     return json.loads(p.stdout)
 
 
@@ -73,6 +78,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--device", help="a device id such as opencl0 (default: the first, cpu0)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         models = {"digits": os.path.join(ROOT, "models", "digits", "1", "model.onnx")}
@@ -80,7 +86,7 @@ def main():
             models[name] = os.path.join(d, name + ".onnx")
             onnx.save(build(), models[name])
         floor = ort_floor(args.seconds)
-        print(f"bench/models: onnxruntime {ort.__version__}, one thread each, "
+        print(f"bench/models on {args.device or 'cpu0'}: onnxruntime {ort.__version__}, one thread each, "
               f"{args.seconds:.0f} s per measurement; ratio = gpusrv / onnxruntime (latency: lower "
               f"is better; throughput: higher is better)")
         print(f"onnxruntime's per-call floor through Python: {floor:.1f} us (an Identity model); "
@@ -89,8 +95,10 @@ def main():
               f"{'ort':>8} | {'b32 /s':>10} {'ort':>10} {'ratio':>6} {'adj':>6} | arena vs naive")
         worst, best = 0.0, 1e9
         for name, path in models.items():
-            g1, o1 = gs_bench(args.build, path, 1, args.seconds), ort_bench(path, 1, args.seconds)
-            g32, o32 = gs_bench(args.build, path, 32, args.seconds), ort_bench(path, 32, args.seconds)
+            g1 = gs_bench(args.build, path, 1, args.seconds, args.device)
+            o1 = ort_bench(path, 1, args.seconds)
+            g32 = gs_bench(args.build, path, 32, args.seconds, args.device)
+            o32 = ort_bench(path, 32, args.seconds)
             lat_ratio = g1["p50_us"] / o1["p50_us"]
             lat_adj = g1["p50_us"] / max(o1["p50_us"] - floor, 0.1)
             thr_ratio = g32["samples_per_s"] / o32["samples_per_s"]
