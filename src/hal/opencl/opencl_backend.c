@@ -248,8 +248,6 @@ static int run_axpy(const launch_op *l) {
   if (err == CL_SUCCESS)
     err = clEnqueueNDRangeKernel(s->queue, d->axpy, 1, NULL, &global, NULL, 0, NULL, NULL);
   pthread_mutex_unlock(&d->kernel_lock);
-  if (err == CL_SUCCESS)
-    err = clFinish(s->queue);
   return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, "axpy_f32");
 }
 
@@ -292,20 +290,42 @@ static void ocl_stream_destroy(void *stream) {
   free(s);
 }
 
+/* Kernels are queued without waiting (the queue is in order; copies wait
+ * for it to drain, as they end with clFinish). What the HAL promises about
+ * everything queued before - a host function runs after it, a recorded
+ * event or a stream mark is passed after it, synchronize returns after it -
+ * needs the device done too: these go behind a drain of the queue. */
+static int drain(void *arg) {
+  ocl_stream *s = arg;
+  cl_int err = clFinish(s->queue);
+  return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, "a kernel queued earlier");
+}
+
+static int queue_drain(ocl_stream *s) { return gs__cpu_stream_host_func(s->worker, drain, s); }
+
 static int ocl_host_func(void *stream, gs_host_fn fn, void *arg) {
-  return gs__cpu_stream_host_func(((ocl_stream *)stream)->worker, fn, arg);
+  ocl_stream *s = stream;
+  int rc = queue_drain(s);
+  return rc < 0 ? rc : gs__cpu_stream_host_func(s->worker, fn, arg);
 }
 static int ocl_synchronize(void *stream) {
-  return gs__cpu_stream_synchronize(((ocl_stream *)stream)->worker);
+  ocl_stream *s = stream;
+  int rc = queue_drain(s);
+  int sync = gs__cpu_stream_synchronize(s->worker);
+  return rc < 0 ? rc : sync;
 }
 static int ocl_mark(void *stream, uint64_t *ticket) {
-  return gs__cpu_stream_mark(((ocl_stream *)stream)->worker, ticket);
+  ocl_stream *s = stream;
+  int rc = queue_drain(s); /* memory freed now is reusable once the device is past it */
+  return rc < 0 ? rc : gs__cpu_stream_mark(s->worker, ticket);
 }
 static int ocl_passed(void *stream, uint64_t ticket) {
   return gs__cpu_stream_passed(((ocl_stream *)stream)->worker, ticket);
 }
 static int ocl_event_record(void *event, void *stream) {
-  return gs__cpu_event_record(event, ((ocl_stream *)stream)->worker);
+  ocl_stream *s = stream;
+  int rc = queue_drain(s);
+  return rc < 0 ? rc : gs__cpu_event_record(event, s->worker);
 }
 static int ocl_wait_event(void *stream, void *event) {
   return gs__cpu_stream_wait_event(((ocl_stream *)stream)->worker, event);

@@ -42,7 +42,8 @@ static int device_operand(const launch_op *l, int i, cl_mem *mem, cl_ulong *elem
 }
 
 /* Sets a kernel's arguments (size, pointer pairs) and queues it over n
- * items, under the device's kernel lock; then waits for it. */
+ * items, under the device's kernel lock (the arguments are taken when it is
+ * queued). It runs in queue order; nothing waits for it here. */
 static int enqueue(const launch_op *l, cl_kernel k, size_t n, int nargs, const size_t *sizes,
                    const void *const *values) {
   if (n == 0)
@@ -55,8 +56,6 @@ static int enqueue(const launch_op *l, cl_kernel k, size_t n, int nargs, const s
   if (err == CL_SUCCESS)
     err = clEnqueueNDRangeKernel(l->s->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL);
   pthread_mutex_unlock(&d->kernel_lock);
-  if (err == CL_SUCCESS)
-    err = clFinish(l->s->queue);
   return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, l->k->name);
 }
 
@@ -115,8 +114,6 @@ static int run_copy_op(const launch_op *l) {
     return GS_OK;
   cl_int err = clEnqueueCopyBuffer(l->s->queue, x->mem, y->mem, x->offset, y->offset, bytes, 0,
                                    NULL, NULL);
-  if (err == CL_SUCCESS)
-    err = clFinish(l->s->queue);
   return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, l->k->name);
 }
 
@@ -289,8 +286,6 @@ static int run_matmul(const launch_op *l) {
     float zero = 0.0f;
     cl_int err = clEnqueueFillBuffer(l->s->queue, Y, &zero, sizeof zero, yo * sizeof(float),
                                      rows * n * sizeof(float), 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-      err = clFinish(l->s->queue);
     if (err != CL_SUCCESS)
       return gs__ocl_fail(err, "MatMul");
   } else if (m->k && m->m && m->n) {
@@ -315,14 +310,11 @@ static int run_matmul(const launch_op *l) {
                           yo + (size_t)(b * m->m * m->n), (size_t)m->n, &q, NULL);
       }
     }
-    cl_int err = st == CLBlastSuccess ? clFinish(q) : CL_SUCCESS;
     if (st != CLBlastSuccess)
       return gs_error(st == CLBlastOpenCLOutOfResources || st == CLBlastOpenCLOutOfHostMemory
                           ? GS_ENOMEM
                           : GS_EDEVICE,
                       "MatMul: CLBlast status %d", (int)st);
-    if (err != CL_SUCCESS)
-      return gs__ocl_fail(err, "MatMul");
   }
   if (m->act == GS_ACT_RELU)
     rc = run_unary_on(l, Y, yo, Y, yo, rows * n, UNARY_RELU, 0.0f);
@@ -368,17 +360,12 @@ static int run_gemm(const launch_op *l) {
         g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, (size_t)g->m, (size_t)g->n,
         (size_t)g->k, g->alpha, A, ao, (size_t)c->in[0].shape.dims[1], B, bo,
         (size_t)c->in[1].shape.dims[1], has_c ? g->beta : 0.0f, Y, yo, (size_t)g->n, &q, NULL);
-    cl_int err = st == CLBlastSuccess ? clFinish(q) : CL_SUCCESS;
     if (st != CLBlastSuccess)
       return gs_error(GS_EDEVICE, "Gemm: CLBlast status %d", (int)st);
-    if (err != CL_SUCCESS)
-      return gs__ocl_fail(err, "Gemm");
   } else if (total && !has_c) { /* an empty sum: zeros */
     float zero = 0.0f;
     cl_int err = clEnqueueFillBuffer(l->s->queue, Y, &zero, sizeof zero, yo * sizeof(float),
                                      total * sizeof(float), 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-      err = clFinish(l->s->queue);
     if (err != CL_SUCCESS)
       return gs__ocl_fail(err, "Gemm");
   }
