@@ -409,6 +409,33 @@ static int stage_d2h(void *ctx, int s, int64_t seq) {
   return GS_OK;
 }
 
+/* Triton's statistics for a batch of n requests: each request's queue time
+ * and the batch's input, infer and output times; rows inferred and the
+ * batch-size figures when the batch ran (ok). */
+static void count_batch(gs_served_model *m, gs_infer_request *const *reqs, int n, bool ok,
+                        int64_t inferred, int64_t rows, uint64_t input_ns, uint64_t infer_ns,
+                        uint64_t output_ns) {
+  pthread_mutex_lock(&m->stats_lock);
+  for (int k = 0; k < n; k++) {
+    stat_add(&m->stats.queue, reqs[k]->t_batch - reqs[k]->t_arrive);
+    stat_add(&m->stats.compute_input, input_ns);
+    stat_add(&m->stats.compute_infer, infer_ns);
+    stat_add(&m->stats.compute_output, output_ns);
+  }
+  if (ok) {
+    m->stats.inference_count += (uint64_t)inferred;
+    m->stats.execution_count++;
+    gs_duration_stat *bs = m->stats.batch[rows <= GS_STATS_MAX_BATCH ? rows : 0];
+    stat_add(&bs[0], input_ns);
+    stat_add(&bs[1], infer_ns);
+    stat_add(&bs[2], output_ns);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->stats.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  }
+  pthread_mutex_unlock(&m->stats_lock);
+}
+
 /* A request's own copy of its rows of a BYTES output: the records, then
  * the strings they point to. In a batch, a record may point into another
  * request's body (a model that mixes rows), and that request may be
@@ -479,25 +506,9 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
     }
   }
   uint64_t now = gs_now_ns();
-  pthread_mutex_lock(&m->stats_lock);
-  for (int k = 0; k < sl->n; k++) {
-    stat_add(&m->stats.queue, sl->t_batch - sl->reqs[k]->t_arrive);
-    stat_add(&m->stats.compute_input, sl->t_copied_in - sl->t_batch);
-    stat_add(&m->stats.compute_infer, sl->t_computed - sl->t_copied_in);
-    stat_add(&m->stats.compute_output, now - sl->t_computed);
-  }
-  if (sl->status == 0) {
-    m->stats.inference_count += (uint64_t)(sl->rows - failed_rows);
-    m->stats.execution_count++;
-    gs_duration_stat *bs = m->stats.batch[sl->rows <= GS_STATS_MAX_BATCH ? sl->rows : 0];
-    stat_add(&bs[0], sl->t_copied_in - sl->t_batch);
-    stat_add(&bs[1], sl->t_computed - sl->t_copied_in);
-    stat_add(&bs[2], now - sl->t_computed);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    m->stats.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-  }
-  pthread_mutex_unlock(&m->stats_lock);
+  count_batch(m, sl->reqs, sl->n, sl->status == 0, sl->rows - failed_rows, sl->rows,
+              sl->t_copied_in - sl->t_batch, sl->t_computed - sl->t_copied_in,
+              now - sl->t_computed);
   sl->open = false;
   for (int k = 0; k < sl->n; k++) {
     gs_infer_request *r = sl->reqs[k];
@@ -573,27 +584,11 @@ static void release_pipeline(instance_pipeline *ip) {
 
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
   r->t_arrive = r->t_batch = gs_now_ns();
-  int rc = gs_served_run(m, NULL, r->version, r->shapes, r->inputs, r->outputs, r->out_info);
+  int rc = gs_served_run(m, r->version, r->shapes, r->inputs, r->outputs, r->out_info);
   uint64_t t1 = gs_now_ns();
-  pthread_mutex_lock(&m->stats_lock);
   /* In the HTTP thread: no queue, no copies of its own; the plan's run is
    * the compute. */
-  stat_add(&m->stats.queue, 0);
-  stat_add(&m->stats.compute_input, 0);
-  stat_add(&m->stats.compute_infer, t1 - r->t_batch);
-  stat_add(&m->stats.compute_output, 0);
-  if (rc == 0) {
-    m->stats.inference_count += (uint64_t)r->batch;
-    m->stats.execution_count++;
-    gs_duration_stat *bs = m->stats.batch[r->batch <= GS_STATS_MAX_BATCH ? r->batch : 0];
-    stat_add(&bs[0], 0);
-    stat_add(&bs[1], t1 - r->t_batch);
-    stat_add(&bs[2], 0);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    m->stats.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-  }
-  pthread_mutex_unlock(&m->stats_lock);
+  count_batch(m, &r, 1, rc == 0, r->batch, r->batch, 0, t1 - r->t_batch, 0);
   finish(r, rc == 0 ? 200 : rc == GS_EINVAL ? 400 : 500, rc == 0 ? NULL : gs_error_detail());
 }
 
@@ -616,8 +611,9 @@ int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
     ip->direct = gs_device_get_caps(ip->inst->device)->host_visible_device_memory;
     /* Each copy stage waits for its own copies: an inline stream, where the
      * backend has them, runs them on the stage's thread without a hop. */
-    if (!ip->direct && ((rc = gs_stream_create_ex(ip->inst->device, GS_STREAM_INLINE, &ip->h2d)) < 0 ||
-                        (rc = gs_stream_create_ex(ip->inst->device, GS_STREAM_INLINE, &ip->d2h)) < 0)) {
+    gs_device_t *dev = ip->inst->device;
+    if (!ip->direct && ((rc = gs_stream_create_ex(dev, GS_STREAM_INLINE, &ip->h2d)) < 0 ||
+                        (rc = gs_stream_create_ex(dev, GS_STREAM_INLINE, &ip->d2h)) < 0)) {
       release_pipeline(ip);
       break;
     }

@@ -749,19 +749,13 @@ static gs_instance *take_instance(gs_served_model *m) {
   return inst;
 }
 
-int gs_served_run(gs_served_model *m, gs_instance *inst, gs_served_version *v,
-                  const gs_shape *shapes, const void *const *inputs, void **outputs,
-                  gs_plan_value_info *out_info) {
-  if (v->model->n_inputs > 8)
-    return gs_error(GS_ENOTSUP, "models with more than 8 inputs are not served yet");
+int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shapes,
+                  const void *const *inputs, void **outputs, gs_plan_value_info *out_info) {
   if (m->n_instances == 0)
     return gs_error(GS_ESTATE, "model %s has no instance", m->name);
-  if (inst)
-    pthread_mutex_lock(&inst->lock);
-  else
-    inst = take_instance(m);
+  gs_instance *inst = take_instance(m);
   gs_plan *plan;
-  int rc = plan_for(m, inst, v, shapes, &plan);
+  int rc = gs_served_plan(m, inst, v, shapes, &plan);
   int n_out = rc == 0 ? gs_plan_output_count(plan) : 0;
   for (int i = 0; rc == 0 && i < n_out; i++) {
     gs_plan_output(plan, i, &out_info[i]);

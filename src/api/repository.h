@@ -141,12 +141,12 @@ gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);
 int gs_served_plan(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                    const gs_shape *shapes, gs_plan **out);
 
-/* Runs one request or batch on instance `inst` (NULL: the next free one):
- * inputs in model order, with their shapes. Finds or builds (and books) the
- * plan for those shapes. Output buffers are malloc'd for the caller (freed
- * with free()); out_info receives each output's description. */
-int gs_served_run(gs_served_model *m, gs_instance *inst, gs_served_version *v,
-                  const gs_shape *shapes, const void *const *inputs, void **outputs,
-                  gs_plan_value_info *out_info);
+/* Runs one request on the next free instance (the batcher's pipelines run
+ * theirs through gs_served_plan): inputs in model order, with their shapes.
+ * Finds or builds (and books) the plan for those shapes. Output buffers are
+ * malloc'd for the caller (freed with free()); out_info receives each
+ * output's description. */
+int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shapes,
+                  const void *const *inputs, void **outputs, gs_plan_value_info *out_info);
 
 #endif

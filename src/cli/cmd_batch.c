@@ -94,18 +94,6 @@ static int resolve_model(const char *arg, char *out, size_t cap) {
                   arg);
 }
 
-static int copy_to_stdout(const char *data, size_t len, void *ctx) {
-  (void)ctx;
-  fwrite(data, 1, len, stdout);
-  return 0;
-}
-
-static int copy_to_stderr(const char *data, size_t len, void *ctx) {
-  (void)ctx;
-  fwrite(data, 1, len, stderr);
-  return 0;
-}
-
 /* --url: the same command, with absolute paths, as a job of the daemon;
  * waits for it and passes its output on; exits 0 when it completed, else 1
  * (the job's state and reason said). */
@@ -146,22 +134,13 @@ static int run_as_job(const char *url, const char *token, json_t *forward, const
   long long id = (long long)json_integer_value(json_object_get(job, "id"));
   json_decref(job);
   fprintf(stderr, "gpusrv: batch: job %lld queued\n", id);
-  char path[128];
-  snprintf(path, sizeof path, "/api/v1/jobs/%lld", id);
-  for (useconds_t pause = 20000;; pause = pause < 500000 ? pause * 2 : pause) {
-    if (gs_cli_call_json("batch", url, token, "GET", path, NULL, &job) != 0)
-      return GS_EXIT_FAILED;
-    const char *state = json_string_value(json_object_get(job, "state"));
-    if (!state || (strcmp(state, "PENDING") != 0 && strcmp(state, "RUNNING") != 0))
-      break;
-    json_decref(job);
-    usleep(pause);
-  }
+  if (!(job = gs_cli_await_job("batch", url, token, id)))
+    return GS_EXIT_FAILED;
   /* Its output, then its errors, as the job logged them. */
   gs_client *client = gs_cli_client("batch", url, token);
   for (int stream = 0; client && stream < 2; stream++)
-    if (gs_client_job_logs(client, id, stream == 1, false, stream ? copy_to_stderr : copy_to_stdout,
-                           NULL) != GS_OK)
+    if (gs_client_job_logs(client, id, stream == 1, false, gs_cli_write_to,
+                           stream ? stderr : stdout) != GS_OK)
       gs_cli_error("batch: job %lld's %s: %s", id, stream ? "errors" : "output",
                    gs_client_last_error(client));
   gs_client_close(client);

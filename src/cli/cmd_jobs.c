@@ -379,25 +379,6 @@ const gs_cli_command gs_cli_cancel = {
     .run = cancel_run,
 };
 
-static bool ended(const char *state) {
-  return strcmp(state, "PENDING") != 0 && strcmp(state, "RUNNING") != 0;
-}
-
-/* Polls the job until it has ended; its JSON, or NULL (error printed). */
-static json_t *await(const char *what, const common *o, long long id) {
-  char path[64];
-  snprintf(path, sizeof path, "/api/v1/jobs/%lld", id);
-  for (useconds_t pause = 20000;; pause = pause < 500000 ? pause * 2 : pause) {
-    json_t *j = NULL;
-    if (call(what, o, "GET", path, NULL, &j) != GS_EXIT_OK)
-      return NULL;
-    if (ended(str(j, "state")))
-      return j;
-    json_decref(j);
-    usleep(pause);
-  }
-}
-
 static const char wait_help[] =
     "Usage: gpusrv wait ID [--url URL] [--token TOKEN]\n"
     "\n"
@@ -412,7 +393,7 @@ static int wait_run(int argc, char **argv) {
   int rc = id_and_options(&gs_cli_wait, argc, argv, &id, &o);
   if (rc != GS_EXIT_OK)
     return rc;
-  json_t *j = await("wait", &o, id);
+  json_t *j = gs_cli_await_job("wait", o.url, o.token, id);
   if (!j)
     return GS_EXIT_FAILED;
   json_t *code = json_object_get(j, "exit_code"), *sig = json_object_get(j, "signal");
@@ -444,13 +425,6 @@ static const char logs_help[] =
     "  -f, --follow     Keep printing as the job writes, until it ends\n"
     "  --stderr         The job's standard error instead\n" DAEMON_OPTIONS;
 
-static int print_chunk(const char *data, size_t len, void *ctx) {
-  (void)ctx;
-  fwrite(data, 1, len, stdout);
-  fflush(stdout);
-  return 0;
-}
-
 static int logs_run(int argc, char **argv) {
   common o = {0};
   long long id = 0;
@@ -473,7 +447,8 @@ static int logs_run(int argc, char **argv) {
   gs_client *client = gs_cli_client("logs", o.url, o.token);
   if (!client)
     return GS_EXIT_FAILED;
-  int rc = gs_client_job_logs(client, id, !strcmp(stream, "stderr"), follow, print_chunk, NULL);
+  int rc = gs_client_job_logs(client, id, !strcmp(stream, "stderr"), follow, gs_cli_write_to,
+                              stdout);
   if (rc != GS_OK)
     gs_cli_error("logs: %s", gs_client_last_error(client));
   gs_client_close(client);

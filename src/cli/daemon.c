@@ -16,6 +16,30 @@ gs_client *gs_cli_client(const char *what, const char *url, const char *token) {
   return c;
 }
 
+int gs_cli_write_to(const char *data, size_t len, void *file) {
+  fwrite(data, 1, len, file);
+  fflush(file);
+  return 0;
+}
+
+json_t *gs_cli_await_job(const char *what, const char *url, const char *token, long long id) {
+  gs_client *c = gs_cli_client(what, url, token);
+  if (!c)
+    return NULL;
+  char *text = NULL;
+  int rc = gs_client_job_wait(c, id, 0, NULL, NULL);
+  if (rc == GS_OK)
+    rc = gs_client_job(c, id, &text);
+  json_t *job = rc == GS_OK ? json_loads(text, 0, NULL) : NULL;
+  if (rc != GS_OK)
+    fprintf(stderr, "gpusrv: %s: %s\n", what, gs_client_last_error(c));
+  else if (!job)
+    fprintf(stderr, "gpusrv: %s: the daemon's answer is not JSON\n", what);
+  free(text);
+  gs_client_close(c);
+  return job;
+}
+
 int gs_cli_call_json(const char *what, const char *url, const char *token, const char *method,
                      const char *path, json_t *body, json_t **out) {
   gs_client *c = gs_cli_client(what, url, token);

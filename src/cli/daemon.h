@@ -19,4 +19,11 @@ gs_client *gs_cli_client(const char *what, const char *url, const char *token);
 int gs_cli_call_json(const char *what, const char *url, const char *token, const char *method,
                      const char *path, json_t *body, json_t **out);
 
+/* A gs_client_data_fn that writes to the FILE * given as ctx, flushed. */
+int gs_cli_write_to(const char *data, size_t len, void *file);
+
+/* Waits until job `id` has finished (gs_client_job_wait) and returns its
+ * final JSON (decref it), or NULL after printing "gpusrv: WHAT: why". */
+json_t *gs_cli_await_job(const char *what, const char *url, const char *token, long long id);
+
 #endif

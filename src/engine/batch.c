@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/fileutil.h"
+#include "engine/cpu/kernels.h" /* gs_ld, gs_st */
 #include "engine/dataset.h"
 #include "engine/npy.h"
 
@@ -60,38 +61,6 @@ static int ingest(void *ctx, int s, int64_t seq) {
   return gs_dataset_read(b->ds, first, count, b->slots[s].raw);
 }
 
-static double load_as_double(gs_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-  case GS_DT_BOOL:
-  case GS_DT_UINT8: return ((const uint8_t *)p)[i];
-  case GS_DT_INT8: return ((const int8_t *)p)[i];
-  case GS_DT_INT16: return ((const int16_t *)p)[i];
-  case GS_DT_INT32: return ((const int32_t *)p)[i];
-  case GS_DT_INT64: return (double)((const int64_t *)p)[i];
-  case GS_DT_FLOAT16: return gs_f16_to_f32(((const uint16_t *)p)[i]);
-  case GS_DT_BFLOAT16: return gs_bf16_to_f32(((const uint16_t *)p)[i]);
-  case GS_DT_FLOAT32: return ((const float *)p)[i];
-  case GS_DT_FLOAT64: return ((const double *)p)[i];
-  default: return 0;
-  }
-}
-
-static void store_from_double(gs_dtype dt, void *p, int64_t i, double v) {
-  switch (dt) {
-  case GS_DT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-  case GS_DT_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-  case GS_DT_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-  case GS_DT_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
-  case GS_DT_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-  case GS_DT_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-  case GS_DT_FLOAT16: ((uint16_t *)p)[i] = gs_f32_to_f16((float)v); break;
-  case GS_DT_BFLOAT16: ((uint16_t *)p)[i] = gs_f32_to_bf16((float)v); break;
-  case GS_DT_FLOAT32: ((float *)p)[i] = (float)v; break;
-  case GS_DT_FLOAT64: ((double *)p)[i] = v; break;
-  default: break;
-  }
-}
-
 /* Type conversion and normalisation into pinned staging; a short last
  * batch is padded with zeros (its rows are not written out). */
 static int preprocess(void *ctx, int s, int64_t seq) {
@@ -116,7 +85,7 @@ static int preprocess(void *ctx, int s, int64_t seq) {
       out[i] = (float)src[i] * fs - fm;
   } else {
     for (int64_t i = 0; i < n; i++)
-      store_from_double(to, dst, i, (load_as_double(from, sl->raw, i) * scale - mean) * inv_std);
+      gs_st(to, dst, i, (gs_ld(from, sl->raw, i) * scale - mean) * inv_std); /* saturating */
   }
   if (n < total)
     memset((char *)dst + (size_t)n * gs_dtype_size(to), 0,

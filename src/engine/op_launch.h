@@ -1,4 +1,4 @@
-/* op_launch.h - for a device backend's launchers of the engine's ops: what
+/* op_launch.h - for every backend's kernels of the engine's ops: what
  * they read from a launch's gs_op_call, written once for all of them. Header
  * only (static inline): plugins resolve only the HAL's symbols from their
  * host, and the HAL's conformance runner has no engine at all. */

@@ -201,15 +201,16 @@ int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap)
   pthread_mutex_lock(&fd->lock);
   int rc = find_tenant(fd, t->name) ? gs_error(GS_EEXIST, "tenant '%s' already exists", t->name)
                                     : GS_OK;
-  gs_tenant *grown = rc == 0 ? realloc(fd->tenants, (size_t)(fd->n_tenants + 1) * sizeof *grown)
-                             : NULL;
-  if (rc == 0 && !grown)
-    rc = gs_error(GS_ENOMEM, "out of memory adding a tenant");
   if (rc == 0) {
+    /* Under the write lock: token checks read the array under the read
+     * lock, and realloc may free the block they are reading. */
     pthread_rwlock_wrlock(&fd->tenants_lock);
-    fd->tenants = grown;
+    gs_tenant *grown = realloc(fd->tenants, (size_t)(fd->n_tenants + 1) * sizeof *grown);
+    if (grown)
+      fd->tenants = grown;
     pthread_rwlock_unlock(&fd->tenants_lock);
-    rc = gs_store_tenant_insert(fd->store, &copy);
+    rc = grown ? gs_store_tenant_insert(fd->store, &copy)
+               : gs_error(GS_ENOMEM, "out of memory adding a tenant");
   }
   if (rc == 0)
     rc = make_token(fd, t->name, token, cap);

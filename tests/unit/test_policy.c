@@ -322,7 +322,8 @@ static void preemption_victims(void) {
   gs_sched_job big = job(9, 0, 1, 1, 0);
   big.need.gpus = 1;
   CHECK_EQ(gs_sched_victims(&dev_free, &dev_total, held, 2, &big, victim), 1);
-  CHECK(victim[0] != victim[1]);
+  /* Equal priorities: the one with the later end goes first, and suffices. */
+  CHECK(victim[0] && !victim[1]);
 }
 
 int main(int argc, char **argv) {

@@ -11,6 +11,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/dnnl_conv.h"
 #include "engine/cpu/fastmath.h"
+#include "engine/op_launch.h"
 
 #include "base/error.h"
 
@@ -91,24 +92,13 @@ static int gemm_f32(const gs_op_call *c, float *const *p) {
 
 static int k_gemm(const gs_cpu_kernel_call *k) { return run_f32(k, gemm_f32); }
 
-/* Element offsets of batch `b`'s matrices in a and b. */
-static void batch_offsets(const gs_matmul_attrs *m, int64_t b, int64_t *oa, int64_t *ob) {
-  *oa = *ob = 0;
-  for (int d = m->batch_rank - 1; d >= 0; d--) {
-    int64_t i = b % m->batch_dims[d];
-    b /= m->batch_dims[d];
-    *oa += i * m->a_batch_strides[d];
-    *ob += i * m->b_batch_strides[d];
-  }
-}
-
 static int matmul_f32(const gs_op_call *c, float *const *p) {
   const gs_matmul_attrs *m = c->attrs;
   float *y = p[c->n_in];
   const float *bias = m->has_bias ? p[2] : NULL;
   for (int64_t b = 0; b < m->batch; b++) {
     int64_t oa, ob;
-    batch_offsets(m, b, &oa, &ob);
+    gs_launch_matmul_offsets(m, b, &oa, &ob);
     float *yb = y + b * m->m * m->n;
     if (bias)
       for (int64_t r = 0; r < m->m; r++)
@@ -134,7 +124,7 @@ static int k_matmul(const gs_cpu_kernel_call *k) {
   const gs_matmul_attrs *m = c->attrs;
   for (int64_t b = 0; b < m->batch; b++) {
     int64_t oa, ob;
-    batch_offsets(m, b, &oa, &ob);
+    gs_launch_matmul_offsets(m, b, &oa, &ob);
     for (int64_t i = 0; i < m->m; i++)
       for (int64_t j = 0; j < m->n; j++) {
         uint64_t acc = 0; /* wraps like the hardware */
@@ -562,9 +552,7 @@ static int k_batchnorm(const gs_cpu_kernel_call *k) { return run_f32(k, batchnor
 GS_VECTOR_CLONES static int layernorm_f32(const gs_op_call *c, float *const *p) {
   const gs_norm_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape;
-  int64_t inner = 1;
-  for (int i = a->axis; i < xs->rank; i++)
-    inner *= xs->dims[i];
+  int64_t inner = gs_launch_norm_inner(c);
   int64_t rows = inner ? gs_shape_numel(xs) / inner : 0;
   const float *x = p[0], *scale = p[1], *bias = c->n_in > 2 ? p[2] : NULL;
   float *y = p[c->n_in];
@@ -600,13 +588,8 @@ GS_VECTOR_CLONES static int layernorm_f32(const gs_op_call *c, float *const *p) 
 static int k_layernorm(const gs_cpu_kernel_call *k) { return run_f32(k, layernorm_f32); }
 
 GS_VECTOR_CLONES static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
-  const gs_axis_attrs *a = c->attrs;
-  const gs_shape *xs = &c->in[0].shape;
-  int64_t outer = 1, len = xs->dims[a->axis], inner = 1;
-  for (int i = 0; i < a->axis; i++)
-    outer *= xs->dims[i];
-  for (int i = a->axis + 1; i < xs->rank; i++)
-    inner *= xs->dims[i];
+  int64_t outer, len, inner;
+  gs_launch_softmax_dims(c, &outer, &len, &inner);
   for (int64_t o = 0; o < outer; o++)
     for (int64_t in = 0; in < inner; in++) {
       const float *x = p[0] + o * len * inner + in;

@@ -366,23 +366,29 @@ static int cu_event_record(void *event, void *stream) {
   if (e->d != s->d)
     return gs_error(GS_EINVAL, "a CUDA event is recorded on a stream of its own device only");
   int rc = use(s->d);
-  CUresult r = rc < 0 ? CUDA_SUCCESS : cu.cuEventRecord(e->ev, s->s);
-  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuEventRecord");
+  if (rc < 0)
+    return rc;
+  CUresult r = cu.cuEventRecord(e->ev, s->s);
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuEventRecord");
 }
 
 static int cu_wait_event(void *stream, void *event) {
   cu_stream *s = stream;
   cu_event *e = event;
   int rc = use(s->d);
-  CUresult r = rc < 0 ? CUDA_SUCCESS : cu.cuStreamWaitEvent(s->s, e->ev, 0);
-  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuStreamWaitEvent");
+  if (rc < 0)
+    return rc;
+  CUresult r = cu.cuStreamWaitEvent(s->s, e->ev, 0);
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuStreamWaitEvent");
 }
 
 static int cu_event_synchronize(void *event) {
   cu_event *e = event;
   int rc = use(e->d);
-  CUresult r = rc < 0 ? CUDA_SUCCESS : cu.cuEventSynchronize(e->ev);
-  return rc < 0 ? rc : r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuEventSynchronize");
+  if (rc < 0)
+    return rc;
+  CUresult r = cu.cuEventSynchronize(e->ev);
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuEventSynchronize");
 }
 
 static int cu_event_query(void *event) {
