@@ -13,6 +13,10 @@ from onnx import TensorProto, helper, numpy_helper
 GPUSRV = os.environ.get("GPUSRV_BIN", "build/gpusrv")
 # ctest runs these tests once per backend: GSTEST_DEVICE names the device.
 DEVICE = os.environ.get("GSTEST_DEVICE")
+# Devices whose backend has kernels for the engine's ops (op_kernels.h): an
+# op case there must run on the device, not through the plan's CPU fallback,
+# unless the test says it falls back.
+KERNEL_DEVICES = ("opencl0", "cuda0")
 
 NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
@@ -67,16 +71,28 @@ def load_outputs(workdir, names):
     return out
 
 
-def check_model(model, feeds, rtol=None, atol=None):
-    """Runs model through gpusrv and onnxruntime; asserts the outputs agree."""
+def cpu_fallback_ops(stdout):
+    """The ops `gpusrv model run --report` says ran on the CPU instead."""
+    for line in stdout.splitlines():
+        if "run on the CPU instead" in line:
+            return {op.strip() for op in line.rsplit(":", 1)[1].split(",")}
+    return set()
+
+
+def check_model(model, feeds, rtol=None, atol=None, on_device=None):
+    """Runs model through gpusrv and onnxruntime; asserts the outputs agree.
+    on_device: ops that must not fall back to the CPU on a kernel device."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
         onnx.save(model, path)
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         want = dict(zip(names, sess.run(None, feeds)))
-        p = run_gpusrv(path, feeds, d)
+        p = run_gpusrv(path, feeds, d, extra=("--report",))
         assert p.returncode == 0, f"gpusrv failed: {p.stderr}"
+        if DEVICE in KERNEL_DEVICES and on_device:
+            fell_back = cpu_fallback_ops(p.stdout) & set(on_device)
+            assert not fell_back, f"ran on the CPU instead of {DEVICE}: {sorted(fell_back)}"
         got = load_outputs(d, names)
     for n in names:
         w, g = want[n], got[n]
@@ -93,12 +109,15 @@ def check_model(model, feeds, rtol=None, atol=None):
 
 
 def check_op(op, inputs, attrs=None, consts=None, outputs=None, opset=17, input_names=None,
-             **tol):
+             on_device=True, **tol):
     """One node of `op` over graph inputs `inputs` and initializers `consts`
-    (in that order unless input_names gives it; "" omits an optional one)."""
+    (in that order unless input_names gives it; "" omits an optional one).
+    On a kernel device the op must run there unless on_device is False (a
+    case its kernel does not cover, said so by the test)."""
     consts = consts or {}
     names = input_names or (list(inputs) + list(consts))
     outputs = outputs or [("y", next(iter(inputs.values())).dtype if inputs else np.float32)]
     out_names = [o if isinstance(o, str) else o[0] for o in outputs]
     node = helper.make_node(op, names, out_names, **(attrs or {}))
-    return check_model(make_model([node], inputs, consts, outputs, opset), inputs, **tol)
+    return check_model(make_model([node], inputs, consts, outputs, opset), inputs,
+                       on_device=[op] if on_device else None, **tol)

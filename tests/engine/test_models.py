@@ -40,24 +40,22 @@ def test_plan_folds_fuses_and_reuses_memory(tmp_path):
     assert arena < 0.6 * naive
 
 
-def test_fallback_is_reported(tmp_path):
-    """On a device without some of the engine's kernels, the plan says which
-    ops run on the CPU instead; on the CPU itself nothing falls back."""
-    from gsonnx import DEVICE
-    # The CNN: no device but the CPU has a convolution kernel yet.
-    path = str(tmp_path / "cnn.onnx")
-    onnx.save(BUILDERS["cnn"](), path)
-    p = run_gpusrv(path, {"x": example_input("cnn", 1)}, str(tmp_path), extra=["--report"])
+@pytest.mark.parametrize("name", ["cnn", "mlp", "transformer"])
+def test_fallback_is_reported(tmp_path, name):
+    """A backend with none of the engine's kernels (testcpu0) runs every op
+    on the CPU instead, and the plan says so; the CPU itself and the devices
+    with the engine's kernels (OpenCL, CUDA) run every op of the test models
+    themselves."""
+    from gsonnx import DEVICE, KERNEL_DEVICES
+    path = str(tmp_path / f"{name}.onnx")
+    onnx.save(BUILDERS[name](), path)
+    p = run_gpusrv(path, {"x": example_input(name, 1)}, str(tmp_path), extra=["--report"])
     assert p.returncode == 0, p.stderr
-    if DEVICE not in (None, "cpu0"):
-        assert "run on the CPU instead" in p.stdout and "Conv" in p.stdout, p.stdout
-    else:
+    if DEVICE == "testcpu0":
+        op = {"cnn": "Conv", "mlp": "MatMul", "transformer": "MatMul"}[name]
+        assert "run on the CPU instead" in p.stdout and op in p.stdout, p.stdout
+    elif DEVICE in (None, "cpu0") + KERNEL_DEVICES:
         assert "instead" not in p.stdout, p.stdout
-    if DEVICE == "testcpu0":  # a backend with none of the engine's kernels: MatMul too
-        path = str(tmp_path / "mlp.onnx")
-        onnx.save(BUILDERS["mlp"](), path)
-        p = run_gpusrv(path, {"x": example_input("mlp", 1)}, str(tmp_path), extra=["--report"])
-        assert "run on the CPU instead" in p.stdout and "MatMul" in p.stdout, p.stdout
 
 
 def test_transformer_reshapes_fold_and_matmul_add_fuses(tmp_path):

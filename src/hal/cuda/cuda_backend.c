@@ -191,7 +191,15 @@ static int cu_stream_create(gs_device_t *device, unsigned flags, void **out) {
     what = "cuEventCreate";
   for (int i = 0; r == CUDA_SUCCESS && i < MARKS; i++)
     r = cu.cuEventCreate(&s->marks[i].ev, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) {
+    what = "cuMemAlloc(status)";
+    r = cu.cuMemAlloc(&s->status, sizeof(gs_devops_status));
+    if (r == CUDA_SUCCESS)
+      r = cu.cuMemsetD8(s->status, 0, sizeof(gs_devops_status));
+  }
   if (r != CUDA_SUCCESS) {
+    if (s->status)
+      cu.cuMemFree(s->status);
     for (int i = 0; i < MARKS; i++)
       if (s->marks[i].ev)
         cu.cuEventDestroy(s->marks[i].ev);
@@ -214,6 +222,7 @@ static void cu_stream_destroy(void *stream) {
       gs__cublas.cublasDestroy(s->blas);
     for (int i = 0; i < MARKS; i++)
       cu.cuEventDestroy(s->marks[i].ev);
+    cu.cuMemFree(s->status);
     cu.cuStreamDestroy(s->s);
   }
   pthread_mutex_destroy(&s->lock);
@@ -265,6 +274,23 @@ static int cu_host_func(void *stream, gs_host_fn fn, void *arg) {
   return rc < 0 ? rc : queue_host_call(s, fn, arg, false);
 }
 
+/* After a synchronize: whether a kernel that can fail did (devops.h). */
+static int check_status(cu_stream *s) {
+  pthread_mutex_lock(&s->lock);
+  bool armed = s->status_armed;
+  s->status_armed = false;
+  gs_devops_status st = {0};
+  CUresult r = armed ? cu.cuMemcpyDtoH(&st, s->status, sizeof st) : CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS && st.code)
+    r = cu.cuMemsetD8(s->status, 0, sizeof st);
+  char node[sizeof s->tag_node[0]];
+  memcpy(node, s->tag_node[(uint64_t)st.tag % GS_CUDA_MARKS], sizeof node);
+  pthread_mutex_unlock(&s->lock);
+  if (r != CUDA_SUCCESS)
+    return gs__cu_fail(r, "reading the kernels' status");
+  return st.code ? gs_devops_status_error(&st, node) : GS_OK;
+}
+
 static int cu_synchronize(void *stream) {
   cu_stream *s = stream;
   int rc = use(s->d);
@@ -280,7 +306,9 @@ static int cu_synchronize(void *stream) {
   pthread_mutex_unlock(&s->error_lock);
   if (r != CUDA_SUCCESS)
     return gs__cu_fail(r, "cuStreamSynchronize");
-  return err < 0 ? gs_error(err, "%s", detail) : GS_OK;
+  if (err < 0)
+    return gs_error(err, "%s", detail);
+  return check_status(s);
 }
 
 /* Tickets: an event recorded per mark, from a ring; reusing the oldest
@@ -468,7 +496,7 @@ static int launch_axpy(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a
   return gs__cu_launch_1d(s, s->d->axpy, n, params);
 }
 
-static const cu_kernel axpy_kernel = {"axpy_f32", 0, NULL, launch_axpy};
+static const cu_kernel axpy_kernel = {"axpy_f32", NULL, NULL, launch_axpy};
 
 /* ---- telemetry ---------------------------------------------------------------------------------- */
 

@@ -32,6 +32,8 @@
   X(cuMemcpyHtoDAsync)                                                                       \
   X(cuMemcpyDtoHAsync)                                                                       \
   X(cuMemcpyDtoDAsync)                                                                       \
+  X(cuMemcpyDtoH)                                                                            \
+  X(cuMemsetD8)                                                                              \
   X(cuMemsetD8Async)                                                                         \
   X(cuStreamCreate)                                                                          \
   X(cuStreamDestroy)                                                                         \

@@ -6,6 +6,7 @@
 #include "hal/cuda/cuda_blas.h"
 #include "hal/cuda/cuda_driver.h"
 #include "hal/cuda/nvml.h"
+#include "hal/devops/devops.h"
 #include "hal/hal_impl.h"
 
 #define GS_CUDA_MARKS 64 /* recorded events per stream for stream-ordered reuse */
@@ -20,7 +21,8 @@ typedef struct cu_device {
   char pci_bus_id[32];
   gs_nvml_device nvml; /* NULL without NVML */
   CUmodule module;
-  CUfunction axpy, unary, binary, bias_rows, broadcast, softmax, layernorm;
+  CUfunction axpy;
+  CUfunction ops[GS_DK_COUNT]; /* the engine's ops (devops.h) */
 } cu_device;
 
 typedef struct cu_stream {
@@ -38,13 +40,20 @@ typedef struct cu_stream {
   int error; /* the first failure of a host function, until synchronize */
   char error_detail[256];
   cublasHandle_t blas; /* made on first use, bound to this stream */
+  /* Kernels that can fail write here (devops.h); read at synchronize.
+   * Under lock. */
+  CUdeviceptr status;
+  bool status_armed;
+  unsigned next_tag;
+  char tag_node[GS_CUDA_MARKS][64]; /* by tag: the node of the launch */
 } cu_stream;
 
 /* A kernel registered for an op: whether it runs a launch (types, shapes),
- * and how to queue one. `op` selects among the variants one function runs. */
+ * and how to queue one. An engine op's is devops.c's (dop), queued through
+ * this plugin's gs_devops_target. */
 typedef struct cu_kernel {
   const char *name;
-  int op;
+  const gs_devop *dop;
   bool (*supports)(const struct cu_kernel *k, const void *params, size_t params_size);
   int (*launch)(const struct cu_kernel *k, cu_stream *s, const gs_kernel_args *args);
 } cu_kernel;

@@ -1,196 +1,108 @@
-/* cuda_ops.c - the engine's ops on CUDA: float32 unary ops (Relu,
- * LeakyRelu, Sigmoid, Tanh, Gelu, Erf, Sqrt, Exp, Log, Neg, Abs), Add, Sub,
- * Mul and Div with NumPy broadcasting, Softmax, LogSoftmax, Transpose and
- * LayerNormalization (kernels.cu); Identity and the reshapes as copies of
- * any type; MatMul and Gemm (with the plan's fused bias and Relu) through
- * cuBLAS. Each kernel says
- * which launches it runs (kernel_supports); the plan runs the others, and
- * every op without a kernel here, on the CPU. A launch receives its node's
- * gs_op_call, as the CPU's kernels do. */
+/* cuda_ops.c - the engine's ops on CUDA: devops.c's ops (their kernels are
+ * hal/devops/op_kernels.h, compiled into the plugin's fatbin) queued
+ * through this plugin's gs_devops_target, and MatMul and Gemm (with the
+ * plan's fused bias and Relu) through cuBLAS. Each kernel says which
+ * launches it runs (kernel_supports); the plan runs the others on the CPU.
+ * A launch receives its node's gs_op_call, as the CPU's kernels do. */
 #include "hal/cuda/cuda_internal.h"
 
-#include "engine/op_launch.h"
-
+#include <stdio.h>
 #include <string.h>
 
-enum { /* as kernels.cu numbers them */
-  UNARY_RELU, UNARY_SIGMOID, UNARY_TANH, UNARY_LEAKY, UNARY_GELU_ERF, UNARY_GELU_TANH,
-  UNARY_ERF, UNARY_SQRT, UNARY_EXP, UNARY_LOG, UNARY_NEG, UNARY_ABS
-};
-enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV };
+/* ---- the launch target --------------------------------------------------------------------- */
 
-typedef struct broadcast { /* kernels.cu's struct broadcast (int, then long longs) */
-  int rank;
-  int64_t dims[8];
-  int64_t a_strides[8], b_strides[8];
-} broadcast;
+typedef struct launch {
+  const cu_kernel *k;
+  cu_stream *s;
+  const gs_kernel_args *a;
+} launch;
 
-/* ---- unary ----------------------------------------------------------------------------- */
-
-static bool unary_supports(const cu_kernel *k, const void *params, size_t size) {
-  (void)k;
-  const gs_op_call *c = gs_launch_call(params, size);
-  return c && c->n_in == 1 && c->n_out == 1 && gs_launch_all_f32(c);
+/* An operand's device address, checked against its element size. */
+static int operand_ptr(const launch *l, int i, size_t size, CUdeviceptr *out) {
+  if (i < 0 || i >= l->a->buffer_count || !l->a->buffers[i])
+    return gs_error(GS_EINVAL, "%s: operand %d is missing", l->k->name, i);
+  int rc = gs__cu_device_ptr(l->a->buffers[i], l->a->offsets[i], out);
+  if (rc == 0 && *out % size)
+    rc = gs_error(GS_EINVAL, "%s: operand %d is not aligned to its %zu-byte elements",
+                  l->k->name, i, size);
+  return rc;
 }
 
-static int unary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!c || !unary_supports(k, a->params, a->params_size))
-    return gs_error(GS_ENOTSUP, "%s on CUDA: float32 only", k->name);
-  CUdeviceptr x = 0, y = 0;
-  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
+/* An operand is passed as its address, with the offset folded in, and an
+ * offset of 0: the kernels' (buffer, offset) pairs are OpenCL's shape. */
+static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const gs_dk_arg *args) {
+  const launch *l = ctx;
+  enum { MAX_ARGS = 32 };
+  CUdeviceptr ptrs[MAX_ARGS];
+  static const uint64_t zero = 0;
+  void *params[2 * MAX_ARGS];
+  if (nargs > MAX_ARGS)
+    return gs_error(GS_EINVAL, "%s: %d kernel arguments", l->k->name, nargs);
+  uint64_t tags[MAX_ARGS];
+  int at = 0;
+  for (int i = 0; i < nargs; i++) {
+    if (args[i].operand == GS_DK_STATUS) { /* the status buffer, and a tag naming the node */
+      cu_stream *s = l->s;
+      const gs_op_call *c = gs_launch_call(l->a->params, l->a->params_size);
+      pthread_mutex_lock(&s->lock);
+      unsigned tag = s->next_tag++ % GS_CUDA_MARKS;
+      snprintf(s->tag_node[tag], sizeof s->tag_node[tag], "%s", c ? c->node_name : "");
+      s->status_armed = true;
+      pthread_mutex_unlock(&s->lock);
+      ptrs[i] = s->status;
+      tags[i] = tag;
+      params[at++] = &ptrs[i];
+      params[at++] = &tags[i];
+      continue;
+    }
+    if (args[i].operand < 0) {
+      params[at++] = (void *)args[i].value;
+      continue;
+    }
+    int rc = operand_ptr(l, args[i].operand, args[i].size, &ptrs[i]);
+    if (rc < 0)
+      return rc;
+    params[at++] = &ptrs[i];
+    params[at++] = (void *)&zero;
+  }
+  return gs__cu_launch_1d(l->s, l->s->d->ops[kernel], n, params);
+}
+
+static int target_copy(void *ctx, int src, size_t src_off, int dst, size_t dst_off, size_t bytes) {
+  const launch *l = ctx;
+  CUdeviceptr x, y;
+  int rc = operand_ptr(l, src, 1, &x);
   if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
+    rc = operand_ptr(l, dst, 1, &y);
   if (rc < 0)
     return rc;
-  unsigned long long n = (unsigned long long)gs_launch_numel(&c->out[0].shape);
-  /* Only LeakyRelu and Gelu have unary attributes (the others' block is empty). */
-  const gs_unary_attrs *at = c->attrs;
-  int op = k->op == UNARY_GELU_ERF && at && at->gelu_tanh ? UNARY_GELU_TANH : k->op;
-  float alpha = k->op == UNARY_LEAKY && at ? at->alpha : 0.0f;
-  void *params[] = {&x, &y, &n, &op, &alpha};
-  return gs__cu_launch_1d(s, s->d->unary, n, params);
-}
-
-/* ---- data movement --------------------------------------------------------------------- */
-
-/* Identity and the reshapes: the bytes as they are, any type. */
-static bool copy_supports(const cu_kernel *k, const void *params, size_t size) {
-  (void)k;
-  const gs_op_call *c = gs_launch_call(params, size);
-  return c && c->n_out == 1 && gs_launch_element_size(c->out[0].dtype) > 0;
-}
-
-static int copy_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!c || !copy_supports(k, a->params, a->params_size))
-    return gs_error(GS_ENOTSUP, "%s on CUDA: one output of a known type only", k->name);
-  CUdeviceptr x = 0, y = 0;
-  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &y);
-  if (rc < 0)
-    return rc;
-  size_t bytes = (size_t)gs_launch_numel(&c->out[0].shape) * gs_launch_element_size(c->out[0].dtype);
+  x += src_off;
+  y += dst_off;
   if (bytes == 0 || x == y)
     return GS_OK;
-  CUresult r = gs__cu.cuMemcpyDtoDAsync(y, x, bytes, s->s);
-  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, k->name);
+  CUresult r = gs__cu.cuMemcpyDtoDAsync(y, x, bytes, l->s->s);
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, l->k->name);
 }
 
-/* ---- binary ----------------------------------------------------------------------------- */
+static gs_devops_target target_of(const launch *l, const gs_op_call *c) {
+  return (gs_devops_target){.ctx = (void *)l, .call = c, .launch = target_launch,
+                            .copy = target_copy};
+}
 
-static bool binary_supports(const cu_kernel *k, const void *params, size_t size) {
-  (void)k;
+/* ---- devops.c's ops ----------------------------------------------------------------------- */
+
+static bool devop_supports(const cu_kernel *k, const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
-  return c && c->n_in == 2 && c->n_out == 1 && gs_launch_all_f32(c) && c->out[0].shape.rank <= 8 &&
-         c->in[0].dtype == GS_DT_FLOAT32 && c->in[1].dtype == GS_DT_FLOAT32;
+  return c && k->dop->supports(k->dop, c);
 }
 
-static int binary_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
+static int devop_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
   const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!c || !binary_supports(k, a->params, a->params_size))
-    return gs_error(GS_ENOTSUP, "%s on CUDA: float32 of rank 8 or less only", k->name);
-  CUdeviceptr x = 0, z = 0, y = 0;
-  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &z);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[2], a->offsets[2], &y);
-  if (rc < 0)
-    return rc;
-  broadcast b = {.rank = c->out[0].shape.rank};
-  for (int d = 0; d < b.rank; d++)
-    b.dims[d] = c->out[0].shape.dims[d];
-  gs_launch_broadcast_strides(&c->in[0].shape, &c->out[0].shape, b.a_strides);
-  gs_launch_broadcast_strides(&c->in[1].shape, &c->out[0].shape, b.b_strides);
-  unsigned long long n = (unsigned long long)gs_launch_numel(&c->out[0].shape);
-  int op = k->op;
-  void *params[] = {&x, &z, &y, &n, &op, &b};
-  return gs__cu_launch_1d(s, s->d->binary, n, params);
-}
-
-/* ---- Softmax, LogSoftmax ----------------------------------------------------------------------- */
-
-static bool softmax_supports(const cu_kernel *k, const void *params, size_t size) {
-  (void)k;
-  const gs_op_call *c = gs_launch_call(params, size);
-  return c && c->attrs && c->n_in == 1 && c->n_out == 1 && gs_launch_all_f32(c);
-}
-
-static int softmax_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!c || !softmax_supports(k, a->params, a->params_size))
-    return gs_error(GS_ENOTSUP, "%s on CUDA: float32 only", k->name);
-  int64_t o, n, i;
-  gs_launch_softmax_dims(c, &o, &n, &i);
-  unsigned long long outer = (unsigned long long)o, len = (unsigned long long)n,
-                     inner = (unsigned long long)i;
-  CUdeviceptr x = 0, y = 0;
-  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
-  if (rc < 0)
-    return rc;
-  int log_out = k->op;
-  void *params[] = {&x, &y, &outer, &len, &inner, &log_out};
-  return gs__cu_launch_1d(s, s->d->softmax, outer * inner, params);
-}
-
-/* ---- Transpose, LayerNormalization --------------------------------------------------------------- */
-
-static bool transpose_supports(const cu_kernel *k, const void *params, size_t size) {
-  (void)k;
-  const gs_op_call *c = gs_launch_call(params, size);
-  return c && c->attrs && c->n_in == 1 && gs_launch_all_f32(c) && c->out[0].shape.rank <= 8;
-}
-
-/* The output gathers the input along permuted strides: broadcast_f32's walk. */
-static int transpose_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!c || !transpose_supports(k, a->params, a->params_size))
-    return gs_error(GS_ENOTSUP, "Transpose on CUDA: float32 only");
-  const gs_shape *ys = &c->out[0].shape;
-  broadcast b = {.rank = ys->rank};
-  for (int d = 0; d < ys->rank; d++)
-    b.dims[d] = ys->dims[d];
-  gs_launch_transpose_strides(c, b.a_strides);
-  CUdeviceptr x = 0, y = 0;
-  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &y);
-  if (rc < 0)
-    return rc;
-  unsigned long long n = (unsigned long long)gs_launch_numel(ys);
-  void *params[] = {&x, &y, &n, &b};
-  return gs__cu_launch_1d(s, s->d->broadcast, n, params);
-}
-
-static bool layernorm_supports(const cu_kernel *k, const void *params, size_t size) {
-  (void)k;
-  return gs_launch_layernorm_ok(gs_launch_call(params, size));
-}
-
-static int layernorm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!c || !layernorm_supports(k, a->params, a->params_size))
-    return gs_error(GS_ENOTSUP, "LayerNormalization on CUDA: float32, one output");
-  const gs_norm_attrs *na = c->attrs;
-  CUdeviceptr x = 0, sc = 0, b = 0, y = 0;
-  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &x);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &sc);
-  if (rc == 0 && c->n_in > 2 && a->buffers[2])
-    rc = gs__cu_device_ptr(a->buffers[2], a->offsets[2], &b);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &y);
-  if (rc < 0)
-    return rc;
-  unsigned long long inner = (unsigned long long)gs_launch_norm_inner(c);
-  unsigned long long rows = (unsigned long long)gs_launch_numel(&c->in[0].shape) / inner;
-  float eps = na->epsilon;
-  void *params[] = {&x, &sc, &b, &y, &rows, &inner, &eps};
-  return gs__cu_launch_1d(s, s->d->layernorm, rows, params);
+  if (!c || !devop_supports(k, a->params, a->params_size))
+    return gs_error(GS_ENOTSUP, "%s on CUDA: not for these types or shapes", k->name);
+  launch l = {k, s, a};
+  gs_devops_target t = target_of(&l, c);
+  return k->dop->run(k->dop, &t);
 }
 
 /* ---- MatMul and Gemm through cuBLAS ------------------------------------------------------------- */
@@ -231,31 +143,28 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
   if (!c || !matmul_supports(k, a->params, a->params_size))
     return gs_error(GS_ENOTSUP, "MatMul on CUDA: float32 through cuBLAS only");
   const gs_matmul_attrs *m = c->attrs;
-  CUdeviceptr A = 0, B = 0, Y = 0, bias = 0;
+  launch l = {k, s, a};
+  gs_devops_target t = target_of(&l, c);
+  CUdeviceptr A = 0, B = 0, Y = 0;
   int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &A);
   if (rc == 0)
     rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &B);
-  if (rc == 0 && m->has_bias)
-    rc = gs__cu_device_ptr(a->buffers[2], a->offsets[2], &bias);
   if (rc == 0)
     rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &Y);
   if (rc < 0)
     return rc;
   if ((rc = blas_handle(s)) < 0)
     return rc;
-  unsigned long long rows = (unsigned long long)(m->batch * m->m), n = (unsigned long long)m->n;
+  int64_t rows = m->batch * m->m;
   float alpha = 1.0f, beta = 0.0f;
   if (m->has_bias) { /* y starts as the bias on every row; GEMM adds onto it */
-    void *params[] = {&bias, &Y, &rows, &n};
-    if ((rc = gs__cu_launch_1d(s, s->d->bias_rows, rows * n, params)) < 0)
+    if ((rc = gs_devops_bias_rows(&t, 2, c->n_in, rows, m->n)) < 0)
       return rc;
     beta = 1.0f;
   }
   if (m->k == 0) { /* an empty sum: the bias, or zeros */
-    CUresult r = m->has_bias ? CUDA_SUCCESS
-                             : gs__cu.cuMemsetD8Async(Y, 0, rows * n * sizeof(float), s->s);
-    if (r != CUDA_SUCCESS)
-      return gs__cu_fail(r, "cuMemsetD8Async");
+    if (!m->has_bias && (rc = gs_devops_zero_f32(&t, c->n_in, rows * m->n)) < 0)
+      return rc;
   } else if (m->m && m->n) {
     /* Row-major Y = A B is column-major Y^T = B^T A^T: cuBLAS gets B first. */
     int M = (int)m->m, N = (int)m->n, K = (int)m->k;
@@ -281,14 +190,7 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
     if (st != CUBLAS_STATUS_SUCCESS)
       return blas_fail(st, "cublasSgemm");
   }
-  if (m->act == GS_ACT_RELU) {
-    unsigned long long total = rows * n;
-    int op = UNARY_RELU;
-    float unused = 0.0f;
-    void *params[] = {&Y, &Y, &total, &op, &unused};
-    rc = gs__cu_launch_1d(s, s->d->unary, total, params);
-  }
-  return rc;
+  return m->act == GS_ACT_RELU ? gs_devops_relu_f32(&t, c->n_in, rows * m->n) : GS_OK;
 }
 
 static bool gemm_supports(const cu_kernel *k, const void *params, size_t size) {
@@ -309,26 +211,22 @@ static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a
     return gs_error(GS_ENOTSUP, "Gemm on CUDA: float32 through cuBLAS only");
   const gs_gemm_attrs *g = c->attrs;
   bool has_c = c->n_in > 2 && a->buffers[2] && g->beta != 0;
-  CUdeviceptr A = 0, B = 0, C = 0, Y = 0;
+  launch l = {k, s, a};
+  gs_devops_target t = target_of(&l, c);
+  CUdeviceptr A = 0, B = 0, Y = 0;
   int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &A);
   if (rc == 0)
     rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &B);
-  if (rc == 0 && has_c)
-    rc = gs__cu_device_ptr(a->buffers[2], a->offsets[2], &C);
   if (rc == 0)
     rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &Y);
   if (rc == 0)
     rc = blas_handle(s);
   if (rc < 0)
     return rc;
-  unsigned long long total = (unsigned long long)(g->m * g->n);
-  if (has_c) {
-    broadcast b = {.rank = 2, .dims = {g->m, g->n}};
-    gs_launch_broadcast_strides(&c->in[2].shape, &c->out[0].shape, b.a_strides);
-    void *params[] = {&C, &Y, &total, &b};
-    if ((rc = gs__cu_launch_1d(s, s->d->broadcast, total, params)) < 0)
-      return rc;
-  }
+  int64_t total = g->m * g->n;
+  if (has_c && (rc = gs_devops_broadcast_f32(&t, 2, &c->in[2].shape, c->n_in,
+                                             &c->out[0].shape)) < 0)
+    return rc;
   if (total && g->k) {
     float alpha = g->alpha, beta = has_c ? g->beta : 0.0f;
     cublasStatus_t st = gs__cublas.cublasSgemm(
@@ -338,54 +236,35 @@ static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a
         &beta, (float *)(uintptr_t)Y, (int)g->n);
     if (st != CUBLAS_STATUS_SUCCESS)
       return blas_fail(st, "cublasSgemm");
-  } else if (total && !has_c) { /* an empty sum: zeros */
-    CUresult r = gs__cu.cuMemsetD8Async(Y, 0, total * sizeof(float), s->s);
-    if (r != CUDA_SUCCESS)
-      return gs__cu_fail(r, "cuMemsetD8Async");
+  } else if (total && !has_c && (rc = gs_devops_zero_f32(&t, c->n_in, total)) < 0) {
+    return rc;
   }
-  if (g->act == GS_ACT_RELU) {
-    int op = UNARY_RELU;
-    float alpha = 0.0f;
-    void *params[] = {&Y, &Y, &total, &op, &alpha};
-    rc = gs__cu_launch_1d(s, s->d->unary, total, params);
-  }
-  return rc;
+  return g->act == GS_ACT_RELU ? gs_devops_relu_f32(&t, c->n_in, total) : GS_OK;
 }
 
 /* ---- registration ----------------------------------------------------------------------------------- */
 
-static const cu_kernel ops[] = {
-    {"Relu", UNARY_RELU, unary_supports, unary_launch},
-    {"Sigmoid", UNARY_SIGMOID, unary_supports, unary_launch},
-    {"Tanh", UNARY_TANH, unary_supports, unary_launch},
-    {"LeakyRelu", UNARY_LEAKY, unary_supports, unary_launch},
-    {"Gelu", UNARY_GELU_ERF, unary_supports, unary_launch},
-    {"Erf", UNARY_ERF, unary_supports, unary_launch},
-    {"Sqrt", UNARY_SQRT, unary_supports, unary_launch},
-    {"Exp", UNARY_EXP, unary_supports, unary_launch},
-    {"Log", UNARY_LOG, unary_supports, unary_launch},
-    {"Neg", UNARY_NEG, unary_supports, unary_launch},
-    {"Abs", UNARY_ABS, unary_supports, unary_launch},
-    {"Identity", 0, copy_supports, copy_launch},
-    {"Reshape", 0, copy_supports, copy_launch},
-    {"Flatten", 0, copy_supports, copy_launch},
-    {"Squeeze", 0, copy_supports, copy_launch},
-    {"Unsqueeze", 0, copy_supports, copy_launch},
-    {"Transpose", 0, transpose_supports, transpose_launch},
-    {"LayerNormalization", 0, layernorm_supports, layernorm_launch},
-    {"Add", BINARY_ADD, binary_supports, binary_launch},
-    {"Sub", BINARY_SUB, binary_supports, binary_launch},
-    {"Mul", BINARY_MUL, binary_supports, binary_launch},
-    {"Div", BINARY_DIV, binary_supports, binary_launch},
-    {"Softmax", 0, softmax_supports, softmax_launch},
-    {"LogSoftmax", 1, softmax_supports, softmax_launch},
-    {"MatMul", 0, matmul_supports, matmul_launch},
-    {"Gemm", 0, gemm_supports, gemm_launch},
+static const cu_kernel blas_ops[] = {
+    {"MatMul", NULL, matmul_supports, matmul_launch},
+    {"Gemm", NULL, gemm_supports, gemm_launch},
 };
 
+#define MAX_DEVOPS 96
+static cu_kernel devop_kernels[MAX_DEVOPS];
+
 int gs__cuda_register_ops(gs_backend_t *backend) {
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-    int rc = gs__backend_register_kernel(backend, ops[i].name, &ops[i]);
+  size_t count;
+  const gs_devop *dops = gs_devops(&count);
+  if (count > MAX_DEVOPS)
+    return gs_error(GS_EINTERNAL, "CUDA: %zu ops for %d slots", count, MAX_DEVOPS);
+  for (size_t i = 0; i < count; i++) {
+    devop_kernels[i] = (cu_kernel){dops[i].name, &dops[i], devop_supports, devop_launch};
+    int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);
+    if (rc < 0)
+      return rc;
+  }
+  for (size_t i = 0; i < sizeof blas_ops / sizeof blas_ops[0]; i++) {
+    int rc = gs__backend_register_kernel(backend, blas_ops[i].name, &blas_ops[i]);
     if (rc < 0)
       return rc;
   }
@@ -393,14 +272,10 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
 }
 
 int gs__cuda_find_op_functions(cu_device *d) {
-  static const char *const names[] = {"unary_f32",     "binary_f32",  "bias_rows_f32",
-                                      "broadcast_f32", "softmax_f32", "layernorm_f32"};
-  CUfunction *slots[] = {&d->unary,     &d->binary,  &d->bias_rows,
-                         &d->broadcast, &d->softmax, &d->layernorm};
-  for (int i = 0; i < 6; i++) {
-    CUresult r = gs__cu.cuModuleGetFunction(slots[i], d->module, names[i]);
+  for (int i = 0; i < GS_DK_COUNT; i++) {
+    CUresult r = gs__cu.cuModuleGetFunction(&d->ops[i], d->module, gs_devk_names[i]);
     if (r != CUDA_SUCCESS)
-      return gs__cu_fail(r, names[i]);
+      return gs__cu_fail(r, gs_devk_names[i]);
   }
   return GS_OK;
 }

@@ -251,7 +251,7 @@ static int run_axpy(const launch_op *l) {
   return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, "axpy_f32");
 }
 
-static const ocl_kernel axpy_kernel = {"axpy_f32", 0, NULL, run_axpy};
+static const ocl_kernel axpy_kernel = {"axpy_f32", NULL, NULL, run_axpy};
 
 static bool ocl_kernel_supports(const void *kernel, const void *params, size_t params_size) {
   const ocl_kernel *k = kernel;
@@ -272,8 +272,14 @@ static int ocl_stream_create(gs_device_t *device, unsigned flags, void **out) {
     free(s);
     return gs__ocl_fail(err, "clCreateCommandQueue");
   }
-  int rc = gs__cpu_stream_create(device, 0, &s->worker);
+  static const cl_long zeros[4] = {0};
+  s->status = clCreateBuffer(s->dev->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros,
+                             (void *)zeros, &err);
+  int rc = s->status ? gs__cpu_stream_create(device, 0, &s->worker)
+                     : gs__ocl_fail(err, "clCreateBuffer(status)");
   if (rc < 0) {
+    if (s->status)
+      clReleaseMemObject(s->status);
     clReleaseCommandQueue(s->queue);
     free(s);
     return rc;
@@ -286,6 +292,7 @@ static void ocl_stream_destroy(void *stream) {
   ocl_stream *s = stream;
   gs__cpu_stream_destroy(s->worker);
   clFinish(s->queue);
+  clReleaseMemObject(s->status);
   clReleaseCommandQueue(s->queue);
   free(s);
 }
@@ -298,7 +305,23 @@ static void ocl_stream_destroy(void *stream) {
 static int drain(void *arg) {
   ocl_stream *s = arg;
   cl_int err = clFinish(s->queue);
-  return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, "a kernel queued earlier");
+  if (err != CL_SUCCESS)
+    return gs__ocl_fail(err, "a kernel queued earlier");
+  if (!s->status_armed)
+    return GS_OK;
+  /* A kernel that can fail ran since the last drain: did it? */
+  s->status_armed = false;
+  gs_devops_status st;
+  err = clEnqueueReadBuffer(s->queue, s->status, CL_TRUE, 0, sizeof st, &st, 0, NULL, NULL);
+  if (err != CL_SUCCESS)
+    return gs__ocl_fail(err, "reading the kernels' status");
+  if (st.code == 0)
+    return GS_OK;
+  static const cl_long zeros[4] = {0};
+  err = clEnqueueWriteBuffer(s->queue, s->status, CL_TRUE, 0, sizeof zeros, zeros, 0, NULL, NULL);
+  if (err != CL_SUCCESS)
+    return gs__ocl_fail(err, "clearing the kernels' status");
+  return gs_devops_status_error(&st, s->tag_node[(uint64_t)st.tag % GS_OCL_TAGS]);
 }
 
 static int queue_drain(ocl_stream *s) { return gs__cpu_stream_host_func(s->worker, drain, s); }

@@ -5,6 +5,7 @@
 
 #define CL_TARGET_OPENCL_VERSION 120
 #include "hal/cpu/cpu_internal.h"
+#include "hal/devops/devops.h"
 
 #include <CL/cl.h>
 
@@ -15,16 +16,25 @@ typedef struct ocl_device {
   cl_program program;
   /* Kernel objects, one per function: arguments set and the launch queued
    * under kernel_lock. */
-  cl_kernel axpy, unary, binary, bias_rows, broadcast, softmax, layernorm;
+  cl_kernel axpy;
+  cl_kernel ops[GS_DK_COUNT]; /* the engine's ops (devops.h) */
   pthread_mutex_t kernel_lock;
   size_t align;
   size_t max_alloc; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
 } ocl_device;
 
+#define GS_OCL_TAGS 64 /* launches that can fail, named between two drains */
+
 typedef struct ocl_stream {
   void *worker; /* the HAL worker stream that runs our operations in order */
   cl_command_queue queue;
   ocl_device *dev;
+  /* Kernels that can fail write here (devops.h); read at the next drain.
+   * Used on the worker thread only. */
+  cl_mem status;
+  bool status_armed;
+  unsigned next_tag;
+  char tag_node[GS_OCL_TAGS][64]; /* by tag: the node of the launch */
 } ocl_stream;
 
 /* A launch's operands, resolved when it is queued (the caller may free a
@@ -47,10 +57,11 @@ typedef struct launch_op {
 } launch_op;
 
 /* A kernel registered for an op: which launches it runs (NULL: all), and
- * how to run one on the stream's worker. `op` picks a variant. */
+ * how to run one on the stream's worker. An engine op's is devops.c's
+ * (dop), queued through this plugin's gs_devops_target. */
 typedef struct ocl_kernel {
   const char *name;
-  int op;
+  const gs_devop *dop;
   bool (*supports)(const struct ocl_kernel *k, const void *params, size_t params_size);
   int (*run)(const launch_op *l);
 } ocl_kernel;

@@ -1,0 +1,896 @@
+/* devops.c - the engine's ops on kernel-compiling devices (OpenCL, CUDA):
+ * for each op, which launches its kernel runs and the kernel's arguments
+ * from the node's gs_op_call. The kernels are op_kernels.h; a launch's
+ * operands are the node's inputs, then its outputs. What a kernel does not
+ * cover (float64, bfloat16, Gather, MatMul-like ops in integers, ...) the
+ * plan runs on the CPU, per launch. */
+#include "hal/devops/devops.h"
+
+#include "base/error.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *const gs_devk_names[GS_DK_COUNT] = {
+#define GS_DK_NAME(name) #name,
+    GS_DEVOPS_KERNELS(GS_DK_NAME)
+#undef GS_DK_NAME
+};
+
+/* As op_kernels.h numbers them. */
+enum {
+  UNARY_RELU, UNARY_SIGMOID, UNARY_TANH, UNARY_LEAKY, UNARY_GELU_ERF, UNARY_GELU_TANH,
+  UNARY_ERF, UNARY_SQRT, UNARY_EXP, UNARY_LOG, UNARY_NEG, UNARY_ABS
+};
+enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_POW, BINARY_MIN, BINARY_MAX,
+       BINARY_EQ, BINARY_LT, BINARY_GT };
+enum { TYPE_F32, TYPE_F16, TYPE_I64, TYPE_I32, TYPE_I16, TYPE_I8, TYPE_U8, TYPE_BOOL };
+enum { REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX };
+
+/* op_kernels.h's structures, field for field (longs as int64_t). */
+typedef struct dk_walk {
+  int64_t rank, dims[8], strides[3][8], base[3];
+} dk_walk;
+typedef struct dk_pad {
+  int64_t rank, out_dims[8], in_dims[8], begin[8], mode;
+} dk_pad;
+typedef struct dk_reduce {
+  int64_t out_rank, out_dims[8], out_strides[8], red_rank, red_dims[8], red_strides[8], count;
+} dk_reduce;
+typedef struct dk_conv {
+  int64_t batch, in_channels, out_channels, group;
+  int64_t in[3], out[3], k[3], stride[3], dil[3], pad[3];
+} dk_conv;
+typedef struct dk_resize {
+  int64_t rank, in_dims[8], out_dims[8];
+  float scale[8];
+  int32_t mode, coord, nearest, unused;
+} dk_resize;
+
+#define BUF(i, es) ((gs_dk_arg){.operand = (i), .size = (es)})
+#define VAL(v) ((gs_dk_arg){.operand = -1, .size = sizeof(v), .value = &(v)})
+#define LAUNCH(t, k, n, ...)                                                                     \
+  ((t)->launch((t)->ctx, (k), (n), (int)(sizeof((gs_dk_arg[]){__VA_ARGS__}) / sizeof(gs_dk_arg)), \
+               (gs_dk_arg[]){__VA_ARGS__}))
+
+static bool present(const gs_op_call *c, int i) {
+  return i < c->n_in && c->in[i].dtype != GS_DT_INVALID;
+}
+
+static bool is_float(gs_dtype dt) { return dt == GS_DT_FLOAT32 || dt == GS_DT_FLOAT16; }
+
+/* Every present operand of this type. */
+static bool all_of(const gs_op_call *c, gs_dtype dt) {
+  for (int i = 0; i < c->n_in; i++)
+    if (c->in[i].dtype != dt && c->in[i].dtype != GS_DT_INVALID)
+      return false;
+  for (int i = 0; i < c->n_out; i++)
+    if (c->out[i].dtype != dt)
+      return false;
+  return true;
+}
+
+static void contiguous_strides(const gs_shape *s, int64_t *strides) {
+  int64_t stride = 1;
+  for (int d = s->rank - 1; d >= 0; d--) {
+    strides[d] = stride;
+    stride *= s->dims[d];
+  }
+}
+
+/* A shape as [outer, len, inner] around an axis. */
+static void split_axis(const gs_shape *s, int axis, uint64_t *outer, uint64_t *len,
+                       uint64_t *inner) {
+  *outer = *inner = 1;
+  *len = (uint64_t)s->dims[axis];
+  for (int i = 0; i < axis; i++)
+    *outer *= (uint64_t)s->dims[i];
+  for (int i = axis + 1; i < s->rank; i++)
+    *inner *= (uint64_t)s->dims[i];
+}
+
+/* The family's kernel for elements of `size` bytes (1, 2, 4 or 8). */
+static gs_devk by_size(gs_devk b8, size_t size) {
+  return (gs_devk)(b8 + (size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3));
+}
+
+static bool movable_size(size_t size) {
+  return size == 1 || size == 2 || size == 4 || size == 8;
+}
+
+/* Queues y = x along a walk: x by strides[0] from base[0], y by strides[1]
+ * from base[1], over the walk's dims; elements of `size` bytes. */
+static int copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_walk *w) {
+  uint64_t n = 1;
+  for (int d = 0; d < w->rank; d++)
+    n *= (uint64_t)w->dims[d];
+  return LAUNCH(t, by_size(GS_DK_copy_strided_b8, size), n, BUF(x, size), BUF(y, size), VAL(n),
+                VAL(*w));
+}
+
+/* ---- elementwise --------------------------------------------------------------------------- */
+
+static bool is_int(gs_dtype dt) { return dt == GS_DT_INT64 || dt == GS_DT_INT32; }
+
+/* Float32 and float16; Relu, Neg and Abs also on int64 and int32. */
+static bool unary_supports(const gs_devop *op, const gs_op_call *c) {
+  if (c->n_in != 1 || c->n_out != 1 || c->out[0].dtype != c->in[0].dtype)
+    return false;
+  bool int_op = op->variant == UNARY_RELU || op->variant == UNARY_NEG || op->variant == UNARY_ABS;
+  return is_float(c->in[0].dtype) || (int_op && is_int(c->in[0].dtype));
+}
+
+static int run_unary(const gs_devop *op, const gs_devops_target *t) {
+  const gs_op_call *c = t->call;
+  const gs_unary_attrs *at = c->attrs;
+  int32_t code = op->variant == UNARY_GELU_ERF && at && at->gelu_tanh ? UNARY_GELU_TANH : op->variant;
+  float alpha = op->variant == UNARY_LEAKY && at ? at->alpha : 0.0f;
+  gs_dtype dt = c->in[0].dtype;
+  if (is_int(dt)) {
+    size_t es = gs_launch_element_size(dt);
+    uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+    return LAUNCH(t, dt == GS_DT_INT64 ? GS_DK_unary_i64 : GS_DK_unary_i32, n, BUF(0, es),
+                  BUF(1, es), VAL(n), VAL(code));
+  }
+  bool half = dt == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  return LAUNCH(t, half ? GS_DK_unary_f16 : GS_DK_unary_f32, n, BUF(0, es), BUF(1, es), VAL(n),
+                VAL(code), VAL(alpha));
+}
+
+static bool clip_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->n_out == 1 && is_float(c->in[0].dtype) && all_of(c, c->in[0].dtype);
+}
+
+static int run_clip(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  bool half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  int32_t has_lo = present(c, 1), has_hi = present(c, 2);
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  /* An absent bound's argument is still a buffer: x's, unread. */
+  return LAUNCH(t, half ? GS_DK_clip_f16 : GS_DK_clip_f32, n, BUF(0, es),
+                BUF(has_lo ? 1 : 0, es), VAL(has_lo), BUF(has_hi ? 2 : 0, es), VAL(has_hi),
+                BUF(c->n_in, es), VAL(n));
+}
+
+/* Two inputs of one type, broadcast, rank 8 at most; the output is of that
+ * type, or bool for comparisons. Integer division and powers stay on the
+ * CPU (division by zero is an error there). */
+static bool binary_supports(const gs_devop *op, const gs_op_call *c) {
+  bool variadic = op->variant == BINARY_MIN || op->variant == BINARY_MAX;
+  if ((variadic ? c->n_in < 1 : c->n_in != 2) || c->n_out != 1 || c->out[0].shape.rank > 8)
+    return false;
+  gs_dtype dt = c->in[0].dtype;
+  for (int i = 1; i < c->n_in; i++)
+    if (c->in[i].dtype != dt)
+      return false;
+  bool compare = op->variant >= BINARY_EQ;
+  if (c->out[0].dtype != (compare ? GS_DT_BOOL : dt))
+    return false;
+  if (is_float(dt))
+    return true;
+  return is_int(dt) && op->variant != BINARY_POW;
+}
+
+/* y = a op b, a and b broadcast to y's shape; operands a, b, y. */
+static int binary_step(const gs_devops_target *t, int32_t code, int a, const gs_shape *as, int b,
+                       const gs_shape *bs) {
+  const gs_op_call *c = t->call;
+  gs_dtype dt = c->in[0].dtype;
+  bool compare = code >= BINARY_EQ;
+  gs_devk k;
+  size_t es;
+  switch (dt) {
+  case GS_DT_FLOAT16: k = compare ? GS_DK_compare_f16 : GS_DK_binary_f16; es = 2; break;
+  case GS_DT_INT64: k = compare ? GS_DK_compare_i64 : GS_DK_binary_i64; es = 8; break;
+  case GS_DT_INT32: k = compare ? GS_DK_compare_i32 : GS_DK_binary_i32; es = 4; break;
+  default: k = compare ? GS_DK_compare_f32 : GS_DK_binary_f32; es = 4; break;
+  }
+  dk_walk w = {.rank = c->out[0].shape.rank};
+  for (int d = 0; d < w.rank; d++)
+    w.dims[d] = c->out[0].shape.dims[d];
+  gs_launch_broadcast_strides(as, &c->out[0].shape, w.strides[0]);
+  gs_launch_broadcast_strides(bs, &c->out[0].shape, w.strides[1]);
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  if (code == BINARY_DIV && is_int(dt)) /* can fail: division by zero */
+    return LAUNCH(t, dt == GS_DT_INT64 ? GS_DK_divide_i64 : GS_DK_divide_i32, n, BUF(a, es),
+                  BUF(b, es), BUF(c->n_in, es), VAL(n), VAL(w), BUF(GS_DK_STATUS, 8));
+  return LAUNCH(t, k, n, BUF(a, es), BUF(b, es), BUF(c->n_in, compare ? 1 : es), VAL(n),
+                VAL(code), VAL(w));
+}
+
+/* Min and Max of any number of inputs fold into the output: y = op(x0, x1),
+ * then y = op(y, xi) (each item reads its own element before writing it). */
+static int run_binary(const gs_devop *op, const gs_devops_target *t) {
+  const gs_op_call *c = t->call;
+  int32_t code = op->variant;
+  int second = c->n_in > 1 ? 1 : 0; /* one input: op(x, x) is x */
+  int rc = binary_step(t, code, 0, &c->in[0].shape, second, &c->in[second].shape);
+  for (int i = 2; rc == 0 && i < c->n_in; i++)
+    rc = binary_step(t, code, c->n_in, &c->out[0].shape, i, &c->in[i].shape);
+  return rc;
+}
+
+static bool not_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->n_in == 1 && c->n_out == 1 && all_of(c, GS_DT_BOOL);
+}
+
+static int run_not(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  uint64_t n = (uint64_t)gs_launch_numel(&t->call->out[0].shape);
+  return LAUNCH(t, GS_DK_not_b8, n, BUF(0, 1), BUF(1, 1), VAL(n));
+}
+
+static bool where_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->n_in == 3 && c->n_out == 1 && c->in[0].dtype == GS_DT_BOOL &&
+         c->in[1].dtype == c->out[0].dtype && c->in[2].dtype == c->out[0].dtype &&
+         c->out[0].dtype != GS_DT_BYTES && movable_size(gs_launch_element_size(c->out[0].dtype)) &&
+         c->out[0].shape.rank <= 8;
+}
+
+static int run_where(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  dk_walk w = {.rank = c->out[0].shape.rank};
+  for (int d = 0; d < w.rank; d++)
+    w.dims[d] = c->out[0].shape.dims[d];
+  for (int i = 0; i < 3; i++)
+    gs_launch_broadcast_strides(&c->in[i].shape, &c->out[0].shape, w.strides[i]);
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  return LAUNCH(t, by_size(GS_DK_where_b8, es), n, BUF(0, 1), BUF(1, es), BUF(2, es), BUF(3, es),
+                VAL(n), VAL(w));
+}
+
+/* ---- Cast ------------------------------------------------------------------------------------ */
+
+static int cast_type(gs_dtype dt) {
+  switch (dt) {
+  case GS_DT_FLOAT32: return TYPE_F32;
+  case GS_DT_FLOAT16: return TYPE_F16;
+  case GS_DT_INT64: return TYPE_I64;
+  case GS_DT_INT32: return TYPE_I32;
+  case GS_DT_INT16: return TYPE_I16;
+  case GS_DT_INT8: return TYPE_I8;
+  case GS_DT_UINT8: return TYPE_U8;
+  case GS_DT_BOOL: return TYPE_BOOL;
+  default: return -1;
+  }
+}
+
+static bool cast_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->n_in == 1 && c->n_out == 1 && cast_type(c->in[0].dtype) >= 0 &&
+         cast_type(c->out[0].dtype) >= 0;
+}
+
+static int run_cast(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  gs_dtype from = c->in[0].dtype, to = c->out[0].dtype;
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  uint64_t from_size = gs_launch_element_size(from), to_size = gs_launch_element_size(to);
+  if (from == to)
+    return t->copy(t->ctx, 0, 0, 1, 0, (size_t)(n * to_size));
+  int32_t f = cast_type(from), o = cast_type(to);
+  return LAUNCH(t, GS_DK_cast_any, n, BUF(0, from_size), VAL(f), BUF(1, to_size), VAL(o), VAL(n),
+                VAL(from_size), VAL(to_size));
+}
+
+/* ---- data movement ------------------------------------------------------------------------------ */
+
+/* An output of a type whose elements move as 1, 2, 4 or 8 bytes (strings
+ * are records pointing into host memory: never on a device). */
+static bool moves(const gs_op_call *c) {
+  return c->n_out >= 1 && c->out[0].dtype != GS_DT_BYTES &&
+         movable_size(gs_launch_element_size(c->out[0].dtype));
+}
+
+static int fill(const gs_devops_target *t, int y, size_t es, uint64_t at, uint64_t n,
+                uint64_t bits);
+
+/* Identity, Dropout (inference: its mask all true) and the reshapes: the
+ * bytes as they are. */
+static bool copy_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return moves(c) && (c->n_out == 1 || (c->n_out == 2 && c->out[1].dtype == GS_DT_BOOL));
+}
+
+static int run_copy(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  size_t bytes = (size_t)n * gs_launch_element_size(c->out[0].dtype);
+  int rc = bytes ? t->copy(t->ctx, 0, 0, c->n_in, 0, bytes) : GS_OK;
+  if (rc == 0 && c->n_out == 2 && n)
+    rc = fill(t, c->n_in + 1, 1, 0, n, 1);
+  return rc;
+}
+
+/* Transpose and Expand: rank 8 at most. */
+static bool walk_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->n_out == 1 && moves(c) && c->out[0].shape.rank <= 8 &&
+         (c->attrs || strcmp(op->name, "Expand") == 0);
+}
+
+static int run_transpose(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  dk_walk w = {.rank = c->out[0].shape.rank};
+  for (int d = 0; d < w.rank; d++)
+    w.dims[d] = c->out[0].shape.dims[d];
+  gs_launch_transpose_strides(c, w.strides[0]);
+  contiguous_strides(&c->out[0].shape, w.strides[1]);
+  return copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+}
+
+static int run_expand(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  dk_walk w = {.rank = c->out[0].shape.rank};
+  for (int d = 0; d < w.rank; d++)
+    w.dims[d] = c->out[0].shape.dims[d];
+  gs_launch_broadcast_strides(&c->in[0].shape, &c->out[0].shape, w.strides[0]);
+  contiguous_strides(&c->out[0].shape, w.strides[1]);
+  return copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+}
+
+static int run_slice(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_slice_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  int64_t in_strides[GS_MAX_DIMS];
+  contiguous_strides(xs, in_strides);
+  dk_walk w = {.rank = c->out[0].shape.rank};
+  for (int d = 0; d < w.rank; d++) {
+    w.dims[d] = c->out[0].shape.dims[d];
+    w.strides[0][d] = in_strides[d] * a->step[d];
+    w.base[0] += a->start[d] * in_strides[d];
+  }
+  contiguous_strides(&c->out[0].shape, w.strides[1]);
+  if (gs_launch_numel(&c->out[0].shape) == 0)
+    return GS_OK;
+  return copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+}
+
+/* Concat: each input into its place along the axis of the output. */
+static int run_concat(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  int axis = ((const gs_axis_attrs *)c->attrs)->axis;
+  int64_t out_strides[GS_MAX_DIMS], at = 0;
+  contiguous_strides(&c->out[0].shape, out_strides);
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  for (int j = 0; j < c->n_in; j++) {
+    const gs_shape *xs = &c->in[j].shape;
+    dk_walk w = {.rank = xs->rank};
+    for (int d = 0; d < w.rank; d++) {
+      w.dims[d] = xs->dims[d];
+      w.strides[1][d] = out_strides[d];
+    }
+    contiguous_strides(xs, w.strides[0]);
+    w.base[1] = at * out_strides[axis];
+    at += xs->dims[axis];
+    if (gs_launch_numel(xs) == 0)
+      continue;
+    int rc = copy_walk(t, j, c->n_in, es, &w);
+    if (rc < 0)
+      return rc;
+  }
+  return GS_OK;
+}
+
+/* Split: each output from its place along the axis of the input. */
+static int run_split(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  int axis = ((const gs_axis_attrs *)c->attrs)->axis;
+  int64_t in_strides[GS_MAX_DIMS], at = 0;
+  contiguous_strides(&c->in[0].shape, in_strides);
+  size_t es = gs_launch_element_size(c->in[0].dtype);
+  for (int j = 0; j < c->n_out; j++) {
+    const gs_shape *ys = &c->out[j].shape;
+    dk_walk w = {.rank = ys->rank};
+    for (int d = 0; d < w.rank; d++) {
+      w.dims[d] = ys->dims[d];
+      w.strides[0][d] = in_strides[d];
+    }
+    contiguous_strides(ys, w.strides[1]);
+    w.base[0] = at * in_strides[axis];
+    at += ys->dims[axis];
+    if (gs_launch_numel(ys) == 0 || c->out[j].dtype == GS_DT_INVALID)
+      continue;
+    int rc = copy_walk(t, 0, c->n_in + j, es, &w);
+    if (rc < 0)
+      return rc;
+  }
+  return GS_OK;
+}
+
+static bool split_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && c->in[0].dtype != GS_DT_BYTES &&
+         movable_size(gs_launch_element_size(c->in[0].dtype)) && c->in[0].shape.rank <= 8;
+}
+
+static bool multi_walk_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && moves(c) && c->out[0].shape.rank <= 8;
+}
+
+/* Gather: indices int32 or int64; an index out of range fails the run, as
+ * on the CPU, through the stream's status. */
+static bool gather_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && c->n_in == 2 && c->n_out == 1 && moves(c) &&
+         (c->in[1].dtype == GS_DT_INT64 || c->in[1].dtype == GS_DT_INT32);
+}
+
+static int run_gather(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  int axis = ((const gs_axis_attrs *)c->attrs)->axis;
+  uint64_t outer, len, inner;
+  split_axis(&c->in[0].shape, axis, &outer, &len, &inner);
+  uint64_t n_idx = (uint64_t)gs_launch_numel(&c->in[1].shape);
+  uint64_t n = outer * n_idx * inner;
+  if (n == 0)
+    return GS_OK;
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  int32_t idx64 = c->in[1].dtype == GS_DT_INT64;
+  int64_t dim = (int64_t)len;
+  return LAUNCH(t, by_size(GS_DK_gather_b8, es), n, BUF(0, es), BUF(1, idx64 ? 8 : 4),
+                VAL(idx64), BUF(2, es), VAL(n), VAL(n_idx), VAL(dim), VAL(inner),
+                BUF(GS_DK_STATUS, 8));
+}
+
+/* A value of `dt` as the bits a fill kernel stores (false: float16 other
+ * than zero, which would need a conversion here). */
+static bool fill_bits(gs_dtype dt, double v, uint64_t *bits) {
+  switch (dt) {
+  case GS_DT_FLOAT32: {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    *bits = u;
+    return true;
+  }
+  case GS_DT_FLOAT64: memcpy(bits, &v, sizeof v); return true;
+  case GS_DT_FLOAT16: *bits = 0; return v == 0 && !signbit(v);
+  case GS_DT_BOOL: *bits = v != 0; return true;
+  case GS_DT_INT64: case GS_DT_INT32: case GS_DT_INT16: case GS_DT_INT8: case GS_DT_UINT8:
+    if (v != v || v < -9.2e18 || v > 9.2e18)
+      return false;
+    *bits = (uint64_t)(int64_t)v;
+    return true;
+  default: return false;
+  }
+}
+
+static bool pad_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  const gs_pad_attrs *a = c->attrs;
+  uint64_t bits;
+  return a && c->n_out == 1 && moves(c) && c->out[0].shape.rank <= 8 &&
+         (a->mode != GS_PAD_CONSTANT || fill_bits(c->out[0].dtype, a->value, &bits));
+}
+
+static int run_pad(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_pad_attrs *a = c->attrs;
+  uint64_t bits = 0;
+  if (a->mode == GS_PAD_CONSTANT)
+    fill_bits(c->out[0].dtype, a->value, &bits);
+  dk_pad p = {.rank = c->out[0].shape.rank, .mode = a->mode};
+  for (int d = 0; d < p.rank; d++) {
+    p.out_dims[d] = c->out[0].shape.dims[d];
+    p.in_dims[d] = c->in[0].shape.dims[d];
+    p.begin[d] = a->begin[d];
+  }
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  return LAUNCH(t, by_size(GS_DK_pad_b8, es), n, BUF(0, es), BUF(c->n_in, es), VAL(n), VAL(p),
+                VAL(bits));
+}
+
+/* Fills n elements of operand y from element `at` with `bits`. */
+static int fill(const gs_devops_target *t, int y, size_t es, uint64_t at, uint64_t n,
+                uint64_t bits) {
+  return LAUNCH(t, by_size(GS_DK_fill_b8, es), n, BUF(y, es), VAL(at), VAL(n), VAL(bits));
+}
+
+static bool constant_of_shape_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && c->n_out == 1 && moves(c);
+}
+
+static int run_constant_of_shape(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_constant_attrs *a = c->attrs;
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  uint64_t bits = 0; /* the value's bytes, little-endian as the hosts gpusrv runs on */
+  memcpy(&bits, a->value, es);
+  return fill(t, c->n_in, es, 0, (uint64_t)gs_launch_numel(&c->out[0].shape), bits);
+}
+
+static bool shape_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && c->n_out == 1 && c->out[0].dtype == GS_DT_INT64;
+}
+
+/* Shape: the dims are known here; one small fill each (the plan folds
+ * Shape wherever the shape is static, so this seldom runs). */
+static int run_shape(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_shape_attrs *a = c->attrs;
+  for (int i = a->start; i < a->end; i++) {
+    int rc = fill(t, c->n_in, 8, (uint64_t)(i - a->start), 1, (uint64_t)c->in[0].shape.dims[i]);
+    if (rc < 0)
+      return rc;
+  }
+  return GS_OK;
+}
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+
+static bool reduce_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  gs_dtype dt = c->in[0].dtype;
+  return c->attrs && c->n_out == 1 && (dt == GS_DT_FLOAT32 || is_int(dt)) &&
+         c->out[0].dtype == dt && c->in[0].shape.rank <= 8;
+}
+
+/* Reduces x (operand 0) over the dims flagged into operand y. */
+static int reduce_dims(const gs_devops_target *t, const bool *reduced, int y, int32_t op) {
+  const gs_shape *xs = &t->call->in[0].shape;
+  int64_t strides[GS_MAX_DIMS];
+  contiguous_strides(xs, strides);
+  dk_reduce g = {.count = 1};
+  for (int d = 0; d < xs->rank; d++) {
+    if (reduced[d]) {
+      g.red_dims[g.red_rank] = xs->dims[d];
+      g.red_strides[g.red_rank++] = strides[d];
+      g.count *= xs->dims[d];
+    } else {
+      g.out_dims[g.out_rank] = xs->dims[d];
+      g.out_strides[g.out_rank++] = strides[d];
+    }
+  }
+  uint64_t n = 1;
+  for (int d = 0; d < g.out_rank; d++)
+    n *= (uint64_t)g.out_dims[d];
+  gs_dtype dt = t->call->in[0].dtype;
+  gs_devk k = dt == GS_DT_INT64 ? GS_DK_reduce_i64 : dt == GS_DT_INT32 ? GS_DK_reduce_i32
+                                                                        : GS_DK_reduce_f32;
+  size_t es = gs_launch_element_size(dt);
+  return LAUNCH(t, k, n, BUF(0, es), BUF(y, es), VAL(n), VAL(op), VAL(g));
+}
+
+static int run_reduce(const gs_devop *op, const gs_devops_target *t) {
+  const gs_reduce_attrs *a = t->call->attrs;
+  return reduce_dims(t, a->reduce, t->call->n_in, op->variant);
+}
+
+/* ArgMax along the one reduced axis, and TopK along its axis. */
+static bool argmax_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  const gs_reduce_attrs *a = c->attrs;
+  if (!a || c->n_in != 1 || c->n_out != 1 || c->in[0].dtype != GS_DT_FLOAT32 ||
+      c->out[0].dtype != GS_DT_INT64)
+    return false;
+  int axes = 0;
+  for (int d = 0; d < c->in[0].shape.rank; d++)
+    axes += a->reduce[d];
+  return axes == 1 && c->in[0].shape.rank > 0;
+}
+
+static int run_argmax(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_reduce_attrs *a = c->attrs;
+  int axis = 0;
+  while (!a->reduce[axis])
+    axis++;
+  uint64_t outer, len, inner;
+  split_axis(&c->in[0].shape, axis, &outer, &len, &inner);
+  if (len == 0)
+    return GS_OK;
+  int32_t last = a->select_last;
+  return LAUNCH(t, GS_DK_argmax_f32, outer * inner, BUF(0, 4), BUF(1, 8), VAL(outer), VAL(len),
+                VAL(inner), VAL(last));
+}
+
+static bool topk_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && c->in[0].dtype == GS_DT_FLOAT32 && c->out[0].dtype == GS_DT_FLOAT32 &&
+         (c->n_out < 2 || c->out[1].dtype == GS_DT_INT64);
+}
+
+static int run_topk(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_topk_attrs *a = c->attrs;
+  uint64_t outer, len, inner, k = (uint64_t)a->k;
+  split_axis(&c->in[0].shape, a->axis, &outer, &len, &inner);
+  if (k == 0)
+    return GS_OK;
+  int32_t has_idx = c->n_out > 1, largest = a->largest;
+  int idx = has_idx ? c->n_in + 1 : c->n_in; /* absent: the values' buffer, unwritten */
+  return LAUNCH(t, GS_DK_topk_f32, outer * inner, BUF(0, 4), BUF(c->n_in, 4),
+                BUF(idx, has_idx ? 8 : 4), VAL(has_idx), VAL(outer), VAL(len), VAL(inner), VAL(k),
+                VAL(largest));
+}
+
+/* ---- normalisation, Softmax ------------------------------------------------------------------------ */
+
+static bool f32_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && c->n_out == 1 && all_of(c, GS_DT_FLOAT32);
+}
+
+static int run_softmax(const gs_devop *op, const gs_devops_target *t) {
+  const gs_op_call *c = t->call;
+  int64_t outer, len, inner;
+  gs_launch_softmax_dims(c, &outer, &len, &inner);
+  uint64_t o = (uint64_t)outer, l = (uint64_t)len, i = (uint64_t)inner;
+  int32_t log_out = op->variant;
+  return LAUNCH(t, GS_DK_softmax_f32, o * i, BUF(0, 4), BUF(1, 4), VAL(o), VAL(l), VAL(i),
+                VAL(log_out));
+}
+
+static bool layernorm_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return gs_launch_layernorm_ok(c);
+}
+
+static int run_layernorm(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_norm_attrs *a = c->attrs;
+  int32_t has_bias = present(c, 2);
+  uint64_t inner = (uint64_t)gs_launch_norm_inner(c);
+  uint64_t rows = (uint64_t)gs_launch_numel(&c->in[0].shape) / inner;
+  float eps = a->epsilon;
+  return LAUNCH(t, GS_DK_layernorm_f32, rows, BUF(0, 4), BUF(1, 4), BUF(has_bias ? 2 : 1, 4),
+                VAL(has_bias), BUF(c->n_in, 4), VAL(rows), VAL(inner), VAL(eps));
+}
+
+static bool batchnorm_supports(const gs_devop *op, const gs_op_call *c) {
+  return f32_supports(op, c) && c->n_in == 5 && c->in[0].shape.rank >= 2;
+}
+
+static int run_batchnorm(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_norm_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  uint64_t n = (uint64_t)gs_launch_numel(xs), channels = (uint64_t)xs->dims[1], inner = 1;
+  for (int d = 2; d < xs->rank; d++)
+    inner *= (uint64_t)xs->dims[d];
+  float eps = a->epsilon;
+  return LAUNCH(t, GS_DK_batchnorm_f32, n, BUF(0, 4), BUF(1, 4), BUF(2, 4), BUF(3, 4), BUF(4, 4),
+                BUF(5, 4), VAL(n), VAL(channels), VAL(inner), VAL(eps));
+}
+
+/* ---- convolution, pooling, Resize ------------------------------------------------------------------ */
+
+/* Spatial dims at the end of three: a 1-D or 2-D op has leading ones. */
+static void conv_geometry(const gs_op_call *c, int spatial, const int64_t *kernel,
+                          const int64_t *stride, const int64_t *dilation, const int64_t *pad,
+                          dk_conv *g) {
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  *g = (dk_conv){.batch = xs->dims[0], .in_channels = xs->dims[1], .out_channels = ys->dims[1],
+                 .group = 1};
+  for (int i = 0; i < 3; i++) {
+    int s = i - (3 - spatial); /* the op's own spatial index, < 0 for a leading one */
+    g->in[i] = s < 0 ? 1 : xs->dims[2 + s];
+    g->out[i] = s < 0 ? 1 : ys->dims[2 + s];
+    g->k[i] = s < 0 ? 1 : kernel[s];
+    g->stride[i] = s < 0 ? 1 : stride[s];
+    g->dil[i] = s < 0 ? 1 : dilation[s];
+    g->pad[i] = s < 0 ? 0 : pad[s];
+  }
+}
+
+static bool conv_supports(const gs_devop *op, const gs_op_call *c) {
+  const gs_conv_attrs *a = c->attrs;
+  return f32_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 && a->group > 0 &&
+         c->in[0].shape.rank == 2 + a->spatial;
+}
+
+static int run_conv(const gs_devop *op, const gs_devops_target *t) {
+  const gs_op_call *c = t->call;
+  const gs_conv_attrs *a = c->attrs;
+  dk_conv g;
+  conv_geometry(c, a->spatial, a->kernel, a->stride, a->dilation, a->pad_begin, &g);
+  g.group = a->group;
+  int32_t has_bias = present(c, 2), relu = a->act == GS_ACT_RELU;
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  if (op->variant) /* ConvTranspose */
+    return LAUNCH(t, GS_DK_conv_transpose_f32, n, BUF(0, 4), BUF(1, 4), BUF(has_bias ? 2 : 1, 4),
+                  VAL(has_bias), BUF(c->n_in, 4), VAL(n), VAL(g));
+  return LAUNCH(t, GS_DK_conv_f32, n, BUF(0, 4), BUF(1, 4), BUF(has_bias ? 2 : 1, 4),
+                VAL(has_bias), BUF(c->n_in, 4), VAL(n), VAL(g), VAL(relu));
+}
+
+static bool conv_transpose_supports(const gs_devop *op, const gs_op_call *c) {
+  const gs_conv_attrs *a = c ? c->attrs : NULL;
+  return conv_supports(op, c) && a->act == GS_ACT_NONE;
+}
+
+/* MaxPool (values only) and AveragePool; GlobalAveragePool is a mean. */
+static bool pool_supports(const gs_devop *op, const gs_op_call *c) {
+  const gs_pool_attrs *a = c->attrs;
+  return f32_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 &&
+         c->in[0].shape.rank == 2 + a->spatial;
+}
+
+static int run_pool(const gs_devop *op, const gs_devops_target *t) {
+  const gs_op_call *c = t->call;
+  const gs_pool_attrs *a = c->attrs;
+  if (a->global) {
+    bool reduced[GS_MAX_DIMS] = {false};
+    for (int d = 2; d < c->in[0].shape.rank; d++)
+      reduced[d] = true;
+    return reduce_dims(t, reduced, 1, REDUCE_MEAN);
+  }
+  dk_conv g;
+  conv_geometry(c, a->spatial, a->kernel, a->stride, a->dilation, a->pad_begin, &g);
+  int64_t pad_end[3];
+  for (int i = 0; i < 3; i++) {
+    int s = i - (3 - a->spatial);
+    pad_end[i] = s < 0 ? 0 : a->pad_end[s];
+  }
+  /* Planes: batch x channels, counted in the in_channels field. */
+  g.in_channels = g.batch * g.in_channels;
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  int32_t is_max = op->variant, include_pad = a->count_include_pad;
+  return LAUNCH(t, GS_DK_pool_f32, n, BUF(0, 4), BUF(1, 4), VAL(n), VAL(g), VAL(pad_end[0]),
+                VAL(pad_end[1]), VAL(pad_end[2]), VAL(is_max), VAL(include_pad));
+}
+
+static bool global_pool_supports(const gs_devop *op, const gs_op_call *c) {
+  return f32_supports(op, c) && c->in[0].shape.rank >= 2 && c->in[0].shape.rank <= 8;
+}
+
+static bool resize_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && c->n_out == 1 && c->in[0].dtype == GS_DT_FLOAT32 &&
+         c->out[0].dtype == GS_DT_FLOAT32 && c->in[0].shape.rank <= 8;
+}
+
+static int run_resize(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_resize_attrs *a = c->attrs;
+  dk_resize g = {.rank = c->in[0].shape.rank, .mode = a->mode, .coord = a->coord,
+                 .nearest = a->nearest};
+  for (int d = 0; d < g.rank; d++) {
+    g.in_dims[d] = c->in[0].shape.dims[d];
+    g.out_dims[d] = c->out[0].shape.dims[d];
+    g.scale[d] = (float)a->scale[d];
+  }
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  return LAUNCH(t, GS_DK_resize_f32, n, BUF(0, 4), BUF(c->n_in, 4), VAL(n), VAL(g));
+}
+
+/* ---- for a backend's GEMM --------------------------------------------------------------------------- */
+
+int gs_devops_bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n) {
+  uint64_t r = (uint64_t)rows, m = (uint64_t)n;
+  return LAUNCH(t, GS_DK_bias_rows_f32, r * m, BUF(bias, 4), BUF(y, 4), VAL(r), VAL(m));
+}
+
+int gs_devops_broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
+                            const gs_shape *ys) {
+  dk_walk w = {.rank = ys->rank};
+  for (int d = 0; d < w.rank; d++)
+    w.dims[d] = ys->dims[d];
+  gs_launch_broadcast_strides(xs, ys, w.strides[0]);
+  contiguous_strides(ys, w.strides[1]);
+  return copy_walk(t, x, y, 4, &w);
+}
+
+int gs_devops_relu_f32(const gs_devops_target *t, int y, int64_t n) {
+  uint64_t count = (uint64_t)n;
+  int32_t code = UNARY_RELU;
+  float alpha = 0.0f;
+  return LAUNCH(t, GS_DK_unary_f32, count, BUF(y, 4), BUF(y, 4), VAL(count), VAL(code),
+                VAL(alpha));
+}
+
+int gs_devops_zero_f32(const gs_devops_target *t, int y, int64_t n) {
+  return fill(t, y, 4, 0, (uint64_t)n, 0);
+}
+
+/* ---- failures ------------------------------------------------------------------------------------ */
+
+int gs_devops_status_error(const gs_devops_status *st, const char *node_name) {
+  const char *node = node_name && node_name[0] ? node_name : "?";
+  switch (st->code) {
+  case 1:
+    return gs_error(GS_EINVAL, "node %s (Gather): index %lld is out of range [%lld, %lld)", node,
+                    (long long)st->value, (long long)-st->bound, (long long)st->bound);
+  case 2:
+    return gs_error(GS_EINVAL, "node %s (Div): integer division by zero", node);
+  default:
+    return gs_error(GS_EDEVICE, "node %s: a kernel reported failure %lld", node,
+                    (long long)st->code);
+  }
+}
+
+/* ---- the table ------------------------------------------------------------------------------------ */
+
+static const gs_devop ops[] = {
+    {"Relu", UNARY_RELU, unary_supports, run_unary},
+    {"Sigmoid", UNARY_SIGMOID, unary_supports, run_unary},
+    {"Tanh", UNARY_TANH, unary_supports, run_unary},
+    {"LeakyRelu", UNARY_LEAKY, unary_supports, run_unary},
+    {"Gelu", UNARY_GELU_ERF, unary_supports, run_unary},
+    {"Erf", UNARY_ERF, unary_supports, run_unary},
+    {"Sqrt", UNARY_SQRT, unary_supports, run_unary},
+    {"Exp", UNARY_EXP, unary_supports, run_unary},
+    {"Log", UNARY_LOG, unary_supports, run_unary},
+    {"Neg", UNARY_NEG, unary_supports, run_unary},
+    {"Abs", UNARY_ABS, unary_supports, run_unary},
+    {"Clip", 0, clip_supports, run_clip},
+    {"Not", 0, not_supports, run_not},
+    {"Cast", 0, cast_supports, run_cast},
+    {"Add", BINARY_ADD, binary_supports, run_binary},
+    {"Sub", BINARY_SUB, binary_supports, run_binary},
+    {"Mul", BINARY_MUL, binary_supports, run_binary},
+    {"Div", BINARY_DIV, binary_supports, run_binary},
+    {"Pow", BINARY_POW, binary_supports, run_binary},
+    {"Min", BINARY_MIN, binary_supports, run_binary},
+    {"Max", BINARY_MAX, binary_supports, run_binary},
+    {"Equal", BINARY_EQ, binary_supports, run_binary},
+    {"Less", BINARY_LT, binary_supports, run_binary},
+    {"Greater", BINARY_GT, binary_supports, run_binary},
+    {"Where", 0, where_supports, run_where},
+    {"Identity", 0, copy_supports, run_copy},
+    {"Dropout", 0, copy_supports, run_copy},
+    {"Reshape", 0, copy_supports, run_copy},
+    {"Flatten", 0, copy_supports, run_copy},
+    {"Squeeze", 0, copy_supports, run_copy},
+    {"Unsqueeze", 0, copy_supports, run_copy},
+    {"Transpose", 0, walk_supports, run_transpose},
+    {"Expand", 0, walk_supports, run_expand},
+    {"Slice", 0, multi_walk_supports, run_slice},
+    {"Concat", 0, multi_walk_supports, run_concat},
+    {"Split", 0, split_supports, run_split},
+    {"Gather", 0, gather_supports, run_gather},
+    {"Pad", 0, pad_supports, run_pad},
+    {"ConstantOfShape", 0, constant_of_shape_supports, run_constant_of_shape},
+    {"Shape", 0, shape_supports, run_shape},
+    {"ReduceSum", REDUCE_SUM, reduce_supports, run_reduce},
+    {"ReduceMean", REDUCE_MEAN, reduce_supports, run_reduce},
+    {"ReduceMax", REDUCE_MAX, reduce_supports, run_reduce},
+    {"ArgMax", 0, argmax_supports, run_argmax},
+    {"TopK", 0, topk_supports, run_topk},
+    {"Softmax", 0, f32_supports, run_softmax},
+    {"LogSoftmax", 1, f32_supports, run_softmax},
+    {"LayerNormalization", 0, layernorm_supports, run_layernorm},
+    {"BatchNormalization", 0, batchnorm_supports, run_batchnorm},
+    {"Conv", 0, conv_supports, run_conv},
+    {"ConvTranspose", 1, conv_transpose_supports, run_conv},
+    {"MaxPool", 1, pool_supports, run_pool},
+    {"AveragePool", 0, pool_supports, run_pool},
+    {"GlobalAveragePool", 0, global_pool_supports, run_pool},
+    {"Resize", 0, resize_supports, run_resize},
+};
+
+const gs_devop *gs_devops(size_t *count) {
+  *count = sizeof ops / sizeof ops[0];
+  return ops;
+}

@@ -1,0 +1,92 @@
+/* devops.h - the engine's ops on a device that runs the kernels of
+ * op_kernels.h (the OpenCL and CUDA plugins): which launches each op's
+ * kernel runs, and how one is queued, written once. A backend registers
+ * every gs_devop under its name, creates the kernels named in
+ * gs_devk_names for each device, and gives each launch a gs_devops_target:
+ * how to queue one of those kernels and how to copy between operands. Its
+ * own GEMM (CLBlast, cuBLAS) uses the helpers at the end.
+ *
+ * A launch's operands are numbered as the plan passes them: the node's
+ * inputs, then its outputs. */
+#ifndef GS_HAL_DEVOPS_H
+#define GS_HAL_DEVOPS_H
+
+#include "engine/op_launch.h"
+
+#define GS_DEVOPS_KERNELS(X)                                                                     \
+  X(unary_f32) X(unary_f16) X(clip_f32) X(clip_f16) X(binary_f32) X(binary_f16)                 \
+  X(compare_f32) X(compare_f16) X(unary_i64) X(binary_i64) X(compare_i64) X(unary_i32)          \
+  X(binary_i32) X(compare_i32) X(reduce_i64) X(reduce_i32) X(divide_i64) X(divide_i32)          \
+  X(gather_b8) X(gather_b16) X(gather_b32) X(gather_b64)                                         \
+  X(not_b8) X(cast_any)                                                                          \
+  X(copy_strided_b8) X(copy_strided_b16) X(copy_strided_b32) X(copy_strided_b64)                 \
+  X(fill_b8) X(fill_b16) X(fill_b32) X(fill_b64)                                                 \
+  X(pad_b8) X(pad_b16) X(pad_b32) X(pad_b64)                                                     \
+  X(where_b8) X(where_b16) X(where_b32) X(where_b64)                                             \
+  X(reduce_f32) X(argmax_f32) X(topk_f32) X(softmax_f32) X(layernorm_f32) X(batchnorm_f32)       \
+  X(bias_rows_f32) X(conv_f32) X(conv_transpose_f32) X(pool_f32) X(resize_f32)
+
+typedef enum {
+#define GS_DK_ENUM(name) GS_DK_##name,
+  GS_DEVOPS_KERNELS(GS_DK_ENUM)
+#undef GS_DK_ENUM
+  GS_DK_COUNT
+} gs_devk;
+
+/* The kernels' function names, by gs_devk. */
+extern const char *const gs_devk_names[GS_DK_COUNT];
+
+/* One argument of a kernel: a value, or an operand (operand >= 0), which
+ * the backend passes as two arguments: its buffer, and its offset counted
+ * in elements of `size` bytes. GS_DK_STATUS is the stream's status buffer,
+ * passed with the launch's tag in place of an offset (see below). */
+#define GS_DK_STATUS (-2)
+typedef struct gs_dk_arg {
+  int operand; /* -1: a value */
+  size_t size; /* a value's bytes; an operand's element size */
+  const void *value;
+} gs_dk_arg;
+
+/* Kernels that can fail on their data (Gather's index out of range, an
+ * integer division by zero) write the stream's status buffer (four int64:
+ * code, value, bound, tag) and carry on. The backend keeps one per stream,
+ * zeroed, gives each such launch a tag that names its node, reads the
+ * buffer when it next waits for the device, and fails the stream with
+ * gs_devops_status_error (then zeroes the buffer). */
+typedef struct gs_devops_status {
+  int64_t code, value, bound, tag;
+} gs_devops_status;
+#define GS_DEVOPS_STATUS_BYTES sizeof(gs_devops_status)
+int gs_devops_status_error(const gs_devops_status *st, const char *node_name);
+
+/* What a backend gives one launch. */
+typedef struct gs_devops_target {
+  void *ctx;
+  const gs_op_call *call;
+  /* Queues kernel k over n items (the kernels stride over any count). */
+  int (*launch)(void *ctx, gs_devk k, uint64_t n, int nargs, const gs_dk_arg *args);
+  /* Copies `bytes` from operand src (at byte src_off) to operand dst, in
+   * queue order; nothing when they are the same bytes. */
+  int (*copy)(void *ctx, int src, size_t src_off, int dst, size_t dst_off, size_t bytes);
+} gs_devops_target;
+
+typedef struct gs_devop {
+  const char *name; /* the ONNX op */
+  int variant;
+  /* Whether this launch (types, shapes) runs on the device. */
+  bool (*supports)(const struct gs_devop *op, const gs_op_call *c);
+  int (*run)(const struct gs_devop *op, const gs_devops_target *t);
+} gs_devop;
+
+/* The ops with device kernels, `*count` of them. */
+const gs_devop *gs_devops(size_t *count);
+
+/* For a backend's GEMM: every row of y (float32, rows x n) set to the
+ * bias; y set to x broadcast to y's shape; Relu on n floats in place. */
+int gs_devops_bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n);
+int gs_devops_broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
+                            const gs_shape *ys);
+int gs_devops_relu_f32(const gs_devops_target *t, int y, int64_t n);
+int gs_devops_zero_f32(const gs_devops_target *t, int y, int64_t n);
+
+#endif

@@ -1,0 +1,820 @@
+/* op_kernels.h - the engine's ops as device kernels, one source for every
+ * backend that compiles kernels: OpenCL C (the OpenCL plugin embeds this
+ * file after kernels.cl) and CUDA C++ (kernels.cu includes it). The few
+ * words the two languages spell differently come from the backend's
+ * prelude:
+ *   KERNEL         a kernel's return type and qualifiers
+ *   GLOBAL         the address space of a buffer argument
+ *   DEVFN          a helper function's qualifiers
+ *   FOR_EACH(i, n) i over [0, n), striding over the whole launch
+ *   half_t, LOAD_F16(p, i), STORE_F16(v, p, i)  float16 in memory; the
+ *                  arithmetic is float32 (no half-precision extension needed)
+ *   ulong, uint, ushort, uchar, and the float math functions' generic names.
+ * Every buffer comes with an offset in elements, so that buffers
+ * sub-allocated from one device block need no sub-buffer objects.
+ * Numbers of ops and types are those of devops.h. */
+
+/* ---- shapes ------------------------------------------------------------------------------ */
+
+/* An output shape and, for up to three operands, the stride in elements of
+ * each output dimension (0: broadcast along it) and where the walk starts. */
+typedef struct walk {
+  long rank;
+  long dims[8];
+  long strides[3][8];
+  long base[3];
+} walk;
+
+/* The operands' offsets at output element i. */
+DEVFN void walk_at(const walk *w, ulong i, long *o0, long *o1, long *o2) {
+  long a = w->base[0], b = w->base[1], c = w->base[2];
+  for (int d = (int)w->rank - 1; d >= 0; d--) {
+    long at = (long)(i % (ulong)w->dims[d]);
+    i /= (ulong)w->dims[d];
+    a += at * w->strides[0][d];
+    b += at * w->strides[1][d];
+    c += at * w->strides[2][d];
+  }
+  *o0 = a;
+  *o1 = b;
+  *o2 = c;
+}
+
+/* ---- failures ------------------------------------------------------------------------------ */
+
+/* A kernel that can fail on its data (an index out of range, an integer
+ * division by zero) records it in the stream's status words: what, the
+ * value, its bound, and the launch's tag (which node). Items race to write
+ * it; any one failure is the one reported. */
+#define FAIL_INDEX_RANGE 1
+#define FAIL_DIVIDE_BY_ZERO 2
+
+DEVFN void fail(GLOBAL long *status, ulong tag, long code, long value, long limit) {
+  status[1] = value;
+  status[2] = limit;
+  status[3] = (long)tag;
+  status[0] = code;
+}
+
+/* ---- elementwise ------------------------------------------------------------------------ */
+
+#define UNARY_RELU 0
+#define UNARY_SIGMOID 1
+#define UNARY_TANH 2
+#define UNARY_LEAKY 3
+#define UNARY_GELU_ERF 4
+#define UNARY_GELU_TANH 5
+#define UNARY_ERF 6
+#define UNARY_SQRT 7
+#define UNARY_EXP 8
+#define UNARY_LOG 9
+#define UNARY_NEG 10
+#define UNARY_ABS 11
+
+#define BINARY_ADD 0
+#define BINARY_SUB 1
+#define BINARY_MUL 2
+#define BINARY_DIV 3
+#define BINARY_POW 4
+#define BINARY_MIN 5
+#define BINARY_MAX 6
+#define BINARY_EQ 7
+#define BINARY_LT 8
+#define BINARY_GT 9
+
+DEVFN float unary_apply(int op, float v, float alpha) {
+  switch (op) {
+  case UNARY_RELU: return v > 0.0f ? v : 0.0f;
+  case UNARY_SIGMOID: return 1.0f / (1.0f + exp(-v));
+  case UNARY_TANH: return tanh(v);
+  case UNARY_LEAKY: return v >= 0.0f ? v : alpha * v;
+  case UNARY_GELU_ERF: return 0.5f * v * (1.0f + erf(v * 0.70710678f));
+  case UNARY_GELU_TANH: return 0.5f * v * (1.0f + tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+  case UNARY_ERF: return erf(v);
+  case UNARY_SQRT: return sqrt(v);
+  case UNARY_EXP: return exp(v);
+  case UNARY_LOG: return log(v);
+  case UNARY_NEG: return -v;
+  default: return fabs(v);
+  }
+}
+
+/* NaN in, NaN out for Min and Max, as the CPU's kernels do. */
+DEVFN float binary_apply(int op, float a, float b) {
+  switch (op) {
+  case BINARY_ADD: return a + b;
+  case BINARY_SUB: return a - b;
+  case BINARY_MUL: return a * b;
+  case BINARY_DIV: return a / b;
+  case BINARY_POW: return pow(a, b);
+  case BINARY_MIN: return a != a || b != b ? a + b : a < b ? a : b;
+  case BINARY_MAX: return a != a || b != b ? a + b : a > b ? a : b;
+  case BINARY_EQ: return a == b ? 1.0f : 0.0f;
+  case BINARY_LT: return a < b ? 1.0f : 0.0f;
+  default: return a > b ? 1.0f : 0.0f;
+  }
+}
+
+/* Integers wrap as two's complement (computed unsigned); no division here. */
+DEVFN long binary_apply_int(int op, long a, long b) {
+  ulong ua = (ulong)a, ub = (ulong)b;
+  switch (op) {
+  case BINARY_ADD: return (long)(ua + ub);
+  case BINARY_SUB: return (long)(ua - ub);
+  case BINARY_MUL: return (long)(ua * ub);
+  case BINARY_MIN: return a < b ? a : b;
+  case BINARY_MAX: return a > b ? a : b;
+  case BINARY_EQ: return a == b;
+  case BINARY_LT: return a < b;
+  default: return a > b;
+  }
+}
+
+#define LOAD_F32(p, i) ((p)[i])
+#define STORE_F32(v, p, i) ((p)[i] = (v))
+
+#define DEFINE_FLOAT_ELEMENTWISE(SUFFIX, T, LOAD, STORE)                                        \
+  KERNEL unary_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, int op,     \
+                        float alpha) {                                                           \
+    FOR_EACH(i, n) { STORE(unary_apply(op, LOAD(x, xo + i), alpha), y, yo + i); }                \
+  }                                                                                              \
+  /* Clip: the bounds are one-element tensors (absent: has_lo, has_hi 0); NaN stays NaN. */    \
+  KERNEL clip_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL const T *lo, ulong loo, int has_lo,   \
+                       GLOBAL const T *hi, ulong hio, int has_hi, GLOBAL T *y, ulong yo,         \
+                       ulong n) {                                                                \
+    float l = has_lo ? LOAD(lo, loo) : -INFINITY, h = has_hi ? LOAD(hi, hio) : INFINITY;         \
+    FOR_EACH(i, n) {                                                                             \
+      float v = LOAD(x, xo + i);                                                                 \
+      v = v < l ? l : v;                                                                         \
+      STORE(v > h ? h : v, y, yo + i);                                                           \
+    }                                                                                            \
+  }                                                                                              \
+  KERNEL binary_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo, GLOBAL T *y,  \
+                         ulong yo, ulong n, int op, walk w) {                                    \
+    FOR_EACH(i, n) {                                                                             \
+      long ia, ib, unused;                                                                       \
+      walk_at(&w, i, &ia, &ib, &unused);                                                         \
+      STORE(binary_apply(op, LOAD(a, ao + ia), LOAD(b, bo + ib)), y, yo + i);                    \
+    }                                                                                            \
+  }                                                                                              \
+  KERNEL compare_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo,              \
+                          GLOBAL uchar *y, ulong yo, ulong n, int op, walk w) {                  \
+    FOR_EACH(i, n) {                                                                             \
+      long ia, ib, unused;                                                                       \
+      walk_at(&w, i, &ia, &ib, &unused);                                                         \
+      y[yo + i] = binary_apply(op, LOAD(a, ao + ia), LOAD(b, bo + ib)) != 0.0f;                  \
+    }                                                                                            \
+  }
+
+DEFINE_FLOAT_ELEMENTWISE(f32, float, LOAD_F32, STORE_F32)
+DEFINE_FLOAT_ELEMENTWISE(f16, half_t, LOAD_F16, STORE_F16)
+
+/* Relu, Neg and Abs on integers, wrapping as two's complement. */
+DEVFN long unary_apply_int(int op, long v) {
+  switch (op) {
+  case UNARY_RELU: return v > 0 ? v : 0;
+  case UNARY_NEG: return (long)(0 - (ulong)v);
+  default: return v < 0 ? (long)(0 - (ulong)v) : v;
+  }
+}
+
+#define DEFINE_INT_ELEMENTWISE(SUFFIX, T)                                                        \
+  KERNEL unary_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, int op) {   \
+    FOR_EACH(i, n) { y[yo + i] = (T)unary_apply_int(op, (long)x[xo + i]); }                      \
+  }                                                                                              \
+  KERNEL binary_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo, GLOBAL T *y,  \
+                         ulong yo, ulong n, int op, walk w) {                                    \
+    FOR_EACH(i, n) {                                                                             \
+      long ia, ib, unused;                                                                       \
+      walk_at(&w, i, &ia, &ib, &unused);                                                         \
+      y[yo + i] = (T)binary_apply_int(op, (long)a[ao + ia], (long)b[bo + ib]);                   \
+    }                                                                                            \
+  }                                                                                              \
+  KERNEL compare_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo,              \
+                          GLOBAL uchar *y, ulong yo, ulong n, int op, walk w) {                  \
+    FOR_EACH(i, n) {                                                                             \
+      long ia, ib, unused;                                                                       \
+      walk_at(&w, i, &ia, &ib, &unused);                                                         \
+      y[yo + i] = binary_apply_int(op, (long)a[ao + ia], (long)b[bo + ib]) != 0;                 \
+    }                                                                                            \
+  }
+
+/* Integer division truncates, as C's; by zero it fails. */
+#define DEFINE_INT_DIVIDE(SUFFIX, T)                                                             \
+  KERNEL divide_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo, GLOBAL T *y,  \
+                         ulong yo, ulong n, walk w, GLOBAL long *status, ulong tag) {            \
+    FOR_EACH(i, n) {                                                                             \
+      long ia, ib, unused;                                                                       \
+      walk_at(&w, i, &ia, &ib, &unused);                                                         \
+      long u = (long)a[ao + ia], v = (long)b[bo + ib];                                           \
+      if (v == 0) {                                                                              \
+        fail(status, tag, FAIL_DIVIDE_BY_ZERO, u, 0);                                            \
+        y[yo + i] = 0;                                                                           \
+      } else {                                                                                   \
+        y[yo + i] = (T)(v == -1 ? (long)(0 - (ulong)u) : u / v);                                 \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+DEFINE_INT_DIVIDE(i64, long)
+DEFINE_INT_DIVIDE(i32, int)
+
+DEFINE_INT_ELEMENTWISE(i64, long)
+DEFINE_INT_ELEMENTWISE(i32, int)
+
+KERNEL not_b8(GLOBAL const uchar *x, ulong xo, GLOBAL uchar *y, ulong yo, ulong n) {
+  FOR_EACH(i, n) { y[yo + i] = !x[xo + i]; }
+}
+
+/* ---- Cast --------------------------------------------------------------------------------- */
+
+#define TYPE_F32 0
+#define TYPE_F16 1
+#define TYPE_I64 2
+#define TYPE_I32 3
+#define TYPE_I16 4
+#define TYPE_I8 5
+#define TYPE_U8 6
+#define TYPE_BOOL 7
+
+DEVFN int type_is_int(int t) { return t >= TYPE_I64; }
+
+DEVFN float load_float(GLOBAL const uchar *p, int t, ulong i) {
+  switch (t) {
+  case TYPE_F32: return ((GLOBAL const float *)p)[i];
+  case TYPE_F16: return LOAD_F16((GLOBAL const half_t *)p, i);
+  case TYPE_I64: return (float)((GLOBAL const long *)p)[i];
+  case TYPE_I32: return (float)((GLOBAL const int *)p)[i];
+  case TYPE_I16: return (float)((GLOBAL const short *)p)[i];
+  case TYPE_I8: return (float)((GLOBAL const schar *)p)[i];
+  default: return (float)p[i];
+  }
+}
+
+DEVFN long load_int(GLOBAL const uchar *p, int t, ulong i) {
+  switch (t) {
+  case TYPE_I64: return ((GLOBAL const long *)p)[i];
+  case TYPE_I32: return ((GLOBAL const int *)p)[i];
+  case TYPE_I16: return ((GLOBAL const short *)p)[i];
+  case TYPE_I8: return ((GLOBAL const schar *)p)[i];
+  default: return p[i];
+  }
+}
+
+/* A float to an integer of [lo, hi]: NaN is 0, the rest saturates. */
+DEVFN long saturate(float v, float lo, float hi, long ilo, long ihi) {
+  if (v != v)
+    return 0;
+  if (v <= lo)
+    return ilo;
+  if (v >= hi)
+    return ihi;
+  return (long)v;
+}
+
+DEVFN void store_float(GLOBAL uchar *p, int t, ulong i, float v) {
+  switch (t) {
+  case TYPE_F32: ((GLOBAL float *)p)[i] = v; break;
+  case TYPE_F16: STORE_F16(v, (GLOBAL half_t *)p, i); break;
+  case TYPE_I64:
+    ((GLOBAL long *)p)[i] = saturate(v, -9.2233720e18f, 9.2233720e18f, (long)(-9223372036854775807L - 1),
+                                     9223372036854775807L);
+    break;
+  case TYPE_I32:
+    ((GLOBAL int *)p)[i] = (int)saturate(v, -2147483648.0f, 2147483647.0f, -2147483647L - 1, 2147483647L);
+    break;
+  case TYPE_I16: ((GLOBAL short *)p)[i] = (short)saturate(v, -32768.0f, 32767.0f, -32768, 32767); break;
+  case TYPE_I8: ((GLOBAL schar *)p)[i] = (schar)saturate(v, -128.0f, 127.0f, -128, 127); break;
+  case TYPE_U8: p[i] = (uchar)saturate(v, 0.0f, 255.0f, 0, 255); break;
+  default: p[i] = v != 0.0f; break;
+  }
+}
+
+/* Integers to integers wrap (two's complement), as the CPU's Cast does. */
+DEVFN void store_int(GLOBAL uchar *p, int t, ulong i, long v) {
+  switch (t) {
+  case TYPE_I64: ((GLOBAL long *)p)[i] = v; break;
+  case TYPE_I32: ((GLOBAL int *)p)[i] = (int)(uint)(ulong)v; break;
+  case TYPE_I16: ((GLOBAL short *)p)[i] = (short)(ushort)(ulong)v; break;
+  case TYPE_I8: ((GLOBAL schar *)p)[i] = (schar)(uchar)(ulong)v; break;
+  case TYPE_U8: p[i] = (uchar)(ulong)v; break;
+  default: p[i] = v != 0; break;
+  }
+}
+
+/* x and y are byte pointers with offsets in elements of their own types. */
+KERNEL cast_any(GLOBAL const uchar *x, ulong xo, int from, GLOBAL uchar *y, ulong yo, int to,
+                ulong n, ulong from_size, ulong to_size) {
+  GLOBAL const uchar *xs = x + xo * from_size;
+  GLOBAL uchar *ys = y + yo * to_size;
+  FOR_EACH(i, n) {
+    if (type_is_int(from) && type_is_int(to))
+      store_int(ys, to, i, load_int(xs, from, i));
+    else
+      store_float(ys, to, i, load_float(xs, from, i));
+  }
+}
+
+/* ---- data movement, by element size ---------------------------------------------------------- */
+
+/* Pad's geometry: for each output dimension, the input's length and where
+ * it starts in the output (negative: cropped). */
+typedef struct pad_geom {
+  long rank;
+  long out_dims[8];
+  long in_dims[8];
+  long begin[8];
+  long mode; /* 0 constant, 1 reflect, 2 edge, as gs_pad_mode */
+} pad_geom;
+
+/* The input offset for output element i, or -1 for the constant. */
+DEVFN long pad_source(const pad_geom *p, ulong i) {
+  long src = 0, stride = 1;
+  for (int d = (int)p->rank - 1; d >= 0; d--) {
+    long at = (long)(i % (ulong)p->out_dims[d]) - p->begin[d], len = p->in_dims[d];
+    i /= (ulong)p->out_dims[d];
+    if (at < 0 || at >= len) {
+      if (p->mode == 0 || len == 0)
+        return -1;
+      if (p->mode == 2) {
+        at = at < 0 ? 0 : len - 1;
+      } else if (len == 1) {
+        at = 0;
+      } else { /* reflect, without repeating the edge: period 2 (len - 1) */
+        long period = 2 * (len - 1), m = at % period;
+        if (m < 0)
+          m += period;
+        at = m < len ? m : period - m;
+      }
+    }
+    src += at * stride;
+    stride *= len;
+  }
+  return src;
+}
+
+#define DEFINE_MOVES(SUFFIX, T)                                                                  \
+  /* y at the output's walk (strides[1]) from x (strides[0]). */                                \
+  KERNEL copy_strided_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n,      \
+                               walk w) {                                                         \
+    FOR_EACH(i, n) {                                                                             \
+      long ix, iy, unused;                                                                       \
+      walk_at(&w, i, &ix, &iy, &unused);                                                         \
+      y[(long)yo + iy] = x[(long)xo + ix];                                                       \
+    }                                                                                            \
+  }                                                                                              \
+  KERNEL fill_##SUFFIX(GLOBAL T *y, ulong yo, ulong at, ulong n, ulong bits) {                   \
+    FOR_EACH(i, n) { y[yo + at + i] = (T)bits; }                                                 \
+  }                                                                                              \
+  KERNEL pad_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, pad_geom p,   \
+                      ulong bits) {                                                              \
+    FOR_EACH(i, n) {                                                                             \
+      long src = pad_source(&p, i);                                                              \
+      y[yo + i] = src < 0 ? (T)bits : x[(long)xo + src];                                         \
+    }                                                                                            \
+  }                                                                                              \
+  /* Where: cond, a and b broadcast (strides 0, 1, 2). */                                       \
+  KERNEL where_##SUFFIX(GLOBAL const uchar *cond, ulong co, GLOBAL const T *a, ulong ao,         \
+                        GLOBAL const T *b, ulong bo, GLOBAL T *y, ulong yo, ulong n, walk w) {   \
+    FOR_EACH(i, n) {                                                                             \
+      long ic, ia, ib;                                                                           \
+      walk_at(&w, i, &ic, &ia, &ib);                                                             \
+      y[yo + i] = cond[(long)co + ic] ? a[(long)ao + ia] : b[(long)bo + ib];                     \
+    }                                                                                            \
+  }
+
+/* Gather along an axis: x as [outer, dim, inner], indices (int32 or int64,
+ * negative from the end) n_idx of them; y as [outer, n_idx, inner]. */
+#define DEFINE_GATHER(SUFFIX, T)                                                                 \
+  KERNEL gather_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL const int *idx, ulong io,           \
+                         int idx64, GLOBAL T *y, ulong yo, ulong n, ulong n_idx, long dim,       \
+                         ulong inner, GLOBAL long *status, ulong tag) {                          \
+    FOR_EACH(i, n) {                                                                             \
+      ulong r = i % inner, j = (i / inner) % n_idx, o = i / (inner * n_idx);                     \
+      long ix = idx64 ? ((GLOBAL const long *)idx)[io + j] : (long)idx[io + j];                  \
+      if (ix < -dim || ix >= dim) {                                                              \
+        fail(status, tag, FAIL_INDEX_RANGE, ix, dim);                                            \
+        y[yo + i] = 0;                                                                           \
+      } else {                                                                                   \
+        y[yo + i] = x[xo + (o * (ulong)dim + (ulong)(ix < 0 ? ix + dim : ix)) * inner + r];      \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+DEFINE_GATHER(b8, uchar)
+DEFINE_GATHER(b16, ushort)
+DEFINE_GATHER(b32, uint)
+DEFINE_GATHER(b64, ulong)
+
+DEFINE_MOVES(b8, uchar)
+DEFINE_MOVES(b16, ushort)
+DEFINE_MOVES(b32, uint)
+DEFINE_MOVES(b64, ulong)
+
+/* ---- reductions --------------------------------------------------------------------------- */
+
+#define REDUCE_SUM 0
+#define REDUCE_MEAN 1
+#define REDUCE_MAX 2
+
+/* The output's dimensions with the input's stride along each, and the
+ * reduced dimensions with theirs. */
+typedef struct reduce_geom {
+  long out_rank;
+  long out_dims[8];
+  long out_strides[8];
+  long red_rank;
+  long red_dims[8];
+  long red_strides[8];
+  long count; /* elements reduced into each output */
+} reduce_geom;
+
+KERNEL reduce_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulong n, int op,
+                  reduce_geom g) {
+  FOR_EACH(i, n) {
+    ulong rest = i;
+    long base = (long)xo;
+    for (int d = (int)g.out_rank - 1; d >= 0; d--) {
+      base += (long)(rest % (ulong)g.out_dims[d]) * g.out_strides[d];
+      rest /= (ulong)g.out_dims[d];
+    }
+    float acc = op == REDUCE_MAX ? -INFINITY : 0.0f;
+    for (long r = 0; r < g.count; r++) {
+      long off = 0, q = r;
+      for (int d = (int)g.red_rank - 1; d >= 0; d--) {
+        off += (q % g.red_dims[d]) * g.red_strides[d];
+        q /= g.red_dims[d];
+      }
+      float v = x[base + off];
+      acc = op == REDUCE_MAX ? (v > acc || v != v ? v : acc) : acc + v;
+    }
+    y[yo + i] = op == REDUCE_MEAN ? acc / (float)g.count : acc;
+  }
+}
+
+/* The integer reductions: sums wrap, in 64 bits, before the store to T
+ * truncates them, as the CPU's do; a mean divides as C does. */
+#define DEFINE_INT_REDUCE(SUFFIX, T)                                                             \
+  KERNEL reduce_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, int op,    \
+                         reduce_geom g) {                                                        \
+    FOR_EACH(i, n) {                                                                             \
+      ulong rest = i;                                                                            \
+      long base = (long)xo;                                                                      \
+      for (int d = (int)g.out_rank - 1; d >= 0; d--) {                                           \
+        base += (long)(rest % (ulong)g.out_dims[d]) * g.out_strides[d];                          \
+        rest /= (ulong)g.out_dims[d];                                                            \
+      }                                                                                          \
+      long acc = op == REDUCE_MAX ? (long)(-9223372036854775807L - 1) : 0;                       \
+      for (long r = 0; r < g.count; r++) {                                                       \
+        long off = 0, q = r;                                                                     \
+        for (int d = (int)g.red_rank - 1; d >= 0; d--) {                                         \
+          off += (q % g.red_dims[d]) * g.red_strides[d];                                         \
+          q /= g.red_dims[d];                                                                    \
+        }                                                                                        \
+        long v = (long)x[base + off];                                                            \
+        acc = op == REDUCE_MAX ? (v > acc ? v : acc) : (long)((ulong)acc + (ulong)v);            \
+      }                                                                                          \
+      y[yo + i] = (T)(op == REDUCE_MEAN && g.count ? acc / g.count : acc);                       \
+    }                                                                                            \
+  }
+
+DEFINE_INT_REDUCE(i64, long)
+DEFINE_INT_REDUCE(i32, int)
+
+/* ArgMax along one axis: x as [outer, len, inner]; int64 indices. */
+KERNEL argmax_f32(GLOBAL const float *x, ulong xo, GLOBAL long *y, ulong yo, ulong outer,
+                  ulong len, ulong inner, int select_last) {
+  FOR_EACH(id, outer * inner) {
+    ulong o = id / inner, in = id % inner;
+    GLOBAL const float *xs = x + xo + o * len * inner + in;
+    float bv = xs[0];
+    long best = 0;
+    for (ulong i = 1; i < len; i++) {
+      float v = xs[i * inner];
+      if (v > bv || (select_last && v == bv) || (v != v && bv == bv)) {
+        bv = v;
+        best = (long)i;
+      }
+    }
+    y[yo + id] = best;
+  }
+}
+
+/* TopK along one axis: x as [outer, len, inner], k values (and their int64
+ * indices) in order, ties lower index first. Each pick is the best element
+ * ranked after the previous pick: O(k len) per row, for the small k of
+ * inference. */
+KERNEL topk_f32(GLOBAL const float *x, ulong xo, GLOBAL float *vals, ulong vo, GLOBAL long *idx,
+                ulong io, int has_idx, ulong outer, ulong len, ulong inner, ulong k, int largest) {
+  FOR_EACH(id, outer * inner) {
+    ulong o = id / inner, in = id % inner;
+    GLOBAL const float *xs = x + xo + o * len * inner + in;
+    float pv = 0.0f;
+    long pi = -1;
+    for (ulong j = 0; j < k; j++) {
+      long best = -1;
+      float bv = 0.0f;
+      for (ulong i = 0; i < len; i++) {
+        float v = xs[i * inner];
+        /* ranked after the previous pick? */
+        bool after = pi < 0 || (largest ? v < pv : v > pv) || (v == pv && (long)i > pi);
+        if (!after)
+          continue;
+        if (best < 0 || (largest ? v > bv : v < bv)) {
+          best = (long)i;
+          bv = v;
+        }
+      }
+      ulong out = o * k * inner + j * inner + in;
+      vals[vo + out] = bv;
+      if (has_idx)
+        idx[io + out] = best;
+      pv = bv;
+      pi = best;
+    }
+  }
+}
+
+/* ---- normalisation and Softmax ----------------------------------------------------------------- */
+
+/* Softmax (or LogSoftmax) along one axis: x as [outer, len, inner]. */
+KERNEL softmax_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulong outer,
+                   ulong len, ulong inner, int log_out) {
+  FOR_EACH(id, outer * inner) {
+    ulong o = id / inner, in = id % inner;
+    GLOBAL const float *xs = x + xo + o * len * inner + in;
+    GLOBAL float *ys = y + yo + o * len * inner + in;
+    float mx = -INFINITY;
+    for (ulong i = 0; i < len; i++)
+      mx = fmax(mx, xs[i * inner]);
+    float sum = 0.0f;
+    for (ulong i = 0; i < len; i++)
+      sum += exp(xs[i * inner] - mx);
+    if (log_out) {
+      float ls = log(sum);
+      for (ulong i = 0; i < len; i++)
+        ys[i * inner] = xs[i * inner] - mx - ls;
+    } else {
+      float inv = 1.0f / sum;
+      for (ulong i = 0; i < len; i++)
+        ys[i * inner] = exp(xs[i * inner] - mx) * inv;
+    }
+  }
+}
+
+/* LayerNormalization over the last `inner` elements of each row. */
+KERNEL layernorm_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *scale, ulong so,
+                     GLOBAL const float *bias, ulong bo, int has_bias, GLOBAL float *y, ulong yo,
+                     ulong rows, ulong inner, float eps) {
+  FOR_EACH(r, rows) {
+    GLOBAL const float *xr = x + xo + r * inner;
+    GLOBAL float *yr = y + yo + r * inner;
+    float sum = 0.0f;
+    for (ulong i = 0; i < inner; i++)
+      sum += xr[i];
+    float mean = sum / (float)inner, sq = 0.0f;
+    for (ulong i = 0; i < inner; i++)
+      sq += (xr[i] - mean) * (xr[i] - mean);
+    float inv = 1.0f / sqrt(sq / (float)inner + eps);
+    for (ulong i = 0; i < inner; i++)
+      yr[i] = (xr[i] - mean) * inv * scale[so + i] + (has_bias ? bias[bo + i] : 0.0f);
+  }
+}
+
+/* BatchNormalization (inference): x as [batch, channels, inner]. */
+KERNEL batchnorm_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *scale, ulong so,
+                     GLOBAL const float *bias, ulong bo, GLOBAL const float *mean, ulong mo,
+                     GLOBAL const float *var, ulong vo, GLOBAL float *y, ulong yo, ulong n,
+                     ulong channels, ulong inner, float eps) {
+  FOR_EACH(i, n) {
+    ulong c = (i / inner) % channels;
+    float s = scale[so + c] / sqrt(var[vo + c] + eps);
+    y[yo + i] = x[xo + i] * s + (bias[bo + c] - mean[mo + c] * s);
+  }
+}
+
+/* Every row of y (rows x n) starts as the bias: GEMM then adds onto it. */
+KERNEL bias_rows_f32(GLOBAL const float *bias, ulong bo, GLOBAL float *y, ulong yo, ulong rows,
+                     ulong n) {
+  FOR_EACH(i, rows * n) { y[yo + i] = bias[bo + i % n]; }
+}
+
+/* ---- convolution and pooling ------------------------------------------------------------------ */
+
+/* Three spatial dimensions always: a 1-D or 2-D op has leading ones. */
+typedef struct conv_geom {
+  long batch, in_channels, out_channels, group;
+  long in[3], out[3], k[3], stride[3], dil[3], pad[3];
+} conv_geom;
+
+/* Conv, one output element per item: y[b, m, o...] = sum over the group's
+ * channels and the window of x * w, + bias; weights [M, C/group, k...]. */
+KERNEL conv_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *w, ulong wo,
+                GLOBAL const float *bias, ulong bo, int has_bias, GLOBAL float *y, ulong yo,
+                ulong n, conv_geom g, int relu) {
+  long cg = g.in_channels / g.group, mg = g.out_channels / g.group;
+  long ksize = g.k[0] * g.k[1] * g.k[2];
+  FOR_EACH(i, n) {
+    long r = (long)i;
+    long o2 = r % g.out[2]; r /= g.out[2];
+    long o1 = r % g.out[1]; r /= g.out[1];
+    long o0 = r % g.out[0]; r /= g.out[0];
+    long m = r % g.out_channels, b = r / g.out_channels;
+    long c0 = (m / mg) * cg;
+    float acc = has_bias ? bias[bo + m] : 0.0f;
+    for (long c = 0; c < cg; c++) {
+      GLOBAL const float *xc = x + xo + ((b * g.in_channels + c0 + c) * g.in[0]) * g.in[1] * g.in[2];
+      GLOBAL const float *wc = w + wo + (m * cg + c) * ksize;
+      for (long k0 = 0; k0 < g.k[0]; k0++) {
+        long p0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dil[0];
+        if (p0 < 0 || p0 >= g.in[0])
+          continue;
+        for (long k1 = 0; k1 < g.k[1]; k1++) {
+          long p1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dil[1];
+          if (p1 < 0 || p1 >= g.in[1])
+            continue;
+          GLOBAL const float *xr = xc + (p0 * g.in[1] + p1) * g.in[2];
+          GLOBAL const float *wr = wc + (k0 * g.k[1] + k1) * g.k[2];
+          for (long k2 = 0; k2 < g.k[2]; k2++) {
+            long p2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dil[2];
+            if (p2 >= 0 && p2 < g.in[2])
+              acc += xr[p2] * wr[k2];
+          }
+        }
+      }
+    }
+    y[yo + i] = relu && acc < 0.0f ? 0.0f : acc;
+  }
+}
+
+/* ConvTranspose, one output element per item, gathering the inputs that
+ * scatter onto it; weights [C, M/group, k...]. */
+KERNEL conv_transpose_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *w, ulong wo,
+                          GLOBAL const float *bias, ulong bo, int has_bias, GLOBAL float *y,
+                          ulong yo, ulong n, conv_geom g) {
+  long cg = g.in_channels / g.group, mg = g.out_channels / g.group;
+  long ksize = g.k[0] * g.k[1] * g.k[2];
+  FOR_EACH(i, n) {
+    long r = (long)i, o[3];
+    o[2] = r % g.out[2]; r /= g.out[2];
+    o[1] = r % g.out[1]; r /= g.out[1];
+    o[0] = r % g.out[0]; r /= g.out[0];
+    long m = r % g.out_channels, b = r / g.out_channels;
+    long grp = m / mg, mm = m % mg;
+    float acc = has_bias ? bias[bo + m] : 0.0f;
+    for (long k0 = 0; k0 < g.k[0]; k0++) {
+      long t0 = o[0] + g.pad[0] - k0 * g.dil[0];
+      if (t0 < 0 || t0 % g.stride[0] || t0 / g.stride[0] >= g.in[0])
+        continue;
+      for (long k1 = 0; k1 < g.k[1]; k1++) {
+        long t1 = o[1] + g.pad[1] - k1 * g.dil[1];
+        if (t1 < 0 || t1 % g.stride[1] || t1 / g.stride[1] >= g.in[1])
+          continue;
+        for (long k2 = 0; k2 < g.k[2]; k2++) {
+          long t2 = o[2] + g.pad[2] - k2 * g.dil[2];
+          if (t2 < 0 || t2 % g.stride[2] || t2 / g.stride[2] >= g.in[2])
+            continue;
+          long at = ((t0 / g.stride[0]) * g.in[1] + t1 / g.stride[1]) * g.in[2] + t2 / g.stride[2];
+          long kat = (k0 * g.k[1] + k1) * g.k[2] + k2;
+          for (long c = 0; c < cg; c++) {
+            long ch = grp * cg + c;
+            acc += x[xo + (b * g.in_channels + ch) * g.in[0] * g.in[1] * g.in[2] + at] *
+                   w[wo + (ch * mg + mm) * ksize + kat];
+          }
+        }
+      }
+    }
+    y[yo + i] = acc;
+  }
+}
+
+/* MaxPool and AveragePool, one output per item over [batch x channels]
+ * planes (in_channels: their count). The divisor with count_include_pad
+ * counts taps up to the end padding, as the CPU's pool does. */
+KERNEL pool_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulong n,
+                conv_geom g, long pad_end0, long pad_end1, long pad_end2, int is_max,
+                int count_include_pad) {
+  FOR_EACH(i, n) {
+    long r = (long)i, o[3];
+    o[2] = r % g.out[2]; r /= g.out[2];
+    o[1] = r % g.out[1]; r /= g.out[1];
+    o[0] = r % g.out[0]; r /= g.out[0];
+    GLOBAL const float *xp = x + xo + r * g.in[0] * g.in[1] * g.in[2];
+    long lim[3] = {g.in[0] + pad_end0, g.in[1] + pad_end1, g.in[2] + pad_end2};
+    float best = -INFINITY, sum = 0.0f;
+    long taps = 0, padded = 1;
+    for (int d = 0; d < 3; d++) { /* taps inside the padded extent, per dim */
+      long t = 0;
+      for (long k = 0; k < g.k[d]; k++)
+        t += o[d] * g.stride[d] - g.pad[d] + k * g.dil[d] < lim[d];
+      padded *= t;
+    }
+    for (long k0 = 0; k0 < g.k[0]; k0++) {
+      long p0 = o[0] * g.stride[0] - g.pad[0] + k0 * g.dil[0];
+      if (p0 < 0 || p0 >= g.in[0])
+        continue;
+      for (long k1 = 0; k1 < g.k[1]; k1++) {
+        long p1 = o[1] * g.stride[1] - g.pad[1] + k1 * g.dil[1];
+        if (p1 < 0 || p1 >= g.in[1])
+          continue;
+        for (long k2 = 0; k2 < g.k[2]; k2++) {
+          long p2 = o[2] * g.stride[2] - g.pad[2] + k2 * g.dil[2];
+          if (p2 < 0 || p2 >= g.in[2])
+            continue;
+          float v = xp[(p0 * g.in[1] + p1) * g.in[2] + p2];
+          best = v > best ? v : best;
+          sum += v;
+          taps++;
+        }
+      }
+    }
+    long div = count_include_pad ? padded : taps;
+    y[yo + i] = is_max ? best : div ? sum / (float)div : 0.0f;
+  }
+}
+
+/* ---- Resize ------------------------------------------------------------------------------------ */
+
+#define RESIZE_NEAREST 0
+#define COORD_HALF_PIXEL 0
+#define COORD_ASYMMETRIC 1
+#define COORD_ALIGN_CORNERS 2
+#define COORD_PYTORCH_HALF_PIXEL 3
+#define NEAREST_ROUND_PREFER_FLOOR 0
+#define NEAREST_ROUND_PREFER_CEIL 1
+#define NEAREST_FLOOR 2
+#define NEAREST_CEIL 3
+
+/* Modes numbered as gs_resize_mode, gs_coord_mode and gs_nearest_mode. */
+typedef struct resize_geom {
+  long rank;
+  long in_dims[8];
+  long out_dims[8];
+  float scale[8]; /* output / input */
+  int mode, coord, nearest, unused;
+} resize_geom;
+
+DEVFN float resize_source(const resize_geom *g, int d, long o) {
+  float s = g->scale[d];
+  long in = g->in_dims[d], out = g->out_dims[d];
+  switch (g->coord) {
+  case COORD_ASYMMETRIC: return (float)o / s;
+  case COORD_ALIGN_CORNERS: return out == 1 ? 0.0f : (float)o * (float)(in - 1) / (float)(out - 1);
+  case COORD_PYTORCH_HALF_PIXEL: return out > 1 ? ((float)o + 0.5f) / s - 0.5f : 0.0f;
+  default: return ((float)o + 0.5f) / s - 0.5f;
+  }
+}
+
+DEVFN long nearest_index(int mode, float x, long in) {
+  long i;
+  switch (mode) {
+  case NEAREST_FLOOR: i = (long)floor(x); break;
+  case NEAREST_CEIL: i = (long)ceil(x); break;
+  case NEAREST_ROUND_PREFER_CEIL: i = (long)floor(x + 0.5f); break;
+  default: i = x == floor(x) + 0.5f ? (long)floor(x) : (long)floor(x + 0.5f); break;
+  }
+  return i < 0 ? 0 : i >= in ? in - 1 : i;
+}
+
+/* Nearest, or (multi)linear over the dimensions that move. */
+KERNEL resize_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulong n,
+                  resize_geom g) {
+  FOR_EACH(i, n) {
+    long lo[8], step[8], base = 0, stride = 1;
+    float w[8];
+    int moving[8], n_moving = 0;
+    ulong rest = i;
+    for (int d = (int)g.rank - 1; d >= 0; d--) {
+      long o = (long)(rest % (ulong)g.out_dims[d]), in = g.in_dims[d];
+      rest /= (ulong)g.out_dims[d];
+      float src = resize_source(&g, d, o);
+      if (g.mode == RESIZE_NEAREST || in == 1) {
+        lo[d] = g.mode == RESIZE_NEAREST ? nearest_index(g.nearest, src, in) : 0;
+        w[d] = 0.0f;
+      } else {
+        src = src < 0.0f ? 0.0f : src > (float)(in - 1) ? (float)(in - 1) : src;
+        lo[d] = (long)floor(src);
+        w[d] = src - (float)lo[d];
+      }
+      step[d] = lo[d] + 1 < in ? stride : 0;
+      base += lo[d] * stride;
+      stride *= in;
+    }
+    for (int d = 0; d < (int)g.rank; d++)
+      if (w[d] > 0.0f)
+        moving[n_moving++] = d;
+    float v = 0.0f;
+    for (int corner = 0; corner < (1 << n_moving); corner++) {
+      float weight = 1.0f;
+      long off = base;
+      for (int m = 0; m < n_moving; m++) {
+        int d = moving[m];
+        int up = (corner >> m) & 1;
+        weight *= up ? w[d] : 1.0f - w[d];
+        off += up ? step[d] : 0;
+      }
+      v += weight * x[xo + off];
+    }
+    y[yo + i] = v;
+  }
+}
