@@ -21,6 +21,9 @@ def pytest_collection_modifyitems(config, items):
     except (ValueError, KeyError):
         return
     if device not in ids:
-        skip = pytest.mark.skip(reason=f"device {device} is not on this machine (devices: {ids})")
+        why = f"device {device} is not on this machine (devices: {ids})"
+        if os.environ.get("GSTEST_REQUIRE_DEVICE") == "1":  # known installed: a failure
+            pytest.exit(f"{why}; gpusrv smi says: {smi.stderr.strip()}", returncode=1)
+        skip = pytest.mark.skip(reason=why)
         for item in items:
             item.add_marker(skip)

@@ -128,10 +128,13 @@ def test_reduced_precision_accuracy(tmp_path, name, precision):
     onnx.save(BUILDERS[name](), path)
     x = example_input(name, 4)
     ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    p = run_gpusrv(path, {"x": x}, str(tmp_path), extra=["--precision", precision])
+    p = run_gpusrv(path, {"x": x}, str(tmp_path), extra=["--precision", precision, "--report"])
     if p.returncode != 0 and f"cannot run {precision} plans" in p.stderr:
         pytest.skip(p.stderr.strip())  # the device lacks 16-bit tensors (caps.half_precision)
     assert p.returncode == 0, p.stderr
+    from gsonnx import DEVICE, KERNEL_DEVICES
+    if DEVICE in KERNEL_DEVICES and precision == "fp16":  # float16 kernels: nothing falls back
+        assert "instead" not in p.stdout, p.stdout
     out_name = onnx.load(path).graph.output[0].name
     got = load_outputs(str(tmp_path), [out_name])[out_name]
     assert got.dtype == np.float32 and got.shape == ref.shape

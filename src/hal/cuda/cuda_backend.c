@@ -679,7 +679,7 @@ static int add_device(gs_backend_t *backend, int ordinal) {
       .event_timing = true,
       .process_list = d->nvml != NULL,
       .inline_streams = false,
-      .half_precision = false, /* no half kernels yet */
+      .half_precision = true, /* float16 kernels (devops); bfloat16 runs on the CPU */
       .min_alignment = 256,    /* cuMemAlloc's alignment */
   };
   gs_device_t *dev = NULL;

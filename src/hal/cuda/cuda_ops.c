@@ -107,14 +107,18 @@ static int devop_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *
 
 /* ---- MatMul and Gemm through cuBLAS ------------------------------------------------------------- */
 
-static bool matmul_supports(const cu_kernel *k, const void *params, size_t size) {
-  (void)k;
+/* Float32 through cuBLAS where it loaded; else devops.c's kernel. */
+static bool blas_matmul(const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
   if (!gs__have_cublas || !c || !gs_launch_all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
     return false;
   const gs_matmul_attrs *m = c->attrs;
   return m && m->m <= INT32_MAX && m->n <= INT32_MAX && m->k <= INT32_MAX &&
          m->batch <= INT32_MAX;
+}
+
+static bool matmul_supports(const cu_kernel *k, const void *params, size_t size) {
+  return blas_matmul(params, size) || devop_supports(k, params, size);
 }
 
 static int blas_fail(cublasStatus_t st, const char *what) {
@@ -140,8 +144,8 @@ static int blas_handle(cu_stream *s) {
 
 static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
   const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!c || !matmul_supports(k, a->params, a->params_size))
-    return gs_error(GS_ENOTSUP, "MatMul on CUDA: float32 through cuBLAS only");
+  if (!blas_matmul(a->params, a->params_size))
+    return devop_launch(k, s, a);
   const gs_matmul_attrs *m = c->attrs;
   launch l = {k, s, a};
   gs_devops_target t = target_of(&l, c);
@@ -193,8 +197,7 @@ static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args 
   return m->act == GS_ACT_RELU ? gs_devops_relu_f32(&t, c->n_in, rows * m->n) : GS_OK;
 }
 
-static bool gemm_supports(const cu_kernel *k, const void *params, size_t size) {
-  (void)k;
+static bool blas_gemm(const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
   if (!gs__have_cublas || !gs_launch_gemm_ok(c))
     return false;
@@ -202,13 +205,17 @@ static bool gemm_supports(const cu_kernel *k, const void *params, size_t size) {
   return g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX;
 }
 
+static bool gemm_supports(const cu_kernel *k, const void *params, size_t size) {
+  return blas_gemm(params, size) || devop_supports(k, params, size);
+}
+
 /* y = alpha op(A) op(B) + beta C, C broadcast to y first. Row-major y is
  * column-major y^T = op(B)^T op(A)^T: cuBLAS gets B first, each operand's
  * stored layout read as its transpose. */
 static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
   const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!c || !gemm_supports(k, a->params, a->params_size))
-    return gs_error(GS_ENOTSUP, "Gemm on CUDA: float32 through cuBLAS only");
+  if (!blas_gemm(a->params, a->params_size))
+    return devop_launch(k, s, a);
   const gs_gemm_attrs *g = c->attrs;
   bool has_c = c->n_in > 2 && a->buffers[2] && g->beta != 0;
   launch l = {k, s, a};
@@ -244,11 +251,6 @@ static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a
 
 /* ---- registration ----------------------------------------------------------------------------------- */
 
-static const cu_kernel blas_ops[] = {
-    {"MatMul", NULL, matmul_supports, matmul_launch},
-    {"Gemm", NULL, gemm_supports, gemm_launch},
-};
-
 #define MAX_DEVOPS 96
 static cu_kernel devop_kernels[MAX_DEVOPS];
 
@@ -258,13 +260,13 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
   if (count > MAX_DEVOPS)
     return gs_error(GS_EINTERNAL, "CUDA: %zu ops for %d slots", count, MAX_DEVOPS);
   for (size_t i = 0; i < count; i++) {
-    devop_kernels[i] = (cu_kernel){dops[i].name, &dops[i], devop_supports, devop_launch};
-    int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);
-    if (rc < 0)
-      return rc;
-  }
-  for (size_t i = 0; i < sizeof blas_ops / sizeof blas_ops[0]; i++) {
-    int rc = gs__backend_register_kernel(backend, blas_ops[i].name, &blas_ops[i]);
+    cu_kernel k = {dops[i].name, &dops[i], devop_supports, devop_launch};
+    if (strcmp(k.name, "MatMul") == 0) /* float32 GEMM through cuBLAS */
+      k.supports = matmul_supports, k.launch = matmul_launch;
+    else if (strcmp(k.name, "Gemm") == 0)
+      k.supports = gemm_supports, k.launch = gemm_launch;
+    devop_kernels[i] = k;
+    int rc = gs__backend_register_kernel(backend, k.name, &devop_kernels[i]);
     if (rc < 0)
       return rc;
   }

@@ -41,6 +41,12 @@ typedef struct dk_conv {
   int64_t batch, in_channels, out_channels, group;
   int64_t in[3], out[3], k[3], stride[3], dil[3], pad[3];
 } dk_conv;
+typedef struct dk_gemm {
+  int64_t batch, m, n, k, batch_rank, batch_dims[8], a_batch_strides[8], b_batch_strides[8];
+  int64_t a_row, a_col, b_row, b_col;
+  float alpha, beta;
+  int32_t has_bias, relu;
+} dk_gemm;
 typedef struct dk_resize {
   int64_t rank, in_dims[8], out_dims[8];
   float scale[8];
@@ -58,6 +64,21 @@ static bool present(const gs_op_call *c, int i) {
 }
 
 static bool is_float(gs_dtype dt) { return dt == GS_DT_FLOAT32 || dt == GS_DT_FLOAT16; }
+
+/* The _fp kernels' element size: 4 where every present operand is float32,
+ * 2 where every one is float16, else 0 (not for them). */
+static size_t fp_size(const gs_op_call *c) {
+  gs_dtype dt = c->in[0].dtype;
+  if (!is_float(dt))
+    return 0;
+  for (int i = 0; i < c->n_in; i++)
+    if (c->in[i].dtype != dt && c->in[i].dtype != GS_DT_INVALID)
+      return 0;
+  for (int i = 0; i < c->n_out; i++)
+    if (c->out[i].dtype != dt)
+      return 0;
+  return dt == GS_DT_FLOAT16 ? 2 : 4;
+}
 
 /* Every present operand of this type. */
 static bool all_of(const gs_op_call *c, gs_dtype dt) {
@@ -547,7 +568,7 @@ static int run_shape(const gs_devop *op, const gs_devops_target *t) {
 static bool reduce_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
   gs_dtype dt = c->in[0].dtype;
-  return c->attrs && c->n_out == 1 && (dt == GS_DT_FLOAT32 || is_int(dt)) &&
+  return c->attrs && c->n_out == 1 && (is_float(dt) || is_int(dt)) &&
          c->out[0].dtype == dt && c->in[0].shape.rank <= 8;
 }
 
@@ -571,10 +592,12 @@ static int reduce_dims(const gs_devops_target *t, const bool *reduced, int y, in
   for (int d = 0; d < g.out_rank; d++)
     n *= (uint64_t)g.out_dims[d];
   gs_dtype dt = t->call->in[0].dtype;
-  gs_devk k = dt == GS_DT_INT64 ? GS_DK_reduce_i64 : dt == GS_DT_INT32 ? GS_DK_reduce_i32
-                                                                        : GS_DK_reduce_f32;
   size_t es = gs_launch_element_size(dt);
-  return LAUNCH(t, k, n, BUF(0, es), BUF(y, es), VAL(n), VAL(op), VAL(g));
+  if (is_int(dt))
+    return LAUNCH(t, dt == GS_DT_INT64 ? GS_DK_reduce_i64 : GS_DK_reduce_i32, n, BUF(0, es),
+                  BUF(y, es), VAL(n), VAL(op), VAL(g));
+  int32_t half = dt == GS_DT_FLOAT16;
+  return LAUNCH(t, GS_DK_reduce_fp, n, BUF(0, es), BUF(y, es), VAL(n), VAL(op), VAL(g), VAL(half));
 }
 
 static int run_reduce(const gs_devop *op, const gs_devops_target *t) {
@@ -586,7 +609,7 @@ static int run_reduce(const gs_devop *op, const gs_devops_target *t) {
 static bool argmax_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
   const gs_reduce_attrs *a = c->attrs;
-  if (!a || c->n_in != 1 || c->n_out != 1 || c->in[0].dtype != GS_DT_FLOAT32 ||
+  if (!a || c->n_in != 1 || c->n_out != 1 || !is_float(c->in[0].dtype) ||
       c->out[0].dtype != GS_DT_INT64)
     return false;
   int axes = 0;
@@ -606,14 +629,14 @@ static int run_argmax(const gs_devop *op, const gs_devops_target *t) {
   split_axis(&c->in[0].shape, axis, &outer, &len, &inner);
   if (len == 0)
     return GS_OK;
-  int32_t last = a->select_last;
-  return LAUNCH(t, GS_DK_argmax_f32, outer * inner, BUF(0, 4), BUF(1, 8), VAL(outer), VAL(len),
-                VAL(inner), VAL(last));
+  int32_t last = a->select_last, half = c->in[0].dtype == GS_DT_FLOAT16;
+  return LAUNCH(t, GS_DK_argmax_fp, outer * inner, BUF(0, half ? 2 : 4), BUF(1, 8), VAL(outer),
+                VAL(len), VAL(inner), VAL(last), VAL(half));
 }
 
 static bool topk_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
-  return c->attrs && c->in[0].dtype == GS_DT_FLOAT32 && c->out[0].dtype == GS_DT_FLOAT32 &&
+  return c->attrs && is_float(c->in[0].dtype) && c->out[0].dtype == c->in[0].dtype &&
          (c->n_out < 2 || c->out[1].dtype == GS_DT_INT64);
 }
 
@@ -625,18 +648,19 @@ static int run_topk(const gs_devop *op, const gs_devops_target *t) {
   split_axis(&c->in[0].shape, a->axis, &outer, &len, &inner);
   if (k == 0)
     return GS_OK;
-  int32_t has_idx = c->n_out > 1, largest = a->largest;
+  int32_t has_idx = c->n_out > 1, largest = a->largest, half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
   int idx = has_idx ? c->n_in + 1 : c->n_in; /* absent: the values' buffer, unwritten */
-  return LAUNCH(t, GS_DK_topk_f32, outer * inner, BUF(0, 4), BUF(c->n_in, 4),
-                BUF(idx, has_idx ? 8 : 4), VAL(has_idx), VAL(outer), VAL(len), VAL(inner), VAL(k),
-                VAL(largest));
+  return LAUNCH(t, GS_DK_topk_fp, outer * inner, BUF(0, es), BUF(c->n_in, es),
+                BUF(idx, has_idx ? 8 : es), VAL(has_idx), VAL(outer), VAL(len), VAL(inner), VAL(k),
+                VAL(largest), VAL(half));
 }
 
 /* ---- normalisation, Softmax ------------------------------------------------------------------------ */
 
-static bool f32_supports(const gs_devop *op, const gs_op_call *c) {
+static bool fp_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
-  return c->attrs && c->n_out == 1 && all_of(c, GS_DT_FLOAT32);
+  return c->attrs && c->n_out == 1 && fp_size(c);
 }
 
 static int run_softmax(const gs_devop *op, const gs_devops_target *t) {
@@ -644,14 +668,20 @@ static int run_softmax(const gs_devop *op, const gs_devops_target *t) {
   int64_t outer, len, inner;
   gs_launch_softmax_dims(c, &outer, &len, &inner);
   uint64_t o = (uint64_t)outer, l = (uint64_t)len, i = (uint64_t)inner;
-  int32_t log_out = op->variant;
-  return LAUNCH(t, GS_DK_softmax_f32, o * i, BUF(0, 4), BUF(1, 4), VAL(o), VAL(l), VAL(i),
-                VAL(log_out));
+  int32_t log_out = op->variant, half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, GS_DK_softmax_fp, o * i, BUF(0, es), BUF(1, es), VAL(o), VAL(l), VAL(i),
+                VAL(log_out), VAL(half));
 }
 
+/* One output (the optional mean and inverse deviation stay on the CPU),
+ * scale and bias of a row's length. */
 static bool layernorm_supports(const gs_devop *op, const gs_op_call *c) {
-  (void)op;
-  return gs_launch_layernorm_ok(c);
+  if (!fp_supports(op, c))
+    return false;
+  int64_t inner = gs_launch_norm_inner(c);
+  return inner > 0 && gs_launch_numel(&c->in[1].shape) == inner &&
+         (!present(c, 2) || gs_launch_numel(&c->in[2].shape) == inner);
 }
 
 static int run_layernorm(const gs_devop *op, const gs_devops_target *t) {
@@ -662,12 +692,14 @@ static int run_layernorm(const gs_devop *op, const gs_devops_target *t) {
   uint64_t inner = (uint64_t)gs_launch_norm_inner(c);
   uint64_t rows = (uint64_t)gs_launch_numel(&c->in[0].shape) / inner;
   float eps = a->epsilon;
-  return LAUNCH(t, GS_DK_layernorm_f32, rows, BUF(0, 4), BUF(1, 4), BUF(has_bias ? 2 : 1, 4),
-                VAL(has_bias), BUF(c->n_in, 4), VAL(rows), VAL(inner), VAL(eps));
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, GS_DK_layernorm_fp, rows, BUF(0, es), BUF(1, es), BUF(has_bias ? 2 : 1, es),
+                VAL(has_bias), BUF(c->n_in, es), VAL(rows), VAL(inner), VAL(eps), VAL(half));
 }
 
 static bool batchnorm_supports(const gs_devop *op, const gs_op_call *c) {
-  return f32_supports(op, c) && c->n_in == 5 && c->in[0].shape.rank >= 2;
+  return fp_supports(op, c) && c->n_in == 5 && c->in[0].shape.rank >= 2;
 }
 
 static int run_batchnorm(const gs_devop *op, const gs_devops_target *t) {
@@ -679,8 +711,10 @@ static int run_batchnorm(const gs_devop *op, const gs_devops_target *t) {
   for (int d = 2; d < xs->rank; d++)
     inner *= (uint64_t)xs->dims[d];
   float eps = a->epsilon;
-  return LAUNCH(t, GS_DK_batchnorm_f32, n, BUF(0, 4), BUF(1, 4), BUF(2, 4), BUF(3, 4), BUF(4, 4),
-                BUF(5, 4), VAL(n), VAL(channels), VAL(inner), VAL(eps));
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, GS_DK_batchnorm_fp, n, BUF(0, es), BUF(1, es), BUF(2, es), BUF(3, es),
+                BUF(4, es), BUF(5, es), VAL(n), VAL(channels), VAL(inner), VAL(eps), VAL(half));
 }
 
 /* ---- convolution, pooling, Resize ------------------------------------------------------------------ */
@@ -705,7 +739,7 @@ static void conv_geometry(const gs_op_call *c, int spatial, const int64_t *kerne
 
 static bool conv_supports(const gs_devop *op, const gs_op_call *c) {
   const gs_conv_attrs *a = c->attrs;
-  return f32_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 && a->group > 0 &&
+  return fp_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 && a->group > 0 &&
          c->in[0].shape.rank == 2 + a->spatial;
 }
 
@@ -717,11 +751,14 @@ static int run_conv(const gs_devop *op, const gs_devops_target *t) {
   g.group = a->group;
   int32_t has_bias = present(c, 2), relu = a->act == GS_ACT_RELU;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
   if (op->variant) /* ConvTranspose */
-    return LAUNCH(t, GS_DK_conv_transpose_f32, n, BUF(0, 4), BUF(1, 4), BUF(has_bias ? 2 : 1, 4),
-                  VAL(has_bias), BUF(c->n_in, 4), VAL(n), VAL(g));
-  return LAUNCH(t, GS_DK_conv_f32, n, BUF(0, 4), BUF(1, 4), BUF(has_bias ? 2 : 1, 4),
-                VAL(has_bias), BUF(c->n_in, 4), VAL(n), VAL(g), VAL(relu));
+    return LAUNCH(t, GS_DK_conv_transpose_fp, n, BUF(0, es), BUF(1, es),
+                  BUF(has_bias ? 2 : 1, es), VAL(has_bias), BUF(c->n_in, es), VAL(n), VAL(g),
+                  VAL(half));
+  return LAUNCH(t, GS_DK_conv_fp, n, BUF(0, es), BUF(1, es), BUF(has_bias ? 2 : 1, es),
+                VAL(has_bias), BUF(c->n_in, es), VAL(n), VAL(g), VAL(relu), VAL(half));
 }
 
 static bool conv_transpose_supports(const gs_devop *op, const gs_op_call *c) {
@@ -732,7 +769,7 @@ static bool conv_transpose_supports(const gs_devop *op, const gs_op_call *c) {
 /* MaxPool (values only) and AveragePool; GlobalAveragePool is a mean. */
 static bool pool_supports(const gs_devop *op, const gs_op_call *c) {
   const gs_pool_attrs *a = c->attrs;
-  return f32_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 &&
+  return fp_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 &&
          c->in[0].shape.rank == 2 + a->spatial;
 }
 
@@ -756,18 +793,20 @@ static int run_pool(const gs_devop *op, const gs_devops_target *t) {
   g.in_channels = g.batch * g.in_channels;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   int32_t is_max = op->variant, include_pad = a->count_include_pad;
-  return LAUNCH(t, GS_DK_pool_f32, n, BUF(0, 4), BUF(1, 4), VAL(n), VAL(g), VAL(pad_end[0]),
-                VAL(pad_end[1]), VAL(pad_end[2]), VAL(is_max), VAL(include_pad));
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, GS_DK_pool_fp, n, BUF(0, es), BUF(1, es), VAL(n), VAL(g), VAL(pad_end[0]),
+                VAL(pad_end[1]), VAL(pad_end[2]), VAL(is_max), VAL(include_pad), VAL(half));
 }
 
 static bool global_pool_supports(const gs_devop *op, const gs_op_call *c) {
-  return f32_supports(op, c) && c->in[0].shape.rank >= 2 && c->in[0].shape.rank <= 8;
+  return fp_supports(op, c) && c->in[0].shape.rank >= 2 && c->in[0].shape.rank <= 8;
 }
 
 static bool resize_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
-  return c->attrs && c->n_out == 1 && c->in[0].dtype == GS_DT_FLOAT32 &&
-         c->out[0].dtype == GS_DT_FLOAT32 && c->in[0].shape.rank <= 8;
+  return c->attrs && c->n_out == 1 && is_float(c->in[0].dtype) &&
+         c->out[0].dtype == c->in[0].dtype && c->in[0].shape.rank <= 8;
 }
 
 static int run_resize(const gs_devop *op, const gs_devops_target *t) {
@@ -782,14 +821,77 @@ static int run_resize(const gs_devop *op, const gs_devops_target *t) {
     g.scale[d] = (float)a->scale[d];
   }
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
-  return LAUNCH(t, GS_DK_resize_f32, n, BUF(0, 4), BUF(c->n_in, 4), VAL(n), VAL(g));
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, GS_DK_resize_fp, n, BUF(0, es), BUF(c->n_in, es), VAL(n), VAL(g), VAL(half));
+}
+
+/* ---- MatMul and Gemm without a BLAS -------------------------------------------------------------- */
+
+/* For float16, and float32 where the backend has no BLAS library. */
+static bool matmul_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->attrs && c->n_out == 1 && fp_size(c);
+}
+
+static int run_matmul(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_matmul_attrs *m = c->attrs;
+  dk_gemm g = {.batch = m->batch, .m = m->m, .n = m->n, .k = m->k, .batch_rank = m->batch_rank,
+               .a_row = m->k, .a_col = 1, .b_row = m->n, .b_col = 1, .alpha = 1.0f,
+               .has_bias = m->has_bias, .relu = m->act == GS_ACT_RELU};
+  for (int d = 0; d < m->batch_rank; d++) {
+    g.batch_dims[d] = m->batch_dims[d];
+    g.a_batch_strides[d] = m->a_batch_strides[d];
+    g.b_batch_strides[d] = m->b_batch_strides[d];
+  }
+  uint64_t total = (uint64_t)(m->batch * m->m * m->n);
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, GS_DK_matmul_fp, total, BUF(0, es), BUF(1, es), BUF(m->has_bias ? 2 : 0, es),
+                BUF(c->n_in, es), VAL(total), VAL(g), VAL(half));
+}
+
+static bool gemm_supports(const gs_devop *op, const gs_op_call *c) {
+  return matmul_supports(op, c) && c->in[0].shape.rank == 2 && c->in[1].shape.rank == 2 &&
+         c->out[0].shape.rank == 2 && (!present(c, 2) || c->in[2].shape.rank <= 2);
+}
+
+/* y = alpha op(A) op(B) + beta C: C broadcast into y first. A transpose is
+ * the strides of rows and columns swapped. */
+static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_gemm_attrs *a = c->attrs;
+  int64_t a_cols = c->in[0].shape.dims[1], b_cols = c->in[1].shape.dims[1];
+  bool has_c = present(c, 2) && a->beta != 0;
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  dk_gemm g = {.batch = 1, .m = a->m, .n = a->n, .k = a->k,
+               .a_row = a->trans_a ? 1 : a_cols, .a_col = a->trans_a ? a_cols : 1,
+               .b_row = a->trans_b ? 1 : b_cols, .b_col = a->trans_b ? b_cols : 1,
+               .alpha = a->alpha, .beta = has_c ? a->beta : 0.0f,
+               .relu = a->act == GS_ACT_RELU};
+  if (has_c) {
+    dk_walk w = {.rank = 2, .dims = {a->m, a->n}};
+    gs_launch_broadcast_strides(&c->in[2].shape, &c->out[0].shape, w.strides[0]);
+    contiguous_strides(&c->out[0].shape, w.strides[1]);
+    int rc = copy_walk(t, 2, c->n_in, es, &w);
+    if (rc < 0)
+      return rc;
+  }
+  uint64_t total = (uint64_t)(a->m * a->n);
+  return LAUNCH(t, GS_DK_matmul_fp, total, BUF(0, es), BUF(1, es), BUF(0, es), BUF(c->n_in, es),
+                VAL(total), VAL(g), VAL(half));
 }
 
 /* ---- for a backend's GEMM --------------------------------------------------------------------------- */
 
 int gs_devops_bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n) {
   uint64_t r = (uint64_t)rows, m = (uint64_t)n;
-  return LAUNCH(t, GS_DK_bias_rows_f32, r * m, BUF(bias, 4), BUF(y, 4), VAL(r), VAL(m));
+  int32_t half = 0;
+  return LAUNCH(t, GS_DK_bias_rows_fp, r * m, BUF(bias, 4), BUF(y, 4), VAL(r), VAL(m), VAL(half));
 }
 
 int gs_devops_broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
@@ -878,8 +980,10 @@ static const gs_devop ops[] = {
     {"ReduceMax", REDUCE_MAX, reduce_supports, run_reduce},
     {"ArgMax", 0, argmax_supports, run_argmax},
     {"TopK", 0, topk_supports, run_topk},
-    {"Softmax", 0, f32_supports, run_softmax},
-    {"LogSoftmax", 1, f32_supports, run_softmax},
+    {"MatMul", 0, matmul_supports, run_matmul},
+    {"Gemm", 0, gemm_supports, run_gemm},
+    {"Softmax", 0, fp_supports, run_softmax},
+    {"LogSoftmax", 1, fp_supports, run_softmax},
     {"LayerNormalization", 0, layernorm_supports, run_layernorm},
     {"BatchNormalization", 0, batchnorm_supports, run_batchnorm},
     {"Conv", 0, conv_supports, run_conv},

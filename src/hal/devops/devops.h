@@ -23,8 +23,8 @@
   X(fill_b8) X(fill_b16) X(fill_b32) X(fill_b64)                                                 \
   X(pad_b8) X(pad_b16) X(pad_b32) X(pad_b64)                                                     \
   X(where_b8) X(where_b16) X(where_b32) X(where_b64)                                             \
-  X(reduce_f32) X(argmax_f32) X(topk_f32) X(softmax_f32) X(layernorm_f32) X(batchnorm_f32)       \
-  X(bias_rows_f32) X(conv_f32) X(conv_transpose_f32) X(pool_f32) X(resize_f32)
+  X(reduce_fp) X(argmax_fp) X(topk_fp) X(softmax_fp) X(layernorm_fp) X(batchnorm_fp)            \
+  X(bias_rows_fp) X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,

@@ -8,7 +8,7 @@
  *   DEVFN          a helper function's qualifiers
  *   FOR_EACH(i, n) i over [0, n), striding over the whole launch
  *   half_t, LOAD_F16(p, i), STORE_F16(v, p, i)  float16 in memory; the
- *                  arithmetic is float32 (no half-precision extension needed)
+ *                  arithmetic is float32 (no fp16-precision extension needed)
  *   ulong, uint, ushort, uchar, and the float math functions' generic names.
  * Every buffer comes with an offset in elements, so that buffers
  * sub-allocated from one device block need no sub-buffer objects.
@@ -132,6 +132,20 @@ DEVFN long binary_apply_int(int op, long a, long b) {
 
 #define LOAD_F32(p, i) ((p)[i])
 #define STORE_F32(v, p, i) ((p)[i] = (v))
+
+/* The kernels below whose names end in _fp take float32 or float16 (fp16
+ * set) through these: the arithmetic is float32 either way. The branch is
+ * the same for every item of a launch. */
+DEVFN float ldf(GLOBAL const void *p, ulong i, int fp16) {
+  return fp16 ? LOAD_F16((GLOBAL const half_t *)p, i) : ((GLOBAL const float *)p)[i];
+}
+
+DEVFN void stf(GLOBAL void *p, ulong i, float v, int fp16) {
+  if (fp16)
+    STORE_F16(v, (GLOBAL half_t *)p, i);
+  else
+    ((GLOBAL float *)p)[i] = v;
+}
 
 #define DEFINE_FLOAT_ELEMENTWISE(SUFFIX, T, LOAD, STORE)                                        \
   KERNEL unary_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, int op,     \
@@ -429,8 +443,8 @@ typedef struct reduce_geom {
   long count; /* elements reduced into each output */
 } reduce_geom;
 
-KERNEL reduce_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulong n, int op,
-                  reduce_geom g) {
+KERNEL reduce_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n, int op,
+                 reduce_geom g, int fp16) {
   FOR_EACH(i, n) {
     ulong rest = i;
     long base = (long)xo;
@@ -445,10 +459,10 @@ KERNEL reduce_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ul
         off += (q % g.red_dims[d]) * g.red_strides[d];
         q /= g.red_dims[d];
       }
-      float v = x[base + off];
+      float v = ldf(x, (ulong)(base + off), fp16);
       acc = op == REDUCE_MAX ? (v > acc || v != v ? v : acc) : acc + v;
     }
-    y[yo + i] = op == REDUCE_MEAN ? acc / (float)g.count : acc;
+    stf(y, yo + i, op == REDUCE_MEAN ? acc / (float)g.count : acc, fp16);
   }
 }
 
@@ -482,15 +496,14 @@ DEFINE_INT_REDUCE(i64, long)
 DEFINE_INT_REDUCE(i32, int)
 
 /* ArgMax along one axis: x as [outer, len, inner]; int64 indices. */
-KERNEL argmax_f32(GLOBAL const float *x, ulong xo, GLOBAL long *y, ulong yo, ulong outer,
-                  ulong len, ulong inner, int select_last) {
+KERNEL argmax_fp(GLOBAL const void *x, ulong xo, GLOBAL long *y, ulong yo, ulong outer,
+                 ulong len, ulong inner, int select_last, int fp16) {
   FOR_EACH(id, outer * inner) {
-    ulong o = id / inner, in = id % inner;
-    GLOBAL const float *xs = x + xo + o * len * inner + in;
-    float bv = xs[0];
+    ulong o = id / inner, in = id % inner, at = xo + o * len * inner + in;
+    float bv = ldf(x, at, fp16);
     long best = 0;
     for (ulong i = 1; i < len; i++) {
-      float v = xs[i * inner];
+      float v = ldf(x, at + i * inner, fp16);
       if (v > bv || (select_last && v == bv) || (v != v && bv == bv)) {
         bv = v;
         best = (long)i;
@@ -504,18 +517,18 @@ KERNEL argmax_f32(GLOBAL const float *x, ulong xo, GLOBAL long *y, ulong yo, ulo
  * indices) in order, ties lower index first. Each pick is the best element
  * ranked after the previous pick: O(k len) per row, for the small k of
  * inference. */
-KERNEL topk_f32(GLOBAL const float *x, ulong xo, GLOBAL float *vals, ulong vo, GLOBAL long *idx,
-                ulong io, int has_idx, ulong outer, ulong len, ulong inner, ulong k, int largest) {
+KERNEL topk_fp(GLOBAL const void *x, ulong xo, GLOBAL void *vals, ulong vo, GLOBAL long *idx,
+               ulong io, int has_idx, ulong outer, ulong len, ulong inner, ulong k, int largest,
+               int fp16) {
   FOR_EACH(id, outer * inner) {
-    ulong o = id / inner, in = id % inner;
-    GLOBAL const float *xs = x + xo + o * len * inner + in;
+    ulong o = id / inner, in = id % inner, at = xo + o * len * inner + in;
     float pv = 0.0f;
     long pi = -1;
     for (ulong j = 0; j < k; j++) {
       long best = -1;
       float bv = 0.0f;
       for (ulong i = 0; i < len; i++) {
-        float v = xs[i * inner];
+        float v = ldf(x, at + i * inner, fp16);
         /* ranked after the previous pick? */
         bool after = pi < 0 || (largest ? v < pv : v > pv) || (v == pv && (long)i > pi);
         if (!after)
@@ -526,7 +539,7 @@ KERNEL topk_f32(GLOBAL const float *x, ulong xo, GLOBAL float *vals, ulong vo, G
         }
       }
       ulong out = o * k * inner + j * inner + in;
-      vals[vo + out] = bv;
+      stf(vals, vo + out, bv, fp16);
       if (has_idx)
         idx[io + out] = best;
       pv = bv;
@@ -538,65 +551,65 @@ KERNEL topk_f32(GLOBAL const float *x, ulong xo, GLOBAL float *vals, ulong vo, G
 /* ---- normalisation and Softmax ----------------------------------------------------------------- */
 
 /* Softmax (or LogSoftmax) along one axis: x as [outer, len, inner]. */
-KERNEL softmax_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulong outer,
-                   ulong len, ulong inner, int log_out) {
+KERNEL softmax_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong outer,
+                  ulong len, ulong inner, int log_out, int fp16) {
   FOR_EACH(id, outer * inner) {
     ulong o = id / inner, in = id % inner;
-    GLOBAL const float *xs = x + xo + o * len * inner + in;
-    GLOBAL float *ys = y + yo + o * len * inner + in;
+    ulong xs = xo + o * len * inner + in, ys = yo + o * len * inner + in;
     float mx = -INFINITY;
     for (ulong i = 0; i < len; i++)
-      mx = fmax(mx, xs[i * inner]);
+      mx = fmax(mx, ldf(x, xs + i * inner, fp16));
     float sum = 0.0f;
     for (ulong i = 0; i < len; i++)
-      sum += exp(xs[i * inner] - mx);
-    if (log_out) {
-      float ls = log(sum);
-      for (ulong i = 0; i < len; i++)
-        ys[i * inner] = xs[i * inner] - mx - ls;
-    } else {
-      float inv = 1.0f / sum;
-      for (ulong i = 0; i < len; i++)
-        ys[i * inner] = exp(xs[i * inner] - mx) * inv;
+      sum += exp(ldf(x, xs + i * inner, fp16) - mx);
+    float ls = log(sum), inv = 1.0f / sum;
+    for (ulong i = 0; i < len; i++) {
+      float v = ldf(x, xs + i * inner, fp16) - mx;
+      stf(y, ys + i * inner, log_out ? v - ls : exp(v) * inv, fp16);
     }
   }
 }
 
 /* LayerNormalization over the last `inner` elements of each row. */
-KERNEL layernorm_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *scale, ulong so,
-                     GLOBAL const float *bias, ulong bo, int has_bias, GLOBAL float *y, ulong yo,
-                     ulong rows, ulong inner, float eps) {
+KERNEL layernorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
+                    GLOBAL const void *bias, ulong bo, int has_bias, GLOBAL void *y, ulong yo,
+                    ulong rows, ulong inner, float eps, int fp16) {
   FOR_EACH(r, rows) {
-    GLOBAL const float *xr = x + xo + r * inner;
-    GLOBAL float *yr = y + yo + r * inner;
+    ulong xr = xo + r * inner, yr = yo + r * inner;
     float sum = 0.0f;
     for (ulong i = 0; i < inner; i++)
-      sum += xr[i];
+      sum += ldf(x, xr + i, fp16);
     float mean = sum / (float)inner, sq = 0.0f;
-    for (ulong i = 0; i < inner; i++)
-      sq += (xr[i] - mean) * (xr[i] - mean);
+    for (ulong i = 0; i < inner; i++) {
+      float d = ldf(x, xr + i, fp16) - mean;
+      sq += d * d;
+    }
     float inv = 1.0f / sqrt(sq / (float)inner + eps);
     for (ulong i = 0; i < inner; i++)
-      yr[i] = (xr[i] - mean) * inv * scale[so + i] + (has_bias ? bias[bo + i] : 0.0f);
+      stf(y, yr + i,
+          (ldf(x, xr + i, fp16) - mean) * inv * ldf(scale, so + i, fp16) +
+              (has_bias ? ldf(bias, bo + i, fp16) : 0.0f),
+          fp16);
   }
 }
 
 /* BatchNormalization (inference): x as [batch, channels, inner]. */
-KERNEL batchnorm_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *scale, ulong so,
-                     GLOBAL const float *bias, ulong bo, GLOBAL const float *mean, ulong mo,
-                     GLOBAL const float *var, ulong vo, GLOBAL float *y, ulong yo, ulong n,
-                     ulong channels, ulong inner, float eps) {
+KERNEL batchnorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
+                    GLOBAL const void *bias, ulong bo, GLOBAL const void *mean, ulong mo,
+                    GLOBAL const void *var, ulong vo, GLOBAL void *y, ulong yo, ulong n,
+                    ulong channels, ulong inner, float eps, int fp16) {
   FOR_EACH(i, n) {
     ulong c = (i / inner) % channels;
-    float s = scale[so + c] / sqrt(var[vo + c] + eps);
-    y[yo + i] = x[xo + i] * s + (bias[bo + c] - mean[mo + c] * s);
+    float s = ldf(scale, so + c, fp16) / sqrt(ldf(var, vo + c, fp16) + eps);
+    stf(y, yo + i, ldf(x, xo + i, fp16) * s + (ldf(bias, bo + c, fp16) - ldf(mean, mo + c, fp16) * s),
+        fp16);
   }
 }
 
 /* Every row of y (rows x n) starts as the bias: GEMM then adds onto it. */
-KERNEL bias_rows_f32(GLOBAL const float *bias, ulong bo, GLOBAL float *y, ulong yo, ulong rows,
-                     ulong n) {
-  FOR_EACH(i, rows * n) { y[yo + i] = bias[bo + i % n]; }
+KERNEL bias_rows_fp(GLOBAL const void *bias, ulong bo, GLOBAL void *y, ulong yo, ulong rows,
+                    ulong n, int fp16) {
+  FOR_EACH(i, rows * n) { stf(y, yo + i, ldf(bias, bo + i % n, fp16), fp16); }
 }
 
 /* ---- convolution and pooling ------------------------------------------------------------------ */
@@ -609,9 +622,9 @@ typedef struct conv_geom {
 
 /* Conv, one output element per item: y[b, m, o...] = sum over the group's
  * channels and the window of x * w, + bias; weights [M, C/group, k...]. */
-KERNEL conv_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *w, ulong wo,
-                GLOBAL const float *bias, ulong bo, int has_bias, GLOBAL float *y, ulong yo,
-                ulong n, conv_geom g, int relu) {
+KERNEL conv_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, ulong wo,
+               GLOBAL const void *bias, ulong bo, int has_bias, GLOBAL void *y, ulong yo,
+               ulong n, conv_geom g, int relu, int fp16) {
   long cg = g.in_channels / g.group, mg = g.out_channels / g.group;
   long ksize = g.k[0] * g.k[1] * g.k[2];
   FOR_EACH(i, n) {
@@ -621,10 +634,10 @@ KERNEL conv_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *w, ulong wo
     long o0 = r % g.out[0]; r /= g.out[0];
     long m = r % g.out_channels, b = r / g.out_channels;
     long c0 = (m / mg) * cg;
-    float acc = has_bias ? bias[bo + m] : 0.0f;
+    float acc = has_bias ? ldf(bias, bo + (ulong)m, fp16) : 0.0f;
     for (long c = 0; c < cg; c++) {
-      GLOBAL const float *xc = x + xo + ((b * g.in_channels + c0 + c) * g.in[0]) * g.in[1] * g.in[2];
-      GLOBAL const float *wc = w + wo + (m * cg + c) * ksize;
+      long xc = (long)xo + ((b * g.in_channels + c0 + c) * g.in[0]) * g.in[1] * g.in[2];
+      long wc = (long)wo + (m * cg + c) * ksize;
       for (long k0 = 0; k0 < g.k[0]; k0++) {
         long p0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dil[0];
         if (p0 < 0 || p0 >= g.in[0])
@@ -633,25 +646,25 @@ KERNEL conv_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *w, ulong wo
           long p1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dil[1];
           if (p1 < 0 || p1 >= g.in[1])
             continue;
-          GLOBAL const float *xr = xc + (p0 * g.in[1] + p1) * g.in[2];
-          GLOBAL const float *wr = wc + (k0 * g.k[1] + k1) * g.k[2];
+          long xr = xc + (p0 * g.in[1] + p1) * g.in[2];
+          long wr = wc + (k0 * g.k[1] + k1) * g.k[2];
           for (long k2 = 0; k2 < g.k[2]; k2++) {
             long p2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dil[2];
             if (p2 >= 0 && p2 < g.in[2])
-              acc += xr[p2] * wr[k2];
+              acc += ldf(x, (ulong)(xr + p2), fp16) * ldf(w, (ulong)(wr + k2), fp16);
           }
         }
       }
     }
-    y[yo + i] = relu && acc < 0.0f ? 0.0f : acc;
+    stf(y, yo + i, relu && acc < 0.0f ? 0.0f : acc, fp16);
   }
 }
 
 /* ConvTranspose, one output element per item, gathering the inputs that
  * scatter onto it; weights [C, M/group, k...]. */
-KERNEL conv_transpose_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *w, ulong wo,
-                          GLOBAL const float *bias, ulong bo, int has_bias, GLOBAL float *y,
-                          ulong yo, ulong n, conv_geom g) {
+KERNEL conv_transpose_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, ulong wo,
+                         GLOBAL const void *bias, ulong bo, int has_bias, GLOBAL void *y,
+                         ulong yo, ulong n, conv_geom g, int fp16) {
   long cg = g.in_channels / g.group, mg = g.out_channels / g.group;
   long ksize = g.k[0] * g.k[1] * g.k[2];
   FOR_EACH(i, n) {
@@ -661,7 +674,7 @@ KERNEL conv_transpose_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *w
     o[0] = r % g.out[0]; r /= g.out[0];
     long m = r % g.out_channels, b = r / g.out_channels;
     long grp = m / mg, mm = m % mg;
-    float acc = has_bias ? bias[bo + m] : 0.0f;
+    float acc = has_bias ? ldf(bias, bo + (ulong)m, fp16) : 0.0f;
     for (long k0 = 0; k0 < g.k[0]; k0++) {
       long t0 = o[0] + g.pad[0] - k0 * g.dil[0];
       if (t0 < 0 || t0 % g.stride[0] || t0 / g.stride[0] >= g.in[0])
@@ -678,28 +691,28 @@ KERNEL conv_transpose_f32(GLOBAL const float *x, ulong xo, GLOBAL const float *w
           long kat = (k0 * g.k[1] + k1) * g.k[2] + k2;
           for (long c = 0; c < cg; c++) {
             long ch = grp * cg + c;
-            acc += x[xo + (b * g.in_channels + ch) * g.in[0] * g.in[1] * g.in[2] + at] *
-                   w[wo + (ch * mg + mm) * ksize + kat];
+            acc += ldf(x, xo + (ulong)((b * g.in_channels + ch) * g.in[0] * g.in[1] * g.in[2] + at), fp16) *
+                   ldf(w, wo + (ulong)((ch * mg + mm) * ksize + kat), fp16);
           }
         }
       }
     }
-    y[yo + i] = acc;
+    stf(y, yo + i, acc, fp16);
   }
 }
 
 /* MaxPool and AveragePool, one output per item over [batch x channels]
  * planes (in_channels: their count). The divisor with count_include_pad
  * counts taps up to the end padding, as the CPU's pool does. */
-KERNEL pool_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulong n,
-                conv_geom g, long pad_end0, long pad_end1, long pad_end2, int is_max,
-                int count_include_pad) {
+KERNEL pool_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n,
+               conv_geom g, long pad_end0, long pad_end1, long pad_end2, int is_max,
+               int count_include_pad, int fp16) {
   FOR_EACH(i, n) {
     long r = (long)i, o[3];
     o[2] = r % g.out[2]; r /= g.out[2];
     o[1] = r % g.out[1]; r /= g.out[1];
     o[0] = r % g.out[0]; r /= g.out[0];
-    GLOBAL const float *xp = x + xo + r * g.in[0] * g.in[1] * g.in[2];
+    long xp = (long)xo + r * g.in[0] * g.in[1] * g.in[2];
     long lim[3] = {g.in[0] + pad_end0, g.in[1] + pad_end1, g.in[2] + pad_end2};
     float best = -INFINITY, sum = 0.0f;
     long taps = 0, padded = 1;
@@ -721,7 +734,7 @@ KERNEL pool_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulon
           long p2 = o[2] * g.stride[2] - g.pad[2] + k2 * g.dil[2];
           if (p2 < 0 || p2 >= g.in[2])
             continue;
-          float v = xp[(p0 * g.in[1] + p1) * g.in[2] + p2];
+          float v = ldf(x, (ulong)(xp + (p0 * g.in[1] + p1) * g.in[2] + p2), fp16);
           best = v > best ? v : best;
           sum += v;
           taps++;
@@ -729,7 +742,7 @@ KERNEL pool_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulon
       }
     }
     long div = count_include_pad ? padded : taps;
-    y[yo + i] = is_max ? best : div ? sum / (float)div : 0.0f;
+    stf(y, yo + i, is_max ? best : div ? sum / (float)div : 0.0f, fp16);
   }
 }
 
@@ -777,8 +790,8 @@ DEVFN long nearest_index(int mode, float x, long in) {
 }
 
 /* Nearest, or (multi)linear over the dimensions that move. */
-KERNEL resize_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ulong n,
-                  resize_geom g) {
+KERNEL resize_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n,
+                 resize_geom g, int fp16) {
   FOR_EACH(i, n) {
     long lo[8], step[8], base = 0, stride = 1;
     float w[8];
@@ -813,8 +826,50 @@ KERNEL resize_f32(GLOBAL const float *x, ulong xo, GLOBAL float *y, ulong yo, ul
         weight *= up ? w[d] : 1.0f - w[d];
         off += up ? step[d] : 0;
       }
-      v += weight * x[xo + off];
+      v += weight * ldf(x, xo + (ulong)off, fp16);
     }
-    y[yo + i] = v;
+    stf(y, yo + i, v, fp16);
+  }
+}
+
+/* ---- GEMM without a BLAS ------------------------------------------------------------------------ */
+
+/* y[b] = alpha A[b] B[b] (+ beta y[b], + bias on every row), Relu after if
+ * asked; any transposes as the strides of rows and columns, batches as
+ * MatMul's broadcast strides. One output per item, float32 accumulation:
+ * for float16, and float32 where no BLAS library is installed. */
+typedef struct gemm_geom {
+  long batch, m, n, k;
+  long batch_rank;
+  long batch_dims[8];
+  long a_batch_strides[8], b_batch_strides[8];
+  long a_row, a_col, b_row, b_col;
+  float alpha, beta;
+  int has_bias, relu;
+} gemm_geom;
+
+KERNEL matmul_fp(GLOBAL const void *a, ulong ao, GLOBAL const void *b, ulong bo,
+                 GLOBAL const void *bias, ulong biaso, GLOBAL void *y, ulong yo, ulong total,
+                 gemm_geom g, int fp16) {
+  FOR_EACH(i, total) {
+    long j = (long)(i % (ulong)g.n), r = (long)(i / (ulong)g.n);
+    long row = r % g.m, bt = r / g.m;
+    long oa = 0, ob = 0, q = bt;
+    for (int d = (int)g.batch_rank - 1; d >= 0; d--) {
+      long at = q % g.batch_dims[d];
+      q /= g.batch_dims[d];
+      oa += at * g.a_batch_strides[d];
+      ob += at * g.b_batch_strides[d];
+    }
+    float acc = 0.0f;
+    for (long k = 0; k < g.k; k++)
+      acc += ldf(a, ao + (ulong)(oa + row * g.a_row + k * g.a_col), fp16) *
+             ldf(b, bo + (ulong)(ob + k * g.b_row + j * g.b_col), fp16);
+    float v = g.alpha * acc;
+    if (g.beta != 0.0f)
+      v += g.beta * ldf(y, yo + i, fp16);
+    if (g.has_bias)
+      v += ldf(bias, biaso + (ulong)j, fp16);
+    stf(y, yo + i, g.relu && v < 0.0f ? 0.0f : v, fp16);
   }
 }

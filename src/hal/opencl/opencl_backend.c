@@ -422,7 +422,7 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
       .event_timing = true,
       .process_list = false,
       .inline_streams = false,
-      .half_precision = false, /* no half kernels yet */
+      .half_precision = true, /* float16 kernels (devops); bfloat16 runs on the CPU */
       .min_alignment = d->align < 64 ? 64 : d->align,
   };
   (void)ext;

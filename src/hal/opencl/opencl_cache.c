@@ -123,10 +123,17 @@ int gs__ocl_build_program(ocl_device *d, const char *dev_name, const char *sourc
     return gs__ocl_fail(err, "clCreateProgramWithSource");
   err = clBuildProgram(p, 1, &d->id, "-cl-std=CL1.2", NULL, NULL);
   if (err != CL_SUCCESS) {
-    char log[2048] = "";
-    clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    /* The log's beginning: its first errors (it may run to many kilobytes). */
+    size_t size = 0;
+    clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
+    char *log = calloc(size + 1, 1);
+    if (log && size)
+      clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, size, log, NULL);
     clReleaseProgram(p);
-    return gs_error(GS_EDEVICE, "%s: the kernels do not build: %s", dev_name, log);
+    int rc = gs_error(GS_EDEVICE, "%s: the kernels do not build: %.1500s", dev_name,
+                      log ? log : "(no log: out of memory)");
+    free(log);
+    return rc;
   }
   if (cached)
     save_binary(p, path);

@@ -126,16 +126,20 @@ static int clblast_fail(CLBlastStatusCode st, const char *what) {
                   "%s: CLBlast status %d", what, (int)st);
 }
 
-static bool matmul_supports(const ocl_kernel *k, const void *params, size_t size) {
-  (void)k;
+/* Float32 through CLBlast; float16 through devops.c's kernel. */
+static bool blas_f32(const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
   return c && c->attrs && gs_launch_all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32;
 }
 
+static bool matmul_supports(const ocl_kernel *k, const void *params, size_t size) {
+  return blas_f32(params, size) || devop_supports(k, params, size);
+}
+
 static int run_matmul(const launch_op *l) {
   const gs_op_call *c = gs_launch_call(l->params, l->params_size);
-  if (!c || !matmul_supports(l->k, l->params, l->params_size))
-    return gs_error(GS_ENOTSUP, "MatMul on OpenCL: float32 only");
+  if (!blas_f32(l->params, l->params_size))
+    return run_devop(l);
   const gs_matmul_attrs *m = c->attrs;
   gs_devops_target t = target_of(l, c);
   cl_mem A = NULL, B = NULL, Y = NULL;
@@ -186,15 +190,14 @@ static int run_matmul(const launch_op *l) {
 }
 
 static bool gemm_supports(const ocl_kernel *k, const void *params, size_t size) {
-  (void)k;
-  return gs_launch_gemm_ok(gs_launch_call(params, size));
+  return gs_launch_gemm_ok(gs_launch_call(params, size)) || devop_supports(k, params, size);
 }
 
 /* y = alpha op(A) op(B) + beta C, C broadcast to y first. */
 static int run_gemm(const launch_op *l) {
   const gs_op_call *c = gs_launch_call(l->params, l->params_size);
-  if (!c || !gemm_supports(l->k, l->params, l->params_size))
-    return gs_error(GS_ENOTSUP, "Gemm on OpenCL: float32 only");
+  if (!gs_launch_gemm_ok(c))
+    return run_devop(l);
   const gs_gemm_attrs *g = c->attrs;
   gs_devops_target t = target_of(l, c);
   bool has_c = c->n_in > 2 && l->ops[2].present && g->beta != 0;
@@ -226,10 +229,6 @@ static int run_gemm(const launch_op *l) {
   return g->act == GS_ACT_RELU ? gs_devops_relu_f32(&t, c->n_in, total) : GS_OK;
 }
 
-static const ocl_kernel blas_ops[] = {
-    {"MatMul", NULL, matmul_supports, run_matmul},
-    {"Gemm", NULL, gemm_supports, run_gemm},
-};
 #endif
 
 /* ---- registration -------------------------------------------------------------------------------- */
@@ -243,18 +242,18 @@ int gs__ocl_register_ops(gs_backend_t *backend) {
   if (count > MAX_DEVOPS)
     return gs_error(GS_EINTERNAL, "OpenCL: %zu ops for %d slots", count, MAX_DEVOPS);
   for (size_t i = 0; i < count; i++) {
-    devop_kernels[i] = (ocl_kernel){dops[i].name, &dops[i], devop_supports, run_devop};
-    int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);
-    if (rc < 0)
-      return rc;
-  }
-#ifdef GS_HAVE_CLBLAST
-  for (size_t i = 0; i < sizeof blas_ops / sizeof blas_ops[0]; i++) {
-    int rc = gs__backend_register_kernel(backend, blas_ops[i].name, &blas_ops[i]);
-    if (rc < 0)
-      return rc;
-  }
+    ocl_kernel k = {dops[i].name, &dops[i], devop_supports, run_devop};
+#ifdef GS_HAVE_CLBLAST /* float32 GEMM through CLBlast */
+    if (strcmp(k.name, "MatMul") == 0)
+      k.supports = matmul_supports, k.run = run_matmul;
+    else if (strcmp(k.name, "Gemm") == 0)
+      k.supports = gemm_supports, k.run = run_gemm;
 #endif
+    devop_kernels[i] = k;
+    int rc = gs__backend_register_kernel(backend, k.name, &devop_kernels[i]);
+    if (rc < 0)
+      return rc;
+  }
   return GS_OK;
 }
 
