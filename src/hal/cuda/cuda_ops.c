@@ -70,7 +70,7 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
 
 static int target_copy(void *ctx, int src, size_t src_off, int dst, size_t dst_off, size_t bytes) {
   const launch *l = ctx;
-  CUdeviceptr x, y;
+  CUdeviceptr x = 0, y = 0;
   int rc = operand_ptr(l, src, 1, &x);
   if (rc == 0)
     rc = operand_ptr(l, dst, 1, &y);

@@ -81,8 +81,8 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
 
 static int target_copy(void *ctx, int src, size_t src_off, int dst, size_t dst_off, size_t bytes) {
   const launch_op *l = ctx;
-  cl_mem x, y;
-  cl_ulong xo, yo;
+  cl_mem x = NULL, y = NULL;
+  cl_ulong xo = 0, yo = 0;
   int rc = device_operand(l, src, 1, &x, &xo);
   if (rc == 0)
     rc = device_operand(l, dst, 1, &y, &yo);
