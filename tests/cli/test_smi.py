@@ -328,3 +328,20 @@ def test_opencl_kernels_are_cached_on_disk(tmp_path):
     entries[0].write_bytes(b"not a program")
     assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]  # rebuilt
     assert entries[0].stat().st_size > 1000
+
+
+def test_opencl_telemetry_is_memory_only():
+    """OpenCL says how much memory a device has and nothing else: smi shows
+    the total, what this process holds there as used, the rest as free, and
+    every other figure as not available (null)."""
+    build = os.path.dirname(os.path.abspath(GPUSRV))
+    if not os.path.exists(os.path.join(build, "gpusrv-opencl.so")):
+        pytest.skip("the OpenCL plugin is not built here")
+    doc = smi_json(env={"GPUSRV_PLUGIN_PATH": build, "GPUSRV_BACKENDS": "cpu,opencl"})
+    dev = next((d for d in doc["devices"] if d["id"] == "opencl0"), None)
+    if dev is None:
+        pytest.skip("no OpenCL device here")
+    assert dev["memory_total_bytes"] > 0
+    assert dev["memory_used_bytes"] + dev["memory_free_bytes"] == dev["memory_total_bytes"]
+    for field in ("utilization_percent", "temperature_c", "power_w", "pcie", "ecc_errors"):
+        assert dev[field] is None, field

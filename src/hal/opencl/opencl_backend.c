@@ -68,6 +68,8 @@ static int ocl_segment_alloc(gs_device_t *device, gs_mem_kind kind, size_t size,
       return gs__ocl_fail(err, "clEnqueueMapBuffer");
     }
     out->host_ptr = p;
+  } else {
+    d->device_bytes += size;
   }
   return GS_OK;
 }
@@ -78,6 +80,8 @@ static void ocl_segment_free(gs_device_t *device, gs_mem_kind kind, gs_segment *
   if (seg->host_ptr) {
     clEnqueueUnmapMemObject(d->admin, seg->native, seg->host_ptr, 0, NULL, NULL);
     clFinish(d->admin);
+  } else {
+    d->device_bytes -= seg->size;
   }
   clReleaseMemObject(seg->native);
 }
@@ -470,10 +474,19 @@ static void ocl_shutdown(gs_backend_t *backend) {
     release_device(gs__device_ctx(gs__backend_device(backend, i)));
 }
 
+/* OpenCL tells a device's memory size and nothing of its use: "used" is
+ * what this process's pools hold on it, "free" the rest (other processes'
+ * use is not seen). Utilization, temperature, power and the others: not
+ * available. */
 static int ocl_telemetry(gs_device_t *device, gs_telemetry *out) {
+  ocl_device *d = gs__device_ctx(device);
   memset(out, 0, sizeof *out);
+  out->valid = GS_TM_MEMORY;
   out->memory_total_bytes = gs_device_get_info(device)->memory_total_bytes;
-  return GS_OK; /* used and free: OpenCL does not say; nothing else either */
+  uint64_t used = d->device_bytes;
+  out->memory_used_bytes = used;
+  out->memory_free_bytes = used < out->memory_total_bytes ? out->memory_total_bytes - used : 0;
+  return GS_OK;
 }
 
 static const gs_backend_iface iface = {
