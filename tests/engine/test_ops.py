@@ -164,6 +164,22 @@ def test_gemm_without_c():
     check_op("Gemm", {"a": f32(2, 7), "b": f32(7, 3)})
 
 
+def test_gemm_of_an_empty_sum_is_beta_c(tmp_path):
+    # Against the ONNX definition, Y = alpha A B + beta C: onnxruntime 1.20
+    # returns C unscaled when K is 0, so numpy is the reference here.
+    from gsonnx import load_outputs, make_model, run_gpusrv
+    import onnx
+    from onnx import helper
+    feeds = {"a": f32(2, 0), "b": f32(0, 3), "c": f32(3)}
+    model = make_model([helper.make_node("Gemm", ["a", "b", "c"], ["y"], beta=0.5)], feeds)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    p = run_gpusrv(path, feeds, str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    got = load_outputs(str(tmp_path), ["y"])["y"]
+    np.testing.assert_allclose(got, np.broadcast_to(0.5 * feeds["c"], (2, 3)), rtol=1e-6)
+
+
 @pytest.mark.parametrize("a,b", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (3, 4, 2)),
                                  ((4,), (4, 3)), ((3, 4), (4,)), ((2, 3, 4), (2, 4, 6)),
                                  ((1, 0), (0, 3))])

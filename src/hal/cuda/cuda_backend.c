@@ -194,8 +194,8 @@ static int cu_stream_create(gs_device_t *device, unsigned flags, void **out) {
   if (r == CUDA_SUCCESS) {
     what = "cuMemAlloc(status)";
     r = cu.cuMemAlloc(&s->status, sizeof(gs_devops_status));
-    if (r == CUDA_SUCCESS)
-      r = cu.cuMemsetD8(s->status, 0, sizeof(gs_devops_status));
+    if (r == CUDA_SUCCESS) /* on the stream: ordered before its kernels */
+      r = cu.cuMemsetD8Async(s->status, 0, sizeof(gs_devops_status), s->s);
   }
   if (r != CUDA_SUCCESS) {
     if (s->status)
@@ -223,6 +223,8 @@ static void cu_stream_destroy(void *stream) {
     for (int i = 0; i < MARKS; i++)
       cu.cuEventDestroy(s->marks[i].ev);
     cu.cuMemFree(s->status);
+    if (s->scratch)
+      cu.cuMemFree(s->scratch);
     cu.cuStreamDestroy(s->s);
   }
   pthread_mutex_destroy(&s->lock);
@@ -274,7 +276,8 @@ static int cu_host_func(void *stream, gs_host_fn fn, void *arg) {
   return rc < 0 ? rc : queue_host_call(s, fn, arg, false);
 }
 
-/* After a synchronize: whether a kernel that can fail did (devops.h). */
+/* After a synchronize: whether a kernel that can fail did (devops.h); the
+ * status is cleared (on the stream, before anything queued later). */
 static int check_status(cu_stream *s) {
   pthread_mutex_lock(&s->lock);
   bool armed = s->status_armed;
@@ -282,9 +285,11 @@ static int check_status(cu_stream *s) {
   gs_devops_status st = {0};
   CUresult r = armed ? cu.cuMemcpyDtoH(&st, s->status, sizeof st) : CUDA_SUCCESS;
   if (r == CUDA_SUCCESS && st.code)
-    r = cu.cuMemsetD8(s->status, 0, sizeof st);
-  char node[sizeof s->tag_node[0]];
-  memcpy(node, s->tag_node[(uint64_t)st.tag % GS_CUDA_MARKS], sizeof node);
+    r = cu.cuMemsetD8Async(s->status, 0, sizeof st, s->s);
+  /* Tags count launches; a name is kept for the last GS_CUDA_MARKS. */
+  char node[sizeof s->tag_node[0]] = "";
+  if (s->next_tag - (uint64_t)st.tag <= GS_CUDA_MARKS)
+    memcpy(node, s->tag_node[(uint64_t)st.tag % GS_CUDA_MARKS], sizeof node);
   pthread_mutex_unlock(&s->lock);
   if (r != CUDA_SUCCESS)
     return gs__cu_fail(r, "reading the kernels' status");
@@ -304,11 +309,15 @@ static int cu_synchronize(void *stream) {
   s->error = 0;
   s->error_detail[0] = '\0';
   pthread_mutex_unlock(&s->error_lock);
+  /* The status is read and cleared whatever else failed, so that no run
+   * inherits an earlier one's failure; a kernel's failure is the cause of
+   * what a CPU step after it then did, so it is the one reported. */
+  int status = r == CUDA_SUCCESS ? check_status(s) : GS_OK;
   if (r != CUDA_SUCCESS)
     return gs__cu_fail(r, "cuStreamSynchronize");
-  if (err < 0)
-    return gs_error(err, "%s", detail);
-  return check_status(s);
+  if (status < 0)
+    return status;
+  return err < 0 ? gs_error(err, "%s", detail) : GS_OK;
 }
 
 /* Tickets: an event recorded per mark, from a ring; reusing the oldest

@@ -44,8 +44,10 @@ typedef struct cu_stream {
    * Under lock. */
   CUdeviceptr status;
   bool status_armed;
-  unsigned next_tag;
-  char tag_node[GS_CUDA_MARKS][64]; /* by tag: the node of the launch */
+  uint64_t next_tag;                /* launches that can fail, counted */
+  char tag_node[GS_CUDA_MARKS][64]; /* by tag % GS_CUDA_MARKS: the node of the launch */
+  CUdeviceptr scratch;              /* devops' scratch (im2col), grown on demand */
+  size_t scratch_bytes;
 } cu_stream;
 
 /* A kernel registered for an op: whether it runs a launch (types, shapes),

@@ -1,8 +1,8 @@
 /* cuda_ops.c - the engine's ops on CUDA: devops.c's ops (their kernels are
  * hal/devops/op_kernels.h, compiled into the plugin's fatbin) queued
- * through this plugin's gs_devops_target, and MatMul and Gemm (with the
- * plan's fused bias and Relu) through cuBLAS. Each kernel says which
- * launches it runs (kernel_supports); the plan runs the others on the CPU.
+ * through this plugin's gs_devops_target, whose float32 GEMM (MatMul, Gemm,
+ * Conv) is cuBLAS's where it loaded. Each kernel says which launches it runs
+ * (kernel_supports); the plan runs the others on the CPU.
  * A launch receives its node's gs_op_call, as the CPU's kernels do. */
 #include "hal/cuda/cuda_internal.h"
 
@@ -45,14 +45,23 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
       cu_stream *s = l->s;
       const gs_op_call *c = gs_launch_call(l->a->params, l->a->params_size);
       pthread_mutex_lock(&s->lock);
-      unsigned tag = s->next_tag++ % GS_CUDA_MARKS;
-      snprintf(s->tag_node[tag], sizeof s->tag_node[tag], "%s", c ? c->node_name : "");
+      uint64_t tag = s->next_tag++;
+      char *name = s->tag_node[tag % GS_CUDA_MARKS];
+      snprintf(name, sizeof s->tag_node[0], "%s", c ? c->node_name : "");
       s->status_armed = true;
       pthread_mutex_unlock(&s->lock);
       ptrs[i] = s->status;
       tags[i] = tag;
       params[at++] = &ptrs[i];
       params[at++] = &tags[i];
+      continue;
+    }
+    if (args[i].operand == GS_DK_SCRATCH) {
+      if (!l->s->scratch)
+        return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
+      ptrs[i] = l->s->scratch;
+      params[at++] = &ptrs[i];
+      params[at++] = (void *)&zero;
       continue;
     }
     if (args[i].operand < 0) {
@@ -84,9 +93,13 @@ static int target_copy(void *ctx, int src, size_t src_off, int dst, size_t dst_o
   return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, l->k->name);
 }
 
+static int target_gemm(void *ctx, const gs_devops_gemm *g);
+static int target_scratch(void *ctx, size_t bytes);
+
 static gs_devops_target target_of(const launch *l, const gs_op_call *c) {
   return (gs_devops_target){.ctx = (void *)l, .call = c, .launch = target_launch,
-                            .copy = target_copy};
+                            .copy = target_copy, .gemm = gs__have_cublas ? target_gemm : NULL,
+                            .scratch = target_scratch};
 }
 
 /* ---- devops.c's ops ----------------------------------------------------------------------- */
@@ -105,21 +118,7 @@ static int devop_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *
   return k->dop->run(k->dop, &t);
 }
 
-/* ---- MatMul and Gemm through cuBLAS ------------------------------------------------------------- */
-
-/* Float32 through cuBLAS where it loaded; else devops.c's kernel. */
-static bool blas_matmul(const void *params, size_t size) {
-  const gs_op_call *c = gs_launch_call(params, size);
-  if (!gs__have_cublas || !c || !gs_launch_all_f32(c) || c->in[0].dtype != GS_DT_FLOAT32)
-    return false;
-  const gs_matmul_attrs *m = c->attrs;
-  return m && m->m <= INT32_MAX && m->n <= INT32_MAX && m->k <= INT32_MAX &&
-         m->batch <= INT32_MAX;
-}
-
-static bool matmul_supports(const cu_kernel *k, const void *params, size_t size) {
-  return blas_matmul(params, size) || devop_supports(k, params, size);
-}
+/* ---- GEMM through cuBLAS, and the scratch buffer --------------------------------------------------- */
 
 static int blas_fail(cublasStatus_t st, const char *what) {
   return gs_error(st == CUBLAS_STATUS_ALLOC_FAILED ? GS_ENOMEM : GS_EDEVICE,
@@ -142,111 +141,75 @@ static int blas_handle(cu_stream *s) {
   return made == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(made, "cublasCreate");
 }
 
-static int matmul_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!blas_matmul(a->params, a->params_size))
-    return devop_launch(k, s, a);
-  const gs_matmul_attrs *m = c->attrs;
-  launch l = {k, s, a};
-  gs_devops_target t = target_of(&l, c);
-  CUdeviceptr A = 0, B = 0, Y = 0;
-  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &A);
+/* An operand, or the stream's scratch buffer, as a device address. */
+static int gemm_operand(const launch *l, int i, CUdeviceptr *out) {
+  if (i != GS_DK_SCRATCH)
+    return operand_ptr(l, i, sizeof(float), out);
+  if (!l->s->scratch)
+    return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
+  *out = l->s->scratch;
+  return GS_OK;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
+ * gets B first, each operand's stored layout read as its transpose. */
+static int target_gemm(void *ctx, const gs_devops_gemm *g) {
+  const launch *l = ctx;
+  if (g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX || g->batch > INT32_MAX ||
+      g->lda > INT32_MAX || g->ldb > INT32_MAX || g->ldc > INT32_MAX)
+    return gs_error(GS_ENOTSUP, "%s: a GEMM dimension over 2^31 for cuBLAS", l->k->name);
+  CUdeviceptr A = 0, B = 0, C = 0;
+  int rc = gemm_operand(l, g->a, &A);
   if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &B);
+    rc = gemm_operand(l, g->b, &B);
   if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &Y);
+    rc = gemm_operand(l, g->c, &C);
+  if (rc == 0)
+    rc = blas_handle(l->s);
   if (rc < 0)
     return rc;
-  if ((rc = blas_handle(s)) < 0)
-    return rc;
-  int64_t rows = m->batch * m->m;
-  float alpha = 1.0f, beta = 0.0f;
-  if (m->has_bias) { /* y starts as the bias on every row; GEMM adds onto it */
-    if ((rc = gs_devops_bias_rows(&t, 2, c->n_in, rows, m->n)) < 0)
-      return rc;
-    beta = 1.0f;
-  }
-  if (m->k == 0) { /* an empty sum: the bias, or zeros */
-    if (!m->has_bias && (rc = gs_devops_zero_f32(&t, c->n_in, rows * m->n)) < 0)
-      return rc;
-  } else if (m->m && m->n) {
-    /* Row-major Y = A B is column-major Y^T = B^T A^T: cuBLAS gets B first. */
-    int M = (int)m->m, N = (int)m->n, K = (int)m->k;
-    cublasStatus_t st;
-    if (m->batch_rank <= 1) {
-      long long sa = m->batch_rank ? m->a_batch_strides[0] : 0;
-      long long sb = m->batch_rank ? m->b_batch_strides[0] : 0;
-      st = gs__cublas.cublasSgemmStridedBatched(
-          s->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, (const float *)(uintptr_t)B, N, sb,
-          (const float *)(uintptr_t)A, K, sa, &beta, (float *)(uintptr_t)Y, N,
-          (long long)M * N, (int)m->batch);
-    } else {
-      st = CUBLAS_STATUS_SUCCESS;
-      for (int64_t b = 0; st == CUBLAS_STATUS_SUCCESS && b < m->batch; b++) {
-        int64_t oa, ob;
-        gs_launch_matmul_offsets(m, b, &oa, &ob);
-        st = gs__cublas.cublasSgemm(s->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
-                                    (const float *)(uintptr_t)B + ob, N,
-                                    (const float *)(uintptr_t)A + oa, K, &beta,
-                                    (float *)(uintptr_t)Y + b * m->m * m->n, N);
-      }
-    }
-    if (st != CUBLAS_STATUS_SUCCESS)
-      return blas_fail(st, "cublasSgemm");
-  }
-  return m->act == GS_ACT_RELU ? gs_devops_relu_f32(&t, c->n_in, rows * m->n) : GS_OK;
+  const float *a = (const float *)(uintptr_t)A + g->a_off;
+  const float *b = (const float *)(uintptr_t)B + g->b_off;
+  float *c = (float *)(uintptr_t)C + g->c_off;
+  float alpha = g->alpha, beta = g->beta;
+  cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasStatus_t st =
+      g->batch == 1
+          ? gs__cublas.cublasSgemm(l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha, b,
+                                   (int)g->ldb, a, (int)g->lda, &beta, c, (int)g->ldc)
+          : gs__cublas.cublasSgemmStridedBatched(
+                l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha, b, (int)g->ldb,
+                g->stride_b, a, (int)g->lda, g->stride_a, &beta, c, (int)g->ldc, g->stride_c,
+                (int)g->batch);
+  return st == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(st, "cublasSgemm");
 }
 
-static bool blas_gemm(const void *params, size_t size) {
-  const gs_op_call *c = gs_launch_call(params, size);
-  if (!gs__have_cublas || !gs_launch_gemm_ok(c))
-    return false;
-  const gs_gemm_attrs *g = c->attrs;
-  return g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX;
-}
-
-static bool gemm_supports(const cu_kernel *k, const void *params, size_t size) {
-  return blas_gemm(params, size) || devop_supports(k, params, size);
-}
-
-/* y = alpha op(A) op(B) + beta C, C broadcast to y first. Row-major y is
- * column-major y^T = op(B)^T op(A)^T: cuBLAS gets B first, each operand's
- * stored layout read as its transpose. */
-static int gemm_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
-  const gs_op_call *c = gs_launch_call(a->params, a->params_size);
-  if (!blas_gemm(a->params, a->params_size))
-    return devop_launch(k, s, a);
-  const gs_gemm_attrs *g = c->attrs;
-  bool has_c = c->n_in > 2 && a->buffers[2] && g->beta != 0;
-  launch l = {k, s, a};
-  gs_devops_target t = target_of(&l, c);
-  CUdeviceptr A = 0, B = 0, Y = 0;
-  int rc = gs__cu_device_ptr(a->buffers[0], a->offsets[0], &A);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[1], a->offsets[1], &B);
-  if (rc == 0)
-    rc = gs__cu_device_ptr(a->buffers[c->n_in], a->offsets[c->n_in], &Y);
-  if (rc == 0)
-    rc = blas_handle(s);
-  if (rc < 0)
-    return rc;
-  int64_t total = g->m * g->n;
-  if (has_c && (rc = gs_devops_broadcast_f32(&t, 2, &c->in[2].shape, c->n_in,
-                                             &c->out[0].shape)) < 0)
-    return rc;
-  if (total && g->k) {
-    float alpha = g->alpha, beta = has_c ? g->beta : 0.0f;
-    cublasStatus_t st = gs__cublas.cublasSgemm(
-        s->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-        (int)g->n, (int)g->m, (int)g->k, &alpha, (const float *)(uintptr_t)B,
-        (int)c->in[1].shape.dims[1], (const float *)(uintptr_t)A, (int)c->in[0].shape.dims[1],
-        &beta, (float *)(uintptr_t)Y, (int)g->n);
-    if (st != CUBLAS_STATUS_SUCCESS)
-      return blas_fail(st, "cublasSgemm");
-  } else if (total && !has_c && (rc = gs_devops_zero_f32(&t, c->n_in, total)) < 0) {
-    return rc;
+/* Grows the stream's scratch buffer; the one it replaces may still be read
+ * by queued kernels, so the stream is drained first (rare: a larger need). */
+static int target_scratch(void *ctx, size_t bytes) {
+  const launch *l = ctx;
+  cu_stream *s = l->s;
+  bytes = bytes ? bytes : sizeof(float); /* an empty launch still passes a buffer */
+  if (bytes <= s->scratch_bytes)
+    return GS_OK;
+  CUresult r = CUDA_SUCCESS;
+  if (s->scratch) {
+    r = gs__cu.cuStreamSynchronize(s->s);
+    if (r != CUDA_SUCCESS) /* the old one may still be in use: keep it */
+      return gs__cu_fail(r, "cuStreamSynchronize");
+    gs__cu.cuMemFree(s->scratch);
+    s->scratch = 0;
+    s->scratch_bytes = 0;
   }
-  return g->act == GS_ACT_RELU ? gs_devops_relu_f32(&t, c->n_in, total) : GS_OK;
+  if (r == CUDA_SUCCESS)
+    r = gs__cu.cuMemAlloc(&s->scratch, bytes);
+  if (r != CUDA_SUCCESS) {
+    s->scratch = 0;
+    return gs__cu_fail(r, "cuMemAlloc(scratch)");
+  }
+  s->scratch_bytes = bytes;
+  return GS_OK;
 }
 
 /* ---- registration ----------------------------------------------------------------------------------- */
@@ -260,13 +223,8 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
   if (count > MAX_DEVOPS)
     return gs_error(GS_EINTERNAL, "CUDA: %zu ops for %d slots", count, MAX_DEVOPS);
   for (size_t i = 0; i < count; i++) {
-    cu_kernel k = {dops[i].name, &dops[i], devop_supports, devop_launch};
-    if (strcmp(k.name, "MatMul") == 0) /* float32 GEMM through cuBLAS */
-      k.supports = matmul_supports, k.launch = matmul_launch;
-    else if (strcmp(k.name, "Gemm") == 0)
-      k.supports = gemm_supports, k.launch = gemm_launch;
-    devop_kernels[i] = k;
-    int rc = gs__backend_register_kernel(backend, k.name, &devop_kernels[i]);
+    devop_kernels[i] = (cu_kernel){dops[i].name, &dops[i], devop_supports, devop_launch};
+    int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);
     if (rc < 0)
       return rc;
   }

@@ -18,6 +18,9 @@ typedef unsigned short ushort;
 typedef unsigned char uchar;
 typedef signed char schar;
 typedef __half half_t;
+// True for the one thread that turns *p from 0 to v.
+#define CLAIM(p, v) (atomicCAS((int *)(p), 0, (v)) == 0)
+static_assert(sizeof(long) == 8, "the kernels' long is 64 bits, as OpenCL's and the host's (LP64)");
 #define LOAD_F16(p, i) __half2float((p)[i])
 #define STORE_F16(v, p, i) ((p)[i] = __float2half_rn(v))
 

@@ -53,6 +53,11 @@ typedef struct dk_resize {
   int32_t mode, coord, nearest, unused;
 } dk_resize;
 
+/* Any difference from op_kernels.h's layout (LP64: long is 64 bits) shows here. */
+_Static_assert(sizeof(dk_walk) == 288 && sizeof(dk_pad) == 208 && sizeof(dk_reduce) == 280 &&
+                   sizeof(dk_conv) == 176 && sizeof(dk_gemm) == 280 && sizeof(dk_resize) == 184,
+               "the kernels' structures");
+
 #define BUF(i, es) ((gs_dk_arg){.operand = (i), .size = (es)})
 #define VAL(v) ((gs_dk_arg){.operand = -1, .size = sizeof(v), .value = &(v)})
 #define LAUNCH(t, k, n, ...)                                                                     \
@@ -128,6 +133,13 @@ static int copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_wa
   return LAUNCH(t, by_size(GS_DK_copy_strided_b8, size), n, BUF(x, size), BUF(y, size), VAL(n),
                 VAL(*w));
 }
+
+static int bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n);
+static int broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
+                         const gs_shape *ys);
+static int relu_f32(const gs_devops_target *t, int y, int64_t n);
+static int fill(const gs_devops_target *t, int y, size_t es, uint64_t at, uint64_t n,
+                uint64_t bits);
 
 /* ---- elementwise --------------------------------------------------------------------------- */
 
@@ -312,9 +324,6 @@ static bool moves(const gs_op_call *c) {
   return c->n_out >= 1 && c->out[0].dtype != GS_DT_BYTES &&
          movable_size(gs_launch_element_size(c->out[0].dtype));
 }
-
-static int fill(const gs_devops_target *t, int y, size_t es, uint64_t at, uint64_t n,
-                uint64_t bits);
 
 /* Identity, Dropout (inference: its mask all true) and the reshapes: the
  * bytes as they are. */
@@ -743,12 +752,55 @@ static bool conv_supports(const gs_devop *op, const gs_op_call *c) {
          c->in[0].shape.rank == 2 + a->spatial;
 }
 
+/* Conv in float32 through the backend's BLAS: for as many images at a time
+ * as fit the scratch budget, and each group, the windows' columns into the
+ * stream's scratch (im2col), one GEMM of the group's weights [M/g, C/g k]
+ * by them, and the product into y with the bias and Relu (conv_out). */
+#define CONV_SCRATCH_BUDGET ((int64_t)64 << 20) /* bytes, unless one image needs more */
+
+static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bias, bool relu) {
+  const gs_op_call *c = t->call;
+  int64_t cg = g->in_channels / g->group, mg = g->out_channels / g->group;
+  int64_t ck = cg * g->k[0] * g->k[1] * g->k[2], os = g->out[0] * g->out[1] * g->out[2];
+  int64_t per_image = (ck + mg) * os * (int64_t)sizeof(float);
+  int64_t chunk = per_image > 0 ? CONV_SCRATCH_BUDGET / per_image : g->batch;
+  chunk = chunk < 1 ? 1 : chunk > g->batch ? g->batch : chunk;
+  int rc = t->scratch(t->ctx, (size_t)(chunk * per_image));
+  int32_t bias_flag = has_bias, relu_flag = relu;
+  for (int64_t b0 = 0; rc == 0 && b0 < g->batch; b0 += chunk) {
+    int64_t nb = g->batch - b0 < chunk ? g->batch - b0 : chunk;
+    uint64_t n_cols = (uint64_t)(ck * nb * os);
+    uint64_t col_rows = (uint64_t)(ck * nb * g->out[0] * g->out[1]), out_rows = (uint64_t)(mg * nb);
+    for (int64_t grp = 0; rc == 0 && grp < g->group; grp++) {
+      int64_t c0 = grp * cg, m0 = grp * mg;
+      rc = LAUNCH(t, GS_DK_im2col_f32, col_rows, BUF(0, 4), BUF(GS_DK_SCRATCH, 4),
+                  VAL(col_rows), VAL(*g), VAL(b0), VAL(nb), VAL(c0));
+      gs_devops_gemm mm = {.m = mg, .n = nb * os, .k = ck, .batch = 1, .alpha = 1.0f,
+                           .a = 1, .b = GS_DK_SCRATCH, .c = GS_DK_SCRATCH,
+                           .a_off = m0 * ck, .c_off = (int64_t)n_cols,
+                           .lda = ck, .ldb = nb * os, .ldc = nb * os};
+      if (rc == 0)
+        rc = t->gemm(t->ctx, &mm);
+      uint64_t yt_at = n_cols;
+      int64_t channels = g->out_channels;
+      if (rc == 0)
+        rc = LAUNCH(t, GS_DK_conv_out_f32, out_rows, BUF(GS_DK_SCRATCH, 4), VAL(yt_at),
+                    BUF(has_bias ? 2 : 0, 4), VAL(bias_flag), BUF(c->n_in, 4), VAL(out_rows),
+                    VAL(b0), VAL(nb), VAL(m0), VAL(mg), VAL(channels), VAL(os), VAL(relu_flag));
+    }
+  }
+  return rc;
+}
+
 static int run_conv(const gs_devop *op, const gs_devops_target *t) {
   const gs_op_call *c = t->call;
   const gs_conv_attrs *a = c->attrs;
   dk_conv g;
   conv_geometry(c, a->spatial, a->kernel, a->stride, a->dilation, a->pad_begin, &g);
   g.group = a->group;
+  if (!op->variant && c->in[0].dtype == GS_DT_FLOAT32 && t->gemm && t->scratch &&
+      gs_launch_numel(&c->out[0].shape) > 0)
+    return conv_as_gemm(t, &g, present(c, 2), a->act == GS_ACT_RELU);
   int32_t has_bias = present(c, 2), relu = a->act == GS_ACT_RELU;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
@@ -834,10 +886,47 @@ static bool matmul_supports(const gs_devop *op, const gs_op_call *c) {
   return c->attrs && c->n_out == 1 && fp_size(c);
 }
 
+/* Float32 MatMul through the backend's BLAS: y starts as the bias on every
+ * row (GEMM adds onto it), batches strided where one stride each says
+ * where they are, else one GEMM per batch. */
+static int matmul_blas(const gs_devops_target *t) {
+  const gs_op_call *c = t->call;
+  const gs_matmul_attrs *m = c->attrs;
+  int y = c->n_in, rc = 0;
+  int64_t rows = m->batch * m->m;
+  if (m->has_bias && (rc = bias_rows(t, 2, y, rows, m->n)) < 0)
+    return rc;
+  if (m->k == 0) { /* an empty sum: the bias, or zeros */
+    if (!m->has_bias && rows * m->n > 0 && (rc = fill(t, y, 4, 0, (uint64_t)(rows * m->n), 0)) < 0)
+      return rc;
+  } else if (m->m && m->n) {
+    gs_devops_gemm g = {.m = m->m, .n = m->n, .k = m->k, .batch = m->batch, .alpha = 1.0f,
+                        .beta = m->has_bias ? 1.0f : 0.0f, .a = 0, .b = 1, .c = y,
+                        .lda = m->k, .ldb = m->n, .ldc = m->n, .stride_c = m->m * m->n};
+    if (m->batch_rank <= 1) {
+      g.stride_a = m->batch_rank ? m->a_batch_strides[0] : 0;
+      g.stride_b = m->batch_rank ? m->b_batch_strides[0] : 0;
+      rc = t->gemm(t->ctx, &g);
+    } else {
+      g.batch = 1;
+      for (int64_t b = 0; rc == 0 && b < m->batch; b++) {
+        gs_launch_matmul_offsets(m, b, &g.a_off, &g.b_off);
+        g.c_off = b * m->m * m->n;
+        rc = t->gemm(t->ctx, &g);
+      }
+    }
+    if (rc < 0)
+      return rc;
+  }
+  return m->act == GS_ACT_RELU ? relu_f32(t, y, rows * m->n) : GS_OK;
+}
+
 static int run_matmul(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
   const gs_matmul_attrs *m = c->attrs;
+  if (c->in[0].dtype == GS_DT_FLOAT32 && t->gemm)
+    return matmul_blas(t);
   dk_gemm g = {.batch = m->batch, .m = m->m, .n = m->n, .k = m->k, .batch_rank = m->batch_rank,
                .a_row = m->k, .a_col = 1, .b_row = m->n, .b_col = 1, .alpha = 1.0f,
                .has_bias = m->has_bias, .relu = m->act == GS_ACT_RELU};
@@ -868,6 +957,21 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
   bool has_c = present(c, 2) && a->beta != 0;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
   size_t es = half ? 2 : 4;
+  if (!half && t->gemm && a->k > 0) { /* float32 through the backend's BLAS */
+    int rc = 0;
+    int64_t total = a->m * a->n;
+    if (has_c && (rc = broadcast_f32(t, 2, &c->in[2].shape, c->n_in,
+                                               &c->out[0].shape)) < 0)
+      return rc;
+    if (total) {
+      gs_devops_gemm mm = {.trans_a = a->trans_a, .trans_b = a->trans_b, .m = a->m, .n = a->n,
+                           .k = a->k, .batch = 1, .alpha = a->alpha,
+                           .beta = has_c ? a->beta : 0.0f, .a = 0, .b = 1, .c = c->n_in,
+                           .lda = a_cols, .ldb = b_cols, .ldc = a->n};
+      rc = t->gemm(t->ctx, &mm);
+    }
+    return rc == 0 && a->act == GS_ACT_RELU ? relu_f32(t, c->n_in, total) : rc;
+  }
   dk_gemm g = {.batch = 1, .m = a->m, .n = a->n, .k = a->k,
                .a_row = a->trans_a ? 1 : a_cols, .a_col = a->trans_a ? a_cols : 1,
                .b_row = a->trans_b ? 1 : b_cols, .b_col = a->trans_b ? b_cols : 1,
@@ -886,16 +990,16 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
                 VAL(total), VAL(g), VAL(half));
 }
 
-/* ---- for a backend's GEMM --------------------------------------------------------------------------- */
+/* ---- GEMM's helpers --------------------------------------------------------------------------- */
 
-int gs_devops_bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n) {
+static int bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n) {
   uint64_t r = (uint64_t)rows, m = (uint64_t)n;
   int32_t half = 0;
   return LAUNCH(t, GS_DK_bias_rows_fp, r * m, BUF(bias, 4), BUF(y, 4), VAL(r), VAL(m), VAL(half));
 }
 
-int gs_devops_broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
-                            const gs_shape *ys) {
+static int broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
+                         const gs_shape *ys) {
   dk_walk w = {.rank = ys->rank};
   for (int d = 0; d < w.rank; d++)
     w.dims[d] = ys->dims[d];
@@ -904,7 +1008,7 @@ int gs_devops_broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs
   return copy_walk(t, x, y, 4, &w);
 }
 
-int gs_devops_relu_f32(const gs_devops_target *t, int y, int64_t n) {
+static int relu_f32(const gs_devops_target *t, int y, int64_t n) {
   uint64_t count = (uint64_t)n;
   int32_t code = UNARY_RELU;
   float alpha = 0.0f;
@@ -912,9 +1016,6 @@ int gs_devops_relu_f32(const gs_devops_target *t, int y, int64_t n) {
                 VAL(alpha));
 }
 
-int gs_devops_zero_f32(const gs_devops_target *t, int y, int64_t n) {
-  return fill(t, y, 4, 0, (uint64_t)n, 0);
-}
 
 /* ---- failures ------------------------------------------------------------------------------------ */
 

@@ -24,7 +24,8 @@
   X(pad_b8) X(pad_b16) X(pad_b32) X(pad_b64)                                                     \
   X(where_b8) X(where_b16) X(where_b32) X(where_b64)                                             \
   X(reduce_fp) X(argmax_fp) X(topk_fp) X(softmax_fp) X(layernorm_fp) X(batchnorm_fp)            \
-  X(bias_rows_fp) X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)
+  X(bias_rows_fp) X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)         \
+  X(im2col_f32) X(conv_out_f32)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,
@@ -41,6 +42,8 @@ extern const char *const gs_devk_names[GS_DK_COUNT];
  * in elements of `size` bytes. GS_DK_STATUS is the stream's status buffer,
  * passed with the launch's tag in place of an offset (see below). */
 #define GS_DK_STATUS (-2)
+/* The stream's scratch buffer, of the size last asked with `scratch`. */
+#define GS_DK_SCRATCH (-3)
 typedef struct gs_dk_arg {
   int operand; /* -1: a value */
   size_t size; /* a value's bytes; an operand's element size */
@@ -59,6 +62,17 @@ typedef struct gs_devops_status {
 #define GS_DEVOPS_STATUS_BYTES sizeof(gs_devops_status)
 int gs_devops_status_error(const gs_devops_status *st, const char *node_name);
 
+/* A float32 GEMM for a backend's BLAS (gs_devops_target.gemm). */
+typedef struct gs_devops_gemm {
+  bool trans_a, trans_b;
+  int64_t m, n, k, batch;
+  float alpha, beta;
+  int a, b, c;                         /* operands */
+  int64_t a_off, b_off, c_off;         /* elements */
+  int64_t lda, ldb, ldc;
+  int64_t stride_a, stride_b, stride_c; /* between batches, elements */
+} gs_devops_gemm;
+
 /* What a backend gives one launch. */
 typedef struct gs_devops_target {
   void *ctx;
@@ -68,7 +82,16 @@ typedef struct gs_devops_target {
   /* Copies `bytes` from operand src (at byte src_off) to operand dst, in
    * queue order; nothing when they are the same bytes. */
   int (*copy)(void *ctx, int src, size_t src_off, int dst, size_t dst_off, size_t bytes);
+  /* Optional (NULL where the backend has no BLAS library): float32 GEMM in
+   * queue order, row-major, `batch` times with the given element strides:
+   * c = alpha op(a) op(b) + beta c, with a, b, c operands (or
+   * GS_DK_SCRATCH) and offsets in elements from each operand's start. */
+  int (*gemm)(void *ctx, const struct gs_devops_gemm *g);
+  /* Optional: makes the stream's scratch buffer at least `bytes` long (its
+   * contents are reused in stream order by later launches). */
+  int (*scratch)(void *ctx, size_t bytes);
 } gs_devops_target;
+
 
 typedef struct gs_devop {
   const char *name; /* the ONNX op */
@@ -80,13 +103,5 @@ typedef struct gs_devop {
 
 /* The ops with device kernels, `*count` of them. */
 const gs_devop *gs_devops(size_t *count);
-
-/* For a backend's GEMM: every row of y (float32, rows x n) set to the
- * bias; y set to x broadcast to y's shape; Relu on n floats in place. */
-int gs_devops_bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n);
-int gs_devops_broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
-                            const gs_shape *ys);
-int gs_devops_relu_f32(const gs_devops_target *t, int y, int64_t n);
-int gs_devops_zero_f32(const gs_devops_target *t, int y, int64_t n);
 
 #endif

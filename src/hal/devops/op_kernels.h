@@ -29,8 +29,10 @@ typedef struct walk {
 DEVFN void walk_at(const walk *w, ulong i, long *o0, long *o1, long *o2) {
   long a = w->base[0], b = w->base[1], c = w->base[2];
   for (int d = (int)w->rank - 1; d >= 0; d--) {
-    long at = (long)(i % (ulong)w->dims[d]);
-    i /= (ulong)w->dims[d];
+    /* the outermost dimension takes what is left: no division */
+    long at = d ? (long)(i % (ulong)w->dims[d]) : (long)i;
+    if (d)
+      i /= (ulong)w->dims[d];
     a += at * w->strides[0][d];
     b += at * w->strides[1][d];
     c += at * w->strides[2][d];
@@ -44,16 +46,18 @@ DEVFN void walk_at(const walk *w, ulong i, long *o0, long *o1, long *o2) {
 
 /* A kernel that can fail on its data (an index out of range, an integer
  * division by zero) records it in the stream's status words: what, the
- * value, its bound, and the launch's tag (which node). Items race to write
- * it; any one failure is the one reported. */
+ * value, its bound, and the launch's tag (which node). The first failure
+ * claims the words (CLAIM: an atomic compare-and-swap of the code's low 32
+ * bits from 0) and only it writes the rest. */
 #define FAIL_INDEX_RANGE 1
 #define FAIL_DIVIDE_BY_ZERO 2
 
 DEVFN void fail(GLOBAL long *status, ulong tag, long code, long value, long limit) {
+  if (!CLAIM((GLOBAL int *)status, (int)code))
+    return;
   status[1] = value;
   status[2] = limit;
   status[3] = (long)tag;
-  status[0] = code;
 }
 
 /* ---- elementwise ------------------------------------------------------------------------ */
@@ -517,6 +521,17 @@ KERNEL argmax_fp(GLOBAL const void *x, ulong xo, GLOBAL long *y, ulong yo, ulong
  * indices) in order, ties lower index first. Each pick is the best element
  * ranked after the previous pick: O(k len) per row, for the small k of
  * inference. */
+/* Whether (v, i) comes before (w, j) in TopK's order: by value, NaN the
+ * largest of all (first when largest, last when smallest), ties by index. */
+DEVFN bool ranks_before(float v, long i, float w, long j, int largest) {
+  bool v_nan = v != v, w_nan = w != w;
+  if (v_nan || w_nan)
+    return v_nan && w_nan ? i < j : largest ? v_nan : w_nan;
+  if (v != w)
+    return largest ? v > w : v < w;
+  return i < j;
+}
+
 KERNEL topk_fp(GLOBAL const void *x, ulong xo, GLOBAL void *vals, ulong vo, GLOBAL long *idx,
                ulong io, int has_idx, ulong outer, ulong len, ulong inner, ulong k, int largest,
                int fp16) {
@@ -529,11 +544,9 @@ KERNEL topk_fp(GLOBAL const void *x, ulong xo, GLOBAL void *vals, ulong vo, GLOB
       float bv = 0.0f;
       for (ulong i = 0; i < len; i++) {
         float v = ldf(x, at + i * inner, fp16);
-        /* ranked after the previous pick? */
-        bool after = pi < 0 || (largest ? v < pv : v > pv) || (v == pv && (long)i > pi);
-        if (!after)
-          continue;
-        if (best < 0 || (largest ? v > bv : v < bv)) {
+        if (pi >= 0 && !ranks_before(pv, pi, v, (long)i, largest))
+          continue; /* not after the previous pick */
+        if (best < 0 || ranks_before(v, (long)i, bv, best, largest)) {
           best = (long)i;
           bv = v;
         }
@@ -657,6 +670,51 @@ KERNEL conv_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, ulong wo,
       }
     }
     stf(y, yo + i, relu && acc < 0.0f ? 0.0f : acc, fp16);
+  }
+}
+
+/* Conv as GEMM (where the backend has a BLAS), for nb images from b0 and
+ * the group whose channels start at c0: cols[ck][j os_count + os], ck over
+ * (channel, k0, k1, k2) of the group, j over the images, os over the output
+ * positions; 0 where the window is in the padding. One item per row of the
+ * output's last dimension: the divisions are per row, not per element
+ * (64-bit division is slow on CPUs and emulated on GPUs). */
+KERNEL im2col_f32(GLOBAL const float *x, ulong xo, GLOBAL float *cols, ulong co, ulong rows,
+                  conv_geom g, long b0, long nb, long c0) {
+  long os_count = g.out[0] * g.out[1] * g.out[2], in_size = g.in[0] * g.in[1] * g.in[2];
+  FOR_EACH(r, rows) { /* r over (ck, j, o0, o1) */
+    long q = (long)r;
+    long o1 = q % g.out[1]; q /= g.out[1];
+    long o0 = q % g.out[0]; q /= g.out[0];
+    long j = q % nb, ck = q / nb;
+    long k2 = ck % g.k[2], k1 = (ck / g.k[2]) % g.k[1], k0 = (ck / (g.k[2] * g.k[1])) % g.k[0];
+    long c = ck / (g.k[0] * g.k[1] * g.k[2]);
+    long p0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dil[0];
+    long p1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dil[1];
+    bool row_inside = p0 >= 0 && p0 < g.in[0] && p1 >= 0 && p1 < g.in[1];
+    long src = (long)xo + ((b0 + j) * g.in_channels + c0 + c) * in_size + (p0 * g.in[1] + p1) * g.in[2];
+    long dst = (long)co + ck * nb * os_count + j * os_count + (o0 * g.out[1] + o1) * g.out[2];
+    long p2 = k2 * g.dil[2] - g.pad[2];
+    for (long o2 = 0; o2 < g.out[2]; o2++, p2 += g.stride[2])
+      cols[dst + o2] = row_inside && p2 >= 0 && p2 < g.in[2] ? x[src + p2] : 0.0f;
+  }
+}
+
+/* The GEMM's product yt[m][j os_count + os] (the group's mg channels from
+ * m0, nb images from b0) into y[b0 + j][m0 + m][os], with the bias and
+ * Relu; one item per (j, m) row. */
+KERNEL conv_out_f32(GLOBAL const float *yt, ulong yto, ulong yt_at, GLOBAL const float *bias,
+                    ulong bo, int has_bias, GLOBAL float *y, ulong yo, ulong rows, long b0,
+                    long nb, long m0, long mg, long out_channels, long os_count, int relu) {
+  FOR_EACH(r, rows) {
+    long m = (long)r % mg, j = (long)r / mg;
+    GLOBAL const float *src = yt + yto + yt_at + (ulong)(m * nb * os_count + j * os_count);
+    GLOBAL float *dst = y + yo + (ulong)(((b0 + j) * out_channels + m0 + m) * os_count);
+    float b = has_bias ? bias[bo + (ulong)(m0 + m)] : 0.0f;
+    for (long os = 0; os < os_count; os++) {
+      float v = src[os] + b;
+      dst[os] = relu && v < 0.0f ? 0.0f : v;
+    }
   }
 }
 

@@ -15,6 +15,8 @@
 #define LOAD_F16(p, i) vload_half((i), (p))
 #define STORE_F16(v, p, i) vstore_half((v), (i), (p))
 typedef char schar;
+/* True for the one item that turns *p from 0 to v (OpenCL 1.1 atomics). */
+#define CLAIM(p, v) (atomic_cmpxchg((volatile GLOBAL int *)(p), 0, (v)) == 0)
 
 /* y[yo + i] += alpha * x[xo + i]: the HAL's test kernel. */
 __kernel void axpy_f32(__global const float *x, ulong xo, __global float *y, ulong yo, ulong n,

@@ -297,6 +297,8 @@ static void ocl_stream_destroy(void *stream) {
   gs__cpu_stream_destroy(s->worker);
   clFinish(s->queue);
   clReleaseMemObject(s->status);
+  if (s->scratch)
+    clReleaseMemObject(s->scratch);
   clReleaseCommandQueue(s->queue);
   free(s);
 }
@@ -325,7 +327,9 @@ static int drain(void *arg) {
   err = clEnqueueWriteBuffer(s->queue, s->status, CL_TRUE, 0, sizeof zeros, zeros, 0, NULL, NULL);
   if (err != CL_SUCCESS)
     return gs__ocl_fail(err, "clearing the kernels' status");
-  return gs_devops_status_error(&st, s->tag_node[(uint64_t)st.tag % GS_OCL_TAGS]);
+  /* Tags count launches; a name is kept for the last GS_OCL_TAGS. */
+  bool named = s->next_tag - (uint64_t)st.tag <= GS_OCL_TAGS;
+  return gs_devops_status_error(&st, named ? s->tag_node[(uint64_t)st.tag % GS_OCL_TAGS] : "");
 }
 
 static int queue_drain(ocl_stream *s) { return gs__cpu_stream_host_func(s->worker, drain, s); }

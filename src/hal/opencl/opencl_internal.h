@@ -34,8 +34,10 @@ typedef struct ocl_stream {
    * Used on the worker thread only. */
   cl_mem status;
   bool status_armed;
-  unsigned next_tag;
-  char tag_node[GS_OCL_TAGS][64]; /* by tag: the node of the launch */
+  uint64_t next_tag;              /* launches that can fail, counted */
+  char tag_node[GS_OCL_TAGS][64]; /* by tag % GS_OCL_TAGS: the node of the launch */
+  cl_mem scratch;                  /* devops' scratch (im2col), grown on demand */
+  size_t scratch_bytes;
 } ocl_stream;
 
 /* A launch's operands, resolved when it is queued (the caller may free a

@@ -1,8 +1,8 @@
 /* opencl_ops.c - the engine's ops on OpenCL: devops.c's ops (their kernels
  * are hal/devops/op_kernels.h, built into the device's program) queued
- * through this plugin's gs_devops_target, and MatMul and Gemm (with the
- * plan's fused bias and Relu) through CLBlast. Each kernel says which
- * launches it runs (kernel_supports); the plan runs the others on the CPU.
+ * through this plugin's gs_devops_target, whose float32 GEMM (MatMul, Gemm,
+ * Conv) is CLBlast's. Each kernel says which launches it runs
+ * (kernel_supports); the plan runs the others on the CPU.
  * A launch receives its node's gs_op_call, as the CPU's kernels do, and runs
  * on the stream's worker in order with everything else on that stream;
  * kernels are queued without waiting (the queue is in order). */
@@ -43,12 +43,20 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
   for (int i = 0; i < nargs; i++) {
     if (args[i].operand == GS_DK_STATUS) { /* the status buffer, and a tag naming the node */
       ocl_stream *s = l->s;
-      unsigned tag = s->next_tag++ % GS_OCL_TAGS;
+      uint64_t tag = s->next_tag++;
       const gs_op_call *c = gs_launch_call(l->params, l->params_size);
-      snprintf(s->tag_node[tag], sizeof s->tag_node[tag], "%s", c ? c->node_name : "");
+      snprintf(s->tag_node[tag % GS_OCL_TAGS], sizeof s->tag_node[0], "%s",
+               c ? c->node_name : "");
       s->status_armed = true;
       mems[i] = s->status;
       offs[i] = tag;
+      continue;
+    }
+    if (args[i].operand == GS_DK_SCRATCH && !l->s->scratch)
+      return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
+    if (args[i].operand == GS_DK_SCRATCH) {
+      mems[i] = l->s->scratch;
+      offs[i] = 0;
       continue;
     }
     int rc = args[i].operand < 0
@@ -96,9 +104,18 @@ static int target_copy(void *ctx, int src, size_t src_off, int dst, size_t dst_o
   return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, l->k->name);
 }
 
+#ifdef GS_HAVE_CLBLAST
+static int target_gemm(void *ctx, const gs_devops_gemm *g);
+#endif
+static int target_scratch(void *ctx, size_t bytes);
+
 static gs_devops_target target_of(const launch_op *l, const gs_op_call *c) {
   return (gs_devops_target){.ctx = (void *)l, .call = c, .launch = target_launch,
-                            .copy = target_copy};
+                            .copy = target_copy,
+#ifdef GS_HAVE_CLBLAST
+                            .gemm = target_gemm,
+#endif
+                            .scratch = target_scratch};
 }
 
 /* ---- devops.c's ops ----------------------------------------------------------------------- */
@@ -116,120 +133,76 @@ static int run_devop(const launch_op *l) {
   return l->k->dop->run(l->k->dop, &t);
 }
 
-/* ---- MatMul and Gemm through CLBlast ------------------------------------------------------------ */
+/* ---- GEMM through CLBlast, and the scratch buffer --------------------------------------------- */
+
+/* An operand, or the stream's scratch buffer, as a cl_mem and an element offset. */
+static int gemm_operand(const launch_op *l, int i, cl_mem *mem, cl_ulong *elems) {
+  if (i != GS_DK_SCRATCH)
+    return device_operand(l, i, sizeof(float), mem, elems);
+  if (!l->s->scratch)
+    return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
+  *mem = l->s->scratch;
+  *elems = 0;
+  return GS_OK;
+}
 
 #ifdef GS_HAVE_CLBLAST
-static int clblast_fail(CLBlastStatusCode st, const char *what) {
+static int target_gemm(void *ctx, const gs_devops_gemm *g) {
+  const launch_op *l = ctx;
+  cl_mem A = NULL, B = NULL, C = NULL;
+  cl_ulong ao = 0, bo = 0, co = 0;
+  int rc = gemm_operand(l, g->a, &A, &ao);
+  if (rc == 0)
+    rc = gemm_operand(l, g->b, &B, &bo);
+  if (rc == 0)
+    rc = gemm_operand(l, g->c, &C, &co);
+  if (rc < 0)
+    return rc;
+  cl_command_queue q = l->s->queue;
+  CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastStatusCode st;
+  if (g->batch == 1)
+    st = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k,
+                      g->alpha, A, ao + (size_t)g->a_off, (size_t)g->lda, B,
+                      bo + (size_t)g->b_off, (size_t)g->ldb, g->beta, C, co + (size_t)g->c_off,
+                      (size_t)g->ldc, &q, NULL);
+  else
+    st = CLBlastSgemmStridedBatched(
+        CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k, g->alpha, A,
+        ao + (size_t)g->a_off, (size_t)g->lda, (size_t)g->stride_a, B, bo + (size_t)g->b_off,
+        (size_t)g->ldb, (size_t)g->stride_b, g->beta, C, co + (size_t)g->c_off, (size_t)g->ldc,
+        (size_t)g->stride_c, (size_t)g->batch, &q, NULL);
+  if (st == CLBlastSuccess)
+    return GS_OK;
   return gs_error(st == CLBlastOpenCLOutOfResources || st == CLBlastOpenCLOutOfHostMemory
                       ? GS_ENOMEM
                       : GS_EDEVICE,
-                  "%s: CLBlast status %d", what, (int)st);
+                  "%s: CLBlast status %d", l->k->name, (int)st);
 }
-
-/* Float32 through CLBlast; float16 through devops.c's kernel. */
-static bool blas_f32(const void *params, size_t size) {
-  const gs_op_call *c = gs_launch_call(params, size);
-  return c && c->attrs && gs_launch_all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32;
-}
-
-static bool matmul_supports(const ocl_kernel *k, const void *params, size_t size) {
-  return blas_f32(params, size) || devop_supports(k, params, size);
-}
-
-static int run_matmul(const launch_op *l) {
-  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
-  if (!blas_f32(l->params, l->params_size))
-    return run_devop(l);
-  const gs_matmul_attrs *m = c->attrs;
-  gs_devops_target t = target_of(l, c);
-  cl_mem A = NULL, B = NULL, Y = NULL;
-  cl_ulong ao = 0, bo = 0, yo = 0;
-  int rc = device_operand(l, 0, 4, &A, &ao);
-  if (rc == 0)
-    rc = device_operand(l, 1, 4, &B, &bo);
-  if (rc == 0)
-    rc = device_operand(l, c->n_in, 4, &Y, &yo);
-  if (rc < 0)
-    return rc;
-  int64_t rows = m->batch * m->m;
-  float beta = 0.0f;
-  if (m->has_bias) { /* y starts as the bias on every row; GEMM adds onto it */
-    if ((rc = gs_devops_bias_rows(&t, 2, c->n_in, rows, m->n)) < 0)
-      return rc;
-    beta = 1.0f;
-  }
-  if (m->k == 0 && !m->has_bias) { /* an empty sum: zeros */
-    if ((rc = gs_devops_zero_f32(&t, c->n_in, rows * m->n)) < 0)
-      return rc;
-  } else if (m->k && m->m && m->n) {
-    cl_command_queue q = l->s->queue;
-    CLBlastStatusCode st;
-    if (m->batch_rank <= 1) {
-      size_t sa = m->batch_rank ? (size_t)m->a_batch_strides[0] : 0;
-      size_t sb = m->batch_rank ? (size_t)m->b_batch_strides[0] : 0;
-      st = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo,
-                                      CLBlastTransposeNo, (size_t)m->m, (size_t)m->n,
-                                      (size_t)m->k, 1.0f, A, ao, (size_t)m->k, sa, B, bo,
-                                      (size_t)m->n, sb, beta, Y, yo, (size_t)m->n,
-                                      (size_t)(m->m * m->n), (size_t)m->batch, &q, NULL);
-    } else {
-      st = CLBlastSuccess;
-      for (int64_t b = 0; st == CLBlastSuccess && b < m->batch; b++) {
-        int64_t oa, ob;
-        gs_launch_matmul_offsets(m, b, &oa, &ob);
-        st = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
-                          (size_t)m->m, (size_t)m->n, (size_t)m->k, 1.0f, A, ao + (size_t)oa,
-                          (size_t)m->k, B, bo + (size_t)ob, (size_t)m->n, beta, Y,
-                          yo + (size_t)(b * m->m * m->n), (size_t)m->n, &q, NULL);
-      }
-    }
-    if (st != CLBlastSuccess)
-      return clblast_fail(st, "MatMul");
-  }
-  return m->act == GS_ACT_RELU ? gs_devops_relu_f32(&t, c->n_in, rows * m->n) : GS_OK;
-}
-
-static bool gemm_supports(const ocl_kernel *k, const void *params, size_t size) {
-  return gs_launch_gemm_ok(gs_launch_call(params, size)) || devop_supports(k, params, size);
-}
-
-/* y = alpha op(A) op(B) + beta C, C broadcast to y first. */
-static int run_gemm(const launch_op *l) {
-  const gs_op_call *c = gs_launch_call(l->params, l->params_size);
-  if (!gs_launch_gemm_ok(c))
-    return run_devop(l);
-  const gs_gemm_attrs *g = c->attrs;
-  gs_devops_target t = target_of(l, c);
-  bool has_c = c->n_in > 2 && l->ops[2].present && g->beta != 0;
-  cl_mem A = NULL, B = NULL, Y = NULL;
-  cl_ulong ao = 0, bo = 0, yo = 0;
-  int rc = device_operand(l, 0, 4, &A, &ao);
-  if (rc == 0)
-    rc = device_operand(l, 1, 4, &B, &bo);
-  if (rc == 0)
-    rc = device_operand(l, c->n_in, 4, &Y, &yo);
-  if (rc < 0)
-    return rc;
-  int64_t total = g->m * g->n;
-  if (has_c && (rc = gs_devops_broadcast_f32(&t, 2, &c->in[2].shape, c->n_in,
-                                             &c->out[0].shape)) < 0)
-    return rc;
-  if (total && g->k) {
-    cl_command_queue q = l->s->queue;
-    CLBlastStatusCode st = CLBlastSgemm(
-        CLBlastLayoutRowMajor, g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
-        g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, (size_t)g->m, (size_t)g->n,
-        (size_t)g->k, g->alpha, A, ao, (size_t)c->in[0].shape.dims[1], B, bo,
-        (size_t)c->in[1].shape.dims[1], has_c ? g->beta : 0.0f, Y, yo, (size_t)g->n, &q, NULL);
-    if (st != CLBlastSuccess)
-      return clblast_fail(st, "Gemm");
-  } else if (total && !has_c && (rc = gs_devops_zero_f32(&t, c->n_in, total)) < 0) {
-    return rc;
-  }
-  return g->act == GS_ACT_RELU ? gs_devops_relu_f32(&t, c->n_in, total) : GS_OK;
-}
-
 #endif
+
+/* Grows the stream's scratch buffer. The one it replaces is released at
+ * once: OpenCL keeps a buffer until the commands queued on it are done. */
+static int target_scratch(void *ctx, size_t bytes) {
+  const launch_op *l = ctx;
+  ocl_stream *s = l->s;
+  bytes = bytes ? bytes : sizeof(float); /* an empty launch still passes a buffer */
+  if (bytes <= s->scratch_bytes)
+    return GS_OK;
+  if (bytes > s->dev->max_alloc)
+    return gs_error(GS_ENOMEM, "%s: %zu bytes of scratch; the device allows %zu in one buffer",
+                    l->k->name, bytes, s->dev->max_alloc);
+  cl_int err;
+  cl_mem mem = clCreateBuffer(s->dev->ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (!mem)
+    return gs__ocl_fail(err, "clCreateBuffer(scratch)");
+  if (s->scratch)
+    clReleaseMemObject(s->scratch);
+  s->scratch = mem;
+  s->scratch_bytes = bytes;
+  return GS_OK;
+}
 
 /* ---- registration -------------------------------------------------------------------------------- */
 
@@ -242,15 +215,8 @@ int gs__ocl_register_ops(gs_backend_t *backend) {
   if (count > MAX_DEVOPS)
     return gs_error(GS_EINTERNAL, "OpenCL: %zu ops for %d slots", count, MAX_DEVOPS);
   for (size_t i = 0; i < count; i++) {
-    ocl_kernel k = {dops[i].name, &dops[i], devop_supports, run_devop};
-#ifdef GS_HAVE_CLBLAST /* float32 GEMM through CLBlast */
-    if (strcmp(k.name, "MatMul") == 0)
-      k.supports = matmul_supports, k.run = run_matmul;
-    else if (strcmp(k.name, "Gemm") == 0)
-      k.supports = gemm_supports, k.run = run_gemm;
-#endif
-    devop_kernels[i] = k;
-    int rc = gs__backend_register_kernel(backend, k.name, &devop_kernels[i]);
+    devop_kernels[i] = (ocl_kernel){dops[i].name, &dops[i], devop_supports, run_devop};
+    int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);
     if (rc < 0)
       return rc;
   }
