@@ -124,9 +124,35 @@ static bool movable_size(size_t size) {
   return size == 1 || size == 2 || size == 4 || size == 8;
 }
 
+/* Merges neighbouring dimensions that every operand walks contiguously
+ * and drops dimensions of 1: the kernels divide once per dimension and
+ * element, and a plain elementwise op becomes one dimension (no division). */
+static void coalesce(dk_walk *w) {
+  int out = 0;
+  for (int d = 0; d < w->rank; d++) {
+    if (w->dims[d] == 1)
+      continue;
+    bool merge = out > 0;
+    for (int k = 0; merge && k < 3; k++)
+      merge = w->strides[k][out - 1] == w->strides[k][d] * w->dims[d];
+    if (merge) {
+      w->dims[out - 1] *= w->dims[d];
+      for (int k = 0; k < 3; k++)
+        w->strides[k][out - 1] = w->strides[k][d];
+      continue;
+    }
+    w->dims[out] = w->dims[d];
+    for (int k = 0; k < 3; k++)
+      w->strides[k][out] = w->strides[k][d];
+    out++;
+  }
+  w->rank = out;
+}
+
 /* Queues y = x along a walk: x by strides[0] from base[0], y by strides[1]
  * from base[1], over the walk's dims; elements of `size` bytes. */
 static int copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_walk *w) {
+  coalesce(w);
   uint64_t n = 1;
   for (int d = 0; d < w->rank; d++)
     n *= (uint64_t)w->dims[d];
@@ -228,6 +254,8 @@ static int binary_step(const gs_devops_target *t, int32_t code, int a, const gs_
     w.dims[d] = c->out[0].shape.dims[d];
   gs_launch_broadcast_strides(as, &c->out[0].shape, w.strides[0]);
   gs_launch_broadcast_strides(bs, &c->out[0].shape, w.strides[1]);
+  contiguous_strides(&c->out[0].shape, w.strides[2]); /* y's own, for coalescing */
+  coalesce(&w);
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   if (code == BINARY_DIV && is_int(dt)) /* can fail: division by zero */
     return LAUNCH(t, dt == GS_DT_INT64 ? GS_DK_divide_i64 : GS_DK_divide_i32, n, BUF(a, es),
@@ -276,6 +304,7 @@ static int run_where(const gs_devop *op, const gs_devops_target *t) {
     w.dims[d] = c->out[0].shape.dims[d];
   for (int i = 0; i < 3; i++)
     gs_launch_broadcast_strides(&c->in[i].shape, &c->out[0].shape, w.strides[i]);
+  coalesce(&w); /* the output is contiguous: merging what the inputs allow keeps it so */
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   return LAUNCH(t, by_size(GS_DK_where_b8, es), n, BUF(0, 1), BUF(1, es), BUF(2, es), BUF(3, es),
                 VAL(n), VAL(w));
