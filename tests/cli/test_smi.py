@@ -345,3 +345,22 @@ def test_opencl_telemetry_is_memory_only():
     assert dev["memory_used_bytes"] + dev["memory_free_bytes"] == dev["memory_total_bytes"]
     for field in ("utilization_percent", "temperature_c", "power_w", "pcie", "ecc_errors"):
         assert dev[field] is None, field
+
+
+def test_cuda_fatbin_has_every_device_kernel():
+    """The CUDA plugin looks up every kernel of hal/devops by name when a
+    device starts, and one missing would lose the device: the embedded
+    fatbin must define each name in devops.h's list (checked here, where no
+    GPU can load it)."""
+    import re
+    build = os.path.dirname(os.path.abspath(GPUSRV))
+    fatbin = os.path.join(build, "generated", "cuda_kernels.fatbin")
+    if not os.path.exists(fatbin):
+        pytest.skip("the CUDA plugin is not built here (no CUDA toolkit)")
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src", "hal", "devops", "devops.h")
+    listed = re.search(r"#define GS_DEVOPS_KERNELS\(X\)(.*?)\n\n", open(src).read(), re.S).group(1)
+    names = re.findall(r"X\((\w+)\)", listed)
+    assert len(names) > 40
+    data = open(fatbin, "rb").read()
+    missing = [n for n in names if b".text." + n.encode() + b"\0" not in data]
+    assert not missing, missing
