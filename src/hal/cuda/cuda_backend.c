@@ -509,18 +509,68 @@ static const cu_kernel axpy_kernel = {"axpy_f32", NULL, NULL, launch_axpy};
 
 /* ---- telemetry ---------------------------------------------------------------------------------- */
 
+/* Xid errors: NVML queues them as events on one set for every device;
+ * telemetry reads what has arrived (no thread waits on it). */
+static gs_nvml_event_set xid_events;
+static pthread_mutex_t xid_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void watch_xids(gs_backend_t *backend) {
+  if (nvml.event_set_create(&xid_events) != GS_NVML_SUCCESS) {
+    xid_events = NULL;
+    return;
+  }
+  int watched = 0;
+  for (int i = 0; i < gs__backend_device_count(backend); i++) {
+    cu_device *d = gs__device_ctx(gs__backend_device(backend, i));
+    /* Not every GPU reports them (NOT_SUPPORTED): its health then goes without. */
+    if (d->nvml && nvml.register_events(d->nvml, GS_NVML_EVENT_XID_CRITICAL, xid_events) ==
+                       GS_NVML_SUCCESS)
+      watched++;
+  }
+  if (!watched) {
+    nvml.event_set_free(xid_events);
+    xid_events = NULL;
+  }
+}
+
+static void read_xids(gs_backend_t *backend) {
+  gs_nvml_event ev;
+  pthread_mutex_lock(&xid_lock);
+  while (xid_events && nvml.event_set_wait(xid_events, &ev, 0) == GS_NVML_SUCCESS) {
+    if (!(ev.type & GS_NVML_EVENT_XID_CRITICAL))
+      continue;
+    for (int i = 0; i < gs__backend_device_count(backend); i++) {
+      cu_device *d = gs__device_ctx(gs__backend_device(backend, i));
+      if (d->nvml == ev.device) {
+        gs_xid_note(&d->xids, (unsigned)ev.data, time(NULL));
+        GS_LOGW("cuda", "%s: Xid %llu", gs_device_get_info(gs__backend_device(backend, i))->id,
+                ev.data);
+      }
+    }
+  }
+  pthread_mutex_unlock(&xid_lock);
+}
+
 /* Healthy, degraded or unhealthy, with the reason: a GPU NVML has lost
- * (fallen off the bus), uncorrectable memory errors, or a PCIe link running
+ * (fallen off the bus), an Xid error that needs a reset (or, for a while,
+ * one to watch), uncorrectable memory errors, or a PCIe link running
  * narrower than it can. */
 static void judge_health(cu_device *d, gs_telemetry *t) {
   gs_nvml_memory m;
   t->valid |= GS_TM_HEALTH;
   t->health = GS_HEALTH_HEALTHY;
   t->health_reason[0] = '\0';
+  char xid_reason[sizeof t->health_reason];
+  pthread_mutex_lock(&xid_lock);
+  gs_health xid = gs_xid_health(&d->xids, time(NULL), xid_reason, sizeof xid_reason);
+  pthread_mutex_unlock(&xid_lock);
   if (nvml.memory(d->nvml, &m) == GS_NVML_ERROR_GPU_IS_LOST) {
     t->health = GS_HEALTH_UNHEALTHY;
     snprintf(t->health_reason, sizeof t->health_reason,
              "the GPU is lost (NVML_ERROR_GPU_IS_LOST: fell off the bus; reset or reboot)");
+  } else if (xid == GS_HEALTH_UNHEALTHY) {
+    t->health = xid;
+    snprintf(t->health_reason, sizeof t->health_reason, "%s", xid_reason);
   } else if ((t->valid & GS_TM_ECC) && t->ecc_uncorrected > 0) {
     t->health = GS_HEALTH_UNHEALTHY;
     snprintf(t->health_reason, sizeof t->health_reason,
@@ -530,6 +580,9 @@ static void judge_health(cu_device *d, gs_telemetry *t) {
     t->health = GS_HEALTH_DEGRADED;
     snprintf(t->health_reason, sizeof t->health_reason, "PCIe link at x%d of x%d",
              t->pcie_width, t->pcie_max_width);
+  } else if (xid == GS_HEALTH_DEGRADED) {
+    t->health = xid;
+    snprintf(t->health_reason, sizeof t->health_reason, "%s", xid_reason);
   }
 }
 
@@ -537,6 +590,7 @@ static int cu_telemetry(gs_device_t *device, gs_telemetry *out) {
   cu_device *d = gs__device_ctx(device);
   memset(out, 0, sizeof *out);
   if (d->nvml) {
+    read_xids(gs_device_backend(device));
     gs_nvml_memory m;
     gs_nvml_utilization u;
     unsigned int t, mw;
@@ -749,6 +803,8 @@ static int cu_init(gs_backend_t *backend) {
   gs__have_cublas = gs_cublas_load(&gs__cublas) == GS_OK;
   if (!gs__have_cublas)
     GS_LOGW("cuda", "GEMM runs on the CPU: %s", gs_error_detail());
+  if (have_nvml)
+    watch_xids(backend);
   rc = gs__backend_register_kernel(backend, "axpy_f32", &axpy_kernel);
   return rc < 0 ? rc : gs__cuda_register_ops(backend);
 }
@@ -756,6 +812,9 @@ static int cu_init(gs_backend_t *backend) {
 static void cu_shutdown(gs_backend_t *backend) {
   for (int i = 0; i < gs__backend_device_count(backend); i++)
     release_device(gs__device_ctx(gs__backend_device(backend, i)));
+  if (xid_events)
+    nvml.event_set_free(xid_events);
+  xid_events = NULL;
   if (have_nvml)
     gs_nvml_unload(&nvml);
   if (gs__have_cublas)

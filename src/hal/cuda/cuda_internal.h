@@ -6,6 +6,7 @@
 #include "hal/cuda/cuda_blas.h"
 #include "hal/cuda/cuda_driver.h"
 #include "hal/cuda/nvml.h"
+#include "hal/cuda/xid.h"
 #include "hal/devops/devops.h"
 #include "hal/hal_impl.h"
 
@@ -20,6 +21,7 @@ typedef struct cu_device {
   CUcontext ctx;
   char pci_bus_id[32];
   gs_nvml_device nvml; /* NULL without NVML */
+  gs_xid_record xids;  /* Xid errors NVML reported (under the backend's xid lock) */
   CUmodule module;
   CUfunction axpy;
   CUfunction ops[GS_DK_COUNT]; /* the engine's ops (devops.h) */

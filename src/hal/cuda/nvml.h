@@ -13,10 +13,21 @@ enum {
   GS_NVML_ERROR_NOT_SUPPORTED = 3,
   GS_NVML_ERROR_INSUFFICIENT_SIZE = 7,
   GS_NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  GS_NVML_ERROR_TIMEOUT = 10,
   GS_NVML_ERROR_GPU_IS_LOST = 15,
   GS_NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
 };
 typedef struct gs_nvml_device_st *gs_nvml_device;
+typedef struct gs_nvml_event_set_st *gs_nvml_event_set;
+
+#define GS_NVML_EVENT_XID_CRITICAL 0x8ULL /* nvmlEventTypeXidCriticalError */
+
+typedef struct { /* nvmlEventData_t, as nvmlEventSetWait_v2 fills it */
+  gs_nvml_device device;
+  unsigned long long type;
+  unsigned long long data; /* the Xid; 999: unknown */
+  unsigned int gpu_instance_id, compute_instance_id;
+} gs_nvml_event;
 
 typedef struct {
   unsigned int gpu, memory; /* percent of the last sample period */
@@ -59,7 +70,13 @@ enum { GS_NVML_VOLATILE_ECC = 0 };
   X(ecc_errors, "nvmlDeviceGetTotalEccErrors", gs_nvml_return,                              \
     (gs_nvml_device, int, int, unsigned long long *))                                       \
   X(processes, "nvmlDeviceGetComputeRunningProcesses_v3", gs_nvml_return,                   \
-    (gs_nvml_device, unsigned int *, gs_nvml_process *))
+    (gs_nvml_device, unsigned int *, gs_nvml_process *))                                    \
+  X(event_set_create, "nvmlEventSetCreate", gs_nvml_return, (gs_nvml_event_set *))          \
+  X(register_events, "nvmlDeviceRegisterEvents", gs_nvml_return,                            \
+    (gs_nvml_device, unsigned long long, gs_nvml_event_set))                                \
+  X(event_set_wait, "nvmlEventSetWait_v2", gs_nvml_return,                                  \
+    (gs_nvml_event_set, gs_nvml_event *, unsigned int))                                     \
+  X(event_set_free, "nvmlEventSetFree", gs_nvml_return, (gs_nvml_event_set))
 
 typedef struct gs_nvml {
   void *library;
