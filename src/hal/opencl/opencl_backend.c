@@ -433,7 +433,6 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
       .half_precision = true, /* float16 kernels (devops); bfloat16 runs on the CPU */
       .min_alignment = d->align < 64 ? 64 : d->align,
   };
-  (void)ext;
   gs_device_t *dev = NULL;
   if (rc == 0)
     rc = gs__backend_add_device(backend, &info, &caps, d, &dev);
@@ -441,6 +440,14 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
     release_device(d);
     return rc;
   }
+  size_t max_group = 0;
+  clGetDeviceInfo(id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_group, &max_group, NULL);
+  GS_LOGI("opencl", "%s: %s (%s), %u compute units, %llu MiB, work groups up to %zu, "
+          "fp16 arithmetic %s (float16 tensors either way), fp64 %s",
+          gs_device_get_info(dev)->id, info.name,
+          info.type == GS_DEVICE_GPU ? "GPU" : info.type == GS_DEVICE_CPU ? "CPU" : "accelerator",
+          units, (unsigned long long)(mem >> 20), max_group,
+          strstr(ext, "cl_khr_fp16") ? "yes" : "no", strstr(ext, "cl_khr_fp64") ? "yes" : "no");
   return GS_OK;
 }
 
