@@ -29,8 +29,9 @@ static const char bench_help[] =
     "Measures each stage of the data flow alone on this machine: storage read (O_DIRECT on a\n"
     "temporary file, or with the page cache dropped), CPU preprocessing, H2D and D2H from\n"
     "pinned and pageable memory, compute (fp32 GEMM FLOP/s and the digits demo model), and\n"
-    "exchange between devices (n/a with one device); then the whole pipeline, synthetic and\n"
-    "with the digits model over a data set on disk, as a fraction of its slowest stage.\n"
+    "exchange with another device of the same backend (n/a with none); then the whole\n"
+    "pipeline, synthetic and with the digits model over a data set on disk, as a fraction of\n"
+    "its slowest stage.\n"
     "\n"
     "Options:\n"
     "  -d, --device ID   Device to measure (default: the first)\n"
@@ -138,6 +139,47 @@ static int copies(gs_device_t *dev, copy_figures *f) {
   if (s)
     gs_stream_destroy(s);
   free(pageable);
+  return rc;
+}
+
+/* The exchange between devices: 64 MiB from `dev` to a peer of the same
+ * backend and back (gs_stream_copy_peer: P2P where the backend has it,
+ * staged through host memory otherwise), median of 5 each way, GB/s. */
+static int exchange(gs_device_t *dev, gs_device_t *peer, double *to_peer, double *from_peer) {
+  const size_t bytes = 64 << 20;
+  gs_stream_t *s = NULL, *t = NULL;
+  gs_buffer_t *a = NULL, *b = NULL;
+  int rc = gs_stream_create(dev, &s);
+  if (rc == 0)
+    rc = gs_stream_create(peer, &t);
+  if (rc == 0)
+    rc = gs_pool_alloc(gs_device_pool(dev, GS_MEM_DEVICE), bytes, NULL, &a);
+  if (rc == 0)
+    rc = gs_pool_alloc(gs_device_pool(peer, GS_MEM_DEVICE), bytes, NULL, &b);
+  if (rc == 0)
+    rc = gs_stream_memset(s, a, 0, 1, bytes);
+  if (rc == 0)
+    rc = gs_stream_synchronize(s);
+  double *out[2] = {to_peer, from_peer};
+  for (int way = 0; rc == 0 && way < 2; way++) {
+    double t5[5] = {0};
+    for (int r = 0; rc == 0 && r < 5; r++) {
+      uint64_t t0 = gs_now_ns();
+      gs_stream_t *q = way == 0 ? t : s;
+      rc = way == 0 ? gs_stream_copy_peer(t, b, 0, a, 0, bytes) : gs_stream_copy_peer(s, a, 0, b, 0, bytes);
+      if (rc == 0)
+        rc = gs_stream_synchronize(q);
+      t5[r] = seconds_since(t0);
+    }
+    qsort(t5, 5, sizeof t5[0], cmp_double);
+    *out[way] = (double)bytes / t5[2] / 1e9;
+  }
+  gs_buffer_free(a, NULL);
+  gs_buffer_free(b, NULL);
+  if (s)
+    gs_stream_destroy(s);
+  if (t)
+    gs_stream_destroy(t);
   return rc;
 }
 
@@ -466,10 +508,22 @@ static int bench_run(int argc, char **argv) {
   for (int k = 1; k < 6; k++)
     if (alone[k] < alone[slowest])
       slowest = k;
-  int same_kind = 0;
-  for (int i = 0; i < gs_hal_device_count(); i++)
-    same_kind += strcmp(gs_device_get_info(gs_hal_device(i))->backend,
-                        gs_device_get_info(dev)->backend) == 0;
+  gs_device_t *peer = NULL; /* another device of the same backend, for the exchange */
+  for (int i = 0; !peer && i < gs_hal_device_count(); i++)
+    if (gs_hal_device(i) != dev && strcmp(gs_device_get_info(gs_hal_device(i))->backend,
+                                          gs_device_get_info(dev)->backend) == 0)
+      peer = gs_hal_device(i);
+  double to_peer = 0, from_peer = 0;
+  char exchange_text[160] = "n/a (one device)";
+  if (peer) {
+    if (exchange(dev, peer, &to_peer, &from_peer) < 0) {
+      gs_cli_error("bench: exchange: %s", gs_error_detail());
+      gs_hal_shutdown();
+      return GS_EXIT_FAILED;
+    }
+    snprintf(exchange_text, sizeof exchange_text, "%.2f GB/s to %s, %.2f GB/s back (64 MiB)",
+             to_peer, gs_device_get_info(peer)->id, from_peer);
+  }
   const gs_device_info *info = gs_device_get_info(dev);
   /* Stages that share one resource add up before the limit is taken
    * (DESIGN.md): on a CPU device every stage but ingest (which waits on
@@ -492,8 +546,7 @@ static int bench_run(int argc, char **argv) {
         "device", info->id, "storage_read", "GBps", storage, "method", storage_how,
         "h2d_pinned_GBps", cp.h2d_pinned, "h2d_pageable_GBps", cp.h2d_pageable, "d2h_pinned_GBps",
         cp.d2h_pinned, "d2h_pageable_GBps", cp.d2h_pageable, "gemm_gflops", gflops,
-        "digits_rows_per_s", alone[3] * batch, "exchange",
-        same_kind > 1 ? "not measured yet" : "n/a (one device)", "synthetic_pipeline",
+        "digits_rows_per_s", alone[3] * batch, "exchange", exchange_text, "synthetic_pipeline",
         "items_per_s", synth_whole, "slowest_alone_per_s", synth_alone, "fraction",
         synth_alone > 0 ? synth_whole / synth_alone : 0.0, "slowest", synth_slowest,
         "digits_pipeline", "rows_per_s_alone", st, "rows_per_s", digits_whole * batch, "fraction",
@@ -517,7 +570,7 @@ static int bench_run(int argc, char **argv) {
            cp.d2h_pageable);
     printf("  compute GEMM        %8.1f GFLOP/s (fp32 1024 x 1024 x 1024)\n", gflops);
     printf("  compute digits      %8.0f rows/s (batch %d)\n", alone[3] * batch, batch);
-    printf("  exchange            %s\n", same_kind > 1 ? "not measured yet" : "n/a (one device)");
+    printf("  exchange            %s\n", exchange_text);
     printf("\nPipelines, as a fraction of their slowest stage alone (the limit)\n");
     printf("  synthetic           %8.0f items/s = %3.0f%% of %s alone (%.0f/s)\n", synth_whole,
            synth_alone > 0 ? 100 * synth_whole / synth_alone : 0, synth_slowest, synth_alone);

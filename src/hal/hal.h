@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 /* Plugins built against a different version are refused at load. */
-#define GS_HAL_API_VERSION 2u
+#define GS_HAL_API_VERSION 3u
 
 typedef struct gs_backend gs_backend_t;
 typedef struct gs_device gs_device_t;
@@ -224,6 +224,14 @@ int gs_stream_copy_d2d(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_b
                        size_t src_offset, size_t bytes);
 int gs_stream_memset(gs_stream_t *s, gs_buffer_t *dst, size_t offset, uint8_t value,
                      size_t bytes);
+/* Copies from a buffer of another device (the exchange between devices) to
+ * `dst`, on s's device, in s's order; the caller orders src's producer
+ * before it (an event the stream waits for, or a synchronize). Directly
+ * where the backend can (CUDA: cuMemcpyPeerAsync, over P2P where the GPUs
+ * have it), else staged through host memory: then the read from src is
+ * done, synchronously, before this returns. */
+int gs_stream_copy_peer(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,
+                        size_t src_offset, size_t bytes);
 
 /* Runs fn(arg) on a host thread when the stream reaches this point. A non-zero
  * return is recorded as the stream's error. fn must not queue on `s`. */

@@ -84,6 +84,11 @@ typedef struct gs_backend_iface {
   /* Optional: whether `kernel` runs a launch with these parameters (the
    * types and shapes it covers); default: every launch. */
   bool (*kernel_supports)(const void *kernel, const void *params, size_t params_size);
+  /* Optional: a copy from a device buffer of another device of this backend
+   * into one of the stream's device, in the stream's order. GS_ENOTSUP (or
+   * none): the HAL stages it through host memory. */
+  int (*stream_copy_peer)(void *stream, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,
+                          size_t src_offset, size_t bytes);
 } gs_backend_iface;
 
 /* ---- plugins ------------------------------------------------------------ */

@@ -94,6 +94,58 @@ int gs_stream_copy_d2d(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_b
   return iface_of(s)->stream_copy(s->ctx, dst, dst_offset, NULL, src, src_offset, NULL, bytes);
 }
 
+static int free_staging(void *arg) {
+  gs_buffer_free(arg, NULL); /* the copy from it has run */
+  return GS_OK;
+}
+
+int gs_stream_copy_peer(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,
+                        size_t src_offset, size_t bytes) {
+  if (!s || !src)
+    return gs_error(GS_EINVAL, "copy_peer: NULL stream or source");
+  int rc = check_range(s, "copy_peer destination", dst, dst_offset, bytes);
+  if (rc < 0)
+    return rc;
+  if (src_offset > src->requested || bytes > src->requested - src_offset)
+    return gs_error(GS_EINVAL, "copy_peer source: range [%zu, %zu+%zu) is outside the buffer of "
+                               "%zu bytes", src_offset, src_offset, bytes, src->requested);
+  gs_device_t *from = gs_pool_device(src->pool);
+  if (bytes == 0)
+    return GS_OK;
+  if (from == s->device)
+    return gs_stream_copy_d2d(s, dst, dst_offset, src, src_offset, bytes);
+  const char *host = gs_buffer_host_ptr(src); /* pinned, or a device the host addresses */
+  if (host)
+    return gs_stream_copy_h2d(s, dst, dst_offset, host + src_offset, bytes);
+  if (from->backend == s->device->backend && iface_of(s)->stream_copy_peer) {
+    rc = iface_of(s)->stream_copy_peer(s->ctx, dst, dst_offset, src, src_offset, bytes);
+    if (rc != GS_ENOTSUP)
+      return rc;
+  }
+  /* Staged through the source device's pinned pool (cached, so no page
+   * faults after the first time): down on a stream of that device, then up
+   * in s's order; the staging buffer goes back once that copy has run. */
+  gs_buffer_t *staging = NULL;
+  gs_stream_t *down = NULL;
+  rc = gs_pool_alloc(gs_device_pool(from, GS_MEM_PINNED_HOST), bytes, NULL, &staging);
+  if (rc == 0)
+    rc = gs_stream_create(from, &down);
+  if (rc == 0)
+    rc = gs_stream_copy_d2h(down, gs_buffer_host_ptr(staging), src, src_offset, bytes);
+  if (down) {
+    int sync = gs_stream_synchronize(down);
+    rc = rc < 0 ? rc : sync;
+    gs_stream_destroy(down);
+  }
+  if (rc == 0)
+    rc = gs_stream_copy_h2d(s, dst, dst_offset, gs_buffer_host_ptr(staging), bytes);
+  if (rc < 0) {
+    gs_buffer_free(staging, NULL);
+    return gs_error_prefix(rc, "copy_peer");
+  }
+  return gs_stream_host_func(s, free_staging, staging);
+}
+
 int gs_stream_memset(gs_stream_t *s, gs_buffer_t *dst, size_t offset, uint8_t value,
                      size_t bytes) {
   if (!s)

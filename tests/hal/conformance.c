@@ -288,6 +288,55 @@ static void copies_of_many_sizes_and_offsets(void) {
   gs_stream_destroy(s);
 }
 
+/* The exchange between devices: to and from every other device there is,
+ * at offsets, whatever way the pair copies (peer, or staged through host
+ * memory); a range past the source's end is refused. */
+static void copies_between_devices(void) {
+  const size_t n = (1u << 20) + 13, off = 5, off2 = 64;
+  uint8_t *src = malloc(n), *dst = malloc(n);
+  int others = 0;
+  for (int i = 0; i < gs_hal_device_count(); i++) {
+    gs_device_t *other = gs_hal_device(i);
+    if (other == dev)
+      continue;
+    others++;
+    gs_stream_t *s, *t;
+    gs_buffer_t *a, *b;
+    CHECK_OK(gs_stream_create(dev, &s));
+    CHECK_OK(gs_stream_create(other, &t));
+    CHECK_OK(gs_pool_alloc(device_pool(), n + off, s, &a));
+    CHECK_OK(gs_pool_alloc(gs_device_pool(other, GS_MEM_DEVICE), n + off2, t, &b));
+    /* here -> there */
+    fill_pattern(src, n, (unsigned)i);
+    CHECK_OK(gs_stream_copy_h2d(s, a, off, src, n));
+    CHECK_OK(gs_stream_synchronize(s));
+    CHECK_OK(gs_stream_copy_peer(t, b, off2, a, off, n));
+    memset(dst, 0xEE, n);
+    CHECK_OK(gs_stream_copy_d2h(t, dst, b, off2, n));
+    CHECK_OK(gs_stream_synchronize(t));
+    CHECK_MSG(memcmp(src, dst, n) == 0, "%s -> %s differs", gs_device_get_info(dev)->id,
+              gs_device_get_info(other)->id);
+    /* there -> here */
+    fill_pattern(src, n, (unsigned)i + 100);
+    CHECK_OK(gs_stream_copy_h2d(t, b, off2, src, n));
+    CHECK_OK(gs_stream_synchronize(t));
+    CHECK_OK(gs_stream_copy_peer(s, a, off, b, off2, n));
+    memset(dst, 0xEE, n);
+    CHECK_OK(gs_stream_copy_d2h(s, dst, a, off, n));
+    CHECK_OK(gs_stream_synchronize(s));
+    CHECK_MSG(memcmp(src, dst, n) == 0, "%s -> %s differs", gs_device_get_info(other)->id,
+              gs_device_get_info(dev)->id);
+    CHECK_ERR(gs_stream_copy_peer(s, a, 0, b, off2 + 1, n), GS_EINVAL);
+    gs_buffer_free(a, s);
+    gs_buffer_free(b, t);
+    gs_stream_destroy(s);
+    gs_stream_destroy(t);
+  }
+  printf("  (%d other devices)\n", others);
+  free(src);
+  free(dst);
+}
+
 static void copies_out_of_range_are_refused(void) {
   gs_stream_t *s;
   gs_buffer_t *b;
@@ -773,6 +822,7 @@ static const gs_test tests[] = {
     {"pool_stats_add_up", pool_stats_add_up},
     {"pinned_host_pool", pinned_host_pool},
     {"copies_of_many_sizes_and_offsets", copies_of_many_sizes_and_offsets},
+    {"copies_between_devices", copies_between_devices},
     {"copies_out_of_range_are_refused", copies_out_of_range_are_refused},
     {"ordering_across_thousands_of_operations", ordering_across_thousands_of_operations},
     {"host_function_errors_reach_synchronize", host_function_errors_reach_synchronize},

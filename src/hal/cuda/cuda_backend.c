@@ -270,6 +270,23 @@ static int cu_stream_memset(void *stream, gs_buffer_t *dst, size_t offset, uint8
   return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuMemsetD8Async");
 }
 
+/* From another GPU: cuMemcpyPeerAsync, direct over P2P (NVLink or PCIe)
+ * where cu_init enabled it for the pair, staged by the driver otherwise.
+ * Pinned host memory on either side is the HAL's to copy (GS_ENOTSUP). */
+static int cu_copy_peer(void *stream, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,
+                        size_t src_offset, size_t bytes) {
+  cu_stream *s = stream;
+  if (host_side(dst, dst_offset) || host_side(src, src_offset))
+    return GS_ENOTSUP;
+  int rc = use(s->d);
+  if (rc < 0)
+    return rc;
+  cu_device *from = gs__device_ctx(gs_pool_device(src->pool));
+  CUresult r = cu.cuMemcpyPeerAsync(device_side(dst, dst_offset), s->d->ctx,
+                                    device_side(src, src_offset), from->ctx, bytes, s->s);
+  return r == CUDA_SUCCESS ? GS_OK : gs__cu_fail(r, "cuMemcpyPeerAsync");
+}
+
 static int cu_host_func(void *stream, gs_host_fn fn, void *arg) {
   cu_stream *s = stream;
   int rc = use(s->d);
@@ -760,6 +777,28 @@ static int add_device(gs_backend_t *backend, int ordinal) {
   return GS_OK;
 }
 
+/* Every pair of GPUs that can reach each other's memory directly (NVLink,
+ * or PCIe under one switch) gets P2P for its peer copies. */
+static void enable_peer_access(gs_backend_t *backend) {
+  int n = gs__backend_device_count(backend);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      cu_device *a = gs__device_ctx(gs__backend_device(backend, i));
+      cu_device *b = gs__device_ctx(gs__backend_device(backend, j));
+      int can = 0;
+      if (i == j || cu.cuDeviceCanAccessPeer(&can, a->dev, b->dev) != CUDA_SUCCESS || !can)
+        continue;
+      CUresult r = cu.cuCtxSetCurrent(a->ctx);
+      if (r == CUDA_SUCCESS)
+        r = cu.cuCtxEnablePeerAccess(b->ctx, 0);
+      if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+        GS_LOGI("cuda", "cuda%d reads and writes cuda%d's memory directly (P2P)", i, j);
+      else
+        GS_LOGW("cuda", "cuda%d -> cuda%d: P2P not enabled: %s", i, j,
+                gs__cu_fail(r, "cuCtxEnablePeerAccess") ? gs_error_detail() : "");
+    }
+}
+
 static int cu_init(gs_backend_t *backend) {
   int rc = gs_cuda_driver_load(&cu);
   if (rc < 0)
@@ -805,6 +844,7 @@ static int cu_init(gs_backend_t *backend) {
     GS_LOGW("cuda", "GEMM runs on the CPU: %s", gs_error_detail());
   if (have_nvml)
     watch_xids(backend);
+  enable_peer_access(backend);
   rc = gs__backend_register_kernel(backend, "axpy_f32", &axpy_kernel);
   return rc < 0 ? rc : gs__cuda_register_ops(backend);
 }
@@ -847,6 +887,7 @@ static const gs_backend_iface iface = {
     .device_telemetry = cu_telemetry,
     .device_processes = cu_processes,
     .kernel_supports = cu_kernel_supports,
+    .stream_copy_peer = cu_copy_peer,
 };
 
 int gs_plugin_init(const gs_backend_iface **out) {

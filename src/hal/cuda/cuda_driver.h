@@ -24,6 +24,7 @@
   X(cuDevicePrimaryCtxRetain)                                                                \
   X(cuDevicePrimaryCtxRelease)                                                               \
   X(cuCtxSetCurrent)                                                                         \
+  X(cuCtxEnablePeerAccess)                                                                   \
   X(cuMemAlloc)                                                                              \
   X(cuMemFree)                                                                               \
   X(cuMemHostAlloc)                                                                          \
@@ -32,6 +33,7 @@
   X(cuMemcpyHtoDAsync)                                                                       \
   X(cuMemcpyDtoHAsync)                                                                       \
   X(cuMemcpyDtoDAsync)                                                                       \
+  X(cuMemcpyPeerAsync)                                                                       \
   X(cuMemcpyDtoH)                                                                            \
   X(cuMemsetD8)                                                                              \
   X(cuMemsetD8Async)                                                                         \
