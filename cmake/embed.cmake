@@ -1,8 +1,8 @@
-# embed.cmake - writes the text of IN, followed by that of IN2 if given, as
-# a C string constant NAME into OUT (run at build time: cmake -DIN=...
-# [-DIN2=...] -DOUT=... -DNAME=... -P embed.cmake).
+# embed.cmake - writes the text of IN, followed by those of IN2 and IN3 if
+# given, as a C string constant NAME into OUT (run at build time: cmake
+# -DIN=... [-DIN2=... -DIN3=...] -DOUT=... -DNAME=... -P embed.cmake).
 set(text "")
-foreach(f IN ITEMS ${IN} ${IN2})
+foreach(f IN ITEMS ${IN} ${IN2} ${IN3})
   file(READ "${f}" part HEX)
   string(APPEND text "${part}")
 endforeach()

@@ -21,17 +21,6 @@ static inline int64_t gs_launch_numel(const gs_shape *s) {
   return n;
 }
 
-/* Every present operand float32. */
-static inline bool gs_launch_all_f32(const gs_op_call *c) {
-  for (int i = 0; i < c->n_in; i++)
-    if (c->in[i].dtype != GS_DT_FLOAT32 && c->in[i].dtype != GS_DT_INVALID)
-      return false;
-  for (int i = 0; i < c->n_out; i++)
-    if (c->out[i].dtype != GS_DT_FLOAT32)
-      return false;
-  return true;
-}
-
 /* Bytes per element, as gs_dtype_size says (0: none). */
 static inline size_t gs_launch_element_size(gs_dtype dt) {
   switch (dt) {
@@ -60,30 +49,40 @@ static inline void gs_launch_broadcast_strides(const gs_shape *in, const gs_shap
   }
 }
 
+/* A dense row-major shape's stride, in elements, along each dimension. */
+static inline void gs_launch_contiguous_strides(const gs_shape *s, int64_t *strides) {
+  int64_t stride = 1;
+  for (int d = s->rank - 1; d >= 0; d--) {
+    strides[d] = stride;
+    stride *= s->dims[d];
+  }
+}
+
 /* Transpose: the input's stride along each output dimension. */
 static inline void gs_launch_transpose_strides(const gs_op_call *c, int64_t *strides) {
   const gs_transpose_attrs *a = c->attrs;
-  const gs_shape *xs = &c->in[0].shape;
-  int64_t in_strides[GS_MAX_DIMS] = {0}, stride = 1;
-  for (int d = xs->rank - 1; d >= 0; d--) {
-    in_strides[d] = stride;
-    stride *= xs->dims[d];
-  }
+  int64_t in_strides[GS_MAX_DIMS] = {0};
+  gs_launch_contiguous_strides(&c->in[0].shape, in_strides);
   for (int d = 0; d < c->out[0].shape.rank; d++)
     strides[d] = in_strides[a->perm[d]];
+}
+
+/* A shape as [outer, len, inner] around one axis. */
+static inline void gs_launch_split_axis(const gs_shape *s, int axis, int64_t *outer,
+                                        int64_t *len, int64_t *inner) {
+  *outer = *inner = 1;
+  *len = s->dims[axis];
+  for (int i = 0; i < axis; i++)
+    *outer *= s->dims[i];
+  for (int i = axis + 1; i < s->rank; i++)
+    *inner *= s->dims[i];
 }
 
 /* Softmax and LogSoftmax: the input as [outer, len, inner] around the axis. */
 static inline void gs_launch_softmax_dims(const gs_op_call *c, int64_t *outer, int64_t *len,
                                           int64_t *inner) {
-  const gs_axis_attrs *a = c->attrs;
-  const gs_shape *xs = &c->in[0].shape;
-  *outer = *inner = 1;
-  *len = xs->dims[a->axis];
-  for (int i = 0; i < a->axis; i++)
-    *outer *= xs->dims[i];
-  for (int i = a->axis + 1; i < xs->rank; i++)
-    *inner *= xs->dims[i];
+  gs_launch_split_axis(&c->in[0].shape, ((const gs_axis_attrs *)c->attrs)->axis, outer, len,
+                       inner);
 }
 
 /* LayerNormalization: the rows' length, the dimensions from the axis on. */
@@ -93,18 +92,6 @@ static inline int64_t gs_launch_norm_inner(const gs_op_call *c) {
   for (int i = a->axis; i < c->in[0].shape.rank; i++)
     inner *= c->in[0].shape.dims[i];
   return inner;
-}
-
-/* LayerNormalization on a device: float32, one output (the optional mean
- * and inverse deviation stay on the CPU), scale and bias of a row's length. */
-static inline bool gs_launch_layernorm_ok(const gs_op_call *c) {
-  if (!c || !c->attrs || c->n_out != 1 || !gs_launch_all_f32(c) ||
-      c->in[0].dtype != GS_DT_FLOAT32)
-    return false;
-  int64_t inner = gs_launch_norm_inner(c);
-  bool has_bias = c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID;
-  return inner > 0 && gs_launch_numel(&c->in[1].shape) == inner &&
-         (!has_bias || gs_launch_numel(&c->in[2].shape) == inner);
 }
 
 /* MatMul: element offsets of batch `b`'s matrices in a and b. */
@@ -117,13 +104,6 @@ static inline void gs_launch_matmul_offsets(const gs_matmul_attrs *m, int64_t b,
     *oa += i * m->a_batch_strides[d];
     *ob += i * m->b_batch_strides[d];
   }
-}
-
-/* Gemm on a device: float32, 2-D operands, C absent or of rank 2 at most. */
-static inline bool gs_launch_gemm_ok(const gs_op_call *c) {
-  return c && c->attrs && gs_launch_all_f32(c) && c->in[0].dtype == GS_DT_FLOAT32 &&
-         c->in[0].shape.rank == 2 && c->in[1].shape.rank == 2 && c->out[0].shape.rank == 2 &&
-         (c->n_in < 3 || c->in[2].dtype == GS_DT_INVALID || c->in[2].shape.rank <= 2);
 }
 
 #endif

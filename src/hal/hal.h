@@ -226,10 +226,11 @@ int gs_stream_memset(gs_stream_t *s, gs_buffer_t *dst, size_t offset, uint8_t va
                      size_t bytes);
 /* Copies from a buffer of another device (the exchange between devices) to
  * `dst`, on s's device, in s's order; the caller orders src's producer
- * before it (an event the stream waits for, or a synchronize). Directly
- * where the backend can (CUDA: cuMemcpyPeerAsync, over P2P where the GPUs
- * have it), else staged through host memory: then the read from src is
- * done, synchronously, before this returns. */
+ * before it (an event the stream waits for, or a synchronize). From memory
+ * the host addresses, as an H2D copy; between devices of one backend that
+ * can, directly (CUDA: cuMemcpyPeerAsync, over P2P where the GPUs have
+ * it); else staged through host memory, the read from src then done,
+ * synchronously, before this returns. */
 int gs_stream_copy_peer(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,
                         size_t src_offset, size_t bytes);
 

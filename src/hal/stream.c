@@ -143,7 +143,13 @@ int gs_stream_copy_peer(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_
     gs_buffer_free(staging, NULL);
     return gs_error_prefix(rc, "copy_peer");
   }
-  return gs_stream_host_func(s, free_staging, staging);
+  rc = gs_stream_host_func(s, free_staging, staging);
+  if (rc < 0) { /* the copy is queued: wait for it before the staging goes */
+    gs_stream_synchronize(s);
+    gs_buffer_free(staging, NULL);
+    return gs_error_prefix(rc, "copy_peer");
+  }
+  return GS_OK;
 }
 
 int gs_stream_memset(gs_stream_t *s, gs_buffer_t *dst, size_t offset, uint8_t value,

@@ -143,7 +143,7 @@ def test_bench_measures_every_stage(tmp_path):
     for key in ("h2d_pinned_GBps", "h2d_pageable_GBps", "d2h_pinned_GBps", "d2h_pageable_GBps",
                 "gemm_gflops", "digits_rows_per_s"):
         assert b[key] > 0, key
-    assert b["exchange"] == "n/a (one device)"
+    assert b["exchange"] == "n/a (no other device of this backend)"
     for name in ("synthetic_pipeline", "digits_pipeline"):
         assert 0 < b[name]["fraction"] < 1.5 and b[name]["slowest"], b[name]
     assert set(b["digits_pipeline"]["rows_per_s_alone"]) == {"ingest", "preprocess", "h2d",

@@ -342,7 +342,7 @@ def test_opencl_telemetry_is_memory_only():
     if dev is None:
         pytest.skip("no OpenCL device here")
     assert dev["memory_total_bytes"] > 0
-    assert dev["memory_used_bytes"] + dev["memory_free_bytes"] == dev["memory_total_bytes"]
+    assert dev["memory_used_bytes"] == 0  # this process holds nothing there
     for field in ("utilization_percent", "temperature_c", "power_w", "pcie", "ecc_errors"):
         assert dev[field] is None, field
 

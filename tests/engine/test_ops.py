@@ -3,7 +3,7 @@ broadcasting and edge cases (empty tensors, size-1 dims, negative axes)."""
 import numpy as np
 import pytest
 
-from gsonnx import check_op
+from gsonnx import DEVICE, KERNEL_DEVICES, check_op
 
 rng = np.random.default_rng(1234)
 
@@ -119,9 +119,11 @@ def test_int_division_by_zero_is_an_error(tmp_path, dt):
                        outputs=[("y", dt)])
     path = str(tmp_path / "m.onnx")
     onnx.save(model, path)
-    p = run_gpusrv(path, feeds, str(tmp_path))
+    p = run_gpusrv(path, feeds, str(tmp_path), extra=["--report"])
     assert p.returncode == 1
-    assert "integer division by zero" in p.stderr
+    assert "node div0 (Div): integer division by zero" in p.stderr, p.stderr
+    if DEVICE in KERNEL_DEVICES:  # found by the device's kernel, not a CPU fallback
+        assert "instead" not in p.stdout, p.stdout
 
 
 def test_pow():
@@ -372,13 +374,16 @@ def test_gather_out_of_range_is_an_error(tmp_path):
     from gsonnx import make_model, run_gpusrv
     import onnx
     from onnx import helper
-    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="lookup")
     model = make_model([node], {"x": f32(3, 2), "i": np.array([5], np.int64)})
     path = str(tmp_path / "m.onnx")
     onnx.save(model, path)
-    p = run_gpusrv(path, {"x": f32(3, 2), "i": np.array([5], np.int64)}, str(tmp_path))
+    p = run_gpusrv(path, {"x": f32(3, 2), "i": np.array([5], np.int64)}, str(tmp_path),
+                   extra=["--report"])
     assert p.returncode == 1
-    assert "index 5 is out of range" in p.stderr
+    assert "node lookup (Gather): index 5 is out of range [-3, 3)" in p.stderr, p.stderr
+    if DEVICE in KERNEL_DEVICES:  # found by the device's kernel, not a CPU fallback
+        assert "instead" not in p.stdout, p.stdout
 
 
 def test_squeeze_unsqueeze():

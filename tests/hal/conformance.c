@@ -288,12 +288,29 @@ static void copies_of_many_sizes_and_offsets(void) {
   gs_stream_destroy(s);
 }
 
+/* Fills a's bytes from `off` (on stream s), copies them to b at `off2` as
+ * a peer copy on t, and checks what lands there. */
+static void check_peer_copy(gs_stream_t *s, gs_buffer_t *a, size_t off, gs_stream_t *t,
+                            gs_buffer_t *b, size_t off2, size_t n, unsigned seed) {
+  uint8_t *src = malloc(n), *dst = malloc(n);
+  fill_pattern(src, n, seed);
+  memset(dst, 0xEE, n);
+  CHECK_OK(gs_stream_copy_h2d(s, a, off, src, n));
+  CHECK_OK(gs_stream_synchronize(s));
+  CHECK_OK(gs_stream_copy_peer(t, b, off2, a, off, n));
+  CHECK_OK(gs_stream_copy_d2h(t, dst, b, off2, n));
+  CHECK_OK(gs_stream_synchronize(t));
+  CHECK_MSG(memcmp(src, dst, n) == 0, "%s -> %s differs",
+            gs_device_get_info(gs_stream_device(s))->id, gs_device_get_info(gs_stream_device(t))->id);
+  free(src);
+  free(dst);
+}
+
 /* The exchange between devices: to and from every other device there is,
  * at offsets, whatever way the pair copies (peer, or staged through host
  * memory); a range past the source's end is refused. */
 static void copies_between_devices(void) {
   const size_t n = (1u << 20) + 13, off = 5, off2 = 64;
-  uint8_t *src = malloc(n), *dst = malloc(n);
   int others = 0;
   for (int i = 0; i < gs_hal_device_count(); i++) {
     gs_device_t *other = gs_hal_device(i);
@@ -306,26 +323,8 @@ static void copies_between_devices(void) {
     CHECK_OK(gs_stream_create(other, &t));
     CHECK_OK(gs_pool_alloc(device_pool(), n + off, s, &a));
     CHECK_OK(gs_pool_alloc(gs_device_pool(other, GS_MEM_DEVICE), n + off2, t, &b));
-    /* here -> there */
-    fill_pattern(src, n, (unsigned)i);
-    CHECK_OK(gs_stream_copy_h2d(s, a, off, src, n));
-    CHECK_OK(gs_stream_synchronize(s));
-    CHECK_OK(gs_stream_copy_peer(t, b, off2, a, off, n));
-    memset(dst, 0xEE, n);
-    CHECK_OK(gs_stream_copy_d2h(t, dst, b, off2, n));
-    CHECK_OK(gs_stream_synchronize(t));
-    CHECK_MSG(memcmp(src, dst, n) == 0, "%s -> %s differs", gs_device_get_info(dev)->id,
-              gs_device_get_info(other)->id);
-    /* there -> here */
-    fill_pattern(src, n, (unsigned)i + 100);
-    CHECK_OK(gs_stream_copy_h2d(t, b, off2, src, n));
-    CHECK_OK(gs_stream_synchronize(t));
-    CHECK_OK(gs_stream_copy_peer(s, a, off, b, off2, n));
-    memset(dst, 0xEE, n);
-    CHECK_OK(gs_stream_copy_d2h(s, dst, a, off, n));
-    CHECK_OK(gs_stream_synchronize(s));
-    CHECK_MSG(memcmp(src, dst, n) == 0, "%s -> %s differs", gs_device_get_info(other)->id,
-              gs_device_get_info(dev)->id);
+    check_peer_copy(s, a, off, t, b, off2, n, (unsigned)i);      /* here -> there */
+    check_peer_copy(t, b, off2, s, a, off, n, (unsigned)i + 100); /* there -> here */
     CHECK_ERR(gs_stream_copy_peer(s, a, 0, b, off2 + 1, n), GS_EINVAL);
     gs_buffer_free(a, s);
     gs_buffer_free(b, t);
@@ -333,8 +332,6 @@ static void copies_between_devices(void) {
     gs_stream_destroy(t);
   }
   printf("  (%d other devices)\n", others);
-  free(src);
-  free(dst);
 }
 
 static void copies_out_of_range_are_refused(void) {

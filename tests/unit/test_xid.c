@@ -39,7 +39,7 @@ static void degraded_ages_out_unhealthy_stays(void) {
   CHECK(strstr(why, "Xid 79") == why);
   CHECK(strstr(why, "reset the GPU or reboot") != NULL);
   CHECK_EQ(r.count, 4);
-  CHECK_EQ(r.last_xid, 13);
+  CHECK_EQ(r.worst_xid, 79);
 }
 
 int main(int argc, char **argv) {

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* ---- broadcasting iterator ------------------------------------------------------ */
@@ -390,7 +391,13 @@ static int binary(binary_op op, const gs_tensor_desc *da, const void *a, const g
 
 static int run_binary(const gs_cpu_kernel_call *k, binary_op op) {
   const gs_op_call *c = gs_kcall(k);
-  return binary(op, &c->in[0], k->ptr[0], &c->in[1], k->ptr[1], &c->out[0], k->ptr[2]);
+  int rc = binary(op, &c->in[0], k->ptr[0], &c->in[1], k->ptr[1], &c->out[0], k->ptr[2]);
+  if (rc < 0) { /* which node, as the device kernels' failures say */
+    char prefix[200];
+    snprintf(prefix, sizeof prefix, "node %s (%s)", c->node_name, c->op->name);
+    return gs_error_prefix(rc, prefix);
+  }
+  return rc;
 }
 
 #define BINARY_KERNEL(fn, op) \

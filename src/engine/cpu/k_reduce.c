@@ -1,6 +1,7 @@
 /* k_reduce.c - CPU kernels of the reductions: ReduceMean, ReduceSum and
  * ReduceMax over any set of axes, ArgMax and TopK along one axis. */
 #include "engine/cpu/kernels.h"
+#include "engine/op_launch.h"
 
 #include "base/error.h"
 
@@ -70,16 +71,6 @@ static int k_reduce_sum(const gs_cpu_kernel_call *k) { return run_reduce(k, R_SU
 static int k_reduce_mean(const gs_cpu_kernel_call *k) { return run_reduce(k, R_MEAN); }
 static int k_reduce_max(const gs_cpu_kernel_call *k) { return run_reduce(k, R_MAX); }
 
-/* The axis of a one-axis op as outer x len x inner. */
-static void split_axis(const gs_shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
-  *outer = *inner = 1;
-  for (int i = 0; i < axis; i++)
-    *outer *= s->dims[i];
-  *len = s->dims[axis];
-  for (int i = axis + 1; i < s->rank; i++)
-    *inner *= s->dims[i];
-}
-
 static int k_argmax(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   const gs_reduce_attrs *a = c->attrs;
@@ -87,7 +78,7 @@ static int k_argmax(const gs_cpu_kernel_call *k) {
   while (!a->reduce[axis])
     axis++;
   int64_t outer, len, inner;
-  split_axis(&c->in[0].shape, axis, &outer, &len, &inner);
+  gs_launch_split_axis(&c->in[0].shape, axis, &outer, &len, &inner);
   gs_dtype dt = c->in[0].dtype;
   int64_t *y = k->ptr[1];
   for (int64_t o = 0; o < outer; o++)
@@ -129,7 +120,7 @@ static int k_topk(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   const gs_topk_attrs *a = c->attrs;
   int64_t outer, len, inner;
-  split_axis(&c->in[0].shape, a->axis, &outer, &len, &inner);
+  gs_launch_split_axis(&c->in[0].shape, a->axis, &outer, &len, &inner);
   gs_dtype dt = c->in[0].dtype;
   entry *e = malloc(sizeof *e * (size_t)(len ? len : 1));
   if (!e)

@@ -297,20 +297,15 @@ static int cu_host_func(void *stream, gs_host_fn fn, void *arg) {
  * status is cleared (on the stream, before anything queued later). */
 static int check_status(cu_stream *s) {
   pthread_mutex_lock(&s->lock);
-  bool armed = s->status_armed;
-  s->status_armed = false;
   gs_devops_status st = {0};
-  CUresult r = armed ? cu.cuMemcpyDtoH(&st, s->status, sizeof st) : CUDA_SUCCESS;
+  CUresult r = s->tags.armed ? cu.cuMemcpyDtoH(&st, s->status, sizeof st) : CUDA_SUCCESS;
   if (r == CUDA_SUCCESS && st.code)
     r = cu.cuMemsetD8Async(s->status, 0, sizeof st, s->s);
-  /* Tags count launches; a name is kept for the last GS_CUDA_MARKS. */
-  char node[sizeof s->tag_node[0]] = "";
-  if (s->next_tag - (uint64_t)st.tag <= GS_CUDA_MARKS)
-    memcpy(node, s->tag_node[(uint64_t)st.tag % GS_CUDA_MARKS], sizeof node);
+  int rc = r == CUDA_SUCCESS ? gs_devops_tags_error(&s->tags, &st)
+                             : gs__cu_fail(r, "reading or clearing the kernels' status");
+  s->tags.armed = false;
   pthread_mutex_unlock(&s->lock);
-  if (r != CUDA_SUCCESS)
-    return gs__cu_fail(r, "reading the kernels' status");
-  return st.code ? gs_devops_status_error(&st, node) : GS_OK;
+  return rc;
 }
 
 static int cu_synchronize(void *stream) {
@@ -326,9 +321,10 @@ static int cu_synchronize(void *stream) {
   s->error = 0;
   s->error_detail[0] = '\0';
   pthread_mutex_unlock(&s->error_lock);
-  /* The status is read and cleared whatever else failed, so that no run
-   * inherits an earlier one's failure; a kernel's failure is the cause of
-   * what a CPU step after it then did, so it is the one reported. */
+  /* The status is read and cleared whenever the stream drained, even if a
+   * host function failed, so that no run inherits an earlier one's failure;
+   * a kernel's failure is the cause of what a CPU step after it then did,
+   * so it is the one reported. */
   int status = r == CUDA_SUCCESS ? check_status(s) : GS_OK;
   if (r != CUDA_SUCCESS)
     return gs__cu_fail(r, "cuStreamSynchronize");
@@ -792,9 +788,13 @@ static void enable_peer_access(gs_backend_t *backend) {
       if (r == CUDA_SUCCESS)
         r = cu.cuCtxEnablePeerAccess(b->ctx, 0);
       if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
-        GS_LOGI("cuda", "cuda%d reads and writes cuda%d's memory directly (P2P)", i, j);
+        GS_LOGI("cuda", "%s reads and writes %s's memory directly (P2P)",
+                gs_device_get_info(gs__backend_device(backend, i))->id,
+                gs_device_get_info(gs__backend_device(backend, j))->id);
       else
-        GS_LOGW("cuda", "cuda%d -> cuda%d: P2P not enabled: %s", i, j,
+        GS_LOGW("cuda", "%s -> %s: P2P not enabled: %s",
+                gs_device_get_info(gs__backend_device(backend, i))->id,
+                gs_device_get_info(gs__backend_device(backend, j))->id,
                 gs__cu_fail(r, "cuCtxEnablePeerAccess") ? gs_error_detail() : "");
     }
 }
@@ -841,7 +841,7 @@ static int cu_init(gs_backend_t *backend) {
   }
   gs__have_cublas = gs_cublas_load(&gs__cublas) == GS_OK;
   if (!gs__have_cublas)
-    GS_LOGW("cuda", "GEMM runs on the CPU: %s", gs_error_detail());
+    GS_LOGW("cuda", "no cuBLAS, GEMM by a plain kernel, much slower: %s", gs_error_detail());
   if (have_nvml)
     watch_xids(backend);
   enable_peer_access(backend);

@@ -35,7 +35,6 @@
   X(cuMemcpyDtoDAsync)                                                                       \
   X(cuMemcpyPeerAsync)                                                                       \
   X(cuMemcpyDtoH)                                                                            \
-  X(cuMemsetD8)                                                                              \
   X(cuMemsetD8Async)                                                                         \
   X(cuStreamCreate)                                                                          \
   X(cuStreamDestroy)                                                                         \

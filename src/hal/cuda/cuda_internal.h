@@ -45,9 +45,7 @@ typedef struct cu_stream {
   /* Kernels that can fail write here (devops.h); read at synchronize.
    * Under lock. */
   CUdeviceptr status;
-  bool status_armed;
-  uint64_t next_tag;                /* launches that can fail, counted */
-  char tag_node[GS_CUDA_MARKS][64]; /* by tag % GS_CUDA_MARKS: the node of the launch */
+  gs_devops_tags tags;
   CUdeviceptr scratch;              /* devops' scratch (im2col), grown on demand */
   size_t scratch_bytes;
 } cu_stream;

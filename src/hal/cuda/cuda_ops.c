@@ -6,9 +6,6 @@
  * A launch receives its node's gs_op_call, as the CPU's kernels do. */
 #include "hal/cuda/cuda_internal.h"
 
-#include <stdio.h>
-#include <string.h>
-
 /* ---- the launch target --------------------------------------------------------------------- */
 
 typedef struct launch {
@@ -45,13 +42,9 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
       cu_stream *s = l->s;
       const gs_op_call *c = gs_launch_call(l->a->params, l->a->params_size);
       pthread_mutex_lock(&s->lock);
-      uint64_t tag = s->next_tag++;
-      char *name = s->tag_node[tag % GS_CUDA_MARKS];
-      snprintf(name, sizeof s->tag_node[0], "%s", c ? c->node_name : "");
-      s->status_armed = true;
+      tags[i] = gs_devops_tag(&s->tags, c);
       pthread_mutex_unlock(&s->lock);
       ptrs[i] = s->status;
-      tags[i] = tag;
       params[at++] = &ptrs[i];
       params[at++] = &tags[i];
       continue;

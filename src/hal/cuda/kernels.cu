@@ -29,4 +29,5 @@ KERNEL axpy_f32(const float *x, float *y, ulong n, float alpha) {
   FOR_EACH(i, n) { y[i] += alpha * x[i]; }
 }
 
+#include "hal/devops/op_codes.h"
 #include "hal/devops/op_kernels.h"

@@ -24,8 +24,6 @@ typedef struct gs_xid_record {
   unsigned worst_xid; /* the most severe (ties: the latest), 0: none */
   gs_health worst;
   time_t worst_at;
-  unsigned last_xid;
-  time_t last_at;
 } gs_xid_record;
 
 void gs_xid_note(gs_xid_record *r, unsigned xid, time_t at);

@@ -2,13 +2,15 @@
  * for each op, which launches its kernel runs and the kernel's arguments
  * from the node's gs_op_call. The kernels are op_kernels.h; a launch's
  * operands are the node's inputs, then its outputs. What a kernel does not
- * cover (float64, bfloat16, Gather, MatMul-like ops in integers, ...) the
- * plan runs on the CPU, per launch. */
+ * cover (float64 and bfloat16 tensors, integer MatMul and Pow, strings)
+ * the plan runs on the CPU, per launch. */
 #include "hal/devops/devops.h"
+#include "hal/devops/op_codes.h"
 
 #include "base/error.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 const char *const gs_devk_names[GS_DK_COUNT] = {
@@ -17,15 +19,6 @@ const char *const gs_devk_names[GS_DK_COUNT] = {
 #undef GS_DK_NAME
 };
 
-/* As op_kernels.h numbers them. */
-enum {
-  UNARY_RELU, UNARY_SIGMOID, UNARY_TANH, UNARY_LEAKY, UNARY_GELU_ERF, UNARY_GELU_TANH,
-  UNARY_ERF, UNARY_SQRT, UNARY_EXP, UNARY_LOG, UNARY_NEG, UNARY_ABS
-};
-enum { BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_POW, BINARY_MIN, BINARY_MAX,
-       BINARY_EQ, BINARY_LT, BINARY_GT };
-enum { TYPE_F32, TYPE_F16, TYPE_I64, TYPE_I32, TYPE_I16, TYPE_I8, TYPE_U8, TYPE_BOOL };
-enum { REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX };
 
 /* op_kernels.h's structures, field for field (longs as int64_t). */
 typedef struct dk_walk {
@@ -70,20 +63,6 @@ static bool present(const gs_op_call *c, int i) {
 
 static bool is_float(gs_dtype dt) { return dt == GS_DT_FLOAT32 || dt == GS_DT_FLOAT16; }
 
-/* The _fp kernels' element size: 4 where every present operand is float32,
- * 2 where every one is float16, else 0 (not for them). */
-static size_t fp_size(const gs_op_call *c) {
-  gs_dtype dt = c->in[0].dtype;
-  if (!is_float(dt))
-    return 0;
-  for (int i = 0; i < c->n_in; i++)
-    if (c->in[i].dtype != dt && c->in[i].dtype != GS_DT_INVALID)
-      return 0;
-  for (int i = 0; i < c->n_out; i++)
-    if (c->out[i].dtype != dt)
-      return 0;
-  return dt == GS_DT_FLOAT16 ? 2 : 4;
-}
 
 /* Every present operand of this type. */
 static bool all_of(const gs_op_call *c, gs_dtype dt) {
@@ -96,24 +75,15 @@ static bool all_of(const gs_op_call *c, gs_dtype dt) {
   return true;
 }
 
-static void contiguous_strides(const gs_shape *s, int64_t *strides) {
-  int64_t stride = 1;
-  for (int d = s->rank - 1; d >= 0; d--) {
-    strides[d] = stride;
-    stride *= s->dims[d];
-  }
+/* The _fp kernels' element size: 4 where every present operand is float32,
+ * 2 where every one is float16, else 0 (not for them). */
+static size_t fp_size(const gs_op_call *c) {
+  gs_dtype dt = c->in[0].dtype;
+  if (!is_float(dt) || !all_of(c, dt))
+    return 0;
+  return dt == GS_DT_FLOAT16 ? 2 : 4;
 }
 
-/* A shape as [outer, len, inner] around an axis. */
-static void split_axis(const gs_shape *s, int axis, uint64_t *outer, uint64_t *len,
-                       uint64_t *inner) {
-  *outer = *inner = 1;
-  *len = (uint64_t)s->dims[axis];
-  for (int i = 0; i < axis; i++)
-    *outer *= (uint64_t)s->dims[i];
-  for (int i = axis + 1; i < s->rank; i++)
-    *inner *= (uint64_t)s->dims[i];
-}
 
 /* The family's kernel for elements of `size` bytes (1, 2, 4 or 8). */
 static gs_devk by_size(gs_devk b8, size_t size) {
@@ -161,11 +131,21 @@ static int copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_wa
 }
 
 static int bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n);
-static int broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
-                         const gs_shape *ys);
 static int relu_f32(const gs_devops_target *t, int y, int64_t n);
 static int fill(const gs_devops_target *t, int y, size_t es, uint64_t at, uint64_t n,
                 uint64_t bits);
+
+/* y (dense, of shape ys) = x (of shape xs) broadcast to it: Expand, and
+ * Gemm's C; elements of `size` bytes. */
+static int broadcast_copy(const gs_devops_target *t, int x, const gs_shape *xs, int y,
+                          const gs_shape *ys, size_t size) {
+  dk_walk w = {.rank = ys->rank};
+  for (int d = 0; d < w.rank; d++)
+    w.dims[d] = ys->dims[d];
+  gs_launch_broadcast_strides(xs, ys, w.strides[0]);
+  gs_launch_contiguous_strides(ys, w.strides[1]);
+  return copy_walk(t, x, y, size, &w);
+}
 
 /* ---- elementwise --------------------------------------------------------------------------- */
 
@@ -216,9 +196,10 @@ static int run_clip(const gs_devop *op, const gs_devops_target *t) {
                 BUF(c->n_in, es), VAL(n));
 }
 
-/* Two inputs of one type, broadcast, rank 8 at most; the output is of that
- * type, or bool for comparisons. Integer division and powers stay on the
- * CPU (division by zero is an error there). */
+/* Two inputs of one type (Min and Max: any number), broadcast, rank 8 at
+ * most; the output is of that type, or bool for comparisons. Integer
+ * division by zero fails the run through the stream's status; integer
+ * powers stay on the CPU. */
 static bool binary_supports(const gs_devop *op, const gs_op_call *c) {
   bool variadic = op->variant == BINARY_MIN || op->variant == BINARY_MAX;
   if ((variadic ? c->n_in < 1 : c->n_in != 2) || c->n_out != 1 || c->out[0].shape.rank > 8)
@@ -254,7 +235,7 @@ static int binary_step(const gs_devops_target *t, int32_t code, int a, const gs_
     w.dims[d] = c->out[0].shape.dims[d];
   gs_launch_broadcast_strides(as, &c->out[0].shape, w.strides[0]);
   gs_launch_broadcast_strides(bs, &c->out[0].shape, w.strides[1]);
-  contiguous_strides(&c->out[0].shape, w.strides[2]); /* y's own, for coalescing */
+  gs_launch_contiguous_strides(&c->out[0].shape, w.strides[2]); /* y's own, for coalescing */
   coalesce(&w);
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   if (code == BINARY_DIV && is_int(dt)) /* can fail: division by zero */
@@ -386,19 +367,15 @@ static int run_transpose(const gs_devop *op, const gs_devops_target *t) {
   for (int d = 0; d < w.rank; d++)
     w.dims[d] = c->out[0].shape.dims[d];
   gs_launch_transpose_strides(c, w.strides[0]);
-  contiguous_strides(&c->out[0].shape, w.strides[1]);
+  gs_launch_contiguous_strides(&c->out[0].shape, w.strides[1]);
   return copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
 }
 
 static int run_expand(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
-  dk_walk w = {.rank = c->out[0].shape.rank};
-  for (int d = 0; d < w.rank; d++)
-    w.dims[d] = c->out[0].shape.dims[d];
-  gs_launch_broadcast_strides(&c->in[0].shape, &c->out[0].shape, w.strides[0]);
-  contiguous_strides(&c->out[0].shape, w.strides[1]);
-  return copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+  return broadcast_copy(t, 0, &c->in[0].shape, c->n_in, &c->out[0].shape,
+                        gs_launch_element_size(c->out[0].dtype));
 }
 
 static int run_slice(const gs_devop *op, const gs_devops_target *t) {
@@ -407,14 +384,14 @@ static int run_slice(const gs_devop *op, const gs_devops_target *t) {
   const gs_slice_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape;
   int64_t in_strides[GS_MAX_DIMS];
-  contiguous_strides(xs, in_strides);
+  gs_launch_contiguous_strides(xs, in_strides);
   dk_walk w = {.rank = c->out[0].shape.rank};
   for (int d = 0; d < w.rank; d++) {
     w.dims[d] = c->out[0].shape.dims[d];
     w.strides[0][d] = in_strides[d] * a->step[d];
     w.base[0] += a->start[d] * in_strides[d];
   }
-  contiguous_strides(&c->out[0].shape, w.strides[1]);
+  gs_launch_contiguous_strides(&c->out[0].shape, w.strides[1]);
   if (gs_launch_numel(&c->out[0].shape) == 0)
     return GS_OK;
   return copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
@@ -426,7 +403,7 @@ static int run_concat(const gs_devop *op, const gs_devops_target *t) {
   const gs_op_call *c = t->call;
   int axis = ((const gs_axis_attrs *)c->attrs)->axis;
   int64_t out_strides[GS_MAX_DIMS], at = 0;
-  contiguous_strides(&c->out[0].shape, out_strides);
+  gs_launch_contiguous_strides(&c->out[0].shape, out_strides);
   size_t es = gs_launch_element_size(c->out[0].dtype);
   for (int j = 0; j < c->n_in; j++) {
     const gs_shape *xs = &c->in[j].shape;
@@ -435,7 +412,7 @@ static int run_concat(const gs_devop *op, const gs_devops_target *t) {
       w.dims[d] = xs->dims[d];
       w.strides[1][d] = out_strides[d];
     }
-    contiguous_strides(xs, w.strides[0]);
+    gs_launch_contiguous_strides(xs, w.strides[0]);
     w.base[1] = at * out_strides[axis];
     at += xs->dims[axis];
     if (gs_launch_numel(xs) == 0)
@@ -453,7 +430,7 @@ static int run_split(const gs_devop *op, const gs_devops_target *t) {
   const gs_op_call *c = t->call;
   int axis = ((const gs_axis_attrs *)c->attrs)->axis;
   int64_t in_strides[GS_MAX_DIMS], at = 0;
-  contiguous_strides(&c->in[0].shape, in_strides);
+  gs_launch_contiguous_strides(&c->in[0].shape, in_strides);
   size_t es = gs_launch_element_size(c->in[0].dtype);
   for (int j = 0; j < c->n_out; j++) {
     const gs_shape *ys = &c->out[j].shape;
@@ -462,7 +439,7 @@ static int run_split(const gs_devop *op, const gs_devops_target *t) {
       w.dims[d] = ys->dims[d];
       w.strides[0][d] = in_strides[d];
     }
-    contiguous_strides(ys, w.strides[1]);
+    gs_launch_contiguous_strides(ys, w.strides[1]);
     w.base[0] = at * in_strides[axis];
     at += ys->dims[axis];
     if (gs_launch_numel(ys) == 0 || c->out[j].dtype == GS_DT_INVALID)
@@ -497,17 +474,16 @@ static int run_gather(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
   int axis = ((const gs_axis_attrs *)c->attrs)->axis;
-  uint64_t outer, len, inner;
-  split_axis(&c->in[0].shape, axis, &outer, &len, &inner);
+  int64_t outer, len, inner;
+  gs_launch_split_axis(&c->in[0].shape, axis, &outer, &len, &inner);
   uint64_t n_idx = (uint64_t)gs_launch_numel(&c->in[1].shape);
-  uint64_t n = outer * n_idx * inner;
+  uint64_t n = (uint64_t)outer * n_idx * (uint64_t)inner, in = (uint64_t)inner;
   if (n == 0)
     return GS_OK;
   size_t es = gs_launch_element_size(c->out[0].dtype);
   int32_t idx64 = c->in[1].dtype == GS_DT_INT64;
-  int64_t dim = (int64_t)len;
   return LAUNCH(t, by_size(GS_DK_gather_b8, es), n, BUF(0, es), BUF(1, idx64 ? 8 : 4),
-                VAL(idx64), BUF(2, es), VAL(n), VAL(n_idx), VAL(dim), VAL(inner),
+                VAL(idx64), BUF(2, es), VAL(n), VAL(n_idx), VAL(len), VAL(in),
                 BUF(GS_DK_STATUS, 8));
 }
 
@@ -614,7 +590,7 @@ static bool reduce_supports(const gs_devop *op, const gs_op_call *c) {
 static int reduce_dims(const gs_devops_target *t, const bool *reduced, int y, int32_t op) {
   const gs_shape *xs = &t->call->in[0].shape;
   int64_t strides[GS_MAX_DIMS];
-  contiguous_strides(xs, strides);
+  gs_launch_contiguous_strides(xs, strides);
   dk_reduce g = {.count = 1};
   for (int d = 0; d < xs->rank; d++) {
     if (reduced[d]) {
@@ -663,8 +639,9 @@ static int run_argmax(const gs_devop *op, const gs_devops_target *t) {
   int axis = 0;
   while (!a->reduce[axis])
     axis++;
-  uint64_t outer, len, inner;
-  split_axis(&c->in[0].shape, axis, &outer, &len, &inner);
+  int64_t o, l, i;
+  gs_launch_split_axis(&c->in[0].shape, axis, &o, &l, &i);
+  uint64_t outer = (uint64_t)o, len = (uint64_t)l, inner = (uint64_t)i;
   if (len == 0)
     return GS_OK;
   int32_t last = a->select_last, half = c->in[0].dtype == GS_DT_FLOAT16;
@@ -682,8 +659,9 @@ static int run_topk(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
   const gs_topk_attrs *a = c->attrs;
-  uint64_t outer, len, inner, k = (uint64_t)a->k;
-  split_axis(&c->in[0].shape, a->axis, &outer, &len, &inner);
+  int64_t o, l, i;
+  gs_launch_split_axis(&c->in[0].shape, a->axis, &o, &l, &i);
+  uint64_t outer = (uint64_t)o, len = (uint64_t)l, inner = (uint64_t)i, k = (uint64_t)a->k;
   if (k == 0)
     return GS_OK;
   int32_t has_idx = c->n_out > 1, largest = a->largest, half = c->in[0].dtype == GS_DT_FLOAT16;
@@ -907,7 +885,7 @@ static int run_resize(const gs_devop *op, const gs_devops_target *t) {
   return LAUNCH(t, GS_DK_resize_fp, n, BUF(0, es), BUF(c->n_in, es), VAL(n), VAL(g), VAL(half));
 }
 
-/* ---- MatMul and Gemm without a BLAS -------------------------------------------------------------- */
+/* ---- MatMul and Gemm -------------------------------------------------------------- */
 
 /* For float16, and float32 where the backend has no BLAS library. */
 static bool matmul_supports(const gs_devop *op, const gs_op_call *c) {
@@ -986,12 +964,11 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
   bool has_c = present(c, 2) && a->beta != 0;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
   size_t es = half ? 2 : 4;
+  int rc = has_c ? broadcast_copy(t, 2, &c->in[2].shape, c->n_in, &c->out[0].shape, es) : 0;
+  if (rc < 0)
+    return rc;
   if (!half && t->gemm && a->k > 0) { /* float32 through the backend's BLAS */
-    int rc = 0;
     int64_t total = a->m * a->n;
-    if (has_c && (rc = broadcast_f32(t, 2, &c->in[2].shape, c->n_in,
-                                               &c->out[0].shape)) < 0)
-      return rc;
     if (total) {
       gs_devops_gemm mm = {.trans_a = a->trans_a, .trans_b = a->trans_b, .m = a->m, .n = a->n,
                            .k = a->k, .batch = 1, .alpha = a->alpha,
@@ -1006,14 +983,6 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
                .b_row = a->trans_b ? 1 : b_cols, .b_col = a->trans_b ? b_cols : 1,
                .alpha = a->alpha, .beta = has_c ? a->beta : 0.0f,
                .relu = a->act == GS_ACT_RELU};
-  if (has_c) {
-    dk_walk w = {.rank = 2, .dims = {a->m, a->n}};
-    gs_launch_broadcast_strides(&c->in[2].shape, &c->out[0].shape, w.strides[0]);
-    contiguous_strides(&c->out[0].shape, w.strides[1]);
-    int rc = copy_walk(t, 2, c->n_in, es, &w);
-    if (rc < 0)
-      return rc;
-  }
   uint64_t total = (uint64_t)(a->m * a->n);
   return LAUNCH(t, GS_DK_matmul_fp, total, BUF(0, es), BUF(1, es), BUF(0, es), BUF(c->n_in, es),
                 VAL(total), VAL(g), VAL(half));
@@ -1023,19 +992,9 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
 
 static int bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n) {
   uint64_t r = (uint64_t)rows, m = (uint64_t)n;
-  int32_t half = 0;
-  return LAUNCH(t, GS_DK_bias_rows_fp, r * m, BUF(bias, 4), BUF(y, 4), VAL(r), VAL(m), VAL(half));
+  return LAUNCH(t, GS_DK_bias_rows_f32, r * m, BUF(bias, 4), BUF(y, 4), VAL(r), VAL(m));
 }
 
-static int broadcast_f32(const gs_devops_target *t, int x, const gs_shape *xs, int y,
-                         const gs_shape *ys) {
-  dk_walk w = {.rank = ys->rank};
-  for (int d = 0; d < w.rank; d++)
-    w.dims[d] = ys->dims[d];
-  gs_launch_broadcast_strides(xs, ys, w.strides[0]);
-  contiguous_strides(ys, w.strides[1]);
-  return copy_walk(t, x, y, 4, &w);
-}
 
 static int relu_f32(const gs_devops_target *t, int y, int64_t n) {
   uint64_t count = (uint64_t)n;
@@ -1051,15 +1010,32 @@ static int relu_f32(const gs_devops_target *t, int y, int64_t n) {
 int gs_devops_status_error(const gs_devops_status *st, const char *node_name) {
   const char *node = node_name && node_name[0] ? node_name : "?";
   switch (st->code) {
-  case 1:
+  case FAIL_INDEX_RANGE:
     return gs_error(GS_EINVAL, "node %s (Gather): index %lld is out of range [%lld, %lld)", node,
                     (long long)st->value, (long long)-st->bound, (long long)st->bound);
-  case 2:
+  case FAIL_DIVIDE_BY_ZERO:
     return gs_error(GS_EINVAL, "node %s (Div): integer division by zero", node);
   default:
     return gs_error(GS_EDEVICE, "node %s: a kernel reported failure %lld", node,
                     (long long)st->code);
   }
+}
+
+uint64_t gs_devops_tag(gs_devops_tags *tags, const gs_op_call *c) {
+  uint64_t tag = tags->next++;
+  snprintf(tags->node[tag % GS_DEVOPS_TAGS], sizeof tags->node[0], "%s",
+           c && c->node_name ? c->node_name : "");
+  tags->armed = true;
+  return tag;
+}
+
+int gs_devops_tags_error(gs_devops_tags *tags, const gs_devops_status *st) {
+  tags->armed = false;
+  if (st->code == 0)
+    return GS_OK;
+  uint64_t tag = (uint64_t)st->tag;
+  bool named = tags->next - tag <= GS_DEVOPS_TAGS; /* else overwritten since */
+  return gs_devops_status_error(st, named ? tags->node[tag % GS_DEVOPS_TAGS] : "");
 }
 
 /* ---- the table ------------------------------------------------------------------------------------ */

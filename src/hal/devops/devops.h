@@ -3,8 +3,9 @@
  * kernel runs, and how one is queued, written once. A backend registers
  * every gs_devop under its name, creates the kernels named in
  * gs_devk_names for each device, and gives each launch a gs_devops_target:
- * how to queue one of those kernels and how to copy between operands. Its
- * own GEMM (CLBlast, cuBLAS) uses the helpers at the end.
+ * how to queue one of those kernels, how to copy between operands, and,
+ * where it has a BLAS library (CLBlast, cuBLAS), its float32 GEMM, which
+ * MatMul, Gemm and Conv then use.
  *
  * A launch's operands are numbered as the plan passes them: the node's
  * inputs, then its outputs. */
@@ -24,7 +25,7 @@
   X(pad_b8) X(pad_b16) X(pad_b32) X(pad_b64)                                                     \
   X(where_b8) X(where_b16) X(where_b32) X(where_b64)                                             \
   X(reduce_fp) X(argmax_fp) X(topk_fp) X(softmax_fp) X(layernorm_fp) X(batchnorm_fp)            \
-  X(bias_rows_fp) X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)         \
+  X(bias_rows_f32) X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)         \
   X(im2col_f32) X(conv_out_f32)
 
 typedef enum {
@@ -59,8 +60,22 @@ typedef struct gs_dk_arg {
 typedef struct gs_devops_status {
   int64_t code, value, bound, tag;
 } gs_devops_status;
-#define GS_DEVOPS_STATUS_BYTES sizeof(gs_devops_status)
 int gs_devops_status_error(const gs_devops_status *st, const char *node_name);
+
+/* Which node each launch that can fail came from, per stream: tags count
+ * the launches; the names of the last GS_DEVOPS_TAGS are kept. */
+#define GS_DEVOPS_TAGS 64
+typedef struct gs_devops_tags {
+  bool armed;    /* such a launch was queued since the status was last read */
+  uint64_t next; /* the next launch's tag */
+  char node[GS_DEVOPS_TAGS][64];
+} gs_devops_tags;
+
+/* The tag of a launch of node `c`; arms the status. */
+uint64_t gs_devops_tag(gs_devops_tags *tags, const gs_op_call *c);
+/* After reading the status: the failure as a GS_E code naming its node (GS_OK
+ * when the status holds none); disarms. */
+int gs_devops_tags_error(gs_devops_tags *tags, const gs_devops_status *st);
 
 /* A float32 GEMM for a backend's BLAS (gs_devops_target.gemm). */
 typedef struct gs_devops_gemm {

@@ -12,7 +12,7 @@
  *   ulong, uint, ushort, uchar, and the float math functions' generic names.
  * Every buffer comes with an offset in elements, so that buffers
  * sub-allocated from one device block need no sub-buffer objects.
- * Numbers of ops and types are those of devops.h. */
+ * The numbers that pick an op or a type are op_codes.h's. */
 
 /* ---- shapes ------------------------------------------------------------------------------ */
 
@@ -49,8 +49,6 @@ DEVFN void walk_at(const walk *w, ulong i, long *o0, long *o1, long *o2) {
  * value, its bound, and the launch's tag (which node). The first failure
  * claims the words (CLAIM: an atomic compare-and-swap of the code's low 32
  * bits from 0) and only it writes the rest. */
-#define FAIL_INDEX_RANGE 1
-#define FAIL_DIVIDE_BY_ZERO 2
 
 DEVFN void fail(GLOBAL long *status, ulong tag, long code, long value, long limit) {
   if (!CLAIM((GLOBAL int *)status, (int)code))
@@ -62,29 +60,6 @@ DEVFN void fail(GLOBAL long *status, ulong tag, long code, long value, long limi
 
 /* ---- elementwise ------------------------------------------------------------------------ */
 
-#define UNARY_RELU 0
-#define UNARY_SIGMOID 1
-#define UNARY_TANH 2
-#define UNARY_LEAKY 3
-#define UNARY_GELU_ERF 4
-#define UNARY_GELU_TANH 5
-#define UNARY_ERF 6
-#define UNARY_SQRT 7
-#define UNARY_EXP 8
-#define UNARY_LOG 9
-#define UNARY_NEG 10
-#define UNARY_ABS 11
-
-#define BINARY_ADD 0
-#define BINARY_SUB 1
-#define BINARY_MUL 2
-#define BINARY_DIV 3
-#define BINARY_POW 4
-#define BINARY_MIN 5
-#define BINARY_MAX 6
-#define BINARY_EQ 7
-#define BINARY_LT 8
-#define BINARY_GT 9
 
 DEVFN float unary_apply(int op, float v, float alpha) {
   switch (op) {
@@ -151,6 +126,26 @@ DEVFN void stf(GLOBAL void *p, ulong i, float v, int fp16) {
     ((GLOBAL float *)p)[i] = v;
 }
 
+/* y = a op b, or y (bool) = a compares to b, with a and b broadcast over y
+ * (the walk's strides 0 and 1); APPLY computes in float or in long. */
+#define DEFINE_BINARY(SUFFIX, T, LOAD, STORE, APPLY)                                             \
+  KERNEL binary_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo, GLOBAL T *y,  \
+                         ulong yo, ulong n, int op, walk w) {                                    \
+    FOR_EACH(i, n) {                                                                             \
+      long ia, ib, unused;                                                                       \
+      walk_at(&w, i, &ia, &ib, &unused);                                                         \
+      STORE(APPLY(op, LOAD(a, ao + ia), LOAD(b, bo + ib)), y, yo + i);                           \
+    }                                                                                            \
+  }                                                                                              \
+  KERNEL compare_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo,              \
+                          GLOBAL uchar *y, ulong yo, ulong n, int op, walk w) {                  \
+    FOR_EACH(i, n) {                                                                             \
+      long ia, ib, unused;                                                                       \
+      walk_at(&w, i, &ia, &ib, &unused);                                                         \
+      y[yo + i] = APPLY(op, LOAD(a, ao + ia), LOAD(b, bo + ib)) != 0;                            \
+    }                                                                                            \
+  }
+
 #define DEFINE_FLOAT_ELEMENTWISE(SUFFIX, T, LOAD, STORE)                                        \
   KERNEL unary_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, int op,     \
                         float alpha) {                                                           \
@@ -167,22 +162,7 @@ DEVFN void stf(GLOBAL void *p, ulong i, float v, int fp16) {
       STORE(v > h ? h : v, y, yo + i);                                                           \
     }                                                                                            \
   }                                                                                              \
-  KERNEL binary_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo, GLOBAL T *y,  \
-                         ulong yo, ulong n, int op, walk w) {                                    \
-    FOR_EACH(i, n) {                                                                             \
-      long ia, ib, unused;                                                                       \
-      walk_at(&w, i, &ia, &ib, &unused);                                                         \
-      STORE(binary_apply(op, LOAD(a, ao + ia), LOAD(b, bo + ib)), y, yo + i);                    \
-    }                                                                                            \
-  }                                                                                              \
-  KERNEL compare_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo,              \
-                          GLOBAL uchar *y, ulong yo, ulong n, int op, walk w) {                  \
-    FOR_EACH(i, n) {                                                                             \
-      long ia, ib, unused;                                                                       \
-      walk_at(&w, i, &ia, &ib, &unused);                                                         \
-      y[yo + i] = binary_apply(op, LOAD(a, ao + ia), LOAD(b, bo + ib)) != 0.0f;                  \
-    }                                                                                            \
-  }
+  DEFINE_BINARY(SUFFIX, T, LOAD, STORE, binary_apply)
 
 DEFINE_FLOAT_ELEMENTWISE(f32, float, LOAD_F32, STORE_F32)
 DEFINE_FLOAT_ELEMENTWISE(f16, half_t, LOAD_F16, STORE_F16)
@@ -196,26 +176,14 @@ DEVFN long unary_apply_int(int op, long v) {
   }
 }
 
+#define LOAD_INT(p, i) ((long)(p)[i])
+#define STORE_INT(v, p, i) ((p)[i] = (v)) /* truncates to T: wraps */
+
 #define DEFINE_INT_ELEMENTWISE(SUFFIX, T)                                                        \
   KERNEL unary_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, int op) {   \
     FOR_EACH(i, n) { y[yo + i] = (T)unary_apply_int(op, (long)x[xo + i]); }                      \
   }                                                                                              \
-  KERNEL binary_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo, GLOBAL T *y,  \
-                         ulong yo, ulong n, int op, walk w) {                                    \
-    FOR_EACH(i, n) {                                                                             \
-      long ia, ib, unused;                                                                       \
-      walk_at(&w, i, &ia, &ib, &unused);                                                         \
-      y[yo + i] = (T)binary_apply_int(op, (long)a[ao + ia], (long)b[bo + ib]);                   \
-    }                                                                                            \
-  }                                                                                              \
-  KERNEL compare_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo,              \
-                          GLOBAL uchar *y, ulong yo, ulong n, int op, walk w) {                  \
-    FOR_EACH(i, n) {                                                                             \
-      long ia, ib, unused;                                                                       \
-      walk_at(&w, i, &ia, &ib, &unused);                                                         \
-      y[yo + i] = binary_apply_int(op, (long)a[ao + ia], (long)b[bo + ib]) != 0;                 \
-    }                                                                                            \
-  }
+  DEFINE_BINARY(SUFFIX, T, LOAD_INT, STORE_INT, binary_apply_int)
 
 /* Integer division truncates, as C's; by zero it fails. */
 #define DEFINE_INT_DIVIDE(SUFFIX, T)                                                             \
@@ -246,14 +214,6 @@ KERNEL not_b8(GLOBAL const uchar *x, ulong xo, GLOBAL uchar *y, ulong yo, ulong 
 
 /* ---- Cast --------------------------------------------------------------------------------- */
 
-#define TYPE_F32 0
-#define TYPE_F16 1
-#define TYPE_I64 2
-#define TYPE_I32 3
-#define TYPE_I16 4
-#define TYPE_I8 5
-#define TYPE_U8 6
-#define TYPE_BOOL 7
 
 DEVFN int type_is_int(int t) { return t >= TYPE_I64; }
 
@@ -431,9 +391,6 @@ DEFINE_MOVES(b64, ulong)
 
 /* ---- reductions --------------------------------------------------------------------------- */
 
-#define REDUCE_SUM 0
-#define REDUCE_MEAN 1
-#define REDUCE_MAX 2
 
 /* The output's dimensions with the input's stride along each, and the
  * reduced dimensions with theirs. */
@@ -620,9 +577,9 @@ KERNEL batchnorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ul
 }
 
 /* Every row of y (rows x n) starts as the bias: GEMM then adds onto it. */
-KERNEL bias_rows_fp(GLOBAL const void *bias, ulong bo, GLOBAL void *y, ulong yo, ulong rows,
-                    ulong n, int fp16) {
-  FOR_EACH(i, rows * n) { stf(y, yo + i, ldf(bias, bo + i % n, fp16), fp16); }
+KERNEL bias_rows_f32(GLOBAL const float *bias, ulong bo, GLOBAL float *y, ulong yo, ulong rows,
+                     ulong n) {
+  FOR_EACH(i, rows * n) { y[yo + i] = bias[bo + i % n]; }
 }
 
 /* ---- convolution and pooling ------------------------------------------------------------------ */

@@ -5,7 +5,8 @@
  * streams (cpu_stream.c) that drive one in-order command queue each, so that
  * host functions, events and stream-ordered reuse behave exactly as on the
  * CPU; kernels in OpenCL C (kernels.cl, embedded at build time) built once
- * per device at start. Telemetry: memory size only. */
+ * per device at start (hal/devops' kernels with them). Telemetry: memory
+ * only (size, and this process's use). */
 #include "hal/opencl/opencl_internal.h"
 
 #include "base/clock.h"
@@ -264,6 +265,9 @@ static bool ocl_kernel_supports(const void *kernel, const void *params, size_t p
 
 /* ---- streams and events: the worker streams' own ------------------------------------------------ */
 
+/* A stream's kernel status (devops.h) as it starts, and after each failure is read. */
+static const cl_long status_zeros[4] = {0};
+
 static int ocl_stream_create(gs_device_t *device, unsigned flags, void **out) {
   (void)flags; /* no inline execution: the device is not the host */
   ocl_stream *s = calloc(1, sizeof *s);
@@ -276,9 +280,8 @@ static int ocl_stream_create(gs_device_t *device, unsigned flags, void **out) {
     free(s);
     return gs__ocl_fail(err, "clCreateCommandQueue");
   }
-  static const cl_long zeros[4] = {0};
-  s->status = clCreateBuffer(s->dev->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros,
-                             (void *)zeros, &err);
+  s->status = clCreateBuffer(s->dev->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                             sizeof status_zeros, (void *)status_zeros, &err);
   int rc = s->status ? gs__cpu_stream_create(device, 0, &s->worker)
                      : gs__ocl_fail(err, "clCreateBuffer(status)");
   if (rc < 0) {
@@ -313,23 +316,20 @@ static int drain(void *arg) {
   cl_int err = clFinish(s->queue);
   if (err != CL_SUCCESS)
     return gs__ocl_fail(err, "a kernel queued earlier");
-  if (!s->status_armed)
+  if (!s->tags.armed)
     return GS_OK;
   /* A kernel that can fail ran since the last drain: did it? */
-  s->status_armed = false;
   gs_devops_status st;
   err = clEnqueueReadBuffer(s->queue, s->status, CL_TRUE, 0, sizeof st, &st, 0, NULL, NULL);
   if (err != CL_SUCCESS)
     return gs__ocl_fail(err, "reading the kernels' status");
-  if (st.code == 0)
-    return GS_OK;
-  static const cl_long zeros[4] = {0};
-  err = clEnqueueWriteBuffer(s->queue, s->status, CL_TRUE, 0, sizeof zeros, zeros, 0, NULL, NULL);
-  if (err != CL_SUCCESS)
-    return gs__ocl_fail(err, "clearing the kernels' status");
-  /* Tags count launches; a name is kept for the last GS_OCL_TAGS. */
-  bool named = s->next_tag - (uint64_t)st.tag <= GS_OCL_TAGS;
-  return gs_devops_status_error(&st, named ? s->tag_node[(uint64_t)st.tag % GS_OCL_TAGS] : "");
+  if (st.code) {
+    err = clEnqueueWriteBuffer(s->queue, s->status, CL_TRUE, 0, sizeof status_zeros,
+                               status_zeros, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+      return gs__ocl_fail(err, "clearing the kernels' status");
+  }
+  return gs_devops_tags_error(&s->tags, &st);
 }
 
 static int queue_drain(ocl_stream *s) { return gs__cpu_stream_host_func(s->worker, drain, s); }

@@ -24,8 +24,6 @@ typedef struct ocl_device {
   _Atomic uint64_t device_bytes; /* device memory this process holds (segments) */
 } ocl_device;
 
-#define GS_OCL_TAGS 64 /* launches that can fail, named between two drains */
-
 typedef struct ocl_stream {
   void *worker; /* the HAL worker stream that runs our operations in order */
   cl_command_queue queue;
@@ -33,9 +31,7 @@ typedef struct ocl_stream {
   /* Kernels that can fail write here (devops.h); read at the next drain.
    * Used on the worker thread only. */
   cl_mem status;
-  bool status_armed;
-  uint64_t next_tag;              /* launches that can fail, counted */
-  char tag_node[GS_OCL_TAGS][64]; /* by tag % GS_OCL_TAGS: the node of the launch */
+  gs_devops_tags tags;
   cl_mem scratch;                  /* devops' scratch (im2col), grown on demand */
   size_t scratch_bytes;
 } ocl_stream;

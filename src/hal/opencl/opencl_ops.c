@@ -11,8 +11,6 @@
 #ifdef GS_HAVE_CLBLAST
 #include <clblast_c.h>
 #endif
-#include <stdio.h>
-#include <string.h>
 
 /* ---- the launch target ------------------------------------------------------------------- */
 
@@ -42,14 +40,8 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
     return gs_error(GS_EINVAL, "%s: %d kernel arguments", l->k->name, nargs);
   for (int i = 0; i < nargs; i++) {
     if (args[i].operand == GS_DK_STATUS) { /* the status buffer, and a tag naming the node */
-      ocl_stream *s = l->s;
-      uint64_t tag = s->next_tag++;
-      const gs_op_call *c = gs_launch_call(l->params, l->params_size);
-      snprintf(s->tag_node[tag % GS_OCL_TAGS], sizeof s->tag_node[0], "%s",
-               c ? c->node_name : "");
-      s->status_armed = true;
-      mems[i] = s->status;
-      offs[i] = tag;
+      mems[i] = l->s->status;
+      offs[i] = gs_devops_tag(&l->s->tags, gs_launch_call(l->params, l->params_size));
       continue;
     }
     if (args[i].operand == GS_DK_SCRATCH && !l->s->scratch)

@@ -1,0 +1,52 @@
+/* op_codes.h - the numbers by which the host (devops.c) tells the device
+ * kernels (op_kernels.h) which variant to run: valid C, OpenCL C and CUDA,
+ * included by devops.c and kernels.cu and embedded ahead of op_kernels.h
+ * for OpenCL. */
+#ifndef GS_HAL_DEVOPS_OP_CODES_H
+#define GS_HAL_DEVOPS_OP_CODES_H
+
+/* What a kernel that can fail writes as the status's code. */
+#define FAIL_INDEX_RANGE 1
+#define FAIL_DIVIDE_BY_ZERO 2
+
+/* Elementwise ops (unary_*, binary_*, compare_*). */
+#define UNARY_RELU 0
+#define UNARY_SIGMOID 1
+#define UNARY_TANH 2
+#define UNARY_LEAKY 3
+#define UNARY_GELU_ERF 4
+#define UNARY_GELU_TANH 5
+#define UNARY_ERF 6
+#define UNARY_SQRT 7
+#define UNARY_EXP 8
+#define UNARY_LOG 9
+#define UNARY_NEG 10
+#define UNARY_ABS 11
+
+#define BINARY_ADD 0
+#define BINARY_SUB 1
+#define BINARY_MUL 2
+#define BINARY_DIV 3
+#define BINARY_POW 4
+#define BINARY_MIN 5
+#define BINARY_MAX 6
+#define BINARY_EQ 7
+#define BINARY_LT 8
+#define BINARY_GT 9
+
+/* Element types, for Cast (cast_any). */
+#define TYPE_F32 0
+#define TYPE_F16 1
+#define TYPE_I64 2
+#define TYPE_I32 3
+#define TYPE_I16 4
+#define TYPE_I8 5
+#define TYPE_U8 6
+#define TYPE_BOOL 7
+
+/* Reductions (reduce_*). */
+#define REDUCE_SUM 0
+#define REDUCE_MEAN 1
+#define REDUCE_MAX 2
+
+#endif
