@@ -234,6 +234,28 @@ int gs_stream_memset(gs_stream_t *s, gs_buffer_t *dst, size_t offset, uint8_t va
 int gs_stream_copy_peer(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,
                         size_t src_offset, size_t bytes);
 
+/* ---- device groups: collectives for the exchange between devices -------- */
+
+/* Devices that reduce and broadcast together, one buffer and one stream
+ * each, index i for devices[i]: through the backend's collectives where
+ * every device is of one backend that has them (CUDA: NCCL, where
+ * libnccl.so.2 loads), else staged through host memory (then the call
+ * returns when the collective is done, and each stream has been waited
+ * for first). */
+typedef struct gs_group gs_group_t;
+int gs_group_create(gs_device_t *const *devices, int n, gs_group_t **out);
+void gs_group_destroy(gs_group_t *group);
+/* What the group's collectives go through: "staged", or the name of the
+ * backend whose own they are ("cuda": NCCL). */
+const char *gs_group_method(const gs_group_t *group);
+/* bufs[i] (its first count float32 elements) becomes the sum of all of
+ * them, in the order of streams[i]. */
+int gs_group_all_reduce_sum_f32(gs_group_t *group, gs_stream_t *const *streams,
+                                gs_buffer_t *const *bufs, size_t count);
+/* bufs[i] (its first `bytes`) becomes bufs[root]'s. */
+int gs_group_broadcast(gs_group_t *group, gs_stream_t *const *streams, gs_buffer_t *const *bufs,
+                       size_t bytes, int root);
+
 /* Runs fn(arg) on a host thread when the stream reaches this point. A non-zero
  * return is recorded as the stream's error. fn must not queue on `s`. */
 typedef int (*gs_host_fn)(void *arg);

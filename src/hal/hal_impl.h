@@ -89,6 +89,15 @@ typedef struct gs_backend_iface {
    * none): the HAL stages it through host memory. */
   int (*stream_copy_peer)(void *stream, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,
                           size_t src_offset, size_t bytes);
+  /* Optional, all four or none: collectives over devices of this backend
+   * (gs_group_*). group_create's GS_ENOTSUP: the HAL stages them instead.
+   * `streams` are the backend's stream contexts, one per device. */
+  int (*group_create)(gs_device_t *const *devices, int n, void **group);
+  void (*group_destroy)(void *group);
+  int (*group_all_reduce_sum_f32)(void *group, void *const *streams, gs_buffer_t *const *bufs,
+                                  size_t count);
+  int (*group_broadcast)(void *group, void *const *streams, gs_buffer_t *const *bufs,
+                         size_t bytes, int root);
 } gs_backend_iface;
 
 /* ---- plugins ------------------------------------------------------------ */

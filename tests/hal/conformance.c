@@ -334,6 +334,66 @@ static void copies_between_devices(void) {
   printf("  (%d other devices)\n", others);
 }
 
+/* Collectives over this device and every other there is: an all-reduce
+ * sums every member's floats into each, a broadcast gives each the root's
+ * bytes; a member on the wrong device is refused. */
+static void group_all_reduce_and_broadcast(void) {
+  gs_device_t *devices[8];
+  int n = 0;
+  devices[n++] = dev;
+  for (int i = 0; i < gs_hal_device_count() && n < 8; i++)
+    if (gs_hal_device(i) != dev)
+      devices[n++] = gs_hal_device(i);
+  gs_group_t *g;
+  CHECK_OK(gs_group_create(devices, n, &g));
+  printf("  (%d members, %s)\n", n, gs_group_method(g));
+  const size_t count = 1000;
+  gs_stream_t *streams[8];
+  gs_buffer_t *bufs[8];
+  float *host = malloc(count * sizeof(float));
+  for (int i = 0; i < n; i++) {
+    CHECK_OK(gs_stream_create(devices[i], &streams[i]));
+    CHECK_OK(gs_pool_alloc(gs_device_pool(devices[i], GS_MEM_DEVICE), count * sizeof(float),
+                           streams[i], &bufs[i]));
+    for (size_t k = 0; k < count; k++)
+      host[k] = (float)(i + 1) * (float)k; /* member i holds (i + 1) k */
+    CHECK_OK(gs_stream_copy_h2d(streams[i], bufs[i], 0, host, count * sizeof(float)));
+    CHECK_OK(gs_stream_synchronize(streams[i]));
+  }
+  CHECK_OK(gs_group_all_reduce_sum_f32(g, streams, bufs, count));
+  float members_sum = (float)(n * (n + 1) / 2); /* 1 + 2 + ... + n */
+  for (int i = 0; i < n; i++) {
+    CHECK_OK(gs_stream_copy_d2h(streams[i], host, bufs[i], 0, count * sizeof(float)));
+    CHECK_OK(gs_stream_synchronize(streams[i]));
+    for (size_t k = 0; k < count; k += 111)
+      CHECK_MSG(host[k] == members_sum * (float)k, "member %d element %zu: %g", i, k, host[k]);
+  }
+  /* Broadcast 13 bytes from the last member over everyone's. */
+  uint8_t bytes[13], got[13];
+  fill_pattern(bytes, sizeof bytes, 7);
+  CHECK_OK(gs_stream_copy_h2d(streams[n - 1], bufs[n - 1], 0, bytes, sizeof bytes));
+  CHECK_OK(gs_stream_synchronize(streams[n - 1]));
+  CHECK_OK(gs_group_broadcast(g, streams, bufs, sizeof bytes, n - 1));
+  for (int i = 0; i < n; i++) {
+    CHECK_OK(gs_stream_copy_d2h(streams[i], got, bufs[i], 0, sizeof got));
+    CHECK_OK(gs_stream_synchronize(streams[i]));
+    CHECK_MSG(memcmp(bytes, got, sizeof got) == 0, "member %d after the broadcast", i);
+  }
+  if (n > 1) { /* member 0's buffer given as member 1's */
+    gs_buffer_t *wrong[8];
+    memcpy(wrong, bufs, sizeof wrong);
+    wrong[1] = bufs[0];
+    CHECK_ERR(gs_group_broadcast(g, streams, wrong, 4, 0), GS_EINVAL);
+  }
+  CHECK_ERR(gs_group_broadcast(g, streams, bufs, 4, n), GS_EINVAL);
+  for (int i = 0; i < n; i++) {
+    gs_buffer_free(bufs[i], streams[i]);
+    gs_stream_destroy(streams[i]);
+  }
+  gs_group_destroy(g);
+  free(host);
+}
+
 static void copies_out_of_range_are_refused(void) {
   gs_stream_t *s;
   gs_buffer_t *b;
@@ -820,6 +880,7 @@ static const gs_test tests[] = {
     {"pinned_host_pool", pinned_host_pool},
     {"copies_of_many_sizes_and_offsets", copies_of_many_sizes_and_offsets},
     {"copies_between_devices", copies_between_devices},
+    {"group_all_reduce_and_broadcast", group_all_reduce_and_broadcast},
     {"copies_out_of_range_are_refused", copies_out_of_range_are_refused},
     {"ordering_across_thousands_of_operations", ordering_across_thousands_of_operations},
     {"host_function_errors_reach_synchronize", host_function_errors_reach_synchronize},

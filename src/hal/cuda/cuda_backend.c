@@ -852,6 +852,7 @@ static int cu_init(gs_backend_t *backend) {
 static void cu_shutdown(gs_backend_t *backend) {
   for (int i = 0; i < gs__backend_device_count(backend); i++)
     release_device(gs__device_ctx(gs__backend_device(backend, i)));
+  gs__cu_groups_shutdown();
   if (xid_events)
     nvml.event_set_free(xid_events);
   xid_events = NULL;
@@ -888,6 +889,10 @@ static const gs_backend_iface iface = {
     .device_processes = cu_processes,
     .kernel_supports = cu_kernel_supports,
     .stream_copy_peer = cu_copy_peer,
+    .group_create = gs__cu_group_create,
+    .group_destroy = gs__cu_group_destroy,
+    .group_all_reduce_sum_f32 = gs__cu_group_all_reduce_sum_f32,
+    .group_broadcast = gs__cu_group_broadcast,
 };
 
 int gs_plugin_init(const gs_backend_iface **out) {

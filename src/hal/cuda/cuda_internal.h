@@ -67,6 +67,16 @@ int gs__cu_device_ptr(gs_buffer_t *b, size_t offset, CUdeviceptr *out);
 /* Queues `fn` over n elements with a grid that strides over the rest. */
 int gs__cu_launch_1d(cu_stream *s, CUfunction fn, unsigned long long n, void **params);
 
+/* Collectives across GPUs through NCCL (cuda_group.c; gs_backend_iface's
+ * group_*); the library is opened on the first group and closed here. */
+int gs__cu_group_create(gs_device_t *const *devices, int n, void **group);
+void gs__cu_group_destroy(void *group);
+int gs__cu_group_all_reduce_sum_f32(void *group, void *const *streams, gs_buffer_t *const *bufs,
+                                    size_t count);
+int gs__cu_group_broadcast(void *group, void *const *streams, gs_buffer_t *const *bufs,
+                           size_t bytes, int root);
+void gs__cu_groups_shutdown(void);
+
 /* The engine's ops on CUDA (cuda_ops.c): registers them with the backend. */
 int gs__cuda_register_ops(gs_backend_t *backend);
 /* Looks up the ops' functions in a device's module. */
