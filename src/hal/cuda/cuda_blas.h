@@ -13,7 +13,9 @@
   X(cublasDestroy)                                                                           \
   X(cublasSetStream)                                                                         \
   X(cublasSgemm)                                                                             \
-  X(cublasSgemmStridedBatched)
+  X(cublasSgemmStridedBatched)                                                               \
+  X(cublasGemmEx)                                                                            \
+  X(cublasGemmStridedBatchedEx)
 
 typedef struct gs_cublas {
   void *library;

@@ -135,9 +135,9 @@ static int blas_handle(cu_stream *s) {
 }
 
 /* An operand, or the stream's scratch buffer, as a device address. */
-static int gemm_operand(const launch *l, int i, CUdeviceptr *out) {
+static int gemm_operand(const launch *l, int i, size_t es, CUdeviceptr *out) {
   if (i != GS_DK_SCRATCH)
-    return operand_ptr(l, i, sizeof(float), out);
+    return operand_ptr(l, i, es, out);
   if (!l->s->scratch)
     return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
   *out = l->s->scratch;
@@ -151,30 +151,47 @@ static int target_gemm(void *ctx, const gs_devops_gemm *g) {
   if (g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX || g->batch > INT32_MAX ||
       g->lda > INT32_MAX || g->ldb > INT32_MAX || g->ldc > INT32_MAX)
     return gs_error(GS_ENOTSUP, "%s: a GEMM dimension over 2^31 for cuBLAS", l->k->name);
+  size_t es = g->half ? 2 : sizeof(float);
   CUdeviceptr A = 0, B = 0, C = 0;
-  int rc = gemm_operand(l, g->a, &A);
+  int rc = gemm_operand(l, g->a, es, &A);
   if (rc == 0)
-    rc = gemm_operand(l, g->b, &B);
+    rc = gemm_operand(l, g->b, es, &B);
   if (rc == 0)
-    rc = gemm_operand(l, g->c, &C);
+    rc = gemm_operand(l, g->c, es, &C);
   if (rc == 0)
     rc = blas_handle(l->s);
   if (rc < 0)
     return rc;
-  const float *a = (const float *)(uintptr_t)A + g->a_off;
-  const float *b = (const float *)(uintptr_t)B + g->b_off;
-  float *c = (float *)(uintptr_t)C + g->c_off;
   float alpha = g->alpha, beta = g->beta;
   cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasStatus_t st =
-      g->batch == 1
-          ? gs__cublas.cublasSgemm(l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha, b,
-                                   (int)g->ldb, a, (int)g->lda, &beta, c, (int)g->ldc)
-          : gs__cublas.cublasSgemmStridedBatched(
-                l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha, b, (int)g->ldb,
-                g->stride_b, a, (int)g->lda, g->stride_a, &beta, c, (int)g->ldc, g->stride_c,
-                (int)g->batch);
+  cublasStatus_t st;
+  if (g->half) { /* float16 operands, float32 accumulation (tensor cores where there are) */
+    const void *a = (const char *)(uintptr_t)A + (size_t)g->a_off * es;
+    const void *b = (const char *)(uintptr_t)B + (size_t)g->b_off * es;
+    void *c = (char *)(uintptr_t)C + (size_t)g->c_off * es;
+    st = g->batch == 1
+             ? gs__cublas.cublasGemmEx(l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha,
+                                       b, CUDA_R_16F, (int)g->ldb, a, CUDA_R_16F, (int)g->lda,
+                                       &beta, c, CUDA_R_16F, (int)g->ldc, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT)
+             : gs__cublas.cublasGemmStridedBatchedEx(
+                   l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha, b, CUDA_R_16F,
+                   (int)g->ldb, g->stride_b, a, CUDA_R_16F, (int)g->lda, g->stride_a, &beta, c,
+                   CUDA_R_16F, (int)g->ldc, g->stride_c, (int)g->batch, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(st, "cublasGemmEx");
+  }
+  const float *a = (const float *)(uintptr_t)A + g->a_off;
+  const float *b = (const float *)(uintptr_t)B + g->b_off;
+  float *c = (float *)(uintptr_t)C + g->c_off;
+  st = g->batch == 1
+           ? gs__cublas.cublasSgemm(l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha, b,
+                                    (int)g->ldb, a, (int)g->lda, &beta, c, (int)g->ldc)
+           : gs__cublas.cublasSgemmStridedBatched(
+                 l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha, b, (int)g->ldb,
+                 g->stride_b, a, (int)g->lda, g->stride_a, &beta, c, (int)g->ldc, g->stride_c,
+                 (int)g->batch);
   return st == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(st, "cublasSgemm");
 }
 

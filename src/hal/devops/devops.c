@@ -130,8 +130,7 @@ static int copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_wa
                 VAL(*w));
 }
 
-static int bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n);
-static int relu_f32(const gs_devops_target *t, int y, int64_t n);
+static int relu(const gs_devops_target *t, int y, int64_t n, bool half);
 static int fill(const gs_devops_target *t, int y, size_t es, uint64_t at, uint64_t n,
                 uint64_t bits);
 
@@ -759,17 +758,21 @@ static bool conv_supports(const gs_devop *op, const gs_op_call *c) {
          c->in[0].shape.rank == 2 + a->spatial;
 }
 
-/* Conv in float32 through the backend's BLAS: for as many images at a time
- * as fit the scratch budget, and each group, the windows' columns into the
- * stream's scratch (im2col), one GEMM of the group's weights [M/g, C/g k]
- * by them, and the product into y with the bias and Relu (conv_out). */
+/* Conv through the backend's BLAS: for as many images at a time as fit the
+ * scratch budget, and each group, the windows' columns into the stream's
+ * scratch (im2col), one GEMM of the group's weights [M/g, C/g k] by them,
+ * and the product into y with the bias and Relu (conv_out). GS_ENOTSUP
+ * from the first GEMM (no float16 GEMM there) leaves y untouched. */
 #define CONV_SCRATCH_BUDGET ((int64_t)64 << 20) /* bytes, unless one image needs more */
 
-static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bias, bool relu) {
+static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bias, bool relu,
+                        bool half) {
   const gs_op_call *c = t->call;
+  size_t es = half ? 2 : 4;
+  int32_t fp16 = half;
   int64_t cg = g->in_channels / g->group, mg = g->out_channels / g->group;
   int64_t ck = cg * g->k[0] * g->k[1] * g->k[2], os = g->out[0] * g->out[1] * g->out[2];
-  int64_t per_image = (ck + mg) * os * (int64_t)sizeof(float);
+  int64_t per_image = (ck + mg) * os * (int64_t)es;
   int64_t chunk = per_image > 0 ? CONV_SCRATCH_BUDGET / per_image : g->batch;
   chunk = chunk < 1 ? 1 : chunk > g->batch ? g->batch : chunk;
   int rc = t->scratch(t->ctx, (size_t)(chunk * per_image));
@@ -780,9 +783,9 @@ static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bi
     uint64_t col_rows = (uint64_t)(ck * nb * g->out[0] * g->out[1]), out_rows = (uint64_t)(mg * nb);
     for (int64_t grp = 0; rc == 0 && grp < g->group; grp++) {
       int64_t c0 = grp * cg, m0 = grp * mg;
-      rc = LAUNCH(t, GS_DK_im2col_f32, col_rows, BUF(0, 4), BUF(GS_DK_SCRATCH, 4),
-                  VAL(col_rows), VAL(*g), VAL(b0), VAL(nb), VAL(c0));
-      gs_devops_gemm mm = {.m = mg, .n = nb * os, .k = ck, .batch = 1, .alpha = 1.0f,
+      rc = LAUNCH(t, GS_DK_im2col_fp, col_rows, BUF(0, es), BUF(GS_DK_SCRATCH, es),
+                  VAL(col_rows), VAL(*g), VAL(b0), VAL(nb), VAL(c0), VAL(fp16));
+      gs_devops_gemm mm = {.half = half, .m = mg, .n = nb * os, .k = ck, .batch = 1, .alpha = 1.0f,
                            .a = 1, .b = GS_DK_SCRATCH, .c = GS_DK_SCRATCH,
                            .a_off = m0 * ck, .c_off = (int64_t)n_cols,
                            .lda = ck, .ldb = nb * os, .ldc = nb * os};
@@ -791,9 +794,10 @@ static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bi
       uint64_t yt_at = n_cols;
       int64_t channels = g->out_channels;
       if (rc == 0)
-        rc = LAUNCH(t, GS_DK_conv_out_f32, out_rows, BUF(GS_DK_SCRATCH, 4), VAL(yt_at),
-                    BUF(has_bias ? 2 : 0, 4), VAL(bias_flag), BUF(c->n_in, 4), VAL(out_rows),
-                    VAL(b0), VAL(nb), VAL(m0), VAL(mg), VAL(channels), VAL(os), VAL(relu_flag));
+        rc = LAUNCH(t, GS_DK_conv_out_fp, out_rows, BUF(GS_DK_SCRATCH, es), VAL(yt_at),
+                    BUF(has_bias ? 2 : 0, es), VAL(bias_flag), BUF(c->n_in, es), VAL(out_rows),
+                    VAL(b0), VAL(nb), VAL(m0), VAL(mg), VAL(channels), VAL(os), VAL(relu_flag),
+                    VAL(fp16));
     }
   }
   return rc;
@@ -805,19 +809,21 @@ static int run_conv(const gs_devop *op, const gs_devops_target *t) {
   dk_conv g;
   conv_geometry(c, a->spatial, a->kernel, a->stride, a->dilation, a->pad_begin, &g);
   g.group = a->group;
-  if (!op->variant && c->in[0].dtype == GS_DT_FLOAT32 && t->gemm && t->scratch &&
-      gs_launch_numel(&c->out[0].shape) > 0)
-    return conv_as_gemm(t, &g, present(c, 2), a->act == GS_ACT_RELU);
-  int32_t has_bias = present(c, 2), relu = a->act == GS_ACT_RELU;
+  bool half = c->in[0].dtype == GS_DT_FLOAT16;
+  if (!op->variant && t->gemm && t->scratch && gs_launch_numel(&c->out[0].shape) > 0) {
+    int rc = conv_as_gemm(t, &g, present(c, 2), a->act == GS_ACT_RELU, half);
+    if (rc != GS_ENOTSUP)
+      return rc;
+  }
+  int32_t has_bias = present(c, 2), relu_flag = a->act == GS_ACT_RELU, fp16 = half;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
-  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
   size_t es = half ? 2 : 4;
   if (op->variant) /* ConvTranspose */
     return LAUNCH(t, GS_DK_conv_transpose_fp, n, BUF(0, es), BUF(1, es),
                   BUF(has_bias ? 2 : 1, es), VAL(has_bias), BUF(c->n_in, es), VAL(n), VAL(g),
-                  VAL(half));
+                  VAL(fp16));
   return LAUNCH(t, GS_DK_conv_fp, n, BUF(0, es), BUF(1, es), BUF(has_bias ? 2 : 1, es),
-                VAL(has_bias), BUF(c->n_in, es), VAL(n), VAL(g), VAL(relu), VAL(half));
+                VAL(has_bias), BUF(c->n_in, es), VAL(n), VAL(g), VAL(relu_flag), VAL(fp16));
 }
 
 static bool conv_transpose_supports(const gs_devop *op, const gs_op_call *c) {
@@ -893,21 +899,23 @@ static bool matmul_supports(const gs_devop *op, const gs_op_call *c) {
   return c->attrs && c->n_out == 1 && fp_size(c);
 }
 
-/* Float32 MatMul through the backend's BLAS: y starts as the bias on every
- * row (GEMM adds onto it), batches strided where one stride each says
- * where they are, else one GEMM per batch. */
-static int matmul_blas(const gs_devops_target *t) {
+/* MatMul through the backend's BLAS: y starts as the bias on every row
+ * (GEMM adds onto it), batches strided where one stride each says where
+ * they are, else one GEMM per batch. GS_ENOTSUP from the first GEMM (no
+ * float16 GEMM there): the caller's kernel then writes all of y. */
+static int matmul_blas(const gs_devops_target *t, bool half) {
   const gs_op_call *c = t->call;
   const gs_matmul_attrs *m = c->attrs;
   int y = c->n_in, rc = 0;
+  size_t es = half ? 2 : 4;
   int64_t rows = m->batch * m->m;
-  if (m->has_bias && (rc = bias_rows(t, 2, y, rows, m->n)) < 0)
+  if (m->has_bias && (rc = broadcast_copy(t, 2, &c->in[2].shape, y, &c->out[0].shape, es)) < 0)
     return rc;
   if (m->k == 0) { /* an empty sum: the bias, or zeros */
-    if (!m->has_bias && rows * m->n > 0 && (rc = fill(t, y, 4, 0, (uint64_t)(rows * m->n), 0)) < 0)
+    if (!m->has_bias && rows * m->n > 0 && (rc = fill(t, y, es, 0, (uint64_t)(rows * m->n), 0)) < 0)
       return rc;
   } else if (m->m && m->n) {
-    gs_devops_gemm g = {.m = m->m, .n = m->n, .k = m->k, .batch = m->batch, .alpha = 1.0f,
+    gs_devops_gemm g = {.half = half, .m = m->m, .n = m->n, .k = m->k, .batch = m->batch, .alpha = 1.0f,
                         .beta = m->has_bias ? 1.0f : 0.0f, .a = 0, .b = 1, .c = y,
                         .lda = m->k, .ldb = m->n, .ldc = m->n, .stride_c = m->m * m->n};
     if (m->batch_rank <= 1) {
@@ -925,15 +933,18 @@ static int matmul_blas(const gs_devops_target *t) {
     if (rc < 0)
       return rc;
   }
-  return m->act == GS_ACT_RELU ? relu_f32(t, y, rows * m->n) : GS_OK;
+  return m->act == GS_ACT_RELU ? relu(t, y, rows * m->n, half) : GS_OK;
 }
 
 static int run_matmul(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
   const gs_matmul_attrs *m = c->attrs;
-  if (c->in[0].dtype == GS_DT_FLOAT32 && t->gemm)
-    return matmul_blas(t);
+  if (t->gemm) {
+    int rc = matmul_blas(t, c->in[0].dtype == GS_DT_FLOAT16);
+    if (rc != GS_ENOTSUP)
+      return rc;
+  }
   dk_gemm g = {.batch = m->batch, .m = m->m, .n = m->n, .k = m->k, .batch_rank = m->batch_rank,
                .a_row = m->k, .a_col = 1, .b_row = m->n, .b_col = 1, .alpha = 1.0f,
                .has_bias = m->has_bias, .relu = m->act == GS_ACT_RELU};
@@ -967,16 +978,17 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
   int rc = has_c ? broadcast_copy(t, 2, &c->in[2].shape, c->n_in, &c->out[0].shape, es) : 0;
   if (rc < 0)
     return rc;
-  if (!half && t->gemm && a->k > 0) { /* float32 through the backend's BLAS */
+  if (t->gemm && a->k > 0) { /* through the backend's BLAS (GS_ENOTSUP: y is still C) */
     int64_t total = a->m * a->n;
     if (total) {
-      gs_devops_gemm mm = {.trans_a = a->trans_a, .trans_b = a->trans_b, .m = a->m, .n = a->n,
+      gs_devops_gemm mm = {.half = half, .trans_a = a->trans_a, .trans_b = a->trans_b, .m = a->m, .n = a->n,
                            .k = a->k, .batch = 1, .alpha = a->alpha,
                            .beta = has_c ? a->beta : 0.0f, .a = 0, .b = 1, .c = c->n_in,
                            .lda = a_cols, .ldb = b_cols, .ldc = a->n};
       rc = t->gemm(t->ctx, &mm);
     }
-    return rc == 0 && a->act == GS_ACT_RELU ? relu_f32(t, c->n_in, total) : rc;
+    if (rc != GS_ENOTSUP)
+      return rc == 0 && a->act == GS_ACT_RELU ? relu(t, c->n_in, total, half) : rc;
   }
   dk_gemm g = {.batch = 1, .m = a->m, .n = a->n, .k = a->k,
                .a_row = a->trans_a ? 1 : a_cols, .a_col = a->trans_a ? a_cols : 1,
@@ -990,20 +1002,14 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
 
 /* ---- GEMM's helpers --------------------------------------------------------------------------- */
 
-static int bias_rows(const gs_devops_target *t, int bias, int y, int64_t rows, int64_t n) {
-  uint64_t r = (uint64_t)rows, m = (uint64_t)n;
-  return LAUNCH(t, GS_DK_bias_rows_f32, r * m, BUF(bias, 4), BUF(y, 4), VAL(r), VAL(m));
-}
-
-
-static int relu_f32(const gs_devops_target *t, int y, int64_t n) {
+static int relu(const gs_devops_target *t, int y, int64_t n, bool half) {
   uint64_t count = (uint64_t)n;
   int32_t code = UNARY_RELU;
   float alpha = 0.0f;
-  return LAUNCH(t, GS_DK_unary_f32, count, BUF(y, 4), BUF(y, 4), VAL(count), VAL(code),
-                VAL(alpha));
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, half ? GS_DK_unary_f16 : GS_DK_unary_f32, count, BUF(y, es), BUF(y, es),
+                VAL(count), VAL(code), VAL(alpha));
 }
-
 
 /* ---- failures ------------------------------------------------------------------------------------ */
 

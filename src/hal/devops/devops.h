@@ -25,8 +25,8 @@
   X(pad_b8) X(pad_b16) X(pad_b32) X(pad_b64)                                                     \
   X(where_b8) X(where_b16) X(where_b32) X(where_b64)                                             \
   X(reduce_fp) X(argmax_fp) X(topk_fp) X(softmax_fp) X(layernorm_fp) X(batchnorm_fp)            \
-  X(bias_rows_f32) X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)         \
-  X(im2col_f32) X(conv_out_f32)
+  X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)         \
+  X(im2col_fp) X(conv_out_fp)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,
@@ -77,8 +77,11 @@ uint64_t gs_devops_tag(gs_devops_tags *tags, const gs_op_call *c);
  * when the status holds none); disarms. */
 int gs_devops_tags_error(gs_devops_tags *tags, const gs_devops_status *st);
 
-/* A float32 GEMM for a backend's BLAS (gs_devops_target.gemm). */
+/* A GEMM for a backend's BLAS (gs_devops_target.gemm): float32, or with
+ * half set float16 operands (accumulated in float32); a backend without a
+ * float16 GEMM answers GS_ENOTSUP and devops runs its own kernel. */
 typedef struct gs_devops_gemm {
+  bool half;
   bool trans_a, trans_b;
   int64_t m, n, k, batch;
   float alpha, beta;
@@ -97,8 +100,8 @@ typedef struct gs_devops_target {
   /* Copies `bytes` from operand src (at byte src_off) to operand dst, in
    * queue order; nothing when they are the same bytes. */
   int (*copy)(void *ctx, int src, size_t src_off, int dst, size_t dst_off, size_t bytes);
-  /* Optional (NULL where the backend has no BLAS library): float32 GEMM in
-   * queue order, row-major, `batch` times with the given element strides:
+  /* Optional (NULL where the backend has no BLAS library): GEMM in queue
+   * order, row-major, `batch` times with the given element strides:
    * c = alpha op(a) op(b) + beta c, with a, b, c operands (or
    * GS_DK_SCRATCH) and offsets in elements from each operand's start. */
   int (*gemm)(void *ctx, const struct gs_devops_gemm *g);

@@ -576,11 +576,6 @@ KERNEL batchnorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ul
   }
 }
 
-/* Every row of y (rows x n) starts as the bias: GEMM then adds onto it. */
-KERNEL bias_rows_f32(GLOBAL const float *bias, ulong bo, GLOBAL float *y, ulong yo, ulong rows,
-                     ulong n) {
-  FOR_EACH(i, rows * n) { y[yo + i] = bias[bo + i % n]; }
-}
 
 /* ---- convolution and pooling ------------------------------------------------------------------ */
 
@@ -636,8 +631,8 @@ KERNEL conv_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, ulong wo,
  * positions; 0 where the window is in the padding. One item per row of the
  * output's last dimension: the divisions are per row, not per element
  * (64-bit division is slow on CPUs and emulated on GPUs). */
-KERNEL im2col_f32(GLOBAL const float *x, ulong xo, GLOBAL float *cols, ulong co, ulong rows,
-                  conv_geom g, long b0, long nb, long c0) {
+KERNEL im2col_fp(GLOBAL const void *x, ulong xo, GLOBAL void *cols, ulong co, ulong rows,
+                 conv_geom g, long b0, long nb, long c0, int fp16) {
   long os_count = g.out[0] * g.out[1] * g.out[2], in_size = g.in[0] * g.in[1] * g.in[2];
   FOR_EACH(r, rows) { /* r over (ck, j, o0, o1) */
     long q = (long)r;
@@ -653,24 +648,26 @@ KERNEL im2col_f32(GLOBAL const float *x, ulong xo, GLOBAL float *cols, ulong co,
     long dst = (long)co + ck * nb * os_count + j * os_count + (o0 * g.out[1] + o1) * g.out[2];
     long p2 = k2 * g.dil[2] - g.pad[2];
     for (long o2 = 0; o2 < g.out[2]; o2++, p2 += g.stride[2])
-      cols[dst + o2] = row_inside && p2 >= 0 && p2 < g.in[2] ? x[src + p2] : 0.0f;
+      stf(cols, (ulong)(dst + o2),
+          row_inside && p2 >= 0 && p2 < g.in[2] ? ldf(x, (ulong)(src + p2), fp16) : 0.0f, fp16);
   }
 }
 
 /* The GEMM's product yt[m][j os_count + os] (the group's mg channels from
  * m0, nb images from b0) into y[b0 + j][m0 + m][os], with the bias and
  * Relu; one item per (j, m) row. */
-KERNEL conv_out_f32(GLOBAL const float *yt, ulong yto, ulong yt_at, GLOBAL const float *bias,
-                    ulong bo, int has_bias, GLOBAL float *y, ulong yo, ulong rows, long b0,
-                    long nb, long m0, long mg, long out_channels, long os_count, int relu) {
+KERNEL conv_out_fp(GLOBAL const void *yt, ulong yto, ulong yt_at, GLOBAL const void *bias,
+                   ulong bo, int has_bias, GLOBAL void *y, ulong yo, ulong rows, long b0,
+                   long nb, long m0, long mg, long out_channels, long os_count, int relu,
+                   int fp16) {
   FOR_EACH(r, rows) {
     long m = (long)r % mg, j = (long)r / mg;
-    GLOBAL const float *src = yt + yto + yt_at + (ulong)(m * nb * os_count + j * os_count);
-    GLOBAL float *dst = y + yo + (ulong)(((b0 + j) * out_channels + m0 + m) * os_count);
-    float b = has_bias ? bias[bo + (ulong)(m0 + m)] : 0.0f;
+    ulong src = yto + yt_at + (ulong)(m * nb * os_count + j * os_count);
+    ulong dst = yo + (ulong)(((b0 + j) * out_channels + m0 + m) * os_count);
+    float b = has_bias ? ldf(bias, bo + (ulong)(m0 + m), fp16) : 0.0f;
     for (long os = 0; os < os_count; os++) {
-      float v = src[os] + b;
-      dst[os] = relu && v < 0.0f ? 0.0f : v;
+      float v = ldf(yt, src + (ulong)os, fp16) + b;
+      stf(y, dst + (ulong)os, relu && v < 0.0f ? 0.0f : v, fp16);
     }
   }
 }

@@ -141,6 +141,8 @@ static int gemm_operand(const launch_op *l, int i, cl_mem *mem, cl_ulong *elems)
 #ifdef GS_HAVE_CLBLAST
 static int target_gemm(void *ctx, const gs_devops_gemm *g) {
   const launch_op *l = ctx;
+  if (g->half) /* CLBlast's Hgemm needs cl_khr_fp16 and half scalars: devops' kernel does it */
+    return GS_ENOTSUP;
   cl_mem A = NULL, B = NULL, C = NULL;
   cl_ulong ao = 0, bo = 0, co = 0;
   int rc = gemm_operand(l, g->a, &A, &ao);
