@@ -126,6 +126,9 @@ bool gs__hal_backend_wanted(const char *name) {
 static void backend_discard(gs_backend_t *be) {
   for (int i = 0; i < be->device_count; i++) {
     gs_device_t *d = be->devices[i];
+    if (d->staging_stream)
+      gs_stream_destroy(d->staging_stream);
+    d->staging_stream = NULL;
     for (int k = 0; k < GS_MEM_KIND_COUNT; k++) {
       gs_pool_destroy(d->default_pools[k]);
       d->default_pools[k] = NULL;
@@ -139,6 +142,7 @@ static void backend_discard(gs_backend_t *be) {
   be->iface.shutdown(be);
   for (int i = 0; i < be->device_count; i++) {
     pthread_mutex_destroy(&be->devices[i]->pools_lock);
+    pthread_mutex_destroy(&be->devices[i]->staging_lock);
     free(be->devices[i]);
   }
   free(be->kernels);
@@ -214,6 +218,7 @@ int gs__backend_add_device(gs_backend_t *be, const gs_device_info *info,
   d->backend = be;
   d->ctx = ctx;
   pthread_mutex_init(&d->pools_lock, NULL);
+  pthread_mutex_init(&d->staging_lock, NULL);
   be->devices[be->device_count++] = d;
   if (out)
     *out = d;

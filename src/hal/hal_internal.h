@@ -35,6 +35,10 @@ struct gs_device {
   gs_pool_t *default_pools[GS_MEM_KIND_COUNT];
   pthread_mutex_t pools_lock; /* guards the list of pools */
   gs_pool_t *pools;
+  /* Made on first use, for copies staged out of this device's memory
+   * (gs_stream_copy_peer), one at a time under staging_lock. */
+  pthread_mutex_t staging_lock;
+  gs_stream_t *staging_stream;
 };
 
 struct gs_stream {

@@ -126,16 +126,19 @@ int gs_stream_copy_peer(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_
    * faults after the first time): down on a stream of that device, then up
    * in s's order; the staging buffer goes back once that copy has run. */
   gs_buffer_t *staging = NULL;
-  gs_stream_t *down = NULL;
   rc = gs_pool_alloc(gs_device_pool(from, GS_MEM_PINNED_HOST), bytes, NULL, &staging);
-  if (rc == 0)
-    rc = gs_stream_create(from, &down);
-  if (rc == 0)
-    rc = gs_stream_copy_d2h(down, gs_buffer_host_ptr(staging), src, src_offset, bytes);
-  if (down) {
-    int sync = gs_stream_synchronize(down);
-    rc = rc < 0 ? rc : sync;
-    gs_stream_destroy(down);
+  if (rc == 0) {
+    pthread_mutex_lock(&from->staging_lock);
+    if (!from->staging_stream)
+      rc = gs_stream_create(from, &from->staging_stream);
+    if (rc == 0)
+      rc = gs_stream_copy_d2h(from->staging_stream, gs_buffer_host_ptr(staging), src, src_offset,
+                              bytes);
+    if (from->staging_stream) {
+      int sync = gs_stream_synchronize(from->staging_stream);
+      rc = rc < 0 ? rc : sync;
+    }
+    pthread_mutex_unlock(&from->staging_lock);
   }
   if (rc == 0)
     rc = gs_stream_copy_h2d(s, dst, dst_offset, gs_buffer_host_ptr(staging), bytes);

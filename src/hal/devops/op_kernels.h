@@ -29,10 +29,18 @@ typedef struct walk {
 DEVFN void walk_at(const walk *w, ulong i, long *o0, long *o1, long *o2) {
   long a = w->base[0], b = w->base[1], c = w->base[2];
   for (int d = (int)w->rank - 1; d >= 0; d--) {
-    /* the outermost dimension takes what is left: no division */
-    long at = d ? (long)(i % (ulong)w->dims[d]) : (long)i;
-    if (d)
-      i /= (ulong)w->dims[d];
+    ulong dim = (ulong)w->dims[d];
+    long at;
+    if (d == 0) { /* the outermost dimension takes what is left: no division */
+      at = (long)i;
+    } else if (((i | dim) >> 32) == 0) { /* 32-bit division: 64-bit is emulated on GPUs */
+      uint q = (uint)i / (uint)dim;
+      at = (long)((uint)i - q * (uint)dim);
+      i = q;
+    } else {
+      at = (long)(i % dim);
+      i /= dim;
+    }
     a += at * w->strides[0][d];
     b += at * w->strides[1][d];
     c += at * w->strides[2][d];
