@@ -119,36 +119,50 @@ static int run_as_job(const char *url, const char *token, json_t *forward, const
     }
     snprintf(abs_out, sizeof abs_out, "%s/%s", cwd, output);
   }
-  json_t *cmd = json_pack("[s, s, s, s, s, s, s]", exe, "batch", abs_model, "--input", abs_in,
-                          "--output", abs_out);
-  /* The options that shape the run itself, as parsed (never the token). */
-  json_array_extend(cmd, forward);
-  json_t *body = json_pack("{s:o, s:s, s:f}", "command", cmd, "name", "batch", "cpus", cpus);
-  if (gpus > 0)
-    json_object_set_new(body, "gpus", json_integer(gpus));
-  json_t *job = NULL;
-  int rc = gs_cli_call_json("batch", url, token, "POST", "/api/v1/jobs", body, &job);
-  json_decref(body);
-  if (rc != 0)
+  /* The command: this executable's batch, with the options that shape the
+   * run itself, as parsed (never the token). */
+  size_t n_forward = json_array_size(forward);
+  const char **argv = calloc(n_forward + 8, sizeof *argv);
+  gs_client *client = argv ? gs_cli_client("batch", url, token) : NULL;
+  if (!client) {
+    if (!argv)
+      gs_cli_error("batch: out of memory");
+    free(argv);
     return GS_EXIT_FAILED;
-  long long id = (long long)json_integer_value(json_object_get(job, "id"));
-  json_decref(job);
-  fprintf(stderr, "gpusrv: batch: job %lld queued\n", id);
-  if (!(job = gs_cli_await_job("batch", url, token, id)))
+  }
+  const char *fixed[] = {exe, "batch", abs_model, "--input", abs_in, "--output", abs_out};
+  size_t argc = 0;
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+    argv[argc++] = fixed[i];
+  for (size_t i = 0; i < n_forward; i++)
+    argv[argc++] = json_string_value(json_array_get(forward, i));
+  gs_client_job_spec spec = {.argv = argv, .name = "batch", .cpus = cpus, .gpus = gpus};
+  int64_t id = 0;
+  int rc = gs_client_job_submit(client, &spec, &id, NULL);
+  free(argv);
+  if (rc != GS_OK) {
+    gs_cli_error("batch: %s", gs_client_last_error(client));
+    gs_client_close(client);
     return GS_EXIT_FAILED;
+  }
+  fprintf(stderr, "gpusrv: batch: job %lld queued\n", (long long)id);
+  json_t *job;
+  if (!(job = gs_cli_await_job("batch", url, token, id))) {
+    gs_client_close(client);
+    return GS_EXIT_FAILED;
+  }
   /* Its output, then its errors, as the job logged them. */
-  gs_client *client = gs_cli_client("batch", url, token);
-  for (int stream = 0; client && stream < 2; stream++)
+  for (int stream = 0; stream < 2; stream++)
     if (gs_client_job_logs(client, id, stream == 1, false, gs_cli_write_to,
                            stream ? stderr : stdout) != GS_OK)
-      gs_cli_error("batch: job %lld's %s: %s", id, stream ? "errors" : "output",
+      gs_cli_error("batch: job %lld's %s: %s", (long long)id, stream ? "errors" : "output",
                    gs_client_last_error(client));
   gs_client_close(client);
   const char *state = json_string_value(json_object_get(job, "state"));
   const char *reason = json_string_value(json_object_get(job, "reason"));
   int exit_code = state && strcmp(state, "COMPLETED") == 0 ? GS_EXIT_OK : GS_EXIT_FAILED;
   if (exit_code != GS_EXIT_OK)
-    gs_cli_error("batch: job %lld %s%s%s", id, state ? state : "ended oddly",
+    gs_cli_error("batch: job %lld %s%s%s", (long long)id, state ? state : "ended oddly",
                  reason && reason[0] ? ": " : "", reason ? reason : "");
   json_decref(job);
   return exit_code;

@@ -329,12 +329,15 @@ def test_config_file_then_flags(repo, tmp_path):
     proc = subprocess.Popen([GPUSRV, "serve", "--config", str(tmp_path / "c.json"), "--http-port",
                              str(port)], stderr=subprocess.DEVNULL)
     try:
-        for _ in range(200):
+        # Ready, not just live: the repository's models load after the port opens
+        # (live alone made this fail under load, the model still loading: 503).
+        for _ in range(400):
             try:
-                if request(port, "GET", "/v2/health/live")[0] == 200:
+                if request(port, "GET", "/v2/health/ready")[0] == 200:
                     break
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         assert request(port, "GET", "/v2/models/digits")[0] == 200  # repository from the file
     finally:
         proc.send_signal(signal.SIGTERM)
