@@ -287,6 +287,19 @@ def test_softmax(op, axis):
     check_op(op, {"x": f32(3, 4, 5, lo=-10, hi=10)}, {"axis": axis})
 
 
+# Rows from 64 elements long are reduced by a work-group each on the devices;
+# these cross the group's 256 items, with a ragged end.
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("length", [64, 700])
+def test_softmax_long_rows(op, length):
+    check_op(op, {"x": f32(5, length, lo=-10, hi=10)}, {"axis": -1})
+
+
+def test_layernorm_long_rows():
+    check_op("LayerNormalization", {"x": f32(3, 2, 300)}, {"axis": -1},
+             consts={"s": f32(300), "b": f32(300)})
+
+
 # ---- reductions ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax"])

@@ -92,7 +92,7 @@ static int target_scratch(void *ctx, size_t bytes);
 static gs_devops_target target_of(const launch *l, const gs_op_call *c) {
   return (gs_devops_target){.ctx = (void *)l, .call = c, .launch = target_launch,
                             .copy = target_copy, .gemm = gs__have_cublas ? target_gemm : NULL,
-                            .scratch = target_scratch};
+                            .scratch = target_scratch, .row_groups = true};
 }
 
 /* ---- devops.c's ops ----------------------------------------------------------------------- */

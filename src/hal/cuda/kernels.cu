@@ -18,6 +18,15 @@ typedef unsigned short ushort;
 typedef unsigned char uchar;
 typedef signed char schar;
 typedef __half half_t;
+// Kernels that reduce a row with a block of GROUP_SIZE threads (the plugin
+// launches every kernel with blocks of 256).
+#define GROUP_SIZE 256
+#define LOCAL_MEM __shared__
+#define LOCAL_PTR
+#define BARRIER() __syncthreads()
+#define LOCAL_ID ((ulong)threadIdx.x)
+#define GROUP_ID ((ulong)blockIdx.x)
+#define NUM_GROUPS ((ulong)gridDim.x)
 // True for the one thread that turns *p from 0 to v.
 #define CLAIM(p, v) (atomicCAS((int *)(p), 0, (v)) == 0)
 static_assert(sizeof(long) == 8, "the kernels' long is 64 bits, as OpenCL's and the host's (LP64)");

@@ -671,6 +671,16 @@ static int run_topk(const gs_devop *op, const gs_devops_target *t) {
                 VAL(largest), VAL(half));
 }
 
+/* Rows this long or longer are reduced by a work-group each (*_rows
+ * kernels); shorter ones by an item each, which wastes less of a group. */
+#define ROW_GROUP_MIN 64
+
+/* Items for a launch of the *_rows kernels: a group per row, up to as many
+ * groups as a CUDA grid holds (they take the other rows in turn). */
+static uint64_t groups_for(uint64_t rows) {
+  return (rows < 65535 ? rows : 65535) * GS_DK_GROUP;
+}
+
 /* ---- normalisation, Softmax ------------------------------------------------------------------------ */
 
 static bool fp_supports(const gs_devop *op, const gs_op_call *c) {
@@ -685,6 +695,13 @@ static int run_softmax(const gs_devop *op, const gs_devops_target *t) {
   uint64_t o = (uint64_t)outer, l = (uint64_t)len, i = (uint64_t)inner;
   int32_t log_out = op->variant, half = c->in[0].dtype == GS_DT_FLOAT16;
   size_t es = half ? 2 : 4;
+  if (t->row_groups && i == 1 && l >= ROW_GROUP_MIN) { /* the last axis: a group per row */
+    uint64_t n = groups_for(o);
+    int rc = LAUNCH(t, GS_DK_softmax_rows_fp, n, BUF(0, es), BUF(1, es), VAL(o), VAL(l),
+                    VAL(log_out), VAL(half));
+    if (rc != GS_ENOTSUP)
+      return rc;
+  }
   return LAUNCH(t, GS_DK_softmax_fp, o * i, BUF(0, es), BUF(1, es), VAL(o), VAL(l), VAL(i),
                 VAL(log_out), VAL(half));
 }
@@ -709,6 +726,14 @@ static int run_layernorm(const gs_devop *op, const gs_devops_target *t) {
   float eps = a->epsilon;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
   size_t es = half ? 2 : 4;
+  if (t->row_groups && inner >= ROW_GROUP_MIN) { /* a work-group per row */
+    uint64_t n = groups_for(rows);
+    int rc = LAUNCH(t, GS_DK_layernorm_rows_fp, n, BUF(0, es), BUF(1, es),
+                    BUF(has_bias ? 2 : 1, es), VAL(has_bias), BUF(c->n_in, es), VAL(rows),
+                    VAL(inner), VAL(eps), VAL(half));
+    if (rc != GS_ENOTSUP)
+      return rc;
+  }
   return LAUNCH(t, GS_DK_layernorm_fp, rows, BUF(0, es), BUF(1, es), BUF(has_bias ? 2 : 1, es),
                 VAL(has_bias), BUF(c->n_in, es), VAL(rows), VAL(inner), VAL(eps), VAL(half));
 }

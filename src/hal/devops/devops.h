@@ -26,7 +26,7 @@
   X(where_b8) X(where_b16) X(where_b32) X(where_b64)                                             \
   X(reduce_fp) X(argmax_fp) X(topk_fp) X(softmax_fp) X(layernorm_fp) X(batchnorm_fp)            \
   X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)         \
-  X(im2col_fp) X(conv_out_fp)
+  X(im2col_fp) X(conv_out_fp) X(softmax_rows_fp) X(layernorm_rows_fp)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,
@@ -34,6 +34,15 @@ typedef enum {
 #undef GS_DK_ENUM
   GS_DK_COUNT
 } gs_devk;
+
+/* The *_rows kernels run as work-groups of GS_DK_GROUP items (the launch's
+ * n is a multiple of it; CUDA's blocks are always that size), each group
+ * taking rows in turn. A backend that cannot run groups that large
+ * answers GS_ENOTSUP, and devops uses the kernel of an item per row. */
+#define GS_DK_GROUP 256
+static inline bool gs_devk_grouped(gs_devk k) {
+  return k == GS_DK_softmax_rows_fp || k == GS_DK_layernorm_rows_fp;
+}
 
 /* The kernels' function names, by gs_devk. */
 extern const char *const gs_devk_names[GS_DK_COUNT];
@@ -108,6 +117,10 @@ typedef struct gs_devops_target {
   /* Optional: makes the stream's scratch buffer at least `bytes` long (its
    * contents are reused in stream order by later launches). */
   int (*scratch)(void *ctx, size_t bytes);
+  /* Whether long rows (Softmax, LayerNormalization) are reduced by a
+   * work-group each (GPUs: the *_rows kernels) rather than an item each
+   * (CPU devices, where one item per row is faster). */
+  bool row_groups;
 } gs_devops_target;
 
 

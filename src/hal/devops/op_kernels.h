@@ -548,6 +548,70 @@ KERNEL softmax_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulon
   }
 }
 
+/* A value from every item of the work-group combined (sum, or max), for
+ * every item; buf: GROUP_SIZE floats of local memory. All items call it. */
+DEVFN float group_reduce(LOCAL_PTR float *buf, float v, int is_max) {
+  ulong lid = LOCAL_ID;
+  buf[lid] = v;
+  BARRIER();
+  for (ulong half_n = GROUP_SIZE / 2; half_n > 0; half_n /= 2) {
+    if (lid < half_n)
+      buf[lid] = is_max ? fmax(buf[lid], buf[lid + half_n]) : buf[lid] + buf[lid + half_n];
+    BARRIER();
+  }
+  float r = buf[0];
+  BARRIER(); /* everyone has read it before buf is written again */
+  return r;
+}
+
+/* Softmax (or LogSoftmax) over rows of `len` contiguous elements (the last
+ * axis), a work-group per row: on a GPU a row's elements are spread over
+ * the group's items instead of one item looping over them. */
+KERNEL softmax_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong rows,
+                       ulong len, int log_out, int fp16) {
+  LOCAL_MEM float buf[GROUP_SIZE];
+  for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
+    ulong xs = xo + r * len, ys = yo + r * len;
+    float mx = -INFINITY;
+    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
+      mx = fmax(mx, ldf(x, xs + i, fp16));
+    mx = group_reduce(buf, mx, 1);
+    float sum = 0.0f;
+    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
+      sum += exp(ldf(x, xs + i, fp16) - mx);
+    sum = group_reduce(buf, sum, 0);
+    float ls = log(sum), inv = 1.0f / sum;
+    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
+      float v = ldf(x, xs + i, fp16) - mx;
+      stf(y, ys + i, log_out ? v - ls : exp(v) * inv, fp16);
+    }
+  }
+}
+
+/* LayerNormalization, a work-group per row (as softmax_rows_fp). */
+KERNEL layernorm_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
+                         GLOBAL const void *bias, ulong bo, int has_bias, GLOBAL void *y,
+                         ulong yo, ulong rows, ulong inner, float eps, int fp16) {
+  LOCAL_MEM float buf[GROUP_SIZE];
+  for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
+    ulong xr = xo + r * inner, yr = yo + r * inner;
+    float sum = 0.0f;
+    for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE)
+      sum += ldf(x, xr + i, fp16);
+    float mean = group_reduce(buf, sum, 0) / (float)inner, sq = 0.0f;
+    for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE) {
+      float d = ldf(x, xr + i, fp16) - mean;
+      sq += d * d;
+    }
+    float inv = 1.0f / sqrt(group_reduce(buf, sq, 0) / (float)inner + eps);
+    for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE)
+      stf(y, yr + i,
+          (ldf(x, xr + i, fp16) - mean) * inv * ldf(scale, so + i, fp16) +
+              (has_bias ? ldf(bias, bo + i, fp16) : 0.0f),
+          fp16);
+  }
+}
+
 /* LayerNormalization over the last `inner` elements of each row. */
 KERNEL layernorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
                     GLOBAL const void *bias, ulong bo, int has_bias, GLOBAL void *y, ulong yo,

@@ -15,6 +15,15 @@
 #define LOAD_F16(p, i) vload_half((i), (p))
 #define STORE_F16(v, p, i) vstore_half((v), (i), (p))
 typedef char schar;
+/* Kernels that reduce a row with a work-group of GROUP_SIZE items (devops
+ * launches them with that local size). */
+#define GROUP_SIZE 256
+#define LOCAL_MEM __local
+#define LOCAL_PTR __local
+#define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+#define LOCAL_ID ((ulong)get_local_id(0))
+#define GROUP_ID ((ulong)get_group_id(0))
+#define NUM_GROUPS ((ulong)get_num_groups(0))
 /* True for the one item that turns *p from 0 to v (OpenCL 1.1 atomics). */
 #define CLAIM(p, v) (atomic_cmpxchg((volatile GLOBAL int *)(p), 0, (v)) == 0)
 

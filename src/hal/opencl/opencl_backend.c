@@ -405,6 +405,11 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
   clGetDeviceInfo(id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
   clGetDeviceInfo(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
   d->max_alloc = max_alloc ? (size_t)max_alloc : (size_t)mem;
+  /* A work-group per long row where items are many and cheap (GPUs); on a
+   * CPU device an item per row is faster (measured on PoCL), unless
+   * GPUSRV_ROW_GROUPS=1 asks otherwise (the tests run both). */
+  const char *row_groups = getenv("GPUSRV_ROW_GROUPS");
+  d->row_groups = row_groups ? strcmp(row_groups, "1") == 0 : !(type & CL_DEVICE_TYPE_CPU);
   clGetDeviceInfo(id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
   clGetDeviceInfo(id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL);
   clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);

@@ -21,6 +21,7 @@ typedef struct ocl_device {
   pthread_mutex_t kernel_lock;
   size_t align;
   size_t max_alloc; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+  bool row_groups;  /* devops' *_rows kernels: GPUs, or GPUSRV_ROW_GROUPS=1 */
   _Atomic uint64_t device_bytes; /* device memory this process holds (segments) */
 } ocl_device;
 

@@ -59,8 +59,16 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
   }
   ocl_device *d = l->s->dev;
   cl_kernel k = d->ops[kernel];
-  /* The kernels stride over what one launch does not cover. */
+  /* The kernels stride over what one launch does not cover; the grouped
+   * ones run as groups of GS_DK_GROUP items, where the device allows it. */
   size_t global = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
+  size_t local = GS_DK_GROUP, group_limit = 0;
+  bool grouped = gs_devk_grouped(kernel);
+  if (grouped &&
+      (clGetKernelWorkGroupInfo(d->ops[kernel], d->id, CL_KERNEL_WORK_GROUP_SIZE,
+                                sizeof group_limit, &group_limit, NULL) != CL_SUCCESS ||
+       group_limit < GS_DK_GROUP))
+    return GS_ENOTSUP;
   pthread_mutex_lock(&d->kernel_lock);
   cl_int err = CL_SUCCESS;
   cl_uint at = 0;
@@ -74,7 +82,8 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
     }
   }
   if (err == CL_SUCCESS)
-    err = clEnqueueNDRangeKernel(l->s->queue, k, 1, NULL, &global, NULL, 0, NULL, NULL);
+    err = clEnqueueNDRangeKernel(l->s->queue, k, 1, NULL, &global, grouped ? &local : NULL, 0,
+                                 NULL, NULL);
   pthread_mutex_unlock(&d->kernel_lock);
   return err == CL_SUCCESS ? GS_OK : gs__ocl_fail(err, gs_devk_names[kernel]);
 }
@@ -103,7 +112,7 @@ static int target_scratch(void *ctx, size_t bytes);
 
 static gs_devops_target target_of(const launch_op *l, const gs_op_call *c) {
   return (gs_devops_target){.ctx = (void *)l, .call = c, .launch = target_launch,
-                            .copy = target_copy,
+                            .copy = target_copy, .row_groups = l->s->dev->row_groups,
 #ifdef GS_HAVE_CLBLAST
                             .gemm = target_gemm,
 #endif
