@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *const v1_controllers[] = {"memory", "cpu", "cpuacct", "pids"};
@@ -235,6 +236,16 @@ static int signal_procs(const char *dir, int sig) {
 int gs_cgroup_signal(const gs_cgroup *cg, int sig) {
   /* Every hierarchy holds the same processes; the first is enough. */
   return cg->n_dirs ? signal_procs(cg->dirs[0], sig) : 0;
+}
+
+bool gs_cgroup_kill_all(const gs_cgroup *cg) {
+  for (int round = 0; round < 200; round++) {
+    if (gs_cgroup_signal(cg, SIGKILL) == 0)
+      return true;
+    struct timespec pause = {0, 10 * 1000 * 1000}; /* 10 ms for the kills to land */
+    nanosleep(&pause, NULL);
+  }
+  return gs_cgroup_signal(cg, SIGKILL) == 0;
 }
 
 uint64_t gs_cgroup_oom_kills(const gs_cgroup *cg) {

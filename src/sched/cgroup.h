@@ -3,6 +3,7 @@
 #ifndef GS_SCHED_CGROUP_H
 #define GS_SCHED_CGROUP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct gs_cgroup_limits {
@@ -36,6 +37,9 @@ int gs_cgroup_open(const char *name, gs_cgroup *out);
 int gs_cgroup_enter(const gs_cgroup *cg);
 /* Sends `sig` to every process in the group; returns how many it reached. */
 int gs_cgroup_signal(const gs_cgroup *cg, int sig);
+/* SIGKILL to the group until it is empty (a process may fork while it is
+ * being killed), for up to 2 s; true if it emptied. */
+bool gs_cgroup_kill_all(const gs_cgroup *cg);
 uint64_t gs_cgroup_oom_kills(const gs_cgroup *cg);
 double gs_cgroup_cpu_seconds(const gs_cgroup *cg);
 /* Removes the group (it must be empty). */

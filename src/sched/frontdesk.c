@@ -576,8 +576,7 @@ static void kill_leftovers(int64_t id) {
   char name[64];
   gs_cgroup_job_name(id, name, sizeof name);
   if (gs_cgroup_open(name, &cg) == 0) {
-    for (int k = 0; k < 100 && gs_cgroup_signal(&cg, SIGKILL) > 0; k++)
-      usleep(10000);
+    gs_cgroup_kill_all(&cg);
     gs_cgroup_remove(&cg);
   }
 }

@@ -97,10 +97,8 @@ static void become_job(const gs_cgroup *cg, bool have_cg, int out, int err, uid_
  * it is empty (processes that left the group are still in the cgroup). */
 static void kill_all(pid_t pgid, const gs_cgroup *cg, bool have_cg) {
   kill(-pgid, SIGKILL);
-  for (int i = 0; have_cg && i < 200 && gs_cgroup_signal(cg, SIGKILL) > 0; i++) {
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
+  if (have_cg)
+    gs_cgroup_kill_all(cg);
 }
 
 int gs_job_shim_main(const char *dir) {
@@ -212,10 +210,7 @@ int gs_job_shim_main(const char *dir) {
     /* SIGHUP: the daemon's session ended; the job goes on. */
   }
   if (have_cg) /* anything that left the group is still in the cgroup */
-    for (int i = 0; i < 200 && gs_cgroup_signal(&cg, SIGKILL) > 0; i++) {
-      struct timespec ts = {0, 10 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-    }
+    gs_cgroup_kill_all(&cg);
 
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
