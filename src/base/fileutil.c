@@ -67,17 +67,39 @@ int gs_mkdir_p(const char *dir) {
   return mkdir(buf, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-uint64_t gs_process_start_ticks(int pid) {
-  char path[64], text[1024];
+/* Process `pid`'s /proc/PID/stat from after its command name (which may
+ * hold spaces and ')'): field 3 on. NULL if it is gone. */
+static const char *stat_after_name(int pid, char *text, size_t cap) {
+  char path[64];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  if (gs_read_text_file(path, text, sizeof text) < 0)
-    return 0;
-  const char *p = strrchr(text, ')'); /* the command name may hold spaces and ')' */
+  if (gs_read_text_file(path, text, cap) < 0)
+    return NULL;
+  const char *p = strrchr(text, ')');
+  return p ? p + 1 : NULL;
+}
+
+int gs_process_session(int pid) {
+  char text[1024], state;
+  int ppid, pgrp, session;
+  const char *p = stat_after_name(pid, text, sizeof text);
+  return p && sscanf(p, " %c %d %d %d", &state, &ppid, &pgrp, &session) == 4 ? session : -1;
+}
+
+int gs_boot_id(char *out, size_t cap) {
+  if (gs_read_text_file("/proc/sys/kernel/random/boot_id", out, cap) <= 0)
+    return -1;
+  out[strcspn(out, "\n")] = '\0';
+  return 0;
+}
+
+uint64_t gs_process_start_ticks(int pid) {
+  char text[1024];
+  const char *p = stat_after_name(pid, text, sizeof text);
   if (!p)
     return 0;
   unsigned long long start = 0;
-  int field = 2;
-  for (p++; *p && field < 22; p++)
+  int field = 2; /* the name was field 2 */
+  for (; *p && field < 22; p++)
     if (*p == ' ')
       field++;
   if (field == 22)

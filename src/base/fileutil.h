@@ -19,6 +19,11 @@ int gs_mkdir_p(const char *dir);
  * /proc/PID/stat), 0 if there is no such process. It tells a process from a
  * later one that reuses its pid. */
 uint64_t gs_process_start_ticks(int pid);
+/* The session of process `pid` (field 6 of /proc/PID/stat); -1 if gone. */
+int gs_process_session(int pid);
+/* This boot's id (/proc/sys/kernel/random/boot_id) without its newline;
+ * -1 if it cannot be read. */
+int gs_boot_id(char *out, size_t cap);
 
 /* A tensor name as a file name: characters other than letters, digits, '.',
  * '-' and '_' become '_' ("output" if nothing, "." or ".." is left). */

@@ -699,14 +699,8 @@ static int64_t job_of_process(gs_frontdesk *fd, int pid) {
   int64_t id = gs_cgroup_job_of_process(pid);
   if (id > 0)
     return id;
-  char path[64], text[4096];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  if (gs_read_text_file(path, text, sizeof text) <= 0)
-    return 0;
-  const char *p = strrchr(text, ')');
-  int ppid, pgrp, session;
-  char state;
-  if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4)
+  int session = gs_process_session(pid);
+  if (session <= 0)
     return 0;
   for (int i = 0; i < fd->n_active; i++)
     if (fd->active[i].job->state == GS_JOB_RUNNING && fd->active[i].job->pid == session)
@@ -1308,9 +1302,8 @@ static bool supervisor_boot_matches(const char *dir) {
   if (gs_read_text_file(path, text, sizeof text) <= 0 ||
       sscanf(text, "%lld %llu %63s", &pid, &start, boot) < 3)
     return true;
-  if (gs_read_text_file("/proc/sys/kernel/random/boot_id", now, sizeof now) <= 0)
+  if (gs_boot_id(now, sizeof now) < 0)
     return true;
-  now[strcspn(now, "\n")] = '\0';
   return strcmp(boot, now) == 0;
 }
 

@@ -138,9 +138,8 @@ int gs_job_shim_main(const char *dir) {
   bool written = false;
   if (pf) {
     char boot[64] = "-";
-    if (gs_read_text_file("/proc/sys/kernel/random/boot_id", boot, sizeof boot) <= 0)
+    if (gs_boot_id(boot, sizeof boot) < 0)
       snprintf(boot, sizeof boot, "-");
-    boot[strcspn(boot, "\n")] = '\0';
     fprintf(pf, "%d %llu %s\n", (int)getpid(),
             (unsigned long long)gs_process_start_ticks((int)getpid()), boot);
     written = fclose(pf) == 0 && rename(tmp_path, pid_path) == 0;

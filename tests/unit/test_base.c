@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -99,6 +100,17 @@ static void parse_sizes_and_durations(void) {
   CHECK_MSG(strstr(gs_error_detail(), "1:2:3:4"), "message: %s", gs_error_detail());
 }
 
+/* What /proc says of a process and of this boot. */
+static void processes_and_boot(void) {
+  CHECK_EQ(gs_process_session(getpid()), getsid(0));
+  CHECK(gs_process_start_ticks(getpid()) > 0);
+  CHECK_EQ(gs_process_session(-5), -1);
+  CHECK_EQ(gs_process_start_ticks(-5), 0);
+  char boot[64];
+  CHECK_EQ(gs_boot_id(boot, sizeof boot), 0);
+  CHECK_EQ(strlen(boot), 36); /* a UUID, its newline gone */
+}
+
 static void read_files(void) {
   char path[] = "/tmp/gs-test-XXXXXX";
   int fd = mkstemp(path);
@@ -126,6 +138,7 @@ static const gs_test tests[] = {
     {"error_detail_is_per_thread", error_detail_is_per_thread},
     {"log_levels_parse", log_levels_parse},
     {"read_files", read_files},
+    {"processes_and_boot", processes_and_boot},
     {"parse_sizes_and_durations", parse_sizes_and_durations},
     {NULL, NULL},
 };
