@@ -1291,18 +1291,26 @@ static int first_start(gs_frontdesk *fd) {
   return GS_OK;
 }
 
+/* The pid file the supervisor of the job in `dir` writes before it runs
+ * the job: "PID START_TICKS BOOT_ID". False if there is none; boot ""
+ * where the file names no boot. */
+static bool read_supervisor_pid(const char *dir, long long *pid, unsigned long long *start,
+                                char boot[64]) {
+  char path[700], text[128];
+  snprintf(path, sizeof path, "%s/supervisor.pid", dir);
+  boot[0] = '\0';
+  return gs_read_text_file(path, text, sizeof text) > 0 &&
+         sscanf(text, "%lld %llu %63s", pid, start, boot) >= 2;
+}
+
 /* Whether the supervisor of the job in `dir` started during this boot (its
  * pid file names the boot it started in); true when the file says nothing. */
 static bool supervisor_boot_matches(const char *dir) {
-  char path[700], text[128], now[64];
-  snprintf(path, sizeof path, "%s/supervisor.pid", dir);
   long long pid;
   unsigned long long start;
-  char boot[64] = "";
-  if (gs_read_text_file(path, text, sizeof text) <= 0 ||
-      sscanf(text, "%lld %llu %63s", &pid, &start, boot) < 3)
-    return true;
-  if (gs_boot_id(now, sizeof now) < 0)
+  char boot[64], now[64];
+  if (!read_supervisor_pid(dir, &pid, &start, boot) || !boot[0] ||
+      gs_boot_id(now, sizeof now) < 0)
     return true;
   return strcmp(boot, now) == 0;
 }
@@ -1342,10 +1350,8 @@ static int take_back_jobs(gs_frontdesk *fd) {
        * to be, left its pid; if it did not, the job never ran. */
       long long pid = 0;
       unsigned long long start = 0;
-      char text[64];
-      snprintf(path, sizeof path, "%s/supervisor.pid", dir);
-      if (gs_read_text_file(path, text, sizeof text) > 0 &&
-          sscanf(text, "%lld %llu", &pid, &start) == 2) {
+      char boot[64];
+      if (read_supervisor_pid(dir, &pid, &start, boot)) {
         j->pid = (pid_t)pid;
         j->pid_start = start;
       } else {
