@@ -309,6 +309,13 @@ def test_reduce(op, axes, keep):
     check_op(op, {"x": f32(3, 4, 5)}, {"keepdims": keep}, consts=consts, opset=18)
 
 
+# Long trailing reductions are a work-group per row on the devices.
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax"])
+def test_reduce_long_rows(op):
+    consts = {"axes": np.array([-2, -1], np.int64)}
+    check_op(op, {"x": f32(3, 20, 30)}, {"keepdims": 1}, consts=consts, opset=18)
+
+
 def test_reduce_axes_attribute_opset13():
     check_op("ReduceMean", {"x": f32(2, 6)}, {"axes": [1]}, opset=13)
     check_op("ReduceSum", {"x": f32(2, 6)}, consts={"axes": np.array([0], np.int64)}, opset=13)

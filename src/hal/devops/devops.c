@@ -585,6 +585,16 @@ static bool reduce_supports(const gs_devop *op, const gs_op_call *c) {
          c->out[0].dtype == dt && c->in[0].shape.rank <= 8;
 }
 
+/* Rows this long or longer are reduced by a work-group each (*_rows
+ * kernels); shorter ones by an item each, which wastes less of a group. */
+#define ROW_GROUP_MIN 64
+
+/* Items for a launch of the *_rows kernels: a group per row, up to as many
+ * groups as a CUDA grid holds (they take the other rows in turn). */
+static uint64_t groups_for(uint64_t rows) {
+  return (rows < 65535 ? rows : 65535) * GS_DK_GROUP;
+}
+
 /* Reduces x (operand 0) over the dims flagged into operand y. */
 static int reduce_dims(const gs_devops_target *t, const bool *reduced, int y, int32_t op) {
   const gs_shape *xs = &t->call->in[0].shape;
@@ -610,6 +620,18 @@ static int reduce_dims(const gs_devops_target *t, const bool *reduced, int y, in
     return LAUNCH(t, dt == GS_DT_INT64 ? GS_DK_reduce_i64 : GS_DK_reduce_i32, n, BUF(0, es),
                   BUF(y, es), VAL(n), VAL(op), VAL(g));
   int32_t half = dt == GS_DT_FLOAT16;
+  /* The reduced dimensions the last ones (rows of `count` contiguous
+   * elements), long enough: a work-group per row. */
+  bool trailing = g.red_rank > 0;
+  for (int d = xs->rank - g.red_rank; trailing && d < xs->rank; d++)
+    trailing = reduced[d];
+  if (t->row_groups && trailing && g.count >= ROW_GROUP_MIN) {
+    uint64_t len = (uint64_t)g.count;
+    int rc = LAUNCH(t, GS_DK_reduce_rows_fp, groups_for(n), BUF(0, es), BUF(y, es), VAL(n),
+                    VAL(len), VAL(op), VAL(half));
+    if (rc != GS_ENOTSUP)
+      return rc;
+  }
   return LAUNCH(t, GS_DK_reduce_fp, n, BUF(0, es), BUF(y, es), VAL(n), VAL(op), VAL(g), VAL(half));
 }
 
@@ -669,16 +691,6 @@ static int run_topk(const gs_devop *op, const gs_devops_target *t) {
   return LAUNCH(t, GS_DK_topk_fp, outer * inner, BUF(0, es), BUF(c->n_in, es),
                 BUF(idx, has_idx ? 8 : es), VAL(has_idx), VAL(outer), VAL(len), VAL(inner), VAL(k),
                 VAL(largest), VAL(half));
-}
-
-/* Rows this long or longer are reduced by a work-group each (*_rows
- * kernels); shorter ones by an item each, which wastes less of a group. */
-#define ROW_GROUP_MIN 64
-
-/* Items for a launch of the *_rows kernels: a group per row, up to as many
- * groups as a CUDA grid holds (they take the other rows in turn). */
-static uint64_t groups_for(uint64_t rows) {
-  return (rows < 65535 ? rows : 65535) * GS_DK_GROUP;
 }
 
 /* ---- normalisation, Softmax ------------------------------------------------------------------------ */

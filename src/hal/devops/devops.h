@@ -26,7 +26,8 @@
   X(where_b8) X(where_b16) X(where_b32) X(where_b64)                                             \
   X(reduce_fp) X(argmax_fp) X(topk_fp) X(softmax_fp) X(layernorm_fp) X(batchnorm_fp)            \
   X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)         \
-  X(im2col_fp) X(conv_out_fp) X(softmax_rows_fp) X(layernorm_rows_fp)
+  X(im2col_fp) X(conv_out_fp) X(softmax_rows_fp) X(layernorm_rows_fp)    \
+  X(reduce_rows_fp)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,
@@ -41,7 +42,7 @@ typedef enum {
  * answers GS_ENOTSUP, and devops uses the kernel of an item per row. */
 #define GS_DK_GROUP 256
 static inline bool gs_devk_grouped(gs_devk k) {
-  return k == GS_DK_softmax_rows_fp || k == GS_DK_layernorm_rows_fp;
+  return k == GS_DK_softmax_rows_fp || k == GS_DK_layernorm_rows_fp || k == GS_DK_reduce_rows_fp;
 }
 
 /* The kernels' function names, by gs_devk. */

@@ -548,15 +548,18 @@ KERNEL softmax_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulon
   }
 }
 
-/* A value from every item of the work-group combined (sum, or max), for
- * every item; buf: GROUP_SIZE floats of local memory. All items call it. */
+/* A value from every item of the work-group combined (sum, or max with NaN
+ * winning, as the CPU's), for every item; buf: GROUP_SIZE floats of local
+ * memory. All items call it. */
 DEVFN float group_reduce(LOCAL_PTR float *buf, float v, int is_max) {
   ulong lid = LOCAL_ID;
   buf[lid] = v;
   BARRIER();
   for (ulong half_n = GROUP_SIZE / 2; half_n > 0; half_n /= 2) {
-    if (lid < half_n)
-      buf[lid] = is_max ? fmax(buf[lid], buf[lid + half_n]) : buf[lid] + buf[lid + half_n];
+    if (lid < half_n) {
+      float a = buf[lid], b = buf[lid + half_n];
+      buf[lid] = !is_max ? a + b : a != a || b != b ? a + b : fmax(a, b);
+    }
     BARRIER();
   }
   float r = buf[0];
@@ -585,6 +588,23 @@ KERNEL softmax_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo,
       float v = ldf(x, xs + i, fp16) - mx;
       stf(y, ys + i, log_out ? v - ls : exp(v) * inv, fp16);
     }
+  }
+}
+
+/* ReduceSum, ReduceMean or ReduceMax over the last `len` elements of each
+ * row, a work-group per row. */
+KERNEL reduce_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong rows,
+                      ulong len, int op, int fp16) {
+  LOCAL_MEM float buf[GROUP_SIZE];
+  for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
+    float acc = op == REDUCE_MAX ? -INFINITY : 0.0f;
+    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
+      float v = ldf(x, xo + r * len + i, fp16);
+      acc = op == REDUCE_MAX ? (v > acc || v != v ? v : acc) : acc + v;
+    }
+    acc = group_reduce(buf, acc, op == REDUCE_MAX);
+    if (LOCAL_ID == 0)
+      stf(y, yo + r, op == REDUCE_MEAN ? acc / (float)len : acc, fp16);
   }
 }
 
