@@ -604,6 +604,86 @@ def test_lost_jobs_are_requeued_when_asked(tmp_path):
         d.cleanup()
 
 
+def set_job_pid(d, job_id, pid):
+    import sqlite3
+    with contextlib.closing(sqlite3.connect(os.path.join(d.state, "state.db"))) as db:
+        db.execute("UPDATE jobs SET pid = ? WHERE id = ?", (pid, job_id))
+        db.commit()
+
+
+def running(d, job_id):
+    while d.job(job_id)["state"] != "RUNNING":
+        time.sleep(0.05)
+    pid_file = os.path.join(d.state, "jobs", str(job_id), "supervisor.pid")
+    while not os.path.exists(pid_file):
+        time.sleep(0.05)
+    return pid_file
+
+
+def test_adoption_when_the_daemon_died_while_starting_a_job(tmp_path):
+    """The daemon stopped before it recorded the supervisor's pid: the next
+    one finds it in the supervisor's pid file and adopts the job."""
+    d = Daemon(tmp_path).start()
+    job = d.submit(["sh", "-c", "sleep 1.5; echo adopted"])
+    running(d, job)
+    d.stop(signal.SIGKILL)
+    set_job_pid(d, job, 0)  # as if it had died between spawning and recording
+    d.start()
+    try:
+        done = d.wait(job)
+        assert done["state"] == "COMPLETED" and done["runs"] == 1, done
+        assert d.log(job) == "adopted\n"
+    finally:
+        d.stop()
+        d.cleanup()
+
+
+def test_a_job_that_never_started_runs_again(tmp_path):
+    """No recorded pid, no pid file and no exit report: the job never ran, so
+    it is queued again (and runs once more), not reported lost."""
+    d = Daemon(tmp_path).start()
+    job = d.submit(["sh", "-c", "test -e marker || { touch marker; sleep 30; }; echo second"])
+    pid_file = running(d, job)
+    marker = os.path.join(d.state, "jobs", str(job), "work", "marker")
+    while not os.path.exists(marker):
+        time.sleep(0.05)
+    supervisor = job_pid(d, job)
+    d.stop(signal.SIGKILL)
+    os.killpg(os.getpgid(supervisor), signal.SIGKILL)
+    os.unlink(pid_file)
+    set_job_pid(d, job, 0)
+    d.start()
+    try:
+        done = d.wait(job)
+        assert done["state"] == "COMPLETED" and d.log(job) == "second\n", done
+    finally:
+        d.stop()
+        d.cleanup()
+
+
+def test_a_supervisor_of_another_boot_is_not_adopted(tmp_path):
+    """A pid file naming another boot: whatever process has that pid now is
+    not the job's, so the job is settled (lost), not adopted."""
+    d = Daemon(tmp_path).start()
+    job = d.submit(["sleep", "30"])
+    pid_file = running(d, job)
+    supervisor = job_pid(d, job)
+    d.stop(signal.SIGKILL)
+    pid, start, _ = open(pid_file).read().split()
+    with open(pid_file, "w") as f:
+        f.write(f"{pid} {start} 00000000-0000-0000-0000-000000000000\n")
+    d.start()
+    try:
+        assert d.wait(job)["state"] == "LOST"
+    finally:
+        try:  # the real supervisor, alive all along in this staged case
+            os.killpg(os.getpgid(supervisor), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        d.stop()
+        d.cleanup()
+
+
 def job_pid(d, job_id):
     import sqlite3
     with contextlib.closing(sqlite3.connect(os.path.join(d.state, "state.db"))) as db:
