@@ -48,18 +48,25 @@ void *gs__stream_ctx(const gs_stream_t *s) { return s->ctx; }
 
 /* Checks that [offset, offset+bytes) lies in `buf` and that `buf` belongs to
  * the stream's device. */
-static int check_range(const gs_stream_t *s, const char *what, const gs_buffer_t *buf,
-                       size_t offset, size_t bytes) {
+/* `bytes` from `offset` within the buffer. */
+static int check_bounds(const char *what, const gs_buffer_t *buf, size_t offset, size_t bytes) {
   if (!buf)
     return gs_error(GS_EINVAL, "%s: NULL buffer", what);
-  gs_device_t *dev = gs_pool_device(buf->pool);
-  if (dev != s->device)
-    return gs_error(GS_EINVAL, "%s: buffer of %s used on a stream of %s", what, dev->info.id,
-                    s->device->info.id);
   if (offset > buf->requested || bytes > buf->requested - offset)
     return gs_error(GS_EINVAL, "%s: range [%zu, %zu+%zu) is outside the buffer of %zu bytes", what,
                     offset, offset, bytes, buf->requested);
   return GS_OK;
+}
+
+/* ... and the buffer on the stream's device. */
+static int check_range(const gs_stream_t *s, const char *what, const gs_buffer_t *buf,
+                       size_t offset, size_t bytes) {
+  int rc = check_bounds(what, buf, offset, bytes);
+  gs_device_t *dev = rc == 0 ? gs_pool_device(buf->pool) : NULL;
+  if (dev && dev != s->device)
+    return gs_error(GS_EINVAL, "%s: buffer of %s used on a stream of %s", what, dev->info.id,
+                    s->device->info.id);
+  return rc;
 }
 
 int gs_stream_copy_h2d(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, const void *src,
@@ -101,14 +108,13 @@ static int free_staging(void *arg) {
 
 int gs_stream_copy_peer(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,
                         size_t src_offset, size_t bytes) {
-  if (!s || !src)
-    return gs_error(GS_EINVAL, "copy_peer: NULL stream or source");
+  if (!s)
+    return gs_error(GS_EINVAL, "copy_peer: NULL stream");
   int rc = check_range(s, "copy_peer destination", dst, dst_offset, bytes);
+  if (rc == 0)
+    rc = check_bounds("copy_peer source", src, src_offset, bytes);
   if (rc < 0)
     return rc;
-  if (src_offset > src->requested || bytes > src->requested - src_offset)
-    return gs_error(GS_EINVAL, "copy_peer source: range [%zu, %zu+%zu) is outside the buffer of "
-                               "%zu bytes", src_offset, src_offset, bytes, src->requested);
   gs_device_t *from = gs_pool_device(src->pool);
   if (bytes == 0)
     return GS_OK;

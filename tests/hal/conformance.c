@@ -394,6 +394,24 @@ static void group_all_reduce_and_broadcast(void) {
   free(host);
 }
 
+/* Device memory this process holds shows in the device's "used" figure
+ * (OpenCL reports nothing else: its used is what our pools hold). */
+static void telemetry_counts_memory_held(void) {
+  gs_telemetry t;
+  CHECK_OK(gs_device_telemetry(dev, &t));
+  if (!(t.valid & GS_TM_MEMORY)) {
+    printf("  (no memory telemetry here)\n");
+    return;
+  }
+  const size_t bytes = 64u << 20;
+  gs_buffer_t *b;
+  CHECK_OK(gs_pool_alloc(device_pool(), bytes, NULL, &b));
+  CHECK_OK(gs_device_telemetry(dev, &t));
+  CHECK_MSG(t.memory_used_bytes >= bytes, "%llu bytes used while %zu are held",
+            (unsigned long long)t.memory_used_bytes, bytes);
+  gs_buffer_free(b, NULL);
+}
+
 static void copies_out_of_range_are_refused(void) {
   gs_stream_t *s;
   gs_buffer_t *b;
@@ -880,6 +898,7 @@ static const gs_test tests[] = {
     {"pinned_host_pool", pinned_host_pool},
     {"copies_of_many_sizes_and_offsets", copies_of_many_sizes_and_offsets},
     {"copies_between_devices", copies_between_devices},
+    {"telemetry_counts_memory_held", telemetry_counts_memory_held},
     {"group_all_reduce_and_broadcast", group_all_reduce_and_broadcast},
     {"copies_out_of_range_are_refused", copies_out_of_range_are_refused},
     {"ordering_across_thousands_of_operations", ordering_across_thousands_of_operations},

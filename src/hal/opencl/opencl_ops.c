@@ -62,12 +62,9 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
   /* The kernels stride over what one launch does not cover; the grouped
    * ones run as groups of GS_DK_GROUP items, where the device allows it. */
   size_t global = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
-  size_t local = GS_DK_GROUP, group_limit = 0;
+  size_t local = GS_DK_GROUP;
   bool grouped = gs_devk_grouped(kernel);
-  if (grouped &&
-      (clGetKernelWorkGroupInfo(d->ops[kernel], d->id, CL_KERNEL_WORK_GROUP_SIZE,
-                                sizeof group_limit, &group_limit, NULL) != CL_SUCCESS ||
-       group_limit < GS_DK_GROUP))
+  if (grouped && !d->groups_fit)
     return GS_ENOTSUP;
   pthread_mutex_lock(&d->kernel_lock);
   cl_int err = CL_SUCCESS;
@@ -227,10 +224,17 @@ int gs__ocl_register_ops(gs_backend_t *backend) {
 }
 
 int gs__ocl_create_op_kernels(ocl_device *d) {
+  d->groups_fit = true;
   for (int i = 0; i < GS_DK_COUNT; i++) {
     cl_int err;
     if (!(d->ops[i] = clCreateKernel(d->program, gs_devk_names[i], &err)))
       return gs__ocl_fail(err, gs_devk_names[i]);
+    size_t limit = 0; /* a kernel's own limit may be below the device's */
+    if (gs_devk_grouped((gs_devk)i) &&
+        (clGetKernelWorkGroupInfo(d->ops[i], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit,
+                                  &limit, NULL) != CL_SUCCESS ||
+         limit < GS_DK_GROUP))
+      d->groups_fit = false;
   }
   return GS_OK;
 }
