@@ -33,7 +33,10 @@ static const char batch_help[] =
     "  -i, --input PATH       The data set (.npy, a directory of .npy, or .csv)\n"
     "  -o, --output DIR       Where the outputs go (made if missing)\n"
     "  -b, --batch N          Rows per batch (default 64; a model's fixed batch size wins)\n"
-    "  -d, --device ID        Device to run on (default: the first)\n"
+    "  -d, --device ID[,ID]   Device to run on (default: the first). With several, the model\n"
+    "                         is cut into that many consecutive parts, one per device in\n"
+    "                         that order, of about equal weight; what a part computes is\n"
+    "                         copied to the next part's device in an exchange stage\n"
     "      --precision P      fp32 (default), fp16 or bf16\n"
     "      --preprocess SPEC  scale=X,mean=M,std=S: each value becomes (x*X - M)/S\n"
     "                         (fractions allowed: scale=1/255)\n"
@@ -168,9 +171,15 @@ static int run_as_job(const char *url, const char *token, json_t *forward, const
   return exit_code;
 }
 
-static void print_summary(const gs_pipeline_result *r, int64_t rows, bool json_out) {
+static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devices,
+                          bool json_out) {
   double wall = (double)r->wall_ns / 1e9;
   int slowest = gs_pipeline_slowest(r);
+  char exchange[160] = "n/a (one device)";
+  if (n_devices > 1)
+    snprintf(exchange, sizeof exchange,
+             "the model in %d parts, one per device; the exchange> stages copy between them",
+             n_devices);
   if (json_out) {
     json_t *stages = json_array();
     for (int k = 0; k < r->n_stages; k++) {
@@ -186,8 +195,7 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, bool json_o
     json_t *j = json_pack("{s:I, s:I, s:f, s:f, s:o, s:s, s:s}", "rows", (json_int_t)rows,
                           "batches", (json_int_t)r->items, "seconds", wall, "rows_per_s",
                           wall > 0 ? (double)rows / wall : 0.0, "stages", stages, "bottleneck",
-                          slowest >= 0 ? r->stages[slowest].name : "", "exchange",
-                          "n/a (one device)");
+                          slowest >= 0 ? r->stages[slowest].name : "", "exchange", exchange);
     json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     putchar('\n');
     json_decref(j);
@@ -195,16 +203,44 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, bool json_o
   }
   printf("%lld rows in %lld batches, %.3f s: %.0f rows/s\n", (long long)rows,
          (long long)r->items, wall, wall > 0 ? (double)rows / wall : 0);
-  printf("%-11s %7s %10s %13s %12s\n", "stage", "threads", "busy", "alone", "waiting");
+  printf("%-18s %7s %10s %13s %12s\n", "stage", "threads", "busy", "alone", "waiting");
   for (int k = 0; k < r->n_stages; k++) {
     const gs_pipeline_stage_stats *s = &r->stages[k];
     double busy = (double)s->busy_ns / 1e9 / s->threads;
-    printf("%-11s %7d %9.0f%% %8.0f b/s %11.3fs%s\n", s->name, s->threads,
+    printf("%-18s %7d %9.0f%% %8.0f b/s %11.3fs%s\n", s->name, s->threads,
            wall > 0 ? 100 * busy / wall : 0, busy > 0 ? (double)s->items / busy : 0,
            (double)(s->wait_in_ns + s->wait_out_ns) / 1e9 / s->threads,
            k == slowest ? "  <- bottleneck" : "");
   }
-  printf("exchange: n/a (one device)\n");
+  printf("exchange: %s\n", exchange);
+}
+
+/* "cuda0,cuda1": the devices, in order. */
+static int parse_devices(const char *list, gs_batch_options *o) {
+  int count = 1;
+  for (const char *c = list; *c; c++)
+    count += *c == ',';
+  if (count > GS_BATCH_MAX_DEVICES)
+    return gs_error(GS_EINVAL, "--device names at most %d devices, not %d", GS_BATCH_MAX_DEVICES,
+                    count);
+  for (const char *at = list;; at++) {
+    size_t len = strcspn(at, ",");
+    char id[64];
+    if (len == 0 || len >= sizeof id)
+      return gs_error(GS_EINVAL, "--device takes device ids separated by commas, not '%s'", list);
+    memcpy(id, at, len);
+    id[len] = '\0';
+    gs_device_t *dev = gs_hal_device_find(id);
+    if (!dev)
+      return gs_error(GS_ENOENT, "no device '%s' (gpusrv smi lists them)", id);
+    for (int i = 0; i < o->n_devices; i++)
+      if (o->devices[i] == dev)
+        return gs_error(GS_EINVAL, "--device names %s twice", id);
+    o->devices[o->n_devices++] = dev;
+    at += len;
+    if (!*at)
+      return GS_OK;
+  }
 }
 
 /* A usage error, once the forwarded options are let go. */
@@ -310,8 +346,8 @@ static int batch_run_cmd(int argc, char **argv) {
     gs_cli_error("batch: %s", gs_error_detail());
     return GS_EXIT_FAILED;
   }
-  if (device && !(o.device = gs_hal_device_find(device))) {
-    gs_cli_error("batch: no device '%s' (gpusrv smi lists them)", device);
+  if (device && parse_devices(device, &o) < 0) {
+    gs_cli_error("batch: %s", gs_error_detail());
     gs_hal_shutdown();
     return GS_EXIT_FAILED;
   }
@@ -332,7 +368,7 @@ static int batch_run_cmd(int argc, char **argv) {
     gs_hal_shutdown();
     return GS_EXIT_FAILED;
   }
-  print_summary(&r, rows, json_out);
+  print_summary(&r, rows, o.n_devices, json_out);
   gs_hal_shutdown();
   return GS_EXIT_OK;
 }

@@ -388,7 +388,22 @@ static void remove_tree(const char *dir) {
   rmdir(dir);
 }
 
-static int digits_pipeline(gs_device_t *dev, const char *dir, double alone[6], double *whole_rate,
+static double rate_of(const gs_pipeline_result *r) {
+  return r->wall_ns ? (double)r->items / ((double)r->wall_ns / 1e9) : 0;
+}
+
+static int slowest_alone(const double *alone, int n) {
+  int slowest = 0;
+  for (int k = 1; k < n; k++)
+    if (alone[k] < alone[slowest])
+      slowest = k;
+  return slowest;
+}
+
+/* The digits model over 262,144 rows through gs_batch_profile, on one
+ * device, or cut into parts on several. */
+static int digits_pipeline(gs_device_t *const *devs, int n_devs, const char *dir,
+                           double alone[GS_PIPELINE_MAX_STAGES], gs_pipeline_result *whole,
                            int64_t *rows, int *batch) {
   char model[PATH_MAX], data[PATH_MAX], out[PATH_MAX];
   char exe[PATH_MAX];
@@ -431,15 +446,58 @@ static int digits_pipeline(gs_device_t *dev, const char *dir, double alone[6], d
   int rc = gs_npy_write(data, GS_DT_FLOAT32, &shape, x);
   free(x);
   gs_batch_options o = {.model_path = model, .input = data, .output_dir = out, .batch = 4096,
-                        .device = dev, .scale = 1, .mean = 0, .std = 1, .slots = 4,
+                        .n_devices = n_devs, .scale = 1, .mean = 0, .std = 1, .slots = 4,
                         .cancel = &interrupted};
-  gs_pipeline_result whole = {0};
+  memcpy(o.devices, devs, sizeof *devs * (size_t)n_devs);
+  memset(whole, 0, sizeof *whole);
   if (rc == 0)
-    rc = gs_batch_profile(&o, alone, &whole, rows);
+    rc = gs_batch_profile(&o, alone, whole, rows);
   *batch = o.batch;
-  *whole_rate = whole.wall_ns ? (double)whole.items / ((double)whole.wall_ns / 1e9) : 0;
   remove_tree(work);
   return rc;
+}
+
+/* The digits model cut in two, on `dev` and `peer`, the exchange between
+ * them a stage: the whole as a fraction of its slowest stage alone. Fills
+ * `text`; returns the figures as JSON, or NULL (text says why). */
+static json_t *split_pipeline(gs_device_t *dev, gs_device_t *peer, const char *dir, char *text,
+                              size_t size) {
+  gs_device_t *pair[2] = {dev, peer};
+  double alone[GS_PIPELINE_MAX_STAGES] = {0};
+  gs_pipeline_result whole;
+  int64_t rows = 0;
+  int batch = 0;
+  if (digits_pipeline(pair, 2, dir, alone, &whole, &rows, &batch) < 0) {
+    snprintf(text, size, "failed: %s", gs_error_detail());
+    return NULL;
+  }
+  int worst = slowest_alone(alone, whole.n_stages), xchg = -1;
+  for (int k = 0; k < whole.n_stages; k++)
+    if (strncmp(whole.stages[k].name, "exchange", 8) == 0)
+      xchg = k;
+  double rate = rate_of(&whole) * batch, limit = alone[worst] * batch;
+  double fraction = limit > 0 ? rate / limit : 0;
+  double exchange_alone = xchg >= 0 ? alone[xchg] * batch : 0;
+  const char *exchange_name = xchg >= 0 ? whole.stages[xchg].name : "exchange";
+  /* As for one device: on CPU devices (PoCL's) every stage but ingest
+   * shares the cores, so their times add up; else only the host's stages. */
+  bool cpu_devices = gs_device_get_info(dev)->type == GS_DEVICE_CPU &&
+                     gs_device_get_info(peer)->type == GS_DEVICE_CPU;
+  double cpu_time = 0;
+  for (int k = 1; k < whole.n_stages; k++)
+    if (cpu_devices || strcmp(whole.stages[k].name, "preprocess") == 0 ||
+        strcmp(whole.stages[k].name, "write") == 0)
+      cpu_time += alone[k] > 0 ? 1.0 / (alone[k] * batch) : 0;
+  double shared = cpu_time > 0 && 1.0 / cpu_time < limit ? 1.0 / cpu_time : limit;
+  snprintf(text, size,
+           "%.0f rows/s  = %3.0f%% of %s alone (%.0f rows/s), %3.0f%% of the limit with the "
+           "stages that share the CPU added up (%.0f rows/s); %s alone %.0f rows/s",
+           rate, 100 * fraction, whole.stages[worst].name, limit,
+           shared > 0 ? 100 * rate / shared : 0, shared, exchange_name, exchange_alone);
+  return json_pack("{s:[s,s], s:f, s:f, s:f, s:s, s:f}", "devices", gs_device_get_info(dev)->id,
+                   gs_device_get_info(peer)->id, "rows_per_s", rate, "fraction", fraction,
+                   "fraction_of_shared_limit", shared > 0 ? rate / shared : 0.0, "slowest",
+                   whole.stages[worst].name, "exchange_rows_per_s_alone", exchange_alone);
 }
 
 /* ---- the command ------------------------------------------------------------------------------ */
@@ -490,7 +548,7 @@ static int bench_run(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   double storage = 0, gflops = 0, synth_alone = 0, synth_whole = 0, digits_whole = 0;
-  double alone[6] = {0};
+  double alone[GS_PIPELINE_MAX_STAGES] = {0};
   const char *storage_how = "", *synth_slowest = "";
   copy_figures cp = {0};
   int64_t rows = 0;
@@ -510,8 +568,10 @@ static int bench_run(int argc, char **argv) {
     fprintf(stderr, "gpusrv bench: pipelines...\r");
   if (rc == 0)
     rc = synthetic_pipeline(&synth_alone, &synth_whole, &synth_slowest);
+  gs_pipeline_result whole;
   if (rc == 0)
-    rc = digits_pipeline(dev, dir, alone, &digits_whole, &rows, &batch);
+    rc = digits_pipeline(&dev, 1, dir, alone, &whole, &rows, &batch);
+  digits_whole = rate_of(&whole);
   if (tty)
     fprintf(stderr, "                          \r");
   if (rc < 0) {
@@ -520,10 +580,7 @@ static int bench_run(int argc, char **argv) {
     return GS_EXIT_FAILED;
   }
   static const char *const names[6] = {"ingest", "preprocess", "h2d", "compute", "d2h", "write"};
-  int slowest = 0;
-  for (int k = 1; k < 6; k++)
-    if (alone[k] < alone[slowest])
-      slowest = k;
+  int slowest = slowest_alone(alone, 6);
   gs_device_t *peer = NULL; /* another device of the same backend, for the exchange */
   for (int i = 0; !peer && i < gs_hal_device_count(); i++)
     if (gs_hal_device(i) != dev && strcmp(gs_device_get_info(gs_hal_device(i))->backend,
@@ -536,6 +593,15 @@ static int bench_run(int argc, char **argv) {
   else if (peer)
     snprintf(exchange_text, sizeof exchange_text, "%.2f GB/s to %s, %.2f GB/s back (64 MiB)",
              to_peer, gs_device_get_info(peer)->id, from_peer);
+  char split_text[400] = "n/a (no other device of this backend)";
+  json_t *split_json = NULL;
+  if (peer) {
+    if (tty)
+      fprintf(stderr, "gpusrv bench: split pipeline...\r");
+    split_json = split_pipeline(dev, peer, dir, split_text, sizeof split_text);
+    if (tty)
+      fprintf(stderr, "                               \r");
+  }
   const gs_device_info *info = gs_device_get_info(dev);
   /* Stages that share one resource add up before the limit is taken
    * (DESIGN.md): on a CPU device every stage but ingest (which waits on
@@ -566,6 +632,8 @@ static int bench_run(int argc, char **argv) {
         "rows", (json_int_t)rows);
     json_object_set_new(json_object_get(j, "digits_pipeline"), "fraction_of_shared_limit",
                         json_real(shared_limit > 0 ? digits_whole / shared_limit : 0.0));
+    json_object_set_new(j, "split_pipeline", split_json ? json_incref(split_json)
+                                                        : json_string(split_text));
     json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     putchar('\n');
     json_decref(j);
@@ -598,7 +666,9 @@ static int bench_run(int argc, char **argv) {
     printf("    stages alone (rows/s):");
     for (int k = 0; k < 6; k++)
       printf(" %s %.0f%s", names[k], alone[k] * batch, k < 5 ? "," : "\n");
+    printf("  digits in two parts %s\n", split_text);
   }
+  json_decref(split_json);
   gs_hal_shutdown();
   return GS_EXIT_OK;
 }

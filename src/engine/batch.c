@@ -8,6 +8,7 @@
 #include "base/fileutil.h"
 #include "engine/cpu/kernels.h" /* gs_ld, gs_st */
 #include "engine/dataset.h"
+#include "engine/model_split.h"
 #include "engine/npy.h"
 
 #include <errno.h>
@@ -18,35 +19,53 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_OUTPUTS 8
+#define MAX_VALUES 8 /* a part's inputs or outputs */
+#define MAX_PARTS GS_BATCH_MAX_DEVICES
+_Static_assert(MAX_PARTS <= GS_SPLIT_MAX_PARTS, "every device gets a part");
+_Static_assert(MAX_VALUES >= GS_SPLIT_MAX_CROSSING, "a slot holds every value crossing a cut");
+
+/* The model on one device: the whole model, or with several devices one
+ * part of it (model_split.h), which takes what the part before computed. */
+typedef struct part {
+  struct batch_run *run;
+  int index;
+  gs_model *model; /* a part of run->model; NULL: run->model itself */
+  gs_plan *plan;
+  gs_device_t *device;
+  gs_stream_t *in_stream; /* part 0: the H2D copies; else the exchange into this device */
+  int n_in, n_out;
+  gs_plan_value_info in[MAX_VALUES], out[MAX_VALUES];
+  int from[MAX_VALUES]; /* in[i] is output from[i] of the part before */
+} part;
 
 typedef struct slot {
-  void *raw;                       /* rows as the data set holds them */
-  gs_buffer_t *staged_in;          /* pinned: the model's input type */
-  gs_buffer_t *dev_in;
-  gs_buffer_t *dev_out[MAX_OUTPUTS];
-  gs_buffer_t *staged_out[MAX_OUTPUTS]; /* pinned */
-  int64_t rows;                    /* real rows in this batch (the last may be short) */
+  void *raw;                               /* rows as the data set holds them */
+  gs_buffer_t *staged_in;                  /* pinned: the model's input type */
+  gs_buffer_t *in[MAX_PARTS][MAX_VALUES];  /* each part's inputs, on its device */
+  gs_buffer_t *out[MAX_PARTS][MAX_VALUES]; /* each part's outputs, on its device */
+  gs_buffer_t *staged_out[MAX_VALUES];     /* pinned: the model's outputs */
+  int64_t rows;                            /* real rows in this batch (the last may be short) */
 } slot;
 
 typedef struct batch_run {
   const gs_batch_options *o;
   gs_model *model;
-  gs_plan *plan;
+  int n_parts;
+  part parts[MAX_PARTS];
   gs_dataset *ds;
-  gs_device_t *device;
-  gs_stream_t *h2d, *d2h;
+  gs_stream_t *d2h; /* on the last part's device */
   int batch;
   int64_t rows, row_elems;
-  gs_plan_value_info in;
+  gs_plan_value_info in;                 /* the model's input */
   int n_out;
-  gs_plan_value_info out[MAX_OUTPUTS];
-  size_t out_row_bytes[MAX_OUTPUTS];
-  int out_fd[MAX_OUTPUTS];
-  size_t out_data_offset[MAX_OUTPUTS];
+  gs_plan_value_info out[MAX_VALUES];    /* the model's outputs */
+  size_t out_row_bytes[MAX_VALUES];
+  int out_fd[MAX_VALUES];
+  size_t out_data_offset[MAX_VALUES];
   slot *slots;
   int n_slots;
   atomic_llong written;
+  char stage_names[GS_PIPELINE_MAX_STAGES][32];
 } batch_run;
 
 /* ---- stages ---------------------------------------------------------------------------- */
@@ -97,26 +116,40 @@ static int h2d(void *ctx, int s, int64_t seq) {
   (void)seq;
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
-  int rc = gs_stream_copy_h2d(b->h2d, sl->dev_in, 0, gs_buffer_host_ptr(sl->staged_in),
+  gs_stream_t *stream = b->parts[0].in_stream;
+  int rc = gs_stream_copy_h2d(stream, sl->in[0][0], 0, gs_buffer_host_ptr(sl->staged_in),
                               b->in.bytes);
-  int sync = gs_stream_synchronize(b->h2d);
+  int sync = gs_stream_synchronize(stream);
   return rc < 0 ? rc : sync;
 }
 
 static int compute(void *ctx, int s, int64_t seq) {
   (void)seq;
-  batch_run *b = ctx;
-  slot *sl = &b->slots[s];
-  return gs_plan_run_buffers(b->plan, &sl->dev_in, sl->dev_out);
+  part *p = ctx;
+  slot *sl = &p->run->slots[s];
+  return gs_plan_run_buffers(p->plan, sl->in[p->index], sl->out[p->index]);
+}
+
+/* What the part before computed, copied to this part's device. */
+static int exchange(void *ctx, int s, int64_t seq) {
+  (void)seq;
+  part *p = ctx;
+  slot *sl = &p->run->slots[s];
+  int rc = GS_OK;
+  for (int i = 0; rc == 0 && i < p->n_in; i++)
+    rc = gs_stream_copy_peer(p->in_stream, sl->in[p->index][i], 0,
+                             sl->out[p->index - 1][p->from[i]], 0, p->in[i].bytes);
+  int sync = gs_stream_synchronize(p->in_stream);
+  return rc < 0 ? rc : sync;
 }
 
 static int d2h(void *ctx, int s, int64_t seq) {
   (void)seq;
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
-  int rc = GS_OK;
+  int rc = GS_OK, last = b->n_parts - 1;
   for (int i = 0; rc == 0 && i < b->n_out; i++)
-    rc = gs_stream_copy_d2h(b->d2h, gs_buffer_host_ptr(sl->staged_out[i]), sl->dev_out[i], 0,
+    rc = gs_stream_copy_d2h(b->d2h, gs_buffer_host_ptr(sl->staged_out[i]), sl->out[last][i], 0,
                             b->out[i].bytes);
   int sync = gs_stream_synchronize(b->d2h);
   return rc < 0 ? rc : sync;
@@ -150,21 +183,27 @@ static void teardown(batch_run *b) {
     slot *sl = &b->slots[s];
     free(sl->raw);
     gs_buffer_free(sl->staged_in, NULL);
-    gs_buffer_free(sl->dev_in, NULL);
-    for (int i = 0; i < MAX_OUTPUTS; i++) {
-      gs_buffer_free(sl->dev_out[i], NULL);
+    for (int k = 0; k < MAX_PARTS; k++)
+      for (int i = 0; i < MAX_VALUES; i++) {
+        gs_buffer_free(sl->in[k][i], NULL);
+        gs_buffer_free(sl->out[k][i], NULL);
+      }
+    for (int i = 0; i < MAX_VALUES; i++)
       gs_buffer_free(sl->staged_out[i], NULL);
-    }
   }
   free(b->slots);
   for (int i = 0; i < b->n_out; i++)
     if (b->out_fd[i] >= 0)
       close(b->out_fd[i]);
-  if (b->h2d)
-    gs_stream_destroy(b->h2d);
   if (b->d2h)
     gs_stream_destroy(b->d2h);
-  gs_plan_destroy(b->plan);
+  for (int k = 0; k < MAX_PARTS; k++) {
+    part *p = &b->parts[k];
+    if (p->in_stream)
+      gs_stream_destroy(p->in_stream);
+    gs_plan_destroy(p->plan);
+    gs_model_part_free(p->model);
+  }
   gs_dataset_close(b->ds);
   gs_model_free(b->model);
 }
@@ -191,6 +230,78 @@ static int open_outputs(batch_run *b) {
   return GS_OK;
 }
 
+/* Plans part k on its device: part 0 for the model's input shape, a later
+ * one for what the part before hands it. */
+static int plan_part(batch_run *b, int k, const gs_shape *input_shape) {
+  part *p = &b->parts[k];
+  const gs_model *model = p->model ? p->model : b->model;
+  gs_shape shapes[MAX_VALUES];
+  p->run = b;
+  p->index = k;
+  p->n_in = model->n_inputs;
+  p->n_out = model->n_outputs;
+  if (p->n_in > MAX_VALUES || p->n_out > MAX_VALUES)
+    return gs_error(GS_ENOTSUP, "%s: %s has %d inputs and %d outputs; batch handles at most %d",
+                    b->o->model_path, k == 0 && !p->model ? "the model" : "a part of the model",
+                    p->n_in, p->n_out, MAX_VALUES);
+  if (k == 0) {
+    shapes[0] = *input_shape;
+  } else { /* a value crossing the cut: its type and shape as the part before computes it */
+    const part *before = &b->parts[k - 1];
+    for (int i = 0; i < p->n_in; i++) {
+      p->from[i] = -1;
+      for (int j = 0; j < before->n_out; j++)
+        if (strcmp(before->out[j].name, model->inputs[i].name) == 0)
+          p->from[i] = j;
+      if (p->from[i] < 0)
+        return gs_error(GS_EINVAL, "splitting the model: %s comes from no earlier part",
+                        model->inputs[i].name);
+      p->model->inputs[i].dtype = before->out[p->from[i]].dtype;
+      shapes[i] = before->out[p->from[i]].shape;
+    }
+  }
+  gs_plan_options po = {.device = b->o->devices[k], .precision = b->o->precision};
+  int rc = gs_plan_create(model, shapes, &po, &p->plan);
+  if (rc < 0)
+    return rc;
+  p->device = gs_plan_device(p->plan);
+  for (int i = 0; i < p->n_in; i++)
+    gs_plan_input(p->plan, i, &p->in[i]);
+  for (int i = 0; i < p->n_out; i++)
+    gs_plan_output(p->plan, i, &p->out[i]);
+  return gs_stream_create(p->device, &p->in_stream);
+}
+
+static int alloc_slots(batch_run *b) {
+  b->n_slots = b->o->slots > 0 ? b->o->slots : 4;
+  b->slots = calloc((size_t)b->n_slots, sizeof *b->slots);
+  if (!b->slots)
+    return gs_error(GS_ENOMEM, "out of memory for %d slots", b->n_slots);
+  const part *first = &b->parts[0], *last = &b->parts[b->n_parts - 1];
+  gs_pool_t *pinned_in = gs_device_pool(first->device, GS_MEM_PINNED_HOST),
+            *pinned_out = gs_device_pool(last->device, GS_MEM_PINNED_HOST);
+  size_t raw_bytes =
+      (size_t)b->batch * (size_t)b->row_elems * gs_dtype_size(gs_dataset_dtype(b->ds));
+  int rc = GS_OK;
+  for (int s = 0; rc == 0 && s < b->n_slots; s++) {
+    slot *sl = &b->slots[s];
+    if (!(sl->raw = malloc(raw_bytes ? raw_bytes : 1)))
+      return gs_error(GS_ENOMEM, "out of memory for a batch of %zu bytes", raw_bytes);
+    rc = gs_pool_alloc(pinned_in, b->in.bytes, NULL, &sl->staged_in);
+    for (int k = 0; rc == 0 && k < b->n_parts; k++) {
+      const part *p = &b->parts[k];
+      gs_pool_t *dev = gs_device_pool(p->device, GS_MEM_DEVICE);
+      for (int i = 0; rc == 0 && i < p->n_in; i++)
+        rc = gs_pool_alloc(dev, p->in[i].bytes, NULL, &sl->in[k][i]);
+      for (int i = 0; rc == 0 && i < p->n_out; i++)
+        rc = gs_pool_alloc(dev, p->out[i].bytes, NULL, &sl->out[k][i]);
+    }
+    for (int i = 0; rc == 0 && i < b->n_out; i++)
+      rc = gs_pool_alloc(pinned_out, b->out[i].bytes, NULL, &sl->staged_out[i]);
+  }
+  return rc;
+}
+
 static int prepare(batch_run *b) {
   const gs_batch_options *o = b->o;
   int rc = gs_model_load(o->model_path, &b->model);
@@ -199,9 +310,9 @@ static int prepare(batch_run *b) {
   if (b->model->n_inputs != 1)
     return gs_error(GS_ENOTSUP, "%s has %d inputs; batch runs models with one input",
                     o->model_path, b->model->n_inputs);
-  if (b->model->n_outputs > MAX_OUTPUTS)
+  if (b->model->n_outputs > MAX_VALUES)
     return gs_error(GS_ENOTSUP, "%s has %d outputs; batch writes at most %d", o->model_path,
-                    b->model->n_outputs, MAX_OUTPUTS);
+                    b->model->n_outputs, MAX_VALUES);
   const gs_value_info *in = &b->model->inputs[0];
   if (in->rank < 1)
     return gs_error(GS_EINVAL, "%s: input %s has no declared shape with a batch dimension",
@@ -220,43 +331,35 @@ static int prepare(batch_run *b) {
   if ((rc = gs_dataset_open(o->input, b->row_elems, &b->ds)) < 0)
     return rc;
   b->rows = gs_dataset_rows(b->ds);
-  gs_plan_options po = {.device = o->device, .precision = o->precision};
-  if ((rc = gs_plan_create(b->model, &shape, &po, &b->plan)) < 0)
+  b->n_parts = o->n_devices > 1 ? o->n_devices : 1;
+  if (b->n_parts > MAX_PARTS)
+    return gs_error(GS_EINVAL, "batch runs on at most %d devices, not %d", MAX_PARTS,
+                    b->n_parts);
+  if (b->n_parts > 1) {
+    gs_model *split[MAX_PARTS];
+    if ((rc = gs_model_split(b->model, b->n_parts, split)) < 0)
+      return rc;
+    for (int k = 0; k < b->n_parts; k++)
+      b->parts[k].model = split[k];
+  }
+  for (int k = 0; rc == 0 && k < b->n_parts; k++)
+    rc = plan_part(b, k, &shape);
+  if (rc < 0)
     return rc;
-  b->device = gs_plan_device(b->plan);
-  gs_plan_input(b->plan, 0, &b->in);
-  b->n_out = gs_plan_output_count(b->plan);
-  for (int i = 0; i < MAX_OUTPUTS; i++)
+  const part *last = &b->parts[b->n_parts - 1];
+  b->in = b->parts[0].in[0];
+  b->n_out = last->n_out;
+  for (int i = 0; i < MAX_VALUES; i++)
     b->out_fd[i] = -1;
   for (int i = 0; i < b->n_out; i++) {
-    gs_plan_output(b->plan, i, &b->out[i]);
+    b->out[i] = last->out[i];
     if (b->out[i].shape.rank < 1 || b->out[i].shape.dims[0] != b->batch)
       return gs_error(GS_ENOTSUP, "%s: output %s does not keep the batch dimension first",
                       o->model_path, b->out[i].name);
     b->out_row_bytes[i] = b->out[i].bytes / (size_t)b->batch;
   }
-  if ((rc = gs_stream_create(b->device, &b->h2d)) < 0 ||
-      (rc = gs_stream_create(b->device, &b->d2h)) < 0)
+  if ((rc = gs_stream_create(last->device, &b->d2h)) < 0 || (rc = alloc_slots(b)) < 0)
     return rc;
-  b->n_slots = o->slots > 0 ? o->slots : 4;
-  b->slots = calloc((size_t)b->n_slots, sizeof *b->slots);
-  if (!b->slots)
-    return gs_error(GS_ENOMEM, "out of memory for %d slots", b->n_slots);
-  gs_pool_t *pinned = gs_device_pool(b->device, GS_MEM_PINNED_HOST),
-            *dev = gs_device_pool(b->device, GS_MEM_DEVICE);
-  size_t raw_bytes = (size_t)b->batch * (size_t)b->row_elems * gs_dtype_size(gs_dataset_dtype(b->ds));
-  for (int s = 0; s < b->n_slots; s++) {
-    slot *sl = &b->slots[s];
-    if (!(sl->raw = malloc(raw_bytes ? raw_bytes : 1)))
-      return gs_error(GS_ENOMEM, "out of memory for a batch of %zu bytes", raw_bytes);
-    if ((rc = gs_pool_alloc(pinned, b->in.bytes, NULL, &sl->staged_in)) < 0 ||
-        (rc = gs_pool_alloc(dev, b->in.bytes, NULL, &sl->dev_in)) < 0)
-      return rc;
-    for (int i = 0; i < b->n_out; i++)
-      if ((rc = gs_pool_alloc(dev, b->out[i].bytes, NULL, &sl->dev_out[i])) < 0 ||
-          (rc = gs_pool_alloc(pinned, b->out[i].bytes, NULL, &sl->staged_out[i])) < 0)
-        return rc;
-  }
   return open_outputs(b);
 }
 
@@ -279,40 +382,56 @@ static int count_batches(void *ctx, int s, int64_t seq) {
   return 0;
 }
 
-static void stages_of(batch_run *b, gs_pipeline_stage stages[6]) {
+/* ingest, preprocess, h2d, compute, d2h, write; with several devices the
+ * compute of each part, an exchange before every part but the first. */
+static int stages_of(batch_run *b, gs_pipeline_stage stages[GS_PIPELINE_MAX_STAGES]) {
   const gs_batch_options *o = b->o;
   int readers = o->readers > 0 ? o->readers : 2;
   /* Preprocessing threads: the cores, within the pipeline's thread limit. */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int workers = o->workers > 0 ? o->workers : cores > 0 ? (int)cores : 1;
-  int room = GS_PIPELINE_MAX_THREADS - readers - 4;
+  int room = GS_PIPELINE_MAX_THREADS - readers - 2 - 2 * b->n_parts;
   if (workers > room)
     workers = room > 0 ? room : 1;
-  gs_pipeline_stage all[6] = {
-      {"ingest", readers, ingest, b, false},
-      {"preprocess", workers, preprocess, b, false},
-      {"h2d", 1, h2d, b, false},
-      {"compute", 1, compute, b, false},
-      {"d2h", 1, d2h, b, false},
-      {"write", 1, write_out, b, false},
-  };
-  memcpy(stages, all, sizeof all);
+  int n = 0;
+  stages[n++] = (gs_pipeline_stage){"ingest", readers, ingest, b, false};
+  stages[n++] = (gs_pipeline_stage){"preprocess", workers, preprocess, b, false};
+  stages[n++] = (gs_pipeline_stage){"h2d", 1, h2d, b, false};
+  for (int k = 0; k < b->n_parts; k++) {
+    part *p = &b->parts[k];
+    const char *id = gs_device_get_info(p->device)->id;
+    if (k > 0) {
+      char *name = b->stage_names[n];
+      snprintf(name, sizeof b->stage_names[n], "exchange>%s", id);
+      stages[n++] = (gs_pipeline_stage){name, 1, exchange, p, false};
+    }
+    char *name = b->stage_names[n];
+    if (b->n_parts > 1)
+      snprintf(name, sizeof b->stage_names[n], "compute@%s", id);
+    else
+      snprintf(name, sizeof b->stage_names[n], "compute");
+    stages[n++] = (gs_pipeline_stage){name, 1, compute, p, false};
+  }
+  stages[n++] = (gs_pipeline_stage){"d2h", 1, d2h, b, false};
+  stages[n++] = (gs_pipeline_stage){"write", 1, write_out, b, false};
+  return n;
 }
 
-int gs_batch_profile(const gs_batch_options *o, double alone[6], gs_pipeline_result *whole,
-                     int64_t *rows) {
+int gs_batch_profile(const gs_batch_options *o, double alone[GS_PIPELINE_MAX_STAGES],
+                     gs_pipeline_result *whole, int64_t *rows) {
   batch_run b = {.o = o};
   atomic_init(&b.written, 0);
   memset(whole, 0, sizeof *whole);
-  int rc = prepare(&b);
-  gs_pipeline_stage stages[6];
-  stages_of(&b, stages);
+  int rc = prepare(&b), n = 0;
+  gs_pipeline_stage stages[GS_PIPELINE_MAX_STAGES];
+  if (rc == 0)
+    n = stages_of(&b, stages);
   /* One untimed run first: a device library's first call may compile its
    * kernels (CLBlast does), which is not the stage's throughput. */
-  if (rc == 0)
-    rc = compute(&b, 0, 0);
+  for (int k = 0; rc == 0 && k < b.n_parts; k++)
+    rc = compute(&b.parts[k], 0, 0);
   int64_t batches = (b.rows + b.batch - 1) / (b.batch ? b.batch : 1);
-  for (int k = 0; rc == 0 && k < 6; k++) {
+  for (int k = 0; rc == 0 && k < n; k++) {
     gs_pipeline_result r;
     gs_dataset_drop_cache(b.ds);
     if (k == 0) {
@@ -326,7 +445,7 @@ int gs_batch_profile(const gs_batch_options *o, double alone[6], gs_pipeline_res
   if (rc == 0) {
     atomic_store(&b.written, 0);
     gs_dataset_drop_cache(b.ds);
-    rc = gs_pipeline_run(stages, 6, b.n_slots, o->cancel, whole);
+    rc = gs_pipeline_run(stages, n, b.n_slots, o->cancel, whole);
   }
   if (rc == 0)
     rc = trim_outputs(&b);
@@ -343,9 +462,9 @@ int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *s
   memset(stats, 0, sizeof *stats);
   int rc = prepare(&b);
   if (rc == 0) {
-    gs_pipeline_stage stages[6];
-    stages_of(&b, stages);
-    rc = gs_pipeline_run(stages, 6, b.n_slots, o->cancel, stats);
+    gs_pipeline_stage stages[GS_PIPELINE_MAX_STAGES];
+    int n = stages_of(&b, stages);
+    rc = gs_pipeline_run(stages, n, b.n_slots, o->cancel, stats);
   }
   if (rc == 0)
     rc = trim_outputs(&b);

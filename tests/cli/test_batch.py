@@ -4,6 +4,7 @@ data sets refused naming the file and the position."""
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -143,7 +144,7 @@ def test_bench_measures_every_stage(tmp_path):
     for key in ("h2d_pinned_GBps", "h2d_pageable_GBps", "d2h_pinned_GBps", "d2h_pageable_GBps",
                 "gemm_gflops", "digits_rows_per_s"):
         assert b[key] > 0, key
-    assert b["exchange"] == "n/a (no other device of this backend)"
+    assert b["exchange"] == b["split_pipeline"] == "n/a (no other device of this backend)"
     for name in ("synthetic_pipeline", "digits_pipeline"):
         assert 0 < b[name]["fraction"] < 1.5 and b[name]["slowest"], b[name]
     assert set(b["digits_pipeline"]["rows_per_s_alone"]) == {"ingest", "preprocess", "h2d",
@@ -151,3 +152,122 @@ def test_bench_measures_every_stage(tmp_path):
     assert b["digits_pipeline"]["rows"] == 262144
     assert list(tmp_path.iterdir()) == []  # its temporary files are gone
     assert run("bench", "--size", "1", check=False).returncode == 2
+
+
+# ---- one model across several devices: parts, and the exchange between them ----
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
+import models  # noqa: E402  (the test models, beside the engine tests)
+from onnx import TensorProto, helper  # noqa: E402
+
+
+def device_ids():
+    return [d["id"] for d in json.loads(run("smi", "--json").stdout)["devices"]]
+
+
+def need_devices(*ids):
+    """testcpu0 (the test plugin: the CPU backend under another name) is
+    always there when the plugin path is the test's; opencl ones where an
+    OpenCL driver is, and then required (GSTEST_REQUIRE_DEVICE)."""
+    have = device_ids()
+    missing = [i for i in ids if i not in have]
+    if missing:
+        why = f"{missing} not on this machine (devices: {have})"
+        if os.environ.get("GSTEST_REQUIRE_DEVICE") == "1" or "testcpu0" in missing:
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def stage_names(stdout):
+    return [s["stage"] for s in json.loads(stdout)["stages"]]
+
+
+@pytest.fixture(scope="module")
+def cnn_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("split")
+    (d / "cnn.onnx").write_bytes(models.cnn().SerializeToString())
+    np.save(d / "x.npy", models.example_input("cnn", 100))
+    run("batch", str(d / "cnn.onnx"), "-i", str(d / "x.npy"), "-o", str(d / "ref"), "-b", "16",
+        "-d", "cpu0")
+    return d, np.load(d / "ref" / "logits.npy")
+
+
+def test_split_across_two_backends_equals_one_device(data, cnn_data):
+    need_devices("testcpu0")
+    d, x, ref = data
+    p = run("batch", DIGITS, "-i", str(d / "x.npy"), "-o", str(d / "split"), "-b", "64",
+            "-d", "cpu0,testcpu0", "--json")
+    # Same kernels on both, the exchange staged through host memory: bit for bit.
+    np.testing.assert_array_equal(np.load(d / "split" / "probs.npy"), ref)
+    assert stage_names(p.stdout) == ["ingest", "preprocess", "h2d", "compute@cpu0",
+                                     "exchange>testcpu0", "compute@testcpu0", "d2h", "write"]
+    assert "2 parts" in json.loads(p.stdout)["exchange"]
+    c, cref = cnn_data
+    run("batch", str(c / "cnn.onnx"), "-i", str(c / "x.npy"), "-o", str(c / "split"), "-b", "16",
+        "-d", "testcpu0,cpu0")
+    # A cut can part nodes that one plan fuses (rounding moves a little).
+    np.testing.assert_allclose(np.load(c / "split" / "logits.npy"), cref, rtol=1e-5, atol=1e-5)
+
+
+def test_split_on_opencl_devices(cnn_data):
+    need_devices("opencl0", "opencl1")
+    c, cref = cnn_data
+    for devices in ("opencl0,opencl1", "cpu0,opencl0,opencl1"):
+        out = c / devices.replace(",", "_")
+        p = run("batch", str(c / "cnn.onnx"), "-i", str(c / "x.npy"), "-o", str(out), "-b",
+                "16", "-d", devices, "--json")
+        ids = devices.split(",")
+        assert [s for s in stage_names(p.stdout) if "@" in s or ">" in s] == \
+            [f"compute@{ids[0]}"] + sum(([f"exchange>{i}", f"compute@{i}"] for i in ids[1:]), [])
+        np.testing.assert_allclose(np.load(out / "logits.npy"), cref, rtol=1e-4, atol=1e-4)
+    # float16: what crosses is float16 too, within the precision's reach.
+    run("batch", str(c / "cnn.onnx"), "-i", str(c / "x.npy"), "-o", str(c / "h"), "-b", "16",
+        "-d", "opencl0,opencl1", "--precision", "fp16")
+    half = np.load(c / "h" / "logits.npy")
+    assert np.abs(half - cref).max() < 2e-2 * np.abs(cref).max()
+    # bench runs the digits model split over opencl0 and opencl1 as well.
+    b = json.loads(run("bench", "--device", "opencl0", "--json", "--size", "8", "--dir",
+                       str(c)).stdout)
+    split = b["split_pipeline"]
+    assert split["devices"] == ["opencl0", "opencl1"] and split["rows_per_s"] > 0, split
+    assert 0 < split["fraction"] < 1.5 and split["exchange_rows_per_s_alone"] > 0, split
+    assert split["slowest"] in ("ingest", "preprocess", "h2d", "compute@opencl0",
+                                "exchange>opencl1", "compute@opencl1", "d2h", "write")
+
+
+def small_model(path, nodes, width=4):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", width])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+
+
+def test_split_refusals(tmp_path):
+    need_devices("testcpu0")
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((8, 4), np.float32))
+    # The input is read again by the last node: no cut where only the first part's values cross.
+    small_model(tmp_path / "skip.onnx", [helper.make_node("Relu", ["x"], ["r"]),
+                                         helper.make_node("Add", ["r", "x"], ["y"])])
+    p = run("batch", str(tmp_path / "skip.onnx"), "-i", str(x), "-o", str(tmp_path / "o"),
+            "-d", "cpu0,testcpu0", check=False)
+    assert p.returncode == 1 and "cannot be split into 2 parts" in p.stderr, p.stderr
+    small_model(tmp_path / "one.onnx", [helper.make_node("Relu", ["x"], ["y"])])
+    p = run("batch", str(tmp_path / "one.onnx"), "-i", str(x), "-o", str(tmp_path / "o"),
+            "-d", "cpu0,testcpu0", check=False)
+    assert p.returncode == 1 and "1 nodes: too few for 2 parts" in p.stderr, p.stderr
+    # A chain splits; the output equals one device's.
+    small_model(tmp_path / "chain.onnx", [helper.make_node("Relu", ["x"], ["r"]),
+                                          helper.make_node("Neg", ["r"], ["y"])])
+    run("batch", str(tmp_path / "chain.onnx"), "-i", str(x), "-o", str(tmp_path / "c"),
+        "-d", "cpu0,testcpu0")
+    np.testing.assert_array_equal(np.load(tmp_path / "c" / "y.npy"), -np.ones((8, 4), np.float32))
+    for devices, needle in (("cpu0,,testcpu0", "separated by commas"),
+                            ("cpu0,nosuch9", "no device 'nosuch9'"),
+                            ("cpu0,cpu0", "names cpu0 twice"),
+                            (",".join(["cpu0"] * 7), "at most 6 devices")):
+        p = run("batch", DIGITS, "-i", str(x), "-o", str(tmp_path / "o"), "-d", devices,
+                check=False)
+        assert p.returncode == 1 and needle in p.stderr, (devices, p.stderr)

@@ -1,0 +1,30 @@
+/* model_split.h - a model cut into consecutive parts, one per device, for
+ * running a model across devices as a pipeline: part k computes on device
+ * k, and what it hands to part k+1 crosses between the devices (the
+ * pipeline's exchange stage).
+ *
+ * Cuts are placed between nodes of the topological order so that the parts
+ * carry about equal shares of the weights (of the nodes where a model has
+ * none) and so that only values part k produced cross cut k: the graph's
+ * inputs are read by part 0 alone, its outputs produced by the last part,
+ * and no value skips a part. A model with no such cuts is refused with the
+ * reason. */
+#ifndef GS_ENGINE_MODEL_SPLIT_H
+#define GS_ENGINE_MODEL_SPLIT_H
+
+#include "engine/model.h"
+
+#define GS_SPLIT_MAX_PARTS 6
+#define GS_SPLIT_MAX_CROSSING 8 /* values crossing one cut */
+
+/* Each part is a model of its own for gs_plan_create, borrowing its nodes,
+ * names and weights from `m`, which must outlive it; free it with
+ * gs_model_part_free (never gs_model_free). Part 0's inputs are m's; a
+ * later part's inputs are the values crossing into it, declared with no
+ * shape (rank -1) and no type (GS_DT_INVALID) until the caller sets dtype
+ * from the plan of the part before (gs_plan_output). The last part's
+ * outputs are m's; an earlier part's are the values crossing out of it. */
+int gs_model_split(const gs_model *m, int parts, gs_model *out[]);
+void gs_model_part_free(gs_model *part);
+
+#endif
