@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/fileutil.h"
 #include "base/log.h"
+#include "engine/weight_set.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -406,11 +407,21 @@ static void evict_plan(gs_instance *inst, int k) {
   inst->bookings[k] = NULL;
 }
 
+/* Drops the shared weights (every plan gone first) and their bookings. */
+static void drop_weights(gs_instance *inst) {
+  for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
+    evict_plan(inst, k);
+  gs_weight_set_destroy(inst->weights);
+  inst->weights = NULL;
+  for (int i = 0; i < inst->n_weight_bookings; i++)
+    gs_booking_release(inst->weight_bookings[i]);
+  inst->n_weight_bookings = 0;
+}
+
 static void destroy_instances(gs_served_model *m) {
   for (int i = 0; i < m->n_instances; i++) {
     gs_instance *inst = &m->instances[i];
-    for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
-      evict_plan(inst, k);
+    drop_weights(inst);
     pthread_mutex_destroy(&inst->lock);
     memset(inst, 0, sizeof *inst);
   }
@@ -697,23 +708,52 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
   if (!plan) {
     k = GS_REPO_PLAN_CACHE - 1;
     evict_plan(inst, k); /* before the new plan takes its memory */
-    gs_plan_options opt = {.device = inst->device, .precision = m->precision};
-    int rc = gs_plan_create(v->model, shapes, &opt, &plan);
+    int rc = inst->weights ? 0 : gs_weight_set_create(inst->device, &inst->weights);
     if (rc < 0)
       return rc;
-    gs_plan_report r;
-    gs_plan_get_report(plan, &r);
+    uint64_t shared_before = gs_weight_set_bytes(inst->weights);
+    gs_plan_options opt = {.device = inst->device, .precision = m->precision,
+                           .weights = inst->weights};
+    rc = gs_plan_create(v->model, shapes, &opt, &plan);
+    uint64_t shared_added = gs_weight_set_bytes(inst->weights) - shared_before;
+    gs_plan_report r = {0};
+    if (rc == 0)
+      gs_plan_get_report(plan, &r);
     int last = k - 1; /* the least recently used plan still cached */
     while (last >= 0 && !inst->plans[last])
       last--;
-    while (m->ledger && (rc = gs_book_memory(m->ledger, inst->device,
-                                             r.arena_bytes + r.weights_bytes, inst->owner,
-                                             &booking)) == GS_ENOMEM &&
-           last >= 0)
-      evict_plan(inst, last--);
-    if (rc < 0) {
+    /* The plan's own memory, then what it added to the shared weights (kept
+     * until the instance goes, whichever plans come and go). */
+    int booked = rc;
+    if (booked == 0 && m->ledger)
+      while ((booked = gs_book_memory(m->ledger, inst->device, r.arena_bytes + r.weights_bytes,
+                                      inst->owner, &booking)) == GS_ENOMEM &&
+             last >= 0)
+        evict_plan(inst, last--);
+    gs_booking *shared = NULL;
+    if (booked == 0 && shared_added && m->ledger)
+      while ((booked = gs_book_memory(m->ledger, inst->device, shared_added, inst->owner,
+                                      &shared)) == GS_ENOMEM &&
+             last >= 0)
+        evict_plan(inst, last--);
+    if (booked == 0 && shared && inst->n_weight_bookings == GS_REPO_PLAN_CACHE) {
+      /* Full: the bookings become one, of the same bytes. */
+      for (int i = 0; i < inst->n_weight_bookings; i++)
+        gs_booking_release(inst->weight_bookings[i]);
+      inst->n_weight_bookings = 0;
+      gs_booking_release(shared);
+      booked = gs_book_memory(m->ledger, inst->device, gs_weight_set_bytes(inst->weights),
+                              inst->owner, &shared);
+    }
+    if (booked == 0 && shared)
+      inst->weight_bookings[inst->n_weight_bookings++] = shared;
+    if (booked < 0) {
+      gs_booking_release(booking);
       gs_plan_destroy(plan);
-      return rc;
+      /* Weights no booking covers do not stay: the set goes with the plans. */
+      if (shared_added)
+        drop_weights(inst);
+      return rc < 0 ? rc : booked;
     }
   }
   /* Move to the front. */

@@ -41,6 +41,11 @@ typedef struct gs_instance {
   gs_served_version *plan_version[GS_REPO_PLAN_CACHE];
   gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
   gs_booking *bookings[GS_REPO_PLAN_CACHE];
+  /* The weights its plans share (weight_set.h), made with the first plan,
+   * and the bookings of their memory, one per plan that added to them. */
+  gs_weight_set *weights;
+  gs_booking *weight_bookings[GS_REPO_PLAN_CACHE];
+  int n_weight_bookings;
   /* The figures of the instance's batch pipeline (batcher.c), live while
    * it runs: read them with gs_pipeline_read_stats. */
   gs_pipeline_result pipeline;

@@ -24,9 +24,14 @@ const char *gs_precision_name(gs_precision p);
 /* The precision named `name`; false when it names none. */
 bool gs_precision_from_name(const char *name, gs_precision *out);
 
+typedef struct gs_weight_set gs_weight_set; /* weight_set.h */
+
 typedef struct gs_plan_options {
   gs_device_t *device;    /* NULL: the first device */
   gs_precision precision; /* GS_PRECISION_FP32 unless asked */
+  /* Weights shared with other plans of the model on the device (NULL: the
+   * plan uploads its own); it must outlive the plan. */
+  gs_weight_set *weights;
 } gs_plan_options;
 
 /* Builds a plan of `model` for the given shapes of its inputs (one per
@@ -71,7 +76,8 @@ typedef struct gs_plan_report {
   char fallback_ops[256]; /* their ops, "Conv, Relu" */
   uint64_t arena_bytes;  /* peak of the liveness-planned arena */
   uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse */
-  uint64_t weights_bytes;
+  uint64_t weights_bytes;        /* the plan's own */
+  uint64_t shared_weights_bytes; /* read from its weight set */
 } gs_plan_report;
 void gs_plan_get_report(const gs_plan *plan, gs_plan_report *out);
 

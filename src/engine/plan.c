@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "engine/op.h"
 #include "engine/ops/op_attrs.h"
+#include "engine/weight_set.h"
 #include "hal/cpu/cpu_kernel.h"
 #include "hal/hal_impl.h"
 
@@ -32,6 +33,11 @@ typedef struct value {
   bool owns_name; /* values the plan made up (fused weights) */
   int def, last_use;  /* step that writes it (-1: before the first), last step reading it */
   int64_t offset;     /* in the arena, or in the weights buffer when `data` */
+  /* A weight the plans of one model can share (weight_set.h): the model's
+   * host data it comes from; NULL for what the plan folds for its shapes. */
+  const void *share_key;
+  bool in_set;         /* read from the plan's weight set ... */
+  gs_buffer_t *shared; /* ... from this copy */
   bool in_arena;
   bool graph_output;
 } value;
@@ -58,6 +64,7 @@ struct gs_plan {
   int n_steps;
   int *inputs, *outputs; /* value indices of the graph's inputs and outputs */
   gs_buffer_t *arena, *weights;
+  gs_weight_set *weight_set; /* NULL: every weight in `weights` */
   gs_buffer_t *staging; /* pinned host memory for steps that run on the CPU instead */
   gs_stream_t *stream;
   pthread_mutex_t run_lock;
@@ -336,6 +343,10 @@ static int fuse_conv_bn(gs_plan *p, step *conv) {
   const float *scale = p->values[bn->in[1]].data, *shift = p->values[bn->in[2]].data,
               *mean = p->values[bn->in[3]].data, *var = p->values[bn->in[4]].data;
   const float *old_b = ca->has_bias ? p->values[conv->in[2]].data : NULL;
+  bool shareable = w->share_key && (!ca->has_bias || p->values[conv->in[2]].share_key);
+  for (int i = 1; i < 5; i++)
+    shareable = shareable && p->values[bn->in[i]].share_key;
+  const void *share_key = shareable ? w->share_key : NULL;
   float *nw = malloc(w->bytes ? w->bytes : 1), *nb = malloc(sizeof(float) * (size_t)(cout ? cout : 1));
   if (!nw || !nb) {
     free(nw);
@@ -358,6 +369,7 @@ static int fuse_conv_bn(gs_plan *p, step *conv) {
                           : gs_error(GS_ENOMEM, "out of memory fusing node %s", conv->node->name);
   if (wi >= 0) {
     p->values[wi].data = nw;
+    p->values[wi].share_key = share_key;
     p->values[wi].owns_data = p->values[wi].owns_name = true;
     wname = NULL;
     nw = NULL;
@@ -365,6 +377,7 @@ static int fuse_conv_bn(gs_plan *p, step *conv) {
   int bi = wi >= 0 ? add_value(p, bname, GS_DT_FLOAT32, &bs) : wi;
   if (bi >= 0) {
     p->values[bi].data = nb;
+    p->values[bi].share_key = share_key;
     p->values[bi].owns_data = p->values[bi].owns_name = true;
     bname = NULL;
     nb = NULL;
@@ -546,7 +559,8 @@ static int plan_memory(gs_plan *p) {
   return 0;
 }
 
-/* Known values that steps read or the graph outputs go to the weights buffer. */
+/* Known values that steps read or the graph outputs go to the weights
+ * buffer, or with a weight set, those it can share to the set. */
 static int place_weights(gs_plan *p, uint64_t *total) {
   bool *used = calloc((size_t)p->n_values + 1, 1);
   if (!used)
@@ -562,6 +576,11 @@ static int place_weights(gs_plan *p, uint64_t *total) {
     value *v = &p->values[i];
     if (!used[i] || !v->data)
       continue;
+    if (p->weight_set && v->share_key && v->bytes) {
+      v->in_set = true;
+      p->report.shared_weights_bytes += v->bytes;
+      continue;
+    }
     v->offset = (int64_t)at;
     at += align_up(v->bytes);
   }
@@ -693,10 +712,15 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   gs_strmap_init(&p->index);
   p->model = m;
   p->device = opt && opt->device ? opt->device : gs_hal_device(0);
+  p->weight_set = opt ? opt->weights : NULL;
   p->report.nodes = m->n_nodes;
   int rc = 0;
   if (!p->device)
     rc = gs_error(GS_ENOENT, "no device to plan for");
+  else if (p->weight_set && gs_weight_set_device(p->weight_set) != p->device)
+    rc = gs_error(GS_EINVAL, "the weight set is of %s, the plan for %s",
+                  gs_device_get_info(gs_weight_set_device(p->weight_set))->id,
+                  gs_device_get_info(p->device)->id);
   else if (opt && opt->precision != GS_PRECISION_FP32) {
     if (!gs_device_get_caps(p->device)->half_precision)
       rc = gs_error(GS_ENOTSUP, "%s cannot run %s plans", gs_device_get_info(p->device)->id,
@@ -731,6 +755,7 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
     if ((rc = add_value(p, t->name, t->dtype, &t->shape)) >= 0) {
       int v = rc;
       p->values[v].data = t->data ? t->data : "";
+      p->values[v].share_key = t->data;
       rc = p->half ? value_to_half(p, v) : 0; /* weights converted once, here */
     }
   }
@@ -789,7 +814,10 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   /* Upload the weights once; the model's host copies stay where they are. */
   for (int i = 0; rc == 0 && i < p->n_values; i++) {
     value *v = &p->values[i];
-    if (v->data && v->offset >= 0 && v->bytes)
+    if (v->in_set)
+      rc = gs__weight_set_get(p->weight_set, v->share_key, v->name, v->dtype, v->data, v->bytes,
+                              p->stream, &v->shared);
+    else if (v->data && v->offset >= 0 && v->bytes)
       rc = gs_stream_copy_h2d(p->stream, p->weights, (size_t)v->offset, v->data, v->bytes);
   }
   if (rc == 0)
@@ -810,8 +838,8 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
 
 static void locate(const gs_plan *p, int v, gs_buffer_t **buf, size_t *off) {
   const value *val = &p->values[v];
-  *buf = val->data ? p->weights : p->arena;
-  *off = (size_t)(val->offset > 0 ? val->offset : 0);
+  *buf = val->in_set ? val->shared : val->data ? p->weights : p->arena;
+  *off = (size_t)(!val->in_set && val->offset > 0 ? val->offset : 0);
 }
 
 /* Queues a fallback step on the plan's stream: its inputs down to the

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 import onnxruntime as ort
 import pytest
 import tritonclient.http as triton
@@ -694,10 +695,13 @@ def booked_bytes(port):
 
 
 def test_model_memory_limit_books_and_evicts(tmp_path):
-    """Every plan books its memory: one that cannot fit is refused saying
-    what was asked and what is free; when two plans do not fit together,
-    the least recently used gives its booking back."""
+    """Every plan books its memory, and the weights its instance's plans
+    share are booked once: a plan that cannot fit is refused saying what was
+    asked and what is free (and nothing stays booked); when two plans do not
+    fit together, the least recently used gives its booking back."""
     add_model(tmp_path, "m", {"max_batch_size": 8})
+    weights = sum(numpy_helper.to_array(t).nbytes for t in
+                  onnx.load(str(tmp_path / "m" / "1" / "model.onnx")).graph.initializer)
 
     def infer(port, rows):
         x = {"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
@@ -708,24 +712,31 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
     with serving(tmp_path, "--model-memory-limit", "4096") as port:
         status, body = infer(port, 1)
         assert status == 500
-        assert "cpu0: model m instance 0 asked for" in body["error"]
-        assert "4.0 KiB of 4.0 KiB is free" in body["error"]
+        assert "cpu0: model m instance 0 asked for 1.0 MiB" in body["error"], body
+        assert "of 4.0 KiB is free" in body["error"]
         assert booked_bytes(port) == 0
 
     with serving(tmp_path) as port:
         assert booked_bytes(port) == 0
         assert infer(port, 1)[0] == 200
         one = booked_bytes(port)
+        assert one > weights
         assert infer(port, 8)[0] == 200
         two = booked_bytes(port)
-        assert two > one > 0  # both plans cached and booked
+        assert two > one  # both plans cached and booked
+        for rows in (2, 3, 4, 5):
+            assert infer(port, rows)[0] == 200
+        # Six plans, one copy of the weights: each plan adds its arena only.
+        six = booked_bytes(port)
+        assert six < weights + 6 * (two - one), (six, weights, one, two)
 
-    # Room for the larger plan but not for both: each request evicts the other.
-    with serving(tmp_path, "--model-memory-limit", str(two - one)) as port:
+    # Room for the weights and the larger plan but not both plans: each
+    # request evicts the other.
+    with serving(tmp_path, "--model-memory-limit", str(two - 1)) as port:
         for rows in (1, 8, 1, 8):
             status, body = infer(port, rows)
             assert status == 200, body
-            assert booked_bytes(port) <= two - one
+            assert booked_bytes(port) <= two - 1
 
 
 def test_timeout_action(tmp_path):
