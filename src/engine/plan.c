@@ -38,6 +38,9 @@ typedef struct value {
   const void *share_key;
   bool in_set;         /* read from the plan's weight set ... */
   gs_buffer_t *shared; /* ... from this copy */
+  /* During gs_plan_run_buffers: the caller's buffer that holds this input
+   * or receives this output in place of the arena (no copy). */
+  gs_buffer_t *bound;
   bool in_arena;
   bool graph_output;
 } value;
@@ -838,6 +841,11 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
 
 static void locate(const gs_plan *p, int v, gs_buffer_t **buf, size_t *off) {
   const value *val = &p->values[v];
+  if (val->bound) {
+    *buf = val->bound;
+    *off = 0;
+    return;
+  }
   *buf = val->in_set ? val->shared : val->data ? p->weights : p->arena;
   *off = (size_t)(!val->in_set && val->offset > 0 ? val->offset : 0);
 }
@@ -894,32 +902,59 @@ static int run_steps(gs_plan *p) {
   return rc;
 }
 
+/* Whether the kernels can use the caller's buffer `b` for value v in place
+ * of the arena: device memory of the plan's device, large enough. */
+static bool can_bind(const gs_plan *p, const value *v, const gs_buffer_t *b) {
+  return b && !v->bound && gs_buffer_pool(b) == gs_device_pool(p->device, GS_MEM_DEVICE) &&
+         gs_buffer_size(b) >= v->bytes;
+}
+
 /* One run with inputs and outputs in host memory or in device buffers (the
- * other pair NULL): the copies in, the kernels, the copies out. */
+ * other pair NULL): the copies in, the kernels, the copies out. Device
+ * buffers the kernels can use stand in for the arena's places of the
+ * inputs and of outputs the steps compute: no copies then. */
 static int run_with(gs_plan *p, const void *const *host_in, void *const *host_out,
                     gs_buffer_t *const *dev_in, gs_buffer_t *const *dev_out) {
   pthread_mutex_lock(&p->run_lock);
   int rc = 0;
   for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
-    const value *v = &p->values[p->inputs[i]];
-    if (v->bytes && v->last_use >= 0)
-      rc = host_in ? gs_stream_copy_h2d(p->stream, p->arena, (size_t)v->offset, host_in[i],
-                                        v->bytes)
-                   : gs_stream_copy_d2d(p->stream, p->arena, (size_t)v->offset, dev_in[i], 0,
-                                        v->bytes);
+    value *v = &p->values[p->inputs[i]];
+    if (!v->bytes || v->last_use < 0)
+      continue;
+    if (host_in)
+      rc = gs_stream_copy_h2d(p->stream, p->arena, (size_t)v->offset, host_in[i], v->bytes);
+    else if (can_bind(p, v, dev_in[i]))
+      v->bound = dev_in[i];
+    else
+      rc = gs_stream_copy_d2d(p->stream, p->arena, (size_t)v->offset, dev_in[i], 0, v->bytes);
+  }
+  for (int i = 0; dev_out && i < p->model->n_outputs; i++) {
+    value *v = &p->values[p->outputs[i]];
+    bool is_input = false; /* written while the inputs are still read: never in place */
+    for (int k = 0; k < p->model->n_inputs; k++)
+      is_input = is_input || dev_in[k] == dev_out[i];
+    if (v->bytes && !v->data && v->def >= 0 && !is_input && can_bind(p, v, dev_out[i]))
+      v->bound = dev_out[i];
   }
   if (rc == 0)
     rc = run_steps(p);
   for (int i = 0; rc == 0 && i < p->model->n_outputs; i++) {
     const value *v = &p->values[p->outputs[i]];
+    /* Computed in place, or (an output named twice, or an input handed
+     * back) copied from where it is. */
+    if (!v->bytes || (dev_out && v->bound == dev_out[i]))
+      continue;
     gs_buffer_t *buf;
     size_t off;
     locate(p, p->outputs[i], &buf, &off);
-    if (v->bytes)
-      rc = host_out ? gs_stream_copy_d2h(p->stream, host_out[i], buf, off, v->bytes)
-                    : gs_stream_copy_d2d(p->stream, dev_out[i], 0, buf, off, v->bytes);
+    rc = host_out ? gs_stream_copy_d2h(p->stream, host_out[i], buf, off, v->bytes)
+                  : gs_stream_copy_d2d(p->stream, dev_out[i], 0, buf, off, v->bytes);
   }
   int sync = gs_stream_synchronize(p->stream);
+  for (int i = 0; i < p->model->n_inputs; i++)
+    p->values[p->inputs[i]].bound = NULL;
+  for (int i = 0; i < p->model->n_outputs; i++)
+    p->values[p->outputs[i]].bound = NULL;
   pthread_mutex_unlock(&p->run_lock);
   return rc < 0 ? rc : sync;
 }
