@@ -399,29 +399,48 @@ static int make_instances(gs_served_model *m) {
   return GS_OK;
 }
 
-/* Drops cached plan k of an instance, giving its memory and booking back. */
-static void evict_plan(gs_instance *inst, int k) {
+static gs_instance_weights *weights_of(gs_instance *inst, const gs_served_version *v) {
+  for (int i = 0; i < GS_REPO_PLAN_CACHE; i++)
+    if (inst->weights[i].version == v)
+      return &inst->weights[i];
+  return NULL;
+}
+
+static void drop_weights(gs_instance_weights *w) {
+  gs_weight_set_destroy(w->set);
+  for (int i = 0; i < w->n_bookings; i++)
+    gs_booking_release(w->bookings[i]);
+  memset(w, 0, sizeof *w);
+}
+
+/* Version v's shared weights go when no cached plan of it is left, unless
+ * a plan of it is being made (`keep`). */
+static void drop_unused_weights(gs_instance *inst, const gs_served_version *v,
+                                const gs_served_version *keep) {
+  gs_instance_weights *w = v && v != keep ? weights_of(inst, v) : NULL;
+  for (int k = 0; w && k < GS_REPO_PLAN_CACHE; k++)
+    if (inst->plans[k] && inst->plan_version[k] == v)
+      return;
+  if (w)
+    drop_weights(w);
+}
+
+/* Drops cached plan k of an instance, giving its memory and booking back
+ * (and its version's shared weights with the last plan of it, but `keep`'s). */
+static void evict_plan(gs_instance *inst, int k, const gs_served_version *keep) {
+  gs_served_version *v = inst->plans[k] ? inst->plan_version[k] : NULL;
   gs_plan_destroy(inst->plans[k]);
   gs_booking_release(inst->bookings[k]);
   inst->plans[k] = NULL;
   inst->bookings[k] = NULL;
-}
-
-/* Drops the shared weights (every plan gone first) and their bookings. */
-static void drop_weights(gs_instance *inst) {
-  for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
-    evict_plan(inst, k);
-  gs_weight_set_destroy(inst->weights);
-  inst->weights = NULL;
-  for (int i = 0; i < inst->n_weight_bookings; i++)
-    gs_booking_release(inst->weight_bookings[i]);
-  inst->n_weight_bookings = 0;
+  drop_unused_weights(inst, v, keep);
 }
 
 static void destroy_instances(gs_served_model *m) {
   for (int i = 0; i < m->n_instances; i++) {
     gs_instance *inst = &m->instances[i];
-    drop_weights(inst);
+    for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
+      evict_plan(inst, k, NULL);
     pthread_mutex_destroy(&inst->lock);
     memset(inst, 0, sizeof *inst);
   }
@@ -707,15 +726,21 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
   gs_booking *booking = plan ? inst->bookings[k] : NULL;
   if (!plan) {
     k = GS_REPO_PLAN_CACHE - 1;
-    evict_plan(inst, k); /* before the new plan takes its memory */
-    int rc = inst->weights ? 0 : gs_weight_set_create(inst->device, &inst->weights);
-    if (rc < 0)
-      return rc;
-    uint64_t shared_before = gs_weight_set_bytes(inst->weights);
-    gs_plan_options opt = {.device = inst->device, .precision = m->precision,
-                           .weights = inst->weights};
+    evict_plan(inst, k, v); /* before the new plan takes its memory */
+    int rc = 0;
+    gs_instance_weights *w = weights_of(inst, v);
+    if (!w) { /* a free entry: there are as many as plans, and slot k is free */
+      if (!(w = weights_of(inst, NULL)))
+        return gs_error(GS_EINVAL, "%s: no room for another version's weights", inst->owner);
+      rc = gs_weight_set_create(inst->device, &w->set);
+      if (rc < 0)
+        return rc;
+      w->version = v;
+    }
+    uint64_t shared_before = gs_weight_set_bytes(w->set);
+    gs_plan_options opt = {.device = inst->device, .precision = m->precision, .weights = w->set};
     rc = gs_plan_create(v->model, shapes, &opt, &plan);
-    uint64_t shared_added = gs_weight_set_bytes(inst->weights) - shared_before;
+    uint64_t shared_added = gs_weight_set_bytes(w->set) - shared_before;
     gs_plan_report r = {0};
     if (rc == 0)
       gs_plan_get_report(plan, &r);
@@ -723,36 +748,45 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     while (last >= 0 && !inst->plans[last])
       last--;
     /* The plan's own memory, then what it added to the shared weights (kept
-     * until the instance goes, whichever plans come and go). */
+     * while a plan of this version is cached). */
     int booked = rc;
     if (booked == 0 && m->ledger)
       while ((booked = gs_book_memory(m->ledger, inst->device, r.arena_bytes + r.weights_bytes,
                                       inst->owner, &booking)) == GS_ENOMEM &&
              last >= 0)
-        evict_plan(inst, last--);
+        evict_plan(inst, last--, v);
     gs_booking *shared = NULL;
     if (booked == 0 && shared_added && m->ledger)
       while ((booked = gs_book_memory(m->ledger, inst->device, shared_added, inst->owner,
                                       &shared)) == GS_ENOMEM &&
              last >= 0)
-        evict_plan(inst, last--);
-    if (booked == 0 && shared && inst->n_weight_bookings == GS_REPO_PLAN_CACHE) {
-      /* Full: the bookings become one, of the same bytes. */
-      for (int i = 0; i < inst->n_weight_bookings; i++)
-        gs_booking_release(inst->weight_bookings[i]);
-      inst->n_weight_bookings = 0;
+        evict_plan(inst, last--, v);
+    if (booked == 0 && shared && w->n_bookings == GS_REPO_PLAN_CACHE) {
+      /* Full: the bookings become one of the same bytes (released, then
+       * booked again: booking first would need room for them twice). */
+      for (int i = 0; i < w->n_bookings; i++)
+        gs_booking_release(w->bookings[i]);
       gs_booking_release(shared);
-      booked = gs_book_memory(m->ledger, inst->device, gs_weight_set_bytes(inst->weights),
+      w->n_bookings = 0;
+      booked = gs_book_memory(m->ledger, inst->device, gs_weight_set_bytes(w->set),
                               inst->owner, &shared);
+      if (booked == 0)
+        w->bookings[w->n_bookings++] = shared;
+    } else if (booked == 0 && shared) {
+      w->bookings[w->n_bookings++] = shared;
     }
-    if (booked == 0 && shared)
-      inst->weight_bookings[inst->n_weight_bookings++] = shared;
     if (booked < 0) {
       gs_booking_release(booking);
       gs_plan_destroy(plan);
-      /* Weights no booking covers do not stay: the set goes with the plans. */
+      /* Weights no booking covers do not stay: the set goes, with any plan
+       * still using it. */
+      for (int i = 0; shared_added && i < GS_REPO_PLAN_CACHE; i++)
+        if (inst->plans[i] && inst->plan_version[i] == v)
+          evict_plan(inst, i, v);
       if (shared_added)
-        drop_weights(inst);
+        drop_weights(w);
+      else
+        drop_unused_weights(inst, v, NULL);
       return rc < 0 ? rc : booked;
     }
   }

@@ -30,6 +30,16 @@ typedef struct gs_served_version {
   char reason[512];
 } gs_served_version;
 
+/* The weights an instance's cached plans of one version share
+ * (weight_set.h), kept while such a plan is cached, and the bookings of
+ * their memory (one per plan that added to them, merged when full). */
+typedef struct gs_instance_weights {
+  struct gs_served_version *version; /* NULL: an unused entry */
+  gs_weight_set *set;
+  gs_booking *bookings[GS_REPO_PLAN_CACHE];
+  int n_bookings;
+} gs_instance_weights;
+
 /* One instance of a model: a device, and the plans made on it (each with
  * its booking of the device's memory), most recently used first. Runs on
  * one instance take turns; instances run side by side. */
@@ -41,11 +51,7 @@ typedef struct gs_instance {
   gs_served_version *plan_version[GS_REPO_PLAN_CACHE];
   gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
   gs_booking *bookings[GS_REPO_PLAN_CACHE];
-  /* The weights its plans share (weight_set.h), made with the first plan,
-   * and the bookings of their memory, one per plan that added to them. */
-  gs_weight_set *weights;
-  gs_booking *weight_bookings[GS_REPO_PLAN_CACHE];
-  int n_weight_bookings;
+  gs_instance_weights weights[GS_REPO_PLAN_CACHE]; /* at most a version per plan */
   /* The figures of the instance's batch pipeline (batcher.c), live while
    * it runs: read them with gs_pipeline_read_stats. */
   gs_pipeline_result pipeline;

@@ -400,6 +400,22 @@ static int slowest_alone(const double *alone, int n) {
   return slowest;
 }
 
+/* A pipeline's limit with the stages that share one resource added up
+ * before it is taken (DESIGN.md), in items per second: on CPU devices every
+ * stage but ingest (which waits on storage) runs on the same cores; on
+ * accelerators, preprocess and write share the host's. Never above the
+ * slowest stage alone. */
+static double shared_cpu_limit(const gs_pipeline_result *whole, const double *alone,
+                               bool cpu_devices) {
+  double cpu_time = 0;
+  for (int k = 1; k < whole->n_stages; k++)
+    if (cpu_devices || strcmp(whole->stages[k].name, "preprocess") == 0 ||
+        strcmp(whole->stages[k].name, "write") == 0)
+      cpu_time += alone[k] > 0 ? 1.0 / alone[k] : 0;
+  double slowest = alone[slowest_alone(alone, whole->n_stages)];
+  return cpu_time > 0 && 1.0 / cpu_time < slowest ? 1.0 / cpu_time : slowest;
+}
+
 /* The digits model over 262,144 rows through gs_batch_profile, on one
  * device, or cut into parts on several. */
 static int digits_pipeline(gs_device_t *const *devs, int n_devs, const char *dir,
@@ -464,7 +480,7 @@ static json_t *split_pipeline(gs_device_t *dev, gs_device_t *peer, const char *d
                               size_t size) {
   gs_device_t *pair[2] = {dev, peer};
   double alone[GS_PIPELINE_MAX_STAGES] = {0};
-  gs_pipeline_result whole;
+  gs_pipeline_result whole = {0};
   int64_t rows = 0;
   int batch = 0;
   if (digits_pipeline(pair, 2, dir, alone, &whole, &rows, &batch) < 0) {
@@ -479,16 +495,9 @@ static json_t *split_pipeline(gs_device_t *dev, gs_device_t *peer, const char *d
   double fraction = limit > 0 ? rate / limit : 0;
   double exchange_alone = xchg >= 0 ? alone[xchg] * batch : 0;
   const char *exchange_name = xchg >= 0 ? whole.stages[xchg].name : "exchange";
-  /* As for one device: on CPU devices (PoCL's) every stage but ingest
-   * shares the cores, so their times add up; else only the host's stages. */
   bool cpu_devices = gs_device_get_info(dev)->type == GS_DEVICE_CPU &&
                      gs_device_get_info(peer)->type == GS_DEVICE_CPU;
-  double cpu_time = 0;
-  for (int k = 1; k < whole.n_stages; k++)
-    if (cpu_devices || strcmp(whole.stages[k].name, "preprocess") == 0 ||
-        strcmp(whole.stages[k].name, "write") == 0)
-      cpu_time += alone[k] > 0 ? 1.0 / (alone[k] * batch) : 0;
-  double shared = cpu_time > 0 && 1.0 / cpu_time < limit ? 1.0 / cpu_time : limit;
+  double shared = shared_cpu_limit(&whole, alone, cpu_devices) * batch;
   snprintf(text, size,
            "%.0f rows/s  = %3.0f%% of %s alone (%.0f rows/s), %3.0f%% of the limit with the "
            "stages that share the CPU added up (%.0f rows/s); %s alone %.0f rows/s",
@@ -568,7 +577,7 @@ static int bench_run(int argc, char **argv) {
     fprintf(stderr, "gpusrv bench: pipelines...\r");
   if (rc == 0)
     rc = synthetic_pipeline(&synth_alone, &synth_whole, &synth_slowest);
-  gs_pipeline_result whole;
+  gs_pipeline_result whole = {0};
   if (rc == 0)
     rc = digits_pipeline(&dev, 1, dir, alone, &whole, &rows, &batch);
   digits_whole = rate_of(&whole);
@@ -603,17 +612,7 @@ static int bench_run(int argc, char **argv) {
       fprintf(stderr, "                               \r");
   }
   const gs_device_info *info = gs_device_get_info(dev);
-  /* Stages that share one resource add up before the limit is taken
-   * (DESIGN.md): on a CPU device every stage but ingest (which waits on
-   * storage) runs on the same cores; on an accelerator, preprocess and
-   * write share the host's. */
-  double cpu_time = 0;
-  for (int k = 1; k < 6; k++)
-    if (info->type == GS_DEVICE_CPU || k == 1 || k == 5)
-      cpu_time += alone[k] > 0 ? 1.0 / alone[k] : 0;
-  double shared_limit = cpu_time > 0 ? 1.0 / cpu_time : 0;
-  if (shared_limit > alone[slowest])
-    shared_limit = alone[slowest];
+  double shared_limit = shared_cpu_limit(&whole, alone, info->type == GS_DEVICE_CPU);
   if (json_out) {
     json_t *st = json_object();
     for (int k = 0; k < 6; k++)

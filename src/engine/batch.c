@@ -23,6 +23,7 @@
 #define MAX_PARTS GS_BATCH_MAX_DEVICES
 _Static_assert(MAX_PARTS <= GS_SPLIT_MAX_PARTS, "every device gets a part");
 _Static_assert(MAX_VALUES >= GS_SPLIT_MAX_CROSSING, "a slot holds every value crossing a cut");
+_Static_assert(4 + 2 * MAX_PARTS <= GS_PIPELINE_MAX_STAGES, "every part's stages fit a pipeline");
 
 /* The model on one device: the whole model, or with several devices one
  * part of it (model_split.h), which takes what the part before computed. */
@@ -35,7 +36,7 @@ typedef struct part {
   gs_stream_t *in_stream; /* part 0: the H2D copies; else the exchange into this device */
   int n_in, n_out;
   gs_plan_value_info in[MAX_VALUES], out[MAX_VALUES];
-  int from[MAX_VALUES]; /* in[i] is output from[i] of the part before */
+  int src_out[MAX_VALUES]; /* in[i] is output src_out[i] of the part before */
 } part;
 
 typedef struct slot {
@@ -138,7 +139,7 @@ static int exchange(void *ctx, int s, int64_t seq) {
   int rc = GS_OK;
   for (int i = 0; rc == 0 && i < p->n_in; i++)
     rc = gs_stream_copy_peer(p->in_stream, sl->in[p->index][i], 0,
-                             sl->out[p->index - 1][p->from[i]], 0, p->in[i].bytes);
+                             sl->out[p->index - 1][p->src_out[i]], 0, p->in[i].bytes);
   int sync = gs_stream_synchronize(p->in_stream);
   return rc < 0 ? rc : sync;
 }
@@ -197,7 +198,7 @@ static void teardown(batch_run *b) {
       close(b->out_fd[i]);
   if (b->d2h)
     gs_stream_destroy(b->d2h);
-  for (int k = 0; k < MAX_PARTS; k++) {
+  for (int k = MAX_PARTS - 1; k >= 0; k--) { /* a part may hold data of the plan before */
     part *p = &b->parts[k];
     if (p->in_stream)
       gs_stream_destroy(p->in_stream);
@@ -248,17 +249,27 @@ static int plan_part(batch_run *b, int k, const gs_shape *input_shape) {
     shapes[0] = *input_shape;
   } else { /* a value crossing the cut: its type and shape as the part before computes it */
     const part *before = &b->parts[k - 1];
-    for (int i = 0; i < p->n_in; i++) {
-      p->from[i] = -1;
+    for (int i = 0; i < p->model->n_inputs;) {
+      const gs_plan_value_info *src = NULL;
       for (int j = 0; j < before->n_out; j++)
-        if (strcmp(before->out[j].name, model->inputs[i].name) == 0)
-          p->from[i] = j;
-      if (p->from[i] < 0)
+        if (strcmp(before->out[j].name, p->model->inputs[i].name) == 0)
+          src = &before->out[j], p->src_out[i] = j;
+      if (!src)
         return gs_error(GS_EINVAL, "splitting the model: %s comes from no earlier part",
-                        model->inputs[i].name);
-      p->model->inputs[i].dtype = before->out[p->from[i]].dtype;
-      shapes[i] = before->out[p->from[i]].shape;
+                        p->model->inputs[i].name);
+      p->model->inputs[i].dtype = src->dtype;
+      shapes[i] = src->shape;
+      /* Known while planning the part before (a shape): a weight of this
+       * part then, which its plan can read while planning. */
+      int rc = src->data ? gs_model_part_set_constant(p->model, i, &src->shape, src->data,
+                                                       src->bytes)
+                         : 0;
+      if (rc < 0)
+        return rc;
+      if (!src->data)
+        i++;
     }
+    p->n_in = p->model->n_inputs;
   }
   gs_plan_options po = {.device = b->o->devices[k], .precision = b->o->precision};
   int rc = gs_plan_create(model, shapes, &po, &p->plan);

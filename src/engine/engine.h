@@ -60,6 +60,9 @@ typedef struct gs_plan_value_info {
   gs_dtype dtype;
   gs_shape shape;
   size_t bytes;
+  /* Known while planning (a constant, or computed from shapes alone): its
+   * bytes, which the plan holds; NULL when a run computes it. */
+  const void *data;
 } gs_plan_value_info;
 
 int gs_plan_input_count(const gs_plan *plan);

@@ -4,7 +4,12 @@
  * graph input) to the last node that reads it (n_nodes for a graph output);
  * it crosses cut c (between nodes c-1 and c) when produced before c and
  * read at or after c. Difference arrays give each cut's crossing count and
- * whether a graph input or output crosses it, in time linear in the graph. */
+ * whether a graph input or output crosses it, in time linear in the graph.
+ *
+ * Static values (of Constant nodes, and of nodes that read only weights and
+ * static values) never cross: the loader's order puts such nodes first, far
+ * from their readers, and a plan must know them while planning (a Reshape's
+ * shape). A part that reads one gets a copy of the nodes that make it. */
 #include "engine/model_split.h"
 
 #include "base/error.h"
@@ -15,6 +20,7 @@
 typedef struct lifetime {
   const char *name;
   int produced, last_read;
+  bool is_static; /* known without any input (see above) */
 } lifetime;
 
 typedef struct split_scan {
@@ -25,9 +31,11 @@ typedef struct split_scan {
   int *blocked;       /* [c]: graph inputs or outputs crossing cut c */
   int *reach;         /* [c]: the last reader of any value produced before c */
   double *weight;     /* [c]: the cost of nodes before c */
+  gs_strmap index;    /* value name -> values[] */
 } split_scan;
 
 static void scan_free(split_scan *s) {
+  gs_strmap_free(&s->index);
   free(s->values);
   free(s->crossing);
   free(s->blocked);
@@ -37,6 +45,11 @@ static void scan_free(split_scan *s) {
 
 static bool is_boundary_value(const lifetime *v, int n_nodes) {
   return v->produced < 0 || v->last_read >= n_nodes;
+}
+
+/* A value that crosses from part to part through the exchange. */
+static bool is_exchanged(const lifetime *v, int n_nodes) {
+  return !v->is_static && !is_boundary_value(v, n_nodes);
 }
 
 static int scan(const gs_model *m, split_scan *s) {
@@ -50,47 +63,51 @@ static int scan(const gs_model *m, split_scan *s) {
   s->blocked = calloc((size_t)n + 2, sizeof(int));
   s->reach = calloc((size_t)n + 2, sizeof(int));
   s->weight = calloc((size_t)n + 2, sizeof(double));
-  gs_strmap index;
-  gs_strmap_init(&index);
+  gs_strmap_init(&s->index);
   int rc = 0;
   if (!s->values || !s->crossing || !s->blocked || !s->reach || !s->weight)
     rc = gs_error(GS_ENOMEM, "out of memory splitting the model");
   for (int i = 0; rc == 0 && i < m->n_inputs; i++) {
-    s->values[s->n_values] = (lifetime){m->inputs[i].name, -1, -1};
-    rc = gs_strmap_put(&index, m->inputs[i].name, s->n_values++);
+    s->values[s->n_values] = (lifetime){m->inputs[i].name, -1, -1, false};
+    rc = gs_strmap_put(&s->index, m->inputs[i].name, s->n_values++);
   }
   for (int i = 0; rc == 0 && i < n; i++) {
     const gs_node *node = &m->nodes[i];
     double cost = 1; /* a node's own share, which splits a model without weights */
+    bool is_static = true;
     for (int k = 0; k < node->n_in; k++) {
       if (!node->inputs[k][0])
         continue;
       int init = gs_strmap_get(&m->init_index, node->inputs[k]);
-      int v = gs_strmap_get(&index, node->inputs[k]);
-      if (init >= 0)
+      int v = gs_strmap_get(&s->index, node->inputs[k]);
+      if (init >= 0) {
         cost += (double)m->inits[init].bytes;
-      else if (v >= 0 && s->values[v].last_read < i)
-        s->values[v].last_read = i;
+      } else if (v >= 0) {
+        is_static = is_static && s->values[v].is_static;
+        if (s->values[v].last_read < i)
+          s->values[v].last_read = i;
+      }
     }
     s->weight[i + 1] = s->weight[i] + cost;
     for (int k = 0; rc == 0 && k < node->n_out; k++)
       if (node->outputs[k][0]) {
-        s->values[s->n_values] = (lifetime){node->outputs[k], i, i};
-        rc = gs_strmap_put(&index, node->outputs[k], s->n_values++);
+        s->values[s->n_values] = (lifetime){node->outputs[k], i, i, is_static};
+        rc = gs_strmap_put(&s->index, node->outputs[k], s->n_values++);
       }
   }
   for (int i = 0; rc == 0 && i < m->n_outputs; i++) {
-    int v = gs_strmap_get(&index, m->outputs[i].name);
+    int v = gs_strmap_get(&s->index, m->outputs[i].name);
     if (v >= 0)
       s->values[v].last_read = n;
   }
-  gs_strmap_free(&index);
   if (rc < 0)
     return rc;
   for (int c = 0; c <= n; c++)
     s->reach[c] = -1;
   for (int v = 0; v < s->n_values; v++) {
     const lifetime *l = &s->values[v];
+    if (l->is_static)
+      continue; /* its readers' parts make it themselves */
     int lo = l->produced + 1 > 1 ? l->produced + 1 : 1;
     int hi = l->last_read < n - 1 ? l->last_read : n - 1;
     if (lo > hi)
@@ -115,45 +132,102 @@ static int scan(const gs_model *m, split_scan *s) {
 
 static double distance(double a, double b) { return a > b ? a - b : b - a; }
 
-/* The cuts, greedily, each among those that only values of the part before
- * cross: within half a share of its share of the weight, the one fewest
- * values cross (the exchange is then one tensor where it can be), nearest
- * its share among those; else the nearest. */
+static bool can_cut(const split_scan *s, int c) {
+  return s->blocked[c] == 0 && s->crossing[c] >= 1 && s->crossing[c] <= GS_SPLIT_MAX_CROSSING;
+}
+
+/* What cut c costs as cut k of parts: its distance from k/parts of the
+ * weight (as a fraction of the whole), and a twentieth for each value
+ * beyond the first that crosses it (the exchange is one tensor where it
+ * can be). */
+static double cut_cost(const split_scan *s, int c, int k, int parts) {
+  double total = s->weight[s->m->n_nodes];
+  return distance(s->weight[c], total * k / parts) / total + 0.05 * (s->crossing[c] - 1);
+}
+
+/* The cuts of least summed cost such that only values of the part before
+ * cross each (so nothing from before cut k-1 crosses cut k: reach[] of the
+ * cut before is below this one). Dynamic programming over (k, c): reach[]
+ * grows with c, so the cuts allowed before c are a prefix, whose best is
+ * kept as c grows: time parts x nodes. */
 static int place_cuts(const split_scan *s, int parts, int cuts[]) {
-  int n = s->m->n_nodes, prev = 0;
-  double total = s->weight[n], window = total / parts / 2;
-  for (int k = 1; k < parts; k++) {
-    double target = total * k / parts;
-    int first = prev + 1, best = -1;
-    if (prev > 0 && s->reach[prev] + 1 > first)
-      first = s->reach[prev] + 1; /* nothing from before the last cut may cross this one */
-    for (int c = first; c <= n - (parts - k); c++) {
-      if (s->blocked[c] || s->crossing[c] < 1 || s->crossing[c] > GS_SPLIT_MAX_CROSSING)
-        continue;
-      if (best < 0) {
-        best = c;
-        continue;
-      }
-      double off = distance(s->weight[c], target), best_off = distance(s->weight[best], target);
-      bool near = off <= window, best_near = best_off <= window;
-      if (near != best_near ? near
-          : near && s->crossing[c] != s->crossing[best] ? s->crossing[c] < s->crossing[best]
-                                                        : off < best_off)
-        best = c;
-    }
-    if (best < 0)
-      return gs_error(GS_ENOTSUP,
-                      "%s cannot be split into %d parts: after node %d of %d there is no place "
-                      "where only values of the part before cross to the next (at most %d, no "
-                      "graph input or output among them)",
-                      s->m->path ? s->m->path : "the model", parts, prev, n,
-                      GS_SPLIT_MAX_CROSSING);
-    cuts[k] = prev = best;
+  int n = s->m->n_nodes, rc = GS_OK;
+  size_t cells = (size_t)parts * ((size_t)n + 1);
+  double *best = malloc(sizeof(double) * cells);
+  int *from = malloc(sizeof(int) * cells);
+  if (!best || !from) {
+    free(best);
+    free(from);
+    return gs_error(GS_ENOMEM, "out of memory splitting the model");
   }
+#define AT(k, c) ((size_t)(k) * ((size_t)n + 1) + (size_t)(c))
+  for (size_t i = 0; i < cells; i++)
+    best[i] = -1; /* no way to cut there */
+  for (int c = 1; c < n; c++)
+    if (can_cut(s, c))
+      best[AT(1, c)] = cut_cost(s, c, 1, parts);
+  for (int k = 2; k < parts; k++) {
+    int p = 1, arg = -1; /* p: the next earlier cut to consider; arg: the best so far */
+    for (int c = 1; c < n; c++) {
+      for (; p < c && s->reach[p] < c; p++)
+        if (best[AT(k - 1, p)] >= 0 && (arg < 0 || best[AT(k - 1, p)] < best[AT(k - 1, arg)]))
+          arg = p;
+      if (arg >= 0 && can_cut(s, c)) {
+        best[AT(k, c)] = best[AT(k - 1, arg)] + cut_cost(s, c, k, parts);
+        from[AT(k, c)] = arg;
+      }
+    }
+  }
+  int last = -1;
+  for (int c = 1; c < n; c++)
+    if (best[AT(parts - 1, c)] >= 0 && (last < 0 || best[AT(parts - 1, c)] < best[AT(parts - 1, last)]))
+      last = c;
+  if (last < 0)
+    rc = gs_error(GS_ENOTSUP,
+                  "%s cannot be split into %d parts: there are no %d places between its %d nodes "
+                  "where only values of the part before cross to the next (at most %d, no graph "
+                  "input or output among them); try fewer devices",
+                  s->m->path ? s->m->path : "the model", parts, parts - 1, n,
+                  GS_SPLIT_MAX_CROSSING);
+  for (int k = parts - 1; rc == 0 && k >= 1; k--) {
+    cuts[k] = last;
+    last = k > 1 ? from[AT(k, last)] : 0;
+  }
+#undef AT
+  free(best);
+  free(from);
+  return rc;
+}
+
+/* Marks the nodes before `from` that make the static value `name`, and
+ * those making their static inputs. */
+static void need_static(const split_scan *s, const char *name, int from, bool *needed) {
+  int v = gs_strmap_get(&s->index, name);
+  if (v < 0 || !s->values[v].is_static)
+    return;
+  int producer = s->values[v].produced;
+  if (producer < 0 || producer >= from || needed[producer])
+    return;
+  needed[producer] = true;
+  const gs_node *node = &s->m->nodes[producer];
+  for (int k = 0; k < node->n_in; k++)
+    if (node->inputs[k][0])
+      need_static(s, node->inputs[k], from, needed);
+}
+
+static int take_init(const gs_model *m, gs_model *p, bool *taken, const char *name) {
+  int init = name[0] ? gs_strmap_get(&m->init_index, name) : -1;
+  if (init < 0 || taken[init])
+    return GS_OK;
+  taken[init] = true;
+  p->inits[p->n_inits] = m->inits[init];
+  if (gs_strmap_put(&p->init_index, m->inits[init].name, p->n_inits++) < 0)
+    return gs_error(GS_ENOMEM, "out of memory splitting the model");
   return GS_OK;
 }
 
-/* Part `k` of `parts`, nodes [from, to). */
+/* The part of nodes [from, to): those nodes, after copies of the earlier
+ * nodes that make the static values they read. */
 static int make_part(const split_scan *s, int from, int to, bool first, bool last,
                      gs_model **out) {
   const gs_model *m = s->m;
@@ -167,27 +241,37 @@ static int make_part(const split_scan *s, int from, int to, bool first, bool las
   p->opset = m->opset;
   p->producer = m->producer;
   p->graph_name = m->graph_name;
-  p->nodes = m->nodes + from;
-  p->n_nodes = to - from;
-  p->inits = calloc((size_t)m->n_inits + 1, sizeof *p->inits);
+  bool *needed = calloc((size_t)n + 1, 1), *taken = calloc((size_t)m->n_inits + 1, 1);
+  p->nodes = malloc(sizeof *p->nodes * ((size_t)n + 1));
+  /* Room for values the caller turns into weights (gs_model_part_set_constant). */
+  p->inits = calloc((size_t)m->n_inits + GS_SPLIT_MAX_CROSSING + 1, sizeof *p->inits);
   p->inputs = calloc((size_t)(first ? m->n_inputs : GS_SPLIT_MAX_CROSSING) + 1,
                      sizeof *p->inputs);
   p->outputs = calloc((size_t)(last ? m->n_outputs : GS_SPLIT_MAX_CROSSING) + 1,
                       sizeof *p->outputs);
-  bool *taken = calloc((size_t)m->n_inits + 1, 1);
   int rc = 0;
-  if (!p->inits || !p->inputs || !p->outputs || !taken)
+  if (!needed || !taken || !p->nodes || !p->inits || !p->inputs || !p->outputs)
     rc = gs_error(GS_ENOMEM, "out of memory splitting the model");
-  /* The weights its nodes read, and no others. */
-  for (int i = from; rc == 0 && i < to; i++)
-    for (int k = 0; k < m->nodes[i].n_in; k++) {
-      int init = m->nodes[i].inputs[k][0] ? gs_strmap_get(&m->init_index, m->nodes[i].inputs[k])
-                                          : -1;
-      if (init >= 0 && !taken[init]) {
-        taken[init] = true;
-        p->inits[p->n_inits++] = m->inits[init];
-      }
-    }
+  for (int i = from; rc == 0 && i < to; i++) {
+    needed[i] = true;
+    for (int k = 0; k < m->nodes[i].n_in; k++)
+      if (m->nodes[i].inputs[k][0])
+        need_static(s, m->nodes[i].inputs[k], from, needed);
+  }
+  for (int i = 0; rc == 0 && last && i < m->n_outputs; i++)
+    need_static(s, m->outputs[i].name, from, needed);
+  /* In the model's order, which is topological: the copies come first. */
+  for (int i = 0; rc == 0 && i < to; i++)
+    if (needed[i])
+      p->nodes[p->n_nodes++] = m->nodes[i];
+  /* The weights its nodes read (and, in the last part, graph outputs that
+   * are weights), and no others. */
+  for (int i = 0; rc == 0 && i < p->n_nodes; i++)
+    for (int k = 0; rc == 0 && k < p->nodes[i].n_in; k++)
+      rc = take_init(m, p, taken, p->nodes[i].inputs[k]);
+  for (int i = 0; rc == 0 && last && i < m->n_outputs; i++)
+    rc = take_init(m, p, taken, m->outputs[i].name);
+  free(needed);
   free(taken);
   if (rc == 0 && first) {
     memcpy(p->inputs, m->inputs, sizeof *p->inputs * (size_t)m->n_inputs);
@@ -200,7 +284,7 @@ static int make_part(const split_scan *s, int from, int to, bool first, bool las
   /* The values crossing its cuts, in the order they are produced. */
   for (int v = 0; rc == 0 && v < s->n_values; v++) {
     const lifetime *l = &s->values[v];
-    if (is_boundary_value(l, n))
+    if (!is_exchanged(l, n))
       continue;
     gs_value_info crossing = {.name = (char *)l->name, .dtype = GS_DT_INVALID, .rank = -1};
     if (!first && l->produced < from && l->last_read >= from)
@@ -213,6 +297,24 @@ static int make_part(const split_scan *s, int from, int to, bool first, bool las
     return rc;
   }
   *out = p;
+  return GS_OK;
+}
+
+int gs_model_part_set_constant(gs_model *part, int input, const gs_shape *shape,
+                               const void *data, size_t bytes) {
+  if (input < 0 || input >= part->n_inputs)
+    return gs_error(GS_EINVAL, "a part has no input %d", input);
+  const gs_value_info *in = &part->inputs[input];
+  gs_const_tensor t = {.name = in->name, .dtype = in->dtype, .shape = *shape,
+                       .data = (void *)data, .bytes = bytes};
+  part->inits[part->n_inits] = t;
+  int rc = gs_strmap_put(&part->init_index, t.name, part->n_inits);
+  if (rc < 0)
+    return gs_error(GS_ENOMEM, "out of memory splitting the model");
+  part->n_inits++;
+  memmove(&part->inputs[input], &part->inputs[input + 1],
+          sizeof *part->inputs * (size_t)(part->n_inputs - input - 1));
+  part->n_inputs--;
   return GS_OK;
 }
 
@@ -245,6 +347,7 @@ int gs_model_split(const gs_model *m, int parts, gs_model *out[]) {
 void gs_model_part_free(gs_model *part) {
   if (!part)
     return;
+  free(part->nodes);
   free(part->inits);
   free(part->inputs);
   free(part->outputs);

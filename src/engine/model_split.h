@@ -27,4 +27,11 @@
 int gs_model_split(const gs_model *m, int parts, gs_model *out[]);
 void gs_model_part_free(gs_model *part);
 
+/* Makes input `input` of a part a weight of it: for a value the part before
+ * knows while planning (gs_plan_value_info.data, a shape computed from
+ * shapes), which the part's plan may need to know while planning too. The
+ * input's dtype must be set; `data` must outlive the part. */
+int gs_model_part_set_constant(gs_model *part, int input, const gs_shape *shape,
+                               const void *data, size_t bytes);
+
 #endif

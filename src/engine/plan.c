@@ -766,6 +766,10 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
     rc = plan_node(p, &m->nodes[i]);
   for (int i = 0; rc == 0 && i < m->n_outputs; i++) {
     int v = find_value(p, m->outputs[i].name);
+    if (v < 0) {
+      rc = gs_error(GS_EINVAL, "graph output %s is produced by nothing", m->outputs[i].name);
+      break;
+    }
     /* Reduced precision: outputs declared float32 are handed back as such. */
     if (p->half && p->values[v].dtype == p->half && m->outputs[i].dtype == GS_DT_FLOAT32) {
       char name[300];
@@ -796,12 +800,13 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   p->report.steps = p->n_steps;
   p->report.weights_bytes = wbytes;
   uint64_t capacity = p->device ? gs_device_get_info(p->device)->memory_total_bytes : 0;
-  if (rc == 0 && p->report.arena_bytes + wbytes > capacity)
+  uint64_t weights_all = wbytes + p->report.shared_weights_bytes;
+  if (rc == 0 && p->report.arena_bytes + weights_all > capacity)
     rc = gs_error(GS_ENOMEM, "the plan needs %llu bytes of %s memory (arena %llu, weights %llu); "
                              "the device has %llu",
-                  (unsigned long long)(p->report.arena_bytes + wbytes),
+                  (unsigned long long)(p->report.arena_bytes + weights_all),
                   gs_device_get_info(p->device)->id, (unsigned long long)p->report.arena_bytes,
-                  (unsigned long long)wbytes, (unsigned long long)capacity);
+                  (unsigned long long)weights_all, (unsigned long long)capacity);
   if (rc == 0)
     rc = gs_stream_create_ex(p->device, GS_STREAM_INLINE, &p->stream);
   gs_pool_t *pool = p->device ? gs_device_pool(p->device, GS_MEM_DEVICE) : NULL;
@@ -975,7 +980,7 @@ int gs_plan_output_count(const gs_plan *p) { return p->model->n_outputs; }
 static void describe(const gs_plan *p, int v, gs_plan_value_info *out) {
   const value *val = &p->values[v];
   *out = (gs_plan_value_info){.name = val->name, .dtype = val->dtype, .shape = val->shape,
-                              .bytes = val->bytes};
+                              .bytes = val->bytes, .data = val->data};
 }
 
 /* Named as the model names them, whatever values the plan added between. */

@@ -17,9 +17,10 @@
 typedef struct gs_weight_set gs_weight_set;
 
 int gs_weight_set_create(gs_device_t *device, gs_weight_set **out);
-/* Frees the device copies: only once every plan made with the set is gone
- * (plans hold its buffers), and the models they came from (entries are
- * keyed by the models' host addresses). */
+/* Frees the device copies, once every plan made with the set is gone (plans
+ * hold its buffers). Entries are keyed by the models' host addresses: a set
+ * must not serve a model loaded after one it served was freed (the address
+ * may be reused); make a set per model, and drop it with the model. */
 void gs_weight_set_destroy(gs_weight_set *set);
 /* Device memory the set holds: what its owner books. */
 uint64_t gs_weight_set_bytes(const gs_weight_set *set);

@@ -724,6 +724,7 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
         assert infer(port, 8)[0] == 200
         two = booked_bytes(port)
         assert two > one  # both plans cached and booked
+        assert two - one < weights // 2  # the second plan added its arena, not the weights again
         for rows in (2, 3, 4, 5):
             assert infer(port, rows)[0] == 200
         # Six plans, one copy of the weights: each plan adds its arena only.
@@ -737,6 +738,31 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
             status, body = infer(port, rows)
             assert status == 200, body
             assert booked_bytes(port) <= two - 1
+
+
+def test_versions_take_turns_with_their_weights(tmp_path):
+    """Each version's plans share that version's weights, which go with its
+    last cached plan: under a limit that holds one version's weights and
+    plan but not two, requests to the two versions take turns."""
+    add_model(tmp_path, "m", {"max_batch_size": 8})
+    (tmp_path / "m" / "2").mkdir()
+    onnx.save(mlp(seed=1), str(tmp_path / "m" / "2" / "model.onnx"))
+    x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.1] * 256}]}
+    body = json.dumps(x).encode()
+    with serving(tmp_path) as port:
+        assert request(port, "POST", "/v2/models/m/versions/1/infer", body)[0] == 200
+        one = booked_bytes(port)
+        assert request(port, "POST", "/v2/models/m/versions/2/infer", body)[0] == 200
+        assert booked_bytes(port) >= 2 * one - 4096  # both versions' weights, while both cached
+    with serving(tmp_path, "--model-memory-limit", str(one + one // 2)) as port:
+        outputs = {}
+        for version in ("1", "2", "1", "2"):
+            status, raw, _ = request(port, "POST", f"/v2/models/m/versions/{version}/infer", body)
+            assert status == 200, raw
+            outputs.setdefault(version, []).append(json.loads(raw)["outputs"][0]["data"])
+            assert booked_bytes(port) <= one + one // 2
+        assert outputs["1"][0] == outputs["1"][1] and outputs["2"][0] == outputs["2"][1]
+        assert outputs["1"][0] != outputs["2"][0]  # each version its own weights
 
 
 def test_timeout_action(tmp_path):

@@ -158,7 +158,7 @@ def test_bench_measures_every_stage(tmp_path):
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
 import models  # noqa: E402  (the test models, beside the engine tests)
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def device_ids():
@@ -235,10 +235,11 @@ def test_split_on_opencl_devices(cnn_data):
                                 "exchange>opencl1", "compute@opencl1", "d2h", "write")
 
 
-def small_model(path, nodes, width=4):
+def small_model(path, nodes, width=4, inits=(), outputs=("y",)):
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", width])])
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in inits])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     path.write_bytes(m.SerializeToString())
@@ -271,3 +272,46 @@ def test_split_refusals(tmp_path):
         p = run("batch", DIGITS, "-i", str(x), "-o", str(tmp_path / "o"), "-d", devices,
                 check=False)
         assert p.returncode == 1 and needle in p.stderr, (devices, p.stderr)
+
+
+def test_split_constants_and_shapes(tmp_path):
+    """What a part's plan must know while planning reaches it: a Constant
+    made before the cut (the loader orders Constant nodes first) is made again
+    by the part that reads it; a shape the part before computes from shapes
+    becomes a weight of the next part; a graph output that is a weight is the
+    last part's."""
+    need_devices("testcpu0")
+    rng = np.random.default_rng(3)
+    w1, w2 = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(2))
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    cases = {
+        "constant": ([helper.make_node("Constant", [], ["shp"], value=numpy_helper.from_array(
+                          np.array([-1, 2, 2], np.int64))),
+                      helper.make_node("MatMul", ["x", "w1"], ["a"]),
+                      helper.make_node("MatMul", ["a", "w2"], ["b"]),
+                      helper.make_node("Reshape", ["b", "shp"], ["y"])],
+                     ("y",), lambda: (x @ w1 @ w2).reshape(8, 2, 2)),
+        "shape": ([helper.make_node("Shape", ["x"], ["s"]),
+                   helper.make_node("MatMul", ["x", "w1"], ["a"]),
+                   helper.make_node("Relu", ["a"], ["r"]),
+                   helper.make_node("MatMul", ["r", "w2"], ["b"]),
+                   helper.make_node("Reshape", ["b", "s"], ["y"])],
+                  ("y",), lambda: np.maximum(x @ w1, 0) @ w2),
+        "weight_output": ([helper.make_node("Relu", ["x"], ["r"]),
+                           helper.make_node("Neg", ["r"], ["y"])],
+                          ("y", "w1x"), lambda: -np.maximum(x, 0)),
+    }
+    for name, (nodes, outputs, want) in cases.items():
+        inits = [("w1", w1), ("w2", w2)] if name != "weight_output" else [
+            ("w1x", np.tile(w1, (2, 1)))]
+        small_model(tmp_path / f"{name}.onnx", nodes, inits=inits, outputs=outputs)
+        for devices in ("cpu0", "cpu0,testcpu0"):
+            out = tmp_path / f"{name}_{devices.replace(',', '_')}"
+            p = run("batch", str(tmp_path / f"{name}.onnx"), "-i", str(tmp_path / "x.npy"), "-o",
+                    str(out), "-b", "8", "-d", devices, "--json")
+            np.testing.assert_allclose(np.load(out / "y.npy"), want(), rtol=1e-5, atol=1e-5)
+            if name == "weight_output":
+                np.testing.assert_array_equal(np.load(out / "w1x.npy"), np.tile(w1, (2, 1)))
+            if "," in devices:
+                assert "exchange>testcpu0" in stage_names(p.stdout), (name, p.stdout)
