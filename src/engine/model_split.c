@@ -199,20 +199,32 @@ static int place_cuts(const split_scan *s, int parts, int cuts[]) {
   return rc;
 }
 
-/* Marks the nodes before `from` that make the static value `name`, and
- * those making their static inputs. */
-static void need_static(const split_scan *s, const char *name, int from, bool *needed) {
+/* Marks the node before `from` that makes static value `name`, if not yet,
+ * and pushes it on `work` for its own inputs. */
+static void mark_maker(const split_scan *s, const char *name, int from, bool *needed, int *work,
+                       int *n_work) {
   int v = gs_strmap_get(&s->index, name);
-  if (v < 0 || !s->values[v].is_static)
-    return;
-  int producer = s->values[v].produced;
-  if (producer < 0 || producer >= from || needed[producer])
-    return;
-  needed[producer] = true;
-  const gs_node *node = &s->m->nodes[producer];
-  for (int k = 0; k < node->n_in; k++)
-    if (node->inputs[k][0])
-      need_static(s, node->inputs[k], from, needed);
+  int producer = v >= 0 && s->values[v].is_static ? s->values[v].produced : -1;
+  if (producer >= 0 && producer < from && !needed[producer]) {
+    needed[producer] = true;
+    work[(*n_work)++] = producer;
+  }
+}
+
+/* Marks the nodes before `from` that make the static value `name`, and
+ * those making their static inputs: with a stack of its own (`work`, room
+ * for every node, each pushed once), as a chain of constants may be as long
+ * as the graph. */
+static void need_static(const split_scan *s, const char *name, int from, bool *needed,
+                        int *work) {
+  int n_work = 0;
+  mark_maker(s, name, from, needed, work, &n_work);
+  while (n_work > 0) {
+    const gs_node *node = &s->m->nodes[work[--n_work]];
+    for (int k = 0; k < node->n_in; k++)
+      if (node->inputs[k][0])
+        mark_maker(s, node->inputs[k], from, needed, work, &n_work);
+  }
 }
 
 static int take_init(const gs_model *m, gs_model *p, bool *taken, const char *name) {
@@ -242,6 +254,7 @@ static int make_part(const split_scan *s, int from, int to, bool first, bool las
   p->producer = m->producer;
   p->graph_name = m->graph_name;
   bool *needed = calloc((size_t)n + 1, 1), *taken = calloc((size_t)m->n_inits + 1, 1);
+  int *work = malloc(sizeof(int) * ((size_t)n + 1));
   p->nodes = malloc(sizeof *p->nodes * ((size_t)n + 1));
   /* Room for values the caller turns into weights (gs_model_part_set_constant). */
   p->inits = calloc((size_t)m->n_inits + GS_SPLIT_MAX_CROSSING + 1, sizeof *p->inits);
@@ -250,16 +263,16 @@ static int make_part(const split_scan *s, int from, int to, bool first, bool las
   p->outputs = calloc((size_t)(last ? m->n_outputs : GS_SPLIT_MAX_CROSSING) + 1,
                       sizeof *p->outputs);
   int rc = 0;
-  if (!needed || !taken || !p->nodes || !p->inits || !p->inputs || !p->outputs)
+  if (!needed || !taken || !work || !p->nodes || !p->inits || !p->inputs || !p->outputs)
     rc = gs_error(GS_ENOMEM, "out of memory splitting the model");
   for (int i = from; rc == 0 && i < to; i++) {
     needed[i] = true;
     for (int k = 0; k < m->nodes[i].n_in; k++)
       if (m->nodes[i].inputs[k][0])
-        need_static(s, m->nodes[i].inputs[k], from, needed);
+        need_static(s, m->nodes[i].inputs[k], from, needed, work);
   }
   for (int i = 0; rc == 0 && last && i < m->n_outputs; i++)
-    need_static(s, m->outputs[i].name, from, needed);
+    need_static(s, m->outputs[i].name, from, needed, work);
   /* In the model's order, which is topological: the copies come first. */
   for (int i = 0; rc == 0 && i < to; i++)
     if (needed[i])
@@ -273,6 +286,7 @@ static int make_part(const split_scan *s, int from, int to, bool first, bool las
     rc = take_init(m, p, taken, m->outputs[i].name);
   free(needed);
   free(taken);
+  free(work);
   if (rc == 0 && first) {
     memcpy(p->inputs, m->inputs, sizeof *p->inputs * (size_t)m->n_inputs);
     p->n_inputs = m->n_inputs;
