@@ -53,6 +53,8 @@ bench: deps
 	-.venv/bin/python bench/models.py $(BUILD_BENCH) --device opencl0 # where there is one
 	.venv/bin/python bench/serve.py $(BUILD_BENCH)
 	.venv/bin/python bench/plan_memory.py $(BUILD_BENCH)
+	.venv/bin/python bench/warmup.py $(BUILD_BENCH)
+	-.venv/bin/python bench/warmup.py $(BUILD_BENCH) opencl0 # where there is one
 	$(BUILD_BENCH)/bench/gs-bench-sched-plan
 	.venv/bin/python bench/sched.py $(BUILD_BENCH)
 

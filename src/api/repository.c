@@ -4,6 +4,7 @@
 
 #include "api/batcher.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/fileutil.h"
 #include "base/log.h"
@@ -25,7 +26,7 @@
  * {max_queue_size, default_timeout_microseconds, timeout_action: REJECT|DELAY}}},
  * "instance_group":
  * [{count, kind: KIND_CPU|KIND_GPU|KIND_AUTO|cpu|opencl|cuda, devices:
- * ["cpu0", ...] or gpus: [0, ...]}]}. */
+ * ["cpu0", ...] or gpus: [0, ...]}], "warmup": true|false}. */
 static int apply_config(gs_served_model *m, json_t *root, const char *path) {
   int rc = GS_OK;
   json_t *mbs = json_object_get(root, "max_batch_size");
@@ -127,6 +128,16 @@ static int apply_config(gs_served_model *m, json_t *root, const char *path) {
       else if (json_is_integer(d))
         snprintf(grp->devices[grp->n_devices++], 32, "%lld", (long long)json_integer_value(d));
     }
+  }
+  json_t *warmup = json_object_get(root, "warmup");
+  if (rc == 0 && warmup) { /* a boolean; the text format writes it as a word */
+    const char *word = json_string_value(warmup);
+    if (json_is_boolean(warmup))
+      m->no_warmup = json_is_false(warmup);
+    else if (word && (strcmp(word, "true") == 0 || strcmp(word, "false") == 0))
+      m->no_warmup = strcmp(word, "false") == 0;
+    else
+      rc = gs_error(GS_EINVAL, "%s: warmup must be true or false", path);
   }
   json_t *prec = json_object_get(root, "precision");
   if (rc == 0 && prec) {
@@ -309,6 +320,8 @@ static int read_config_pbtxt(gs_served_model *m, const char *path) {
 }
 
 /* ---- loading ---------------------------------------------------------------------- */
+
+static void warm_up(gs_served_model *m);
 
 static int cmp_version_desc(const void *a, const void *b) {
   int64_t x = ((const gs_served_version *)a)->number, y = ((const gs_served_version *)b)->number;
@@ -504,6 +517,8 @@ static void load_model(gs_served_model *m, const char *dir) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
     any = false;
   }
+  if (any)
+    warm_up(m);
   if (!any && !m->reason[0])
     snprintf(m->reason, sizeof m->reason, "version %lld: %s", (long long)m->versions[0].number,
              m->versions[0].reason);
@@ -519,6 +534,89 @@ static void load_model(gs_served_model *m, const char *dir) {
     GS_LOGI("api", "model %s ready (%d version(s))", m->name, m->n_versions);
   else
     GS_LOGW("api", "model %s not ready: %s", m->name, m->reason);
+}
+
+/* The shapes of a batch of `rows` rows (0: the inputs as declared, for a
+ * model without batching); false when a dimension is not fixed. */
+static bool warmup_shapes(const gs_served_model *m, const gs_model *model, int64_t rows,
+                          gs_shape *shapes) {
+  for (int i = 0; i < model->n_inputs; i++) {
+    const gs_value_info *in = &model->inputs[i];
+    if (in->rank < 0)
+      return false;
+    shapes[i].rank = in->rank;
+    for (int d = 0; d < in->rank; d++) {
+      shapes[i].dims[d] = m->max_batch_size > 0 && d == 0 ? rows : in->dims[d];
+      if (shapes[i].dims[d] < 0)
+        return false;
+    }
+  }
+  return true;
+}
+
+/* Makes and runs once, on every instance, the plans of the newest version
+ * for the batch sizes the server will form (the preferred ones and the
+ * maximum), so that the first requests wait neither for planning nor for a
+ * device library's first call (CLBlast compiles its kernels then). Inputs
+ * are zeros. A plan that cannot be made or run is logged; the model loads
+ * all the same, and requests make their plans as before. */
+static void warm_up(gs_served_model *m) {
+  gs_served_version *v = NULL;
+  for (int i = 0; !v && i < m->n_versions; i++)
+    v = m->versions[i].model ? &m->versions[i] : NULL;
+  if (m->no_warmup || !v || v->model->n_inputs > 8)
+    return;
+  int64_t sizes[9];
+  int n = 0;
+  for (int i = 0; m->dynamic_batching && i < m->n_preferred; i++)
+    if (m->preferred_batch_sizes[i] <= m->max_batch_size)
+      sizes[n++] = m->preferred_batch_sizes[i];
+  bool has_max = false;
+  for (int i = 0; i < n; i++)
+    has_max = has_max || sizes[i] == m->max_batch_size;
+  if (!has_max)
+    sizes[n++] = m->max_batch_size; /* 0: the declared shapes */
+  uint64_t t0 = gs_now_ns();
+  for (int s = 0; s < n; s++) {
+    gs_shape shapes[8];
+    if (!warmup_shapes(m, v->model, sizes[s], shapes)) {
+      GS_LOGD("api", "model %s: no warm-up (an input has a dimension only requests fix)",
+              m->name);
+      return;
+    }
+    for (int k = 0; k < m->n_instances; k++) {
+      gs_instance *inst = &m->instances[k];
+      pthread_mutex_lock(&inst->lock);
+      gs_plan *plan = NULL;
+      int rc = gs_served_plan(m, inst, v, shapes, &plan);
+      void *in[8] = {0}, *out[64] = {0};
+      int n_out = rc == 0 ? gs_plan_output_count(plan) : 0;
+      for (int i = 0; rc == 0 && i < v->model->n_inputs; i++) {
+        gs_plan_value_info info;
+        gs_plan_input(plan, i, &info);
+        if (!(in[i] = calloc(1, info.bytes ? info.bytes : 1)))
+          rc = gs_error(GS_ENOMEM, "out of memory warming up");
+      }
+      for (int i = 0; rc == 0 && i < n_out; i++) {
+        gs_plan_value_info info;
+        gs_plan_output(plan, i, &info);
+        if (i >= 64 || !(out[i] = malloc(info.bytes ? info.bytes : 1)))
+          rc = gs_error(GS_ENOMEM, "out of memory warming up");
+      }
+      if (rc == 0)
+        rc = gs_plan_run(plan, (const void *const *)in, out);
+      pthread_mutex_unlock(&inst->lock);
+      for (int i = 0; i < 8; i++)
+        free(in[i]);
+      for (int i = 0; i < 64; i++)
+        free(out[i]);
+      if (rc < 0)
+        GS_LOGW("api", "model %s: warming up batch size %lld on %s: %s", m->name,
+                (long long)sizes[s], gs_device_get_info(inst->device)->id, gs_error_detail());
+    }
+  }
+  GS_LOGI("api", "model %s: warmed up %d batch size(s) on %d instance(s) in %.0f ms", m->name, n,
+          m->n_instances, (double)(gs_now_ns() - t0) / 1e6);
 }
 
 /* Undoes load_model (use lock held exclusively): queued requests finish

@@ -87,6 +87,7 @@ typedef struct gs_served_model {
   gs_precision precision;
   /* dynamic_batching of the model's configuration */
   bool dynamic_batching;
+  bool no_warmup; /* "warmup": false: no plans made and run at load */
   int n_preferred;
   int64_t preferred_batch_sizes[8];
   uint64_t max_queue_delay_us;

@@ -699,7 +699,7 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
     share are booked once: a plan that cannot fit is refused saying what was
     asked and what is free (and nothing stays booked); when two plans do not
     fit together, the least recently used gives its booking back."""
-    add_model(tmp_path, "m", {"max_batch_size": 8})
+    add_model(tmp_path, "m", {"max_batch_size": 8, "warmup": False})
     weights = sum(numpy_helper.to_array(t).nbytes for t in
                   onnx.load(str(tmp_path / "m" / "1" / "model.onnx")).graph.initializer)
 
@@ -744,7 +744,7 @@ def test_versions_take_turns_with_their_weights(tmp_path):
     """Each version's plans share that version's weights, which go with its
     last cached plan: under a limit that holds one version's weights and
     plan but not two, requests to the two versions take turns."""
-    add_model(tmp_path, "m", {"max_batch_size": 8})
+    add_model(tmp_path, "m", {"max_batch_size": 8, "warmup": False})
     (tmp_path / "m" / "2").mkdir()
     onnx.save(mlp(seed=1), str(tmp_path / "m" / "2" / "model.onnx"))
     x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.1] * 256}]}
@@ -763,6 +763,39 @@ def test_versions_take_turns_with_their_weights(tmp_path):
             assert booked_bytes(port) <= one + one // 2
         assert outputs["1"][0] == outputs["1"][1] and outputs["2"][0] == outputs["2"][1]
         assert outputs["1"][0] != outputs["2"][0]  # each version its own weights
+
+
+def test_warmup_makes_the_plans_at_load(tmp_path):
+    """At load, the newest version's plans for the preferred batch sizes and
+    the maximum are made (and run once) on every instance: booked before any
+    request; "warmup": false leaves it to the requests; anything else is a
+    configuration error."""
+    configs = {"warm": ({"max_batch_size": 8, "dynamic_batching": {"preferred_batch_size": [4]}},
+                        None),
+               "cold": ({"max_batch_size": 8, "warmup": False}, None),
+               "text": (None, "max_batch_size: 8\nwarmup: false\n"),
+               "bad": ({"max_batch_size": 8, "warmup": "maybe"}, None)}
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                   "data": [0.1] * 256}]}).encode()
+    booked = {}
+    for name, (config, text) in configs.items():
+        repo = tmp_path / name
+        add_model(repo, name, config, text=text)
+        weights = sum(numpy_helper.to_array(t).nbytes for t in
+                      onnx.load(str(repo / name / "1" / "model.onnx")).graph.initializer)
+        with serving(repo) as port:
+            booked[name] = booked_bytes(port)
+            if name == "bad":
+                status, raw, _ = request(port, "POST", "/v2/repository/index", b"{}")
+                entry = json.loads(raw)[0]
+                assert "warmup must be true or false" in entry["reason"], entry
+                continue
+            assert request(port, "POST", f"/v2/models/{name}/infer", body)[0] == 200
+            booked[name + " after"] = booked_bytes(port)
+    assert booked["warm"] > weights  # the weights once, and two plans' arenas
+    assert booked["warm after"] > booked["warm"]  # a batch of 1 is a third plan
+    for name in ("cold", "text"):
+        assert booked[name] == 0 and weights < booked[name + " after"] < booked["warm"], booked
 
 
 def test_timeout_action(tmp_path):
