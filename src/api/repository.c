@@ -537,9 +537,11 @@ static void load_model(gs_served_model *m, const char *dir) {
 }
 
 /* The shapes of a batch of `rows` rows (0: the inputs as declared, for a
- * model without batching); false when a dimension is not fixed. */
+ * model without batching) and their bytes; false when a dimension is not
+ * fixed. */
 static bool warmup_shapes(const gs_served_model *m, const gs_model *model, int64_t rows,
-                          gs_shape *shapes) {
+                          gs_shape *shapes, uint64_t *bytes) {
+  *bytes = 0;
   for (int i = 0; i < model->n_inputs; i++) {
     const gs_value_info *in = &model->inputs[i];
     if (in->rank < 0)
@@ -550,73 +552,103 @@ static bool warmup_shapes(const gs_served_model *m, const gs_model *model, int64
       if (shapes[i].dims[d] < 0)
         return false;
     }
+    *bytes += (uint64_t)gs_shape_numel(&shapes[i]) * gs_dtype_size(in->dtype);
   }
   return true;
 }
 
+/* Runs `plan` once on zeros (the instance's lock held). */
+static int run_on_zeros(gs_plan *plan) {
+  int n_in = gs_plan_input_count(plan), n_out = gs_plan_output_count(plan), rc = GS_OK;
+  void **in = calloc((size_t)n_in + 1, sizeof *in), **out = calloc((size_t)n_out + 1, sizeof *out);
+  if (!in || !out)
+    rc = gs_error(GS_ENOMEM, "out of memory warming up");
+  for (int i = 0; rc == 0 && i < n_in; i++) {
+    gs_plan_value_info info;
+    gs_plan_input(plan, i, &info);
+    if (!(in[i] = calloc(1, info.bytes ? info.bytes : 1)))
+      rc = gs_error(GS_ENOMEM, "out of memory warming up");
+  }
+  for (int i = 0; rc == 0 && i < n_out; i++) {
+    gs_plan_value_info info;
+    gs_plan_output(plan, i, &info);
+    if (!(out[i] = malloc(info.bytes ? info.bytes : 1)))
+      rc = gs_error(GS_ENOMEM, "out of memory warming up");
+  }
+  if (rc == 0)
+    rc = gs_plan_run(plan, (const void *const *)in, out);
+  for (int i = 0; in && i < n_in; i++)
+    free(in[i]);
+  for (int i = 0; out && i < n_out; i++)
+    free(out[i]);
+  free(in);
+  free(out);
+  return rc;
+}
+
+/* Batches whose inputs take more than this are left to requests: warming
+ * them would hold the load (and the repository) for as long as a huge run
+ * takes, for a batch size requests may never form. */
+#define WARMUP_MAX_INPUT_BYTES (64u << 20)
+
 /* Makes and runs once, on every instance, the plans of the newest version
  * for the batch sizes the server will form (the preferred ones and the
- * maximum), so that the first requests wait neither for planning nor for a
- * device library's first call (CLBlast compiles its kernels then). Inputs
- * are zeros. A plan that cannot be made or run is logged; the model loads
- * all the same, and requests make their plans as before. */
+ * maximum, as many as the plan cache holds), so that the first requests
+ * wait neither for planning nor for a device library's first call (CLBlast
+ * compiles its kernels then). Inputs are zeros. A plan that cannot be made
+ * or run is logged; the model loads all the same, and requests make their
+ * plans as before. */
 static void warm_up(gs_served_model *m) {
   gs_served_version *v = NULL;
   for (int i = 0; !v && i < m->n_versions; i++)
     v = m->versions[i].model ? &m->versions[i] : NULL;
-  if (m->no_warmup || !v || v->model->n_inputs > 8)
+  if (m->no_warmup || !v)
     return;
-  int64_t sizes[9];
+  if (v->model->n_inputs > 8) {
+    GS_LOGI("api", "model %s: no warm-up (more than 8 inputs are not served)", m->name);
+    return;
+  }
+  int64_t sizes[GS_REPO_PLAN_CACHE];
   int n = 0;
-  for (int i = 0; m->dynamic_batching && i < m->n_preferred; i++)
-    if (m->preferred_batch_sizes[i] <= m->max_batch_size)
+  if (m->max_batch_size > 0) /* the maximum first: it is the size under load */
+    sizes[n++] = m->max_batch_size;
+  for (int i = 0; m->dynamic_batching && i < m->n_preferred && n < GS_REPO_PLAN_CACHE; i++)
+    if (m->preferred_batch_sizes[i] < m->max_batch_size)
       sizes[n++] = m->preferred_batch_sizes[i];
-  bool has_max = false;
-  for (int i = 0; i < n; i++)
-    has_max = has_max || sizes[i] == m->max_batch_size;
-  if (!has_max)
-    sizes[n++] = m->max_batch_size; /* 0: the declared shapes */
+  if (n == 0)
+    sizes[n++] = 0; /* no batching: the declared shapes */
   uint64_t t0 = gs_now_ns();
+  int warmed = 0;
   for (int s = 0; s < n; s++) {
     gs_shape shapes[8];
-    if (!warmup_shapes(m, v->model, sizes[s], shapes)) {
-      GS_LOGD("api", "model %s: no warm-up (an input has a dimension only requests fix)",
+    uint64_t bytes;
+    if (!warmup_shapes(m, v->model, sizes[s], shapes, &bytes)) {
+      GS_LOGI("api", "model %s: no warm-up (an input has a dimension only requests fix)",
               m->name);
       return;
+    }
+    if (bytes > WARMUP_MAX_INPUT_BYTES) {
+      GS_LOGI("api", "model %s: batch size %lld not warmed up (its inputs take %llu bytes)",
+              m->name, (long long)sizes[s], (unsigned long long)bytes);
+      continue;
     }
     for (int k = 0; k < m->n_instances; k++) {
       gs_instance *inst = &m->instances[k];
       pthread_mutex_lock(&inst->lock);
       gs_plan *plan = NULL;
       int rc = gs_served_plan(m, inst, v, shapes, &plan);
-      void *in[8] = {0}, *out[64] = {0};
-      int n_out = rc == 0 ? gs_plan_output_count(plan) : 0;
-      for (int i = 0; rc == 0 && i < v->model->n_inputs; i++) {
-        gs_plan_value_info info;
-        gs_plan_input(plan, i, &info);
-        if (!(in[i] = calloc(1, info.bytes ? info.bytes : 1)))
-          rc = gs_error(GS_ENOMEM, "out of memory warming up");
-      }
-      for (int i = 0; rc == 0 && i < n_out; i++) {
-        gs_plan_value_info info;
-        gs_plan_output(plan, i, &info);
-        if (i >= 64 || !(out[i] = malloc(info.bytes ? info.bytes : 1)))
-          rc = gs_error(GS_ENOMEM, "out of memory warming up");
-      }
       if (rc == 0)
-        rc = gs_plan_run(plan, (const void *const *)in, out);
+        rc = run_on_zeros(plan);
       pthread_mutex_unlock(&inst->lock);
-      for (int i = 0; i < 8; i++)
-        free(in[i]);
-      for (int i = 0; i < 64; i++)
-        free(out[i]);
-      if (rc < 0)
+      if (rc == 0)
+        warmed++;
+      else
         GS_LOGW("api", "model %s: warming up batch size %lld on %s: %s", m->name,
                 (long long)sizes[s], gs_device_get_info(inst->device)->id, gs_error_detail());
     }
   }
-  GS_LOGI("api", "model %s: warmed up %d batch size(s) on %d instance(s) in %.0f ms", m->name, n,
-          m->n_instances, (double)(gs_now_ns() - t0) / 1e6);
+  GS_LOGI("api", "model %s: %d plan(s) warmed up in %.0f ms", m->name, warmed,
+          (double)(gs_now_ns() - t0) / 1e6);
 }
 
 /* Undoes load_model (use lock held exclusively): queued requests finish
@@ -634,6 +666,7 @@ static void unload_model(gs_served_model *m) {
   m->max_batch_size = 0;
   m->precision = GS_PRECISION_FP32;
   m->dynamic_batching = false;
+  m->no_warmup = false;
   m->n_preferred = 0;
   m->max_queue_delay_us = 0;
   m->max_queue_size = 0;
@@ -813,6 +846,25 @@ static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
  * and booked. The cache is a most-recently-used-first prefix of plans[];
  * when full, or when the booking does not fit, the least recently used
  * plans make room. Called with the instance's lock held. */
+/* Closes the gaps evictions left in the cache: its lookup stops at the first
+ * empty slot, so the cached plans must be a prefix (most recent first). */
+static void compact_cache(gs_instance *inst) {
+  int to = 0;
+  for (int k = 0; k < GS_REPO_PLAN_CACHE; k++) {
+    if (!inst->plans[k])
+      continue;
+    if (k != to) {
+      inst->plans[to] = inst->plans[k];
+      inst->bookings[to] = inst->bookings[k];
+      inst->plan_version[to] = inst->plan_version[k];
+      memcpy(inst->plan_shapes[to], inst->plan_shapes[k], sizeof inst->plan_shapes[to]);
+      inst->plans[k] = NULL;
+      inst->bookings[k] = NULL;
+    }
+    to++;
+  }
+}
+
 static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                     const gs_shape *shapes, gs_plan **out) {
   int n = v->model->n_inputs;
@@ -881,6 +933,7 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
       for (int i = 0; shared_added && i < GS_REPO_PLAN_CACHE; i++)
         if (inst->plans[i] && inst->plan_version[i] == v)
           evict_plan(inst, i, v);
+      compact_cache(inst);
       if (shared_added)
         drop_weights(w);
       else

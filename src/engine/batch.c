@@ -437,10 +437,20 @@ int gs_batch_profile(const gs_batch_options *o, double alone[GS_PIPELINE_MAX_STA
   gs_pipeline_stage stages[GS_PIPELINE_MAX_STAGES];
   if (rc == 0)
     n = stages_of(&b, stages);
-  /* One untimed run first: a device library's first call may compile its
-   * kernels (CLBlast does), which is not the stage's throughput. */
-  for (int k = 0; rc == 0 && k < b.n_parts; k++)
-    rc = compute(&b.parts[k], 0, 0);
+  /* One untimed run first, on zeros: a device library's first call may
+   * compile its kernels (CLBlast does), which is not the stage's throughput. */
+  if (rc == 0) {
+    gs_stream_t *zero = b.parts[0].in_stream;
+    rc = gs_stream_memset(zero, b.slots[0].in[0][0], 0, 0, b.in.bytes);
+    int sync = gs_stream_synchronize(zero);
+    rc = rc < 0 ? rc : sync;
+  }
+  for (int k = 0; rc == 0 && k < b.n_parts; k++) {
+    if (k > 0)
+      rc = exchange(&b.parts[k], 0, 0);
+    if (rc == 0)
+      rc = compute(&b.parts[k], 0, 0);
+  }
   int64_t batches = (b.rows + b.batch - 1) / (b.batch ? b.batch : 1);
   for (int k = 0; rc == 0 && k < n; k++) {
     gs_pipeline_result r;

@@ -368,7 +368,8 @@ static int fuse_conv_bn(gs_plan *p, step *conv) {
   char *wname = strdup(name);
   snprintf(name, sizeof name, "%s/fused_bias", conv->node->name);
   char *bname = strdup(name);
-  int wi = wname && bname ? add_value(p, wname, GS_DT_FLOAT32, &w->shape)
+  gs_shape ws = w->shape; /* add_value may move p->values, and w with them */
+  int wi = wname && bname ? add_value(p, wname, GS_DT_FLOAT32, &ws)
                           : gs_error(GS_ENOMEM, "out of memory fusing node %s", conv->node->name);
   if (wi >= 0) {
     p->values[wi].data = nw;
@@ -926,9 +927,12 @@ static int run_with(gs_plan *p, const void *const *host_in, void *const *host_ou
     value *v = &p->values[p->inputs[i]];
     if (!v->bytes || v->last_use < 0)
       continue;
+    bool also_output = false; /* the outputs' copies could overwrite it while it is read */
+    for (int k = 0; dev_out && k < p->model->n_outputs; k++)
+      also_output = also_output || dev_out[k] == dev_in[i];
     if (host_in)
       rc = gs_stream_copy_h2d(p->stream, p->arena, (size_t)v->offset, host_in[i], v->bytes);
-    else if (can_bind(p, v, dev_in[i]))
+    else if (!also_output && can_bind(p, v, dev_in[i]))
       v->bound = dev_in[i];
     else
       rc = gs_stream_copy_d2d(p->stream, p->arena, (size_t)v->offset, dev_in[i], 0, v->bytes);

@@ -774,6 +774,8 @@ def test_warmup_makes_the_plans_at_load(tmp_path):
                         None),
                "cold": ({"max_batch_size": 8, "warmup": False}, None),
                "text": (None, "max_batch_size: 8\nwarmup: false\n"),
+               # 300,000 rows of 256 float32 (293 MiB): left to requests
+               "huge": ({"max_batch_size": 300000}, None),
                "bad": ({"max_batch_size": 8, "warmup": "maybe"}, None)}
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
                                    "data": [0.1] * 256}]}).encode()
@@ -794,7 +796,7 @@ def test_warmup_makes_the_plans_at_load(tmp_path):
             booked[name + " after"] = booked_bytes(port)
     assert booked["warm"] > weights  # the weights once, and two plans' arenas
     assert booked["warm after"] > booked["warm"]  # a batch of 1 is a third plan
-    for name in ("cold", "text"):
+    for name in ("cold", "text", "huge"):
         assert booked[name] == 0 and weights < booked[name + " after"] < booked["warm"], booked
 
 
