@@ -254,8 +254,17 @@ static int plan_node(gs_plan *p, const gs_node *node) {
   if (fold) {
     void *outs[GS_OP_MAX_IO] = {0};
     const void *ins[GS_OP_MAX_IO];
-    for (int i = 0; i < node->n_in; i++)
+    /* Made of weights alone (a Transpose or Cast of one), it is the same in
+     * every plan of the model: shareable, keyed by its first weight. */
+    const void *share_key = NULL;
+    bool shareable = all_known && node->n_in > 0;
+    for (int i = 0; i < node->n_in; i++) {
       ins[i] = in_idx[i] >= 0 ? p->values[in_idx[i]].data : NULL;
+      if (in_idx[i] >= 0 && !share_key)
+        share_key = p->values[in_idx[i]].share_key;
+      if (in_idx[i] >= 0 && !p->values[in_idx[i]].share_key)
+        shareable = false;
+    }
     rc = 0;
     uint64_t limit = host_memory_bytes();
     for (int i = 0; rc == 0 && i < node->n_out; i++) {
@@ -274,6 +283,7 @@ static int plan_node(gs_plan *p, const gs_node *node) {
       if (rc == 0 && out_idx[i] >= 0) {
         p->values[out_idx[i]].data = outs[i];
         p->values[out_idx[i]].owns_data = true;
+        p->values[out_idx[i]].share_key = shareable ? share_key : NULL;
       } else {
         free(outs[i]);
       }

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 import onnxruntime as ort
 import pytest
 import tritonclient.http as triton
@@ -738,6 +738,33 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
             status, body = infer(port, rows)
             assert status == 200, body
             assert booked_bytes(port) <= two - 1
+
+
+def test_weights_folded_from_weights_are_shared(tmp_path):
+    """A Transpose of a weight is computed while planning; every plan makes
+    the same, so the plans of an instance share it like the weight itself."""
+    w = np.random.default_rng(2).standard_normal((512, 256)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"])],
+        "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 512])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (tmp_path / "t" / "1").mkdir(parents=True)
+    onnx.save(model, str(tmp_path / "t" / "1" / "model.onnx"))
+    (tmp_path / "t" / "config.json").write_text(json.dumps({"max_batch_size": 8, "warmup": False}))
+    booked = []
+    with serving(tmp_path) as port:
+        for rows in (1, 8):
+            x = {"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
+                             "data": [0.5] * (256 * rows)}]}
+            status, raw, _ = request(port, "POST", "/v2/models/t/infer", json.dumps(x).encode())
+            assert status == 200, raw
+            np.testing.assert_allclose(json.loads(raw)["outputs"][0]["data"][:512],
+                                       (np.full(256, 0.5, np.float32) @ w.T), rtol=1e-4, atol=1e-4)
+            booked.append(booked_bytes(port))
+    assert booked[0] > w.nbytes and booked[1] - booked[0] < w.nbytes // 2, booked
 
 
 def test_versions_take_turns_with_their_weights(tmp_path):
