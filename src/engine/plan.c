@@ -717,6 +717,37 @@ static int check_input_shape(const gs_value_info *in, const gs_shape *s) {
   return GS_OK;
 }
 
+/* What a value's data points at once its host copy is gone: it is still
+ * known (a constant), and on the device. */
+static const char known_on_device[1];
+
+/* Host copies the plan made (weights converted to 16 bits, fused or folded
+ * from weights) are not read again once they are on the device, unless a
+ * step that runs on the CPU reads them or they are graph outputs (handed
+ * back from host memory): the rest are freed, so that a plan does not hold
+ * a second copy of its weights in host memory. */
+static int release_host_copies(gs_plan *p) {
+  bool *keep = calloc((size_t)p->n_values + 1, 1);
+  if (!keep)
+    return gs_error(GS_ENOMEM, "out of memory finishing a plan");
+  for (int s = 0; s < p->n_steps; s++)
+    for (int i = 0; p->steps[s].on_cpu && i < p->steps[s].call->n_in; i++)
+      if (p->steps[s].in[i] >= 0)
+        keep[p->steps[s].in[i]] = true;
+  for (int i = 0; i < p->model->n_outputs; i++)
+    keep[p->outputs[i]] = true;
+  for (int i = 0; i < p->n_values; i++) {
+    value *v = &p->values[i];
+    if (v->owns_data && v->data && !keep[i]) {
+      free((void *)v->data);
+      v->data = known_on_device;
+      v->owns_data = false;
+    }
+  }
+  free(keep);
+  return GS_OK;
+}
+
 int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
                    gs_plan **out) {
   gs_plan *p = calloc(1, sizeof *p);
@@ -841,6 +872,8 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   }
   if (rc == 0)
     rc = gs_stream_synchronize(p->stream);
+  if (rc == 0)
+    rc = release_host_copies(p);
   if (rc < 0) {
     gs_plan_destroy(p);
     return rc;
