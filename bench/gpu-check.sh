@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/gpu-check.sh - on a machine with an NVIDIA GPU: builds gpusrv with its
 # CUDA plugin, runs the CUDA conformance suite, the op parity and whole-model
-# tests on cuda0, then the copy benchmark and `gpusrv bench --device cuda0`
-# (H2D/D2H, GEMM, the digits model, the pipelines); everything it prints also
+# tests on cuda0, then the copy benchmark, `gpusrv bench --device cuda0`
+# (H2D/D2H, GEMM, the digits model, the pipelines; with a second GPU the
+# exchange and the model split over both) and the first request served on
+# cuda0 cold and warmed up; everything it prints also
 # goes to one results file. Its steps' limits add up to 8 minutes.
 #
 #   bench/gpu-check.sh [RESULTS_FILE]      (default: gpu-check-results.txt,
@@ -39,10 +41,12 @@ run 45 "$build/tests/hal_conformance" cuda
 py=.venv/bin/python
 if [ -x "$py" ]; then
   # (the op tests fail where an op falls back to the CPU on cuda0 without saying why)
-  run 120 env GPUSRV_BIN=$build/gpusrv GSTEST_DEVICE=cuda0 "$py" -m pytest -q -x tests/engine/test_ops.py tests/engine/test_models.py
+  run 100 env GPUSRV_BIN=$build/gpusrv GSTEST_DEVICE=cuda0 "$py" -m pytest -q -x tests/engine/test_ops.py tests/engine/test_models.py
 else
   say "gpu-check: no .venv (scripts/install-deps.sh makes it): op and model tests not run"
 fi
 run 40 "$build/bench/gs-bench-copy" --backend cuda --samples 5
 run 50 env GPUSRV_LOG=warn "$build/gpusrv" bench --device cuda0
+# The first request served on cuda0, cold and after warm-up (module load, cuBLAS set-up).
+[ -x "$py" ] && run 20 "$py" bench/warmup.py "$build" cuda0
 say "gpu-check: done in ${SECONDS}s; results in $results"
