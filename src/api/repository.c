@@ -412,48 +412,84 @@ static int make_instances(gs_served_model *m) {
   return GS_OK;
 }
 
-static gs_instance_weights *weights_of(gs_instance *inst, const gs_served_version *v) {
-  for (int i = 0; i < GS_REPO_PLAN_CACHE; i++)
-    if (inst->weights[i].version == v)
-      return &inst->weights[i];
-  return NULL;
-}
-
-static void drop_weights(gs_instance_weights *w) {
-  gs_weight_set_destroy(w->set);
-  for (int i = 0; i < w->n_bookings; i++)
-    gs_booking_release(w->bookings[i]);
-  memset(w, 0, sizeof *w);
-}
-
-/* Version v's shared weights go when no cached plan of it is left, unless
- * a plan of it is being made (`keep`). */
-static void drop_unused_weights(gs_instance *inst, const gs_served_version *v,
-                                const gs_served_version *keep) {
-  gs_instance_weights *w = v && v != keep ? weights_of(inst, v) : NULL;
-  for (int k = 0; w && k < GS_REPO_PLAN_CACHE; k++)
-    if (inst->plans[k] && inst->plan_version[k] == v)
-      return;
+/* Version v's shared weights on `device`, made if missing, with one user
+ * more; NULL with the error when they cannot be made. */
+static gs_shared_weights *acquire_weights(gs_served_model *m, gs_device_t *device,
+                                          gs_served_version *v) {
+  const int n = GS_REPO_MAX_INSTANCES * GS_REPO_PLAN_CACHE;
+  pthread_mutex_lock(&m->weights_lock);
+  gs_shared_weights *w = NULL, *free_entry = NULL;
+  for (int i = 0; i < n && !w; i++) {
+    if (m->weights[i].device == device && m->weights[i].version == v)
+      w = &m->weights[i];
+    else if (!m->weights[i].device && !free_entry)
+      free_entry = &m->weights[i];
+  }
+  if (!w && free_entry && gs_weight_set_create(device, &free_entry->set) == 0) {
+    w = free_entry;
+    w->device = device;
+    w->version = v;
+  } else if (!w && !free_entry) {
+    gs_error(GS_EINVAL, "model %s: no room for more shared weights", m->name);
+  }
   if (w)
-    drop_weights(w);
+    w->users++;
+  pthread_mutex_unlock(&m->weights_lock);
+  return w;
 }
 
-/* Drops cached plan k of an instance, giving its memory and booking back
- * (and its version's shared weights with the last plan of it, but `keep`'s). */
-static void evict_plan(gs_instance *inst, int k, const gs_served_version *keep) {
-  gs_served_version *v = inst->plans[k] ? inst->plan_version[k] : NULL;
+/* One user fewer: with none left, the weights and their bookings go. */
+static void release_weights(gs_served_model *m, gs_shared_weights *w) {
+  if (!w)
+    return;
+  pthread_mutex_lock(&m->weights_lock);
+  if (--w->users == 0) {
+    gs_weight_set_destroy(w->set);
+    for (int i = 0; i < w->n_bookings; i++)
+      gs_booking_release(w->bookings[i]);
+    memset(w, 0, sizeof *w);
+  }
+  pthread_mutex_unlock(&m->weights_lock);
+}
+
+/* Keeps the booking of what a plan added to w. Full, the bookings become
+ * one of the same bytes (released, then booked again: booking first would
+ * need room for them twice); that can fail, if another booking takes the
+ * room between. */
+static int keep_weight_booking(gs_served_model *m, gs_shared_weights *w, gs_booking *booking,
+                               const char *owner) {
+  int rc = GS_OK;
+  pthread_mutex_lock(&m->weights_lock);
+  if (w->n_bookings == GS_REPO_PLAN_CACHE) {
+    for (int i = 0; i < w->n_bookings; i++)
+      gs_booking_release(w->bookings[i]);
+    gs_booking_release(booking);
+    w->n_bookings = 0;
+    booking = NULL;
+    rc = gs_book_memory(m->ledger, w->device, gs_weight_set_bytes(w->set), owner, &booking);
+  }
+  if (rc == 0)
+    w->bookings[w->n_bookings++] = booking;
+  pthread_mutex_unlock(&m->weights_lock);
+  return rc;
+}
+
+/* Drops cached plan k of an instance, giving its memory, its booking and its
+ * use of the shared weights back. */
+static void evict_plan(gs_served_model *m, gs_instance *inst, int k) {
   gs_plan_destroy(inst->plans[k]);
   gs_booking_release(inst->bookings[k]);
+  release_weights(m, inst->plan_weights[k]);
   inst->plans[k] = NULL;
   inst->bookings[k] = NULL;
-  drop_unused_weights(inst, v, keep);
+  inst->plan_weights[k] = NULL;
 }
 
 static void destroy_instances(gs_served_model *m) {
   for (int i = 0; i < m->n_instances; i++) {
     gs_instance *inst = &m->instances[i];
     for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
-      evict_plan(inst, k, NULL);
+      evict_plan(m, inst, k);
     pthread_mutex_destroy(&inst->lock);
     memset(inst, 0, sizeof *inst);
   }
@@ -697,6 +733,7 @@ static gs_served_model *add_entry(gs_repository *repo, const char *name) {
   atomic_init(&m->state, GS_MODEL_LOADING);
   m->ledger = repo->ledger;
   pthread_mutex_init(&m->stats_lock, NULL);
+  pthread_mutex_init(&m->weights_lock, NULL);
   pthread_rwlock_init(&m->use, NULL);
   atomic_store(&repo->n_models, n + 1); /* published once whole */
   return m;
@@ -801,6 +838,7 @@ void gs_repository_close(gs_repository *repo) {
     gs_served_model *m = &repo->models[i];
     unload_model(m);
     pthread_mutex_destroy(&m->stats_lock);
+    pthread_mutex_destroy(&m->weights_lock);
     pthread_rwlock_destroy(&m->use);
   }
   pthread_mutex_destroy(&repo->admin);
@@ -846,25 +884,6 @@ static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
  * and booked. The cache is a most-recently-used-first prefix of plans[];
  * when full, or when the booking does not fit, the least recently used
  * plans make room. Called with the instance's lock held. */
-/* Closes the gaps evictions left in the cache: its lookup stops at the first
- * empty slot, so the cached plans must be a prefix (most recent first). */
-static void compact_cache(gs_instance *inst) {
-  int to = 0;
-  for (int k = 0; k < GS_REPO_PLAN_CACHE; k++) {
-    if (!inst->plans[k])
-      continue;
-    if (k != to) {
-      inst->plans[to] = inst->plans[k];
-      inst->bookings[to] = inst->bookings[k];
-      inst->plan_version[to] = inst->plan_version[k];
-      memcpy(inst->plan_shapes[to], inst->plan_shapes[k], sizeof inst->plan_shapes[to]);
-      inst->plans[k] = NULL;
-      inst->bookings[k] = NULL;
-    }
-    to++;
-  }
-}
-
 static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                     const gs_shape *shapes, gs_plan **out) {
   int n = v->model->n_inputs;
@@ -874,23 +893,14 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     k++;
   gs_plan *plan = k < GS_REPO_PLAN_CACHE ? inst->plans[k] : NULL;
   gs_booking *booking = plan ? inst->bookings[k] : NULL;
+  gs_shared_weights *w = plan ? inst->plan_weights[k] : NULL;
   if (!plan) {
     k = GS_REPO_PLAN_CACHE - 1;
-    evict_plan(inst, k, v); /* before the new plan takes its memory */
-    int rc = 0;
-    gs_instance_weights *w = weights_of(inst, v);
-    if (!w) { /* a free entry: there are as many as plans, and slot k is free */
-      if (!(w = weights_of(inst, NULL)))
-        return gs_error(GS_EINVAL, "%s: no room for another version's weights", inst->owner);
-      rc = gs_weight_set_create(inst->device, &w->set);
-      if (rc < 0)
-        return rc;
-      w->version = v;
-    }
-    uint64_t shared_before = gs_weight_set_bytes(w->set);
+    evict_plan(m, inst, k); /* before the new plan takes its memory */
+    if (!(w = acquire_weights(m, inst->device, v)))
+      return gs_error_code();
     gs_plan_options opt = {.device = inst->device, .precision = m->precision, .weights = w->set};
-    rc = gs_plan_create(v->model, shapes, &opt, &plan);
-    uint64_t shared_added = gs_weight_set_bytes(w->set) - shared_before;
+    int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     gs_plan_report r = {0};
     if (rc == 0)
       gs_plan_get_report(plan, &r);
@@ -898,46 +908,27 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     while (last >= 0 && !inst->plans[last])
       last--;
     /* The plan's own memory, then what it added to the shared weights (kept
-     * while a plan of this version is cached). */
+     * while a plan using them is cached). */
     int booked = rc;
     if (booked == 0 && m->ledger)
       while ((booked = gs_book_memory(m->ledger, inst->device, r.arena_bytes + r.weights_bytes,
                                       inst->owner, &booking)) == GS_ENOMEM &&
              last >= 0)
-        evict_plan(inst, last--, v);
+        evict_plan(m, inst, last--);
     gs_booking *shared = NULL;
-    if (booked == 0 && shared_added && m->ledger)
-      while ((booked = gs_book_memory(m->ledger, inst->device, shared_added, inst->owner,
-                                      &shared)) == GS_ENOMEM &&
+    if (booked == 0 && r.shared_weights_added && m->ledger) {
+      while ((booked = gs_book_memory(m->ledger, inst->device, r.shared_weights_added,
+                                      inst->owner, &shared)) == GS_ENOMEM &&
              last >= 0)
-        evict_plan(inst, last--, v);
-    if (booked == 0 && shared && w->n_bookings == GS_REPO_PLAN_CACHE) {
-      /* Full: the bookings become one of the same bytes (released, then
-       * booked again: booking first would need room for them twice). */
-      for (int i = 0; i < w->n_bookings; i++)
-        gs_booking_release(w->bookings[i]);
-      gs_booking_release(shared);
-      w->n_bookings = 0;
-      booked = gs_book_memory(m->ledger, inst->device, gs_weight_set_bytes(w->set),
-                              inst->owner, &shared);
+        evict_plan(m, inst, last--);
       if (booked == 0)
-        w->bookings[w->n_bookings++] = shared;
-    } else if (booked == 0 && shared) {
-      w->bookings[w->n_bookings++] = shared;
+        booked = keep_weight_booking(m, w, shared, inst->owner);
     }
     if (booked < 0) {
+      /* Weights no booking covers go with the set, when no other plan uses it. */
       gs_booking_release(booking);
       gs_plan_destroy(plan);
-      /* Weights no booking covers do not stay: the set goes, with any plan
-       * still using it. */
-      for (int i = 0; shared_added && i < GS_REPO_PLAN_CACHE; i++)
-        if (inst->plans[i] && inst->plan_version[i] == v)
-          evict_plan(inst, i, v);
-      compact_cache(inst);
-      if (shared_added)
-        drop_weights(w);
-      else
-        drop_unused_weights(inst, v, NULL);
+      release_weights(m, w);
       return rc < 0 ? rc : booked;
     }
   }
@@ -945,11 +936,13 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
   for (int i = k; i > 0; i--) {
     inst->plans[i] = inst->plans[i - 1];
     inst->bookings[i] = inst->bookings[i - 1];
+    inst->plan_weights[i] = inst->plan_weights[i - 1];
     inst->plan_version[i] = inst->plan_version[i - 1];
     memcpy(inst->plan_shapes[i], inst->plan_shapes[i - 1], sizeof inst->plan_shapes[i]);
   }
   inst->plans[0] = plan;
   inst->bookings[0] = booking;
+  inst->plan_weights[0] = w;
   inst->plan_version[0] = v;
   memcpy(inst->plan_shapes[0], shapes, sizeof(gs_shape) * (size_t)n);
   *out = plan;

@@ -30,15 +30,18 @@ typedef struct gs_served_version {
   char reason[512];
 } gs_served_version;
 
-/* The weights an instance's cached plans of one version share
- * (weight_set.h), kept while such a plan is cached, and the bookings of
- * their memory (one per plan that added to them, merged when full). */
-typedef struct gs_instance_weights {
-  struct gs_served_version *version; /* NULL: an unused entry */
+/* The weights the plans of one version share on one device (weight_set.h),
+ * whichever of the model's instances there made them: kept while a plan
+ * using them is cached or being made (`users`), with the bookings of their
+ * memory (one per plan that added to them, merged when full). */
+typedef struct gs_shared_weights {
+  gs_device_t *device; /* NULL: an unused entry */
+  struct gs_served_version *version;
   gs_weight_set *set;
+  int users;
   gs_booking *bookings[GS_REPO_PLAN_CACHE];
   int n_bookings;
-} gs_instance_weights;
+} gs_shared_weights;
 
 /* One instance of a model: a device, and the plans made on it (each with
  * its booking of the device's memory), most recently used first. Runs on
@@ -51,7 +54,7 @@ typedef struct gs_instance {
   gs_served_version *plan_version[GS_REPO_PLAN_CACHE];
   gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
   gs_booking *bookings[GS_REPO_PLAN_CACHE];
-  gs_instance_weights weights[GS_REPO_PLAN_CACHE]; /* at most a version per plan */
+  gs_shared_weights *plan_weights[GS_REPO_PLAN_CACHE]; /* what each cached plan shares */
   /* The figures of the instance's batch pipeline (batcher.c), live while
    * it runs: read them with gs_pipeline_read_stats. */
   gs_pipeline_result pipeline;
@@ -103,6 +106,8 @@ typedef struct gs_served_model {
   gs_ledger *ledger;
   int n_instances;
   gs_instance instances[GS_REPO_MAX_INSTANCES];
+  pthread_mutex_t weights_lock; /* over weights[] (instances take turns with their own locks) */
+  gs_shared_weights weights[GS_REPO_MAX_INSTANCES * GS_REPO_PLAN_CACHE]; /* one per plan at most */
   _Atomic unsigned next_instance; /* round robin for runs outside the batcher */
   pthread_mutex_t stats_lock;
   gs_model_stats stats;

@@ -81,6 +81,7 @@ typedef struct gs_plan_report {
   uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse */
   uint64_t weights_bytes;        /* the plan's own */
   uint64_t shared_weights_bytes; /* read from its weight set */
+  uint64_t shared_weights_added; /* of those, what this plan uploaded to the set */
 } gs_plan_report;
 void gs_plan_get_report(const gs_plan *plan, gs_plan_report *out);
 

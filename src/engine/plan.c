@@ -864,11 +864,13 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   /* Upload the weights once; the model's host copies stay where they are. */
   for (int i = 0; rc == 0 && i < p->n_values; i++) {
     value *v = &p->values[i];
+    uint64_t added = 0;
     if (v->in_set)
       rc = gs__weight_set_get(p->weight_set, v->share_key, v->name, v->dtype, v->data, v->bytes,
-                              p->stream, &v->shared);
+                              p->stream, &v->shared, &added);
     else if (v->data && v->offset >= 0 && v->bytes)
       rc = gs_stream_copy_h2d(p->stream, p->weights, (size_t)v->offset, v->data, v->bytes);
+    p->report.shared_weights_added += added;
   }
   if (rc == 0)
     rc = gs_stream_synchronize(p->stream);

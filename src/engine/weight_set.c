@@ -79,15 +79,17 @@ static int upload(gs_weight_set *set, const char *key, const void *data, size_t 
 }
 
 int gs__weight_set_get(gs_weight_set *set, const void *key, const char *name, gs_dtype dtype,
-                       const void *data, size_t bytes, gs_stream_t *stream, gs_buffer_t **out) {
+                       const void *data, size_t bytes, gs_stream_t *stream, gs_buffer_t **out,
+                       uint64_t *added) {
   char id[600];
   snprintf(id, sizeof id, "%p/%d/%zu/%s", key, (int)dtype, bytes, name);
   pthread_mutex_lock(&set->lock);
   int found = gs_strmap_get(&set->index, id), rc = GS_OK;
+  *added = 0;
   if (found >= 0)
     *out = set->buffers[found];
-  else
-    rc = upload(set, id, data, bytes, stream, out);
+  else if ((rc = upload(set, id, data, bytes, stream, out)) == 0)
+    *added = gs_buffer_size(*out);
   pthread_mutex_unlock(&set->lock);
   return rc;
 }

@@ -29,8 +29,9 @@ gs_device_t *gs_weight_set_device(const gs_weight_set *set);
 /* For plan.c: the device copy of the weight `name` (of type dtype, `bytes`
  * long) whose source is the model's host data at `key`, uploaded from
  * `data` through `stream` when the set has none yet (the copy has run when
- * this returns). */
+ * this returns; *added gets the device memory that took, else 0). */
 int gs__weight_set_get(gs_weight_set *set, const void *key, const char *name, gs_dtype dtype,
-                       const void *data, size_t bytes, gs_stream_t *stream, gs_buffer_t **out);
+                       const void *data, size_t bytes, gs_stream_t *stream, gs_buffer_t **out,
+                       uint64_t *added);
 
 #endif
