@@ -416,7 +416,7 @@ static int make_instances(gs_served_model *m) {
  * more; NULL with the error when they cannot be made. */
 static gs_shared_weights *acquire_weights(gs_served_model *m, gs_device_t *device,
                                           gs_served_version *v) {
-  const int n = GS_REPO_MAX_INSTANCES * GS_REPO_PLAN_CACHE;
+  const int n = (int)(sizeof m->weights / sizeof m->weights[0]);
   pthread_mutex_lock(&m->weights_lock);
   gs_shared_weights *w = NULL, *free_entry = NULL;
   for (int i = 0; i < n && !w; i++) {
@@ -429,6 +429,8 @@ static gs_shared_weights *acquire_weights(gs_served_model *m, gs_device_t *devic
     w = free_entry;
     w->device = device;
     w->version = v;
+    snprintf(w->owner, sizeof w->owner, "model %s weights on %s", m->name,
+             gs_device_get_info(device)->id);
   } else if (!w && !free_entry) {
     gs_error(GS_EINVAL, "model %s: no room for more shared weights", m->name);
   }
@@ -438,38 +440,35 @@ static gs_shared_weights *acquire_weights(gs_served_model *m, gs_device_t *devic
   return w;
 }
 
-/* One user fewer: with none left, the weights and their bookings go. */
+/* One user fewer: with none left, the weights and their booking go. */
 static void release_weights(gs_served_model *m, gs_shared_weights *w) {
   if (!w)
     return;
   pthread_mutex_lock(&m->weights_lock);
   if (--w->users == 0) {
     gs_weight_set_destroy(w->set);
-    for (int i = 0; i < w->n_bookings; i++)
-      gs_booking_release(w->bookings[i]);
+    gs_booking_release(w->booking);
     memset(w, 0, sizeof *w);
   }
   pthread_mutex_unlock(&m->weights_lock);
 }
 
-/* Keeps the booking of what a plan added to w. Full, the bookings become
- * one of the same bytes (released, then booked again: booking first would
- * need room for them twice); that can fail, if another booking takes the
- * room between. */
-static int keep_weight_booking(gs_served_model *m, gs_shared_weights *w, gs_booking *booking,
-                               const char *owner) {
-  int rc = GS_OK;
+/* Books what w's set holds beyond its booking: this plan's uploads, and any
+ * that another instance's plan made and has not booked yet, or that a plan
+ * which failed left. GS_ENOMEM when that does not fit. */
+static int book_weights(gs_served_model *m, gs_shared_weights *w) {
+  if (!m->ledger)
+    return GS_OK;
   pthread_mutex_lock(&m->weights_lock);
-  if (w->n_bookings == GS_REPO_PLAN_CACHE) {
-    for (int i = 0; i < w->n_bookings; i++)
-      gs_booking_release(w->bookings[i]);
-    gs_booking_release(booking);
-    w->n_bookings = 0;
-    booking = NULL;
-    rc = gs_book_memory(m->ledger, w->device, gs_weight_set_bytes(w->set), owner, &booking);
+  uint64_t held = gs_weight_set_bytes(w->set);
+  int rc = GS_OK;
+  if (held > w->booked_bytes) {
+    uint64_t need = held - w->booked_bytes;
+    rc = w->booking ? gs_booking_grow(w->booking, need)
+                    : gs_book_memory(m->ledger, w->device, need, w->owner, &w->booking);
+    if (rc == 0)
+      w->booked_bytes = held;
   }
-  if (rc == 0)
-    w->bookings[w->n_bookings++] = booking;
   pthread_mutex_unlock(&m->weights_lock);
   return rc;
 }
@@ -895,10 +894,11 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
   gs_booking *booking = plan ? inst->bookings[k] : NULL;
   gs_shared_weights *w = plan ? inst->plan_weights[k] : NULL;
   if (!plan) {
-    k = GS_REPO_PLAN_CACHE - 1;
-    evict_plan(m, inst, k); /* before the new plan takes its memory */
+    /* The weights first: evicting the last plan that uses them would drop them. */
     if (!(w = acquire_weights(m, inst->device, v)))
       return gs_error_code();
+    k = GS_REPO_PLAN_CACHE - 1;
+    evict_plan(m, inst, k); /* before the new plan takes its memory */
     gs_plan_options opt = {.device = inst->device, .precision = m->precision, .weights = w->set};
     int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     gs_plan_report r = {0};
@@ -907,7 +907,7 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     int last = k - 1; /* the least recently used plan still cached */
     while (last >= 0 && !inst->plans[last])
       last--;
-    /* The plan's own memory, then what it added to the shared weights (kept
+    /* The plan's own memory, then what the shared weights grew by (kept
      * while a plan using them is cached). */
     int booked = rc;
     if (booked == 0 && m->ledger)
@@ -915,20 +915,15 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                                       inst->owner, &booking)) == GS_ENOMEM &&
              last >= 0)
         evict_plan(m, inst, last--);
-    gs_booking *shared = NULL;
-    if (booked == 0 && r.shared_weights_added && m->ledger) {
-      while ((booked = gs_book_memory(m->ledger, inst->device, r.shared_weights_added,
-                                      inst->owner, &shared)) == GS_ENOMEM &&
-             last >= 0)
+    if (booked == 0)
+      while ((booked = book_weights(m, w)) == GS_ENOMEM && last >= 0)
         evict_plan(m, inst, last--);
-      if (booked == 0)
-        booked = keep_weight_booking(m, w, shared, inst->owner);
-    }
     if (booked < 0) {
-      /* Weights no booking covers go with the set, when no other plan uses it. */
+      if (rc < 0)
+        book_weights(m, w); /* its uploads stay while others use the set: booked if they fit */
       gs_booking_release(booking);
       gs_plan_destroy(plan);
-      release_weights(m, w);
+      release_weights(m, w); /* unbooked weights go with the set, when no other plan uses it */
       return rc < 0 ? rc : booked;
     }
   }

@@ -32,15 +32,16 @@ typedef struct gs_served_version {
 
 /* The weights the plans of one version share on one device (weight_set.h),
  * whichever of the model's instances there made them: kept while a plan
- * using them is cached or being made (`users`), with the bookings of their
- * memory (one per plan that added to them, merged when full). */
+ * using them is cached or being made (`users`), with one booking of their
+ * memory that grows with them. */
 typedef struct gs_shared_weights {
   gs_device_t *device; /* NULL: an unused entry */
   struct gs_served_version *version;
   gs_weight_set *set;
   int users;
-  gs_booking *bookings[GS_REPO_PLAN_CACHE];
-  int n_bookings;
+  gs_booking *booking;
+  uint64_t booked_bytes;
+  char owner[192]; /* "model NAME weights on DEVICE", for the booking */
 } gs_shared_weights;
 
 /* One instance of a model: a device, and the plans made on it (each with
@@ -107,7 +108,8 @@ typedef struct gs_served_model {
   int n_instances;
   gs_instance instances[GS_REPO_MAX_INSTANCES];
   pthread_mutex_t weights_lock; /* over weights[] (instances take turns with their own locks) */
-  gs_shared_weights weights[GS_REPO_MAX_INSTANCES * GS_REPO_PLAN_CACHE]; /* one per plan at most */
+  /* One per plan at most, and one being made per instance. */
+  gs_shared_weights weights[GS_REPO_MAX_INSTANCES * (GS_REPO_PLAN_CACHE + 1)];
   _Atomic unsigned next_instance; /* round robin for runs outside the batcher */
   pthread_mutex_t stats_lock;
   gs_model_stats stats;

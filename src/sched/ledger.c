@@ -140,6 +140,21 @@ int gs_book_memory(gs_ledger *l, gs_device_t *device, uint64_t bytes, const char
   return gs_book(l, &part, 1, owner, out);
 }
 
+int gs_booking_grow(gs_booking *b, uint64_t bytes) {
+  if (b->n_parts < 1)
+    return gs_error(GS_EINVAL, "a booking of no device cannot grow");
+  gs_ledger *l = b->ledger;
+  gs_booking_part more = {.device = b->parts[0].device, .bytes = bytes};
+  pthread_mutex_lock(&l->lock);
+  int rc = check_fits(b->accounts[0], &more, b->owner);
+  if (rc == 0) {
+    b->parts[0].bytes += bytes;
+    b->accounts[0]->booked += bytes;
+  }
+  pthread_mutex_unlock(&l->lock);
+  return rc;
+}
+
 void gs_booking_release(gs_booking *b) {
   if (!b)
     return;

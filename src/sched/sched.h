@@ -26,6 +26,11 @@ void gs_ledger_free(gs_ledger *ledger);
 int gs_book_memory(gs_ledger *ledger, gs_device_t *device, uint64_t bytes, const char *owner,
                    gs_booking **out);
 void gs_booking_release(gs_booking *booking);
+/* Adds `bytes` to the memory of a booking's first device, in one step (it
+ * is never released and booked again, which another booking could get in
+ * between): GS_ENOMEM as gs_book_memory when it does not fit, the booking
+ * then unchanged. */
+int gs_booking_grow(gs_booking *booking, uint64_t bytes);
 
 /* One device's part of a booking: memory and a percentage of its compute. */
 typedef struct gs_booking_part {

@@ -713,7 +713,7 @@ def test_model_memory_limit_books_and_evicts(tmp_path):
     with serving(tmp_path, "--model-memory-limit", "4096") as port:
         status, body = infer(port, 1)
         assert status == 500
-        assert "cpu0: model m instance 0 asked for 1.0 MiB" in body["error"], body
+        assert "cpu0: model m weights on cpu0 asked for 1.0 MiB" in body["error"], body
         assert "of 4.0 KiB is free" in body["error"]
         assert booked_bytes(port) == 0
 

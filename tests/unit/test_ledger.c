@@ -35,6 +35,15 @@ static void bookings_add_up_and_release(void) {
             "message: %s", gs_error_detail());
   gs_booking_release(a);
   CHECK_EQ(gs_ledger_booked(l, cpu), 400);
+  /* A booking grows in one step, or not at all. */
+  CHECK_OK(gs_booking_grow(b, 100));
+  CHECK_EQ(gs_ledger_booked(l, cpu), 500);
+  CHECK_ERR(gs_booking_grow(b, 501), GS_ENOMEM);
+  CHECK_MSG(strstr(gs_error_detail(), "job b") != NULL, "%s", gs_error_detail());
+  CHECK_EQ(gs_ledger_booked(l, cpu), 500);
+  gs_booking_release(b);
+  CHECK_EQ(gs_ledger_booked(l, cpu), 0);
+  CHECK_OK(gs_book_memory(l, cpu, 400, "job b", &b));
   CHECK_OK(gs_book_memory(l, cpu, 600, "job c", &c));
   /* Capacity never drops below what is booked. */
   gs_ledger_set_capacity(l, cpu, 10);
