@@ -12,7 +12,6 @@ Usage: .venv/bin/python bench/plan_memory.py BUILD_DIR [DEVICE] [PRECISION]"""
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,14 +24,9 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
 import models  # noqa: E402
+from serve import free_port  # noqa: E402  (bench/serve.py, beside this one)
 
 SIZES = (1, 2, 4, 8, 16, 32)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(port, path):

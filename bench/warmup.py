@@ -9,7 +9,6 @@ Usage: .venv/bin/python bench/warmup.py BUILD_DIR [DEVICE]"""
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -18,12 +17,8 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve import free_port  # noqa: E402  (bench/serve.py, beside this one)
 
 
 def request(port, path, body=None):

@@ -322,6 +322,9 @@ static int read_config_pbtxt(gs_served_model *m, const char *path) {
 /* ---- loading ---------------------------------------------------------------------- */
 
 static void warm_up(gs_served_model *m);
+static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_version *v,
+                           const gs_shape *shapes, const void *const *inputs, void **outputs,
+                           gs_plan_value_info *out_info);
 
 static int cmp_version_desc(const void *a, const void *b) {
   int64_t x = ((const gs_served_version *)a)->number, y = ((const gs_served_version *)b)->number;
@@ -572,10 +575,10 @@ static void load_model(gs_served_model *m, const char *dir) {
 }
 
 /* The shapes of a batch of `rows` rows (0: the inputs as declared, for a
- * model without batching) and their bytes; false when a dimension is not
- * fixed. */
+ * model without batching), each input's bytes and their sum; false when a
+ * dimension is not fixed. */
 static bool warmup_shapes(const gs_served_model *m, const gs_model *model, int64_t rows,
-                          gs_shape *shapes, uint64_t *bytes) {
+                          gs_shape *shapes, size_t *in_bytes, uint64_t *bytes) {
   *bytes = 0;
   for (int i = 0; i < model->n_inputs; i++) {
     const gs_value_info *in = &model->inputs[i];
@@ -587,38 +590,10 @@ static bool warmup_shapes(const gs_served_model *m, const gs_model *model, int64
       if (shapes[i].dims[d] < 0)
         return false;
     }
-    *bytes += (uint64_t)gs_shape_numel(&shapes[i]) * gs_dtype_size(in->dtype);
+    in_bytes[i] = (size_t)gs_shape_numel(&shapes[i]) * gs_dtype_size(in->dtype);
+    *bytes += in_bytes[i];
   }
   return true;
-}
-
-/* Runs `plan` once on zeros (the instance's lock held). */
-static int run_on_zeros(gs_plan *plan) {
-  int n_in = gs_plan_input_count(plan), n_out = gs_plan_output_count(plan), rc = GS_OK;
-  void **in = calloc((size_t)n_in + 1, sizeof *in), **out = calloc((size_t)n_out + 1, sizeof *out);
-  if (!in || !out)
-    rc = gs_error(GS_ENOMEM, "out of memory warming up");
-  for (int i = 0; rc == 0 && i < n_in; i++) {
-    gs_plan_value_info info;
-    gs_plan_input(plan, i, &info);
-    if (!(in[i] = calloc(1, info.bytes ? info.bytes : 1)))
-      rc = gs_error(GS_ENOMEM, "out of memory warming up");
-  }
-  for (int i = 0; rc == 0 && i < n_out; i++) {
-    gs_plan_value_info info;
-    gs_plan_output(plan, i, &info);
-    if (!(out[i] = malloc(info.bytes ? info.bytes : 1)))
-      rc = gs_error(GS_ENOMEM, "out of memory warming up");
-  }
-  if (rc == 0)
-    rc = gs_plan_run(plan, (const void *const *)in, out);
-  for (int i = 0; in && i < n_in; i++)
-    free(in[i]);
-  for (int i = 0; out && i < n_out; i++)
-    free(out[i]);
-  free(in);
-  free(out);
-  return rc;
 }
 
 /* Batches whose inputs take more than this are left to requests: warming
@@ -639,8 +614,9 @@ static void warm_up(gs_served_model *m) {
     v = m->versions[i].model ? &m->versions[i] : NULL;
   if (m->no_warmup || !v)
     return;
-  if (v->model->n_inputs > 8) {
-    GS_LOGI("api", "model %s: no warm-up (more than 8 inputs are not served)", m->name);
+  if (v->model->n_inputs > GS_REQ_MAX_IO || v->model->n_outputs > GS_REQ_MAX_IO) {
+    GS_LOGI("api", "model %s: no warm-up (more than %d inputs or outputs are not served)",
+            m->name, GS_REQ_MAX_IO);
     return;
   }
   int64_t sizes[GS_REPO_PLAN_CACHE];
@@ -655,9 +631,10 @@ static void warm_up(gs_served_model *m) {
   uint64_t t0 = gs_now_ns();
   int warmed = 0;
   for (int s = 0; s < n; s++) {
-    gs_shape shapes[8];
+    gs_shape shapes[GS_REQ_MAX_IO];
+    size_t in_bytes[GS_REQ_MAX_IO];
     uint64_t bytes;
-    if (!warmup_shapes(m, v->model, sizes[s], shapes, &bytes)) {
+    if (!warmup_shapes(m, v->model, sizes[s], shapes, in_bytes, &bytes)) {
       GS_LOGI("api", "model %s: no warm-up (an input has a dimension only requests fix)",
               m->name);
       return;
@@ -667,20 +644,29 @@ static void warm_up(gs_served_model *m) {
               m->name, (long long)sizes[s], (unsigned long long)bytes);
       continue;
     }
-    for (int k = 0; k < m->n_instances; k++) {
+    void *zeros[GS_REQ_MAX_IO] = {0}; /* the inputs, for every instance */
+    int rc = GS_OK;
+    for (int i = 0; rc == 0 && i < v->model->n_inputs; i++)
+      if (!(zeros[i] = calloc(1, in_bytes[i] ? in_bytes[i] : 1)))
+        rc = gs_error(GS_ENOMEM, "out of memory warming up");
+    for (int k = 0; rc == 0 && k < m->n_instances; k++) {
       gs_instance *inst = &m->instances[k];
+      void *outputs[GS_REQ_MAX_IO] = {0};
+      gs_plan_value_info out_info[GS_REQ_MAX_IO];
       pthread_mutex_lock(&inst->lock);
-      gs_plan *plan = NULL;
-      int rc = gs_served_plan(m, inst, v, shapes, &plan);
-      if (rc == 0)
-        rc = run_on_zeros(plan);
+      int run = run_on_instance(m, inst, v, shapes, (const void *const *)zeros, outputs,
+                                out_info);
       pthread_mutex_unlock(&inst->lock);
-      if (rc == 0)
+      for (int i = 0; i < GS_REQ_MAX_IO; i++)
+        free(outputs[i]);
+      if (run == 0)
         warmed++;
       else
         GS_LOGW("api", "model %s: warming up batch size %lld on %s: %s", m->name,
                 (long long)sizes[s], gs_device_get_info(inst->device)->id, gs_error_detail());
     }
+    for (int i = 0; i < GS_REQ_MAX_IO; i++)
+      free(zeros[i]);
   }
   GS_LOGI("api", "model %s: %d plan(s) warmed up in %.0f ms", m->name, warmed,
           (double)(gs_now_ns() - t0) / 1e6);
@@ -962,11 +948,11 @@ static gs_instance *take_instance(gs_served_model *m) {
   return inst;
 }
 
-int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shapes,
-                  const void *const *inputs, void **outputs, gs_plan_value_info *out_info) {
-  if (m->n_instances == 0)
-    return gs_error(GS_ESTATE, "model %s has no instance", m->name);
-  gs_instance *inst = take_instance(m);
+/* One run of version v on `inst`, whose lock the caller holds: its plan
+ * for these shapes, outputs allocated (freed again if it fails). */
+static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_version *v,
+                           const gs_shape *shapes, const void *const *inputs, void **outputs,
+                           gs_plan_value_info *out_info) {
   gs_plan *plan;
   int rc = gs_served_plan(m, inst, v, shapes, &plan);
   int n_out = rc == 0 ? gs_plan_output_count(plan) : 0;
@@ -977,11 +963,20 @@ int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shap
   }
   if (rc == 0)
     rc = gs_plan_run(plan, inputs, outputs);
-  pthread_mutex_unlock(&inst->lock);
   if (rc < 0)
     for (int i = 0; i < n_out; i++) {
       free(outputs[i]);
       outputs[i] = NULL;
     }
+  return rc;
+}
+
+int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shapes,
+                  const void *const *inputs, void **outputs, gs_plan_value_info *out_info) {
+  if (m->n_instances == 0)
+    return gs_error(GS_ESTATE, "model %s has no instance", m->name);
+  gs_instance *inst = take_instance(m);
+  int rc = run_on_instance(m, inst, v, shapes, inputs, outputs, out_info);
+  pthread_mutex_unlock(&inst->lock);
   return rc;
 }

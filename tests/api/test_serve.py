@@ -841,6 +841,12 @@ def test_warmup_makes_the_plans_at_load(tmp_path):
             assert request(port, "POST", f"/v2/models/{name}/infer", body)[0] == 200
             booked[name + " after"] = booked_bytes(port)
     assert booked["warm"] > weights  # the weights once, and two plans' arenas
+    # A warm-up that cannot book its plans is logged; the model loads all the same.
+    with serving(tmp_path / "warm", "--model-memory-limit", "4096") as port:
+        assert request(port, "GET", "/v2/models/warm/ready")[0] == 200
+        assert booked_bytes(port) == 0
+        status, raw, _ = request(port, "POST", "/v2/models/warm/infer", body)
+        assert status == 500 and b"asked for" in raw, raw
     assert booked["warm after"] > booked["warm"]  # a batch of 1 is a third plan
     for name in ("cold", "text", "huge"):
         assert booked[name] == 0 and weights < booked[name + " after"] < booked["warm"], booked

@@ -200,7 +200,6 @@ static int target_gemm(void *ctx, const gs_devops_gemm *g) {
 static int target_scratch(void *ctx, size_t bytes) {
   const launch *l = ctx;
   cu_stream *s = l->s;
-  bytes = bytes ? bytes : sizeof(float); /* an empty launch still passes a buffer */
   if (bytes <= s->scratch_bytes)
     return GS_OK;
   CUresult r = CUDA_SUCCESS;

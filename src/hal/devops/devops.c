@@ -812,7 +812,8 @@ static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bi
   int64_t per_image = (ck + mg) * os * (int64_t)es;
   int64_t chunk = per_image > 0 ? CONV_SCRATCH_BUDGET / per_image : g->batch;
   chunk = chunk < 1 ? 1 : chunk > g->batch ? g->batch : chunk;
-  int rc = t->scratch(t->ctx, (size_t)(chunk * per_image));
+  /* Never empty: an empty launch still passes the buffer. */
+  int rc = t->scratch(t->ctx, per_image > 0 ? (size_t)(chunk * per_image) : sizeof(float));
   int32_t bias_flag = has_bias, relu_flag = relu;
   for (int64_t b0 = 0; rc == 0 && b0 < g->batch; b0 += chunk) {
     int64_t nb = g->batch - b0 < chunk ? g->batch - b0 : chunk;

@@ -115,7 +115,7 @@ typedef struct gs_devops_target {
    * c = alpha op(a) op(b) + beta c, with a, b, c operands (or
    * GS_DK_SCRATCH) and offsets in elements from each operand's start. */
   int (*gemm)(void *ctx, const struct gs_devops_gemm *g);
-  /* Optional: makes the stream's scratch buffer at least `bytes` long (its
+  /* Optional: makes the stream's scratch buffer at least `bytes` (never 0) long (its
    * contents are reused in stream order by later launches). */
   int (*scratch)(void *ctx, size_t bytes);
   /* Whether long rows (Softmax, LayerNormalization) are reduced by a
