@@ -22,6 +22,8 @@ typedef struct gs_serve_settings {
   int64_t kill_grace_seconds;
   int64_t job_pids_max;
   char preemption[GS_CONFIG_STR];
+  double job_default_cpus;
+  int64_t job_default_mem;
 } gs_serve_settings;
 
 /* The one table every way of setting them derives from. */

@@ -100,8 +100,8 @@ static bool submit(gs_frontdesk *fd, const gs_principal *who, const char *body, 
   json_t *b = parse_body(body, len, r);
   if (!b)
     return true;
-  gs_job_request req = {.argv = json_object_get(b, "command"), .env = json_object_get(b, "env"),
-                        .need = {.cpus = 1}};
+  /* cpus and mem left out: the daemon's defaults (gs_job_request). */
+  gs_job_request req = {.argv = json_object_get(b, "command"), .env = json_object_get(b, "env")};
   int gpus = 0, share = 0;
   const char *limit = NULL;
   json_t *lim = json_object_get(b, "time_limit");
@@ -118,6 +118,9 @@ static bool submit(gs_frontdesk *fd, const gs_principal *who, const char *body, 
     rc = get_bytes(b, "mem", &req.need.host_mem);
   if (rc == 0)
     rc = get_number(b, "cpus", 0, 1e6, &req.need.cpus);
+  if (rc == 0 && json_is_number(json_object_get(b, "cpus")) && req.need.cpus <= 0)
+    rc = gs_error(GS_EINVAL, "cpus must be more than 0: a job without a CPU limit is not "
+                             "allowed (leave cpus out for the daemon's default)");
   if (rc == 0)
     rc = get_int(b, "priority", -1000, 1000, &req.priority);
   if (rc == 0 && json_is_integer(lim) && json_integer_value(lim) >= 0)

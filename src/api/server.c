@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifndef GS_VERSION
 #define GS_VERSION "0.0.0-dev"
@@ -55,6 +56,12 @@ const gs_config_option gs_serve_options[] = {
     OPT("job-pids-max", GS_CFG_INT, "4096", 0, 1 << 22,
         "Most processes and threads one job may have (its cgroup's pid limit; 0: none)",
         job_pids_max),
+    OPT("job-default-cpus", GS_CFG_REAL, "1", 0.01, 1e6,
+        "CPUs a job gets (limited and charged) when it names none; never more than its "
+        "tenant's quota", job_default_cpus),
+    OPT("job-default-mem", GS_CFG_BYTES, "0", 0, 1e18,
+        "Memory a job gets (limited and charged) when it names none; 0: its tenant's quota, or "
+        "no limit for a tenant without one", job_default_mem),
     OPT("preemption", GS_CFG_STRING, "off", 0, 0,
         "'requeue': stop lower-priority jobs (SIGTERM, then SIGKILL after kill-grace-seconds) "
         "when the head of the queue needs what they hold, and queue them again; 'off': never",
@@ -487,6 +494,10 @@ static bool loopback(const char *host) {
 }
 
 int gs_serve(const gs_serve_settings *settings) {
+  /* Whatever the daemon creates (state, tokens, job directories before
+   * their chmod) is its own unless it says otherwise; jobs get 022 from
+   * their supervisor. */
+  umask(077);
   server s = {.settings = settings};
   atomic_init(&s.in_flight, 0);
   if (strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "required") != 0)
@@ -508,7 +519,9 @@ int gs_serve(const gs_serve_settings *settings) {
       gs_ledger_set_capacity(ledger, gs_hal_device(d), (uint64_t)settings->model_memory_limit);
   gs_frontdesk_settings fs = {.ledger = ledger, .kill_grace_s = (int)settings->kill_grace_seconds,
                               .job_pids_max = settings->job_pids_max,
-                              .preemption = strcmp(settings->preemption, "requeue") == 0};
+                              .preemption = strcmp(settings->preemption, "requeue") == 0,
+                              .job_default_cpus = settings->job_default_cpus,
+                              .job_default_mem = (uint64_t)settings->job_default_mem};
   snprintf(fs.state_dir, sizeof fs.state_dir, "%s", settings->state_dir);
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   if (rc == 0)

@@ -2,9 +2,11 @@
 #include "base/config.h"
 
 #include "base/error.h"
+#include "base/units.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +15,16 @@ static const gs_config_option *find(const gs_config_option *t, const char *name)
     if (strcmp(t->name, name) == 0)
       return t;
   return NULL;
+}
+
+static const char *type_name(gs_config_type type) {
+  switch (type) {
+  case GS_CFG_STRING: return "a string";
+  case GS_CFG_INT: return "an integer";
+  case GS_CFG_REAL: return "a number";
+  case GS_CFG_BYTES: return "a size (bytes, or text such as \"512M\")";
+  }
+  return "?";
 }
 
 int gs_config_set(const gs_config_option *table, void *settings, const char *name,
@@ -29,13 +41,28 @@ int gs_config_set(const gs_config_option *table, void *settings, const char *nam
   }
   char *end;
   errno = 0;
-  long long v = strtoll(value, &end, 10);
-  if (end == value || *end || errno)
-    return gs_error(GS_EINVAL, "%s: '%s' is not an integer", name, value);
+  double v;
+  if (o->type == GS_CFG_INT) {
+    long long i = strtoll(value, &end, 10);
+    if (end == value || *end || errno)
+      return gs_error(GS_EINVAL, "%s: '%s' is not an integer", name, value);
+    v = (double)i;
+  } else if (o->type == GS_CFG_REAL) {
+    v = strtod(value, &end);
+    if (end == value || *end || errno || !isfinite(v))
+      return gs_error(GS_EINVAL, "%s: '%s' is not a number", name, value);
+  } else {
+    uint64_t bytes;
+    if (gs_parse_bytes(value, &bytes) < 0)
+      return gs_error(GS_EINVAL, "%s: '%s' is not a size (such as 512M or 2G)", name, value);
+    v = (double)bytes;
+  }
   if (v < o->min || v > o->max)
-    return gs_error(GS_EINVAL, "%s: %lld is outside [%lld, %lld]", name, v, (long long)o->min,
-                    (long long)o->max);
-  memcpy(slot, &(int64_t){v}, sizeof(int64_t));
+    return gs_error(GS_EINVAL, "%s: %s is outside [%.15g, %.15g]", name, value, o->min, o->max);
+  if (o->type == GS_CFG_REAL)
+    memcpy(slot, &v, sizeof v);
+  else
+    memcpy(slot, &(int64_t){(int64_t)v}, sizeof(int64_t));
   return GS_OK;
 }
 
@@ -68,11 +95,14 @@ int gs_config_load_file(const gs_config_option *table, void *settings, const cha
       rc = gs_error(GS_EINVAL, "config file %s: unknown setting '%s'", path, key);
     else if (o->type == GS_CFG_STRING && json_is_string(val))
       value = json_string_value(val);
-    else if (o->type == GS_CFG_INT && json_is_integer(val))
+    else if (o->type != GS_CFG_REAL && o->type != GS_CFG_STRING && json_is_integer(val))
       snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+    else if (o->type == GS_CFG_REAL && json_is_number(val))
+      snprintf(text, sizeof text, "%.17g", json_number_value(val));
+    else if (o->type == GS_CFG_BYTES && json_is_string(val))
+      value = json_string_value(val);
     else
-      rc = gs_error(GS_EINVAL, "config file %s: '%s' must be %s", path, key,
-                    o->type == GS_CFG_STRING ? "a string" : "an integer");
+      rc = gs_error(GS_EINVAL, "config file %s: '%s' must be %s", path, key, type_name(o->type));
     if (rc == 0 && (rc = gs_config_set(table, settings, key, value)) < 0) {
       char why[300];
       snprintf(why, sizeof why, "%s", gs_error_detail());
@@ -88,10 +118,12 @@ int gs_config_load_file(const gs_config_option *table, void *settings, const cha
 void gs_config_print_help(const gs_config_option *table, FILE *out) {
   for (const gs_config_option *o = table; o->name; o++) {
     char flag[64];
-    snprintf(flag, sizeof flag, "--%s=%s", o->name, o->type == GS_CFG_INT ? "N" : "VALUE");
+    static const char *const metavar[] = {[GS_CFG_STRING] = "VALUE", [GS_CFG_INT] = "N",
+                                          [GS_CFG_REAL] = "X", [GS_CFG_BYTES] = "SIZE"};
+    snprintf(flag, sizeof flag, "--%s=%s", o->name, metavar[o->type]);
     fprintf(out, "  %-30s %s (default: %s", flag, o->help, o->dflt[0] ? o->dflt : "none");
-    if (o->type == GS_CFG_INT)
-      fprintf(out, "; %lld..%lld", (long long)o->min, (long long)o->max);
+    if (o->type == GS_CFG_INT || o->type == GS_CFG_REAL)
+      fprintf(out, "; %.15g..%.15g", o->min, o->max);
     fprintf(out, ")\n");
   }
 }

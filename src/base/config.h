@@ -8,13 +8,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum { GS_CFG_STRING, GS_CFG_INT } gs_config_type;
+/* STRING: char[GS_CONFIG_STR]; INT: int64_t; REAL: double; BYTES: int64_t
+ * written as a size ("512M", "2GiB", a number of bytes). */
+typedef enum { GS_CFG_STRING, GS_CFG_INT, GS_CFG_REAL, GS_CFG_BYTES } gs_config_type;
 
 typedef struct gs_config_option {
   const char *name;  /* "http-port": the flag --http-port and the file key */
   gs_config_type type;
   const char *dflt;  /* the default, as it would be written on the command line */
-  int64_t min, max;  /* GS_CFG_INT bounds */
+  double min, max;   /* bounds of the numeric types, inclusive */
   const char *help;
   size_t offset;     /* where the value lives in the settings struct */
 } gs_config_option;

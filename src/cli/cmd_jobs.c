@@ -95,7 +95,7 @@ static const char submit_help[] =
     "  --gpus N         Whole devices (all their memory and compute), booked together\n"
     "  --gpu-mem SIZE   Instead: memory on one device (such as 16G) ...\n"
     "  --gpu-share PCT  ... and this percentage of its compute (0-100)\n"
-    "  --cpus N         CPU cores, fractions allowed (default 1)\n"
+    "  --cpus N         CPU cores, fractions allowed (default: the daemon's, 1)\n"
     "  --mem SIZE       Host memory limit (such as 4G; default: none)\n"
     "  --time LIMIT     Time limit: 90s, 30m, 2h, HH:MM:SS, D-HH:MM:SS (default: none)\n"
     "  --priority P     Higher runs first (-1000 to 1000, default 0)\n"
@@ -138,7 +138,7 @@ static int submit_run(int argc, char **argv) {
                           json_integer(n));
     } else if (!strcmp(a, "--cpus")) {
       double n = strtod(v, &end);
-      if (end == v || *end || !(n >= 0) || !isfinite(n))
+      if (end == v || *end || !(n > 0) || !isfinite(n))
         goto bad_value;
       json_object_set_new(body, "cpus", json_real(n));
     } else if (!strcmp(a, "--gpu-mem") || !strcmp(a, "--mem")) {

@@ -166,6 +166,13 @@ const char *gs_frontdesk_admin_token_path(const gs_frontdesk *fd) { return fd->a
 
 /* ---- tenants ----------------------------------------------------------------------------- */
 
+/* A tenant's quotas as the queue policy reads them. */
+static gs_sched_tenant sched_tenant_of(const gs_tenant *t) {
+  return (gs_sched_tenant){.weight = t->weight, .max_devices = t->max_devices,
+                           .max_device_mem = t->max_device_mem, .max_jobs = t->max_jobs,
+                           .max_cpus = t->max_cpus, .max_host_mem = t->max_host_mem};
+}
+
 static gs_tenant *find_tenant(gs_frontdesk *fd, const char *name) {
   for (int i = 0; i < fd->n_tenants; i++)
     if (strcmp(fd->tenants[i].name, name) == 0)
@@ -825,10 +832,7 @@ static void schedule(gs_frontdesk *fd) {
   if (!running || !pending || !index || !tenants)
     goto out;
   for (int t = 0; t < fd->n_tenants; t++) {
-    const gs_tenant *src = &fd->tenants[t];
-    tenants[t] = (gs_sched_tenant){.weight = src->weight, .max_devices = src->max_devices,
-                                   .max_device_mem = src->max_device_mem, .max_jobs = src->max_jobs,
-                                   .max_cpus = src->max_cpus, .max_host_mem = src->max_host_mem};
+    tenants[t] = sched_tenant_of(&fd->tenants[t]);
   }
   n_run = n_pend = 0;
   for (int i = 0; i < fd->n_active; i++) {
@@ -957,6 +961,47 @@ static void *scheduler_thread(void *arg) {
 
 /* ---- jobs: the calls ------------------------------------------------------------------------ */
 
+/* A job that names no CPU or memory limit gets the daemon's default, within
+ * its tenant's quota (the quota itself where the daemon has no default), so
+ * that every job is limited in its cgroup and charged for what it may use. */
+static void apply_default_limits(const gs_frontdesk *fd, const gs_tenant *t, gs_sched_need *n) {
+  if (n->cpus == 0) {
+    n->cpus = fd->set.job_default_cpus;
+    if (t->max_cpus > 0 && (n->cpus == 0 || n->cpus > t->max_cpus))
+      n->cpus = t->max_cpus;
+  }
+  if (n->host_mem == 0) {
+    n->host_mem = fd->set.job_default_mem;
+    if (t->max_host_mem > 0 && (n->host_mem == 0 || n->host_mem > t->max_host_mem))
+      n->host_mem = t->max_host_mem;
+  }
+}
+
+/* Why a job can never fit its tenant's quotas, even with nothing else of
+ * the tenant running; false when it can. */
+static bool beyond_quota(const gs_frontdesk *fd, const gs_tenant *t, const gs_sched_need *n,
+                         char *why, size_t cap) {
+  gs_sched_tenant q = sched_tenant_of(t);
+  if (gs_sched_within_quota_alone(&q, &fd->total, n))
+    return false;
+  char have[32], want[32];
+  if (t->max_cpus > 0 && n->cpus > t->max_cpus)
+    snprintf(why, cap, "it asks for %g CPUs; tenant '%s' may use %g", n->cpus, t->name,
+             t->max_cpus);
+  else if (t->max_host_mem > 0 && n->host_mem > t->max_host_mem)
+    snprintf(why, cap, "it asks for %s of memory; tenant '%s' may use %s",
+             gs_format_bytes(n->host_mem, want, sizeof want), t->name,
+             gs_format_bytes(t->max_host_mem, have, sizeof have));
+  else if (t->max_devices > 0 && (n->gpus > 0 ? n->gpus : n->gpu_share / 100.0) > t->max_devices)
+    snprintf(why, cap, "it asks for more devices than the %g tenant '%s' may use",
+             t->max_devices, t->name);
+  else
+    snprintf(why, cap, "it asks for more device memory than the %s tenant '%s' may use",
+             gs_format_bytes(t->max_device_mem, have, sizeof have), t->name);
+  return true;
+}
+
+
 static bool possible(gs_frontdesk *fd, const gs_sched_need *n, char *why, size_t cap) {
   if (n->gpus > 0 && (n->gpu_mem > 0 || n->gpu_share > 0)) {
     snprintf(why, cap, "ask for whole devices (gpus) or a slice of one (gpu_mem, gpu_share), "
@@ -1027,9 +1072,8 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
                     (long long)MAX_TIME_LIMIT_S, (long long)req->time_limit_s);
   if (req->priority < -1000 || req->priority > 1000)
     return gs_error(GS_EINVAL, "priority is -1000 to 1000, not %d", req->priority);
-  char why[256];
-  if (!possible(fd, &req->need, why, sizeof why))
-    return gs_error(GS_EINVAL, "this job can never run here: %s", why);
+  if (!(req->need.cpus >= 0))
+    return gs_error(GS_EINVAL, "cpus cannot be negative");
   gs_job *j = calloc(1, sizeof *j);
   if (!j)
     return gs_error(GS_ENOMEM, "out of memory for a job");
@@ -1050,6 +1094,12 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
   gs_tenant *t = find_tenant(fd, who->tenant);
   identity ident;
   int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
+  char why[256];
+  if (rc == 0) {
+    apply_default_limits(fd, t, &j->need);
+    if (!possible(fd, &j->need, why, sizeof why) || beyond_quota(fd, t, &j->need, why, sizeof why))
+      rc = gs_error(GS_EINVAL, "this job can never run here: %s", why);
+  }
   if (rc == 0 && req->priority > t->max_priority)
     rc = gs_error(GS_EPERM, "tenant '%s' may submit at priority %d at most, not %d", t->name,
                   t->max_priority, req->priority);

@@ -157,6 +157,14 @@ static bool within_quota(const gs_sched_tenant *t, const gs_sched_free *total,
   return true;
 }
 
+bool gs_sched_within_quota_alone(const gs_sched_tenant *t, const gs_sched_free *total,
+                                 const gs_sched_need *need) {
+  gs_sched_tenant idle = {.weight = t->weight, .max_devices = t->max_devices,
+                          .max_device_mem = t->max_device_mem, .max_jobs = t->max_jobs,
+                          .max_cpus = t->max_cpus, .max_host_mem = t->max_host_mem};
+  return within_quota(&idle, total, need);
+}
+
 /* The larger of a tenant's shares of each resource, over its weight. */
 static double dominant_share(const gs_sched_tenant *t, const totals *all) {
   double s = 0, v;

@@ -81,6 +81,11 @@ bool gs_sched_fit(const gs_sched_free *free_now, const gs_sched_free *total,
 /* True when `need` could ever fit in `total` (else it can never start). */
 bool gs_sched_possible(const gs_sched_free *total, const gs_sched_need *need);
 
+/* True when `need` fits tenant `t`'s quotas with nothing else of it
+ * running (its used_* figures are ignored); else it can never start. */
+bool gs_sched_within_quota_alone(const gs_sched_tenant *t, const gs_sched_free *total,
+                                 const gs_sched_need *need);
+
 /* One scheduling pass at time `now_s`. `free_now` is what is free now
  * (updated for the jobs started); `total` is all there is (for shares and
  * whole devices). Sets start/placement or reason on each pending job, and

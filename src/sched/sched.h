@@ -93,6 +93,8 @@ typedef struct gs_frontdesk_settings {
   int kill_grace_s;      /* SIGTERM, then SIGKILL after this many seconds */
   int64_t job_pids_max;  /* pid limit of each job's cgroup */
   bool preemption;       /* stop lower-priority jobs (and requeue them) for the queue's head */
+  double job_default_cpus;   /* CPUs of a job that names none (0: its tenant's quota, if any) */
+  uint64_t job_default_mem;  /* memory of a job that names none (0: its tenant's quota, if any) */
 } gs_frontdesk_settings;
 
 /* Opens the state database, creates the admin tenant and its token file at
@@ -132,7 +134,7 @@ typedef struct gs_job_request {
   json_t *argv; /* array of strings, borrowed */
   json_t *env;  /* array of "K=V", borrowed; may be NULL */
   const char *chdir; /* may be NULL or "" */
-  gs_sched_need need;
+  gs_sched_need need; /* cpus or host_mem 0: the daemon's default (jobs always get a limit) */
   int64_t time_limit_s;
   int priority;
   bool requeue;

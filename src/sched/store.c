@@ -5,9 +5,15 @@
 
 #include "base/error.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct gs_store {
   sqlite3 *db;
@@ -38,7 +44,44 @@ static int db_error(gs_store *st, const char *what) {
   return gs_error(GS_EIO, "state database: %s: %s", what, sqlite3_errmsg(st->db));
 }
 
+/* The database, its -wal and its -shm hold every tenant's job commands and
+ * environment: they are the daemon's alone (0600), whatever the umask, and a
+ * file left readable by an older version is closed at open. SQLite gives the
+ * -wal and -shm it creates the database file's mode. A path that is not a
+ * regular file (a symlink, a FIFO) is refused. */
+static int make_private(const char *path, bool create) {
+  int f = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (create ? O_CREAT : 0),
+               0600);
+  if (f < 0)
+    return !create && errno == ENOENT ? GS_OK
+                                      : gs_error(GS_EIO, "cannot open the state database %s: %s",
+                                                 path, strerror(errno));
+  struct stat sb;
+  int rc = GS_OK;
+  if (fstat(f, &sb) < 0 || !S_ISREG(sb.st_mode))
+    rc = gs_error(GS_EIO, "the state database %s is not a regular file", path);
+  else if ((sb.st_mode & 077) && fchmod(f, 0600) < 0)
+    rc = gs_error(GS_EIO, "cannot make %s private (mode 0600): %s", path, strerror(errno));
+  close(f);
+  return rc;
+}
+
+static int make_files_private(const char *path) {
+  char side[1100];
+  int rc = make_private(path, true);
+  snprintf(side, sizeof side, "%s-wal", path);
+  if (rc == 0)
+    rc = make_private(side, false);
+  snprintf(side, sizeof side, "%s-shm", path);
+  if (rc == 0)
+    rc = make_private(side, false);
+  return rc;
+}
+
 int gs_store_open(const char *path, gs_store **out) {
+  int private_rc = make_files_private(path);
+  if (private_rc < 0)
+    return private_rc;
   gs_store *st = calloc(1, sizeof *st);
   if (!st)
     return gs_error(GS_ENOMEM, "out of memory opening %s", path);

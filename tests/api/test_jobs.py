@@ -47,12 +47,14 @@ class Daemon:
         self.log_path = tmp_path / f"serve-{self.port}.log"
         self.proc = None
 
+    def command(self):
+        return [GPUSRV, "serve", "--model-repository", str(self.repo), "--state-dir", self.state,
+                "--http-port", str(self.port), "--kill-grace-seconds", "1", *self.extra]
+
     def start(self):
         log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [GPUSRV, "serve", "--model-repository", str(self.repo), "--state-dir", self.state,
-             "--http-port", str(self.port), "--kill-grace-seconds", "1", *self.extra],
-            stdout=log, stderr=log, env={**os.environ, **self.env})
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log,
+                                     env={**os.environ, **self.env})
         deadline = time.time() + 30
         while time.time() < deadline:
             try:

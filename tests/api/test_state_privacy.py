@@ -1,0 +1,79 @@
+"""The daemon's state files are its own: state.db, its -wal and -shm hold
+every tenant's job commands and environment, so they are mode 0600 whatever
+the umask the daemon was started with, and an older, readable copy is made
+private again at start (hardening item 1)."""
+import os
+import stat
+import subprocess
+
+import pytest
+
+from test_jobs import IS_ROOT, Daemon, daemon
+
+STATE_FILES = ("state.db", "state.db-wal", "state.db-shm")
+
+
+def modes(state):
+    out = {}
+    for name in STATE_FILES + ("admin.token",):
+        path = os.path.join(state, name)
+        if os.path.exists(path):
+            out[name] = stat.S_IMODE(os.stat(path).st_mode)
+    return out
+
+
+@pytest.fixture
+def loose_umask():
+    old = os.umask(0o022)  # what a shell or a careless unit starts it with
+    yield
+    os.umask(old)
+
+
+def test_state_files_are_private_under_a_loose_umask(tmp_path, loose_umask):
+    with daemon(tmp_path) as d:
+        d.submit(["sh", "-c", "true"], env=["SECRET=hunter2"])
+        found = modes(d.state)
+        assert set(STATE_FILES) <= set(found), found  # WAL mode: all three while it runs
+        assert all(m & 0o077 == 0 for m in found.values()), found
+
+
+def test_readable_state_files_are_closed_at_start(tmp_path, loose_umask):
+    d = Daemon(tmp_path).start()
+    try:
+        d.submit(["true"])
+        d.proc.kill()  # kill -9: the -wal and -shm stay behind
+        d.proc.wait()
+        for name in STATE_FILES:
+            path = os.path.join(d.state, name)
+            if os.path.exists(path):
+                os.chmod(path, 0o644)
+        assert modes(d.state)["state.db"] == 0o644
+        d.start()
+        found = modes(d.state)
+        assert all(found[n] == 0o600 for n in STATE_FILES if n in found), found
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+        d.cleanup()
+
+
+def test_a_state_database_that_is_a_symlink_is_refused(tmp_path):
+    d = Daemon(tmp_path)
+    target = tmp_path / "elsewhere.db"
+    target.write_bytes(b"")
+    os.symlink(target, os.path.join(d.state, "state.db"))
+    p = subprocess.run([*d.command()], capture_output=True, text=True, timeout=30)
+    d.cleanup()
+    assert p.returncode == 1 and "state database" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="running a job as another user needs root")
+def test_a_job_cannot_read_the_state_database(tmp_path, loose_umask):
+    with daemon(tmp_path) as d:
+        secret = d.submit(["true"], env=["SECRET=hunter2"])
+        d.wait(secret)
+        db = os.path.join(d.state, "state.db")
+        spy = d.wait(d.submit(["sh", "-c", f"cat {db} {db}-wal >/dev/null && echo READ"]))
+        assert spy["state"] == "FAILED"
+        assert "READ" not in d.log(spy["id"])
+        assert "Permission denied" in d.log(spy["id"], "stderr")
