@@ -422,8 +422,9 @@ def test_batch_runs_as_a_job_of_the_daemon(tmp_path):
                       "--batch", "64", "--workers", "1", "--url", f"http://127.0.0.1:{d.port}",
                       "--token", d.admin)
             assert "300 rows in 5 batches" in p.stdout and "job 1 queued" in p.stderr
-            np.testing.assert_array_equal(np.load(f"{shared}/out/probs.npy"),
-                                          np.load(f"{shared}/ref/probs.npy"))
+            # Batches of 64 against one of 300: equal within rounding (test_batch.py).
+            np.testing.assert_allclose(np.load(f"{shared}/out/probs.npy"),
+                                       np.load(f"{shared}/ref/probs.npy"), rtol=1e-4, atol=1e-7)
             job = d.job(1)
             assert job["state"] == "COMPLETED" and job["name"] == "batch" and job["cpus"] == 1
             # A data set that is not there is refused before anything is queued.

@@ -15,6 +15,14 @@ DIGITS = os.path.join(ROOT, "models", "digits")
 MODEL = os.path.join(DIGITS, "1", "model.onnx")
 
 
+# A row's result may differ in the last bits with the number of rows it is
+# computed with: OpenBLAS's sgemm handles the edge block of rows in another
+# order of additions on some CPUs (seen on AMD EPYC with Debian's 0.3.21).
+# Outputs of batches of other sizes than the reference's are compared within
+# rounding; the same rows in batches of the same size, bit for bit.
+ROUNDING = {"rtol": 1e-4, "atol": 1e-7}
+
+
 def run(*args, check=True):
     p = subprocess.run([GPUSRV, *args], capture_output=True, text=True, timeout=120)
     if check:
@@ -37,7 +45,11 @@ def test_npy_equals_model_run_in_order(data):
             "64", "--slots", "3")
     out = np.load(d / "o1" / "probs.npy")
     assert out.shape == (1000, 10) and out.dtype == np.float32
-    np.testing.assert_array_equal(out, ref)  # same plan, same rows: bit for bit
+    np.testing.assert_allclose(out, ref, **ROUNDING)
+    # Three slots in flight or one: the same batches, bit for bit, in order.
+    run("batch", DIGITS, "--input", str(d / "x.npy"), "--output", str(d / "o1s"), "--batch",
+        "64", "--slots", "1")
+    np.testing.assert_array_equal(out, np.load(d / "o1s" / "probs.npy"))
     # The summary: every stage, a bottleneck, and exchange not applicable.
     for stage in ("ingest", "preprocess", "h2d", "compute", "d2h", "write"):
         assert stage in p.stdout
@@ -56,18 +68,19 @@ def test_directory_and_csv_and_uint8(data):
         else:
             np.save(d / "parts" / f"p{i:02d}.npy", x[i * 100:(i + 1) * 100])
     run("batch", DIGITS, "-i", str(d / "parts"), "-o", str(d / "o2"), "-b", "37")
-    np.testing.assert_array_equal(np.load(d / "o2" / "probs.npy"), ref)
+    np.testing.assert_allclose(np.load(d / "o2" / "probs.npy"), ref, **ROUNDING)
     header = ",".join(f"c{i}" for i in range(64))
     np.savetxt(d / "x.csv", x, delimiter=",", header=header, comments="", fmt="%.9g")
     run("batch", MODEL, "-i", str(d / "x.csv"), "-o", str(d / "o3"), "-b", "128")
-    np.testing.assert_allclose(np.load(d / "o3" / "probs.npy"), ref, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.load(d / "o3" / "probs.npy"), ref, **ROUNDING)
     # uint8 pixels converted to float32 on the way.
     x8 = np.round(x).astype(np.uint8)
     np.save(d / "x8.npy", x8)
     np.save(d / "x8f.npy", x8.astype(np.float32))
     run("model", "run", MODEL, "-i", f"pixels={d / 'x8f.npy'}", "-o", str(d / "r8"))
     run("batch", MODEL, "-i", str(d / "x8.npy"), "-o", str(d / "o4"))
-    np.testing.assert_array_equal(np.load(d / "o4" / "probs.npy"), np.load(d / "r8" / "probs.npy"))
+    np.testing.assert_allclose(np.load(d / "o4" / "probs.npy"), np.load(d / "r8" / "probs.npy"),
+                               **ROUNDING)
 
 
 def test_preprocess_and_json(data):
@@ -197,8 +210,11 @@ def test_split_across_two_backends_equals_one_device(data, cnn_data):
     d, x, ref = data
     p = run("batch", DIGITS, "-i", str(d / "x.npy"), "-o", str(d / "split"), "-b", "64",
             "-d", "cpu0,testcpu0", "--json")
-    # Same kernels on both, the exchange staged through host memory: bit for bit.
-    np.testing.assert_array_equal(np.load(d / "split" / "probs.npy"), ref)
+    # Same kernels on both, the exchange staged through host memory: bit for
+    # bit against one device at the same batch size.
+    run("batch", DIGITS, "-i", str(d / "x.npy"), "-o", str(d / "one"), "-b", "64", "-d", "cpu0")
+    np.testing.assert_array_equal(np.load(d / "split" / "probs.npy"),
+                                  np.load(d / "one" / "probs.npy"))
     assert stage_names(p.stdout) == ["ingest", "preprocess", "h2d", "compute@cpu0",
                                      "exchange>testcpu0", "compute@testcpu0", "d2h", "write"]
     assert "2 parts" in json.loads(p.stdout)["exchange"]
