@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "base/fileutil.h"
-#include "engine/cpu/kernels.h" /* gs_ld, gs_st */
+#include "hal/cpu/ops/kernels.h" /* gs_ld, gs_st */
 #include "engine/dataset.h"
 #include "engine/model_split.h"
 #include "engine/npy.h"

@@ -8,7 +8,7 @@
 #ifndef GS_ENGINE_DATASET_H
 #define GS_ENGINE_DATASET_H
 
-#include "engine/tensor.h"
+#include "hal/op/tensor.h"
 
 #include <stdint.h>
 

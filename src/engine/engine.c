@@ -1,34 +1,18 @@
-/* engine.c - start-up of the compute engine: registers each backend's
- * kernels for the engine's ops; the names of precisions. */
+/* engine.c - start-up of the compute engine (it needs the CPU backend, whose
+ * kernels fold constants and stand in for a device's missing ones); the
+ * names of precisions. */
 #include "engine/engine.h"
 
 #include "base/error.h"
-#include "engine/cpu/kernels.h"
 
 #include <string.h>
-
-int gs__cpu_register_table(gs_backend_t *be, const gs_cpu_kernel_entry *table, size_t count) {
-  for (size_t i = 0; i < count; i++) {
-    int rc = gs__backend_register_kernel(be, table[i].name, &table[i].kernel);
-    if (rc < 0)
-      return rc;
-  }
-  return 0;
-}
 
 int gs_engine_init(void) {
   gs_backend_t *cpu = gs_hal_backend_by_name("cpu");
   if (!cpu)
     return gs_error(GS_ENOENT, "the cpu backend is not loaded (GPUSRV_BACKENDS?); the engine "
                                "needs it for its own work");
-  int rc = gs__cpu_register_elementwise(cpu);
-  if (rc == 0)
-    rc = gs__cpu_register_nn(cpu);
-  if (rc == 0)
-    rc = gs__cpu_register_reduce(cpu);
-  if (rc == 0)
-    rc = gs__cpu_register_shape(cpu);
-  return rc;
+  return GS_OK;
 }
 
 static const char *const precision_names[] = {

@@ -4,7 +4,7 @@
 #define GS_ENGINE_H
 
 #include "engine/model.h"
-#include "engine/tensor.h"
+#include "hal/op/tensor.h"
 #include "hal/hal.h"
 
 /* Registers the engine's kernels with the backends. Call once after

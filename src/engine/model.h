@@ -5,7 +5,7 @@
 #define GS_ENGINE_MODEL_H
 
 #include "base/strmap.h"
-#include "engine/tensor.h"
+#include "hal/op/tensor.h"
 
 /* A tensor whose bytes are known at load time, in host memory it owns. */
 typedef struct gs_const_tensor {

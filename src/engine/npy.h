@@ -4,7 +4,7 @@
 #ifndef GS_ENGINE_NPY_H
 #define GS_ENGINE_NPY_H
 
-#include "engine/tensor.h"
+#include "hal/op/tensor.h"
 
 typedef struct gs_npy {
   gs_dtype dtype;

@@ -1,48 +1,13 @@
 /* op.h - the backend-neutral definition of an op: which inputs, outputs and
  * attributes it takes, how it checks them, and how it infers the types and
- * shapes of its outputs. Kernels live apart, one set per backend, registered
- * in the HAL's kernel table under the op's name (src/engine/cpu/ for the CPU).
- *
- * A kernel receives, as its only parameter, a pointer to the gs_op_call of
- * its node, and its buffers in the order inputs then outputs (NULL for an
- * omitted optional input). */
+ * shapes of its outputs into the HAL's gs_op_call (hal/op/op_call.h).
+ * Kernels live in the HAL beside each backend, registered under the op's
+ * name when the backend starts (src/hal/cpu/ops/ for the CPU). */
 #ifndef GS_ENGINE_OP_H
 #define GS_ENGINE_OP_H
 
 #include "engine/model.h"
-#include "engine/tensor.h"
-
-/* Inputs plus outputs of one node, bounded by the HAL's kernel buffers. */
-#define GS_OP_MAX_IO 32
-
-typedef struct gs_tensor_desc {
-  gs_dtype dtype; /* GS_DT_INVALID: an omitted optional operand */
-  gs_shape shape;
-} gs_tensor_desc;
-
-/* What a kernel keeps between runs of one plan step (a oneDNN primitive,
- * reordered weights); freed with the plan through `free`. */
-typedef struct gs_kernel_state {
-  void *ptr;
-  void (*free)(void *ptr);
-} gs_kernel_state;
-
-typedef struct gs_op_call {
-  const struct gs_op_def *op;
-  const char *node_name; /* for messages */
-  bool owns_node_name;   /* steps the plan adds name themselves */
-  int n_in, n_out;
-  gs_tensor_desc in[GS_OP_MAX_IO];
-  gs_tensor_desc out[GS_OP_MAX_IO];
-  /* Set by infer: the op's parsed attributes, one flat malloc'd block that
-   * the plan frees. Kernels read it; its layout is in ops/op_attrs.h. */
-  void *attrs;
-  /* During infer only: the values of inputs known before running (constants
-   * and folded results), NULL where unknown. */
-  const void *in_data[GS_OP_MAX_IO];
-  /* Set by the plan for the steps it runs (NULL while folding). */
-  gs_kernel_state *state;
-} gs_op_call;
+#include "hal/op/op_call.h"
 
 typedef struct gs_op_def {
   const char *name; /* ONNX op_type */

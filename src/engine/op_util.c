@@ -43,7 +43,7 @@ int gs_op_fail(const gs_op_call *c, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return gs_error(GS_EINVAL, "node %s (%s): %s", c->node_name, c->op->name, msg);
+  return gs_error(GS_EINVAL, "node %s (%s): %s", c->node_name, c->op_type, msg);
 }
 
 int gs_op_const_ints(const gs_op_call *c, int input, int64_t *out, int max) {

@@ -9,10 +9,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "hal/op/op_attrs.h"
 #include "engine/weight_set.h"
-#include "hal/cpu/cpu_kernel.h"
-#include "hal/hal_impl.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -53,7 +51,7 @@ typedef struct step {
   bool on_cpu;                             /* fallback: the device lacks this kernel */
   /* For a fallback step: the CPU kernel, and the host address of each
    * operand (constant data, or its place in the plan's staging buffer). */
-  const gs_cpu_kernel *cpu_kernel;
+  const gs_host_kernel *cpu_kernel;
   void *host[GS_OP_MAX_IO];
 } step;
 
@@ -135,7 +133,7 @@ static int add_cast(gs_plan *p, int from, gs_dtype to, const char *name) {
     free(owned);
     return gs_error(GS_ENOMEM, "out of memory planning a cast");
   }
-  c->op = gs_op_find("Cast");
+  c->op_type = "Cast";
   c->node_name = owned;
   c->owns_node_name = true;
   c->n_in = c->n_out = 1;
@@ -177,17 +175,15 @@ static void free_call(gs_op_call *c) {
 
 /* Runs a CPU kernel on host data now (constant folding). */
 static int run_on_host(const gs_op_call *c, const void *const *in, void *const *out) {
-  gs_backend_t *cpu = gs_hal_backend_by_name("cpu");
-  const gs_cpu_kernel *k = cpu ? gs__backend_find_kernel(cpu, c->op->name) : NULL;
+  const gs_host_kernel *k = gs_host_kernel_find(c->op_type);
   if (!k)
-    return gs_error(GS_ENOTSUP, "no CPU kernel for %s to fold node %s", c->op->name, c->node_name);
-  gs_cpu_kernel_call kc = {.buffer_count = c->n_in + c->n_out, .params = &c,
-                           .params_size = sizeof c};
+    return gs_error(GS_ENOTSUP, "no CPU kernel for %s to fold node %s", c->op_type, c->node_name);
+  void *ptrs[GS_OP_MAX_IO * 2];
   for (int i = 0; i < c->n_in; i++)
-    kc.ptr[i] = (void *)in[i];
+    ptrs[i] = (void *)in[i];
   for (int i = 0; i < c->n_out; i++)
-    kc.ptr[c->n_in + i] = out[i];
-  return k->fn(&kc);
+    ptrs[c->n_in + i] = out[i];
+  return gs_host_kernel_run(k, &c, sizeof c, ptrs, c->n_in + c->n_out);
 }
 
 /* Folding computes on the host, so the host's memory bounds what it may make. */
@@ -201,7 +197,7 @@ static int plan_node(gs_plan *p, const gs_node *node) {
   gs_op_call *c = calloc(1, sizeof *c);
   if (!c)
     return gs_error(GS_ENOMEM, "out of memory planning node %s", node->name);
-  c->op = op;
+  c->op_type = op->name;
   c->node_name = node->name;
   c->n_in = node->n_in;
   c->n_out = node->n_out;
@@ -333,7 +329,7 @@ static int sole_consumer(gs_plan *p, int v) {
   return found;
 }
 
-static bool is_op(const step *s, const char *name) { return strcmp(s->call->op->name, name) == 0; }
+static bool is_op(const step *s, const char *name) { return strcmp(s->call->op_type, name) == 0; }
 
 /* Conv (constant float32 weights) followed by BatchNormalization (constant
  * parameters): new weights W*s and bias (b - mean)*s + B, s = scale/sqrt(var+eps). */
@@ -610,20 +606,19 @@ static int place_weights(gs_plan *p, uint64_t *total) {
  * the staging buffer (offsets kept in host[] until the buffer exists). */
 static int plan_fallback(gs_plan *p, step *st, uint64_t *staging_bytes) {
   const gs_op_call *c = st->call;
-  if (gs_device_supports_launch(p->device, c->op->name, &c, sizeof c))
+  if (gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
     return 0;
-  gs_backend_t *cpu = gs_hal_backend_by_name("cpu");
-  st->cpu_kernel = cpu ? gs__backend_find_kernel(cpu, c->op->name) : NULL;
+  st->cpu_kernel = gs_host_kernel_find(c->op_type);
   if (!st->cpu_kernel)
     return gs_error(GS_ENOTSUP, "%s has no kernel for %s (node %s), and neither has the CPU",
-                    gs_device_get_info(p->device)->id, c->op->name, c->node_name);
+                    gs_device_get_info(p->device)->id, c->op_type, c->node_name);
   st->on_cpu = true;
   p->report.cpu_fallback++;
-  if (!strstr(p->report.fallback_ops, c->op->name) &&
-      strlen(p->report.fallback_ops) + strlen(c->op->name) + 3 < sizeof p->report.fallback_ops) {
+  if (!strstr(p->report.fallback_ops, c->op_type) &&
+      strlen(p->report.fallback_ops) + strlen(c->op_type) + 3 < sizeof p->report.fallback_ops) {
     if (p->report.fallback_ops[0])
       strcat(p->report.fallback_ops, ", ");
-    strcat(p->report.fallback_ops, c->op->name);
+    strcat(p->report.fallback_ops, c->op_type);
   }
   size_t at = 0;
   for (int i = 0; i < c->n_in + c->n_out; i++) {
@@ -659,11 +654,7 @@ static void resolve_fallback(gs_plan *p, step *st) {
 static int run_fallback(void *arg) {
   const step *st = arg;
   const gs_op_call *c = st->call;
-  gs_cpu_kernel_call kc = {.buffer_count = c->n_in + c->n_out, .params = &c,
-                           .params_size = sizeof c};
-  for (int i = 0; i < kc.buffer_count; i++)
-    kc.ptr[i] = st->host[i];
-  return st->cpu_kernel->fn(&kc);
+  return gs_host_kernel_run(st->cpu_kernel, &c, sizeof c, st->host, c->n_in + c->n_out);
 }
 
 /* ---- plan lifecycle -------------------------------------------------------------------- */
@@ -948,7 +939,7 @@ static int run_steps(gs_plan *p) {
     for (int i = 0; i < c->n_out; i++)
       if (st->out[i] >= 0)
         locate(p, st->out[i], &args.buffers[c->n_in + i], &args.offsets[c->n_in + i]);
-    rc = gs_stream_launch(p->stream, c->op->name, &args);
+    rc = gs_stream_launch(p->stream, c->op_type, &args);
   }
   return rc;
 }

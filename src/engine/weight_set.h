@@ -9,7 +9,7 @@
 #ifndef GS_ENGINE_WEIGHT_SET_H
 #define GS_ENGINE_WEIGHT_SET_H
 
-#include "engine/tensor.h"
+#include "hal/op/tensor.h"
 #include "hal/hal.h"
 
 #include <stdint.h>

@@ -25,8 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Plugins built against a different version are refused at load. */
-#define GS_HAL_API_VERSION 3u
+/* Plugins built against a different version are refused at load. It covers
+ * this header, hal_impl.h and the op ABI (hal/op/: the tensor descriptor,
+ * gs_op_call, the attribute blocks). */
+#define GS_HAL_API_VERSION 4u
 
 typedef struct gs_backend gs_backend_t;
 typedef struct gs_device gs_device_t;
@@ -290,6 +292,18 @@ bool gs_device_supports_launch(const gs_device_t *device, const char *op, const 
                                size_t params_size);
 /* Queues the kernel registered under `op`. GS_ENOTSUP if there is none. */
 int gs_stream_launch(gs_stream_t *s, const char *op, const gs_kernel_args *args);
+
+/* Op kernels run now, on the calling thread, over host memory: the built-in
+ * CPU backend's, for constant folding and for a plan step its device has no
+ * kernel for. A handle stays valid until gs_hal_shutdown(). */
+typedef struct gs_host_kernel gs_host_kernel;
+/* The host kernel of `op`, or NULL when the CPU backend has none or is not loaded. */
+const gs_host_kernel *gs_host_kernel_find(const char *op);
+/* Runs it over `n_buffers` host pointers (inputs, then outputs; NULL for an
+ * omitted input) with the launch's parameter block. Returns the kernel's
+ * result: 0 or a GS_E code with gs_error detail. */
+int gs_host_kernel_run(const gs_host_kernel *kernel, const void *params, size_t params_size,
+                       void *const *ptrs, int n_buffers);
 
 /* Parameters of the built-in test kernel "axpy_f32": y[i] += alpha * x[i]
  * for i < n, with buffers[0] = x and buffers[1] = y. */

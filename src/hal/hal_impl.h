@@ -134,8 +134,11 @@ const void *gs__backend_find_kernel(const gs_backend_t *backend, const char *nam
 /* The backend's context pointer of a stream or event. */
 void *gs__stream_ctx(const gs_stream_t *stream);
 
-/* The built-in CPU backend's interface (src/hal/cpu/cpu_backend.c). */
+/* The built-in CPU backend's interface (src/hal/cpu/cpu_backend.c), whose
+ * init also registers the op kernels (src/hal/cpu/ops/); and that init
+ * without them, for test plugins that stand for a backend lacking kernels. */
 extern const gs_backend_iface gs__cpu_backend_iface;
+int gs__cpu_init_devices(gs_backend_t *backend);
 
 /* ---- between hal.c and pool.c ------------------------------------------ */
 

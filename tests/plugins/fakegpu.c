@@ -72,6 +72,7 @@ static int fake_telemetry(gs_device_t *device, gs_telemetry *out) {
 int gs_plugin_init(const gs_backend_iface **out) {
   iface = gs__cpu_backend_iface;
   iface.name = "fakegpu";
+  iface.init = gs__cpu_init_devices; /* no op kernels, as before the HAL had them */
   iface.device_processes = fake_processes;
   iface.device_telemetry = fake_telemetry;
   *out = &iface;

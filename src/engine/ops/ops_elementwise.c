@@ -1,7 +1,7 @@
 /* ops_elementwise.c - definitions of the element-wise ops: unary math and
  * activations, Cast, Clip, and the broadcasting binary and variadic ops. */
 #include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
 
 #include "base/error.h"

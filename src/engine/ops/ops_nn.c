@@ -1,7 +1,7 @@
 /* ops_nn.c - definitions of the neural-network ops: Gemm, MatMul, Conv,
  * ConvTranspose, the normalisations, pooling and Softmax. */
 #include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
 
 #include "base/error.h"

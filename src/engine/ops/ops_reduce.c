@@ -1,7 +1,7 @@
 /* ops_reduce.c - definitions of the reductions: ReduceMean, ReduceSum,
  * ReduceMax, ArgMax and TopK. */
 #include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
 
 #include "base/error.h"
@@ -54,7 +54,7 @@ static int infer_reduce(gs_op_call *c, const gs_node *n) {
     a->reduce[ax] = true;
   }
   for (int i = 0; i < x->rank; i++)
-    if (a->reduce[i] && x->dims[i] == 0 && strcmp(c->op->name, "ReduceMax") == 0)
+    if (a->reduce[i] && x->dims[i] == 0 && strcmp(c->op_type, "ReduceMax") == 0)
       return gs_op_fail(c, "ReduceMax over an empty dimension has no value");
   c->out[0].dtype = c->in[0].dtype;
   c->out[0].shape = reduced_shape(x, a);

@@ -2,7 +2,7 @@
  * reshapes, transposes, joins and splits, slicing and gathering, padding,
  * resizing, and the constants. */
 #include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
 
 #include "base/error.h"

@@ -2,6 +2,7 @@
  * memory (plain and page-locked), and its kernel table. Streams and events
  * are in cpu_stream.c, telemetry in cpu_telemetry.c. */
 #include "hal/cpu/cpu_internal.h"
+#include "hal/cpu/ops/kernels.h"
 
 #include "base/fileutil.h"
 #include "base/log.h"
@@ -161,6 +162,16 @@ static int cpu_init(gs_backend_t *backend) {
   return gs__backend_register_kernel(backend, "axpy_f32", &axpy_f32_kernel);
 }
 
+int gs__cpu_init_devices(gs_backend_t *backend) {
+  return cpu_init(backend);
+}
+
+/* The built-in backend also runs the engine's ops (hal/cpu/ops/). */
+static int cpu_init_with_ops(gs_backend_t *backend) {
+  int rc = cpu_init(backend);
+  return rc < 0 ? rc : gs__cpu_register_ops(backend);
+}
+
 static void cpu_shutdown(gs_backend_t *backend) {
   for (int i = 0; i < gs__backend_device_count(backend); i++) {
     cpu_device *cd = gs__device_ctx(gs__backend_device(backend, i));
@@ -176,7 +187,7 @@ static int cpu_telemetry(gs_device_t *device, gs_telemetry *out) {
 
 const gs_backend_iface gs__cpu_backend_iface = {
     .name = "cpu",
-    .init = cpu_init,
+    .init = cpu_init_with_ops,
     .shutdown = cpu_shutdown,
     .segment_alloc = cpu_segment_alloc,
     .segment_free = cpu_segment_free,

@@ -12,7 +12,7 @@
 #ifndef GS_HAL_DEVOPS_H
 #define GS_HAL_DEVOPS_H
 
-#include "engine/op_launch.h"
+#include "hal/op/op_launch.h"
 
 #define GS_DEVOPS_KERNELS(X)                                                                     \
   X(unary_f32) X(unary_f16) X(clip_f32) X(clip_f16) X(binary_f32) X(binary_f16)                 \

@@ -1,9 +1,9 @@
 /* op_attrs.h - the parsed attributes of each op, as its infer function
  * leaves them for the kernels of every backend. Flat structs: one free(). */
-#ifndef GS_ENGINE_OP_ATTRS_H
-#define GS_ENGINE_OP_ATTRS_H
+#ifndef GS_HAL_OP_ATTRS_H
+#define GS_HAL_OP_ATTRS_H
 
-#include "engine/tensor.h"
+#include "hal/op/tensor.h"
 
 /* Activation fused into the op that precedes it (plan.c fuses them). */
 typedef enum { GS_ACT_NONE, GS_ACT_RELU } gs_activation;

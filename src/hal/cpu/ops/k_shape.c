@@ -1,7 +1,7 @@
 /* k_shape.c - CPU kernels of the ops that move data: copies (Reshape and
  * its kin), Transpose, Concat, Split, Slice, Gather, Expand, Pad, Resize,
  * Shape and ConstantOfShape. They work on bytes, whatever the type. */
-#include "engine/cpu/kernels.h"
+#include "hal/cpu/ops/kernels.h"
 
 #include "base/error.h"
 

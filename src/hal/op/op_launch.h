@@ -2,11 +2,11 @@
  * they read from a launch's gs_op_call, written once for all of them. Header
  * only (static inline): plugins resolve only the HAL's symbols from their
  * host, and the HAL's conformance runner has no engine at all. */
-#ifndef GS_ENGINE_OP_LAUNCH_H
-#define GS_ENGINE_OP_LAUNCH_H
+#ifndef GS_HAL_OP_LAUNCH_H
+#define GS_HAL_OP_LAUNCH_H
 
-#include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "hal/op/op_call.h"
+#include "hal/op/op_attrs.h"
 
 /* The node's call from a launch's (or a kernel_supports query's) params:
  * the plan passes a pointer to its gs_op_call pointer. NULL otherwise. */

@@ -2,8 +2,8 @@
 #ifndef GS_ENGINE_CPU_DNNL_CONV_H
 #define GS_ENGINE_CPU_DNNL_CONV_H
 
-#include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "hal/op/op_call.h"
+#include "hal/op/op_attrs.h"
 
 /* Runs the Conv of call c on float32 operands p (inputs, then the output).
  * Sets *done when oneDNN did it; leaves it false when oneDNN cannot (then

@@ -1,8 +1,8 @@
 /* k_elementwise.c - CPU kernels of the element-wise ops. float32 has fast
  * loops the compiler vectorises; other types go through double (floats) or
  * int64 (integers) element by element. */
-#include "engine/cpu/kernels.h"
-#include "engine/cpu/fastmath.h"
+#include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/fastmath.h"
 
 #include "base/error.h"
 
@@ -394,7 +394,7 @@ static int run_binary(const gs_cpu_kernel_call *k, binary_op op) {
   int rc = binary(op, &c->in[0], k->ptr[0], &c->in[1], k->ptr[1], &c->out[0], k->ptr[2]);
   if (rc < 0) { /* which node, as the device kernels' failures say */
     char prefix[200];
-    snprintf(prefix, sizeof prefix, "node %s (%s)", c->node_name, c->op->name);
+    snprintf(prefix, sizeof prefix, "node %s (%s)", c->node_name, c->op_type);
     return gs_error_prefix(rc, prefix);
   }
   return rc;

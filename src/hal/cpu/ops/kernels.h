@@ -1,11 +1,11 @@
-/* kernels.h - what the CPU kernels of the engine share: element loads and
+/* kernels.h - what the CPU backend's op kernels share: element loads and
  * stores for every type, the broadcasting iterator, and the registration
  * of each family's kernels in the CPU backend's kernel table. */
-#ifndef GS_ENGINE_CPU_KERNELS_H
-#define GS_ENGINE_CPU_KERNELS_H
+#ifndef GS_HAL_CPU_OPS_KERNELS_H
+#define GS_HAL_CPU_OPS_KERNELS_H
 
-#include "engine/op.h"
-#include "engine/ops/op_attrs.h"
+#include "hal/op/op_call.h"
+#include "hal/op/op_attrs.h"
 #include "hal/cpu/cpu_kernel.h"
 #include "hal/hal_impl.h"
 
@@ -127,7 +127,9 @@ typedef struct gs_cpu_kernel_entry {
 #define GS_CPU_KERNEL(name, func) {name, {.fn = func}}
 int gs__cpu_register_table(gs_backend_t *be, const gs_cpu_kernel_entry *table, size_t count);
 
-/* Registration of each family's CPU kernels (called by gs_engine_init). */
+/* Registration of each family's CPU kernels, and of them all (called when
+ * the built-in CPU backend starts). */
+int gs__cpu_register_ops(gs_backend_t *be);
 int gs__cpu_register_elementwise(gs_backend_t *be);
 int gs__cpu_register_nn(gs_backend_t *be);
 int gs__cpu_register_reduce(gs_backend_t *be);

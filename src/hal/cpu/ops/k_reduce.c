@@ -1,7 +1,7 @@
 /* k_reduce.c - CPU kernels of the reductions: ReduceMean, ReduceSum and
  * ReduceMax over any set of axes, ArgMax and TopK along one axis. */
-#include "engine/cpu/kernels.h"
-#include "engine/op_launch.h"
+#include "hal/cpu/ops/kernels.h"
+#include "hal/op/op_launch.h"
 
 #include "base/error.h"
 

@@ -8,10 +8,10 @@
  * blocked layouts, and the engine's tensors are NCHW, so each call would pay
  * two reorders - a full pass over memory each - around an op that is itself
  * one pass. The loops below make that one pass, vectorised. */
-#include "engine/cpu/kernels.h"
-#include "engine/cpu/dnnl_conv.h"
-#include "engine/cpu/fastmath.h"
-#include "engine/op_launch.h"
+#include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/dnnl_conv.h"
+#include "hal/cpu/ops/fastmath.h"
+#include "hal/op/op_launch.h"
 
 #include "base/error.h"
 

@@ -4,7 +4,7 @@
  * weights are reordered to that layout once when they are constant, and
  * the activations are reordered from and to NCHW around each call, since
  * the rest of the engine works in NCHW. */
-#include "engine/cpu/dnnl_conv.h"
+#include "hal/cpu/ops/dnnl_conv.h"
 
 #include "base/error.h"
 #include "base/log.h"

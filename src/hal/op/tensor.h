@@ -1,7 +1,7 @@
 /* tensor.h - element types, shapes, and their conversions: the vocabulary
  * shared by the ONNX importer, the ops, the kernels and the API layer. */
-#ifndef GS_ENGINE_TENSOR_H
-#define GS_ENGINE_TENSOR_H
+#ifndef GS_HAL_OP_TENSOR_H
+#define GS_HAL_OP_TENSOR_H
 
 #include <stdbool.h>
 #include <stddef.h>

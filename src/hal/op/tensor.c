@@ -1,5 +1,5 @@
 /* tensor.c - element types, shapes and half-precision conversions. */
-#include "engine/tensor.h"
+#include "hal/op/tensor.h"
 
 #include "base/error.h"
 
