@@ -2,46 +2,13 @@
  * model metadata, model configuration in Triton's shape, and inference with
  * JSON tensors and with the binary tensor data extension. */
 #include "api/kserve.h"
+#include "api/kserve_data.h"
 
 #include "base/error.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const struct {
-  gs_dtype dtype;
-  const char *name;   /* KServe v2 datatype */
-  const char *triton; /* model configuration data_type */
-} types[] = {
-    {GS_DT_BOOL, "BOOL", "TYPE_BOOL"},     {GS_DT_UINT8, "UINT8", "TYPE_UINT8"},
-    {GS_DT_INT8, "INT8", "TYPE_INT8"},     {GS_DT_INT16, "INT16", "TYPE_INT16"},
-    {GS_DT_INT32, "INT32", "TYPE_INT32"},  {GS_DT_INT64, "INT64", "TYPE_INT64"},
-    {GS_DT_FLOAT16, "FP16", "TYPE_FP16"},  {GS_DT_BFLOAT16, "BF16", "TYPE_BF16"},
-    {GS_DT_FLOAT32, "FP32", "TYPE_FP32"},  {GS_DT_FLOAT64, "FP64", "TYPE_FP64"},
-    {GS_DT_BYTES, "BYTES", "TYPE_STRING"},
-};
-
-const char *gs_kserve_dtype_name(gs_dtype dt) {
-  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-    if (types[i].dtype == dt)
-      return types[i].name;
-  return "INVALID";
-}
-
-static const char *triton_name(gs_dtype dt) {
-  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-    if (types[i].dtype == dt)
-      return types[i].triton;
-  return "TYPE_INVALID";
-}
-
-gs_dtype gs_kserve_dtype_from_name(const char *name) {
-  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-    if (strcmp(types[i].name, name) == 0)
-      return types[i].dtype;
-  return GS_DT_INVALID;
-}
 
 /* ---- replies ---------------------------------------------------------------------- */
 
@@ -129,7 +96,7 @@ static void tensor_lists(gs_served_model *m, gs_served_version *v, bool config, 
       json_t *t = json_object();
       json_object_set_new(t, "name", json_string(vs[i].name));
       json_object_set_new(t, config ? "data_type" : "datatype",
-                          json_string(config ? triton_name(vs[i].dtype)
+                          json_string(config ? gs_kserve_triton_name(vs[i].dtype)
                                              : gs_kserve_dtype_name(vs[i].dtype)));
       json_object_set_new(t, config ? "dims" : "shape", shape_json(m, &vs[i], config));
       json_array_append_new(pass ? outs : ins, t);
@@ -327,26 +294,6 @@ static int flatten(json_t *a, gs_dtype dt, char *buf, int64_t *at, int64_t count
   return 0;
 }
 
-json_t *gs_kserve_data_json(gs_dtype dt, const void *p, int64_t n) {
-  json_t *a = json_array();
-  for (int64_t i = 0; i < n; i++) {
-    switch (dt) {
-    case GS_DT_FLOAT32: json_array_append_new(a, json_real(((const float *)p)[i])); break;
-    case GS_DT_FLOAT64: json_array_append_new(a, json_real(((const double *)p)[i])); break;
-    case GS_DT_FLOAT16: json_array_append_new(a, json_real(gs_f16_to_f32(((const uint16_t *)p)[i]))); break;
-    case GS_DT_BFLOAT16: json_array_append_new(a, json_real(gs_bf16_to_f32(((const uint16_t *)p)[i]))); break;
-    case GS_DT_INT64: json_array_append_new(a, json_integer(((const int64_t *)p)[i])); break;
-    case GS_DT_INT32: json_array_append_new(a, json_integer(((const int32_t *)p)[i])); break;
-    case GS_DT_INT16: json_array_append_new(a, json_integer(((const int16_t *)p)[i])); break;
-    case GS_DT_INT8: json_array_append_new(a, json_integer(((const int8_t *)p)[i])); break;
-    case GS_DT_UINT8: json_array_append_new(a, json_integer(((const uint8_t *)p)[i])); break;
-    case GS_DT_BOOL: json_array_append_new(a, json_boolean(((const uint8_t *)p)[i])); break;
-    default: break;
-    }
-  }
-  return a;
-}
-
 /* ---- BYTES ---------------------------------------------------------------------------- */
 
 /* Counts the strings of a (possibly nested) JSON array and their bytes;
@@ -408,52 +355,6 @@ static int strings_from_json(json_t *data, int64_t count, void **block, const ch
   return GS_OK;
 }
 
-/* Binary BYTES as the binary extension sends them: each element a 4-byte
- * little-endian length and that many bytes, exactly `size` bytes for
- * `count` elements. The records point into `data`, which must outlive
- * them. */
-static int strings_from_binary(const char *data, size_t size, int64_t count, void **block,
-                               const char *name, char *why, size_t why_len) {
-  if (count < 0 || (uint64_t)count > size / 4) { /* each string has its 4-byte length */
-    snprintf(why, why_len, "input '%s': %zu bytes of binary data cannot hold %lld strings", name,
-             size, (long long)count);
-    return GS_EINVAL;
-  }
-  gs_bytes_ref *recs = malloc((size_t)count * sizeof *recs + 1);
-  if (!recs) {
-    snprintf(why, why_len, "out of memory for input '%s'", name);
-    return GS_ENOMEM;
-  }
-  size_t at = 0;
-  for (int64_t i = 0; i < count; i++) {
-    if (size - at < 4) {
-      snprintf(why, why_len, "input '%s': its binary data end before the length of string %lld "
-               "of %lld", name, (long long)i, (long long)count);
-      free(recs);
-      return GS_EINVAL;
-    }
-    const unsigned char *p = (const unsigned char *)data + at;
-    uint32_t len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    at += 4;
-    if (size - at < len) {
-      snprintf(why, why_len, "input '%s': string %lld says %u bytes, only %zu are left", name,
-               (long long)i, len, size - at);
-      free(recs);
-      return GS_EINVAL;
-    }
-    recs[i] = (gs_bytes_ref){.data = data + at, .len = len};
-    at += len;
-  }
-  if (at != size) {
-    snprintf(why, why_len, "input '%s': %zu bytes of binary data are left after its %lld strings",
-             name, size - at, (long long)count);
-    free(recs);
-    return GS_EINVAL;
-  }
-  *block = recs;
-  return GS_OK;
-}
-
 /* The size of BYTES elements in the binary form (SIZE_MAX when one is too
  * long for its 4-byte length), and the form itself. */
 static size_t strings_binary_size(const gs_bytes_ref *recs, int64_t n) {
@@ -476,20 +377,6 @@ static void strings_to_binary(const gs_bytes_ref *recs, int64_t n, char *out) {
       memcpy(out + 4, recs[i].data, len);
     out += 4 + len;
   }
-}
-
-/* JSON strings; NULL when one is not valid UTF-8 (JSON cannot carry it). */
-static json_t *strings_json(const gs_bytes_ref *recs, int64_t n) {
-  json_t *a = json_array();
-  for (int64_t i = 0; a && i < n; i++) {
-    json_t *s = json_stringn(recs[i].len ? recs[i].data : "", recs[i].len);
-    if (!s) {
-      json_decref(a);
-      return NULL;
-    }
-    json_array_append_new(a, s);
-  }
-  return a;
 }
 
 static bool param_true(json_t *obj, const char *key) {
@@ -625,7 +512,7 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
                  "data are left", name, (long long)n, binary_left);
         goto fail;
       }
-      int src = strings_from_binary(binary, (size_t)n, count, &r->owned[idx], name, why,
+      int src = gs_kserve_strings_from_binary(binary, (size_t)n, count, &r->owned[idx], name, why,
                                     sizeof why);
       if (src < 0) {
         status = src == GS_ENOMEM ? 500 : 400;
@@ -748,7 +635,7 @@ int gs_kserve_parse_raw(gs_served_model *m, gs_served_version *v, const char *bo
     return gs_http_reply_error(err, 400, why), GS_EINVAL;
   }
   if (in->dtype == GS_DT_BYTES) {
-    int rc = strings_from_binary(body, len, count, &r->owned[0], in->name, why, sizeof why);
+    int rc = gs_kserve_strings_from_binary(body, len, count, &r->owned[0], in->name, why, sizeof why);
     if (rc < 0)
       return gs_http_reply_error(err, rc == GS_ENOMEM ? 500 : 400, why), rc;
     r->inputs[0] = r->owned[0];
@@ -806,7 +693,7 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
       json_object_set_new(o, "parameters", p);
       binary_total += binary_size[i];
     } else {
-      json_t *data = strings ? strings_json(r->outputs[i], numel)
+      json_t *data = strings ? gs_kserve_strings_json(r->outputs[i], numel)
                              : gs_kserve_data_json(info->dtype, r->outputs[i], numel);
       if (!data) {
         char why[300];

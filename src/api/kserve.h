@@ -24,11 +24,6 @@ int gs_http_reply_json(gs_http_reply *r, int status, json_t *j);
 /* {"error": message} with `status`. */
 int gs_http_reply_error(gs_http_reply *r, int status, const char *message);
 
-const char *gs_kserve_dtype_name(gs_dtype dt);
-/* "FP32" -> GS_DT_FLOAT32; GS_DT_INVALID if unknown. */
-gs_dtype gs_kserve_dtype_from_name(const char *name);
-/* `n` numbers of type dt as a JSON array (not BYTES). */
-json_t *gs_kserve_data_json(gs_dtype dt, const void *data, int64_t n);
 /* POST /v2/repository/index: every model with its state (and why not ready). */
 int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r);
 int gs_kserve_server_metadata(gs_http_reply *r, const char *version);

@@ -9,7 +9,6 @@
 #include "engine/batch.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <jansson.h>
 #include <signal.h>
@@ -17,39 +16,43 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char batch_help[] =
-    "Usage: gpusrv batch MODEL --input PATH --output DIR [OPTIONS]\n"
-    "\n"
-    "Runs MODEL (a model.onnx, or a model directory of <version>/model.onnx) over every row\n"
-    "of a data set and writes DIR/<output name>.npy, rows in input order. The data set is a\n"
-    ".npy file (rows along its first dimension), a directory of .npy files (taken in name\n"
-    "order, each one row or several) or a CSV file (one row per line; a header line is\n"
-    "skipped). Storage is read ahead by reader threads, rows are converted and normalised on\n"
-    "a CPU thread pool into pinned staging buffers, then copied to the device, computed and\n"
-    "copied back, overlapped batch by batch. At the end it prints each stage's throughput\n"
-    "and busy fraction and names the bottleneck. The results equal `gpusrv model run`'s.\n"
-    "\n"
-    "Options:\n"
-    "  -i, --input PATH       The data set (.npy, a directory of .npy, or .csv)\n"
-    "  -o, --output DIR       Where the outputs go (made if missing)\n"
-    "  -b, --batch N          Rows per batch (default 64; a model's fixed batch size wins)\n"
-    "  -d, --device ID[,ID]   Device to run on (default: the first). With several, the model\n"
-    "                         is cut into that many consecutive parts, one per device in\n"
-    "                         that order, of about equal weight; what a part computes is\n"
-    "                         copied to the next part's device in an exchange stage\n"
-    "      --precision P      fp32 (default), fp16 or bf16\n"
-    "      --preprocess SPEC  scale=X,mean=M,std=S: each value becomes (x*X - M)/S\n"
-    "                         (fractions allowed: scale=1/255)\n"
-    "      --slots N          Batches in flight (default 4)\n"
-    "      --readers N        Reader threads (default 2)\n"
-    "      --workers N        Preprocessing threads (default: the cores)\n"
-    "      --json             Print the figures as JSON\n"
-    "      --url URL          Run it as a job of that daemon, under a booking of the front\n"
-    "                         desk (its tenant's user must be able to read the model and the\n"
-    "                         data set and write DIR); it waits, then prints the job's output\n"
-    "      --token TOKEN      Bearer token for --url (default: GPUSRV_TOKEN)\n"
-    "      --cpus N           With --url: the CPU cores to book (default: --workers, else 1)\n"
-    "      --gpus N           With --url: whole devices to book\n";
+typedef struct batch_opts {
+  const char *input, *output, *device, *precision, *preprocess;
+  long long batch, slots, readers, workers, gpus;
+  double cpus;
+  bool json;
+  gs_cli_daemon_opts daemon;
+} batch_opts;
+
+static const gs_cli_option batch_options[] = {
+    {"input", 'i', GS_OPT_STRING, offsetof(batch_opts, input), "PATH",
+     "The data set (.npy, a directory of .npy, or .csv)", 0, 0},
+    {"output", 'o', GS_OPT_STRING, offsetof(batch_opts, output), "DIR",
+     "Where the outputs go (made if missing)", 0, 0},
+    {"batch", 'b', GS_OPT_INT, offsetof(batch_opts, batch), "N",
+     "Rows per batch (default 64; a model's fixed batch size wins)", 1, 1 << 20},
+    {"device", 'd', GS_OPT_STRING, offsetof(batch_opts, device), "ID[,ID]",
+     "Device to run on (default: the first). With several, the model is cut into that many "
+     "consecutive parts, one per device in that order, of about equal weight; what a part "
+     "computes is copied to the next part's device in an exchange stage", 0, 0},
+    GS_CLI_OPT("precision", GS_OPT_STRING, batch_opts, precision, "P", "fp32 (default), fp16 or bf16"),
+    GS_CLI_OPT("preprocess", GS_OPT_STRING, batch_opts, preprocess, "SPEC",
+               "scale=X,mean=M,std=S: each value becomes (x*X - M)/S (fractions allowed: "
+               "scale=1/255)"),
+    GS_CLI_OPT_RANGE("slots", GS_OPT_INT, batch_opts, slots, "N", "Batches in flight (default 4)",
+                     1, 64),
+    GS_CLI_OPT_RANGE("readers", GS_OPT_INT, batch_opts, readers, "N",
+                     "Reader threads (default 2, at most 16)", 1, 1 << 20),
+    GS_CLI_OPT_RANGE("workers", GS_OPT_INT, batch_opts, workers, "N",
+                     "Preprocessing threads (default: the cores, at most 32)", 1, 1 << 20),
+    GS_CLI_OPT("json", GS_OPT_BOOL, batch_opts, json, NULL, "Print the figures as JSON"),
+    GS_CLI_DAEMON_ROWS(batch_opts),
+    GS_CLI_OPT_RANGE("cpus", GS_OPT_REAL, batch_opts, cpus, "N",
+                     "With --url: the CPU cores to book (default: --workers, else 1)", 0.001, 4096),
+    GS_CLI_OPT_RANGE("gpus", GS_OPT_INT, batch_opts, gpus, "N",
+                     "With --url: whole devices to book", 0, 64),
+    GS_CLI_OPTIONS_END,
+};
 
 typedef struct progress_state {
   bool tty;
@@ -243,105 +246,65 @@ static int parse_devices(const char *list, gs_batch_options *o) {
   }
 }
 
-/* A usage error, once the forwarded options are let go. */
-#define USAGE_ERROR(...)                                                                     \
-  do {                                                                                         \
-    json_decref(forward);                                                                      \
-    return gs_cli_usage_error(me, __VA_ARGS__);                                                \
-  } while (0)
+/* For --url: the options that shape the run itself, as parsed (never the
+ * token), for the job's command line. New reference. */
+static json_t *forwarded_options(const gs_cli_args *args, const batch_opts *b) {
+  const gs_cli_command *me = &gs_cli_batch;
+  json_t *f = json_array();
+  const struct {
+    const char *name;
+    const char *text;
+    long long number;
+  } rows[] = {{"batch", NULL, b->batch},           {"device", b->device, 0},
+              {"precision", b->precision, 0},      {"preprocess", b->preprocess, 0},
+              {"slots", NULL, b->slots},           {"readers", NULL, b->readers},
+              {"workers", NULL, b->workers}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    if (!gs_cli_given(me, args, rows[i].name))
+      continue;
+    char flag[32], number[32];
+    snprintf(flag, sizeof flag, "--%s", rows[i].name);
+    snprintf(number, sizeof number, "%lld", rows[i].number);
+    json_array_append_new(f, json_string(flag));
+    json_array_append_new(f, json_string(rows[i].text ? rows[i].text : number));
+  }
+  if (b->json)
+    json_array_append_new(f, json_string("--json"));
+  return f;
+}
 
 static int batch_run_cmd(int argc, char **argv) {
   const gs_cli_command *me = &gs_cli_batch;
-  gs_batch_options o = {.scale = 1, .mean = 0, .std = 1};
-  const char *precision = "fp32", *device = NULL, *url = NULL, *token = NULL;
-  double cpus = 0;
-  int gpus = 0;
-  json_t *forward = json_array(); /* for --url: the run's own options, normalised */
-  bool json_out = false;
-  static const struct option opts[] = {
-      {"input", required_argument, NULL, 'i'},   {"output", required_argument, NULL, 'o'},
-      {"batch", required_argument, NULL, 'b'},   {"device", required_argument, NULL, 'd'},
-      {"precision", required_argument, NULL, 'p'}, {"preprocess", required_argument, NULL, 'P'},
-      {"slots", required_argument, NULL, 's'},   {"readers", required_argument, NULL, 'r'},
-      {"workers", required_argument, NULL, 'w'}, {"json", no_argument, NULL, 'j'},
-      {"url", required_argument, NULL, 'u'},     {"token", required_argument, NULL, 't'},
-      {"cpus", required_argument, NULL, 'c'},    {"gpus", required_argument, NULL, 'g'},
-      {NULL, 0, NULL, 0}};
-  optind = 1;
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "i:o:b:d:", opts, NULL)) != -1) {
-    char *end = NULL;
-    long n = 0;
-    if (strchr("bsrw", c)) {
-      n = strtol(optarg, &end, 10);
-      if (end == optarg || *end || n < 1 || n > 1 << 20)
-        USAGE_ERROR("bad number '%s'", optarg);
-    }
-    static const char *const forwarded[] = {['b'] = "--batch", ['d'] = "--device",
-                                            ['p'] = "--precision", ['P'] = "--preprocess",
-                                            ['s'] = "--slots", ['r'] = "--readers",
-                                            ['w'] = "--workers"};
-    if (c > 0 && c < (int)(sizeof forwarded / sizeof forwarded[0]) && forwarded[c]) {
-      json_array_append_new(forward, json_string(forwarded[c]));
-      json_array_append_new(forward, json_string(optarg));
-    } else if (c == 'j') {
-      json_array_append_new(forward, json_string("--json"));
-    }
-    switch (c) {
-    case 'i': o.input = optarg; break;
-    case 'o': o.output_dir = optarg; break;
-    case 'b': o.batch = (int)n; break;
-    case 'd': device = optarg; break;
-    case 'p': precision = optarg; break;
-    case 'P':
-      if (gs_batch_parse_preprocess(optarg, &o) < 0)
-        USAGE_ERROR("%s", gs_error_detail());
-      break;
-    case 's':
-      if (n > 64)
-        USAGE_ERROR("--slots is 1 to 64");
-      o.slots = (int)n;
-      break;
-    case 'r': o.readers = n > 16 ? 16 : (int)n; break;
-    case 'w': o.workers = n > 32 ? 32 : (int)n; break;
-    case 'j': json_out = true; break;
-    case 'u': url = optarg; break;
-    case 't': token = optarg; break;
-    case 'c':
-      cpus = strtod(optarg, &end);
-      if (end == optarg || *end || !(cpus > 0) || cpus > 4096)
-        USAGE_ERROR("bad --cpus '%s'", optarg);
-      break;
-    case 'g':
-      gpus = (int)strtol(optarg, &end, 10);
-      if (end == optarg || *end || gpus < 0 || gpus > 64)
-        USAGE_ERROR("bad --gpus '%s'", optarg);
-      break;
-    default:
-      USAGE_ERROR("unknown or incomplete option '%s'", argv[optind - 1]);
-    }
-  }
-  if (optind != argc - 1)
-    USAGE_ERROR("give one MODEL");
+  batch_opts b = {0};
+  gs_cli_args args;
+  int rc = gs_cli_parse(me, argc, argv, &b, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  gs_batch_options o = {.scale = 1, .mean = 0, .std = 1, .input = b.input,
+                        .output_dir = b.output, .batch = (int)b.batch, .slots = (int)b.slots,
+                        .readers = b.readers > 16 ? 16 : (int)b.readers,
+                        .workers = b.workers > 32 ? 32 : (int)b.workers};
+  const char *precision = b.precision ? b.precision : "fp32", *device = b.device;
+  if (b.preprocess && gs_batch_parse_preprocess(b.preprocess, &o) < 0)
+    return gs_cli_usage_error(me, "%s", gs_error_detail());
   if (!o.input || !o.output_dir)
-    USAGE_ERROR("--input and --output are required");
+    return gs_cli_usage_error(me, "--input and --output are required");
   if (!gs_precision_from_name(precision, &o.precision))
-    USAGE_ERROR("--precision is fp32, fp16 or bf16, not '%s'", precision);
+    return gs_cli_usage_error(me, "--precision is fp32, fp16 or bf16, not '%s'", precision);
   char model[4096];
-  if (resolve_model(argv[optind], model, sizeof model) < 0) {
+  if (resolve_model(args.words[0], model, sizeof model) < 0) {
     gs_cli_error("batch: %s", gs_error_detail());
-    json_decref(forward);
     return GS_EXIT_FAILED;
   }
   o.model_path = model;
-  if (url) {
-    int rc = run_as_job(url, token, forward, model, o.input, o.output_dir,
-                        cpus > 0 ? cpus : o.workers > 0 ? o.workers : 1, gpus);
+  if (b.daemon.url) {
+    json_t *forward = forwarded_options(&args, &b);
+    rc = run_as_job(b.daemon.url, b.daemon.token, forward, model, o.input, o.output_dir,
+                    b.cpus > 0 ? b.cpus : o.workers > 0 ? o.workers : 1, (int)b.gpus);
     json_decref(forward);
     return rc;
   }
-  json_decref(forward);
+  bool json_out = b.json;
   if (gs_hal_init() < 0 || gs_engine_init() < 0) {
     gs_cli_error("batch: %s", gs_error_detail());
     return GS_EXIT_FAILED;
@@ -362,7 +325,7 @@ static int batch_run_cmd(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   int64_t rows = 0;
   gs_pipeline_result r;
-  int rc = gs_batch_run(&o, &rows, &r);
+  rc = gs_batch_run(&o, &rows, &r);
   if (rc < 0) {
     gs_cli_error("batch: %s", gs_error_detail());
     gs_hal_shutdown();
@@ -375,7 +338,22 @@ static int batch_run_cmd(int argc, char **argv) {
 
 const gs_cli_command gs_cli_batch = {
     .name = "batch",
-    .summary = "Run a model over a data set as an overlapped pipeline",
-    .help = batch_help,
+    .usage = "gpusrv batch MODEL --input PATH --output DIR [OPTIONS]",
+    .about = "Runs MODEL (a model.onnx, or a model directory of <version>/model.onnx) over every\n"
+             "row of a data set and writes DIR/<output name>.npy, rows in input order. The data\n"
+             "set is a .npy file (rows along its first dimension), a directory of .npy files\n"
+             "(taken in name order, each one row or several) or a CSV file (one row per line; a\n"
+             "header line is skipped). Storage is read ahead by reader threads, rows are\n"
+             "converted and normalised on a CPU thread pool into pinned staging buffers, then\n"
+             "copied to the device, computed and copied back, overlapped batch by batch. At the\n"
+             "end it prints each stage's throughput and busy fraction and names the bottleneck.\n"
+             "The results equal `gpusrv model run`'s.\n"
+             "\n"
+             "With --url it runs as a job of that daemon, under a booking of the front desk (its\n"
+             "tenant's user must be able to read the model and the data set and write DIR); it\n"
+             "waits, then prints the job's output.",
+    .options = batch_options,
+    .min_args = 1,
+    .max_args = 1,
     .run = batch_run_cmd,
 };

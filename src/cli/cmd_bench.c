@@ -15,7 +15,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -23,21 +22,22 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char bench_help[] =
-    "Usage: gpusrv bench [--device ID] [--dir DIR] [--size MiB] [--json]\n"
-    "\n"
-    "Measures each stage of the data flow alone on this machine: storage read (O_DIRECT on a\n"
-    "temporary file, or with the page cache dropped), CPU preprocessing, H2D and D2H from\n"
-    "pinned and pageable memory, compute (fp32 GEMM FLOP/s and the digits demo model), and\n"
-    "exchange with another device of the same backend (n/a with none); then the whole\n"
-    "pipeline, synthetic and with the digits model over a data set on disk, as a fraction of\n"
-    "its slowest stage.\n"
-    "\n"
-    "Options:\n"
-    "  -d, --device ID   Device to measure (default: the first)\n"
-    "      --dir DIR     Where the temporary files go (default: /var/tmp)\n"
-    "      --size MiB    Size of the storage test file (default 256)\n"
-    "      --json        Print the figures as JSON\n";
+typedef struct bench_opts {
+  const char *device, *dir;
+  long long mib;
+  bool json;
+} bench_opts;
+
+static const gs_cli_option bench_options[] = {
+    {"device", 'd', GS_OPT_STRING, offsetof(bench_opts, device), "ID",
+     "Device to measure (default: the first)", 0, 0},
+    GS_CLI_OPT("dir", GS_OPT_STRING, bench_opts, dir, "DIR",
+               "Where the temporary files go (default: /var/tmp)"),
+    GS_CLI_OPT_RANGE("size", GS_OPT_INT, bench_opts, mib, "MiB",
+                     "Size of the storage test file (default 256)", 4, 1 << 20),
+    GS_CLI_OPT("json", GS_OPT_BOOL, bench_opts, json, NULL, "Print the figures as JSON"),
+    GS_CLI_OPTIONS_END,
+};
 
 static double seconds_since(uint64_t t0) { return (double)(gs_now_ns() - t0) / 1e9; }
 
@@ -513,33 +513,14 @@ static json_t *split_pipeline(gs_device_t *dev, gs_device_t *peer, const char *d
 
 static int bench_run(int argc, char **argv) {
   const gs_cli_command *me = &gs_cli_bench;
-  const char *device = NULL, *dir = "/var/tmp";
-  long mib = 256;
-  bool json_out = false;
-  static const struct option opts[] = {{"device", required_argument, NULL, 'd'},
-                                       {"dir", required_argument, NULL, 'D'},
-                                       {"size", required_argument, NULL, 's'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {NULL, 0, NULL, 0}};
-  optind = 1;
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "d:", opts, NULL)) != -1) {
-    char *end;
-    switch (c) {
-    case 'd': device = optarg; break;
-    case 'D': dir = optarg; break;
-    case 's':
-      mib = strtol(optarg, &end, 10);
-      if (end == optarg || *end || mib < 4 || mib > 1 << 20)
-        return gs_cli_usage_error(me, "--size is 4 to 1048576 MiB, not '%s'", optarg);
-      break;
-    case 'j': json_out = true; break;
-    default: return gs_cli_usage_error(me, "unknown or incomplete option '%s'", argv[optind - 1]);
-    }
-  }
-  if (optind != argc)
-    return gs_cli_usage_error(me, "unexpected '%s'", argv[optind]);
+  bench_opts o = {.dir = "/var/tmp", .mib = 256};
+  gs_cli_args args;
+  int parsed = gs_cli_parse(me, argc, argv, &o, &args);
+  if (parsed != GS_EXIT_OK)
+    return parsed;
+  const char *device = o.device, *dir = o.dir;
+  long mib = (long)o.mib;
+  bool json_out = o.json;
   if (gs_hal_init() < 0 || gs_engine_init() < 0) {
     gs_cli_error("bench: %s", gs_error_detail());
     return GS_EXIT_FAILED;
@@ -674,7 +655,13 @@ static int bench_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_bench = {
     .name = "bench",
-    .summary = "Measure each stage of the data flow on this machine, then whole pipelines",
-    .help = bench_help,
+    .usage = "gpusrv bench [--device ID] [--dir DIR] [--size MiB] [--json]",
+    .about = "Measures each stage of the data flow alone on this machine: storage read (O_DIRECT\n"
+             "on a temporary file, or with the page cache dropped), CPU preprocessing, H2D and\n"
+             "D2H from pinned and pageable memory, compute (fp32 GEMM FLOP/s and the digits demo\n"
+             "model), and exchange with another device of the same backend (n/a with none); then\n"
+             "the whole pipeline, synthetic and with the digits model over a data set on disk, as\n"
+             "a fraction of its slowest stage.",
+    .options = bench_options,
     .run = bench_run,
 };

@@ -1,7 +1,7 @@
 /* cmd_infer.c - `gpusrv infer`: one inference request to a running daemon
  * through the client library, inputs from .npy files sent as binary
  * tensors; outputs written as .npy files, or printed as JSON. */
-#include "api/kserve.h"
+#include "api/kserve_data.h"
 #include "cli/cli.h"
 #include "gpusrv/client.h"
 #include "engine/npy.h"
@@ -15,78 +15,52 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char infer_help[] =
-    "Usage: gpusrv infer MODEL -i NAME=FILE.npy [-i ...] [-o OUTDIR] [--url URL] [--token T]\n"
-    "\n"
-    "Sends one inference request (KServe v2, binary tensors) to a running `gpusrv serve`.\n"
-    "With -o, each output is written to OUTDIR/<name>.npy; without, the outputs are printed\n"
-    "as JSON.\n"
-    "\n"
-    "Options:\n"
-    "  -i, --input NAME=FILE   A .npy file for the model input NAME (one per input)\n"
-    "  -o, --output DIR        Where the outputs go (created if missing)\n"
-    "  --version V             The model version (default: the newest ready one)\n"
-    "  --url URL               The daemon (default: GPUSRV_URL, else http://127.0.0.1:8000)\n"
-    "  --token TOKEN           Bearer token (default: GPUSRV_TOKEN)\n";
-
 #define MAX_INPUTS 16
 #define MAX_OUTPUTS 16
 
-/* BYTES elements as the binary form has them (a 4-byte little-endian
- * length, then the bytes) as JSON strings; NULL when one is not UTF-8. */
-static json_t *strings_of(const char *p, size_t len) {
-  json_t *a = json_array();
-  for (size_t at = 0; a && at + 4 <= len;) {
-    const unsigned char *b = (const unsigned char *)p + at;
-    size_t n = (size_t)b[0] | (size_t)b[1] << 8 | (size_t)b[2] << 16 | (size_t)b[3] << 24;
-    at += 4;
-    json_t *s = n <= len - at ? json_stringn(p + at, n) : NULL;
-    if (!s) {
-      json_decref(a);
-      return NULL;
-    }
-    json_array_append_new(a, s);
-    at += n;
-  }
+typedef struct infer_opts {
+  gs_cli_list inputs;
+  const char *outdir, *version;
+  gs_cli_daemon_opts daemon;
+} infer_opts;
+
+static const gs_cli_option infer_options[] = {
+    {"input", 'i', GS_OPT_LIST, offsetof(infer_opts, inputs), "NAME=FILE",
+     "A .npy file for the model input NAME (one per input)", 0, 0},
+    {"output", 'o', GS_OPT_STRING, offsetof(infer_opts, outdir), "DIR",
+     "Where the outputs go (created if missing)", 0, 0},
+    GS_CLI_OPT("version", GS_OPT_STRING, infer_opts, version, "V",
+               "The model version (default: the newest ready one)"),
+    GS_CLI_DAEMON_ROWS(infer_opts),
+    GS_CLI_OPTIONS_END,
+};
+
+/* BYTES elements as the binary form has them, as JSON strings; NULL when
+ * they do not add up or one is not UTF-8. */
+static json_t *strings_of(const char *p, size_t len, int64_t count) {
+  void *recs = NULL;
+  char why[200];
+  if (gs_kserve_strings_from_binary(p, len, count, &recs, "output", why, sizeof why) < 0)
+    return NULL;
+  json_t *a = gs_kserve_strings_json(recs, count);
+  free(recs);
   return a;
 }
 
 static int infer_run(int argc, char **argv) {
-  const char *model = NULL, *outdir = NULL, *url = NULL, *token = NULL, *version = NULL;
-  const char *specs[MAX_INPUTS];
-  int n = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if ((!strcmp(a, "-i") || !strcmp(a, "--input")) && val) {
-      if (n == MAX_INPUTS)
-        return gs_cli_usage_error(&gs_cli_infer, "at most %d inputs", MAX_INPUTS);
-      if (!strchr(val, '=') || val[0] == '=')
-        return gs_cli_usage_error(&gs_cli_infer, "-i wants NAME=FILE.npy, got '%s'", val);
-      specs[n++] = val;
-      i++;
-    } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && val) {
-      outdir = val;
-      i++;
-    } else if (!strcmp(a, "--url") && val) {
-      url = val;
-      i++;
-    } else if (!strcmp(a, "--token") && val) {
-      token = val;
-      i++;
-    } else if (!strcmp(a, "--version") && val) {
-      version = val;
-      i++;
-    } else if (a[0] == '-') {
-      return gs_cli_usage_error(&gs_cli_infer, "unknown option '%s' (or it needs a value)", a);
-    } else if (model) {
-      return gs_cli_usage_error(&gs_cli_infer, "unexpected argument '%s'", a);
-    } else {
-      model = a;
-    }
-  }
-  if (!model)
-    return gs_cli_usage_error(&gs_cli_infer, "which model?");
+  infer_opts opts = {0};
+  gs_cli_args args;
+  int rc = gs_cli_parse(&gs_cli_infer, argc, argv, &opts, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  const char *model = args.words[0], *outdir = opts.outdir, *version = opts.version;
+  const char *const *specs = opts.inputs.items;
+  int n = opts.inputs.n;
+  if (n > MAX_INPUTS)
+    return gs_cli_usage_error(&gs_cli_infer, "at most %d inputs", MAX_INPUTS);
+  for (int i = 0; i < n; i++)
+    if (!strchr(specs[i], '=') || specs[i][0] == '=')
+      return gs_cli_usage_error(&gs_cli_infer, "-i wants NAME=FILE.npy, got '%s'", specs[i]);
   if (n == 0)
     return gs_cli_usage_error(&gs_cli_infer, "no input (-i NAME=FILE.npy)");
 
@@ -98,7 +72,7 @@ static int infer_run(int argc, char **argv) {
   char *meta_text = NULL;
   json_t *meta = NULL, *printed = NULL;
   gs_client *client = NULL;
-  if (gs_client_open(url, token, &client) != GS_OK) {
+  if (gs_client_open(opts.daemon.url, opts.daemon.token, &client) != GS_OK) {
     gs_cli_error("infer: %s", gs_client_last_error(NULL));
     return GS_EXIT_FAILED;
   }
@@ -162,7 +136,7 @@ static int infer_run(int argc, char **argv) {
       json_t *shape = json_array();
       for (int d = 0; d < s.rank; d++)
         json_array_append_new(shape, json_integer(s.dims[d]));
-      json_t *data = dt == GS_DT_BYTES ? strings_of(out[i].data, out[i].bytes)
+      json_t *data = dt == GS_DT_BYTES ? strings_of(out[i].data, out[i].bytes, gs_shape_numel(&s))
                                        : gs_kserve_data_json(dt, out[i].data, gs_shape_numel(&s));
       json_array_append_new(printed, json_pack("{s:s, s:s, s:o, s:o}", "name", out[i].name,
                                                "datatype", out[i].datatype, "shape", shape,
@@ -187,7 +161,12 @@ done:
 
 const gs_cli_command gs_cli_infer = {
     .name = "infer",
-    .summary = "Send one inference request to a running daemon",
-    .help = infer_help,
+    .usage = "gpusrv infer MODEL -i NAME=FILE.npy [-i ...] [-o OUTDIR] [--url URL]",
+    .about = "Sends one inference request (KServe v2, binary tensors) to a running `gpusrv serve`.\n"
+             "With -o, each output is written to OUTDIR/<name>.npy; without, the outputs are\n"
+             "printed as JSON.",
+    .options = infer_options,
+    .min_args = 1,
+    .max_args = 1,
     .run = infer_run,
 };

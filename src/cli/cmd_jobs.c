@@ -15,36 +15,24 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DAEMON_OPTIONS                                                             \
-  "  --url URL        The daemon (default: GPUSRV_URL, else http://127.0.0.1:8000)\n" \
-  "  --token TOKEN    Bearer token (default: GPUSRV_TOKEN)\n"
+/* The options of the commands that take only the daemon's and a job id. */
+typedef struct daemon_only {
+  gs_cli_daemon_opts daemon;
+} daemon_only;
 
-/* Options every one of these commands takes. */
-typedef struct common {
-  const char *url, *token;
-  bool json;
-} common;
+static const gs_cli_option daemon_only_options[] = {
+    GS_CLI_DAEMON_ROWS(daemon_only),
+    GS_CLI_OPTIONS_END,
+};
 
-/* Consumes --url, --token and --json at argv[*i]; true if it was one. */
-static bool common_option(int argc, char **argv, int *i, common *o) {
-  const char *a = argv[*i];
-  if (!strcmp(a, "--json"))
-    o->json = true;
-  else if (!strcmp(a, "--url") && *i + 1 < argc)
-    o->url = argv[++*i];
-  else if (!strncmp(a, "--url=", 6))
-    o->url = a + 6;
-  else if (!strcmp(a, "--token") && *i + 1 < argc)
-    o->token = argv[++*i];
-  else if (!strncmp(a, "--token=", 8))
-    o->token = a + 8;
-  else
-    return false;
-  return true;
-}
+static const gs_cli_option daemon_json_options[] = {
+    GS_CLI_DAEMON_ROWS(daemon_only),
+    GS_CLI_JSON_ROW(daemon_only),
+    GS_CLI_OPTIONS_END,
+};
 
-static int call(const char *what, const common *o, const char *method, const char *path,
-                json_t *body, json_t **out) {
+static int call(const char *what, const gs_cli_daemon_opts *o, const char *method,
+                const char *path, json_t *body, json_t **out) {
   return gs_cli_call_json(what, o->url, o->token, method, path, body, out);
 }
 
@@ -83,153 +71,134 @@ static void elapsed(json_t *job, char *buf, size_t cap) {
 
 /* ---- submit ------------------------------------------------------------------------- */
 
-static const char submit_help[] =
-    "Usage: gpusrv submit [OPTIONS] -- COMMAND [ARGS...]\n"
-    "\n"
-    "Queues a process job with the daemon and prints its id. The job runs as the tenant's\n"
-    "Unix user in its own process group and cgroup, with CUDA_VISIBLE_DEVICES,\n"
-    "GPUSRV_VISIBLE_DEVICES, GPUSRV_JOB_ID and GPUSRV_TENANT set; its output goes to logs\n"
-    "(`gpusrv logs ID`).\n"
-    "\n"
-    "Options:\n"
-    "  --gpus N         Whole devices (all their memory and compute), booked together\n"
-    "  --gpu-mem SIZE   Instead: memory on one device (such as 16G) ...\n"
-    "  --gpu-share PCT  ... and this percentage of its compute (0-100)\n"
-    "  --cpus N         CPU cores, fractions allowed (default: the daemon's, 1)\n"
-    "  --mem SIZE       Host memory limit (such as 4G; default: none)\n"
-    "  --time LIMIT     Time limit: 90s, 30m, 2h, HH:MM:SS, D-HH:MM:SS (default: none)\n"
-    "  --priority P     Higher runs first (-1000 to 1000, default 0)\n"
-    "  --name NAME      A name for listings (default: the command)\n"
-    "  --requeue        Queue it again if it is lost (its processes vanished in a restart)\n"
-    "  --env NAME=VAL   Set a variable in the job's environment (repeatable)\n"
-    "  --chdir DIR      Working directory (default: the job's own, owned by its user)\n"
-    DAEMON_OPTIONS
-    "  --json           Print the queued job as JSON instead of its id\n";
+typedef struct submit_opts {
+  long long gpus, gpu_share, priority;
+  uint64_t gpu_mem, mem;
+  double cpus;
+  int64_t time_limit;
+  const char *name, *chdir;
+  bool requeue;
+  gs_cli_list env;
+  gs_cli_daemon_opts daemon;
+} submit_opts;
+
+static const gs_cli_option submit_options[] = {
+    GS_CLI_OPT_RANGE("gpus", GS_OPT_INT, submit_opts, gpus, "N",
+                     "Whole devices (all their memory and compute), booked together", 0, 64),
+    GS_CLI_OPT("gpu-mem", GS_OPT_BYTES, submit_opts, gpu_mem, "SIZE",
+               "Instead: memory on one device (such as 16G) ..."),
+    GS_CLI_OPT_RANGE("gpu-share", GS_OPT_INT, submit_opts, gpu_share, "PCT",
+                     "... and this percentage of its compute (0-100)", 0, 100),
+    GS_CLI_OPT_RANGE("cpus", GS_OPT_REAL, submit_opts, cpus, "N",
+                     "CPU cores, fractions allowed (default: the daemon's, 1)", 0.001, 1e6),
+    GS_CLI_OPT("mem", GS_OPT_BYTES, submit_opts, mem, "SIZE",
+               "Host memory limit (such as 4G; default: the daemon's)"),
+    GS_CLI_OPT("time", GS_OPT_DURATION, submit_opts, time_limit, "LIMIT",
+               "Time limit: 90s, 30m, 2h, HH:MM:SS, D-HH:MM:SS (default: none)"),
+    GS_CLI_OPT_RANGE("priority", GS_OPT_INT, submit_opts, priority, "P",
+                     "Higher runs first (-1000 to 1000, default 0)", -1000, 1000),
+    GS_CLI_OPT("name", GS_OPT_STRING, submit_opts, name, "NAME",
+               "A name for listings (default: the command)"),
+    GS_CLI_OPT("requeue", GS_OPT_BOOL, submit_opts, requeue, NULL,
+               "Queue it again if it is lost (its processes vanished in a restart)"),
+    GS_CLI_OPT("env", GS_OPT_LIST, submit_opts, env, "NAME=VAL",
+               "Set a variable in the job's environment (repeatable)"),
+    GS_CLI_OPT("chdir", GS_OPT_STRING, submit_opts, chdir, "DIR",
+               "Working directory (default: the job's own, owned by its user)"),
+    GS_CLI_DAEMON_ROWS(submit_opts),
+    GS_CLI_OPT("json", GS_OPT_BOOL, submit_opts, daemon.json, NULL,
+               "Print the queued job as JSON instead of its id"),
+    GS_CLI_OPTIONS_END,
+};
 
 static int submit_run(int argc, char **argv) {
   const gs_cli_command *me = &gs_cli_submit;
-  common o = {0};
-  json_t *body = json_object(), *env = json_array();
-  int i = 1;
-  for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (common_option(argc, argv, &i, &o))
-      continue;
-    if (!strcmp(a, "--requeue")) {
-      json_object_set_new(body, "requeue", json_true());
-      continue;
-    }
-    if (!v || a[0] != '-') {
-      json_decref(body);
-      json_decref(env);
-      return gs_cli_usage_error(me, v ? "unexpected '%s' (put the command after --)"
-                                      : "option '%s' needs a value", a);
-    }
-    i++;
-    char *end = NULL;
-    uint64_t bytes;
-    int64_t secs;
-    if (!strcmp(a, "--gpus") || !strcmp(a, "--gpu-share") || !strcmp(a, "--priority")) {
-      long n = strtol(v, &end, 10);
-      if (end == v || *end)
-        goto bad_value;
-      json_object_set_new(body, !strcmp(a, "--gpus") ? "gpus" : !strcmp(a, "--gpu-share")
-                                                                   ? "gpu_share" : "priority",
-                          json_integer(n));
-    } else if (!strcmp(a, "--cpus")) {
-      double n = strtod(v, &end);
-      if (end == v || *end || !(n > 0) || !isfinite(n))
-        goto bad_value;
-      json_object_set_new(body, "cpus", json_real(n));
-    } else if (!strcmp(a, "--gpu-mem") || !strcmp(a, "--mem")) {
-      if (gs_parse_bytes(v, &bytes) < 0)
-        goto bad_value;
-      json_object_set_new(body, a[2] == 'g' ? "gpu_mem" : "mem", json_integer((json_int_t)bytes));
-    } else if (!strcmp(a, "--time")) {
-      if (gs_parse_duration(v, &secs) < 0)
-        goto bad_value;
-      json_object_set_new(body, "time_limit", json_integer(secs));
-    } else if (!strcmp(a, "--name")) {
-      json_object_set_new(body, "name", json_string(v));
-    } else if (!strcmp(a, "--chdir")) {
-      json_object_set_new(body, "chdir", json_string(v));
-    } else if (!strcmp(a, "--env")) {
-      if (!strchr(v, '=') || v[0] == '=')
-        goto bad_value;
-      json_array_append_new(env, json_string(v));
-    } else {
-      json_decref(body);
-      json_decref(env);
-      return gs_cli_usage_error(me, "unknown option '%s'", a);
-    }
-    continue;
-  bad_value:
-    json_decref(body);
-    json_decref(env);
-    return gs_cli_usage_error(me, "bad value '%s' for %s", v, a);
-  }
-  if (i + 1 >= argc) {
-    json_decref(body);
-    json_decref(env);
-    return gs_cli_usage_error(me, "no command (give it after --)");
-  }
-  json_t *cmd = json_array();
-  for (i++; i < argc; i++)
-    json_array_append_new(cmd, json_string(argv[i]));
-  json_object_set_new(body, "command", cmd);
-  json_object_set_new(body, "env", env);
-  json_t *job = NULL;
-  int rc = call("submit", &o, "POST", "/api/v1/jobs", body, &job);
-  json_decref(body);
+  submit_opts o = {0};
+  gs_cli_args args;
+  int rc = gs_cli_parse(me, argc, argv, &o, &args);
   if (rc != GS_EXIT_OK)
     return rc;
-  if (o.json)
-    print_json(job);
-  else
-    printf("%lld\n", (long long)json_integer_value(json_object_get(job, "id")));
-  json_decref(job);
+  const char *env[GS_CLI_LIST_MAX + 1] = {0};
+  for (int i = 0; i < o.env.n; i++) {
+    if (!strchr(o.env.items[i], '=') || o.env.items[i][0] == '=')
+      return gs_cli_usage_error(me, "bad value '%s' for --env (NAME=VALUE)", o.env.items[i]);
+    env[i] = o.env.items[i];
+  }
+  /* Sizes and times travel as text the daemon reads back exactly. */
+  char gpu_mem[32], mem[32], limit[32];
+  snprintf(gpu_mem, sizeof gpu_mem, "%llu", (unsigned long long)o.gpu_mem);
+  snprintf(mem, sizeof mem, "%llu", (unsigned long long)o.mem);
+  snprintf(limit, sizeof limit, "%llds", (long long)o.time_limit);
+  gs_client_job_spec spec = {
+      .argv = (const char *const *)args.after, .name = o.name, .gpus = (int)o.gpus,
+      .gpu_mem = o.gpu_mem ? gpu_mem : NULL, .gpu_share = (int)o.gpu_share, .cpus = o.cpus,
+      .mem = o.mem ? mem : NULL, .time_limit = o.time_limit ? limit : NULL,
+      .priority = (int)o.priority, .requeue = o.requeue, .env = env, .chdir = o.chdir};
+  gs_client *client = gs_cli_client("submit", o.daemon.url, o.daemon.token);
+  if (!client)
+    return GS_EXIT_FAILED;
+  int64_t id = 0;
+  char *job = NULL;
+  if (gs_client_job_submit(client, &spec, &id, o.daemon.json ? &job : NULL) != GS_OK) {
+    gs_cli_error("submit: %s", gs_client_last_error(client));
+    gs_client_close(client);
+    return GS_EXIT_FAILED;
+  }
+  gs_client_close(client);
+  if (o.daemon.json) {
+    json_t *j = json_loads(job, 0, NULL);
+    print_json(j);
+    json_decref(j);
+  } else {
+    printf("%lld\n", (long long)id);
+  }
+  free(job);
   return GS_EXIT_OK;
 }
 
 const gs_cli_command gs_cli_submit = {
     .name = "submit",
-    .summary = "Queue a process job (a command) with the daemon",
-    .help = submit_help,
+    .usage = "gpusrv submit [OPTIONS] -- COMMAND [ARGS...]",
+    .about = "Queues a process job with the daemon and prints its id. The job runs as the tenant's\n"
+             "Unix user in its own process group and cgroup, with CUDA_VISIBLE_DEVICES,\n"
+             "GPUSRV_VISIBLE_DEVICES, GPUSRV_JOB_ID and GPUSRV_TENANT set; its output goes to logs\n"
+             "(`gpusrv logs ID`).",
+    .options = submit_options,
+    .max_args = 0,
+    .takes_command = true,
     .run = submit_run,
 };
 
 /* ---- jobs, job ------------------------------------------------------------------------- */
 
-static const char jobs_help[] =
-    "Usage: gpusrv jobs [--all] [--tenant T] [--url URL] [--token TOKEN] [--json]\n"
-    "\n"
-    "Lists your pending and running jobs (an admin sees everyone's): id, name, tenant,\n"
-    "state, why it waits or how it ended, devices and time. --all adds ended jobs.\n"
-    "\n"
-    "Options:\n"
-    "  --all            Ended jobs too (the newest 1000)\n"
-    "  --tenant T       Only tenant T's (admin)\n" DAEMON_OPTIONS
-    "  --json           Print the daemon's answer as JSON\n";
+typedef struct jobs_opts {
+  bool all;
+  const char *tenant;
+  gs_cli_daemon_opts daemon;
+} jobs_opts;
+
+static const gs_cli_option jobs_options[] = {
+    GS_CLI_OPT("all", GS_OPT_BOOL, jobs_opts, all, NULL, "Ended jobs too (the newest 1000)"),
+    GS_CLI_OPT("tenant", GS_OPT_STRING, jobs_opts, tenant, "T", "Only tenant T's (admin)"),
+    GS_CLI_DAEMON_ROWS(jobs_opts),
+    GS_CLI_JSON_ROW(jobs_opts),
+    GS_CLI_OPTIONS_END,
+};
 
 static int jobs_run(int argc, char **argv) {
-  common o = {0};
-  bool all = false;
-  const char *tenant = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (common_option(argc, argv, &i, &o))
-      continue;
-    if (!strcmp(argv[i], "--all"))
-      all = true;
-    else if (!strcmp(argv[i], "--tenant") && i + 1 < argc)
-      tenant = argv[++i];
-    else
-      return gs_cli_usage_error(&gs_cli_jobs, "unknown option '%s'", argv[i]);
-  }
+  jobs_opts opts = {0};
+  gs_cli_args args;
+  int rc = gs_cli_parse(&gs_cli_jobs, argc, argv, &opts, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  bool all = opts.all;
+  const char *tenant = opts.tenant;
+  const gs_cli_daemon_opts o = opts.daemon;
   char path[300];
   snprintf(path, sizeof path, "/api/v1/jobs?all=%d%s%s", all, tenant ? "&tenant=" : "",
            tenant ? tenant : "");
   json_t *answer = NULL;
-  int rc = call("jobs", &o, "GET", path, NULL, &answer);
+  rc = call("jobs", &o, "GET", path, NULL, &answer);
   if (rc != GS_EXIT_OK)
     return rc;
   json_t *jobs = json_object_get(answer, "jobs");
@@ -261,41 +230,30 @@ static int jobs_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_jobs = {
     .name = "jobs",
-    .summary = "List jobs: pending, running, and with --all ended ones",
-    .help = jobs_help,
+    .usage = "gpusrv jobs [--all] [--tenant T] [--url URL] [--json]",
+    .about = "Lists your pending and running jobs (an admin sees everyone's): id, name, tenant,\n"
+             "state, why it waits or how it ended, devices and time. --all adds ended jobs.",
+    .options = jobs_options,
     .run = jobs_run,
 };
 
-static const char job_help[] =
-    "Usage: gpusrv job ID [--url URL] [--token TOKEN] [--json]\n"
-    "\n"
-    "Shows one job: what it asked for, its state and why, its devices, times, exit code,\n"
-    "accounting, and every change of state with its time.\n"
-    "\n"
-    "Options:\n" DAEMON_OPTIONS "  --json           Print the daemon's answer as JSON\n";
-
-/* Parses "CMD ID [common options]" for job, cancel and wait. */
+/* Parses "CMD ID [options]" for job, cancel, wait and logs. */
 static int id_and_options(const gs_cli_command *me, int argc, char **argv, long long *id,
-                          common *o) {
-  bool have = false;
-  for (int i = 1; i < argc; i++) {
-    if (common_option(argc, argv, &i, o))
-      continue;
-    if (argv[i][0] != '-' && !have) {
-      if (!parse_id(argv[i], id))
-        return gs_cli_usage_error(me, "'%s' is not a job id", argv[i]);
-      have = true;
-    } else {
-      return gs_cli_usage_error(me, "unexpected '%s'", argv[i]);
-    }
-  }
-  return have ? GS_EXIT_OK : gs_cli_usage_error(me, "which job? (give its id)");
+                          void *opts) {
+  gs_cli_args args;
+  int rc = gs_cli_parse(me, argc, argv, opts, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  if (!parse_id(args.words[0], id))
+    return gs_cli_usage_error(me, "'%s' is not a job id", args.words[0]);
+  return GS_EXIT_OK;
 }
 
 static int job_run(int argc, char **argv) {
-  common o = {0};
+  daemon_only opts = {0};
   long long id;
-  int rc = id_and_options(&gs_cli_job, argc, argv, &id, &o);
+  int rc = id_and_options(&gs_cli_job, argc, argv, &id, &opts);
+  const gs_cli_daemon_opts o = opts.daemon;
   if (rc != GS_EXIT_OK)
     return rc;
   char path[64];
@@ -346,25 +304,22 @@ static int job_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_job = {
     .name = "job",
-    .summary = "Show one job in detail, with its history",
-    .help = job_help,
+    .usage = "gpusrv job ID [--url URL] [--json]",
+    .about = "Shows one job: what it asked for, its state and why, its devices, times, exit code,\n"
+             "accounting, and every change of state with its time.",
+    .options = daemon_json_options,
+    .min_args = 1,
+    .max_args = 1,
     .run = job_run,
 };
 
 /* ---- cancel, wait -------------------------------------------------------------------------- */
 
-static const char cancel_help[] =
-    "Usage: gpusrv cancel ID [--url URL] [--token TOKEN]\n"
-    "\n"
-    "Cancels a job: a pending one at once; a running one gets SIGTERM, then SIGKILL after\n"
-    "the daemon's grace period, and every process it started goes with it.\n"
-    "\n"
-    "Options:\n" DAEMON_OPTIONS;
-
 static int cancel_run(int argc, char **argv) {
-  common o = {0};
+  daemon_only opts = {0};
   long long id;
-  int rc = id_and_options(&gs_cli_cancel, argc, argv, &id, &o);
+  int rc = id_and_options(&gs_cli_cancel, argc, argv, &id, &opts);
+  const gs_cli_daemon_opts o = opts.daemon;
   if (rc != GS_EXIT_OK)
     return rc;
   char path[64];
@@ -374,23 +329,20 @@ static int cancel_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_cancel = {
     .name = "cancel",
-    .summary = "Cancel a job",
-    .help = cancel_help,
+    .usage = "gpusrv cancel ID [--url URL]",
+    .about = "Cancels a job: a pending one at once; a running one gets SIGTERM, then SIGKILL after\n"
+             "the daemon's grace period, and every process it started goes with it.",
+    .options = daemon_only_options,
+    .min_args = 1,
+    .max_args = 1,
     .run = cancel_run,
 };
 
-static const char wait_help[] =
-    "Usage: gpusrv wait ID [--url URL] [--token TOKEN]\n"
-    "\n"
-    "Waits until the job has ended and exits with its exit code (128+N if a signal N\n"
-    "ended it; 1 if it ended without one, such as CANCELLED before it started or LOST).\n"
-    "\n"
-    "Options:\n" DAEMON_OPTIONS;
-
 static int wait_run(int argc, char **argv) {
-  common o = {0};
+  daemon_only opts = {0};
   long long id;
-  int rc = id_and_options(&gs_cli_wait, argc, argv, &id, &o);
+  int rc = id_and_options(&gs_cli_wait, argc, argv, &id, &opts);
+  const gs_cli_daemon_opts o = opts.daemon;
   if (rc != GS_EXIT_OK)
     return rc;
   json_t *j = gs_cli_await_job("wait", o.url, o.token, id);
@@ -409,46 +361,42 @@ static int wait_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_wait = {
     .name = "wait",
-    .summary = "Wait for a job to end; exit with its exit code",
-    .help = wait_help,
+    .usage = "gpusrv wait ID [--url URL]",
+    .about = "Waits until the job has ended and exits with its exit code (128+N if a signal N\n"
+             "ended it; 1 if it ended without one, such as CANCELLED before it started or LOST).",
+    .options = daemon_only_options,
+    .min_args = 1,
+    .max_args = 1,
     .run = wait_run,
 };
 
 /* ---- logs ------------------------------------------------------------------------------------ */
 
-static const char logs_help[] =
-    "Usage: gpusrv logs ID [-f] [--stderr] [--url URL] [--token TOKEN]\n"
-    "\n"
-    "Prints a job's standard output (or its standard error) as logged so far.\n"
-    "\n"
-    "Options:\n"
-    "  -f, --follow     Keep printing as the job writes, until it ends\n"
-    "  --stderr         The job's standard error instead\n" DAEMON_OPTIONS;
+typedef struct logs_opts {
+  bool follow, stderr_stream;
+  gs_cli_daemon_opts daemon;
+} logs_opts;
+
+static const gs_cli_option logs_options[] = {
+    {"follow", 'f', GS_OPT_BOOL, offsetof(logs_opts, follow), NULL,
+     "Keep printing as the job writes, until it ends", 0, 0},
+    GS_CLI_OPT("stderr", GS_OPT_BOOL, logs_opts, stderr_stream, NULL,
+               "The job's standard error instead"),
+    GS_CLI_DAEMON_ROWS(logs_opts),
+    GS_CLI_OPTIONS_END,
+};
 
 static int logs_run(int argc, char **argv) {
-  common o = {0};
-  long long id = 0;
-  bool follow = false, have = false;
-  const char *stream = "stdout";
-  for (int i = 1; i < argc; i++) {
-    if (common_option(argc, argv, &i, &o))
-      continue;
-    if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
-      follow = true;
-    else if (!strcmp(argv[i], "--stderr"))
-      stream = "stderr";
-    else if (argv[i][0] != '-' && !have && parse_id(argv[i], &id))
-      have = true;
-    else
-      return gs_cli_usage_error(&gs_cli_logs, "unexpected '%s'", argv[i]);
-  }
-  if (!have)
-    return gs_cli_usage_error(&gs_cli_logs, "which job? (give its id)");
+  logs_opts opts = {0};
+  long long id;
+  int rc = id_and_options(&gs_cli_logs, argc, argv, &id, &opts);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  const gs_cli_daemon_opts o = opts.daemon;
   gs_client *client = gs_cli_client("logs", o.url, o.token);
   if (!client)
     return GS_EXIT_FAILED;
-  int rc = gs_client_job_logs(client, id, !strcmp(stream, "stderr"), follow, gs_cli_write_to,
-                              stdout);
+  rc = gs_client_job_logs(client, id, opts.stderr_stream, opts.follow, gs_cli_write_to, stdout);
   if (rc != GS_OK)
     gs_cli_error("logs: %s", gs_client_last_error(client));
   gs_client_close(client);
@@ -457,7 +405,10 @@ static int logs_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_logs = {
     .name = "logs",
-    .summary = "Print (or follow) a job's output",
-    .help = logs_help,
+    .usage = "gpusrv logs ID [-f] [--stderr] [--url URL]",
+    .about = "Prints a job's standard output (or its standard error) as logged so far.",
+    .options = logs_options,
+    .min_args = 1,
+    .max_args = 1,
     .run = logs_run,
 };

@@ -7,35 +7,34 @@
 #include "engine/op.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-static const char model_help[] =
-    "Usage: gpusrv model inspect FILE.onnx [--json]\n"
-    "       gpusrv model run FILE.onnx -i NAME=FILE.npy [-i ...] -o OUTDIR [--device ID]\n"
-    "                        [--precision fp32|fp16|bf16]\n"
-    "\n"
-    "inspect  Shows the model's inputs and outputs (name, type, shape), its ops and how often\n"
-    "         each occurs, its parameters, its opset, and whether gpusrv supports every op.\n"
-    "         Exits 1 and lists what is unsupported if not.\n"
-    "run      Runs the model once on the given inputs and writes each output to\n"
-    "         OUTDIR/<output name>.npy (characters other than letters, digits, '.', '-' and\n"
-    "         '_' in the name become '_').\n"
-    "\n"
-    "Options:\n"
-    "  --json                 inspect: print JSON\n"
-    "  -i, --input NAME=FILE  run: a .npy file for the model input NAME (one per input)\n"
-    "  -o, --output DIR       run: where the outputs go (created if missing)\n"
-    "  --device ID            run: the device, as `gpusrv smi` names it (default: the first)\n"
-    "  --precision P          run: fp32 (default), fp16 or bf16: weights and tensors kept in\n"
-    "                         16 bits where the device allows (the CPU computes each op in\n"
-    "                         float32); outputs declared float32 stay float32\n"
-    "  --report               run: print the plan: kernels, folded and fused nodes, and the\n"
-    "                         arena's peak bytes beside the sum of all intermediate tensors\n"
-    "  -h, --help             Show this help\n";
+typedef struct model_opts {
+  bool json, report;
+  gs_cli_list inputs;
+  const char *outdir, *device, *precision;
+} model_opts;
+
+static const gs_cli_option model_options[] = {
+    GS_CLI_OPT("json", GS_OPT_BOOL, model_opts, json, NULL, "inspect: print JSON"),
+    {"input", 'i', GS_OPT_LIST, offsetof(model_opts, inputs), "NAME=FILE",
+     "run: a .npy file for the model input NAME (one per input)", 0, 0},
+    {"output", 'o', GS_OPT_STRING, offsetof(model_opts, outdir), "DIR",
+     "run: where the outputs go (created if missing)", 0, 0},
+    GS_CLI_OPT("device", GS_OPT_STRING, model_opts, device, "ID",
+               "run: the device, as `gpusrv smi` names it (default: the first)"),
+    GS_CLI_OPT("precision", GS_OPT_STRING, model_opts, precision, "P",
+               "run: fp32 (default), fp16 or bf16: weights and tensors kept in 16 bits where the "
+               "device allows (the CPU computes each op in float32); outputs declared float32 "
+               "stay float32"),
+    GS_CLI_OPT("report", GS_OPT_BOOL, model_opts, report, NULL,
+               "run: print the plan: kernels, folded and fused nodes, and the arena's peak bytes "
+               "beside the sum of all intermediate tensors"),
+    GS_CLI_OPTIONS_END,
+};
 
 /* ---- inspect -------------------------------------------------------------------- */
 
@@ -88,22 +87,8 @@ static int count_ops(const gs_model *m, op_count *out, int max) {
   return n;
 }
 
-static int inspect(int argc, char **argv) {
-  const char *path = NULL;
-  bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0)
-      json = true;
-    else if (argv[i][0] == '-')
-      return gs_cli_usage_error(&gs_cli_model, "inspect: unknown option '%s'", argv[i]);
-    else if (path)
-      return gs_cli_usage_error(&gs_cli_model, "inspect: one model at a time ('%s' and '%s')",
-                                path, argv[i]);
-    else
-      path = argv[i];
-  }
-  if (!path)
-    return gs_cli_usage_error(&gs_cli_model, "inspect: which model? (FILE.onnx)");
+static int inspect(const char *path, const model_opts *opts) {
+  bool json = opts->json;
   gs_model *m;
   if (gs_model_load_ex(path, false, &m) < 0) {
     gs_cli_error("model inspect: %s", gs_error_detail());
@@ -195,50 +180,21 @@ static void list_inputs(const gs_model *m) {
   fputc('\n', stderr);
 }
 
-static int run(int argc, char **argv) {
-  static const struct option longs[] = {{"input", required_argument, NULL, 'i'},
-                                        {"output", required_argument, NULL, 'o'},
-                                        {"device", required_argument, NULL, 'd'},
-                                        {"precision", required_argument, NULL, 'p'},
-                                        {"report", no_argument, NULL, 'r'},
-                                        {NULL, 0, NULL, 0}};
-  bool report = false;
-  const char *specs[MAX_INPUTS], *outdir = NULL, *device_id = NULL;
+static int run(const char *path, const model_opts *opts) {
+  bool report = opts->report;
+  const char *const *specs = opts->inputs.items, *outdir = opts->outdir, *device_id = opts->device;
+  int n_specs = opts->inputs.n;
   gs_precision precision = GS_PRECISION_FP32;
-  int n_specs = 0, c;
-  opterr = 0;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, ":i:o:", longs, NULL)) != -1) {
-    switch (c) {
-    case 'i':
-      if (n_specs == MAX_INPUTS)
-        return gs_cli_usage_error(&gs_cli_model, "run: at most %d inputs", MAX_INPUTS);
-      if (!strchr(optarg, '=') || optarg[0] == '=')
-        return gs_cli_usage_error(&gs_cli_model, "run: -i wants NAME=FILE.npy, got '%s'", optarg);
-      specs[n_specs++] = optarg;
-      break;
-    case 'o': outdir = optarg; break;
-    case 'r': report = true; break;
-    case 'd': device_id = optarg; break;
-    case 'p':
-      if (!gs_precision_from_name(optarg, &precision))
-        return gs_cli_usage_error(&gs_cli_model, "run: --precision is fp32, fp16 or bf16, not '%s'",
-                                  optarg);
-      break;
-    case ':': return gs_cli_usage_error(&gs_cli_model, "run: option '%s' needs a value", argv[optind - 1]);
-    default:
-      if (optopt)
-        return gs_cli_usage_error(&gs_cli_model, "run: unknown option '-%c'", optopt);
-      return gs_cli_usage_error(&gs_cli_model, "run: unknown option '%s'", argv[optind - 1]);
-    }
-  }
-  if (optind >= argc)
-    return gs_cli_usage_error(&gs_cli_model, "run: which model? (FILE.onnx)");
-  if (optind + 1 < argc)
-    return gs_cli_usage_error(&gs_cli_model, "run: unexpected argument '%s'", argv[optind + 1]);
+  if (n_specs > MAX_INPUTS)
+    return gs_cli_usage_error(&gs_cli_model, "run: at most %d inputs", MAX_INPUTS);
+  for (int i = 0; i < n_specs; i++)
+    if (!strchr(specs[i], '=') || specs[i][0] == '=')
+      return gs_cli_usage_error(&gs_cli_model, "run: -i wants NAME=FILE.npy, got '%s'", specs[i]);
+  if (opts->precision && !gs_precision_from_name(opts->precision, &precision))
+    return gs_cli_usage_error(&gs_cli_model, "run: --precision is fp32, fp16 or bf16, not '%s'",
+                              opts->precision);
   if (!outdir)
     return gs_cli_usage_error(&gs_cli_model, "run: -o OUTDIR is required");
-  const char *path = argv[optind];
 
   int status = GS_EXIT_FAILED;
   gs_model *m = NULL;
@@ -362,18 +318,33 @@ done:
 }
 
 static int model_run(int argc, char **argv) {
-  if (argc < 2)
-    return gs_cli_usage_error(&gs_cli_model, "which action? (inspect or run)");
-  if (strcmp(argv[1], "inspect") == 0)
-    return inspect(argc - 1, argv + 1);
-  if (strcmp(argv[1], "run") == 0)
-    return run(argc - 1, argv + 1);
-  return gs_cli_usage_error(&gs_cli_model, "unknown action '%s' (inspect or run)", argv[1]);
+  model_opts o = {0};
+  gs_cli_args args;
+  int rc = gs_cli_parse(&gs_cli_model, argc, argv, &o, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  const char *action = args.words[0];
+  bool is_run = strcmp(action, "run") == 0;
+  if (!is_run && strcmp(action, "inspect") != 0)
+    return gs_cli_usage_error(&gs_cli_model, "unknown action '%s' (inspect or run)", action);
+  if (args.n < 2)
+    return gs_cli_usage_error(&gs_cli_model, "%s: which model? (FILE.onnx)", action);
+  return is_run ? run(args.words[1], &o) : inspect(args.words[1], &o);
 }
 
 const gs_cli_command gs_cli_model = {
     .name = "model",
-    .summary = "Inspect an ONNX model, or run it once on .npy inputs",
-    .help = model_help,
+    .usage = "gpusrv model inspect FILE.onnx [--json]\n"
+             "gpusrv model run FILE.onnx -i NAME=FILE.npy [-i ...] -o OUTDIR [--device ID]\n"
+             "                 [--precision fp32|fp16|bf16] [--report]",
+    .about = "inspect  Shows the model's inputs and outputs (name, type, shape), its ops and how\n"
+             "         often each occurs, its parameters, its opset, and whether gpusrv supports\n"
+             "         every op. Exits 1 and lists what is unsupported if not.\n"
+             "run      Runs the model once on the given inputs and writes each output to\n"
+             "         OUTDIR/<output name>.npy (characters other than letters, digits, '.', '-'\n"
+             "         and '_' in the name become '_').",
+    .options = model_options,
+    .min_args = 1,
+    .max_args = 2,
     .run = model_run,
 };

@@ -10,35 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char models_help[] =
-    "Usage: gpusrv models [--url URL] [--token TOKEN] [--json]\n"
-    "\n"
-    "Lists the models of a running `gpusrv serve`: name, version, state, and the reason\n"
-    "a model is not ready.\n"
-    "\n"
-    "Options:\n"
-    "  --url URL        The daemon (default: GPUSRV_URL, else http://127.0.0.1:8000)\n"
-    "  --token TOKEN    Bearer token (default: GPUSRV_TOKEN)\n"
-    "  --json           Print the daemon's answer as JSON\n";
+typedef struct models_opts {
+  gs_cli_daemon_opts daemon;
+} models_opts;
+
+static const gs_cli_option models_options[] = {
+    GS_CLI_DAEMON_ROWS(models_opts),
+    GS_CLI_JSON_ROW(models_opts),
+    GS_CLI_OPTIONS_END,
+};
 
 static int models_run(int argc, char **argv) {
-  const char *url = NULL, *token = NULL;
-  bool json_out = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json"))
-      json_out = true;
-    else if (!strcmp(argv[i], "--url") && i + 1 < argc)
-      url = argv[++i];
-    else if (!strncmp(argv[i], "--url=", 6))
-      url = argv[i] + 6;
-    else if (!strcmp(argv[i], "--token") && i + 1 < argc)
-      token = argv[++i];
-    else if (!strncmp(argv[i], "--token=", 8))
-      token = argv[i] + 8;
-    else
-      return gs_cli_usage_error(&gs_cli_models, "unknown option '%s'", argv[i]);
-  }
-  gs_client *client = gs_cli_client("models", url, token);
+  models_opts o = {0};
+  gs_cli_args args;
+  int rc = gs_cli_parse(&gs_cli_models, argc, argv, &o, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  bool json_out = o.daemon.json;
+  gs_client *client = gs_cli_client("models", o.daemon.url, o.daemon.token);
   char *text = NULL;
   if (!client)
     return GS_EXIT_FAILED;
@@ -81,7 +70,9 @@ static int models_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_models = {
     .name = "models",
-    .summary = "List the models of a running daemon and their states",
-    .help = models_help,
+    .usage = "gpusrv models [--url URL] [--token TOKEN] [--json]",
+    .about = "Lists the models of a running `gpusrv serve`: name, version, state, and the reason\n"
+             "a model is not ready.",
+    .options = models_options,
     .run = models_run,
 };

@@ -81,7 +81,6 @@ static int serve_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_serve = {
     .name = "serve",
-    .summary = "Serve the model repository over HTTP (KServe v2)",
     .help_fn = build_help,
     .run = serve_run,
 };

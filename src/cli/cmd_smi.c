@@ -5,7 +5,6 @@
 #include "hal/hal.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -16,25 +15,6 @@
 #ifndef GS_VERSION
 #define GS_VERSION "0.0.0-dev"
 #endif
-
-static const char smi_help[] =
-    "Usage: gpusrv smi [--json | --query=FIELDS [--format=csv[,noheader][,nounits]]] "
-    "[-i ID] [-l SECONDS]\n"
-    "\n"
-    "Shows every device that gpusrv can use: memory, utilization, temperature and power.\n"
-    "A figure the machine does not expose is shown as N/A (null in JSON), never as 0.\n"
-    "\n"
-    "Options:\n"
-    "  --json                 Print {\"devices\": [...]} as JSON\n"
-    "  -q, --query=FIELDS     Print the comma-separated FIELDS of each device as CSV\n"
-    "  --format=FORMAT        With --query: csv, optionally with noheader and nounits\n"
-    "  -i, --id=ID            Only this device (its id such as cpu0, or its index)\n"
-    "  -l, --loop=SECONDS     Repeat every SECONDS until interrupted\n"
-    "  -h, --help             Show this help\n"
-    "\n"
-    "Query fields: index, id, backend, name, memory.total, memory.used, memory.free,\n"
-    "utilization, temperature, power. Memory is in MiB, utilization in %, temperature\n"
-    "in degrees C, power in W.\n";
 
 /* ---- query fields -------------------------------------------------------------- */
 
@@ -309,42 +289,24 @@ typedef struct smi_options {
   double loop_seconds; /* 0: once */
 } smi_options;
 
+static const gs_cli_option smi_options_table[] = {
+    GS_CLI_OPT("json", GS_OPT_BOOL, smi_options, json, NULL, "Print {\"devices\": [...]} as JSON"),
+    {"query", 'q', GS_OPT_STRING, offsetof(smi_options, query), "FIELDS",
+     "Print the comma-separated FIELDS of each device as CSV", 0, 0},
+    GS_CLI_OPT("format", GS_OPT_STRING, smi_options, format, "FORMAT",
+               "With --query: csv, optionally with noheader and nounits"),
+    {"id", 'i', GS_OPT_STRING, offsetof(smi_options, device), "ID",
+     "Only this device (its id such as cpu0, or its index)", 0, 0},
+    {"loop", 'l', GS_OPT_REAL, offsetof(smi_options, loop_seconds), "SECONDS",
+     "Repeat every SECONDS until interrupted", 0.001, 86400},
+    GS_CLI_OPTIONS_END,
+};
+
 static int parse_options(int argc, char **argv, smi_options *o) {
-  static const struct option longs[] = {
-      {"json", no_argument, NULL, 'j'},        {"query", required_argument, NULL, 'q'},
-      {"format", required_argument, NULL, 'f'}, {"id", required_argument, NULL, 'i'},
-      {"loop", required_argument, NULL, 'l'},   {NULL, 0, NULL, 0}};
-  opterr = 0;
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, ":q:i:l:", longs, NULL)) != -1) {
-    switch (c) {
-    case 'j': o->json = true; break;
-    case 'q': o->query = optarg; break;
-    case 'f': o->format = optarg; break;
-    case 'i': o->device = optarg; break;
-    case 'l': {
-      char *end;
-      errno = 0;
-      double v = strtod(optarg, &end);
-      if (end == optarg || *end || errno || !isfinite(v) || v <= 0 || v > 86400)
-        return gs_cli_usage_error(&gs_cli_smi, "-l needs a number of seconds in (0, 86400], got '%s'",
-                                  optarg);
-      o->loop_seconds = v;
-      break;
-    }
-    case ':':
-      if (optopt)
-        return gs_cli_usage_error(&gs_cli_smi, "option '-%c' needs a value", optopt);
-      return gs_cli_usage_error(&gs_cli_smi, "option '%s' needs a value", argv[optind - 1]);
-    default:
-      if (optopt)
-        return gs_cli_usage_error(&gs_cli_smi, "unknown option '-%c'", optopt);
-      return gs_cli_usage_error(&gs_cli_smi, "unknown option '%s'", argv[optind - 1]);
-    }
-  }
-  if (optind < argc)
-    return gs_cli_usage_error(&gs_cli_smi, "unexpected argument '%s'", argv[optind]);
+  gs_cli_args args;
+  int rc = gs_cli_parse(&gs_cli_smi, argc, argv, o, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
   if (o->json && o->query)
     return gs_cli_usage_error(&gs_cli_smi, "--json and --query cannot be combined");
   if (o->format && !o->query)
@@ -464,7 +426,13 @@ static int smi_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_smi = {
     .name = "smi",
-    .summary = "Show devices, their memory, utilization, temperature and power",
-    .help = smi_help,
+    .usage = "gpusrv smi [--json | --query=FIELDS [--format=csv[,noheader][,nounits]]] [-i ID]\n"
+             "[-l SECONDS]",
+    .about = "Shows every device that gpusrv can use: memory, utilization, temperature and power.\n"
+             "A figure the machine does not expose is shown as N/A (null in JSON), never as 0.",
+    .options = smi_options_table,
+    .notes = "Query fields: index, id, backend, name, memory.total, memory.used, memory.free,\n"
+             "utilization, temperature, power. Memory is in MiB, utilization in %, temperature\n"
+             "in degrees C, power in W.\n",
     .run = smi_run,
 };

@@ -12,98 +12,93 @@
 #include <string.h>
 #include <time.h>
 
-#define DAEMON_OPTIONS                                                             \
-  "  --url URL        The daemon (default: GPUSRV_URL, else http://127.0.0.1:8000)\n" \
-  "  --token TOKEN    Bearer token (default: GPUSRV_TOKEN); tenant needs an admin's\n"
+typedef struct tenant_opts {
+  const char *user, *group;
+  double weight, max_gpus, max_cpus;
+  long long max_priority, max_jobs;
+  uint64_t max_gpu_mem, max_mem;
+  bool allow_root, admin;
+  gs_cli_daemon_opts daemon;
+} tenant_opts;
 
-static const char tenant_help[] =
-    "Usage: gpusrv tenant add NAME --user USER [OPTIONS]\n"
-    "       gpusrv tenant list [--json]\n"
-    "       gpusrv tenant remove NAME\n"
-    "       gpusrv tenant token NAME\n"
-    "\n"
-    "Manages the daemon's tenants (an admin token is needed). `add` and `token` print a\n"
-    "new bearer token for the tenant; only its salted hash is kept, so keep it safe.\n"
-    "\n"
-    "Options of add:\n"
-    "  --user USER      The Unix user its jobs run as (required)\n"
-    "  --group GROUP    Their group (default: the user's primary group)\n"
-    "  --weight W       Its weight in fair share (default 1)\n"
-    "  --max-priority P Highest priority its jobs may ask for (default 0)\n"
-    "  --allow-root     Its jobs may run as root (never otherwise)\n"
-    "  --admin          It may manage tenants and see every job\n"
-    "  --max-gpus N     Quotas (default none): devices held at once,\n"
-    "  --max-gpu-mem S    device memory, --max-jobs N jobs running at once,\n"
-    "  --max-cpus N       CPU cores, --max-mem S host memory\n" DAEMON_OPTIONS
-    "  --json           (list) Print the daemon's answer as JSON\n";
+static const gs_cli_option tenant_options[] = {
+    GS_CLI_OPT("user", GS_OPT_STRING, tenant_opts, user, "USER",
+               "(add) The Unix user its jobs run as (required)"),
+    GS_CLI_OPT("group", GS_OPT_STRING, tenant_opts, group, "GROUP",
+               "(add) Their group (default: the user's primary group)"),
+    GS_CLI_OPT_RANGE("weight", GS_OPT_REAL, tenant_opts, weight, "W",
+                     "(add) Its weight in fair share (default 1)", 0, 1e6),
+    GS_CLI_OPT_RANGE("max-priority", GS_OPT_INT, tenant_opts, max_priority, "P",
+                     "(add) Highest priority its jobs may ask for (default 0)", -1000, 1000),
+    GS_CLI_OPT("allow-root", GS_OPT_BOOL, tenant_opts, allow_root, NULL,
+               "(add) Its jobs may run as root (never otherwise)"),
+    GS_CLI_OPT("admin", GS_OPT_BOOL, tenant_opts, admin, NULL,
+               "(add) It may manage tenants and see every job"),
+    GS_CLI_OPT_RANGE("max-gpus", GS_OPT_REAL, tenant_opts, max_gpus, "N",
+                     "(add) Quota: devices held at once (default: none)", 0, 1e6),
+    GS_CLI_OPT("max-gpu-mem", GS_OPT_BYTES, tenant_opts, max_gpu_mem, "SIZE",
+               "(add) Quota: device memory"),
+    GS_CLI_OPT_RANGE("max-jobs", GS_OPT_INT, tenant_opts, max_jobs, "N",
+                     "(add) Quota: jobs running at once", 0, 1e9),
+    GS_CLI_OPT_RANGE("max-cpus", GS_OPT_REAL, tenant_opts, max_cpus, "N",
+                     "(add) Quota: CPU cores", 0, 1e6),
+    GS_CLI_OPT("max-mem", GS_OPT_BYTES, tenant_opts, max_mem, "SIZE", "(add) Quota: host memory"),
+    GS_CLI_DAEMON_ROWS(tenant_opts),
+    GS_CLI_OPT("json", GS_OPT_BOOL, tenant_opts, daemon.json, NULL,
+               "(list) Print the daemon's answer as JSON"),
+    GS_CLI_OPTIONS_END,
+};
+
+/* The body of `tenant add`: only what was given, the daemon's defaults
+ * for the rest. */
+static json_t *tenant_body(const tenant_opts *o, const gs_cli_args *args, const char *name) {
+  const gs_cli_command *me = &gs_cli_tenant;
+  json_t *body = json_pack("{s:s}", "name", name), *quotas = json_object();
+  if (o->user)
+    json_object_set_new(body, "user", json_string(o->user));
+  if (o->group)
+    json_object_set_new(body, "group", json_string(o->group));
+  if (gs_cli_given(me, args, "weight"))
+    json_object_set_new(body, "weight", json_real(o->weight));
+  if (gs_cli_given(me, args, "max-priority"))
+    json_object_set_new(body, "max_priority", json_integer(o->max_priority));
+  if (o->allow_root)
+    json_object_set_new(body, "allow_root", json_true());
+  if (o->admin)
+    json_object_set_new(body, "admin", json_true());
+  if (gs_cli_given(me, args, "max-gpus"))
+    json_object_set_new(quotas, "devices", json_real(o->max_gpus));
+  if (gs_cli_given(me, args, "max-gpu-mem"))
+    json_object_set_new(quotas, "device_mem", json_integer((json_int_t)o->max_gpu_mem));
+  if (gs_cli_given(me, args, "max-jobs"))
+    json_object_set_new(quotas, "jobs", json_integer(o->max_jobs));
+  if (gs_cli_given(me, args, "max-cpus"))
+    json_object_set_new(quotas, "cpus", json_real(o->max_cpus));
+  if (gs_cli_given(me, args, "max-mem"))
+    json_object_set_new(quotas, "mem", json_integer((json_int_t)o->max_mem));
+  json_object_set_new(body, "quotas", quotas);
+  return body;
+}
 
 static int tenant_run(int argc, char **argv) {
   const gs_cli_command *me = &gs_cli_tenant;
-  if (argc < 2)
-    return gs_cli_usage_error(me, "add, list, remove or token?");
-  const char *verb = argv[1], *name = NULL, *url = NULL, *token = NULL;
-  bool json_out = false;
-  json_t *body = json_object(), *quotas = json_object();
-  json_object_set_new(body, "quotas", quotas);
-  for (int i = 2; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    uint64_t bytes;
-    char *end = NULL;
-    if (!strcmp(a, "--json")) {
-      json_out = true;
-    } else if (!strcmp(a, "--allow-root") || !strcmp(a, "--admin")) {
-      json_object_set_new(body, a[2] == 'a' && a[3] == 'l' ? "allow_root" : "admin", json_true());
-    } else if (a[0] != '-' && !name) {
-      name = a;
-    } else if (!v) {
-      json_decref(body);
-      return gs_cli_usage_error(me, "unexpected '%s'", a);
-    } else {
-      i++;
-      if (!strcmp(a, "--url"))
-        url = v;
-      else if (!strcmp(a, "--token"))
-        token = v;
-      else if (!strcmp(a, "--user") || !strcmp(a, "--group"))
-        json_object_set_new(body, a + 2, json_string(v));
-      else if (!strcmp(a, "--weight") || !strcmp(a, "--max-gpus") || !strcmp(a, "--max-cpus") ||
-               !strcmp(a, "--max-jobs") || !strcmp(a, "--max-priority")) {
-        double n = strtod(v, &end);
-        if (end == v || *end || !(n >= 0 || !strcmp(a, "--max-priority"))) {
-          json_decref(body);
-          return gs_cli_usage_error(me, "bad value '%s' for %s", v, a);
-        }
-        if (!strcmp(a, "--weight"))
-          json_object_set_new(body, "weight", json_real(n));
-        else if (!strcmp(a, "--max-priority"))
-          json_object_set_new(body, "max_priority", json_integer((json_int_t)n));
-        else if (!strcmp(a, "--max-jobs"))
-          json_object_set_new(quotas, "jobs", json_integer((json_int_t)n));
-        else
-          json_object_set_new(quotas, a[6] == 'g' ? "devices" : "cpus", json_real(n));
-      } else if (!strcmp(a, "--max-gpu-mem") || !strcmp(a, "--max-mem")) {
-        if (gs_parse_bytes(v, &bytes) < 0) {
-          json_decref(body);
-          return gs_cli_usage_error(me, "bad value '%s' for %s", v, a);
-        }
-        json_object_set_new(quotas, a[6] == 'g' ? "device_mem" : "mem",
-                            json_integer((json_int_t)bytes));
-      } else {
-        json_decref(body);
-        return gs_cli_usage_error(me, "unknown option '%s'", a);
-      }
-    }
-  }
+  tenant_opts o = {0};
+  gs_cli_args args;
+  int rc = gs_cli_parse(me, argc, argv, &o, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  const char *verb = args.words[0], *name = args.n > 1 ? args.words[1] : NULL;
+  const char *url = o.daemon.url, *token = o.daemon.token;
+  bool json_out = o.daemon.json;
+  json_t *body = NULL;
   json_t *answer = NULL;
   char path[200];
-  int rc;
   if (!strcmp(verb, "list")) {
     rc = gs_cli_call_json("tenant list", url, token, "GET", "/api/v1/tenants", NULL, &answer);
   } else if (!name) {
-    json_decref(body);
     return gs_cli_usage_error(me, "which tenant? (give its name)");
   } else if (!strcmp(verb, "add")) {
-    json_object_set_new(body, "name", json_string(name));
+    body = tenant_body(&o, &args, name);
     rc = gs_cli_call_json("tenant add", url, token, "POST", "/api/v1/tenants", body, &answer);
   } else if (!strcmp(verb, "remove")) {
     snprintf(path, sizeof path, "/api/v1/tenants/%s", name);
@@ -112,7 +107,6 @@ static int tenant_run(int argc, char **argv) {
     snprintf(path, sizeof path, "/api/v1/tenants/%s/tokens", name);
     rc = gs_cli_call_json("tenant token", url, token, "POST", path, NULL, &answer);
   } else {
-    json_decref(body);
     return gs_cli_usage_error(me, "unknown action '%s' (add, list, remove or token)", verb);
   }
   json_decref(body);
@@ -153,40 +147,40 @@ static int tenant_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_tenant = {
     .name = "tenant",
-    .summary = "Manage tenants and their tokens (admin)",
-    .help = tenant_help,
+    .usage = "gpusrv tenant add NAME --user USER [OPTIONS]\n"
+             "gpusrv tenant list [--json]\n"
+             "gpusrv tenant remove NAME\n"
+             "gpusrv tenant token NAME",
+    .about = "Manages the daemon's tenants (an admin token is needed). `add` and `token` print a\n"
+             "new bearer token for the tenant; only its salted hash is kept, so keep it safe.",
+    .options = tenant_options,
+    .min_args = 1,
+    .max_args = 2,
     .run = tenant_run,
 };
 
-static const char usage_help[] =
-    "Usage: gpusrv usage [--tenant T] [--since DATE] [--url URL] [--token TOKEN] [--json]\n"
-    "\n"
-    "Accounting of ended jobs per tenant: jobs, device-seconds, device-memory GiB-hours,\n"
-    "CPU-seconds and wall time. A tenant sees its own; an admin everyone's.\n"
-    "\n"
-    "Options:\n"
-    "  --tenant T       Only tenant T (admin)\n"
-    "  --since DATE     Jobs that ended since DATE (YYYY-MM-DD, or Unix seconds)\n" DAEMON_OPTIONS
-    "  --json           Print the daemon's answer as JSON\n";
+typedef struct usage_opts {
+  const char *tenant, *since;
+  gs_cli_daemon_opts daemon;
+} usage_opts;
+
+static const gs_cli_option usage_options[] = {
+    GS_CLI_OPT("tenant", GS_OPT_STRING, usage_opts, tenant, "T", "Only tenant T (admin)"),
+    GS_CLI_OPT("since", GS_OPT_STRING, usage_opts, since, "DATE",
+               "Jobs that ended since DATE (YYYY-MM-DD, or Unix seconds)"),
+    GS_CLI_DAEMON_ROWS(usage_opts),
+    GS_CLI_JSON_ROW(usage_opts),
+    GS_CLI_OPTIONS_END,
+};
 
 static int usage_run(int argc, char **argv) {
-  const char *url = NULL, *token = NULL, *tenant = NULL, *since = NULL;
-  bool json_out = false;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--json"))
-      json_out = true;
-    else if (v && !strcmp(a, "--url"))
-      url = argv[++i];
-    else if (v && !strcmp(a, "--token"))
-      token = argv[++i];
-    else if (v && !strcmp(a, "--tenant"))
-      tenant = argv[++i];
-    else if (v && !strcmp(a, "--since"))
-      since = argv[++i];
-    else
-      return gs_cli_usage_error(&gs_cli_usage, "unexpected '%s'", a);
-  }
+  usage_opts o = {0};
+  gs_cli_args args;
+  int rc = gs_cli_parse(&gs_cli_usage, argc, argv, &o, &args);
+  if (rc != GS_EXIT_OK)
+    return rc;
+  const char *url = o.daemon.url, *token = o.daemon.token, *tenant = o.tenant, *since = o.since;
+  bool json_out = o.daemon.json;
   double since_s = 0;
   if (since) {
     struct tm tm = {0};
@@ -206,7 +200,7 @@ static int usage_run(int argc, char **argv) {
   snprintf(path, sizeof path, "/api/v1/usage?since=%.0f%s%s", since_s, tenant ? "&tenant=" : "",
            tenant ? tenant : "");
   json_t *answer = NULL;
-  int rc = gs_cli_call_json("usage", url, token, "GET", path, NULL, &answer);
+  rc = gs_cli_call_json("usage", url, token, "GET", path, NULL, &answer);
   if (rc != GS_EXIT_OK)
     return rc;
   json_t *rows = json_object_get(answer, "usage");
@@ -244,7 +238,9 @@ static int usage_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_usage = {
     .name = "usage",
-    .summary = "Accounting per tenant: device, memory and CPU time of ended jobs",
-    .help = usage_help,
+    .usage = "gpusrv usage [--tenant T] [--since DATE] [--url URL] [--json]",
+    .about = "Accounting of ended jobs per tenant: jobs, device-seconds, device-memory GiB-hours,\n"
+             "CPU-seconds and wall time. A tenant sees its own; an admin everyone's.",
+    .options = usage_options,
     .run = usage_run,
 };

@@ -1,19 +1,19 @@
-/* main.c - `gpusrv SUBCOMMAND ...`: dispatches to the subcommands, and
- * prints help and the version. */
+/* main.c - `gpusrv SUBCOMMAND ...`: runs the subcommands this executable
+ * has, execs the other executable for the rest (git-style: `gpusrv` links
+ * only the client library, gpusrv-engine the engine and the HAL), and
+ * prints help and the version. Built into both. */
 #include "cli/cli.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef GS_VERSION
 #define GS_VERSION "0.0.0-dev"
 #endif
-
-static const gs_cli_command *const commands[] = {
-    &gs_cli_serve, &gs_cli_smi,    &gs_cli_model, &gs_cli_models, &gs_cli_infer,
-    &gs_cli_submit, &gs_cli_jobs,  &gs_cli_job,   &gs_cli_cancel, &gs_cli_logs,
-    &gs_cli_wait,  &gs_cli_tenant, &gs_cli_usage, &gs_cli_batch,
-    &gs_cli_bench,  NULL};
 
 void gs_cli_error(const char *fmt, ...) {
   va_list ap;
@@ -25,7 +25,27 @@ void gs_cli_error(const char *fmt, ...) {
 }
 
 const char *gs_cli_help_text(const gs_cli_command *cmd) {
-  return cmd->help_fn ? cmd->help_fn() : cmd->help;
+  if (cmd->help_fn)
+    return cmd->help_fn();
+  static char text[8192];
+  FILE *f = fmemopen(text, sizeof text - 1, "w");
+  if (!f)
+    return cmd->usage;
+  fprintf(f, "Usage: ");
+  for (const char *line = cmd->usage; *line;) { /* continuation lines indented */
+    size_t n = strcspn(line, "\n");
+    fprintf(f, "%s%.*s\n", line == cmd->usage ? "" : "       ", (int)n, line);
+    line += n + (line[n] == '\n');
+  }
+  fprintf(f, "\n%s\n", cmd->about);
+  if (cmd->options && cmd->options->name) {
+    fprintf(f, "\nOptions:\n");
+    gs_cli_print_options(cmd->options, f);
+  }
+  if (cmd->notes)
+    fprintf(f, "\n%s", cmd->notes);
+  fclose(f);
+  return text;
 }
 
 /* The usage line is the first line of the help text. */
@@ -50,8 +70,8 @@ static void print_overview(FILE *out) {
           "gpusrv turns a machine with accelerators into a shared, monitored compute service.\n"
           "\n"
           "Commands:\n");
-  for (int i = 0; commands[i]; i++)
-    fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+  for (const gs_cli_entry *e = gs_cli_index; e->name; e++)
+    fprintf(out, "  %-10s %s\n", e->name, e->summary);
   fprintf(out, "  %-10s %s\n", "help", "Show the help of a command");
   fprintf(out,
           "\n"
@@ -67,11 +87,47 @@ static void print_overview(FILE *out) {
           "  GPUSRV_TOKEN        Bearer token for the daemon\n");
 }
 
-static const gs_cli_command *find(const char *name) {
-  for (int i = 0; commands[i]; i++)
-    if (strcmp(commands[i]->name, name) == 0)
-      return commands[i];
+static const gs_cli_command *find_here(const char *name) {
+  for (int i = 0; gs_cli_commands[i]; i++)
+    if (strcmp(gs_cli_commands[i]->name, name) == 0)
+      return gs_cli_commands[i];
   return NULL;
+}
+
+static const gs_cli_entry *find_anywhere(const char *name) {
+  for (const gs_cli_entry *e = gs_cli_index; e->name; e++)
+    if (strcmp(e->name, name) == 0)
+      return e;
+  return NULL;
+}
+
+/* Runs the other executable with the same arguments. It lies beside this
+ * one in the build tree; installed, gpusrv-engine is in ../lib/gpusrv
+ * (beside the job supervisor and the plugins) and gpusrv in ../../bin. */
+static int exec_other(char **argv) {
+  char exe[PATH_MAX], path[PATH_MAX + 64];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) {
+    gs_cli_error("cannot find this executable: %s", strerror(errno));
+    return GS_EXIT_FAILED;
+  }
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (slash)
+    *slash = '\0';
+  const char *name = gs_cli_is_engine ? "gpusrv" : "gpusrv-engine";
+  const char *const places[] = {"", gs_cli_is_engine ? "/../../bin" : "/../lib/gpusrv"};
+  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+    snprintf(path, sizeof path, "%s%s/%s", exe, places[i], name);
+    if (access(path, X_OK) == 0) {
+      execv(path, argv);
+      gs_cli_error("cannot run %s: %s", path, strerror(errno));
+      return GS_EXIT_FAILED;
+    }
+  }
+  gs_cli_error("'%s' needs %s, which is neither in %s nor in %s%s (is gpusrv installed whole?)",
+               argv[1], name, exe, exe, places[1]);
+  return GS_EXIT_FAILED;
 }
 
 int main(int argc, char **argv) {
@@ -88,29 +144,27 @@ int main(int argc, char **argv) {
     printf("gpusrv %s\n", GS_VERSION);
     return GS_EXIT_OK;
   }
-  if (strcmp(arg, "help") == 0) {
-    if (argc < 3) {
-      print_overview(stdout);
-      return GS_EXIT_OK;
-    }
-    const gs_cli_command *cmd = find(argv[2]);
-    if (!cmd) {
-      gs_cli_error("help: unknown command '%s'", argv[2]);
-      return GS_EXIT_USAGE;
-    }
-    fputs(gs_cli_help_text(cmd), stdout);
+  bool help = strcmp(arg, "help") == 0;
+  if (help && argc < 3) {
+    print_overview(stdout);
     return GS_EXIT_OK;
   }
-  if (arg[0] == '-') {
-    gs_cli_error("unknown option '%s'", arg);
+  const char *name = help ? argv[2] : arg;
+  const gs_cli_command *cmd = find_here(name);
+  if (!cmd && find_anywhere(name))
+    return exec_other(argv);
+  if (!cmd) {
+    if (help) {
+      gs_cli_error("help: unknown command '%s'", name);
+      return GS_EXIT_USAGE;
+    }
+    gs_cli_error(arg[0] == '-' ? "unknown option '%s'" : "unknown command '%s'", arg);
     fprintf(stderr, "Usage: gpusrv COMMAND [OPTIONS]   (gpusrv --help lists the commands)\n");
     return GS_EXIT_USAGE;
   }
-  const gs_cli_command *cmd = find(arg);
-  if (!cmd) {
-    gs_cli_error("unknown command '%s'", arg);
-    fprintf(stderr, "Usage: gpusrv COMMAND [OPTIONS]   (gpusrv --help lists the commands)\n");
-    return GS_EXIT_USAGE;
+  if (help) {
+    fputs(gs_cli_help_text(cmd), stdout);
+    return GS_EXIT_OK;
   }
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0)

@@ -73,7 +73,7 @@ static bool store(const gs_cli_option *o, const char *value, char *base) {
 static void describe_bounds(const gs_cli_option *o, char *buf, size_t cap) {
   buf[0] = '\0';
   if ((o->type == GS_OPT_INT || o->type == GS_OPT_REAL) && !(o->min == 0 && o->max == 0))
-    snprintf(buf, cap, " (%g to %g)", o->min, o->max);
+    snprintf(buf, cap, " (%.15g to %.15g)", o->min, o->max);
   else if (o->type == GS_OPT_BYTES)
     snprintf(buf, cap, " (a size such as 512M or 16G)");
   else if (o->type == GS_OPT_DURATION)
@@ -94,81 +94,138 @@ static const char *take_secret(char *arg) {
   return copy;
 }
 
-int gs_cli_parse(const gs_cli_command *cmd, int argc, char **argv, void *opts, bool allow_after,
-                 gs_cli_args *out) {
-  *out = (gs_cli_args){0};
-  out->words = calloc((size_t)argc + 1, sizeof *out->words);
-  if (!out->words) {
+/* The --token-file's first line into the token's field, when the table
+ * has both rows and no --token was given. */
+static int read_token_file(const gs_cli_command *cmd, char *base, uint64_t given) {
+  const gs_cli_option *token = NULL, *file = NULL;
+  for (const gs_cli_option *o = cmd->options; o->name; o++) {
+    if (strcmp(o->name, "token") == 0)
+      token = o;
+    else if (strcmp(o->name, "token-file") == 0)
+      file = o;
+  }
+  if (!token || !file || !(given >> (file - cmd->options) & 1) ||
+      (given >> (token - cmd->options) & 1))
+    return GS_EXIT_OK;
+  const char *path = *(const char **)(base + file->offset);
+  static char text[512];
+  FILE *f = fopen(path, "r");
+  bool ok = f && fgets(text, sizeof text, f);
+  int err = errno;
+  if (f)
+    fclose(f);
+  text[strcspn(text, "\r\n")] = '\0';
+  if (!ok || !text[0]) {
+    gs_cli_error("%s: cannot read a token from %s: %s", cmd->name, path,
+                 f ? "its first line is empty" : strerror(err));
+    return GS_EXIT_FAILED;
+  }
+  *(const char **)(base + token->offset) = text;
+  return GS_EXIT_OK;
+}
+
+/* Short options at argv[*i], "-f" or a cluster "-fq FIELDS" / "-qFIELDS":
+ * flags until one that takes a value, which takes the rest or the next word. */
+static int take_short(const gs_cli_command *cmd, int argc, char **argv, int *i, char *base,
+                      uint64_t *given);
+static int store_option(const gs_cli_command *cmd, const gs_cli_option *o, char *value,
+                        char *base, uint64_t *given);
+
+/* One option at argv[*i]: its row, its value, stored. */
+static int take_option(const gs_cli_command *cmd, int argc, char **argv, int *i, char *base,
+                       uint64_t *given) {
+  char *a = argv[*i], *value = NULL, *eq = NULL;
+  if (a[1] != '-')
+    return take_short(cmd, argc, argv, i, base, given);
+  eq = strchr(a, '=');
+  const gs_cli_option *o =
+      find_long(cmd->options, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+  if (eq)
+    value = eq + 1;
+  if (!o)
+    return gs_cli_usage_error(cmd, "unknown option '%.*s'", eq ? (int)(eq - a) : (int)strlen(a),
+                              a);
+  if (o->type == GS_OPT_BOOL && eq)
+    return gs_cli_usage_error(cmd, "--%s takes no value", o->name);
+  if (o->type != GS_OPT_BOOL && !value) {
+    if (*i + 1 >= argc)
+      return gs_cli_usage_error(cmd, "option '%s' needs a value", a);
+    value = argv[++*i];
+  }
+  return store_option(cmd, o, value, base, given);
+}
+
+static int take_short(const gs_cli_command *cmd, int argc, char **argv, int *i, char *base,
+                      uint64_t *given) {
+  for (char *c = argv[*i] + 1; *c; c++) {
+    const gs_cli_option *o = find_short(cmd->options, *c);
+    if (!o)
+      return gs_cli_usage_error(cmd, "unknown option '-%c'", *c);
+    char *value = NULL;
+    if (o->type != GS_OPT_BOOL) {
+      if (c[1])
+        value = c + 1;
+      else if (*i + 1 < argc)
+        value = argv[++*i];
+      else
+        return gs_cli_usage_error(cmd, "option '-%c' needs a value", *c);
+    }
+    int rc = store_option(cmd, o, value, base, given);
+    if (rc != GS_EXIT_OK || value)
+      return rc;
+  }
+  return GS_EXIT_OK;
+}
+
+static int store_option(const gs_cli_command *cmd, const gs_cli_option *o, char *value,
+                        char *base, uint64_t *given) {
+  if (value && strcmp(o->name, "token") == 0 && !(value = (char *)take_secret(value))) {
     gs_cli_error("%s: out of memory", cmd->name);
     return GS_EXIT_FAILED;
   }
+  if (!store(o, value, base)) {
+    char bounds[64];
+    describe_bounds(o, bounds, sizeof bounds);
+    return gs_cli_usage_error(cmd, "bad value '%s' for --%s%s", value, o->name, bounds);
+  }
+  *given |= (uint64_t)1 << ((o - cmd->options) & 63);
+  return GS_EXIT_OK;
+}
+
+int gs_cli_parse(const gs_cli_command *cmd, int argc, char **argv, void *opts, gs_cli_args *out) {
+  *out = (gs_cli_args){0};
   for (int i = 1; i < argc; i++) {
     char *a = argv[i];
     if (strcmp(a, "--") == 0) {
-      if (!allow_after && i + 1 < argc)
+      if (!cmd->takes_command && i + 1 < argc)
         return gs_cli_usage_error(cmd, "unexpected '%s' after --", argv[i + 1]);
       out->after = argv + i + 1;
       out->n_after = argc - i - 1;
       break;
     }
     if (a[0] != '-' || a[1] == '\0') {
+      if (out->n == GS_CLI_MAX_WORDS || (cmd->max_args >= 0 && out->n >= cmd->max_args))
+        return gs_cli_usage_error(cmd, cmd->takes_command ? "unexpected '%s' (put the command "
+                                                           "after --)" : "unexpected '%s'", a);
       out->words[out->n++] = a;
       continue;
     }
-    const gs_cli_option *o;
-    char *value = NULL, *eq = NULL;
-    if (a[1] == '-') {
-      eq = strchr(a, '=');
-      o = find_long(cmd->options, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
-      if (eq)
-        value = eq + 1;
-    } else {
-      o = a[2] == '\0' ? find_short(cmd->options, a[1]) : NULL;
-    }
-    if (!o)
-      return gs_cli_usage_error(cmd, "unknown option '%s'", a);
-    if (o->type == GS_OPT_BOOL && eq)
-      return gs_cli_usage_error(cmd, "--%s takes no value", o->name);
-    if (o->type != GS_OPT_BOOL && !value) {
-      if (i + 1 >= argc)
-        return gs_cli_usage_error(cmd, "option '%s' needs a value", a);
-      value = argv[++i];
-    }
-    if (value && strcmp(o->name, "token") == 0 && !(value = (char *)take_secret(value))) {
-      gs_cli_error("%s: out of memory", cmd->name);
-      return GS_EXIT_FAILED;
-    }
-    if (!store(o, value, opts)) {
-      char bounds[64];
-      describe_bounds(o, bounds, sizeof bounds);
-      return gs_cli_usage_error(cmd, "bad value '%s' for --%s%s", value, o->name, bounds);
-    }
-    out->given |= (uint64_t)1 << ((o - cmd->options) & 63);
+    int rc = take_option(cmd, argc, argv, &i, opts, &out->given);
+    if (rc != GS_EXIT_OK)
+      return rc;
   }
-  return GS_EXIT_OK;
+  if (out->n < cmd->min_args)
+    return gs_cli_usage_error(cmd, "%s", cmd->min_args == 1 && cmd->max_args == 1
+                                             ? "it takes one argument"
+                                             : "an argument is missing");
+  if (cmd->takes_command && out->n_after == 0)
+    return gs_cli_usage_error(cmd, "no command to run (give it after --)");
+  return read_token_file(cmd, opts, out->given);
 }
 
-void gs_cli_args_free(gs_cli_args *args) {
-  free(args->words);
-  args->words = NULL;
-}
-
-bool gs_cli_daemon_token(const char *command, gs_cli_daemon_opts *o) {
-  if (o->token || !o->token_file)
-    return true;
-  FILE *f = fopen(o->token_file, "r");
-  static char token[512];
-  if (!f || !fgets(token, sizeof token, f)) {
-    gs_cli_error("%s: cannot read a token from %s: %s", command, o->token_file,
-                 f ? "it is empty" : strerror(errno));
-    if (f)
-      fclose(f);
-    return false;
-  }
-  fclose(f);
-  token[strcspn(token, "\r\n")] = '\0';
-  o->token = token;
-  return true;
+bool gs_cli_given(const gs_cli_command *cmd, const gs_cli_args *args, const char *name) {
+  const gs_cli_option *o = find_long(cmd->options, name, strlen(name));
+  return o && (args->given >> (o - cmd->options) & 1);
 }
 
 void gs_cli_print_options(const gs_cli_option *table, FILE *out) {

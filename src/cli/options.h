@@ -57,8 +57,7 @@ typedef struct gs_cli_daemon_opts {
   GS_CLI_OPT("url", GS_OPT_STRING, st, daemon.url, "URL",                                    \
              "The daemon (default: GPUSRV_URL, else http://127.0.0.1:8000)"),                \
   GS_CLI_OPT("token", GS_OPT_STRING, st, daemon.token, "TOKEN",                             \
-             "Bearer token (default: GPUSRV_TOKEN); visible to other users while it runs: " \
-             "prefer --token-file or the variable"),                                         \
+             "Bearer token (default: GPUSRV_TOKEN); others can read it on a command line"),  \
   GS_CLI_OPT("token-file", GS_OPT_STRING, st, daemon.token_file, "FILE",                   \
              "Read the bearer token from the first line of FILE")
 /* ... and --json, for the commands that print a daemon's answer. */
@@ -66,31 +65,32 @@ typedef struct gs_cli_daemon_opts {
   GS_CLI_OPT("json", GS_OPT_BOOL, st, daemon.json, NULL, "Print the daemon's answer as JSON")
 #define GS_CLI_OPTIONS_END {NULL, 0, 0, 0, NULL, NULL, 0, 0}
 
+#define GS_CLI_MAX_WORDS 16
+
 /* What is left of argv once the options are taken out. */
 typedef struct gs_cli_args {
-  int n;                /* words that are not options, in order */
-  char **words;         /* into argv (not owned) */
-  int n_after;          /* words after "--", when the command takes them */
+  int n;                               /* words that are not options, in order */
+  char *words[GS_CLI_MAX_WORDS];       /* into argv */
+  int n_after;                         /* words after "--", for a command that runs one */
   char **after;
-  uint64_t given;       /* bit i: row i of the table was given */
+  uint64_t given;                      /* bit i: row i of the table was given */
 } gs_cli_args;
 
-/* Parses argv[1..argc) (argv[0] is the subcommand's name) against `table`
- * into `opts`. Options may stand before, between or after the other words;
- * "--" ends them, and what follows is `after` when `allow_after`, else a
- * usage error. Returns 0, or prints "gpusrv: NAME: why" and the usage line
- * and returns 2 (GS_EXIT_USAGE). Strings point into argv, except a --token,
- * which is copied and then blanked in argv. `words` is malloc'd: free it
- * with gs_cli_args_free(). */
+/* Parses argv[1..argc) (argv[0] is the subcommand's name) against the
+ * command's table into `opts`. Options may stand before, between or after
+ * the other words, whose count must be within the command's min_args and
+ * max_args; "--" ends them, and what follows is `after` for a command that
+ * takes_command, else a usage error. A --token is copied and blanked in
+ * argv at once (it is visible in /proc/PID/cmdline), with a warning; a
+ * --token-file, when no --token was given, is read into the token's field.
+ * Returns 0, or prints "gpusrv: NAME: why" (with the usage line for a
+ * usage error) and returns 2 (GS_EXIT_USAGE) or 1. */
 struct gs_cli_command;
 int gs_cli_parse(const struct gs_cli_command *cmd, int argc, char **argv, void *opts,
-                 bool allow_after, gs_cli_args *out);
-void gs_cli_args_free(gs_cli_args *args);
+                 gs_cli_args *out);
 
-/* The --token-file's token into `opts->token` when no --token was given (a
- * copy that lives as long as the process). Prints why and returns false
- * when the file cannot be read. */
-bool gs_cli_daemon_token(const char *command, gs_cli_daemon_opts *opts);
+/* Whether the option `name` of the command's table was given. */
+bool gs_cli_given(const struct gs_cli_command *cmd, const gs_cli_args *args, const char *name);
 
 /* The options' help lines, from the table. */
 void gs_cli_print_options(const gs_cli_option *table, FILE *out);

@@ -32,7 +32,8 @@ def staged(tmp_path_factory):
 
 def test_files_land_in_place(staged):
     root = f"{staged}{PREFIX}"
-    for path in ("bin/gpusrv", "lib/gpusrv/gpusrv-job-shim", "include/gpusrv/client.h",
+    for path in ("bin/gpusrv", "lib/gpusrv/gpusrv-engine", "lib/gpusrv/gpusrv-job-shim",
+                 "include/gpusrv/client.h",
                  "include/gpusrv/errors.h", "lib/pkgconfig/gpusrv-client.pc",
                  "lib/systemd/system/gpusrv.service", "share/doc/gpusrv/examples/infer.c"):
         assert os.path.exists(os.path.join(root, path)), path
