@@ -14,11 +14,9 @@ import time
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 import onnxruntime as ort
 import pytest
 import tritonclient.http as triton
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
@@ -131,6 +129,12 @@ def ort_run(path, x):
     return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, x)[0]
 
 
+def stats(port, model):
+    status, raw, _ = request(port, "GET", f"/v2/models/{model}/stats")
+    assert status == 200
+    return json.loads(raw)["model_stats"][0]
+
+
 def test_health_and_server_metadata(server):
     assert request(server, "GET", "/v2/health/live")[0] == 200
     # One broken model: the server is up but not everything is ready.
@@ -241,33 +245,6 @@ def test_bad_inference_header_length(server, value, text):
     assert got == 400 and text in json.loads(raw)["error"]
 
 
-def test_queue_full_is_503(tmp_path):
-    """max_queue_size 1: while a batch of 7 rows waits its queue delay, the
-    2-row requests cannot join it (8 rows at most); one queues, and those
-    that find the queue full get 503 saying so."""
-    add_model(tmp_path, "q", {"max_batch_size": 8, "dynamic_batching": {
-        "preferred_batch_size": [8], "max_queue_delay_microseconds": 500000,
-        "default_queue_policy": {"max_queue_size": 1}}})
-
-    def body(rows):
-        return json.dumps({"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
-                                       "data": [0.1] * (256 * rows)}]}).encode()
-    with serving(tmp_path) as port:
-        results = []
-        threads = [threading.Thread(target=lambda rows=rows: results.append(
-            request(port, "POST", "/v2/models/q/infer", body(rows))[:2])) for rows in (7, 2, 2, 2)]
-        for t in threads:
-            t.start()
-            time.sleep(0.05)
-        for t in threads:
-            t.join()
-        statuses = sorted(status for status, _ in results)
-        assert statuses == [200, 200, 503, 503], statuses
-        for status, raw in results:
-            if status == 503:
-                assert "the queue is full (max_queue_size 1)" in json.loads(raw)["error"]
-
-
 def test_oversized_body_is_413(repo):
     proc, port = start(repo, "--max-request-bytes", "2048")
     try:
@@ -345,44 +322,6 @@ def test_config_file_then_flags(repo, tmp_path):
         assert proc.wait(timeout=30) == 0
 
 
-def stats(port, model):
-    status, raw, _ = request(port, "GET", f"/v2/models/{model}/stats")
-    assert status == 200
-    return json.loads(raw)["model_stats"][0]
-
-
-def test_concurrent_requests_are_batched_and_stats_add_up(server):
-    config = json.loads(request(server, "GET", "/v2/models/mlp/config")[1])
-    assert config["dynamic_batching"]["preferred_batch_size"] == [8]
-    before = stats(server, "mlp")
-    x = np.random.default_rng(5).standard_normal((1, 256)).astype(np.float32)
-    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
-                                   "data": x.ravel().tolist()}]}).encode()
-    results = []
-
-    def one():
-        results.append(request(server, "POST", "/v2/models/mlp/infer", body)[0])
-
-    threads = [threading.Thread(target=one) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results == [200] * 16
-    after = stats(server, "mlp")
-    new = after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"]
-    assert new == 16
-    assert after["inference_count"] - before["inference_count"] == 16
-    # 16 one-row requests arriving together ran as fewer, larger batches.
-    assert after["execution_count"] - before["execution_count"] < 16
-    assert any(b["batch_size"] > 1 for b in after["batch_stats"])
-    # The parts of a request's time add up to no more than the whole.
-    s = after["inference_stats"]
-    parts = sum(s[k]["ns"] for k in ("queue", "compute_input", "compute_infer", "compute_output"))
-    assert 0 < parts <= s["success"]["ns"]
-    assert s["queue"]["count"] == s["compute_infer"]["count"] == s["success"]["count"]
-
-
 def metric_values(port):
     values = {}
     for line in request(port, "GET", "/metrics")[1].decode().splitlines():
@@ -390,48 +329,6 @@ def metric_values(port):
             name, value = line.rsplit(" ", 1)
             values[name] = float(value)
     return values
-
-
-def test_batches_in_flight_keep_each_requests_rows(server, repo):
-    """Requests of 1 to 3 rows each, 48 at once, through the batcher's
-    pipeline (several batches in flight): each reply holds exactly its own
-    rows' results, and every stage of the pipeline saw every batch."""
-    path = str(repo / "mlp" / "1" / "model.onnx")
-    rng = np.random.default_rng(11)
-    inputs = [rng.standard_normal((1 + i % 3, 256)).astype(np.float32) for i in range(48)]
-    got = [None] * len(inputs)
-    before = stats(server, "mlp")
-
-    def one(i):
-        client = triton.InferenceServerClient(f"127.0.0.1:{server}")
-        inp = triton.InferInput("x", list(inputs[i].shape), "FP32")
-        inp.set_data_from_numpy(inputs[i], binary_data=i % 2 == 0)
-        got[i] = client.infer("mlp", [inp]).as_numpy("probs")
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for i, x in enumerate(inputs):
-        assert got[i] is not None and got[i].shape == (x.shape[0], 10)
-        np.testing.assert_allclose(got[i], ort_run(path, {"x": x}), rtol=1e-4, atol=1e-6)
-    after = stats(server, "mlp")
-    assert after["inference_count"] - before["inference_count"] == sum(len(x) for x in inputs)
-    values = metric_values(server)
-    # On the CPU device the host addresses device memory: no copy stages.
-    for stage in ("gather", "compute", "encode"):
-        key = f'gpusrv_batch_stage_batches_total{{model="mlp",instance="0",stage="{stage}"}}'
-        assert values[key] == after["execution_count"], stage
-    assert values['gpusrv_batch_stage_busy_seconds_total{model="mlp",instance="0",stage="compute"}'] > 0
-
-
-def test_request_timeout_in_queue(server):
-    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
-                                   "data": [0.0] * 256}], "parameters": {"timeout": 1}}).encode()
-    status, raw, _ = request(server, "POST", "/v2/models/mlp/infer", body)
-    assert status == 503 and "timed out" in json.loads(raw)["error"]
-    assert stats(server, "mlp")["inference_stats"]["fail"]["count"] >= 1
 
 
 def test_all_model_stats(server):
@@ -613,319 +510,3 @@ def test_triton_config_pbtxt(server):
     x = {"inputs": [{"name": "x", "shape": [2, 256], "datatype": "FP32", "data": [0.2] * 512}]}
     status, raw, _ = request(server, "POST", "/v2/models/tpb/infer", json.dumps(x).encode())
     assert status == 200 and json.loads(raw)["outputs"][0]["shape"] == [2, 10]
-
-
-def test_client_vanishes_while_queued(tmp_path):
-    repo = tmp_path / "models"
-    add_model(repo, "slow", {
-        "max_batch_size": 8,
-        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 300000}})
-    with serving(repo) as port:
-        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
-                                       "data": [0.1] * 256}]}).encode()
-        for _ in range(5):  # each queued for 0.3 s; each client gone before its answer
-            s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
-                      % len(body) + body)
-            s.close()
-        time.sleep(0.8)
-        assert request(port, "POST", "/v2/models/slow/infer", body)[0] == 200
-        assert stats(port, "slow")["inference_stats"]["success"]["count"] >= 6
-
-
-def test_instance_groups(tmp_path):
-    """Two instances serve side by side with the right answers; groups that
-    ask for devices this machine lacks leave the model unavailable, saying
-    why."""
-    def entry(name, groups):
-        add_model(tmp_path, name, {"max_batch_size": 8, "instance_group": groups})
-    entry("two", [{"count": 2, "kind": "KIND_CPU"}])
-    entry("gpuonly", [{"count": 1, "kind": "KIND_GPU"}])
-    entry("nodevice", [{"count": 1, "kind": "KIND_CPU", "devices": ["cpu7"]}])
-    entry("zero", [{"count": 0, "kind": "KIND_CPU"}])
-    entry("many", [{"count": 8, "kind": "KIND_CPU"}, {"count": 1, "kind": "KIND_CPU"}])
-    entry("groups", [{"count": 1}] * 5)
-    entry("bigcount", [{"count": 4294967297, "kind": "KIND_CPU"}])
-    with serving(tmp_path) as port:
-        config = json.loads(request(port, "GET", "/v2/models/two/config")[1])
-        assert config["instance_group"] == [
-            {"name": "two_cpu0", "kind": "KIND_CPU", "count": 2, "devices": ["cpu0"]}]
-        index = {m["name"]: m for m in json.loads(
-            request(port, "POST", "/v2/repository/index", b"{}")[1])}
-        assert index["two"]["state"] == "READY"
-        assert index["gpuonly"]["state"] == "UNAVAILABLE"
-        assert "KIND_GPU" in index["gpuonly"]["reason"] and "no such device" in index["gpuonly"]["reason"]
-        assert "cpu7" in index["nodevice"]["reason"]
-        assert "count must be 1 to 8" in index["zero"]["reason"]
-        assert "count must be 1 to 8" in index["bigcount"]["reason"]  # not wrapped to 1
-        assert "more than 8 instances" in index["many"]["reason"]
-        assert "at most 4 instance groups" in index["groups"]["reason"]
-        assert request(port, "GET", "/v2/models/gpuonly/ready")[0] == 503
-        x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.0] * 256}]}
-        status, raw, _ = request(port, "POST", "/v2/models/gpuonly/infer", json.dumps(x).encode())
-        assert status == 503 and "no such device" in json.loads(raw)["error"]
-
-        rng = np.random.default_rng(9)
-        xs = [rng.standard_normal((1 + i % 3, 256)).astype(np.float32) for i in range(24)]
-        want = [ort_run(str(tmp_path / "two" / "1" / "model.onnx"), {"x": x}) for x in xs]
-        got = [None] * len(xs)
-
-        def one(i):
-            body = json.dumps({"inputs": [{"name": "x", "shape": list(xs[i].shape),
-                                           "datatype": "FP32", "data": xs[i].ravel().tolist()}]})
-            status, raw, _ = request(port, "POST", "/v2/models/two/infer", body.encode())
-            assert status == 200, raw
-            out = json.loads(raw)["outputs"][0]
-            got[i] = np.array(out["data"], dtype=np.float32).reshape(out["shape"])
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(xs))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-        assert stats(port, "two")["inference_stats"]["success"]["count"] == len(xs)
-
-
-def booked_bytes(port):
-    text = request(port, "GET", "/metrics")[1].decode()
-    line = next(l for l in text.splitlines()
-                if l.startswith('gpusrv_device_memory_booked_bytes{device="cpu0"}'))
-    return int(line.split()[-1])
-
-
-def test_model_memory_limit_books_and_evicts(tmp_path):
-    """Every plan books its memory, and the weights its instance's plans
-    share are booked once: a plan that cannot fit is refused saying what was
-    asked and what is free (and nothing stays booked); when two plans do not
-    fit together, the least recently used gives its booking back."""
-    add_model(tmp_path, "m", {"max_batch_size": 8, "warmup": False})
-    weights = sum(numpy_helper.to_array(t).nbytes for t in
-                  onnx.load(str(tmp_path / "m" / "1" / "model.onnx")).graph.initializer)
-
-    def infer(port, rows):
-        x = {"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
-                         "data": [0.1] * (256 * rows)}]}
-        status, raw, _ = request(port, "POST", "/v2/models/m/infer", json.dumps(x).encode())
-        return status, json.loads(raw)
-
-    with serving(tmp_path, "--model-memory-limit", "4096") as port:
-        status, body = infer(port, 1)
-        assert status == 500
-        assert "cpu0: model m weights on cpu0 asked for 1.0 MiB" in body["error"], body
-        assert "of 4.0 KiB is free" in body["error"]
-        assert booked_bytes(port) == 0
-
-    with serving(tmp_path) as port:
-        assert booked_bytes(port) == 0
-        assert infer(port, 1)[0] == 200
-        one = booked_bytes(port)
-        assert one > weights
-        assert infer(port, 8)[0] == 200
-        two = booked_bytes(port)
-        assert two > one  # both plans cached and booked
-        assert two - one < weights // 2  # the second plan added its arena, not the weights again
-        for rows in (2, 3, 4, 5):
-            assert infer(port, rows)[0] == 200
-        # Six plans, one copy of the weights: each plan adds its arena only.
-        six = booked_bytes(port)
-        assert six < weights + 6 * (two - one), (six, weights, one, two)
-
-    # Room for the weights and the larger plan but not both plans: each
-    # request evicts the other.
-    with serving(tmp_path, "--model-memory-limit", str(two - 1)) as port:
-        for rows in (1, 8, 1, 8):
-            status, body = infer(port, rows)
-            assert status == 200, body
-            assert booked_bytes(port) <= two - 1
-
-
-def test_weights_folded_from_weights_are_shared(tmp_path):
-    """A Transpose of a weight is computed while planning; every plan makes
-    the same, so the plans of an instance share it like the weight itself."""
-    w = np.random.default_rng(2).standard_normal((512, 256)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"])],
-        "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 512])],
-        [numpy_helper.from_array(w, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    (tmp_path / "t" / "1").mkdir(parents=True)
-    onnx.save(model, str(tmp_path / "t" / "1" / "model.onnx"))
-    (tmp_path / "t" / "config.json").write_text(json.dumps({"max_batch_size": 8, "warmup": False}))
-    booked = []
-    with serving(tmp_path) as port:
-        for rows in (1, 8):
-            x = {"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
-                             "data": [0.5] * (256 * rows)}]}
-            status, raw, _ = request(port, "POST", "/v2/models/t/infer", json.dumps(x).encode())
-            assert status == 200, raw
-            np.testing.assert_allclose(json.loads(raw)["outputs"][0]["data"][:512],
-                                       (np.full(256, 0.5, np.float32) @ w.T), rtol=1e-4, atol=1e-4)
-            booked.append(booked_bytes(port))
-    assert booked[0] > w.nbytes and booked[1] - booked[0] < w.nbytes // 2, booked
-
-
-def test_instances_on_one_device_share_the_weights(tmp_path):
-    """Two instances on cpu0, each warmed up with its plan for 8 rows: one
-    copy of the weights between them, and their results alike."""
-    add_model(tmp_path, "m", {"max_batch_size": 8,
-                              "instance_group": [{"count": 2, "kind": "KIND_CPU"}]})
-    weights = sum(numpy_helper.to_array(t).nbytes for t in
-                  onnx.load(str(tmp_path / "m" / "1" / "model.onnx")).graph.initializer)
-    x = {"inputs": [{"name": "x", "shape": [8, 256], "datatype": "FP32", "data": [0.1] * 2048}]}
-    with serving(tmp_path) as port:
-        booked = booked_bytes(port)
-        assert weights < booked < weights * 3 // 2, (booked, weights)
-        answers = [request(port, "POST", "/v2/models/m/infer", json.dumps(x).encode())
-                   for _ in range(4)]  # round robin over the two instances
-        assert all(a[0] == 200 for a in answers)
-        assert len({a[1] for a in answers}) == 1
-        assert booked_bytes(port) == booked
-
-
-def test_versions_take_turns_with_their_weights(tmp_path):
-    """Each version's plans share that version's weights, which go with its
-    last cached plan: under a limit that holds one version's weights and
-    plan but not two, requests to the two versions take turns."""
-    add_model(tmp_path, "m", {"max_batch_size": 8, "warmup": False})
-    (tmp_path / "m" / "2").mkdir()
-    onnx.save(mlp(seed=1), str(tmp_path / "m" / "2" / "model.onnx"))
-    x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.1] * 256}]}
-    body = json.dumps(x).encode()
-    with serving(tmp_path) as port:
-        assert request(port, "POST", "/v2/models/m/versions/1/infer", body)[0] == 200
-        one = booked_bytes(port)
-        assert request(port, "POST", "/v2/models/m/versions/2/infer", body)[0] == 200
-        assert booked_bytes(port) >= 2 * one - 4096  # both versions' weights, while both cached
-    with serving(tmp_path, "--model-memory-limit", str(one + one // 2)) as port:
-        outputs = {}
-        for version in ("1", "2", "1", "2"):
-            status, raw, _ = request(port, "POST", f"/v2/models/m/versions/{version}/infer", body)
-            assert status == 200, raw
-            outputs.setdefault(version, []).append(json.loads(raw)["outputs"][0]["data"])
-            assert booked_bytes(port) <= one + one // 2
-        assert outputs["1"][0] == outputs["1"][1] and outputs["2"][0] == outputs["2"][1]
-        assert outputs["1"][0] != outputs["2"][0]  # each version its own weights
-
-
-def test_warmup_makes_the_plans_at_load(tmp_path):
-    """At load, the newest version's plans for the preferred batch sizes and
-    the maximum are made (and run once) on every instance: booked before any
-    request; "warmup": false leaves it to the requests; anything else is a
-    configuration error."""
-    configs = {"warm": ({"max_batch_size": 8, "dynamic_batching": {"preferred_batch_size": [4]}},
-                        None),
-               "cold": ({"max_batch_size": 8, "warmup": False}, None),
-               "text": (None, "max_batch_size: 8\nwarmup: false\n"),
-               # 300,000 rows of 256 float32 (293 MiB): left to requests
-               "huge": ({"max_batch_size": 300000}, None),
-               "bad": ({"max_batch_size": 8, "warmup": "maybe"}, None)}
-    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
-                                   "data": [0.1] * 256}]}).encode()
-    booked = {}
-    for name, (config, text) in configs.items():
-        repo = tmp_path / name
-        add_model(repo, name, config, text=text)
-        weights = sum(numpy_helper.to_array(t).nbytes for t in
-                      onnx.load(str(repo / name / "1" / "model.onnx")).graph.initializer)
-        with serving(repo) as port:
-            booked[name] = booked_bytes(port)
-            if name == "bad":
-                status, raw, _ = request(port, "POST", "/v2/repository/index", b"{}")
-                entry = json.loads(raw)[0]
-                assert "warmup must be true or false" in entry["reason"], entry
-                continue
-            assert request(port, "POST", f"/v2/models/{name}/infer", body)[0] == 200
-            booked[name + " after"] = booked_bytes(port)
-    assert booked["warm"] > weights  # the weights once, and two plans' arenas
-    # A warm-up that cannot book its plans is logged; the model loads all the same.
-    with serving(tmp_path / "warm", "--model-memory-limit", "4096") as port:
-        assert request(port, "GET", "/v2/models/warm/ready")[0] == 200
-        assert booked_bytes(port) == 0
-        status, raw, _ = request(port, "POST", "/v2/models/warm/infer", body)
-        assert status == 500 and b"asked for" in raw, raw
-    assert booked["warm after"] > booked["warm"]  # a batch of 1 is a third plan
-    for name in ("cold", "text", "huge"):
-        assert booked[name] == 0 and weights < booked[name + " after"] < booked["warm"], booked
-
-
-def test_timeout_action(tmp_path):
-    """A request past its queue timeout is rejected (503) under REJECT, and
-    still answered, behind the others, under DELAY."""
-    def entry(name, action):
-        add_model(tmp_path, name, {
-            "max_batch_size": 8, "dynamic_batching": {
-                "max_queue_delay_microseconds": 2000,
-                "default_queue_policy": {"default_timeout_microseconds": 1,
-                                         "timeout_action": action}}})
-    entry("delay", "DELAY")
-    entry("reject", "REJECT")
-    entry("drop", "DROP")
-    with serving(tmp_path) as port:
-        index = {m["name"]: m for m in json.loads(
-            request(port, "POST", "/v2/repository/index", b"{}")[1])}
-        assert "timeout_action must be REJECT or DELAY" in index["drop"]["reason"]
-        config = json.loads(request(port, "GET", "/v2/models/delay/config")[1])
-        assert config["dynamic_batching"]["default_queue_policy"]["timeout_action"] == "DELAY"
-        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
-                                       "data": [0.3] * 256}]}).encode()
-        for model, want in (("delay", 200), ("reject", 503)):
-            results = []
-            threads = [threading.Thread(target=lambda: results.append(
-                request(port, "POST", f"/v2/models/{model}/infer", body)[0])) for _ in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert results == [want] * 8, (model, results)
-
-
-PLUGINS = os.environ.get("GPUSRV_TEST_PLUGINS", os.path.join(ROOT, "build", "tests", "plugins"))
-
-
-@pytest.mark.skipif(not os.path.exists(os.path.join(PLUGINS, "gpusrv-testcpu.so")),
-                    reason="the test plugins are not built")
-def test_instances_across_devices(tmp_path):
-    """With a second CPU-kind device (the testcpu plugin), a group of two
-    goes one instance to each device, a backend's name places an instance
-    on its device, and the answers match onnxruntime from either."""
-    def entry(name, groups):
-        add_model(tmp_path, name, {"max_batch_size": 8, "instance_group": groups})
-    entry("spread", [{"count": 2, "kind": "KIND_CPU"}])
-    entry("pinned", [{"count": 1, "kind": "testcpu"}])
-    model = str(tmp_path / "spread" / "1" / "model.onnx")
-    with serving(tmp_path, env={"GPUSRV_PLUGIN_PATH": PLUGINS}) as port:
-        config = json.loads(request(port, "GET", "/v2/models/spread/config")[1])
-        assert config["instance_group"] == [
-            {"name": "spread_cpu0", "kind": "KIND_CPU", "count": 1, "devices": ["cpu0"]},
-            {"name": "spread_testcpu0", "kind": "KIND_CPU", "count": 1, "devices": ["testcpu0"]}]
-        config = json.loads(request(port, "GET", "/v2/models/pinned/config")[1])
-        assert [g["devices"] for g in config["instance_group"]] == [["testcpu0"]]
-
-        x = np.random.default_rng(3).standard_normal((2, 256)).astype(np.float32)
-        body = json.dumps({"inputs": [{"name": "x", "shape": [2, 256], "datatype": "FP32",
-                                       "data": x.ravel().tolist()}]}).encode()
-        want = ort_run(model, {"x": x})
-        results = []
-
-        def one(name):
-            status, raw, _ = request(port, "POST", f"/v2/models/{name}/infer", body)
-            out = json.loads(raw)["outputs"][0] if status == 200 else None
-            results.append((status, out))
-
-        threads = [threading.Thread(target=one, args=(n,)) for n in ["spread"] * 12 + ["pinned"]]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for status, out in results:
-            assert status == 200
-            np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(out["shape"]),
-                                       want, rtol=1e-4, atol=1e-5)
-        text = request(port, "GET", "/metrics")[1].decode()
-        booked = [l for l in text.splitlines()
-                  if l.startswith('gpusrv_device_memory_booked_bytes{device="testcpu0"}')]
-        assert booked and int(booked[0].split()[-1]) > 0

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from test_jobs import IS_ROOT, Daemon, daemon
+from test_frontdesk import IS_ROOT, Daemon, daemon
 
 STATE_FILES = ("state.db", "state.db-wal", "state.db-shm")
 

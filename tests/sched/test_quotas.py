@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from test_jobs import IS_ROOT, daemon
+from test_frontdesk import IS_ROOT, daemon
 
 USER = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
 

@@ -1,0 +1,162 @@
+"""Dynamic batching in `gpusrv serve`: requests gathered into batches and split
+back, queue limits and timeouts (REJECT, DELAY), a client that leaves while
+queued, and the statistics the batches add up to."""
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import tritonclient.http as triton
+
+from test_serve import add_model, serving, repo, server, request, ort_run, stats, metric_values  # noqa: E402,F401 (fixtures)
+
+
+def test_queue_full_is_503(tmp_path):
+    """max_queue_size 1: while a batch of 7 rows waits its queue delay, the
+    2-row requests cannot join it (8 rows at most); one queues, and those
+    that find the queue full get 503 saying so."""
+    add_model(tmp_path, "q", {"max_batch_size": 8, "dynamic_batching": {
+        "preferred_batch_size": [8], "max_queue_delay_microseconds": 500000,
+        "default_queue_policy": {"max_queue_size": 1}}})
+
+    def body(rows):
+        return json.dumps({"inputs": [{"name": "x", "shape": [rows, 256], "datatype": "FP32",
+                                       "data": [0.1] * (256 * rows)}]}).encode()
+    with serving(tmp_path) as port:
+        results = []
+        threads = [threading.Thread(target=lambda rows=rows: results.append(
+            request(port, "POST", "/v2/models/q/infer", body(rows))[:2])) for rows in (7, 2, 2, 2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join()
+        statuses = sorted(status for status, _ in results)
+        assert statuses == [200, 200, 503, 503], statuses
+        for status, raw in results:
+            if status == 503:
+                assert "the queue is full (max_queue_size 1)" in json.loads(raw)["error"]
+
+
+def test_concurrent_requests_are_batched_and_stats_add_up(server):
+    config = json.loads(request(server, "GET", "/v2/models/mlp/config")[1])
+    assert config["dynamic_batching"]["preferred_batch_size"] == [8]
+    before = stats(server, "mlp")
+    x = np.random.default_rng(5).standard_normal((1, 256)).astype(np.float32)
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).encode()
+    results = []
+
+    def one():
+        results.append(request(server, "POST", "/v2/models/mlp/infer", body)[0])
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [200] * 16
+    after = stats(server, "mlp")
+    new = after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"]
+    assert new == 16
+    assert after["inference_count"] - before["inference_count"] == 16
+    # 16 one-row requests arriving together ran as fewer, larger batches.
+    assert after["execution_count"] - before["execution_count"] < 16
+    assert any(b["batch_size"] > 1 for b in after["batch_stats"])
+    # The parts of a request's time add up to no more than the whole.
+    s = after["inference_stats"]
+    parts = sum(s[k]["ns"] for k in ("queue", "compute_input", "compute_infer", "compute_output"))
+    assert 0 < parts <= s["success"]["ns"]
+    assert s["queue"]["count"] == s["compute_infer"]["count"] == s["success"]["count"]
+
+
+def test_batches_in_flight_keep_each_requests_rows(server, repo):
+    """Requests of 1 to 3 rows each, 48 at once, through the batcher's
+    pipeline (several batches in flight): each reply holds exactly its own
+    rows' results, and every stage of the pipeline saw every batch."""
+    path = str(repo / "mlp" / "1" / "model.onnx")
+    rng = np.random.default_rng(11)
+    inputs = [rng.standard_normal((1 + i % 3, 256)).astype(np.float32) for i in range(48)]
+    got = [None] * len(inputs)
+    before = stats(server, "mlp")
+
+    def one(i):
+        client = triton.InferenceServerClient(f"127.0.0.1:{server}")
+        inp = triton.InferInput("x", list(inputs[i].shape), "FP32")
+        inp.set_data_from_numpy(inputs[i], binary_data=i % 2 == 0)
+        got[i] = client.infer("mlp", [inp]).as_numpy("probs")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, x in enumerate(inputs):
+        assert got[i] is not None and got[i].shape == (x.shape[0], 10)
+        np.testing.assert_allclose(got[i], ort_run(path, {"x": x}), rtol=1e-4, atol=1e-6)
+    after = stats(server, "mlp")
+    assert after["inference_count"] - before["inference_count"] == sum(len(x) for x in inputs)
+    values = metric_values(server)
+    # On the CPU device the host addresses device memory: no copy stages.
+    for stage in ("gather", "compute", "encode"):
+        key = f'gpusrv_batch_stage_batches_total{{model="mlp",instance="0",stage="{stage}"}}'
+        assert values[key] == after["execution_count"], stage
+    assert values['gpusrv_batch_stage_busy_seconds_total{model="mlp",instance="0",stage="compute"}'] > 0
+
+
+def test_request_timeout_in_queue(server):
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                   "data": [0.0] * 256}], "parameters": {"timeout": 1}}).encode()
+    status, raw, _ = request(server, "POST", "/v2/models/mlp/infer", body)
+    assert status == 503 and "timed out" in json.loads(raw)["error"]
+    assert stats(server, "mlp")["inference_stats"]["fail"]["count"] >= 1
+
+
+def test_client_vanishes_while_queued(tmp_path):
+    repo = tmp_path / "models"
+    add_model(repo, "slow", {
+        "max_batch_size": 8,
+        "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 300000}})
+    with serving(repo) as port:
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                       "data": [0.1] * 256}]}).encode()
+        for _ in range(5):  # each queued for 0.3 s; each client gone before its answer
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+            s.close()
+        time.sleep(0.8)
+        assert request(port, "POST", "/v2/models/slow/infer", body)[0] == 200
+        assert stats(port, "slow")["inference_stats"]["success"]["count"] >= 6
+
+
+def test_timeout_action(tmp_path):
+    """A request past its queue timeout is rejected (503) under REJECT, and
+    still answered, behind the others, under DELAY."""
+    def entry(name, action):
+        add_model(tmp_path, name, {
+            "max_batch_size": 8, "dynamic_batching": {
+                "max_queue_delay_microseconds": 2000,
+                "default_queue_policy": {"default_timeout_microseconds": 1,
+                                         "timeout_action": action}}})
+    entry("delay", "DELAY")
+    entry("reject", "REJECT")
+    entry("drop", "DROP")
+    with serving(tmp_path) as port:
+        index = {m["name"]: m for m in json.loads(
+            request(port, "POST", "/v2/repository/index", b"{}")[1])}
+        assert "timeout_action must be REJECT or DELAY" in index["drop"]["reason"]
+        config = json.loads(request(port, "GET", "/v2/models/delay/config")[1])
+        assert config["dynamic_batching"]["default_queue_policy"]["timeout_action"] == "DELAY"
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32",
+                                       "data": [0.3] * 256}]}).encode()
+        for model, want in (("delay", 200), ("reject", 503)):
+            results = []
+            threads = [threading.Thread(target=lambda: results.append(
+                request(port, "POST", f"/v2/models/{model}/infer", body)[0])) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert results == [want] * 8, (model, results)
