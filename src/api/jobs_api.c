@@ -2,6 +2,7 @@
  * (admin), devices, bookings and usage, over the front desk. Bodies and
  * replies are JSON; errors are {"error": ...} with 400, 401, 403, 404, 409. */
 #include "api/jobs_api.h"
+#include "api/jobs_json.h"
 
 #include "base/error.h"
 #include "base/units.h"
@@ -94,6 +95,43 @@ static json_t *parse_body(const char *body, size_t len, gs_http_reply *r) {
   return j;
 }
 
+/* A JSON list of strings (`what` says which) as a NULL-terminated array
+ * pointing into it (free the array, not the strings); absent: NULL, fine. */
+static int string_list(json_t *body, const char *key, bool required, const char ***out) {
+  json_t *v = json_object_get(body, key), *e;
+  *out = NULL;
+  if (!v && !required)
+    return GS_OK;
+  if (!json_is_array(v) || (required && json_array_size(v) == 0))
+    return gs_error(GS_EINVAL, required ? "a job needs a command: a list of strings"
+                                        : "%s must be a list of \"NAME=VALUE\"", key);
+  const char **list = calloc(json_array_size(v) + 1, sizeof *list);
+  if (!list)
+    return gs_error(GS_ENOMEM, "out of memory reading %s", key);
+  size_t i;
+  json_array_foreach(v, i, e) {
+    if (!json_is_string(e) || (required && !json_string_length(e))) {
+      free(list);
+      return required ? gs_error(GS_EINVAL, "the command's arguments must be non-empty strings "
+                                            "(argument %zu)", i)
+                      : gs_error(GS_EINVAL, "env entry %zu is not \"NAME=VALUE\"", i);
+    }
+    list[i] = json_string_value(e);
+  }
+  *out = list;
+  return GS_OK;
+}
+
+/* The job as JSON, or its id alone when it cannot be read back. */
+static json_t *job_reply(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
+  gs_job_info info;
+  if (gs_job_get(fd, who, id, &info) < 0)
+    return NULL;
+  json_t *j = gs_job_json(&info);
+  gs_job_info_free(&info);
+  return j;
+}
+
 /* POST /api/v1/jobs */
 static bool submit(gs_frontdesk *fd, const gs_principal *who, const char *body, size_t len,
                    gs_http_reply *r) {
@@ -101,11 +139,18 @@ static bool submit(gs_frontdesk *fd, const gs_principal *who, const char *body, 
   if (!b)
     return true;
   /* cpus and mem left out: the daemon's defaults (gs_job_request). */
-  gs_job_request req = {.argv = json_object_get(b, "command"), .env = json_object_get(b, "env")};
+  gs_job_request req = {0};
+  const char **argv = NULL, **env = NULL;
   int gpus = 0, share = 0;
   const char *limit = NULL;
   json_t *lim = json_object_get(b, "time_limit");
-  int rc = get_string(b, "name", &req.name);
+  int rc = string_list(b, "command", true, &argv);
+  if (rc == 0)
+    rc = string_list(b, "env", false, &env);
+  req.argv = argv;
+  req.env = env;
+  if (rc == 0)
+    rc = get_string(b, "name", &req.name);
   if (rc == 0)
     rc = get_string(b, "chdir", &req.chdir);
   if (rc == 0)
@@ -139,10 +184,12 @@ static bool submit(gs_frontdesk *fd, const gs_principal *who, const char *body, 
   int64_t id = 0;
   if (rc == 0)
     rc = gs_job_submit(fd, who, &req, &id);
+  free(argv);
+  free(env);
   json_decref(b);
   if (rc < 0)
     return fail(r, rc);
-  json_t *job = gs_job_get(fd, who, id);
+  json_t *job = job_reply(fd, who, id);
   gs_http_reply_json(r, 201, job ? job : json_pack("{s:I}", "id", (json_int_t)id));
   return true;
 }
@@ -189,7 +236,12 @@ static bool jobs_routes(gs_frontdesk *fd, const gs_principal *who, bool get, boo
       return submit(fd, who, body, len, r);
     if (get) {
       bool all = q->all && strcmp(q->all, "0") != 0 && strcmp(q->all, "false") != 0;
-      gs_http_reply_json(r, 200, json_pack("{s:o}", "jobs", gs_jobs_list(fd, who, all, q->tenant)));
+      gs_job_info *jobs;
+      int n, rc = gs_jobs_list(fd, who, all, q->tenant, &jobs, &n);
+      if (rc < 0)
+        return fail(r, rc);
+      gs_http_reply_json(r, 200, json_pack("{s:o}", "jobs", gs_jobs_json(jobs, n)));
+      gs_job_infos_free(jobs, n);
       return true;
     }
     return false;
@@ -199,7 +251,7 @@ static bool jobs_routes(gs_frontdesk *fd, const gs_principal *who, bool get, boo
   if (rest[0] != '/' || end == rest + 1 || id <= 0)
     return false;
   if (*end == '\0' && get) {
-    json_t *j = gs_job_get(fd, who, id);
+    json_t *j = job_reply(fd, who, id);
     if (!j)
       return fail(r, gs_error_code());
     gs_http_reply_json(r, 200, j);
@@ -209,7 +261,7 @@ static bool jobs_routes(gs_frontdesk *fd, const gs_principal *who, bool get, boo
     int rc = gs_job_cancel(fd, who, id);
     if (rc < 0)
       return fail(r, rc);
-    json_t *j = gs_job_get(fd, who, id);
+    json_t *j = job_reply(fd, who, id);
     gs_http_reply_json(r, 200, j ? j : json_object());
     return true;
   }
@@ -277,7 +329,12 @@ static bool tenant_routes(gs_frontdesk *fd, const gs_principal *who, bool get, b
     return true;
   }
   if (rest[0] == '\0' && get) {
-    gs_http_reply_json(r, 200, json_pack("{s:o}", "tenants", gs_tenants_json(fd)));
+    gs_tenant_info *tenants;
+    int n, rc = gs_tenants_list(fd, &tenants, &n);
+    if (rc < 0)
+      return fail(r, rc);
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "tenants", gs_tenants_json(tenants, n)));
+    free(tenants);
     return true;
   }
   if (rest[0] == '\0' && post)
@@ -319,11 +376,14 @@ bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *me
   if (strncmp(url, "/api/v1/tenants", 15) == 0)
     return tenant_routes(fd, who, get, post, del, url + 15, body, len, r);
   if (strcmp(url, "/api/v1/devices") == 0 && get) {
-    gs_http_reply_json(r, 200, json_pack("{s:o}", "devices", gs_frontdesk_devices_json(fd)));
+    gs_frontdesk_device devices[GS_SCHED_MAX_DEVICES];
+    int n = gs_frontdesk_devices(fd, devices, GS_SCHED_MAX_DEVICES);
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "devices", gs_devices_json(devices, n)));
     return true;
   }
   if (strcmp(url, "/api/v1/bookings") == 0 && get) {
-    gs_http_reply_json(r, 200, json_pack("{s:o}", "bookings", gs_frontdesk_bookings_json(fd)));
+    gs_http_reply_json(r, 200,
+                       json_pack("{s:o}", "bookings", gs_bookings_json(gs_frontdesk_ledger(fd))));
     return true;
   }
   if (strcmp(url, "/api/v1/usage") == 0 && get) {
@@ -333,7 +393,12 @@ bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *me
       gs_http_reply_error(r, 400, "since must be Unix seconds");
       return true;
     }
-    gs_http_reply_json(r, 200, json_pack("{s:o}", "usage", gs_usage_json(fd, who, q->tenant, since)));
+    gs_usage_row *rows;
+    int n, rc = gs_usage_list(fd, who, q->tenant, since, &rows, &n);
+    if (rc < 0)
+      return fail(r, rc);
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "usage", gs_usage_json(rows, n)));
+    free(rows);
     return true;
   }
   return false;

@@ -261,32 +261,23 @@ int gs_tenant_new_token(gs_frontdesk *fd, const char *name, char *token, size_t 
   return rc;
 }
 
-json_t *gs_tenants_json(gs_frontdesk *fd) {
-  json_t *arr = json_array();
+int gs_tenants_list(gs_frontdesk *fd, gs_tenant_info **out, int *n) {
   pthread_mutex_lock(&fd->lock);
-  for (int i = 0; i < fd->n_tenants; i++) {
-    const gs_tenant *t = &fd->tenants[i];
-    int running = 0, pending = 0;
+  *n = fd->n_tenants;
+  *out = calloc((size_t)fd->n_tenants + 1, sizeof **out);
+  for (int i = 0; *out && i < fd->n_tenants; i++) {
+    gs_tenant_info *info = &(*out)[i];
+    info->tenant = fd->tenants[i];
     for (int k = 0; k < fd->n_active; k++)
-      if (strcmp(fd->active[k].job->tenant, t->name) == 0) {
+      if (strcmp(fd->active[k].job->tenant, info->tenant.name) == 0) {
         if (fd->active[k].job->state == GS_JOB_RUNNING)
-          running++;
+          info->running++;
         else
-          pending++;
+          info->pending++;
       }
-    json_array_append_new(
-        arr, json_pack("{s:s, s:f, s:b, s:s, s:s, s:b, s:i, s:{s:f, s:I, s:i, s:f, s:I}, s:i, "
-                       "s:i}",
-                       "name", t->name, "weight", t->weight, "admin", t->admin, "user",
-                       t->unix_user, "group", t->unix_group, "allow_root", t->allow_root,
-                       "max_priority", t->max_priority,
-                       "quotas", "devices", t->max_devices, "device_mem",
-                       (json_int_t)t->max_device_mem, "jobs", t->max_jobs, "cpus", t->max_cpus,
-                       "mem", (json_int_t)t->max_host_mem, "running", running, "pending",
-                       pending));
   }
   pthread_mutex_unlock(&fd->lock);
-  return arr;
+  return *out ? GS_OK : gs_error(GS_ENOMEM, "out of memory listing tenants");
 }
 
 /* The Unix identity a tenant's jobs run as, or why there is none. */
@@ -1042,25 +1033,33 @@ static bool reserved_variable(const char *kv) {
   return false;
 }
 
+/* A NULL-terminated list of strings as a JSON array (how a job keeps its
+ * command and environment on disk); NULL when a string is not UTF-8. */
+static json_t *json_strings(const char *const *list) {
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && list && list[i]; i++)
+    if (json_array_append_new(arr, json_string(list[i])) < 0) {
+      json_decref(arr);
+      return NULL;
+    }
+  return arr;
+}
+
 int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
                   int64_t *id) {
-  if (!json_is_array(req->argv) || json_array_size(req->argv) == 0)
+  if (!req->argv || !req->argv[0])
     return gs_error(GS_EINVAL, "a job needs a command");
-  size_t i;
-  json_t *v;
-  json_array_foreach(req->argv, i, v) if (!json_is_string(v) || !json_string_length(v)) return
-      gs_error(GS_EINVAL, "the command's arguments must be non-empty strings (argument %zu)", i);
-  if (req->env) {
-    if (!json_is_array(req->env))
-      return gs_error(GS_EINVAL, "env must be a list of \"NAME=VALUE\"");
-    json_array_foreach(req->env, i, v) {
-      const char *s = json_string_value(v);
-      if (!s || !strchr(s, '=') || s[0] == '=')
-        return gs_error(GS_EINVAL, "env entry %zu is not \"NAME=VALUE\"", i);
-      if (reserved_variable(s))
-        return gs_error(GS_EINVAL, "env entry %zu sets %.*s, which the daemon sets from the "
-                                   "job's booking", i, (int)(strchr(s, '=') - s), s);
-    }
+  for (size_t i = 0; req->argv[i]; i++)
+    if (!req->argv[i][0])
+      return gs_error(GS_EINVAL, "the command's arguments must be non-empty strings (argument %zu)",
+                      i);
+  for (size_t i = 0; req->env && req->env[i]; i++) {
+    const char *kv = req->env[i];
+    if (!strchr(kv, '=') || kv[0] == '=')
+      return gs_error(GS_EINVAL, "env entry %zu is not \"NAME=VALUE\"", i);
+    if (reserved_variable(kv))
+      return gs_error(GS_EINVAL, "env entry %zu sets %.*s, which the daemon sets from the "
+                                 "job's booking", i, (int)(strchr(kv, '=') - kv), kv);
   }
   if (req->chdir && req->chdir[0] && req->chdir[0] != '/')
     return gs_error(GS_EINVAL, "chdir must be an absolute path, not '%s'", req->chdir);
@@ -1079,9 +1078,13 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
     return gs_error(GS_ENOMEM, "out of memory for a job");
   snprintf(j->tenant, sizeof j->tenant, "%s", who->tenant);
   snprintf(j->name, sizeof j->name, "%s",
-           req->name && req->name[0] ? req->name : json_string_value(json_array_get(req->argv, 0)));
-  j->argv = json_deep_copy(req->argv);
-  j->env = req->env ? json_deep_copy(req->env) : json_array();
+           req->name && req->name[0] ? req->name : req->argv[0]);
+  j->argv = json_strings(req->argv);
+  j->env = json_strings(req->env);
+  if (!j->argv || !j->env) {
+    gs_job_free(j);
+    return gs_error(GS_EINVAL, "the command and its environment must be UTF-8 text");
+  }
   snprintf(j->chdir, sizeof j->chdir, "%s", req->chdir ? req->chdir : "");
   j->need = req->need;
   j->time_limit_s = req->time_limit_s;
@@ -1162,47 +1165,53 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
   return rc;
 }
 
-json_t *gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
+int gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id, gs_job_info *out) {
+  *out = (gs_job_info){0};
   pthread_mutex_lock(&fd->lock);
   active_job *a = find_active(fd, id);
-  json_t *out = NULL;
-  if (a) {
-    if (may_see(who, a->job->tenant))
-      out = gs_job_to_json(a->job);
-    else
-      gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
-  } else {
-    gs_job *j = NULL;
-    if (gs_store_job_get(fd->store, id, &j) == 0) {
-      if (may_see(who, j->tenant))
-        out = gs_job_to_json(j);
-      else
-        gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
-      gs_job_free(j);
-    }
-  }
-  if (out)
-    json_object_set_new(out, "events", gs_store_job_events_json(fd->store, id));
+  gs_job *stored = NULL;
+  const gs_job *j = a ? a->job : NULL;
+  int rc = GS_OK;
+  if (!j && (rc = gs_store_job_get(fd->store, id, &stored)) == 0)
+    j = stored;
+  if (rc == 0 && !may_see(who, j->tenant))
+    rc = gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
+  if (rc == 0)
+    rc = gs_job_fill_info(j, out);
+  if (rc == 0)
+    rc = gs_store_job_events(fd->store, id, &out->events, &out->n_events);
+  gs_job_free(stored);
   pthread_mutex_unlock(&fd->lock);
-  return out;
+  if (rc < 0)
+    gs_job_info_free(out);
+  return rc;
 }
 
-json_t *gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char *tenant) {
+int gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char *tenant,
+                 gs_job_info **out, int *n) {
   const char *only = who->admin ? (tenant && tenant[0] ? tenant : NULL) : who->tenant;
+  *out = NULL;
+  *n = 0;
   pthread_mutex_lock(&fd->lock);
   /* Unfinished jobs as the queue has them now (newest first), then with
    * --all the ended ones from the store. */
-  json_t *arr = json_array();
-  for (int i = fd->n_active - 1; i >= 0; i--)
+  int rc = GS_OK;
+  *out = calloc((size_t)fd->n_active + 1, sizeof **out);
+  if (!*out)
+    rc = gs_error(GS_ENOMEM, "out of memory listing jobs");
+  for (int i = fd->n_active - 1; rc == 0 && i >= 0; i--)
     if (!only || strcmp(fd->active[i].job->tenant, only) == 0)
-      json_array_append_new(arr, gs_job_to_json(fd->active[i].job));
-  if (all) {
-    json_t *ended = gs_store_jobs_json(fd->store, only, 1000);
-    json_array_extend(arr, ended);
-    json_decref(ended);
-  }
+      if ((rc = gs_job_fill_info(fd->active[i].job, &(*out)[*n])) == 0)
+        (*n)++;
+  if (rc == 0 && all)
+    rc = gs_store_jobs_ended(fd->store, only, 1000, out, n);
   pthread_mutex_unlock(&fd->lock);
-  return arr;
+  if (rc < 0) {
+    gs_job_infos_free(*out, *n);
+    *out = NULL;
+    *n = 0;
+  }
+  return rc;
 }
 
 int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const char *stream,
@@ -1236,41 +1245,26 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
   return GS_OK;
 }
 
-json_t *gs_usage_json(gs_frontdesk *fd, const gs_principal *who, const char *tenant, double since) {
+int gs_usage_list(gs_frontdesk *fd, const gs_principal *who, const char *tenant, double since,
+                  gs_usage_row **out, int *n) {
   const char *only = who->admin ? (tenant && tenant[0] ? tenant : NULL) : who->tenant;
   pthread_mutex_lock(&fd->lock);
-  json_t *arr = gs_store_usage_json(fd->store, only, since);
+  int rc = gs_store_usage(fd->store, only, since, out, n);
   pthread_mutex_unlock(&fd->lock);
-  return arr;
+  return rc;
 }
 
-json_t *gs_frontdesk_devices_json(gs_frontdesk *fd) {
-  json_t *arr = json_array();
-  for (int d = 0; d < fd->n_devices; d++) {
-    const gs_device_info *info = gs_device_get_info(fd->devices[d]);
-    json_array_append_new(
-        arr, json_pack("{s:s, s:s, s:I, s:I, s:i}", "id", info->id, "name", info->name,
-                       "memory_total", (json_int_t)fd->total.dev_mem[d], "memory_booked",
-                       (json_int_t)gs_ledger_booked(fd->set.ledger, fd->devices[d]),
-                       "share_booked", gs_ledger_share_booked(fd->set.ledger, fd->devices[d])));
-  }
-  return arr;
+int gs_frontdesk_devices(gs_frontdesk *fd, gs_frontdesk_device *out, int cap) {
+  int n = 0;
+  for (int d = 0; d < fd->n_devices && n < cap; d++)
+    out[n++] = (gs_frontdesk_device){
+        .device = fd->devices[d], .memory_total = fd->total.dev_mem[d],
+        .memory_booked = gs_ledger_booked(fd->set.ledger, fd->devices[d]),
+        .share_booked = gs_ledger_share_booked(fd->set.ledger, fd->devices[d])};
+  return n;
 }
 
-static void add_booking(const char *owner, const gs_booking_part *parts, int n, void *ctx) {
-  json_t *ps = json_array();
-  for (int i = 0; i < n; i++)
-    json_array_append_new(ps, json_pack("{s:s, s:I, s:i}", "device",
-                                        gs_device_get_info(parts[i].device)->id, "memory",
-                                        (json_int_t)parts[i].bytes, "share", parts[i].share));
-  json_array_append_new(ctx, json_pack("{s:s, s:o}", "owner", owner, "devices", ps));
-}
-
-json_t *gs_frontdesk_bookings_json(gs_frontdesk *fd) {
-  json_t *arr = json_array();
-  gs_ledger_each(fd->set.ledger, add_booking, arr);
-  return arr;
-}
+gs_ledger *gs_frontdesk_ledger(gs_frontdesk *fd) { return fd->set.ledger; }
 
 /* ---- open and close ------------------------------------------------------------------------ */
 

@@ -1,6 +1,9 @@
-/* job.c - job states by name, and a job as the API shows it. */
+/* job.c - job states by name, and a job as the front desk reports it. */
 #include "sched/store.h"
 
+#include "base/error.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,33 +32,51 @@ void gs_job_free(gs_job *j) {
   free(j);
 }
 
-json_t *gs_job_to_json(const gs_job *j) {
-  json_t *o = json_object();
-  json_object_set_new(o, "id", json_integer(j->id));
-  json_object_set_new(o, "name", json_string(j->name));
-  json_object_set_new(o, "tenant", json_string(j->tenant));
-  json_object_set_new(o, "state", json_string(gs_job_state_name(j->state)));
-  json_object_set_new(o, "reason", json_string(j->reason));
-  json_object_set(o, "command", j->argv ? j->argv : json_array());
-  json_object_set_new(o, "gpus", json_integer(j->need.gpus));
-  json_object_set_new(o, "gpu_mem", json_integer((json_int_t)j->need.gpu_mem));
-  json_object_set_new(o, "gpu_share", json_integer(j->need.gpu_share));
-  json_object_set_new(o, "cpus", json_real(j->need.cpus));
-  json_object_set_new(o, "mem", json_integer((json_int_t)j->need.host_mem));
-  json_object_set_new(o, "time_limit", json_integer(j->time_limit_s));
-  json_object_set_new(o, "priority", json_integer(j->priority));
-  json_object_set_new(o, "requeue", json_boolean(j->requeue));
-  json_object_set_new(o, "devices", json_string(j->devices));
-  json_object_set_new(o, "submit_time", json_real(j->submit_time));
-  json_object_set_new(o, "start_time", j->start_time > 0 ? json_real(j->start_time) : json_null());
-  json_object_set_new(o, "end_time", j->end_time > 0 ? json_real(j->end_time) : json_null());
-  bool ended = j->state != GS_JOB_PENDING && j->state != GS_JOB_RUNNING;
-  json_object_set_new(o, "exit_code",
-                      ended && j->exit_code >= 0 ? json_integer(j->exit_code) : json_null());
-  json_object_set_new(o, "signal", j->signal ? json_integer(j->signal) : json_null());
-  json_object_set_new(o, "runs", json_integer(j->runs));
-  json_object_set_new(o, "cpu_seconds", json_real(j->cpu_seconds));
-  json_object_set_new(o, "device_seconds", json_real(j->device_seconds));
-  json_object_set_new(o, "device_memory_byte_seconds", json_real(j->device_mem_byte_seconds));
-  return o;
+/* The command as C strings, NULL-terminated, from the job's JSON array. */
+static char **strings_of(json_t *arr) {
+  size_t n = json_array_size(arr);
+  char **out = calloc(n + 1, sizeof *out);
+  for (size_t i = 0; out && i < n; i++)
+    if (!(out[i] = strdup(json_string_value(json_array_get(arr, i)) ?: ""))) {
+      for (size_t k = 0; k < i; k++)
+        free(out[k]);
+      free(out);
+      return NULL;
+    }
+  return out;
+}
+
+int gs_job_fill_info(const gs_job *j, gs_job_info *o) {
+  *o = (gs_job_info){.id = j->id, .need = j->need, .time_limit_s = j->time_limit_s,
+                     .priority = j->priority, .requeue = j->requeue,
+                     .submit_time = j->submit_time, .start_time = j->start_time,
+                     .end_time = j->end_time, .signal = j->signal, .runs = j->runs,
+                     .cpu_seconds = j->cpu_seconds, .device_seconds = j->device_seconds,
+                     .device_mem_byte_seconds = j->device_mem_byte_seconds};
+  snprintf(o->tenant, sizeof o->tenant, "%s", j->tenant);
+  snprintf(o->name, sizeof o->name, "%s", j->name);
+  snprintf(o->state, sizeof o->state, "%s", gs_job_state_name(j->state));
+  snprintf(o->reason, sizeof o->reason, "%s", j->reason);
+  snprintf(o->devices, sizeof o->devices, "%s", j->devices);
+  o->ended = j->state != GS_JOB_PENDING && j->state != GS_JOB_RUNNING;
+  o->exit_code = o->ended && j->exit_code >= 0 ? j->exit_code : -1;
+  o->argv = strings_of(j->argv);
+  return o->argv ? GS_OK : gs_error(GS_ENOMEM, "out of memory listing job %lld", (long long)j->id);
+}
+
+void gs_job_info_free(gs_job_info *job) {
+  if (!job)
+    return;
+  for (char **a = job->argv; a && *a; a++)
+    free(*a);
+  free(job->argv);
+  free(job->events);
+  job->argv = NULL;
+  job->events = NULL;
+}
+
+void gs_job_infos_free(gs_job_info *jobs, int n) {
+  for (int i = 0; jobs && i < n; i++)
+    gs_job_info_free(&jobs[i]);
+  free(jobs);
 }

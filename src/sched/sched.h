@@ -8,7 +8,6 @@
 #include "hal/hal.h"
 #include "sched/policy.h"
 
-#include <jansson.h>
 #include <stdbool.h>
 
 typedef struct gs_ledger gs_ledger;
@@ -125,15 +124,21 @@ int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap)
 int gs_tenant_remove(gs_frontdesk *fd, const char *name);
 /* A further token for a tenant. */
 int gs_tenant_new_token(gs_frontdesk *fd, const char *name, char *token, size_t cap);
-/* Every tenant with its quotas and what it uses now. New reference. */
-json_t *gs_tenants_json(gs_frontdesk *fd);
+/* A tenant with how many of its jobs run and wait now. */
+typedef struct gs_tenant_info {
+  gs_tenant tenant;
+  int running, pending;
+} gs_tenant_info;
+
+/* Every tenant: *out (the caller frees it) and *n. GS_ENOMEM. */
+int gs_tenants_list(gs_frontdesk *fd, gs_tenant_info **out, int *n);
 
 /* What `gpusrv submit` asks for. */
 typedef struct gs_job_request {
   const char *name;
-  json_t *argv; /* array of strings, borrowed */
-  json_t *env;  /* array of "K=V", borrowed; may be NULL */
-  const char *chdir; /* may be NULL or "" */
+  const char *const *argv; /* the command, NULL-terminated, borrowed */
+  const char *const *env;  /* "K=V", NULL-terminated, borrowed; may be NULL */
+  const char *chdir;       /* may be NULL or "" */
   gs_sched_need need; /* cpus or host_mem 0: the daemon's default (jobs always get a limit) */
   int64_t time_limit_s;
   int priority;
@@ -147,19 +152,76 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
 /* Cancels a job: a pending one at once, a running one by SIGTERM to its
  * processes, then SIGKILL after the grace period. GS_ENOENT / GS_EPERM. */
 int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id);
-/* One job with its audit trail, or NULL with GS_ENOENT / GS_EPERM. */
-json_t *gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id);
-/* The caller's jobs (an admin's: everyone's, or `tenant`'s); only
- * unfinished ones unless `all`. */
-json_t *gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char *tenant);
+
+/* One change of a job's state, for its audit trail. */
+typedef struct gs_job_event {
+  double time; /* Unix seconds */
+  char state[16];
+  char reason[256];
+} gs_job_event;
+
+/* A job as the front desk reports it. */
+typedef struct gs_job_info {
+  int64_t id;
+  char tenant[64];
+  char name[128];
+  char **argv;           /* the command, NULL-terminated */
+  gs_sched_need need;
+  int64_t time_limit_s;  /* 0: none */
+  int priority;
+  bool requeue;
+  char state[16];        /* "PENDING", "RUNNING", "COMPLETED", ... */
+  bool ended;
+  char reason[256];
+  char devices[256];     /* "cuda0,cuda1" as booked */
+  double submit_time, start_time, end_time; /* Unix seconds; 0 if not yet */
+  int exit_code;         /* -1 if none */
+  int signal;            /* 0 if none */
+  int runs;
+  double cpu_seconds, device_seconds, device_mem_byte_seconds;
+  gs_job_event *events;  /* gs_job_get only: every change of state, oldest first */
+  int n_events;
+} gs_job_info;
+
+/* One job with its audit trail into *out (free it with gs_job_info_free);
+ * GS_ENOENT / GS_EPERM. */
+int gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id, gs_job_info *out);
+/* The caller's jobs (an admin's: everyone's, or `tenant`'s), newest first;
+ * only unfinished ones unless `all` (then also the newest 1000 ended ones).
+ * Free the list with gs_job_infos_free. */
+int gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char *tenant,
+                 gs_job_info **out, int *n);
+void gs_job_info_free(gs_job_info *job);
+void gs_job_infos_free(gs_job_info *jobs, int n);
+
 /* The path of a job's "stdout" or "stderr" log, and whether the job has
  * ended (so that a follower knows when to stop). */
 int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const char *stream,
                     char *path, size_t cap, bool *ended);
-/* Accounting of ended jobs per tenant since `since` (Unix seconds). */
-json_t *gs_usage_json(gs_frontdesk *fd, const gs_principal *who, const char *tenant, double since);
-/* Devices jobs may book, with what is booked; and every booking held. */
-json_t *gs_frontdesk_devices_json(gs_frontdesk *fd);
-json_t *gs_frontdesk_bookings_json(gs_frontdesk *fd);
+
+/* A tenant's accounting of its ended jobs. */
+typedef struct gs_usage_row {
+  char tenant[64];
+  int64_t jobs;
+  double device_seconds, device_mem_byte_seconds, cpu_seconds, wall_seconds;
+} gs_usage_row;
+
+/* Accounting of ended jobs per tenant since `since` (Unix seconds): the
+ * caller's own, or an admin's choice (`tenant`, or all). *out is the
+ * caller's to free. */
+int gs_usage_list(gs_frontdesk *fd, const gs_principal *who, const char *tenant, double since,
+                  gs_usage_row **out, int *n);
+
+/* A device jobs may book, with what is booked of it. */
+typedef struct gs_frontdesk_device {
+  gs_device_t *device;
+  uint64_t memory_total, memory_booked;
+  int share_booked;
+} gs_frontdesk_device;
+
+/* The devices jobs may book: up to `cap` into out; returns how many. */
+int gs_frontdesk_devices(gs_frontdesk *fd, gs_frontdesk_device *out, int cap);
+/* The ledger it books in (for listing every booking with gs_ledger_each). */
+gs_ledger *gs_frontdesk_ledger(gs_frontdesk *fd);
 
 #endif

@@ -459,60 +459,88 @@ int gs_store_job_get(gs_store *st, int64_t id, gs_job **out) {
   return GS_OK;
 }
 
-json_t *gs_store_jobs_json(gs_store *st, const char *tenant, int limit) {
-  json_t *arr = json_array();
+/* Makes room for one more element in a growing array. */
+static void *grow(void *arr, int n, size_t elem) {
+  return realloc(arr, (size_t)(n + 1) * elem);
+}
+
+int gs_store_jobs_ended(gs_store *st, const char *tenant, int limit, gs_job_info **list, int *n) {
   sqlite3_stmt *s = prepare(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE (?1 IS NULL OR tenant = ?1)"
                                 " AND state NOT IN ('PENDING', 'RUNNING')"
                                 " ORDER BY id DESC LIMIT ?2");
   if (!s)
-    return arr;
+    return db_error(st, "listing jobs");
   if (tenant)
     sqlite3_bind_text(s, 1, tenant, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
-  while (sqlite3_step(s) == SQLITE_ROW) {
+  int rc = GS_OK;
+  while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
     gs_job *j = read_job(s);
-    if (!j)
-      break;
-    json_array_append_new(arr, gs_job_to_json(j));
+    gs_job_info *more = j ? grow(*list, *n, sizeof **list) : NULL;
+    if (!more)
+      rc = gs_error(GS_ENOMEM, "out of memory listing jobs");
+    else if ((*list = more, rc = gs_job_fill_info(j, &more[*n])) == 0)
+      (*n)++;
     gs_job_free(j);
   }
   sqlite3_finalize(s);
-  return arr;
+  return rc;
 }
 
-json_t *gs_store_job_events_json(gs_store *st, int64_t id) {
-  json_t *arr = json_array();
+int gs_store_job_events(gs_store *st, int64_t id, gs_job_event **out, int *n) {
+  *out = NULL;
+  *n = 0;
   sqlite3_stmt *s = prepare(st, "SELECT time, state, reason FROM job_events WHERE job = ? "
                                 "ORDER BY rowid");
   if (!s)
-    return arr;
+    return db_error(st, "reading a job's events");
   sqlite3_bind_int64(s, 1, id);
-  while (sqlite3_step(s) == SQLITE_ROW)
-    json_array_append_new(arr, json_pack("{s:f, s:s, s:s}", "time", sqlite3_column_double(s, 0),
-                                         "state", text_col(s, 1), "reason", text_col(s, 2)));
+  int rc = GS_OK;
+  while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
+    gs_job_event *more = grow(*out, *n, sizeof **out);
+    if (!more) {
+      rc = gs_error(GS_ENOMEM, "out of memory reading job %lld's events", (long long)id);
+      break;
+    }
+    *out = more;
+    gs_job_event *e = &more[(*n)++];
+    e->time = sqlite3_column_double(s, 0);
+    snprintf(e->state, sizeof e->state, "%s", text_col(s, 1));
+    snprintf(e->reason, sizeof e->reason, "%s", text_col(s, 2));
+  }
   sqlite3_finalize(s);
-  return arr;
+  return rc;
 }
 
-json_t *gs_store_usage_json(gs_store *st, const char *tenant, double since) {
-  json_t *arr = json_array();
+int gs_store_usage(gs_store *st, const char *tenant, double since, gs_usage_row **out, int *n) {
+  *out = NULL;
+  *n = 0;
   sqlite3_stmt *s = prepare(
       st, "SELECT tenant, count(*), sum(device_seconds), sum(device_mem_byte_seconds), "
           "sum(cpu_seconds), sum(max(end_time - start_time, 0)) FROM jobs "
           "WHERE start_time > 0 AND end_time >= ?2 AND state NOT IN ('PENDING', 'RUNNING') "
           "AND (?1 IS NULL OR tenant = ?1) GROUP BY tenant ORDER BY tenant");
   if (!s)
-    return arr;
+    return db_error(st, "reading the accounting");
   if (tenant)
     sqlite3_bind_text(s, 1, tenant, -1, SQLITE_TRANSIENT);
   sqlite3_bind_double(s, 2, since);
-  while (sqlite3_step(s) == SQLITE_ROW)
-    json_array_append_new(
-        arr, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "tenant", text_col(s, 0), "jobs",
-                       (json_int_t)sqlite3_column_int64(s, 1), "device_seconds",
-                       sqlite3_column_double(s, 2), "device_memory_byte_seconds",
-                       sqlite3_column_double(s, 3), "cpu_seconds", sqlite3_column_double(s, 4),
-                       "wall_seconds", sqlite3_column_double(s, 5)));
+  int rc = GS_OK;
+  while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
+    gs_usage_row *more = grow(*out, *n, sizeof **out);
+    if (!more) {
+      rc = gs_error(GS_ENOMEM, "out of memory reading the accounting");
+      break;
+    }
+    *out = more;
+    gs_usage_row *u = &more[(*n)++];
+    snprintf(u->tenant, sizeof u->tenant, "%s", text_col(s, 0));
+    u->jobs = sqlite3_column_int64(s, 1);
+    u->device_seconds = sqlite3_column_double(s, 2);
+    u->device_mem_byte_seconds = sqlite3_column_double(s, 3);
+    u->cpu_seconds = sqlite3_column_double(s, 4);
+    u->wall_seconds = sqlite3_column_double(s, 5);
+  }
   sqlite3_finalize(s);
-  return arr;
+  return rc;
 }

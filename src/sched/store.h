@@ -36,17 +36,17 @@ int gs_store_job_update(gs_store *st, const gs_job *j, bool event);
 int gs_store_jobs_active(gs_store *st, gs_job ***out, int *n);
 /* One job; GS_ENOENT if none. The caller gs_job_free()s it. */
 int gs_store_job_get(gs_store *st, int64_t id, gs_job **out);
-/* Ended jobs as a JSON array (newest first, at most `limit`) of `tenant`
- * (NULL: everyone's). New reference. */
-json_t *gs_store_jobs_json(gs_store *st, const char *tenant, int limit);
-/* The audit trail of one job: [{time, state, reason}]. New reference. */
-json_t *gs_store_job_events_json(gs_store *st, int64_t id);
+/* Ended jobs (newest first, at most `limit`) of `tenant` (NULL: everyone's),
+ * appended to *list (grown with realloc; *n counts them). The caller frees
+ * the list with gs_job_infos_free. */
+int gs_store_jobs_ended(gs_store *st, const char *tenant, int limit, gs_job_info **list, int *n);
+/* The audit trail of one job, oldest first: *out (the caller frees it). */
+int gs_store_job_events(gs_store *st, int64_t id, gs_job_event **out, int *n);
 /* Accounting per tenant of jobs that ended since `since` (Unix seconds):
- * [{tenant, jobs, device_seconds, device_memory_byte_seconds, cpu_seconds,
- * wall_seconds}]. New reference. */
-json_t *gs_store_usage_json(gs_store *st, const char *tenant, double since);
+ * *out (the caller frees it). */
+int gs_store_usage(gs_store *st, const char *tenant, double since, gs_usage_row **out, int *n);
 
-/* The job as the API shows it. New reference. */
-json_t *gs_job_to_json(const gs_job *j);
+/* The job as the front desk reports it (argv copied; gs_job_info_free). */
+int gs_job_fill_info(const gs_job *j, gs_job_info *out);
 
 #endif

@@ -1,0 +1,108 @@
+/* jobs_json.c - the front desk's reports as the job API's JSON (the field
+ * names docs/api.md gives). */
+#include "api/jobs_json.h"
+
+static json_t *real_or_null(double v) { return v > 0 ? json_real(v) : json_null(); }
+
+json_t *gs_job_json(const gs_job_info *j) {
+  json_t *o = json_object(), *cmd = json_array();
+  for (char **a = j->argv; a && *a; a++)
+    json_array_append_new(cmd, json_string(*a));
+  json_object_set_new(o, "id", json_integer(j->id));
+  json_object_set_new(o, "name", json_string(j->name));
+  json_object_set_new(o, "tenant", json_string(j->tenant));
+  json_object_set_new(o, "state", json_string(j->state));
+  json_object_set_new(o, "reason", json_string(j->reason));
+  json_object_set_new(o, "command", cmd);
+  json_object_set_new(o, "gpus", json_integer(j->need.gpus));
+  json_object_set_new(o, "gpu_mem", json_integer((json_int_t)j->need.gpu_mem));
+  json_object_set_new(o, "gpu_share", json_integer(j->need.gpu_share));
+  json_object_set_new(o, "cpus", json_real(j->need.cpus));
+  json_object_set_new(o, "mem", json_integer((json_int_t)j->need.host_mem));
+  json_object_set_new(o, "time_limit", json_integer(j->time_limit_s));
+  json_object_set_new(o, "priority", json_integer(j->priority));
+  json_object_set_new(o, "requeue", json_boolean(j->requeue));
+  json_object_set_new(o, "devices", json_string(j->devices));
+  json_object_set_new(o, "submit_time", json_real(j->submit_time));
+  json_object_set_new(o, "start_time", real_or_null(j->start_time));
+  json_object_set_new(o, "end_time", real_or_null(j->end_time));
+  json_object_set_new(o, "exit_code", j->exit_code >= 0 ? json_integer(j->exit_code) : json_null());
+  json_object_set_new(o, "signal", j->signal ? json_integer(j->signal) : json_null());
+  json_object_set_new(o, "runs", json_integer(j->runs));
+  json_object_set_new(o, "cpu_seconds", json_real(j->cpu_seconds));
+  json_object_set_new(o, "device_seconds", json_real(j->device_seconds));
+  json_object_set_new(o, "device_memory_byte_seconds", json_real(j->device_mem_byte_seconds));
+  if (j->events) {
+    json_t *events = json_array();
+    for (int i = 0; i < j->n_events; i++)
+      json_array_append_new(events, json_pack("{s:f, s:s, s:s}", "time", j->events[i].time,
+                                              "state", j->events[i].state, "reason",
+                                              j->events[i].reason));
+    json_object_set_new(o, "events", events);
+  }
+  return o;
+}
+
+json_t *gs_jobs_json(const gs_job_info *jobs, int n) {
+  json_t *arr = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(arr, gs_job_json(&jobs[i]));
+  return arr;
+}
+
+json_t *gs_tenants_json(const gs_tenant_info *tenants, int n) {
+  json_t *arr = json_array();
+  for (int i = 0; i < n; i++) {
+    const gs_tenant *t = &tenants[i].tenant;
+    json_array_append_new(
+        arr, json_pack("{s:s, s:f, s:b, s:s, s:s, s:b, s:i, s:{s:f, s:I, s:i, s:f, s:I}, s:i, "
+                       "s:i}",
+                       "name", t->name, "weight", t->weight, "admin", t->admin, "user",
+                       t->unix_user, "group", t->unix_group, "allow_root", t->allow_root,
+                       "max_priority", t->max_priority, "quotas", "devices", t->max_devices,
+                       "device_mem", (json_int_t)t->max_device_mem, "jobs", t->max_jobs, "cpus",
+                       t->max_cpus, "mem", (json_int_t)t->max_host_mem, "running",
+                       tenants[i].running, "pending", tenants[i].pending));
+  }
+  return arr;
+}
+
+json_t *gs_usage_json(const gs_usage_row *rows, int n) {
+  json_t *arr = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(
+        arr, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "tenant", rows[i].tenant, "jobs",
+                       (json_int_t)rows[i].jobs, "device_seconds", rows[i].device_seconds,
+                       "device_memory_byte_seconds", rows[i].device_mem_byte_seconds,
+                       "cpu_seconds", rows[i].cpu_seconds, "wall_seconds",
+                       rows[i].wall_seconds));
+  return arr;
+}
+
+json_t *gs_devices_json(const gs_frontdesk_device *devices, int n) {
+  json_t *arr = json_array();
+  for (int i = 0; i < n; i++) {
+    const gs_device_info *info = gs_device_get_info(devices[i].device);
+    json_array_append_new(
+        arr, json_pack("{s:s, s:s, s:I, s:I, s:i}", "id", info->id, "name", info->name,
+                       "memory_total", (json_int_t)devices[i].memory_total, "memory_booked",
+                       (json_int_t)devices[i].memory_booked, "share_booked",
+                       devices[i].share_booked));
+  }
+  return arr;
+}
+
+static void add_booking(const char *owner, const gs_booking_part *parts, int n, void *ctx) {
+  json_t *ps = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(ps, json_pack("{s:s, s:I, s:i}", "device",
+                                        gs_device_get_info(parts[i].device)->id, "memory",
+                                        (json_int_t)parts[i].bytes, "share", parts[i].share));
+  json_array_append_new(ctx, json_pack("{s:s, s:o}", "owner", owner, "devices", ps));
+}
+
+json_t *gs_bookings_json(gs_ledger *ledger) {
+  json_t *arr = json_array();
+  gs_ledger_each(ledger, add_booking, arr);
+  return arr;
+}

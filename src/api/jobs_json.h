@@ -1,0 +1,19 @@
+/* jobs_json.h - the front desk's reports (sched.h's C structs) as the job
+ * API's JSON. Each returns a new reference. */
+#ifndef GS_API_JOBS_JSON_H
+#define GS_API_JOBS_JSON_H
+
+#include "sched/sched.h"
+
+#include <jansson.h>
+
+/* A job; with "events" when it carries its audit trail (gs_job_get). */
+json_t *gs_job_json(const gs_job_info *job);
+json_t *gs_jobs_json(const gs_job_info *jobs, int n);
+json_t *gs_tenants_json(const gs_tenant_info *tenants, int n);
+json_t *gs_usage_json(const gs_usage_row *rows, int n);
+json_t *gs_devices_json(const gs_frontdesk_device *devices, int n);
+/* Every booking the ledger holds. */
+json_t *gs_bookings_json(gs_ledger *ledger);
+
+#endif
