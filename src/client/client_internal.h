@@ -5,8 +5,9 @@
 
 #include "gpusrv/client.h"
 
-#include <curl/curl.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 #define GS_CLIENT_IDLE_MAX 16 /* connections kept open between calls */
 /* A reply's JSON header longer than this is refused (a broken reply). */
@@ -18,7 +19,14 @@ struct gs_client {
   char url[1024]; /* without a trailing slash */
   char auth[1100]; /* "Authorization: Bearer ..." or "" */
   pthread_mutex_t lock;
-  CURL *idle[GS_CLIENT_IDLE_MAX]; /* easy handles, each with its open connection */
+  /* http:// goes over the plain transport (transport_plain.c): host, port,
+   * the URL's path prefix, and idle keep-alive sockets. Other schemes go
+   * through libcurl (transport_curl.c), with idle easy handles. */
+  bool plain;
+  char host[256], port[16], prefix[512];
+  int idle_fd[GS_CLIENT_IDLE_MAX];
+  int n_idle_fd;
+  void *idle[GS_CLIENT_IDLE_MAX]; /* libcurl easy handles, each with its open connection */
   int n_idle;
 };
 
@@ -47,8 +55,23 @@ typedef struct client_exchange {
   char *body;
   size_t len;
   bool failed_alloc;
-  CURL *handle; /* while it runs */
 } client_exchange;
+
+/* What both transports do with the answer: a header line (for
+ * Inference-Header-Content-Length), and body bytes (to the sink for a 2xx
+ * answer, else collected); the latter returns how many it took (fewer:
+ * stop the transfer). x->status must be set before the body comes. */
+void client_on_header(client_exchange *x, const char *line, size_t len);
+size_t client_on_body(client_exchange *x, const char *data, size_t len);
+/* The request's total body size. */
+size_t client_body_size(const client_exchange *x);
+
+/* The transports: one exchange each (as client_perform), and closing what
+ * a client keeps of them. */
+int client_perform_plain(gs_client *c, client_exchange *x);
+void client_plain_close(gs_client *c);
+int client_perform_curl(gs_client *c, client_exchange *x);
+void client_curl_close(gs_client *c);
 
 /* Sends the request and waits for the whole answer. GS_OK once an answer
  * came (any status: see client_status_error), GS_EIO if the daemon could
