@@ -6,7 +6,9 @@
 
 #include "base/error.h"
 
+#include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,20 +256,47 @@ int gs_kserve_stats(gs_repository *repo, gs_http_reply *r) {
 
 /* ---- inference --------------------------------------------------------------------- */
 
-/* Appends the numbers of a (possibly nested) JSON array to buf as dtype. */
-static int flatten(json_t *a, gs_dtype dt, char *buf, int64_t *at, int64_t count) {
+/* The range of an integer type's values. */
+static void int_range(gs_dtype dt, double *lo, double *hi) {
+  switch (dt) {
+  case GS_DT_BOOL: *lo = 0; *hi = 1; break;
+  case GS_DT_UINT8: *lo = 0; *hi = 255; break;
+  case GS_DT_INT8: *lo = -128; *hi = 127; break;
+  case GS_DT_INT16: *lo = -32768; *hi = 32767; break;
+  case GS_DT_INT32: *lo = -2147483648.0; *hi = 2147483647.0; break;
+  default: *lo = -9223372036854775808.0; *hi = 9223372036854775807.0; break;
+  }
+}
+
+/* Whether JSON value `a` fits type dt: integers (or numbers with no
+ * fraction) within an integer type's range, numbers within a float
+ * type's finite range; booleans as 0 and 1. */
+static bool fits(json_t *a, gs_dtype dt, double v) {
+  if (gs_dtype_is_float(dt))
+    return dt == GS_DT_FLOAT64 || fabs(v) <= (dt == GS_DT_FLOAT16 ? 65504.0 : FLT_MAX);
+  double lo, hi;
+  int_range(dt, &lo, &hi);
+  if (json_is_integer(a) && dt == GS_DT_INT64)
+    return true;
+  return v == floor(v) && v >= lo && (v < hi || (v == hi && dt != GS_DT_INT64));
+}
+
+/* Appends the numbers of a (possibly nested) JSON array to buf as dtype:
+ * 0, -1 too many, -2 not a number (the caller names the input), -3 a value
+ * the type cannot hold (*bad points at it). */
+static int flatten(json_t *a, gs_dtype dt, char *buf, int64_t *at, int64_t count, json_t **bad) {
   if (json_is_array(a)) {
     size_t i;
     json_t *e;
     json_array_foreach(a, i, e) {
-      int rc = flatten(e, dt, buf, at, count);
+      int rc = flatten(e, dt, buf, at, count, bad);
       if (rc < 0)
         return rc;
     }
     return 0;
   }
   if (*at >= count)
-    return -1; /* too many: the caller names the input */
+    return -1;
   size_t es = gs_dtype_size(dt);
   char *slot = buf + (size_t)*at * es;
   double v;
@@ -277,17 +306,23 @@ static int flatten(json_t *a, gs_dtype dt, char *buf, int64_t *at, int64_t count
     v = json_number_value(a);
   else
     return -2;
+  if (!fits(a, dt, v)) {
+    *bad = a;
+    return -3;
+  }
+  /* In range (fits), so the conversion of an integral v is defined. */
+  int64_t i = json_is_integer(a) ? json_integer_value(a) : gs_dtype_is_float(dt) ? 0 : (int64_t)v;
   switch (dt) {
   case GS_DT_FLOAT32: *(float *)slot = (float)v; break;
   case GS_DT_FLOAT64: *(double *)slot = v; break;
   case GS_DT_FLOAT16: *(uint16_t *)slot = gs_f32_to_f16((float)v); break;
   case GS_DT_BFLOAT16: *(uint16_t *)slot = gs_f32_to_bf16((float)v); break;
-  case GS_DT_INT64: *(int64_t *)slot = json_is_integer(a) ? json_integer_value(a) : (int64_t)v; break;
-  case GS_DT_INT32: *(int32_t *)slot = (int32_t)(json_is_integer(a) ? json_integer_value(a) : (int64_t)v); break;
-  case GS_DT_INT16: *(int16_t *)slot = (int16_t)v; break;
-  case GS_DT_INT8: *(int8_t *)slot = (int8_t)v; break;
-  case GS_DT_UINT8:
-  case GS_DT_BOOL: *(uint8_t *)slot = (uint8_t)(dt == GS_DT_BOOL ? v != 0 : v); break;
+  case GS_DT_INT64: *(int64_t *)slot = i; break;
+  case GS_DT_INT32: *(int32_t *)slot = (int32_t)i; break;
+  case GS_DT_INT16: *(int16_t *)slot = (int16_t)i; break;
+  case GS_DT_INT8: *(int8_t *)slot = (int8_t)i; break;
+  case GS_DT_UINT8: *(uint8_t *)slot = (uint8_t)i; break;
+  case GS_DT_BOOL: *(uint8_t *)slot = i != 0; break;
   default: return -2;
   }
   (*at)++;
@@ -556,7 +591,15 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
     }
     r->inputs[idx] = r->owned[idx];
     int64_t at = 0;
-    int frc = flatten(data, want->dtype, r->owned[idx], &at, count);
+    json_t *bad = NULL;
+    int frc = flatten(data, want->dtype, r->owned[idx], &at, count, &bad);
+    if (frc == -3) {
+      char *text = json_dumps(bad, JSON_ENCODE_ANY);
+      snprintf(why, sizeof why, "input '%s': the value %s is out of range for %s", name,
+               text ? text : "?", gs_kserve_dtype_name(want->dtype));
+      free(text);
+      goto fail;
+    }
     if (frc < 0 || at != count) {
       snprintf(why, sizeof why, "input '%s': %s (shape needs %lld values)", name,
                frc == -2 ? "data holds something other than numbers" : "wrong number of values",
@@ -697,8 +740,9 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
                              : gs_kserve_data_json(info->dtype, r->outputs[i], numel);
       if (!data) {
         char why[300];
-        snprintf(why, sizeof why, "output '%s' holds bytes that are not valid UTF-8, which JSON "
-                 "cannot carry: ask for it with binary_data", info->name);
+        snprintf(why, sizeof why, "output '%s' holds %s, which JSON cannot carry: ask for it "
+                 "with binary_data", info->name,
+                 strings ? "bytes that are not valid UTF-8" : "NaN or an infinity");
         json_decref(o);
         json_decref(outs);
         json_decref(res);

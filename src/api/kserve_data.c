@@ -46,19 +46,27 @@ gs_dtype gs_kserve_dtype_from_name(const char *name) {
 
 json_t *gs_kserve_data_json(gs_dtype dt, const void *p, int64_t n) {
   json_t *a = json_array();
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; a && i < n; i++) {
+    json_t *v = NULL;
+    double f = 0;
     switch (dt) {
-    case GS_DT_FLOAT32: json_array_append_new(a, json_real(((const float *)p)[i])); break;
-    case GS_DT_FLOAT64: json_array_append_new(a, json_real(((const double *)p)[i])); break;
-    case GS_DT_FLOAT16: json_array_append_new(a, json_real(gs_f16_to_f32(((const uint16_t *)p)[i]))); break;
-    case GS_DT_BFLOAT16: json_array_append_new(a, json_real(gs_bf16_to_f32(((const uint16_t *)p)[i]))); break;
-    case GS_DT_INT64: json_array_append_new(a, json_integer(((const int64_t *)p)[i])); break;
-    case GS_DT_INT32: json_array_append_new(a, json_integer(((const int32_t *)p)[i])); break;
-    case GS_DT_INT16: json_array_append_new(a, json_integer(((const int16_t *)p)[i])); break;
-    case GS_DT_INT8: json_array_append_new(a, json_integer(((const int8_t *)p)[i])); break;
-    case GS_DT_UINT8: json_array_append_new(a, json_integer(((const uint8_t *)p)[i])); break;
-    case GS_DT_BOOL: json_array_append_new(a, json_boolean(((const uint8_t *)p)[i])); break;
+    case GS_DT_FLOAT32: f = ((const float *)p)[i]; break;
+    case GS_DT_FLOAT64: f = ((const double *)p)[i]; break;
+    case GS_DT_FLOAT16: f = gs_f16_to_f32(((const uint16_t *)p)[i]); break;
+    case GS_DT_BFLOAT16: f = gs_bf16_to_f32(((const uint16_t *)p)[i]); break;
+    case GS_DT_INT64: v = json_integer(((const int64_t *)p)[i]); break;
+    case GS_DT_INT32: v = json_integer(((const int32_t *)p)[i]); break;
+    case GS_DT_INT16: v = json_integer(((const int16_t *)p)[i]); break;
+    case GS_DT_INT8: v = json_integer(((const int8_t *)p)[i]); break;
+    case GS_DT_UINT8: v = json_integer(((const uint8_t *)p)[i]); break;
+    case GS_DT_BOOL: v = json_boolean(((const uint8_t *)p)[i]); break;
     default: break;
+    }
+    if (gs_dtype_is_float(dt))
+      v = json_real(f); /* NULL for NaN and the infinities, which JSON has no number for */
+    if (!v || json_array_append_new(a, v) < 0) {
+      json_decref(a);
+      return NULL;
     }
   }
   return a;

@@ -15,7 +15,9 @@ const char *gs_kserve_dtype_name(gs_dtype dt);
 const char *gs_kserve_triton_name(gs_dtype dt);
 /* "FP32" -> GS_DT_FLOAT32; GS_DT_INVALID if unknown. */
 gs_dtype gs_kserve_dtype_from_name(const char *name);
-/* `n` numbers of type dt as a JSON array (not BYTES). New reference. */
+/* `n` numbers of type dt as a JSON array (not BYTES). New reference; NULL
+ * when one is NaN or an infinity, which JSON has no number for (never a
+ * shorter array). */
 json_t *gs_kserve_data_json(gs_dtype dt, const void *data, int64_t n);
 /* BYTES elements in the binary extension's form (each a 4-byte
  * little-endian length, then that many bytes; exactly `size` bytes for

@@ -47,6 +47,10 @@ int gs_parse_bytes(const char *text, uint64_t *out) {
   return GS_OK;
 }
 
+/* Any field of a time limit past this is beyond the 100 years allowed
+ * anyway; bounding each keeps the arithmetic below far from overflow. */
+#define MAX_PART 10000000000LL
+
 int gs_parse_duration(const char *text, int64_t *seconds) {
   const char *p = text;
   long long part[4];
@@ -56,7 +60,7 @@ int gs_parse_duration(const char *text, int64_t *seconds) {
   if (dash) {
     char *end = NULL;
     days = strtoll(text, &end, 10);
-    if (end != dash || days < 0)
+    if (end != dash || days < 0 || days > MAX_PART)
       goto bad;
     p = dash + 1;
   }
@@ -65,6 +69,8 @@ int gs_parse_duration(const char *text, int64_t *seconds) {
       goto bad;
     char *end = NULL;
     part[n++] = strtoll(p, &end, 10);
+    if (part[n - 1] > MAX_PART) /* no product below can overflow */
+      goto bad;
     p = end;
     if (*p == ':')
       p++;

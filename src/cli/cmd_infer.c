@@ -138,9 +138,17 @@ static int infer_run(int argc, char **argv) {
         json_array_append_new(shape, json_integer(s.dims[d]));
       json_t *data = dt == GS_DT_BYTES ? strings_of(out[i].data, out[i].bytes, gs_shape_numel(&s))
                                        : gs_kserve_data_json(dt, out[i].data, gs_shape_numel(&s));
+      if (!data) {
+        gs_cli_error("infer: output %s holds %s, which JSON cannot show: write it with -o DIR",
+                     out[i].name, dt == GS_DT_BYTES ? "bytes that are not UTF-8"
+                                                    : "NaN or an infinity");
+        json_decref(shape);
+        status = GS_EXIT_FAILED;
+        continue;
+      }
       json_array_append_new(printed, json_pack("{s:s, s:s, s:o, s:o}", "name", out[i].name,
                                                "datatype", out[i].datatype, "shape", shape,
-                                               "data", data ? data : json_null()));
+                                               "data", data));
     }
   }
   if (status == GS_EXIT_OK && !outdir) {

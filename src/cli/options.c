@@ -85,7 +85,9 @@ static void describe_bounds(const gs_cli_option *o, char *buf, size_t cap) {
 /* A token given on the command line is in /proc/PID/cmdline for every local
  * user to read: keep a copy and blank the argument at once. */
 static const char *take_secret(char *arg) {
-  char *copy = strdup(arg);
+  static char *copy; /* the process's one token, kept for as long as it runs */
+  free(copy);
+  copy = strdup(arg);
   if (!copy)
     return NULL;
   memset(arg, 'x', strlen(arg));

@@ -499,6 +499,8 @@ def test_bad_requests_get_clear_errors(tmp_path):
             ({"command": ["true"], "env": ["CUDA_VISIBLE_DEVICES=0,1"]}, "CUDA_VISIBLE_DEVICES"),
             ({"command": ["true"], "env": ["GPUSRV_JOB_ID=1"]}, "GPUSRV_JOB_ID"),
             ({"command": ["true"], "time_limit": 2 ** 62}, "time limit"),
+            ({"command": ["true"], "time_limit": "99999999999999999999"}, "not a time limit"),
+            ({"command": ["true"], "time_limit": "99999999999-00:00:00"}, "not a time limit"),
             ({"command": ["true"], "chdir": "/" + "x" * 600}, "longer than"),
         ]
         for body, needle in cases:
