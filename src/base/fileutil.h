@@ -25,6 +25,15 @@ int gs_process_session(int pid);
  * -1 if it cannot be read. */
 int gs_boot_id(char *out, size_t cap);
 
+/* Opens `rel` (a relative path) for reading as a regular file inside
+ * directory `dir`: no component may be a symlink, and ".." cannot leave
+ * `dir` (openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel
+ * has it, else a walk with O_NOFOLLOW). FIFOs, devices and directories are
+ * refused without blocking. Returns the descriptor (the caller closes it),
+ * or -1 with errno set (ELOOP for a symlink, EXDEV for an escape, EINVAL for
+ * what is not a regular file). */
+int gs_open_regular_beneath(const char *dir, const char *rel);
+
 /* A tensor name as a file name: characters other than letters, digits, '.',
  * '-' and '_' become '_' ("output" if nothing, "." or ".." is left). */
 void gs_file_name_of(const char *name, char *out, size_t cap);

@@ -6,6 +6,7 @@
 #include "engine/model.h"
 
 #include "base/error.h"
+#include "base/fileutil.h"
 #include "engine/pb.h"
 
 #include <errno.h>
@@ -168,32 +169,44 @@ static void const_tensor_clear(gs_const_tensor *t) {
   memset(t, 0, sizeof *t);
 }
 
-/* A path of external data: relative, without "..", inside the model's directory. */
-static int external_path(const loader *ld, const char *tensor, const char *location, char *out,
-                         size_t cap) {
+/* External data: a relative path to a regular file inside the model's
+ * directory, reached through no symlink (a repository entry must not serve
+ * /etc/shadow), never a FIFO or a device (which would hang the load or
+ * read forever). */
+static int open_external(const loader *ld, const char *tensor, const char *location, char *path,
+                         size_t cap, int *fd) {
   if (!ld->dir)
     return gs_error(GS_EINVAL, "tensor %s keeps its data in an external file, but the model "
                                "was not loaded from a file", tensor);
   if (location[0] == '/' || strstr(location, "..") || location[0] == '\0')
     return gs_error(GS_EINVAL, "tensor %s: external data location \"%s\" must be a relative path "
                                "inside the model's directory", tensor, location);
-  snprintf(out, cap, "%s/%s", ld->dir, location);
-  return 0;
+  snprintf(path, cap, "%s/%s", ld->dir, location);
+  *fd = gs_open_regular_beneath(ld->dir, location);
+  if (*fd >= 0)
+    return GS_OK;
+  if (errno == ELOOP || errno == EXDEV || errno == EINVAL)
+    return gs_error(GS_EINVAL, "tensor %s: external data %s must be a regular file inside the "
+                               "model's directory, reached through no symlink (%s)", tensor, path,
+                    errno == ELOOP ? "a symlink is on its way" : errno == EXDEV
+                                                                     ? "it leaves the directory"
+                                                                     : "it is no regular file");
+  return gs_error(GS_EINVAL, "tensor %s: cannot open external data %s: %s", tensor, path,
+                  strerror(errno));
 }
 
 static int read_external(const loader *ld, gs_const_tensor *t, const char *location,
                          uint64_t offset, int64_t length, void *dst, size_t bytes) {
   char path[4096];
-  int rc = external_path(ld, t->name, location, path, sizeof path);
+  int fd = -1;
+  int rc = open_external(ld, t->name, location, path, sizeof path, &fd);
   if (rc < 0)
     return rc;
-  if (length >= 0 && (uint64_t)length != bytes)
+  if (length >= 0 && (uint64_t)length != bytes) {
+    close(fd);
     return gs_error(GS_EINVAL, "tensor %s: external length %lld but its shape needs %zu bytes",
                     t->name, (long long)length, bytes);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return gs_error(GS_EINVAL, "tensor %s: cannot open external data %s: %s", t->name, path,
-                    strerror(errno));
+  }
   struct stat st;
   if (fstat(fd, &st) != 0 || offset > (uint64_t)st.st_size || bytes > (uint64_t)st.st_size - offset) {
     close(fd);

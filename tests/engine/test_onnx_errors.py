@@ -2,6 +2,7 @@
 allocation: unsupported ops and attributes, truncated, corrupt and hostile
 files, cycles, missing inputs, absurd shapes, escaping external data."""
 import os
+import stat
 import subprocess
 
 import numpy as np
@@ -156,6 +157,55 @@ def test_external_data_must_stay_beside_the_model(tmp_path, location):
     m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
     m.graph.initializer.append(t)
     refused(save(tmp_path, m), "w")
+
+
+def external_model(tmp_path, location):
+    t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3])
+    t.data_location = TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", location
+    m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
+    m.graph.initializer.append(t)
+    return save(tmp_path, m)
+
+
+@pytest.mark.parametrize("kind", ["symlink_out", "symlink_in", "dir_symlink", "fifo", "device",
+                                  "directory"])
+def test_external_data_is_a_regular_file_reached_through_no_symlink(tmp_path, kind):
+    """Hardening item 4: a repository entry whose external data is a symlink
+    (to /etc/shadow, say) must not serve the target's bytes; a FIFO must not
+    hang the load; a device must not be read."""
+    secret = tmp_path.parent / f"secret-{kind}.bin"
+    secret.write_bytes(np.arange(3, dtype=np.float32).tobytes())
+    where = {"symlink_out": "w.bin", "symlink_in": "w.bin", "dir_symlink": "sub/w.bin",
+             "fifo": "w.bin", "device": "w.bin", "directory": "w.bin"}[kind]
+    if kind == "symlink_out":
+        os.symlink(secret, tmp_path / "w.bin")
+    elif kind == "symlink_in":
+        (tmp_path / "real.bin").write_bytes(secret.read_bytes())
+        os.symlink("real.bin", tmp_path / "w.bin")
+    elif kind == "dir_symlink":
+        os.symlink(tmp_path.parent, tmp_path / "sub")
+        (tmp_path.parent / "w.bin").write_bytes(secret.read_bytes())
+    elif kind == "fifo":
+        os.mkfifo(tmp_path / "w.bin")
+    elif kind == "device":
+        os.symlink("/dev/zero", tmp_path / "w.bin")  # as a link; a real node below
+    elif kind == "directory":
+        (tmp_path / "w.bin").mkdir()
+    path = external_model(tmp_path, where)
+    p = subprocess.run([GPUSRV, "model", "inspect", path], capture_output=True, text=True,
+                       timeout=30)  # a FIFO that blocked the load would time out here
+    assert p.returncode == 1, p.stdout
+    assert "must be a regular file inside the model's directory" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_external_data_that_is_a_device_node_is_refused(tmp_path):
+    os.mknod(tmp_path / "w.bin", 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero's numbers
+    p = subprocess.run([GPUSRV, "model", "inspect", external_model(tmp_path, "w.bin")],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "no regular file" in p.stderr, p.stderr
 
 
 def test_external_data_is_read(tmp_path):
