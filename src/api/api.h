@@ -5,6 +5,7 @@
 
 #include "base/config.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The settings of `gpusrv serve`, filled from gs_serve_options. */
@@ -22,6 +23,7 @@ typedef struct gs_serve_settings {
   int64_t kill_grace_seconds;
   int64_t job_pids_max;
   char preemption[GS_CONFIG_STR];
+  bool reset_state;
   double job_default_cpus;
   int64_t job_default_mem;
 } gs_serve_settings;

@@ -56,6 +56,10 @@ const gs_config_option gs_serve_options[] = {
     OPT("job-pids-max", GS_CFG_INT, "4096", 0, 1 << 22,
         "Most processes and threads one job may have (its cgroup's pid limit; 0: none)",
         job_pids_max),
+    OPT("reset-state", GS_CFG_BOOL, "false", 0, 0,
+        "Start even though state.db lost what the state directory shows (emptied, replaced, or "
+        "older than its job directories): a new admin token where it has no tenants, new job ids "
+        "past the directories on disk", reset_state),
     OPT("job-default-cpus", GS_CFG_REAL, "1", 0.01, 1e6,
         "CPUs a job gets (limited and charged) when it names none; never more than its "
         "tenant's quota", job_default_cpus),
@@ -520,6 +524,7 @@ int gs_serve(const gs_serve_settings *settings) {
   gs_frontdesk_settings fs = {.ledger = ledger, .kill_grace_s = (int)settings->kill_grace_seconds,
                               .job_pids_max = settings->job_pids_max,
                               .preemption = strcmp(settings->preemption, "requeue") == 0,
+                              .reset_state = settings->reset_state,
                               .job_default_cpus = settings->job_default_cpus,
                               .job_default_mem = (uint64_t)settings->job_default_mem};
   snprintf(fs.state_dir, sizeof fs.state_dir, "%s", settings->state_dir);

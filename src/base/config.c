@@ -7,10 +7,11 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const gs_config_option *find(const gs_config_option *t, const char *name) {
+const gs_config_option *gs_config_find(const gs_config_option *t, const char *name) {
   for (; t->name; t++)
     if (strcmp(t->name, name) == 0)
       return t;
@@ -23,13 +24,14 @@ static const char *type_name(gs_config_type type) {
   case GS_CFG_INT: return "an integer";
   case GS_CFG_REAL: return "a number";
   case GS_CFG_BYTES: return "a size (bytes, or text such as \"512M\")";
+  case GS_CFG_BOOL: return "true or false";
   }
   return "?";
 }
 
 int gs_config_set(const gs_config_option *table, void *settings, const char *name,
                   const char *value) {
-  const gs_config_option *o = find(table, name);
+  const gs_config_option *o = gs_config_find(table, name);
   if (!o)
     return gs_error(GS_EINVAL, "unknown setting '%s'", name);
   char *slot = (char *)settings + o->offset;
@@ -37,6 +39,13 @@ int gs_config_set(const gs_config_option *table, void *settings, const char *nam
     if (strlen(value) >= GS_CONFIG_STR)
       return gs_error(GS_EINVAL, "%s: value longer than %d characters", name, GS_CONFIG_STR - 1);
     snprintf(slot, GS_CONFIG_STR, "%s", value);
+    return GS_OK;
+  }
+  if (o->type == GS_CFG_BOOL) {
+    bool on = !strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes");
+    if (!on && strcmp(value, "false") && strcmp(value, "0") && strcmp(value, "no"))
+      return gs_error(GS_EINVAL, "%s: '%s' is not true or false", name, value);
+    memcpy(slot, &on, sizeof on);
     return GS_OK;
   }
   char *end;
@@ -88,7 +97,7 @@ int gs_config_load_file(const gs_config_option *table, void *settings, const cha
   json_t *val;
   int rc = GS_OK;
   json_object_foreach(root, key, val) {
-    const gs_config_option *o = find(table, key);
+    const gs_config_option *o = gs_config_find(table, key);
     char text[64];
     const char *value = text;
     if (!o)
@@ -101,6 +110,8 @@ int gs_config_load_file(const gs_config_option *table, void *settings, const cha
       snprintf(text, sizeof text, "%.17g", json_number_value(val));
     else if (o->type == GS_CFG_BYTES && json_is_string(val))
       value = json_string_value(val);
+    else if (o->type == GS_CFG_BOOL && json_is_boolean(val))
+      value = json_is_true(val) ? "true" : "false";
     else
       rc = gs_error(GS_EINVAL, "config file %s: '%s' must be %s", path, key, type_name(o->type));
     if (rc == 0 && (rc = gs_config_set(table, settings, key, value)) < 0) {
@@ -120,7 +131,10 @@ void gs_config_print_help(const gs_config_option *table, FILE *out) {
     char flag[64];
     static const char *const metavar[] = {[GS_CFG_STRING] = "VALUE", [GS_CFG_INT] = "N",
                                           [GS_CFG_REAL] = "X", [GS_CFG_BYTES] = "SIZE"};
-    snprintf(flag, sizeof flag, "--%s=%s", o->name, metavar[o->type]);
+    if (o->type == GS_CFG_BOOL)
+      snprintf(flag, sizeof flag, "--%s", o->name);
+    else
+      snprintf(flag, sizeof flag, "--%s=%s", o->name, metavar[o->type]);
     fprintf(out, "  %-30s %s (default: %s", flag, o->help, o->dflt[0] ? o->dflt : "none");
     if (o->type == GS_CFG_INT || o->type == GS_CFG_REAL)
       fprintf(out, "; %.15g..%.15g", o->min, o->max);

@@ -9,8 +9,9 @@
 #include <stdio.h>
 
 /* STRING: char[GS_CONFIG_STR]; INT: int64_t; REAL: double; BYTES: int64_t
- * written as a size ("512M", "2GiB", a number of bytes). */
-typedef enum { GS_CFG_STRING, GS_CFG_INT, GS_CFG_REAL, GS_CFG_BYTES } gs_config_type;
+ * written as a size ("512M", "2GiB", a number of bytes); BOOL: bool, "true"
+ * or "false" (a flag alone on the command line means true). */
+typedef enum { GS_CFG_STRING, GS_CFG_INT, GS_CFG_REAL, GS_CFG_BYTES, GS_CFG_BOOL } gs_config_type;
 
 typedef struct gs_config_option {
   const char *name;  /* "http-port": the flag --http-port and the file key */
@@ -30,6 +31,8 @@ int gs_config_defaults(const gs_config_option *table, void *settings);
  * unknown name, a wrong type or a value out of bounds is GS_EINVAL naming
  * the file, the setting and the bounds. */
 int gs_config_load_file(const gs_config_option *table, void *settings, const char *path);
+/* The option named `name`, or NULL. */
+const gs_config_option *gs_config_find(const gs_config_option *table, const char *name);
 /* Sets one option from its text. */
 int gs_config_set(const gs_config_option *table, void *settings, const char *name,
                   const char *value);

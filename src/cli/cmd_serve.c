@@ -63,8 +63,11 @@ static int serve_run(int argc, char **argv) {
       return gs_cli_usage_error(&gs_cli_serve, "unknown option '%s'", arg);
     memcpy(name, arg + 2, n);
     name[n] = '\0';
+    const gs_config_option *opt = gs_config_find(gs_serve_options, name);
     if (eq)
       value = eq + 1;
+    else if (opt && opt->type == GS_CFG_BOOL)
+      value = "true"; /* a flag alone */
     else if (i + 1 < argc)
       value = argv[++i];
     else

@@ -11,6 +11,7 @@
 #include "sched/cgroup.h"
 #include "sched/store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -1453,6 +1454,54 @@ static void warn_if_unreachable(const char *jobs_dir) {
   }
 }
 
+/* The highest numbered job directory under jobs/ (0: none). */
+static int64_t last_job_dir(const char *jobs_dir) {
+  DIR *d = opendir(jobs_dir);
+  int64_t last = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char *end;
+    long long id = strtoll(e->d_name, &end, 10);
+    if (end != e->d_name && *end == '\0' && id > last)
+      last = id;
+  }
+  if (d)
+    closedir(d);
+  return last;
+}
+
+/* What the database says against what the state directory shows: a
+ * database with no tenants beside a previous daemon's admin.token or job
+ * directories was emptied or replaced, and job directories past its last
+ * id would be handed to new jobs (and chowned to their users). Both are
+ * refused unless the operator asks to start anew (--reset-state). */
+static int check_state_matches(gs_frontdesk *fd) {
+  char jobs[600], token[600];
+  snprintf(jobs, sizeof jobs, "%s/jobs", fd->set.state_dir);
+  snprintf(token, sizeof token, "%s/admin.token", fd->set.state_dir);
+  int64_t last_dir = last_job_dir(jobs), last_id = 0;
+  int rc = gs_store_job_last_id(fd->store, &last_id);
+  if (rc < 0)
+    return rc;
+  bool lost_all = fd->n_tenants == 0 && (access(token, F_OK) == 0 || last_dir > 0);
+  if (!fd->set.reset_state && lost_all)
+    return gs_error(GS_ESTATE, "%s holds a previous daemon's files (admin.token, jobs/) but its "
+                               "state.db has no tenants: the database was emptied or replaced. "
+                               "Restore it, or start with --reset-state to begin anew (the "
+                               "tenants, tokens and job records are gone)", fd->set.state_dir);
+  if (!fd->set.reset_state && last_dir > last_id)
+    return gs_error(GS_ESTATE, "%s/%lld exists but the newest job state.db knows is %lld: the "
+                               "database was reset or restored from an older copy, and new jobs "
+                               "would reuse those directories. Restore the newest database, or "
+                               "start with --reset-state to number new jobs past them", jobs,
+                    (long long)last_dir, (long long)last_id);
+  if (last_dir > last_id) {
+    GS_LOGW("sched", "--reset-state: new jobs are numbered after %lld, past jobs/ on disk",
+            (long long)last_dir);
+    rc = gs_store_job_ids_after(fd->store, last_dir);
+  }
+  return rc;
+}
+
 /* The job supervisor lives beside the running executable (the build tree)
  * or in ../lib/gpusrv (an installed tree). */
 static int find_shim(char *out, size_t cap) {
@@ -1503,6 +1552,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     rc = choose_devices(fd);
   if (rc == 0)
     rc = gs_store_tenants_load(fd->store, &fd->tenants, &fd->n_tenants);
+  if (rc == 0)
+    rc = check_state_matches(fd);
   if (rc == 0 && fd->n_tenants == 0)
     rc = first_start(fd);
   if (rc == 0)

@@ -92,12 +92,16 @@ typedef struct gs_frontdesk_settings {
   int kill_grace_s;      /* SIGTERM, then SIGKILL after this many seconds */
   int64_t job_pids_max;  /* pid limit of each job's cgroup */
   bool preemption;       /* stop lower-priority jobs (and requeue them) for the queue's head */
+  bool reset_state;      /* accept a database that lost what the state directory shows */
   double job_default_cpus;   /* CPUs of a job that names none (0: its tenant's quota, if any) */
   uint64_t job_default_mem;  /* memory of a job that names none (0: its tenant's quota, if any) */
 } gs_frontdesk_settings;
 
 /* Opens the state database, creates the admin tenant and its token file at
- * first start, takes back the jobs of an earlier run (pending ones stay
+ * first start (refused, unless settings->reset_state, when the directory
+ * holds a previous daemon's files: the database was emptied or replaced;
+ * so is a database whose job ids lag behind the job directories, which new
+ * jobs would otherwise reuse), takes back the jobs of an earlier run (pending ones stay
  * queued; running ones whose processes survived are adopted, the others
  * become LOST and, with --requeue, queued again), and starts scheduling.
  * The caller closes it; jobs keep running after close and are adopted by

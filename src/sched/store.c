@@ -544,3 +544,31 @@ int gs_store_usage(gs_store *st, const char *tenant, double since, gs_usage_row 
   sqlite3_finalize(s);
   return rc;
 }
+
+int gs_store_job_last_id(gs_store *st, int64_t *out) {
+  sqlite3_stmt *s = prepare(st, "SELECT max(coalesce((SELECT max(id) FROM jobs), 0), "
+                                "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0))");
+  if (!s)
+    return db_error(st, "reading the last job id");
+  int rc = sqlite3_step(s) == SQLITE_ROW ? GS_OK : db_error(st, "reading the last job id");
+  *out = rc == 0 ? sqlite3_column_int64(s, 0) : 0;
+  sqlite3_finalize(s);
+  return rc;
+}
+
+int gs_store_job_ids_after(gs_store *st, int64_t id) {
+  /* AUTOINCREMENT keeps its counter in sqlite_sequence, which may be written. */
+  sqlite3_stmt *s = prepare(st, "UPDATE sqlite_sequence SET seq = max(seq, ?1) WHERE name = 'jobs'");
+  if (!s)
+    return db_error(st, "moving the job ids on");
+  sqlite3_bind_int64(s, 1, id);
+  int rc = run_done(st, s, "moving the job ids on");
+  if (rc == 0 && sqlite3_changes(st->db) == 0) {
+    s = prepare(st, "INSERT INTO sqlite_sequence(name, seq) VALUES('jobs', ?1)");
+    if (!s)
+      return db_error(st, "moving the job ids on");
+    sqlite3_bind_int64(s, 1, id);
+    rc = run_done(st, s, "moving the job ids on");
+  }
+  return rc;
+}

@@ -46,6 +46,12 @@ int gs_store_job_events(gs_store *st, int64_t id, gs_job_event **out, int *n);
  * *out (the caller frees it). */
 int gs_store_usage(gs_store *st, const char *tenant, double since, gs_usage_row **out, int *n);
 
+/* The highest job id handed out so far (0: none), and making the next one
+ * come after `id` (so that job directories of a lost database are never
+ * reused). */
+int gs_store_job_last_id(gs_store *st, int64_t *out);
+int gs_store_job_ids_after(gs_store *st, int64_t id);
+
 /* The job as the front desk reports it (argv copied; gs_job_info_free). */
 int gs_job_fill_info(const gs_job *j, gs_job_info *out);
 

@@ -3,6 +3,7 @@ every tenant's job commands and environment, so they are mode 0600 whatever
 the umask the daemon was started with, and an older, readable copy is made
 private again at start (hardening item 1)."""
 import os
+import shutil
 import stat
 import subprocess
 
@@ -77,3 +78,63 @@ def test_a_job_cannot_read_the_state_database(tmp_path, loose_umask):
         assert spy["state"] == "FAILED"
         assert "READ" not in d.log(spy["id"])
         assert "Permission denied" in d.log(spy["id"], "stderr")
+
+
+def start_fails(d, *extra):
+    p = subprocess.run([*d.command(), *extra], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1, p.stderr
+    return p.stderr
+
+
+def test_an_emptied_database_is_not_a_silent_first_start(tmp_path):
+    """Hardening item 12: an empty state.db beside a previous daemon's files
+    would drop every tenant and job and replace admin.token without a word."""
+    d = Daemon(tmp_path).start()
+    try:
+        old_token = d.admin
+        d.wait(d.submit(["true"]))
+        d.stop()
+        for name in STATE_FILES:
+            path = os.path.join(d.state, name)
+            if os.path.exists(path):
+                os.truncate(path, 0) if name == "state.db" else os.unlink(path)
+        assert "was emptied or replaced" in start_fails(d)
+        assert d.admin == old_token  # nothing was touched
+        d.extra = (*d.extra, "--reset-state")
+        d.start()
+        assert d.admin != old_token
+        job = d.submit(["true"])
+        assert job > 1  # past jobs/1, which the lost database had handed out
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+        d.cleanup()
+
+
+def test_job_directories_are_never_reused_after_a_restore(tmp_path):
+    """Hardening item 3: a database restored from an older copy would hand
+    out job ids again, and the daemon would chown an older job's files to
+    the new job's user."""
+    d = Daemon(tmp_path).start()
+    try:
+        d.wait(d.submit(["true"]))
+        d.stop()
+        saved = (tmp_path / "state.db.saved")
+        shutil.copy(os.path.join(d.state, "state.db"), saved)  # knows job 1
+        d.start()
+        d.wait(d.submit(["true"]))
+        d.wait(d.submit(["true"]))
+        d.stop()
+        for name in STATE_FILES:
+            if os.path.exists(os.path.join(d.state, name)):
+                os.unlink(os.path.join(d.state, name))
+        shutil.copy(saved, os.path.join(d.state, "state.db"))
+        err = start_fails(d)
+        assert "jobs/3 exists but the newest job state.db knows is 1" in err, err
+        d.extra = (*d.extra, "--reset-state")
+        d.start()
+        assert d.submit(["true"]) == 4
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+        d.cleanup()
