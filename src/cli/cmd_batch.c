@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct batch_opts {
@@ -103,6 +104,38 @@ static int resolve_model(const char *arg, char *out, size_t cap) {
 /* --url: the same command, with absolute paths, as a job of the daemon;
  * waits for it and passes its output on; exits 0 when it completed, else 1
  * (the job's state and reason said). */
+/* The first part of `path` that users other than its owner cannot reach (a
+ * directory without o+x, or the file without o+r, or o+x when `exec`), or
+ * NULL; into `out`. A job runs as its tenant's Unix user, often another. */
+static const char *unreachable_by_others(const char *path, bool exec, char *out, size_t cap) {
+  snprintf(out, cap, "%s", path);
+  for (char *slash = strchr(out + 1, '/');; slash = strchr(slash + 1, '/')) {
+    if (slash)
+      *slash = '\0';
+    struct stat sb;
+    bool dir = slash != NULL;
+    mode_t need = dir ? S_IXOTH : exec ? (S_IROTH | S_IXOTH) : S_IROTH;
+    if (stat(out, &sb) == 0 && (sb.st_mode & need) != need)
+      return out;
+    if (!slash)
+      return NULL;
+    *slash = '/';
+  }
+}
+
+/* After a job that failed: says which of its files its user may not reach. */
+static void explain_unreachable(const char *exe, const char *model, const char *input) {
+  const char *paths[] = {exe, model, input};
+  for (int i = 0; i < 3; i++) {
+    char part[PATH_MAX];
+    if (unreachable_by_others(paths[i], i == 0, part, sizeof part))
+      fprintf(stderr, "gpusrv: batch: note: the job runs as its tenant's Unix user, and %s is "
+                      "not open to other users (so %s may be out of its reach): install gpusrv "
+                      "(make install), or keep the build, model and data where that user can "
+                      "read them\n", part, paths[i]);
+  }
+}
+
 static int run_as_job(const char *url, const char *token, json_t *forward, const char *model,
                       const char *input, const char *output, double cpus, int gpus) {
   char exe[PATH_MAX], abs_model[PATH_MAX], abs_in[PATH_MAX], abs_out[PATH_MAX];
@@ -167,9 +200,11 @@ static int run_as_job(const char *url, const char *token, json_t *forward, const
   const char *state = json_string_value(json_object_get(job, "state"));
   const char *reason = json_string_value(json_object_get(job, "reason"));
   int exit_code = state && strcmp(state, "COMPLETED") == 0 ? GS_EXIT_OK : GS_EXIT_FAILED;
-  if (exit_code != GS_EXIT_OK)
+  if (exit_code != GS_EXIT_OK) {
     gs_cli_error("batch: job %lld %s%s%s", (long long)id, state ? state : "ended oddly",
                  reason && reason[0] ? ": " : "", reason ? reason : "");
+    explain_unreachable(exe, abs_model, abs_in);
+  }
   json_decref(job);
   return exit_code;
 }

@@ -407,20 +407,32 @@ def test_priority_is_capped_per_tenant(tmp_path):
 
 
 def test_batch_runs_as_a_job_of_the_daemon(tmp_path):
+    """The job runs gpusrv-engine as the tenant's user (nobody, as root),
+    who may not reach a checkout in /root: the test gives it a copy of the
+    executable and the model in a place it can read, wherever the checkout
+    is (hardening item 16)."""
     import numpy as np
-    model = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
     shared = tempfile.mkdtemp(prefix="gpusrv-batch-")
     try:
         os.chmod(shared, 0o777)  # the job's user reads the data and writes the outputs here
+        engine = os.path.join(shared, "gpusrv-engine")
+        shutil.copy(os.path.join(os.path.dirname(GPUSRV), "gpusrv-engine"), engine)
+        model = os.path.join(shared, "model.onnx")
+        shutil.copy(os.path.join(ROOT, "models", "digits", "1", "model.onnx"), model)
+        os.chmod(engine, 0o755)
+        os.chmod(model, 0o644)
         x = (np.random.default_rng(5).random((300, 64), dtype=np.float32) * 16).astype(np.float32)
         np.save(os.path.join(shared, "x.npy"), x)
         os.chmod(os.path.join(shared, "x.npy"), 0o644)
         subprocess.run([GPUSRV, "model", "run", model, "-i", f"pixels={shared}/x.npy", "-o",
                         f"{shared}/ref"], check=True, capture_output=True)
         with daemon(tmp_path) as d:
-            p = d.cli("batch", model, "--input", f"{shared}/x.npy", "--output", f"{shared}/out",
-                      "--batch", "64", "--workers", "1", "--url", f"http://127.0.0.1:{d.port}",
-                      "--token", d.admin)
+            url = f"http://127.0.0.1:{d.port}"
+            p = subprocess.run([engine, "batch", model, "--input", f"{shared}/x.npy", "--output",
+                                f"{shared}/out", "--batch", "64", "--workers", "1", "--url", url],
+                               capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "GPUSRV_TOKEN": d.admin})
+            assert p.returncode == 0, p.stderr
             assert "300 rows in 5 batches" in p.stdout and "job 1 queued" in p.stderr
             # Batches of 64 against one of 300: equal within rounding (test_batch.py).
             np.testing.assert_allclose(np.load(f"{shared}/out/probs.npy"),
@@ -429,8 +441,18 @@ def test_batch_runs_as_a_job_of_the_daemon(tmp_path):
             assert job["state"] == "COMPLETED" and job["name"] == "batch" and job["cpus"] == 1
             # A data set that is not there is refused before anything is queued.
             p = d.cli("batch", model, "-i", f"{shared}/missing.npy", "-o", f"{shared}/o2", "--url",
-                      f"http://127.0.0.1:{d.port}", check=False)
+                      url, check=False)
             assert p.returncode == 1 and "missing.npy" in p.stderr
+            if IS_ROOT:  # an executable its user cannot reach: the failure says why
+                hidden = os.path.join(shared, "private")
+                os.mkdir(hidden, 0o700)
+                shutil.copy(engine, hidden)
+                p = subprocess.run([os.path.join(hidden, "gpusrv-engine"), "batch", model,
+                                    "-i", f"{shared}/x.npy", "-o", f"{shared}/o3", "--url", url],
+                                   capture_output=True, text=True, timeout=120,
+                                   env={**os.environ, "GPUSRV_TOKEN": d.admin})
+                assert p.returncode == 1, p.stderr
+                assert f"{hidden} is not open to other users" in p.stderr, p.stderr
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
