@@ -35,13 +35,18 @@ const gs_config_option gs_serve_options[] = {
         "Directory of models (<name>/config.json, <name>/<version>/model.onnx)", model_repository),
     OPT("state-dir", GS_CFG_STRING, "./state", 0, 0, "Directory for the daemon's state",
         state_dir),
-    OPT("max-request-bytes", GS_CFG_INT, "67108864", 1024, (int64_t)1 << 34,
+    OPT("max-request-bytes", GS_CFG_BYTES, "64M", 1024, (int64_t)1 << 34,
         "Largest request body accepted; larger ones get 413", max_request_bytes),
+    OPT("max-bodies-bytes", GS_CFG_BYTES, "256M", 1024, 1e15,
+        "Request bodies all connections may hold at once; past it a request gets 503 with "
+        "Retry-After", max_bodies_bytes),
+    OPT("max-connections-per-client", GS_CFG_INT, "1024", 1, 1 << 20,
+        "Connections one client address may hold open", max_connections_per_client),
     OPT("http-threads", GS_CFG_INT, "4", 1, 256, "Threads serving HTTP connections",
         http_threads),
     OPT("drain-seconds", GS_CFG_INT, "30", 0, 3600,
         "On SIGINT/SIGTERM, how long requests in flight may take to finish", drain_seconds),
-    OPT("model-memory-limit", GS_CFG_INT, "0", 0, (int64_t)1 << 50,
+    OPT("model-memory-limit", GS_CFG_BYTES, "0", 0, (int64_t)1 << 50,
         "Bytes of each device's memory that model plans may book (0: all of it)",
         model_memory_limit),
     OPT("auth", GS_CFG_STRING, "auto", 0, 0,
@@ -79,6 +84,7 @@ typedef struct server {
   gs_frontdesk *frontdesk;
   bool auth_required; /* on every route but health, not only those that change state */
   atomic_int in_flight;
+  atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
 } server;
 
 /* A request's body, gathered across the handler's calls; for inference, the
@@ -87,6 +93,8 @@ typedef struct request {
   char *body;
   size_t len, cap;
   bool too_large;
+  bool over_budget; /* the server's bodies in flight are at their limit: 503 */
+  bool keep_body;   /* a route that reads a body; any other's is read and dropped */
   struct MHD_Connection *conn;
   bool queued;          /* suspended, waiting for the batcher */
   bool counted;         /* still counted in the server's in_flight */
@@ -142,6 +150,23 @@ static enum MHD_Result send_error(struct MHD_Connection *c, int status, const ch
   gs_http_reply r = {0};
   gs_http_reply_error(&r, status, msg);
   return send_reply(c, &r);
+}
+
+/* 503 with Retry-After: the server is busy, not the request wrong. */
+static enum MHD_Result send_busy(struct MHD_Connection *c, const char *msg) {
+  gs_http_reply r = {0};
+  gs_http_reply_error(&r, 503, msg);
+  struct MHD_Response *resp = MHD_create_response_from_buffer(r.len, r.body,
+                                                              MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    gs_http_reply_free(&r);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, "Content-Type", r.content_type);
+  MHD_add_response_header(resp, "Retry-After", "1");
+  enum MHD_Result ret = MHD_queue_response(c, 503, resp);
+  MHD_destroy_response(resp);
+  return ret;
 }
 
 static enum MHD_Result send_empty(struct MHD_Connection *c, int status) {
@@ -412,6 +437,44 @@ static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
 
 /* libmicrohttpd calls this first with no data, then with each piece of the
  * body, then once more with none: the request is answered on that last call. */
+/* Whether a request's route reads its body: the POST routes of inference,
+ * the repository and the job API. Others' bodies are read and dropped. */
+static bool takes_body(const char *method, const char *url) {
+  return strcmp(method, "POST") == 0 &&
+         (strncmp(url, "/v2/models/", 11) == 0 || strncmp(url, "/v2/repository/", 15) == 0 ||
+          strncmp(url, "/api/v1/", 8) == 0);
+}
+
+/* Appends upload bytes to the request's body, growing its buffer within the
+ * server's budget for bodies in flight; past it the body is dropped and the
+ * request marked for a 503. -1 when memory runs out. */
+static int keep_upload(server *s, request *req, const char *data, size_t size) {
+  if (req->len + size > req->cap) {
+    size_t cap = req->cap ? req->cap : 4096;
+    while (cap < req->len + size)
+      cap *= 2;
+    long long more = (long long)(cap - req->cap);
+    if (atomic_fetch_add(&s->body_bytes, more) + more > s->settings->max_bodies_bytes) {
+      atomic_fetch_sub(&s->body_bytes, more + (long long)req->cap);
+      free(req->body);
+      req->body = NULL;
+      req->len = req->cap = 0;
+      req->over_budget = true;
+      return 0;
+    }
+    char *grown = realloc(req->body, cap);
+    if (!grown) {
+      atomic_fetch_sub(&s->body_bytes, more);
+      return -1;
+    }
+    req->body = grown;
+    req->cap = cap;
+  }
+  memcpy(req->body + req->len, data, size);
+  req->len += size;
+  return 0;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_size, void **con_cls) {
@@ -425,26 +488,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->settings->max_request_bytes)
       req->too_large = true;
+    req->keep_body = takes_body(method, url);
     authenticate(s, c, url, req);
     return MHD_YES;
   }
   if (*upload_size) {
     if (!req->too_large && req->len + *upload_size > (size_t)s->settings->max_request_bytes)
       req->too_large = true;
-    if (!req->too_large && !req->denied) { /* an unauthenticated body is read, not kept */
-      if (req->len + *upload_size > req->cap) {
-        size_t cap = req->cap ? req->cap : 4096;
-        while (cap < req->len + *upload_size)
-          cap *= 2;
-        char *grown = realloc(req->body, cap);
-        if (!grown)
-          return MHD_NO;
-        req->body = grown;
-        req->cap = cap;
-      }
-      memcpy(req->body + req->len, upload_data, *upload_size);
-      req->len += *upload_size;
-    }
+    /* An unauthenticated body, one no route reads, and one past the limits
+     * are read, not kept. */
+    if (!req->too_large && !req->denied && req->keep_body && !req->over_budget &&
+        keep_upload(s, req, upload_data, *upload_size) < 0)
+      return MHD_NO;
     *upload_size = 0;
     return MHD_YES;
   }
@@ -452,6 +507,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return send_reply(c, &req->reply);
   if (req->denied) /* who may not send anything learns that first, not its size */
     return send_error(c, req->denied, req->denied_why);
+  if (req->over_budget) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "the server holds as many request bodies as it may "
+                              "(--max-bodies-bytes %lld); retry shortly",
+             (long long)s->settings->max_bodies_bytes);
+    return send_busy(c, msg);
+  }
   if (req->too_large) {
     char msg[160];
     snprintf(msg, sizeof msg, "request body is larger than the limit of %lld bytes "
@@ -478,6 +540,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
   /* Its reply is sent, or its client left: either way it is finished. */
   if (req->counted)
     atomic_fetch_sub(&s->in_flight, 1);
+  atomic_fetch_sub(&s->body_bytes, (long long)req->cap);
   free(req->body);
   gs_http_reply_free(&req->reply);
   free(req);
@@ -504,6 +567,7 @@ int gs_serve(const gs_serve_settings *settings) {
   umask(077);
   server s = {.settings = settings};
   atomic_init(&s.in_flight, 0);
+  atomic_init(&s.body_bytes, 0);
   if (strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "required") != 0)
     return gs_error(GS_EINVAL, "--auth is 'auto' or 'required', not '%s'", settings->auth);
   s.auth_required = strcmp(settings->auth, "required") == 0 || !loopback(settings->host);
@@ -552,7 +616,8 @@ int gs_serve(const gs_serve_settings *settings) {
       (uint16_t)settings->http_port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)settings->http_threads,
       MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
-      MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+      MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)settings->max_connections_per_client, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_END);
   if (!d) {
     close_all(&s, ledger, true);

@@ -148,18 +148,8 @@ def test_too_many_dims(tmp_path):
     refused(save(tmp_path, m), "9 dimensions")
 
 
-@pytest.mark.parametrize("location", ["../escape.bin", "/etc/passwd", "missing.bin"])
-def test_external_data_must_stay_beside_the_model(tmp_path, location):
-    t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3])
-    t.data_location = TensorProto.EXTERNAL
-    e = t.external_data.add()
-    e.key, e.value = "location", location
-    m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
-    m.graph.initializer.append(t)
-    refused(save(tmp_path, m), "w")
-
-
 def external_model(tmp_path, location):
+    """A model whose weight w keeps its data in the file at `location`."""
     t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3])
     t.data_location = TensorProto.EXTERNAL
     e = t.external_data.add()
@@ -167,6 +157,11 @@ def external_model(tmp_path, location):
     m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
     m.graph.initializer.append(t)
     return save(tmp_path, m)
+
+
+@pytest.mark.parametrize("location", ["../escape.bin", "/etc/passwd", "missing.bin"])
+def test_external_data_must_stay_beside_the_model(tmp_path, location):
+    refused(external_model(tmp_path, location), "w")
 
 
 @pytest.mark.parametrize("kind", ["symlink_out", "symlink_in", "dir_symlink", "fifo", "device",
