@@ -55,11 +55,15 @@ int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
   int n = atomic_load(&repo->n_models);
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
-    pthread_rwlock_rdlock(&m->use);
-    gs_served_version *v = gs_served_version_find(m, NULL);
-    int state = atomic_load(&m->state);
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(m->name));
+    if (!gs_served_try_use(m)) { /* a load or unload has it: say so, without waiting */
+      json_object_set_new(o, "state", json_string(gs_model_state_name(GS_MODEL_LOADING)));
+      json_array_append_new(a, o);
+      continue;
+    }
+    gs_served_version *v = gs_served_version_find(m, NULL);
+    int state = atomic_load(&m->state);
     if (v) {
       char num[32];
       snprintf(num, sizeof num, "%lld", (long long)v->number);
@@ -68,7 +72,7 @@ int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
     json_object_set_new(o, "state", json_string(gs_model_state_name(state)));
     if (state != GS_MODEL_READY && m->reason[0])
       json_object_set_new(o, "reason", json_string(m->reason));
-    pthread_rwlock_unlock(&m->use);
+    gs_served_release(m);
     json_array_append_new(a, o);
   }
   return gs_http_reply_json(r, 200, a);
@@ -244,11 +248,12 @@ int gs_kserve_stats(gs_repository *repo, gs_http_reply *r) {
   int n = atomic_load(&repo->n_models);
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
-    pthread_rwlock_rdlock(&m->use);
+    if (!gs_served_try_use(m))
+      continue; /* loading: no statistics yet, and no waiting for them */
     gs_served_version *v = gs_served_ready(m) ? gs_served_version_find(m, NULL) : NULL;
     if (v)
       json_array_append_new(all, model_stats_json(m, v));
-    pthread_rwlock_unlock(&m->use);
+    gs_served_release(m);
   }
   json_object_set_new(j, "model_stats", all);
   return gs_http_reply_json(r, 200, j);

@@ -95,13 +95,15 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
   /* A consistent snapshot: the ready models, their serving version, their counters. */
   for (int i = 0; i < n_models; i++) {
     gs_served_model *m = &repo->models[i];
-    pthread_rwlock_rdlock(&m->use);
+    version[i] = -1;
+    if (!gs_served_try_use(m))
+      continue; /* loading: left out of this scrape rather than waited for */
     gs_served_version *v = gs_served_ready(m) ? gs_served_version_find(m, NULL) : NULL;
     version[i] = v ? v->number : -1;
     pthread_mutex_lock(&m->stats_lock);
     snap[i] = m->stats;
     pthread_mutex_unlock(&m->stats_lock);
-    pthread_rwlock_unlock(&m->use);
+    gs_served_release(m);
   }
   for (size_t k = 0; k < sizeof model_metrics / sizeof model_metrics[0]; k++) {
     header(&t, model_metrics[k].name, "counter", model_metrics[k].help);
@@ -149,7 +151,8 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
     header(&t, stage_metrics[k][0], "counter", stage_metrics[k][1]);
     for (int i = 0; i < n_models; i++) {
       gs_served_model *m = &repo->models[i];
-      pthread_rwlock_rdlock(&m->use);
+      if (!gs_served_try_use(m))
+        continue;
       for (int n = 0; gs_served_ready(m) && m->dynamic_batching && n < m->n_instances; n++) {
         gs_pipeline_result live;
         gs_pipeline_read_stats(&m->instances[n].pipeline, &live);
@@ -164,7 +167,7 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
                 m->name, n, f->name, (double)ns / 1e9);
         }
       }
-      pthread_rwlock_unlock(&m->use);
+      gs_served_release(m);
     }
   }
   /* Devices: what their backends expose; a figure that is not available is

@@ -473,6 +473,10 @@ int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger) 
   return GS_OK;
 }
 
+bool gs_served_try_use(gs_served_model *m) { return pthread_rwlock_tryrdlock(&m->use) == 0; }
+
+void gs_served_release(gs_served_model *m) { pthread_rwlock_unlock(&m->use); }
+
 int gs_repository_load(gs_repository *repo, const char *name) {
   char dir[1024];
   struct stat st;

@@ -133,6 +133,12 @@ typedef struct gs_repository {
   _Atomic bool closing;
 } gs_repository;
 
+/* Takes a share of the model for the request path without waiting: false
+ * while a load or unload holds it (the caller answers 503 "loading" at
+ * once, or leaves the model out of a listing). gs_served_release() after. */
+bool gs_served_try_use(gs_served_model *m);
+void gs_served_release(gs_served_model *m);
+
 static inline bool gs_served_ready(gs_served_model *m) {
   return atomic_load(&m->state) == GS_MODEL_READY;
 }

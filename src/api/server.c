@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,6 +86,7 @@ typedef struct server {
   bool auth_required; /* on every route but health, not only those that change state */
   atomic_int in_flight;
   atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
+  atomic_int admin_ops;    /* loads and unloads running on their own threads */
 } server;
 
 /* A request's body, gathered across the handler's calls; for inference, the
@@ -223,6 +225,63 @@ static void on_inline_done(gs_infer_request *r, void *ctx) {
   (void)ctx;
 }
 
+/* A load or unload of the repository, on a thread of its own while the
+ * connection is suspended: a load can take seconds, and an HTTP thread
+ * that waited for it would leave every other connection it serves waiting
+ * too. */
+typedef struct admin_op {
+  server *s;
+  request *req;
+  char name[128];
+  bool load;
+} admin_op;
+
+static void admin_op_finish(admin_op *op) {
+  int rc = op->load ? gs_repository_load(&op->s->repo, op->name)
+                    : gs_repository_unload(&op->s->repo, op->name);
+  gs_http_reply *r = &op->req->reply;
+  if (rc < 0) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s model '%s': %s", op->load ? "cannot load" : "cannot unload",
+             op->name, gs_error_detail());
+    gs_http_reply_error(r, rc == GS_ENOENT ? 404 : 400, msg);
+  } else {
+    *r = (gs_http_reply){.status = 200, .body = strdup(""), .len = 0};
+    snprintf(r->content_type, sizeof r->content_type, "text/plain");
+  }
+}
+
+static void *admin_op_main(void *arg) {
+  admin_op *op = arg;
+  admin_op_finish(op);
+  server *s = op->s;
+  MHD_resume_connection(op->req->conn);
+  free(op);
+  atomic_fetch_sub(&s->admin_ops, 1);
+  return NULL;
+}
+
+static enum MHD_Result start_admin_op(server *s, struct MHD_Connection *c, request *req,
+                                      const char *name, bool load) {
+  admin_op *op = calloc(1, sizeof *op);
+  if (!op)
+    return send_error(c, 500, "out of memory");
+  *op = (admin_op){.s = s, .req = req, .load = load};
+  snprintf(op->name, sizeof op->name, "%s", name);
+  req->conn = c;
+  req->queued = true;
+  atomic_fetch_add(&s->admin_ops, 1);
+  MHD_suspend_connection(c);
+  pthread_attr_t attr;
+  pthread_t t;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, admin_op_main, op) != 0)
+    admin_op_main(op); /* no thread to spare: here, then */
+  pthread_attr_destroy(&attr);
+  return MHD_YES;
+}
+
 /* Queues an inference and suspends the connection: no HTTP thread waits. */
 static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
                                    gs_served_version *v, request *req) {
@@ -332,7 +391,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     return send_empty(c, stop_requested ? 503 : 200);
   }
   if (strncmp(url, "/v2/repository/models/", 22) == 0 && post) {
-    char name[128], msg[700];
+    char name[128];
     const char *p = url + 22, *slash = strchr(p, '/');
     size_t n = slash ? (size_t)(slash - p) : 0;
     if (!slash || n == 0 || n >= sizeof name ||
@@ -343,13 +402,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     bool load = strcmp(slash, "/load") == 0;
     if (!who.admin)
       return send_error(c, 403, "loading and unloading models needs an admin token");
-    int rc = load ? gs_repository_load(&s->repo, name) : gs_repository_unload(&s->repo, name);
-    if (rc < 0) {
-      snprintf(msg, sizeof msg, "%s model '%s': %s", load ? "cannot load" : "cannot unload", name,
-               gs_error_detail());
-      return send_error(c, rc == GS_ENOENT ? 404 : 400, msg);
-    }
-    return send_empty(c, 200);
+    return start_admin_op(s, c, req, name, load);
   }
   if (strcmp(url, "/v2") == 0 && get) {
     gs_kserve_server_metadata(&r, GS_VERSION);
@@ -376,10 +429,16 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
       snprintf(msg, sizeof msg, "unknown model '%s'", name);
       return send_error(c, 404, msg);
     }
-    /* Loading and unloading wait while requests use the model's versions. */
-    pthread_rwlock_rdlock(&m->use);
+    /* Loading and unloading wait while requests use the model's versions;
+     * a request never waits for them (an HTTP thread would be stuck). */
+    if (!gs_served_try_use(m)) {
+      if (strcmp(action, "ready") == 0 && get)
+        return send_empty(c, 503);
+      snprintf(msg, sizeof msg, "model '%s' is loading or unloading; retry shortly", name);
+      return send_busy(c, msg);
+    }
     enum MHD_Result ret = model_route(c, m, name, version, action, get, post, req);
-    pthread_rwlock_unlock(&m->use);
+    gs_served_release(m);
     return ret;
   }
   return send_error(c, 404, "no such route");
@@ -568,6 +627,7 @@ int gs_serve(const gs_serve_settings *settings) {
   server s = {.settings = settings};
   atomic_init(&s.in_flight, 0);
   atomic_init(&s.body_bytes, 0);
+  atomic_init(&s.admin_ops, 0);
   if (strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "required") != 0)
     return gs_error(GS_EINVAL, "--auth is 'auto' or 'required', not '%s'", settings->auth);
   s.auth_required = strcmp(settings->auth, "required") == 0 || !loopback(settings->host);
@@ -644,6 +704,8 @@ int gs_serve(const gs_serve_settings *settings) {
   if (atomic_load(&s.in_flight) > 0)
     GS_LOGW("api", "%d request(s) still in flight after %lld s; stopping anyway",
             atomic_load(&s.in_flight), (long long)settings->drain_seconds);
+  while (atomic_load(&s.admin_ops) > 0) /* a load must not outlive the daemon it answers */
+    gs_sleep_ns(10 * 1000 * 1000);
   MHD_stop_daemon(d);
   close_all(&s, ledger, true);
   fprintf(stderr, "gpusrv: stopped\n");
