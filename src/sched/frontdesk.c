@@ -273,7 +273,7 @@ int gs_tenants_list(gs_frontdesk *fd, gs_tenant_info **out, int *n) {
       if (strcmp(fd->active[k].job->tenant, info->tenant.name) == 0) {
         if (fd->active[k].job->state == GS_JOB_RUNNING)
           info->running++;
-        else
+        else if (fd->active[k].job->state == GS_JOB_PENDING)
           info->pending++;
       }
   }
@@ -349,11 +349,25 @@ static void remove_active(gs_frontdesk *fd, int i) {
   fd->n_active--;
 }
 
-static void set_state(gs_frontdesk *fd, gs_job *j, gs_job_state state, const char *reason) {
+/* Sets a job's state and writes it. When the write fails (a full disk)
+ * the job keeps its new state in memory, marked unsaved: it stays in the
+ * active list, and so in every listing, and the scheduler writes it again
+ * on each pass until it takes. Returns the write's result. */
+static int set_state(gs_frontdesk *fd, gs_job *j, gs_job_state state, const char *reason) {
   j->state = state;
   snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "");
-  if (gs_store_job_update(fd->store, j, true) < 0)
-    GS_LOGE("sched", "job %lld: %s", (long long)j->id, gs_error_detail());
+  int rc = gs_store_job_update(fd->store, j, true);
+  j->unsaved = rc < 0;
+  if (rc < 0)
+    GS_LOGE("sched", "job %lld: %s (kept in memory, written again later)", (long long)j->id,
+            gs_error_detail());
+  return rc;
+}
+
+/* Whether a job still takes part in scheduling (not one that has ended and
+ * waits only for its state to be written). */
+static bool in_queue(const gs_job *j) {
+  return j->state == GS_JOB_PENDING || j->state == GS_JOB_RUNNING;
 }
 
 static void job_dir(const gs_frontdesk *fd, int64_t id, char *out, size_t cap) {
@@ -480,6 +494,9 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
 
 /* Prepares the job's directory and starts its supervisor; the job is
  * RUNNING once this returns 0. */
+/* launch's answer when a job cannot start for now (it stays PENDING). */
+#define LAUNCH_NOT_NOW 1
+
 static int launch(gs_frontdesk *fd, active_job *a) {
   gs_job *j = a->job;
   gs_tenant *t = find_tenant(fd, j->tenant);
@@ -521,7 +538,18 @@ static int launch(gs_frontdesk *fd, active_job *a) {
   j->preempted_by = 0;
   j->over_memory[0] = '\0';
   j->term_sent_at = 0;
-  set_state(fd, j, GS_JOB_RUNNING, "");
+  if (set_state(fd, j, GS_JOB_RUNNING, "") < 0) {
+    /* Not on disk as RUNNING: starting it now could start it a second time
+     * after a restart. It waits, PENDING as the store has it. */
+    char why[200];
+    snprintf(why, sizeof why, "Waiting: the state cannot be written (%s)", gs_error_detail());
+    j->state = GS_JOB_PENDING;
+    j->unsaved = false;
+    j->runs--;
+    j->start_time = 0;
+    snprintf(j->reason, sizeof j->reason, "%s", why);
+    return LAUNCH_NOT_NOW;
+  }
   /* posix_spawn (vfork underneath): no copy of the daemon's page tables,
    * which a fork of a process holding models would pay for. */
   posix_spawn_file_actions_t fa;
@@ -812,7 +840,7 @@ static void schedule(gs_frontdesk *fd) {
   for (int i = 0; i < fd->n_active; i++) {
     if (fd->active[i].job->state == GS_JOB_RUNNING)
       n_run++;
-    else
+    else if (fd->active[i].job->state == GS_JOB_PENDING)
       n_pend++;
   }
   if (n_pend == 0)
@@ -829,6 +857,8 @@ static void schedule(gs_frontdesk *fd) {
   n_run = n_pend = 0;
   for (int i = 0; i < fd->n_active; i++) {
     const gs_job *j = fd->active[i].job;
+    if (!in_queue(j))
+      continue;
     gs_sched_job s = {.id = j->id, .tenant = tenant_index(fd, j->tenant), .priority = j->priority,
                       .seq = j->id, .need = j->need, .placement = j->placement,
                       .limit_s = j->time_limit_s};
@@ -865,7 +895,10 @@ static void schedule(gs_frontdesk *fd) {
       continue;
     }
     rc = launch(fd, a);
-    if (rc < 0) {
+    if (rc == LAUNCH_NOT_NOW) {
+      gs_booking_release(j->booking);
+      j->booking = NULL;
+    } else if (rc < 0) {
       gs_booking_release(j->booking);
       j->booking = NULL;
       j->end_time = wall_now();
@@ -891,6 +924,11 @@ static void *scheduler_thread(void *arg) {
       active_job *a = &fd->active[i];
       gs_job *j = a->job;
       bool gone = false;
+      if (j->unsaved && gs_store_job_update(fd->store, j, true) == 0) {
+        j->unsaved = false;
+        GS_LOGI("sched", "job %lld: its state %s is written now", (long long)j->id,
+                gs_job_state_name(j->state));
+      }
       if (j->state == GS_JOB_RUNNING) {
         if (a->pidfd >= 0) {
           struct pollfd p = {.fd = a->pidfd, .events = POLLIN};
@@ -902,12 +940,12 @@ static void *scheduler_thread(void *arg) {
                  gs_process_start_ticks(j->pid) != j->pid_start;
         }
       }
-      if (gone && settle(fd, a)) {
+      if (gone && settle(fd, a) && !j->unsaved) {
         remove_active(fd, i);
         continue;
       }
-      if (j->state != GS_JOB_PENDING && j->state != GS_JOB_RUNNING) {
-        remove_active(fd, i); /* failed to launch */
+      if (!in_queue(j) && !j->unsaved) { /* failed to launch, or ended and now written */
+        remove_active(fd, i);
         continue;
       }
       i++;
@@ -1152,10 +1190,13 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
     gs_job_free(j);
   } else if (!may_see(who, a->job->tenant)) {
     rc = gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
+  } else if (!in_queue(a->job)) { /* ended; its state is still being written */
+    rc = gs_error(GS_ESTATE, "job %lld has already ended (%s)", (long long)id,
+                  gs_job_state_name(a->job->state));
   } else if (a->job->state == GS_JOB_PENDING) {
     a->job->end_time = wall_now();
-    set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending");
-    remove_active(fd, (int)(a - fd->active));
+    if (set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending") == 0)
+      remove_active(fd, (int)(a - fd->active));
   } else if (!a->job->cancel_requested) {
     a->job->cancel_requested = true;
     a->job->term_sent_at = wall_now();
@@ -1225,7 +1266,7 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
   char tenant[64] = "";
   if (a) {
     snprintf(tenant, sizeof tenant, "%s", a->job->tenant);
-    *ended = false;
+    *ended = !in_queue(a->job);
   } else {
     gs_job *j = NULL;
     rc = gs_store_job_get(fd->store, id, &j);
@@ -1426,7 +1467,7 @@ static int take_back_jobs(gs_frontdesk *fd) {
       if (pidfd >= 0)
         close(pidfd);
       j->pid_start = 0;
-      if (settle(fd, a))
+      if (settle(fd, a) && !j->unsaved)
         remove_active(fd, fd->n_active - 1);
     }
   }

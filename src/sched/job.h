@@ -52,6 +52,7 @@ typedef struct gs_job {
   gs_booking *booking;
   gs_sched_placement placement;
   bool cancel_requested, timed_out;
+  bool unsaved;          /* its state is newer than the store's: written again until it takes */
   int64_t preempted_by;  /* stopped to make room for this job (0: not preempted) */
   char over_memory[200]; /* why it is being stopped for device memory ("" if not) */
   double term_sent_at; /* when SIGTERM went to it; SIGKILL follows after the grace */

@@ -2,10 +2,15 @@
 every tenant's job commands and environment, so they are mode 0600 whatever
 the umask the daemon was started with, and an older, readable copy is made
 private again at start (hardening item 1)."""
+import contextlib
 import os
+import pathlib
 import shutil
+import sqlite3
 import stat
 import subprocess
+import tempfile
+import time
 
 import pytest
 
@@ -134,6 +139,82 @@ def test_job_directories_are_never_reused_after_a_restore(tmp_path):
         d.extra = (*d.extra, "--reset-state")
         d.start()
         assert d.submit(["true"]) == 4
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+        d.cleanup()
+
+
+@contextlib.contextmanager
+def database_locked(state):
+    """The state database locked against writes, as a full disk or a
+    failing device would make them fail: every write of the daemon gives up
+    after its busy timeout (5 s)."""
+    con = sqlite3.connect(os.path.join(state, "state.db"), isolation_level=None, timeout=30)
+    con.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+
+
+def wait_for(d, job_id, pred, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job = d.job(job_id)
+        if pred(job):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id}: {d.job(job_id)}")
+
+
+def test_a_job_whose_start_cannot_be_written_does_not_start(tmp_path):
+    """Hardening item 9: a job whose RUNNING state did not reach the disk ran
+    anyway, and a restart (the store still saying PENDING) ran it again."""
+    shared = tempfile.mkdtemp(prefix="gpusrv-runs-")  # the job's user writes here
+    os.chmod(shared, 0o777)
+    marker = pathlib.Path(shared) / "runs.txt"
+    marker.touch()
+    os.chmod(marker, 0o666)
+    with daemon(tmp_path) as d:
+        cores = os.cpu_count()
+        blocker = d.submit(["sleep", "600"], cpus=cores)
+        wait_for(d, blocker, lambda j: j["state"] == "RUNNING")
+        job = d.submit(["sh", "-c", f"echo ran >> {marker}"], cpus=1)
+        assert d.job(job)["state"] == "PENDING"
+        with database_locked(d.state):
+            d.request("DELETE", f"/api/v1/jobs/{blocker}", token=d.admin)
+            waiting = wait_for(d, job, lambda j: "cannot be written" in j["reason"])
+            assert waiting["state"] == "PENDING" and marker.read_text() == "", waiting
+        assert d.wait(job)["state"] == "COMPLETED"
+        assert marker.read_text() == "ran\n"
+        d.stop()
+        d.start()
+        assert d.job(job)["state"] == "COMPLETED" and d.job(blocker)["state"] == "CANCELLED"
+        time.sleep(1)
+        assert marker.read_text() == "ran\n"  # once, whatever the restarts
+    shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_an_ended_job_stays_listed_until_its_state_is_written(tmp_path):
+    """Hardening item 10: jobs that ended while the disk was full vanished
+    from every listing, and after a restart became LOST though they had
+    completed."""
+    d = Daemon(tmp_path).start()
+    try:
+        job = d.submit(["sh", "-c", "sleep 1; echo done"])
+        wait_for(d, job, lambda j: j["state"] == "RUNNING")
+        with database_locked(d.state):
+            listed = wait_for(d, job, lambda j: j["state"] != "RUNNING")
+            assert listed["state"] == "COMPLETED", listed
+            status, jobs = d.request("GET", "/api/v1/jobs?all=1", token=d.admin)
+            assert [j["state"] for j in jobs["jobs"] if j["id"] == job] == ["COMPLETED"]
+            d.proc.kill()  # and the daemon dies before it could write it
+            d.proc.wait()
+        d.start()
+        assert d.job(job)["state"] == "COMPLETED"  # settled from its supervisor's report
+        assert d.log(job) == "done\n"
     finally:
         if d.proc.poll() is None:
             d.stop()
