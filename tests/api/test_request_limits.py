@@ -5,6 +5,7 @@ unfinished upload; one client address holds at most
 --max-connections-per-client connections; a body no route reads is dropped
 as it arrives."""
 import json
+import os
 import socket
 import time
 
@@ -60,7 +61,10 @@ def test_bodies_in_flight_share_a_budget(tmp_path):
         assert status == 503, raw
         assert headers.get("Retry-After") == "1"
         assert "--max-bodies-bytes" in json.loads(raw)["error"]
-        assert grown < 48 + 24, grown  # the budget, and buffers of the last growth in flight
+        # The budget, and buffers of the last growth in flight. (Under ASan,
+        # freed memory waits in quarantine and RSS says nothing; the 503 does.)
+        if "ASAN_OPTIONS" not in os.environ:
+            assert grown < 48 + 24, grown
         for s in held:
             s.close()
         time.sleep(0.5)
