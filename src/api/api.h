@@ -26,6 +26,8 @@ typedef struct gs_serve_settings {
   int64_t job_pids_max;
   char preemption[GS_CONFIG_STR];
   bool reset_state;
+  int64_t job_log_max;
+  char job_retention[GS_CONFIG_STR];
   double job_default_cpus;
   int64_t job_default_mem;
 } gs_serve_settings;

@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/units.h"
 #include "engine/engine.h"
 
 #include <arpa/inet.h>
@@ -66,6 +67,12 @@ const gs_config_option gs_serve_options[] = {
         "Start even though state.db lost what the state directory shows (emptied, replaced, or "
         "older than its job directories): a new admin token where it has no tenants, new job ids "
         "past the directories on disk", reset_state),
+    OPT("job-log-max", GS_CFG_BYTES, "100M", 0, 1e15,
+        "Bytes each of a job's logs (stdout, stderr) may hold; the rest of its output is "
+        "dropped, and the log says so (0: no limit)", job_log_max),
+    OPT("job-retention", GS_CFG_STRING, "7d", 0, 0,
+        "How long an ended job's directory (work files and logs) is kept, such as 7d or 12h; its "
+        "record and accounting stay (0: kept for ever)", job_retention),
     OPT("job-default-cpus", GS_CFG_REAL, "1", 0.01, 1e6,
         "CPUs a job gets (limited and charged) when it names none; never more than its "
         "tenant's quota", job_default_cpus),
@@ -649,9 +656,15 @@ int gs_serve(const gs_serve_settings *settings) {
                               .job_pids_max = settings->job_pids_max,
                               .preemption = strcmp(settings->preemption, "requeue") == 0,
                               .reset_state = settings->reset_state,
+                              .job_log_max = (uint64_t)settings->job_log_max,
+
                               .job_default_cpus = settings->job_default_cpus,
                               .job_default_mem = (uint64_t)settings->job_default_mem};
   snprintf(fs.state_dir, sizeof fs.state_dir, "%s", settings->state_dir);
+  if (strcmp(settings->job_retention, "0") != 0 &&
+      gs_parse_duration(settings->job_retention, &fs.job_retention_s) < 0)
+    rc = gs_error(GS_EINVAL, "--job-retention: '%s' is not a duration (such as 7d, 12h or 0)",
+                  settings->job_retention);
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   if (rc == 0)
     rc = gs_frontdesk_open(&fs, &s.frontdesk);

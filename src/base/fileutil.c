@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,4 +175,14 @@ int gs_open_regular_beneath(const char *dir, const char *rel) {
   if (fd >= 0) /* reads block as usual from here on */
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb;
+  (void)ftw;
+  return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+int gs_remove_tree(const char *dir) {
+  return nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

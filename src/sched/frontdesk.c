@@ -470,10 +470,10 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
   visible_devices(j->devices, "opencl", vis, sizeof vis);
   env_add(env, "GPUSRV_OPENCL_VISIBLE_DEVICES", vis);
   json_t *spec = json_pack(
-      "{s:I, s:O, s:o, s:s, s:i, s:i, s:s, s:I, s:f, s:I}", "id", (json_int_t)j->id, "argv",
+      "{s:I, s:O, s:o, s:s, s:i, s:i, s:s, s:I, s:f, s:I, s:I}", "id", (json_int_t)j->id, "argv",
       j->argv, "env", env, "cwd", cwd, "uid", (int)id->uid, "gid", (int)id->gid, "user", id->user,
       "memory", (json_int_t)j->need.host_mem, "cpus", j->need.cpus, "pids",
-      (json_int_t)set->job_pids_max);
+      (json_int_t)set->job_pids_max, "log_max", (json_int_t)set->job_log_max);
   char path[700], tmp[720];
   snprintf(path, sizeof path, "%s/spec.json", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -912,11 +912,43 @@ out:
   free(tenants);
 }
 
+/* Removes the directories (work files and logs) of jobs that ended more
+ * than the retention period ago; their records, and so the accounting,
+ * stay in the store. */
+static void remove_old_job_dirs(gs_frontdesk *fd, double now) {
+  if (fd->set.job_retention_s <= 0)
+    return;
+  char jobs[600];
+  snprintf(jobs, sizeof jobs, "%s/jobs", fd->set.state_dir);
+  DIR *d = opendir(jobs);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char *end;
+    long long id = strtoll(e->d_name, &end, 10);
+    gs_job *j = NULL;
+    if (end == e->d_name || *end || find_active(fd, id) || gs_store_job_get(fd->store, id, &j) < 0)
+      continue;
+    bool old = j->state != GS_JOB_PENDING && j->state != GS_JOB_RUNNING && j->end_time > 0 &&
+               now - j->end_time > (double)fd->set.job_retention_s;
+    gs_job_free(j);
+    if (!old)
+      continue;
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/%s", jobs, e->d_name);
+    if (gs_remove_tree(dir) < 0)
+      GS_LOGW("sched", "cannot remove %s: %s", dir, strerror(errno));
+    else
+      GS_LOGI("sched", "job %lld's directory removed (ended over %lld s ago)", id,
+              (long long)fd->set.job_retention_s);
+  }
+  if (d)
+    closedir(d);
+}
+
 static void *scheduler_thread(void *arg) {
   gs_frontdesk *fd = arg;
   struct pollfd *fds = NULL;
   int cap = 0;
-  double next_watch = 0;
+  double next_watch = 0, next_cleanup = 0;
   pthread_mutex_lock(&fd->lock);
   while (!fd->stop) {
     double now = wall_now();
@@ -954,6 +986,12 @@ static void *scheduler_thread(void *arg) {
     if (now >= next_watch) {
       watch_device_memory(fd, now);
       next_watch = now + 0.5;
+    }
+    if (now >= next_cleanup) {
+      remove_old_job_dirs(fd, now);
+      /* Every minute, or as often as a short retention needs. */
+      int64_t every = fd->set.job_retention_s / 2;
+      next_cleanup = now + (double)(every < 1 ? 1 : every > 60 ? 60 : every);
     }
     schedule(fd);
     /* Sleep until a submission, a cancel, a job's end, or a second passes
@@ -1283,6 +1321,10 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
     return gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
   char dir[600];
   job_dir(fd, id, dir, sizeof dir);
+  if (*ended && access(dir, F_OK) != 0 && errno == ENOENT)
+    return gs_error(GS_ENOENT, "job %lld's logs were removed: ended jobs' directories are kept "
+                               "%lld s (--job-retention)", (long long)id,
+                    (long long)fd->set.job_retention_s);
   snprintf(path, cap, "%s/%s.log", dir, stream);
   return GS_OK;
 }

@@ -93,6 +93,8 @@ typedef struct gs_frontdesk_settings {
   int64_t job_pids_max;  /* pid limit of each job's cgroup */
   bool preemption;       /* stop lower-priority jobs (and requeue them) for the queue's head */
   bool reset_state;      /* accept a database that lost what the state directory shows */
+  uint64_t job_log_max;  /* bytes each of a job's logs may hold (0: no limit) */
+  int64_t job_retention_s; /* ended jobs' directories are removed after this (0: kept) */
   double job_default_cpus;   /* CPUs of a job that names none (0: its tenant's quota, if any) */
   uint64_t job_default_mem;  /* memory of a job that names none (0: its tenant's quota, if any) */
 } gs_frontdesk_settings;

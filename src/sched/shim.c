@@ -2,8 +2,9 @@
  * starts it (in its own session) and it outlives the daemon if need be:
  * it makes the job's cgroup, starts the command as the tenant's user with
  * its logs, passes SIGTERM on (and turns SIGUSR1 into SIGKILL of every
- * process of the job), and when the command ends kills what it left behind
- * and writes DIR/exit.json, which the daemon (this one or the next) reads. */
+ * process of the job), copies the job's output into its logs up to the
+ * daemon's limit, and when the command ends kills what it left behind and
+ * writes DIR/exit.json, which the daemon (this one or the next) reads. */
 #include "sched/shim.h"
 
 #include "base/error.h"
@@ -21,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -45,6 +48,54 @@ static int open_log(const char *dir, const char *name, uid_t uid, gid_t gid) {
     return -1;
   }
   return f;
+}
+
+/* One of the job's output streams: the pipe it writes, the log it goes to,
+ * and how much more the log may take (the rest is dropped, once said). */
+typedef struct log_stream {
+  int pipe;  /* read end; -1 once it reached its end */
+  int file;
+  uint64_t room;
+  bool full;
+} log_stream;
+
+/* Copies what the pipe holds now into the log; false at its end (or on an
+ * error), when it is closed. */
+static bool copy_output(log_stream *l, uint64_t max) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(l->pipe, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return true;
+    if (n <= 0) {
+      close(l->pipe);
+      l->pipe = -1;
+      return false;
+    }
+    size_t keep = (uint64_t)n < l->room ? (size_t)n : (size_t)l->room;
+    if (keep > 0 && write(l->file, buf, keep) == (ssize_t)keep)
+      l->room -= keep;
+    if (keep < (size_t)n && !l->full) {
+      l->full = true;
+      dprintf(l->file, "\n[gpusrv: this log reached its limit of %llu bytes (--job-log-max); "
+                       "the rest of the job's output is dropped]\n", (unsigned long long)max);
+    }
+  }
+}
+
+/* A pipe for one stream of the job, its log's room given what it holds. */
+static int open_stream(log_stream *l, int file, uint64_t max, int *child_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0)
+    return -1;
+  struct stat sb;
+  uint64_t used = fstat(file, &sb) == 0 ? (uint64_t)sb.st_size : 0; /* a requeued job's */
+  *l = (log_stream){.pipe = fds[0], .file = file, .room = used < max ? max - used : 0};
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  *child_end = fds[1];
+  return 0;
 }
 
 /* In the child, between fork and exec: become the job. Never returns. */
@@ -159,7 +210,8 @@ int gs_job_shim_main(const char *dir) {
   if (!have_cg)
     dprintf(err, "gpusrv: job %lld runs without cgroup limits: %s\n", id, gs_error_detail());
 
-  /* Signals arrive here as events (sigwaitinfo), never asynchronously. */
+  /* Signals arrive here as events (a signalfd, beside the output pipes),
+   * never asynchronously. */
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGCHLD);
@@ -168,24 +220,46 @@ int gs_job_shim_main(const char *dir) {
   sigaddset(&set, SIGHUP);
   sigaddset(&set, SIGUSR1);
   sigprocmask(SIG_BLOCK, &set, NULL);
+  json_int_t log_max_json = json_integer_value(json_object_get(spec, "log_max"));
+  uint64_t log_max = log_max_json > 0 ? (uint64_t)log_max_json : UINT64_MAX;
+  log_stream logs[2];
+  int child_out, child_err;
+  int sigfd = signalfd(-1, &set, SFD_CLOEXEC);
+  if (sigfd < 0 || open_stream(&logs[0], out, log_max, &child_out) < 0 ||
+      open_stream(&logs[1], err, log_max, &child_err) < 0) {
+    dprintf(err, "gpusrv: cannot start the job: %s\n", strerror(errno));
+    return 1;
+  }
   pid_t child = fork();
   if (child < 0) {
     dprintf(err, "gpusrv: cannot start the job: %s\n", strerror(errno));
     return 1;
   }
   if (child == 0)
-    become_job(&cg, have_cg, out, err, uid, gid, user, cwd, argv, env);
+    become_job(&cg, have_cg, child_out, child_err, uid, gid, user, cwd, argv, env);
   setpgid(child, child); /* as the child does: whichever runs first */
-  close(out);
-  close(err);
+  close(child_out);
+  close(child_err);
 
   int status = 0;
   bool term_forwarded = false; /* it was asked to stop (cancel, time limit, preemption) */
   struct rusage ru = {0};
   for (;;) {
-    siginfo_t si;
-    int sig = sigwaitinfo(&set, &si);
-    if (sig == SIGCHLD || sig < 0) {
+    struct pollfd p[3] = {{.fd = sigfd, .events = POLLIN},
+                          {.fd = logs[0].pipe, .events = POLLIN},
+                          {.fd = logs[1].pipe, .events = POLLIN}};
+    if (poll(p, 3, -1) < 0 && errno != EINTR)
+      break;
+    for (int k = 0; k < 2; k++)
+      if (logs[k].pipe >= 0 && (p[k + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+        copy_output(&logs[k], log_max);
+    if (!(p[0].revents & POLLIN))
+      continue;
+    struct signalfd_siginfo si;
+    if (read(sigfd, &si, sizeof si) != (ssize_t)sizeof si)
+      continue;
+    int sig = (int)si.ssi_signo;
+    if (sig == SIGCHLD) {
       /* Ended? Look without reaping: while the job's first process is a
        * zombie its pid, and so its process group's id, cannot be reused,
        * and the group's leftovers can be killed safely; then reap it. */
@@ -197,6 +271,11 @@ int gs_job_shim_main(const char *dir) {
       kill(-child, SIGKILL);
       while (wait4(child, &status, 0, &ru) < 0 && errno == EINTR) {
       }
+      if (have_cg) /* what writes to the pipes is gone, so what they hold is all there is */
+        gs_cgroup_kill_all(&cg);
+      for (int k = 0; k < 2; k++)
+        if (logs[k].pipe >= 0)
+          copy_output(&logs[k], log_max);
       break;
     } else if (sig == SIGTERM || sig == SIGINT) {
       term_forwarded = true;
@@ -236,5 +315,11 @@ int gs_job_shim_main(const char *dir) {
   json_decref(spec);
   free(argv);
   free(env);
+  for (int k = 0; k < 2; k++) {
+    if (logs[k].pipe >= 0)
+      close(logs[k].pipe);
+    close(logs[k].file);
+  }
+  close(sigfd);
   return rc;
 }
