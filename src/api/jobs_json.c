@@ -32,6 +32,8 @@ json_t *gs_job_json(const gs_job_info *j) {
   json_object_set_new(o, "cpu_seconds", json_real(j->cpu_seconds));
   json_object_set_new(o, "device_seconds", json_real(j->device_seconds));
   json_object_set_new(o, "device_memory_byte_seconds", json_real(j->device_mem_byte_seconds));
+  if (j->unsaved)
+    json_object_set_new(o, "unsaved", json_true());
   if (j->events) {
     json_t *events = json_array();
     for (int i = 0; i < j->n_events; i++)

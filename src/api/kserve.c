@@ -278,7 +278,9 @@ static void int_range(gs_dtype dt, double *lo, double *hi) {
  * type's finite range; booleans as 0 and 1. */
 static bool fits(json_t *a, gs_dtype dt, double v) {
   if (gs_dtype_is_float(dt))
-    return dt == GS_DT_FLOAT64 || fabs(v) <= (dt == GS_DT_FLOAT16 ? 65504.0 : FLT_MAX);
+    return dt == GS_DT_FLOAT64 ||
+           fabs(v) <= (dt == GS_DT_FLOAT16 ? 65504.0 : dt == GS_DT_BFLOAT16 ? 3.3895313892515355e38
+                                                                             : FLT_MAX);
   double lo, hi;
   int_range(dt, &lo, &hi);
   if (json_is_integer(a) && dt == GS_DT_INT64)

@@ -361,6 +361,10 @@ static json_t *pbt_value(pbt *t) {
   if (*p == '-' || isdigit((unsigned char)*p)) {
     char *end;
     double d = strtod(p, &end);
+    if (end == p) { /* "-" alone: no number, and nothing consumed */
+      snprintf(t->err, sizeof t->err, "line %d: expected a number", t->line);
+      return NULL;
+    }
     bool integral = true;
     for (const char *c = p; c < end; c++)
       integral = integral && *c != '.' && *c != 'e' && *c != 'E';

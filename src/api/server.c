@@ -638,6 +638,15 @@ int gs_serve(const gs_serve_settings *settings) {
   if (strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "required") != 0)
     return gs_error(GS_EINVAL, "--auth is 'auto' or 'required', not '%s'", settings->auth);
   s.auth_required = strcmp(settings->auth, "required") == 0 || !loopback(settings->host);
+  /* A body's buffer grows by doubling: the largest request must fit the budget alone. */
+  long long largest = 4096;
+  while (largest < settings->max_request_bytes)
+    largest *= 2;
+  if (settings->max_bodies_bytes < largest)
+    return gs_error(GS_EINVAL, "--max-bodies-bytes %lld cannot hold one request of "
+                               "--max-request-bytes %lld (its buffer takes %lld)",
+                    (long long)settings->max_bodies_bytes,
+                    (long long)settings->max_request_bytes, largest);
   if (strcmp(settings->preemption, "off") != 0 && strcmp(settings->preemption, "requeue") != 0)
     return gs_error(GS_EINVAL, "--preemption is 'off' or 'requeue', not '%s'",
                     settings->preemption);

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,12 +177,37 @@ int gs_open_regular_beneath(const char *dir, const char *rel) {
   return fd;
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-  (void)sb;
-  (void)ftw;
-  return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+/* Empties the directory open as `fd` (which it closes), entry by entry
+ * relative to it: a name another process swaps for a symlink meanwhile is
+ * removed as the link, never followed. */
+static int empty_dir(int fd, int depth) {
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return -1;
+  }
+  int rc = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0 || errno == ENOENT)
+      continue;
+    int sub = errno == EISDIR && depth < 256
+                  ? openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                  : -1;
+    if (sub < 0 || empty_dir(sub, depth + 1) < 0 ||
+        (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT))
+      rc = -1;
+  }
+  closedir(d);
+  return rc;
 }
 
 int gs_remove_tree(const char *dir) {
-  return nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : -1;
+  if (empty_dir(fd, 0) < 0)
+    return -1;
+  return rmdir(dir) < 0 && errno != ENOENT ? -1 : 0;
 }

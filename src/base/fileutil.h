@@ -34,8 +34,10 @@ int gs_boot_id(char *out, size_t cap);
  * what is not a regular file). */
 int gs_open_regular_beneath(const char *dir, const char *rel);
 
-/* Removes `dir` and everything below it, without following symlinks.
- * Returns 0, or -1 with errno set. */
+/* Removes `dir` and everything below it, without following symlinks: each
+ * entry is removed relative to its directory's descriptor, so a path that
+ * another user rewrites meanwhile cannot redirect it. Returns 0, or -1
+ * with errno set. */
 int gs_remove_tree(const char *dir);
 
 /* A tensor name as a file name: characters other than letters, digits, '.',

@@ -37,7 +37,7 @@ const char *gs_client_url(const gs_client *c) { return c->url; }
  * URL is not http:// (then libcurl takes it) or does not parse. */
 static bool parse_plain_url(gs_client *c) {
   const char *p = c->url;
-  if (strncasecmp(p, "http://", 7) != 0)
+  if (strncasecmp(p, "http://", 7) != 0 || strchr(p, '@')) /* user:password@ is libcurl's */
     return false;
   p += 7;
   const char *host_end;

@@ -108,7 +108,7 @@ static int send_request(gs_client *c, client_exchange *x, int fd, int64_t deadli
                    "Content-Type: application/json\r\n", x->method, c->prefix, x->path,
                    strchr(c->host, ':') ? "[" : "", c->host, strchr(c->host, ':') ? "]" : "",
                    c->port);
-  if (n > 0 && x->infer_header_len)
+  if (n > 0 && (size_t)n < sizeof head && x->infer_header_len)
     n += snprintf(head + n, sizeof head - (size_t)n, "Inference-Header-Content-Length: %zu\r\n",
                   x->infer_header_len);
   if (n > 0 && (size_t)n < sizeof head && c->auth[0])
@@ -179,7 +179,7 @@ static int read_line(reader *r, char *line, size_t cap, bool *eof) {
       r->at += (size_t)(nl - (r->buf + r->at)) + 1;
       return GS_OK;
     }
-    if (r->len - r->at >= MAX_LINE || r->len == sizeof r->buf)
+    if (r->len - r->at >= MAX_LINE) /* fill() makes room by moving the rest down */
       return GS_EIO;
     int rc = fill(r, eof);
     if (rc < 0)

@@ -914,7 +914,7 @@ out:
 
 /* Removes the directories (work files and logs) of jobs that ended more
  * than the retention period ago; their records, and so the accounting,
- * stay in the store. */
+ * stay in the store. Called without fd->lock (a removal can take long). */
 static void remove_old_job_dirs(gs_frontdesk *fd, double now) {
   if (fd->set.job_retention_s <= 0)
     return;
@@ -925,7 +925,13 @@ static void remove_old_job_dirs(gs_frontdesk *fd, double now) {
     char *end;
     long long id = strtoll(e->d_name, &end, 10);
     gs_job *j = NULL;
-    if (end == e->d_name || *end || find_active(fd, id) || gs_store_job_get(fd->store, id, &j) < 0)
+    if (end == e->d_name || *end)
+      continue;
+    pthread_mutex_lock(&fd->lock);
+    bool active = find_active(fd, id) != NULL;
+    pthread_mutex_unlock(&fd->lock);
+    /* The store serialises its own calls; the lock is not held over them. */
+    if (active || gs_store_job_get(fd->store, id, &j) < 0)
       continue;
     bool old = j->state != GS_JOB_PENDING && j->state != GS_JOB_RUNNING && j->end_time > 0 &&
                now - j->end_time > (double)fd->set.job_retention_s;
@@ -952,11 +958,15 @@ static void *scheduler_thread(void *arg) {
   pthread_mutex_lock(&fd->lock);
   while (!fd->stop) {
     double now = wall_now();
+    bool write_failed = false;
     for (int i = 0; i < fd->n_active;) {
       active_job *a = &fd->active[i];
       gs_job *j = a->job;
       bool gone = false;
-      if (j->unsaved && gs_store_job_update(fd->store, j, true) == 0) {
+      /* After one write fails in a pass the rest wait for the next: each
+       * failure can take the store's busy timeout, with the lock held. */
+      if (j->unsaved && !write_failed && !(write_failed = gs_store_job_update(fd->store, j,
+                                                                                true) < 0)) {
         j->unsaved = false;
         GS_LOGI("sched", "job %lld: its state %s is written now", (long long)j->id,
                 gs_job_state_name(j->state));
@@ -988,7 +998,9 @@ static void *scheduler_thread(void *arg) {
       next_watch = now + 0.5;
     }
     if (now >= next_cleanup) {
+      pthread_mutex_unlock(&fd->lock);
       remove_old_job_dirs(fd, now);
+      pthread_mutex_lock(&fd->lock);
       /* Every minute, or as often as a short retention needs. */
       int64_t every = fd->set.job_retention_s / 2;
       next_cleanup = now + (double)(every < 1 ? 1 : every > 60 ? 60 : every);
@@ -1233,8 +1245,17 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
                   gs_job_state_name(a->job->state));
   } else if (a->job->state == GS_JOB_PENDING) {
     a->job->end_time = wall_now();
-    if (set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending") == 0)
+    if (set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending") == 0) {
       remove_active(fd, (int)(a - fd->active));
+    } else { /* not on disk: a restart would run it; it stays PENDING, and says so */
+      char why[300];
+      snprintf(why, sizeof why, "%s", gs_error_detail());
+      a->job->state = GS_JOB_PENDING;
+      a->job->unsaved = false;
+      a->job->end_time = 0;
+      a->job->reason[0] = '\0';
+      rc = gs_error(GS_EIO, "job %lld could not be cancelled: %s", (long long)id, why);
+    }
   } else if (!a->job->cancel_requested) {
     a->job->cancel_requested = true;
     a->job->term_sent_at = wall_now();

@@ -59,6 +59,7 @@ int gs_job_fill_info(const gs_job *j, gs_job_info *o) {
   snprintf(o->reason, sizeof o->reason, "%s", j->reason);
   snprintf(o->devices, sizeof o->devices, "%s", j->devices);
   o->ended = j->state != GS_JOB_PENDING && j->state != GS_JOB_RUNNING;
+  o->unsaved = j->unsaved;
   o->exit_code = o->ended && j->exit_code >= 0 ? j->exit_code : -1;
   o->argv = strings_of(j->argv);
   return o->argv ? GS_OK : gs_error(GS_ENOMEM, "out of memory listing job %lld", (long long)j->id);

@@ -178,6 +178,7 @@ typedef struct gs_job_info {
   bool requeue;
   char state[16];        /* "PENDING", "RUNNING", "COMPLETED", ... */
   bool ended;
+  bool unsaved;          /* its state is not yet on disk (a write failed): it is retried */
   char reason[256];
   char devices[256];     /* "cuda0,cuda1" as booked */
   double submit_time, start_time, end_time; /* Unix seconds; 0 if not yet */

@@ -53,6 +53,14 @@ def test_every_field_is_checked_the_same_in_both_formats(tmp_path):
                 assert reason in index[name]["reason"], (path, index[name]["reason"])
 
 
+def test_a_number_that_is_no_number_is_a_clear_error(tmp_path):
+    add_model(tmp_path, "dash", None, text="dynamic_batching { preferred_batch_size: [ - ] }")
+    with serving(tmp_path) as port:
+        index = {m["name"]: m for m in json.loads(
+            request(port, "POST", "/v2/repository/index", b"{}")[1])}
+        assert "expected a number" in index["dash"]["reason"], index["dash"]
+
+
 def test_a_full_configuration_reads_the_same_in_both_formats(tmp_path):
     config = {"max_batch_size": 16, "precision": "fp32", "warmup": False,
               "dynamic_batching": {"preferred_batch_size": [4, 8],

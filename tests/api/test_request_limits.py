@@ -72,10 +72,20 @@ def test_bodies_in_flight_share_a_budget(tmp_path):
         assert request(port, "POST", "/v2/repository/index", b"{}" + b" " * MIB)[0] == 200
 
 
+def test_a_budget_smaller_than_one_request_is_refused(tmp_path):
+    import subprocess
+    from test_serve import GPUSRV
+    p = subprocess.run([GPUSRV, "serve", "--model-repository", str(tmp_path), "--state-dir",
+                        str(tmp_path / "state"), "--http-port", "1", "--max-request-bytes", "1G"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "cannot hold one request" in p.stderr, p.stderr
+
+
 def test_a_body_no_route_reads_is_dropped(tmp_path):
-    with serving(tmp_path, "--max-request-bytes", "16M", "--max-bodies-bytes", "8M") as (_, port):
-        # Bodies sent with GET or to routes that read none count against nothing.
-        held = [unfinished_upload(port, "/v2/health/live", 16 * MIB, 12 * MIB) for _ in range(3)]
+    with serving(tmp_path, "--max-request-bytes", "4M", "--max-bodies-bytes", "8M") as (_, port):
+        # Bodies sent to routes that read none count against nothing: kept,
+        # these three would hold 12M of the 8M.
+        held = [unfinished_upload(port, "/v2/health/live", 4 * MIB, 3 * MIB) for _ in range(3)]
         time.sleep(0.3)
         assert request(port, "POST", "/v2/repository/index", b"{}")[0] == 200
         for s in held:

@@ -14,7 +14,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
-MODELS = [{"name": "m", "version": "1", "state": "READY", "reason": ""}]
+# Long enough that chunk boundaries fall at every place in the reader's buffer.
+MODELS = [{"name": f"m{i}", "version": "1", "state": "READY", "reason": ""} for i in range(600)]
 LOG = "".join(f"line {i}\n" for i in range(3000))  # more than one read of the socket
 
 
@@ -32,13 +33,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         Handler.seen.append((self.command, self.path, self.headers.get("Authorization"),
                              self.client_address[1], body))
-        if self.path == "/v2/repository/index":  # chunked, in two chunks
+        if self.path == "/v2/repository/index":  # chunked, in chunks of odd sizes
             data = json.dumps(MODELS).encode()
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for part in (data[:5], data[5:]):
+            at, size = 0, 5
+            while at < len(data):
+                part = data[at:at + size]
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                at, size = at + len(part), size * 3 % 997 + 1
             self.wfile.write(b"0\r\n\r\n")
         elif self.path == "/api/v1/usage?since=0":  # no length: ends with the connection
             self.send_response(200)

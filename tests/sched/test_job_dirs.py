@@ -4,9 +4,13 @@ says so, and the job itself goes on; an ended job's directory is removed
 after --job-retention, while its record and the accounting stay."""
 import json
 import os
+import shutil
+import tempfile
 import time
 
-from test_frontdesk import Daemon, daemon
+import pytest
+
+from test_frontdesk import IS_ROOT, Daemon, daemon
 
 
 def test_a_log_holds_at_most_its_limit(tmp_path):
@@ -48,6 +52,36 @@ def test_ended_jobs_directories_are_removed_after_retention(tmp_path):
         time.sleep(4)
         assert os.path.isdir(os.path.join(d.state, "jobs", str(running)))
         d.cli("cancel", str(running))
+
+
+def test_removal_never_follows_a_link_out_of_the_job(tmp_path):
+    outside = tempfile.mkdtemp(prefix="gpusrv-outside-")
+    os.chmod(outside, 0o777)
+    keep = os.path.join(outside, "keep.txt")
+    with open(keep, "w") as f:
+        f.write("mine")
+    try:
+        with daemon(tmp_path, "--job-retention", "2s") as d:
+            job = d.submit(["sh", "-c", f"mkdir -p a/b && echo x > a/b/f && ln -s {outside} a/out"])
+            assert d.wait(job)["state"] == "COMPLETED"
+            jobdir = os.path.join(d.state, "jobs", str(job))
+            deadline = time.time() + 30
+            while os.path.exists(jobdir) and time.time() < deadline:
+                time.sleep(0.2)
+            assert not os.path.exists(jobdir)
+            assert open(keep).read() == "mine"
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the job runs as another user only as root")
+def test_a_job_cannot_write_its_log_file(tmp_path):
+    with daemon(tmp_path, "--job-log-max", "1K") as d:
+        job = d.submit(["sh", "-c", "head -c 100000 /dev/zero >> ../stdout.log; echo tried"])
+        d.wait(job)
+        log = os.path.join(d.state, "jobs", str(job), "stdout.log")
+        assert os.path.getsize(log) < 2048  # the limit held
+        assert "Permission denied" in d.log(job, "stderr")
 
 
 def test_a_bad_retention_is_refused(tmp_path):

@@ -184,6 +184,10 @@ def test_a_job_whose_start_cannot_be_written_does_not_start(tmp_path):
         job = d.submit(["sh", "-c", f"echo ran >> {marker}"], cpus=1)
         assert d.job(job)["state"] == "PENDING"
         with database_locked(d.state):
+            # A cancel that cannot be written is refused: a restart would run the job.
+            status, err = d.request("DELETE", f"/api/v1/jobs/{job}", token=d.admin)
+            assert status >= 500 and "could not be cancelled" in err["error"], err
+            assert d.job(job)["state"] == "PENDING"
             d.request("DELETE", f"/api/v1/jobs/{blocker}", token=d.admin)
             waiting = wait_for(d, job, lambda j: "cannot be written" in j["reason"])
             assert waiting["state"] == "PENDING" and marker.read_text() == "", waiting
@@ -207,7 +211,7 @@ def test_an_ended_job_stays_listed_until_its_state_is_written(tmp_path):
         wait_for(d, job, lambda j: j["state"] == "RUNNING")
         with database_locked(d.state):
             listed = wait_for(d, job, lambda j: j["state"] != "RUNNING")
-            assert listed["state"] == "COMPLETED", listed
+            assert listed["state"] == "COMPLETED" and listed.get("unsaved") is True, listed
             status, jobs = d.request("GET", "/api/v1/jobs?all=1", token=d.admin)
             assert [j["state"] for j in jobs["jobs"] if j["id"] == job] == ["COMPLETED"]
             d.proc.kill()  # and the daemon dies before it could write it
