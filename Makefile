@@ -57,6 +57,7 @@ bench: deps
 	-.venv/bin/python bench/warmup.py $(BUILD_BENCH) opencl0 # where there is one
 	$(BUILD_BENCH)/bench/gs-bench-sched-plan
 	.venv/bin/python bench/sched.py $(BUILD_BENCH)
+	.venv/bin/python bench/cli_startup.py $(BUILD_BENCH) 50
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH)
