@@ -150,6 +150,7 @@ int gs_frontdesk_authenticate(gs_frontdesk *fd, const char *token, gs_principal 
   for (int i = 0; i < fd->n_tenants; i++)
     if (strcmp(fd->tenants[i].name, tenant) == 0) {
       snprintf(out->tenant, sizeof out->tenant, "%s", tenant);
+      out->tenant_serial = fd->tenants[i].serial;
       out->admin = fd->tenants[i].admin;
       found = true;
     }
@@ -1166,6 +1167,7 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
   if (!j)
     return gs_error(GS_ENOMEM, "out of memory for a job");
   snprintf(j->tenant, sizeof j->tenant, "%s", who->tenant);
+  j->tenant_serial = who->tenant_serial;
   snprintf(j->name, sizeof j->name, "%s",
            req->name && req->name[0] ? req->name : req->argv[0]);
   j->argv = json_strings(req->argv);
@@ -1184,6 +1186,8 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
   j->submit_time = wall_now();
   pthread_mutex_lock(&fd->lock);
   gs_tenant *t = find_tenant(fd, who->tenant);
+  if (t)
+    j->tenant_serial = t->serial;
   identity ident;
   int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
   char why[256];
@@ -1214,8 +1218,10 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
   return GS_OK;
 }
 
-static bool may_see(const gs_principal *who, const char *tenant) {
-  return who->admin || strcmp(who->tenant, tenant) == 0;
+/* A job is its tenant's (by serial: a later tenant of the same name does
+ * not inherit it) and the admins'. */
+static bool may_see(const gs_principal *who, const gs_job *j) {
+  return who->admin || (j->tenant_serial != 0 && j->tenant_serial == who->tenant_serial);
 }
 
 static active_job *find_active(gs_frontdesk *fd, int64_t id) {
@@ -1233,12 +1239,12 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
     gs_job *j = NULL;
     rc = gs_store_job_get(fd->store, id, &j);
     if (rc == 0)
-      rc = may_see(who, j->tenant) ? gs_error(GS_ESTATE, "job %lld has already ended (%s)",
+      rc = may_see(who, j) ? gs_error(GS_ESTATE, "job %lld has already ended (%s)",
                                               (long long)id, gs_job_state_name(j->state))
                                    : gs_error(GS_EPERM, "job %lld belongs to another tenant",
                                               (long long)id);
     gs_job_free(j);
-  } else if (!may_see(who, a->job->tenant)) {
+  } else if (!may_see(who, a->job)) {
     rc = gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
   } else if (!in_queue(a->job)) { /* ended; its state is still being written */
     rc = gs_error(GS_ESTATE, "job %lld has already ended (%s)", (long long)id,
@@ -1275,7 +1281,7 @@ int gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id, gs_job_inf
   int rc = GS_OK;
   if (!j && (rc = gs_store_job_get(fd->store, id, &stored)) == 0)
     j = stored;
-  if (rc == 0 && !may_see(who, j->tenant))
+  if (rc == 0 && !may_see(who, j))
     rc = gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
   if (rc == 0)
     rc = gs_job_fill_info(j, out);
@@ -1290,7 +1296,10 @@ int gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id, gs_job_inf
 
 int gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char *tenant,
                  gs_job_info **out, int *n) {
-  const char *only = who->admin ? (tenant && tenant[0] ? tenant : NULL) : who->tenant;
+  /* An admin may ask for one tenant by name; anyone else sees their own
+   * tenant's, by its serial. */
+  const char *only = who->admin && tenant && tenant[0] ? tenant : NULL;
+  int64_t serial = who->admin ? 0 : who->tenant_serial;
   *out = NULL;
   *n = 0;
   pthread_mutex_lock(&fd->lock);
@@ -1301,11 +1310,12 @@ int gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char
   if (!*out)
     rc = gs_error(GS_ENOMEM, "out of memory listing jobs");
   for (int i = fd->n_active - 1; rc == 0 && i >= 0; i--)
-    if (!only || strcmp(fd->active[i].job->tenant, only) == 0)
+    if ((!only || strcmp(fd->active[i].job->tenant, only) == 0) &&
+        (!serial || fd->active[i].job->tenant_serial == serial))
       if ((rc = gs_job_fill_info(fd->active[i].job, &(*out)[*n])) == 0)
         (*n)++;
   if (rc == 0 && all)
-    rc = gs_store_jobs_ended(fd->store, only, 1000, out, n);
+    rc = gs_store_jobs_ended(fd->store, only, serial, 1000, out, n);
   pthread_mutex_unlock(&fd->lock);
   if (rc < 0) {
     gs_job_infos_free(*out, *n);
@@ -1322,15 +1332,15 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
   pthread_mutex_lock(&fd->lock);
   active_job *a = find_active(fd, id);
   int rc = GS_OK;
-  char tenant[64] = "";
+  bool visible = false;
   if (a) {
-    snprintf(tenant, sizeof tenant, "%s", a->job->tenant);
+    visible = may_see(who, a->job);
     *ended = !in_queue(a->job);
   } else {
     gs_job *j = NULL;
     rc = gs_store_job_get(fd->store, id, &j);
     if (rc == 0) {
-      snprintf(tenant, sizeof tenant, "%s", j->tenant);
+      visible = may_see(who, j);
       *ended = true;
     }
     gs_job_free(j);
@@ -1338,7 +1348,7 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
   pthread_mutex_unlock(&fd->lock);
   if (rc < 0)
     return rc;
-  if (!may_see(who, tenant))
+  if (!visible)
     return gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
   char dir[600];
   job_dir(fd, id, dir, sizeof dir);
@@ -1352,9 +1362,10 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
 
 int gs_usage_list(gs_frontdesk *fd, const gs_principal *who, const char *tenant, double since,
                   gs_usage_row **out, int *n) {
-  const char *only = who->admin ? (tenant && tenant[0] ? tenant : NULL) : who->tenant;
+  const char *only = who->admin && tenant && tenant[0] ? tenant : NULL;
+  int64_t serial = who->admin ? 0 : who->tenant_serial;
   pthread_mutex_lock(&fd->lock);
-  int rc = gs_store_usage(fd->store, only, since, out, n);
+  int rc = gs_store_usage(fd->store, only, serial, since, out, n);
   pthread_mutex_unlock(&fd->lock);
   return rc;
 }

@@ -28,6 +28,7 @@ int gs_job_state_from_name(const char *name);
 typedef struct gs_job {
   int64_t id;
   char tenant[64];
+  int64_t tenant_serial; /* the tenant's serial: a later tenant of its name is another */
   char name[128];
   json_t *argv;   /* array of strings */
   json_t *env;    /* array of "K=V" */

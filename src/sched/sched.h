@@ -79,6 +79,7 @@ typedef struct gs_tenant {
   int max_priority;        /* highest priority its jobs may ask for (admins set it) */
   bool admin;              /* may manage tenants and see every job */
   double created;          /* Unix seconds */
+  int64_t serial;          /* this tenant's, never given to another (a name may be) */
 } gs_tenant;
 
 /* ---- the front desk: tenants, tokens, the queue and process jobs ---------------------- */
@@ -118,6 +119,7 @@ int64_t gs_frontdesk_token_count(gs_frontdesk *fd);
 /* Who is asking. */
 typedef struct gs_principal {
   char tenant[64];
+  int64_t tenant_serial; /* which tenant of that name: jobs are keyed by it */
   bool admin;
 } gs_principal;
 

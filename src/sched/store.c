@@ -38,7 +38,36 @@ static const char schema[] =
     "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);"
     "CREATE TABLE IF NOT EXISTS job_events("
     "  job INTEGER NOT NULL, time REAL NOT NULL, state TEXT NOT NULL, reason TEXT);"
-    "CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job);";
+    "CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job);"
+    /* Every tenant ever added has a serial of its own, never given again:
+     * a tenant removed and added again under its name is another tenant,
+     * and the jobs of the first stay out of the second's reach. */
+    "CREATE TABLE IF NOT EXISTS tenant_serials(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT);";
+
+/* Databases from before tenant serials: the columns are added, and the
+ * tenants and jobs there are given serials once, by name. */
+static int add_tenant_serials(gs_store *st) {
+  if (sqlite3_exec(st->db, "ALTER TABLE tenants ADD COLUMN serial INTEGER", NULL, NULL, NULL) !=
+      SQLITE_OK)
+    return GS_OK; /* the column is there: nothing to do */
+  char *msg = NULL;
+  int rc = sqlite3_exec(
+      st->db,
+      "BEGIN IMMEDIATE;"
+      "ALTER TABLE jobs ADD COLUMN tenant_serial INTEGER DEFAULT 0;"
+      "INSERT INTO tenant_serials(name) SELECT name FROM tenants ORDER BY created, name;"
+      "UPDATE tenants SET serial = (SELECT max(id) FROM tenant_serials s WHERE s.name = tenants.name);"
+      "UPDATE jobs SET tenant_serial = coalesce((SELECT serial FROM tenants t WHERE t.name = "
+      "jobs.tenant), 0);"
+      "COMMIT;",
+      NULL, NULL, &msg);
+  if (rc != SQLITE_OK) {
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    rc = gs_error(GS_EIO, "state database: giving tenants serials: %s", msg ? msg : "failed");
+  }
+  sqlite3_free(msg);
+  return rc;
+}
 
 static int db_error(gs_store *st, const char *what) {
   return gs_error(GS_EIO, "state database: %s: %s", what, sqlite3_errmsg(st->db));
@@ -105,6 +134,12 @@ int gs_store_open(const char *path, gs_store **out) {
     free(st);
     return rc;
   }
+  int migrated = add_tenant_serials(st);
+  if (migrated < 0) {
+    sqlite3_close(st->db);
+    free(st);
+    return migrated;
+  }
   *out = st;
   return GS_OK;
 }
@@ -139,8 +174,16 @@ static int run_done(gs_store *st, sqlite3_stmt *s, const char *what) {
 
 /* ---- tenants and tokens ------------------------------------------------------------------ */
 
-int gs_store_tenant_insert(gs_store *st, const gs_tenant *t) {
-  sqlite3_stmt *s = prepare(st, "INSERT INTO tenants VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
+int gs_store_tenant_insert(gs_store *st, gs_tenant *t) {
+  sqlite3_stmt *s = prepare(st, "INSERT INTO tenant_serials(name) VALUES(?)");
+  if (!s)
+    return db_error(st, "adding a tenant");
+  sqlite3_bind_text(s, 1, t->name, -1, SQLITE_TRANSIENT);
+  int serial_rc = run_done(st, s, "adding a tenant");
+  if (serial_rc < 0)
+    return serial_rc;
+  t->serial = sqlite3_last_insert_rowid(st->db);
+  s = prepare(st, "INSERT INTO tenants VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s)
     return db_error(st, "adding a tenant");
   sqlite3_bind_text(s, 1, t->name, -1, SQLITE_TRANSIENT);
@@ -156,6 +199,7 @@ int gs_store_tenant_insert(gs_store *st, const gs_tenant *t) {
   sqlite3_bind_int(s, 11, t->admin);
   sqlite3_bind_double(s, 12, t->created);
   sqlite3_bind_int(s, 13, t->max_priority);
+  sqlite3_bind_int64(s, 14, t->serial);
   int rc = sqlite3_step(s);
   sqlite3_finalize(s);
   if (rc == SQLITE_CONSTRAINT)
@@ -203,6 +247,7 @@ int gs_store_tenants_load(gs_store *st, gs_tenant **out, int *n) {
     t->admin = sqlite3_column_int(s, 10);
     t->created = sqlite3_column_double(s, 11);
     t->max_priority = sqlite3_column_int(s, 12);
+    t->serial = sqlite3_column_int64(s, 13);
   }
   sqlite3_finalize(s);
   if (rc != SQLITE_DONE) {
@@ -263,7 +308,8 @@ int gs_store_token_count(gs_store *st, int64_t *n) {
 #define JOB_COLUMNS                                                                          \
   "id, tenant, name, argv, env, chdir, gpus, gpu_mem, gpu_share, cpus, host_mem, time_limit, " \
   "priority, requeue, state, reason, submit_time, start_time, end_time, pid, pid_start, "     \
-  "exit_code, signal, devices, runs, cpu_seconds, device_seconds, device_mem_byte_seconds"
+  "exit_code, signal, devices, runs, cpu_seconds, device_seconds, device_mem_byte_seconds, "    \
+  "tenant_serial"
 
 static void bind_json(sqlite3_stmt *s, int i, const json_t *j) {
   char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -302,6 +348,7 @@ static void bind_job(sqlite3_stmt *s, const gs_job *j) {
   sqlite3_bind_double(s, 26, j->cpu_seconds);
   sqlite3_bind_double(s, 27, j->device_seconds);
   sqlite3_bind_double(s, 28, j->device_mem_byte_seconds);
+  sqlite3_bind_int64(s, 29, j->tenant_serial);
 }
 
 static gs_job *read_job(sqlite3_stmt *s) {
@@ -343,6 +390,7 @@ static gs_job *read_job(sqlite3_stmt *s) {
   j->cpu_seconds = sqlite3_column_double(s, 25);
   j->device_seconds = sqlite3_column_double(s, 26);
   j->device_mem_byte_seconds = sqlite3_column_double(s, 27);
+  j->tenant_serial = sqlite3_column_int64(s, 28);
   return j;
 }
 
@@ -375,7 +423,7 @@ int gs_store_job_insert(gs_store *st, gs_job *j) {
   int rc = begin(st);
   if (rc < 0)
     return rc;
-  sqlite3_stmt *s = prepare(st, "INSERT INTO jobs(" JOB_COLUMNS ") VALUES(NULL,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28)");
+  sqlite3_stmt *s = prepare(st, "INSERT INTO jobs(" JOB_COLUMNS ") VALUES(NULL,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29)");
   if (!s)
     return finish(st, db_error(st, "adding a job"));
   bind_job(s, j);
@@ -396,7 +444,7 @@ int gs_store_job_update(gs_store *st, const gs_job *j, bool event) {
           "gpu_share=?9, cpus=?10, host_mem=?11, time_limit=?12, priority=?13, requeue=?14, "
           "state=?15, reason=?16, submit_time=?17, start_time=?18, end_time=?19, pid=?20, "
           "pid_start=?21, exit_code=?22, signal=?23, devices=?24, runs=?25, cpu_seconds=?26, "
-          "device_seconds=?27, device_mem_byte_seconds=?28 WHERE id=?1");
+          "device_seconds=?27, device_mem_byte_seconds=?28, tenant_serial=?29 WHERE id=?1");
   if (!s)
     return finish(st, db_error(st, "updating a job"));
   sqlite3_bind_int64(s, 1, j->id);
@@ -464,8 +512,10 @@ static void *grow(void *arr, int n, size_t elem) {
   return realloc(arr, (size_t)(n + 1) * elem);
 }
 
-int gs_store_jobs_ended(gs_store *st, const char *tenant, int limit, gs_job_info **list, int *n) {
+int gs_store_jobs_ended(gs_store *st, const char *tenant, int64_t serial, int limit,
+                        gs_job_info **list, int *n) {
   sqlite3_stmt *s = prepare(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE (?1 IS NULL OR tenant = ?1)"
+                                " AND (?3 = 0 OR tenant_serial = ?3)"
                                 " AND state NOT IN ('PENDING', 'RUNNING')"
                                 " ORDER BY id DESC LIMIT ?2");
   if (!s)
@@ -473,6 +523,7 @@ int gs_store_jobs_ended(gs_store *st, const char *tenant, int limit, gs_job_info
   if (tenant)
     sqlite3_bind_text(s, 1, tenant, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
+  sqlite3_bind_int64(s, 3, serial);
   int rc = GS_OK;
   while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
     gs_job *j = read_job(s);
@@ -512,19 +563,22 @@ int gs_store_job_events(gs_store *st, int64_t id, gs_job_event **out, int *n) {
   return rc;
 }
 
-int gs_store_usage(gs_store *st, const char *tenant, double since, gs_usage_row **out, int *n) {
+int gs_store_usage(gs_store *st, const char *tenant, int64_t serial, double since,
+                   gs_usage_row **out, int *n) {
   *out = NULL;
   *n = 0;
   sqlite3_stmt *s = prepare(
       st, "SELECT tenant, count(*), sum(device_seconds), sum(device_mem_byte_seconds), "
           "sum(cpu_seconds), sum(max(end_time - start_time, 0)) FROM jobs "
           "WHERE start_time > 0 AND end_time >= ?2 AND state NOT IN ('PENDING', 'RUNNING') "
-          "AND (?1 IS NULL OR tenant = ?1) GROUP BY tenant ORDER BY tenant");
+          "AND (?1 IS NULL OR tenant = ?1) AND (?3 = 0 OR tenant_serial = ?3) "
+          "GROUP BY tenant ORDER BY tenant");
   if (!s)
     return db_error(st, "reading the accounting");
   if (tenant)
     sqlite3_bind_text(s, 1, tenant, -1, SQLITE_TRANSIENT);
   sqlite3_bind_double(s, 2, since);
+  sqlite3_bind_int64(s, 3, serial);
   int rc = GS_OK;
   while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
     gs_usage_row *more = grow(*out, *n, sizeof **out);

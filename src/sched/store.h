@@ -13,7 +13,8 @@ typedef struct gs_store gs_store;
 int gs_store_open(const char *path, gs_store **out);
 void gs_store_close(gs_store *st);
 
-int gs_store_tenant_insert(gs_store *st, const gs_tenant *t);
+/* Adds a tenant under a new serial (never given before), set in t->serial. */
+int gs_store_tenant_insert(gs_store *st, gs_tenant *t);
 int gs_store_tenant_delete(gs_store *st, const char *name);
 /* Every tenant, into a malloc'd array the caller frees. */
 int gs_store_tenants_load(gs_store *st, gs_tenant **out, int *n);
@@ -36,15 +37,18 @@ int gs_store_job_update(gs_store *st, const gs_job *j, bool event);
 int gs_store_jobs_active(gs_store *st, gs_job ***out, int *n);
 /* One job; GS_ENOENT if none. The caller gs_job_free()s it. */
 int gs_store_job_get(gs_store *st, int64_t id, gs_job **out);
-/* Ended jobs (newest first, at most `limit`) of `tenant` (NULL: everyone's),
+/* Ended jobs (newest first, at most `limit`) of `tenant` (NULL: everyone's)
+ * and of tenant serial `serial` (0: any),
  * appended to *list (grown with realloc; *n counts them). The caller frees
  * the list with gs_job_infos_free. */
-int gs_store_jobs_ended(gs_store *st, const char *tenant, int limit, gs_job_info **list, int *n);
+int gs_store_jobs_ended(gs_store *st, const char *tenant, int64_t serial, int limit,
+                        gs_job_info **list, int *n);
 /* The audit trail of one job, oldest first: *out (the caller frees it). */
 int gs_store_job_events(gs_store *st, int64_t id, gs_job_event **out, int *n);
 /* Accounting per tenant of jobs that ended since `since` (Unix seconds):
  * *out (the caller frees it). */
-int gs_store_usage(gs_store *st, const char *tenant, double since, gs_usage_row **out, int *n);
+int gs_store_usage(gs_store *st, const char *tenant, int64_t serial, double since,
+                   gs_usage_row **out, int *n);
 
 /* The highest job id handed out so far (0: none), and making the next one
  * come after `id` (so that job directories of a lost database are never

@@ -715,3 +715,25 @@ def job_pid(d, job_id):
     import sqlite3
     with contextlib.closing(sqlite3.connect(os.path.join(d.state, "state.db"))) as db:
         return db.execute("SELECT pid FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+
+
+def test_a_tenant_added_again_under_its_name_inherits_nothing(tmp_path):
+    """Hardening item 6: jobs were keyed by tenant name, so a removed
+    tenant's name added again inherited the old jobs, logs and accounting."""
+    with daemon(tmp_path) as d:
+        user = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
+        first = d.cli("tenant", "add", "carol", "--user", user).stdout.strip()
+        job = d.submit(["sh", "-c", "echo the first carol secret"], token=first)
+        d.wait(job, token=first)
+        d.cli("tenant", "remove", "carol")
+        second = d.cli("tenant", "add", "carol", "--user", user).stdout.strip()
+        assert d.request("GET", "/api/v1/jobs?all=1", token=second)[1]["jobs"] == []
+        for path in (f"/api/v1/jobs/{job}", f"/api/v1/jobs/{job}/logs"):
+            status, err = d.request("GET", path, token=second)
+            assert status == 403 and "another tenant" in err["error"], (path, err)
+        assert d.request("GET", "/api/v1/usage", token=second)[1]["usage"] == []
+        # The admin still sees it, under the name it had.
+        assert d.job(job)["tenant"] == "carol" and "secret" in d.log(job)
+        mine = d.submit(["true"], token=second)
+        assert [j["id"] for j in d.request("GET", "/api/v1/jobs?all=1",
+                                           token=second)[1]["jobs"]] == [mine]
