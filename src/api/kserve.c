@@ -58,7 +58,9 @@ int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(m->name));
     if (!gs_served_try_use(m)) { /* a load or unload has it: say so, without waiting */
-      json_object_set_new(o, "state", json_string(gs_model_state_name(GS_MODEL_LOADING)));
+      int state = atomic_load(&m->state) == GS_MODEL_UNLOADED ? GS_MODEL_UNLOADED
+                                                               : GS_MODEL_LOADING;
+      json_object_set_new(o, "state", json_string(gs_model_state_name(state)));
       json_array_append_new(a, o);
       continue;
     }

@@ -16,6 +16,7 @@ typedef struct gs_http_reply {
   size_t len;
   size_t header_len;
   char content_type[64];
+  int retry_after; /* seconds, sent as Retry-After when > 0 (a busy server's 503) */
 } gs_http_reply;
 
 void gs_http_reply_free(gs_http_reply *r);

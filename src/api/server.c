@@ -150,6 +150,11 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, gs_http_reply *r) {
     snprintf(n, sizeof n, "%zu", r->header_len);
     MHD_add_response_header(resp, "Inference-Header-Content-Length", n);
   }
+  if (r->retry_after > 0) {
+    char n[16];
+    snprintf(n, sizeof n, "%d", r->retry_after);
+    MHD_add_response_header(resp, "Retry-After", n);
+  }
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
   MHD_destroy_response(resp);
   return ret;
@@ -165,22 +170,19 @@ static enum MHD_Result send_error(struct MHD_Connection *c, int status, const ch
 static enum MHD_Result send_busy(struct MHD_Connection *c, const char *msg) {
   gs_http_reply r = {0};
   gs_http_reply_error(&r, 503, msg);
-  struct MHD_Response *resp = MHD_create_response_from_buffer(r.len, r.body,
-                                                              MHD_RESPMEM_MUST_FREE);
-  if (!resp) {
-    gs_http_reply_free(&r);
-    return MHD_NO;
-  }
-  MHD_add_response_header(resp, "Content-Type", r.content_type);
-  MHD_add_response_header(resp, "Retry-After", "1");
-  enum MHD_Result ret = MHD_queue_response(c, 503, resp);
-  MHD_destroy_response(resp);
-  return ret;
+  r.retry_after = 1;
+  return send_reply(c, &r);
+}
+
+/* A reply with no body. */
+static void empty_reply(gs_http_reply *r, int status) {
+  *r = (gs_http_reply){.status = status, .body = strdup(""), .len = 0};
+  snprintf(r->content_type, sizeof r->content_type, "text/plain");
 }
 
 static enum MHD_Result send_empty(struct MHD_Connection *c, int status) {
-  gs_http_reply r = {.status = status, .body = strdup(""), .len = 0};
-  snprintf(r.content_type, sizeof r.content_type, "text/plain");
+  gs_http_reply r;
+  empty_reply(&r, status);
   return send_reply(c, &r);
 }
 
@@ -253,8 +255,7 @@ static void admin_op_finish(admin_op *op) {
              op->name, gs_error_detail());
     gs_http_reply_error(r, rc == GS_ENOENT ? 404 : 400, msg);
   } else {
-    *r = (gs_http_reply){.status = 200, .body = strdup(""), .len = 0};
-    snprintf(r->content_type, sizeof r->content_type, "text/plain");
+    empty_reply(r, 200);
   }
 }
 
@@ -463,7 +464,7 @@ static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
         return send_empty(c, 503);
       snprintf(msg, sizeof msg, "model '%s' is %s", name,
                state == GS_MODEL_LOADING ? "still loading" : "unloaded");
-      return send_error(c, 503, msg);
+      return state == GS_MODEL_LOADING ? send_busy(c, msg) : send_error(c, 503, msg);
     }
     /* Unavailable: no version loaded, or no instance could be made. */
     if (state == GS_MODEL_UNAVAILABLE) {

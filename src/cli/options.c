@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include "base/error.h"
+#include "base/fileutil.h"
 #include "base/units.h"
 
 #include <errno.h>
@@ -111,15 +112,11 @@ static int read_token_file(const gs_cli_command *cmd, char *base, uint64_t given
     return GS_EXIT_OK;
   const char *path = *(const char **)(base + file->offset);
   static char text[512];
-  FILE *f = fopen(path, "r");
-  bool ok = f && fgets(text, sizeof text, f);
-  int err = errno;
-  if (f)
-    fclose(f);
-  text[strcspn(text, "\r\n")] = '\0';
-  if (!ok || !text[0]) {
+  long len = gs_read_text_file(path, text, sizeof text);
+  text[len > 0 ? strcspn(text, "\r\n") : 0] = '\0';
+  if (!text[0]) {
     gs_cli_error("%s: cannot read a token from %s: %s", cmd->name, path,
-                 f ? "its first line is empty" : strerror(err));
+                 len < 0 ? gs_error_detail() : "its first line is empty");
     return GS_EXIT_FAILED;
   }
   *(const char **)(base + token->offset) = text;

@@ -313,19 +313,13 @@ int client_perform_plain(gs_client *c, client_exchange *x) {
       if (rc < 0)
         return rc;
     }
-    reader *r = malloc(sizeof *r);
-    if (!r) {
-      close(fd);
-      return client_fail(c, GS_ENOMEM, "out of memory");
-    }
-    *r = (reader){.fd = fd, .deadline = deadline};
+    reader r = {.fd = fd, .deadline = deadline};
     bool keep = false, eof = false;
     int rc = send_request(c, x, fd, deadline);
     if (rc == 0)
-      rc = read_answer(r, x, &keep, &eof);
-    bool retry = rc == GS_EIO && reused && !r->got_any;
-    bool done_cleanly = rc == 0 && r->at == r->len; /* nothing unasked-for is left */
-    free(r);
+      rc = read_answer(&r, x, &keep, &eof);
+    bool retry = rc == GS_EIO && reused && !r.got_any;
+    bool done_cleanly = rc == 0 && r.at == r.len; /* nothing unasked-for is left */
     if (done_cleanly && keep)
       give_back(c, fd);
     else

@@ -915,47 +915,39 @@ out:
 
 /* Removes the directories (work files and logs) of jobs that ended more
  * than the retention period ago; their records, and so the accounting,
- * stay in the store. Called without fd->lock (a removal can take long). */
-static void remove_old_job_dirs(gs_frontdesk *fd, double now) {
-  if (fd->set.job_retention_s <= 0)
+ * stay in the store. Each pass asks the store for the jobs that passed the
+ * period since the last pass (all of them at the first), not every job
+ * there is. Called without fd->lock (a removal can take long). */
+static void remove_old_job_dirs(gs_frontdesk *fd, double now, double *done_until) {
+  double cutoff = now - (double)fd->set.job_retention_s;
+  int64_t *ids = NULL;
+  int n = 0;
+  if (fd->set.job_retention_s <= 0 ||
+      gs_store_jobs_ended_between(fd->store, *done_until, cutoff, &ids, &n) < 0)
     return;
-  char jobs[600];
-  snprintf(jobs, sizeof jobs, "%s/jobs", fd->set.state_dir);
-  DIR *d = opendir(jobs);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    char *end;
-    long long id = strtoll(e->d_name, &end, 10);
-    gs_job *j = NULL;
-    if (end == e->d_name || *end)
-      continue;
+  for (int i = 0; i < n; i++) {
     pthread_mutex_lock(&fd->lock);
-    bool active = find_active(fd, id) != NULL;
+    bool active = find_active(fd, ids[i]) != NULL;
     pthread_mutex_unlock(&fd->lock);
-    /* The store serialises its own calls; the lock is not held over them. */
-    if (active || gs_store_job_get(fd->store, id, &j) < 0)
+    char dir[600];
+    job_dir(fd, ids[i], dir, sizeof dir);
+    if (active || access(dir, F_OK) != 0) /* queued again, or removed on an earlier run */
       continue;
-    bool old = j->state != GS_JOB_PENDING && j->state != GS_JOB_RUNNING && j->end_time > 0 &&
-               now - j->end_time > (double)fd->set.job_retention_s;
-    gs_job_free(j);
-    if (!old)
-      continue;
-    char dir[700];
-    snprintf(dir, sizeof dir, "%s/%s", jobs, e->d_name);
     if (gs_remove_tree(dir) < 0)
       GS_LOGW("sched", "cannot remove %s: %s", dir, strerror(errno));
     else
-      GS_LOGI("sched", "job %lld's directory removed (ended over %lld s ago)", id,
-              (long long)fd->set.job_retention_s);
+      GS_LOGI("sched", "job %lld's directory removed (ended over %lld s ago)",
+              (long long)ids[i], (long long)fd->set.job_retention_s);
   }
-  if (d)
-    closedir(d);
+  free(ids);
+  *done_until = cutoff;
 }
 
 static void *scheduler_thread(void *arg) {
   gs_frontdesk *fd = arg;
   struct pollfd *fds = NULL;
   int cap = 0;
-  double next_watch = 0, next_cleanup = 0;
+  double next_watch = 0, next_cleanup = 0, cleaned_until = 0;
   pthread_mutex_lock(&fd->lock);
   while (!fd->stop) {
     double now = wall_now();
@@ -1000,7 +992,7 @@ static void *scheduler_thread(void *arg) {
     }
     if (now >= next_cleanup) {
       pthread_mutex_unlock(&fd->lock);
-      remove_old_job_dirs(fd, now);
+      remove_old_job_dirs(fd, now, &cleaned_until);
       pthread_mutex_lock(&fd->lock);
       /* Every minute, or as often as a short retention needs. */
       int64_t every = fd->set.job_retention_s / 2;
@@ -1314,9 +1306,22 @@ int gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char
         (!serial || fd->active[i].job->tenant_serial == serial))
       if ((rc = gs_job_fill_info(fd->active[i].job, &(*out)[*n])) == 0)
         (*n)++;
+  gs_job_info *ended = NULL;
+  int n_ended = 0;
   if (rc == 0 && all)
-    rc = gs_store_jobs_ended(fd->store, only, serial, 1000, out, n);
+    rc = gs_store_jobs_ended(fd->store, only, serial, 1000, &ended, &n_ended);
   pthread_mutex_unlock(&fd->lock);
+  gs_job_info *both = rc == 0 && n_ended ? realloc(*out, (size_t)(*n + n_ended) * sizeof **out)
+                                        : *out;
+  if (both && n_ended) {
+    memcpy(both + *n, ended, (size_t)n_ended * sizeof *ended); /* the elements move over */
+    *out = both;
+    *n += n_ended;
+    free(ended);
+  } else if (n_ended) {
+    gs_job_infos_free(ended, n_ended);
+    rc = gs_error(GS_ENOMEM, "out of memory listing jobs");
+  }
   if (rc < 0) {
     gs_job_infos_free(*out, *n);
     *out = NULL;

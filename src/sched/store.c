@@ -507,13 +507,19 @@ int gs_store_job_get(gs_store *st, int64_t id, gs_job **out) {
   return GS_OK;
 }
 
-/* Makes room for one more element in a growing array. */
+/* Room for element n of an array that grows by doubling; its capacity
+ * follows from n alone (8, then each power of two), so it is not kept.
+ * NULL when memory runs out (the array is then unchanged). */
 static void *grow(void *arr, int n, size_t elem) {
-  return realloc(arr, (size_t)(n + 1) * elem);
+  if (n > 0 && (n < 8 || (n & (n - 1)) != 0))
+    return arr; /* room left */
+  return realloc(arr, (size_t)(n == 0 ? 8 : 2 * n) * elem);
 }
 
 int gs_store_jobs_ended(gs_store *st, const char *tenant, int64_t serial, int limit,
                         gs_job_info **list, int *n) {
+  *list = NULL;
+  *n = 0;
   sqlite3_stmt *s = prepare(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE (?1 IS NULL OR tenant = ?1)"
                                 " AND (?3 = 0 OR tenant_serial = ?3)"
                                 " AND state NOT IN ('PENDING', 'RUNNING')"
@@ -533,6 +539,34 @@ int gs_store_jobs_ended(gs_store *st, const char *tenant, int64_t serial, int li
     else if ((*list = more, rc = gs_job_fill_info(j, &more[*n])) == 0)
       (*n)++;
     gs_job_free(j);
+  }
+  sqlite3_finalize(s);
+  if (rc < 0) {
+    gs_job_infos_free(*list, *n);
+    *list = NULL;
+    *n = 0;
+  }
+  return rc;
+}
+
+int gs_store_jobs_ended_between(gs_store *st, double from, double to, int64_t **ids, int *n) {
+  *ids = NULL;
+  *n = 0;
+  sqlite3_stmt *s = prepare(st, "SELECT id FROM jobs WHERE state NOT IN ('PENDING', 'RUNNING') "
+                                "AND end_time >= ?1 AND end_time < ?2");
+  if (!s)
+    return db_error(st, "listing ended jobs");
+  sqlite3_bind_double(s, 1, from);
+  sqlite3_bind_double(s, 2, to);
+  int rc = GS_OK;
+  while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
+    int64_t *more = grow(*ids, *n, sizeof **ids);
+    if (!more) {
+      rc = gs_error(GS_ENOMEM, "out of memory listing ended jobs");
+      break;
+    }
+    *ids = more;
+    more[(*n)++] = sqlite3_column_int64(s, 0);
   }
   sqlite3_finalize(s);
   return rc;

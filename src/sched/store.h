@@ -38,11 +38,13 @@ int gs_store_jobs_active(gs_store *st, gs_job ***out, int *n);
 /* One job; GS_ENOENT if none. The caller gs_job_free()s it. */
 int gs_store_job_get(gs_store *st, int64_t id, gs_job **out);
 /* Ended jobs (newest first, at most `limit`) of `tenant` (NULL: everyone's)
- * and of tenant serial `serial` (0: any),
- * appended to *list (grown with realloc; *n counts them). The caller frees
- * the list with gs_job_infos_free. */
+ * and of tenant serial `serial` (0: any), in a new list *list of *n; the
+ * caller frees it with gs_job_infos_free. */
 int gs_store_jobs_ended(gs_store *st, const char *tenant, int64_t serial, int limit,
                         gs_job_info **list, int *n);
+/* The ids of jobs that ended at `from` or later and before `to` (Unix
+ * seconds): *ids, which the caller frees. */
+int gs_store_jobs_ended_between(gs_store *st, double from, double to, int64_t **ids, int *n);
 /* The audit trail of one job, oldest first: *out (the caller frees it). */
 int gs_store_job_events(gs_store *st, int64_t id, gs_job_event **out, int *n);
 /* Accounting per tenant of jobs that ended since `since` (Unix seconds):

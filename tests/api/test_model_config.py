@@ -13,6 +13,7 @@ BAD = [
     ("max_batch_size", -1, "max_batch_size: -1", "max_batch_size must be an integer"),
     ("precision", "fp8", 'precision: "fp8"', "precision must be fp32, fp16 or bf16"),
     ("warmup", "maybe", "warmup: maybe", "warmup must be true or false"),
+    ("dynamic_batching", 5, "dynamic_batching: 5", "dynamic_batching must be a section"),
     ("dynamic_batching.preferred_batch_size", [0], "dynamic_batching { preferred_batch_size: 0 }",
      "preferred_batch_size holds up to 8 integers"),
     ("dynamic_batching.priority_levels", 101, "dynamic_batching { priority_levels: 101 }",

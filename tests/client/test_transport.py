@@ -118,8 +118,11 @@ def test_errors_name_the_route_and_status(server):
 
 
 def test_a_url_prefix_is_kept(server):
-    p = gpusrv(server + "/", "models", "--json")
+    p = gpusrv(server + "/", "models", "--json")  # a trailing slash is no prefix
     assert p.returncode == 0, p.stderr
+    p = gpusrv(server + "/gpusrv/", "models", "--json")  # behind a proxy's path
+    assert p.returncode == 1 and "HTTP 404" in p.stderr, p.stderr  # this server has no prefix
+    assert Handler.seen[-1][1] == "/gpusrv/v2/repository/index", Handler.seen[-1]
 
 
 def test_nothing_listening_is_a_clear_error():
