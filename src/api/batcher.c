@@ -369,7 +369,9 @@ static int stage_compute(void *ctx, int s, int64_t seq) {
     gs_pool_t *dev = gs_device_pool(inst->device, GS_MEM_DEVICE);
     pthread_mutex_lock(&inst->lock);
     gs_plan *plan;
-    int rc = gs_served_plan(ip->b->m, inst, v, sl->shapes, &plan);
+    /* Batches are planned by shape alone: a model whose shapes depend on an
+     * input's values is refused here, with a message naming the input. */
+    int rc = gs_served_plan(ip->b->m, inst, v, sl->shapes, NULL, &plan);
     for (int i = 0; rc == 0 && i < v->model->n_inputs; i++) {
       gs_plan_value_info in;
       gs_plan_input(plan, i, &in);

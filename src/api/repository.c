@@ -574,11 +574,12 @@ static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
  * when full, or when the booking does not fit, the least recently used
  * plans make room. Called with the instance's lock held. */
 static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
-                    const gs_shape *shapes, gs_plan **out) {
+                    const gs_shape *shapes, const void *const *inputs, gs_plan **out) {
   int n = v->model->n_inputs;
   int k = 0;
   while (k < GS_REPO_PLAN_CACHE && inst->plans[k] &&
-         !(inst->plan_version[k] == v && same_shapes(inst->plan_shapes[k], shapes, n)))
+         !(inst->plan_version[k] == v && same_shapes(inst->plan_shapes[k], shapes, n) &&
+           gs_plan_fits(inst->plans[k], inputs)))
     k++;
   gs_plan *plan = k < GS_REPO_PLAN_CACHE ? inst->plans[k] : NULL;
   gs_booking *booking = plan ? inst->bookings[k] : NULL;
@@ -589,7 +590,8 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
       return gs_error_code();
     k = GS_REPO_PLAN_CACHE - 1;
     evict_plan(m, inst, k); /* before the new plan takes its memory */
-    gs_plan_options opt = {.device = inst->device, .precision = m->precision, .weights = w->set};
+    gs_plan_options opt = {.device = inst->device, .precision = m->precision, .weights = w->set,
+                           .input_values = inputs};
     int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     gs_plan_report r = {0};
     if (rc == 0)
@@ -635,10 +637,10 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
 }
 
 int gs_served_plan(gs_served_model *m, gs_instance *inst, gs_served_version *v,
-                   const gs_shape *shapes, gs_plan **out) {
+                   const gs_shape *shapes, const void *const *inputs, gs_plan **out) {
   if (v->model->n_inputs > 8)
     return gs_error(GS_ENOTSUP, "models with more than 8 inputs are not served yet");
-  return plan_for(m, inst, v, shapes, out);
+  return plan_for(m, inst, v, shapes, inputs, out);
 }
 
 /* An instance for a run outside the batcher: a free one if there is, else
@@ -658,7 +660,7 @@ static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_vers
                            const gs_shape *shapes, const void *const *inputs, void **outputs,
                            gs_plan_value_info *out_info) {
   gs_plan *plan;
-  int rc = gs_served_plan(m, inst, v, shapes, &plan);
+  int rc = gs_served_plan(m, inst, v, shapes, inputs, &plan);
   int n_out = rc == 0 ? gs_plan_output_count(plan) : 0;
   for (int i = 0; rc == 0 && i < n_out; i++) {
     gs_plan_output(plan, i, &out_info[i]);

@@ -162,9 +162,11 @@ gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);
 /* The plan for inputs of these shapes on instance `inst`, whose lock the
  * caller holds: from the instance's cache, or built and booked now (the
  * least recently used plans making room). It stays valid while the lock is
- * held. */
+ * held. `inputs` (host memory, or NULL where the caller has none) are the
+ * values that models whose shapes depend on an input's values are planned
+ * with (engine.h, input_values); such plans are cached by those values too. */
 int gs_served_plan(gs_served_model *m, gs_instance *inst, gs_served_version *v,
-                   const gs_shape *shapes, gs_plan **out);
+                   const gs_shape *shapes, const void *const *inputs, gs_plan **out);
 
 /* Runs one request on the next free instance (the batcher's pipelines run
  * theirs through gs_served_plan): inputs in model order, with their shapes.

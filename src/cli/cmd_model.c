@@ -261,7 +261,8 @@ static int run(const char *path, const model_opts *opts) {
     shapes[i] = inputs[i].shape;
     in_ptrs[i] = inputs[i].data;
   }
-  gs_plan_options opt = {.device = dev, .precision = precision};
+  gs_plan_options opt = {.device = dev, .precision = precision,
+                         .input_values = (const void *const *)in_ptrs};
   if (gs_plan_create(m, shapes, &opt, &plan) < 0) {
     gs_cli_error("model run: %s", gs_error_detail());
     goto done;

@@ -32,6 +32,12 @@ typedef struct gs_plan_options {
   /* Weights shared with other plans of the model on the device (NULL: the
    * plan uploads its own); it must outlive the plan. */
   gs_weight_set *weights;
+  /* The inputs' values in host memory, one per model input in order (the
+   * array or an entry may be NULL). Read only while planning, and only
+   * for inputs whose values fix shapes (a Reshape's shape, a Range's
+   * limit, Resize's scales): the plan is then made for those values, and
+   * runs with others are refused (gs_plan_fits). */
+  const void *const *input_values;
 } gs_plan_options;
 
 /* Builds a plan of `model` for the given shapes of its inputs (one per
@@ -43,6 +49,11 @@ typedef struct gs_plan_options {
 int gs_plan_create(const gs_model *model, const gs_shape *input_shapes,
                    const gs_plan_options *options, gs_plan **out);
 void gs_plan_destroy(gs_plan *plan);
+/* Whether the plan was made for the values of some input (see
+ * input_values), and whether `inputs` (host memory, one per model input)
+ * hold those values: callers that cache plans by shapes check both. */
+bool gs_plan_takes_values(const gs_plan *plan);
+bool gs_plan_fits(const gs_plan *plan, const void *const *inputs);
 
 /* Runs the plan: inputs[i] holds input i (host memory of the plan's shape
  * and type), outputs[i] receives output i. One run at a time per plan;

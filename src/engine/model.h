@@ -58,6 +58,7 @@ typedef struct gs_node {
 typedef struct gs_value_info {
   char *name;
   gs_dtype dtype;
+  int onnx_type; /* the file's element type, kept for messages when dtype is invalid */
   int rank; /* -1: not declared */
   int64_t dims[GS_MAX_DIMS];
   char *dim_params[GS_MAX_DIMS];
@@ -102,6 +103,6 @@ const gs_attr *gs_node_attr(const gs_node *n, const char *name);
 
 /* Minimum and maximum opset of the default domain gpusrv implements. */
 #define GS_OPSET_MIN 13
-#define GS_OPSET_MAX 21
+#define GS_OPSET_MAX 22
 
 #endif

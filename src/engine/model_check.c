@@ -33,6 +33,13 @@ static void add_problem(problems *p, const char *fmt, ...) {
     p->len = sizeof p->text - 1;
 }
 
+/* Appends text that belongs to the current problem (a node's name), not a
+ * new problem: the count stays. */
+static void add_node_name(problems *p, const char *sep, const char *name) {
+  add_problem(p, "%s%s", sep, name);
+  p->count--;
+}
+
 /* Lists each unsupported op once, with the nodes that use it. */
 static int check_ops(const gs_model *m) {
   problems p = {.len = 0};
@@ -56,12 +63,14 @@ static int check_ops(const gs_model *m) {
         continue;
       done[j] = true;
       if (listed++ < 5)
-        add_problem(&p, "%s%s", listed > 1 ? ", " : "", o->name);
-      p.count--; /* nodes are not counted as problems */
+        add_node_name(&p, listed > 1 ? ", " : "", o->name);
     }
-    if (listed > 5)
-      add_problem(&p, ", and %d more", listed - 5), p.count--;
-    add_problem(&p, ")"), p.count--;
+    if (listed > 5) {
+      char more[32];
+      snprintf(more, sizeof more, ", and %d more", listed - 5);
+      add_node_name(&p, "", more);
+    }
+    add_node_name(&p, "", ")");
   }
   free(done);
   if (p.count)
@@ -82,6 +91,10 @@ static int check_nodes(const gs_model *m) {
   for (int i = 0; i < m->n_nodes; i++) {
     const gs_node *n = &m->nodes[i];
     const gs_op_def *op = gs_op_find(n->op_type);
+    if (!op) { /* check_ops said so first; kept so that no path reads a NULL op */
+      add_problem(&p, "%snode %s: unsupported op %s", p.count ? "; " : "", n->name, n->op_type);
+      continue;
+    }
     /* Trailing omitted optional inputs do not count. */
     int n_in = n->n_in;
     while (n_in > 0 && n->inputs[n_in - 1][0] == '\0')

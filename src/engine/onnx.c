@@ -387,8 +387,9 @@ static int parse_tensor(const loader *ld, gs_pb *r, int r_wire, gs_const_tensor 
   if (rc >= 0) {
     t->dtype = gs_dtype_from_onnx((int)onnx_type);
     if (t->dtype == GS_DT_INVALID)
-      rc = gs_error(GS_ENOTSUP, "tensor %s has ONNX data type %lld, which gpusrv does not support",
-                    name, (long long)onnx_type);
+      rc = gs_error(GS_ENOTSUP, "tensor %s has type %s (ONNX data type %lld), which gpusrv "
+                                "does not support", name, gs_onnx_type_name((int)onnx_type),
+                    (long long)onnx_type);
     else if (t->dtype == GS_DT_BYTES)
       rc = gs_error(GS_ENOTSUP, "constant string tensor %s is not supported (strings may only "
                                 "come in as inputs)", name);
@@ -698,7 +699,7 @@ static int parse_value_info(gs_pb *r, int r_wire, gs_value_info *v) {
         while (rc >= 0 && (rc = gs_pb_next(&tt, &f3, &w3)) == 1) {
           uint64_t et;
           if (f3 == TTYPE_ELEM_TYPE && (rc = read_varint(&tt, w3, &et)) >= 0)
-            v->dtype = gs_dtype_from_onnx((int)et);
+            v->dtype = gs_dtype_from_onnx((int)et), v->onnx_type = (int)et;
           else if (f3 == TTYPE_SHAPE)
             rc = parse_shape(&tt, w3, v);
           else if (f3 != TTYPE_ELEM_TYPE)
@@ -717,8 +718,9 @@ static int parse_value_info(gs_pb *r, int r_wire, gs_value_info *v) {
     rc = gs_error(GS_ENOTSUP, "graph value %s is not a tensor (sequences, maps and optionals are "
                               "not supported)", v->name);
   else if (rc >= 0 && v->dtype == GS_DT_INVALID)
-    rc = gs_error(GS_ENOTSUP, "graph value %s has an element type gpusrv does not support",
-                  v->name);
+    rc = gs_error(GS_ENOTSUP, "graph value %s has type %s (ONNX data type %d), which gpusrv "
+                              "does not support",
+                  v->name, gs_onnx_type_name(v->onnx_type), v->onnx_type);
   if (rc < 0)
     value_info_clear(v);
   return rc < 0 ? rc : 0;

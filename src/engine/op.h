@@ -42,6 +42,13 @@ const char *gs_attr_string(const gs_node *n, const char *name, const char *dflt)
 /* The ints of an INTS attribute: count, or -1 when absent; fills up to max. */
 int gs_attr_ints(const gs_node *n, const char *name, int64_t *out, int max);
 
+/* GS_OK when input i's values are known while planning; else fails naming
+ * the input, and remembers it for gs_op_wanted_input(). */
+int gs_op_need_values(const gs_op_call *c, int input);
+/* The input whose values the last gs_op_need_values() on this thread
+ * missed, or -1; reading it clears it. The planner uses it to learn which
+ * model inputs it must plan with their values (engine.h). */
+int gs_op_wanted_input(void);
 /* Reads a known int64/int32 input (shapes, axes, ...) into out. Returns the
  * count, or a GS_E code when the input is unknown before running or too long. */
 int gs_op_const_ints(const gs_op_call *c, int input, int64_t *out, int max);

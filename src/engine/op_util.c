@@ -46,14 +46,31 @@ int gs_op_fail(const gs_op_call *c, const char *fmt, ...) {
   return gs_error(GS_EINVAL, "node %s (%s): %s", c->node_name, c->op_type, msg);
 }
 
+/* The input whose values the last failing infer on this thread needed. */
+static __thread int wanted_input = -1;
+
+int gs_op_need_values(const gs_op_call *c, int input) {
+  if (c->in_data[input])
+    return GS_OK;
+  wanted_input = input;
+  return gs_op_fail(c, "input %d must be known before running: a constant, computed from "
+                       "constants and shapes, or a model input whose values the caller gives "
+                       "when planning", input);
+}
+
+int gs_op_wanted_input(void) {
+  int w = wanted_input;
+  wanted_input = -1;
+  return w;
+}
+
 int gs_op_const_ints(const gs_op_call *c, int input, int64_t *out, int max) {
   if (input >= c->n_in || c->in[input].dtype == GS_DT_INVALID)
     return gs_op_fail(c, "input %d is missing", input);
+  int rc = gs_op_need_values(c, input);
+  if (rc < 0)
+    return rc;
   const void *data = c->in_data[input];
-  if (!data)
-    return gs_op_fail(c, "input %d must be known before running (a constant or computed from "
-                         "constants and shapes); gpusrv does not support data-dependent shapes",
-                      input);
   gs_dtype dt = c->in[input].dtype;
   if (dt != GS_DT_INT64 && dt != GS_DT_INT32)
     return gs_op_fail(c, "input %d must be int64 or int32, got %s", input, gs_dtype_name(dt));

@@ -41,6 +41,8 @@ typedef struct value {
   gs_buffer_t *bound;
   bool in_arena;
   bool graph_output;
+  /* The model inputs (bits 0..63) whose values this value depends on. */
+  uint64_t from_inputs;
 } value;
 
 typedef struct step {
@@ -71,6 +73,12 @@ struct gs_plan {
   pthread_mutex_t run_lock;
   gs_dtype half;     /* GS_DT_FLOAT16 or GS_DT_BFLOAT16 for reduced precision, else INVALID */
   gs_strmap keep_f32; /* values that must stay float32 (Resize's roi and scales) */
+  /* Inputs planned with their values (engine.h): a copy of each, which
+   * every run's input must equal. */
+  uint64_t baked;
+  void **baked_values;
+  /* While planning: the inputs whose values a node asked for. */
+  uint64_t wants;
   gs_plan_report report;
 };
 
@@ -225,11 +233,19 @@ static int plan_node(gs_plan *p, const gs_node *node) {
     if (!v->data && !v->bytes)
       c->in_data[i] = ""; /* an empty tensor is known: it has no values */
   }
+  gs_op_wanted_input(); /* clear what an earlier node left */
   int rc = op->infer(c, node);
   if (rc < 0) {
+    int w = gs_op_wanted_input();
+    if (w >= 0 && w < node->n_in && in_idx[w] >= 0)
+      p->wants |= p->values[in_idx[w]].from_inputs;
     free_call(c);
     return rc;
   }
+  uint64_t from = 0;
+  for (int i = 0; i < node->n_in; i++)
+    if (in_idx[i] >= 0)
+      from |= p->values[in_idx[i]].from_inputs;
   /* Reduced precision: a cast to float32 inside the graph casts to 16 bits. */
   if (p->half && strcmp(op->name, "Cast") == 0 && c->out[0].dtype == GS_DT_FLOAT32) {
     ((gs_cast_attrs *)c->attrs)->to = p->half;
@@ -244,6 +260,7 @@ static int plan_node(gs_plan *p, const gs_node *node) {
       return rc;
     }
     out_idx[i] = rc;
+    p->values[rc].from_inputs = from;
   }
   /* Known outputs: from the op's own fold, or by running its CPU kernel. */
   bool fold = op->fold || (all_known && node->n_in > 0);
@@ -676,6 +693,9 @@ void gs_plan_destroy(gs_plan *p) {
     if (p->values[i].owns_name)
       free((void *)p->values[i].name);
   }
+  for (int i = 0; p->baked_values && i < p->model->n_inputs; i++)
+    free(p->baked_values[i]);
+  free(p->baked_values);
   free(p->values);
   free(p->steps);
   free(p->inputs);
@@ -739,8 +759,29 @@ static int release_host_copies(gs_plan *p) {
   return GS_OK;
 }
 
-int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
-                   gs_plan **out) {
+/* An input planned with its values: known data like a weight, and a copy
+ * that runs compare theirs with. */
+static int bake_input(gs_plan *p, int i, const void *data) {
+  value *v = &p->values[p->inputs[i]];
+  if (!p->baked_values && !(p->baked_values = calloc((size_t)p->model->n_inputs, sizeof(void *))))
+    return gs_error(GS_ENOMEM, "out of memory creating a plan");
+  void *known = malloc(v->bytes ? v->bytes : 1), *copy = malloc(v->bytes ? v->bytes : 1);
+  if (!known || !copy) {
+    free(known);
+    free(copy);
+    return gs_error(GS_ENOMEM, "out of memory creating a plan");
+  }
+  memcpy(known, data, v->bytes);
+  memcpy(copy, data, v->bytes);
+  v->data = known;
+  v->owns_data = true;
+  p->baked_values[i] = copy;
+  p->baked |= 1ull << i;
+  return GS_OK;
+}
+
+static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
+                      uint64_t bake, gs_plan **out, uint64_t *wants) {
   gs_plan *p = calloc(1, sizeof *p);
   if (!p)
     return gs_error(GS_ENOMEM, "out of memory creating a plan");
@@ -781,6 +822,11 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
       break;
     if ((rc = add_value(p, m->inputs[i].name, m->inputs[i].dtype, &input_shapes[i])) >= 0)
       p->inputs[i] = rc, rc = 0;
+    if (rc == 0 && i < 64) {
+      p->values[p->inputs[i]].from_inputs = 1ull << i;
+      if (bake >> i & 1)
+        rc = bake_input(p, i, opt->input_values[i]);
+    }
     /* Reduced precision: the graph reads a 16-bit copy of a float32 input. */
     if (rc == 0 && p->half && m->inputs[i].dtype == GS_DT_FLOAT32 &&
         (rc = add_cast(p, p->inputs[i], p->half, m->inputs[i].name)) >= 0)
@@ -868,6 +914,7 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   if (rc == 0)
     rc = release_host_copies(p);
   if (rc < 0) {
+    *wants = p->wants;
     gs_plan_destroy(p);
     return rc;
   }
@@ -877,6 +924,53 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
   *out = p;
   return GS_OK;
 }
+
+/* Planning with values: the largest input a plan takes the values of. */
+#define BAKE_MAX_BYTES (1u << 20)
+
+/* Why the values of input i cannot be planned with, or GS_OK. */
+static int check_bake(const gs_model *m, const gs_shape *shapes, const gs_plan_options *opt,
+                      int i) {
+  char why[512];
+  snprintf(why, sizeof why, "%s", gs_error_detail());
+  if (!opt || !opt->input_values || !opt->input_values[i])
+    return gs_error(GS_ENOTSUP, "%s; it depends on the values of model input %s, which this "
+                                "caller plans without", why, m->inputs[i].name);
+  uint64_t bytes = (uint64_t)gs_shape_numel(&shapes[i]) * gs_dtype_size(m->inputs[i].dtype);
+  if (bytes > BAKE_MAX_BYTES)
+    return gs_error(GS_ENOTSUP, "%s; it depends on the values of model input %s, %llu bytes "
+                                "(gpusrv plans with the values of inputs up to %u bytes)",
+                    why, m->inputs[i].name, (unsigned long long)bytes, BAKE_MAX_BYTES);
+  return GS_OK;
+}
+
+int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
+                   gs_plan **out) {
+  /* Each attempt may find more inputs whose values the plan needs (a
+   * Reshape's shape, a Range's limit): plan again with those known. */
+  uint64_t bake = 0;
+  for (;;) {
+    uint64_t wants = 0;
+    int rc = plan_build(m, input_shapes, opt, bake, out, &wants);
+    if (rc == 0 || !(wants & ~bake))
+      return rc;
+    for (int i = 0; i < 64 && i < m->n_inputs; i++)
+      if ((wants & ~bake) >> i & 1 && (rc = check_bake(m, input_shapes, opt, i)) < 0)
+        return rc;
+    bake |= wants;
+  }
+}
+
+bool gs_plan_fits(const gs_plan *p, const void *const *inputs) {
+  for (int i = 0; p->baked && i < p->model->n_inputs; i++)
+    if (p->baked >> i & 1 &&
+        (!inputs || !inputs[i] ||
+         memcmp(inputs[i], p->baked_values[i], p->values[p->inputs[i]].bytes) != 0))
+      return false;
+  return true;
+}
+
+bool gs_plan_takes_values(const gs_plan *p) { return p->baked != 0; }
 
 /* ---- running ------------------------------------------------------------------------------ */
 
@@ -961,6 +1055,15 @@ static int run_with(gs_plan *p, const void *const *host_in, void *const *host_ou
   int rc = 0;
   for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
     value *v = &p->values[p->inputs[i]];
+    if (p->baked >> i & 1) { /* planned with its values, which must not change */
+      if (!host_in)
+        rc = gs_error(GS_ENOTSUP, "the plan was made for the values of input %s: run it "
+                                  "with the inputs in host memory", v->name);
+      else if (memcmp(host_in[i], p->baked_values[i], v->bytes) != 0)
+        rc = gs_error(GS_EINVAL, "input %s has other values than the plan was made for "
+                                 "(plan again for them)", v->name);
+      continue;
+    }
     if (!v->bytes || v->last_use < 0)
       continue;
     bool also_output = false; /* the outputs' copies could overwrite it while it is read */

@@ -73,8 +73,8 @@ static int infer_dropout(gs_op_call *c, const gs_node *n) {
     return rc;
   /* Inference: training_mode must be false if given. */
   if (c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID) {
-    if (!c->in_data[2])
-      return gs_op_fail(c, "training_mode must be a constant");
+    if ((rc = gs_op_need_values(c, 2)) < 0)
+      return rc;
     if (*(const uint8_t *)c->in_data[2])
       return gs_op_fail(c, "training_mode=true is not supported (inference only)");
   }

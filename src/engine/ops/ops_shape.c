@@ -267,20 +267,29 @@ static int infer_gather(gs_op_call *c, const gs_node *n) {
 }
 
 /* Axes from input 1 or, before opset 13, the attribute. */
-static int squeeze_axes(gs_op_call *c, const gs_node *n, int64_t *axes) {
+/* The axes of (Un)Squeeze, from the input (opset 13+) or the attribute:
+ * their count, 0 with *given false when there are none, or a GS_E code. */
+static int squeeze_axes(gs_op_call *c, const gs_node *n, int64_t *axes, bool *given) {
+  *given = true;
   if (c->n_in > 1 && c->in[1].dtype != GS_DT_INVALID)
     return gs_op_const_ints(c, 1, axes, GS_MAX_DIMS);
-  return gs_attr_ints(n, "axes", axes, GS_MAX_DIMS);
+  int k = gs_attr_ints(n, "axes", axes, GS_MAX_DIMS);
+  if (k == -1) {
+    *given = false;
+    return 0;
+  }
+  return k > GS_MAX_DIMS ? gs_op_fail(c, "too many axes") : k;
 }
 
 static int infer_squeeze(gs_op_call *c, const gs_node *n) {
   const gs_shape *x = &c->in[0].shape;
   int64_t axes[GS_MAX_DIMS];
-  int k = squeeze_axes(c, n, axes);
-  if (k < -1 || k > GS_MAX_DIMS)
-    return k < 0 ? k : gs_op_fail(c, "too many axes");
+  bool given;
+  int k = squeeze_axes(c, n, axes, &given);
+  if (k < 0)
+    return k;
   bool drop[GS_MAX_DIMS] = {false};
-  if (k < 0) { /* all size-1 dims */
+  if (!given) { /* all size-1 dims */
     for (int i = 0; i < x->rank; i++)
       drop[i] = x->dims[i] == 1;
   }
@@ -302,9 +311,12 @@ static int infer_squeeze(gs_op_call *c, const gs_node *n) {
 static int infer_unsqueeze(gs_op_call *c, const gs_node *n) {
   const gs_shape *x = &c->in[0].shape;
   int64_t axes[GS_MAX_DIMS];
-  int k = squeeze_axes(c, n, axes);
+  bool given;
+  int k = squeeze_axes(c, n, axes, &given);
   if (k < 0)
-    return k == -1 ? gs_op_fail(c, "axes are required") : k;
+    return k;
+  if (!given)
+    return gs_op_fail(c, "axes are required");
   int rank = x->rank + k;
   if (rank > GS_MAX_DIMS)
     return gs_op_fail(c, "the output would have rank %d (at most %d)", rank, GS_MAX_DIMS);
@@ -483,8 +495,9 @@ static int infer_pad(gs_op_call *c, const gs_node *n) {
       return gs_op_fail(c, "edge padding of an empty axis");
   }
   if (c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID) {
-    if (!c->in_data[2])
-      return gs_op_fail(c, "constant_value must be known before running");
+    int rc = gs_op_need_values(c, 2);
+    if (rc < 0)
+      return rc;
     if (c->in[2].dtype != c->in[0].dtype)
       return gs_op_fail(c, "constant_value must have the input's type");
     /* Stored as double: every supported type converts exactly enough for padding. */
@@ -553,7 +566,9 @@ static int infer_resize(gs_op_call *c, const gs_node *n) {
   if (has_scales == has_sizes)
     return gs_op_fail(c, "exactly one of scales and sizes must be given");
   if (has_scales) {
-    if (!c->in_data[2] || c->in[2].dtype != GS_DT_FLOAT32 ||
+    if ((rc = gs_op_need_values(c, 2)) < 0)
+      return rc;
+    if (c->in[2].dtype != GS_DT_FLOAT32 ||
         gs_shape_numel(&c->in[2].shape) != x->rank)
       return gs_op_fail(c, "scales must be %d known float32 values", x->rank);
     const float *sc = c->in_data[2];

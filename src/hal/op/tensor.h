@@ -40,6 +40,9 @@ size_t gs_dtype_size(gs_dtype dt);
 const char *gs_dtype_name(gs_dtype dt);
 /* By name as gs_dtype_name() writes it; GS_DT_INVALID if unknown. */
 gs_dtype gs_dtype_from_name(const char *name);
+/* The name ONNX gives TensorProto.DataType `onnx_type` ("FLOAT8E4M3FN",
+ * "UINT16"), for messages about types gpusrv lacks; never NULL. */
+const char *gs_onnx_type_name(int onnx_type);
 /* ONNX TensorProto.DataType numbers; GS_DT_INVALID / 0 when there is none. */
 gs_dtype gs_dtype_from_onnx(int onnx_type);
 int gs_dtype_to_onnx(gs_dtype dt);

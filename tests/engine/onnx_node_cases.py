@@ -1,0 +1,203 @@
+"""The ONNX project's backend node tests (onnx/backend/test/data/node in the
+onnx wheel), run through `gpusrv model run`: each case is a one-node model
+with its inputs and expected outputs as TensorProto files.
+
+A case ends one of four ways:
+  pass     every output matches the expected one (type, shape, values)
+  refused  gpusrv exited 1 with an error message (an op, type or attribute
+           it does not support)
+  wrong    gpusrv ran but an output differs, or is missing
+  crash    gpusrv died of a signal, timed out, or exited otherwise
+
+Run as a script it prints the counts, and with --ort also how many of the
+cases onnxruntime's CPU provider passes, the denominator of the issue's
+goal; --list prints each case's ending."""
+import concurrent.futures
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+NODE_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+GPUSRV = os.environ.get("GPUSRV_BIN", "build/gpusrv")
+DEVICE = os.environ.get("GSTEST_DEVICE", "cpu0")
+EXPECTED_FAILURES = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                 "onnx_node_expected_failures.txt")
+
+
+def case_names():
+    return sorted(os.path.basename(d) for d in glob.glob(os.path.join(NODE_DIR, "test_*"))
+                  if os.path.isdir(d))
+
+
+def read_expected_failures(path=EXPECTED_FAILURES):
+    """name -> reason, from lines `test_name  reason` (# starts a comment)."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                name, _, reason = line.partition(" ")
+                out[name] = reason.strip()
+    return out
+
+
+def _load_proto(path):
+    """A test data file: a TensorProto, or None for a sequence or optional
+    (which gpusrv does not take)."""
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        t.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - a SequenceProto/OptionalProto parses as garbage or fails
+        return None
+    if not t.name and t.data_type == 0:
+        return None
+    try:
+        return numpy_helper.to_array(t)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _tolerance(dtype):
+    if dtype == np.float16:
+        return 1e-2, 1e-3
+    return 1e-3, 1e-5  # onnx's backend runner asks rtol 1e-3
+
+
+def _compare(want, got):
+    """None when got matches want, else what differs."""
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype}, expected {want.dtype}"
+    if got.shape != want.shape:
+        return f"shape {got.shape}, expected {want.shape}"
+    if want.dtype.kind in "fc":
+        rt, at = _tolerance(want.dtype)
+        bad = ~np.isclose(got.astype(np.float64), want.astype(np.float64), rtol=rt, atol=at,
+                          equal_nan=True)
+        if bad.any():
+            i = tuple(np.argwhere(bad)[0])
+            return f"{int(bad.sum())} values differ; at {i}: {got[i]!r}, expected {want[i]!r}"
+        return None
+    if want.dtype.kind in "OSU":
+        same = [a == b for a, b in zip(got.astype(object).flat, want.astype(object).flat)]
+        return None if all(same) else "strings differ"
+    if not np.array_equal(got, want):
+        i = tuple(np.argwhere(got != want)[0])
+        return f"values differ; at {i}: {got[i]!r}, expected {want[i]!r}"
+    return None
+
+
+def _safe(name):
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def run_case(name, gpusrv=GPUSRV, device=DEVICE, timeout=60):
+    """(ending, detail) of one case through gpusrv."""
+    case = os.path.join(NODE_DIR, name)
+    model = onnx.load(os.path.join(case, "model.onnx"), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    in_names = [i.name for i in model.graph.input if i.name not in inits]
+    out_names = [o.name for o in model.graph.output]
+    sets = sorted(glob.glob(os.path.join(case, "test_data_set_*")))
+    with tempfile.TemporaryDirectory() as work:
+        for s in sets:
+            feeds = {}
+            for k, n in enumerate(in_names):
+                p = os.path.join(s, f"input_{k}.pb")
+                if not os.path.exists(p):
+                    continue  # an optional input left out
+                arr = _load_proto(p)
+                if arr is None:
+                    return "refused", "input is a sequence or optional (not supported)"
+                feeds[n] = arr
+            want = []
+            for k in range(len(out_names)):
+                arr = _load_proto(os.path.join(s, f"output_{k}.pb"))
+                if arr is None:
+                    return "refused", "output is a sequence or optional (not supported)"
+                want.append(arr)
+            args = [gpusrv, "model", "run", os.path.join(case, "model.onnx"), "-o",
+                    os.path.join(work, "out"), "--device", device]
+            for k, (n, arr) in enumerate(feeds.items()):
+                p = os.path.join(work, f"in{k}.npy")
+                np.save(p, arr)
+                args += ["-i", f"{n}={p}"]
+            try:
+                p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return "crash", f"timed out after {timeout} s"
+            if p.returncode == 1 and p.stderr.strip():
+                return "refused", p.stderr.strip().splitlines()[-1]
+            if p.returncode != 0:
+                return "crash", f"exit {p.returncode}: {p.stderr.strip()[-300:]}"
+            for n, w in zip(out_names, want):
+                path = os.path.join(work, "out", _safe(n) + ".npy")
+                if not os.path.exists(path):
+                    return "wrong", f"output {n} not written"
+                why = _compare(w, np.load(path, allow_pickle=False))
+                if why:
+                    return "wrong", f"{os.path.basename(s)} {n}: {why}"
+    return "pass", ""
+
+
+def run_case_ort(name):
+    """Whether onnxruntime's CPU provider passes the case."""
+    import onnxruntime as ort
+    case = os.path.join(NODE_DIR, name)
+    try:
+        sess = ort.InferenceSession(os.path.join(case, "model.onnx"),
+                                    providers=["CPUExecutionProvider"])
+        in_names = [i.name for i in sess.get_inputs()]
+        for s in sorted(glob.glob(os.path.join(case, "test_data_set_*"))):
+            feeds = {}
+            for k, n in enumerate(in_names):
+                p = os.path.join(s, f"input_{k}.pb")
+                if os.path.exists(p):
+                    arr = _load_proto(p)
+                    if arr is None:
+                        return False
+                    feeds[n] = arr
+            got = sess.run(None, feeds)
+            for k, g in enumerate(got):
+                w = _load_proto(os.path.join(s, f"output_{k}.pb"))
+                if w is None or _compare(w, np.asarray(g)):
+                    return False
+        return True
+    except Exception:  # noqa: BLE001 - any refusal or failure of onnxruntime
+        return False
+
+
+def run_all(names, workers=4, fn=run_case):
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return dict(zip(names, pool.map(fn, names)))
+
+
+def main(argv):
+    names = case_names()
+    if len(argv) > 1 and not argv[1].startswith("--"):
+        names = [n for n in names if argv[1] in n]
+    res = run_all(names)
+    counts = {}
+    for n, (ending, detail) in res.items():
+        counts[ending] = counts.get(ending, 0) + 1
+        if "--list" in argv:
+            print(f"{n:60s} {ending:8s} {detail}")
+    print("gpusrv:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), f"of {len(res)}")
+    if "--ort" in argv:
+        ok = run_all(names, fn=run_case_ort)
+        both = [n for n in names if ok[n]]
+        passed = sum(1 for n in both if res[n][0] == "pass")
+        print(f"onnxruntime passes {len(both)}; gpusrv passes {passed} of those "
+              f"({100.0 * passed / max(1, len(both)):.1f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
