@@ -8,9 +8,14 @@
 /* Activation fused into the op that precedes it (plan.c fuses them). */
 typedef enum { GS_ACT_NONE, GS_ACT_RELU } gs_activation;
 
+/* The element-wise ops' parameters: alpha and beta as each op names
+ * them (LeakyRelu, Elu, Celu, ThresholdedRelu: alpha; HardSigmoid: alpha,
+ * beta; Selu: alpha, gamma in beta; Shrink: lambd in alpha, bias in beta). */
 typedef struct gs_unary_attrs {
-  float alpha;         /* LeakyRelu */
+  float alpha, beta;
   bool gelu_tanh;      /* Gelu approximate="tanh" */
+  bool fmod;           /* Mod: C's remainder (sign of the dividend), else Python's */
+  bool detect_pos, detect_neg; /* IsInf */
 } gs_unary_attrs;
 
 typedef struct gs_cast_attrs {

@@ -81,7 +81,12 @@ void gs_bcast_row(const gs_bcast *b, int64_t row, int64_t *out_off, int64_t *in_
 
 typedef enum {
   U_RELU, U_LEAKY, U_SIGMOID, U_TANH, U_GELU, U_ERF, U_SQRT, U_EXP, U_LOG, U_NEG, U_ABS, U_NOT,
+  U_RECIPROCAL, U_FLOOR, U_CEIL, U_ROUND, U_SIN, U_COS, U_TAN, U_ASIN, U_ACOS, U_ATAN, U_SINH,
+  U_COSH, U_ASINH, U_ACOSH, U_ATANH, U_SOFTPLUS, U_SOFTSIGN, U_HARDSWISH, U_MISH, U_ELU, U_CELU,
+  U_THRESHOLDED_RELU, U_HARDSIGMOID, U_SELU, U_SHRINK, U_SIGN, U_BITNOT,
 } unary_op;
+
+static inline double softplus(double x) { return x > 30 ? x : log1p(exp(x)); }
 
 static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + gs_fast_erff(x * 0.70710678f)); }
 static inline float gelu_tanh(float x) {
@@ -104,6 +109,33 @@ static inline double unary_d(unary_op op, double x, const gs_unary_attrs *a) {
   case U_NEG: return -x;
   case U_ABS: return fabs(x);
   case U_NOT: return x == 0;
+  case U_RECIPROCAL: return 1.0 / x;
+  case U_FLOOR: return floor(x);
+  case U_CEIL: return ceil(x);
+  case U_ROUND: return nearbyint(x); /* halves to even, as ONNX asks */
+  case U_SIN: return sin(x);
+  case U_COS: return cos(x);
+  case U_TAN: return tan(x);
+  case U_ASIN: return asin(x);
+  case U_ACOS: return acos(x);
+  case U_ATAN: return atan(x);
+  case U_SINH: return sinh(x);
+  case U_COSH: return cosh(x);
+  case U_ASINH: return asinh(x);
+  case U_ACOSH: return acosh(x);
+  case U_ATANH: return atanh(x);
+  case U_SOFTPLUS: return softplus(x);
+  case U_SOFTSIGN: return x / (1.0 + fabs(x));
+  case U_HARDSWISH: return x * fmax(0.0, fmin(1.0, x / 6.0 + 0.5));
+  case U_MISH: return x * tanh(softplus(x));
+  case U_ELU: return x >= 0 ? x : a->alpha * (exp(x) - 1.0);
+  case U_CELU: return fmax(0.0, x) + fmin(0.0, a->alpha * (exp(x / a->alpha) - 1.0));
+  case U_THRESHOLDED_RELU: return x > a->alpha ? x : 0.0;
+  case U_HARDSIGMOID: return fmax(0.0, fmin(1.0, a->alpha * x + a->beta));
+  case U_SELU: return a->beta * (x > 0 ? x : a->alpha * (exp(x) - 1.0));
+  case U_SHRINK: return x < -a->alpha ? x + a->beta : x > a->alpha ? x - a->beta : 0.0;
+  case U_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x; /* 0 and NaN stay */
+  case U_BITNOT: return x;
   }
   return x;
 }
@@ -169,7 +201,25 @@ GS_VECTOR_CLONES static int run_unary(const gs_cpu_kernel_call *k, unary_op op) 
       for (int64_t i = 0; i < n; i++)
         yf[i] = fabsf(xf[i]);
       return 0;
-    case U_NOT: break;
+    case U_HARDSWISH:
+      for (int64_t i = 0; i < n; i++) {
+        float g = xf[i] * (1.0f / 6.0f) + 0.5f;
+        yf[i] = xf[i] * (g < 0.0f ? 0.0f : g > 1.0f ? 1.0f : g);
+      }
+      return 0;
+    case U_HARDSIGMOID: {
+      float al = a->alpha, be = a->beta;
+      for (int64_t i = 0; i < n; i++) {
+        float g = al * xf[i] + be;
+        yf[i] = g < 0.0f ? 0.0f : g > 1.0f ? 1.0f : g;
+      }
+      return 0;
+    }
+    case U_RECIPROCAL:
+      for (int64_t i = 0; i < n; i++)
+        yf[i] = 1.0f / xf[i];
+      return 0;
+    default: break; /* the rest through double, below */
     }
   }
   if (gs_is_int(dt)) {
@@ -179,6 +229,9 @@ GS_VECTOR_CLONES static int run_unary(const gs_cpu_kernel_call *k, unary_op op) 
                   : op == U_NEG ? (int64_t)(0 - (uint64_t)v)
                   : op == U_ABS ? (v < 0 ? (int64_t)(0 - (uint64_t)v) : v)
                   : op == U_NOT ? v == 0
+                  : op == U_SIGN ? (v > 0) - (v < 0)
+                  : op == U_BITNOT ? ~v
+                  : op == U_SHRINK ? (int64_t)unary_d(op, (double)v, a)
                                 : v;
       gs_sti(dt, y, i, r);
     }
@@ -203,27 +256,72 @@ UNARY_KERNEL(k_log, U_LOG)
 UNARY_KERNEL(k_neg, U_NEG)
 UNARY_KERNEL(k_abs, U_ABS)
 UNARY_KERNEL(k_not, U_NOT)
+UNARY_KERNEL(k_reciprocal, U_RECIPROCAL)
+UNARY_KERNEL(k_floor, U_FLOOR)
+UNARY_KERNEL(k_ceil, U_CEIL)
+UNARY_KERNEL(k_round, U_ROUND)
+UNARY_KERNEL(k_sin, U_SIN)
+UNARY_KERNEL(k_cos, U_COS)
+UNARY_KERNEL(k_tan, U_TAN)
+UNARY_KERNEL(k_asin, U_ASIN)
+UNARY_KERNEL(k_acos, U_ACOS)
+UNARY_KERNEL(k_atan, U_ATAN)
+UNARY_KERNEL(k_sinh, U_SINH)
+UNARY_KERNEL(k_cosh, U_COSH)
+UNARY_KERNEL(k_asinh, U_ASINH)
+UNARY_KERNEL(k_acosh, U_ACOSH)
+UNARY_KERNEL(k_atanh, U_ATANH)
+UNARY_KERNEL(k_softplus, U_SOFTPLUS)
+UNARY_KERNEL(k_softsign, U_SOFTSIGN)
+UNARY_KERNEL(k_hardswish, U_HARDSWISH)
+UNARY_KERNEL(k_mish, U_MISH)
+UNARY_KERNEL(k_elu, U_ELU)
+UNARY_KERNEL(k_celu, U_CELU)
+UNARY_KERNEL(k_thresholded_relu, U_THRESHOLDED_RELU)
+UNARY_KERNEL(k_hardsigmoid, U_HARDSIGMOID)
+UNARY_KERNEL(k_selu, U_SELU)
+UNARY_KERNEL(k_shrink, U_SHRINK)
+UNARY_KERNEL(k_sign, U_SIGN)
+UNARY_KERNEL(k_bitnot, U_BITNOT)
 
+/* IsNaN and IsInf: bool out. */
+static int k_float_test(const gs_cpu_kernel_call *k, bool nan) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_unary_attrs *a = c->attrs;
+  int64_t n = gs_shape_numel(&c->in[0].shape);
+  uint8_t *y = k->ptr[1];
+  for (int64_t i = 0; i < n; i++) {
+    double v = gs_ld(c->in[0].dtype, k->ptr[0], i);
+    y[i] = nan ? v != v : (isinf(v) && ((v > 0 && a->detect_pos) || (v < 0 && a->detect_neg)));
+  }
+  return 0;
+}
+static int k_isnan(const gs_cpu_kernel_call *k) { return k_float_test(k, true); }
+static int k_isinf(const gs_cpu_kernel_call *k) { return k_float_test(k, false); }
+
+/* Cast, and CastLike (whose second input only gives the type). */
 static int k_cast(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   gs_dtype from = c->in[0].dtype, to = c->out[0].dtype;
   int64_t n = gs_shape_numel(&c->in[0].shape);
+  const void *x = k->ptr[0];
+  void *y = k->ptr[c->n_in];
   if (from == to) {
-    memcpy(k->ptr[1], k->ptr[0], (size_t)n * gs_dtype_size(to));
+    memcpy(y, x, (size_t)n * gs_dtype_size(to));
     return 0;
   }
   if (gs_is_int(from) && gs_is_int(to)) {
     for (int64_t i = 0; i < n; i++)
-      gs_sti(to, k->ptr[1], i, gs_ldi(from, k->ptr[0], i));
+      gs_sti(to, y, i, gs_ldi(from, x, i));
     return 0;
   }
   if (from == GS_DT_FLOAT32 && to == GS_DT_FLOAT16) {
     for (int64_t i = 0; i < n; i++)
-      ((uint16_t *)k->ptr[1])[i] = gs_f32_to_f16(((const float *)k->ptr[0])[i]);
+      ((uint16_t *)y)[i] = gs_f32_to_f16(((const float *)x)[i]);
     return 0;
   }
   for (int64_t i = 0; i < n; i++)
-    gs_st(to, k->ptr[1], i, gs_ld(from, k->ptr[0], i));
+    gs_st(to, y, i, gs_ld(from, x, i));
   return 0;
 }
 
@@ -261,7 +359,13 @@ static int k_clip(const gs_cpu_kernel_call *k) {
 
 /* ---- binary ------------------------------------------------------------------------- */
 
-typedef enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MIN, B_MAX, B_EQ, B_LT, B_GT } binary_op;
+typedef enum {
+  B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MIN, B_MAX, B_PRELU, B_MOD, B_FMOD, B_BAND, B_BOR, B_BXOR,
+  /* bool out: */
+  B_EQ, B_LT, B_GT, B_LE, B_GE, B_AND, B_OR, B_XOR,
+} binary_op;
+
+static inline bool binary_is_compare(binary_op op) { return op >= B_EQ; }
 
 static inline double binary_d(binary_op op, double a, double b) {
   switch (op) {
@@ -272,11 +376,19 @@ static inline double binary_d(binary_op op, double a, double b) {
   case B_POW: return pow(a, b);
   case B_MIN: return a != a || b != b ? NAN : a < b ? a : b;
   case B_MAX: return a != a || b != b ? NAN : a > b ? a : b;
+  case B_PRELU: return a < 0 ? a * b : a;
+  case B_MOD:
+  case B_FMOD: return fmod(a, b);
   case B_EQ: return a == b;
   case B_LT: return a < b;
   case B_GT: return a > b;
+  case B_LE: return a <= b;
+  case B_GE: return a >= b;
+  case B_AND: return a != 0 && b != 0;
+  case B_OR: return a != 0 || b != 0;
+  case B_XOR: return (a != 0) != (b != 0);
+  default: return 0; /* the bitwise ops take integers only */
   }
-  return 0;
 }
 
 /* Integer arithmetic wraps, like the hardware, without C's undefined behaviour. */
@@ -305,9 +417,26 @@ static inline int binary_i(binary_op op, int64_t a, int64_t b, int64_t *r) {
   }
   case B_MIN: *r = a < b ? a : b; return 0;
   case B_MAX: *r = a > b ? a : b; return 0;
+  case B_PRELU: *r = a < 0 ? (int64_t)(ua * ub) : a; return 0;
+  case B_MOD:
+  case B_FMOD:
+    if (b == 0)
+      return gs_error(GS_EINVAL, "integer modulo by zero");
+    *r = b == -1 ? 0 : a % b;
+    if (op == B_MOD && *r != 0 && (*r < 0) != (b < 0)) /* Python's: the divisor's sign */
+      *r += b;
+    return 0;
+  case B_BAND: *r = a & b; return 0;
+  case B_BOR: *r = a | b; return 0;
+  case B_BXOR: *r = a ^ b; return 0;
   case B_EQ: *r = a == b; return 0;
   case B_LT: *r = a < b; return 0;
   case B_GT: *r = a > b; return 0;
+  case B_LE: *r = a <= b; return 0;
+  case B_GE: *r = a >= b; return 0;
+  case B_AND: *r = a && b; return 0;
+  case B_OR: *r = a || b; return 0;
+  case B_XOR: *r = !a != !b; return 0;
   }
   return 0;
 }
@@ -347,6 +476,7 @@ GS_VECTOR_CLONES static void f32_row(binary_op op, const float *pa, int64_t sa, 
   case B_POW: F32_ROW(powf(x, w)); break;
   case B_MIN: F32_ROW(x != x || w != w ? NAN : x < w ? x : w); break;
   case B_MAX: F32_ROW(x != x || w != w ? NAN : x > w ? x : w); break;
+  case B_PRELU: F32_ROW(x < 0 ? x * w : x); break;
   default: break;
   }
 }
@@ -358,8 +488,9 @@ static int binary(binary_op op, const gs_tensor_desc *da, const void *a, const g
   gs_bcast it;
   gs_bcast_init(&it, &dout->shape, 2, shapes);
   gs_dtype dt = da->dtype, ot = dout->dtype;
-  bool compare = op == B_EQ || op == B_LT || op == B_GT;
-  bool fast = dt == GS_DT_FLOAT32 && db->dtype == GS_DT_FLOAT32 && !compare;
+  bool compare = binary_is_compare(op);
+  bool fast = dt == GS_DT_FLOAT32 && db->dtype == GS_DT_FLOAT32 && !compare && op != B_MOD &&
+              op != B_FMOD;
   int64_t sa = it.strides[0][it.rank - 1] ? 1 : 0, sb = it.strides[1][it.rank - 1] ? 1 : 0;
   for (int64_t row = 0; row < it.rows; row++) {
     int64_t oo, io[2];
@@ -410,6 +541,20 @@ BINARY_KERNEL(k_pow, B_POW)
 BINARY_KERNEL(k_equal, B_EQ)
 BINARY_KERNEL(k_less, B_LT)
 BINARY_KERNEL(k_greater, B_GT)
+BINARY_KERNEL(k_less_equal, B_LE)
+BINARY_KERNEL(k_greater_equal, B_GE)
+BINARY_KERNEL(k_and, B_AND)
+BINARY_KERNEL(k_or, B_OR)
+BINARY_KERNEL(k_xor, B_XOR)
+BINARY_KERNEL(k_bitwise_and, B_BAND)
+BINARY_KERNEL(k_bitwise_or, B_BOR)
+BINARY_KERNEL(k_bitwise_xor, B_BXOR)
+BINARY_KERNEL(k_prelu, B_PRELU)
+
+static int k_mod(const gs_cpu_kernel_call *k) {
+  const gs_unary_attrs *a = gs_kcall(k)->attrs;
+  return run_binary(k, a->fmod ? B_FMOD : B_MOD);
+}
 
 /* Copies `src` broadcast to the shape of `dst` (element size esz). */
 static void broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
@@ -452,6 +597,17 @@ static int run_variadic(const gs_cpu_kernel_call *k, binary_op op) {
 
 static int k_min(const gs_cpu_kernel_call *k) { return run_variadic(k, B_MIN); }
 static int k_max(const gs_cpu_kernel_call *k) { return run_variadic(k, B_MAX); }
+static int k_sum(const gs_cpu_kernel_call *k) { return run_variadic(k, B_ADD); }
+
+static int k_mean(const gs_cpu_kernel_call *k) {
+  int rc = run_variadic(k, B_ADD);
+  const gs_op_call *c = gs_kcall(k);
+  void *out = k->ptr[c->n_in];
+  int64_t n = gs_shape_numel(&c->out[0].shape);
+  for (int64_t i = 0; rc == 0 && i < n; i++)
+    gs_st(c->out[0].dtype, out, i, gs_ld(c->out[0].dtype, out, i) / c->n_in);
+  return rc;
+}
 
 static int k_where(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
@@ -498,6 +654,21 @@ static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("Pow", k_pow),         KERNEL("Equal", k_equal),     KERNEL("Less", k_less),
     KERNEL("Greater", k_greater), KERNEL("Min", k_min),         KERNEL("Max", k_max),
     KERNEL("Where", k_where),
+    KERNEL("Reciprocal", k_reciprocal), KERNEL("Floor", k_floor), KERNEL("Ceil", k_ceil),
+    KERNEL("Round", k_round), KERNEL("Sin", k_sin), KERNEL("Cos", k_cos), KERNEL("Tan", k_tan),
+    KERNEL("Asin", k_asin), KERNEL("Acos", k_acos), KERNEL("Atan", k_atan),
+    KERNEL("Sinh", k_sinh), KERNEL("Cosh", k_cosh), KERNEL("Asinh", k_asinh),
+    KERNEL("Acosh", k_acosh), KERNEL("Atanh", k_atanh), KERNEL("Softplus", k_softplus),
+    KERNEL("Softsign", k_softsign), KERNEL("HardSwish", k_hardswish), KERNEL("Mish", k_mish),
+    KERNEL("Elu", k_elu), KERNEL("Celu", k_celu), KERNEL("ThresholdedRelu", k_thresholded_relu),
+    KERNEL("HardSigmoid", k_hardsigmoid), KERNEL("Selu", k_selu), KERNEL("Shrink", k_shrink),
+    KERNEL("Sign", k_sign), KERNEL("BitwiseNot", k_bitnot), KERNEL("IsNaN", k_isnan),
+    KERNEL("IsInf", k_isinf), KERNEL("CastLike", k_cast),
+    KERNEL("LessOrEqual", k_less_equal), KERNEL("GreaterOrEqual", k_greater_equal),
+    KERNEL("And", k_and), KERNEL("Or", k_or), KERNEL("Xor", k_xor),
+    KERNEL("BitwiseAnd", k_bitwise_and), KERNEL("BitwiseOr", k_bitwise_or),
+    KERNEL("BitwiseXor", k_bitwise_xor), KERNEL("PRelu", k_prelu), KERNEL("Mod", k_mod),
+    KERNEL("Sum", k_sum), KERNEL("Mean", k_mean),
 };
 
 int gs__cpu_register_elementwise(gs_backend_t *be) {
