@@ -107,6 +107,16 @@ dynamic_batching {
 instance_group [ { count: 1 kind: KIND_CPU } ]
 ''')
     add_model(root, "badtext", None, text="max_batch_size: 8\ndynamic_batching { : }\n")
+    # A model whose output shape is an input's values (a Reshape's shape).
+    (root / "reshaper" / "1").mkdir(parents=True)
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("Reshape", ["x", "shape"], ["r"]),
+         onnx.helper.make_node("Add", ["r", "r"], ["y"])], "reshaper",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [6]),
+         onnx.helper.make_tensor_value_info("shape", onnx.TensorProto.INT64, [2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)]),
+              str(root / "reshaper" / "1" / "model.onnx"))
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
     return root
@@ -152,6 +162,21 @@ def test_broken_model_is_listed_with_its_reason(server):
     assert "not ready" in json.loads(body)["error"]
     assert request(server, "GET", "/v2/models/broken/ready")[0] == 503
     assert request(server, "GET", "/v2/models/digits/ready")[0] == 200
+
+
+def test_shapes_from_input_values_are_planned_per_value(server):
+    x = list(range(6))
+    for shape in ([2, 3], [3, 2], [2, 3], [6, 1]):
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [6], "data": x},
+                           {"name": "shape", "datatype": "INT64", "shape": [2], "data": shape}]}
+        status, raw, _ = request(server, "POST", "/v2/models/reshaper/infer", json.dumps(body))
+        assert status == 200, raw
+        out = json.loads(raw)["outputs"][0]
+        assert out["shape"] == shape and out["data"] == [2.0 * v for v in x]
+    bad = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [6], "data": x},
+                      {"name": "shape", "datatype": "INT64", "shape": [2], "data": [4, 2]}]}
+    status, raw, _ = request(server, "POST", "/v2/models/reshaper/infer", json.dumps(bad))
+    assert status == 400 and b"Reshape" in raw, raw
 
 
 def test_metadata_and_config_with_tritonclient(server):

@@ -61,6 +61,27 @@ def test_unsupported_ops_are_all_named_with_their_nodes(tmp_path):
     assert r.returncode == 1 and "Foo (nodes first_foo, second_foo)" in r.stderr
 
 
+@pytest.mark.parametrize("count", [5, 6, 7, 12])
+def test_many_nodes_of_a_missing_op_are_refused_not_a_crash(tmp_path, count):
+    # Six used to balance the problem count to zero: check_nodes then read a NULL op.
+    nodes = [helper.make_node("Foo", ["x" if i == 0 else f"t{i}"],
+                              ["y" if i == count - 1 else f"t{i + 1}"], name=f"foo{i}")
+             for i in range(count)]
+    more = f", and {count - 5} more" if count > 5 else ""
+    p = refused(save(tmp_path, x_to_y(nodes)), "unsupported op: Foo (nodes foo0", more + ")")
+    assert "unsupported ops" not in p.stderr
+
+
+def test_unsupported_element_types_are_named(tmp_path):
+    for onnx_type, name in ((TensorProto.FLOAT8E4M3FN, "FLOAT8E4M3FN"), (TensorProto.INT4, "INT4"),
+                            (TensorProto.COMPLEX64, "COMPLEX64")):
+        g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx_type, [2])],
+                              [helper.make_tensor_value_info("y", onnx_type, [2])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+        refused(save(tmp_path, m), f"graph value x has type {name} (ONNX data type {onnx_type})")
+
+
 def test_custom_domain_is_unsupported(tmp_path):
     nodes = [helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft", name="ms_gelu")]
     m = x_to_y(nodes)
@@ -78,7 +99,7 @@ def test_unsupported_attribute_and_value(tmp_path):
 
 def test_opset_outside_the_supported_range(tmp_path):
     refused(save(tmp_path, x_to_y([helper.make_node("Relu", ["x"], ["y"])], opset=11)),
-            "opset 11", "13 to 21")
+            "opset 11", "13 to 22")
 
 
 def test_cycle_and_missing_input(tmp_path):
