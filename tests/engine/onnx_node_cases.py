@@ -11,7 +11,8 @@ A case ends one of four ways:
 
 Run as a script it prints the counts, and with --ort also how many of the
 cases onnxruntime's CPU provider passes, the denominator of the issue's
-goal; --list prints each case's ending."""
+goal; --list prints each case's ending; --write-expected rewrites
+onnx_node_expected_failures.txt from the run (review the diff)."""
 import concurrent.futures
 import glob
 import os
@@ -189,6 +190,44 @@ def run_all(names, workers=4, fn=run_case):
         return dict(zip(names, pool.map(fn, names)))
 
 
+def refusal_reason(detail):
+    """A short reason for the list, from a refusal's message."""
+    import re
+    msg = re.sub(r"^gpusrv: model run: (/\S+: )?", "", detail)
+    m = re.search(r"uses opset (\d+)", msg)
+    if m:
+        return f"opset {m.group(1)}: gpusrv takes opsets 13-22"
+    if "unsupported op" in msg:
+        ops = re.findall(r"(?:^unsupported ops?: |; )([A-Za-z0-9_.:]+) \(nodes", msg)
+        return "not built: " + ", ".join(ops)
+    m = re.search(r"has type (\S+) \(ONNX", msg)
+    if m:
+        return f"type {m.group(1)} is not supported"
+    if "sequence or optional" in msg or "not a tensor" in msg:
+        return "sequences and optionals are not supported"
+    if "imports no opset of the default" in msg:
+        return "another domain (ai.onnx.ml, ai.onnx.preview.training)"
+    if "array type '|O'" in msg:
+        return "string inputs to a model run (.npy of objects) are not supported"
+    return re.sub(r"^node \S+ \((\w+)\): ", r"\1: ", msg)[:160]
+
+
+def write_expected(res, path=EXPECTED_FAILURES):
+    """Rewrites the list from a run: refusals with their reasons; wrong
+    results keep the reason a person wrote (new ones must get one)."""
+    old = read_expected_failures(path) if os.path.exists(path) else {}
+    with open(path) as f:
+        head = [line for line in f if line.startswith("#")]
+    with open(path, "w") as f:
+        f.writelines(head)
+        for n, (ending, detail) in sorted(res.items()):
+            if ending == "refused":
+                f.write(f"{n} refused {refusal_reason(detail)}\n")
+            elif ending == "wrong":
+                reason = old.get(n, "").partition(" ")[2] or "UNREVIEWED: " + detail[:120]
+                f.write(f"{n} wrong {reason}\n")
+
+
 def main(argv):
     names = case_names()
     if len(argv) > 1 and not argv[1].startswith("--"):
@@ -200,6 +239,8 @@ def main(argv):
         if "--list" in argv:
             print(f"{n:60s} {ending:8s} {detail}")
     print("gpusrv:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), f"of {len(res)}")
+    if "--write-expected" in argv:
+        write_expected(res)
     if "--ort" in argv:
         ok = run_all(names, fn=run_case_ort)
         both = [n for n in names if ok[n] and case_opset(n) in GOAL_OPSETS]

@@ -1,5 +1,5 @@
-/* ops_reduce.c - definitions of the reductions: ReduceMean, ReduceSum,
- * ReduceMax, ArgMax and TopK. */
+/* ops_reduce.c - definitions of the reductions: the Reduce* family,
+ * ArgMax, ArgMin and TopK. */
 #include "engine/op.h"
 #include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
@@ -22,7 +22,8 @@ static gs_shape reduced_shape(const gs_shape *x, const gs_reduce_attrs *a) {
 /* Axes come from the attribute (older opsets) or from input 1 (ReduceSum
  * from opset 13, the others from 18). */
 static int infer_reduce(gs_op_call *c, const gs_node *n) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_NUMERIC);
+  bool minmax = !strcmp(c->op_type, "ReduceMax") || !strcmp(c->op_type, "ReduceMin");
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_NUMERIC | (minmax ? GS_DTM(GS_DT_BOOL) : 0));
   if (rc < 0)
     return rc;
   const gs_shape *x = &c->in[0].shape;
@@ -53,9 +54,6 @@ static int infer_reduce(gs_op_call *c, const gs_node *n) {
       return gs_op_fail(c, "axis %d is listed twice", ax);
     a->reduce[ax] = true;
   }
-  for (int i = 0; i < x->rank; i++)
-    if (a->reduce[i] && x->dims[i] == 0 && strcmp(c->op_type, "ReduceMax") == 0)
-      return gs_op_fail(c, "ReduceMax over an empty dimension has no value");
   c->out[0].dtype = c->in[0].dtype;
   c->out[0].shape = reduced_shape(x, a);
   return GS_OK;
@@ -73,7 +71,7 @@ static int infer_argmax(gs_op_call *c, const gs_node *n) {
   if ((rc = gs_axis_normalize(gs_attr_int(n, "axis", 0), x->rank, &axis)) < 0)
     return gs_op_fail(c, "%s", gs_error_detail());
   if (x->dims[axis] == 0)
-    return gs_op_fail(c, "ArgMax over an empty dimension has no value");
+    return gs_op_fail(c, "%s over an empty dimension has no value", c->op_type);
   a->reduce[axis] = true;
   a->keepdims = gs_attr_int(n, "keepdims", 1) != 0;
   a->select_last = gs_attr_int(n, "select_last_index", 0) != 0;
@@ -122,7 +120,16 @@ const gs_op_def gs__ops_reduce[] = {
     REDUCE("ReduceMean"),
     REDUCE("ReduceSum"),
     REDUCE("ReduceMax"),
+    REDUCE("ReduceMin"),
+    REDUCE("ReduceProd"),
+    REDUCE("ReduceL1"),
+    REDUCE("ReduceL2"),
+    REDUCE("ReduceLogSum"),
+    REDUCE("ReduceLogSumExp"),
+    REDUCE("ReduceSumSquare"),
     {.name = "ArgMax", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+     .attrs = argmax_attrs, .infer = infer_argmax},
+    {.name = "ArgMin", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = argmax_attrs, .infer = infer_argmax},
     {.name = "TopK", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 2, .attrs = topk_attrs,
      .infer = infer_topk},

@@ -122,4 +122,22 @@ typedef struct gs_shape_attrs {
   int start, end; /* Shape: the slice of dims it returns */
 } gs_shape_attrs;
 
+/* The indexing family (ops_index.c): what each op of it reads. */
+typedef enum {
+  GS_SCATTER_NONE, GS_SCATTER_ADD, GS_SCATTER_MUL, GS_SCATTER_MAX, GS_SCATTER_MIN
+} gs_scatter_reduction;
+
+typedef struct gs_index_attrs {
+  int axis;                        /* normalised: GatherElements, ScatterElements, CumSum, OneHot, Hardmax */
+  int batch_dims;                  /* GatherND */
+  gs_scatter_reduction reduction;  /* ScatterElements, ScatterND */
+  bool upper;                      /* Trilu */
+  bool exclusive, reverse;         /* CumSum */
+  bool crd;                        /* DepthToSpace mode="CRD" */
+  int64_t k;                       /* Trilu's diagonal, EyeLike's */
+  int64_t blocksize;               /* DepthToSpace, SpaceToDepth */
+  int64_t depth;                   /* OneHot */
+  double start, delta;             /* Range */
+} gs_index_attrs;
+
 #endif

@@ -1,5 +1,5 @@
-/* k_reduce.c - CPU kernels of the reductions: ReduceMean, ReduceSum and
- * ReduceMax over any set of axes, ArgMax and TopK along one axis. */
+/* k_reduce.c - CPU kernels of the reductions: the Reduce* family over any
+ * set of axes, ArgMax, ArgMin and TopK along one axis. */
 #include "hal/cpu/ops/kernels.h"
 #include "hal/op/op_launch.h"
 
@@ -7,7 +7,50 @@
 
 #include <stdlib.h>
 
-typedef enum { R_SUM, R_MEAN, R_MAX } reduce_op;
+typedef enum {
+  R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_L1, R_L2, R_LOGSUM, R_LOGSUMEXP, R_SUMSQUARE
+} reduce_op;
+
+/* What each element adds to its accumulator, and what the accumulator
+ * starts at: an empty reduction gives that start (after finish()). */
+static inline double reduce_start(reduce_op op) {
+  return op == R_MAX ? -INFINITY : op == R_MIN ? INFINITY : op == R_PROD ? 1.0 : 0.0;
+}
+
+static inline double reduce_step(reduce_op op, double acc, double v) {
+  switch (op) {
+  case R_MAX: return v > acc || v != v ? v : acc;
+  case R_MIN: return v < acc || v != v ? v : acc;
+  case R_PROD: return acc * v;
+  case R_L1: return acc + fabs(v);
+  case R_L2:
+  case R_SUMSQUARE: return acc + v * v;
+  case R_LOGSUMEXP: return acc + exp(v);
+  default: return acc + v;
+  }
+}
+
+static inline double reduce_finish(reduce_op op, double acc, int64_t count) {
+  switch (op) {
+  case R_MEAN: return acc / (double)count;
+  case R_L2: return sqrt(acc);
+  case R_LOGSUM:
+  case R_LOGSUMEXP: return log(acc);
+  default: return acc;
+  }
+}
+
+static inline int64_t reduce_step_int(reduce_op op, int64_t acc, int64_t v) {
+  uint64_t ua = (uint64_t)acc, uv = (uint64_t)v;
+  switch (op) {
+  case R_MAX: return v > acc ? v : acc;
+  case R_MIN: return v < acc ? v : acc;
+  case R_PROD: return (int64_t)(ua * uv);
+  case R_L1: return (int64_t)(ua + (v < 0 ? 0 - uv : uv));
+  case R_SUMSQUARE: return (int64_t)(ua + uv * uv);
+  default: return (int64_t)(ua + uv);
+  }
+}
 
 static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
   const gs_op_call *c = gs_kcall(k);
@@ -25,7 +68,8 @@ static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
     else
       count *= xs->dims[d];
   }
-  bool is_int = gs_is_int(dt);
+  /* L2, LogSum and LogSumExp go through double for every type. */
+  bool is_int = gs_is_int(dt) && op != R_L2 && op != R_LOGSUM && op != R_LOGSUMEXP;
   double *acc = malloc(sizeof(double) * (size_t)(n_out ? n_out : 1));
   int64_t *iacc = malloc(sizeof(int64_t) * (size_t)(n_out ? n_out : 1));
   if (!acc || !iacc) {
@@ -34,18 +78,15 @@ static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
     return gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name);
   }
   for (int64_t i = 0; i < n_out; i++) {
-    acc[i] = op == R_MAX ? -INFINITY : 0.0;
-    iacc[i] = op == R_MAX ? INT64_MIN : 0;
+    acc[i] = reduce_start(op);
+    iacc[i] = op == R_MAX ? INT64_MIN : op == R_MIN ? INT64_MAX : op == R_PROD ? 1 : 0;
   }
   int64_t idx[GS_MAX_DIMS] = {0}, o = 0;
   for (int64_t i = 0; i < n_in; i++) {
-    if (is_int) {
-      int64_t v = gs_ldi(dt, k->ptr[0], i);
-      iacc[o] = op == R_MAX ? (v > iacc[o] ? v : iacc[o]) : (int64_t)((uint64_t)iacc[o] + (uint64_t)v);
-    } else {
-      double v = gs_ld(dt, k->ptr[0], i);
-      acc[o] = op == R_MAX ? (v > acc[o] || v != v ? v : acc[o]) : acc[o] + v;
-    }
+    if (is_int)
+      iacc[o] = reduce_step_int(op, iacc[o], gs_ldi(dt, k->ptr[0], i));
+    else
+      acc[o] = reduce_step(op, acc[o], gs_ld(dt, k->ptr[0], i));
     /* Advance the input index and the matching output offset. */
     for (int d = xs->rank - 1; d >= 0; d--) {
       idx[d]++;
@@ -60,7 +101,7 @@ static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
     if (is_int)
       gs_sti(dt, y, i, op == R_MEAN && count ? iacc[i] / count : iacc[i]);
     else
-      gs_st(dt, y, i, op == R_MEAN ? acc[i] / (double)count : acc[i]);
+      gs_st(dt, y, i, reduce_finish(op, acc[i], count));
   }
   free(acc);
   free(iacc);
@@ -70,8 +111,16 @@ static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
 static int k_reduce_sum(const gs_cpu_kernel_call *k) { return run_reduce(k, R_SUM); }
 static int k_reduce_mean(const gs_cpu_kernel_call *k) { return run_reduce(k, R_MEAN); }
 static int k_reduce_max(const gs_cpu_kernel_call *k) { return run_reduce(k, R_MAX); }
+static int k_reduce_min(const gs_cpu_kernel_call *k) { return run_reduce(k, R_MIN); }
+static int k_reduce_prod(const gs_cpu_kernel_call *k) { return run_reduce(k, R_PROD); }
+static int k_reduce_l1(const gs_cpu_kernel_call *k) { return run_reduce(k, R_L1); }
+static int k_reduce_l2(const gs_cpu_kernel_call *k) { return run_reduce(k, R_L2); }
+static int k_reduce_logsum(const gs_cpu_kernel_call *k) { return run_reduce(k, R_LOGSUM); }
+static int k_reduce_logsumexp(const gs_cpu_kernel_call *k) { return run_reduce(k, R_LOGSUMEXP); }
+static int k_reduce_sumsquare(const gs_cpu_kernel_call *k) { return run_reduce(k, R_SUMSQUARE); }
 
-static int k_argmax(const gs_cpu_kernel_call *k) {
+/* ArgMax (smallest false) and ArgMin: NaN wins, as the first NaN seen. */
+static int run_arg(const gs_cpu_kernel_call *k, bool smallest) {
   const gs_op_call *c = gs_kcall(k);
   const gs_reduce_attrs *a = c->attrs;
   int axis = 0;
@@ -87,7 +136,8 @@ static int k_argmax(const gs_cpu_kernel_call *k) {
       double bv = gs_ld(dt, k->ptr[0], base);
       for (int64_t i = 1; i < len; i++) {
         double v = gs_ld(dt, k->ptr[0], base + i * inner);
-        if (v > bv || (a->select_last && v == bv) || (v != v && bv == bv)) {
+        bool better = smallest ? v < bv : v > bv;
+        if (better || (a->select_last && v == bv) || (v != v && bv == bv)) {
           bv = v;
           best = i;
         }
@@ -96,6 +146,9 @@ static int k_argmax(const gs_cpu_kernel_call *k) {
     }
   return 0;
 }
+
+static int k_argmax(const gs_cpu_kernel_call *k) { return run_arg(k, false); }
+static int k_argmin(const gs_cpu_kernel_call *k) { return run_arg(k, true); }
 
 typedef struct entry {
   double v;
@@ -152,7 +205,11 @@ static int k_topk(const gs_cpu_kernel_call *k) {
 static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("ReduceSum", k_reduce_sum), KERNEL("ReduceMean", k_reduce_mean),
     KERNEL("ReduceMax", k_reduce_max), KERNEL("ArgMax", k_argmax),
-    KERNEL("TopK", k_topk),
+    KERNEL("TopK", k_topk), KERNEL("ArgMin", k_argmin),
+    KERNEL("ReduceMin", k_reduce_min), KERNEL("ReduceProd", k_reduce_prod),
+    KERNEL("ReduceL1", k_reduce_l1), KERNEL("ReduceL2", k_reduce_l2),
+    KERNEL("ReduceLogSum", k_reduce_logsum), KERNEL("ReduceLogSumExp", k_reduce_logsumexp),
+    KERNEL("ReduceSumSquare", k_reduce_sumsquare),
 };
 
 int gs__cpu_register_reduce(gs_backend_t *be) {

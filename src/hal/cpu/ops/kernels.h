@@ -134,5 +134,6 @@ int gs__cpu_register_elementwise(gs_backend_t *be);
 int gs__cpu_register_nn(gs_backend_t *be);
 int gs__cpu_register_reduce(gs_backend_t *be);
 int gs__cpu_register_shape(gs_backend_t *be);
+int gs__cpu_register_index(gs_backend_t *be);
 
 #endif

@@ -20,6 +20,8 @@ int gs__cpu_register_ops(gs_backend_t *be) {
     rc = gs__cpu_register_reduce(be);
   if (rc == 0)
     rc = gs__cpu_register_shape(be);
+  if (rc == 0)
+    rc = gs__cpu_register_index(be);
   return rc;
 }
 
