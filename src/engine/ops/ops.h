@@ -10,5 +10,6 @@ extern const gs_op_def gs__ops_nn[];
 extern const gs_op_def gs__ops_reduce[];
 extern const gs_op_def gs__ops_shape[];
 extern const gs_op_def gs__ops_index[];
+extern const gs_op_def gs__ops_loss[];
 
 #endif

@@ -521,22 +521,143 @@ static int infer_pad(gs_op_call *c, const gs_node *n) {
 
 static int check_resize(const gs_node *n) {
   const char *mode = gs_attr_string(n, "mode", "nearest");
-  if (strcmp(mode, "nearest") && strcmp(mode, "linear"))
-    return gs_error(GS_ENOTSUP, "mode=\"%s\" (nearest and linear are supported)", mode);
+  if (strcmp(mode, "nearest") && strcmp(mode, "linear") && strcmp(mode, "cubic"))
+    return gs_error(GS_ENOTSUP, "mode=\"%s\" (expected nearest, linear or cubic)", mode);
   const char *ct = gs_attr_string(n, "coordinate_transformation_mode", "half_pixel");
   if (strcmp(ct, "half_pixel") && strcmp(ct, "asymmetric") && strcmp(ct, "align_corners") &&
-      strcmp(ct, "pytorch_half_pixel"))
+      strcmp(ct, "pytorch_half_pixel") && strcmp(ct, "half_pixel_symmetric") &&
+      strcmp(ct, "tf_crop_and_resize"))
     return gs_error(GS_ENOTSUP, "coordinate_transformation_mode=\"%s\"", ct);
   const char *nm = gs_attr_string(n, "nearest_mode", "round_prefer_floor");
   if (strcmp(nm, "round_prefer_floor") && strcmp(nm, "round_prefer_ceil") && strcmp(nm, "floor") &&
       strcmp(nm, "ceil"))
     return gs_error(GS_ENOTSUP, "nearest_mode=\"%s\"", nm);
-  if (gs_attr_int(n, "antialias", 0) != 0)
-    return gs_error(GS_ENOTSUP, "antialias=1");
-  if (gs_node_attr(n, "axes"))
-    return gs_error(GS_ENOTSUP, "the axes attribute");
-  if (strcmp(gs_attr_string(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
-    return gs_error(GS_ENOTSUP, "keep_aspect_ratio_policy other than stretch");
+  const char *kp = gs_attr_string(n, "keep_aspect_ratio_policy", "stretch");
+  if (strcmp(kp, "stretch") && strcmp(kp, "not_larger") && strcmp(kp, "not_smaller"))
+    return gs_error(GS_ENOTSUP, "keep_aspect_ratio_policy=\"%s\"", kp);
+  return GS_OK;
+}
+
+/* The axes the scales, sizes and roi speak of: the attribute, or all. */
+static int resize_axes(gs_op_call *c, const gs_node *n, int *axes) {
+  int rank = c->in[0].shape.rank;
+  int64_t raw[GS_MAX_DIMS];
+  int k = gs_attr_ints(n, "axes", raw, GS_MAX_DIMS);
+  if (k < 0) {
+    for (int i = 0; i < rank; i++)
+      axes[i] = i;
+    return rank;
+  }
+  if (k > rank)
+    return gs_op_fail(c, "%d axes for rank %d", k, rank);
+  bool seen[GS_MAX_DIMS] = {false};
+  for (int i = 0; i < k; i++) {
+    if (gs_axis_normalize(raw[i], rank, &axes[i]) < 0)
+      return gs_op_fail(c, "%s", gs_error_detail());
+    if (seen[axes[i]])
+      return gs_op_fail(c, "axis %d is listed twice", axes[i]);
+    seen[axes[i]] = true;
+  }
+  return k;
+}
+
+static void resize_modes(gs_resize_attrs *a, const gs_node *n) {
+  const char *mode = gs_attr_string(n, "mode", "nearest");
+  a->mode = !strcmp(mode, "linear") ? GS_RESIZE_LINEAR
+            : !strcmp(mode, "cubic") ? GS_RESIZE_CUBIC
+                                     : GS_RESIZE_NEAREST;
+  const char *ct = gs_attr_string(n, "coordinate_transformation_mode", "half_pixel");
+  a->coord = !strcmp(ct, "asymmetric")             ? GS_COORD_ASYMMETRIC
+             : !strcmp(ct, "align_corners")        ? GS_COORD_ALIGN_CORNERS
+             : !strcmp(ct, "pytorch_half_pixel")   ? GS_COORD_PYTORCH_HALF_PIXEL
+             : !strcmp(ct, "half_pixel_symmetric") ? GS_COORD_HALF_PIXEL_SYMMETRIC
+             : !strcmp(ct, "tf_crop_and_resize")   ? GS_COORD_TF_CROP_AND_RESIZE
+                                                   : GS_COORD_HALF_PIXEL;
+  const char *nm = gs_attr_string(n, "nearest_mode", "round_prefer_floor");
+  a->nearest = !strcmp(nm, "round_prefer_ceil") ? GS_NEAREST_ROUND_PREFER_CEIL
+               : !strcmp(nm, "floor")           ? GS_NEAREST_FLOOR
+               : !strcmp(nm, "ceil")            ? GS_NEAREST_CEIL
+                                                : GS_NEAREST_ROUND_PREFER_FLOOR;
+  a->cubic_a = gs_attr_float(n, "cubic_coeff_a", -0.75f);
+  a->exclude_outside = gs_attr_int(n, "exclude_outside", 0) != 0;
+  a->antialias = gs_attr_int(n, "antialias", 0) != 0 && a->mode != GS_RESIZE_NEAREST;
+  a->extrapolation = gs_attr_float(n, "extrapolation_value", 0.0f);
+}
+
+/* Output lengths from scales (input 2) over `axes`. */
+static int resize_by_scales(gs_op_call *c, gs_resize_attrs *a, const int *axes, int k,
+                            gs_shape *out) {
+  const gs_shape *x = &c->in[0].shape;
+  int rc = gs_op_need_values(c, 2);
+  if (rc < 0)
+    return rc;
+  if (c->in[2].dtype != GS_DT_FLOAT32 || gs_shape_numel(&c->in[2].shape) != k)
+    return gs_op_fail(c, "scales must be %d float32 values", k);
+  const float *sc = c->in_data[2];
+  for (int i = 0; i < k; i++) {
+    int d = axes[i];
+    if (!(sc[i] > 0) || !isfinite(sc[i]))
+      return gs_op_fail(c, "scale %g must be positive", (double)sc[i]);
+    a->scale[d] = sc[i];
+    a->out_len[d] = (double)x->dims[d] * sc[i];
+    out->dims[d] = (int64_t)floor((double)x->dims[d] * sc[i]);
+  }
+  return GS_OK;
+}
+
+/* Output lengths from sizes (input 3), with keep_aspect_ratio_policy. */
+static int resize_by_sizes(gs_op_call *c, const gs_node *n, gs_resize_attrs *a, const int *axes,
+                           int k, gs_shape *out) {
+  const gs_shape *x = &c->in[0].shape;
+  int64_t sizes[GS_MAX_DIMS];
+  int got = gs_op_const_ints(c, 3, sizes, GS_MAX_DIMS);
+  if (got < 0)
+    return got;
+  if (got != k)
+    return gs_op_fail(c, "sizes has %d values for %d axes", got, k);
+  const char *kp = gs_attr_string(n, "keep_aspect_ratio_policy", "stretch");
+  bool stretch = !strcmp(kp, "stretch"), larger = !strcmp(kp, "not_smaller");
+  double common = larger ? 0 : INFINITY;
+  for (int i = 0; i < k; i++) {
+    if (sizes[i] < 0)
+      return gs_op_fail(c, "size %lld is negative", (long long)sizes[i]);
+    double s = x->dims[axes[i]] ? (double)sizes[i] / (double)x->dims[axes[i]] : 1.0;
+    common = larger ? fmax(common, s) : fmin(common, s);
+  }
+  for (int i = 0; i < k; i++) {
+    int d = axes[i];
+    if (stretch) {
+      out->dims[d] = sizes[i];
+      a->scale[d] = x->dims[d] ? (double)sizes[i] / (double)x->dims[d] : 1.0;
+    } else { /* one scale for every axis, the sizes rounded from it */
+      a->scale[d] = common;
+      out->dims[d] = (int64_t)floor((double)x->dims[d] * common + 0.5);
+    }
+    a->out_len[d] = stretch ? (double)out->dims[d] : (double)x->dims[d] * common;
+  }
+  return GS_OK;
+}
+
+/* tf_crop_and_resize's roi (input 1): starts then ends, over `axes`. */
+static int resize_roi(gs_op_call *c, gs_resize_attrs *a, const int *axes, int k) {
+  for (int d = 0; d < c->in[0].shape.rank; d++)
+    a->roi_start[d] = 0, a->roi_end[d] = 1;
+  if (a->coord != GS_COORD_TF_CROP_AND_RESIZE)
+    return GS_OK;
+  if (c->n_in < 2 || c->in[1].dtype == GS_DT_INVALID)
+    return gs_op_fail(c, "tf_crop_and_resize needs roi");
+  int rc = gs_op_need_values(c, 1);
+  if (rc < 0)
+    return rc;
+  if (gs_shape_numel(&c->in[1].shape) != 2 * k ||
+      (c->in[1].dtype != GS_DT_FLOAT32 && c->in[1].dtype != GS_DT_FLOAT64))
+    return gs_op_fail(c, "roi must be %d float values", 2 * k);
+  for (int i = 0; i < k; i++) {
+    bool f64 = c->in[1].dtype == GS_DT_FLOAT64;
+    const void *r = c->in_data[1];
+    a->roi_start[axes[i]] = f64 ? ((const double *)r)[i] : ((const float *)r)[i];
+    a->roi_end[axes[i]] = f64 ? ((const double *)r)[k + i] : ((const float *)r)[k + i];
+  }
   return GS_OK;
 }
 
@@ -548,50 +669,25 @@ static int infer_resize(gs_op_call *c, const gs_node *n) {
   gs_resize_attrs *a = gs_op_attrs(c, sizeof *a);
   if (!a)
     return GS_ENOMEM;
-  const char *mode = gs_attr_string(n, "mode", "nearest");
-  a->mode = strcmp(mode, "linear") == 0 ? GS_RESIZE_LINEAR : GS_RESIZE_NEAREST;
-  const char *ct = gs_attr_string(n, "coordinate_transformation_mode", "half_pixel");
-  a->coord = !strcmp(ct, "asymmetric")            ? GS_COORD_ASYMMETRIC
-             : !strcmp(ct, "align_corners")       ? GS_COORD_ALIGN_CORNERS
-             : !strcmp(ct, "pytorch_half_pixel") ? GS_COORD_PYTORCH_HALF_PIXEL
-                                                  : GS_COORD_HALF_PIXEL;
-  const char *nm = gs_attr_string(n, "nearest_mode", "round_prefer_floor");
-  a->nearest = !strcmp(nm, "round_prefer_ceil") ? GS_NEAREST_ROUND_PREFER_CEIL
-               : !strcmp(nm, "floor")           ? GS_NEAREST_FLOOR
-               : !strcmp(nm, "ceil")            ? GS_NEAREST_CEIL
-                                                : GS_NEAREST_ROUND_PREFER_FLOOR;
+  resize_modes(a, n);
+  int axes[GS_MAX_DIMS];
+  int k = resize_axes(c, n, axes);
+  if (k < 0)
+    return k;
   gs_shape out = *x;
+  for (int d = 0; d < x->rank; d++)
+    a->scale[d] = 1.0, a->out_len[d] = (double)x->dims[d];
   bool has_scales = c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID && gs_shape_numel(&c->in[2].shape) > 0;
   bool has_sizes = c->n_in > 3 && c->in[3].dtype != GS_DT_INVALID && gs_shape_numel(&c->in[3].shape) > 0;
   if (has_scales == has_sizes)
     return gs_op_fail(c, "exactly one of scales and sizes must be given");
-  if (has_scales) {
-    if ((rc = gs_op_need_values(c, 2)) < 0)
-      return rc;
-    if (c->in[2].dtype != GS_DT_FLOAT32 ||
-        gs_shape_numel(&c->in[2].shape) != x->rank)
-      return gs_op_fail(c, "scales must be %d known float32 values", x->rank);
-    const float *sc = c->in_data[2];
-    for (int i = 0; i < x->rank; i++) {
-      if (!(sc[i] > 0) || !isfinite(sc[i]))
-        return gs_op_fail(c, "scale %g must be positive", (double)sc[i]);
-      a->scale[i] = sc[i];
-      out.dims[i] = (int64_t)floor((double)x->dims[i] * sc[i]);
-    }
-  } else {
-    int64_t sizes[GS_MAX_DIMS];
-    int k = gs_op_const_ints(c, 3, sizes, GS_MAX_DIMS);
-    if (k < 0)
-      return k;
-    if (k != x->rank)
-      return gs_op_fail(c, "sizes has %d values for rank %d", k, x->rank);
-    for (int i = 0; i < k; i++) {
-      if (sizes[i] < 0)
-        return gs_op_fail(c, "size %lld is negative", (long long)sizes[i]);
-      out.dims[i] = sizes[i];
-      a->scale[i] = x->dims[i] ? (double)sizes[i] / (double)x->dims[i] : 1.0;
-    }
-  }
+  rc = has_scales ? resize_by_scales(c, a, axes, k, &out) : resize_by_sizes(c, n, a, axes, k, &out);
+  if (rc == 0)
+    rc = resize_roi(c, a, axes, k);
+  if (rc < 0)
+    return rc;
+  a->device_ok = a->mode != GS_RESIZE_CUBIC && !a->antialias &&
+                 a->coord != GS_COORD_HALF_PIXEL_SYMMETRIC && a->coord != GS_COORD_TF_CROP_AND_RESIZE;
   c->out[0].dtype = c->in[0].dtype;
   c->out[0].shape = out;
   return GS_OK;

@@ -908,7 +908,8 @@ static bool global_pool_supports(const gs_devop *op, const gs_op_call *c) {
 
 static bool resize_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
-  return c->attrs && c->n_out == 1 && is_float(c->in[0].dtype) &&
+  return c->attrs && ((const gs_resize_attrs *)c->attrs)->device_ok && c->n_out == 1 &&
+         is_float(c->in[0].dtype) &&
          c->out[0].dtype == c->in[0].dtype && c->in[0].shape.rank <= 8;
 }
 

@@ -97,12 +97,14 @@ typedef struct gs_pad_attrs {
   double value;
 } gs_pad_attrs;
 
-typedef enum { GS_RESIZE_NEAREST, GS_RESIZE_LINEAR } gs_resize_mode;
+typedef enum { GS_RESIZE_NEAREST, GS_RESIZE_LINEAR, GS_RESIZE_CUBIC } gs_resize_mode;
 typedef enum {
   GS_COORD_HALF_PIXEL,
   GS_COORD_ASYMMETRIC,
   GS_COORD_ALIGN_CORNERS,
   GS_COORD_PYTORCH_HALF_PIXEL,
+  GS_COORD_HALF_PIXEL_SYMMETRIC,
+  GS_COORD_TF_CROP_AND_RESIZE,
 } gs_coord_mode;
 typedef enum {
   GS_NEAREST_ROUND_PREFER_FLOOR,
@@ -116,6 +118,17 @@ typedef struct gs_resize_attrs {
   gs_coord_mode coord;
   gs_nearest_mode nearest;
   double scale[GS_MAX_DIMS]; /* output / input per dim */
+  /* The resized length as half_pixel_symmetric and tf_crop_and_resize use
+   * it: scale * input (not rounded) when scales are given, else the size. */
+  double out_len[GS_MAX_DIMS];
+  double cubic_a;           /* cubic_coeff_a */
+  bool exclude_outside;     /* cubic: taps outside the input get no weight */
+  bool antialias;           /* linear and cubic downscaling widen the filter */
+  double extrapolation;     /* tf_crop_and_resize: the value outside the input */
+  double roi_start[GS_MAX_DIMS], roi_end[GS_MAX_DIMS]; /* tf_crop_and_resize, normalised */
+  /* What the device kernels (devops) cover: nearest and linear, the first
+   * four coordinate modes, no antialias. */
+  bool device_ok;
 } gs_resize_attrs;
 
 typedef struct gs_shape_attrs {
@@ -139,5 +152,13 @@ typedef struct gs_index_attrs {
   int64_t depth;                   /* OneHot */
   double start, delta;             /* Range */
 } gs_index_attrs;
+
+/* NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (ops_loss.c). */
+typedef enum { GS_LOSS_NONE, GS_LOSS_SUM, GS_LOSS_MEAN } gs_loss_reduction;
+typedef struct gs_loss_attrs {
+  gs_loss_reduction reduction;
+  bool has_ignore;
+  int64_t ignore_index;
+} gs_loss_attrs;
 
 #endif

@@ -243,16 +243,33 @@ static int k_pad(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
-/* Input coordinate of output coordinate o along one dim. */
-static double resize_source(const gs_resize_attrs *a, int d, int64_t o, int64_t in, int64_t out) {
-  double s = a->scale[d];
+/* Input coordinate of output coordinate o along dim d, as ONNX's
+ * coordinate_transformation_mode defines it; *outside for the points of
+ * tf_crop_and_resize that fall off the input. */
+static double resize_source(const gs_resize_attrs *a, int d, int64_t o, int64_t in, int64_t out,
+                            bool *outside) {
+  double s = a->scale[d], len = a->out_len[d], x = (double)o;
+  *outside = false;
   switch (a->coord) {
-  case GS_COORD_ASYMMETRIC: return (double)o / s;
-  case GS_COORD_ALIGN_CORNERS: return out == 1 ? 0.0 : (double)o * (double)(in - 1) / (double)(out - 1);
-  case GS_COORD_PYTORCH_HALF_PIXEL: return out > 1 ? ((double)o + 0.5) / s - 0.5 : 0.0;
+  case GS_COORD_ASYMMETRIC: return x / s;
+  /* These two take the output's length where ONNX's reference takes scale
+   * x input (they differ for scales that do not give whole lengths):
+   * onnxruntime does so, and models are checked against it. */
+  case GS_COORD_ALIGN_CORNERS: return out == 1 ? 0.0 : x * (double)(in - 1) / (double)(out - 1);
+  case GS_COORD_PYTORCH_HALF_PIXEL: return out > 1 ? (x + 0.5) / s - 0.5 : 0.0;
+  case GS_COORD_HALF_PIXEL_SYMMETRIC: {
+    double adjust = (double)(int64_t)floor(len) / len, offset = (double)in / 2 * (1 - adjust);
+    return offset + (x + 0.5) / s - 0.5;
+  }
+  case GS_COORD_TF_CROP_AND_RESIZE: {
+    double lo = a->roi_start[d], hi = a->roi_end[d], span = (double)(in - 1);
+    double v = len > 1 ? lo * span + x * (hi - lo) * span / (len - 1) : 0.5 * (lo + hi) * span;
+    *outside = v < 0 || v > span;
+    return v;
+  }
   case GS_COORD_HALF_PIXEL: break;
   }
-  return ((double)o + 0.5) / s - 0.5;
+  return (x + 0.5) / s - 0.5;
 }
 
 static int64_t nearest_index(gs_nearest_mode m, double x, int64_t in) {
@@ -266,52 +283,93 @@ static int64_t nearest_index(gs_nearest_mode m, double x, int64_t in) {
   return i < 0 ? 0 : i >= in ? in - 1 : i;
 }
 
-static int k_resize(const gs_cpu_kernel_call *k) {
-  const gs_op_call *c = gs_kcall(k);
+static double cubic_weight(double t, double A) {
+  t = fabs(t);
+  if (t <= 1)
+    return ((A + 2) * t - (A + 3)) * t * t + 1;
+  if (t < 2)
+    return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A;
+  return 0;
+}
+
+/* The taps of one dim: for each output coordinate, `count` input indices
+ * (clamped to the edge) and their weights; outside[o] where
+ * tf_crop_and_resize extrapolates. */
+typedef struct resize_taps {
+  int count;
+  int64_t *index;
+  double *weight;
+  bool *outside;
+} resize_taps;
+
+static int taps_per_point(const gs_resize_attrs *a, int d) {
+  double s = a->antialias && a->scale[d] < 1 ? a->scale[d] : 1.0;
+  if (a->mode == GS_RESIZE_NEAREST)
+    return 1;
+  int64_t start = (int64_t)floor((a->mode == GS_RESIZE_CUBIC ? -2.0 : -1.0) / s) + 1;
+  return (int)(2 - 2 * start); /* taps start .. 1 - start */
+}
+
+static void fill_taps(const gs_resize_attrs *a, int d, int64_t in, int64_t out, resize_taps *t) {
+  double s = a->antialias && a->scale[d] < 1 ? a->scale[d] : 1.0;
+  bool cubic = a->mode == GS_RESIZE_CUBIC;
+  int64_t start = a->mode == GS_RESIZE_NEAREST ? 0 : (int64_t)floor((cubic ? -2.0 : -1.0) / s) + 1;
+  for (int64_t o = 0; o < out; o++) {
+    double x = resize_source(a, d, o, in, out, &t->outside[o]);
+    int64_t *ix = t->index + o * t->count;
+    double *w = t->weight + o * t->count, sum = 0;
+    if (a->mode == GS_RESIZE_NEAREST) {
+      ix[0] = nearest_index(a->nearest, x, in);
+      w[0] = 1;
+      continue;
+    }
+    double x0 = floor(x), r = x - x0;
+    for (int j = 0; j < t->count; j++) {
+      int64_t at = (int64_t)x0 + start + j;
+      double dist = ((double)(start + j) - r) * s;
+      w[j] = cubic ? cubic_weight(dist, a->cubic_a) : fmax(0.0, 1 - fabs(dist));
+      if (cubic && a->exclude_outside && (at < 0 || at >= in))
+        w[j] = 0;
+      ix[j] = at < 0 ? 0 : at >= in ? in - 1 : at;
+      sum += w[j];
+    }
+    if ((a->antialias || a->exclude_outside || !cubic) && sum != 0)
+      for (int j = 0; j < t->count; j++)
+        w[j] /= sum;
+  }
+}
+
+static int resize_with_taps(const gs_op_call *c, const resize_taps *t, const void *x, void *y) {
   const gs_resize_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   gs_dtype dt = c->in[0].dtype;
   int r = xs->rank;
-  int64_t xst[GS_MAX_DIMS];
+  int64_t xst[GS_MAX_DIMS], n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
   strides_of(xs, xst);
-  int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
-  void *y = k->ptr[c->n_in];
   for (int64_t i = 0; i < n; i++) {
-    int64_t lo[GS_MAX_DIMS], hi[GS_MAX_DIMS];
-    double w[GS_MAX_DIMS];
-    int moving[GS_MAX_DIMS], n_moving = 0;
+    bool outside = false;
+    int64_t combos = 1;
     for (int d = 0; d < r; d++) {
-      int64_t in = xs->dims[d];
-      double src = resize_source(a, d, idx[d], in, ys->dims[d]);
-      if (a->mode == GS_RESIZE_NEAREST || in == 1) {
-        lo[d] = hi[d] = a->mode == GS_RESIZE_NEAREST ? nearest_index(a->nearest, src, in) : 0;
-        w[d] = 0;
-        continue;
-      }
-      src = src < 0 ? 0 : src > (double)(in - 1) ? (double)(in - 1) : src;
-      lo[d] = (int64_t)floor(src);
-      hi[d] = lo[d] + 1 < in ? lo[d] + 1 : lo[d];
-      w[d] = src - (double)lo[d];
-      if (w[d] > 0)
-        moving[n_moving++] = d;
+      outside = outside || t[d].outside[idx[d]];
+      combos *= t[d].count;
     }
-    /* Sum over the corners of the dims that interpolate. */
     double v = 0;
-    for (int corner = 0; corner < (1 << n_moving); corner++) {
+    for (int64_t k = 0; !outside && k < combos; k++) {
       double weight = 1;
-      int64_t off = 0;
-      for (int d = 0; d < r; d++)
-        off += lo[d] * xst[d];
-      for (int m = 0; m < n_moving; m++) {
-        int d = moving[m];
-        bool up = (corner >> m) & 1;
-        weight *= up ? w[d] : 1 - w[d];
-        if (up)
-          off += (hi[d] - lo[d]) * xst[d];
+      int64_t off = 0, rest = k;
+      for (int d = r - 1; d >= 0; d--) {
+        int j = (int)(rest % t[d].count);
+        rest /= t[d].count;
+        int64_t at = idx[d] * t[d].count + j;
+        weight *= t[d].weight[at];
+        off += t[d].index[at] * xst[d];
       }
-      v += weight * gs_ld(dt, k->ptr[0], off);
+      if (weight != 0)
+        v += weight * gs_ld(dt, x, off);
     }
-    if (gs_is_int(dt) && a->mode == GS_RESIZE_LINEAR)
+    if (outside)
+      v = a->extrapolation;
+    else if (gs_is_int(dt) && a->mode != GS_RESIZE_NEAREST)
       v = nearbyint(v);
     gs_st(dt, y, i, v);
     for (int d = r - 1; d >= 0; d--) {
@@ -321,6 +379,39 @@ static int k_resize(const gs_cpu_kernel_call *k) {
     }
   }
   return 0;
+}
+
+static int k_resize(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_resize_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  resize_taps t[GS_MAX_DIMS] = {{0}};
+  int rc = 0;
+  for (int d = 0; rc == 0 && d < xs->rank; d++) {
+    bool same = xs->dims[d] == ys->dims[d] && a->scale[d] == 1.0 &&
+                a->coord != GS_COORD_TF_CROP_AND_RESIZE;
+    t[d].count = same ? 1 : taps_per_point(a, d);
+    size_t pts = (size_t)(ys->dims[d] ? ys->dims[d] : 1);
+    t[d].index = malloc(sizeof(int64_t) * pts * (size_t)t[d].count);
+    t[d].weight = malloc(sizeof(double) * pts * (size_t)t[d].count);
+    t[d].outside = calloc(pts, sizeof(bool));
+    if (!t[d].index || !t[d].weight || !t[d].outside) {
+      rc = gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name);
+    } else if (same) {
+      for (int64_t o = 0; o < ys->dims[d]; o++)
+        t[d].index[o] = o, t[d].weight[o] = 1;
+    } else {
+      fill_taps(a, d, xs->dims[d], ys->dims[d], &t[d]);
+    }
+  }
+  if (rc == 0)
+    rc = resize_with_taps(c, t, k->ptr[0], k->ptr[c->n_in]);
+  for (int d = 0; d < xs->rank; d++) {
+    free(t[d].index);
+    free(t[d].weight);
+    free(t[d].outside);
+  }
+  return rc;
 }
 
 #define KERNEL GS_CPU_KERNEL

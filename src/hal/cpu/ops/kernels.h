@@ -135,5 +135,6 @@ int gs__cpu_register_nn(gs_backend_t *be);
 int gs__cpu_register_reduce(gs_backend_t *be);
 int gs__cpu_register_shape(gs_backend_t *be);
 int gs__cpu_register_index(gs_backend_t *be);
+int gs__cpu_register_loss(gs_backend_t *be);
 
 #endif

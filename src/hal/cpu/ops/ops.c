@@ -22,6 +22,8 @@ int gs__cpu_register_ops(gs_backend_t *be) {
     rc = gs__cpu_register_shape(be);
   if (rc == 0)
     rc = gs__cpu_register_index(be);
+  if (rc == 0)
+    rc = gs__cpu_register_loss(be);
   return rc;
 }
 
