@@ -11,5 +11,7 @@ extern const gs_op_def gs__ops_reduce[];
 extern const gs_op_def gs__ops_shape[];
 extern const gs_op_def gs__ops_index[];
 extern const gs_op_def gs__ops_loss[];
+extern const gs_op_def gs__ops_normalize[];
+extern const gs_op_def gs__ops_signal[];
 
 #endif

@@ -1,7 +1,7 @@
 /* ops_index.c - definitions of the ops that place elements by index or
  * position: Range, Trilu, CumSum, Tile, GatherElements, GatherND,
  * ScatterElements, ScatterND, OneHot, DepthToSpace, SpaceToDepth,
- * Hardmax and EyeLike. */
+ * Hardmax, EyeLike, CenterCropPad, Col2Im and AffineGrid. */
 #include "engine/op.h"
 #include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
@@ -392,6 +392,127 @@ static int fold_eye_like(const gs_op_call *c, const gs_node *n, void *out) {
   return GS_OK;
 }
 
+/* CenterCropPad: the listed axes take the sizes of input 1, cropped or
+ * padded with zeros evenly on both sides (the odd one at the end). */
+static int infer_center_crop_pad(gs_op_call *c, const gs_node *n) {
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_ALL);
+  if (rc < 0)
+    return rc;
+  const gs_shape *x = &c->in[0].shape;
+  int64_t sizes[GS_MAX_DIMS], axes[GS_MAX_DIMS];
+  int k = gs_op_const_ints(c, 1, sizes, GS_MAX_DIMS);
+  if (k < 0)
+    return k;
+  int na = gs_attr_ints(n, "axes", axes, GS_MAX_DIMS);
+  if (na < 0)
+    for (na = 0; na < x->rank; na++)
+      axes[na] = na;
+  if (na != k)
+    return gs_op_fail(c, "%d sizes for %d axes", k, na);
+  gs_index_attrs *a = index_attrs(c);
+  if (!a)
+    return GS_ENOMEM;
+  gs_shape out = *x;
+  for (int i = 0; i < k; i++) {
+    int ax;
+    if (gs_axis_normalize(axes[i], x->rank, &ax) < 0)
+      return gs_op_fail(c, "%s", gs_error_detail());
+    if (sizes[i] < 0)
+      return gs_op_fail(c, "size %lld is negative", (long long)sizes[i]);
+    out.dims[ax] = sizes[i];
+    a->offset[ax] = x->dims[ax] >= sizes[i] ? (x->dims[ax] - sizes[i]) / 2
+                                            : -((sizes[i] - x->dims[ax]) / 2);
+  }
+  c->out[0].dtype = c->in[0].dtype;
+  c->out[0].shape = out;
+  return GS_OK;
+}
+
+/* Col2Im: [N, C * prod(block), L] back to [N, C, image...], summing overlaps. */
+static int infer_col2im(gs_op_call *c, const gs_node *n) {
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS);
+  if (rc < 0)
+    return rc;
+  gs_index_attrs *a = index_attrs(c);
+  if (!a)
+    return GS_ENOMEM;
+  int k = gs_op_const_ints(c, 1, a->image, GS_MAX_DIMS - 2);
+  if (k < 0)
+    return k;
+  int kb = gs_op_const_ints(c, 2, a->block, GS_MAX_DIMS - 2);
+  if (kb < 0)
+    return kb;
+  const gs_shape *x = &c->in[0].shape;
+  if (kb != k || k < 1 || x->rank != 3)
+    return gs_op_fail(c, "input must be [N, C*prod(block), L], image and block of one length");
+  a->spatial = k;
+  int64_t pads[2 * GS_MAX_DIMS];
+  int got_d = gs_attr_ints(n, "dilations", a->dilation, GS_MAX_DIMS);
+  int got_s = gs_attr_ints(n, "strides", a->stride, GS_MAX_DIMS);
+  int got_p = gs_attr_ints(n, "pads", pads, 2 * GS_MAX_DIMS);
+  if ((got_d >= 0 && got_d != k) || (got_s >= 0 && got_s != k) || (got_p >= 0 && got_p != 2 * k))
+    return gs_op_fail(c, "dilations, strides and pads must fit %d dimensions", k);
+  int64_t blocks = 1, blocks_total = 1, kernel = 1;
+  for (int i = 0; i < k; i++) {
+    if (got_d < 0)
+      a->dilation[i] = 1;
+    if (got_s < 0)
+      a->stride[i] = 1;
+    a->pad_begin[i] = got_p < 0 ? 0 : pads[i];
+    int64_t end = got_p < 0 ? 0 : pads[k + i];
+    if (a->block[i] < 1 || a->dilation[i] < 1 || a->stride[i] < 1 || a->image[i] < 0)
+      return gs_op_fail(c, "block, dilations and strides must be positive");
+    int64_t span = a->dilation[i] * (a->block[i] - 1) + 1;
+    a->offset[i] = (a->image[i] + a->pad_begin[i] + end - span) / a->stride[i] + 1;
+    if (a->offset[i] < 1)
+      return gs_op_fail(c, "the image is smaller than one block");
+    blocks *= a->offset[i];
+    kernel *= a->block[i];
+  }
+  blocks_total = blocks;
+  if (x->dims[1] % kernel || x->dims[2] != blocks_total)
+    return gs_op_fail(c, "input [%lld, %lld, %lld] does not fit the blocks (%lld per column, "
+                         "%lld columns)", (long long)x->dims[0], (long long)x->dims[1],
+                      (long long)x->dims[2], (long long)kernel, (long long)blocks_total);
+  gs_shape out = {.rank = 2 + k, .dims = {x->dims[0], x->dims[1] / kernel}};
+  for (int i = 0; i < k; i++)
+    out.dims[2 + i] = a->image[i];
+  c->out[0].dtype = c->in[0].dtype;
+  c->out[0].shape = out;
+  return GS_OK;
+}
+
+/* AffineGrid: theta [N, 2, 3] or [N, 3, 4] over size [N, C, (D,) H, W]. */
+static int infer_affine_grid(gs_op_call *c, const gs_node *n) {
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS);
+  if (rc < 0)
+    return rc;
+  int64_t size[5];
+  int k = gs_op_const_ints(c, 1, size, 5);
+  if (k < 0)
+    return k;
+  const gs_shape *t = &c->in[0].shape;
+  int sd = k - 2;
+  if ((k != 4 && k != 5) || t->rank != 3 || t->dims[0] != size[0] || t->dims[1] != sd ||
+      t->dims[2] != sd + 1)
+    return gs_op_fail(c, "theta must be [N, 2, 3] with a size of 4 values, or [N, 3, 4] with 5");
+  gs_index_attrs *a = index_attrs(c);
+  if (!a)
+    return GS_ENOMEM;
+  a->align_corners = gs_attr_int(n, "align_corners", 0) != 0;
+  a->spatial = sd;
+  gs_shape out = {.rank = sd + 2, .dims = {size[0]}};
+  for (int i = 0; i < sd; i++) {
+    if (size[2 + i] < 0)
+      return gs_op_fail(c, "size %lld is negative", (long long)size[2 + i]);
+    out.dims[1 + i] = a->image[i] = size[2 + i];
+  }
+  out.dims[sd + 1] = sd;
+  c->out[0].dtype = c->in[0].dtype;
+  c->out[0].shape = out;
+  return GS_OK;
+}
+
 static const char *const no_attrs[] = {NULL};
 static const char *const axis_attrs[] = {"axis", NULL};
 static const char *const trilu_attrs[] = {"upper", NULL};
@@ -402,6 +523,9 @@ static const char *const gather_nd_attrs[] = {"batch_dims", NULL};
 static const char *const blocksize_attrs[] = {"blocksize", NULL};
 static const char *const depth_to_space_attrs[] = {"blocksize", "mode", NULL};
 static const char *const eye_like_attrs[] = {"dtype", "k", NULL};
+static const char *const center_crop_pad_attrs[] = {"axes", NULL};
+static const char *const col2im_attrs[] = {"dilations", "pads", "strides", NULL};
+static const char *const affine_grid_attrs[] = {"align_corners", NULL};
 
 #define OP(op, in_lo, in_hi, attr_names, fn) \
   {.name = op, .min_in = in_lo, .max_in = in_hi, .min_out = 1, .max_out = 1, \
@@ -420,6 +544,9 @@ const gs_op_def gs__ops_index[] = {
     OP("DepthToSpace", 1, 1, depth_to_space_attrs, infer_space_depth),
     OP("SpaceToDepth", 1, 1, blocksize_attrs, infer_space_depth),
     OP("Hardmax", 1, 1, axis_attrs, infer_hardmax),
+    OP("CenterCropPad", 2, 2, center_crop_pad_attrs, infer_center_crop_pad),
+    OP("Col2Im", 3, 3, col2im_attrs, infer_col2im),
+    OP("AffineGrid", 2, 2, affine_grid_attrs, infer_affine_grid),
     {.name = "EyeLike", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = eye_like_attrs, .infer = infer_eye_like, .fold = fold_eye_like},
     {.name = NULL},

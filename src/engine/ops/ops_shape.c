@@ -455,8 +455,9 @@ static int fold_constant(const gs_op_call *c, const gs_node *n, void *out) {
 
 static int check_pad(const gs_node *n) {
   const char *mode = gs_attr_string(n, "mode", "constant");
-  if (strcmp(mode, "constant") && strcmp(mode, "reflect") && strcmp(mode, "edge"))
-    return gs_error(GS_ENOTSUP, "mode=\"%s\" (expected constant, reflect or edge)", mode);
+  if (strcmp(mode, "constant") && strcmp(mode, "reflect") && strcmp(mode, "edge") &&
+      strcmp(mode, "wrap"))
+    return gs_error(GS_ENOTSUP, "mode=\"%s\" (expected constant, reflect, edge or wrap)", mode);
   return GS_OK;
 }
 
@@ -477,7 +478,10 @@ static int infer_pad(gs_op_call *c, const gs_node *n) {
   if (!a)
     return GS_ENOMEM;
   const char *mode = gs_attr_string(n, "mode", "constant");
-  a->mode = !strcmp(mode, "reflect") ? GS_PAD_REFLECT : !strcmp(mode, "edge") ? GS_PAD_EDGE : GS_PAD_CONSTANT;
+  a->mode = !strcmp(mode, "reflect") ? GS_PAD_REFLECT
+            : !strcmp(mode, "edge")  ? GS_PAD_EDGE
+            : !strcmp(mode, "wrap")  ? GS_PAD_WRAP
+                                     : GS_PAD_CONSTANT;
   gs_shape out = *x;
   for (int i = 0; i < na; i++) {
     int ax;
@@ -491,8 +495,8 @@ static int infer_pad(gs_op_call *c, const gs_node *n) {
     if (a->mode == GS_PAD_REFLECT && (pads[i] >= x->dims[ax] || pads[na + i] >= x->dims[ax]))
       return gs_op_fail(c, "reflect pads must be smaller than the axis (%lld)",
                         (long long)x->dims[ax]);
-    if (a->mode == GS_PAD_EDGE && x->dims[ax] == 0 && out.dims[ax] > 0)
-      return gs_op_fail(c, "edge padding of an empty axis");
+    if ((a->mode == GS_PAD_EDGE || a->mode == GS_PAD_WRAP) && x->dims[ax] == 0 && out.dims[ax] > 0)
+      return gs_op_fail(c, "edge or wrap padding of an empty axis");
   }
   if (c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID) {
     int rc = gs_op_need_values(c, 2);

@@ -513,7 +513,7 @@ static bool pad_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
   const gs_pad_attrs *a = c->attrs;
   uint64_t bits;
-  return a && c->n_out == 1 && moves(c) && c->out[0].shape.rank <= 8 &&
+  return a && a->mode != GS_PAD_WRAP && c->n_out == 1 && moves(c) && c->out[0].shape.rank <= 8 &&
          (a->mode != GS_PAD_CONSTANT || fill_bits(c->out[0].dtype, a->value, &bits));
 }
 

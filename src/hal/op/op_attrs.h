@@ -89,7 +89,7 @@ typedef struct gs_constant_attrs {
   uint8_t value[8]; /* ConstantOfShape: one element of the output type */
 } gs_constant_attrs;
 
-typedef enum { GS_PAD_CONSTANT, GS_PAD_REFLECT, GS_PAD_EDGE } gs_pad_mode;
+typedef enum { GS_PAD_CONSTANT, GS_PAD_REFLECT, GS_PAD_EDGE, GS_PAD_WRAP } gs_pad_mode;
 
 typedef struct gs_pad_attrs {
   gs_pad_mode mode;
@@ -151,6 +151,15 @@ typedef struct gs_index_attrs {
   int64_t blocksize;               /* DepthToSpace, SpaceToDepth */
   int64_t depth;                   /* OneHot */
   double start, delta;             /* Range */
+  bool align_corners;              /* AffineGrid */
+  bool periodic;                   /* the windows (ops_signal.c) */
+  /* Col2Im: spatial dims, image and block shapes, dilations, pads,
+   * strides, and blocks per dim in offset; AffineGrid: spatial dims and
+   * sizes in image; CenterCropPad: per dim, the input position of output
+   * 0 (negative where it pads). */
+  int spatial;
+  int64_t image[GS_MAX_DIMS], block[GS_MAX_DIMS], dilation[GS_MAX_DIMS];
+  int64_t pad_begin[GS_MAX_DIMS], stride[GS_MAX_DIMS], offset[GS_MAX_DIMS];
 } gs_index_attrs;
 
 /* NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (ops_loss.c). */
@@ -160,5 +169,14 @@ typedef struct gs_loss_attrs {
   bool has_ignore;
   int64_t ignore_index;
 } gs_loss_attrs;
+
+/* LRN, GroupNormalization, MeanVarianceNormalization (ops_normalize.c). */
+typedef struct gs_normalize_attrs {
+  float alpha, beta, bias, epsilon;
+  int64_t size;          /* LRN: channels in the window */
+  int64_t groups;        /* GroupNormalization */
+  bool per_channel;      /* GroupNormalization: scale and bias per channel, else per group */
+  bool reduce[GS_MAX_DIMS]; /* MeanVarianceNormalization's axes */
+} gs_normalize_attrs;
 
 #endif

@@ -367,6 +367,105 @@ static int k_hardmax(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
+static int k_center_crop_pad(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_index_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  size_t es = esize(&c->in[0]);
+  int64_t xst[GS_MAX_DIMS], idx[GS_MAX_DIMS] = {0}, n = gs_shape_numel(ys);
+  strides_of(xs, xst);
+  char *y = k->ptr[2];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t src = 0;
+    bool pad = false;
+    for (int d = 0; d < ys->rank; d++) {
+      int64_t at = idx[d] + a->offset[d];
+      pad = pad || at < 0 || at >= xs->dims[d];
+      src += at * xst[d];
+    }
+    if (pad)
+      memset(y + (size_t)i * es, 0, es);
+    else
+      memcpy(y + (size_t)i * es, (const char *)k->ptr[0] + (size_t)src * es, es);
+    next_index(ys, idx);
+  }
+  return 0;
+}
+
+static int k_col2im(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_index_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  gs_dtype dt = c->in[0].dtype;
+  int sp = a->spatial;
+  int64_t N = ys->dims[0], C = ys->dims[1], kernel = 1, image = 1, L = xs->dims[2];
+  for (int i = 0; i < sp; i++)
+    kernel *= a->block[i], image *= a->image[i];
+  void *y = k->ptr[3];
+  for (int64_t i = 0; i < N * C * image; i++)
+    gs_st(dt, y, i, 0.0);
+  /* Column row (c, kernel offset) and block l: image position per dim. */
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t row = 0; row < C * kernel; row++) {
+      int64_t ch = row / kernel, koff = row % kernel;
+      for (int64_t l = 0; l < L; l++) {
+        int64_t pos = 0, krest = koff, lrest = l;
+        bool inside = true;
+        for (int d = sp - 1; d >= 0; d--) {
+          int64_t kd = krest % a->block[d], ld = lrest % a->offset[d];
+          krest /= a->block[d];
+          lrest /= a->offset[d];
+          int64_t at = ld * a->stride[d] - a->pad_begin[d] + kd * a->dilation[d];
+          inside = inside && at >= 0 && at < a->image[d];
+          int64_t mul = 1;
+          for (int e = d + 1; e < sp; e++)
+            mul *= a->image[e];
+          pos += at * mul;
+        }
+        if (!inside)
+          continue;
+        int64_t out = (n * C + ch) * image + pos, in = (n * C * kernel + row) * L + l;
+        gs_st(dt, y, out, gs_ld(dt, y, out) + gs_ld(dt, k->ptr[0], in));
+      }
+    }
+  return 0;
+}
+
+/* The normalised coordinate of point i of n along one dim. */
+static double grid_coord(int64_t i, int64_t n, bool align_corners) {
+  if (align_corners)
+    return n > 1 ? -1.0 + 2.0 * (double)i / (double)(n - 1) : -1.0;
+  return -1.0 + (2.0 * (double)i + 1.0) / (double)n;
+}
+
+static int k_affine_grid(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_index_attrs *a = c->attrs;
+  gs_dtype dt = c->in[0].dtype;
+  int sd = a->spatial;
+  int64_t N = c->out[0].shape.dims[0], points = 1;
+  for (int i = 0; i < sd; i++)
+    points *= a->image[i];
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t p = 0; p < points; p++) {
+      /* base = (x, y[, z], 1): x along the last dim, as ONNX orders them. */
+      double base[4];
+      int64_t rest = p;
+      for (int d = sd - 1; d >= 0; d--) {
+        base[sd - 1 - d] = grid_coord(rest % a->image[d], a->image[d], a->align_corners);
+        rest /= a->image[d];
+      }
+      base[sd] = 1.0;
+      for (int r = 0; r < sd; r++) {
+        double v = 0;
+        for (int j = 0; j <= sd; j++)
+          v += gs_ld(dt, k->ptr[0], (n * sd + r) * (sd + 1) + j) * base[j];
+        gs_st(dt, k->ptr[2], (n * points + p) * sd + r, v);
+      }
+    }
+  return 0;
+}
+
 #define KERNEL GS_CPU_KERNEL
 static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("Range", k_range),
@@ -381,6 +480,9 @@ static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("DepthToSpace", k_depth_to_space),
     KERNEL("SpaceToDepth", k_space_to_depth),
     KERNEL("Hardmax", k_hardmax),
+    KERNEL("CenterCropPad", k_center_crop_pad),
+    KERNEL("Col2Im", k_col2im),
+    KERNEL("AffineGrid", k_affine_grid),
 };
 
 int gs__cpu_register_index(gs_backend_t *be) {

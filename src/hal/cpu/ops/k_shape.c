@@ -228,6 +228,8 @@ static int k_pad(const gs_cpu_kernel_call *k) {
         }
         if (a->mode == GS_PAD_EDGE)
           s = s < 0 ? 0 : len - 1;
+        else if (a->mode == GS_PAD_WRAP)
+          s = ((s % len) + len) % len;
         else /* reflect, pads smaller than the axis */
           s = s < 0 ? -s : 2 * (len - 1) - s;
       }

@@ -136,5 +136,7 @@ int gs__cpu_register_reduce(gs_backend_t *be);
 int gs__cpu_register_shape(gs_backend_t *be);
 int gs__cpu_register_index(gs_backend_t *be);
 int gs__cpu_register_loss(gs_backend_t *be);
+int gs__cpu_register_normalize(gs_backend_t *be);
+int gs__cpu_register_signal(gs_backend_t *be);
 
 #endif

@@ -24,6 +24,10 @@ int gs__cpu_register_ops(gs_backend_t *be) {
     rc = gs__cpu_register_index(be);
   if (rc == 0)
     rc = gs__cpu_register_loss(be);
+  if (rc == 0)
+    rc = gs__cpu_register_normalize(be);
+  if (rc == 0)
+    rc = gs__cpu_register_signal(be);
   return rc;
 }
 
