@@ -271,6 +271,9 @@ static void int_range(gs_dtype dt, double *lo, double *hi) {
   case GS_DT_INT8: *lo = -128; *hi = 127; break;
   case GS_DT_INT16: *lo = -32768; *hi = 32767; break;
   case GS_DT_INT32: *lo = -2147483648.0; *hi = 2147483647.0; break;
+  case GS_DT_UINT16: *lo = 0; *hi = 65535; break;
+  case GS_DT_UINT32: *lo = 0; *hi = 4294967295.0; break;
+  case GS_DT_UINT64: *lo = 0; *hi = 18446744073709551615.0; break;
   default: *lo = -9223372036854775808.0; *hi = 9223372036854775807.0; break;
   }
 }
@@ -287,6 +290,8 @@ static bool fits(json_t *a, gs_dtype dt, double v) {
   int_range(dt, &lo, &hi);
   if (json_is_integer(a) && dt == GS_DT_INT64)
     return true;
+  if (json_is_integer(a) && dt == GS_DT_UINT64) /* jansson's integers stop at int64 */
+    return json_integer_value(a) >= 0;
   return v == floor(v) && v >= lo && (v < hi || (v == hi && dt != GS_DT_INT64));
 }
 
@@ -320,7 +325,9 @@ static int flatten(json_t *a, gs_dtype dt, char *buf, int64_t *at, int64_t count
     return -3;
   }
   /* In range (fits), so the conversion of an integral v is defined. */
-  int64_t i = json_is_integer(a) ? json_integer_value(a) : gs_dtype_is_float(dt) ? 0 : (int64_t)v;
+  int64_t i = json_is_integer(a)                               ? json_integer_value(a)
+              : gs_dtype_is_float(dt) || dt == GS_DT_UINT64 ? 0
+                                                            : (int64_t)v;
   switch (dt) {
   case GS_DT_FLOAT32: *(float *)slot = (float)v; break;
   case GS_DT_FLOAT64: *(double *)slot = v; break;
@@ -331,6 +338,9 @@ static int flatten(json_t *a, gs_dtype dt, char *buf, int64_t *at, int64_t count
   case GS_DT_INT16: *(int16_t *)slot = (int16_t)i; break;
   case GS_DT_INT8: *(int8_t *)slot = (int8_t)i; break;
   case GS_DT_UINT8: *(uint8_t *)slot = (uint8_t)i; break;
+  case GS_DT_UINT16: *(uint16_t *)slot = (uint16_t)i; break;
+  case GS_DT_UINT32: *(uint32_t *)slot = (uint32_t)i; break;
+  case GS_DT_UINT64: *(uint64_t *)slot = json_is_integer(a) ? (uint64_t)i : (uint64_t)v; break;
   case GS_DT_BOOL: *(uint8_t *)slot = i != 0; break;
   default: return -2;
   }

@@ -20,7 +20,8 @@ static const struct {
     {GS_DT_INT32, "INT32", "TYPE_INT32"},  {GS_DT_INT64, "INT64", "TYPE_INT64"},
     {GS_DT_FLOAT16, "FP16", "TYPE_FP16"},  {GS_DT_BFLOAT16, "BF16", "TYPE_BF16"},
     {GS_DT_FLOAT32, "FP32", "TYPE_FP32"},  {GS_DT_FLOAT64, "FP64", "TYPE_FP64"},
-    {GS_DT_BYTES, "BYTES", "TYPE_STRING"},
+    {GS_DT_BYTES, "BYTES", "TYPE_STRING"}, {GS_DT_UINT16, "UINT16", "TYPE_UINT16"},
+    {GS_DT_UINT32, "UINT32", "TYPE_UINT32"}, {GS_DT_UINT64, "UINT64", "TYPE_UINT64"},
 };
 
 const char *gs_kserve_dtype_name(gs_dtype dt) {
@@ -59,6 +60,13 @@ json_t *gs_kserve_data_json(gs_dtype dt, const void *p, int64_t n) {
     case GS_DT_INT16: v = json_integer(((const int16_t *)p)[i]); break;
     case GS_DT_INT8: v = json_integer(((const int8_t *)p)[i]); break;
     case GS_DT_UINT8: v = json_integer(((const uint8_t *)p)[i]); break;
+    case GS_DT_UINT16: v = json_integer(((const uint16_t *)p)[i]); break;
+    case GS_DT_UINT32: v = json_integer(((const uint32_t *)p)[i]); break;
+    case GS_DT_UINT64: { /* past int64, a JSON number that is no integer of jansson's */
+      uint64_t u = ((const uint64_t *)p)[i];
+      v = u <= INT64_MAX ? json_integer((json_int_t)u) : json_real((double)u);
+      break;
+    }
     case GS_DT_BOOL: v = json_boolean(((const uint8_t *)p)[i]); break;
     default: break;
     }

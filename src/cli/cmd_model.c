@@ -243,6 +243,8 @@ static int run(const char *path, const model_opts *opts) {
       gs_cli_error("model run: input '%s': %s", m->inputs[found].name, gs_error_detail());
       goto done;
     }
+    if (inputs[found].dtype == GS_DT_UINT16 && m->inputs[found].dtype == GS_DT_BFLOAT16)
+      inputs[found].dtype = GS_DT_BFLOAT16; /* bfloat16 comes as its bits in a .npy */
     if (inputs[found].dtype != m->inputs[found].dtype) {
       gs_cli_error("model run: input '%s' must be %s, %s holds %s", m->inputs[found].name,
                    gs_dtype_name(m->inputs[found].dtype), specs[s] + len + 1,

@@ -14,7 +14,10 @@ static const struct {
 } descrs[] = {
     {"<f4", GS_DT_FLOAT32}, {"<f8", GS_DT_FLOAT64}, {"<f2", GS_DT_FLOAT16}, {"<i8", GS_DT_INT64},
     {"<i4", GS_DT_INT32},   {"<i2", GS_DT_INT16},   {"|i1", GS_DT_INT8},    {"|u1", GS_DT_UINT8},
-    {"|b1", GS_DT_BOOL},    {"<u2", GS_DT_BFLOAT16},
+    {"|b1", GS_DT_BOOL},
+    /* bfloat16 is written as its bits, <u2 (numpy has no bfloat16); read
+     * back, <u2 is uint16 (the later entry), which bfloat16 inputs take. */
+    {"<u2", GS_DT_BFLOAT16}, {"<u2", GS_DT_UINT16}, {"<u4", GS_DT_UINT32}, {"<u8", GS_DT_UINT64},
 };
 
 /* The value text after 'key': in a header dict, or NULL. */
@@ -83,7 +86,7 @@ int gs_npy_parse_header(const void *bytes, size_t len, gs_npy *out, size_t *data
       while (descr[n] && descr[n] != ',' && n < 16)
         n++;
       rc = gs_error(GS_EINVAL, "array type %.*s is not supported (little-endian bool, int8..int64, "
-                               "uint8, float16, float32, float64)", n, descr);
+                               "uint8..uint64, float16, float32, float64)", n, descr);
     }
   }
   if (rc == 0) {

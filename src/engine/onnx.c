@@ -251,6 +251,22 @@ static int typed_to_data(gs_const_tensor *t, int onnx_type, const int64_t *ints,
       goto count;
     memcpy(d, ints, t->bytes);
     return 0;
+  case GS_DT_UINT64:
+  case GS_DT_UINT32: /* uint64_data holds these */
+    if (n_ints && ints_field != TENSOR_UINT64_DATA)
+      goto field;
+    if (n_ints != numel)
+      goto count;
+    for (int64_t i = 0; i < numel; i++) {
+      uint64_t v = (uint64_t)ints[i];
+      uint32_t v32 = (uint32_t)v;
+      if (t->dtype == GS_DT_UINT64)
+        memcpy(d + 8 * i, &v, 8);
+      else
+        memcpy(d + 4 * i, &v32, 4);
+    }
+    return 0;
+  case GS_DT_UINT16:
   case GS_DT_BOOL:
   case GS_DT_UINT8:
   case GS_DT_INT8:

@@ -66,7 +66,7 @@ void *gs_op_attrs(gs_op_call *c, size_t size);
 #define GS_DTM_F32ISH (GS_DTM(GS_DT_FLOAT16) | GS_DTM(GS_DT_BFLOAT16) | GS_DTM(GS_DT_FLOAT32))
 #define GS_DTM_INTS                                                                  \
   (GS_DTM(GS_DT_UINT8) | GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_INT16) | GS_DTM(GS_DT_INT32) | \
-   GS_DTM(GS_DT_INT64))
+   GS_DTM(GS_DT_INT64) | GS_DTM(GS_DT_UINT16) | GS_DTM(GS_DT_UINT32) | GS_DTM(GS_DT_UINT64))
 #define GS_DTM_NUMERIC (GS_DTM_FLOATS | GS_DTM_INTS)
 #define GS_DTM_ALL (GS_DTM_NUMERIC | GS_DTM(GS_DT_BOOL))
 /* What ops that only move elements take: strings too (gs_op_moves_bytes). */

@@ -359,7 +359,7 @@ def metric_values(port):
 def test_all_model_stats(server):
     status, raw, _ = request(server, "GET", "/v2/models/stats")
     names = {m["name"] for m in json.loads(raw)["model_stats"]}
-    assert status == 200 and names == {"digits", "mlp", "tpb"}
+    assert status == 200 and names == {"digits", "mlp", "tpb", "reshaper"}
 
 
 def test_metrics(server):

@@ -23,7 +23,8 @@ NP_TO_ONNX = {
     np.dtype(np.float16): TensorProto.FLOAT16, np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int16): TensorProto.INT16,
     np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8,
-    np.dtype(np.bool_): TensorProto.BOOL,
+    np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.uint16): TensorProto.UINT16,
+    np.dtype(np.uint32): TensorProto.UINT32, np.dtype(np.uint64): TensorProto.UINT64,
 }
 
 # (rtol, atol) per output type: float32 is held to 1e-4 as the issue asks.

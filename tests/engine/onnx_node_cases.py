@@ -224,7 +224,9 @@ def write_expected(res, path=EXPECTED_FAILURES):
             if ending == "refused":
                 f.write(f"{n} refused {refusal_reason(detail)}\n")
             elif ending == "wrong":
-                reason = old.get(n, "").partition(" ")[2] or "UNREVIEWED: " + detail[:120]
+                kind, _, reason = old.get(n, "").partition(" ")
+                if kind != "wrong":
+                    reason = "UNREVIEWED: " + detail[:120]
                 f.write(f"{n} wrong {reason}\n")
 
 

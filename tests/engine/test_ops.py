@@ -478,3 +478,138 @@ def test_shape_subgraph_is_folded():
               "minus1": np.array([-1], np.int64)}
     x = f32(3, 4, 5)
     check_model(make_model(nodes, {"x": x}, consts), {"x": x})
+
+
+# ---- ops without device kernels yet: the CPU runs them for every device --------------------------
+# (on OpenCL and CUDA through the plan's CPU fallback, which these cases check)
+
+@pytest.mark.parametrize("op,attrs", [
+    ("HardSwish", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("Softplus", {}),
+    ("Elu", {"alpha": 0.7}), ("Selu", {}), ("Celu", {"alpha": 1.5}),
+    ("Floor", {}), ("Ceil", {}), ("Round", {}), ("Sin", {}), ("Cos", {}), ("Atan", {}),
+    ("Reciprocal", {}), ("Sign", {}), ("Softsign", {}), ("ThresholdedRelu", {"alpha": 0.5})])
+def test_more_unary(op, attrs):
+    x = f32(3, 5)
+    x[0, 0], x[0, 1] = 0.5, -2.5  # halves: Round goes to even
+    check_op(op, {"x": x}, attrs, on_device=False)
+
+
+def test_mish():
+    check_op("Mish", {"x": f32(4, 5)}, opset=18, on_device=False)
+
+
+@pytest.mark.parametrize("op", ["LessOrEqual", "GreaterOrEqual"])
+def test_compare_or_equal(op):
+    a = i64(3, 4).astype(np.float32)
+    check_op(op, {"a": a, "b": a[:1] + 0}, outputs=[("y", np.bool_)], on_device=False)
+
+
+@pytest.mark.parametrize("fmod,dt", [(0, np.int64), (1, np.int32), (1, np.float32)])
+def test_mod(fmod, dt):
+    a = (rng.integers(-20, 20, size=(4, 5))).astype(dt)
+    b = rng.choice([-7, -3, 2, 5], size=(5,)).astype(dt)
+    check_op("Mod", {"a": a, "b": b}, {"fmod": fmod}, on_device=False)
+
+
+def test_prelu_and_sum_and_mean():
+    check_op("PRelu", {"x": f32(2, 3, 4)}, consts={"s": f32(3, 1)}, on_device=False)
+    check_op("Sum", {"a": f32(2, 3), "b": f32(3), "c": f32(2, 1)}, on_device=False)
+    check_op("Mean", {"a": f32(2, 3), "b": f32(3)}, on_device=False)
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                                "ReduceLogSumExp", "ReduceSumSquare"])
+def test_more_reductions(op):
+    check_op(op, {"x": f32(3, 4, 5, lo=0.1)}, {"keepdims": 0},
+             consts={"axes": np.array([1, -1], np.int64)}, opset=18, on_device=False)
+
+
+def test_argmin():
+    check_op("ArgMin", {"x": f32(3, 4, 5)}, {"axis": 1}, outputs=[("y", np.int64)],
+             on_device=False)
+
+
+@pytest.mark.parametrize("upper,k", [(1, 0), (0, 1), (1, -1)])
+def test_trilu(upper, k):
+    check_op("Trilu", {"x": f32(2, 4, 5)}, {"upper": upper},
+             consts={"k": np.array(k, np.int64)}, on_device=False)
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum(exclusive, reverse):
+    check_op("CumSum", {"x": f32(3, 4)}, {"exclusive": exclusive, "reverse": reverse},
+             consts={"axis": np.array(1, np.int64)}, on_device=False)
+
+
+def test_tile_gather_elements_scatter():
+    check_op("Tile", {"x": f32(2, 3)}, consts={"r": np.array([2, 3], np.int64)}, on_device=False)
+    idx = rng.integers(-3, 3, size=(2, 4)).astype(np.int64)
+    check_op("GatherElements", {"x": f32(2, 3)}, {"axis": 1}, consts={"i": idx}, on_device=False)
+    upd = f32(2, 2)
+    check_op("ScatterElements", {"x": f32(2, 3)}, {"axis": 1, "reduction": "add"},
+             consts={"i": np.array([[0, 2], [1, 1]], np.int64), "u": upd}, on_device=False)
+    check_op("ScatterND", {"x": f32(4, 3)}, consts={"i": np.array([[1], [3]], np.int64),
+                                                   "u": f32(2, 3)}, on_device=False)
+    check_op("GatherND", {"x": f32(3, 4, 2)}, consts={"i": np.array([[0, 1], [2, 3]], np.int64)},
+             on_device=False)
+
+
+def test_depth_space_and_onehot():
+    check_op("DepthToSpace", {"x": f32(1, 8, 2, 3)}, {"blocksize": 2, "mode": "CRD"},
+             on_device=False)
+    check_op("SpaceToDepth", {"x": f32(1, 2, 4, 6)}, {"blocksize": 2}, on_device=False)
+    check_op("OneHot", {"i": np.array([[0, 2], [-1, 5]], np.int64)}, {"axis": 1},
+             consts={"d": np.array(4, np.int64), "v": np.array([0.0, 3.0], np.float32)},
+             outputs=[("y", np.float32)], on_device=False)
+
+
+def test_group_norm_and_lrn():
+    check_op("GroupNormalization", {"x": f32(2, 6, 3, 3)}, {"num_groups": 3},
+             consts={"s": f32(6), "b": f32(6)}, opset=21, on_device=False)
+    check_op("LRN", {"x": f32(1, 5, 3, 3)}, {"size": 3}, on_device=False)
+
+
+def test_resize_cubic_and_antialias():
+    roi, none = np.array([], np.float32), np.array([], np.float32)
+    check_op("Resize", {"x": f32(1, 2, 6, 7)}, {"mode": "cubic"},
+             consts={"roi": roi, "sc": np.array([1, 1, 2, 1.5], np.float32)}, opset=18,
+             on_device=False)
+    check_op("Resize", {"x": f32(1, 2, 9, 8)}, {"mode": "linear", "antialias": 1},
+             consts={"roi": roi, "sc": none, "sz": np.array([1, 2, 4, 3], np.int64)}, opset=18,
+             on_device=False)
+
+
+def test_quantize_dequantize_per_axis():
+    x = f32(2, 3, 4)
+    scale, zp = np.array([0.02, 0.05, 0.1], np.float32), np.array([3, -4, 0], np.int8)
+    check_op("QuantizeLinear", {"x": x}, {"axis": 1}, consts={"s": scale, "z": zp},
+             outputs=[("y", np.int8)], opset=19, on_device=False)
+    q = rng.integers(0, 255, size=(2, 3, 4)).astype(np.uint8)
+    check_op("DequantizeLinear", {"q": q}, {"axis": 1},
+             consts={"s": scale, "z": np.array([3, 100, 0], np.uint8)}, opset=19,
+             outputs=[("y", np.float32)], on_device=False)
+
+
+@pytest.mark.parametrize("dt", [np.uint16, np.uint32, np.uint64])
+def test_unsigned_types(dt):
+    a = rng.integers(0, 60000, size=(3, 4)).astype(dt)
+    b = rng.integers(1, 60000, size=(4,)).astype(dt)
+    if dt == np.uint64:  # past int64: order and division must read them unsigned
+        a[0, 0], b[1] = np.uint64(2**63 + 5), np.uint64(2**63 + 1)
+    # The ops onnxruntime implements for these types.
+    for op in ("Max", "Min", "Mod") if dt != np.uint16 else ("Mod",):
+        check_op(op, {"a": a, "b": b}, on_device=False)
+    check_op("BitShift", {"a": a, "b": (b % 7).astype(dt)}, {"direction": "RIGHT"},
+             on_device=False)
+    check_op("Cast", {"a": a}, {"to": 1}, outputs=[("y", np.float32)], on_device=False)
+
+
+def test_shapes_from_input_values():
+    """A Range's bounds and a Reshape's shape as model inputs: planned with their values."""
+    from onnx import helper
+    from gsonnx import check_model, make_model
+    nodes = [helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    feeds = {"start": np.array(2, np.int64), "limit": np.array(14, np.int64),
+             "delta": np.array(2, np.int64), "shape": np.array([2, 3], np.int64)}
+    check_model(make_model(nodes, feeds, outputs=[("y", np.int64)]), feeds)

@@ -3,6 +3,11 @@
 #define GS_ENGINE_OPS_H
 
 #include "engine/op.h"
+#include "hal/op/op_attrs.h"
+
+/* MatMul's shapes (numpy's rules) into m and out; shared with QLinearMatMul. */
+int gs__matmul_shapes(const gs_op_call *c, const gs_shape *a, const gs_shape *b,
+                      gs_matmul_attrs *m, gs_shape *out);
 
 /* Each table ends with an entry whose name is NULL. */
 extern const gs_op_def gs__ops_elementwise[];
@@ -13,5 +18,6 @@ extern const gs_op_def gs__ops_index[];
 extern const gs_op_def gs__ops_loss[];
 extern const gs_op_def gs__ops_normalize[];
 extern const gs_op_def gs__ops_signal[];
+extern const gs_op_def gs__ops_quant[];
 
 #endif

@@ -261,6 +261,18 @@ static int infer_mod(gs_op_call *c, const gs_node *n) {
   return GS_OK;
 }
 
+static int infer_bitshift(gs_op_call *c, const gs_node *n) {
+  int rc = infer_broadcast(c, 0, GS_DTM(GS_DT_UINT8) | GS_DTM(GS_DT_UINT16) | GS_DTM(GS_DT_UINT32) |
+                                     GS_DTM(GS_DT_UINT64), GS_DT_INVALID);
+  if (rc < 0)
+    return rc;
+  const char *dir = gs_attr_string(n, "direction", "");
+  if (strcmp(dir, "LEFT") && strcmp(dir, "RIGHT"))
+    return gs_op_fail(c, "direction=\"%s\" (expected LEFT or RIGHT)", dir);
+  ((gs_unary_attrs *)c->attrs)->shift_right = !strcmp(dir, "RIGHT");
+  return GS_OK;
+}
+
 /* PRelu: the slope broadcasts to x (unidirectionally). */
 static int infer_prelu(gs_op_call *c, const gs_node *n) {
   (void)n;
@@ -318,6 +330,7 @@ static const char *const selu_attrs[] = {"alpha", "gamma", NULL};
 static const char *const shrink_attrs[] = {"lambd", "bias", NULL};
 static const char *const isinf_attrs[] = {"detect_positive", "detect_negative", NULL};
 static const char *const mod_attrs[] = {"fmod", NULL};
+static const char *const bitshift_attrs[] = {"direction", NULL};
 
 #define UNARY(op, fn) \
   {.name = op, .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1, .attrs = no_attrs, .infer = fn}
@@ -403,6 +416,8 @@ const gs_op_def gs__ops_elementwise[] = {
     BINARY("PRelu", infer_prelu),
     {.name = "Mod", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1, .attrs = mod_attrs,
      .infer = infer_mod},
+    {.name = "BitShift", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+     .attrs = bitshift_attrs, .infer = infer_bitshift},
     VARIADIC("Sum", infer_arith),
     VARIADIC("Mean", infer_mean),
     {.name = "Min", .min_in = 1, .max_in = GS_OP_MAX_IO - 1, .min_out = 1, .max_out = 1,

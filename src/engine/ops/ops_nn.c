@@ -47,14 +47,9 @@ static int infer_gemm(gs_op_call *c, const gs_node *n) {
   return GS_OK;
 }
 
-static int infer_matmul(gs_op_call *c, const gs_node *n) {
-  (void)n;
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH | GS_DTM(GS_DT_INT32) | GS_DTM(GS_DT_INT64));
-  if (rc == 0)
-    rc = gs_op_want_dtype(c, 1, GS_DTM(c->in[0].dtype));
-  if (rc < 0)
-    return rc;
-  gs_shape a = c->in[0].shape, b = c->in[1].shape;
+int gs__matmul_shapes(const gs_op_call *c, const gs_shape *a_in, const gs_shape *b_in,
+                      gs_matmul_attrs *m, gs_shape *result) {
+  gs_shape a = *a_in, b = *b_in;
   if (a.rank < 1 || b.rank < 1)
     return gs_op_fail(c, "inputs must have at least one dimension");
   bool a_vec = a.rank == 1, b_vec = b.rank == 1;
@@ -67,9 +62,6 @@ static int infer_matmul(gs_op_call *c, const gs_node *n) {
     b.dims[1] = 1;
     b.rank = 2;
   }
-  gs_matmul_attrs *m = gs_op_attrs(c, sizeof *m);
-  if (!m)
-    return GS_ENOMEM;
   m->m = a.dims[a.rank - 2];
   m->k = a.dims[a.rank - 1];
   m->n = b.dims[b.rank - 1];
@@ -100,9 +92,22 @@ static int infer_matmul(gs_op_call *c, const gs_node *n) {
     out.dims[out.rank++] = m->m;
   if (!b_vec)
     out.dims[out.rank++] = m->n;
-  c->out[0].dtype = c->in[0].dtype;
-  c->out[0].shape = out;
+  *result = out;
   return GS_OK;
+}
+
+static int infer_matmul(gs_op_call *c, const gs_node *n) {
+  (void)n;
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH | GS_DTM(GS_DT_INT32) | GS_DTM(GS_DT_INT64));
+  if (rc == 0)
+    rc = gs_op_want_dtype(c, 1, GS_DTM(c->in[0].dtype));
+  if (rc < 0)
+    return rc;
+  gs_matmul_attrs *m = gs_op_attrs(c, sizeof *m);
+  if (!m)
+    return GS_ENOMEM;
+  c->out[0].dtype = c->in[0].dtype;
+  return gs__matmul_shapes(c, &c->in[0].shape, &c->in[1].shape, m, &c->out[0].shape);
 }
 
 /* ---- windows: Conv, ConvTranspose, pooling ---------------------------------------- */

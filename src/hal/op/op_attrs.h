@@ -16,6 +16,7 @@ typedef struct gs_unary_attrs {
   bool gelu_tanh;      /* Gelu approximate="tanh" */
   bool fmod;           /* Mod: C's remainder (sign of the dividend), else Python's */
   bool detect_pos, detect_neg; /* IsInf */
+  bool shift_right;    /* BitShift direction="RIGHT" */
 } gs_unary_attrs;
 
 typedef struct gs_cast_attrs {
@@ -178,5 +179,12 @@ typedef struct gs_normalize_attrs {
   bool per_channel;      /* GroupNormalization: scale and bias per channel, else per group */
   bool reduce[GS_MAX_DIMS]; /* MeanVarianceNormalization's axes */
 } gs_normalize_attrs;
+
+/* QuantizeLinear, DequantizeLinear, QLinearMatMul (ops_quant.c). */
+typedef struct gs_quant_attrs {
+  int axis;           /* normalised; the axis scales run along when not one */
+  int64_t block_size; /* blocked quantisation: elements per scale along axis; 0: none */
+  gs_matmul_attrs matmul; /* QLinearMatMul's shapes */
+} gs_quant_attrs;
 
 #endif

@@ -25,9 +25,9 @@ static inline int64_t gs_launch_numel(const gs_shape *s) {
 static inline size_t gs_launch_element_size(gs_dtype dt) {
   switch (dt) {
   case GS_DT_BOOL: case GS_DT_UINT8: case GS_DT_INT8: return 1;
-  case GS_DT_INT16: case GS_DT_FLOAT16: case GS_DT_BFLOAT16: return 2;
-  case GS_DT_INT32: case GS_DT_FLOAT32: return 4;
-  case GS_DT_INT64: case GS_DT_FLOAT64: return 8;
+  case GS_DT_INT16: case GS_DT_UINT16: case GS_DT_FLOAT16: case GS_DT_BFLOAT16: return 2;
+  case GS_DT_INT32: case GS_DT_UINT32: case GS_DT_FLOAT32: return 4;
+  case GS_DT_INT64: case GS_DT_UINT64: case GS_DT_FLOAT64: return 8;
   case GS_DT_BYTES: return sizeof(gs_bytes_ref);
   default: return 0;
   }

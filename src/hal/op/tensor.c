@@ -17,6 +17,8 @@ static const struct {
     [GS_DT_INT64] = {"int64", 8, 7},       [GS_DT_FLOAT16] = {"float16", 2, 10},
     [GS_DT_BFLOAT16] = {"bfloat16", 2, 16}, [GS_DT_FLOAT32] = {"float32", 4, 1},
     [GS_DT_FLOAT64] = {"float64", 8, 11},  [GS_DT_BYTES] = {"bytes", sizeof(gs_bytes_ref), 8},
+    [GS_DT_UINT16] = {"uint16", 2, 4},     [GS_DT_UINT32] = {"uint32", 4, 12},
+    [GS_DT_UINT64] = {"uint64", 8, 13},
 };
 
 size_t gs_dtype_size(gs_dtype dt) { return (unsigned)dt < GS_DT_COUNT ? dtypes[dt].size : 0; }

@@ -20,6 +20,9 @@ typedef enum gs_dtype {
   GS_DT_FLOAT32,
   GS_DT_FLOAT64,
   GS_DT_BYTES, /* variable-length strings, held as gs_bytes_ref records */
+  GS_DT_UINT16,
+  GS_DT_UINT32,
+  GS_DT_UINT64,
   GS_DT_COUNT
 } gs_dtype;
 

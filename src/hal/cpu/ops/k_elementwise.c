@@ -361,6 +361,7 @@ static int k_clip(const gs_cpu_kernel_call *k) {
 
 typedef enum {
   B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MIN, B_MAX, B_PRELU, B_MOD, B_FMOD, B_BAND, B_BOR, B_BXOR,
+  B_SHL, B_SHR,
   /* bool out: */
   B_EQ, B_LT, B_GT, B_LE, B_GE, B_AND, B_OR, B_XOR,
 } binary_op;
@@ -391,9 +392,34 @@ static inline double binary_d(binary_op op, double a, double b) {
   }
 }
 
+/* uint64 in int64 bits: the ops where signedness matters. */
+static inline int binary_u64(binary_op op, uint64_t a, uint64_t b, int64_t *r) {
+  switch (op) {
+  case B_DIV:
+  case B_MOD:
+  case B_FMOD:
+    if (b == 0)
+      return gs_error(GS_EINVAL, "integer %s by zero", op == B_DIV ? "division" : "modulo");
+    *r = (int64_t)(op == B_DIV ? a / b : a % b);
+    return 0;
+  case B_MIN: *r = (int64_t)(a < b ? a : b); return 0;
+  case B_MAX: *r = (int64_t)(a > b ? a : b); return 0;
+  case B_LT: *r = a < b; return 0;
+  case B_GT: *r = a > b; return 0;
+  case B_LE: *r = a <= b; return 0;
+  case B_GE: *r = a >= b; return 0;
+  default: return 1; /* the same as signed */
+  }
+}
+
 /* Integer arithmetic wraps, like the hardware, without C's undefined behaviour. */
-static inline int binary_i(binary_op op, int64_t a, int64_t b, int64_t *r) {
+static inline int binary_i(binary_op op, int64_t a, int64_t b, bool u64, int64_t *r) {
   uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+  if (u64) {
+    int rc = binary_u64(op, ua, ub, r);
+    if (rc <= 0)
+      return rc;
+  }
   switch (op) {
   case B_ADD: *r = (int64_t)(ua + ub); return 0;
   case B_SUB: *r = (int64_t)(ua - ub); return 0;
@@ -426,6 +452,8 @@ static inline int binary_i(binary_op op, int64_t a, int64_t b, int64_t *r) {
     if (op == B_MOD && *r != 0 && (*r < 0) != (b < 0)) /* Python's: the divisor's sign */
       *r += b;
     return 0;
+  case B_SHL: *r = ub >= 64 ? 0 : (int64_t)(ua << ub); return 0;
+  case B_SHR: *r = ub >= 64 ? 0 : (int64_t)(ua >> ub); return 0; /* unsigned types only */
   case B_BAND: *r = a & b; return 0;
   case B_BOR: *r = a | b; return 0;
   case B_BXOR: *r = a ^ b; return 0;
@@ -504,7 +532,7 @@ static int binary(binary_op op, const gs_tensor_desc *da, const void *a, const g
       int64_t ia = io[0] + i * sa, ib = io[1] + i * sb;
       if (gs_is_int(dt) && gs_is_int(db->dtype)) {
         int64_t r = 0;
-        int rc = binary_i(op, gs_ldi(dt, a, ia), gs_ldi(db->dtype, b, ib), &r);
+        int rc = binary_i(op, gs_ldi(dt, a, ia), gs_ldi(db->dtype, b, ib), gs_is_u64(dt), &r);
         if (rc < 0)
           return rc;
         gs_sti(ot, out, oo + i, r);
@@ -550,6 +578,11 @@ BINARY_KERNEL(k_bitwise_and, B_BAND)
 BINARY_KERNEL(k_bitwise_or, B_BOR)
 BINARY_KERNEL(k_bitwise_xor, B_BXOR)
 BINARY_KERNEL(k_prelu, B_PRELU)
+
+static int k_bitshift(const gs_cpu_kernel_call *k) {
+  const gs_unary_attrs *a = gs_kcall(k)->attrs;
+  return run_binary(k, a->shift_right ? B_SHR : B_SHL);
+}
 
 static int k_mod(const gs_cpu_kernel_call *k) {
   const gs_unary_attrs *a = gs_kcall(k)->attrs;
@@ -668,7 +701,7 @@ static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("And", k_and), KERNEL("Or", k_or), KERNEL("Xor", k_xor),
     KERNEL("BitwiseAnd", k_bitwise_and), KERNEL("BitwiseOr", k_bitwise_or),
     KERNEL("BitwiseXor", k_bitwise_xor), KERNEL("PRelu", k_prelu), KERNEL("Mod", k_mod),
-    KERNEL("Sum", k_sum), KERNEL("Mean", k_mean),
+    KERNEL("Sum", k_sum), KERNEL("Mean", k_mean), KERNEL("BitShift", k_bitshift),
 };
 
 int gs__cpu_register_elementwise(gs_backend_t *be) {

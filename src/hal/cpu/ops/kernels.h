@@ -33,6 +33,9 @@ static inline double gs_ld(gs_dtype dt, const void *p, int64_t i) {
   case GS_DT_INT8: return ((const int8_t *)p)[i];
   case GS_DT_UINT8:
   case GS_DT_BOOL: return ((const uint8_t *)p)[i];
+  case GS_DT_UINT16: return ((const uint16_t *)p)[i];
+  case GS_DT_UINT32: return ((const uint32_t *)p)[i];
+  case GS_DT_UINT64: return (double)((const uint64_t *)p)[i];
   default: return 0;
   }
 }
@@ -45,9 +48,17 @@ static inline int64_t gs_ldi(gs_dtype dt, const void *p, int64_t i) {
   case GS_DT_INT8: return ((const int8_t *)p)[i];
   case GS_DT_UINT8:
   case GS_DT_BOOL: return ((const uint8_t *)p)[i];
+  case GS_DT_UINT16: return ((const uint16_t *)p)[i];
+  case GS_DT_UINT32: return ((const uint32_t *)p)[i];
+  case GS_DT_UINT64: return (int64_t)((const uint64_t *)p)[i]; /* the bits: see gs_is_u64 */
   default: return (int64_t)gs_ld(dt, p, i);
   }
 }
+
+/* uint64 travels as int64 bits through the integer paths: wrapping
+ * arithmetic is the same, but order, division and the conversion to a
+ * float must read it unsigned. */
+static inline bool gs_is_u64(gs_dtype dt) { return dt == GS_DT_UINT64; }
 
 /* Converts a double to an integer type without undefined behaviour: NaN is
  * 0, values past the type's range saturate. */
@@ -72,6 +83,11 @@ static inline void gs_st(gs_dtype dt, void *p, int64_t i, double v) {
   case GS_DT_INT16: ((int16_t *)p)[i] = (int16_t)gs_sat_i64(v, -32768.0, 32767.0); break;
   case GS_DT_INT8: ((int8_t *)p)[i] = (int8_t)gs_sat_i64(v, -128.0, 127.0); break;
   case GS_DT_UINT8: ((uint8_t *)p)[i] = (uint8_t)gs_sat_i64(v, 0.0, 255.0); break;
+  case GS_DT_UINT16: ((uint16_t *)p)[i] = (uint16_t)gs_sat_i64(v, 0.0, 65535.0); break;
+  case GS_DT_UINT32: ((uint32_t *)p)[i] = (uint32_t)gs_sat_i64(v, 0.0, 4294967295.0); break;
+  case GS_DT_UINT64:
+    ((uint64_t *)p)[i] = v != v || v <= 0 ? 0 : v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+    break;
   case GS_DT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
   default: break;
   }
@@ -85,6 +101,9 @@ static inline void gs_sti(gs_dtype dt, void *p, int64_t i, int64_t v) {
   case GS_DT_INT16: ((int16_t *)p)[i] = (int16_t)(uint16_t)(uint64_t)v; break;
   case GS_DT_INT8: ((int8_t *)p)[i] = (int8_t)(uint8_t)(uint64_t)v; break;
   case GS_DT_UINT8: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)v; break;
+  case GS_DT_UINT16: ((uint16_t *)p)[i] = (uint16_t)(uint64_t)v; break;
+  case GS_DT_UINT32: ((uint32_t *)p)[i] = (uint32_t)(uint64_t)v; break;
+  case GS_DT_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
   case GS_DT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
   default: gs_st(dt, p, i, (double)v); break;
   }
@@ -138,5 +157,6 @@ int gs__cpu_register_index(gs_backend_t *be);
 int gs__cpu_register_loss(gs_backend_t *be);
 int gs__cpu_register_normalize(gs_backend_t *be);
 int gs__cpu_register_signal(gs_backend_t *be);
+int gs__cpu_register_quant(gs_backend_t *be);
 
 #endif
