@@ -597,7 +597,10 @@ def test_unsigned_types(dt):
     if dt == np.uint64:  # past int64: order and division must read them unsigned
         a[0, 0], b[1] = np.uint64(2**63 + 5), np.uint64(2**63 + 1)
     # The ops onnxruntime implements for these types.
-    for op in ("Max", "Min", "Mod") if dt != np.uint16 else ("Mod",):
+    if dt == np.uint16:  # onnxruntime has only Mod for uint16
+        check_op("Mod", {"a": a, "b": b}, on_device=False)
+        return
+    for op in ("Max", "Min", "Mod"):
         check_op(op, {"a": a, "b": b}, on_device=False)
     check_op("BitShift", {"a": a, "b": (b % 7).astype(dt)}, {"direction": "RIGHT"},
              on_device=False)
