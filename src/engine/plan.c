@@ -181,6 +181,15 @@ static void free_call(gs_op_call *c) {
   free(c);
 }
 
+/* Whether every output of a call is empty: its kernel has nothing to do,
+ * and is not run (its operands may have no memory at all). */
+static bool call_is_empty(const gs_op_call *c) {
+  for (int i = 0; i < c->n_out; i++)
+    if (gs_shape_numel(&c->out[i].shape) > 0)
+      return false;
+  return true;
+}
+
 /* Runs a CPU kernel on host data now (constant folding). */
 static int run_on_host(const gs_op_call *c, const void *const *in, void *const *out) {
   const gs_host_kernel *k = gs_host_kernel_find(c->op_type);
@@ -291,7 +300,9 @@ static int plan_node(gs_plan *p, const gs_node *node) {
         rc = gs_error(GS_ENOMEM, "out of memory folding node %s", node->name);
     }
     if (rc == 0)
-      rc = op->fold ? op->fold(c, node, outs[0]) : run_on_host(c, ins, outs);
+      rc = op->fold             ? op->fold(c, node, outs[0])
+           : call_is_empty(c) ? 0 /* nothing to compute */
+                              : run_on_host(c, ins, outs);
     for (int i = 0; i < node->n_out; i++) {
       if (rc == 0 && out_idx[i] >= 0) {
         p->values[out_idx[i]].data = outs[i];
@@ -1021,6 +1032,8 @@ static int run_steps(gs_plan *p) {
   for (int s = 0; rc == 0 && s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     const gs_op_call *c = st->call;
+    if (call_is_empty(c))
+      continue;
     if (st->on_cpu) {
       rc = launch_fallback(p, st);
       continue;

@@ -446,8 +446,14 @@ static int fold_constant(const gs_op_call *c, const gs_node *n, void *out) {
     break;
   case GS_ATTR_FLOAT: memcpy(out, &a->f, sizeof a->f); break;
   case GS_ATTR_INT: memcpy(out, &a->i, sizeof a->i); break;
-  case GS_ATTR_FLOATS: memcpy(out, a->floats, sizeof(float) * (size_t)a->n); break;
-  case GS_ATTR_INTS: memcpy(out, a->ints, sizeof(int64_t) * (size_t)a->n); break;
+  case GS_ATTR_FLOATS: /* an empty list has no array */
+    if (a->n > 0)
+      memcpy(out, a->floats, sizeof(float) * (size_t)a->n);
+    break;
+  case GS_ATTR_INTS:
+    if (a->n > 0)
+      memcpy(out, a->ints, sizeof(int64_t) * (size_t)a->n);
+    break;
   default: break;
   }
   return GS_OK;
@@ -504,9 +510,16 @@ static int infer_pad(gs_op_call *c, const gs_node *n) {
       return rc;
     if (c->in[2].dtype != c->in[0].dtype)
       return gs_op_fail(c, "constant_value must have the input's type");
+    int64_t count = gs_shape_numel(&c->in[2].shape);
+    if (count > 1)
+      return gs_op_fail(c, "constant_value must be one value, not %lld", (long long)count);
     /* Stored as double: every supported type converts exactly enough for padding. */
     const void *v = c->in_data[2];
-    switch (c->in[2].dtype) {
+    switch (count == 0 ? GS_DT_INVALID : c->in[2].dtype) { /* empty: the default, 0 */
+    case GS_DT_INVALID: a->value = 0; break;
+    case GS_DT_UINT16: a->value = *(const uint16_t *)v; break;
+    case GS_DT_UINT32: a->value = *(const uint32_t *)v; break;
+    case GS_DT_UINT64: a->value = (double)*(const uint64_t *)v; break;
     case GS_DT_FLOAT32: a->value = *(const float *)v; break;
     case GS_DT_FLOAT64: a->value = *(const double *)v; break;
     case GS_DT_INT64: a->value = (double)*(const int64_t *)v; break;

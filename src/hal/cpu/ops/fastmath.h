@@ -25,7 +25,8 @@ static inline float gs_fast_expf(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
+  /* NaN passes the clamp and stays in p; its exponent must still convert. */
+  int32_t bits = ((int32_t)(n == n ? n : 0.0f) + 127) << 23;
   float scale;
   memcpy(&scale, &bits, 4);
   return p * scale;

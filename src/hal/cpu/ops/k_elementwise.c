@@ -307,7 +307,8 @@ static int k_cast(const gs_cpu_kernel_call *k) {
   const void *x = k->ptr[0];
   void *y = k->ptr[c->n_in];
   if (from == to) {
-    memcpy(y, x, (size_t)n * gs_dtype_size(to));
+    if (n > 0) /* an empty tensor's pointer may be NULL */
+      memcpy(y, x, (size_t)n * gs_dtype_size(to));
     return 0;
   }
   if (gs_is_int(from) && gs_is_int(to)) {

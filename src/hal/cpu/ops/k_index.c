@@ -28,6 +28,12 @@ static void next_index(const gs_shape *s, int64_t *idx) {
   }
 }
 
+/* Copies n elements; an empty tensor's pointer may be NULL. */
+static void copy_all(void *dst, const void *src, int64_t n, size_t es) {
+  if (n > 0)
+    memcpy(dst, src, (size_t)n * es);
+}
+
 static int index_error(const gs_op_call *c, int64_t ix, int64_t dim) {
   return gs_error(GS_EINVAL, "node %s (%s): index %lld is out of range [%lld, %lld)",
                   c->node_name, c->op_type, (long long)ix, (long long)-dim, (long long)dim);
@@ -200,7 +206,7 @@ static int k_scatter_elements(const gs_cpu_kernel_call *k) {
   int64_t xst[GS_MAX_DIMS], idx[GS_MAX_DIMS] = {0}, n = gs_shape_numel(is);
   strides_of(xs, xst);
   void *y = k->ptr[3];
-  memcpy(y, k->ptr[0], (size_t)gs_shape_numel(xs) * esize(&c->in[0]));
+  copy_all(y, k->ptr[0], gs_shape_numel(xs), esize(&c->in[0]));
   for (int64_t i = 0; i < n; i++) {
     int64_t at = 0, dst = 0;
     int rc = read_index(c, c->in[1].dtype, k->ptr[1], i, xs->dims[a->axis], &at);
@@ -273,7 +279,7 @@ static int k_scatter_nd(const gs_cpu_kernel_call *k) {
     slice *= xs->dims[d];
   gs_dtype dt = c->in[0].dtype;
   void *y = k->ptr[3];
-  memcpy(y, k->ptr[0], (size_t)gs_shape_numel(xs) * esize(&c->in[0]));
+  copy_all(y, k->ptr[0], gs_shape_numel(xs), esize(&c->in[0]));
   const int64_t *t = k->ptr[1];
   for (int64_t ti = 0; ti < tuples; ti++) {
     int64_t off;

@@ -230,6 +230,14 @@ static int conv_f32(const gs_op_call *c, float *const *p) {
     return gs_error(GS_ENOMEM, "out of memory for the im2col buffer of node %s", c->node_name);
   const float *w = p[1], *bias = a->has_bias ? p[2] : NULL;
   float *y = p[c->n_in];
+  if (kk == 0 || g.in_size == 0) { /* an empty input: each output is its bias */
+    for (int64_t n = 0; n < batch; n++)
+      for (int64_t o = 0; o < cout; o++)
+        for (int64_t i = 0; i < g.out_size; i++)
+          y[(n * cout + o) * g.out_size + i] = bias ? bias[o] : 0.0f;
+    free(cols);
+    return 0;
+  }
   for (int64_t n = 0; n < batch; n++)
     for (int64_t grp = 0; grp < a->group; grp++) {
       const float *xg = p[0] + (n * cin + grp * cin_g) * g.in_size;
@@ -349,6 +357,11 @@ GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool 
   float *y = p[1];
   if (a->global) {
     int64_t size = gs_shape_numel(xs) / (planes ? planes : 1);
+    if (size == 0) { /* an empty window: no maximum, and 0/0 for the mean */
+      for (int64_t pl = 0; pl < planes; pl++)
+        y[pl] = is_max ? -INFINITY : NAN;
+      return 0;
+    }
     for (int64_t pl = 0; pl < planes; pl++) {
       const float *x = p[0] + pl * size;
       /* Sixteen running sums, so that the adds need not wait on each other
