@@ -5,7 +5,7 @@ BUILD_ASAN ?= build-asan
 BUILD_BENCH ?= build-bench
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build run test test-asan bench install clean
+.PHONY: all deps build run test test-asan bench zoo install clean
 
 all: build
 
@@ -58,6 +58,16 @@ bench: deps
 	$(BUILD_BENCH)/bench/gs-bench-sched-plan
 	.venv/bin/python bench/sched.py $(BUILD_BENCH)
 	.venv/bin/python bench/cli_startup.py $(BUILD_BENCH) 50
+
+# The model zoo: torchvision's models and torch.nn transformers, exported,
+# checked against onnxruntime and timed (bench/zoo.py). torch and torchvision
+# live in their own venv (about 5.6 GB), so this is not part of `make test`.
+ZOO_VENV ?= .venv-zoo
+zoo: build
+	@test -x $(ZOO_VENV)/bin/python || python3 -m venv $(ZOO_VENV)
+	@$(ZOO_VENV)/bin/python -c "import torch, torchvision, onnxruntime, onnx" 2>/dev/null || \
+	  $(ZOO_VENV)/bin/pip install -q torch torchvision onnx==1.17.0 onnxruntime==1.20.1 numpy
+	$(ZOO_VENV)/bin/python bench/zoo.py $(BUILD) $(ZOO_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_BENCH)

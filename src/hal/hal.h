@@ -269,7 +269,7 @@ int gs_stream_synchronize(gs_stream_t *s);
 
 /* ---- op kernels ------------------------------------------------------- */
 
-#define GS_KERNEL_MAX_BUFFERS 32
+#define GS_KERNEL_MAX_BUFFERS 64
 #define GS_KERNEL_MAX_PARAMS 256
 
 /* A kernel launch: buffers (with byte offsets) and a small parameter block,

@@ -19,5 +19,6 @@ extern const gs_op_def gs__ops_loss[];
 extern const gs_op_def gs__ops_normalize[];
 extern const gs_op_def gs__ops_signal[];
 extern const gs_op_def gs__ops_quant[];
+extern const gs_op_def gs__ops_einsum[];
 
 #endif

@@ -1,5 +1,6 @@
 /* ops_normalize.c - definitions of the normalizations beside the common
- * ones of ops_nn.c: LRN, GroupNormalization and MeanVarianceNormalization. */
+ * ones of ops_nn.c: LRN, GroupNormalization, InstanceNormalization and
+ * MeanVarianceNormalization. */
 #include "engine/op.h"
 #include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
@@ -57,6 +58,21 @@ static int infer_group_norm(gs_op_call *c, const gs_node *n) {
   return GS_OK;
 }
 
+/* InstanceNormalization: GroupNormalization with a group per channel. */
+static int infer_instance_norm(gs_op_call *c, const gs_node *n) {
+  gs_normalize_attrs *a = norm_attrs(c, 3);
+  if (!a)
+    return gs_error_code();
+  int64_t C = c->in[0].shape.dims[1];
+  a->epsilon = gs_attr_float(n, "epsilon", 1e-5f);
+  a->groups = C;
+  a->per_channel = true;
+  for (int i = 1; i < 3; i++)
+    if (c->in[i].dtype != c->in[0].dtype || gs_shape_numel(&c->in[i].shape) != C)
+      return gs_op_fail(c, "scale and B must hold one value per channel (%lld)", (long long)C);
+  return GS_OK;
+}
+
 static int infer_mvn(gs_op_call *c, const gs_node *n) {
   gs_normalize_attrs *a = norm_attrs(c, 1);
   if (!a)
@@ -77,12 +93,15 @@ static int infer_mvn(gs_op_call *c, const gs_node *n) {
 static const char *const lrn_attrs[] = {"alpha", "beta", "bias", "size", NULL};
 static const char *const group_norm_attrs[] = {"epsilon", "num_groups", "stash_type", NULL};
 static const char *const mvn_attrs[] = {"axes", NULL};
+static const char *const epsilon_attrs[] = {"epsilon", NULL};
 
 const gs_op_def gs__ops_normalize[] = {
     {.name = "LRN", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1, .attrs = lrn_attrs,
      .infer = infer_lrn},
     {.name = "GroupNormalization", .min_in = 3, .max_in = 3, .min_out = 1, .max_out = 1,
      .attrs = group_norm_attrs, .infer = infer_group_norm},
+    {.name = "InstanceNormalization", .min_in = 3, .max_in = 3, .min_out = 1, .max_out = 1,
+     .attrs = epsilon_attrs, .infer = infer_instance_norm},
     {.name = "MeanVarianceNormalization", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = mvn_attrs, .infer = infer_mvn},
     {.name = NULL},

@@ -3,6 +3,7 @@
 #ifndef GS_HAL_OP_ATTRS_H
 #define GS_HAL_OP_ATTRS_H
 
+#include "hal/op/op_call.h"
 #include "hal/op/tensor.h"
 
 /* Activation fused into the op that precedes it (plan.c fuses them). */
@@ -186,5 +187,17 @@ typedef struct gs_quant_attrs {
   int64_t block_size; /* blocked quantisation: elements per scale along axis; 0: none */
   gs_matmul_attrs matmul; /* QLinearMatMul's shapes */
 } gs_quant_attrs;
+
+/* Einsum (ops_einsum.c): every label numbered, each operand's labels. */
+#define GS_EINSUM_MAX_LABELS 16
+typedef struct gs_einsum_attrs {
+  int n_labels;
+  int64_t size[GS_EINSUM_MAX_LABELS];     /* each label's extent */
+  int n_in;
+  int in_rank[GS_OP_MAX_IO];
+  int8_t in_label[GS_OP_MAX_IO][GS_MAX_DIMS]; /* label of each dim of each input */
+  int out_rank;
+  int8_t out_label[GS_MAX_DIMS];
+} gs_einsum_attrs;
 
 #endif

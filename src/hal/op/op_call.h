@@ -13,7 +13,7 @@
 #include "hal/op/tensor.h"
 
 /* Inputs plus outputs of one node, bounded by the HAL's kernel buffers. */
-#define GS_OP_MAX_IO 32
+#define GS_OP_MAX_IO 64
 
 typedef struct gs_tensor_desc {
   gs_dtype dtype; /* GS_DT_INVALID: an omitted optional operand */

@@ -1,5 +1,6 @@
-/* k_normalize.c - CPU kernels of LRN, GroupNormalization and
- * MeanVarianceNormalization (engine/ops/ops_normalize.c), in double. */
+/* k_normalize.c - CPU kernels of LRN, GroupNormalization (and
+ * InstanceNormalization through it) and MeanVarianceNormalization
+ * (engine/ops/ops_normalize.c), in double. */
 #include "hal/cpu/ops/kernels.h"
 
 #include "base/error.h"
@@ -114,6 +115,7 @@ static int k_mvn(const gs_cpu_kernel_call *k) {
 static const gs_cpu_kernel_entry kernels[] = {
     GS_CPU_KERNEL("LRN", k_lrn),
     GS_CPU_KERNEL("GroupNormalization", k_group_norm),
+    GS_CPU_KERNEL("InstanceNormalization", k_group_norm), /* a group per channel */
     GS_CPU_KERNEL("MeanVarianceNormalization", k_mvn),
 };
 
