@@ -162,7 +162,7 @@ static int run_unary(const gs_devop *op, const gs_devops_target *t) {
   const gs_op_call *c = t->call;
   const gs_unary_attrs *at = c->attrs;
   int32_t code = op->variant == UNARY_GELU_ERF && at && at->gelu_tanh ? UNARY_GELU_TANH : op->variant;
-  float alpha = op->variant == UNARY_LEAKY && at ? at->alpha : 0.0f;
+  float alpha = at ? at->alpha : 0.0f, beta = at ? at->beta : 0.0f;
   gs_dtype dt = c->in[0].dtype;
   if (is_int(dt)) {
     size_t es = gs_launch_element_size(dt);
@@ -174,7 +174,7 @@ static int run_unary(const gs_devop *op, const gs_devops_target *t) {
   size_t es = half ? 2 : 4;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   return LAUNCH(t, half ? GS_DK_unary_f16 : GS_DK_unary_f32, n, BUF(0, es), BUF(1, es), VAL(n),
-                VAL(code), VAL(alpha));
+                VAL(code), VAL(alpha), VAL(beta));
 }
 
 static bool clip_supports(const gs_devop *op, const gs_op_call *c) {
@@ -1044,10 +1044,10 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
 static int relu(const gs_devops_target *t, int y, int64_t n, bool half) {
   uint64_t count = (uint64_t)n;
   int32_t code = UNARY_RELU;
-  float alpha = 0.0f;
+  float alpha = 0.0f, beta = 0.0f;
   size_t es = half ? 2 : 4;
   return LAUNCH(t, half ? GS_DK_unary_f16 : GS_DK_unary_f32, count, BUF(y, es), BUF(y, es),
-                VAL(count), VAL(code), VAL(alpha));
+                VAL(count), VAL(code), VAL(alpha), VAL(beta));
 }
 
 /* ---- failures ------------------------------------------------------------------------------------ */
@@ -1097,6 +1097,20 @@ static const gs_devop ops[] = {
     {"Log", UNARY_LOG, unary_supports, run_unary},
     {"Neg", UNARY_NEG, unary_supports, run_unary},
     {"Abs", UNARY_ABS, unary_supports, run_unary},
+    {"Reciprocal", UNARY_RECIPROCAL, unary_supports, run_unary},
+    {"Floor", UNARY_FLOOR, unary_supports, run_unary},
+    {"Ceil", UNARY_CEIL, unary_supports, run_unary},
+    {"Round", UNARY_ROUND, unary_supports, run_unary},
+    {"Sin", UNARY_SIN, unary_supports, run_unary},
+    {"Cos", UNARY_COS, unary_supports, run_unary},
+    {"Softplus", UNARY_SOFTPLUS, unary_supports, run_unary},
+    {"Softsign", UNARY_SOFTSIGN, unary_supports, run_unary},
+    {"HardSwish", UNARY_HARDSWISH, unary_supports, run_unary},
+    {"HardSigmoid", UNARY_HARDSIGMOID, unary_supports, run_unary},
+    {"Elu", UNARY_ELU, unary_supports, run_unary},
+    {"Selu", UNARY_SELU, unary_supports, run_unary},
+    {"Mish", UNARY_MISH, unary_supports, run_unary},
+    {"Sign", UNARY_SIGN, unary_supports, run_unary},
     {"Clip", 0, clip_supports, run_clip},
     {"Not", 0, not_supports, run_not},
     {"Cast", 0, cast_supports, run_cast},

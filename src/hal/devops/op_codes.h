@@ -22,6 +22,20 @@
 #define UNARY_LOG 9
 #define UNARY_NEG 10
 #define UNARY_ABS 11
+#define UNARY_RECIPROCAL 12
+#define UNARY_FLOOR 13
+#define UNARY_CEIL 14
+#define UNARY_ROUND 15
+#define UNARY_SIN 16
+#define UNARY_COS 17
+#define UNARY_SOFTPLUS 18
+#define UNARY_SOFTSIGN 19
+#define UNARY_HARDSWISH 20
+#define UNARY_HARDSIGMOID 21 /* alpha, beta */
+#define UNARY_ELU 22         /* alpha */
+#define UNARY_SELU 23        /* alpha, gamma as beta */
+#define UNARY_MISH 24
+#define UNARY_SIGN 25
 
 #define BINARY_ADD 0
 #define BINARY_SUB 1

@@ -69,7 +69,9 @@ DEVFN void fail(GLOBAL long *status, ulong tag, long code, long value, long limi
 /* ---- elementwise ------------------------------------------------------------------------ */
 
 
-DEVFN float unary_apply(int op, float v, float alpha) {
+DEVFN float softplus_f(float v) { return v > 30.0f ? v : log1p(exp(v)); }
+
+DEVFN float unary_apply(int op, float v, float alpha, float beta) {
   switch (op) {
   case UNARY_RELU: return v > 0.0f ? v : 0.0f;
   case UNARY_SIGMOID: return 1.0f / (1.0f + exp(-v));
@@ -82,6 +84,20 @@ DEVFN float unary_apply(int op, float v, float alpha) {
   case UNARY_EXP: return exp(v);
   case UNARY_LOG: return log(v);
   case UNARY_NEG: return -v;
+  case UNARY_RECIPROCAL: return 1.0f / v;
+  case UNARY_FLOOR: return floor(v);
+  case UNARY_CEIL: return ceil(v);
+  case UNARY_ROUND: return rint(v); /* halves to even */
+  case UNARY_SIN: return sin(v);
+  case UNARY_COS: return cos(v);
+  case UNARY_SOFTPLUS: return softplus_f(v);
+  case UNARY_SOFTSIGN: return v / (1.0f + fabs(v));
+  case UNARY_HARDSWISH: return v * fmin(1.0f, fmax(0.0f, v / 6.0f + 0.5f));
+  case UNARY_HARDSIGMOID: return fmin(1.0f, fmax(0.0f, alpha * v + beta));
+  case UNARY_ELU: return v >= 0.0f ? v : alpha * (exp(v) - 1.0f);
+  case UNARY_SELU: return beta * (v > 0.0f ? v : alpha * (exp(v) - 1.0f));
+  case UNARY_MISH: return v * tanh(softplus_f(v));
+  case UNARY_SIGN: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v;
   default: return fabs(v);
   }
 }
@@ -156,8 +172,8 @@ DEVFN void stf(GLOBAL void *p, ulong i, float v, int fp16) {
 
 #define DEFINE_FLOAT_ELEMENTWISE(SUFFIX, T, LOAD, STORE)                                        \
   KERNEL unary_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, int op,     \
-                        float alpha) {                                                           \
-    FOR_EACH(i, n) { STORE(unary_apply(op, LOAD(x, xo + i), alpha), y, yo + i); }                \
+                        float alpha, float beta) {                                               \
+    FOR_EACH(i, n) { STORE(unary_apply(op, LOAD(x, xo + i), alpha, beta), y, yo + i); }          \
   }                                                                                              \
   /* Clip: the bounds are one-element tensors (absent: has_lo, has_hi 0); NaN stays NaN. */    \
   KERNEL clip_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL const T *lo, ulong loo, int has_lo,   \
