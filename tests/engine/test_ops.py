@@ -619,3 +619,72 @@ def test_shapes_from_input_values():
     feeds = {"start": np.array(2, np.int64), "limit": np.array(14, np.int64),
              "delta": np.array(2, np.int64), "shape": np.array([2, 3], np.int64)}
     check_model(make_model(nodes, feeds, outputs=[("y", np.int64)]), feeds)
+
+
+# ---- recurrent ops (the CPU's reference loop on every device) ------------------------------------
+
+def _rnn_case(op, gates, direction="forward", layout=0, extra=None, seq_lens=False, hidden=5):
+    seq, batch, inp = 4, 3, 6
+    dirs = 2 if direction == "bidirectional" else 1
+    x = f32(batch, seq, inp) if layout else f32(seq, batch, inp)
+    consts = {"W": f32(dirs, gates * hidden, inp, lo=-0.5, hi=0.5),
+              "R": f32(dirs, gates * hidden, hidden, lo=-0.5, hi=0.5),
+              "B": f32(dirs, 2 * gates * hidden, lo=-0.5, hi=0.5)}
+    names = ["x", "W", "R", "B"]
+    if seq_lens:
+        consts["L"] = np.array([4, 2, 3], np.int32)
+        consts["h0"] = f32(*((batch, dirs, hidden) if layout else (dirs, batch, hidden)))
+        names += ["L", "h0"]
+    attrs = {"hidden_size": hidden, "direction": direction, "layout": layout, **(extra or {})}
+    outs = [("y", np.float32), ("y_h", np.float32)] + ([("y_c", np.float32)] if op == "LSTM" else [])
+    check_op(op, {"x": x}, attrs, consts=consts, outputs=outs, input_names=names, opset=14,
+             on_device=False)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op,gates", [("RNN", 1), ("GRU", 3), ("LSTM", 4)])
+def test_recurrent(op, gates, direction):
+    _rnn_case(op, gates, direction)
+
+
+@pytest.mark.parametrize("op,gates,extra", [
+    ("GRU", 3, {"linear_before_reset": 1}), ("LSTM", 4, {"input_forget": 1}),
+    ("RNN", 1, {"activations": ["Relu"]}), ("LSTM", 4, {"clip": 0.5})])
+def test_recurrent_options(op, gates, extra):
+    _rnn_case(op, gates, "forward", extra=extra)
+
+
+def test_recurrent_lengths():
+    _rnn_case("LSTM", 4, "bidirectional", seq_lens=True)
+    _rnn_case("GRU", 3, "reverse", seq_lens=True)
+
+
+def test_recurrent_batch_first(tmp_path):
+    """layout=1 (onnxruntime and the onnx reference both refuse it here):
+    gpusrv's batch-first LSTM against onnxruntime's sequence-first one on
+    the same data, transposed."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+    from gsonnx import load_outputs, make_model, run_gpusrv
+    hidden, dirs = 5, 2
+    x0 = f32(4, 3, 6)  # [seq, batch, input]
+    consts = {"W": f32(dirs, 4 * hidden, 6, lo=-0.5, hi=0.5),
+              "R": f32(dirs, 4 * hidden, hidden, lo=-0.5, hi=0.5),
+              "B": f32(dirs, 8 * hidden, lo=-0.5, hi=0.5)}
+    outs = ["y", "y_h", "y_c"]
+    models = []
+    for layout, x in ((0, x0), (1, x0.transpose(1, 0, 2).copy())):
+        node = helper.make_node("LSTM", ["x", "W", "R", "B"], outs, hidden_size=hidden,
+                                direction="bidirectional", layout=layout)
+        models.append(make_model([node], {"x": x}, consts, outputs=outs, opset=14))
+    path0, path1 = str(tmp_path / "m0.onnx"), str(tmp_path / "m1.onnx")
+    onnx.save(models[0], path0)
+    onnx.save(models[1], path1)
+    want = ort.InferenceSession(path0, providers=["CPUExecutionProvider"]).run(None, {"x": x0})
+    p = run_gpusrv(path1, {"x": x0.transpose(1, 0, 2).copy()}, str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    got = load_outputs(str(tmp_path), outs)
+    np.testing.assert_allclose(got["y"], want[0].transpose(2, 0, 1, 3), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["y_h"], want[1].transpose(1, 0, 2), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["y_c"], want[2].transpose(1, 0, 2), rtol=1e-4, atol=1e-5)

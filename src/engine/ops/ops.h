@@ -20,5 +20,6 @@ extern const gs_op_def gs__ops_normalize[];
 extern const gs_op_def gs__ops_signal[];
 extern const gs_op_def gs__ops_quant[];
 extern const gs_op_def gs__ops_einsum[];
+extern const gs_op_def gs__ops_rnn[];
 
 #endif

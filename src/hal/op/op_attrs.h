@@ -200,4 +200,24 @@ typedef struct gs_einsum_attrs {
   int8_t out_label[GS_MAX_DIMS];
 } gs_einsum_attrs;
 
+/* RNN, GRU and LSTM (ops_rnn.c). */
+typedef enum { GS_RNN_PLAIN, GS_RNN_GRU, GS_RNN_LSTM } gs_rnn_kind;
+typedef enum {
+  GS_ACT_FN_SIGMOID, GS_ACT_FN_TANH, GS_ACT_FN_RELU, GS_ACT_FN_HARD_SIGMOID,
+  GS_ACT_FN_LEAKY_RELU, GS_ACT_FN_AFFINE, GS_ACT_FN_SCALED_TANH, GS_ACT_FN_ELU,
+  GS_ACT_FN_SOFTSIGN, GS_ACT_FN_SOFTPLUS, GS_ACT_FN_THRESHOLDED_RELU
+} gs_act_fn;
+typedef struct gs_rnn_attrs {
+  gs_rnn_kind kind;
+  int64_t seq, batch, input, hidden;
+  int dirs;           /* 1 or 2 */
+  bool reverse;       /* direction="reverse" (one direction) */
+  bool batch_first;   /* layout=1 */
+  float clip;         /* 0: none */
+  bool input_forget, linear_before_reset;
+  /* Per direction: f, g (and h for LSTM), with their alpha and beta. */
+  gs_act_fn act[2][3];
+  float act_alpha[2][3], act_beta[2][3];
+} gs_rnn_attrs;
+
 #endif

@@ -32,6 +32,8 @@ int gs__cpu_register_ops(gs_backend_t *be) {
     rc = gs__cpu_register_quant(be);
   if (rc == 0)
     rc = gs__cpu_register_einsum(be);
+  if (rc == 0)
+    rc = gs__cpu_register_rnn(be);
   return rc;
 }
 
