@@ -688,3 +688,13 @@ def test_recurrent_batch_first(tmp_path):
     np.testing.assert_allclose(got["y"], want[0].transpose(2, 0, 1, 3), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got["y_h"], want[1].transpose(1, 0, 2), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got["y_c"], want[2].transpose(1, 0, 2), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,ct,ratio", [("avg", "half_pixel", 0), ("avg", "output_half_pixel", 2),
+                                           ("max", "half_pixel", 2)])
+def test_roi_align(mode, ct, ratio):
+    rois = np.array([[0.5, 1.0, 6.0, 5.5], [2.0, 0.0, 7.5, 7.9], [-1.0, 3.0, 3.0, 9.5]], np.float32)
+    check_op("RoiAlign", {"x": f32(2, 3, 8, 9)},
+             {"mode": mode, "coordinate_transformation_mode": ct, "output_height": 3,
+              "output_width": 2, "sampling_ratio": ratio, "spatial_scale": 0.9},
+             consts={"rois": rois, "b": np.array([1, 0, 1], np.int64)}, opset=16, on_device=False)

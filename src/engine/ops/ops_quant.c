@@ -9,7 +9,8 @@
 #include <string.h>
 
 /* The integer types quantised tensors may have here. */
-#define QUANT_TYPES (GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_UINT8) | GS_DTM(GS_DT_INT16))
+#define QUANT_TYPES \
+  (GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_UINT8) | GS_DTM(GS_DT_INT16) | GS_DTM(GS_DT_UINT16))
 
 /* Checks that input `s` (a scale or zero point) fits x: one value, one
  * per element of `axis`, or blocks of block_size along it. */
@@ -56,7 +57,7 @@ static bool has_zero_point(const gs_op_call *c, int i) {
 
 /* A type quantisation cannot take here, named as ONNX names it. */
 static int refuse_type(gs_op_call *c, int onnx_type) {
-  return gs_op_fail(c, "quantisation to %s is not supported (int8, uint8 and int16 are)",
+  return gs_op_fail(c, "quantisation to %s is not supported (int8, uint8, int16 and uint16 are)",
                     gs_onnx_type_name(onnx_type));
 }
 

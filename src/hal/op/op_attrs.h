@@ -220,4 +220,13 @@ typedef struct gs_rnn_attrs {
   float act_alpha[2][3], act_beta[2][3];
 } gs_rnn_attrs;
 
+/* RoiAlign (ops_detect.c). */
+typedef struct gs_roi_align_attrs {
+  bool max_mode;       /* mode="max", else "avg" */
+  bool half_pixel;     /* coordinate_transformation_mode="half_pixel" (opset 16's default) */
+  int64_t out_h, out_w;
+  int64_t sampling_ratio; /* 0: as many as the bin spans */
+  float spatial_scale;
+} gs_roi_align_attrs;
+
 #endif
