@@ -292,7 +292,10 @@ static bool fits(json_t *a, gs_dtype dt, double v) {
     return true;
   if (json_is_integer(a) && dt == GS_DT_UINT64) /* jansson's integers stop at int64 */
     return json_integer_value(a) >= 0;
-  return v == floor(v) && v >= lo && (v < hi || (v == hi && dt != GS_DT_INT64));
+  /* int64's and uint64's upper bounds round up to 2^63 and 2^64 as doubles:
+   * those must stay out. */
+  return v == floor(v) && v >= lo &&
+         (v < hi || (v == hi && dt != GS_DT_INT64 && dt != GS_DT_UINT64));
 }
 
 /* Appends the numbers of a (possibly nested) JSON array to buf as dtype:

@@ -260,19 +260,32 @@ static int plan_node(gs_plan *p, const gs_node *node) {
     ((gs_cast_attrs *)c->attrs)->to = p->half;
     c->out[0].dtype = p->half;
   }
+  /* Ops computed from shapes alone (Shape, Size) depend on no input's values. */
+  if (op->fold)
+    from = 0;
+  bool folds = op->fold || (all_known && node->n_in > 0);
   for (int i = 0; i < node->n_out; i++) {
     out_idx[i] = -1;
-    if (!node->outputs[i][0])
+    char *made = NULL; /* an omitted output of a step still needs its memory */
+    if (!node->outputs[i][0] && !folds &&
+        asprintf(&made, "%s:omitted-output-%d", node->name, i) < 0) {
+      free_call(c);
+      return gs_error(GS_ENOMEM, "out of memory planning node %s", node->name);
+    }
+    if (!node->outputs[i][0] && !made)
       continue;
-    if ((rc = add_value(p, node->outputs[i], c->out[i].dtype, &c->out[i].shape)) < 0) {
+    if ((rc = add_value(p, made ? made : node->outputs[i], c->out[i].dtype,
+                        &c->out[i].shape)) < 0) {
+      free(made);
       free_call(c);
       return rc;
     }
     out_idx[i] = rc;
     p->values[rc].from_inputs = from;
+    p->values[rc].owns_name = made != NULL;
   }
   /* Known outputs: from the op's own fold, or by running its CPU kernel. */
-  bool fold = op->fold || (all_known && node->n_in > 0);
+  bool fold = folds;
   if (fold) {
     void *outs[GS_OP_MAX_IO] = {0};
     const void *ins[GS_OP_MAX_IO];
@@ -947,6 +960,9 @@ static int check_bake(const gs_model *m, const gs_shape *shapes, const gs_plan_o
   if (!opt || !opt->input_values || !opt->input_values[i])
     return gs_error(GS_ENOTSUP, "%s; it depends on the values of model input %s, which this "
                                 "caller plans without", why, m->inputs[i].name);
+  if (m->inputs[i].dtype == GS_DT_BYTES) /* records that point at one request's strings */
+    return gs_error(GS_ENOTSUP, "%s; it depends on the values of string input %s",
+                    why, m->inputs[i].name);
   uint64_t bytes = (uint64_t)gs_shape_numel(&shapes[i]) * gs_dtype_size(m->inputs[i].dtype);
   if (bytes > BAKE_MAX_BYTES)
     return gs_error(GS_ENOTSUP, "%s; it depends on the values of model input %s, %llu bytes "
@@ -974,7 +990,7 @@ int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_pla
 
 bool gs_plan_fits(const gs_plan *p, const void *const *inputs) {
   for (int i = 0; p->baked && i < p->model->n_inputs; i++)
-    if (p->baked >> i & 1 &&
+    if (i < 64 && p->baked >> i & 1 &&
         (!inputs || !inputs[i] ||
          memcmp(inputs[i], p->baked_values[i], p->values[p->inputs[i]].bytes) != 0))
       return false;
@@ -1068,7 +1084,7 @@ static int run_with(gs_plan *p, const void *const *host_in, void *const *host_ou
   int rc = 0;
   for (int i = 0; rc == 0 && i < p->model->n_inputs; i++) {
     value *v = &p->values[p->inputs[i]];
-    if (p->baked >> i & 1) { /* planned with its values, which must not change */
+    if (i < 64 && p->baked >> i & 1) { /* planned with its values, which must not change */
       if (!host_in)
         rc = gs_error(GS_ENOTSUP, "the plan was made for the values of input %s: run it "
                                   "with the inputs in host memory", v->name);

@@ -271,3 +271,87 @@ def test_typed_data_in_the_wrong_field(tmp_path):
     m = x_to_y([helper.make_node("Add", ["x", "w"], ["y"])])
     m.graph.initializer.append(t)
     refused(save(tmp_path, m), "wrong field")
+
+
+# ---- hostile shapes and values the planner must refuse (found by review) ---------------------
+
+def run_refused(tmp_path, model, feeds, *texts):
+    """`model run` exits 1 (not a signal) and says why."""
+    from gsonnx import run_gpusrv
+    path = save(tmp_path, model)
+    p = run_gpusrv(path, feeds, str(tmp_path))
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    for t in texts:
+        assert t in p.stderr, (t, p.stderr)
+
+
+def test_resize_of_an_empty_axis_is_refused(tmp_path):
+    x = np.zeros((1, 1, 0, 4), np.float32)
+    node = helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="linear")
+    run_refused(tmp_path, make_model([node], {"x": x}, {"sz": np.array([1, 1, 8, 8], np.int64)}),
+                {"x": x}, "axis 2 is empty")
+
+
+def test_roi_align_without_pixels_or_with_a_huge_roi_is_refused(tmp_path):
+    rois, idx = np.array([[0, 0, 1e12, 1e12]], np.float32), np.array([0], np.int64)
+    node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], sampling_ratio=0)
+    empty = np.zeros((1, 2, 0, 4), np.float32)
+    run_refused(tmp_path, make_model([node], {"x": empty}, {"r": rois, "b": idx}, opset=16),
+                {"x": empty}, "no pixels")
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    run_refused(tmp_path, make_model([node], {"x": x}, {"r": rois, "b": idx}, opset=16),
+                {"x": x}, "far larger than")
+
+
+def test_einsum_label_of_two_lengths_is_refused(tmp_path):
+    a, b = np.zeros((2, 0), np.float32), np.zeros((5, 3), np.float32)
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], equation="ij,jk->ik")
+    run_refused(tmp_path, make_model([node], {"a": a, "b": b}), {"a": a, "b": b},
+                "label 'j' is 0 and 5 long")
+
+
+def test_recurrent_op_without_weights_is_refused(tmp_path):
+    x = np.zeros((2, 1, 3), np.float32)
+    node = helper.make_node("LSTM", ["x", "", "R"], ["y"], hidden_size=2)
+    run_refused(tmp_path, make_model([node], {"x": x}, {"R": np.zeros((1, 8, 2), np.float32)},
+                                     opset=14), {"x": x}, "W and R are required")
+
+
+def test_col2im_of_absurd_sizes_is_refused(tmp_path):
+    x = np.zeros((1, 4, 1), np.float32)
+    node = helper.make_node("Col2Im", ["x", "img", "blk"], ["y"])
+    consts = {"img": np.array([2**33, 2**33], np.int64), "blk": np.array([2**32, 2**32], np.int64)}
+    run_refused(tmp_path, make_model([node], {"x": x}, consts, opset=18), {"x": x}, "sane size")
+
+
+def test_an_omitted_first_output_still_gets_memory(tmp_path):
+    from gsonnx import load_outputs, run_gpusrv
+    x, t = rng_scores(), np.array([1, 0, 3], np.int64)
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t"], ["", "lp"])
+    m = make_model([node], {"x": x, "t": t}, outputs=["lp"])
+    p = run_gpusrv(save(tmp_path, m), {"x": x, "t": t}, str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    lp = load_outputs(str(tmp_path), ["lp"])["lp"]
+    want = x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(lp, want, rtol=1e-5, atol=1e-6)
+
+
+def rng_scores():
+    return np.random.default_rng(5).uniform(-2, 2, size=(3, 4)).astype(np.float32)
+
+
+def test_shape_only_paths_do_not_make_the_plan_take_an_input_s_values(tmp_path):
+    # Resize's sizes from Shape(x) and a model input n: only n is planned by value,
+    # so x may be larger than what is planned by value (1 MiB).
+    from gsonnx import run_gpusrv
+    x = np.zeros((1, 3, 300, 300), np.float32)  # 1.08 MB
+    n = np.array([150, 150], np.int64)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "zero", "two"], ["nc"]),
+             helper.make_node("Concat", ["nc", "n"], ["sz"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="nearest")]
+    consts = {"zero": np.array([0], np.int64), "two": np.array([2], np.int64)}
+    m = make_model(nodes, {"x": x, "n": n}, consts)
+    p = run_gpusrv(save(tmp_path, m), {"x": x, "n": n}, str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert np.load(str(tmp_path / "out" / "y.npy")).shape == (1, 3, 150, 150)

@@ -31,6 +31,8 @@ static int infer_roi_align(gs_op_call *c, const gs_node *n) {
   const gs_shape *x = &c->in[0].shape, *r = &c->in[1].shape, *b = &c->in[2].shape;
   if (x->rank != 4 || r->rank != 2 || r->dims[1] != 4 || b->rank != 1 || b->dims[0] != r->dims[0])
     return gs_op_fail(c, "X must be [N, C, H, W], rois [R, 4] and batch_indices [R]");
+  if (x->dims[2] < 1 || x->dims[3] < 1)
+    return gs_op_fail(c, "X has no pixels to sample");
   gs_roi_align_attrs *a = gs_op_attrs(c, sizeof *a);
   if (!a)
     return GS_ENOMEM;

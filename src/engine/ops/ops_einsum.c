@@ -72,6 +72,7 @@ static int infer_einsum(gs_op_call *c, const gs_node *n) {
   const char *arrow = strstr(eq, "->");
   size_t lhs_len = arrow ? (size_t)(arrow - eq) : strlen(eq);
   int ell = -1, rc;
+  bool seen[GS_EINSUM_MAX_LABELS] = {false};
   a->n_in = c->n_in;
   const char *t = eq;
   for (int i = 0; i < c->n_in; i++) {
@@ -90,12 +91,14 @@ static int infer_einsum(gs_op_call *c, const gs_node *n) {
       return gs_op_fail(c, "term %d has %d labels for rank %d", i, k, c->in[i].shape.rank);
     a->in_rank[i] = k;
     for (int d = 0; d < k; d++) {
-      int64_t dim = c->in[i].shape.dims[d], *sz = &a->size[a->in_label[i][d]];
-      if (*sz && *sz != dim && dim != 1 && *sz != 1)
-        return gs_op_fail(c, "label '%c' is %lld and %lld long", names[a->in_label[i][d]],
-                          (long long)*sz, (long long)dim);
-      if (!*sz || *sz == 1)
-        *sz = dim; /* broadcast from 1 */
+      int l = a->in_label[i][d];
+      int64_t dim = c->in[i].shape.dims[d], *sz = &a->size[l];
+      if (seen[l] && *sz != dim && dim != 1 && *sz != 1)
+        return gs_op_fail(c, "label '%c' is %lld and %lld long", names[l], (long long)*sz,
+                          (long long)dim);
+      if (!seen[l] || *sz == 1)
+        *sz = dim; /* the first extent, or a broadcast from 1 */
+      seen[l] = true;
     }
     t = end ? end + 1 : t + len;
   }
@@ -123,6 +126,13 @@ static int infer_einsum(gs_op_call *c, const gs_node *n) {
             a->out_rank < GS_MAX_DIMS)
           a->out_label[a->out_rank++] = (int8_t)l;
   }
+  /* The kernel visits every combination of the labels: bound that. */
+  double combos = 1;
+  for (int l = 0; l < a->n_labels; l++)
+    combos *= (double)a->size[l];
+  if (combos > 1e11)
+    return gs_op_fail(c, "the equation spans %.3g combinations of its labels (at most 1e11)",
+                      combos);
   gs_shape out = {.rank = a->out_rank};
   for (int d = 0; d < a->out_rank; d++)
     out.dims[d] = a->size[a->out_label[d]];

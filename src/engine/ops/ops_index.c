@@ -460,14 +460,18 @@ static int infer_col2im(gs_op_call *c, const gs_node *n) {
       a->stride[i] = 1;
     a->pad_begin[i] = got_p < 0 ? 0 : pads[i];
     int64_t end = got_p < 0 ? 0 : pads[k + i];
-    if (a->block[i] < 1 || a->dilation[i] < 1 || a->stride[i] < 1 || a->image[i] < 0)
-      return gs_op_fail(c, "block, dilations and strides must be positive");
+    if (a->block[i] < 1 || a->dilation[i] < 1 || a->stride[i] < 1 || a->image[i] < 0 ||
+        a->block[i] > (1 << 16) || a->dilation[i] > (1 << 16) || a->image[i] > (1 << 24) ||
+        a->pad_begin[i] < 0 || end < 0 || a->pad_begin[i] > (1 << 24) || end > (1 << 24))
+      return gs_op_fail(c, "block, dilations and strides must be positive, pads not negative, "
+                           "and all of them of sane size");
     int64_t span = a->dilation[i] * (a->block[i] - 1) + 1;
     a->offset[i] = (a->image[i] + a->pad_begin[i] + end - span) / a->stride[i] + 1;
     if (a->offset[i] < 1)
       return gs_op_fail(c, "the image is smaller than one block");
-    blocks *= a->offset[i];
-    kernel *= a->block[i];
+    if (__builtin_mul_overflow(blocks, a->offset[i], &blocks) ||
+        __builtin_mul_overflow(kernel, a->block[i], &kernel) || kernel > (1ll << 32))
+      return gs_op_fail(c, "the blocks are too many");
   }
   blocks_total = blocks;
   if (x->dims[1] % kernel || x->dims[2] != blocks_total)

@@ -79,6 +79,8 @@ static int infer_rnn(gs_op_call *c, const gs_node *n) {
   int rc = gs_op_want_dtype(c, 0, GS_DTM(GS_DT_FLOAT32) | GS_DTM(GS_DT_FLOAT64));
   if (rc < 0)
     return rc;
+  if (c->in[1].dtype == GS_DT_INVALID || c->in[2].dtype == GS_DT_INVALID)
+    return gs_op_fail(c, "W and R are required");
   gs_rnn_attrs *a = gs_op_attrs(c, sizeof *a);
   if (!a)
     return GS_ENOMEM;

@@ -703,6 +703,10 @@ static int infer_resize(gs_op_call *c, const gs_node *n) {
     rc = resize_roi(c, a, axes, k);
   if (rc < 0)
     return rc;
+  for (int d = 0; d < x->rank; d++)
+    if (x->dims[d] == 0 && out.dims[d] > 0)
+      return gs_op_fail(c, "axis %d is empty and cannot be resized to %lld", d,
+                        (long long)out.dims[d]);
   a->device_ok = a->mode != GS_RESIZE_CUBIC && !a->antialias &&
                  a->coord != GS_COORD_HALF_PIXEL_SYMMETRIC && a->coord != GS_COORD_TF_CROP_AND_RESIZE;
   c->out[0].dtype = c->in[0].dtype;

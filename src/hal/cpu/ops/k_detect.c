@@ -49,6 +49,13 @@ static int k_roi_align(const gs_cpu_kernel_call *k) {
     double x2 = gs_ld(dt, k->ptr[1], r * 4 + 2) * a->spatial_scale - offset;
     double y2 = gs_ld(dt, k->ptr[1], r * 4 + 3) * a->spatial_scale - offset;
     double rw = x2 - x1, rh = y2 - y1;
+    /* A roi is data: a huge or non-finite one would sample without end. */
+    if (!isfinite(x1) || !isfinite(y1) || !isfinite(rw) || !isfinite(rh) ||
+        fabs(rw) > 64.0 * (double)(W + 1) || fabs(rh) > 64.0 * (double)(H + 1))
+      return gs_error(GS_EINVAL, "node %s (RoiAlign): roi %lld (%g, %g, %g, %g) is not finite "
+                                 "or far larger than the %lld x %lld feature map",
+                      c->node_name, (long long)r, x1, y1, x1 + rw, y1 + rh, (long long)H,
+                      (long long)W);
     if (!a->half_pixel) { /* the legacy mode keeps every roi at least one pixel */
       rw = rw > 1 ? rw : 1;
       rh = rh > 1 ? rh : 1;

@@ -27,11 +27,11 @@ static int k_lrn(const gs_cpu_kernel_call *k) {
     for (int64_t ch = 0; ch < C; ch++)
       for (int64_t s = 0; s < S; s++) {
         double sum = 0;
-        for (int64_t j = ch - before; j <= ch + after; j++)
-          if (j >= 0 && j < C) {
-            double v = gs_ld(dt, k->ptr[0], (n * C + j) * S + s);
-            sum += v * v;
-          }
+        int64_t lo = ch - before > 0 ? ch - before : 0, hi = ch + after < C ? ch + after : C - 1;
+        for (int64_t j = lo; j <= hi; j++) { /* the window inside the channels */
+          double v = gs_ld(dt, k->ptr[0], (n * C + j) * S + s);
+          sum += v * v;
+        }
         int64_t i = (n * C + ch) * S + s;
         double scale = pow(a->bias + a->alpha / (double)a->size * sum, a->beta);
         gs_st(dt, k->ptr[1], i, gs_ld(dt, k->ptr[0], i) / scale);
