@@ -77,6 +77,7 @@ struct gs_plan {
    * every run's input must equal. */
   uint64_t baked;
   void **baked_values;
+  size_t *baked_bytes; /* as the caller gives them (float32 stays 4 bytes) */
   /* While planning: the inputs whose values a node asked for. */
   uint64_t wants;
   gs_plan_report report;
@@ -157,6 +158,7 @@ static int add_cast(gs_plan *p, int from, gs_dtype to, const char *name) {
     return v < 0 && v != GS_ENOMEM ? v : gs_error(GS_ENOMEM, "out of memory planning a cast");
   }
   a->to = to;
+  p->values[v].from_inputs = p->values[from].from_inputs;
   step *s = &p->steps[p->n_steps++];
   memset(s, 0, sizeof *s);
   s->call = c;
@@ -720,6 +722,7 @@ void gs_plan_destroy(gs_plan *p) {
   for (int i = 0; p->baked_values && i < p->model->n_inputs; i++)
     free(p->baked_values[i]);
   free(p->baked_values);
+  free(p->baked_bytes);
   free(p->values);
   free(p->steps);
   free(p->inputs);
@@ -789,6 +792,9 @@ static int bake_input(gs_plan *p, int i, const void *data) {
   value *v = &p->values[p->inputs[i]];
   if (!p->baked_values && !(p->baked_values = calloc((size_t)p->model->n_inputs, sizeof(void *))))
     return gs_error(GS_ENOMEM, "out of memory creating a plan");
+  if (!p->baked_bytes && !(p->baked_bytes = calloc((size_t)p->model->n_inputs, sizeof(size_t))))
+    return gs_error(GS_ENOMEM, "out of memory creating a plan");
+  p->baked_bytes[i] = v->bytes;
   void *known = malloc(v->bytes ? v->bytes : 1), *copy = malloc(v->bytes ? v->bytes : 1);
   if (!known || !copy) {
     free(known);
@@ -851,9 +857,13 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
       if (bake >> i & 1)
         rc = bake_input(p, i, opt->input_values[i]);
     }
-    /* Reduced precision: the graph reads a 16-bit copy of a float32 input. */
-    if (rc == 0 && p->half && m->inputs[i].dtype == GS_DT_FLOAT32 &&
-        (rc = add_cast(p, p->inputs[i], p->half, m->inputs[i].name)) >= 0)
+    /* Reduced precision: the graph reads a 16-bit copy of a float32 input;
+     * one planned by value is converted now, like a weight. */
+    bool baked = i < 64 && (bake >> i & 1);
+    if (rc == 0 && p->half && m->inputs[i].dtype == GS_DT_FLOAT32)
+      rc = baked ? value_to_half(p, p->inputs[i])
+                 : add_cast(p, p->inputs[i], p->half, m->inputs[i].name);
+    if (rc > 0)
       rc = 0;
   }
   for (int i = 0; rc == 0 && i < m->n_inits; i++) {
@@ -992,7 +1002,7 @@ bool gs_plan_fits(const gs_plan *p, const void *const *inputs) {
   for (int i = 0; p->baked && i < p->model->n_inputs; i++)
     if (i < 64 && p->baked >> i & 1 &&
         (!inputs || !inputs[i] ||
-         memcmp(inputs[i], p->baked_values[i], p->values[p->inputs[i]].bytes) != 0))
+         memcmp(inputs[i], p->baked_values[i], p->baked_bytes[i]) != 0))
       return false;
   return true;
 }
@@ -1088,7 +1098,7 @@ static int run_with(gs_plan *p, const void *const *host_in, void *const *host_ou
       if (!host_in)
         rc = gs_error(GS_ENOTSUP, "the plan was made for the values of input %s: run it "
                                   "with the inputs in host memory", v->name);
-      else if (memcmp(host_in[i], p->baked_values[i], v->bytes) != 0)
+      else if (memcmp(host_in[i], p->baked_values[i], p->baked_bytes[i]) != 0)
         rc = gs_error(GS_EINVAL, "input %s has other values than the plan was made for "
                                  "(plan again for them)", v->name);
       continue;
@@ -1159,6 +1169,10 @@ static void describe(const gs_plan *p, int v, gs_plan_value_info *out) {
 void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) {
   describe(p, p->inputs[i], out);
   out->name = p->model->inputs[i].name;
+  if (i < 64 && p->baked >> i & 1) { /* as the caller gives it, even if kept in 16 bits */
+    out->dtype = p->model->inputs[i].dtype;
+    out->bytes = p->baked_bytes[i];
+  }
 }
 
 void gs_plan_output(const gs_plan *p, int i, gs_plan_value_info *out) {

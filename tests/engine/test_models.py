@@ -159,3 +159,24 @@ def test_digits_accuracy_in_reduced_precision(tmp_path, precision):
     accuracy = float((probs.argmax(axis=1) == y_test).mean())
     print(f"digits held-out accuracy in {precision}: {accuracy:.4f}")
     assert accuracy >= 0.95
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_reduced_precision_plans_take_float_inputs_by_value(tmp_path, precision):
+    """Resize's scales and a float Range's limit as model inputs, in a 16-bit plan."""
+    from onnx import helper
+    from gsonnx import make_model
+    x = np.random.default_rng(3).random((1, 2, 4, 4), dtype=np.float32)
+    feeds = {"x": x, "scales": np.array([1, 1, 2, 1.5], np.float32),
+             "limit": np.array(3.0, np.float32)}
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest"),
+             helper.make_node("Range", ["zero", "limit", "one"], ["r"])]
+    consts = {"zero": np.array(0.0, np.float32), "one": np.array(1.0, np.float32)}
+    m = make_model(nodes, feeds, consts, outputs=["y", "r"])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    p = run_gpusrv(path, feeds, str(tmp_path), extra=["--precision", precision])
+    assert p.returncode == 0, p.stderr
+    y, r = load_outputs(str(tmp_path), ["y", "r"]).values()
+    assert y.shape == (1, 2, 8, 6) and y.dtype == np.float32
+    np.testing.assert_allclose(r, [0.0, 1.0, 2.0])

@@ -698,3 +698,20 @@ def test_roi_align(mode, ct, ratio):
              {"mode": mode, "coordinate_transformation_mode": ct, "output_height": 3,
               "output_width": 2, "sampling_ratio": ratio, "spatial_scale": 0.9},
              consts={"rois": rois, "b": np.array([1, 0, 1], np.int64)}, opset=16, on_device=False)
+
+
+def test_uint64_reductions_order_unsigned(tmp_path):
+    # onnxruntime has no uint64 ReduceMax/Min: numpy is the reference.
+    import onnx
+    from onnx import helper
+    from gsonnx import load_outputs, make_model, run_gpusrv
+    x = np.array([[1, 2**63 + 7, 5], [2**64 - 1, 0, 3]], np.uint64)
+    for op, want in (("ReduceMax", x.max(axis=1)), ("ReduceMin", x.min(axis=1))):
+        node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)
+        m = make_model([node], {"x": x}, {"axes": np.array([1], np.int64)},
+                       outputs=[("y", np.uint64)], opset=18)
+        path = str(tmp_path / "m.onnx")
+        onnx.save(m, path)
+        p = run_gpusrv(path, {"x": x}, str(tmp_path))
+        assert p.returncode == 0, p.stderr
+        np.testing.assert_array_equal(load_outputs(str(tmp_path), ["y"])["y"], want)

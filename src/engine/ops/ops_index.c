@@ -30,6 +30,8 @@ static int scalar_input(gs_op_call *c, int i, double *out) {
   switch (c->in[i].dtype) {
   case GS_DT_FLOAT32: *out = *(const float *)p; break;
   case GS_DT_FLOAT64: *out = *(const double *)p; break;
+  case GS_DT_FLOAT16: *out = gs_f16_to_f32(*(const uint16_t *)p); break;
+  case GS_DT_BFLOAT16: *out = gs_bf16_to_f32(*(const uint16_t *)p); break;
   case GS_DT_INT16: *out = *(const int16_t *)p; break;
   case GS_DT_INT32: *out = *(const int32_t *)p; break;
   case GS_DT_INT64: *out = (double)*(const int64_t *)p; break;
@@ -41,8 +43,9 @@ static int scalar_input(gs_op_call *c, int i, double *out) {
 /* Range: [start, limit) by delta, its length known once the bounds are. */
 static int infer_range(gs_op_call *c, const gs_node *n) {
   (void)n;
-  uint32_t mask = GS_DTM(GS_DT_FLOAT32) | GS_DTM(GS_DT_FLOAT64) | GS_DTM(GS_DT_INT16) |
-                  GS_DTM(GS_DT_INT32) | GS_DTM(GS_DT_INT64);
+  /* The 16-bit floats too: a reduced-precision plan keeps float constants in 16 bits. */
+  uint32_t mask = GS_DTM_FLOATS | GS_DTM(GS_DT_INT16) | GS_DTM(GS_DT_INT32) |
+                  GS_DTM(GS_DT_INT64);
   double v[3];
   for (int i = 0; i < 3; i++) {
     int rc = gs_op_want_dtype(c, i, mask);

@@ -40,11 +40,11 @@ static inline double reduce_finish(reduce_op op, double acc, int64_t count) {
   }
 }
 
-static inline int64_t reduce_step_int(reduce_op op, int64_t acc, int64_t v) {
+static inline int64_t reduce_step_int(reduce_op op, int64_t acc, int64_t v, bool u64) {
   uint64_t ua = (uint64_t)acc, uv = (uint64_t)v;
   switch (op) {
-  case R_MAX: return v > acc ? v : acc;
-  case R_MIN: return v < acc ? v : acc;
+  case R_MAX: return u64 ? (uv > ua ? v : acc) : v > acc ? v : acc;
+  case R_MIN: return u64 ? (uv < ua ? v : acc) : v < acc ? v : acc;
   case R_PROD: return (int64_t)(ua * uv);
   case R_L1: return (int64_t)(ua + (v < 0 ? 0 - uv : uv));
   case R_SUMSQUARE: return (int64_t)(ua + uv * uv);
@@ -79,12 +79,17 @@ static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
   }
   for (int64_t i = 0; i < n_out; i++) {
     acc[i] = reduce_start(op);
-    iacc[i] = op == R_MAX ? INT64_MIN : op == R_MIN ? INT64_MAX : op == R_PROD ? 1 : 0;
+    /* uint64 rides in int64 bits: its extremes are 0 and all ones. */
+    bool u = gs_is_u64(dt);
+    iacc[i] = op == R_MAX   ? (u ? 0 : INT64_MIN)
+              : op == R_MIN ? (u ? -1 : INT64_MAX)
+              : op == R_PROD ? 1
+                             : 0;
   }
   int64_t idx[GS_MAX_DIMS] = {0}, o = 0;
   for (int64_t i = 0; i < n_in; i++) {
     if (is_int)
-      iacc[o] = reduce_step_int(op, iacc[o], gs_ldi(dt, k->ptr[0], i));
+      iacc[o] = reduce_step_int(op, iacc[o], gs_ldi(dt, k->ptr[0], i), gs_is_u64(dt));
     else
       acc[o] = reduce_step(op, acc[o], gs_ld(dt, k->ptr[0], i));
     /* Advance the input index and the matching output offset. */
