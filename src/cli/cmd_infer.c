@@ -97,6 +97,17 @@ static int infer_run(int argc, char **argv) {
     goto done;
   }
   meta = json_loads(meta_text, 0, NULL);
+  /* A .npy holds bfloat16 as its bits (<u2, read as UINT16): where the model
+   * takes BF16 there, send it as such. */
+  json_t *ins = json_object_get(meta, "inputs"), *mi;
+  size_t mk;
+  json_array_foreach(ins, mk, mi) {
+    const char *name = json_string_value(json_object_get(mi, "name"));
+    const char *dt = json_string_value(json_object_get(mi, "datatype"));
+    for (int i = 0; name && dt && i < n; i++)
+      if (!strcmp(in_names[i], name) && !strcmp(dt, "BF16") && !strcmp(in[i].datatype, "UINT16"))
+        snprintf(in[i].datatype, sizeof in[i].datatype, "BF16");
+  }
   json_t *outs = json_object_get(meta, "outputs"), *o;
   size_t k;
   json_array_foreach(outs, k, o) {

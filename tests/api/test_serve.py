@@ -117,6 +117,14 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
     onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)]),
               str(root / "reshaper" / "1" / "model.onnx"))
+    # A model that takes bfloat16 (a .npy holds it as its bits, <u2).
+    (root / "bf16" / "1").mkdir(parents=True)
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)], "bf16",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.BFLOAT16, [4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])])
+    onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)]),
+              str(root / "bf16" / "1" / "model.onnx"))
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
     return root
@@ -359,7 +367,7 @@ def metric_values(port):
 def test_all_model_stats(server):
     status, raw, _ = request(server, "GET", "/v2/models/stats")
     names = {m["name"] for m in json.loads(raw)["model_stats"]}
-    assert status == 200 and names == {"digits", "mlp", "tpb", "reshaper"}
+    assert status == 200 and names == {"digits", "mlp", "tpb", "reshaper", "bf16"}
 
 
 def test_metrics(server):
@@ -412,6 +420,13 @@ def test_cli_models_and_infer(server, repo, tmp_path):
     assert p.returncode == 1 and "cannot reach" in p.stderr
     p = subprocess.run([GPUSRV, "infer", "mlp", "--url", url], capture_output=True, text=True)
     assert p.returncode == 2
+    # bfloat16 from a .npy of its bits: sent as BF16 where the model takes BF16.
+    bits = (np.array([1, 2, 3, -4], np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    np.save(tmp_path / "b.npy", bits)
+    p = subprocess.run([GPUSRV, "infer", "bf16", "-i", f"x={tmp_path}/b.npy", "-o",
+                        str(tmp_path / "bout"), "--url", url], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "bout" / "y.npy"), [1, 2, 3, -4])
 
 
 PERF_ANALYZER = os.path.join(ROOT, ".venv", "bin", "perf_analyzer")
