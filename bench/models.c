@@ -66,37 +66,43 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gs-bench-models: no device %s here\n", device_id);
     return 1;
   }
-  if (gs_plan_create(m, shapes, &po, &plan) < 0) {
-    fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
-    return 1;
-  }
   srand(1);
   for (int i = 0; i < m->n_inputs; i++) {
-    gs_plan_value_info info;
-    gs_plan_input(plan, i, &info);
-    inputs[i] = malloc(info.bytes + 1);
-    for (size_t b = 0; b + 4 <= info.bytes; b += 4) {
+    size_t bytes = (size_t)gs_shape_numel(&shapes[i]) * gs_dtype_size(m->inputs[i].dtype);
+    inputs[i] = malloc(bytes + 1);
+    for (size_t b = 0; inputs[i] && b + 4 <= bytes; b += 4) {
       float v = (float)rand() / (float)RAND_MAX - 0.5f;
       memcpy((char *)inputs[i] + b, &v, 4);
     }
   }
-  for (int i = 0; i < m->n_outputs; i++) {
-    gs_plan_value_info info;
-    gs_plan_output(plan, i, &info);
-    outputs[i] = malloc(info.bytes + 1);
+  /* With the inputs' values: a model whose output sizes depend on them is
+   * planned in stages, and each run sizes (allocates) its outputs. */
+  po.input_values = (const void *const *)inputs;
+  if (gs_plan_create(m, shapes, &po, &plan) < 0) {
+    fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
+    return 1;
   }
-  for (int w = 0; w < 5; w++)
-    gs_plan_run(plan, (const void *const *)inputs, outputs);
+  gs_plan_value_info out_info[16];
+  for (int w = 0; w < 5; w++) {
+    if (gs_plan_run_alloc(plan, (const void *const *)inputs, outputs, out_info) < 0) {
+      fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
+      return 1;
+    }
+    for (int i = 0; i < m->n_outputs; i++)
+      free(outputs[i]);
+  }
   uint64_t *lat = malloc(sizeof(uint64_t) * (size_t)iters);
   int done = 0;
   uint64_t start = gs_now_ns(), budget = (uint64_t)(seconds * 1e9);
   while (done < iters && (done < 10 || gs_now_ns() - start < budget)) {
     uint64_t t0 = gs_now_ns();
-    if (gs_plan_run(plan, (const void *const *)inputs, outputs) < 0) {
+    if (gs_plan_run_alloc(plan, (const void *const *)inputs, outputs, out_info) < 0) {
       fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
       return 1;
     }
     lat[done++] = gs_now_ns() - t0;
+    for (int i = 0; i < m->n_outputs; i++)
+      free(outputs[i]);
   }
   uint64_t total = gs_now_ns() - start;
   qsort(lat, (size_t)done, sizeof *lat, cmp_u64);
@@ -108,10 +114,8 @@ int main(int argc, char **argv) {
          (double)batch * done / ((double)total / 1e9), r.steps,
          (unsigned long long)r.arena_bytes, (unsigned long long)r.naive_bytes);
   free(lat);
-  for (int i = 0; i < 16; i++) {
+  for (int i = 0; i < 16; i++)
     free(inputs[i]);
-    free(outputs[i]);
-  }
   gs_plan_destroy(plan);
   gs_model_free(m);
   gs_hal_shutdown();

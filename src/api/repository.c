@@ -661,19 +661,8 @@ static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_vers
                            gs_plan_value_info *out_info) {
   gs_plan *plan;
   int rc = gs_served_plan(m, inst, v, shapes, inputs, &plan);
-  int n_out = rc == 0 ? gs_plan_output_count(plan) : 0;
-  for (int i = 0; rc == 0 && i < n_out; i++) {
-    gs_plan_output(plan, i, &out_info[i]);
-    if (!(outputs[i] = malloc(out_info[i].bytes ? out_info[i].bytes : 1)))
-      rc = gs_error(GS_ENOMEM, "out of memory for output %s", out_info[i].name);
-  }
   if (rc == 0)
-    rc = gs_plan_run(plan, inputs, outputs);
-  if (rc < 0)
-    for (int i = 0; i < n_out; i++) {
-      free(outputs[i]);
-      outputs[i] = NULL;
-    }
+    rc = gs_plan_run_alloc(plan, inputs, outputs, out_info);
   return rc;
 }
 

@@ -269,14 +269,6 @@ static int run(const char *path, const model_opts *opts) {
     gs_cli_error("model run: %s", gs_error_detail());
     goto done;
   }
-  for (int i = 0; i < m->n_outputs; i++) {
-    gs_plan_value_info info;
-    gs_plan_output(plan, i, &info);
-    if (!(outputs[i] = malloc(info.bytes ? info.bytes : 1))) {
-      gs_cli_error("model run: out of memory for output '%s' (%zu bytes)", info.name, info.bytes);
-      goto done;
-    }
-  }
   if (report) {
     gs_plan_report r;
     gs_plan_get_report(plan, &r);
@@ -288,8 +280,12 @@ static int run(const char *path, const model_opts *opts) {
     if (r.cpu_fallback)
       printf("plan: %d kernels run on the CPU instead, with copies, because %s lacks them: %s\n",
              r.cpu_fallback, gs_device_get_info(dev)->id, r.fallback_ops);
+    if (r.staged)
+      printf("plan: in stages (a node's output size depends on computed values): the figures "
+             "are of the first stage; the rest is planned while running\n");
   }
-  if (gs_plan_run(plan, in_ptrs, outputs) < 0) {
+  gs_plan_value_info out_info[MAX_INPUTS];
+  if (gs_plan_run_alloc(plan, in_ptrs, outputs, out_info) < 0) {
     gs_cli_error("model run: %s", gs_error_detail());
     goto done;
   }
@@ -298,12 +294,11 @@ static int run(const char *path, const model_opts *opts) {
     goto done;
   }
   for (int i = 0; i < m->n_outputs; i++) {
-    gs_plan_value_info info;
-    gs_plan_output(plan, i, &info);
+    const gs_plan_value_info *info = &out_info[i];
     char name[256], file[4400];
-    gs_file_name_of(info.name, name, sizeof name);
+    gs_file_name_of(info->name, name, sizeof name);
     snprintf(file, sizeof file, "%s/%s.npy", outdir, name);
-    if (gs_npy_write(file, info.dtype, &info.shape, outputs[i]) < 0) {
+    if (gs_npy_write(file, info->dtype, &info->shape, outputs[i]) < 0) {
       gs_cli_error("model run: %s", gs_error_detail());
       goto done;
     }

@@ -55,6 +55,13 @@ void gs_plan_destroy(gs_plan *plan);
 bool gs_plan_takes_values(const gs_plan *plan);
 bool gs_plan_fits(const gs_plan *plan, const void *const *inputs);
 
+/* Whether the sizes of the plan's outputs are known only after a run: a
+ * node's output size depends on values computed from the inputs (NonZero,
+ * NonMaxSuppression), so the plan is made in stages (plan_stages.h). Such
+ * a plan runs with gs_plan_run_alloc only, and gs_plan_output gives the
+ * shapes the model declares (-1 where unknown) and no size. */
+bool gs_plan_sizes_at_run(const gs_plan *plan);
+
 /* Runs the plan: inputs[i] holds input i (host memory of the plan's shape
  * and type), outputs[i] receives output i. One run at a time per plan;
  * concurrent callers are serialised. */
@@ -81,6 +88,13 @@ int gs_plan_output_count(const gs_plan *plan);
 void gs_plan_input(const gs_plan *plan, int i, gs_plan_value_info *out);
 void gs_plan_output(const gs_plan *plan, int i, gs_plan_value_info *out);
 
+/* gs_plan_run for every plan, sizing the outputs as the run found them:
+ * each outputs[i] is allocated (malloc; the caller frees it, also when it
+ * is empty) and described in info[i] (data NULL). On failure nothing is
+ * left allocated. */
+int gs_plan_run_alloc(gs_plan *plan, const void *const *inputs, void **outputs,
+                      gs_plan_value_info *info);
+
 typedef struct gs_plan_report {
   int nodes;        /* in the model */
   int steps;        /* kernels a run launches */
@@ -93,6 +107,9 @@ typedef struct gs_plan_report {
   uint64_t weights_bytes;        /* the plan's own */
   uint64_t shared_weights_bytes; /* read from its weight set */
   uint64_t shared_weights_added; /* of those, what this plan uploaded to the set */
+  /* Made in stages (gs_plan_sizes_at_run): the figures above are of the
+   * stage before the first cut; later stages are planned while running. */
+  bool staged;
 } gs_plan_report;
 void gs_plan_get_report(const gs_plan *plan, gs_plan_report *out);
 

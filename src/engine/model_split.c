@@ -358,6 +358,119 @@ int gs_model_split(const gs_model *m, int parts, gs_model *out[]) {
   return rc;
 }
 
+/* ---- stages around one node ----------------------------------------------------------- */
+
+static const gs_value_info *declared_output(const gs_model *m, const char *name) {
+  for (int i = 0; i < m->n_outputs; i++)
+    if (strcmp(m->outputs[i].name, name) == 0)
+      return &m->outputs[i];
+  return NULL;
+}
+
+/* The stage of nodes [from, to): its nodes after copies of the static
+ * values' makers, its weights, what it reads from before and what it hands on. */
+static int make_stage(const split_scan *s, int from, int to, gs_model **out) {
+  const gs_model *m = s->m;
+  int n = m->n_nodes;
+  gs_model *p = calloc(1, sizeof *p);
+  if (!p)
+    return gs_error(GS_ENOMEM, "out of memory cutting the model");
+  gs_strmap_init(&p->init_index);
+  p->path = m->path;
+  p->ir_version = m->ir_version;
+  p->opset = m->opset;
+  p->producer = m->producer;
+  p->graph_name = m->graph_name;
+  bool *needed = calloc((size_t)n + 1, 1), *taken = calloc((size_t)m->n_inits + 1, 1);
+  bool *read = calloc((size_t)s->n_values + 1, 1);
+  int *work = malloc(sizeof(int) * ((size_t)n + 1));
+  p->nodes = malloc(sizeof *p->nodes * ((size_t)n + 1));
+  p->inits = calloc((size_t)m->n_inits + 1, sizeof *p->inits);
+  p->inputs = calloc((size_t)s->n_values + (size_t)m->n_inputs + 1, sizeof *p->inputs);
+  p->outputs = calloc((size_t)s->n_values + (size_t)m->n_outputs + 1, sizeof *p->outputs);
+  int rc = 0;
+  if (!needed || !taken || !read || !work || !p->nodes || !p->inits || !p->inputs || !p->outputs)
+    rc = gs_error(GS_ENOMEM, "out of memory cutting the model");
+  for (int i = from; rc == 0 && i < to; i++) {
+    needed[i] = true;
+    for (int k = 0; k < m->nodes[i].n_in; k++) {
+      const char *in = m->nodes[i].inputs[k];
+      int v = in[0] ? gs_strmap_get(&s->index, in) : -1;
+      if (v >= 0)
+        read[v] = true;
+      if (in[0])
+        need_static(s, in, from, needed, work);
+    }
+  }
+  for (int i = 0; rc == 0 && to == n && i < m->n_outputs; i++)
+    need_static(s, m->outputs[i].name, from, needed, work);
+  for (int i = 0; rc == 0 && i < to; i++)
+    if (needed[i])
+      p->nodes[p->n_nodes++] = m->nodes[i];
+  for (int i = 0; rc == 0 && i < p->n_nodes; i++)
+    for (int k = 0; rc == 0 && k < p->nodes[i].n_in; k++)
+      rc = take_init(m, p, taken, p->nodes[i].inputs[k]);
+  for (int i = 0; rc == 0 && to == n && i < m->n_outputs; i++)
+    rc = take_init(m, p, taken, m->outputs[i].name);
+  if (rc == 0 && from == 0) {
+    memcpy(p->inputs, m->inputs, sizeof *p->inputs * (size_t)m->n_inputs);
+    p->n_inputs = m->n_inputs;
+  }
+  for (int v = 0; rc == 0 && v < s->n_values; v++) {
+    const lifetime *l = &s->values[v];
+    if (l->produced < 0 && from > 0 && read[v]) { /* a graph input */
+      for (int i = 0; i < m->n_inputs; i++)
+        if (strcmp(m->inputs[i].name, l->name) == 0)
+          p->inputs[p->n_inputs++] = m->inputs[i];
+      continue;
+    }
+    if (l->is_static || l->produced < 0)
+      continue;
+    gs_value_info crossing = {.name = (char *)l->name, .dtype = GS_DT_INVALID, .rank = -1};
+    if (l->produced < from && read[v])
+      p->inputs[p->n_inputs++] = crossing;
+    const gs_value_info *declared = declared_output(m, l->name);
+    if (l->produced >= from && l->produced < to && l->last_read >= to)
+      p->outputs[p->n_outputs++] = declared ? *declared : crossing;
+  }
+  /* Graph outputs that are static values: made by the last stage. */
+  for (int i = 0; rc == 0 && to == n && i < m->n_outputs; i++) {
+    int v = gs_strmap_get(&s->index, m->outputs[i].name);
+    bool is_init = gs_strmap_get(&m->init_index, m->outputs[i].name) >= 0;
+    if ((v >= 0 && s->values[v].is_static) || (v < 0 && is_init))
+      p->outputs[p->n_outputs++] = m->outputs[i];
+  }
+  free(needed);
+  free(taken);
+  free(read);
+  free(work);
+  if (rc < 0) {
+    gs_model_part_free(p);
+    return rc;
+  }
+  *out = p;
+  return GS_OK;
+}
+
+int gs_model_cut(const gs_model *m, int node, gs_model *out[3]) {
+  if (node < 0 || node >= m->n_nodes)
+    return gs_error(GS_EINVAL, "no node %d to cut the model at", node);
+  split_scan s = {0};
+  int rc = scan(m, &s);
+  int bounds[4] = {0, node, node + 1, m->n_nodes};
+  for (int k = 0; k < 3; k++)
+    out[k] = NULL;
+  for (int k = 0; rc == 0 && k < 3; k++)
+    rc = make_stage(&s, bounds[k], bounds[k + 1], &out[k]);
+  scan_free(&s);
+  if (rc < 0)
+    for (int k = 0; k < 3; k++) {
+      gs_model_part_free(out[k]);
+      out[k] = NULL;
+    }
+  return rc;
+}
+
 void gs_model_part_free(gs_model *part) {
   if (!part)
     return;

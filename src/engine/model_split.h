@@ -34,4 +34,14 @@ void gs_model_part_free(gs_model *part);
 int gs_model_part_set_constant(gs_model *part, int input, const gs_shape *shape,
                                const void *data, size_t bytes);
 
+/* Cuts m around node `node` (an index into m->nodes) into three stages,
+ * for plans made in stages (plan_stages.c): the nodes before it, the node
+ * alone, and the nodes after it. Stage 0 takes m's inputs; a later stage
+ * takes the graph inputs and earlier stages' values its nodes read, those
+ * declared with no shape and no type (as gs_model_split's parts). Each
+ * stage hands on what later stages read, and the graph outputs it makes.
+ * Static values are made again by copies of their nodes where read. Free
+ * each stage with gs_model_part_free. */
+int gs_model_cut(const gs_model *m, int node, gs_model *out[3]);
+
 #endif

@@ -52,6 +52,9 @@ int gs_op_wanted_input(void);
 /* Reads a known int64/int32 input (shapes, axes, ...) into out. Returns the
  * count, or a GS_E code when the input is unknown before running or too long. */
 int gs_op_const_ints(const gs_op_call *c, int input, int64_t *out, int max);
+/* Reads a known one-element input of any numeric type (Range's bounds, a
+ * Pad constant, OneHot's depth) as a double. */
+int gs_op_const_scalar(const gs_op_call *c, int input, double *out);
 /* Sets the error "node N (Op): <message>" and returns GS_EINVAL. */
 int gs_op_fail(const gs_op_call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Requires input i to have one of the dtypes in mask (1u << dtype). */

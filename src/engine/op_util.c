@@ -82,6 +82,19 @@ int gs_op_const_ints(const gs_op_call *c, int input, int64_t *out, int max) {
   return (int)n;
 }
 
+int gs_op_const_scalar(const gs_op_call *c, int input, double *out) {
+  int rc = gs_op_need_values(c, input);
+  if (rc < 0)
+    return rc;
+  if (gs_shape_numel(&c->in[input].shape) != 1)
+    return gs_op_fail(c, "input %d must hold one value", input);
+  gs_dtype dt = c->in[input].dtype;
+  if (dt == GS_DT_BYTES || gs_dtype_size(dt) == 0)
+    return gs_op_fail(c, "input %d has type %s", input, gs_dtype_name(dt));
+  *out = gs_elem_as_double(dt, c->in_data[input], 0);
+  return GS_OK;
+}
+
 int gs_op_want_dtype(const gs_op_call *c, int input, uint32_t mask) {
   gs_dtype dt = c->in[input].dtype;
   if (dt == GS_DT_INVALID || !(mask & GS_DTM(dt)))

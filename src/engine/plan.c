@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "engine/op.h"
 #include "hal/op/op_attrs.h"
+#include "engine/plan_stages.h"
 #include "engine/weight_set.h"
 
 #include <math.h>
@@ -43,6 +44,7 @@ typedef struct value {
   bool graph_output;
   /* The model inputs (bits 0..63) whose values this value depends on. */
   uint64_t from_inputs;
+  bool graph_input; /* a model input itself, as the caller gives it */
 } value;
 
 typedef struct step {
@@ -78,8 +80,15 @@ struct gs_plan {
   uint64_t baked;
   void **baked_values;
   size_t *baked_bytes; /* as the caller gives them (float32 stays 4 bytes) */
-  /* While planning: the inputs whose values a node asked for. */
+  /* While planning: the inputs whose values a node asked for, the node
+   * (index into the model's nodes) and whether it asked for a computed
+   * value rather than a model input itself. */
   uint64_t wants;
+  int wanting_node;
+  bool wants_computed;
+  /* A plan made in stages (plan_stages.h): everything above but model,
+   * device and report is unused then. */
+  gs_plan_stages *stages;
   gs_plan_report report;
 };
 
@@ -248,8 +257,11 @@ static int plan_node(gs_plan *p, const gs_node *node) {
   int rc = op->infer(c, node);
   if (rc < 0) {
     int w = gs_op_wanted_input();
-    if (w >= 0 && w < node->n_in && in_idx[w] >= 0)
+    if (w >= 0 && w < node->n_in && in_idx[w] >= 0) {
       p->wants |= p->values[in_idx[w]].from_inputs;
+      p->wanting_node = (int)(node - p->model->nodes);
+      p->wants_computed = !p->values[in_idx[w]].graph_input;
+    }
     free_call(c);
     return rc;
   }
@@ -705,6 +717,7 @@ static int run_fallback(void *arg) {
 void gs_plan_destroy(gs_plan *p) {
   if (!p)
     return;
+  gs__plan_stages_destroy(p->stages);
   if (p->stream)
     gs_stream_synchronize(p->stream);
   gs_buffer_free(p->arena, p->stream);
@@ -810,11 +823,19 @@ static int bake_input(gs_plan *p, int i, const void *data) {
   return GS_OK;
 }
 
+/* Why a plan could not be made for lack of values (see struct gs_plan). */
+typedef struct plan_miss {
+  uint64_t wants;
+  int node;
+  bool computed;
+} plan_miss;
+
 static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
-                      uint64_t bake, gs_plan **out, uint64_t *wants) {
+                      uint64_t bake, gs_plan **out, plan_miss *miss) {
   gs_plan *p = calloc(1, sizeof *p);
   if (!p)
     return gs_error(GS_ENOMEM, "out of memory creating a plan");
+  p->wanting_node = -1;
   pthread_mutex_init(&p->run_lock, NULL);
   gs_strmap_init(&p->index);
   p->model = m;
@@ -852,6 +873,8 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
       break;
     if ((rc = add_value(p, m->inputs[i].name, m->inputs[i].dtype, &input_shapes[i])) >= 0)
       p->inputs[i] = rc, rc = 0;
+    if (rc == 0)
+      p->values[p->inputs[i]].graph_input = true;
     if (rc == 0 && i < 64) {
       p->values[p->inputs[i]].from_inputs = 1ull << i;
       if (bake >> i & 1)
@@ -948,7 +971,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   if (rc == 0)
     rc = release_host_copies(p);
   if (rc < 0) {
-    *wants = p->wants;
+    *miss = (plan_miss){p->wants, p->wanting_node, p->wants_computed};
     gs_plan_destroy(p);
     return rc;
   }
@@ -962,9 +985,11 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
 /* Planning with values: the largest input a plan takes the values of. */
 #define BAKE_MAX_BYTES (1u << 20)
 
-/* Why the values of input i cannot be planned with, or GS_OK. */
+/* Why the values of input i cannot be planned with, or GS_OK. Inputs of
+ * any size may be taken by a stage of one node, which is planned anew for
+ * each run's values anyway. */
 static int check_bake(const gs_model *m, const gs_shape *shapes, const gs_plan_options *opt,
-                      int i) {
+                      int i, bool any_size) {
   char why[512];
   snprintf(why, sizeof why, "%s", gs_error_detail());
   if (!opt || !opt->input_values || !opt->input_values[i])
@@ -974,31 +999,77 @@ static int check_bake(const gs_model *m, const gs_shape *shapes, const gs_plan_o
     return gs_error(GS_ENOTSUP, "%s; it depends on the values of string input %s",
                     why, m->inputs[i].name);
   uint64_t bytes = (uint64_t)gs_shape_numel(&shapes[i]) * gs_dtype_size(m->inputs[i].dtype);
-  if (bytes > BAKE_MAX_BYTES)
+  if (bytes > BAKE_MAX_BYTES && !any_size)
     return gs_error(GS_ENOTSUP, "%s; it depends on the values of model input %s, %llu bytes "
                                 "(gpusrv plans with the values of inputs up to %u bytes)",
                     why, m->inputs[i].name, (unsigned long long)bytes, BAKE_MAX_BYTES);
   return GS_OK;
 }
 
-int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
-                   gs_plan **out) {
-  /* Each attempt may find more inputs whose values the plan needs (a
-   * Reshape's shape, a Range's limit): plan again with those known. */
+/* A plan made in stages around node `node` (plan_stages.h). */
+static int plan_in_stages(const gs_model *m, int node, const gs_shape *shapes,
+                          const gs_plan_options *opt, gs_plan **out) {
+  gs_plan *p = calloc(1, sizeof *p);
+  if (!p)
+    return gs_error(GS_ENOMEM, "out of memory creating a plan");
+  pthread_mutex_init(&p->run_lock, NULL);
+  gs_strmap_init(&p->index);
+  gs_strmap_init(&p->keep_f32);
+  p->model = m;
+  int rc = gs__plan_stages_create(m, node, shapes, opt, &p->stages);
+  if (rc < 0) {
+    gs_plan_destroy(p);
+    return rc;
+  }
+  gs_plan *head = gs__plan_stages_head(p->stages);
+  p->device = gs_plan_device(head);
+  gs_plan_get_report(head, &p->report);
+  p->report.nodes = m->n_nodes;
+  p->report.staged = true;
+  GS_LOGD("engine", "plan in stages: cut at node %s (%s)", m->nodes[node].name,
+          m->nodes[node].op_type);
+  *out = p;
+  return GS_OK;
+}
+
+/* Each attempt may find more inputs whose values the plan needs (a
+ * Reshape's shape, a Range's limit): plan again with those known. Where a
+ * node needs values computed from the inputs, or of an input too large to
+ * plan with, the plan is made in stages, when the caller runs from host
+ * memory (gives input_values) and `may_cut`. */
+static int plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
+                       bool may_cut, gs_plan **out) {
   uint64_t bake = 0;
+  bool can_cut = may_cut && opt && opt->input_values;
   for (;;) {
-    uint64_t wants = 0;
-    int rc = plan_build(m, input_shapes, opt, bake, out, &wants);
-    if (rc == 0 || !(wants & ~bake))
+    plan_miss miss = {0, -1, false};
+    int rc = plan_build(m, input_shapes, opt, bake, out, &miss);
+    if (rc == 0 || !(miss.wants & ~bake))
       return rc;
+    if (can_cut && miss.computed && miss.node >= 0)
+      return plan_in_stages(m, miss.node, input_shapes, opt, out);
     for (int i = 0; i < 64 && i < m->n_inputs; i++)
-      if ((wants & ~bake) >> i & 1 && (rc = check_bake(m, input_shapes, opt, i)) < 0)
-        return rc;
-    bake |= wants;
+      if ((miss.wants & ~bake) >> i & 1 &&
+          (rc = check_bake(m, input_shapes, opt, i, !may_cut)) < 0)
+        return can_cut && miss.node >= 0 ? plan_in_stages(m, miss.node, input_shapes, opt, out)
+                                         : rc;
+    bake |= miss.wants;
   }
 }
 
+int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
+                   gs_plan **out) {
+  return plan_create(m, input_shapes, opt, true, out);
+}
+
+int gs__plan_create_node(const gs_model *m, const gs_shape *shapes, const gs_plan_options *opt,
+                         gs_plan **out) {
+  return plan_create(m, shapes, opt, false, out);
+}
+
 bool gs_plan_fits(const gs_plan *p, const void *const *inputs) {
+  if (p->stages)
+    return gs_plan_fits(gs__plan_stages_head(p->stages), inputs);
   for (int i = 0; p->baked && i < p->model->n_inputs; i++)
     if (i < 64 && p->baked >> i & 1 &&
         (!inputs || !inputs[i] ||
@@ -1007,7 +1078,11 @@ bool gs_plan_fits(const gs_plan *p, const void *const *inputs) {
   return true;
 }
 
-bool gs_plan_takes_values(const gs_plan *p) { return p->baked != 0; }
+bool gs_plan_takes_values(const gs_plan *p) {
+  return p->stages ? gs_plan_takes_values(gs__plan_stages_head(p->stages)) : p->baked != 0;
+}
+
+bool gs_plan_sizes_at_run(const gs_plan *p) { return p->stages != NULL; }
 
 /* ---- running ------------------------------------------------------------------------------ */
 
@@ -1146,12 +1221,42 @@ static int run_with(gs_plan *p, const void *const *host_in, void *const *host_ou
   return rc < 0 ? rc : sync;
 }
 
+static int sized_at_run(const gs_plan *p) {
+  return gs_error(GS_ENOTSUP, "the sizes of the outputs of %s are known only after a run "
+                              "(it is planned in stages): run it with outputs sized by the run",
+                  p->model->path ? p->model->path : "the model");
+}
+
 int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
-  return run_with(p, inputs, outputs, NULL, NULL);
+  return p->stages ? sized_at_run(p) : run_with(p, inputs, outputs, NULL, NULL);
 }
 
 int gs_plan_run_buffers(gs_plan *p, gs_buffer_t *const *inputs, gs_buffer_t *const *outputs) {
-  return run_with(p, NULL, NULL, inputs, outputs);
+  return p->stages ? sized_at_run(p) : run_with(p, NULL, NULL, inputs, outputs);
+}
+
+int gs_plan_run_alloc(gs_plan *p, const void *const *inputs, void **outputs,
+                      gs_plan_value_info *info) {
+  int n = p->model->n_outputs, rc = 0;
+  if (p->stages) {
+    pthread_mutex_lock(&p->run_lock);
+    rc = gs__plan_stages_run(p->stages, inputs, outputs, info);
+    pthread_mutex_unlock(&p->run_lock);
+    return rc;
+  }
+  for (int i = 0; i < n; i++) {
+    gs_plan_output(p, i, &info[i]);
+    info[i].data = NULL;
+    if (!(outputs[i] = malloc(info[i].bytes ? info[i].bytes : 1)) && rc == 0)
+      rc = gs_error(GS_ENOMEM, "out of memory for output %s", info[i].name);
+  }
+  if (rc == 0)
+    rc = gs_plan_run(p, inputs, outputs);
+  for (int i = 0; rc < 0 && i < n; i++) {
+    free(outputs[i]);
+    outputs[i] = NULL;
+  }
+  return rc;
 }
 
 /* ---- queries ---------------------------------------------------------------------------------- */
@@ -1167,6 +1272,10 @@ static void describe(const gs_plan *p, int v, gs_plan_value_info *out) {
 
 /* Named as the model names them, whatever values the plan added between. */
 void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) {
+  if (p->stages) {
+    gs_plan_input(gs__plan_stages_head(p->stages), i, out);
+    return;
+  }
   describe(p, p->inputs[i], out);
   out->name = p->model->inputs[i].name;
   if (i < 64 && p->baked >> i & 1) { /* as the caller gives it, even if kept in 16 bits */
@@ -1176,6 +1285,14 @@ void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) {
 }
 
 void gs_plan_output(const gs_plan *p, int i, gs_plan_value_info *out) {
+  if (p->stages) { /* as declared until a run sizes it */
+    const gs_value_info *d = &p->model->outputs[i];
+    *out = (gs_plan_value_info){.name = d->name, .dtype = d->dtype,
+                                .shape = {.rank = d->rank > 0 ? d->rank : 0}};
+    for (int k = 0; k < out->shape.rank; k++)
+      out->shape.dims[k] = d->dims[k];
+    return;
+  }
   describe(p, p->outputs[i], out);
   out->name = p->model->outputs[i].name;
 }

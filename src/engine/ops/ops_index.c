@@ -19,27 +19,6 @@ static int axis_attr(gs_op_call *c, const gs_node *n, int64_t dflt, int rank, in
   return GS_OK;
 }
 
-/* A known scalar input, as a double (Range's bounds). */
-static int scalar_input(gs_op_call *c, int i, double *out) {
-  int rc = gs_op_need_values(c, i);
-  if (rc < 0)
-    return rc;
-  if (gs_shape_numel(&c->in[i].shape) != 1)
-    return gs_op_fail(c, "input %d must be a scalar", i);
-  const void *p = c->in_data[i];
-  switch (c->in[i].dtype) {
-  case GS_DT_FLOAT32: *out = *(const float *)p; break;
-  case GS_DT_FLOAT64: *out = *(const double *)p; break;
-  case GS_DT_FLOAT16: *out = gs_f16_to_f32(*(const uint16_t *)p); break;
-  case GS_DT_BFLOAT16: *out = gs_bf16_to_f32(*(const uint16_t *)p); break;
-  case GS_DT_INT16: *out = *(const int16_t *)p; break;
-  case GS_DT_INT32: *out = *(const int32_t *)p; break;
-  case GS_DT_INT64: *out = (double)*(const int64_t *)p; break;
-  default: return gs_op_fail(c, "input %d has type %s", i, gs_dtype_name(c->in[i].dtype));
-  }
-  return GS_OK;
-}
-
 /* Range: [start, limit) by delta, its length known once the bounds are. */
 static int infer_range(gs_op_call *c, const gs_node *n) {
   (void)n;
@@ -52,7 +31,7 @@ static int infer_range(gs_op_call *c, const gs_node *n) {
     if (rc == 0 && c->in[i].dtype != c->in[0].dtype)
       rc = gs_op_fail(c, "start, limit and delta must have one type");
     if (rc == 0)
-      rc = scalar_input(c, i, &v[i]);
+      rc = gs_op_const_scalar(c, i, &v[i]);
     if (rc < 0)
       return rc;
   }
@@ -266,17 +245,9 @@ static int infer_one_hot(gs_op_call *c, const gs_node *n) {
   if (rc < 0)
     return rc;
   double depth;
-  if ((rc = gs_op_need_values(c, 1)) < 0)
+  if ((rc = gs_op_want_dtype(c, 1, GS_DTM_NUMERIC)) < 0 ||
+      (rc = gs_op_const_scalar(c, 1, &depth)) < 0)
     return rc;
-  if (gs_shape_numel(&c->in[1].shape) != 1)
-    return gs_op_fail(c, "depth must be one value");
-  switch (c->in[1].dtype) {
-  case GS_DT_FLOAT32: depth = *(const float *)c->in_data[1]; break;
-  case GS_DT_FLOAT64: depth = *(const double *)c->in_data[1]; break;
-  case GS_DT_INT64: depth = (double)*(const int64_t *)c->in_data[1]; break;
-  case GS_DT_INT32: depth = *(const int32_t *)c->in_data[1]; break;
-  default: return gs_op_fail(c, "depth has type %s", gs_dtype_name(c->in[1].dtype));
-  }
   if (!(depth >= 1) || depth > 1e9)
     return gs_op_fail(c, "depth %g must be at least 1", depth);
   if (gs_shape_numel(&c->in[2].shape) != 2)

@@ -513,23 +513,11 @@ static int infer_pad(gs_op_call *c, const gs_node *n) {
     int64_t count = gs_shape_numel(&c->in[2].shape);
     if (count > 1)
       return gs_op_fail(c, "constant_value must be one value, not %lld", (long long)count);
-    /* Stored as double: every supported type converts exactly enough for padding. */
-    const void *v = c->in_data[2];
-    switch (count == 0 ? GS_DT_INVALID : c->in[2].dtype) { /* empty: the default, 0 */
-    case GS_DT_INVALID: a->value = 0; break;
-    case GS_DT_UINT16: a->value = *(const uint16_t *)v; break;
-    case GS_DT_UINT32: a->value = *(const uint32_t *)v; break;
-    case GS_DT_UINT64: a->value = (double)*(const uint64_t *)v; break;
-    case GS_DT_FLOAT32: a->value = *(const float *)v; break;
-    case GS_DT_FLOAT64: a->value = *(const double *)v; break;
-    case GS_DT_INT64: a->value = (double)*(const int64_t *)v; break;
-    case GS_DT_INT32: a->value = *(const int32_t *)v; break;
-    case GS_DT_FLOAT16: a->value = gs_f16_to_f32(*(const uint16_t *)v); break;
-    case GS_DT_BFLOAT16: a->value = gs_bf16_to_f32(*(const uint16_t *)v); break;
-    case GS_DT_INT16: a->value = *(const int16_t *)v; break;
-    case GS_DT_INT8: a->value = *(const int8_t *)v; break;
-    default: a->value = *(const uint8_t *)v; break;
-    }
+    /* Stored as double: every supported type converts exactly enough for
+     * padding. Empty: the default, 0. */
+    a->value = 0;
+    if (count == 1 && (rc = gs_op_const_scalar(c, 2, &a->value)) < 0)
+      return rc;
   }
   c->out[0].dtype = c->in[0].dtype;
   c->out[0].shape = out;

@@ -229,4 +229,13 @@ typedef struct gs_roi_align_attrs {
   float spatial_scale;
 } gs_roi_align_attrs;
 
+/* NonMaxSuppression (ops_detect.c). Its output's size is its result, so
+ * the planner computes it on the host once the inputs' values are known
+ * (while planning the graph after it): inferring it selects the boxes, and
+ * the kernel writes the selection out. */
+typedef struct gs_nms_attrs {
+  int64_t count;
+  int64_t selected[]; /* count rows of (batch, class, box) */
+} gs_nms_attrs;
+
 #endif

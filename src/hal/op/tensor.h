@@ -50,6 +50,9 @@ const char *gs_onnx_type_name(int onnx_type);
 gs_dtype gs_dtype_from_onnx(int onnx_type);
 int gs_dtype_to_onnx(gs_dtype dt);
 bool gs_dtype_is_float(gs_dtype dt); /* float16, bfloat16, float32, float64 */
+/* Element i of numeric or BOOL data of type dt, as a double (0 for other
+ * types); for code that reads a few values of any type, not for kernels. */
+double gs_elem_as_double(gs_dtype dt, const void *data, int64_t i);
 
 /* IEEE half and bfloat16 <-> float, round to nearest even. */
 float gs_f16_to_f32(uint16_t h);

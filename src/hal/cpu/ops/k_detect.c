@@ -1,6 +1,8 @@
-/* k_detect.c - the CPU kernel of RoiAlign (engine/ops/ops_detect.c):
- * each output bin averages (or takes the largest of) bilinear samples on a
- * regular grid inside it, as onnxruntime and torchvision compute them. */
+/* k_detect.c - the CPU kernels of the detection ops (engine/ops/ops_detect.c).
+ * RoiAlign: each output bin averages (or takes the largest of) bilinear
+ * samples on a regular grid inside it, as onnxruntime and torchvision
+ * compute them. NonZero writes coordinates; NonMaxSuppression writes the
+ * selection its inference made (its size is the output's). */
 #include "hal/cpu/ops/kernels.h"
 
 #include "base/error.h"
@@ -98,7 +100,40 @@ static int k_roi_align(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
-static const gs_cpu_kernel_entry kernels[] = {GS_CPU_KERNEL("RoiAlign", k_roi_align)};
+static int k_nonzero(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_shape *s = &c->in[0].shape;
+  int64_t numel = gs_shape_numel(s), count = c->out[0].shape.dims[1], at = 0;
+  int64_t *out = k->ptr[1];
+  int rank = s->rank;
+  int64_t idx[GS_MAX_DIMS] = {0};
+  for (int64_t i = 0; i < numel && at < count; i++) {
+    if (gs_ld(c->in[0].dtype, k->ptr[0], i) != 0) {
+      for (int d = 0; d < rank; d++)
+        out[d * count + at] = idx[d];
+      if (rank == 0)
+        out[at] = 0;
+      at++;
+    }
+    for (int d = rank - 1; d >= 0 && ++idx[d] == s->dims[d]; d--)
+      idx[d] = 0;
+  }
+  return 0;
+}
+
+static int k_nms(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_nms_attrs *a = c->attrs;
+  if (a->count != c->out[0].shape.dims[0])
+    return gs_error(GS_EINVAL, "node %s (NonMaxSuppression): planned for %lld boxes, selected %lld",
+                    c->node_name, (long long)c->out[0].shape.dims[0], (long long)a->count);
+  memcpy(k->ptr[c->n_in], a->selected, sizeof(int64_t) * 3 * (size_t)a->count);
+  return 0;
+}
+
+static const gs_cpu_kernel_entry kernels[] = {GS_CPU_KERNEL("RoiAlign", k_roi_align),
+                                              GS_CPU_KERNEL("NonZero", k_nonzero),
+                                              GS_CPU_KERNEL("NonMaxSuppression", k_nms)};
 
 int gs__cpu_register_detect(gs_backend_t *be) {
   return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);

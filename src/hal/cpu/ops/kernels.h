@@ -22,22 +22,7 @@ static inline const gs_op_call *gs_kcall(const gs_cpu_kernel_call *k) {
 /* ---- element access by type (the slow, general paths) ------------------------- */
 
 static inline double gs_ld(gs_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-  case GS_DT_FLOAT32: return ((const float *)p)[i];
-  case GS_DT_FLOAT64: return ((const double *)p)[i];
-  case GS_DT_FLOAT16: return gs_f16_to_f32(((const uint16_t *)p)[i]);
-  case GS_DT_BFLOAT16: return gs_bf16_to_f32(((const uint16_t *)p)[i]);
-  case GS_DT_INT64: return (double)((const int64_t *)p)[i];
-  case GS_DT_INT32: return ((const int32_t *)p)[i];
-  case GS_DT_INT16: return ((const int16_t *)p)[i];
-  case GS_DT_INT8: return ((const int8_t *)p)[i];
-  case GS_DT_UINT8:
-  case GS_DT_BOOL: return ((const uint8_t *)p)[i];
-  case GS_DT_UINT16: return ((const uint16_t *)p)[i];
-  case GS_DT_UINT32: return ((const uint32_t *)p)[i];
-  case GS_DT_UINT64: return (double)((const uint64_t *)p)[i];
-  default: return 0;
-  }
+  return gs_elem_as_double(dt, p, i);
 }
 
 static inline int64_t gs_ldi(gs_dtype dt, const void *p, int64_t i) {

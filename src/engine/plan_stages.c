@@ -1,0 +1,252 @@
+/* plan_stages.c - plans made in stages around a node whose output size
+ * depends on computed values (plan_stages.h). */
+#include "engine/plan_stages.h"
+
+#include "base/error.h"
+#include "base/strmap.h"
+#include "engine/model_split.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Plans of one stage kept for the shapes and values seen last. */
+#define STAGE_PLANS 4
+
+typedef struct kept_plan {
+  gs_plan *plan;
+  gs_shape *shapes; /* one per input of the stage */
+} kept_plan;
+
+enum { HEAD, NODE, TAIL };
+
+struct gs_plan_stages {
+  const gs_model *model;
+  gs_model *part[3];
+  gs_plan_options opt; /* input_values set for each planning */
+  gs_plan *head;
+  kept_plan kept[3][STAGE_PLANS]; /* most recently used first; [HEAD] unused */
+};
+
+/* A value of one run, by name: the caller's inputs (borrowed) and what
+ * the stages computed (owned until handed to the caller). */
+typedef struct slot {
+  gs_dtype dtype;
+  gs_shape shape;
+  size_t bytes;
+  void *data;
+  bool owned;
+} slot;
+
+typedef struct run_values {
+  slot *slots;
+  int n, cap;
+  gs_strmap index;
+} run_values;
+
+static void values_free(run_values *rv) {
+  for (int i = 0; i < rv->n; i++)
+    if (rv->slots[i].owned)
+      free(rv->slots[i].data);
+  free(rv->slots);
+  gs_strmap_free(&rv->index);
+}
+
+/* Adds a value; `data` is freed with rv when `owned`, also on failure. */
+static int values_put(run_values *rv, const char *name, const gs_plan_value_info *info,
+                      void *data, bool owned) {
+  if (rv->n == rv->cap) {
+    int cap = rv->cap ? 2 * rv->cap : 32;
+    slot *grown = realloc(rv->slots, sizeof *grown * (size_t)cap);
+    if (!grown) {
+      if (owned)
+        free(data);
+      return gs_error(GS_ENOMEM, "out of memory running a plan in stages");
+    }
+    rv->slots = grown;
+    rv->cap = cap;
+  }
+  rv->slots[rv->n] = (slot){.dtype = info->dtype, .shape = info->shape, .bytes = info->bytes,
+                            .data = data, .owned = owned};
+  int rc = gs_strmap_put(&rv->index, name, rv->n);
+  if (rc < 0) {
+    if (owned)
+      free(data);
+    return gs_error(GS_ENOMEM, "out of memory running a plan in stages");
+  }
+  rv->n++;
+  return GS_OK;
+}
+
+static slot *values_get(run_values *rv, const char *name) {
+  int i = gs_strmap_get(&rv->index, name);
+  return i >= 0 ? &rv->slots[i] : NULL;
+}
+
+/* ---- creating ------------------------------------------------------------------------- */
+
+int gs__plan_stages_create(const gs_model *m, int node, const gs_shape *shapes,
+                           const gs_plan_options *opt, gs_plan_stages **out) {
+  gs_plan_stages *st = calloc(1, sizeof *st);
+  if (!st)
+    return gs_error(GS_ENOMEM, "out of memory planning in stages");
+  st->model = m;
+  st->opt = *opt;
+  st->opt.input_values = NULL;
+  int rc = gs_model_cut(m, node, st->part);
+  if (rc == 0)
+    rc = gs_plan_create(st->part[HEAD], shapes, opt, &st->head);
+  if (rc < 0) {
+    gs__plan_stages_destroy(st);
+    return rc;
+  }
+  *out = st;
+  return GS_OK;
+}
+
+void gs__plan_stages_destroy(gs_plan_stages *st) {
+  if (!st)
+    return;
+  for (int s = NODE; s <= TAIL; s++)
+    for (int k = 0; k < STAGE_PLANS; k++) {
+      gs_plan_destroy(st->kept[s][k].plan);
+      free(st->kept[s][k].shapes);
+    }
+  gs_plan_destroy(st->head);
+  for (int s = 0; s < 3; s++)
+    gs_model_part_free(st->part[s]);
+  free(st);
+}
+
+gs_plan *gs__plan_stages_head(const gs_plan_stages *st) { return st->head; }
+
+/* ---- running ----------------------------------------------------------------------------- */
+
+static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
+  for (int i = 0; i < n; i++)
+    if (!gs_shape_equal(&a[i], &b[i]))
+      return false;
+  return true;
+}
+
+/* The plan of stage s for these inputs: kept, or made now and kept in
+ * place of the least recently used. */
+static int stage_plan(gs_plan_stages *st, int s, const gs_shape *shapes, const void *const *ins,
+                      gs_plan **out) {
+  if (s == HEAD) {
+    *out = st->head;
+    return GS_OK;
+  }
+  int n = st->part[s]->n_inputs;
+  kept_plan *kept = st->kept[s];
+  int k = 0;
+  while (k < STAGE_PLANS && kept[k].plan &&
+         !(same_shapes(kept[k].shapes, shapes, n) && gs_plan_fits(kept[k].plan, ins)))
+    k++;
+  kept_plan found;
+  if (k < STAGE_PLANS && kept[k].plan) {
+    found = kept[k];
+  } else {
+    gs_plan_options opt = st->opt;
+    opt.input_values = ins;
+    found.shapes = malloc(sizeof(gs_shape) * (size_t)(n ? n : 1));
+    if (!found.shapes)
+      return gs_error(GS_ENOMEM, "out of memory planning in stages");
+    memcpy(found.shapes, shapes, sizeof(gs_shape) * (size_t)n);
+    int rc = s == NODE ? gs__plan_create_node(st->part[s], shapes, &opt, &found.plan)
+                       : gs_plan_create(st->part[s], shapes, &opt, &found.plan);
+    if (rc < 0) {
+      free(found.shapes);
+      return rc;
+    }
+    k = STAGE_PLANS - 1;
+    gs_plan_destroy(kept[k].plan);
+    free(kept[k].shapes);
+  }
+  memmove(&kept[1], &kept[0], sizeof *kept * (size_t)k);
+  kept[0] = found;
+  *out = found.plan;
+  return GS_OK;
+}
+
+/* Runs stage s on the values so far, adding what it hands on. */
+static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
+  gs_model *part = st->part[s];
+  int n_in = part->n_inputs, n_out = part->n_outputs;
+  const void **ins = calloc((size_t)n_in + 1, sizeof *ins);
+  gs_shape *shapes = calloc((size_t)n_in + 1, sizeof *shapes);
+  void **outs = calloc((size_t)n_out + 1, sizeof *outs);
+  gs_plan_value_info *info = calloc((size_t)n_out + 1, sizeof *info);
+  int rc = ins && shapes && outs && info ? 0 : gs_error(GS_ENOMEM, "out of memory running a plan");
+  for (int i = 0; rc == 0 && i < n_in; i++) {
+    slot *v = values_get(rv, part->inputs[i].name);
+    if (!v) {
+      rc = gs_error(GS_EINVAL, "a plan in stages misses value %s", part->inputs[i].name);
+      break;
+    }
+    part->inputs[i].dtype = v->dtype; /* declared now for what an earlier stage made */
+    ins[i] = v->data;
+    shapes[i] = v->shape;
+  }
+  gs_plan *plan = NULL;
+  if (rc == 0)
+    rc = stage_plan(st, s, shapes, ins, &plan);
+  if (rc == 0)
+    rc = gs_plan_run_alloc(plan, ins, outs, info);
+  for (int i = 0; rc == 0 && i < n_out; i++) {
+    rc = values_put(rv, part->outputs[i].name, &info[i], outs[i], true);
+    outs[i] = NULL;
+  }
+  for (int i = 0; rc < 0 && i < n_out; i++)
+    free(outs[i]);
+  free(ins);
+  free(shapes);
+  free(outs);
+  free(info);
+  return rc;
+}
+
+/* Output i of the model: the computed value itself when it is handed out
+ * once, else a copy. */
+static int hand_out(run_values *rv, const gs_value_info *declared, void **out,
+                    gs_plan_value_info *info) {
+  slot *v = values_get(rv, declared->name);
+  if (!v)
+    return gs_error(GS_EINVAL, "graph output %s is produced by nothing", declared->name);
+  *info = (gs_plan_value_info){.name = declared->name, .dtype = v->dtype, .shape = v->shape,
+                               .bytes = v->bytes};
+  if (v->owned) {
+    *out = v->data;
+    v->owned = false;
+    return GS_OK;
+  }
+  if (!(*out = malloc(v->bytes ? v->bytes : 1)))
+    return gs_error(GS_ENOMEM, "out of memory for output %s", declared->name);
+  if (v->bytes)
+    memcpy(*out, v->data, v->bytes);
+  return GS_OK;
+}
+
+int gs__plan_stages_run(gs_plan_stages *st, const void *const *inputs, void **outputs,
+                        gs_plan_value_info *info) {
+  const gs_model *m = st->model;
+  run_values rv = {0};
+  gs_strmap_init(&rv.index);
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < m->n_inputs; i++) {
+    gs_plan_value_info in;
+    gs_plan_input(st->head, i, &in);
+    rc = values_put(&rv, m->inputs[i].name, &in, (void *)inputs[i], false);
+  }
+  for (int s = HEAD; rc == 0 && s <= TAIL; s++)
+    rc = run_stage(st, s, &rv);
+  for (int i = 0; i < m->n_outputs; i++)
+    outputs[i] = NULL;
+  for (int i = 0; rc == 0 && i < m->n_outputs; i++)
+    rc = hand_out(&rv, &m->outputs[i], &outputs[i], &info[i]);
+  for (int i = 0; rc < 0 && i < m->n_outputs; i++) {
+    free(outputs[i]);
+    outputs[i] = NULL;
+  }
+  values_free(&rv);
+  return rc;
+}
