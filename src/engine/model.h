@@ -25,8 +25,11 @@ typedef enum {
   GS_ATTR_FLOATS,
   GS_ATTR_INTS,
   GS_ATTR_STRINGS,
-  GS_ATTR_UNSUPPORTED, /* graphs, sparse tensors, type protos: refused by every op */
+  GS_ATTR_GRAPH,
+  GS_ATTR_UNSUPPORTED, /* lists of graphs, sparse tensors, type protos: refused by every op */
 } gs_attr_type;
+
+typedef struct gs_model gs_model;
 
 typedef struct gs_attr {
   char *name;
@@ -35,6 +38,11 @@ typedef struct gs_attr {
   int64_t i;
   char *s;            /* NUL-terminated; STRING */
   gs_const_tensor *t; /* TENSOR */
+  /* GRAPH (If's branches): a model of its own, whose inputs are followed
+   * by the values it reads from the graphs around it (captured: declared
+   * with no type and no shape), which the loader adds to the node's own
+   * inputs after those the file gives. */
+  gs_model *g;
   int n;              /* FLOATS, INTS, STRINGS: count */
   float *floats;
   int64_t *ints;
@@ -47,7 +55,10 @@ typedef struct gs_node {
   char *op_type;
   char *domain;  /* "" for the default ONNX domain */
   int n_in, n_out;
-  char **inputs;  /* "" marks an omitted optional input */
+  /* "" marks an omitted optional input. The last n_captured are not in
+   * the file: what the node's graph attributes read from around them. */
+  char **inputs;
+  int n_captured;
   char **outputs;
   int n_attrs;
   gs_attr *attrs;
@@ -64,7 +75,7 @@ typedef struct gs_value_info {
   char *dim_params[GS_MAX_DIMS];
 } gs_value_info;
 
-typedef struct gs_model {
+struct gs_model {
   char *path;
   int64_t ir_version;
   int64_t opset; /* of the default domain */
@@ -79,7 +90,8 @@ typedef struct gs_model {
   int n_outputs;
   gs_value_info *outputs;
   gs_strmap init_index; /* initializer name -> index */
-} gs_model;
+  int n_captured; /* of a graph attribute: the last inputs, read from around it */
+};
 
 /* Loads an ONNX file. Every op and attribute is checked against what gpusrv
  * supports: a model using anything else is refused, naming every unsupported

@@ -1,7 +1,10 @@
 /* model_check.c - what gs_model_load() checks after reading a file: every
  * op and attribute is supported (else one message naming every unsupported
  * op and its nodes), every input is produced by something, no value is
- * produced twice, and the graph has no cycle. */
+ * produced twice, and the graph has no cycle. Graph attributes (If's
+ * branches) are checked as graphs of their own, after the values they read
+ * from around them are declared as their inputs and added to their node's
+ * (so that ordering, cutting and planning see those reads). */
 #include "engine/model.h"
 
 #include "base/error.h"
@@ -248,7 +251,87 @@ int gs_model_check_support(const gs_model *m) {
   return rc;
 }
 
-int gs__model_check(gs_model *m, bool check_support) {
+/* ---- graph attributes ------------------------------------------------------------ */
+
+static int append_name(char ***names, int *n, const char *name) {
+  char **grown = realloc(*names, sizeof *grown * ((size_t)*n + 1));
+  if (!grown)
+    return gs_error(GS_ENOMEM, "out of memory checking the model");
+  *names = grown;
+  if (!(grown[*n] = strdup(name)))
+    return gs_error(GS_ENOMEM, "out of memory checking the model");
+  (*n)++;
+  return GS_OK;
+}
+
+/* Declares as inputs of graph attribute g the values it reads that it does
+ * not make: its nodes' inputs and its outputs. */
+static int declare_captured(gs_model *g) {
+  gs_strmap known;
+  gs_strmap_init(&known);
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < g->n_inputs; i++)
+    rc = gs_strmap_put(&known, g->inputs[i].name, 1);
+  for (int i = 0; rc == 0 && i < g->n_inits; i++)
+    rc = gs_strmap_put(&known, g->inits[i].name, 1);
+  for (int i = 0; rc == 0 && i < g->n_nodes; i++)
+    for (int o = 0; rc == 0 && o < g->nodes[i].n_out; o++)
+      if (g->nodes[i].outputs[o][0])
+        rc = gs_strmap_put(&known, g->nodes[i].outputs[o], 1);
+  for (int i = 0; rc == 0 && i < g->n_nodes + 1; i++) {
+    int n = i < g->n_nodes ? g->nodes[i].n_in : g->n_outputs;
+    for (int k = 0; rc == 0 && k < n; k++) {
+      const char *name = i < g->n_nodes ? g->nodes[i].inputs[k] : g->outputs[k].name;
+      if (!name[0] || gs_strmap_get(&known, name) >= 0)
+        continue;
+      gs_value_info *grown = realloc(g->inputs, sizeof *grown * ((size_t)g->n_inputs + 1));
+      if (!grown) {
+        rc = gs_error(GS_ENOMEM, "out of memory checking the model");
+        break;
+      }
+      g->inputs = grown;
+      grown[g->n_inputs] = (gs_value_info){.dtype = GS_DT_INVALID, .rank = -1};
+      if (!(grown[g->n_inputs].name = strdup(name))) {
+        rc = gs_error(GS_ENOMEM, "out of memory checking the model");
+        break;
+      }
+      g->n_inputs++;
+      g->n_captured++;
+      rc = gs_strmap_put(&known, name, 1);
+    }
+  }
+  gs_strmap_free(&known);
+  return rc;
+}
+
+static int check_model(gs_model *m, bool check_support, bool is_attribute);
+
+/* Checks each graph attribute of node n, and adds what they capture to
+ * n's inputs, once each. */
+static int check_attribute_graphs(gs_node *n, bool check_support) {
+  int rc = 0;
+  for (int a = 0; rc == 0 && a < n->n_attrs; a++) {
+    gs_model *g = n->attrs[a].type == GS_ATTR_GRAPH ? n->attrs[a].g : NULL;
+    if (!g)
+      continue;
+    if ((rc = check_model(g, check_support, true)) < 0)
+      return gs_error(rc, "node %s (%s), graph %s: %s", n->name, n->op_type, n->attrs[a].name,
+                      gs_error_detail());
+    for (int i = g->n_inputs - g->n_captured; rc == 0 && i < g->n_inputs; i++) {
+      bool seen = false;
+      for (int k = n->n_in - n->n_captured; k < n->n_in && !seen; k++)
+        seen = strcmp(n->inputs[k], g->inputs[i].name) == 0;
+      if (!seen && (rc = append_name(&n->inputs, &n->n_in, g->inputs[i].name)) == 0)
+        n->n_captured++;
+    }
+  }
+  return rc;
+}
+
+/* model_rewrite.c */
+int gs__model_split_wide_nodes(gs_model *m);
+
+static int check_model(gs_model *m, bool check_support, bool is_attribute) {
   /* Unnamed nodes get names, so that messages can point at them. */
   for (int i = 0; i < m->n_nodes; i++) {
     gs_node *n = &m->nodes[i];
@@ -260,8 +343,16 @@ int gs__model_check(gs_model *m, bool check_support) {
     if (!(n->name = strdup(name)))
       return gs_error(GS_ENOMEM, "out of memory naming nodes");
   }
-  int rc = check_support ? gs_model_check_support(m) : 0;
+  int rc = gs__model_split_wide_nodes(m);
+  for (int i = 0; rc == 0 && i < m->n_nodes; i++)
+    rc = check_attribute_graphs(&m->nodes[i], check_support);
+  if (rc == 0 && is_attribute)
+    rc = declare_captured(m);
+  if (rc == 0 && check_support)
+    rc = gs_model_check_support(m);
   if (rc == 0)
     rc = check_graph(m);
   return rc;
 }
+
+int gs__model_check(gs_model *m, bool check_support) { return check_model(m, check_support, false); }

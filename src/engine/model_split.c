@@ -471,6 +471,54 @@ int gs_model_cut(const gs_model *m, int node, gs_model *out[3]) {
   return rc;
 }
 
+int gs_model_with_branch(const gs_model *stage, const gs_model *branch, gs_model **out) {
+  gs_model *p = calloc(1, sizeof *p);
+  if (!p)
+    return gs_error(GS_ENOMEM, "out of memory planning a branch");
+  gs_strmap_init(&p->init_index);
+  p->path = stage->path;
+  p->ir_version = stage->ir_version;
+  p->opset = stage->opset;
+  p->producer = stage->producer;
+  p->graph_name = branch->graph_name;
+  int copies = stage->n_nodes - 1; /* all but the If node, which comes last */
+  p->nodes = malloc(sizeof *p->nodes * ((size_t)copies + (size_t)branch->n_nodes + 1));
+  p->inits = malloc(sizeof *p->inits * ((size_t)stage->n_inits + (size_t)branch->n_inits + 1));
+  p->inputs = malloc(sizeof *p->inputs * ((size_t)stage->n_inputs + 1));
+  p->outputs = malloc(sizeof *p->outputs * ((size_t)branch->n_outputs + 1));
+  int rc = 0;
+  if (!p->nodes || !p->inits || !p->inputs || !p->outputs)
+    rc = gs_error(GS_ENOMEM, "out of memory planning a branch");
+  for (int i = 0; rc == 0 && i < copies; i++)
+    p->nodes[p->n_nodes++] = stage->nodes[i];
+  for (int i = 0; rc == 0 && i < branch->n_nodes; i++)
+    p->nodes[p->n_nodes++] = branch->nodes[i];
+  /* Names are unique across a graph and its branches (ONNX's rule); where
+   * a file breaks it, the branch's own weight wins. */
+  for (int k = 0; rc == 0 && k < 2; k++) {
+    const gs_model *from = k ? stage : branch;
+    for (int i = 0; rc == 0 && i < from->n_inits; i++) {
+      if (gs_strmap_get(&p->init_index, from->inits[i].name) >= 0)
+        continue;
+      p->inits[p->n_inits] = from->inits[i];
+      if (gs_strmap_put(&p->init_index, from->inits[i].name, p->n_inits++) < 0)
+        rc = gs_error(GS_ENOMEM, "out of memory planning a branch");
+    }
+  }
+  if (rc == 0) {
+    memcpy(p->inputs, stage->inputs, sizeof *p->inputs * (size_t)stage->n_inputs);
+    p->n_inputs = stage->n_inputs;
+    memcpy(p->outputs, branch->outputs, sizeof *p->outputs * (size_t)branch->n_outputs);
+    p->n_outputs = branch->n_outputs;
+  }
+  if (rc < 0) {
+    gs_model_part_free(p);
+    return rc;
+  }
+  *out = p;
+  return GS_OK;
+}
+
 void gs_model_part_free(gs_model *part) {
   if (!part)
     return;

@@ -27,7 +27,7 @@ enum {
   NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5,
   NODE_DOMAIN = 7,
   ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_S = 4, ATTR_T = 5, ATTR_FLOATS = 7, ATTR_INTS = 8,
-  ATTR_STRINGS = 9, ATTR_TYPE = 20,
+  ATTR_STRINGS = 9, ATTR_G = 6, ATTR_TYPE = 20,
   TENSOR_DIMS = 1, TENSOR_DATA_TYPE = 2, TENSOR_SEGMENT = 3, TENSOR_FLOAT_DATA = 4,
   TENSOR_INT32_DATA = 5, TENSOR_STRING_DATA = 6, TENSOR_INT64_DATA = 7, TENSOR_NAME = 8,
   TENSOR_RAW_DATA = 9, TENSOR_DOUBLE_DATA = 10, TENSOR_UINT64_DATA = 11,
@@ -41,12 +41,19 @@ enum {
 };
 
 /* AttributeProto.AttributeType */
-enum { AT_FLOAT = 1, AT_INT = 2, AT_STRING = 3, AT_TENSOR = 4, AT_FLOATS = 6, AT_INTS = 7,
-       AT_STRINGS = 8 };
+enum { AT_FLOAT = 1, AT_INT = 2, AT_STRING = 3, AT_TENSOR = 4, AT_GRAPH = 5, AT_FLOATS = 6,
+       AT_INTS = 7, AT_STRINGS = 8 };
+
+/* Graphs inside graphs (If's branches) nest at most this deep: a hostile
+ * file must not exhaust the stack. */
+#define MAX_GRAPH_DEPTH 16
 
 typedef struct loader {
   const char *dir; /* for external data; NULL: refused */
+  int depth;       /* of the graph being read: 0 for the model's */
 } loader;
+
+static int parse_graph(const loader *ld, gs_pb *r, int r_wire, gs_model *m);
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -468,12 +475,33 @@ static void attr_clear(gs_attr *a) {
     const_tensor_clear(a->t);
     free(a->t);
   }
+  gs_model_free(a->g);
   free(a->floats);
   free(a->ints);
   for (int i = 0; a->strings && i < a->n_strings; i++)
     free(a->strings[i]);
   free(a->strings);
   memset(a, 0, sizeof *a);
+}
+
+/* A graph attribute: a model of its own (its inputs, nodes, weights and
+ * outputs), checked with the model (model_check.c). */
+static int parse_subgraph(const loader *ld, gs_pb *r, int wire, gs_attr *a) {
+  if (a->g)
+    return gs_error(GS_EINVAL, "attribute with two graphs");
+  if (ld->depth >= MAX_GRAPH_DEPTH)
+    return gs_error(GS_ENOTSUP, "graphs nest deeper than %d levels", MAX_GRAPH_DEPTH);
+  if (!(a->g = calloc(1, sizeof *a->g)))
+    return gs_error(GS_ENOMEM, "out of memory");
+  gs_strmap_init(&a->g->init_index);
+  loader inner = *ld;
+  inner.depth++;
+  int rc = parse_graph(&inner, r, wire, a->g);
+  if (rc < 0) {
+    gs_model_free(a->g);
+    a->g = NULL;
+  }
+  return rc;
 }
 
 static int parse_attr(const loader *ld, gs_pb *r, int r_wire, gs_attr *a) {
@@ -527,6 +555,9 @@ static int parse_attr(const loader *ld, gs_pb *r, int r_wire, gs_attr *a) {
     case ATTR_INTS:
       rc = read_varints(&m, wire, &a->ints, &n_ints, &cap_ints);
       break;
+    case ATTR_G:
+      rc = parse_subgraph(ld, &m, wire, a);
+      break;
     case ATTR_STRINGS: {
       char *s = NULL;
       rc = read_string(&m, wire, &s);
@@ -535,7 +566,7 @@ static int parse_attr(const loader *ld, gs_pb *r, int r_wire, gs_attr *a) {
       break;
     }
     default:
-      other = field == 6 || field == 10 || field == 11 || field == 14 || field == 15 ||
+      other = field == 10 || field == 11 || field == 14 || field == 15 ||
               field == 22 || field == 23 || other;
       rc = gs_pb_skip(&m, wire);
       break;
@@ -554,6 +585,7 @@ static int parse_attr(const loader *ld, gs_pb *r, int r_wire, gs_attr *a) {
   case AT_INT: a->type = GS_ATTR_INT; break;
   case AT_STRING: a->type = a->s ? GS_ATTR_STRING : GS_ATTR_UNDEFINED; break;
   case AT_TENSOR: a->type = a->t ? GS_ATTR_TENSOR : GS_ATTR_UNDEFINED; break;
+  case AT_GRAPH: a->type = a->g ? GS_ATTR_GRAPH : GS_ATTR_UNDEFINED; break;
   case AT_FLOATS: a->type = GS_ATTR_FLOATS; a->n = n_floats; break;
   case AT_INTS: a->type = GS_ATTR_INTS; a->n = n_ints; break;
   case AT_STRINGS: a->type = GS_ATTR_STRINGS; a->n = a->n_strings; break;

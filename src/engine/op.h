@@ -23,6 +23,9 @@ typedef struct gs_op_def {
   /* Optional: computes output 0 without its inputs' values, from shapes and
    * attributes alone (Shape, Constant). `out` has room for out[0]. */
   int (*fold)(const gs_op_call *call, const gs_node *node, void *out);
+  /* The planner runs the node itself, choosing among its graph attributes
+   * while running (If): it cuts the plan around it (plan_stages.h). */
+  bool runs_graphs;
 } gs_op_def;
 
 /* The op named `name` in the default ONNX domain, or NULL. */

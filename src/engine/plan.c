@@ -86,6 +86,7 @@ struct gs_plan {
   uint64_t wants;
   int wanting_node;
   bool wants_computed;
+  bool must_cut; /* the node runs graphs (If): only a plan in stages runs it */
   /* A plan made in stages (plan_stages.h): everything above but model,
    * device and report is unused then. */
   gs_plan_stages *stages;
@@ -257,7 +258,10 @@ static int plan_node(gs_plan *p, const gs_node *node) {
   int rc = op->infer(c, node);
   if (rc < 0) {
     int w = gs_op_wanted_input();
-    if (w >= 0 && w < node->n_in && in_idx[w] >= 0) {
+    if (op->runs_graphs) {
+      p->wanting_node = (int)(node - p->model->nodes);
+      p->must_cut = true;
+    } else if (w >= 0 && w < node->n_in && in_idx[w] >= 0) {
       p->wants |= p->values[in_idx[w]].from_inputs;
       p->wanting_node = (int)(node - p->model->nodes);
       p->wants_computed = !p->values[in_idx[w]].graph_input;
@@ -827,7 +831,7 @@ static int bake_input(gs_plan *p, int i, const void *data) {
 typedef struct plan_miss {
   uint64_t wants;
   int node;
-  bool computed;
+  bool computed, must_cut;
 } plan_miss;
 
 static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
@@ -886,8 +890,10 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
     if (rc == 0 && p->half && m->inputs[i].dtype == GS_DT_FLOAT32)
       rc = baked ? value_to_half(p, p->inputs[i])
                  : add_cast(p, p->inputs[i], p->half, m->inputs[i].name);
-    if (rc > 0)
+    if (rc > 0) { /* the 16-bit copy stands for the input */
+      p->values[rc].graph_input = true;
       rc = 0;
+    }
   }
   for (int i = 0; rc == 0 && i < m->n_inits; i++) {
     const gs_const_tensor *t = &m->inits[i];
@@ -971,7 +977,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   if (rc == 0)
     rc = release_host_copies(p);
   if (rc < 0) {
-    *miss = (plan_miss){p->wants, p->wanting_node, p->wants_computed};
+    *miss = (plan_miss){p->wants, p->wanting_node, p->wants_computed, p->must_cut};
     gs_plan_destroy(p);
     return rc;
   }
@@ -1042,12 +1048,17 @@ static int plan_create(const gs_model *m, const gs_shape *input_shapes, const gs
   uint64_t bake = 0;
   bool can_cut = may_cut && opt && opt->input_values;
   for (;;) {
-    plan_miss miss = {0, -1, false};
+    plan_miss miss = {0, -1, false, false};
     int rc = plan_build(m, input_shapes, opt, bake, out, &miss);
-    if (rc == 0 || !(miss.wants & ~bake))
+    if (rc == 0)
       return rc;
-    if (can_cut && miss.computed && miss.node >= 0)
-      return plan_in_stages(m, miss.node, input_shapes, opt, out);
+    /* Cut where a node runs graphs, needs computed values, or values of an
+     * input the plan cannot take (past the 64th). */
+    bool cut = miss.node >= 0 && (miss.must_cut || miss.computed || !(miss.wants & ~bake));
+    if (cut)
+      return can_cut ? plan_in_stages(m, miss.node, input_shapes, opt, out) : rc;
+    if (!(miss.wants & ~bake))
+      return rc;
     for (int i = 0; i < 64 && i < m->n_inputs; i++)
       if ((miss.wants & ~bake) >> i & 1 &&
           (rc = check_bake(m, input_shapes, opt, i, !may_cut)) < 0)

@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/strmap.h"
 #include "engine/model_split.h"
+#include "engine/op.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #define STAGE_PLANS 4
 
 typedef struct kept_plan {
+  const gs_model *model; /* the stage, or the If branch, it was made for */
   gs_plan *plan;
   gs_shape *shapes; /* one per input of the stage */
 } kept_plan;
@@ -21,7 +23,11 @@ enum { HEAD, NODE, TAIL };
 
 struct gs_plan_stages {
   const gs_model *model;
+  const gs_node *node; /* the node cut around */
   gs_model *part[3];
+  /* For an If node: its stage with the then and the else branch in its
+   * place (gs_model_with_branch), made when first taken. */
+  gs_model *branch[2];
   gs_plan_options opt; /* input_values set for each planning */
   gs_plan *head;
   kept_plan kept[3][STAGE_PLANS]; /* most recently used first; [HEAD] unused */
@@ -90,6 +96,7 @@ int gs__plan_stages_create(const gs_model *m, int node, const gs_shape *shapes,
   if (!st)
     return gs_error(GS_ENOMEM, "out of memory planning in stages");
   st->model = m;
+  st->node = &m->nodes[node];
   st->opt = *opt;
   st->opt.input_values = NULL;
   int rc = gs_model_cut(m, node, st->part);
@@ -114,6 +121,8 @@ void gs__plan_stages_destroy(gs_plan_stages *st) {
   gs_plan_destroy(st->head);
   for (int s = 0; s < 3; s++)
     gs_model_part_free(st->part[s]);
+  for (int b = 0; b < 2; b++)
+    gs_model_part_free(st->branch[b]);
   free(st);
 }
 
@@ -128,19 +137,20 @@ static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
   return true;
 }
 
-/* The plan of stage s for these inputs: kept, or made now and kept in
- * place of the least recently used. */
-static int stage_plan(gs_plan_stages *st, int s, const gs_shape *shapes, const void *const *ins,
-                      gs_plan **out) {
+/* The plan of `part` (stage s, or an If branch in its place) for these
+ * inputs: kept, or made now and kept in place of the least recently used. */
+static int stage_plan(gs_plan_stages *st, int s, gs_model *part, const gs_shape *shapes,
+                      const void *const *ins, gs_plan **out) {
   if (s == HEAD) {
     *out = st->head;
     return GS_OK;
   }
-  int n = st->part[s]->n_inputs;
+  int n = part->n_inputs;
   kept_plan *kept = st->kept[s];
   int k = 0;
   while (k < STAGE_PLANS && kept[k].plan &&
-         !(same_shapes(kept[k].shapes, shapes, n) && gs_plan_fits(kept[k].plan, ins)))
+         !(kept[k].model == part && same_shapes(kept[k].shapes, shapes, n) &&
+           gs_plan_fits(kept[k].plan, ins)))
     k++;
   kept_plan found;
   if (k < STAGE_PLANS && kept[k].plan) {
@@ -148,12 +158,14 @@ static int stage_plan(gs_plan_stages *st, int s, const gs_shape *shapes, const v
   } else {
     gs_plan_options opt = st->opt;
     opt.input_values = ins;
+    found.model = part;
     found.shapes = malloc(sizeof(gs_shape) * (size_t)(n ? n : 1));
     if (!found.shapes)
       return gs_error(GS_ENOMEM, "out of memory planning in stages");
     memcpy(found.shapes, shapes, sizeof(gs_shape) * (size_t)n);
-    int rc = s == NODE ? gs__plan_create_node(st->part[s], shapes, &opt, &found.plan)
-                       : gs_plan_create(st->part[s], shapes, &opt, &found.plan);
+    bool single_node = s == NODE && part == st->part[NODE];
+    int rc = single_node ? gs__plan_create_node(part, shapes, &opt, &found.plan)
+                         : gs_plan_create(part, shapes, &opt, &found.plan);
     if (rc < 0) {
       free(found.shapes);
       return rc;
@@ -168,15 +180,38 @@ static int stage_plan(gs_plan_stages *st, int s, const gs_shape *shapes, const v
   return GS_OK;
 }
 
+/* The If node's stage with the branch its condition chooses in its place. */
+static int choose_branch(gs_plan_stages *st, run_values *rv, gs_model **out) {
+  const gs_node *n = st->node;
+  slot *cond = values_get(rv, n->inputs[0]);
+  if (!cond)
+    return gs_error(GS_ENOTSUP, "node %s (If): its condition %s is a constant; gpusrv takes "
+                                "conditions computed from the inputs only", n->name, n->inputs[0]);
+  if (gs_shape_numel(&cond->shape) != 1 || cond->dtype == GS_DT_BYTES)
+    return gs_error(GS_EINVAL, "node %s (If): the condition must be one value", n->name);
+  int b = gs_elem_as_double(cond->dtype, cond->data, 0) != 0 ? 0 : 1;
+  const char *names[2] = {"then_branch", "else_branch"};
+  int rc = 0;
+  if (!st->branch[b])
+    rc = gs_model_with_branch(st->part[NODE], gs_node_attr(n, names[b])->g, &st->branch[b]);
+  *out = st->branch[b];
+  return rc;
+}
+
 /* Runs stage s on the values so far, adding what it hands on. */
 static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
   gs_model *part = st->part[s];
+  bool is_if = s == NODE && gs_op_find(st->node->op_type)->runs_graphs;
+  int rc = is_if ? choose_branch(st, rv, &part) : 0;
+  if (rc < 0)
+    return rc;
   int n_in = part->n_inputs, n_out = part->n_outputs;
   const void **ins = calloc((size_t)n_in + 1, sizeof *ins);
   gs_shape *shapes = calloc((size_t)n_in + 1, sizeof *shapes);
   void **outs = calloc((size_t)n_out + 1, sizeof *outs);
   gs_plan_value_info *info = calloc((size_t)n_out + 1, sizeof *info);
-  int rc = ins && shapes && outs && info ? 0 : gs_error(GS_ENOMEM, "out of memory running a plan");
+  if (!ins || !shapes || !outs || !info)
+    rc = gs_error(GS_ENOMEM, "out of memory running a plan");
   for (int i = 0; rc == 0 && i < n_in; i++) {
     slot *v = values_get(rv, part->inputs[i].name);
     if (!v) {
@@ -189,11 +224,16 @@ static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
   }
   gs_plan *plan = NULL;
   if (rc == 0)
-    rc = stage_plan(st, s, shapes, ins, &plan);
+    rc = stage_plan(st, s, part, shapes, ins, &plan);
   if (rc == 0)
     rc = gs_plan_run_alloc(plan, ins, outs, info);
+  /* An If's outputs take the node's names; an omitted one is dropped. */
   for (int i = 0; rc == 0 && i < n_out; i++) {
-    rc = values_put(rv, part->outputs[i].name, &info[i], outs[i], true);
+    const char *name = is_if ? st->node->outputs[i] : part->outputs[i].name;
+    if (name[0])
+      rc = values_put(rv, name, &info[i], outs[i], true);
+    else
+      free(outs[i]);
     outs[i] = NULL;
   }
   for (int i = 0; rc < 0 && i < n_out; i++)

@@ -22,5 +22,6 @@ extern const gs_op_def gs__ops_quant[];
 extern const gs_op_def gs__ops_einsum[];
 extern const gs_op_def gs__ops_rnn[];
 extern const gs_op_def gs__ops_detect[];
+extern const gs_op_def gs__ops_control[];
 
 #endif
