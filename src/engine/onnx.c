@@ -658,11 +658,15 @@ static int parse_node(const loader *ld, gs_pb *r, int r_wire, gs_node *n) {
   if (rc >= 0 && !n->domain && !(n->domain = strdup("")))
     rc = gs_error(GS_ENOMEM, "out of memory");
   if (rc < 0) {
-    char where[160];
+    char where[400];
     snprintf(where, sizeof where, "%s", gs_error_detail());
     char name[64];
     snprintf(name, sizeof name, "%s", n->name ? n->name : "(unnamed)");
     node_clear(n);
+    /* A node inside a graph attribute names itself: its name and reason
+     * are kept whole rather than every enclosing node's. */
+    if (strncmp(where, "node ", 5) == 0)
+      return gs_error(rc, "%s", where);
     return gs_error(rc, "node %s: %s", name, where);
   }
   return 0;

@@ -102,18 +102,44 @@ static corners box_corners(gs_dtype dt, const void *boxes, int64_t at, bool cent
   return (corners){fminf(v[0], v[2]), fminf(v[1], v[3]), fmaxf(v[0], v[2]), fmaxf(v[1], v[3])};
 }
 
-/* Whether b overlaps a by more than `threshold` intersection over union. */
-static bool suppresses(const corners *a, const corners *b, float threshold) {
-  float iy = fminf(a->y2, b->y2) - fmaxf(a->y1, b->y1);
-  float ix = fminf(a->x2, b->x2) - fmaxf(a->x1, b->x1);
-  float inter = fmaxf(iy, 0.0f) * fmaxf(ix, 0.0f);
-  if (inter <= 0)
+/* The boxes a class keeps so far, by coordinate (so that the test of a
+ * candidate against all of them compiles to vector code: torchvision's
+ * batched NMS keeps tens of thousands in one class). */
+#define NMS_BLOCK 16
+
+typedef struct kept_boxes {
+  float *y1, *x1, *y2, *x2, *area;
+  int64_t n;
+} kept_boxes;
+
+static float area_of(const corners *b) { return (b->y2 - b->y1) * (b->x2 - b->x1); }
+
+/* Whether a kept box overlaps b by more than `threshold` intersection over
+ * union (onnxruntime's test: no overlap, or an empty box, never suppresses). */
+static bool suppressed(const kept_boxes *k, const corners *b, float threshold) {
+  float area_b = area_of(b);
+  if (!(area_b > 0))
     return false;
-  float area_a = (a->y2 - a->y1) * (a->x2 - a->x1), area_b = (b->y2 - b->y1) * (b->x2 - b->x1);
-  float uni = area_a + area_b - inter;
-  if (area_a <= 0 || area_b <= 0 || uni <= 0)
-    return false;
-  return inter / uni > threshold;
+  /* Whole blocks, past n too: the arrays are zeroed to a whole block, and
+   * a box of area 0 never suppresses. */
+  for (int64_t from = 0; from < k->n; from += NMS_BLOCK) {
+    int hit = 0;
+    for (int64_t j = from; j < from + NMS_BLOCK; j++) {
+      float ih = (k->y2[j] < b->y2 ? k->y2[j] : b->y2) - (k->y1[j] > b->y1 ? k->y1[j] : b->y1);
+      float iw = (k->x2[j] < b->x2 ? k->x2[j] : b->x2) - (k->x1[j] > b->x1 ? k->x1[j] : b->x1);
+      float inter = (ih > 0 ? ih : 0) * (iw > 0 ? iw : 0);
+      float uni = k->area[j] + area_b - inter;
+      hit |= (inter > 0) & (k->area[j] > 0) & (uni > 0) & (inter / uni > threshold);
+    }
+    if (hit)
+      return true;
+  }
+  return false;
+}
+
+static void keep_box(kept_boxes *k, const corners *b) {
+  k->y1[k->n] = b->y1, k->x1[k->n] = b->x1, k->y2[k->n] = b->y2, k->x2[k->n] = b->x2;
+  k->area[k->n++] = area_of(b);
 }
 
 typedef struct nms_params {
@@ -168,7 +194,7 @@ static int nms_read_params(gs_op_call *c, const gs_node *n, nms_params *p) {
 
 /* One class of one batch: appends its selection to a->selected. */
 static void nms_class(gs_op_call *c, const nms_params *p, int64_t batch, int64_t cls,
-                      scored *cand, corners *kept, gs_nms_attrs *a) {
+                      scored *cand, kept_boxes *kept, gs_nms_attrs *a) {
   const void *scores = c->in_data[1];
   int64_t base = (batch * p->classes + cls) * p->boxes, n = 0;
   for (int64_t i = 0; i < p->boxes; i++) {
@@ -177,16 +203,14 @@ static void nms_class(gs_op_call *c, const nms_params *p, int64_t batch, int64_t
       cand[n++] = (scored){sc, i};
   }
   qsort(cand, (size_t)n, sizeof *cand, by_score);
-  int64_t taken = 0;
-  for (int64_t k = 0; k < n && taken < p->max_per_class; k++) {
+  memset(kept->area, 0, sizeof(float) * (size_t)kept->n); /* the last class's, now empty */
+  kept->n = 0;
+  for (int64_t k = 0; k < n && kept->n < p->max_per_class; k++) {
     corners box = box_corners(c->in[0].dtype, c->in_data[0],
                               (batch * p->boxes + cand[k].box) * 4, p->center);
-    bool keep = true;
-    for (int64_t j = 0; keep && j < taken; j++)
-      keep = !suppresses(&kept[j], &box, p->iou);
-    if (!keep)
+    if (suppressed(kept, &box, p->iou))
       continue;
-    kept[taken++] = box;
+    keep_box(kept, &box);
     int64_t *row = &a->selected[a->count++ * 3];
     row[0] = batch, row[1] = cls, row[2] = cand[k].box;
   }
@@ -205,14 +229,17 @@ static int infer_nms(gs_op_call *c, const gs_node *n) {
   int64_t most = p.batches * p.classes * p.max_per_class; /* each bounded by the inputs' sizes */
   gs_nms_attrs *a = gs_op_attrs(c, sizeof *a + sizeof(int64_t) * 3 * (size_t)(most ? most : 1));
   scored *cand = malloc(sizeof *cand * (size_t)(p.boxes ? p.boxes : 1));
-  corners *kept = malloc(sizeof *kept * (size_t)(p.boxes ? p.boxes : 1));
-  if (!a || !cand || !kept)
+  size_t room = ((size_t)p.boxes + NMS_BLOCK) / NMS_BLOCK * NMS_BLOCK;
+  float *coords = calloc(5 * room, sizeof(float));
+  kept_boxes kept = {coords, coords + room, coords + 2 * room, coords + 3 * room,
+                     coords + 4 * room, 0};
+  if (!a || !cand || !coords)
     rc = gs_error(GS_ENOMEM, "out of memory for node %s", c->node_name);
   for (int64_t b = 0; rc == 0 && b < p.batches; b++)
     for (int64_t k = 0; k < p.classes; k++)
-      nms_class(c, &p, b, k, cand, kept, a);
+      nms_class(c, &p, b, k, cand, &kept, a);
   free(cand);
-  free(kept);
+  free(coords);
   if (rc < 0)
     return rc;
   c->out[0].dtype = GS_DT_INT64;
