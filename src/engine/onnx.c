@@ -720,20 +720,23 @@ static int parse_shape(gs_pb *r, int r_wire, gs_value_info *v) {
   return rc;
 }
 
-static int parse_value_info(gs_pb *r, int r_wire, gs_value_info *v) {
+/* A graph input or output. Inside a graph attribute (untyped_ok) the type
+ * may be left out: it is then what the values are when planned. */
+static int parse_value_info(gs_pb *r, int r_wire, bool untyped_ok, gs_value_info *v) {
   gs_pb m;
   int rc = read_sub(r, r_wire, &m);
   if (rc < 0)
     return rc;
   memset(v, 0, sizeof *v);
   v->rank = -1;
-  bool tensor = false;
+  bool tensor = false, typed = false;
   uint32_t field;
   int wire;
   while ((rc = gs_pb_next(&m, &field, &wire)) == 1) {
     if (field == VALUE_NAME) {
       rc = read_string(&m, wire, &v->name);
     } else if (field == VALUE_TYPE) {
+      typed = true;
       gs_pb type;
       rc = read_sub(&m, wire, &type);
       uint32_t f2;
@@ -766,6 +769,8 @@ static int parse_value_info(gs_pb *r, int r_wire, gs_value_info *v) {
   }
   if (rc >= 0 && !v->name)
     rc = gs_error(GS_EINVAL, "graph input or output without a name");
+  else if (rc >= 0 && !typed && untyped_ok)
+    return 0;
   else if (rc >= 0 && !tensor)
     rc = gs_error(GS_ENOTSUP, "graph value %s is not a tensor (sequences, maps and optionals are "
                               "not supported)", v->name);
@@ -810,7 +815,7 @@ static int parse_graph(const loader *ld, gs_pb *r, int r_wire, gs_model *m) {
     case GRAPH_INPUT:
     case GRAPH_OUTPUT: {
       gs_value_info v;
-      if ((rc = parse_value_info(&g, wire, &v)) < 0)
+      if ((rc = parse_value_info(&g, wire, ld->depth > 0, &v)) < 0)
         break;
       rc = field == GRAPH_INPUT ? push((void **)&all_inputs, &n_all_inputs, &cap_in, sizeof v, &v)
                                 : push((void **)&m->outputs, &m->n_outputs, &cap_out, sizeof v, &v);

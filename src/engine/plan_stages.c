@@ -28,6 +28,7 @@ struct gs_plan_stages {
   /* For an If node: its stage with the then and the else branch in its
    * place (gs_model_with_branch), made when first taken. */
   gs_model *branch[2];
+  int constant_branch; /* chosen by a constant condition: 0 then, 1 else; -1 not yet */
   gs_plan_options opt; /* input_values set for each planning */
   gs_plan *head;
   kept_plan kept[3][STAGE_PLANS]; /* most recently used first; [HEAD] unused */
@@ -97,6 +98,7 @@ int gs__plan_stages_create(const gs_model *m, int node, const gs_shape *shapes,
     return gs_error(GS_ENOMEM, "out of memory planning in stages");
   st->model = m;
   st->node = &m->nodes[node];
+  st->constant_branch = -1;
   st->opt = *opt;
   st->opt.input_values = NULL;
   int rc = gs_model_cut(m, node, st->part);
@@ -180,21 +182,76 @@ static int stage_plan(gs_plan_stages *st, int s, gs_model *part, const gs_shape 
   return GS_OK;
 }
 
+static int branch_of(const slot *cond, const gs_node *n, int *out) {
+  if (gs_shape_numel(&cond->shape) != 1 || cond->dtype == GS_DT_BYTES)
+    return gs_error(GS_EINVAL, "node %s (If): the condition must be one value", n->name);
+  *out = gs_elem_as_double(cond->dtype, cond->data, 0) != 0 ? 0 : 1;
+  return GS_OK;
+}
+
+/* The inputs of `part` from the values so far, its crossing inputs'
+ * types declared from them. Fills ins[] and shapes[] (room for its inputs). */
+static int gather_inputs(gs_model *part, run_values *rv, const void **ins, gs_shape *shapes) {
+  for (int i = 0; i < part->n_inputs; i++) {
+    slot *v = values_get(rv, part->inputs[i].name);
+    if (!v)
+      return gs_error(GS_EINVAL, "a plan in stages misses value %s", part->inputs[i].name);
+    part->inputs[i].dtype = v->dtype; /* declared now for what an earlier stage made */
+    ins[i] = v->data;
+    shapes[i] = v->shape;
+  }
+  return GS_OK;
+}
+
+/* A condition made of constants (an expanded function's attribute): the
+ * stage's copies of the nodes that make it, planned and run once. */
+static int constant_condition(gs_plan_stages *st, run_values *rv, int *out) {
+  const gs_node *n = st->node;
+  gs_value_info cond = {.name = n->inputs[0], .dtype = GS_DT_INVALID, .rank = -1};
+  gs_model only_cond = {.n_outputs = 1, .outputs = &cond};
+  gs_model *made = NULL;
+  gs_plan *plan = NULL;
+  void *value = NULL;
+  gs_plan_value_info info;
+  int rc = gs_model_with_branch(st->part[NODE], &only_cond, &made);
+  int n_in = rc == 0 ? made->n_inputs : 0;
+  const void **ins = calloc((size_t)n_in + 1, sizeof *ins);
+  gs_shape *shapes = calloc((size_t)n_in + 1, sizeof *shapes);
+  if (rc == 0 && (!ins || !shapes))
+    rc = gs_error(GS_ENOMEM, "out of memory running a plan");
+  if (rc == 0)
+    rc = gather_inputs(made, rv, ins, shapes);
+  gs_plan_options opt = st->opt;
+  opt.input_values = ins;
+  if (rc == 0)
+    rc = gs_plan_create(made, shapes, &opt, &plan);
+  if (rc == 0)
+    rc = gs_plan_run_alloc(plan, ins, &value, &info);
+  if (rc == 0) {
+    slot s = {.dtype = info.dtype, .shape = info.shape, .data = value};
+    rc = branch_of(&s, n, out);
+  }
+  free(value);
+  free(ins);
+  free(shapes);
+  gs_plan_destroy(plan);
+  gs_model_part_free(made);
+  return rc;
+}
+
 /* The If node's stage with the branch its condition chooses in its place. */
 static int choose_branch(gs_plan_stages *st, run_values *rv, gs_model **out) {
   const gs_node *n = st->node;
   slot *cond = values_get(rv, n->inputs[0]);
-  if (!cond)
-    return gs_error(GS_ENOTSUP, "node %s (If): its condition %s is a constant; gpusrv takes "
-                                "conditions computed from the inputs only", n->name, n->inputs[0]);
-  if (gs_shape_numel(&cond->shape) != 1 || cond->dtype == GS_DT_BYTES)
-    return gs_error(GS_EINVAL, "node %s (If): the condition must be one value", n->name);
-  int b = gs_elem_as_double(cond->dtype, cond->data, 0) != 0 ? 0 : 1;
+  int b = st->constant_branch, rc = 0;
+  if (cond)
+    rc = branch_of(cond, n, &b);
+  else if (b < 0 && (rc = constant_condition(st, rv, &b)) == 0)
+    st->constant_branch = b;
   const char *names[2] = {"then_branch", "else_branch"};
-  int rc = 0;
-  if (!st->branch[b])
+  if (rc == 0 && !st->branch[b])
     rc = gs_model_with_branch(st->part[NODE], gs_node_attr(n, names[b])->g, &st->branch[b]);
-  *out = st->branch[b];
+  *out = rc == 0 ? st->branch[b] : NULL;
   return rc;
 }
 
@@ -212,16 +269,8 @@ static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
   gs_plan_value_info *info = calloc((size_t)n_out + 1, sizeof *info);
   if (!ins || !shapes || !outs || !info)
     rc = gs_error(GS_ENOMEM, "out of memory running a plan");
-  for (int i = 0; rc == 0 && i < n_in; i++) {
-    slot *v = values_get(rv, part->inputs[i].name);
-    if (!v) {
-      rc = gs_error(GS_EINVAL, "a plan in stages misses value %s", part->inputs[i].name);
-      break;
-    }
-    part->inputs[i].dtype = v->dtype; /* declared now for what an earlier stage made */
-    ins[i] = v->data;
-    shapes[i] = v->shape;
-  }
+  if (rc == 0)
+    rc = gather_inputs(part, rv, ins, shapes);
   gs_plan *plan = NULL;
   if (rc == 0)
     rc = stage_plan(st, s, part, shapes, ins, &plan);
