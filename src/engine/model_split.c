@@ -484,7 +484,8 @@ int gs_model_with_branch(const gs_model *stage, const gs_model *branch, gs_model
   int copies = stage->n_nodes - 1; /* all but the If node, which comes last */
   p->nodes = malloc(sizeof *p->nodes * ((size_t)copies + (size_t)branch->n_nodes + 1));
   p->inits = malloc(sizeof *p->inits * ((size_t)stage->n_inits + (size_t)branch->n_inits + 1));
-  p->inputs = malloc(sizeof *p->inputs * ((size_t)stage->n_inputs + 1));
+  int formal = branch->n_inputs - branch->n_captured;
+  p->inputs = malloc(sizeof *p->inputs * ((size_t)formal + (size_t)stage->n_inputs + 1));
   p->outputs = malloc(sizeof *p->outputs * ((size_t)branch->n_outputs + 1));
   int rc = 0;
   if (!p->nodes || !p->inits || !p->inputs || !p->outputs)
@@ -506,8 +507,13 @@ int gs_model_with_branch(const gs_model *stage, const gs_model *branch, gs_model
     }
   }
   if (rc == 0) {
-    memcpy(p->inputs, stage->inputs, sizeof *p->inputs * (size_t)stage->n_inputs);
-    p->n_inputs = stage->n_inputs;
+    memcpy(p->inputs, branch->inputs, sizeof *p->inputs * (size_t)formal);
+    /* Loop-carried values may change shape between iterations (torch's
+     * list appends grow): the body's declared shapes are not held to. */
+    for (int i = 0; i < formal; i++)
+      p->inputs[i].rank = -1;
+    memcpy(p->inputs + formal, stage->inputs, sizeof *p->inputs * (size_t)stage->n_inputs);
+    p->n_inputs = formal + stage->n_inputs;
     memcpy(p->outputs, branch->outputs, sizeof *p->outputs * (size_t)branch->n_outputs);
     p->n_outputs = branch->n_outputs;
   }

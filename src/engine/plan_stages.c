@@ -203,17 +203,17 @@ static int gather_inputs(gs_model *part, run_values *rv, const void **ins, gs_sh
   return GS_OK;
 }
 
-/* A condition made of constants (an expanded function's attribute): the
- * stage's copies of the nodes that make it, planned and run once. */
-static int constant_condition(gs_plan_stages *st, run_values *rv, int *out) {
-  const gs_node *n = st->node;
-  gs_value_info cond = {.name = n->inputs[0], .dtype = GS_DT_INVALID, .rank = -1};
-  gs_model only_cond = {.n_outputs = 1, .outputs = &cond};
+/* A value the cut node reads that is made of constants (an expanded
+ * function's condition, a Loop's trip count): the stage's copies of the
+ * nodes that make it, planned and run now, and added to the values. */
+static int make_constant(gs_plan_stages *st, run_values *rv, const char *name) {
+  gs_value_info want = {.name = (char *)name, .dtype = GS_DT_INVALID, .rank = -1};
+  gs_model only = {.n_outputs = 1, .outputs = &want};
   gs_model *made = NULL;
   gs_plan *plan = NULL;
   void *value = NULL;
   gs_plan_value_info info;
-  int rc = gs_model_with_branch(st->part[NODE], &only_cond, &made);
+  int rc = gs_model_with_branch(st->part[NODE], &only, &made);
   int n_in = rc == 0 ? made->n_inputs : 0;
   const void **ins = calloc((size_t)n_in + 1, sizeof *ins);
   gs_shape *shapes = calloc((size_t)n_in + 1, sizeof *shapes);
@@ -227,16 +227,21 @@ static int constant_condition(gs_plan_stages *st, run_values *rv, int *out) {
     rc = gs_plan_create(made, shapes, &opt, &plan);
   if (rc == 0)
     rc = gs_plan_run_alloc(plan, ins, &value, &info);
-  if (rc == 0) {
-    slot s = {.dtype = info.dtype, .shape = info.shape, .data = value};
-    rc = branch_of(&s, n, out);
-  }
-  free(value);
+  if (rc == 0)
+    rc = values_put(rv, name, &info, value, true);
   free(ins);
   free(shapes);
   gs_plan_destroy(plan);
   gs_model_part_free(made);
   return rc;
+}
+
+/* Input `name` of the cut node: computed before it, or made of constants. */
+static slot *node_value(gs_plan_stages *st, run_values *rv, const char *name) {
+  slot *v = values_get(rv, name);
+  if (!v && make_constant(st, rv, name) == 0)
+    v = values_get(rv, name);
+  return v;
 }
 
 /* The If node's stage with the branch its condition chooses in its place. */
@@ -246,7 +251,9 @@ static int choose_branch(gs_plan_stages *st, run_values *rv, gs_model **out) {
   int b = st->constant_branch, rc = 0;
   if (cond)
     rc = branch_of(cond, n, &b);
-  else if (b < 0 && (rc = constant_condition(st, rv, &b)) == 0)
+  else if (b < 0 && (cond = node_value(st, rv, n->inputs[0])) == NULL)
+    rc = gs_error_code();
+  else if (b < 0 && (rc = branch_of(cond, n, &b)) == 0)
     st->constant_branch = b;
   const char *names[2] = {"then_branch", "else_branch"};
   if (rc == 0 && !st->branch[b])
@@ -255,20 +262,15 @@ static int choose_branch(gs_plan_stages *st, run_values *rv, gs_model **out) {
   return rc;
 }
 
-/* Runs stage s on the values so far, adding what it hands on. */
-static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
-  gs_model *part = st->part[s];
-  bool is_if = s == NODE && gs_op_find(st->node->op_type)->runs_graphs;
-  int rc = is_if ? choose_branch(st, rv, &part) : 0;
-  if (rc < 0)
-    return rc;
-  int n_in = part->n_inputs, n_out = part->n_outputs;
+/* Runs `part` (stage s, or a graph of the cut node in its place) once on
+ * the values so far: outs[] and info[] (room for its outputs) receive its
+ * outputs, which the caller owns. */
+static int run_part(gs_plan_stages *st, int s, gs_model *part, run_values *rv, void **outs,
+                    gs_plan_value_info *info) {
+  int n_in = part->n_inputs;
   const void **ins = calloc((size_t)n_in + 1, sizeof *ins);
   gs_shape *shapes = calloc((size_t)n_in + 1, sizeof *shapes);
-  void **outs = calloc((size_t)n_out + 1, sizeof *outs);
-  gs_plan_value_info *info = calloc((size_t)n_out + 1, sizeof *info);
-  if (!ins || !shapes || !outs || !info)
-    rc = gs_error(GS_ENOMEM, "out of memory running a plan");
+  int rc = ins && shapes ? 0 : gs_error(GS_ENOMEM, "out of memory running a plan");
   if (rc == 0)
     rc = gather_inputs(part, rv, ins, shapes);
   gs_plan *plan = NULL;
@@ -276,19 +278,232 @@ static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
     rc = stage_plan(st, s, part, shapes, ins, &plan);
   if (rc == 0)
     rc = gs_plan_run_alloc(plan, ins, outs, info);
+  free(ins);
+  free(shapes);
+  return rc;
+}
+
+/* ---- Loop ---------------------------------------------------------------------------- */
+
+/* A bound on iterations, so that a hostile trip count ends. */
+#define LOOP_MAX_ITERATIONS 10000000
+
+/* Sets value `name`, replacing (and freeing, when owned) what it held. */
+static int values_set(run_values *rv, const char *name, const gs_plan_value_info *info,
+                      void *data, bool owned) {
+  slot *v = values_get(rv, name);
+  if (!v)
+    return values_put(rv, name, info, data, owned);
+  if (v->owned && v->data != data)
+    free(v->data);
+  *v = (slot){.dtype = info->dtype, .shape = info->shape, .bytes = info->bytes, .data = data,
+              .owned = owned};
+  return GS_OK;
+}
+
+static int set_scalar(run_values *rv, const char *name, gs_dtype dt, int64_t value) {
+  size_t size = gs_dtype_size(dt);
+  void *data = malloc(size);
+  if (!data)
+    return gs_error(GS_ENOMEM, "out of memory running a loop");
+  if (dt == GS_DT_INT64)
+    memcpy(data, &value, size);
+  else
+    *(uint8_t *)data = value != 0;
+  gs_plan_value_info info = {.dtype = dt, .shape = {.rank = 0}, .bytes = size};
+  return values_set(rv, name, &info, data, true);
+}
+
+/* One scan output: each iteration's value, stacked. */
+typedef struct stacked {
+  char *data;
+  size_t bytes, cap;
+  gs_plan_value_info each;
+} stacked;
+
+static int stack_append(stacked *sc, const gs_plan_value_info *info, const void *data,
+                        const char *node) {
+  if (sc->bytes == 0 && sc->cap == 0)
+    sc->each = *info;
+  else if (!gs_shape_equal(&sc->each.shape, &info->shape) || sc->each.dtype != info->dtype)
+    return gs_error(GS_EINVAL, "node %s (Loop): a scan output changes shape between iterations",
+                    node);
+  if (sc->bytes + info->bytes > sc->cap) {
+    size_t cap = (sc->cap ? 2 * sc->cap : 64) + info->bytes;
+    char *grown = realloc(sc->data, cap);
+    if (!grown)
+      return gs_error(GS_ENOMEM, "out of memory stacking a scan output of node %s", node);
+    sc->data = grown;
+    sc->cap = cap;
+  }
+  memcpy(sc->data + sc->bytes, data, info->bytes);
+  sc->bytes += info->bytes;
+  return GS_OK;
+}
+
+/* The loop's trip count (-1: none) and first condition. */
+static int loop_bounds(gs_plan_stages *st, run_values *rv, int64_t *trips, bool *go) {
+  const gs_node *n = st->node;
+  *trips = -1;
+  *go = true;
+  for (int k = 0; k < 2; k++) {
+    if (!n->inputs[k][0])
+      continue;
+    slot *v = node_value(st, rv, n->inputs[k]);
+    if (!v)
+      return gs_error_code();
+    if (gs_shape_numel(&v->shape) != 1 || v->dtype == GS_DT_BYTES)
+      return gs_error(GS_EINVAL, "node %s (Loop): %s must be one value", n->name,
+                      k ? "cond" : "M");
+    double x = gs_elem_as_double(v->dtype, v->data, 0);
+    if (k == 0)
+      *trips = x < 0 ? 0 : x > LOOP_MAX_ITERATIONS ? LOOP_MAX_ITERATIONS + 1 : (int64_t)x;
+    else
+      *go = x != 0;
+  }
+  return GS_OK;
+}
+
+/* One iteration: the body on the current values; its carried outputs
+ * become the next iteration's inputs, its scanned ones are stacked. */
+static int loop_iteration(gs_plan_stages *st, gs_model *body, run_values *rv, int carried,
+                          stacked *scans, bool *go) {
+  int n_out = body->n_outputs, rc;
+  void **outs = calloc((size_t)n_out + 1, sizeof *outs);
+  gs_plan_value_info *info = calloc((size_t)n_out + 1, sizeof *info);
+  rc = outs && info ? run_part(st, NODE, body, rv, outs, info)
+                    : gs_error(GS_ENOMEM, "out of memory running a loop");
+  if (rc == 0) {
+    if (gs_shape_numel(&info[0].shape) != 1)
+      rc = gs_error(GS_EINVAL, "node %s (Loop): the body's condition must be one value",
+                    st->node->name);
+    else
+      *go = gs_elem_as_double(info[0].dtype, outs[0], 0) != 0;
+  }
+  for (int j = 0; rc == 0 && j < carried; j++) {
+    rc = values_set(rv, body->inputs[2 + j].name, &info[1 + j], outs[1 + j], true);
+    outs[1 + j] = NULL;
+  }
+  for (int k = 0; rc == 0 && k < n_out - 1 - carried; k++)
+    rc = stack_append(&scans[k], &info[1 + carried + k], outs[1 + carried + k], st->node->name);
+  for (int i = 0; outs && i < n_out; i++)
+    free(outs[i]);
+  free(outs);
+  free(info);
+  return rc;
+}
+
+/* Hands the loop's results on under the node's output names. */
+static int loop_results(gs_plan_stages *st, gs_model *body, run_values *rv, int carried,
+                        stacked *scans, int64_t iterations) {
+  const gs_node *n = st->node;
+  int rc = 0;
+  for (int j = 0; rc == 0 && j < carried; j++) {
+    slot *v = values_get(rv, body->inputs[2 + j].name);
+    gs_plan_value_info info = {.dtype = v->dtype, .shape = v->shape, .bytes = v->bytes};
+    void *data = malloc(v->bytes ? v->bytes : 1);
+    if (!data)
+      return gs_error(GS_ENOMEM, "out of memory running a loop");
+    if (v->bytes)
+      memcpy(data, v->data, v->bytes);
+    if (n->outputs[j][0])
+      rc = values_put(rv, n->outputs[j], &info, data, true);
+    else
+      free(data);
+  }
+  for (int k = 0; rc == 0 && k < n->n_out - carried; k++) {
+    stacked *sc = &scans[k];
+    gs_plan_value_info info = {.dtype = sc->each.dtype, .bytes = sc->bytes,
+                               .shape = {.rank = 1, .dims = {iterations}}};
+    if (iterations > 0 && sc->each.shape.rank + 1 > GS_MAX_DIMS)
+      return gs_error(GS_ENOTSUP, "node %s (Loop): a scan output of rank %d", n->name,
+                      sc->each.shape.rank + 1);
+    for (int d = 0; iterations > 0 && d < sc->each.shape.rank; d++)
+      info.shape.dims[++info.shape.rank - 1] = sc->each.shape.dims[d];
+    if (!n->outputs[carried + k][0])
+      continue;
+    if (iterations == 0) /* no value to say its type: the body's declaration does */
+      info.dtype = body->outputs[1 + carried + k].dtype;
+    if (info.dtype == GS_DT_INVALID)
+      return gs_error(GS_ENOTSUP, "node %s (Loop) ran no iteration, and its body does not "
+                                  "declare the type of scan output %d", n->name, k);
+    rc = values_put(rv, n->outputs[carried + k], &info, sc->data ? sc->data : malloc(1), true);
+    sc->data = NULL;
+  }
+  return rc;
+}
+
+static int run_loop(gs_plan_stages *st, run_values *rv) {
+  const gs_node *n = st->node;
+  int carried = n->n_in - n->n_captured - 2, scanned = n->n_out - carried;
+  int64_t trips;
+  bool go;
+  int rc = loop_bounds(st, rv, &trips, &go);
+  if (rc == 0 && !st->branch[0])
+    rc = gs_model_with_branch(st->part[NODE], gs_node_attr(n, "body")->g, &st->branch[0]);
+  if (rc < 0)
+    return rc;
+  gs_model *body = st->branch[0];
+  for (int j = 0; rc == 0 && j < carried; j++) {
+    slot *v = node_value(st, rv, n->inputs[2 + j]);
+    gs_plan_value_info info = {.dtype = v ? v->dtype : GS_DT_INVALID};
+    if (!v)
+      return gs_error_code();
+    info.shape = v->shape, info.bytes = v->bytes;
+    rc = values_set(rv, body->inputs[2 + j].name, &info, v->data, false);
+  }
+  stacked *scans = calloc((size_t)scanned + 1, sizeof *scans);
+  if (!scans)
+    return gs_error(GS_ENOMEM, "out of memory running a loop");
+  int64_t it = 0;
+  for (; rc == 0 && go && (trips < 0 || it < trips); it++) {
+    if (it >= LOOP_MAX_ITERATIONS)
+      rc = gs_error(GS_ENOTSUP, "node %s (Loop) runs past %d iterations", n->name,
+                    LOOP_MAX_ITERATIONS);
+    if (rc == 0)
+      rc = set_scalar(rv, body->inputs[0].name, GS_DT_INT64, it);
+    if (rc == 0)
+      rc = set_scalar(rv, body->inputs[1].name, GS_DT_BOOL, 1);
+    if (rc == 0)
+      rc = loop_iteration(st, body, rv, carried, scans, &go);
+  }
+  if (rc == 0)
+    rc = loop_results(st, body, rv, carried, scans, it);
+  for (int k = 0; k < scanned; k++)
+    free(scans[k].data);
+  free(scans);
+  return rc;
+}
+
+/* ---- stages ------------------------------------------------------------------------------- */
+
+/* Runs stage s on the values so far, adding what it hands on. */
+static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
+  bool graphs = s == NODE && gs_op_find(st->node->op_type)->runs_graphs;
+  if (graphs && strcmp(st->node->op_type, "Loop") == 0)
+    return run_loop(st, rv);
+  gs_model *part = st->part[s];
+  int rc = graphs ? choose_branch(st, rv, &part) : 0;
+  if (rc < 0)
+    return rc;
+  int n_out = part->n_outputs;
+  void **outs = calloc((size_t)n_out + 1, sizeof *outs);
+  gs_plan_value_info *info = calloc((size_t)n_out + 1, sizeof *info);
+  if (!outs || !info)
+    rc = gs_error(GS_ENOMEM, "out of memory running a plan");
+  if (rc == 0)
+    rc = run_part(st, s, part, rv, outs, info);
   /* An If's outputs take the node's names; an omitted one is dropped. */
   for (int i = 0; rc == 0 && i < n_out; i++) {
-    const char *name = is_if ? st->node->outputs[i] : part->outputs[i].name;
+    const char *name = graphs ? st->node->outputs[i] : part->outputs[i].name;
     if (name[0])
       rc = values_put(rv, name, &info[i], outs[i], true);
     else
       free(outs[i]);
     outs[i] = NULL;
   }
-  for (int i = 0; rc < 0 && i < n_out; i++)
+  for (int i = 0; outs && i < n_out; i++)
     free(outs[i]);
-  free(ins);
-  free(shapes);
   free(outs);
   free(info);
   return rc;

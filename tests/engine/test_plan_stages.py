@@ -246,3 +246,53 @@ def test_more_inputs_than_a_call_holds(op):
     attrs = {"axis": 1} if op == "Concat" else {}
     nodes.append(helper.make_node(op, [f"v{i}" for i in range(150)], ["y"], **attrs))
     check_model(make_model(nodes, {"x": x}, consts), {"x": x})
+
+
+# ---- Loop ------------------------------------------------------------------------------
+
+
+def loop_model(with_cond):
+    """Carries s (running sum of x scaled by the iteration) and a growing
+    list (Concat, as torch's list append exports), and scans s each time;
+    with_cond stops once s passes a bound."""
+    body_nodes = [
+        helper.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+        helper.make_node("Mul", ["x", "fi"], ["xi"]),
+        helper.make_node("Add", ["s_in", "xi"], ["s_out"]),
+        helper.make_node("Unsqueeze", ["fi", "axes0"], ["fi1"]),
+        helper.make_node("Concat", ["list_in", "fi1"], ["list_out"], axis=0),
+        helper.make_node("ReduceSum", ["s_out"], ["total"], keepdims=0),
+        helper.make_node("Less", ["total", "bound"], ["c_out"]) if with_cond
+        else helper.make_node("Identity", ["c_in"], ["c_out"]),
+        helper.make_node("Identity", ["s_out"], ["scan"]),
+    ]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [helper.make_tensor_value_info("i", T.INT64, []),
+         helper.make_tensor_value_info("c_in", T.BOOL, []),
+         helper.make_tensor_value_info("s_in", T.FLOAT, None),
+         helper.make_tensor_value_info("list_in", T.FLOAT, None)],
+        [helper.make_tensor_value_info("c_out", T.BOOL, []),
+         helper.make_tensor_value_info("s_out", T.FLOAT, None),
+         helper.make_tensor_value_info("list_out", T.FLOAT, None),
+         helper.make_tensor_value_info("scan", T.FLOAT, None)])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero_i"], ["m"]),  # M: the rows of x
+        helper.make_node("Mul", ["x", "zero_f"], ["s0"]),
+        helper.make_node("Loop", ["m", "true", "s0", "empty"], ["s", "list", "scans"],
+                         body=body),
+    ]
+    consts = {"zero_i": np.array(0, np.int64), "zero_f": scalar(0), "true": np.array(True),
+              "empty": np.zeros((0,), np.float32), "axes0": np.array([0], np.int64),
+              "bound": scalar(3.0)}
+    return nodes, consts
+
+
+@pytest.mark.parametrize("with_cond", [False, True])
+@pytest.mark.parametrize("rows", [0, 1, 5])
+def test_loop_carries_grows_and_scans(with_cond, rows):
+    nodes, consts = loop_model(with_cond)
+    x = f32(rows, 2, lo=0.1, hi=1.0)
+    outputs = [("s", np.float32), ("list", np.float32), ("scans", np.float32)]
+    check_model(make_model(nodes, {"x": x}, consts, outputs), {"x": x})
