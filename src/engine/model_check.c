@@ -314,9 +314,11 @@ static int check_attribute_graphs(gs_node *n, bool check_support) {
     gs_model *g = n->attrs[a].type == GS_ATTR_GRAPH ? n->attrs[a].g : NULL;
     if (!g)
       continue;
+    char where[300];
+    snprintf(where, sizeof where, "node %s (%s), graph %s", n->name, n->op_type,
+             n->attrs[a].name);
     if ((rc = check_model(g, check_support, true)) < 0)
-      return gs_error(rc, "node %s (%s), graph %s: %s", n->name, n->op_type, n->attrs[a].name,
-                      gs_error_detail());
+      return gs_error_prefix(rc, where);
     for (int i = g->n_inputs - g->n_captured; rc == 0 && i < g->n_inputs; i++) {
       bool seen = false;
       for (int k = n->n_in - n->n_captured; k < n->n_in && !seen; k++)

@@ -83,6 +83,8 @@ static int split_inputs(gs_model *m, int i) {
     }
     gs_node *made = &m->nodes[m->n_nodes];
     rc = group_node(n, from, count, output, g, made);
+    if (rc < 0 && made->n_out == 0) /* else the half-made node owns it */
+      free(output);
     m->n_nodes++; /* freed with the model also when half made */
   }
   if (rc < 0) {
@@ -100,13 +102,15 @@ static int split_inputs(gs_model *m, int i) {
 }
 
 int gs__model_split_wide_nodes(gs_model *m) {
-  /* Appended nodes are visited too: a tree of more than one level. */
+  /* A node split still too wide is split again, and so are the groups it
+   * made (appended, visited later): a tree of more than one level. */
   for (int i = 0; i < m->n_nodes; i++) {
     const gs_node *n = &m->nodes[i];
     if (n->n_in >= GS_OP_MAX_IO && n->n_out == 1 && is_associative_variadic(n)) {
       int rc = split_inputs(m, i);
       if (rc < 0)
         return rc;
+      i--;
     }
   }
   return GS_OK;

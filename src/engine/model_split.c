@@ -13,6 +13,7 @@
 #include "engine/model_split.h"
 
 #include "base/error.h"
+#include "engine/op.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,11 @@ static int scan(const gs_model *m, split_scan *s) {
   for (int i = 0; rc == 0 && i < n; i++) {
     const gs_node *node = &m->nodes[i];
     double cost = 1; /* a node's own share, which splits a model without weights */
-    bool is_static = true;
+    /* A node that runs graphs (If, Loop) is never folded while planning:
+     * its outputs cross like computed ones, or a stage copying it would
+     * cut around the copy again. */
+    const gs_op_def *op = gs_op_find(node->op_type);
+    bool is_static = !(op && op->runs_graphs);
     for (int k = 0; k < node->n_in; k++) {
       if (!node->inputs[k][0])
         continue;

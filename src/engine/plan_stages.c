@@ -7,6 +7,7 @@
 #include "engine/model_split.h"
 #include "engine/op.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@ typedef struct kept_plan {
   const gs_model *model; /* the stage, or the If branch, it was made for */
   gs_plan *plan;
   gs_shape *shapes; /* one per input of the stage */
+  gs_dtype *dtypes; /* likewise: a branch or an iteration may change them */
 } kept_plan;
 
 enum { HEAD, NODE, TAIL };
@@ -48,6 +50,9 @@ typedef struct run_values {
   slot *slots;
   int n, cap;
   gs_strmap index;
+  /* A Loop body's scope looks here for what it does not hold itself: its
+   * own inputs' names never overwrite the graph's around it. */
+  struct run_values *parent;
 } run_values;
 
 static void values_free(run_values *rv) {
@@ -86,7 +91,7 @@ static int values_put(run_values *rv, const char *name, const gs_plan_value_info
 
 static slot *values_get(run_values *rv, const char *name) {
   int i = gs_strmap_get(&rv->index, name);
-  return i >= 0 ? &rv->slots[i] : NULL;
+  return i >= 0 ? &rv->slots[i] : rv->parent ? values_get(rv->parent, name) : NULL;
 }
 
 /* ---- creating ------------------------------------------------------------------------- */
@@ -119,6 +124,7 @@ void gs__plan_stages_destroy(gs_plan_stages *st) {
     for (int k = 0; k < STAGE_PLANS; k++) {
       gs_plan_destroy(st->kept[s][k].plan);
       free(st->kept[s][k].shapes);
+      free(st->kept[s][k].dtypes);
     }
   gs_plan_destroy(st->head);
   for (int s = 0; s < 3; s++)
@@ -132,9 +138,11 @@ gs_plan *gs__plan_stages_head(const gs_plan_stages *st) { return st->head; }
 
 /* ---- running ----------------------------------------------------------------------------- */
 
-static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
-  for (int i = 0; i < n; i++)
-    if (!gs_shape_equal(&a[i], &b[i]))
+static bool same_inputs(const kept_plan *k, const gs_model *part, const gs_shape *shapes) {
+  if (k->model != part)
+    return false;
+  for (int i = 0; i < part->n_inputs; i++)
+    if (!gs_shape_equal(&k->shapes[i], &shapes[i]) || k->dtypes[i] != part->inputs[i].dtype)
       return false;
   return true;
 }
@@ -151,8 +159,7 @@ static int stage_plan(gs_plan_stages *st, int s, gs_model *part, const gs_shape 
   kept_plan *kept = st->kept[s];
   int k = 0;
   while (k < STAGE_PLANS && kept[k].plan &&
-         !(kept[k].model == part && same_shapes(kept[k].shapes, shapes, n) &&
-           gs_plan_fits(kept[k].plan, ins)))
+         !(same_inputs(&kept[k], part, shapes) && gs_plan_fits(kept[k].plan, ins)))
     k++;
   kept_plan found;
   if (k < STAGE_PLANS && kept[k].plan) {
@@ -162,19 +169,27 @@ static int stage_plan(gs_plan_stages *st, int s, gs_model *part, const gs_shape 
     opt.input_values = ins;
     found.model = part;
     found.shapes = malloc(sizeof(gs_shape) * (size_t)(n ? n : 1));
-    if (!found.shapes)
+    found.dtypes = malloc(sizeof(gs_dtype) * (size_t)(n ? n : 1));
+    if (!found.shapes || !found.dtypes) {
+      free(found.shapes);
+      free(found.dtypes);
       return gs_error(GS_ENOMEM, "out of memory planning in stages");
+    }
     memcpy(found.shapes, shapes, sizeof(gs_shape) * (size_t)n);
+    for (int i = 0; i < n; i++)
+      found.dtypes[i] = part->inputs[i].dtype;
     bool single_node = s == NODE && part == st->part[NODE];
     int rc = single_node ? gs__plan_create_node(part, shapes, &opt, &found.plan)
                          : gs_plan_create(part, shapes, &opt, &found.plan);
     if (rc < 0) {
       free(found.shapes);
+      free(found.dtypes);
       return rc;
     }
     k = STAGE_PLANS - 1;
     gs_plan_destroy(kept[k].plan);
     free(kept[k].shapes);
+    free(kept[k].dtypes);
   }
   memmove(&kept[1], &kept[0], sizeof *kept * (size_t)k);
   kept[0] = found;
@@ -291,9 +306,10 @@ static int run_part(gs_plan_stages *st, int s, gs_model *part, run_values *rv, v
 /* Sets value `name`, replacing (and freeing, when owned) what it held. */
 static int values_set(run_values *rv, const char *name, const gs_plan_value_info *info,
                       void *data, bool owned) {
-  slot *v = values_get(rv, name);
-  if (!v)
+  int i = gs_strmap_get(&rv->index, name); /* this scope's own, never its parent's */
+  if (i < 0)
     return values_put(rv, name, info, data, owned);
+  slot *v = &rv->slots[i];
   if (v->owned && v->data != data)
     free(v->data);
   *v = (slot){.dtype = info->dtype, .shape = info->shape, .bytes = info->bytes, .data = data,
@@ -318,12 +334,13 @@ static int set_scalar(run_values *rv, const char *name, gs_dtype dt, int64_t val
 typedef struct stacked {
   char *data;
   size_t bytes, cap;
+  int64_t count; /* iterations stacked */
   gs_plan_value_info each;
 } stacked;
 
 static int stack_append(stacked *sc, const gs_plan_value_info *info, const void *data,
                         const char *node) {
-  if (sc->bytes == 0 && sc->cap == 0)
+  if (sc->count == 0)
     sc->each = *info;
   else if (!gs_shape_equal(&sc->each.shape, &info->shape) || sc->each.dtype != info->dtype)
     return gs_error(GS_EINVAL, "node %s (Loop): a scan output changes shape between iterations",
@@ -338,6 +355,7 @@ static int stack_append(stacked *sc, const gs_plan_value_info *info, const void 
   }
   memcpy(sc->data + sc->bytes, data, info->bytes);
   sc->bytes += info->bytes;
+  sc->count++;
   return GS_OK;
 }
 
@@ -356,6 +374,9 @@ static int loop_bounds(gs_plan_stages *st, run_values *rv, int64_t *trips, bool 
       return gs_error(GS_EINVAL, "node %s (Loop): %s must be one value", n->name,
                       k ? "cond" : "M");
     double x = gs_elem_as_double(v->dtype, v->data, 0);
+    if (k == 0 && (v->dtype != GS_DT_INT64 || isnan(x)))
+      return gs_error(GS_EINVAL, "node %s (Loop): M must be an int64, not %s", n->name,
+                      gs_dtype_name(v->dtype));
     if (k == 0)
       *trips = x < 0 ? 0 : x > LOOP_MAX_ITERATIONS ? LOOP_MAX_ITERATIONS + 1 : (int64_t)x;
     else
@@ -394,12 +415,12 @@ static int loop_iteration(gs_plan_stages *st, gs_model *body, run_values *rv, in
 }
 
 /* Hands the loop's results on under the node's output names. */
-static int loop_results(gs_plan_stages *st, gs_model *body, run_values *rv, int carried,
-                        stacked *scans, int64_t iterations) {
+static int loop_results(gs_plan_stages *st, gs_model *body, run_values *scope, run_values *rv,
+                        int carried, stacked *scans, int64_t iterations) {
   const gs_node *n = st->node;
   int rc = 0;
   for (int j = 0; rc == 0 && j < carried; j++) {
-    slot *v = values_get(rv, body->inputs[2 + j].name);
+    slot *v = values_get(scope, body->inputs[2 + j].name);
     gs_plan_value_info info = {.dtype = v->dtype, .shape = v->shape, .bytes = v->bytes};
     void *data = malloc(v->bytes ? v->bytes : 1);
     if (!data)
@@ -413,21 +434,31 @@ static int loop_results(gs_plan_stages *st, gs_model *body, run_values *rv, int 
   }
   for (int k = 0; rc == 0 && k < n->n_out - carried; k++) {
     stacked *sc = &scans[k];
-    gs_plan_value_info info = {.dtype = sc->each.dtype, .bytes = sc->bytes,
-                               .shape = {.rank = 1, .dims = {iterations}}};
-    if (iterations > 0 && sc->each.shape.rank + 1 > GS_MAX_DIMS)
-      return gs_error(GS_ENOTSUP, "node %s (Loop): a scan output of rank %d", n->name,
-                      sc->each.shape.rank + 1);
-    for (int d = 0; iterations > 0 && d < sc->each.shape.rank; d++)
-      info.shape.dims[++info.shape.rank - 1] = sc->each.shape.dims[d];
     if (!n->outputs[carried + k][0])
       continue;
-    if (iterations == 0) /* no value to say its type: the body's declaration does */
-      info.dtype = body->outputs[1 + carried + k].dtype;
+    /* Each iteration's value, or with none the body's declaration (its
+     * unknown dimensions 0), under a new first axis of the iterations. */
+    const gs_value_info *declared = &body->outputs[1 + carried + k];
+    gs_shape each = sc->each.shape;
+    if (iterations == 0) {
+      each.rank = declared->rank > 0 ? declared->rank : 0;
+      for (int d = 0; d < each.rank; d++)
+        each.dims[d] = declared->dims[d] > 0 ? declared->dims[d] : 0;
+    }
+    if (each.rank + 1 > GS_MAX_DIMS)
+      return gs_error(GS_ENOTSUP, "node %s (Loop): a scan output of rank %d", n->name,
+                      each.rank + 1);
+    gs_plan_value_info info = {.dtype = iterations ? sc->each.dtype : declared->dtype,
+                               .bytes = sc->bytes, .shape = {.rank = each.rank + 1}};
+    info.shape.dims[0] = iterations;
+    memcpy(&info.shape.dims[1], each.dims, sizeof(int64_t) * (size_t)each.rank);
     if (info.dtype == GS_DT_INVALID)
       return gs_error(GS_ENOTSUP, "node %s (Loop) ran no iteration, and its body does not "
                                   "declare the type of scan output %d", n->name, k);
-    rc = values_put(rv, n->outputs[carried + k], &info, sc->data ? sc->data : malloc(1), true);
+    void *data = sc->data ? sc->data : malloc(1);
+    if (!data)
+      return gs_error(GS_ENOMEM, "out of memory running a loop");
+    rc = values_put(rv, n->outputs[carried + k], &info, data, true);
     sc->data = NULL;
   }
   return rc;
@@ -444,34 +475,38 @@ static int run_loop(gs_plan_stages *st, run_values *rv) {
   if (rc < 0)
     return rc;
   gs_model *body = st->branch[0];
+  run_values scope = {.parent = rv};
+  gs_strmap_init(&scope.index);
   for (int j = 0; rc == 0 && j < carried; j++) {
     slot *v = node_value(st, rv, n->inputs[2 + j]);
-    gs_plan_value_info info = {.dtype = v ? v->dtype : GS_DT_INVALID};
-    if (!v)
-      return gs_error_code();
-    info.shape = v->shape, info.bytes = v->bytes;
-    rc = values_set(rv, body->inputs[2 + j].name, &info, v->data, false);
+    if (!v) {
+      rc = gs_error_code();
+      break;
+    }
+    gs_plan_value_info info = {.dtype = v->dtype, .shape = v->shape, .bytes = v->bytes};
+    rc = values_set(&scope, body->inputs[2 + j].name, &info, v->data, false);
   }
   stacked *scans = calloc((size_t)scanned + 1, sizeof *scans);
-  if (!scans)
-    return gs_error(GS_ENOMEM, "out of memory running a loop");
+  if (rc == 0 && !scans)
+    rc = gs_error(GS_ENOMEM, "out of memory running a loop");
   int64_t it = 0;
   for (; rc == 0 && go && (trips < 0 || it < trips); it++) {
     if (it >= LOOP_MAX_ITERATIONS)
       rc = gs_error(GS_ENOTSUP, "node %s (Loop) runs past %d iterations", n->name,
                     LOOP_MAX_ITERATIONS);
     if (rc == 0)
-      rc = set_scalar(rv, body->inputs[0].name, GS_DT_INT64, it);
+      rc = set_scalar(&scope, body->inputs[0].name, GS_DT_INT64, it);
     if (rc == 0)
-      rc = set_scalar(rv, body->inputs[1].name, GS_DT_BOOL, 1);
+      rc = set_scalar(&scope, body->inputs[1].name, GS_DT_BOOL, 1);
     if (rc == 0)
-      rc = loop_iteration(st, body, rv, carried, scans, &go);
+      rc = loop_iteration(st, body, &scope, carried, scans, &go);
   }
   if (rc == 0)
-    rc = loop_results(st, body, rv, carried, scans, it);
-  for (int k = 0; k < scanned; k++)
+    rc = loop_results(st, body, &scope, rv, carried, scans, it);
+  for (int k = 0; scans && k < scanned; k++)
     free(scans[k].data);
   free(scans);
+  values_free(&scope);
   return rc;
 }
 
@@ -530,8 +565,28 @@ static int hand_out(run_values *rv, const gs_value_info *declared, void **out,
   return GS_OK;
 }
 
+static int run_all(gs_plan_stages *st, const void *const *inputs, void **outputs,
+                   gs_plan_value_info *info);
+
+/* Stages nest (the stage after a cut is cut again, a branch holds cuts of
+ * its own), each a few frames deeper: a bound keeps a hostile model from
+ * exhausting the stack. ssdlite's 180 NonZero nodes nest 181 deep. */
+#define MAX_NESTED_STAGES 1000
+static __thread int nested_stages;
+
 int gs__plan_stages_run(gs_plan_stages *st, const void *const *inputs, void **outputs,
                         gs_plan_value_info *info) {
+  if (nested_stages >= MAX_NESTED_STAGES)
+    return gs_error(GS_ENOTSUP, "%s is cut into stages more than %d deep",
+                    st->model->path ? st->model->path : "the model", MAX_NESTED_STAGES);
+  nested_stages++;
+  int rc = run_all(st, inputs, outputs, info);
+  nested_stages--;
+  return rc;
+}
+
+static int run_all(gs_plan_stages *st, const void *const *inputs, void **outputs,
+                   gs_plan_value_info *info) {
   const gs_model *m = st->model;
   run_values rv = {0};
   gs_strmap_init(&rv.index);

@@ -296,3 +296,40 @@ def test_loop_carries_grows_and_scans(with_cond, rows):
     x = f32(rows, 2, lo=0.1, hi=1.0)
     outputs = [("s", np.float32), ("list", np.float32), ("scans", np.float32)]
     check_model(make_model(nodes, {"x": x}, consts, outputs), {"x": x})
+
+
+def test_if_made_only_of_constants_feeds_the_graph():
+    # Neither the condition nor the branches read an input: the If's value
+    # is a constant of the graph (it once made each stage cut around a copy
+    # of itself without end).
+    then_g = helper.make_graph([helper.make_node("Neg", ["w"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", T.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Abs", ["w"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", T.FLOAT, None)])
+    x = f32(2, 3)
+    nodes = [helper.make_node("If", ["c"], ["k"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Add", ["x", "k"], ["y"])]
+    model = make_model(nodes, {"x": x}, {"c": np.array(True), "w": f32(3)})
+    check_model(model, {"x": x})
+
+
+def test_loop_scan_output_that_changes_shape_is_refused():
+    # Iteration i scans range(i): [] then [0]; ONNX wants one shape.
+    body = helper.make_graph(
+        [helper.make_node("Range", ["zero", "i", "one"], ["r"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", T.INT64, []),
+         helper.make_tensor_value_info("c_in", T.BOOL, [])],
+        [helper.make_tensor_value_info("c_out", T.BOOL, []),
+         helper.make_tensor_value_info("r", T.INT64, None)])
+    x = np.array([2], np.int64)
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Loop", ["m", ""], ["scans"], body=body)]
+    model = make_model(nodes, {"x": x}, {"zero": np.array(0, np.int64),
+                                         "one": np.array(1, np.int64)},
+                       [("scans", np.int64)])
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, {"x": x}, d)
+    assert p.returncode == 1 and "changes shape between iterations" in p.stderr, p.stderr

@@ -363,14 +363,10 @@ static void plan_and_run(gs_model *m, choices *c) {
   gs_plan *plan = NULL;
   if (gs_plan_create(m, shapes, &opt, &plan) < 0)
     goto done;
-  for (int i = 0; i < m->n_outputs; i++) {
-    gs_plan_value_info info;
-    gs_plan_output(plan, i, &info);
-    if (!(outputs[i] = malloc(info.bytes ? info.bytes : 1)))
-      goto destroy;
-  }
-  gs_plan_run(plan, (const void *const *)inputs, outputs);
-destroy:
+  /* Sized by the run: plans made in stages (NonZero, NonMaxSuppression) run too. */
+  gs_plan_value_info info[8];
+  if (m->n_outputs <= 8)
+    gs_plan_run_alloc(plan, (const void *const *)inputs, outputs, info);
   gs_plan_destroy(plan);
 done:
   for (int i = 0; i < 3; i++)

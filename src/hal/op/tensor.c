@@ -61,25 +61,6 @@ bool gs_dtype_is_float(gs_dtype dt) {
   return dt == GS_DT_FLOAT16 || dt == GS_DT_BFLOAT16 || dt == GS_DT_FLOAT32 || dt == GS_DT_FLOAT64;
 }
 
-double gs_elem_as_double(gs_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-  case GS_DT_FLOAT32: return ((const float *)p)[i];
-  case GS_DT_FLOAT64: return ((const double *)p)[i];
-  case GS_DT_FLOAT16: return gs_f16_to_f32(((const uint16_t *)p)[i]);
-  case GS_DT_BFLOAT16: return gs_bf16_to_f32(((const uint16_t *)p)[i]);
-  case GS_DT_INT64: return (double)((const int64_t *)p)[i];
-  case GS_DT_INT32: return ((const int32_t *)p)[i];
-  case GS_DT_INT16: return ((const int16_t *)p)[i];
-  case GS_DT_INT8: return ((const int8_t *)p)[i];
-  case GS_DT_UINT8:
-  case GS_DT_BOOL: return ((const uint8_t *)p)[i];
-  case GS_DT_UINT16: return ((const uint16_t *)p)[i];
-  case GS_DT_UINT32: return ((const uint32_t *)p)[i];
-  case GS_DT_UINT64: return (double)((const uint64_t *)p)[i];
-  default: return 0;
-  }
-}
-
 /* ---- half precision ---------------------------------------------------------- */
 
 static uint32_t f32_bits(float f) {

@@ -50,15 +50,33 @@ const char *gs_onnx_type_name(int onnx_type);
 gs_dtype gs_dtype_from_onnx(int onnx_type);
 int gs_dtype_to_onnx(gs_dtype dt);
 bool gs_dtype_is_float(gs_dtype dt); /* float16, bfloat16, float32, float64 */
-/* Element i of numeric or BOOL data of type dt, as a double (0 for other
- * types); for code that reads a few values of any type, not for kernels. */
-double gs_elem_as_double(gs_dtype dt, const void *data, int64_t i);
 
 /* IEEE half and bfloat16 <-> float, round to nearest even. */
 float gs_f16_to_f32(uint16_t h);
 uint16_t gs_f32_to_f16(float f);
 float gs_bf16_to_f32(uint16_t b);
 uint16_t gs_f32_to_bf16(float f);
+
+/* Element i of numeric or BOOL data of type dt, as a double (0 for other
+ * types): the general path, for code that reads values of any type. */
+static inline double gs_elem_as_double(gs_dtype dt, const void *p, int64_t i) {
+  switch (dt) {
+  case GS_DT_FLOAT32: return ((const float *)p)[i];
+  case GS_DT_FLOAT64: return ((const double *)p)[i];
+  case GS_DT_FLOAT16: return gs_f16_to_f32(((const uint16_t *)p)[i]);
+  case GS_DT_BFLOAT16: return gs_bf16_to_f32(((const uint16_t *)p)[i]);
+  case GS_DT_INT64: return (double)((const int64_t *)p)[i];
+  case GS_DT_INT32: return ((const int32_t *)p)[i];
+  case GS_DT_INT16: return ((const int16_t *)p)[i];
+  case GS_DT_INT8: return ((const int8_t *)p)[i];
+  case GS_DT_UINT8:
+  case GS_DT_BOOL: return ((const uint8_t *)p)[i];
+  case GS_DT_UINT16: return ((const uint16_t *)p)[i];
+  case GS_DT_UINT32: return ((const uint32_t *)p)[i];
+  case GS_DT_UINT64: return (double)((const uint64_t *)p)[i];
+  default: return 0;
+  }
+}
 
 #define GS_MAX_DIMS 8
 
