@@ -418,7 +418,8 @@ static int make_stage(const split_scan *s, int from, int to, gs_model **out) {
   for (int i = 0; rc == 0 && to == n && i < m->n_outputs; i++)
     rc = take_init(m, p, taken, m->outputs[i].name);
   if (rc == 0 && from == 0) {
-    memcpy(p->inputs, m->inputs, sizeof *p->inputs * (size_t)m->n_inputs);
+    if (m->n_inputs > 0)
+      memcpy(p->inputs, m->inputs, sizeof *p->inputs * (size_t)m->n_inputs);
     p->n_inputs = m->n_inputs;
   }
   for (int v = 0; rc == 0 && v < s->n_values; v++) {
@@ -512,14 +513,17 @@ int gs_model_with_branch(const gs_model *stage, const gs_model *branch, gs_model
     }
   }
   if (rc == 0) {
-    memcpy(p->inputs, branch->inputs, sizeof *p->inputs * (size_t)formal);
+    if (formal > 0) /* an If branch has none (and may have no array) */
+      memcpy(p->inputs, branch->inputs, sizeof *p->inputs * (size_t)formal);
     /* Loop-carried values may change shape between iterations (torch's
      * list appends grow): the body's declared shapes are not held to. */
     for (int i = 0; i < formal; i++)
       p->inputs[i].rank = -1;
-    memcpy(p->inputs + formal, stage->inputs, sizeof *p->inputs * (size_t)stage->n_inputs);
+    if (stage->n_inputs > 0)
+      memcpy(p->inputs + formal, stage->inputs, sizeof *p->inputs * (size_t)stage->n_inputs);
     p->n_inputs = formal + stage->n_inputs;
-    memcpy(p->outputs, branch->outputs, sizeof *p->outputs * (size_t)branch->n_outputs);
+    if (branch->n_outputs > 0)
+      memcpy(p->outputs, branch->outputs, sizeof *p->outputs * (size_t)branch->n_outputs);
     p->n_outputs = branch->n_outputs;
   }
   if (rc < 0) {

@@ -353,7 +353,8 @@ static int stack_append(stacked *sc, const gs_plan_value_info *info, const void 
     sc->data = grown;
     sc->cap = cap;
   }
-  memcpy(sc->data + sc->bytes, data, info->bytes);
+  if (info->bytes) /* an empty value may come with no buffer yet */
+    memcpy(sc->data + sc->bytes, data, info->bytes);
   sc->bytes += info->bytes;
   sc->count++;
   return GS_OK;
