@@ -52,6 +52,7 @@ typedef struct step {
   gs_op_call *call;
   int in[GS_OP_MAX_IO], out[GS_OP_MAX_IO]; /* value indices, -1: omitted */
   bool dead;                               /* fused into another step */
+  bool empty;                              /* every output empty: nothing to launch */
   bool on_cpu;                             /* fallback: the device lacks this kernel */
   /* For a fallback step: the CPU kernel, and the host address of each
    * operand (constant data, or its place in the plan's staging buffer). */
@@ -931,6 +932,8 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   uint64_t wbytes = 0;
   if (rc == 0)
     rc = place_weights(p, &wbytes);
+  for (int s = 0; rc == 0 && s < p->n_steps; s++)
+    p->steps[s].empty = call_is_empty(p->steps[s].call);
   /* A step whose op has no kernel on the device runs on the CPU instead. */
   uint64_t staging_bytes = 0;
   for (int s = 0; rc == 0 && s < p->n_steps; s++)
@@ -1144,7 +1147,7 @@ static int run_steps(gs_plan *p) {
   for (int s = 0; rc == 0 && s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     const gs_op_call *c = st->call;
-    if (call_is_empty(c))
+    if (st->empty)
       continue;
     if (st->on_cpu) {
       rc = launch_fallback(p, st);

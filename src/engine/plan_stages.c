@@ -157,12 +157,16 @@ static int stage_plan(gs_plan_stages *st, int s, gs_model *part, const gs_shape 
   }
   int n = part->n_inputs;
   kept_plan *kept = st->kept[s];
+  /* A lone node's plan holds copies of its inputs (of any size) and fits
+   * only the values it was made for, which change run to run: one is kept. */
+  bool single_node = s == NODE && part == st->part[NODE];
+  int room = single_node ? 1 : STAGE_PLANS;
   int k = 0;
-  while (k < STAGE_PLANS && kept[k].plan &&
+  while (k < room && kept[k].plan &&
          !(same_inputs(&kept[k], part, shapes) && gs_plan_fits(kept[k].plan, ins)))
     k++;
   kept_plan found;
-  if (k < STAGE_PLANS && kept[k].plan) {
+  if (k < room && kept[k].plan) {
     found = kept[k];
   } else {
     gs_plan_options opt = st->opt;
@@ -178,7 +182,6 @@ static int stage_plan(gs_plan_stages *st, int s, gs_model *part, const gs_shape 
     memcpy(found.shapes, shapes, sizeof(gs_shape) * (size_t)n);
     for (int i = 0; i < n; i++)
       found.dtypes[i] = part->inputs[i].dtype;
-    bool single_node = s == NODE && part == st->part[NODE];
     int rc = single_node ? gs__plan_create_node(part, shapes, &opt, &found.plan)
                          : gs_plan_create(part, shapes, &opt, &found.plan);
     if (rc < 0) {
@@ -186,7 +189,7 @@ static int stage_plan(gs_plan_stages *st, int s, gs_model *part, const gs_shape 
       free(found.dtypes);
       return rc;
     }
-    k = STAGE_PLANS - 1;
+    k = room - 1;
     gs_plan_destroy(kept[k].plan);
     free(kept[k].shapes);
     free(kept[k].dtypes);
