@@ -2,6 +2,7 @@
  * position (engine/ops/ops_index.c): elements move as bytes where the op
  * only moves them, and are computed through double or int64 otherwise. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/op/op_launch.h"
 
 #include "base/error.h"
 
@@ -9,15 +10,6 @@
 #include <stdlib.h>
 
 static size_t esize(const gs_tensor_desc *d) { return gs_dtype_size(d->dtype); }
-
-/* Row-major strides of a shape, in elements. */
-static void strides_of(const gs_shape *s, int64_t *st) {
-  int64_t acc = 1;
-  for (int d = s->rank - 1; d >= 0; d--) {
-    st[d] = acc;
-    acc *= s->dims[d];
-  }
-}
 
 /* Advances a row-major index over `s` by one. */
 static void next_index(const gs_shape *s, int64_t *idx) {
@@ -136,7 +128,7 @@ static int k_tile(const gs_cpu_kernel_call *k) {
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   size_t es = esize(&c->in[0]);
   int64_t xst[GS_MAX_DIMS], idx[GS_MAX_DIMS] = {0}, n = gs_shape_numel(ys);
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   const char *x = k->ptr[0];
   char *y = k->ptr[2];
   for (int64_t i = 0; i < n; i++) {
@@ -155,7 +147,7 @@ static int k_gather_elements(const gs_cpu_kernel_call *k) {
   const gs_shape *xs = &c->in[0].shape, *is = &c->in[1].shape;
   size_t es = esize(&c->in[0]);
   int64_t xst[GS_MAX_DIMS], idx[GS_MAX_DIMS] = {0}, n = gs_shape_numel(is);
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   const char *x = k->ptr[0];
   char *y = k->ptr[2];
   for (int64_t i = 0; i < n; i++) {
@@ -204,7 +196,7 @@ static int k_scatter_elements(const gs_cpu_kernel_call *k) {
   const gs_index_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *is = &c->in[1].shape;
   int64_t xst[GS_MAX_DIMS], idx[GS_MAX_DIMS] = {0}, n = gs_shape_numel(is);
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   void *y = k->ptr[3];
   copy_all(y, k->ptr[0], gs_shape_numel(xs), esize(&c->in[0]));
   for (int64_t i = 0; i < n; i++) {
@@ -243,7 +235,7 @@ static int k_gather_nd(const gs_cpu_kernel_call *k) {
   const gs_shape *xs = &c->in[0].shape, *is = &c->in[1].shape;
   int b = a->batch_dims;
   int64_t q = is->dims[is->rank - 1], xst[GS_MAX_DIMS];
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   int64_t batches = 1, tuples = 1, slice = 1;
   for (int d = 0; d < b; d++)
     batches *= xs->dims[d];
@@ -273,7 +265,7 @@ static int k_scatter_nd(const gs_cpu_kernel_call *k) {
   const gs_index_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *is = &c->in[1].shape;
   int64_t q = is->dims[is->rank - 1], xst[GS_MAX_DIMS];
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   int64_t tuples = gs_shape_numel(is) / (q ? q : 1), slice = 1;
   for (int d = (int)q; d < xs->rank; d++)
     slice *= xs->dims[d];
@@ -379,7 +371,7 @@ static int k_center_crop_pad(const gs_cpu_kernel_call *k) {
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   size_t es = esize(&c->in[0]);
   int64_t xst[GS_MAX_DIMS], idx[GS_MAX_DIMS] = {0}, n = gs_shape_numel(ys);
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   char *y = k->ptr[2];
   for (int64_t i = 0; i < n; i++) {
     int64_t src = 0;

@@ -2,6 +2,7 @@
  * its kin), Transpose, Concat, Split, Slice, Gather, Expand, Pad, Resize,
  * Shape and ConstantOfShape. They work on bytes, whatever the type. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/op/op_launch.h"
 
 #include "base/error.h"
 
@@ -24,22 +25,13 @@ static int k_copy(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
-/* Row-major element strides of a shape. */
-static void strides_of(const gs_shape *s, int64_t *st) {
-  int64_t v = 1;
-  for (int d = s->rank - 1; d >= 0; d--) {
-    st[d] = v;
-    v *= s->dims[d];
-  }
-}
-
 static int k_transpose(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   const gs_transpose_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   size_t es = esize(&c->in[0]);
   int64_t xst[GS_MAX_DIMS], src_stride[GS_MAX_DIMS];
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   for (int d = 0; d < ys->rank; d++)
     src_stride[d] = xst[a->perm[d]];
   int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0}, off = 0;
@@ -121,7 +113,7 @@ static int k_slice(const gs_cpu_kernel_call *k) {
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   size_t es = esize(&c->in[0]);
   int64_t xst[GS_MAX_DIMS];
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
   const char *x = k->ptr[0];
   char *y = k->ptr[c->n_in];
@@ -212,7 +204,7 @@ static int k_pad(const gs_cpu_kernel_call *k) {
   uint8_t fill[8] = {0};
   gs_st(dt, fill, 0, a->value);
   int64_t xst[GS_MAX_DIMS];
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
   const char *x = k->ptr[0];
   char *y = k->ptr[c->n_in];
@@ -347,7 +339,7 @@ static int resize_with_taps(const gs_op_call *c, const resize_taps *t, const voi
   gs_dtype dt = c->in[0].dtype;
   int r = xs->rank;
   int64_t xst[GS_MAX_DIMS], n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
-  strides_of(xs, xst);
+  gs_launch_contiguous_strides(xs, xst);
   for (int64_t i = 0; i < n; i++) {
     bool outside = false;
     int64_t combos = 1;
