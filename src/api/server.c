@@ -693,6 +693,13 @@ int gs_serve(const gs_serve_settings *settings) {
     close_all(&s, ledger, false);
     return rc;
   }
+  /* Before the port opens: a SIGTERM sent as soon as it answers (a test, a
+   * supervisor) stops the server cleanly instead of killing it. */
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
   struct MHD_Daemon *d = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
           MHD_ALLOW_SUSPEND_RESUME,
@@ -707,11 +714,6 @@ int gs_serve(const gs_serve_settings *settings) {
     return gs_error(GS_EIO, "cannot listen on %s:%lld (port in use?)", settings->host,
                     (long long)settings->http_port);
   }
-  struct sigaction sa = {.sa_handler = on_signal};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
   GS_LOGI("api", "listening on http://%s:%lld", settings->host, (long long)settings->http_port);
   fprintf(stderr, "gpusrv: serving %d model(s) from %s on http://%s:%lld\n",
           atomic_load(&s.repo.n_models),
