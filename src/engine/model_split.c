@@ -243,21 +243,29 @@ static int take_init(const gs_model *m, gs_model *p, bool *taken, const char *na
   return GS_OK;
 }
 
+/* A part borrowing from m: its header copied, everything else empty. */
+static gs_model *new_part(const gs_model *m, const char *graph_name) {
+  gs_model *p = calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  gs_strmap_init(&p->init_index);
+  p->path = m->path;
+  p->ir_version = m->ir_version;
+  p->opset = m->opset;
+  p->producer = m->producer;
+  p->graph_name = (char *)graph_name;
+  return p;
+}
+
 /* The part of nodes [from, to): those nodes, after copies of the earlier
  * nodes that make the static values they read. */
 static int make_part(const split_scan *s, int from, int to, bool first, bool last,
                      gs_model **out) {
   const gs_model *m = s->m;
   int n = m->n_nodes;
-  gs_model *p = calloc(1, sizeof *p);
+  gs_model *p = new_part(m, m->graph_name);
   if (!p)
     return gs_error(GS_ENOMEM, "out of memory splitting the model");
-  gs_strmap_init(&p->init_index);
-  p->path = m->path;
-  p->ir_version = m->ir_version;
-  p->opset = m->opset;
-  p->producer = m->producer;
-  p->graph_name = m->graph_name;
   bool *needed = calloc((size_t)n + 1, 1), *taken = calloc((size_t)m->n_inits + 1, 1);
   int *work = malloc(sizeof(int) * ((size_t)n + 1));
   p->nodes = malloc(sizeof *p->nodes * ((size_t)n + 1));
@@ -372,29 +380,68 @@ static const gs_value_info *declared_output(const gs_model *m, const char *name)
   return NULL;
 }
 
+/* What stage [from, to) reads from before it and hands on after it, in
+ * the order values are made: counted when the arrays are NULL. */
+static void stage_io(const split_scan *s, int from, int to, const bool *read,
+                     gs_value_info *inputs, int *n_in, gs_value_info *outputs, int *n_out) {
+  const gs_model *m = s->m;
+  int n = m->n_nodes;
+  *n_in = from == 0 ? m->n_inputs : 0; /* the first stage takes the model's, all of them */
+  *n_out = 0;
+  if (inputs && from == 0 && m->n_inputs > 0)
+    memcpy(inputs, m->inputs, sizeof *inputs * (size_t)m->n_inputs);
+  for (int v = 0; v < s->n_values; v++) {
+    const lifetime *l = &s->values[v];
+    const gs_value_info *as = NULL;
+    gs_value_info crossing = {.name = (char *)l->name, .dtype = GS_DT_INVALID, .rank = -1};
+    if (l->produced < 0 && from > 0 && read[v]) { /* a graph input: as declared */
+      for (int i = 0; i < m->n_inputs && !as; i++)
+        if (strcmp(m->inputs[i].name, l->name) == 0)
+          as = &m->inputs[i];
+      if (inputs && as)
+        inputs[*n_in] = *as;
+      *n_in += as != NULL;
+      continue;
+    }
+    if (l->is_static || l->produced < 0)
+      continue;
+    if (l->produced < from && read[v]) {
+      if (inputs)
+        inputs[*n_in] = crossing;
+      ++*n_in;
+    }
+    if (l->produced >= from && l->produced < to && l->last_read >= to) {
+      as = declared_output(m, l->name);
+      if (outputs)
+        outputs[*n_out] = as ? *as : crossing;
+      ++*n_out;
+    }
+  }
+  /* Graph outputs that are static values: made by the last stage. */
+  for (int i = 0; to == n && i < m->n_outputs; i++) {
+    int v = gs_strmap_get(&s->index, m->outputs[i].name);
+    bool is_init = gs_strmap_get(&m->init_index, m->outputs[i].name) >= 0;
+    if ((v >= 0 && s->values[v].is_static) || (v < 0 && is_init)) {
+      if (outputs)
+        outputs[*n_out] = m->outputs[i];
+      ++*n_out;
+    }
+  }
+}
+
 /* The stage of nodes [from, to): its nodes after copies of the static
- * values' makers, its weights, what it reads from before and what it hands on. */
+ * values' makers, its weights, what it reads from before and what it
+ * hands on. Sized exactly: a model cut at each of ssdlite's 180 NonZero
+ * nodes keeps a stage per cut. */
 static int make_stage(const split_scan *s, int from, int to, gs_model **out) {
   const gs_model *m = s->m;
   int n = m->n_nodes;
-  gs_model *p = calloc(1, sizeof *p);
-  if (!p)
-    return gs_error(GS_ENOMEM, "out of memory cutting the model");
-  gs_strmap_init(&p->init_index);
-  p->path = m->path;
-  p->ir_version = m->ir_version;
-  p->opset = m->opset;
-  p->producer = m->producer;
-  p->graph_name = m->graph_name;
+  gs_model *p = new_part(m, m->graph_name);
   bool *needed = calloc((size_t)n + 1, 1), *taken = calloc((size_t)m->n_inits + 1, 1);
   bool *read = calloc((size_t)s->n_values + 1, 1);
   int *work = malloc(sizeof(int) * ((size_t)n + 1));
-  p->nodes = malloc(sizeof *p->nodes * ((size_t)n + 1));
-  p->inits = calloc((size_t)m->n_inits + 1, sizeof *p->inits);
-  p->inputs = calloc((size_t)s->n_values + (size_t)m->n_inputs + 1, sizeof *p->inputs);
-  p->outputs = calloc((size_t)s->n_values + (size_t)m->n_outputs + 1, sizeof *p->outputs);
   int rc = 0;
-  if (!needed || !taken || !read || !work || !p->nodes || !p->inits || !p->inputs || !p->outputs)
+  if (!p || !needed || !taken || !read || !work)
     rc = gs_error(GS_ENOMEM, "out of memory cutting the model");
   for (int i = from; rc == 0 && i < to; i++) {
     needed[i] = true;
@@ -409,6 +456,29 @@ static int make_stage(const split_scan *s, int from, int to, gs_model **out) {
   }
   for (int i = 0; rc == 0 && to == n && i < m->n_outputs; i++)
     need_static(s, m->outputs[i].name, from, needed, work);
+  int n_nodes = 0, n_inits = 0, n_in = 0, n_out = 0;
+  for (int i = 0; rc == 0 && i < to; i++) {
+    if (!needed[i])
+      continue;
+    n_nodes++;
+    for (int k = 0; k < m->nodes[i].n_in; k++) {
+      const char *in = m->nodes[i].inputs[k];
+      int init = in[0] ? gs_strmap_get(&m->init_index, in) : -1;
+      if (init >= 0 && !taken[init])
+        taken[init] = true, n_inits++;
+    }
+  }
+  n_inits += to == n ? m->n_outputs : 0; /* weights handed out as graph outputs, at most */
+  if (rc == 0) {
+    memset(taken, 0, (size_t)m->n_inits + 1);
+    stage_io(s, from, to, read, NULL, &n_in, NULL, &n_out);
+    p->nodes = malloc(sizeof *p->nodes * ((size_t)n_nodes + 1));
+    p->inits = calloc((size_t)n_inits + 1, sizeof *p->inits);
+    p->inputs = calloc((size_t)n_in + 1, sizeof *p->inputs);
+    p->outputs = calloc((size_t)n_out + 1, sizeof *p->outputs);
+    if (!p->nodes || !p->inits || !p->inputs || !p->outputs)
+      rc = gs_error(GS_ENOMEM, "out of memory cutting the model");
+  }
   for (int i = 0; rc == 0 && i < to; i++)
     if (needed[i])
       p->nodes[p->n_nodes++] = m->nodes[i];
@@ -417,35 +487,8 @@ static int make_stage(const split_scan *s, int from, int to, gs_model **out) {
       rc = take_init(m, p, taken, p->nodes[i].inputs[k]);
   for (int i = 0; rc == 0 && to == n && i < m->n_outputs; i++)
     rc = take_init(m, p, taken, m->outputs[i].name);
-  if (rc == 0 && from == 0) {
-    if (m->n_inputs > 0)
-      memcpy(p->inputs, m->inputs, sizeof *p->inputs * (size_t)m->n_inputs);
-    p->n_inputs = m->n_inputs;
-  }
-  for (int v = 0; rc == 0 && v < s->n_values; v++) {
-    const lifetime *l = &s->values[v];
-    if (l->produced < 0 && from > 0 && read[v]) { /* a graph input */
-      for (int i = 0; i < m->n_inputs; i++)
-        if (strcmp(m->inputs[i].name, l->name) == 0)
-          p->inputs[p->n_inputs++] = m->inputs[i];
-      continue;
-    }
-    if (l->is_static || l->produced < 0)
-      continue;
-    gs_value_info crossing = {.name = (char *)l->name, .dtype = GS_DT_INVALID, .rank = -1};
-    if (l->produced < from && read[v])
-      p->inputs[p->n_inputs++] = crossing;
-    const gs_value_info *declared = declared_output(m, l->name);
-    if (l->produced >= from && l->produced < to && l->last_read >= to)
-      p->outputs[p->n_outputs++] = declared ? *declared : crossing;
-  }
-  /* Graph outputs that are static values: made by the last stage. */
-  for (int i = 0; rc == 0 && to == n && i < m->n_outputs; i++) {
-    int v = gs_strmap_get(&s->index, m->outputs[i].name);
-    bool is_init = gs_strmap_get(&m->init_index, m->outputs[i].name) >= 0;
-    if ((v >= 0 && s->values[v].is_static) || (v < 0 && is_init))
-      p->outputs[p->n_outputs++] = m->outputs[i];
-  }
+  if (rc == 0)
+    stage_io(s, from, to, read, p->inputs, &p->n_inputs, p->outputs, &p->n_outputs);
   free(needed);
   free(taken);
   free(read);
@@ -478,15 +521,9 @@ int gs_model_cut(const gs_model *m, int node, gs_model *out[3]) {
 }
 
 int gs_model_with_branch(const gs_model *stage, const gs_model *branch, gs_model **out) {
-  gs_model *p = calloc(1, sizeof *p);
+  gs_model *p = new_part(stage, branch->graph_name);
   if (!p)
     return gs_error(GS_ENOMEM, "out of memory planning a branch");
-  gs_strmap_init(&p->init_index);
-  p->path = stage->path;
-  p->ir_version = stage->ir_version;
-  p->opset = stage->opset;
-  p->producer = stage->producer;
-  p->graph_name = branch->graph_name;
   int copies = stage->n_nodes - 1; /* all but the If node, which comes last */
   p->nodes = malloc(sizeof *p->nodes * ((size_t)copies + (size_t)branch->n_nodes + 1));
   p->inits = malloc(sizeof *p->inits * ((size_t)stage->n_inits + (size_t)branch->n_inits + 1));

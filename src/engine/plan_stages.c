@@ -23,18 +23,6 @@ typedef struct kept_plan {
 
 enum { HEAD, NODE, TAIL };
 
-struct gs_plan_stages {
-  const gs_model *model;
-  const gs_node *node; /* the node cut around */
-  gs_model *part[3];
-  /* For an If node: its stage with the then and the else branch in its
-   * place (gs_model_with_branch), made when first taken. */
-  gs_model *branch[2];
-  int constant_branch; /* chosen by a constant condition: 0 then, 1 else; -1 not yet */
-  gs_plan_options opt; /* input_values set for each planning */
-  gs_plan *head;
-  kept_plan kept[3][STAGE_PLANS]; /* most recently used first; [HEAD] unused */
-};
 
 /* A value of one run, by name: the caller's inputs (borrowed) and what
  * the stages computed (owned until handed to the caller). */
@@ -54,6 +42,22 @@ typedef struct run_values {
    * own inputs' names never overwrite the graph's around it. */
   struct run_values *parent;
 } run_values;
+
+struct gs_plan_stages {
+  const gs_model *model;
+  const gs_node *node; /* the node cut around */
+  gs_model *part[3];
+  /* For an If node: its stage with the then and the else branch in its
+   * place (gs_model_with_branch), made when first taken. */
+  gs_model *branch[2];
+  bool runs_graphs, is_loop; /* the node is an If or a Loop (ops_control.c) */
+  /* What the node reads that is made of constants (an If's condition in an
+   * expanded function, a Loop's trip count): computed once, kept. */
+  struct run_values constants;
+  gs_plan_options opt; /* input_values set for each planning */
+  gs_plan *head;
+  kept_plan kept[3][STAGE_PLANS]; /* most recently used first; [HEAD] unused */
+};
 
 static void values_free(run_values *rv) {
   for (int i = 0; i < rv->n; i++)
@@ -103,7 +107,10 @@ int gs__plan_stages_create(const gs_model *m, int node, const gs_shape *shapes,
     return gs_error(GS_ENOMEM, "out of memory planning in stages");
   st->model = m;
   st->node = &m->nodes[node];
-  st->constant_branch = -1;
+  const gs_op_def *op = gs_op_find(st->node->op_type);
+  st->runs_graphs = op && op->runs_graphs;
+  st->is_loop = st->runs_graphs && strcmp(op->name, "Loop") == 0;
+  gs_strmap_init(&st->constants.index);
   st->opt = *opt;
   st->opt.input_values = NULL;
   int rc = gs_model_cut(m, node, st->part);
@@ -131,6 +138,7 @@ void gs__plan_stages_destroy(gs_plan_stages *st) {
     gs_model_part_free(st->part[s]);
   for (int b = 0; b < 2; b++)
     gs_model_part_free(st->branch[b]);
+  values_free(&st->constants);
   free(st);
 }
 
@@ -223,7 +231,7 @@ static int gather_inputs(gs_model *part, run_values *rv, const void **ins, gs_sh
 
 /* A value the cut node reads that is made of constants (an expanded
  * function's condition, a Loop's trip count): the stage's copies of the
- * nodes that make it, planned and run now, and added to the values. */
+ * nodes that make it, planned and run once, and kept with the stages. */
 static int make_constant(gs_plan_stages *st, run_values *rv, const char *name) {
   gs_value_info want = {.name = (char *)name, .dtype = GS_DT_INVALID, .rank = -1};
   gs_model only = {.n_outputs = 1, .outputs = &want};
@@ -246,7 +254,7 @@ static int make_constant(gs_plan_stages *st, run_values *rv, const char *name) {
   if (rc == 0)
     rc = gs_plan_run_alloc(plan, ins, &value, &info);
   if (rc == 0)
-    rc = values_put(rv, name, &info, value, true);
+    rc = values_put(&st->constants, name, &info, value, true);
   free(ins);
   free(shapes);
   gs_plan_destroy(plan);
@@ -257,22 +265,18 @@ static int make_constant(gs_plan_stages *st, run_values *rv, const char *name) {
 /* Input `name` of the cut node: computed before it, or made of constants. */
 static slot *node_value(gs_plan_stages *st, run_values *rv, const char *name) {
   slot *v = values_get(rv, name);
+  if (!v)
+    v = values_get(&st->constants, name);
   if (!v && make_constant(st, rv, name) == 0)
-    v = values_get(rv, name);
+    v = values_get(&st->constants, name);
   return v;
 }
 
 /* The If node's stage with the branch its condition chooses in its place. */
 static int choose_branch(gs_plan_stages *st, run_values *rv, gs_model **out) {
   const gs_node *n = st->node;
-  slot *cond = values_get(rv, n->inputs[0]);
-  int b = st->constant_branch, rc = 0;
-  if (cond)
-    rc = branch_of(cond, n, &b);
-  else if (b < 0 && (cond = node_value(st, rv, n->inputs[0])) == NULL)
-    rc = gs_error_code();
-  else if (b < 0 && (rc = branch_of(cond, n, &b)) == 0)
-    st->constant_branch = b;
+  slot *cond = node_value(st, rv, n->inputs[0]);
+  int b = 0, rc = cond ? branch_of(cond, n, &b) : gs_error_code();
   const char *names[2] = {"then_branch", "else_branch"};
   if (rc == 0 && !st->branch[b])
     rc = gs_model_with_branch(st->part[NODE], gs_node_attr(n, names[b])->g, &st->branch[b]);
@@ -518,8 +522,8 @@ static int run_loop(gs_plan_stages *st, run_values *rv) {
 
 /* Runs stage s on the values so far, adding what it hands on. */
 static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
-  bool graphs = s == NODE && gs_op_find(st->node->op_type)->runs_graphs;
-  if (graphs && strcmp(st->node->op_type, "Loop") == 0)
+  bool graphs = s == NODE && st->runs_graphs;
+  if (graphs && st->is_loop)
     return run_loop(st, rv);
   gs_model *part = st->part[s];
   int rc = graphs ? choose_branch(st, rv, &part) : 0;

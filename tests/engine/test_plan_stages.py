@@ -333,3 +333,50 @@ def test_loop_scan_output_that_changes_shape_is_refused():
         onnx.save(model, path)
         p = run_gpusrv(path, {"x": x}, d)
     assert p.returncode == 1 and "changes shape between iterations" in p.stderr, p.stderr
+
+
+# ---- refusals on the paths of a run ----------------------------------------------------------
+
+
+def refusal(model, feeds):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, feeds, d)
+    assert p.returncode == 1, p.stderr
+    return p.stderr
+
+
+def test_nms_iou_threshold_out_of_range_is_refused():
+    nodes = [helper.make_node("Identity", ["boxes"], ["b"]),
+             helper.make_node("NonMaxSuppression", ["b", "scores", "max_out", "iou"], ["sel"])]
+    feeds = {"boxes": BOXES, "scores": SCORES}
+    consts = {"max_out": np.array([3], np.int64), "iou": np.array([1.5], np.float32)}
+    err = refusal(make_model(nodes, feeds, consts, [("sel", np.int64)]), feeds)
+    assert "iou_threshold 1.5 is not in [0, 1]" in err, err
+
+
+def test_if_condition_of_several_values_is_refused():
+    then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", T.FLOAT, None)])
+    x = f32(2, 2)
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=then_g)]
+    err = refusal(make_model(nodes, {"x": x}, {"zero": scalar(0)}), {"x": x})
+    assert "the condition must be one value" in err, err
+
+
+def test_loop_trip_count_must_be_int64():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Identity", ["s_in"], ["s_out"])], "body",
+        [helper.make_tensor_value_info("i", T.INT64, []),
+         helper.make_tensor_value_info("c_in", T.BOOL, []),
+         helper.make_tensor_value_info("s_in", T.FLOAT, None)],
+        [helper.make_tensor_value_info("c_out", T.BOOL, []),
+         helper.make_tensor_value_info("s_out", T.FLOAT, None)])
+    x = f32(3)
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),  # float, not int64
+             helper.make_node("Loop", ["m", "", "x"], ["y"], body=body)]
+    err = refusal(make_model(nodes, {"x": x}), {"x": x})
+    assert "M must be an int64, not float32" in err, err

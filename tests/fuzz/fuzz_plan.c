@@ -364,9 +364,8 @@ static void plan_and_run(gs_model *m, choices *c) {
   if (gs_plan_create(m, shapes, &opt, &plan) < 0)
     goto done;
   /* Sized by the run: plans made in stages (NonZero, NonMaxSuppression) run too. */
-  gs_plan_value_info info[8];
-  if (m->n_outputs <= 8)
-    gs_plan_run_alloc(plan, (const void *const *)inputs, outputs, info);
+  gs_plan_value_info info[8]; /* at most 8 outputs: checked above */
+  gs_plan_run_alloc(plan, (const void *const *)inputs, outputs, info);
   gs_plan_destroy(plan);
 done:
   for (int i = 0; i < 3; i++)
