@@ -44,7 +44,7 @@ int gs_model_part_set_constant(gs_model *part, int input, const gs_shape *shape,
  * each stage with gs_model_part_free. */
 int gs_model_cut(const gs_model *m, int node, gs_model *out[3]);
 
-/* Stage `stage` of gs_model_cut around an If or Loop node (its last
+/* Stage `stage` of gs_model_cut around an If, Loop or Scan node (its last
  * node), with `branch` (one of the node's graph attributes) in the node's
  * place: the branch's own inputs (a Loop body's iteration, condition and
  * carried values) then the stage's, copies of static values' makers and

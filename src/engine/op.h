@@ -24,7 +24,7 @@ typedef struct gs_op_def {
    * attributes alone (Shape, Constant). `out` has room for out[0]. */
   int (*fold)(const gs_op_call *call, const gs_node *node, void *out);
   /* The planner runs the node itself, choosing among its graph attributes
-   * while running (If): it cuts the plan around it (plan_stages.h). */
+   * while running (If, Loop, Scan): it cuts the plan around it (plan_stages.h). */
   bool runs_graphs;
 } gs_op_def;
 

@@ -50,7 +50,7 @@ struct gs_plan_stages {
   /* For an If node: its stage with the then and the else branch in its
    * place (gs_model_with_branch), made when first taken. */
   gs_model *branch[2];
-  bool runs_graphs, is_loop; /* the node is an If or a Loop (ops_control.c) */
+  enum { CUT_ONLY, IF_NODE, LOOP_NODE, SCAN_NODE } kind; /* ops_control.c's, or other */
   /* What the node reads that is made of constants (an If's condition in an
    * expanded function, a Loop's trip count): computed once, kept. */
   struct run_values constants;
@@ -108,8 +108,10 @@ int gs__plan_stages_create(const gs_model *m, int node, const gs_shape *shapes,
   st->model = m;
   st->node = &m->nodes[node];
   const gs_op_def *op = gs_op_find(st->node->op_type);
-  st->runs_graphs = op && op->runs_graphs;
-  st->is_loop = st->runs_graphs && strcmp(op->name, "Loop") == 0;
+  if (op && op->runs_graphs)
+    st->kind = strcmp(op->name, "Loop") == 0   ? LOOP_NODE
+               : strcmp(op->name, "Scan") == 0 ? SCAN_NODE
+                                               : IF_NODE;
   gs_strmap_init(&st->constants.index);
   st->opt = *opt;
   st->opt.input_values = NULL;
@@ -518,13 +520,266 @@ static int run_loop(gs_plan_stages *st, run_values *rv) {
   return rc;
 }
 
+/* ---- Scan ----------------------------------------------------------------------------- */
+
+/* A value seen along one of its axes: `outer` runs of `len` blocks of
+ * `inner` bytes. */
+typedef struct axis_view {
+  int axis;
+  size_t outer, inner;
+  int64_t len;
+} axis_view;
+
+static axis_view view_along(const gs_shape *s, int axis, gs_dtype dt) {
+  axis_view v = {.axis = axis, .outer = 1, .inner = gs_dtype_size(dt), .len = s->dims[axis]};
+  for (int d = 0; d < axis; d++)
+    v.outer *= (size_t)s->dims[d];
+  for (int d = axis + 1; d < s->rank; d++)
+    v.inner *= (size_t)s->dims[d];
+  return v;
+}
+
+/* Position p along the view's axis: copied out of `whole` into `part`, or
+ * (put) from `part` into `whole`. */
+static void copy_position(const axis_view *v, int64_t p, char *whole, char *part, bool put) {
+  for (size_t o = 0; o < v->outer; o++) {
+    char *w = whole + (o * (size_t)v->len + (size_t)p) * v->inner, *e = part + o * v->inner;
+    if (v->inner)
+      memcpy(put ? w : e, put ? e : w, v->inner);
+  }
+}
+
+/* Entry i of the INTS attribute `name` (its length checked at load), or 0
+ * when the node has none. */
+static int64_t scan_attr(const gs_node *n, const char *name, int i) {
+  const gs_attr *a = gs_node_attr(n, name);
+  return a ? a->ints[i] : 0;
+}
+
+/* Entry i of axis attribute `name`, made non-negative for rank `rank`. */
+static int scan_axis(const gs_node *n, const char *name, int i, int rank, int *axis) {
+  int64_t a = scan_attr(n, name, i);
+  if (a < -rank || a >= rank)
+    return gs_error(GS_EINVAL, "node %s (Scan): %s[%d] is %lld, outside rank %d", n->name, name,
+                    i, (long long)a, rank);
+  *axis = (int)(a < 0 ? a + rank : a);
+  return GS_OK;
+}
+
+typedef struct scan_run {
+  int states, m, k; /* state values, sequences, scan outputs */
+  int64_t len;      /* positions along the scan axes */
+  slot **seq;       /* the m sequences */
+  axis_view *in;    /* each sequence along its scan axis */
+  axis_view *out;   /* each scan output along its axis, once the first slice came */
+  gs_plan_value_info *out_info;
+  char **out_data;
+} scan_run;
+
+/* The sequences, each seen along its scan axis; all have one length. */
+static int scan_sequences(gs_plan_stages *st, run_values *rv, scan_run *sr) {
+  const gs_node *n = st->node;
+  for (int j = 0; j < sr->m; j++) {
+    slot *v = node_value(st, rv, n->inputs[sr->states + j]);
+    if (!v)
+      return gs_error_code();
+    if (v->shape.rank == 0)
+      return gs_error(GS_EINVAL, "node %s (Scan): sequence %d is a scalar", n->name, j);
+    int axis, rc = scan_axis(n, "scan_input_axes", j, v->shape.rank, &axis);
+    if (rc < 0)
+      return rc;
+    sr->seq[j] = v;
+    sr->in[j] = view_along(&v->shape, axis, v->dtype);
+    if (j > 0 && sr->in[j].len != sr->len)
+      return gs_error(GS_EINVAL, "node %s (Scan): sequences of %lld and %lld positions",
+                      n->name, (long long)sr->len, (long long)sr->in[j].len);
+    sr->len = sr->in[j].len;
+  }
+  return GS_OK;
+}
+
+/* Iteration t's slice of each sequence, set as the body's input. */
+static int scan_slices(gs_plan_stages *st, gs_model *body, run_values *scope, scan_run *sr,
+                       int64_t t) {
+  for (int j = 0; j < sr->m; j++) {
+    const slot *v = sr->seq[j];
+    const axis_view *view = &sr->in[j];
+    int64_t p = scan_attr(st->node, "scan_input_directions", j) ? sr->len - 1 - t : t;
+    gs_plan_value_info info = {.dtype = v->dtype, .shape = {.rank = v->shape.rank - 1},
+                               .bytes = view->outer * view->inner};
+    for (int d = 0, k = 0; d < v->shape.rank; d++)
+      if (d != view->axis)
+        info.shape.dims[k++] = v->shape.dims[d];
+    void *part = malloc(info.bytes ? info.bytes : 1);
+    if (!part)
+      return gs_error(GS_ENOMEM, "out of memory slicing a Scan's sequence");
+    copy_position(view, p, v->data, part, false);
+    int rc = values_set(scope, body->inputs[sr->states + j].name, &info, part, true);
+    if (rc < 0)
+      return rc;
+  }
+  return GS_OK;
+}
+
+/* Scan output i's whole value, shaped and allocated from its first slice
+ * (or, with no positions, from the body's declaration). */
+static int scan_output_start(const gs_node *n, const gs_value_info *declared, scan_run *sr,
+                             int i, const gs_plan_value_info *slice) {
+  gs_plan_value_info *info = &sr->out_info[i];
+  gs_shape each;
+  if (slice) {
+    each = slice->shape;
+    info->dtype = slice->dtype;
+  } else {
+    each.rank = declared->rank > 0 ? declared->rank : 0;
+    for (int d = 0; d < each.rank; d++)
+      each.dims[d] = declared->dims[d] > 0 ? declared->dims[d] : 0;
+    info->dtype = declared->dtype;
+    if (info->dtype == GS_DT_INVALID)
+      return gs_error(GS_ENOTSUP, "node %s (Scan) has no positions, and its body does not "
+                                  "declare the type of scan output %d", n->name, i);
+  }
+  if (each.rank + 1 > GS_MAX_DIMS)
+    return gs_error(GS_ENOTSUP, "node %s (Scan): a scan output of rank %d", n->name,
+                    each.rank + 1);
+  int axis, rc = scan_axis(n, "scan_output_axes", i, each.rank + 1, &axis);
+  if (rc < 0)
+    return rc;
+  info->shape.rank = each.rank + 1;
+  for (int d = 0, k = 0; d < info->shape.rank; d++)
+    info->shape.dims[d] = d == axis ? sr->len : each.dims[k++];
+  sr->out[i] = view_along(&info->shape, axis, info->dtype);
+  info->bytes = sr->out[i].outer * sr->out[i].inner * (size_t)sr->len;
+  if (!(sr->out_data[i] = malloc(info->bytes ? info->bytes : 1)))
+    return gs_error(GS_ENOMEM, "out of memory for a Scan's output");
+  return GS_OK;
+}
+
+/* Places iteration t's slice of scan output i. */
+static int scan_output_put(const gs_node *n, const gs_value_info *declared, scan_run *sr, int i,
+                           int64_t t, const gs_plan_value_info *slice, void *data) {
+  if (!sr->out_data[i]) {
+    int rc = scan_output_start(n, declared, sr, i, slice);
+    if (rc < 0)
+      return rc;
+  }
+  const axis_view *v = &sr->out[i];
+  if (slice->dtype != sr->out_info[i].dtype || slice->bytes != v->outer * v->inner)
+    return gs_error(GS_EINVAL, "node %s (Scan): scan output %d changes shape between "
+                               "iterations", n->name, i);
+  int64_t p = scan_attr(n, "scan_output_directions", i) ? sr->len - 1 - t : t;
+  copy_position(v, p, sr->out_data[i], data, true);
+  return GS_OK;
+}
+
+/* One iteration: the body on the states and this position's slices; its
+ * states become the next iteration's, its scan outputs are placed. */
+static int scan_iteration(gs_plan_stages *st, gs_model *body, run_values *scope, scan_run *sr,
+                          int64_t t) {
+  int n_out = body->n_outputs;
+  void **outs = calloc((size_t)n_out + 1, sizeof *outs);
+  gs_plan_value_info *info = calloc((size_t)n_out + 1, sizeof *info);
+  int rc = outs && info ? scan_slices(st, body, scope, sr, t)
+                        : gs_error(GS_ENOMEM, "out of memory running a Scan");
+  if (rc == 0)
+    rc = run_part(st, NODE, body, scope, outs, info);
+  for (int j = 0; rc == 0 && j < sr->states; j++) {
+    rc = values_set(scope, body->inputs[j].name, &info[j], outs[j], true);
+    outs[j] = NULL;
+  }
+  for (int i = 0; rc == 0 && i < sr->k; i++)
+    rc = scan_output_put(st->node, &body->outputs[sr->states + i], sr, i, t,
+                         &info[sr->states + i], outs[sr->states + i]);
+  for (int i = 0; outs && i < n_out; i++)
+    free(outs[i]);
+  free(outs);
+  free(info);
+  return rc;
+}
+
+/* Hands the final states and the scan outputs on under the node's names. */
+static int scan_results(gs_plan_stages *st, gs_model *body, run_values *scope, run_values *rv,
+                        scan_run *sr) {
+  const gs_node *n = st->node;
+  for (int j = 0; j < sr->states; j++) {
+    slot *v = values_get(scope, body->inputs[j].name);
+    gs_plan_value_info info = {.dtype = v->dtype, .shape = v->shape, .bytes = v->bytes};
+    void *data = n->outputs[j][0] ? malloc(v->bytes ? v->bytes : 1) : NULL;
+    if (n->outputs[j][0] && !data)
+      return gs_error(GS_ENOMEM, "out of memory running a Scan");
+    if (data && v->bytes)
+      memcpy(data, v->data, v->bytes);
+    int rc = data ? values_put(rv, n->outputs[j], &info, data, true) : 0;
+    if (rc < 0)
+      return rc;
+  }
+  for (int i = 0; i < sr->k; i++) {
+    int rc = sr->out_data[i] ? 0
+                             : scan_output_start(n, &body->outputs[sr->states + i], sr, i, NULL);
+    if (rc == 0 && n->outputs[sr->states + i][0])
+      rc = values_put(rv, n->outputs[sr->states + i], &sr->out_info[i], sr->out_data[i], true);
+    else if (rc == 0)
+      free(sr->out_data[i]);
+    sr->out_data[i] = NULL;
+    if (rc < 0)
+      return rc;
+  }
+  return GS_OK;
+}
+
+static int run_scan(gs_plan_stages *st, run_values *rv) {
+  const gs_node *n = st->node;
+  scan_run sr = {.m = (int)gs_attr_int(n, "num_scan_inputs", 1)};
+  sr.states = n->n_in - n->n_captured - sr.m;
+  sr.k = n->n_out - sr.states;
+  int rc = 0;
+  if (!st->branch[0])
+    rc = gs_model_with_branch(st->part[NODE], gs_node_attr(n, "body")->g, &st->branch[0]);
+  if (rc < 0)
+    return rc;
+  gs_model *body = st->branch[0];
+  sr.seq = calloc((size_t)sr.m, sizeof *sr.seq);
+  sr.in = calloc((size_t)sr.m, sizeof *sr.in);
+  sr.out = calloc((size_t)sr.k + 1, sizeof *sr.out);
+  sr.out_info = calloc((size_t)sr.k + 1, sizeof *sr.out_info);
+  sr.out_data = calloc((size_t)sr.k + 1, sizeof *sr.out_data);
+  if (!sr.seq || !sr.in || !sr.out || !sr.out_info || !sr.out_data)
+    rc = gs_error(GS_ENOMEM, "out of memory running a Scan");
+  run_values scope = {.parent = rv};
+  gs_strmap_init(&scope.index);
+  if (rc == 0)
+    rc = scan_sequences(st, rv, &sr);
+  for (int j = 0; rc == 0 && j < sr.states; j++) {
+    slot *v = node_value(st, rv, n->inputs[j]);
+    gs_plan_value_info info = v ? (gs_plan_value_info){.dtype = v->dtype, .shape = v->shape,
+                                                        .bytes = v->bytes}
+                                : (gs_plan_value_info){0};
+    rc = v ? values_set(&scope, body->inputs[j].name, &info, v->data, false) : gs_error_code();
+  }
+  for (int64_t t = 0; rc == 0 && t < sr.len; t++)
+    rc = scan_iteration(st, body, &scope, &sr, t);
+  if (rc == 0)
+    rc = scan_results(st, body, &scope, rv, &sr);
+  for (int i = 0; sr.out_data && i < sr.k; i++)
+    free(sr.out_data[i]);
+  free(sr.seq);
+  free(sr.in);
+  free(sr.out);
+  free(sr.out_info);
+  free(sr.out_data);
+  values_free(&scope);
+  return rc;
+}
+
 /* ---- stages ------------------------------------------------------------------------------- */
 
 /* Runs stage s on the values so far, adding what it hands on. */
 static int run_stage(gs_plan_stages *st, int s, run_values *rv) {
-  bool graphs = s == NODE && st->runs_graphs;
-  if (graphs && st->is_loop)
+  bool graphs = s == NODE && st->kind != CUT_ONLY;
+  if (graphs && st->kind == LOOP_NODE)
     return run_loop(st, rv);
+  if (graphs && st->kind == SCAN_NODE)
+    return run_scan(st, rv);
   gs_model *part = st->part[s];
   int rc = graphs ? choose_branch(st, rv, &part) : 0;
   if (rc < 0)

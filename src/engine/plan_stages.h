@@ -10,6 +10,11 @@
  * node and of the stage after are kept for the shapes (and values) seen
  * last, so runs that repeat them plan nothing.
  *
+ * Control flow is cut around the same way: for an If the node's stage is
+ * replaced by the branch its condition chooses; a Loop's or a Scan's body
+ * is planned once for the shapes its iterations see and run per
+ * iteration, with a Scan's sequences sliced along their scan axes.
+ *
  * Values cross between stages through host memory. The engine's own
  * (plan.c) entry points; callers use engine.h. */
 #ifndef GS_ENGINE_PLAN_STAGES_H

@@ -335,6 +335,70 @@ def test_loop_scan_output_that_changes_shape_is_refused():
     assert p.returncode == 1 and "changes shape between iterations" in p.stderr, p.stderr
 
 
+# ---- Scan ------------------------------------------------------------------------------
+
+
+def scan_model(in_axes, in_dirs, out_axes, out_dirs):
+    """A running sum over the rows of a (state), and a second sequence b
+    scaled by the sum: two sequences, one state, two scan outputs, and a
+    weight w the body captures from the graph around it."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "a_t"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "b_t"], ["prod"]),
+         helper.make_node("Add", ["prod", "w"], ["scan_p"]),
+         helper.make_node("Identity", ["s_out"], ["scan_s"])], "body",
+        [helper.make_tensor_value_info("s_in", T.FLOAT, None),
+         helper.make_tensor_value_info("a_t", T.FLOAT, None),
+         helper.make_tensor_value_info("b_t", T.FLOAT, None)],
+        [helper.make_tensor_value_info("s_out", T.FLOAT, None),
+         helper.make_tensor_value_info("scan_s", T.FLOAT, None),
+         helper.make_tensor_value_info("scan_p", T.FLOAT, None)])
+    attrs = dict(num_scan_inputs=2, body=body)
+    if in_axes is not None:
+        attrs.update(scan_input_axes=in_axes, scan_output_axes=out_axes)
+    if in_dirs is not None:
+        attrs.update(scan_input_directions=in_dirs, scan_output_directions=out_dirs)
+    nodes = [helper.make_node("Relu", ["s0x"], ["s0"]),
+             helper.make_node("Scan", ["s0", "a", "b"], ["s", "ys", "ps"], **attrs)]
+    return nodes
+
+
+@pytest.mark.parametrize("axes,dirs", [
+    (None, None),                      # defaults: axis 0, forward
+    (([1, 0], [0, -1]), None),          # a scanned along its columns, ps stacked last
+    (None, ([1, 0], [0, 1])),           # a read backwards, ps written backwards
+    (([-1, 0], [1, 1]), ([0, 1], [1, 0])),
+])
+@pytest.mark.parametrize("steps", [1, 4])
+def test_scan_sums_and_scans(axes, dirs, steps):
+    in_axes, out_axes = axes if axes else (None, None)
+    in_dirs, out_dirs = dirs if dirs else (None, None)
+    a_axis = in_axes[0] if in_axes else 0
+    a = f32(3, steps) if a_axis in (1, -1) else f32(steps, 3)
+    b = f32(steps, 3)
+    s0x = f32(3)
+    nodes = scan_model(in_axes, in_dirs, out_axes, out_dirs)
+    feeds = {"s0x": s0x, "a": a, "b": b}
+    outputs = [("s", np.float32), ("ys", np.float32), ("ps", np.float32)]
+    check_model(make_model(nodes, feeds, {"w": f32(3)}, outputs), feeds)
+
+
+def test_scan_whose_sequences_differ_in_length_is_refused():
+    nodes = scan_model(None, None, None, None)
+    feeds = {"s0x": f32(3), "a": f32(4, 3), "b": f32(5, 3)}
+    model = make_model(nodes, feeds, {"w": f32(3)}, [("s", np.float32)])
+    assert "sequences of 4 and 5 positions" in refusal(model, feeds)
+
+
+def test_scan_with_bad_attributes_is_refused_at_load():
+    nodes = scan_model([0, 0], None, [0, 0], None)
+    axes = next(a for a in nodes[1].attribute if a.name == "scan_input_axes")
+    axes.ints.append(0)  # three entries for two sequences
+    feeds = {"s0x": f32(3), "a": f32(4, 3), "b": f32(4, 3)}
+    model = make_model(nodes, feeds, {"w": f32(3)}, [("s", np.float32)])
+    assert "scan_input_axes must hold 2 ints" in refusal(model, feeds)
+
+
 # ---- refusals on the paths of a run ----------------------------------------------------------
 
 
