@@ -1,4 +1,5 @@
-/* models.c - `gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] [--device ID]`:
+/* models.c - `gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] [--device ID]
+ * [--threads T]`:
  * runs a model through gpusrv's engine (on the first device, or ID) on
  * random inputs and prints one JSON
  * line with the latency percentiles and throughput of whole runs (input
@@ -18,7 +19,7 @@ static int cmp_u64(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const char *path = NULL, *device_id = NULL;
-  int batch = 1, iters = 200;
+  int batch = 1, iters = 200, threads = 0;
   double seconds = 3.0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc)
@@ -27,17 +28,19 @@ int main(int argc, char **argv) {
       iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
       seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--device") && i + 1 < argc)
       device_id = argv[++i];
     else if (argv[i][0] != '-' && !path)
       path = argv[i];
     else {
       fprintf(stderr, "usage: gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] "
-                      "[--device ID]\n");
+                      "[--device ID] [--threads T]\n");
       return 2;
     }
   }
-  if (!path || batch < 1 || iters < 1 || iters > 1000000) {
+  if (!path || batch < 1 || iters < 1 || iters > 1000000 || threads < 0) {
     fprintf(stderr, "gs-bench-models: need a model, a positive batch and 1..1000000 iterations\n");
     return 2;
   }
@@ -58,7 +61,7 @@ int main(int argc, char **argv) {
     for (int d = 0; d < shapes[i].rank; d++)
       shapes[i].dims[d] = m->inputs[i].dims[d] >= 0 ? m->inputs[i].dims[d] : batch;
   }
-  gs_plan_options po = {0};
+  gs_plan_options po = {.threads = threads};
   for (int d = 0; device_id && d < gs_hal_device_count(); d++)
     if (!strcmp(gs_device_get_info(gs_hal_device(d))->id, device_id))
       po.device = gs_hal_device(d);

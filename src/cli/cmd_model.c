@@ -16,6 +16,7 @@ typedef struct model_opts {
   bool json, report;
   gs_cli_list inputs;
   const char *outdir, *device, *precision;
+  long long threads;
 } model_opts;
 
 static const gs_cli_option model_options[] = {
@@ -30,6 +31,9 @@ static const gs_cli_option model_options[] = {
                "run: fp32 (default), fp16 or bf16: weights and tensors kept in 16 bits where the "
                "device allows (the CPU computes each op in float32); outputs declared float32 "
                "stay float32"),
+    GS_CLI_OPT_RANGE("threads", GS_OPT_INT, model_opts, threads, "N",
+                     "run: threads the kernels use on the CPU (default: the cores this "
+                     "process may run on)", 1, 4096),
     GS_CLI_OPT("report", GS_OPT_BOOL, model_opts, report, NULL,
                "run: print the plan: kernels, folded and fused nodes, and the arena's peak bytes "
                "beside the sum of all intermediate tensors"),
@@ -263,7 +267,7 @@ static int run(const char *path, const model_opts *opts) {
     shapes[i] = inputs[i].shape;
     in_ptrs[i] = inputs[i].data;
   }
-  gs_plan_options opt = {.device = dev, .precision = precision,
+  gs_plan_options opt = {.device = dev, .precision = precision, .threads = (int)opts->threads,
                          .input_values = (const void *const *)in_ptrs};
   if (gs_plan_create(m, shapes, &opt, &plan) < 0) {
     gs_cli_error("model run: %s", gs_error_detail());
@@ -334,7 +338,7 @@ const gs_cli_command gs_cli_model = {
     .name = "model",
     .usage = "gpusrv model inspect FILE.onnx [--json]\n"
              "gpusrv model run FILE.onnx -i NAME=FILE.npy [-i ...] -o OUTDIR [--device ID]\n"
-             "                 [--precision fp32|fp16|bf16] [--report]",
+             "                 [--precision fp32|fp16|bf16] [--threads N] [--report]",
     .about = "inspect  Shows the model's inputs and outputs (name, type, shape), its ops and how\n"
              "         often each occurs, its parameters, its opset, and whether gpusrv supports\n"
              "         every op. Exits 1 and lists what is unsupported if not.\n"

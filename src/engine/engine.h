@@ -38,6 +38,10 @@ typedef struct gs_plan_options {
    * limit, Resize's scales): the plan is then made for those values, and
    * runs with others are refused (gs_plan_fits). */
   const void *const *input_values;
+  /* Host threads the plan's kernels may use at once, where the device runs
+   * them on the host (the CPU); 0: all cores of the device
+   * (gs_stream_set_threads). */
+  int threads;
 } gs_plan_options;
 
 /* Builds a plan of `model` for the given shapes of its inputs (one per

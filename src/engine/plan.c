@@ -954,6 +954,8 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
                   (unsigned long long)weights_all, (unsigned long long)capacity);
   if (rc == 0)
     rc = gs_stream_create_ex(p->device, GS_STREAM_INLINE, &p->stream);
+  if (rc == 0)
+    rc = gs_stream_set_threads(p->stream, opt ? opt->threads : 0);
   gs_pool_t *pool = p->device ? gs_device_pool(p->device, GS_MEM_DEVICE) : NULL;
   if (rc == 0)
     rc = gs_pool_alloc(pool, p->report.arena_bytes, p->stream, &p->arena);

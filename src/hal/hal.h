@@ -28,7 +28,7 @@
 /* Plugins built against a different version are refused at load. It covers
  * this header, hal_impl.h and the op ABI (hal/op/: the tensor descriptor,
  * gs_op_call, the attribute blocks). */
-#define GS_HAL_API_VERSION 5u
+#define GS_HAL_API_VERSION 6u
 
 typedef struct gs_backend gs_backend_t;
 typedef struct gs_device gs_device_t;
@@ -211,6 +211,12 @@ int gs_stream_create(gs_device_t *device, gs_stream_t **out);
  * caller with the work. Elsewhere the flag is ignored. */
 #define GS_STREAM_INLINE 1u
 int gs_stream_create_ex(gs_device_t *device, unsigned flags, gs_stream_t **out);
+/* How many threads the stream's kernels may use at once, where the backend
+ * runs them on host threads (the CPU); 0 restores the default, the
+ * device's compute_units (the cores of the process's cpuset). Kernels
+ * queued afterwards use it. Elsewhere it is accepted and changes nothing.
+ * GS_EINVAL for a negative count. */
+int gs_stream_set_threads(gs_stream_t *stream, int threads);
 /* Waits for queued work, then destroys the stream. */
 void gs_stream_destroy(gs_stream_t *stream);
 gs_device_t *gs_stream_device(const gs_stream_t *stream);

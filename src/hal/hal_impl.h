@@ -98,6 +98,9 @@ typedef struct gs_backend_iface {
                                   size_t count);
   int (*group_broadcast)(void *group, void *const *streams, gs_buffer_t *const *bufs,
                          size_t bytes, int root);
+  /* Optional: the stream's kernels use up to `threads` host threads (at
+   * least 1); default: ignored. */
+  void (*stream_set_threads)(void *stream, int threads);
 } gs_backend_iface;
 
 /* ---- plugins ------------------------------------------------------------ */

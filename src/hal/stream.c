@@ -44,6 +44,15 @@ void gs_stream_destroy(gs_stream_t *s) {
 }
 
 gs_device_t *gs_stream_device(const gs_stream_t *s) { return s->device; }
+
+int gs_stream_set_threads(gs_stream_t *s, int threads) {
+  if (!s || threads < 0)
+    return gs_error(GS_EINVAL, "gs_stream_set_threads: %s",
+                    s ? "a negative thread count" : "NULL stream");
+  if (iface_of(s)->stream_set_threads)
+    iface_of(s)->stream_set_threads(s->ctx, threads ? threads : s->device->info.compute_units);
+  return GS_OK;
+}
 void *gs__stream_ctx(const gs_stream_t *s) { return s->ctx; }
 
 /* Checks that [offset, offset+bytes) lies in `buf` and that `buf` belongs to

@@ -80,16 +80,17 @@ def cpu_fallback_ops(stdout):
     return set()
 
 
-def check_model(model, feeds, rtol=None, atol=None, on_device=None):
+def check_model(model, feeds, rtol=None, atol=None, on_device=None, extra=()):
     """Runs model through gpusrv and onnxruntime; asserts the outputs agree.
-    on_device: ops that must not fall back to the CPU on a kernel device."""
+    on_device: ops that must not fall back to the CPU on a kernel device;
+    extra: more arguments for `gpusrv model run`."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
         onnx.save(model, path)
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         want = dict(zip(names, sess.run(None, feeds)))
-        p = run_gpusrv(path, feeds, d, extra=("--report",))
+        p = run_gpusrv(path, feeds, d, extra=("--report", *extra))
         assert p.returncode == 0, f"gpusrv failed: {p.stderr}"
         if DEVICE in KERNEL_DEVICES and on_device:
             fell_back = cpu_fallback_ops(p.stdout) & set(on_device)

@@ -22,6 +22,16 @@ def test_model_matches_onnxruntime(name, batch):
     check_model(BUILDERS[name](), {"x": x}, rtol=1e-4, atol=1e-4)
 
 
+# Kernels spread their loops, GEMMs and convolutions over the threads they
+# are given; large enough batches cut the work into pieces. 5 threads is
+# more than this machine's cores: pieces then share them.
+@pytest.mark.parametrize("threads", [1, 2, 5])
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_model_matches_onnxruntime_on_any_thread_count(name, threads):
+    x = example_input(name, 16)
+    check_model(BUILDERS[name](), {"x": x}, rtol=1e-4, atol=1e-4, extra=("--threads", str(threads)))
+
+
 def test_plan_folds_fuses_and_reuses_memory(tmp_path):
     path = str(tmp_path / "cnn.onnx")
     onnx.save(BUILDERS["cnn"](), path)
@@ -104,6 +114,8 @@ def test_run_argument_errors(tmp_path):
          "no device 'gpu9'"),
         ([model, "-i", f"pixels={tmp_path}/x.npy", "-o", str(tmp_path / "o"), "--precision", "fp8"], 2,
          "--precision"),
+        ([model, "-i", f"pixels={tmp_path}/x.npy", "-o", str(tmp_path / "o"), "--threads", "0"], 2,
+         "--threads"),
         ([str(tmp_path / "none.onnx"), "-i", f"pixels={tmp_path}/x.npy", "-o", str(tmp_path / "o")], 1,
          "cannot open"),
     ]

@@ -821,6 +821,38 @@ static void inline_streams_run_in_the_caller(void) {
   gs_stream_destroy(s);
 }
 
+/* Every backend takes a thread count (those that run no kernel on host
+ * threads ignore it); a negative one is refused, and kernels still run. */
+static void streams_take_a_thread_count(void) {
+  gs_stream_t *s;
+  CHECK_OK(gs_stream_create(dev, &s));
+  CHECK_ERR(gs_stream_set_threads(s, -1), GS_EINVAL);
+  CHECK_ERR(gs_stream_set_threads(NULL, 1), GS_EINVAL);
+  enum { N = 1000 };
+  static float hx[N], out[N];
+  for (int i = 0; i < N; i++)
+    hx[i] = (float)i;
+  gs_buffer_t *x, *y;
+  CHECK_OK(gs_pool_alloc(device_pool(), sizeof hx, s, &x));
+  CHECK_OK(gs_pool_alloc(device_pool(), sizeof hx, s, &y));
+  CHECK_OK(gs_stream_copy_h2d(s, x, 0, hx, sizeof hx));
+  CHECK_OK(gs_stream_memset(s, y, 0, 0, sizeof hx));
+  gs_axpy_params p = {.n = N, .alpha = 1.0f};
+  gs_kernel_args args = {.buffer_count = 2, .buffers = {x, y}, .params = &p, .params_size = sizeof p};
+  int counts[] = {1, 3, 0};
+  for (int k = 0; k < 3; k++) {
+    CHECK_OK(gs_stream_set_threads(s, counts[k]));
+    CHECK_OK(gs_stream_launch(s, "axpy_f32", &args));
+  }
+  CHECK_OK(gs_stream_copy_d2h(s, out, y, 0, sizeof out));
+  CHECK_OK(gs_stream_synchronize(s));
+  for (int i = 0; i < N; i++)
+    CHECK_MSG(out[i] == 3.0f * (float)i, "y[%d] = %g", i, (double)out[i]);
+  gs_buffer_free(x, s);
+  gs_buffer_free(y, s);
+  gs_stream_destroy(s);
+}
+
 /* ---- several streams from several threads ---------------------------------------- */
 
 typedef struct worker_arg {
@@ -914,6 +946,7 @@ static const gs_test tests[] = {
     {"pool_destroy_waits_for_queued_work", pool_destroy_waits_for_queued_work},
     {"pool_left_alive_is_destroyed_at_shutdown", pool_left_alive_is_destroyed_at_shutdown},
     {"inline_streams_run_in_the_caller", inline_streams_run_in_the_caller},
+    {"streams_take_a_thread_count", streams_take_a_thread_count},
     {"several_streams_from_several_threads", several_streams_from_several_threads},
     {NULL, NULL},
 };

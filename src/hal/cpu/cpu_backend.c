@@ -198,6 +198,7 @@ const gs_backend_iface gs__cpu_backend_iface = {
     .stream_launch = gs__cpu_stream_launch,
     .stream_host_func = gs__cpu_stream_host_func,
     .stream_synchronize = gs__cpu_stream_synchronize,
+    .stream_set_threads = gs__cpu_stream_set_threads,
     .stream_mark = gs__cpu_stream_mark,
     .stream_passed = gs__cpu_stream_passed,
     .event_create = gs__cpu_event_create,

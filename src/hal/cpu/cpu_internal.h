@@ -71,6 +71,7 @@ int gs__cpu_stream_host_func(void *stream, gs_host_fn fn, void *arg);
  * worker streams. Takes arg even on failure. */
 int gs__cpu_stream_call(void *stream, gs_host_fn fn, void *arg);
 int gs__cpu_stream_synchronize(void *stream);
+void gs__cpu_stream_set_threads(void *stream, int threads);
 int gs__cpu_stream_mark(void *stream, uint64_t *ticket);
 int gs__cpu_stream_passed(void *stream, uint64_t ticket);
 int gs__cpu_event_create(gs_device_t *device, void **out);

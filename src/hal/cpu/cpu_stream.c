@@ -1,9 +1,12 @@
 /* cpu_stream.c - streams and events of the CPU backend: each stream is a
- * queue of operations run in order by its own worker thread. */
+ * queue of operations run in order by its own worker thread (or, inline, by
+ * the caller's). A kernel may fan out over more threads: OpenMP's, which
+ * oneDNN shares, as many as the stream was given. */
 #include "hal/cpu/cpu_internal.h"
 
 #include "base/clock.h"
 
+#include <omp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +61,7 @@ typedef struct cpu_stream {
   size_t cap, head, tail; /* head: next to run; tail: next free (both unwrapped) */
   _Atomic uint64_t completed;
   bool worker_idle, stopping;
+  _Atomic int threads;      /* a kernel's OpenMP team, at most */
   bool inline_exec;         /* GS_STREAM_INLINE: no worker; callers run the work */
   pthread_mutex_t run_lock; /* inline: one caller's operation at a time */
   int sync_waiters;
@@ -136,6 +140,16 @@ static void set_error(cpu_stream *s, int rc) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* OpenMP's team size is a setting of the calling thread: set it where the
+ * thread last ran a kernel for a stream with another count. */
+static void use_threads(int threads) {
+  static __thread int current;
+  if (threads != current) {
+    omp_set_num_threads(threads);
+    current = threads;
+  }
+}
+
 static void run_op(cpu_stream *s, cpu_op *op) {
   switch (op->type) {
   case OP_COPY:
@@ -146,6 +160,7 @@ static void run_op(cpu_stream *s, cpu_op *op) {
     break;
   case OP_KERNEL: {
     op->u.kernel.call.params = op->u.kernel.params;
+    use_threads(atomic_load_explicit(&s->threads, memory_order_relaxed));
     int rc = op->u.kernel.fn(&op->u.kernel.call);
     if (rc < 0)
       set_error(s, rc);
@@ -267,6 +282,7 @@ int gs__cpu_stream_create(gs_device_t *device, unsigned flags, void **out) {
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);
   s->inline_exec = flags & GS_STREAM_INLINE;
+  atomic_init(&s->threads, gs_device_get_info(device)->compute_units);
   int rc = s->inline_exec ? 0 : pthread_create(&s->worker, NULL, worker_main, s);
   if (rc != 0) {
     pthread_mutex_destroy(&s->lock);
@@ -279,6 +295,11 @@ int gs__cpu_stream_create(gs_device_t *device, unsigned flags, void **out) {
   }
   *out = s;
   return GS_OK;
+}
+
+void gs__cpu_stream_set_threads(void *stream, int threads) {
+  cpu_stream *s = stream;
+  atomic_store_explicit(&s->threads, threads > 0 ? threads : 1, memory_order_relaxed);
 }
 
 void gs__cpu_stream_destroy(void *stream) {

@@ -9,7 +9,6 @@
 #include "base/error.h"
 #include "base/log.h"
 
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -168,10 +167,6 @@ static dnnl_status_t reorder(dnnl_stream_t stream, dnnl_primitive_t r, dnnl_memo
 
 int gs__dnnl_conv(const gs_op_call *c, float *const *p, bool *done) {
   *done = false;
-  /* One thread, like every other kernel: a stream's kernels run one at a
-   * time on its thread, and parallelism comes from several streams. Set
-   * before oneDNN first runs anything on this thread. */
-  omp_set_num_threads(1);
   pthread_once(&engine_once, engine_init);
   if (!engine_ok || !c->state)
     return 0;

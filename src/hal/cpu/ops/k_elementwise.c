@@ -2,6 +2,7 @@
  * loops the compiler vectorises; other types go through double (floats) or
  * int64 (integers) element by element. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/fastmath.h"
 
 #include "base/error.h"
@@ -140,90 +141,86 @@ static inline double unary_d(unary_op op, double x, const gs_unary_attrs *a) {
   return x;
 }
 
-GS_VECTOR_CLONES static int run_unary(const gs_cpu_kernel_call *k, unary_op op) {
-  const gs_op_call *c = gs_kcall(k);
-  const gs_unary_attrs *a = c->attrs;
-  gs_dtype dt = c->in[0].dtype;
-  int64_t n = gs_shape_numel(&c->in[0].shape);
-  const void *x = k->ptr[0];
-  void *y = k->ptr[1];
+/* Elements [lo, hi) of a unary op. */
+GS_VECTOR_CLONES static void unary_range(unary_op op, const gs_unary_attrs *a, gs_dtype dt,
+                                         const void *x, void *y, int64_t lo, int64_t hi) {
   if (dt == GS_DT_FLOAT32) {
     const float *xf = x;
     float *yf = y;
     switch (op) {
     case U_RELU:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = xf[i] > 0 ? xf[i] : 0;
-      return 0;
+      return;
     case U_LEAKY: {
       float al = a->alpha;
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = xf[i] >= 0 ? xf[i] : al * xf[i];
-      return 0;
+      return;
     }
     case U_SIGMOID:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = gs_fast_sigmoidf(xf[i]);
-      return 0;
+      return;
     case U_TANH:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = gs_fast_tanhf(xf[i]);
-      return 0;
+      return;
     case U_GELU:
       if (a->gelu_tanh)
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = lo; i < hi; i++)
           yf[i] = gelu_tanh(xf[i]);
       else
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = lo; i < hi; i++)
           yf[i] = gelu_erf(xf[i]);
-      return 0;
+      return;
     case U_ERF:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = gs_fast_erff(xf[i]);
-      return 0;
+      return;
     case U_SQRT:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = sqrtf(xf[i]);
-      return 0;
+      return;
     case U_EXP:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = expf(xf[i]);
-      return 0;
+      return;
     case U_LOG:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = logf(xf[i]);
-      return 0;
+      return;
     case U_NEG:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = -xf[i];
-      return 0;
+      return;
     case U_ABS:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = fabsf(xf[i]);
-      return 0;
+      return;
     case U_HARDSWISH:
-      for (int64_t i = 0; i < n; i++) {
+      for (int64_t i = lo; i < hi; i++) {
         float g = xf[i] * (1.0f / 6.0f) + 0.5f;
         yf[i] = xf[i] * (g < 0.0f ? 0.0f : g > 1.0f ? 1.0f : g);
       }
-      return 0;
+      return;
     case U_HARDSIGMOID: {
       float al = a->alpha, be = a->beta;
-      for (int64_t i = 0; i < n; i++) {
+      for (int64_t i = lo; i < hi; i++) {
         float g = al * xf[i] + be;
         yf[i] = g < 0.0f ? 0.0f : g > 1.0f ? 1.0f : g;
       }
-      return 0;
+      return;
     }
     case U_RECIPROCAL:
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = lo; i < hi; i++)
         yf[i] = 1.0f / xf[i];
-      return 0;
+      return;
     default: break; /* the rest through double, below */
     }
   }
   if (gs_is_int(dt)) {
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = lo; i < hi; i++) {
       int64_t v = gs_ldi(dt, x, i);
       int64_t r = op == U_RELU ? (v > 0 ? v : 0)
                   : op == U_NEG ? (int64_t)(0 - (uint64_t)v)
@@ -235,10 +232,21 @@ GS_VECTOR_CLONES static int run_unary(const gs_cpu_kernel_call *k, unary_op op) 
                                 : v;
       gs_sti(dt, y, i, r);
     }
-    return 0;
+    return;
   }
-  for (int64_t i = 0; i < n; i++)
+  for (int64_t i = lo; i < hi; i++)
     gs_st(dt, y, i, unary_d(op, gs_ld(dt, x, i), a));
+}
+
+static int run_unary(const gs_cpu_kernel_call *k, unary_op op) {
+  const gs_op_call *c = gs_kcall(k);
+  gs_dtype dt = c->in[0].dtype;
+  const void *x = k->ptr[0];
+  void *y = k->ptr[1];
+  /* Other types go through double, one element at a time: smaller pieces. */
+  int64_t grain = dt == GS_DT_FLOAT32 ? GS_PARALLEL_GRAIN : GS_PARALLEL_GRAIN / 8;
+  GS_PARALLEL_RANGES(gs_shape_numel(&c->in[0].shape), grain, lo, hi,
+                     unary_range(op, c->attrs, dt, x, y, lo, hi));
   return 0;
 }
 
@@ -510,6 +518,19 @@ GS_VECTOR_CLONES static void f32_row(binary_op op, const float *pa, int64_t sa, 
   }
 }
 
+/* Elements [lo, hi) of a float32 binary op's output, in row-major order. */
+static void f32_range(binary_op op, const gs_bcast *it, const float *a, int64_t sa,
+                      const float *b, int64_t sb, float *out, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi;) {
+    int64_t row = i / it->row_len, at = i % it->row_len;
+    int64_t len = it->row_len - at < hi - i ? it->row_len - at : hi - i;
+    int64_t oo, io[2];
+    gs_bcast_row(it, row, &oo, io);
+    f32_row(op, a + io[0] + at * sa, sa, b + io[1] + at * sb, sb, out + oo + at, len);
+    i += len;
+  }
+}
+
 /* out = a op b with broadcasting; a, b and out given as pointers and descs. */
 static int binary(binary_op op, const gs_tensor_desc *da, const void *a, const gs_tensor_desc *db,
                   const void *b, const gs_tensor_desc *dout, void *out) {
@@ -521,14 +542,14 @@ static int binary(binary_op op, const gs_tensor_desc *da, const void *a, const g
   bool fast = dt == GS_DT_FLOAT32 && db->dtype == GS_DT_FLOAT32 && !compare && op != B_MOD &&
               op != B_FMOD;
   int64_t sa = it.strides[0][it.rank - 1] ? 1 : 0, sb = it.strides[1][it.rank - 1] ? 1 : 0;
+  if (fast) {
+    GS_PARALLEL_RANGES(it.rows * it.row_len, GS_PARALLEL_GRAIN, lo, hi,
+                       f32_range(op, &it, a, sa, b, sb, out, lo, hi));
+    return 0;
+  }
   for (int64_t row = 0; row < it.rows; row++) {
     int64_t oo, io[2];
     gs_bcast_row(&it, row, &oo, io);
-    if (fast) {
-      f32_row(op, (const float *)a + io[0], sa, (const float *)b + io[1], sb, (float *)out + oo,
-              it.row_len);
-      continue;
-    }
     for (int64_t i = 0; i < it.row_len; i++) {
       int64_t ia = io[0] + i * sa, ib = io[1] + i * sb;
       if (gs_is_int(dt) && gs_is_int(db->dtype)) {

@@ -1,5 +1,5 @@
 /* k_nn.c - CPU kernels of the neural-network ops. Matrix products go to
- * OpenBLAS (sgemm); Conv goes to oneDNN (dnnl_conv.c), or im2col + sgemm
+ * oneDNN's sgemm; Conv goes to oneDNN (dnnl_conv.c), or im2col + sgemm
  * where oneDNN cannot take it; ConvTranspose is sgemm + col2im. float16 and
  * bfloat16 tensors are computed in float32 and converted back.
  *
@@ -11,11 +11,13 @@
 #include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/fastmath.h"
+#include "hal/cpu/ops/parallel.h"
 #include "hal/op/op_launch.h"
 
 #include "base/error.h"
 
-#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 /* A float32 implementation sees every float operand as float32. */
@@ -64,6 +66,25 @@ static int run_f32(const gs_cpu_kernel_call *k, f32_impl impl) {
   return rc;
 }
 
+/* Row-major C = alpha op(A) op(B) + beta C through oneDNN, whose GEMM
+ * runs on the calling thread's OpenMP team (the stream's threads) as its
+ * convolutions do; one thread pool for both. */
+static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                  int64_t ldc) {
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) { /* no products: C = beta C (oneDNN refuses a leading dimension of 0) */
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++)
+        c[i * ldc + j] = beta != 0 ? beta * c[i * ldc + j] : 0.0f;
+    return;
+  }
+  /* The shapes were checked when planned; oneDNN's own checks cannot fail. */
+  dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
+             ldc);
+}
+
 GS_VECTOR_CLONES static void apply_act(gs_activation act, float *y, int64_t n) {
   if (act == GS_ACT_RELU)
     for (int64_t i = 0; i < n; i++)
@@ -82,10 +103,8 @@ static int gemm_f32(const gs_op_call *c, float *const *p) {
   if (has_c)
     gs__cpu_broadcast_copy(&c->in[2].shape, p[2], &c->out[0].shape, y, sizeof(float));
   if (g->m && g->n)
-    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k, g->alpha,
-                p[0], (int)c->in[0].shape.dims[1], p[1], (int)c->in[1].shape.dims[1],
-                has_c ? g->beta : 0.0f, y, (int)g->n);
+    sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, p[0], c->in[0].shape.dims[1],
+          p[1], c->in[1].shape.dims[1], has_c ? g->beta : 0.0f, y, g->n);
   apply_act(g->act, y, g->m * g->n);
   return 0;
 }
@@ -107,9 +126,8 @@ static int matmul_f32(const gs_op_call *c, float *const *p) {
       if (m->k == 0 && !bias)
         memset(yb, 0, sizeof(float) * (size_t)(m->m * m->n));
       else if (m->k)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m->m, (int)m->n, (int)m->k,
-                    1.0f, p[0] + oa, (int)m->k, p[1] + ob, (int)m->n, bias ? 1.0f : 0.0f, yb,
-                    (int)m->n);
+        sgemm(false, false, m->m, m->n, m->k, 1.0f, p[0] + oa, m->k, p[1] + ob, m->n,
+              bias ? 1.0f : 0.0f, yb, m->n);
     }
   }
   apply_act(m->act, y, m->batch * m->m * m->n);
@@ -249,9 +267,8 @@ static int conv_f32(const gs_op_call *c, float *const *p) {
       }
       if (cout_g && g.out_size) {
         if (kk)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cout_g, (int)g.out_size,
-                      (int)kk, 1.0f, w + grp * cout_g * kk, (int)kk, src, (int)g.out_size, 0.0f,
-                      yg, (int)g.out_size);
+          sgemm(false, false, cout_g, g.out_size, kk, 1.0f, w + grp * cout_g * kk, kk, src,
+                g.out_size, 0.0f, yg, g.out_size);
         else
           memset(yg, 0, sizeof(float) * (size_t)(cout_g * g.out_size));
       }
@@ -289,9 +306,8 @@ static int conv_transpose_f32(const gs_op_call *c, float *const *p) {
       float *yg = y + (n * cout + grp * cout_g) * g.in_size;
       /* cols (cout_g*K x HWin) = W_g^T (cout_g*K x cin_g) * X_g (cin_g x HWin) */
       if (cin_g)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)g.out_size,
-                    (int)cin_g, 1.0f, w + grp * cin_g * rows, (int)rows, xg, (int)g.out_size,
-                    0.0f, cols, (int)g.out_size);
+        sgemm(true, false, rows, g.out_size, cin_g, 1.0f, w + grp * cin_g * rows, rows, xg,
+              g.out_size, 0.0f, cols, g.out_size);
       else
         memset(cols, 0, sizeof(float) * (size_t)(rows * g.out_size));
       /* col2im: scatter-add each column entry to the output position it came from. */
@@ -350,7 +366,9 @@ static void window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t di
   *padded = hp < k ? hp : k;
 }
 
-GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
+/* Planes [lo, hi) of a pooling (image by channel). */
+GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bool is_max,
+                                        int64_t lo, int64_t hi) {
   const gs_pool_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   int64_t planes = xs->dims[0] * xs->dims[1];
@@ -358,11 +376,11 @@ GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool 
   if (a->global) {
     int64_t size = gs_shape_numel(xs) / (planes ? planes : 1);
     if (size == 0) { /* an empty window: no maximum, and 0/0 for the mean */
-      for (int64_t pl = 0; pl < planes; pl++)
+      for (int64_t pl = lo; pl < hi; pl++)
         y[pl] = is_max ? -INFINITY : NAN;
       return 0;
     }
-    for (int64_t pl = 0; pl < planes; pl++) {
+    for (int64_t pl = lo; pl < hi; pl++) {
       const float *x = p[0] + pl * size;
       /* Sixteen running sums, so that the adds need not wait on each other
        * and the compiler can keep them in vector registers. */
@@ -387,7 +405,7 @@ GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool 
       a->pad_begin[0] == 0 && a->pad_begin[1] == 0 && ys->dims[2] * 2 <= xs->dims[2] &&
       ys->dims[3] * 2 <= xs->dims[3]) {
     int64_t ih = xs->dims[2], iw = xs->dims[3], oh_n = ys->dims[2], ow_n = ys->dims[3];
-    for (int64_t pl = 0; pl < planes; pl++) {
+    for (int64_t pl = lo; pl < hi; pl++) {
       const float *x = p[0] + pl * ih * iw;
       float *yp = y + pl * oh_n * ow_n;
       for (int64_t oh = 0; oh < oh_n; oh++) {
@@ -430,7 +448,7 @@ GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool 
   int_hi = int_lo;
   while (int_hi < g.out[2] && wins[2][3 * int_hi] == 0 && wins[2][3 * int_hi + 1] == g.k[2])
     int_hi++;
-  for (int64_t pl = 0; pl < planes; pl++) {
+  for (int64_t pl = lo; pl < hi; pl++) {
     const float *x = p[0] + pl * g.in_size;
     float *yp = y + pl * g.out_size;
     for (int64_t od = 0; od < g.out[0]; od++) {
@@ -513,6 +531,18 @@ GS_VECTOR_CLONES static int pool_f32(const gs_op_call *c, float *const *p, bool 
   return 0;
 }
 
+/* Planes spread over the stream's threads. The only failure is running out
+ * of memory, said again here: an error's detail belongs to its thread. */
+static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
+  const gs_shape *xs = &c->in[0].shape;
+  int64_t planes = xs->dims[0] * xs->dims[1];
+  int64_t plane = planes ? gs_shape_numel(xs) / planes : 0;
+  atomic_int failed = 0;
+  GS_PARALLEL_RANGES(planes, GS_PARALLEL_GRAIN / (plane ? plane : 1), lo, hi,
+                     if (pool_planes(c, p, is_max, lo, hi) < 0) failed = 1);
+  return failed ? gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name) : 0;
+}
+
 static int maxpool_f32(const gs_op_call *c, float *const *p) { return pool_f32(c, p, true); }
 static int avgpool_f32(const gs_op_call *c, float *const *p) { return pool_f32(c, p, false); }
 static int k_maxpool(const gs_cpu_kernel_call *k) {
@@ -541,37 +571,43 @@ static int k_avgpool(const gs_cpu_kernel_call *k) { return run_f32(k, avgpool_f3
 
 /* ---- normalisation and softmax ------------------------------------------------------- */
 
-GS_VECTOR_CLONES static int batchnorm_f32(const gs_op_call *c, float *const *p) {
+/* Planes [lo, hi) (image by channel) of an inference batch normalisation. */
+GS_VECTOR_CLONES static void batchnorm_planes(float *const *p, float epsilon, int64_t ch,
+                                              int64_t inner, int64_t lo, int64_t hi) {
+  const float *x = p[0], *scale = p[1], *bias = p[2], *mean = p[3], *var = p[4];
+  float *y = p[5];
+  for (int64_t pl = lo; pl < hi; pl++) {
+    int64_t cc = pl % ch;
+    float s = scale[cc] / sqrtf(var[cc] + epsilon), t = bias[cc] - mean[cc] * s;
+    const float *xr = x + pl * inner;
+    float *yr = y + pl * inner;
+    for (int64_t i = 0; i < inner; i++)
+      yr[i] = xr[i] * s + t;
+  }
+}
+
+static int batchnorm_f32(const gs_op_call *c, float *const *p) {
   const gs_norm_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape;
   int64_t n = xs->dims[0], ch = xs->dims[1], inner = 1;
   for (int i = 2; i < xs->rank; i++)
     inner *= xs->dims[i];
-  const float *x = p[0], *scale = p[1], *bias = p[2], *mean = p[3], *var = p[4];
-  float *y = p[5];
-  for (int64_t b = 0; b < n; b++)
-    for (int64_t cc = 0; cc < ch; cc++) {
-      float s = scale[cc] / sqrtf(var[cc] + a->epsilon), t = bias[cc] - mean[cc] * s;
-      const float *xr = x + (b * ch + cc) * inner;
-      float *yr = y + (b * ch + cc) * inner;
-      for (int64_t i = 0; i < inner; i++)
-        yr[i] = xr[i] * s + t;
-    }
+  GS_PARALLEL_RANGES(n * ch, GS_PARALLEL_GRAIN / (inner ? inner : 1), lo, hi,
+                     batchnorm_planes(p, a->epsilon, ch, inner, lo, hi));
   return 0;
 }
 
 static int k_batchnorm(const gs_cpu_kernel_call *k) { return run_f32(k, batchnorm_f32); }
 
-GS_VECTOR_CLONES static int layernorm_f32(const gs_op_call *c, float *const *p) {
+/* Rows [lo, hi) of a layer normalisation over rows of `inner` values. */
+GS_VECTOR_CLONES static void layernorm_rows(const gs_op_call *c, float *const *p, int64_t inner,
+                                            int64_t lo, int64_t hi) {
   const gs_norm_attrs *a = c->attrs;
-  const gs_shape *xs = &c->in[0].shape;
-  int64_t inner = gs_launch_norm_inner(c);
-  int64_t rows = inner ? gs_shape_numel(xs) / inner : 0;
   const float *x = p[0], *scale = p[1], *bias = c->n_in > 2 ? p[2] : NULL;
   float *y = p[c->n_in];
   float *mean_out = c->n_out > 1 ? p[c->n_in + 1] : NULL;
   float *inv_out = c->n_out > 2 ? p[c->n_in + 2] : NULL;
-  for (int64_t r = 0; r < rows; r++) {
+  for (int64_t r = lo; r < hi; r++) {
     const float *xr = x + r * inner;
     float *yr = y + r * inner;
     double sum = 0;
@@ -595,41 +631,56 @@ GS_VECTOR_CLONES static int layernorm_f32(const gs_op_call *c, float *const *p) 
     if (inv_out)
       inv_out[r] = inv;
   }
+}
+
+static int layernorm_f32(const gs_op_call *c, float *const *p) {
+  int64_t inner = gs_launch_norm_inner(c);
+  int64_t rows = inner ? gs_shape_numel(&c->in[0].shape) / inner : 0;
+  GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (inner ? inner : 1), lo, hi,
+                     layernorm_rows(c, p, inner, lo, hi));
   return 0;
 }
 
 static int k_layernorm(const gs_cpu_kernel_call *k) { return run_f32(k, layernorm_f32); }
 
-GS_VECTOR_CLONES static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
+/* Lanes [lo, hi) of a softmax: lane o * inner + in runs along the axis
+ * (len values, `inner` apart). */
+GS_VECTOR_CLONES static void softmax_lanes(float *const *p, bool log_out, int64_t len,
+                                           int64_t inner, int64_t lo, int64_t hi) {
+  for (int64_t lane = lo; lane < hi; lane++) {
+    int64_t o = lane / inner, in = lane % inner;
+    const float *x = p[0] + o * len * inner + in;
+    float *y = p[1] + o * len * inner + in;
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < len; i++)
+      mx = x[i * inner] > mx ? x[i * inner] : mx;
+    float sum = 0;
+    if (log_out)
+      for (int64_t i = 0; i < len; i++)
+        sum += gs_fast_expf(x[i * inner] - mx);
+    else
+      for (int64_t i = 0; i < len; i++) {
+        float e = gs_fast_expf(x[i * inner] - mx);
+        y[i * inner] = e;
+        sum += e;
+      }
+    if (log_out) {
+      float ls = logf((float)sum);
+      for (int64_t i = 0; i < len; i++)
+        y[i * inner] = x[i * inner] - mx - ls;
+    } else {
+      float inv = 1.0f / sum;
+      for (int64_t i = 0; i < len; i++)
+        y[i * inner] *= inv;
+    }
+  }
+}
+
+static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
   int64_t outer, len, inner;
   gs_launch_softmax_dims(c, &outer, &len, &inner);
-  for (int64_t o = 0; o < outer; o++)
-    for (int64_t in = 0; in < inner; in++) {
-      const float *x = p[0] + o * len * inner + in;
-      float *y = p[1] + o * len * inner + in;
-      float mx = -INFINITY;
-      for (int64_t i = 0; i < len; i++)
-        mx = x[i * inner] > mx ? x[i * inner] : mx;
-      float sum = 0;
-      if (log_out)
-        for (int64_t i = 0; i < len; i++)
-          sum += gs_fast_expf(x[i * inner] - mx);
-      else
-        for (int64_t i = 0; i < len; i++) {
-          float e = gs_fast_expf(x[i * inner] - mx);
-          y[i * inner] = e;
-          sum += e;
-        }
-      if (log_out) {
-        float ls = logf((float)sum);
-        for (int64_t i = 0; i < len; i++)
-          y[i * inner] = x[i * inner] - mx - ls;
-      } else {
-        float inv = 1.0f / sum;
-        for (int64_t i = 0; i < len; i++)
-          y[i * inner] *= inv;
-      }
-    }
+  GS_PARALLEL_RANGES(outer * inner, GS_PARALLEL_GRAIN / (len ? len : 1), lo, hi,
+                     softmax_lanes(p, log_out, len, inner, lo, hi));
   return 0;
 }
 
@@ -656,8 +707,5 @@ static const gs_cpu_kernel_entry kernels[] = {
 };
 
 int gs__cpu_register_nn(gs_backend_t *be) {
-  /* Kernels run one at a time on a stream's worker; BLAS threads of its own
-   * would compete with other streams for the same cores. */
-  openblas_set_num_threads(1);
   return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);
 }
