@@ -179,7 +179,8 @@ static int apply_field(gs_served_model *m, const config_field *f, json_t *v, con
 }
 
 /* instance_group: [{count, kind: KIND_CPU|KIND_GPU|KIND_AUTO|cpu|opencl|cuda, devices:
- * ["cpu0", ...] or gpus: [0, ...]}], or one group bare (the text format). */
+ * ["cpu0", ...] or gpus: [0, ...], threads: N}], or one group bare (the text
+ * format). `threads` is gpusrv's own: host threads per instance on a CPU. */
 static int apply_groups(gs_served_model *m, json_t *groups, const char *path) {
   json_t *one = groups && !json_is_array(groups) ? json_pack("[O]", groups) : NULL, *g;
   size_t gi;
@@ -199,6 +200,13 @@ static int apply_groups(gs_served_model *m, json_t *groups, const char *path) {
                     GS_REPO_MAX_INSTANCES);
       break;
     }
+    json_t *threads = json_object_get(g, "threads");
+    json_int_t t = threads ? json_integer_value(threads) : 0;
+    if (threads && (!json_is_integer(threads) || t < 1 || t > 4096)) {
+      rc = gs_error(GS_EINVAL, "%s: instance_group threads must be 1 to 4096", path);
+      break;
+    }
+    grp->threads = (int)t;
     snprintf(grp->kind, sizeof grp->kind, "%s",
              json_is_string(kind) ? json_string_value(kind) : "KIND_AUTO");
     json_t *devs = json_object_get(g, "devices"), *d;

@@ -71,10 +71,22 @@ static gs_device_t *nth_gpu(const char *entry) {
   return NULL;
 }
 
+/* Instance i's share of its device's cores: instances of one model on one
+ * device run at once, and more threads than cores would only make them
+ * take turns. */
+static int share_of_cores(gs_device_t *const *chosen, int n, int i) {
+  int same = 0;
+  for (int k = 0; k < n; k++)
+    same += chosen[k] == chosen[i];
+  int share = gs_device_get_info(chosen[i])->compute_units / same;
+  return share > 0 ? share : 1;
+}
+
 /* The instances the groups ask for, on the devices that match (all of a
  * kind in turn when no devices are listed). Default: one on device 0. */
 static int make_instances(gs_served_model *m) {
   gs_device_t *chosen[GS_REPO_MAX_INSTANCES];
+  int threads[GS_REPO_MAX_INSTANCES] = {0};
   int n = 0;
   if (m->n_groups == 0)
     chosen[n++] = gs_hal_device(0);
@@ -101,6 +113,7 @@ static int make_instances(gs_served_model *m) {
     for (int c = 0; c < g->count; c++) {
       if (n == GS_REPO_MAX_INSTANCES)
         return gs_error(GS_EINVAL, "more than %d instances", GS_REPO_MAX_INSTANCES);
+      threads[n] = g->threads;
       chosen[n++] = pool[c % np];
     }
   }
@@ -108,6 +121,7 @@ static int make_instances(gs_served_model *m) {
     gs_instance *inst = &m->instances[i];
     memset(inst, 0, sizeof *inst);
     inst->device = chosen[i];
+    inst->threads = threads[i] ? threads[i] : share_of_cores(chosen, n, i);
     snprintf(inst->owner, sizeof inst->owner, "model %s instance %d", m->name, i);
     pthread_mutex_init(&inst->lock, NULL);
   }
@@ -591,7 +605,7 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     k = GS_REPO_PLAN_CACHE - 1;
     evict_plan(m, inst, k); /* before the new plan takes its memory */
     gs_plan_options opt = {.device = inst->device, .precision = m->precision, .weights = w->set,
-                           .input_values = inputs};
+                           .input_values = inputs, .threads = inst->threads};
     int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     gs_plan_report r = {0};
     if (rc == 0)

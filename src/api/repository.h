@@ -49,6 +49,9 @@ typedef struct gs_shared_weights {
  * one instance take turns; instances run side by side. */
 typedef struct gs_instance {
   gs_device_t *device;
+  /* Host threads its kernels use on a CPU device: its group's `threads`,
+   * else the device's cores shared among the model's instances on it. */
+  int threads;
   char owner[192]; /* "model NAME instance N", for bookings */
   pthread_mutex_t lock;
   gs_plan *plans[GS_REPO_PLAN_CACHE];
@@ -67,6 +70,7 @@ typedef struct gs_instance_group {
   char kind[32];       /* KIND_CPU, KIND_GPU, KIND_AUTO, or a backend: cpu, opencl, cuda */
   int n_devices;
   char devices[8][32]; /* device ids or indexes; none: every device of the kind */
+  int threads;         /* gpusrv's own: host threads per instance (0: a share of the cores) */
 } gs_instance_group;
 
 /* Triton's statistics: how many, and how long in all. */

@@ -20,6 +20,8 @@ def test_instance_groups(tmp_path):
     def entry(name, groups):
         add_model(tmp_path, name, {"max_batch_size": 8, "instance_group": groups})
     entry("two", [{"count": 2, "kind": "KIND_CPU"}])
+    entry("onethread", [{"count": 1, "kind": "KIND_CPU", "threads": 1}])
+    entry("nothreads", [{"count": 1, "kind": "KIND_CPU", "threads": 0}])
     entry("gpuonly", [{"count": 1, "kind": "KIND_GPU"}])
     entry("nodevice", [{"count": 1, "kind": "KIND_CPU", "devices": ["cpu7"]}])
     entry("zero", [{"count": 0, "kind": "KIND_CPU"}])
@@ -40,6 +42,8 @@ def test_instance_groups(tmp_path):
         assert "count must be 1 to 8" in index["bigcount"]["reason"]  # not wrapped to 1
         assert "more than 8 instances" in index["many"]["reason"]
         assert "at most 4 instance groups" in index["groups"]["reason"]
+        assert index["onethread"]["state"] == "READY"
+        assert "threads must be 1 to 4096" in index["nothreads"]["reason"]
         assert request(port, "GET", "/v2/models/gpuonly/ready")[0] == 503
         x = {"inputs": [{"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.0] * 256}]}
         status, raw, _ = request(port, "POST", "/v2/models/gpuonly/infer", json.dumps(x).encode())
@@ -66,6 +70,13 @@ def test_instance_groups(tmp_path):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
         assert stats(port, "two")["inference_stats"]["success"]["count"] == len(xs)
+        body = json.dumps({"inputs": [{"name": "x", "shape": list(xs[0].shape), "datatype": "FP32",
+                                       "data": xs[0].ravel().tolist()}]})
+        status, raw, _ = request(port, "POST", "/v2/models/onethread/infer", body.encode())
+        out = json.loads(raw)["outputs"][0]
+        np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(out["shape"]),
+                                   ort_run(str(tmp_path / "onethread" / "1" / "model.onnx"),
+                                           {"x": xs[0]}), rtol=1e-4, atol=1e-5)
 
 
 def booked_bytes(port):
