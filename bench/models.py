@@ -1,10 +1,12 @@
 """bench/models: batch-1 latency (p50, p99) and batch-32 throughput of the
-generated test models and the digits demo, through gpusrv's CPU engine
-(bench/models.c) beside onnxruntime in the same run, both on one thread
-(gpusrv's CPU kernels run on their stream's one worker thread; onnxruntime
-gets intra_op_num_threads=1 and sequential execution).
+generated test models, the digits demo and any ONNX files named with
+--model (torchvision exports, say), through gpusrv's CPU engine
+(bench/models.c) beside onnxruntime in the same run, both given the same
+threads: one, and every core this process may use (gpusrv's kernels get
+--threads; onnxruntime intra_op_num_threads, sequential execution).
 
-Usage: .venv/bin/python bench/models.py BUILD_DIR [--seconds S] [--device ID]"""
+Usage: .venv/bin/python bench/models.py BUILD_DIR [--seconds S] [--device ID]
+           [--threads 1,all] [--model FILE.onnx ...] [--no-generated]"""
 import argparse
 import json
 import os
@@ -22,9 +24,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
 from models import BUILDERS  # noqa: E402
 
 
-def ort_bench(path, batch, seconds):
+def ort_bench(path, batch, seconds, threads=1):
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -62,9 +64,9 @@ def ort_floor(seconds):
         return ort_bench(path, 1, seconds)["p50_us"]
 
 
-def gs_bench(build, path, batch, seconds, device):
+def gs_bench(build, path, batch, seconds, device, threads=1):
     cmd = [os.path.join(build, "bench", "gs-bench-models"), path, "--batch", str(batch),
-           "--iters", "100000", "--seconds", str(seconds)]
+           "--iters", "100000", "--seconds", str(seconds), "--threads", str(threads)]
     if device:
         cmd += ["--device", device]
     p = subprocess.run(cmd, capture_output=True, text=True,
@@ -74,44 +76,72 @@ def gs_bench(build, path, batch, seconds, device):
     return json.loads(p.stdout)
 
 
+def geomean(xs):
+    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def bench_threads(args, models, floor, threads):
+    print(f"\n--- {threads} thread(s) each ---")
+    print(f"{'model':20} {'b1 p50 us':>10} {'ort':>9} {'ratio':>6} {'adj':>6} | {'b1 p99 us':>10} "
+          f"{'ort':>9} | {'b32 /s':>9} {'ort':>9} {'ratio':>6} | arena vs naive")
+    lat_ratios, thr_ratios, p50s = [], [], {}
+    for name, path in models.items():
+        g1 = gs_bench(args.build, path, 1, args.seconds, args.device, threads)
+        o1 = ort_bench(path, 1, args.seconds, threads)
+        g32 = gs_bench(args.build, path, args.big_batch, args.seconds, args.device, threads)
+        o32 = ort_bench(path, args.big_batch, args.seconds, threads)
+        lat_ratio = g1["p50_us"] / o1["p50_us"]
+        lat_adj = g1["p50_us"] / max(o1["p50_us"] - floor, 0.1)
+        thr_ratio = g32["samples_per_s"] / o32["samples_per_s"]
+        lat_ratios.append(lat_ratio)
+        thr_ratios.append(thr_ratio)
+        p50s[name] = g1["p50_us"]
+        print(f"{name:20} {g1['p50_us']:10.1f} {o1['p50_us']:9.1f} {lat_ratio:6.2f} {lat_adj:6.2f} | "
+              f"{g1['p99_us']:10.1f} {o1['p99_us']:9.1f} | {g32['samples_per_s']:9.1f} "
+              f"{o32['samples_per_s']:9.1f} {thr_ratio:6.2f} | "
+              f"{g32['arena_bytes'] / 1024:.0f} KiB vs {g32['naive_bytes'] / 1024:.0f} KiB", flush=True)
+    print(f"geometric mean, gpusrv / onnxruntime: batch-1 latency {geomean(lat_ratios):.2f}x "
+          f"(goal <= 1.0x, none over 1.25x: worst {max(lat_ratios):.2f}x); batch-{args.big_batch} "
+          f"throughput {geomean(thr_ratios):.2f}x (goal >= 1.0x)")
+    return p50s
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--device", help="a device id such as opencl0 (default: the first, cpu0)")
+    ap.add_argument("--threads", default="1,all",
+                    help="thread counts to compare at, comma-separated; 'all': every core")
+    ap.add_argument("--model", action="append", default=[], help="an ONNX file to add")
+    ap.add_argument("--no-generated", action="store_true",
+                    help="only the --model files, not the generated models and digits")
+    ap.add_argument("--big-batch", type=int, default=32)
     args = ap.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    counts = [cores if t == "all" else int(t) for t in args.threads.split(",")]
     with tempfile.TemporaryDirectory() as d:
-        models = {"digits": os.path.join(ROOT, "models", "digits", "1", "model.onnx")}
-        for name, build in BUILDERS.items():
-            models[name] = os.path.join(d, name + ".onnx")
-            onnx.save(build(), models[name])
+        models = {}
+        if not args.no_generated:
+            models["digits"] = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
+            for name, build in BUILDERS.items():
+                models[name] = os.path.join(d, name + ".onnx")
+                onnx.save(build(), models[name])
+        for path in args.model:
+            models[os.path.splitext(os.path.basename(path))[0]] = path
         floor = ort_floor(args.seconds)
-        print(f"bench/models on {args.device or 'cpu0'}: onnxruntime {ort.__version__}, one thread each, "
-              f"{args.seconds:.0f} s per measurement; ratio = gpusrv / onnxruntime (latency: lower "
-              f"is better; throughput: higher is better)")
+        print(f"bench/models on {args.device or 'cpu0'} ({cores} cores): onnxruntime "
+              f"{ort.__version__}, {args.seconds:.0f} s per measurement; ratio = gpusrv / "
+              f"onnxruntime at the same thread count (latency: lower is better; throughput: "
+              f"higher is better)")
         print(f"onnxruntime's per-call floor through Python: {floor:.1f} us (an Identity model); "
-              f"'adj' ratios compare against onnxruntime's time less this floor")
-        print(f"{'model':12} {'b1 p50 us':>10} {'ort':>8} {'ratio':>6} {'adj':>6} | {'b1 p99 us':>10} "
-              f"{'ort':>8} | {'b32 /s':>10} {'ort':>10} {'ratio':>6} {'adj':>6} | arena vs naive")
-        worst, best = 0.0, 1e9
-        for name, path in models.items():
-            g1 = gs_bench(args.build, path, 1, args.seconds, args.device)
-            o1 = ort_bench(path, 1, args.seconds)
-            g32 = gs_bench(args.build, path, 32, args.seconds, args.device)
-            o32 = ort_bench(path, 32, args.seconds)
-            lat_ratio = g1["p50_us"] / o1["p50_us"]
-            lat_adj = g1["p50_us"] / max(o1["p50_us"] - floor, 0.1)
-            thr_ratio = g32["samples_per_s"] / o32["samples_per_s"]
-            o32_us = 32e6 / o32["samples_per_s"]
-            thr_adj = g32["samples_per_s"] / (32e6 / max(o32_us - floor, 0.1))
-            worst = max(worst, lat_adj, 1 / thr_adj)
-            best = min(best, lat_adj, 1 / thr_adj)
-            print(f"{name:12} {g1['p50_us']:10.1f} {o1['p50_us']:8.1f} {lat_ratio:6.2f} {lat_adj:6.2f} | "
-                  f"{g1['p99_us']:10.1f} {o1['p99_us']:8.1f} | {g32['samples_per_s']:10.0f} "
-                  f"{o32['samples_per_s']:10.0f} {thr_ratio:6.2f} {thr_adj:6.2f} | "
-                  f"{g32['arena_bytes'] / 1024:.0f} KiB vs {g32['naive_bytes'] / 1024:.0f} KiB")
-        print(f"worst slowdown vs onnxruntime (adjusted): {worst:.2f}x (goal <= 1.25x); "
-              f"best: {best:.2f}x (goal: ahead, < 1.0, on at least one)")
+              f"'adj' compares against onnxruntime's time less this floor")
+        p50 = {t: bench_threads(args, models, floor, t) for t in counts}
+        if len(counts) > 1:
+            lo, hi = min(counts), max(counts)
+            scaling = [p50[lo][n] / p50[hi][n] for n in models]
+            print(f"\nscaling: {hi} threads are {geomean(scaling):.2f}x faster than {lo} at batch 1 "
+                  f"(geometric mean; goal for 2 against 1: >= 1.8x)")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ broadcasting and edge cases (empty tensors, size-1 dims, negative axes)."""
 import numpy as np
 import pytest
 
-from gsonnx import DEVICE, KERNEL_DEVICES, check_op
+from onnx import helper
+
+from gsonnx import DEVICE, KERNEL_DEVICES, check_model, check_op, make_model
 
 rng = np.random.default_rng(1234)
 
@@ -184,9 +186,21 @@ def test_gemm_of_an_empty_sum_is_beta_c(tmp_path):
 
 @pytest.mark.parametrize("a,b", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (3, 4, 2)),
                                  ((4,), (4, 3)), ((3, 4), (4,)), ((2, 3, 4), (2, 4, 6)),
-                                 ((1, 0), (0, 3))])
+                                 ((1, 0), (0, 3)), ((1, 5, 3, 4), (2, 1, 4, 3)),
+                                 ((3, 1, 2, 2, 8), (1, 4, 1, 8, 3))])
 def test_matmul(a, b):
     check_op("MatMul", {"a": f32(*a), "b": f32(*b)})
+
+
+@pytest.mark.parametrize("a", [(2, 3, 4), (2, 2, 3, 4), (3, 4)])
+def test_matmul_add_relu_fused(a):
+    # Batched products with a fused bias and ReLU run as one oneDNN matmul
+    # with a post-op on the CPU; the bias broadcasts over every row.
+    feeds = {"a": f32(*a)}
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["p"]),
+             helper.make_node("Add", ["p", "bias"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    check_model(make_model(nodes, feeds, {"w": f32(4, 5), "bias": f32(5)}), feeds)
 
 
 def test_matmul_int():

@@ -25,6 +25,11 @@ static void engine_init(void) {
     GS_LOGW("engine", "oneDNN has no CPU engine here; convolutions use im2col + GEMM");
 }
 
+struct dnnl_engine *gs__dnnl_engine(void) {
+  pthread_once(&engine_once, engine_init);
+  return engine_ok ? engine : NULL;
+}
+
 typedef struct conv_state {
   dnnl_primitive_t conv, src_reorder, dst_reorder, w_reorder;
   dnnl_memory_t src_plain, src_blocked, dst_plain, dst_blocked, w_plain, w_blocked, bias;

@@ -11,4 +11,13 @@
  * started and failed. */
 int gs__dnnl_conv(const gs_op_call *c, float *const *p, bool *done);
 
+/* The same for a MatMul of several products (a batch, broadcast where its
+ * strides say so): one oneDNN matmul primitive for the whole batch, kept in
+ * the call's state (dnnl_matmul.c). */
+int gs__dnnl_matmul(const gs_op_call *c, float *const *p, bool *done);
+
+/* oneDNN's CPU engine, made at first use; NULL where oneDNN has none. */
+struct dnnl_engine;
+struct dnnl_engine *gs__dnnl_engine(void);
+
 #endif

@@ -113,6 +113,12 @@ static int k_gemm(const gs_cpu_kernel_call *k) { return run_f32(k, gemm_f32); }
 
 static int matmul_f32(const gs_op_call *c, float *const *p) {
   const gs_matmul_attrs *m = c->attrs;
+  if (m->batch > 1) {
+    bool done;
+    int rc = gs__dnnl_matmul(c, p, &done);
+    if (rc < 0 || done)
+      return rc;
+  }
   float *y = p[c->n_in];
   const float *bias = m->has_bias ? p[2] : NULL;
   for (int64_t b = 0; b < m->batch; b++) {
