@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "engine/op.h"
 #include "hal/op/op_attrs.h"
+#include "engine/plan_internal.h"
 #include "engine/plan_stages.h"
 #include "engine/weight_set.h"
 
@@ -22,81 +23,9 @@
 
 #define ARENA_ALIGN 64
 
-typedef struct value {
-  const char *name;   /* borrowed from the model */
-  gs_dtype dtype;
-  gs_shape shape;
-  size_t bytes;
-  const void *data;   /* host data when known while planning, else NULL */
-  bool owns_data;
-  bool owns_name; /* values the plan made up (fused weights) */
-  int def, last_use;  /* step that writes it (-1: before the first), last step reading it */
-  int64_t offset;     /* in the arena, or in the weights buffer when `data` */
-  /* A weight the plans of one model can share (weight_set.h): the model's
-   * host data it comes from; NULL for what the plan folds for its shapes. */
-  const void *share_key;
-  bool in_set;         /* read from the plan's weight set ... */
-  gs_buffer_t *shared; /* ... from this copy */
-  /* During gs_plan_run_buffers: the caller's buffer that holds this input
-   * or receives this output in place of the arena (no copy). */
-  gs_buffer_t *bound;
-  bool in_arena;
-  bool graph_output;
-  /* The model inputs (bits 0..63) whose values this value depends on. */
-  uint64_t from_inputs;
-  bool graph_input; /* a model input itself, as the caller gives it */
-} value;
-
-typedef struct step {
-  const gs_node *node; /* NULL for the casts a reduced-precision plan adds */
-  gs_op_call *call;
-  int in[GS_OP_MAX_IO], out[GS_OP_MAX_IO]; /* value indices, -1: omitted */
-  bool dead;                               /* fused into another step */
-  bool empty;                              /* every output empty: nothing to launch */
-  bool on_cpu;                             /* fallback: the device lacks this kernel */
-  /* For a fallback step: the CPU kernel, and the host address of each
-   * operand (constant data, or its place in the plan's staging buffer). */
-  const gs_host_kernel *cpu_kernel;
-  void *host[GS_OP_MAX_IO];
-} step;
-
-struct gs_plan {
-  const gs_model *model;
-  gs_device_t *device;
-  gs_strmap index;
-  value *values;
-  int n_values, cap_values;
-  step *steps;
-  int n_steps;
-  int *inputs, *outputs; /* value indices of the graph's inputs and outputs */
-  gs_buffer_t *arena, *weights;
-  gs_weight_set *weight_set; /* NULL: every weight in `weights` */
-  gs_buffer_t *staging; /* pinned host memory for steps that run on the CPU instead */
-  gs_stream_t *stream;
-  pthread_mutex_t run_lock;
-  gs_dtype half;     /* GS_DT_FLOAT16 or GS_DT_BFLOAT16 for reduced precision, else INVALID */
-  gs_strmap keep_f32; /* values that must stay float32 (Resize's roi and scales) */
-  /* Inputs planned with their values (engine.h): a copy of each, which
-   * every run's input must equal. */
-  uint64_t baked;
-  void **baked_values;
-  size_t *baked_bytes; /* as the caller gives them (float32 stays 4 bytes) */
-  /* While planning: the inputs whose values a node asked for, the node
-   * (index into the model's nodes) and whether it asked for a computed
-   * value rather than a model input itself. */
-  uint64_t wants;
-  int wanting_node;
-  bool wants_computed;
-  bool must_cut; /* the node runs graphs (If): only a plan in stages runs it */
-  /* A plan made in stages (plan_stages.h): everything above but model,
-   * device and report is unused then. */
-  gs_plan_stages *stages;
-  gs_plan_report report;
-};
-
 /* ---- values ---------------------------------------------------------------------- */
 
-static int add_value(gs_plan *p, const char *name, gs_dtype dt, const gs_shape *shape) {
+int gs__plan_add_value(gs_plan *p, const char *name, gs_dtype dt, const gs_shape *shape) {
   if (p->n_values == p->cap_values) {
     int cap = p->cap_values ? 2 * p->cap_values : 64;
     value *grown = realloc(p->values, sizeof *grown * (size_t)cap);
@@ -161,7 +90,7 @@ static int add_cast(gs_plan *p, int from, gs_dtype to, const char *name) {
   c->out[0] = (gs_tensor_desc){.dtype = to, .shape = p->values[from].shape};
   gs_cast_attrs *a = gs_op_attrs(c, sizeof *a);
   c->state = calloc(1, sizeof *c->state);
-  int v = a && c->state ? add_value(p, owned, to, &c->out[0].shape) : GS_ENOMEM;
+  int v = a && c->state ? gs__plan_add_value(p, owned, to, &c->out[0].shape) : GS_ENOMEM;
   if (v < 0) {
     free(c->state);
     free(c->attrs);
@@ -182,7 +111,7 @@ static int add_cast(gs_plan *p, int from, gs_dtype to, const char *name) {
 
 /* ---- building steps ----------------------------------------------------------------- */
 
-static void free_call(gs_op_call *c) {
+void gs__plan_free_call(gs_op_call *c) {
   if (!c)
     return;
   if (c->owns_node_name)
@@ -241,7 +170,7 @@ static int plan_node(gs_plan *p, const gs_node *node) {
     }
     const value *v = &p->values[in_idx[i]];
     if (v->dtype == GS_DT_BYTES && !gs_op_moves_bytes(op->name)) {
-      free_call(c);
+      gs__plan_free_call(c);
       return gs_error(GS_ENOTSUP, "node %s: %s does not take BYTES (string) tensors such as %s; "
                                   "strings can only be moved (Identity, Reshape, Transpose, "
                                   "Concat, Split, Slice, Gather and the like)",
@@ -267,7 +196,7 @@ static int plan_node(gs_plan *p, const gs_node *node) {
       p->wanting_node = (int)(node - p->model->nodes);
       p->wants_computed = !p->values[in_idx[w]].graph_input;
     }
-    free_call(c);
+    gs__plan_free_call(c);
     return rc;
   }
   uint64_t from = 0;
@@ -288,15 +217,15 @@ static int plan_node(gs_plan *p, const gs_node *node) {
     char *made = NULL; /* an omitted output of a step still needs its memory */
     if (!node->outputs[i][0] && !folds &&
         asprintf(&made, "%s:omitted-output-%d", node->name, i) < 0) {
-      free_call(c);
+      gs__plan_free_call(c);
       return gs_error(GS_ENOMEM, "out of memory planning node %s", node->name);
     }
     if (!node->outputs[i][0] && !made)
       continue;
-    if ((rc = add_value(p, made ? made : node->outputs[i], c->out[i].dtype,
+    if ((rc = gs__plan_add_value(p, made ? made : node->outputs[i], c->out[i].dtype,
                         &c->out[i].shape)) < 0) {
       free(made);
-      free_call(c);
+      gs__plan_free_call(c);
       return rc;
     }
     out_idx[i] = rc;
@@ -344,7 +273,7 @@ static int plan_node(gs_plan *p, const gs_node *node) {
         free(outs[i]);
       }
     }
-    free_call(c);
+    gs__plan_free_call(c);
     if (rc < 0)
       return rc;
     for (int i = 0; p->half && i < node->n_out; i++)
@@ -371,173 +300,6 @@ static int plan_node(gs_plan *p, const gs_node *node) {
 
 /* ---- fusion ----------------------------------------------------------------------------- */
 
-/* The one live step that reads value v, or -1 if none or several, or v is an output. */
-static int sole_consumer(gs_plan *p, int v) {
-  if (p->values[v].graph_output)
-    return -1;
-  int found = -1;
-  for (int s = 0; s < p->n_steps; s++) {
-    if (p->steps[s].dead)
-      continue;
-    for (int i = 0; i < p->steps[s].call->n_in; i++)
-      if (p->steps[s].in[i] == v) {
-        if (found >= 0 && found != s)
-          return -1;
-        found = s;
-      }
-  }
-  return found;
-}
-
-static bool is_op(const step *s, const char *name) { return strcmp(s->call->op_type, name) == 0; }
-
-/* Conv (constant float32 weights) followed by BatchNormalization (constant
- * parameters): new weights W*s and bias (b - mean)*s + B, s = scale/sqrt(var+eps). */
-static int fuse_conv_bn(gs_plan *p, step *conv) {
-  int y = conv->out[0], b = sole_consumer(p, y);
-  if (b < 0 || !is_op(&p->steps[b], "BatchNormalization") || p->steps[b].in[0] != y)
-    return 0;
-  step *bn = &p->steps[b];
-  const value *w = &p->values[conv->in[1]];
-  if (w->dtype != GS_DT_FLOAT32 || !w->data)
-    return 0;
-  for (int i = 1; i < 5; i++)
-    if (!p->values[bn->in[i]].data)
-      return 0;
-  const gs_conv_attrs *ca = conv->call->attrs;
-  if (ca->has_bias && !p->values[conv->in[2]].data)
-    return 0;
-  int64_t cout = w->shape.dims[0], per = cout ? gs_shape_numel(&w->shape) / cout : 0;
-  float eps = ((const gs_norm_attrs *)bn->call->attrs)->epsilon;
-  const float *scale = p->values[bn->in[1]].data, *shift = p->values[bn->in[2]].data,
-              *mean = p->values[bn->in[3]].data, *var = p->values[bn->in[4]].data;
-  const float *old_b = ca->has_bias ? p->values[conv->in[2]].data : NULL;
-  bool shareable = w->share_key && (!ca->has_bias || p->values[conv->in[2]].share_key);
-  for (int i = 1; i < 5; i++)
-    shareable = shareable && p->values[bn->in[i]].share_key;
-  const void *share_key = shareable ? w->share_key : NULL;
-  float *nw = malloc(w->bytes ? w->bytes : 1), *nb = malloc(sizeof(float) * (size_t)(cout ? cout : 1));
-  if (!nw || !nb) {
-    free(nw);
-    free(nb);
-    return gs_error(GS_ENOMEM, "out of memory fusing node %s", conv->node->name);
-  }
-  for (int64_t o = 0; o < cout; o++) {
-    float s = scale[o] / sqrtf(var[o] + eps);
-    for (int64_t i = 0; i < per; i++)
-      nw[o * per + i] = ((const float *)w->data)[o * per + i] * s;
-    nb[o] = ((old_b ? old_b[o] : 0.0f) - mean[o]) * s + shift[o];
-  }
-  char name[256];
-  gs_shape bs = {.rank = 1, .dims = {cout}};
-  snprintf(name, sizeof name, "%s/fused_weights", conv->node->name);
-  char *wname = strdup(name);
-  snprintf(name, sizeof name, "%s/fused_bias", conv->node->name);
-  char *bname = strdup(name);
-  gs_shape ws = w->shape; /* add_value may move p->values, and w with them */
-  int wi = wname && bname ? add_value(p, wname, GS_DT_FLOAT32, &ws)
-                          : gs_error(GS_ENOMEM, "out of memory fusing node %s", conv->node->name);
-  if (wi >= 0) {
-    p->values[wi].data = nw;
-    p->values[wi].share_key = share_key;
-    p->values[wi].owns_data = p->values[wi].owns_name = true;
-    wname = NULL;
-    nw = NULL;
-  }
-  int bi = wi >= 0 ? add_value(p, bname, GS_DT_FLOAT32, &bs) : wi;
-  if (bi >= 0) {
-    p->values[bi].data = nb;
-    p->values[bi].share_key = share_key;
-    p->values[bi].owns_data = p->values[bi].owns_name = true;
-    bname = NULL;
-    nb = NULL;
-  }
-  free(wname);
-  free(bname);
-  free(nw);
-  free(nb);
-  if (wi < 0 || bi < 0)
-    return wi < 0 ? wi : bi;
-  conv->in[1] = wi;
-  conv->in[2] = bi;
-  conv->call->n_in = 3;
-  conv->call->in[2].dtype = GS_DT_FLOAT32;
-  conv->call->in[2].shape = bs;
-  ((gs_conv_attrs *)conv->call->attrs)->has_bias = true;
-  conv->out[0] = bn->out[0];
-  bn->dead = true;
-  p->report.fused++;
-  return 0;
-}
-
-/* MatMul whose output only feeds an Add of a constant vector over its last
- * dim: the bias joins the MatMul (sgemm with beta = 1). */
-static int fuse_matmul_add(gs_plan *p, step *mm) {
-  int y = mm->out[0], a = sole_consumer(p, y);
-  if (a < 0 || !is_op(&p->steps[a], "Add") || mm->call->in[0].dtype != GS_DT_FLOAT32)
-    return 0;
-  step *add = &p->steps[a];
-  int other = add->in[0] == y ? add->in[1] : add->in[0];
-  const value *bias = &p->values[other];
-  gs_matmul_attrs *m = mm->call->attrs;
-  if (!bias->data || bias->dtype != GS_DT_FLOAT32 || gs_shape_numel(&bias->shape) != m->n ||
-      bias->shape.dims[bias->shape.rank - 1] != m->n ||
-      !gs_shape_equal(&p->values[add->out[0]].shape, &p->values[y].shape) ||
-      p->values[y].shape.rank < 1)
-    return 0;
-  mm->in[2] = other;
-  mm->call->n_in = 3;
-  mm->call->in[2] = (gs_tensor_desc){.dtype = GS_DT_FLOAT32, .shape = bias->shape};
-  m->has_bias = true;
-  mm->out[0] = add->out[0];
-  add->dead = true;
-  p->report.fused++;
-  return 0;
-}
-
-/* Gemm, MatMul or Conv followed by Relu: the Relu runs inside their kernel. */
-static void fuse_relu(gs_plan *p, step *s) {
-  int y = s->out[0], r = sole_consumer(p, y);
-  if (r < 0 || !is_op(&p->steps[r], "Relu") || p->values[y].dtype != GS_DT_FLOAT32)
-    return;
-  gs_activation *act = is_op(s, "Conv")   ? &((gs_conv_attrs *)s->call->attrs)->act
-                       : is_op(s, "Gemm") ? &((gs_gemm_attrs *)s->call->attrs)->act
-                                          : &((gs_matmul_attrs *)s->call->attrs)->act;
-  if (*act != GS_ACT_NONE)
-    return;
-  *act = GS_ACT_RELU;
-  s->out[0] = p->steps[r].out[0];
-  p->steps[r].dead = true;
-  p->report.fused++;
-}
-
-static int fuse(gs_plan *p) {
-  for (int i = 0; i < p->n_steps; i++) {
-    step *s = &p->steps[i];
-    if (s->dead)
-      continue;
-    int rc = 0;
-    if (is_op(s, "Conv"))
-      rc = fuse_conv_bn(p, s);
-    else if (is_op(s, "MatMul"))
-      rc = fuse_matmul_add(p, s);
-    if (rc < 0)
-      return rc;
-    if (is_op(s, "Conv") || is_op(s, "Gemm") || is_op(s, "MatMul"))
-      fuse_relu(p, s);
-  }
-  /* Drop the fused steps, keeping order. */
-  int n = 0;
-  for (int i = 0; i < p->n_steps; i++) {
-    if (p->steps[i].dead) {
-      free_call(p->steps[i].call);
-      continue;
-    }
-    p->steps[n++] = p->steps[i];
-  }
-  p->n_steps = n;
-  return 0;
-}
 
 /* ---- memory plan ----------------------------------------------------------------------- */
 
@@ -730,7 +492,7 @@ void gs_plan_destroy(gs_plan *p) {
   gs_buffer_free(p->staging, p->stream);
   gs_stream_destroy(p->stream);
   for (int s = 0; s < p->n_steps; s++)
-    free_call(p->steps[s].call);
+    gs__plan_free_call(p->steps[s].call);
   for (int i = 0; i < p->n_values; i++) {
     if (p->values[i].owns_data)
       free((void *)p->values[i].data);
@@ -876,7 +638,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   for (int i = 0; rc == 0 && i < m->n_inputs; i++) {
     if ((rc = check_input_shape(&m->inputs[i], &input_shapes[i])) < 0)
       break;
-    if ((rc = add_value(p, m->inputs[i].name, m->inputs[i].dtype, &input_shapes[i])) >= 0)
+    if ((rc = gs__plan_add_value(p, m->inputs[i].name, m->inputs[i].dtype, &input_shapes[i])) >= 0)
       p->inputs[i] = rc, rc = 0;
     if (rc == 0)
       p->values[p->inputs[i]].graph_input = true;
@@ -898,7 +660,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   }
   for (int i = 0; rc == 0 && i < m->n_inits; i++) {
     const gs_const_tensor *t = &m->inits[i];
-    if ((rc = add_value(p, t->name, t->dtype, &t->shape)) >= 0) {
+    if ((rc = gs__plan_add_value(p, t->name, t->dtype, &t->shape)) >= 0) {
       int v = rc;
       p->values[v].data = t->data ? t->data : "";
       p->values[v].share_key = t->data;
@@ -926,7 +688,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
     p->values[v].graph_output = true;
   }
   if (rc == 0)
-    rc = fuse(p);
+    rc = gs__plan_fuse(p);
   if (rc == 0)
     rc = plan_memory(p);
   uint64_t wbytes = 0;
@@ -940,7 +702,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
     rc = plan_fallback(p, &p->steps[s], &staging_bytes);
   /* Kernels may prepare constant weights once (oneDNN's reordered layout). */
   for (int i = 0; rc == 0 && i < p->n_steps; i++)
-    if (is_op(&p->steps[i], "Conv") && p->values[p->steps[i].in[1]].data)
+    if (gs__step_is(&p->steps[i], "Conv") && p->values[p->steps[i].in[1]].data)
       ((gs_conv_attrs *)p->steps[i].call->attrs)->weights_const = true;
   p->report.steps = p->n_steps;
   p->report.weights_bytes = wbytes;

@@ -792,7 +792,7 @@ static void conv_geometry(const gs_op_call *c, int spatial, const int64_t *kerne
 static bool conv_supports(const gs_devop *op, const gs_op_call *c) {
   const gs_conv_attrs *a = c->attrs;
   return fp_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 && a->group > 0 &&
-         c->in[0].shape.rank == 2 + a->spatial;
+         c->in[0].shape.rank == 2 + a->spatial && a->act <= GS_ACT_RELU;
 }
 
 /* Conv through the backend's BLAS: for as many images at a time as fit the
@@ -934,8 +934,7 @@ static int run_resize(const gs_devop *op, const gs_devops_target *t) {
 
 /* For float16, and float32 where the backend has no BLAS library. */
 static bool matmul_supports(const gs_devop *op, const gs_op_call *c) {
-  (void)op;
-  return c->attrs && c->n_out == 1 && fp_size(c);
+  return fp_supports(op, c) && ((const gs_matmul_attrs *)c->attrs)->act <= GS_ACT_RELU;
 }
 
 /* MatMul through the backend's BLAS: y starts as the bias on every row
@@ -1000,7 +999,8 @@ static int run_matmul(const gs_devop *op, const gs_devops_target *t) {
 }
 
 static bool gemm_supports(const gs_devop *op, const gs_op_call *c) {
-  return matmul_supports(op, c) && c->in[0].shape.rank == 2 && c->in[1].shape.rank == 2 &&
+  return fp_supports(op, c) && ((const gs_gemm_attrs *)c->attrs)->act <= GS_ACT_RELU &&
+         c->in[0].shape.rank == 2 && c->in[1].shape.rank == 2 &&
          c->out[0].shape.rank == 2 && (!present(c, 2) || c->in[2].shape.rank <= 2);
 }
 

@@ -6,8 +6,19 @@
 #include "hal/op/op_call.h"
 #include "hal/op/tensor.h"
 
-/* Activation fused into the op that precedes it (plan.c fuses them). */
-typedef enum { GS_ACT_NONE, GS_ACT_RELU } gs_activation;
+/* Activation fused into the op that precedes it (plan_fuse.c fuses them):
+ * Relu; Clip to [act_lo, act_hi]; HardSwish; SiLU, x * sigmoid(x) (as
+ * exporters write it, Sigmoid then Mul); GELU with erf (Div, Erf, Add,
+ * Mul, Mul, as torch writes it). Device kernels take Relu only: the plan
+ * fuses the others where the device's kernel says it runs them. */
+typedef enum {
+  GS_ACT_NONE,
+  GS_ACT_RELU,
+  GS_ACT_CLIP,
+  GS_ACT_HARDSWISH,
+  GS_ACT_SILU,
+  GS_ACT_GELU
+} gs_activation;
 
 /* The element-wise ops' parameters: alpha and beta as each op names
  * them (LeakyRelu, Elu, Celu, ThresholdedRelu: alpha; HardSigmoid: alpha,
@@ -33,6 +44,7 @@ typedef struct gs_gemm_attrs {
   bool trans_a, trans_b;
   int64_t m, n, k;
   gs_activation act;
+  float act_lo, act_hi; /* GS_ACT_CLIP's bounds */
 } gs_gemm_attrs;
 
 /* MatMul, and MatMul+Add fused: out = a @ b (+ bias broadcast on the last dim). */
@@ -44,6 +56,7 @@ typedef struct gs_matmul_attrs {
   int64_t a_batch_strides[GS_MAX_DIMS], b_batch_strides[GS_MAX_DIMS];
   bool has_bias; /* fused Add: input 2, of n elements */
   gs_activation act;
+  float act_lo, act_hi; /* GS_ACT_CLIP's bounds */
 } gs_matmul_attrs;
 
 typedef struct gs_conv_attrs {
@@ -53,6 +66,7 @@ typedef struct gs_conv_attrs {
   bool has_bias;
   bool weights_const; /* set by the plan: the weights never change between runs */
   gs_activation act;
+  float act_lo, act_hi; /* GS_ACT_CLIP's bounds */
 } gs_conv_attrs;
 
 typedef struct gs_pool_attrs {

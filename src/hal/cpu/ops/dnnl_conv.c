@@ -30,6 +30,30 @@ struct dnnl_engine *gs__dnnl_engine(void) {
   return engine_ok ? engine : NULL;
 }
 
+int gs__dnnl_set_activation(struct dnnl_primitive_attr *attr, gs_activation act, float lo,
+                            float hi) {
+  dnnl_alg_kind_t alg;
+  float alpha = 0.0f, beta = 0.0f;
+  switch (act) {
+  case GS_ACT_NONE: return dnnl_success;
+  case GS_ACT_RELU: alg = dnnl_eltwise_relu; break;
+  case GS_ACT_CLIP: alg = dnnl_eltwise_clip, alpha = lo, beta = hi; break;
+  case GS_ACT_HARDSWISH: alg = dnnl_eltwise_hardswish; break;
+  case GS_ACT_SILU: alg = dnnl_eltwise_swish, alpha = 1.0f; break;
+  case GS_ACT_GELU: alg = dnnl_eltwise_gelu_erf; break;
+  default: return dnnl_unimplemented;
+  }
+  dnnl_post_ops_t ops;
+  dnnl_status_t st = dnnl_post_ops_create(&ops);
+  if (st != dnnl_success)
+    return st;
+  st = dnnl_post_ops_append_eltwise(ops, 1.0f, alg, alpha, beta);
+  if (st == dnnl_success)
+    st = dnnl_primitive_attr_set_post_ops(attr, ops);
+  dnnl_post_ops_destroy(ops);
+  return st;
+}
+
 typedef struct conv_state {
   dnnl_primitive_t conv, src_reorder, dst_reorder, w_reorder;
   dnnl_memory_t src_plain, src_blocked, dst_plain, dst_blocked, w_plain, w_blocked, bias;
@@ -125,17 +149,10 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
                                                  a->has_bias ? &b_md : NULL, &dst_any, strides,
                                                  dil, pl, pr));
   dnnl_primitive_attr_t attr = NULL;
-  dnnl_post_ops_t ops = NULL;
   TRY(dnnl_primitive_attr_create(&attr));
-  if (a->act == GS_ACT_RELU) {
-    TRY(dnnl_post_ops_create(&ops));
-    TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
-    TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
-  }
+  TRY(gs__dnnl_set_activation(attr, a->act, a->act_lo, a->act_hi));
   dnnl_primitive_desc_t pd = NULL;
   TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL));
-  if (ops)
-    dnnl_post_ops_destroy(ops);
   if (attr)
     dnnl_primitive_attr_destroy(attr);
   if (st != dnnl_success)

@@ -16,6 +16,12 @@ int gs__dnnl_conv(const gs_op_call *c, float *const *p, bool *done);
  * the call's state (dnnl_matmul.c). */
 int gs__dnnl_matmul(const gs_op_call *c, float *const *p, bool *done);
 
+/* Sets the activation fused into an op (op_attrs.h) as oneDNN's eltwise
+ * post-op on `attr`; nothing for GS_ACT_NONE. Returns a dnnl_status_t. */
+struct dnnl_primitive_attr;
+int gs__dnnl_set_activation(struct dnnl_primitive_attr *attr, gs_activation act, float lo,
+                            float hi);
+
 /* oneDNN's CPU engine, made at first use; NULL where oneDNN has none. */
 struct dnnl_engine;
 struct dnnl_engine *gs__dnnl_engine(void);

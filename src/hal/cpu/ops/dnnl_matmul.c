@@ -70,17 +70,10 @@ static dnnl_status_t build(matmul_state *s, const gs_matmul_attrs *a, dnnl_engin
   dnnl_matmul_desc_t md;
   TRY(dnnl_matmul_desc_init(&md, &src, &weights, a->has_bias ? &bias : NULL, &dst));
   dnnl_primitive_attr_t attr = NULL;
-  dnnl_post_ops_t ops = NULL;
   TRY(dnnl_primitive_attr_create(&attr));
-  if (a->act == GS_ACT_RELU) {
-    TRY(dnnl_post_ops_create(&ops));
-    TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
-    TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
-  }
+  TRY(gs__dnnl_set_activation(attr, a->act, a->act_lo, a->act_hi));
   dnnl_primitive_desc_t pd = NULL;
   TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL));
-  if (ops)
-    dnnl_post_ops_destroy(ops);
   if (attr)
     dnnl_primitive_attr_destroy(attr);
   TRY(dnnl_primitive_create(&s->matmul, pd));

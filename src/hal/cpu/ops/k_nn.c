@@ -85,10 +85,40 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
              ldc);
 }
 
-GS_VECTOR_CLONES static void apply_act(gs_activation act, float *y, int64_t n) {
-  if (act == GS_ACT_RELU)
-    for (int64_t i = 0; i < n; i++)
+/* Elements [lo, hi) of y through a fused activation. */
+GS_VECTOR_CLONES static void act_range(gs_activation act, float min, float max, float *y,
+                                       int64_t lo, int64_t hi) {
+  switch (act) {
+  case GS_ACT_NONE: break;
+  case GS_ACT_RELU:
+    for (int64_t i = lo; i < hi; i++)
       y[i] = y[i] > 0 ? y[i] : 0;
+    break;
+  case GS_ACT_CLIP:
+    for (int64_t i = lo; i < hi; i++)
+      y[i] = y[i] < min ? min : y[i] > max ? max : y[i];
+    break;
+  case GS_ACT_HARDSWISH:
+    for (int64_t i = lo; i < hi; i++) {
+      float g = y[i] * (1.0f / 6.0f) + 0.5f;
+      y[i] *= g < 0.0f ? 0.0f : g > 1.0f ? 1.0f : g;
+    }
+    break;
+  case GS_ACT_SILU:
+    for (int64_t i = lo; i < hi; i++)
+      y[i] *= gs_fast_sigmoidf(y[i]);
+    break;
+  case GS_ACT_GELU:
+    for (int64_t i = lo; i < hi; i++)
+      y[i] = 0.5f * y[i] * (1.0f + gs_fast_erff(y[i] * 0.70710678f));
+    break;
+  }
+}
+
+/* y through the activation fused into its op (plan_fuse.c). */
+static void apply_act(gs_activation act, float min, float max, float *y, int64_t n) {
+  if (act != GS_ACT_NONE)
+    GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, lo, hi, act_range(act, min, max, y, lo, hi));
 }
 
 void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
@@ -105,7 +135,7 @@ static int gemm_f32(const gs_op_call *c, float *const *p) {
   if (g->m && g->n)
     sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, p[0], c->in[0].shape.dims[1],
           p[1], c->in[1].shape.dims[1], has_c ? g->beta : 0.0f, y, g->n);
-  apply_act(g->act, y, g->m * g->n);
+  apply_act(g->act, g->act_lo, g->act_hi, y, g->m * g->n);
   return 0;
 }
 
@@ -136,7 +166,7 @@ static int matmul_f32(const gs_op_call *c, float *const *p) {
               bias ? 1.0f : 0.0f, yb, m->n);
     }
   }
-  apply_act(m->act, y, m->batch * m->m * m->n);
+  apply_act(m->act, m->act_lo, m->act_hi, y, m->batch * m->m * m->n);
   return 0;
 }
 
@@ -285,7 +315,7 @@ static int conv_f32(const gs_op_call *c, float *const *p) {
       }
     }
   free(cols);
-  apply_act(a->act, y, gs_shape_numel(ys));
+  apply_act(a->act, a->act_lo, a->act_hi, y, gs_shape_numel(ys));
   return 0;
 }
 

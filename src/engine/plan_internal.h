@@ -1,0 +1,99 @@
+/* plan_internal.h - what the files of a plan share (plan.c builds and runs
+ * it, plan_fuse.c fuses its steps): its values, its steps and the plan. */
+#ifndef GS_ENGINE_PLAN_INTERNAL_H
+#define GS_ENGINE_PLAN_INTERNAL_H
+
+#include "engine/engine.h"
+#include "engine/plan_stages.h"
+#include "engine/weight_set.h"
+#include "hal/op/op_call.h"
+
+#include <pthread.h>
+#include <string.h>
+
+typedef struct value {
+  const char *name;   /* borrowed from the model */
+  gs_dtype dtype;
+  gs_shape shape;
+  size_t bytes;
+  const void *data;   /* host data when known while planning, else NULL */
+  bool owns_data;
+  bool owns_name; /* values the plan made up (fused weights) */
+  int def, last_use;  /* step that writes it (-1: before the first), last step reading it */
+  int64_t offset;     /* in the arena, or in the weights buffer when `data` */
+  /* A weight the plans of one model can share (weight_set.h): the model's
+   * host data it comes from; NULL for what the plan folds for its shapes. */
+  const void *share_key;
+  bool in_set;         /* read from the plan's weight set ... */
+  gs_buffer_t *shared; /* ... from this copy */
+  /* During gs_plan_run_buffers: the caller's buffer that holds this input
+   * or receives this output in place of the arena (no copy). */
+  gs_buffer_t *bound;
+  bool in_arena;
+  bool graph_output;
+  /* The model inputs (bits 0..63) whose values this value depends on. */
+  uint64_t from_inputs;
+  bool graph_input; /* a model input itself, as the caller gives it */
+} value;
+
+typedef struct step {
+  const gs_node *node; /* NULL for the casts a reduced-precision plan adds */
+  gs_op_call *call;
+  int in[GS_OP_MAX_IO], out[GS_OP_MAX_IO]; /* value indices, -1: omitted */
+  bool dead;                               /* fused into another step */
+  bool empty;                              /* every output empty: nothing to launch */
+  bool on_cpu;                             /* fallback: the device lacks this kernel */
+  /* For a fallback step: the CPU kernel, and the host address of each
+   * operand (constant data, or its place in the plan's staging buffer). */
+  const gs_host_kernel *cpu_kernel;
+  void *host[GS_OP_MAX_IO];
+} step;
+
+struct gs_plan {
+  const gs_model *model;
+  gs_device_t *device;
+  gs_strmap index;
+  value *values;
+  int n_values, cap_values;
+  step *steps;
+  int n_steps;
+  int *inputs, *outputs; /* value indices of the graph's inputs and outputs */
+  gs_buffer_t *arena, *weights;
+  gs_weight_set *weight_set; /* NULL: every weight in `weights` */
+  gs_buffer_t *staging; /* pinned host memory for steps that run on the CPU instead */
+  gs_stream_t *stream;
+  pthread_mutex_t run_lock;
+  gs_dtype half;     /* GS_DT_FLOAT16 or GS_DT_BFLOAT16 for reduced precision, else INVALID */
+  gs_strmap keep_f32; /* values that must stay float32 (Resize's roi and scales) */
+  /* Inputs planned with their values (engine.h): a copy of each, which
+   * every run's input must equal. */
+  uint64_t baked;
+  void **baked_values;
+  size_t *baked_bytes; /* as the caller gives them (float32 stays 4 bytes) */
+  /* While planning: the inputs whose values a node asked for, the node
+   * (index into the model's nodes) and whether it asked for a computed
+   * value rather than a model input itself. */
+  uint64_t wants;
+  int wanting_node;
+  bool wants_computed;
+  bool must_cut; /* the node runs graphs (If): only a plan in stages runs it */
+  /* A plan made in stages (plan_stages.h): everything above but model,
+   * device and report is unused then. */
+  gs_plan_stages *stages;
+  gs_plan_report report;
+};
+
+/* Adds a value (its name borrowed unless owns_name is set after); returns
+ * its index or a GS_E code. May move p->values. */
+int gs__plan_add_value(gs_plan *p, const char *name, gs_dtype dt, const gs_shape *shape);
+/* Frees a step's call with its attrs and kernel state. */
+void gs__plan_free_call(gs_op_call *c);
+/* Fuses the plan's steps where a kernel can do two ops' work in one pass
+ * (plan_fuse.c), and drops the steps that were fused away. */
+int gs__plan_fuse(gs_plan *p);
+
+static inline bool gs__step_is(const step *s, const char *name) {
+  return strcmp(s->call->op_type, name) == 0;
+}
+
+#endif

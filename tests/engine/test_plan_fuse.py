@@ -1,0 +1,113 @@
+"""Fusions of a plan's steps (src/engine/plan_fuse.c): the activations that
+exporters write after a Conv, Gemm or MatMul (Relu, Clip as ReLU6,
+HardSwish, SiLU as Sigmoid and Mul, GELU as torch's Div, Erf, Add, Mul,
+Mul) run inside that op's kernel on the CPU. Each against onnxruntime, with
+the plan's report saying how many steps went; on a device whose kernels
+take only Relu the steps stay, and the answers are the same."""
+import os
+import re
+import tempfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from gsonnx import DEVICE, check_model, make_model, run_gpusrv
+
+rng = np.random.default_rng(11)
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def scalar(v):
+    return np.array(v, np.float32)
+
+
+# Each activation: nodes from "p" to "y", the constants they read, and how
+# many steps it spans.
+ACTIVATIONS = {
+    "relu": ([helper.make_node("Relu", ["p"], ["y"])], {}, 1),
+    "relu6": ([helper.make_node("Clip", ["p", "lo", "hi"], ["y"])],
+              {"lo": scalar(0), "hi": scalar(6)}, 1),
+    "clip_max_only": ([helper.make_node("Clip", ["p", "", "hi"], ["y"])], {"hi": scalar(0.5)}, 1),
+    "hardswish": ([helper.make_node("HardSwish", ["p"], ["y"])], {}, 1),
+    "silu": ([helper.make_node("Sigmoid", ["p"], ["s"]),
+              helper.make_node("Mul", ["p", "s"], ["y"])], {}, 2),
+    "gelu": ([helper.make_node("Div", ["p", "sqrt2"], ["d"]),
+              helper.make_node("Erf", ["d"], ["e"]),
+              helper.make_node("Add", ["e", "one"], ["a"]),
+              helper.make_node("Mul", ["p", "a"], ["m"]),
+              helper.make_node("Mul", ["m", "half"], ["y"])],
+             {"sqrt2": scalar(1.4142135), "one": scalar(1), "half": scalar(0.5)}, 5),
+}
+
+# Each producer: its nodes from "x" to "p", its weights, and an input.
+PRODUCERS = {
+    "conv": (lambda: [helper.make_node("Conv", ["x", "w", "b"], ["p"], pads=[1, 1, 1, 1])],
+             lambda: {"w": f32(8, 4, 3, 3, lo=-0.5, hi=0.5), "b": f32(8)},
+             lambda: f32(2, 4, 9, 9)),
+    "depthwise": (lambda: [helper.make_node("Conv", ["x", "w"], ["p"], group=4, pads=[1, 1, 1, 1])],
+                  lambda: {"w": f32(4, 1, 3, 3)},
+                  lambda: f32(1, 4, 16, 16)),
+    "gemm": (lambda: [helper.make_node("Gemm", ["x", "w", "b"], ["p"], transB=1)],
+             lambda: {"w": f32(6, 5), "b": f32(6)},
+             lambda: f32(3, 5)),
+    "matmul_add": (lambda: [helper.make_node("MatMul", ["x", "w"], ["q"]),
+                            helper.make_node("Add", ["q", "b"], ["p"])],
+                   lambda: {"w": f32(5, 7), "b": f32(7)},
+                   lambda: f32(2, 3, 5)),
+}
+
+
+def report(model, feeds):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, feeds, d, extra=("--report",))
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"(\d+) nodes -> (\d+) kernels \((\d+) folded while planning, (\d+) fused\)",
+                  p.stdout)
+    assert m, p.stdout
+    return tuple(map(int, m.groups()))
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+def test_activation_runs_inside_its_producer(producer, act):
+    nodes_of, weights_of, input_of = PRODUCERS[producer]
+    act_nodes, consts, spans = ACTIVATIONS[act]
+    x = input_of()
+    consts = {**weights_of(), **consts}
+    model = make_model(nodes_of() + act_nodes, {"x": x}, consts)
+    check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    nodes, kernels, folded, fused = report(model, {"x": x})
+    bias_fused = 1 if producer == "matmul_add" else 0
+    if DEVICE in (None, "cpu0"):
+        assert fused == bias_fused + 1 and kernels == 1, (nodes, kernels, fused)
+    elif act != "relu":  # device kernels take Relu only: the rest stay steps
+        assert kernels == 1 + spans, (nodes, kernels, fused)
+
+
+def test_shared_producer_output_is_not_fused():
+    # The conv's output is read by the Sigmoid, the Mul and a graph output:
+    # it must stay as it is.
+    x = f32(1, 4, 8, 8)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["p"]),
+             helper.make_node("Sigmoid", ["p"], ["s"]),
+             helper.make_node("Mul", ["p", "s"], ["y"])]
+    model = make_model(nodes, {"x": x}, {"w": f32(4, 4, 1, 1)}, ["y", "p"])
+    check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    assert report(model, {"x": x})[3] == 0
+
+
+def test_gelu_with_other_constants_is_not_fused():
+    # Div by 2 is not GELU's sqrt(2): the steps run as written.
+    x = f32(3, 5)
+    act_nodes, consts, _ = ACTIVATIONS["gelu"]
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["p"])] + act_nodes, {"x": x},
+                       {"w": f32(5, 4), **consts, "sqrt2": scalar(2.0)})
+    check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    assert report(model, {"x": x})[3] == 0
