@@ -93,6 +93,19 @@ int gs__matmul_shapes(const gs_op_call *c, const gs_shape *a_in, const gs_shape 
   if (!b_vec)
     out.dims[out.rank++] = m->n;
   *result = out;
+  /* B shared by every product and A dense ([batch..., M, K], a Linear
+   * layer over a sequence or an image's positions): one product of
+   * (batch M) rows, in the same row-major layout, instead of many small. */
+  bool b_shared = true, a_dense = true;
+  for (int i = 0; i < batch.rank; i++) {
+    b_shared = b_shared && m->b_batch_strides[i] == 0;
+    a_dense = a_dense && (m->a_batch_strides[i] != 0 || batch.dims[i] == 1);
+  }
+  if (batch.rank > 0 && b_shared && a_dense) {
+    m->m *= m->batch;
+    m->batch = 1;
+    m->batch_rank = 0;
+  }
   return GS_OK;
 }
 
