@@ -106,6 +106,30 @@ def bench_threads(args, models, floor, threads):
     return p50s
 
 
+def gemm_against_onednn(args, d, threads, n=1024):
+    """gpusrv's fp32 MatMul (a whole run: the inputs copied in, the output
+    out) beside oneDNN's matmul primitive called directly, same size and
+    threads."""
+    from onnx import TensorProto, helper
+    ins = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in ("a", "b")]
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "gemm", ins,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = os.path.join(d, "gemm.onnx")
+    onnx.save(m, path)
+    flop = 2.0 * n ** 3
+    ours = flop / (gs_bench(args.build, path, 1, args.seconds, args.device, threads)["p50_us"] * 1e3)
+    p = subprocess.run([os.path.join(args.build, "bench", "gs-bench-dnnl-matmul"), str(n),
+                        str(threads), str(args.seconds)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"bench/models: {p.stderr.strip()}")
+    peer = json.loads(p.stdout)["gflops"]
+    print(f"fp32 GEMM {n}^3 on {threads} thread(s): gpusrv MatMul {ours:.1f} GFLOP/s (a whole run, "
+          f"copies included), oneDNN matmul called directly {peer:.1f}: {ours / peer:.2f}x "
+          f"(goal >= 0.95x)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -137,6 +161,9 @@ def main():
         print(f"onnxruntime's per-call floor through Python: {floor:.1f} us (an Identity model); "
               f"'adj' compares against onnxruntime's time less this floor")
         p50 = {t: bench_threads(args, models, floor, t) for t in counts}
+        print()
+        for t in counts:
+            gemm_against_onednn(args, d, t)
         if len(counts) > 1:
             lo, hi = min(counts), max(counts)
             scaling = [p50[lo][n] / p50[hi][n] for n in models]

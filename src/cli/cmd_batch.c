@@ -45,7 +45,9 @@ static const gs_cli_option batch_options[] = {
     GS_CLI_OPT_RANGE("readers", GS_OPT_INT, batch_opts, readers, "N",
                      "Reader threads (default 2, at most 16)", 1, 1 << 20),
     GS_CLI_OPT_RANGE("workers", GS_OPT_INT, batch_opts, workers, "N",
-                     "Preprocessing threads (default: the cores, at most 32)", 1, 1 << 20),
+                     "Preprocessing threads (default: the cores, at most 32; where the CPU "
+                     "computes, a quarter of them, and its kernels take the rest)",
+                     1, 1 << 20),
     GS_CLI_OPT("json", GS_OPT_BOOL, batch_opts, json, NULL, "Print the figures as JSON"),
     GS_CLI_DAEMON_ROWS(batch_opts),
     GS_CLI_OPT_RANGE("cpus", GS_OPT_REAL, batch_opts, cpus, "N",

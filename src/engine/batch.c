@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,43 @@ static int open_outputs(batch_run *b) {
   return GS_OK;
 }
 
+/* ---- threads ------------------------------------------------------------------------------ */
+
+/* The cores this process may run on (its cpuset). */
+static int cores_here(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    return CPU_COUNT(&set);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores > 0 ? (int)cores : 1;
+}
+
+static bool computes_on_cpu(const gs_batch_options *o) {
+  if (o->n_devices == 0)
+    return gs_device_get_info(gs_hal_device(0))->type == GS_DEVICE_CPU;
+  for (int k = 0; k < o->n_devices; k++)
+    if (gs_device_get_info(o->devices[k])->type == GS_DEVICE_CPU)
+      return true;
+  return false;
+}
+
+/* Preprocessing threads: the caller's, else the cores; where the CPU also
+ * computes, a quarter of them, the rest going to the kernels
+ * (compute_threads), so that the two stages never run more threads than
+ * there are cores. */
+static int preprocess_threads(const gs_batch_options *o) {
+  int cores = cores_here();
+  if (o->workers > 0)
+    return o->workers;
+  return computes_on_cpu(o) ? (cores / 4 > 0 ? cores / 4 : 1) : cores;
+}
+
+/* The kernels' threads where a part computes on the CPU. */
+static int compute_threads(const gs_batch_options *o) {
+  int left = cores_here() - preprocess_threads(o);
+  return left > 0 ? left : 1;
+}
+
 /* Plans part k on its device: part 0 for the model's input shape, a later
  * one for what the part before hands it. */
 static int plan_part(batch_run *b, int k, const gs_shape *input_shape) {
@@ -271,7 +309,8 @@ static int plan_part(batch_run *b, int k, const gs_shape *input_shape) {
     }
     p->n_in = p->model->n_inputs;
   }
-  gs_plan_options po = {.device = b->o->devices[k], .precision = b->o->precision};
+  gs_plan_options po = {.device = b->o->devices[k], .precision = b->o->precision,
+                        .threads = compute_threads(b->o)};
   int rc = gs_plan_create(model, shapes, &po, &p->plan);
   if (rc < 0)
     return rc;
@@ -398,9 +437,8 @@ static int count_batches(void *ctx, int s, int64_t seq) {
 static int stages_of(batch_run *b, gs_pipeline_stage stages[GS_PIPELINE_MAX_STAGES]) {
   const gs_batch_options *o = b->o;
   int readers = o->readers > 0 ? o->readers : 2;
-  /* Preprocessing threads: the cores, within the pipeline's thread limit. */
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int workers = o->workers > 0 ? o->workers : cores > 0 ? (int)cores : 1;
+  /* Within the pipeline's thread limit. */
+  int workers = preprocess_threads(o);
   int room = GS_PIPELINE_MAX_THREADS - readers - 2 - 2 * b->n_parts;
   if (workers > room)
     workers = room > 0 ? room : 1;

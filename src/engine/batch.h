@@ -27,7 +27,9 @@ typedef struct gs_batch_options {
   gs_precision precision;
   double scale, mean, std; /* preprocess: (x * scale - mean) / std; 1, 0, 1 by default */
   int slots;               /* batches in flight (0: 4) */
-  int readers, workers;    /* ingest and preprocess threads (0: 2, and the cores) */
+  /* Ingest and preprocess threads (0: 2, and the cores; a quarter of them
+   * where a CPU computes, whose kernels take the rest). */
+  int readers, workers;
   /* Called from the write stage after each batch (may be NULL). */
   void (*progress)(int64_t rows_done, int64_t rows_total, void *ctx);
   void *progress_ctx;

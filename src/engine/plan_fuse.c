@@ -274,10 +274,15 @@ static void fuse_activation(gs_plan *p, step *s) {
   *act = m.act;
   *lo = m.lo;
   *hi = m.hi;
+  /* A device kernel that takes the op but not the activation would be
+   * lost to the CPU: the steps stay then, for the device to run. Where the
+   * device has no kernel for the op at all, the CPU's runs it fused. */
   const gs_op_call *c = s->call;
   if (!gs_device_supports_launch(p->device, c->op_type, &c, sizeof c)) {
-    *act = GS_ACT_NONE; /* the steps stay: the device runs them */
-    return;
+    *act = GS_ACT_NONE;
+    if (gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
+      return;
+    *act = m.act;
   }
   s->out[0] = p->steps[m.steps[m.n - 1]].out[0];
   for (int i = 0; i < m.n; i++)
