@@ -729,3 +729,33 @@ def test_uint64_reductions_order_unsigned(tmp_path):
         p = run_gpusrv(path, {"x": x}, str(tmp_path))
         assert p.returncode == 0, p.stderr
         np.testing.assert_array_equal(load_outputs(str(tmp_path), ["y"])["y"], want)
+
+
+# Large enough that each kernel cuts its work into pieces, one per thread
+# (parallel.h); 3 threads split unevenly. Each against onnxruntime.
+LARGE_CASES = {
+    "Sigmoid": ({"x": f32(3, 40000)}, {}, {}),
+    "Add": ({"a": f32(2, 300, 257), "b": f32(300, 1)}, {}, {}),
+    "Softmax": ({"x": f32(700, 200)}, {"axis": 1}, {}),
+    "LayerNormalization": ({"x": f32(500, 96)}, {"axis": -1},
+                           {"scale": f32(96), "bias": f32(96)}),
+    "BatchNormalization": ({"x": f32(2, 32, 30, 30)}, {},
+                           {"s": f32(32), "b": f32(32), "m": f32(32), "v": f32(32, lo=0.5)}),
+    "MaxPool": ({"x": f32(2, 32, 40, 40)}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, {}),
+    "GlobalAveragePool": ({"x": f32(4, 64, 30, 30)}, {}, {}),
+    "Transpose": ({"x": f32(8, 64, 300)}, {"perm": [2, 0, 1]}, {}),
+    "ReduceSum": ({"x": f32(64, 40, 50)}, {"keepdims": 0}, {"axes": np.array([1, 2], np.int64)}),
+    "Gather": ({"x": f32(3, 5000, 20)}, {"axis": 1},
+               {"i": rng.integers(-5000, 5000, size=(7000,)).astype(np.int64)}),
+    "Resize": ({"x": f32(2, 16, 40, 40)}, {"mode": "linear"},
+               {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 1.5, 1.5], np.float32)}),
+}
+
+
+@pytest.mark.parametrize("op", sorted(LARGE_CASES))
+def test_large_tensors_split_over_threads(op):
+    inputs, attrs, consts = LARGE_CASES[op]
+    names = list(inputs) + list(consts)
+    node = helper.make_node(op, names, ["y"], **attrs)
+    check_model(make_model([node], inputs, consts), inputs, extra=("--threads", "3"))
+

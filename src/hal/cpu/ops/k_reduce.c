@@ -1,6 +1,7 @@
 /* k_reduce.c - CPU kernels of the reductions: the Reduce* family over any
  * set of axes, ArgMax, ArgMin and TopK along one axis. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/parallel.h"
 #include "hal/op/op_launch.h"
 
 #include "base/error.h"
@@ -52,6 +53,19 @@ static inline int64_t reduce_step_int(reduce_op op, int64_t acc, int64_t v, bool
   }
 }
 
+/* Outputs [lo, hi) of a reduction whose output i reduces inputs
+ * [i count, (i + 1) count). */
+static void reduce_runs(reduce_op op, gs_dtype dt, bool is_int, const void *x, int64_t count,
+                        double *acc, int64_t *iacc, int64_t lo, int64_t hi) {
+  for (int64_t o = lo; o < hi; o++)
+    for (int64_t i = o * count; i < (o + 1) * count; i++) {
+      if (is_int)
+        iacc[o] = reduce_step_int(op, iacc[o], gs_ldi(dt, x, i), gs_is_u64(dt));
+      else
+        acc[o] = reduce_step(op, acc[o], gs_ld(dt, x, i));
+    }
+}
+
 static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
   const gs_op_call *c = gs_kcall(k);
   const gs_reduce_attrs *a = c->attrs;
@@ -85,6 +99,17 @@ static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
               : op == R_MIN ? (u ? -1 : INT64_MAX)
               : op == R_PROD ? 1
                              : 0;
+  }
+  /* Reduced dims all after the kept ones: output i reduces the i-th run of
+   * `count` inputs, in the order the walk below takes them, so runs spread
+   * over the threads give the same sums. */
+  bool trailing = true;
+  for (int d = 1; d < xs->rank; d++)
+    trailing = trailing && !(a->reduce[d - 1] && !a->reduce[d]);
+  if (trailing && n_in > 0) {
+    GS_PARALLEL_RANGES(n_out, GS_PARALLEL_GRAIN / (count ? count : 1), lo, hi,
+                       reduce_runs(op, dt, is_int, k->ptr[0], count, acc, iacc, lo, hi));
+    n_in = 0; /* done */
   }
   int64_t idx[GS_MAX_DIMS] = {0}, o = 0;
   for (int64_t i = 0; i < n_in; i++) {

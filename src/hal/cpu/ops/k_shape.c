@@ -2,6 +2,7 @@
  * its kin), Transpose, Concat, Split, Slice, Gather, Expand, Pad, Resize,
  * Shape and ConstantOfShape. They work on bytes, whatever the type. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/parallel.h"
 #include "hal/op/op_launch.h"
 
 #include "base/error.h"
@@ -25,22 +26,19 @@ static int k_copy(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
-static int k_transpose(const gs_cpu_kernel_call *k) {
-  const gs_op_call *c = gs_kcall(k);
-  const gs_transpose_attrs *a = c->attrs;
-  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  size_t es = esize(&c->in[0]);
-  int64_t xst[GS_MAX_DIMS], src_stride[GS_MAX_DIMS];
-  gs_launch_contiguous_strides(xs, xst);
-  for (int d = 0; d < ys->rank; d++)
-    src_stride[d] = xst[a->perm[d]];
-  int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0}, off = 0;
-  const char *x = k->ptr[0];
-  char *y = k->ptr[1];
+/* Output rows [lo, hi) of a transpose (a row: the output's last dim). */
+static void transpose_rows(const char *x, char *y, size_t es, const gs_shape *ys,
+                           const int64_t *src_stride, int64_t lo, int64_t hi) {
   int last = ys->rank - 1;
-  for (int64_t i = 0; i < n;) {
-    /* Walk the output's last dim in one go. */
-    int64_t len = last >= 0 ? ys->dims[last] : 1, step = last >= 0 ? src_stride[last] : 0;
+  int64_t len = last >= 0 ? ys->dims[last] : 1, step = last >= 0 ? src_stride[last] : 0;
+  int64_t idx[GS_MAX_DIMS] = {0}, off = 0, rest = lo;
+  for (int d = last - 1; d >= 0; d--) { /* where row lo starts */
+    idx[d] = rest % ys->dims[d];
+    rest /= ys->dims[d];
+    off += idx[d] * src_stride[d];
+  }
+  for (int64_t row = lo; row < hi; row++) {
+    int64_t i = row * len;
     if (es == 4) {
       const uint32_t *xs4 = (const uint32_t *)x + off;
       uint32_t *y4 = (uint32_t *)y + i;
@@ -50,7 +48,6 @@ static int k_transpose(const gs_cpu_kernel_call *k) {
       for (int64_t j = 0; j < len; j++)
         memcpy(y + (size_t)(i + j) * es, x + (size_t)(off + j * step) * es, es);
     }
-    i += len;
     for (int d = last - 1; d >= 0; d--) {
       idx[d]++;
       off += src_stride[d];
@@ -60,6 +57,23 @@ static int k_transpose(const gs_cpu_kernel_call *k) {
       idx[d] = 0;
     }
   }
+}
+
+static int k_transpose(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_transpose_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  size_t es = esize(&c->in[0]);
+  int64_t xst[GS_MAX_DIMS], src_stride[GS_MAX_DIMS];
+  gs_launch_contiguous_strides(xs, xst);
+  for (int d = 0; d < ys->rank; d++)
+    src_stride[d] = xst[a->perm[d]];
+  int64_t len = ys->rank > 0 ? ys->dims[ys->rank - 1] : 1;
+  int64_t rows = len ? gs_shape_numel(ys) / len : 0;
+  const char *x = k->ptr[0];
+  char *y = k->ptr[1];
+  GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (len ? len : 1), lo, hi,
+                     transpose_rows(x, y, es, ys, src_stride, lo, hi));
   return 0;
 }
 
@@ -142,6 +156,18 @@ static int k_slice(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
+/* Blocks [lo, hi) of a Gather's output (block o * n_idx + j: index j of
+ * outer slice o); the indexes were checked. */
+static void gather_blocks(const char *x, char *y, gs_dtype idx_dt, const void *idx, int64_t n_idx,
+                          int64_t dim, size_t block, int64_t lo, int64_t hi) {
+  for (int64_t b = lo; b < hi; b++) {
+    int64_t o = b / n_idx, ix = gs_ldi(idx_dt, idx, b % n_idx);
+    if (ix < 0)
+      ix += dim;
+    memcpy(y + (size_t)b * block, x + (size_t)(o * dim + ix) * block, block);
+  }
+}
+
 static int k_gather(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   int axis = ((const gs_axis_attrs *)c->attrs)->axis;
@@ -156,16 +182,14 @@ static int k_gather(const gs_cpu_kernel_call *k) {
   const char *x = k->ptr[0];
   char *y = k->ptr[2];
   size_t block = (size_t)inner * es;
-  for (int64_t o = 0; o < outer; o++)
-    for (int64_t j = 0; j < n_idx; j++) {
-      int64_t ix = gs_ldi(c->in[1].dtype, k->ptr[1], j);
-      if (ix < -dim || ix >= dim)
-        return gs_error(GS_EINVAL, "node %s (Gather): index %lld is out of range [%lld, %lld)",
-                        c->node_name, (long long)ix, (long long)-dim, (long long)dim);
-      if (ix < 0)
-        ix += dim;
-      memcpy(y + (size_t)(o * n_idx + j) * block, x + (size_t)(o * dim + ix) * block, block);
-    }
+  for (int64_t j = 0; j < n_idx; j++) { /* every index checked before any copy */
+    int64_t ix = gs_ldi(c->in[1].dtype, k->ptr[1], j);
+    if (ix < -dim || ix >= dim)
+      return gs_error(GS_EINVAL, "node %s (Gather): index %lld is out of range [%lld, %lld)",
+                      c->node_name, (long long)ix, (long long)-dim, (long long)dim);
+  }
+  GS_PARALLEL_RANGES(outer * n_idx, GS_PARALLEL_GRAIN / (inner ? inner : 1), lo, hi,
+                     gather_blocks(x, y, c->in[1].dtype, k->ptr[1], n_idx, dim, block, lo, hi));
   return 0;
 }
 
@@ -333,14 +357,19 @@ static void fill_taps(const gs_resize_attrs *a, int d, int64_t in, int64_t out, 
   }
 }
 
-static int resize_with_taps(const gs_op_call *c, const resize_taps *t, const void *x, void *y) {
+/* Output elements [lo, hi) of a resize, each from its taps. */
+static void resize_range(const gs_op_call *c, const resize_taps *t, const int64_t *xst,
+                         const void *x, void *y, int64_t lo, int64_t hi) {
   const gs_resize_attrs *a = c->attrs;
-  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  const gs_shape *ys = &c->out[0].shape;
   gs_dtype dt = c->in[0].dtype;
-  int r = xs->rank;
-  int64_t xst[GS_MAX_DIMS], n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
-  gs_launch_contiguous_strides(xs, xst);
-  for (int64_t i = 0; i < n; i++) {
+  int r = ys->rank;
+  int64_t idx[GS_MAX_DIMS] = {0}, rest = lo;
+  for (int d = r - 1; d >= 0; d--) { /* where element lo is */
+    idx[d] = rest % ys->dims[d];
+    rest /= ys->dims[d];
+  }
+  for (int64_t i = lo; i < hi; i++) {
     bool outside = false;
     int64_t combos = 1;
     for (int d = 0; d < r; d++) {
@@ -350,10 +379,10 @@ static int resize_with_taps(const gs_op_call *c, const resize_taps *t, const voi
     double v = 0;
     for (int64_t k = 0; !outside && k < combos; k++) {
       double weight = 1;
-      int64_t off = 0, rest = k;
+      int64_t off = 0, left = k;
       for (int d = r - 1; d >= 0; d--) {
-        int j = (int)(rest % t[d].count);
-        rest /= t[d].count;
+        int j = (int)(left % t[d].count);
+        left /= t[d].count;
         int64_t at = idx[d] * t[d].count + j;
         weight *= t[d].weight[at];
         off += t[d].index[at] * xst[d];
@@ -372,6 +401,13 @@ static int resize_with_taps(const gs_op_call *c, const resize_taps *t, const voi
       idx[d] = 0;
     }
   }
+}
+
+static int resize_with_taps(const gs_op_call *c, const resize_taps *t, const void *x, void *y) {
+  int64_t xst[GS_MAX_DIMS];
+  gs_launch_contiguous_strides(&c->in[0].shape, xst);
+  GS_PARALLEL_RANGES(gs_shape_numel(&c->out[0].shape), GS_PARALLEL_GRAIN / 8, lo, hi,
+                     resize_range(c, t, xst, x, y, lo, hi));
   return 0;
 }
 
