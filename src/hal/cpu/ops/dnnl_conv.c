@@ -7,6 +7,7 @@
 #include "hal/cpu/ops/dnnl_conv.h"
 
 #include "base/error.h"
+#include "hal/cpu/ops/parallel.h"
 #include "base/log.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -187,7 +188,21 @@ static dnnl_status_t reorder(dnnl_stream_t stream, dnnl_primitive_t r, dnnl_memo
   return dnnl_primitive_execute(r, stream, 2, args);
 }
 
+static int conv_run(const gs_op_call *c, float *const *p, bool *done);
+
+/* A small convolution is made and run on one thread (parallel.h): oneDNN
+ * fixes a primitive's threads when it makes it. */
 int gs__dnnl_conv(const gs_op_call *c, float *const *p, bool *done) {
+  const gs_shape *ws = &c->out[0].shape, *wt = &c->in[1].shape;
+  double flops = 2.0 * (double)gs_shape_numel(ws) * (double)gs_shape_numel(wt) /
+                 (double)(wt->dims[0] ? wt->dims[0] : 1);
+  int saved = gs_parallel_small(flops);
+  int rc = conv_run(c, p, done);
+  gs_parallel_restore(saved);
+  return rc;
+}
+
+static int conv_run(const gs_op_call *c, float *const *p, bool *done) {
   *done = false;
   pthread_once(&engine_once, engine_init);
   if (!engine_ok || !c->state)

@@ -7,6 +7,7 @@
 #include "hal/cpu/ops/dnnl_conv.h"
 
 #include "base/error.h"
+#include "hal/cpu/ops/parallel.h"
 #include "base/log.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -88,7 +89,19 @@ static dnnl_status_t build(matmul_state *s, const gs_matmul_attrs *a, dnnl_engin
   return st;
 }
 
+static int matmul_run(const gs_op_call *c, float *const *p, bool *done);
+
+/* A small product is made and run on one thread (parallel.h). */
 int gs__dnnl_matmul(const gs_op_call *c, float *const *p, bool *done) {
+  const gs_matmul_attrs *a = c->attrs;
+  int saved = gs_parallel_small(2.0 * (double)a->batch * (double)a->m * (double)a->n *
+                                (double)a->k);
+  int rc = matmul_run(c, p, done);
+  gs_parallel_restore(saved);
+  return rc;
+}
+
+static int matmul_run(const gs_op_call *c, float *const *p, bool *done) {
   *done = false;
   const gs_matmul_attrs *a = c->attrs;
   dnnl_engine_t engine = gs__dnnl_engine();

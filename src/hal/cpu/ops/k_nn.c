@@ -81,8 +81,10 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     return;
   }
   /* The shapes were checked when planned; oneDNN's own checks cannot fail. */
+  int saved = gs_parallel_small(2.0 * (double)m * (double)n * (double)k);
   dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
              ldc);
+  gs_parallel_restore(saved);
 }
 
 /* Elements [lo, hi) of y through a fused activation. */

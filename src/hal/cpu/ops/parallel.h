@@ -12,6 +12,27 @@
  * more than it saves (waking a team takes a few microseconds). */
 #define GS_PARALLEL_GRAIN 16384
 
+/* Arithmetic below which a GEMM or a convolution runs on one thread: a
+ * team's barrier costs microseconds, and far more where the team's
+ * threads wait for cores (a busy server), while ~4 MFLOP take some 50 us
+ * on one core. */
+#define GS_PARALLEL_MIN_FLOPS 4e6
+
+/* Makes the calling thread's team one thread for work of `flops` below
+ * GS_PARALLEL_MIN_FLOPS; returns what gs_parallel_restore() needs. */
+static inline int gs_parallel_small(double flops) {
+  int threads = omp_get_max_threads();
+  if (flops >= GS_PARALLEL_MIN_FLOPS || threads == 1)
+    return 0;
+  omp_set_num_threads(1);
+  return threads;
+}
+
+static inline void gs_parallel_restore(int saved) {
+  if (saved)
+    omp_set_num_threads(saved);
+}
+
 /* Pieces to cut n units of work into, each of at least `grain` units: one
  * per thread of the team at most, 1 when the work is small. */
 static inline int64_t gs_parallel_pieces(int64_t n, int64_t grain) {
