@@ -113,3 +113,39 @@ def test_gelu_with_other_constants_is_not_fused():
                        {"w": f32(5, 4), **consts, "sqrt2": scalar(2.0)})
     check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
     assert report(model, {"x": x})[3] == 0
+
+
+def blocked_values(model, feeds):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, feeds, d, extra=("--report",))
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"(\d+) values between two convolutions stay in oneDNN's blocked layout", p.stdout)
+    return int(m.group(1)) if m else 0
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_values_between_convolutions_stay_blocked(spatial):
+    # conv -> depthwise conv (SiLU fused) -> conv -> conv with 24 channels
+    # (not a multiple of 16: NCHW there). The first two values between
+    # convolutions stay in oneDNN's blocked layout on the CPU; the answers
+    # are onnxruntime's.
+    size = {1: [50], 2: [12, 11], 3: [6, 5, 7]}[spatial]
+    k = [3] * spatial
+    pads = [1] * (2 * spatial)
+    x = f32(2, 8, *size)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=k, pads=pads),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], group=32, kernel_shape=k, pads=pads),
+             helper.make_node("Sigmoid", ["c2"], ["s2"]),
+             helper.make_node("Mul", ["c2", "s2"], ["m2"]),
+             helper.make_node("Conv", ["m2", "w3"], ["c3"], kernel_shape=[1] * spatial),
+             helper.make_node("Conv", ["c3", "w4"], ["y"], kernel_shape=[1] * spatial)]
+    consts = {"w1": f32(32, 8, *k, lo=-0.3, hi=0.3), "b1": f32(32),
+              "w2": f32(32, 1, *k, lo=-0.3, hi=0.3), "w3": f32(24, 32, *[1] * spatial),
+              "w4": f32(5, 24, *[1] * spatial)}
+    model = make_model(nodes, {"x": x}, consts)
+    check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    assert blocked_values(model, {"x": x}) == (2 if DEVICE in (None, "cpu0") else 0)
+

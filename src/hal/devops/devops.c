@@ -792,7 +792,8 @@ static void conv_geometry(const gs_op_call *c, int spatial, const int64_t *kerne
 static bool conv_supports(const gs_devop *op, const gs_op_call *c) {
   const gs_conv_attrs *a = c->attrs;
   return fp_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 && a->group > 0 &&
-         c->in[0].shape.rank == 2 + a->spatial && a->act <= GS_ACT_RELU;
+         c->in[0].shape.rank == 2 + a->spatial && a->act <= GS_ACT_RELU && !a->src_blocked &&
+         !a->dst_blocked;
 }
 
 /* Conv through the backend's BLAS: for as many images at a time as fit the

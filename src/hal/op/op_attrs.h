@@ -67,6 +67,10 @@ typedef struct gs_conv_attrs {
   bool weights_const; /* set by the plan: the weights never change between runs */
   gs_activation act;
   float act_lo, act_hi; /* GS_ACT_CLIP's bounds */
+  /* Set by the plan between two convolutions on the CPU (plan_fuse.c): the
+   * input is read, the output written, in oneDNN's channel-blocked layout
+   * (nChw8c or nChw16c, by the CPU), not NCHW; channels a multiple of 16. */
+  bool src_blocked, dst_blocked;
 } gs_conv_attrs;
 
 typedef struct gs_pool_attrs {

@@ -85,6 +85,17 @@ static dnnl_format_tag_t plain_tag(int rank) {
   return rank == 3 ? dnnl_ncw : rank == 4 ? dnnl_nchw : dnnl_ncdhw;
 }
 
+/* The channel-blocked layout activations keep between two convolutions:
+ * the block oneDNN's convolutions use on this CPU (16 with AVX-512, else 8). */
+static dnnl_format_tag_t blocked_tag(int rank) {
+  /* The ISA values are sets of bits: AVX-512 (core) where all of its are. */
+  unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+  bool wide = (isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core;
+  if (rank == 3)
+    return wide ? dnnl_aBc16b : dnnl_aBc8b;
+  return rank == 4 ? (wide ? dnnl_aBcd16b : dnnl_aBcd8b) : (wide ? dnnl_aBcde16b : dnnl_aBcde8b);
+}
+
 static dnnl_format_tag_t weights_tag(int rank, bool grouped) {
   if (grouped)
     return rank == 3 ? dnnl_goiw : rank == 4 ? dnnl_goihw : dnnl_goidhw;
@@ -141,8 +152,12 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
   TRY(dnnl_memory_desc_init_by_tag(&dst_any, rank, dst, dnnl_f32, dnnl_format_tag_any));
   TRY(dnnl_memory_desc_init_by_tag(&w_any, wr, w, dnnl_f32, dnnl_format_tag_any));
   TRY(dnnl_memory_desc_init_by_tag(&b_md, 1, bias, dnnl_f32, dnnl_x));
-  TRY(dnnl_memory_desc_init_by_tag(&src_plain, rank, src, dnnl_f32, plain_tag(rank)));
-  TRY(dnnl_memory_desc_init_by_tag(&dst_plain, rank, dst, dnnl_f32, plain_tag(rank)));
+  /* "plain": the layout of the engine's buffer, NCHW unless the plan keeps
+   * it blocked; a reorder joins it to the primitive's where they differ. */
+  TRY(dnnl_memory_desc_init_by_tag(&src_plain, rank, src, dnnl_f32,
+                                   a->src_blocked ? blocked_tag(rank) : plain_tag(rank)));
+  TRY(dnnl_memory_desc_init_by_tag(&dst_plain, rank, dst, dnnl_f32,
+                                   a->dst_blocked ? blocked_tag(rank) : plain_tag(rank)));
   TRY(dnnl_memory_desc_init_by_tag(&w_plain, wr, w, dnnl_f32, weights_tag(rank, grouped)));
   dnnl_convolution_desc_t cd;
   TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,

@@ -272,6 +272,9 @@ static int conv_f32(const gs_op_call *c, float *const *p) {
   if (rc < 0 || done)
     return rc;
   const gs_conv_attrs *a = c->attrs;
+  if (a->src_blocked || a->dst_blocked) /* the loops below read and write NCHW only */
+    return gs_error(GS_ENOTSUP, "node %s: oneDNN cannot run this convolution, and the plan "
+                                "keeps its data in oneDNN's blocked layout", c->node_name);
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   geom g;
   make_geom(&g, a->spatial, xs->dims + 2, ys->dims + 2, a->kernel, a->stride, a->dilation,
