@@ -512,10 +512,10 @@ def test_a_thousand_concurrent_connections(repo):
     (perf_analyzer's), which count against the 1,024 one address may hold, so
     that some of the thousand were turned away in the sanitizer build."""
     with serving(repo) as server:
-        thousand_connections(server)
+        thousand_connections(server, os.path.join(str(repo), f"serve-{server}.log"))
 
 
-def thousand_connections(server):
+def thousand_connections(server, log_path):
     import selectors
     body = open(os.path.join(ROOT, "models", "digits", "example-request.json"), "rb").read()
     req = (b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
@@ -542,9 +542,11 @@ def thousand_connections(server):
                 sel.unregister(key.fileobj)
                 key.fileobj.close()
                 open_count -= 1
-    assert open_count == 0
+    # Should it fail, the server's own log says more (pytest deletes it later).
+    log_tail = open(log_path, errors="replace").read()[-4000:]
+    assert open_count == 0, log_tail
     bad = [r[:300] for r in replies.values() if not r.startswith(b"HTTP/1.1 200")]
-    assert not bad, (len(bad), bad[:3])  # what they were, should this ever fail again
+    assert not bad, (len(bad), bad[:3], log_tail)
     assert request(server, "GET", "/v2/health/live")[0] == 200
 
 
