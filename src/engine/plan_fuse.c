@@ -11,22 +11,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* The one live step that reads value v, or -1 if none or several, or v is an output. */
-static int sole_consumer(gs_plan *p, int v) {
+/* Up to `max` live steps that read value v; the count, or -1 when v is a
+ * graph output (it must stay) or more steps read it. */
+static int consumers(gs_plan *p, int v, int *out, int max) {
   if (p->values[v].graph_output)
     return -1;
-  int found = -1;
+  int n = 0;
   for (int s = 0; s < p->n_steps; s++) {
     if (p->steps[s].dead)
       continue;
     for (int i = 0; i < p->steps[s].call->n_in; i++)
       if (p->steps[s].in[i] == v) {
-        if (found >= 0 && found != s)
+        if (n == max)
           return -1;
-        found = s;
+        out[n++] = s;
+        break;
       }
   }
-  return found;
+  return n;
+}
+
+/* The one live step that reads value v, or -1 if none or several, or v is an output. */
+static int sole_consumer(gs_plan *p, int v) {
+  int s;
+  return consumers(p, v, &s, 1) == 1 ? s : -1;
 }
 
 /* Conv (constant float32 weights) followed by BatchNormalization (constant
@@ -133,25 +141,6 @@ static int fuse_matmul_add(gs_plan *p, step *mm) {
   return 0;
 }
 
-/* Up to `max` live steps that read value v; the count, or -1 when v is a
- * graph output (it must stay) or more steps read it. */
-static int consumers(gs_plan *p, int v, int *out, int max) {
-  if (p->values[v].graph_output)
-    return -1;
-  int n = 0;
-  for (int s = 0; s < p->n_steps; s++) {
-    if (p->steps[s].dead)
-      continue;
-    for (int i = 0; i < p->steps[s].call->n_in; i++)
-      if (p->steps[s].in[i] == v) {
-        if (n == max)
-          return -1;
-        out[n++] = s;
-        break;
-      }
-  }
-  return n;
-}
 
 /* Value v is a known float32 scalar (any shape of one element): *x. */
 static bool known_scalar(gs_plan *p, int v, float *x) {

@@ -62,15 +62,21 @@ PRODUCERS = {
 }
 
 
-def report(model, feeds):
+def report_text(model, feeds):
+    """What `gpusrv model run --report` prints about the plan."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "m.onnx")
         onnx.save(model, path)
         p = run_gpusrv(path, feeds, d, extra=("--report",))
     assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def report(model, feeds):
+    text = report_text(model, feeds)
     m = re.search(r"(\d+) nodes -> (\d+) kernels \((\d+) folded while planning, (\d+) fused\)",
-                  p.stdout)
-    assert m, p.stdout
+                  text)
+    assert m, text
     return tuple(map(int, m.groups()))
 
 
@@ -116,12 +122,8 @@ def test_gelu_with_other_constants_is_not_fused():
 
 
 def blocked_values(model, feeds):
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "m.onnx")
-        onnx.save(model, path)
-        p = run_gpusrv(path, feeds, d, extra=("--report",))
-    assert p.returncode == 0, p.stderr
-    m = re.search(r"(\d+) values between two convolutions stay in oneDNN's blocked layout", p.stdout)
+    m = re.search(r"(\d+) values between two convolutions stay in oneDNN's blocked layout",
+                  report_text(model, feeds))
     return int(m.group(1)) if m else 0
 
 
