@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev libdnnl-dev
-      libmicrohttpd-dev libcurl4-openssl-dev libb64-0d libsqlite3-dev libssl-dev task-spooler
+      libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev libb64-0d libsqlite3-dev libssl-dev task-spooler
       ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev
-      python3 python3-venv)
+      openssl curl python3 python3-venv)
 
 missing=()
 for p in "${debs[@]}"; do

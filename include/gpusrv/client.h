@@ -49,7 +49,11 @@ typedef struct gs_client gs_client;
  * http://127.0.0.1:8000). The bearer token is `token`, else GPUSRV_TOKEN,
  * else the daemon's admin token file if this user can read it
  * (GPUSRV_TOKEN_FILE, else /var/lib/gpusrv/admin.token: the installed
- * service's), else none. Nothing is sent until the first call. */
+ * service's), else none. For https:// URLs, GPUSRV_CA_FILE names the CA
+ * bundle (PEM) that signed the daemon's certificate (else the system's),
+ * and GPUSRV_CLIENT_CERT and GPUSRV_CLIENT_KEY this client's certificate
+ * and key, for a daemon started with --tls-client-ca. Nothing is sent until
+ * the first call. */
 GS_CLIENT_API int gs_client_open(const char *url, const char *token, gs_client **out);
 GS_CLIENT_API void gs_client_close(gs_client *c);
 /* Why the calling thread's last failed call failed, if that call was on

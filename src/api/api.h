@@ -30,12 +30,16 @@ typedef struct gs_serve_settings {
   char job_retention[GS_CONFIG_STR];
   double job_default_cpus;
   int64_t job_default_mem;
+  char tls_cert[GS_CONFIG_STR];
+  char tls_key[GS_CONFIG_STR];
+  char tls_client_ca[GS_CONFIG_STR];
+  bool insecure_listen;
 } gs_serve_settings;
 
 /* The one table every way of setting them derives from. */
 extern const gs_config_option gs_serve_options[];
 
-/* Runs the server until SIGINT or SIGTERM, then lets requests in flight
+/* Runs the server until SIGINT or SIGTERM (SIGHUP reads the TLS files again), then lets requests in flight
  * finish (up to drain_seconds) and returns 0; or returns an error when it
  * cannot start (port taken, repository unreadable). */
 int gs_serve(const gs_serve_settings *settings);

@@ -7,6 +7,7 @@
 #include "api/jobs_api.h"
 #include "api/kserve.h"
 #include "api/metrics.h"
+#include "api/tls.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -14,6 +15,7 @@
 #include "engine/engine.h"
 
 #include <arpa/inet.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
@@ -52,8 +54,17 @@ const gs_config_option gs_serve_options[] = {
         "Bytes of each device's memory that model plans may book (0: all of it)",
         model_memory_limit),
     OPT("auth", GS_CFG_STRING, "auto", 0, 0,
-        "Tokens for inference and reading: 'auto' (only beyond loopback) or 'required'; jobs, "
-        "tenants and model loading always need one", auth),
+        "Tokens for inference and reading: 'auto' (from clients beyond loopback), 'required' "
+        "(from every client) or 'none'; jobs, tenants and model loading always need one", auth),
+    OPT("tls-cert", GS_CFG_STRING, "", 0, 0,
+        "Certificate chain (PEM) to serve HTTPS with; read again on SIGHUP", tls_cert),
+    OPT("tls-key", GS_CFG_STRING, "", 0, 0, "The certificate's private key (PEM)", tls_key),
+    OPT("tls-client-ca", GS_CFG_STRING, "", 0, 0,
+        "CA bundle (PEM): clients must present a certificate it signed (with --tls-cert)",
+        tls_client_ca),
+    OPT("insecure-listen", GS_CFG_BOOL, "false", 0, 0,
+        "Listen beyond loopback without TLS (tokens and tensors travel in clear text)",
+        insecure_listen),
     OPT("job-devices", GS_CFG_STRING, "", 0, 0,
         "Devices jobs may book: every device but the CPUs (empty), 'all', or ids such as "
         "cuda0,cuda1", job_devices),
@@ -86,11 +97,15 @@ const gs_config_option gs_serve_options[] = {
     {NULL, 0, NULL, 0, 0, NULL, 0},
 };
 
+/* Who needs a token for inference and reading (--auth). */
+typedef enum { AUTH_AUTO, AUTH_REQUIRED, AUTH_NONE } auth_mode;
+
 typedef struct server {
   const gs_serve_settings *settings;
   gs_repository repo;
   gs_frontdesk *frontdesk;
-  bool auth_required; /* on every route but health, not only those that change state */
+  gs_tls *tls; /* NULL: plain HTTP */
+  auth_mode auth;
   atomic_int in_flight;
   atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
   atomic_int admin_ops;    /* loads and unloads running on their own threads */
@@ -128,10 +143,12 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   GS_LOGD("http", "%s", msg);
 }
 
-static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t stop_requested, reload_requested;
 static void on_signal(int sig) {
-  (void)sig;
-  stop_requested = 1;
+  if (sig == SIGHUP)
+    reload_requested = 1;
+  else
+    stop_requested = 1;
 }
 
 /* ---- replies ------------------------------------------------------------------------- */
@@ -332,16 +349,44 @@ static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
                                    const char *name, const char *version, const char *action,
                                    bool get, bool post, request *req);
 
+static bool loopback(const char *host) {
+  return strncmp(host, "127.", 4) == 0;
+}
+
+static bool client_on_loopback(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+  if (sa && sa->sa_family == AF_INET)
+    return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
+  if (sa && sa->sa_family == AF_INET6)
+    return memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr, &in6addr_loopback,
+                  sizeof in6addr_loopback) == 0;
+  return false;
+}
+
 /* Routes that change state or run code need a token whatever the setting;
- * the rest only when the server listens beyond loopback or --auth required;
- * health never. */
-static bool needs_token(const server *s, const char *url) {
+ * the rest when the client is beyond loopback (--auth auto), always
+ * (required) or never (none); health never. */
+static bool needs_token(const server *s, struct MHD_Connection *c, const char *url) {
   if (strncmp(url, "/v2/health/", 11) == 0)
     return false;
   if (strncmp(url, "/api/v1/jobs", 12) == 0 || strncmp(url, "/api/v1/tenants", 15) == 0 ||
       strncmp(url, "/api/v1/usage", 13) == 0 || strncmp(url, "/v2/repository/models/", 22) == 0)
     return true;
-  return s->auth_required;
+  return s->auth == AUTH_REQUIRED || (s->auth == AUTH_AUTO && !client_on_loopback(c));
+}
+
+/* With --tls-client-ca, a client without a certificate that CA signed gets
+ * 403 on every route, before its token or body is looked at. */
+static void check_client_certificate(server *s, struct MHD_Connection *c, request *req) {
+  if (!s->tls)
+    return;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  if (!gs_tls_client_allowed(s->tls, ci ? ci->tls_session : NULL, req->denied_why,
+                             sizeof req->denied_why))
+    req->denied = 403;
 }
 
 /* Who is asking, from "Authorization: Bearer TOKEN", as soon as the
@@ -355,7 +400,7 @@ static void authenticate(server *s, struct MHD_Connection *c, const char *url, r
   const char *why = NULL;
   char msg[200];
   if (!h) {
-    if (needs_token(s, url))
+    if (needs_token(s, c, url))
       why = "this route needs a token (Authorization: Bearer TOKEN)";
   } else if (strncasecmp(h, "Bearer ", 7) != 0) {
     why = "the Authorization header must read 'Bearer TOKEN'";
@@ -557,6 +602,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
       req->too_large = true;
     req->keep_body = takes_body(method, url);
     authenticate(s, c, url, req);
+    check_client_certificate(s, c, req);
     return MHD_YES;
   }
   if (*upload_size) {
@@ -617,14 +663,74 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 /* Everything gs_serve() opened, closed in reverse; safe on a half-open one. */
 static void close_all(server *s, gs_ledger *ledger, bool repo_open) {
   gs_frontdesk_close(s->frontdesk);
+  gs_tls_free(s->tls);
   if (repo_open)
     gs_repository_close(&s->repo);
   gs_ledger_free(ledger);
   gs_hal_shutdown();
 }
 
-static bool loopback(const char *host) {
-  return strncmp(host, "127.", 4) == 0;
+/* Beyond loopback, HTTP in clear text needs saying so (--insecure-listen);
+ * TLS needs both of its files. */
+static int check_listen_settings(const gs_serve_settings *st) {
+  if (!st->tls_cert[0] != !st->tls_key[0])
+    return gs_error(GS_EINVAL, "--tls-cert and --tls-key go together: give both or neither");
+  if (st->tls_client_ca[0] && !st->tls_cert[0])
+    return gs_error(GS_EINVAL, "--tls-client-ca needs --tls-cert and --tls-key");
+  if (loopback(st->host) || st->tls_cert[0])
+    return GS_OK;
+  if (!st->insecure_listen)
+    return gs_error(GS_EPERM, "refusing to listen on %s without TLS: tokens and tensors would "
+                              "cross the network in clear text; give --tls-cert and --tls-key, "
+                              "or --insecure-listen to accept that", st->host);
+  GS_LOGW("api", "listening on %s without TLS (--insecure-listen): tokens and tensors cross "
+                 "the network in clear text", st->host);
+  fprintf(stderr, "gpusrv: warning: listening on %s without TLS (--insecure-listen)\n", st->host);
+  return GS_OK;
+}
+
+/* SIGHUP: the certificate, key and client CA are read again; a failure
+ * keeps the ones in use. */
+static void reload_tls(server *s) {
+  if (!s->tls) {
+    GS_LOGI("api", "SIGHUP: nothing to reload (no --tls-cert)");
+    return;
+  }
+  if (gs_tls_reload(s->tls) < 0)
+    GS_LOGE("api", "SIGHUP: TLS files not reloaded, the previous ones stay: %s",
+            gs_error_detail());
+  else
+    GS_LOGI("api", "SIGHUP: TLS certificate, key and client CA reloaded");
+}
+
+/* libmicrohttpd's daemon on the server's address, with TLS where it has it. */
+static struct MHD_Daemon *start_http(server *s, struct sockaddr_in *addr) {
+  const gs_serve_settings *st = s->settings;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                   MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+  struct MHD_OptionItem opts[16] = {
+      {MHD_OPTION_SOCK_ADDR, 0, addr},
+      {MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)st->http_threads, NULL},
+      {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, s},
+      {MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL},
+      {MHD_OPTION_CONNECTION_LIMIT, 2000, NULL},
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)st->max_connections_per_client, NULL},
+      {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
+  };
+  int n = 7;
+  if (s->tls) {
+    flags |= MHD_USE_TLS;
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
+                                        gs_tls_cert_callback()};
+    /* A trust list makes libmicrohttpd ask each client for its certificate;
+     * check_client_certificate() decides. */
+    if (gs_tls_client_ca_pem(s->tls))
+      opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0,
+                                          (void *)gs_tls_client_ca_pem(s->tls)};
+  }
+  opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+  return MHD_start_daemon(flags, (uint16_t)st->http_port, NULL, NULL, handle, s,
+                          MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
 }
 
 int gs_serve(const gs_serve_settings *settings) {
@@ -636,9 +742,18 @@ int gs_serve(const gs_serve_settings *settings) {
   atomic_init(&s.in_flight, 0);
   atomic_init(&s.body_bytes, 0);
   atomic_init(&s.admin_ops, 0);
-  if (strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "required") != 0)
-    return gs_error(GS_EINVAL, "--auth is 'auto' or 'required', not '%s'", settings->auth);
-  s.auth_required = strcmp(settings->auth, "required") == 0 || !loopback(settings->host);
+  if (strcmp(settings->auth, "auto") == 0)
+    s.auth = AUTH_AUTO;
+  else if (strcmp(settings->auth, "required") == 0)
+    s.auth = AUTH_REQUIRED;
+  else if (strcmp(settings->auth, "none") == 0)
+    s.auth = AUTH_NONE;
+  else
+    return gs_error(GS_EINVAL, "--auth is 'auto', 'required' or 'none', not '%s'",
+                    settings->auth);
+  int rc = check_listen_settings(settings);
+  if (rc < 0)
+    return rc;
   /* A body's buffer grows by doubling: the largest request must fit the budget alone. */
   long long largest = 4096;
   while (largest < settings->max_request_bytes)
@@ -656,8 +771,11 @@ int gs_serve(const gs_serve_settings *settings) {
     return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
   if (gs_hal_init() < 0 || gs_engine_init() < 0)
     return GS_EDEVICE;
+  if (settings->tls_cert[0] &&
+      gs_tls_open(settings->tls_cert, settings->tls_key, settings->tls_client_ca, &s.tls) < 0)
+    return gs_error_code();
   gs_ledger *ledger = NULL;
-  int rc = gs_ledger_create(&ledger);
+  rc = gs_ledger_create(&ledger);
   for (int d = 0; rc == 0 && d < gs_hal_device_count(); d++)
     if (settings->model_memory_limit > 0 &&
         (uint64_t)settings->model_memory_limit < gs_ledger_capacity(ledger, gs_hal_device(d)))
@@ -678,7 +796,8 @@ int gs_serve(const gs_serve_settings *settings) {
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   if (rc == 0)
     rc = gs_frontdesk_open(&fs, &s.frontdesk);
-  if (rc == 0 && s.auth_required && gs_frontdesk_token_count(s.frontdesk) == 0)
+  bool tokens_needed = s.auth == AUTH_REQUIRED || (s.auth == AUTH_AUTO && !loopback(settings->host));
+  if (rc == 0 && tokens_needed && gs_frontdesk_token_count(s.frontdesk) == 0)
     rc = gs_error(GS_EPERM, "refusing to listen on %s without tokens configured (gpusrv tenant "
                             "add)", settings->host);
   if (rc < 0) {
@@ -699,27 +818,27 @@ int gs_serve(const gs_serve_settings *settings) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  struct MHD_Daemon *d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-          MHD_ALLOW_SUSPEND_RESUME,
-      (uint16_t)settings->http_port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR,
-      (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)settings->http_threads,
-      MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
-      MHD_OPTION_CONNECTION_LIMIT, 2000u, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-      (unsigned)settings->max_connections_per_client, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-      MHD_OPTION_END);
+  struct MHD_Daemon *d = start_http(&s, &addr);
   if (!d) {
     close_all(&s, ledger, true);
     return gs_error(GS_EIO, "cannot listen on %s:%lld (port in use?)", settings->host,
                     (long long)settings->http_port);
   }
-  GS_LOGI("api", "listening on http://%s:%lld", settings->host, (long long)settings->http_port);
-  fprintf(stderr, "gpusrv: serving %d model(s) from %s on http://%s:%lld\n",
-          atomic_load(&s.repo.n_models),
-          settings->model_repository, settings->host, (long long)settings->http_port);
-  while (!stop_requested)
+  const char *scheme = s.tls ? "https" : "http";
+  GS_LOGI("api", "listening on %s://%s:%lld", scheme, settings->host,
+          (long long)settings->http_port);
+  fprintf(stderr, "gpusrv: serving %d model(s) from %s on %s://%s:%lld\n",
+          atomic_load(&s.repo.n_models), settings->model_repository, scheme, settings->host,
+          (long long)settings->http_port);
+  while (!stop_requested) {
     gs_sleep_ns(50 * 1000 * 1000);
+    if (reload_requested) {
+      reload_requested = 0;
+      reload_tls(&s);
+    }
+  }
   /* Stop accepting, let requests in flight finish, then stop. Jobs keep
    * running; the next start adopts them. */
   MHD_quiesce_daemon(d);

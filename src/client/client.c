@@ -79,6 +79,11 @@ static bool read_token_file(const char *path, char *out, size_t cap) {
   return out[0] != '\0';
 }
 
+static void copy_env(const char *name, char *to, size_t cap) {
+  const char *v = getenv(name);
+  snprintf(to, cap, "%s", v ? v : "");
+}
+
 int gs_client_open(const char *url, const char *token, gs_client **out) {
   *out = NULL;
   if (!url || !*url)
@@ -97,6 +102,9 @@ int gs_client_open(const char *url, const char *token, gs_client **out) {
   }
   memcpy(c->url, url, n);
   c->plain = parse_plain_url(c);
+  copy_env("GPUSRV_CA_FILE", c->ca_file, sizeof c->ca_file);
+  copy_env("GPUSRV_CLIENT_CERT", c->cert_file, sizeof c->cert_file);
+  copy_env("GPUSRV_CLIENT_KEY", c->key_file, sizeof c->key_file);
   char found[600] = "";
   const char *file = getenv("GPUSRV_TOKEN_FILE");
   if (!token || !*token)

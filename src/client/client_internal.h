@@ -18,6 +18,9 @@
 struct gs_client {
   char url[1024]; /* without a trailing slash */
   char auth[1100]; /* "Authorization: Bearer ..." or "" */
+  /* For https:// (libcurl): the CA bundle that signed the daemon's
+   * certificate, and this client's own certificate and key; "" for none. */
+  char ca_file[1024], cert_file[1024], key_file[1024];
   pthread_mutex_t lock;
   /* http:// goes over the plain transport (transport_plain.c): host, port,
    * the URL's path prefix, and idle keep-alive sockets. Other schemes go

@@ -170,6 +170,12 @@ int client_perform_curl(gs_client *c, client_exchange *x) {
   cu.curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
   if (x->timeout_ms > 0)
     cu.curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, x->timeout_ms);
+  if (c->ca_file[0])
+    cu.curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+  if (c->cert_file[0])
+    cu.curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
+  if (c->key_file[0])
+    cu.curl_easy_setopt(h, CURLOPT_SSLKEY, c->key_file);
   if (x->n_segments > 0 || strcmp(x->method, "POST") == 0) {
     cu.curl_easy_setopt(h, CURLOPT_POST, 1L);
     cu.curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)client_body_size(x));
