@@ -132,61 +132,79 @@ static json_t *job_reply(gs_frontdesk *fd, const gs_principal *who, int64_t id) 
   return j;
 }
 
-/* POST /api/v1/jobs */
-static bool submit(gs_frontdesk *fd, const gs_principal *who, const char *body, size_t len,
-                   gs_http_reply *r) {
-  json_t *b = parse_body(body, len, r);
-  if (!b)
-    return true;
-  /* cpus and mem left out: the daemon's defaults (gs_job_request). */
-  gs_job_request req = {0};
-  const char **argv = NULL, **env = NULL;
+/* The fields of a job's body into b->req; -1 with the reason recorded. */
+static int read_job_fields(json_t *j, gs_job_body *b) {
+  gs_job_request *req = &b->req;
   int gpus = 0, share = 0;
-  const char *limit = NULL;
-  json_t *lim = json_object_get(b, "time_limit");
-  int rc = string_list(b, "command", true, &argv);
+  json_t *lim = json_object_get(j, "time_limit");
+  int rc = string_list(j, "command", true, &b->argv);
   if (rc == 0)
-    rc = string_list(b, "env", false, &env);
-  req.argv = argv;
-  req.env = env;
+    rc = string_list(j, "env", false, &b->env);
+  req->argv = b->argv;
+  req->env = b->env;
   if (rc == 0)
-    rc = get_string(b, "name", &req.name);
+    rc = get_string(j, "name", &req->name);
   if (rc == 0)
-    rc = get_string(b, "chdir", &req.chdir);
+    rc = get_string(j, "chdir", &req->chdir);
   if (rc == 0)
-    rc = get_int(b, "gpus", 0, GS_SCHED_MAX_DEVICES, &gpus);
+    rc = get_int(j, "gpus", 0, GS_SCHED_MAX_DEVICES, &gpus);
   if (rc == 0)
-    rc = get_int(b, "gpu_share", 0, 100, &share);
+    rc = get_int(j, "gpu_share", 0, 100, &share);
   if (rc == 0)
-    rc = get_bytes(b, "gpu_mem", &req.need.gpu_mem);
+    rc = get_bytes(j, "gpu_mem", &req->need.gpu_mem);
   if (rc == 0)
-    rc = get_bytes(b, "mem", &req.need.host_mem);
+    rc = get_bytes(j, "mem", &req->need.host_mem);
   if (rc == 0)
-    rc = get_number(b, "cpus", 0, 1e6, &req.need.cpus);
-  if (rc == 0 && json_is_number(json_object_get(b, "cpus")) && req.need.cpus <= 0)
+    rc = get_number(j, "cpus", 0, 1e6, &req->need.cpus);
+  if (rc == 0 && json_is_number(json_object_get(j, "cpus")) && req->need.cpus <= 0)
     rc = gs_error(GS_EINVAL, "cpus must be more than 0: a job without a CPU limit is not "
                              "allowed (leave cpus out for the daemon's default)");
   if (rc == 0)
-    rc = get_int(b, "priority", -1000, 1000, &req.priority);
+    rc = get_int(j, "priority", -1000, 1000, &req->priority);
   if (rc == 0 && json_is_integer(lim) && json_integer_value(lim) >= 0)
-    req.time_limit_s = json_integer_value(lim);
-  else if (rc == 0 && json_is_string(lim)) {
-    limit = json_string_value(lim);
-    rc = gs_parse_duration(limit, &req.time_limit_s);
-  } else if (rc == 0 && lim && !json_is_null(lim))
+    req->time_limit_s = json_integer_value(lim);
+  else if (rc == 0 && json_is_string(lim))
+    rc = gs_parse_duration(json_string_value(lim), &req->time_limit_s);
+  else if (rc == 0 && lim && !json_is_null(lim))
     rc = gs_error(GS_EINVAL, "time_limit must be seconds or text such as \"2h\"");
-  json_t *rq = json_object_get(b, "requeue");
+  json_t *rq = json_object_get(j, "requeue");
   if (rc == 0 && rq && !json_is_boolean(rq))
     rc = gs_error(GS_EINVAL, "requeue must be true or false");
-  req.requeue = json_is_true(rq);
-  req.need.gpus = gpus;
-  req.need.gpu_share = share;
+  req->requeue = json_is_true(rq);
+  req->need.gpus = gpus;
+  req->need.gpu_share = share;
+  return rc;
+}
+
+int gs_job_body_parse(const char *body, size_t len, gs_job_body *b, gs_http_reply *err) {
+  memset(b, 0, sizeof *b);
+  /* cpus and mem left out: the daemon's defaults (gs_job_request). */
+  if (!(b->json = parse_body(body, len, err)))
+    return GS_EINVAL;
+  int rc = read_job_fields(b->json, b);
+  if (rc < 0) {
+    fail(err, rc);
+    gs_job_body_free(b);
+  }
+  return rc;
+}
+
+void gs_job_body_free(gs_job_body *b) {
+  free(b->argv);
+  free(b->env);
+  json_decref(b->json);
+  memset(b, 0, sizeof *b);
+}
+
+/* POST /api/v1/jobs */
+static bool submit(gs_frontdesk *fd, const gs_principal *who, const char *body, size_t len,
+                   gs_http_reply *r) {
+  gs_job_body b;
+  if (gs_job_body_parse(body, len, &b, r) < 0)
+    return true;
   int64_t id = 0;
-  if (rc == 0)
-    rc = gs_job_submit(fd, who, &req, &id);
-  free(argv);
-  free(env);
-  json_decref(b);
+  int rc = gs_job_submit(fd, who, &b.req, &id);
+  gs_job_body_free(&b);
   if (rc < 0)
     return fail(r, rc);
   json_t *job = job_reply(fd, who, id);
@@ -270,12 +288,8 @@ static bool jobs_routes(gs_frontdesk *fd, const gs_principal *who, bool get, boo
   return false;
 }
 
-/* POST /api/v1/tenants */
-static bool add_tenant(gs_frontdesk *fd, const char *body, size_t len, gs_http_reply *r) {
-  json_t *b = parse_body(body, len, r);
-  if (!b)
-    return true;
-  gs_tenant t = {.weight = 1};
+/* The fields of a tenant's body into t; -1 with the reason recorded. */
+static int read_tenant_fields(json_t *b, gs_tenant *t) {
   const char *name = NULL, *user = NULL, *group = NULL;
   int rc = get_string(b, "name", &name);
   if (rc == 0)
@@ -283,38 +297,57 @@ static bool add_tenant(gs_frontdesk *fd, const char *body, size_t len, gs_http_r
   if (rc == 0)
     rc = get_string(b, "group", &group);
   if (rc == 0)
-    rc = get_number(b, "weight", 1e-6, 1e6, &t.weight);
+    rc = get_number(b, "weight", 1e-6, 1e6, &t->weight);
   if (rc == 0)
-    rc = get_int(b, "max_priority", -1000, 1000, &t.max_priority);
+    rc = get_int(b, "max_priority", -1000, 1000, &t->max_priority);
   json_t *quotas = json_object_get(b, "quotas");
   json_t *qs = quotas ? quotas : b;
   if (rc == 0)
-    rc = get_number(qs, "devices", 0, 1e6, &t.max_devices);
+    rc = get_number(qs, "devices", 0, 1e6, &t->max_devices);
   if (rc == 0)
-    rc = get_bytes(qs, "device_mem", &t.max_device_mem);
+    rc = get_bytes(qs, "device_mem", &t->max_device_mem);
   if (rc == 0)
-    rc = get_int(qs, "jobs", 0, 1000000, &t.max_jobs);
+    rc = get_int(qs, "jobs", 0, 1000000, &t->max_jobs);
   if (rc == 0)
-    rc = get_number(qs, "cpus", 0, 1e6, &t.max_cpus);
+    rc = get_number(qs, "cpus", 0, 1e6, &t->max_cpus);
   if (rc == 0)
-    rc = get_bytes(qs, "mem", &t.max_host_mem);
-  t.allow_root = json_is_true(json_object_get(b, "allow_root"));
-  t.admin = json_is_true(json_object_get(b, "admin"));
+    rc = get_bytes(qs, "mem", &t->max_host_mem);
+  t->allow_root = json_is_true(json_object_get(b, "allow_root"));
+  t->admin = json_is_true(json_object_get(b, "admin"));
   if (rc == 0 && !name)
     rc = gs_error(GS_EINVAL, "a tenant needs a name");
   if (rc == 0 && !user)
     rc = gs_error(GS_EINVAL, "tenant '%s' needs a Unix user for its jobs (\"user\")", name);
-  if (rc == 0 && (strlen(name) >= sizeof t.name || strlen(user) >= sizeof t.unix_user ||
-                  (group && strlen(group) >= sizeof t.unix_group)))
+  if (rc == 0 && (strlen(name) >= sizeof t->name || strlen(user) >= sizeof t->unix_user ||
+                  (group && strlen(group) >= sizeof t->unix_group)))
     rc = gs_error(GS_EINVAL, "names are at most 63 characters");
-  char token[96];
   if (rc == 0) {
-    snprintf(t.name, sizeof t.name, "%s", name);
-    snprintf(t.unix_user, sizeof t.unix_user, "%s", user);
-    snprintf(t.unix_group, sizeof t.unix_group, "%s", group ? group : "");
-    rc = gs_tenant_add(fd, &t, token, sizeof token);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    snprintf(t->unix_user, sizeof t->unix_user, "%s", user);
+    snprintf(t->unix_group, sizeof t->unix_group, "%s", group ? group : "");
   }
+  return rc;
+}
+
+int gs_tenant_body_parse(const char *body, size_t len, gs_tenant *t, gs_http_reply *err) {
+  *t = (gs_tenant){.weight = 1};
+  json_t *b = parse_body(body, len, err);
+  if (!b)
+    return GS_EINVAL;
+  int rc = read_tenant_fields(b, t);
   json_decref(b);
+  if (rc < 0)
+    fail(err, rc);
+  return rc;
+}
+
+/* POST /api/v1/tenants */
+static bool add_tenant(gs_frontdesk *fd, const char *body, size_t len, gs_http_reply *r) {
+  gs_tenant t;
+  if (gs_tenant_body_parse(body, len, &t, r) < 0)
+    return true;
+  char token[96];
+  int rc = gs_tenant_add(fd, &t, token, sizeof token);
   if (rc < 0)
     return fail(r, rc);
   gs_http_reply_json(r, 201, json_pack("{s:s, s:s}", "name", t.name, "token", token));

@@ -4,6 +4,7 @@
 #include "api/api.h"
 
 #include "api/batcher.h"
+#include "api/http_parse.h"
 #include "api/jobs_api.h"
 #include "api/kserve.h"
 #include "api/metrics.h"
@@ -205,39 +206,6 @@ static enum MHD_Result send_empty(struct MHD_Connection *c, int status) {
 
 /* ---- routing --------------------------------------------------------------------------- */
 
-/* Splits "/v2/models/NAME[/versions/V][/ACTION]". Returns false if the URL
- * is not of that form. */
-static bool parse_model_url(const char *url, char *name, size_t ncap, char *version, size_t vcap,
-                            char *action, size_t acap) {
-  const char *p = url + strlen("/v2/models/");
-  const char *slash = strchr(p, '/');
-  size_t n = slash ? (size_t)(slash - p) : strlen(p);
-  if (n == 0 || n >= ncap)
-    return false;
-  memcpy(name, p, n);
-  name[n] = '\0';
-  version[0] = action[0] = '\0';
-  if (!slash)
-    return true;
-  p = slash + 1;
-  if (strncmp(p, "versions/", 9) == 0) {
-    p += 9;
-    slash = strchr(p, '/');
-    n = slash ? (size_t)(slash - p) : strlen(p);
-    if (n == 0 || n >= vcap)
-      return false;
-    memcpy(version, p, n);
-    version[n] = '\0';
-    if (!slash)
-      return true;
-    p = slash + 1;
-  }
-  if (strlen(p) >= acap || strchr(p, '/'))
-    return false;
-  snprintf(action, acap, "%s", p);
-  return true;
-}
-
 /* From the batcher's thread: the reply is ready; wake the connection. */
 static void on_infer_done(gs_infer_request *r, void *ctx) {
   request *req = ctx;
@@ -311,16 +279,15 @@ static enum MHD_Result start_admin_op(server *s, struct MHD_Connection *c, reque
 static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
                                    gs_served_version *v, request *req) {
   const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
-  char *end = NULL;
-  long long header_len = hl ? strtoll(hl, &end, 10) : 0;
-  if (hl && (end == hl || *end || header_len < 0))
+  size_t header_len = 0;
+  if (hl && !gs_http_header_length(hl, &header_len))
     return send_error(c, 400, "Inference-Header-Content-Length is not a number");
   gs_http_reply err = {0};
   memset(&req->infer, 0, sizeof req->infer);
   const char *body = req->body ? req->body : "";
   int parsed = hl && header_len == 0
                    ? gs_kserve_parse_raw(m, v, body, req->len, &req->infer, &err)
-                   : gs_kserve_parse(m, v, body, req->len, (size_t)header_len, &req->infer, &err);
+                   : gs_kserve_parse(m, v, body, req->len, header_len, &req->infer, &err);
   if (parsed < 0)
     return send_reply(c, &err);
   if (!m->dynamic_batching) {
@@ -402,9 +369,9 @@ static void authenticate(server *s, struct MHD_Connection *c, const char *url, r
   if (!h) {
     if (needs_token(s, c, url))
       why = "this route needs a token (Authorization: Bearer TOKEN)";
-  } else if (strncasecmp(h, "Bearer ", 7) != 0) {
+  } else if (!gs_http_bearer_token(h)) {
     why = "the Authorization header must read 'Bearer TOKEN'";
-  } else if (gs_frontdesk_authenticate(s->frontdesk, h + 7, &req->who) < 0) {
+  } else if (gs_frontdesk_authenticate(s->frontdesk, gs_http_bearer_token(h), &req->who) < 0) {
     snprintf(msg, sizeof msg, "token refused: %s", gs_error_detail());
     why = msg;
   }
@@ -475,7 +442,8 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
   }
   if (strncmp(url, "/v2/models/", 11) == 0) {
     char name[128], version[32], action[32], msg[300];
-    if (!parse_model_url(url, name, sizeof name, version, sizeof version, action, sizeof action))
+    if (!gs_http_model_url(url, name, sizeof name, version, sizeof version, action,
+                           sizeof action))
       return send_error(c, 404, "no such route");
     gs_served_model *m = gs_repository_find(&s->repo, name);
     if (!m) {

@@ -465,7 +465,7 @@ def test_auth_required_covers_inference(tmp_path):
         assert d.request("GET", "/v2", token=d.admin)[0] == 200
     p = subprocess.run([GPUSRV, "serve", "--auth", "sometimes", "--state-dir", str(tmp_path / "s")],
                        capture_output=True, text=True)
-    assert p.returncode != 0 and "'auto' or 'required'" in p.stderr
+    assert p.returncode != 0 and "'auto', 'required' or 'none'" in p.stderr
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="switching users needs root")
