@@ -22,6 +22,7 @@
 /* ---- loading ---------------------------------------------------------------------- */
 
 static void warm_up(gs_served_model *m);
+static void unload_model(gs_served_model *m);
 static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                            const gs_shape *shapes, const void *const *inputs, void **outputs,
                            gs_plan_value_info *out_info);
@@ -212,8 +213,31 @@ static void destroy_instances(gs_served_model *m) {
   m->n_instances = 0;
 }
 
+/* Starts the clock of a load of m (--model-load-timeout). */
+static void begin_load(const gs_repository *repo, gs_served_model *m) {
+  m->load_limit_s = repo->load_timeout_s;
+  m->load_deadline_ns =
+      repo->load_timeout_s > 0 ? gs_now_ns() + (uint64_t)repo->load_timeout_s * 1000000000u : 0;
+  m->load_overdue = false;
+}
+
+/* Whether the load of m has run past its time limit; the first time, its
+ * reason says so and names the step it stopped at. Checked between steps:
+ * one step (reading a file, running a warm-up plan) is not interrupted. */
+static bool load_overdue(gs_served_model *m, const char *step) {
+  if (m->load_overdue)
+    return true;
+  if (!m->load_deadline_ns || gs_now_ns() < m->load_deadline_ns)
+    return false;
+  snprintf(m->reason, sizeof m->reason, "loading took longer than its limit of %lld s "
+           "(--model-load-timeout); stopped %s", (long long)m->load_limit_s, step);
+  m->load_overdue = true;
+  return true;
+}
+
 /* Reads the configuration and every version of model m from `dir` (the
- * model's use lock held exclusively). Sets state and reason. */
+ * model's use lock held exclusively; begin_load called). Sets state and
+ * reason. */
 static void load_model(gs_served_model *m, const char *dir) {
   char path[1200];
   struct stat st;
@@ -221,12 +245,15 @@ static void load_model(gs_served_model *m, const char *dir) {
   m->n_versions = 0;
   snprintf(path, sizeof path, "%s/config.json", dir);
   int rc = 0;
-  if (stat(path, &st) == 0)
-    rc = gs_model_config_read_json(m, path);
-  else {
+  bool json = stat(path, &st) == 0;
+  if (!json)
     snprintf(path, sizeof path, "%s/config.pbtxt", dir);
-    if (stat(path, &st) == 0)
-      rc = gs_model_config_read_pbtxt(m, path);
+  if (json || stat(path, &st) == 0) {
+    /* A FIFO or a device would hold the load (and the repository) forever. */
+    if (!S_ISREG(st.st_mode))
+      rc = gs_error(GS_EINVAL, "%s is not a regular file", path);
+    else
+      rc = json ? gs_model_config_read_json(m, path) : gs_model_config_read_pbtxt(m, path);
   }
   if (rc < 0) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
@@ -239,6 +266,8 @@ static void load_model(gs_served_model *m, const char *dir) {
     long long v = strtoll(de->d_name, &end, 10);
     if (*end || end == de->d_name || v < 0 || m->n_versions == GS_REPO_MAX_VERSIONS)
       continue;
+    if (load_overdue(m, "reading its versions"))
+      break;
     gs_served_version *ver = &m->versions[m->n_versions++];
     memset(ver, 0, sizeof *ver);
     ver->number = v;
@@ -271,6 +300,16 @@ static void load_model(gs_served_model *m, const char *dir) {
   }
   if (any)
     warm_up(m);
+  if (load_overdue(m, "at the end")) {
+    /* Nothing half-made stays: no instance, batcher or weights. */
+    char why[sizeof m->reason];
+    snprintf(why, sizeof why, "%s", m->reason);
+    unload_model(m);
+    snprintf(m->reason, sizeof m->reason, "%s", why);
+    atomic_store(&m->state, GS_MODEL_UNAVAILABLE);
+    GS_LOGW("api", "model %s not ready: %s", m->name, m->reason);
+    return;
+  }
   if (!any && !m->reason[0])
     snprintf(m->reason, sizeof m->reason, "version %lld: %s", (long long)m->versions[0].number,
              m->versions[0].reason);
@@ -363,7 +402,7 @@ static void warm_up(gs_served_model *m) {
     for (int i = 0; rc == 0 && i < v->model->n_inputs; i++)
       if (!(zeros[i] = calloc(1, in_bytes[i] ? in_bytes[i] : 1)))
         rc = gs_error(GS_ENOMEM, "out of memory warming up");
-    for (int k = 0; rc == 0 && k < m->n_instances; k++) {
+    for (int k = 0; rc == 0 && k < m->n_instances && !load_overdue(m, "warming up"); k++) {
       gs_instance *inst = &m->instances[k];
       void *outputs[GS_REQ_MAX_IO] = {0};
       gs_plan_value_info out_info[GS_REQ_MAX_IO];
@@ -447,18 +486,22 @@ static void *loader_main(void *arg) {
     snprintf(dir, sizeof dir, "%s/%s", repo->dir, m->name);
     pthread_mutex_lock(&repo->admin);
     pthread_rwlock_wrlock(&m->use);
-    if (atomic_load(&m->state) == GS_MODEL_LOADING)
+    if (atomic_load(&m->state) == GS_MODEL_LOADING) {
+      begin_load(repo, m);
       load_model(m, dir);
+    }
     pthread_rwlock_unlock(&m->use);
     pthread_mutex_unlock(&repo->admin);
   }
   return NULL;
 }
 
-int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger) {
+int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger,
+                       int64_t load_timeout_s) {
   memset(repo, 0, sizeof *repo);
   snprintf(repo->dir, sizeof repo->dir, "%s", dir);
   repo->ledger = ledger;
+  repo->load_timeout_s = load_timeout_s;
   pthread_mutex_init(&repo->admin, NULL);
   if (!(repo->models = calloc(GS_REPO_MAX_MODELS, sizeof *repo->models)))
     return gs_error(GS_ENOMEM, "out of memory for the model repository");
@@ -508,6 +551,7 @@ int gs_repository_load(gs_repository *repo, const char *name) {
   pthread_rwlock_wrlock(&m->use);
   atomic_store(&m->state, GS_MODEL_LOADING);
   unload_model(m);
+  begin_load(repo, m);
   load_model(m, dir);
   int rc = gs_served_ready(m) ? GS_OK : gs_error(GS_EINVAL, "%s", m->reason);
   pthread_rwlock_unlock(&m->use);

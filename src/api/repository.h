@@ -119,6 +119,11 @@ typedef struct gs_served_model {
   gs_model_stats stats;
   _Atomic int state; /* gs_model_state */
   char reason[512];  /* why not ready */
+  /* The load in progress: when it must be done by (0: no limit), the limit
+   * in seconds for messages, and whether it ran past it. */
+  uint64_t load_deadline_ns;
+  int64_t load_limit_s;
+  bool load_overdue;
   /* Requests hold it shared while they use the model's versions; loading
    * and unloading hold it exclusively. */
   pthread_rwlock_t use;
@@ -134,6 +139,7 @@ typedef struct gs_repository {
   pthread_mutex_t admin;    /* one load or unload at a time */
   pthread_t loader;         /* loads the models found at start, in the background */
   bool loader_started;
+  int64_t load_timeout_s; /* each model's load, warm-up included (0: no limit) */
   _Atomic bool closing;
 } gs_repository;
 
@@ -152,7 +158,8 @@ const char *gs_model_state_name(int state);
  * until then they are LOADING. A broken model stays listed, UNAVAILABLE
  * with its reason; it does not stop the others. Returns 0, or an error only
  * when the directory itself cannot be read. */
-int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger);
+int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger,
+                       int64_t load_timeout_s);
 void gs_repository_close(gs_repository *repo);
 /* (Re)loads model `name` from its directory now; returns 0 or an error
  * (GS_ENOENT: no such directory; else the model's reason). */

@@ -54,6 +54,9 @@ const gs_config_option gs_serve_options[] = {
     OPT("model-memory-limit", GS_CFG_BYTES, "0", 0, (int64_t)1 << 50,
         "Bytes of each device's memory that model plans may book (0: all of it)",
         model_memory_limit),
+    OPT("model-load-timeout", GS_CFG_INT, "300", 0, 86400,
+        "Seconds a model's load may take, warm-up included; past it the model is UNAVAILABLE "
+        "with the reason (0: no limit)", model_load_timeout),
     OPT("auth", GS_CFG_STRING, "auto", 0, 0,
         "Tokens for inference and reading: 'auto' (from clients beyond loopback), 'required' "
         "(from every client) or 'none'; jobs, tenants and model loading always need one", auth),
@@ -775,7 +778,8 @@ int gs_serve(const gs_serve_settings *settings) {
   if (gs_frontdesk_admin_token_path(s.frontdesk)[0])
     fprintf(stderr, "gpusrv: first start: the admin token is in %s (readable by this user only)\n",
             gs_frontdesk_admin_token_path(s.frontdesk));
-  rc = gs_repository_open(&s.repo, settings->model_repository, ledger);
+  rc = gs_repository_open(&s.repo, settings->model_repository, ledger,
+                          settings->model_load_timeout);
   if (rc < 0) {
     close_all(&s, ledger, false);
     return rc;

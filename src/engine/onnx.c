@@ -958,7 +958,8 @@ int gs_model_load_bytes_ex(const void *data, size_t len, const char *dir, bool c
 int gs_model_load(const char *path, gs_model **out) { return gs_model_load_ex(path, true, out); }
 
 int gs_model_load_ex(const char *path, bool check_support, gs_model **out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO would wait for a writer; it is refused below. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return gs_error(errno == ENOENT ? GS_ENOENT : GS_EIO, "cannot open %s: %s", path,
                     strerror(errno));
