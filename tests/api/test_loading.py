@@ -79,7 +79,8 @@ def test_a_load_past_its_time_limit_leaves_the_model_unavailable(tmp_path):
     (tmp_path / "slow" / "1").mkdir(parents=True)
     # About 260 GFLOP at warm-up, about 3 s on this 2-core machine: past a limit of 1 s (its
     # input stays under the 64 MB that warm-up takes at most).
-    onnx.save(slow_model(channels=96, size=256, layers=24), str(tmp_path / "slow" / "1" / "model.onnx"))
+    onnx.save(slow_model(channels=96, size=256, layers=24),
+              str(tmp_path / "slow" / "1" / "model.onnx"))
     (tmp_path / "slow" / "config.json").write_text(json.dumps({"max_batch_size": 1}))
     add_model(tmp_path, "mlp", {"max_batch_size": 8})
     with serving(tmp_path, "--model-load-timeout", "1") as port:
