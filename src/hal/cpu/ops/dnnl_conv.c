@@ -160,9 +160,10 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
                                    a->dst_blocked ? blocked_tag(rank) : plain_tag(rank)));
   TRY(dnnl_memory_desc_init_by_tag(&w_plain, wr, w, dnnl_f32, weights_tag(rank, grouped)));
   dnnl_convolution_desc_t cd;
+  bool padded = getenv("GS_EXP_PLAIN") && !grouped && (src[1] % 8 != 0 || dst[1] % 8 != 0);
   TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                 dnnl_convolution_direct, &src_any, &w_any,
-                                                 a->has_bias ? &b_md : NULL, &dst_any, strides,
+                                                 dnnl_convolution_direct, padded ? &src_plain : &src_any, &w_any,
+                                                 a->has_bias ? &b_md : NULL, padded ? &dst_plain : &dst_any, strides,
                                                  dil, pl, pr));
   dnnl_primitive_attr_t attr = NULL;
   TRY(dnnl_primitive_attr_create(&attr));

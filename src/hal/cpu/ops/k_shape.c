@@ -39,7 +39,9 @@ static void transpose_rows(const char *x, char *y, size_t es, const gs_shape *ys
   }
   for (int64_t row = lo; row < hi; row++) {
     int64_t i = row * len;
-    if (es == 4) {
+    if (step == 1) { /* the row lies in one piece in the source too */
+      memcpy(y + (size_t)i * es, x + (size_t)off * es, (size_t)len * es);
+    } else if (es == 4) {
       const uint32_t *xs4 = (const uint32_t *)x + off;
       uint32_t *y4 = (uint32_t *)y + i;
       for (int64_t j = 0; j < len; j++)
@@ -66,14 +68,28 @@ static int k_transpose(const gs_cpu_kernel_call *k) {
   size_t es = esize(&c->in[0]);
   int64_t xst[GS_MAX_DIMS], src_stride[GS_MAX_DIMS];
   gs_launch_contiguous_strides(xs, xst);
-  for (int d = 0; d < ys->rank; d++)
-    src_stride[d] = xst[a->perm[d]];
-  int64_t len = ys->rank > 0 ? ys->dims[ys->rank - 1] : 1;
+  /* The output's dims, with those of size 1 dropped and neighbours that
+   * are neighbours in the source too merged: a channel shuffle's rows of
+   * H*W floats are copied whole instead of one float at a time. */
+  gs_shape ym = {0};
+  for (int d = 0; d < ys->rank; d++) {
+    int64_t n = ys->dims[d], st = xst[a->perm[d]];
+    if (n == 1)
+      continue;
+    if (ym.rank > 0 && src_stride[ym.rank - 1] == st * n) {
+      ym.dims[ym.rank - 1] *= n;
+      src_stride[ym.rank - 1] = st;
+      continue;
+    }
+    ym.dims[ym.rank] = n;
+    src_stride[ym.rank++] = st;
+  }
+  int64_t len = ym.rank > 0 ? ym.dims[ym.rank - 1] : 1;
   int64_t rows = len ? gs_shape_numel(ys) / len : 0;
   const char *x = k->ptr[0];
   char *y = k->ptr[1];
   GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (len ? len : 1), lo, hi,
-                     transpose_rows(x, y, es, ys, src_stride, lo, hi));
+                     transpose_rows(x, y, es, &ym, src_stride, lo, hi));
   return 0;
 }
 
