@@ -49,6 +49,11 @@ PRODUCERS = {
     "conv": (lambda: [helper.make_node("Conv", ["x", "w", "b"], ["p"], pads=[1, 1, 1, 1])],
              lambda: {"w": f32(8, 4, 3, 3, lo=-0.5, hi=0.5), "b": f32(8)},
              lambda: f32(2, 4, 9, 9)),
+    # 1x1, 5 -> 7 channels: on the CPU a GEMM rather than oneDNN (channels that are not a
+    # multiple of its block), with bias and activation applied row by row.
+    "conv1x1": (lambda: [helper.make_node("Conv", ["x", "w", "b"], ["p"])],
+                lambda: {"w": f32(7, 5, 1, 1, lo=-0.5, hi=0.5), "b": f32(7)},
+                lambda: f32(2, 5, 6, 7)),
     "depthwise": (lambda: [helper.make_node("Conv", ["x", "w"], ["p"], group=4, pads=[1, 1, 1, 1])],
                   lambda: {"w": f32(4, 1, 3, 3)},
                   lambda: f32(1, 4, 16, 16)),

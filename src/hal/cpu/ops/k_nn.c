@@ -266,18 +266,9 @@ static void im2col(const geom *g, const float *x, int64_t channels, float *cols)
         }
 }
 
-static bool exp_gemm(const gs_op_call *c) {
-  const gs_conv_attrs *a = c->attrs;
-  if (!getenv("GS_EXP_GEMM") || a->group != 1 || a->src_blocked || a->dst_blocked) return false;
-  for (int i = 0; i < a->spatial; i++)
-    if (a->kernel[i] != 1 || a->stride[i] != 1 || a->pad_begin[i] || a->pad_end[i]) return false;
-  int64_t ci = c->in[0].shape.dims[1], co = c->out[0].shape.dims[1];
-  return ci % 8 || co % 8 || getenv("GS_EXP_GEMM_ALL");
-}
-
 static int conv_f32(const gs_op_call *c, float *const *p) {
-  bool done = false;
-  int rc = exp_gemm(c) ? 0 : gs__dnnl_conv(c, p, &done);
+  bool done;
+  int rc = gs__dnnl_conv(c, p, &done);
   if (rc < 0 || done)
     return rc;
   const gs_conv_attrs *a = c->attrs;
@@ -322,14 +313,16 @@ static int conv_f32(const gs_op_call *c, float *const *p) {
         else
           memset(yg, 0, sizeof(float) * (size_t)(cout_g * g.out_size));
       }
-      for (int64_t o = 0; bias && o < cout_g; o++) {
-        float b = bias[grp * cout_g + o], *row = yg + o * g.out_size;
-        for (int64_t i = 0; i < g.out_size; i++)
+      /* Bias and activation row by row, while the row is in cache. */
+      for (int64_t o = 0; o < cout_g; o++) {
+        float *row = yg + o * g.out_size;
+        float b = bias ? bias[grp * cout_g + o] : 0.0f;
+        for (int64_t i = 0; bias && i < g.out_size; i++)
           row[i] += b;
+        apply_act(a->act, a->act_lo, a->act_hi, row, g.out_size);
       }
     }
   free(cols);
-  apply_act(a->act, a->act_lo, a->act_hi, y, gs_shape_numel(ys));
   return 0;
 }
 
