@@ -281,6 +281,9 @@ static int run(const char *path, const model_opts *opts) {
            r.nodes, r.steps, r.folded, r.fused, (unsigned long long)r.arena_bytes,
            (unsigned long long)r.naive_bytes, (unsigned long long)r.weights_bytes,
            gs_device_get_info(dev)->id);
+    if (r.in_place)
+      printf("plan: reshapes that copy nothing (the output takes the input's memory): %d\n",
+             r.in_place);
     if (r.kept_blocked)
       printf("plan: %d values between two convolutions stay in oneDNN's blocked layout\n",
              r.kept_blocked);

@@ -106,6 +106,7 @@ typedef struct gs_plan_report {
   int fused;        /* nodes merged into another's kernel */
   int cpu_fallback; /* steps that run on the CPU because the device lacks the kernel */
   int kept_blocked; /* values between two convolutions kept in oneDNN's blocked layout */
+  int in_place;     /* Reshapes and the like whose output shares their input's bytes */
   char fallback_ops[256]; /* their ops, "Conv, Relu" */
   uint64_t arena_bytes;  /* peak of the liveness-planned arena */
   uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse */

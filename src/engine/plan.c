@@ -40,7 +40,7 @@ int gs__plan_add_value(gs_plan *p, const char *name, gs_dtype dt, const gs_shape
     return gs_error(GS_EINVAL, "value %s would have an impossible size", name);
   value *v = &p->values[p->n_values];
   *v = (value){.name = name, .dtype = dt, .shape = *shape, .bytes = (size_t)n * es, .def = -1,
-               .last_use = -1, .offset = -1};
+               .last_use = -1, .offset = -1, .alias_of = -1};
   int rc = gs_strmap_put(&p->index, name, p->n_values);
   if (rc < 0)
     return rc;
@@ -321,6 +321,40 @@ static int cmp_interval(const void *a, const void *b) {
 /* Arena and weight offsets are multiples of ARENA_ALIGN. */
 static size_t align_up(size_t v) { return (v + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
+/* Ops whose output holds its input's bytes unchanged, only with another shape. */
+static bool keeps_bytes(const step *st) {
+  return gs__step_is(st, "Reshape") || gs__step_is(st, "Flatten") ||
+         gs__step_is(st, "Squeeze") || gs__step_is(st, "Unsqueeze") ||
+         (gs__step_is(st, "Identity") && st->call->n_out == 1);
+}
+
+/* A step that only reshapes a value that dies there writes nothing: its
+ * output takes the input's place in the arena, which lives as long as
+ * either does (a channel shuffle's Reshape, Transpose, Reshape copies once,
+ * not three times). Graph inputs and outputs keep places of their own:
+ * the caller may bind its buffers to them. Counts them in the report. */
+static void share_places(gs_plan *p) {
+  for (int s = 0; s < p->n_steps; s++) {
+    step *st = &p->steps[s];
+    int in = st->in[0], out = st->out[0];
+    if (!keeps_bytes(st) || in < 0 || out < 0)
+      continue;
+    value *vi = &p->values[in], *vo = &p->values[out];
+    if (!vi->in_arena || vi->data || vi->graph_input || vo->graph_output ||
+        vi->last_use != s || vi->bytes != vo->bytes || vi->dtype != vo->dtype ||
+        vi->dtype == GS_DT_BYTES)
+      continue;
+    int root = vi->alias_of >= 0 ? vi->alias_of : in;
+    value *vr = &p->values[root];
+    vo->alias_of = root;
+    int until = vo->last_use > s ? vo->last_use : s;
+    if (vr->last_use < until)
+      vr->last_use = until;
+    st->in_place = true;
+    p->report.in_place++;
+  }
+}
+
 /* Greedy by size: the biggest tensors are placed first, each at the lowest
  * offset that no tensor alive at the same time overlaps. */
 static int plan_memory(gs_plan *p) {
@@ -345,6 +379,7 @@ static int plan_memory(gs_plan *p) {
     if (!v->data)
       v->last_use = p->n_steps;
   }
+  share_places(p);
   int *order = malloc(sizeof(int) * (size_t)(p->n_values + 1)), n = 0;
   interval *busy = malloc(sizeof(interval) * (size_t)(p->n_values + 1));
   if (!order || !busy) {
@@ -353,7 +388,7 @@ static int plan_memory(gs_plan *p) {
     return gs_error(GS_ENOMEM, "out of memory planning memory");
   }
   for (int i = 0; i < p->n_values; i++)
-    if (p->values[i].in_arena && !p->values[i].data) {
+    if (p->values[i].in_arena && !p->values[i].data && p->values[i].alias_of < 0) {
       if (p->values[i].last_use < p->values[i].def)
         p->values[i].last_use = p->values[i].def; /* written, never read */
       order[n++] = i;
@@ -384,6 +419,9 @@ static int plan_memory(gs_plan *p) {
     if ((uint64_t)at + need > peak)
       peak = (uint64_t)at + need;
   }
+  for (int i = 0; i < p->n_values; i++)
+    if (p->values[i].alias_of >= 0)
+      p->values[i].offset = p->values[p->values[i].alias_of].offset;
   free(order);
   free(busy);
   p->report.arena_bytes = peak;
@@ -704,7 +742,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   for (int i = 0; rc == 0 && i < p->n_steps; i++)
     if (gs__step_is(&p->steps[i], "Conv") && p->values[p->steps[i].in[1]].data)
       ((gs_conv_attrs *)p->steps[i].call->attrs)->weights_const = true;
-  p->report.steps = p->n_steps;
+  p->report.steps = p->n_steps - p->report.in_place;
   p->report.weights_bytes = wbytes;
   uint64_t capacity = p->device ? gs_device_get_info(p->device)->memory_total_bytes : 0;
   uint64_t weights_all = wbytes + p->report.shared_weights_bytes;
@@ -911,7 +949,7 @@ static int run_steps(gs_plan *p) {
   for (int s = 0; rc == 0 && s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     const gs_op_call *c = st->call;
-    if (st->empty)
+    if (st->empty || st->in_place)
       continue;
     if (st->on_cpu) {
       rc = launch_fallback(p, st);

@@ -34,6 +34,9 @@ typedef struct value {
   /* The model inputs (bits 0..63) whose values this value depends on. */
   uint64_t from_inputs;
   bool graph_input; /* a model input itself, as the caller gives it */
+  /* A value that shares another's place in the arena (a Reshape's output
+   * and its input, which dies there): that value's index, else -1. */
+  int alias_of;
 } value;
 
 typedef struct step {
@@ -43,6 +46,7 @@ typedef struct step {
   bool dead;                               /* fused into another step */
   bool empty;                              /* every output empty: nothing to launch */
   bool on_cpu;                             /* fallback: the device lacks this kernel */
+  bool in_place;                           /* output shares its input's bytes: nothing to launch */
   /* For a fallback step: the CPU kernel, and the host address of each
    * operand (constant data, or its place in the plan's staging buffer). */
   const gs_host_kernel *cpu_kernel;
