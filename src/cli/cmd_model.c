@@ -285,7 +285,7 @@ static int run(const char *path, const model_opts *opts) {
       printf("plan: reshapes that copy nothing (the output takes the input's memory): %d\n",
              r.in_place);
     if (r.kept_blocked)
-      printf("plan: %d values between two convolutions stay in oneDNN's blocked layout\n",
+      printf("plan: %d values between convolutions stay in oneDNN's blocked layout\n",
              r.kept_blocked);
     if (r.cpu_fallback)
       printf("plan: %d kernels run on the CPU instead, with copies, because %s lacks them: %s\n",

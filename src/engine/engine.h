@@ -105,11 +105,13 @@ typedef struct gs_plan_report {
   int folded;       /* nodes computed while planning */
   int fused;        /* nodes merged into another's kernel */
   int cpu_fallback; /* steps that run on the CPU because the device lacks the kernel */
-  int kept_blocked; /* values between two convolutions kept in oneDNN's blocked layout */
+  int kept_blocked; /* values kept in oneDNN's blocked layout (between convolutions, through
+                     * the elementwise ops between them) */
   int in_place;     /* Reshapes and the like whose output shares their input's bytes */
   char fallback_ops[256]; /* their ops, "Conv, Relu" */
   uint64_t arena_bytes;  /* peak of the liveness-planned arena */
-  uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse */
+  uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse (those that take
+                          * another's bytes in place counted once) */
   uint64_t weights_bytes;        /* the plan's own */
   uint64_t shared_weights_bytes; /* read from its weight set */
   uint64_t shared_weights_added; /* of those, what this plan uploaded to the set */

@@ -279,28 +279,6 @@ static void fuse_activation(gs_plan *p, step *s) {
   p->report.fused++;
 }
 
-/* A Conv whose output only the next Conv reads: the value between them
- * stays in oneDNN's channel-blocked layout on the CPU, sparing a reorder
- * out of it and one back. Channels a multiple of 16, so that the blocked
- * value takes the bytes the plan gave it. Asked of the device as an
- * activation is: device kernels read NCHW only. */
-static void keep_blocked(gs_plan *p, step *a) {
-  int y = a->out[0], b = sole_consumer(p, y);
-  const value *v = &p->values[y];
-  if (b < 0 || !gs__step_is(&p->steps[b], "Conv") || p->steps[b].in[0] != y ||
-      v->dtype != GS_DT_FLOAT32 || v->shape.rank < 3 || v->shape.rank > 5 ||
-      v->shape.dims[1] % 16 != 0)
-    return;
-  gs_conv_attrs *from = a->call->attrs, *to = p->steps[b].call->attrs;
-  from->dst_blocked = to->src_blocked = true;
-  const gs_op_call *ca = a->call, *cb = p->steps[b].call;
-  if (!gs_device_supports_launch(p->device, ca->op_type, &ca, sizeof ca) ||
-      !gs_device_supports_launch(p->device, cb->op_type, &cb, sizeof cb))
-    from->dst_blocked = to->src_blocked = false;
-  else
-    p->report.kept_blocked++;
-}
-
 int gs__plan_fuse(gs_plan *p) {
   for (int i = 0; i < p->n_steps; i++) {
     step *s = &p->steps[i];
@@ -326,8 +304,6 @@ int gs__plan_fuse(gs_plan *p) {
     p->steps[n++] = p->steps[i];
   }
   p->n_steps = n;
-  for (int i = 0; i < p->n_steps; i++)
-    if (gs__step_is(&p->steps[i], "Conv"))
-      keep_blocked(p, &p->steps[i]);
+  gs__plan_keep_blocked(p);
   return 0;
 }

@@ -95,6 +95,9 @@ void gs__plan_free_call(gs_op_call *c);
 /* Fuses the plan's steps where a kernel can do two ops' work in one pass
  * (plan_fuse.c), and drops the steps that were fused away. */
 int gs__plan_fuse(gs_plan *p);
+/* Marks the CPU convolutions whose data stays in oneDNN's blocked layout
+ * (plan_layout.c); called by gs__plan_fuse once the fused steps are gone. */
+void gs__plan_keep_blocked(gs_plan *p);
 
 static inline bool gs__step_is(const step *s, const char *name) {
   return strcmp(s->call->op_type, name) == 0;

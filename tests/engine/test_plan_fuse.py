@@ -127,7 +127,7 @@ def test_gelu_with_other_constants_is_not_fused():
 
 
 def blocked_values(model, feeds):
-    m = re.search(r"(\d+) values between two convolutions stay in oneDNN's blocked layout",
+    m = re.search(r"(\d+) values between convolutions stay in oneDNN's blocked layout",
                   report_text(model, feeds))
     return int(m.group(1)) if m else 0
 
@@ -156,3 +156,41 @@ def test_values_between_convolutions_stay_blocked(spatial):
     check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
     assert blocked_values(model, {"x": x}) == (2 if DEVICE in (None, "cpu0") else 0)
 
+
+
+def test_blocked_layout_runs_through_add_and_relu():
+    # A residual block as ResNet's: the sums and the Relus between its convolutions stay
+    # blocked too, as does a value read by a convolution and by an Add; the graph's output
+    # is NCHW. Its answers are onnxruntime's.
+    x = f32(2, 16, 10, 9)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["b"], ["rb"]),
+             helper.make_node("Conv", ["rb", "w2"], ["c"]),
+             helper.make_node("Add", ["c", "a"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Conv", ["r", "w3"], ["d"]),
+             helper.make_node("Mul", ["d", "r"], ["e"]),
+             helper.make_node("Conv", ["e", "w4"], ["y"])]
+    consts = {"w0": f32(32, 16, 3, 3, lo=-0.2, hi=0.2), "w1": f32(32, 32, 3, 3, lo=-0.1, hi=0.1),
+              "w2": f32(32, 32, 1, 1, lo=-0.3, hi=0.3), "w3": f32(32, 32, 1, 1, lo=-0.3, hi=0.3),
+              "w4": f32(5, 32, 1, 1)}
+    model = make_model(nodes, {"x": x}, consts)
+    check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    # a, rb (its Relu fused), c, s, r, d and e.
+    assert blocked_values(model, {"x": x}) == (7 if DEVICE in (None, "cpu0") else 0)
+
+
+def test_a_broadcast_ends_a_blocked_run():
+    # An Add of a per-channel constant reads the tensor by position in NCHW: the values
+    # around it stay NCHW, and only the pair of convolutions after it keeps one blocked.
+    x = f32(1, 16, 6, 6)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"]),
+             helper.make_node("Add", ["a", "bias"], ["s"]),
+             helper.make_node("Conv", ["s", "w1"], ["c"]),
+             helper.make_node("Conv", ["c", "w2"], ["y"])]
+    consts = {"w0": f32(32, 16, 1, 1), "bias": f32(1, 32, 1, 1), "w1": f32(32, 32, 1, 1),
+              "w2": f32(4, 32, 1, 1)}
+    model = make_model(nodes, {"x": x}, consts)
+    check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    assert blocked_values(model, {"x": x}) == (1 if DEVICE in (None, "cpu0") else 0)

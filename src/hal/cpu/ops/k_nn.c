@@ -294,6 +294,7 @@ static int conv_f32(const gs_op_call *c, float *const *p) {
       for (int64_t o = 0; o < cout; o++)
         for (int64_t i = 0; i < g.out_size; i++)
           y[(n * cout + o) * g.out_size + i] = bias ? bias[o] : 0.0f;
+    apply_act(a->act, a->act_lo, a->act_hi, y, gs_shape_numel(ys));
     free(cols);
     return 0;
   }
