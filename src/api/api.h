@@ -34,7 +34,7 @@ typedef struct gs_serve_settings {
   char tls_key[GS_CONFIG_STR];
   char tls_client_ca[GS_CONFIG_STR];
   bool insecure_listen;
-  int64_t model_load_timeout;
+  double model_load_timeout; /* seconds */
 } gs_serve_settings;
 
 /* The one table every way of setting them derives from. */

@@ -314,9 +314,9 @@ static int read_tenant_fields(json_t *b, gs_tenant *t) {
     rc = get_bytes(qs, "mem", &t->max_host_mem);
   t->allow_root = json_is_true(json_object_get(b, "allow_root"));
   t->admin = json_is_true(json_object_get(b, "admin"));
-  if (rc == 0 && !name)
+  if (rc == 0 && (!name || !*name))
     rc = gs_error(GS_EINVAL, "a tenant needs a name");
-  if (rc == 0 && !user)
+  if (rc == 0 && (!user || !*user))
     rc = gs_error(GS_EINVAL, "tenant '%s' needs a Unix user for its jobs (\"user\")", name);
   if (rc == 0 && (strlen(name) >= sizeof t->name || strlen(user) >= sizeof t->unix_user ||
                   (group && strlen(group) >= sizeof t->unix_group)))

@@ -217,7 +217,7 @@ static void destroy_instances(gs_served_model *m) {
 static void begin_load(const gs_repository *repo, gs_served_model *m) {
   m->load_limit_s = repo->load_timeout_s;
   m->load_deadline_ns =
-      repo->load_timeout_s > 0 ? gs_now_ns() + (uint64_t)repo->load_timeout_s * 1000000000u : 0;
+      repo->load_timeout_s > 0 ? gs_now_ns() + (uint64_t)(repo->load_timeout_s * 1e9) : 0;
   m->load_overdue = false;
 }
 
@@ -229,8 +229,8 @@ static bool load_overdue(gs_served_model *m, const char *step) {
     return true;
   if (!m->load_deadline_ns || gs_now_ns() < m->load_deadline_ns)
     return false;
-  snprintf(m->reason, sizeof m->reason, "loading took longer than its limit of %lld s "
-           "(--model-load-timeout); stopped %s", (long long)m->load_limit_s, step);
+  snprintf(m->reason, sizeof m->reason, "loading took longer than its limit of %g s "
+           "(--model-load-timeout); stopped %s", m->load_limit_s, step);
   m->load_overdue = true;
   return true;
 }
@@ -266,7 +266,7 @@ static void load_model(gs_served_model *m, const char *dir) {
     long long v = strtoll(de->d_name, &end, 10);
     if (*end || end == de->d_name || v < 0 || m->n_versions == GS_REPO_MAX_VERSIONS)
       continue;
-    if (load_overdue(m, "reading its versions"))
+    if (load_overdue(m, "while reading its versions"))
       break;
     gs_served_version *ver = &m->versions[m->n_versions++];
     memset(ver, 0, sizeof *ver);
@@ -281,7 +281,7 @@ static void load_model(gs_served_model *m, const char *dir) {
   if (d)
     closedir(d);
   qsort(m->versions, (size_t)m->n_versions, sizeof m->versions[0], cmp_version_desc);
-  if (m->n_versions == 0) {
+  if (m->n_versions == 0 && !m->load_overdue) {
     snprintf(m->reason, sizeof m->reason, "no version directory (%s/<n>/model.onnx)", dir);
     atomic_store(&m->state, GS_MODEL_UNAVAILABLE);
     return;
@@ -289,6 +289,8 @@ static void load_model(gs_served_model *m, const char *dir) {
   bool any = false;
   for (int i = 0; i < m->n_versions; i++)
     any = any || m->versions[i].model;
+  if (any && load_overdue(m, "before making its instances"))
+    any = false;
   if (any && make_instances(m) < 0) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
     any = false;
@@ -300,7 +302,9 @@ static void load_model(gs_served_model *m, const char *dir) {
   }
   if (any)
     warm_up(m);
-  if (load_overdue(m, "at the end")) {
+  /* Past the limit: what ran over says so; a load that failed anyway says
+   * why it failed. */
+  if (m->load_overdue || (any && load_overdue(m, "after warming up"))) {
     /* Nothing half-made stays: no instance, batcher or weights. */
     char why[sizeof m->reason];
     snprintf(why, sizeof why, "%s", m->reason);
@@ -402,7 +406,7 @@ static void warm_up(gs_served_model *m) {
     for (int i = 0; rc == 0 && i < v->model->n_inputs; i++)
       if (!(zeros[i] = calloc(1, in_bytes[i] ? in_bytes[i] : 1)))
         rc = gs_error(GS_ENOMEM, "out of memory warming up");
-    for (int k = 0; rc == 0 && k < m->n_instances && !load_overdue(m, "warming up"); k++) {
+    for (int k = 0; rc == 0 && k < m->n_instances && !load_overdue(m, "while warming up"); k++) {
       gs_instance *inst = &m->instances[k];
       void *outputs[GS_REQ_MAX_IO] = {0};
       gs_plan_value_info out_info[GS_REQ_MAX_IO];
@@ -497,7 +501,7 @@ static void *loader_main(void *arg) {
 }
 
 int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger,
-                       int64_t load_timeout_s) {
+                       double load_timeout_s) {
   memset(repo, 0, sizeof *repo);
   snprintf(repo->dir, sizeof repo->dir, "%s", dir);
   repo->ledger = ledger;

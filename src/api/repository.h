@@ -122,7 +122,7 @@ typedef struct gs_served_model {
   /* The load in progress: when it must be done by (0: no limit), the limit
    * in seconds for messages, and whether it ran past it. */
   uint64_t load_deadline_ns;
-  int64_t load_limit_s;
+  double load_limit_s;
   bool load_overdue;
   /* Requests hold it shared while they use the model's versions; loading
    * and unloading hold it exclusively. */
@@ -139,7 +139,7 @@ typedef struct gs_repository {
   pthread_mutex_t admin;    /* one load or unload at a time */
   pthread_t loader;         /* loads the models found at start, in the background */
   bool loader_started;
-  int64_t load_timeout_s; /* each model's load, warm-up included (0: no limit) */
+  double load_timeout_s; /* each model's load, warm-up included (0: no limit) */
   _Atomic bool closing;
 } gs_repository;
 
@@ -159,7 +159,7 @@ const char *gs_model_state_name(int state);
  * with its reason; it does not stop the others. Returns 0, or an error only
  * when the directory itself cannot be read. */
 int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger,
-                       int64_t load_timeout_s);
+                       double load_timeout_s);
 void gs_repository_close(gs_repository *repo);
 /* (Re)loads model `name` from its directory now; returns 0 or an error
  * (GS_ENOENT: no such directory; else the model's reason). */

@@ -16,7 +16,6 @@
 #include "engine/engine.h"
 
 #include <arpa/inet.h>
-#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
@@ -54,12 +53,12 @@ const gs_config_option gs_serve_options[] = {
     OPT("model-memory-limit", GS_CFG_BYTES, "0", 0, (int64_t)1 << 50,
         "Bytes of each device's memory that model plans may book (0: all of it)",
         model_memory_limit),
-    OPT("model-load-timeout", GS_CFG_INT, "300", 0, 86400,
-        "Seconds a model's load may take, warm-up included; past it the model is UNAVAILABLE "
-        "with the reason (0: no limit)", model_load_timeout),
+    OPT("model-load-timeout", GS_CFG_REAL, "300", 0, 86400,
+        "Seconds a model's load may take, warm-up included (checked between its steps); past "
+        "it the model is UNAVAILABLE with the reason (0: no limit)", model_load_timeout),
     OPT("auth", GS_CFG_STRING, "auto", 0, 0,
-        "Tokens for inference and reading: 'auto' (from clients beyond loopback), 'required' "
-        "(from every client) or 'none'; jobs, tenants and model loading always need one", auth),
+        "Tokens for inference and reading: 'auto' (when listening beyond loopback), 'required' "
+        "or 'none'; jobs, tenants and model loading always need one", auth),
     OPT("tls-cert", GS_CFG_STRING, "", 0, 0,
         "Certificate chain (PEM) to serve HTTPS with; read again on SIGHUP", tls_cert),
     OPT("tls-key", GS_CFG_STRING, "", 0, 0, "The certificate's private key (PEM)", tls_key),
@@ -110,6 +109,7 @@ typedef struct server {
   gs_frontdesk *frontdesk;
   gs_tls *tls; /* NULL: plain HTTP */
   auth_mode auth;
+  bool reading_needs_token; /* inference and read-only routes, from --auth and --host */
   atomic_int in_flight;
   atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
   atomic_int admin_ops;    /* loads and unloads running on their own threads */
@@ -323,28 +323,17 @@ static bool loopback(const char *host) {
   return strncmp(host, "127.", 4) == 0;
 }
 
-static bool client_on_loopback(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-  const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-  if (sa && sa->sa_family == AF_INET)
-    return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
-  if (sa && sa->sa_family == AF_INET6)
-    return memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr, &in6addr_loopback,
-                  sizeof in6addr_loopback) == 0;
-  return false;
-}
-
 /* Routes that change state or run code need a token whatever the setting;
- * the rest when the client is beyond loopback (--auth auto), always
- * (required) or never (none); health never. */
-static bool needs_token(const server *s, struct MHD_Connection *c, const char *url) {
+ * the rest when the server listens beyond loopback (--auth auto: then every
+ * client needs one, also a local one, which may be a proxy for others),
+ * always (required) or never (none); health never. */
+static bool needs_token(const server *s, const char *url) {
   if (strncmp(url, "/v2/health/", 11) == 0)
     return false;
   if (strncmp(url, "/api/v1/jobs", 12) == 0 || strncmp(url, "/api/v1/tenants", 15) == 0 ||
       strncmp(url, "/api/v1/usage", 13) == 0 || strncmp(url, "/v2/repository/models/", 22) == 0)
     return true;
-  return s->auth == AUTH_REQUIRED || (s->auth == AUTH_AUTO && !client_on_loopback(c));
+  return s->reading_needs_token;
 }
 
 /* With --tls-client-ca, a client without a certificate that CA signed gets
@@ -370,7 +359,7 @@ static void authenticate(server *s, struct MHD_Connection *c, const char *url, r
   const char *why = NULL;
   char msg[200];
   if (!h) {
-    if (needs_token(s, c, url))
+    if (needs_token(s, url))
       why = "this route needs a token (Authorization: Bearer TOKEN)";
   } else if (!gs_http_bearer_token(h)) {
     why = "the Authorization header must read 'Bearer TOKEN'";
@@ -671,7 +660,7 @@ static void reload_tls(server *s) {
     GS_LOGE("api", "SIGHUP: TLS files not reloaded, the previous ones stay: %s",
             gs_error_detail());
   else
-    GS_LOGI("api", "SIGHUP: TLS certificate, key and client CA reloaded");
+    GS_LOGI("api", "SIGHUP: TLS certificate and key reloaded");
 }
 
 /* libmicrohttpd's daemon on the server's address, with TLS where it has it. */
@@ -722,6 +711,12 @@ int gs_serve(const gs_serve_settings *settings) {
   else
     return gs_error(GS_EINVAL, "--auth is 'auto', 'required' or 'none', not '%s'",
                     settings->auth);
+  s.reading_needs_token =
+      s.auth == AUTH_REQUIRED || (s.auth == AUTH_AUTO && !loopback(settings->host));
+  /* SIGHUP's default would kill the daemon: it is ours from the start. */
+  struct sigaction hup = {.sa_handler = on_signal};
+  sigemptyset(&hup.sa_mask);
+  sigaction(SIGHUP, &hup, NULL);
   int rc = check_listen_settings(settings);
   if (rc < 0)
     return rc;
@@ -740,11 +735,18 @@ int gs_serve(const gs_serve_settings *settings) {
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)settings->http_port)};
   if (inet_pton(AF_INET, settings->host, &addr.sin_addr) != 1)
     return gs_error(GS_EINVAL, "--host %s is not an IPv4 address", settings->host);
-  if (gs_hal_init() < 0 || gs_engine_init() < 0)
-    return GS_EDEVICE;
+  /* The TLS files are read before the devices start: a mistake there is
+   * reported at once. */
+  if (settings->tls_cert[0] && !MHD_is_feature_supported(MHD_FEATURE_TLS))
+    return gs_error(GS_ENOTSUP, "this libmicrohttpd was built without TLS: --tls-cert cannot "
+                                "be served");
   if (settings->tls_cert[0] &&
       gs_tls_open(settings->tls_cert, settings->tls_key, settings->tls_client_ca, &s.tls) < 0)
     return gs_error_code();
+  if (gs_hal_init() < 0 || gs_engine_init() < 0) {
+    gs_tls_free(s.tls);
+    return GS_EDEVICE;
+  }
   gs_ledger *ledger = NULL;
   rc = gs_ledger_create(&ledger);
   for (int d = 0; rc == 0 && d < gs_hal_device_count(); d++)
@@ -767,8 +769,7 @@ int gs_serve(const gs_serve_settings *settings) {
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   if (rc == 0)
     rc = gs_frontdesk_open(&fs, &s.frontdesk);
-  bool tokens_needed = s.auth == AUTH_REQUIRED || (s.auth == AUTH_AUTO && !loopback(settings->host));
-  if (rc == 0 && tokens_needed && gs_frontdesk_token_count(s.frontdesk) == 0)
+  if (rc == 0 && s.reading_needs_token && gs_frontdesk_token_count(s.frontdesk) == 0)
     rc = gs_error(GS_EPERM, "refusing to listen on %s without tokens configured (gpusrv tenant "
                             "add)", settings->host);
   if (rc < 0) {
@@ -790,6 +791,8 @@ int gs_serve(const gs_serve_settings *settings) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  /* Again: a library the backends load may have put a handler of its own
+   * in front of ours, one that sets the others back to their defaults. */
   sigaction(SIGHUP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   struct MHD_Daemon *d = start_http(&s, &addr);

@@ -21,13 +21,16 @@ typedef struct tls_identity {
   gnutls_pcert_st chain[CHAIN_MAX];
   unsigned n_chain;
   gnutls_privkey_t key;
-  gnutls_x509_trust_list_t client_trust; /* NULL: clients need no certificate */
-  struct tls_identity *replaced;         /* the one before a reload, kept till the end */
+  struct tls_identity *replaced; /* the one before a reload, kept till the end */
 } tls_identity;
 
 struct gs_tls {
   char cert_path[4096], key_path[4096], ca_path[4096];
   char *client_ca_pem;
+  /* The CAs client certificates must chain to, read once: libmicrohttpd
+   * announces the bundle it was given at start to clients, so a new one
+   * takes a restart. NULL: clients need no certificate. */
+  gnutls_x509_trust_list_t client_trust;
   _Atomic(tls_identity *) current;
   pthread_mutex_t reload_lock;
 };
@@ -41,8 +44,6 @@ static void identity_free(tls_identity *id) {
       gnutls_pcert_deinit(&id->chain[i]);
     if (id->key)
       gnutls_privkey_deinit(id->key);
-    if (id->client_trust)
-      gnutls_x509_trust_list_deinit(id->client_trust, 1);
     free(id);
     id = older;
   }
@@ -91,12 +92,14 @@ static int check_pair(const gs_tls *t, const gnutls_datum_t *cert, const gnutls_
   return GS_OK;
 }
 
-static int load_client_trust(const gs_tls *t, tls_identity *id) {
+static int load_client_trust(gs_tls *t) {
   if (!t->ca_path[0])
     return GS_OK;
-  if (gnutls_x509_trust_list_init(&id->client_trust, 0) < 0)
+  if (gnutls_x509_trust_list_init(&t->client_trust, 0) < 0) {
+    t->client_trust = NULL;
     return gs_error(GS_ENOMEM, "cannot allocate a trust list");
-  int n = gnutls_x509_trust_list_add_trust_file(id->client_trust, t->ca_path, NULL,
+  }
+  int n = gnutls_x509_trust_list_add_trust_file(t->client_trust, t->ca_path, NULL,
                                                 GNUTLS_X509_FMT_PEM, 0, 0);
   if (n <= 0)
     return gs_error(GS_EINVAL, "--tls-client-ca %s: %s", t->ca_path,
@@ -129,8 +132,6 @@ static int load_identity(const gs_tls *t, tls_identity **out) {
                   gnutls_privkey_import_x509_raw(id->key, &key, GNUTLS_X509_FMT_PEM, NULL, 0) < 0))
     rc = gs_error(GS_EINVAL, "--tls-key %s: not a private key in PEM", t->key_path);
   if (rc == 0)
-    rc = load_client_trust(t, id);
-  if (rc == 0)
     warn_if_out_of_date(t->cert_path, &cert);
   gnutls_free(cert.data);
   if (key.data)
@@ -154,6 +155,8 @@ int gs_tls_open(const char *cert, const char *key, const char *client_ca, gs_tls
   pthread_mutex_init(&t->reload_lock, NULL);
   tls_identity *id = NULL;
   int rc = load_identity(t, &id);
+  if (rc == 0)
+    rc = load_client_trust(t);
   if (rc == 0 && t->ca_path[0]) {
     gnutls_datum_t ca = {0};
     rc = read_pem("--tls-client-ca", t->ca_path, &ca);
@@ -178,6 +181,8 @@ void gs_tls_free(gs_tls *t) {
   gs_tls *expected = t;
   atomic_compare_exchange_strong(&serving_tls, &expected, NULL);
   identity_free(atomic_load(&t->current));
+  if (t->client_trust)
+    gnutls_x509_trust_list_deinit(t->client_trust, 1);
   free(t->client_ca_pem);
   pthread_mutex_destroy(&t->reload_lock);
   free(t);
@@ -220,8 +225,7 @@ const char *gs_tls_client_ca_pem(const gs_tls *t) {
 }
 
 bool gs_tls_client_allowed(gs_tls *t, void *session, char *why, size_t why_cap) {
-  tls_identity *id = atomic_load(&t->current);
-  if (!id->client_trust)
+  if (!t->client_trust)
     return true;
   unsigned n = 0;
   const gnutls_datum_t *peers = session ? gnutls_certificate_get_peers(session, &n) : NULL;
@@ -234,15 +238,21 @@ bool gs_tls_client_allowed(gs_tls *t, void *session, char *why, size_t why_cap) 
     n = CHAIN_MAX;
   gnutls_x509_crt_t crts[CHAIN_MAX];
   unsigned imported = 0;
-  for (; imported < n; imported++)
-    if (gnutls_x509_crt_init(&crts[imported]) < 0 ||
-        gnutls_x509_crt_import(crts[imported], &peers[imported], GNUTLS_X509_FMT_DER) < 0) {
+  for (; imported < n; imported++) {
+    if (gnutls_x509_crt_init(&crts[imported]) < 0)
+      break;
+    if (gnutls_x509_crt_import(crts[imported], &peers[imported], GNUTLS_X509_FMT_DER) < 0) {
       gnutls_x509_crt_deinit(crts[imported]);
       break;
     }
+  }
+  /* A certificate for clients: one whose key purposes leave out client
+   * authentication (a server's) is refused. */
+  gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID,
+                                   .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
   unsigned status = 0;
-  int rc = imported == n ? gnutls_x509_trust_list_verify_crt2(id->client_trust, crts, n, NULL, 0,
-                                                              0, &status, NULL)
+  int rc = imported == n ? gnutls_x509_trust_list_verify_crt2(t->client_trust, crts, n, &purpose,
+                                                              1, 0, &status, NULL)
                          : GNUTLS_E_CERTIFICATE_ERROR;
   for (unsigned i = 0; i < imported; i++)
     gnutls_x509_crt_deinit(crts[i]);

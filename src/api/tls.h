@@ -4,8 +4,7 @@
  * that a client presented a certificate that CA signed and that is in date.
  *
  * The certificate is handed to each handshake by a callback, so a reload
- * swaps a pointer; identities replaced by a reload stay alive (a handshake
- * may still use one) until gs_tls_free. */
+ * swaps a pointer. */
 #ifndef GS_API_TLS_H
 #define GS_API_TLS_H
 
@@ -24,8 +23,12 @@ typedef struct gs_tls gs_tls;
 int gs_tls_open(const char *cert, const char *key, const char *client_ca, gs_tls **out);
 void gs_tls_free(gs_tls *tls);
 
-/* Reads the same files again. On success new handshakes use them; on
- * failure (message in gs_error_detail) the previous ones stay. */
+/* Reads the certificate and key again. On success new handshakes use them;
+ * on failure (message in gs_error_detail) the previous ones stay. Each
+ * reload keeps the replaced pair (a few KB) until gs_tls_free, since a
+ * handshake may be using it. The client CA bundle is read once: a new one
+ * takes a restart (libmicrohttpd names its CAs to clients as given at
+ * start). */
 int gs_tls_reload(gs_tls *tls);
 
 /* The certificate callback to give libmicrohttpd as

@@ -36,16 +36,18 @@ def make_ca(d, name):
     return d / f"{name}.pem"
 
 
-def make_cert(d, ca, name, days=1, server=True):
+def make_cert(d, ca, name, days=1, server=True, usage=None):
     """A key and a certificate `name`.pem signed by CA `ca`; days=0 makes one
-    whose validity ends the second it starts."""
+    whose validity ends the second it starts; `usage` names its only extended
+    key usage."""
     openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
             str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"), "-subj", f"/CN={name}")
-    ext = d / "san.ext"
-    ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    ext = d / f"{name}.ext"
+    ext.write_text(("subjectAltName=DNS:localhost,IP:127.0.0.1\n" if server else "") +
+                   (f"extendedKeyUsage={usage}\n" if usage else ""))
     openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.pem"), "-CAkey",
             str(d / f"{ca}.key"), "-CAcreateserial", "-out", str(d / f"{name}.pem"), "-days",
-            str(days), *(["-extfile", str(ext)] if server else []))
+            str(days), *(["-extfile", str(ext)] if server or usage else []))
     return d / f"{name}.pem", d / f"{name}.key"
 
 
@@ -60,6 +62,7 @@ def pki(tmp_path_factory):
     make_cert(d, "ca", "alice", server=False)
     make_cert(d, "ca", "oldalice", days=0, server=False)
     make_cert(d, "otherca", "mallory", server=False)
+    make_cert(d, "ca", "serveronly", server=False, usage="serverAuth")
     time.sleep(1.2)  # the days=0 certificates are now out of date
     return d
 
@@ -197,6 +200,9 @@ def test_client_certificates_with_a_client_ca(repo, pki):
         assert rc == 0 and "client certificate refused" in out and "expired" in out, out
         rc, out = curl(port, pki, cert="mallory")
         assert rc == 0 and "client certificate refused" in out, out
+        # Signed by the right CA, but for servers only.
+        rc, out = curl(port, pki, cert="serveronly")
+        assert rc == 0 and "client certificate refused" in out and "purpose" in out, out
         # tritonclient with its certificate.
         client = triton.InferenceServerClient(
             f"127.0.0.1:{port}", ssl=True,
@@ -259,7 +265,7 @@ def test_sighup_reads_new_files_and_a_bad_one_keeps_the_old(repo, pki, tmp_path)
     (["--tls-cert", "CERT", "--tls-key", "/nonexistent.key"], "/nonexistent.key: cannot read it"),
     (["--tls-client-ca", "CA"], "--tls-client-ca needs --tls-cert"),
     (["--tls-cert", "CERT", "--tls-key", "KEY", "--tls-client-ca", "KEY"],
-     "--tls-client-ca"),
+     "No certificate was found"),
     (["--auth", "sometimes"], "--auth is 'auto', 'required' or 'none'"),
 ])
 def test_listen_settings_that_are_refused(repo, pki, tmp_path, extra, message):
@@ -336,9 +342,11 @@ def netns_probe(repo, extra):
 
 
 @pytest.mark.skipif(not can_make_netns(), reason="needs unshare --net (root or user namespaces)")
-def test_clients_beyond_loopback_need_a_token(repo):
+def test_listening_beyond_loopback_needs_tokens(repo):
     got = statuses_in_netns(repo, "--insecure-listen")
-    assert got == {"loopback": 200, "beyond": 401, "beyond_token": 200}, got
+    # Listening beyond loopback, every client needs a token, a local one too (it may be a
+    # proxy for others).
+    assert got == {"loopback": 401, "beyond": 401, "beyond_token": 200}, got
     got = statuses_in_netns(repo, "--insecure-listen", "--auth", "none")
     assert got == {"loopback": 200, "beyond": 200, "beyond_token": 200}, got
     got = statuses_in_netns(repo, "--insecure-listen", "--auth", "required")

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #ifndef GS_FUZZ_HTTP_DIR
 #error "GS_FUZZ_HTTP_DIR names the directory of http_model.onnx"
@@ -77,14 +78,34 @@ static void fuzz_url_and_headers(const char *text) {
       *auth++ = '\0';
   }
   char name[128], version[32], action[32];
-  if (gs_http_model_url(buf, name, sizeof name, version, sizeof version, action, sizeof action) &&
-      (strlen(name) == 0 || strlen(name) >= sizeof name))
-    abort(); /* a name it accepts is never empty nor cut */
+  /* A URL it splits is rebuilt by its parts: nothing lost, nothing cut. */
+  if (gs_http_model_url(buf, name, sizeof name, version, sizeof version, action, sizeof action)) {
+    char again[4096];
+    snprintf(again, sizeof again, "/v2/models/%s%s%s%s%s", name, version[0] ? "/versions/" : "",
+             version, action[0] ? "/" : "", action);
+    size_t n_again = strlen(again);
+    bool same = strcmp(again, buf) == 0 || (!action[0] && strncmp(again, buf, n_again) == 0 &&
+                                            strcmp(buf + n_again, "/") == 0);
+    if (!name[0] || strchr(name, '/') || strchr(action, '/') || !same)
+      abort();
+  }
+  /* A length it takes is all digits and the number they spell. */
   size_t n;
-  if (hl && gs_http_header_length(hl, &n) && (hl[0] < '0' || hl[0] > '9'))
-    abort();
+  if (hl && gs_http_header_length(hl, &n)) {
+    size_t want = 0;
+    for (const char *p = hl; *p; p++)
+      if (*p < '0' || *p > '9' || want > ((size_t)-1 - (size_t)(*p - '0')) / 10)
+        abort();
+      else
+        want = want * 10 + (size_t)(*p - '0');
+    if (want != n)
+      abort();
+  }
+  /* A token comes only after "Bearer " (in any case), and is the rest. */
   const char *token = gs_http_bearer_token(auth);
-  if (token && token != auth + 7)
+  if (token && (strncasecmp(auth, "bearer ", 7) != 0 || strcmp(token, auth + 7) != 0))
+    abort();
+  if (!token && auth && strncasecmp(auth, "bearer ", 7) == 0)
     abort();
 }
 

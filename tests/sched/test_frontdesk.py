@@ -354,6 +354,12 @@ def test_tokens_and_tenant_isolation(tmp_path):
         assert d.request("GET", "/api/v1/tenants", token=alice)[0] == 403
         p = d.cli("tenant", "add", "mallory", "--user", user, token=alice, check=False)
         assert p.returncode == 1 and "admin" in p.stderr
+        # A tenant needs a name and a Unix user; empty ones are none (fuzz_http found "").
+        for body, why in (({"name": "", "user": user}, "needs a name"),
+                          ({"name": "carol", "user": ""}, "needs a Unix user")):
+            status, err = d.request("POST", "/api/v1/tenants", json.dumps(body).encode(),
+                                    token=d.admin)
+            assert status == 400 and why in err["error"], err
         # A further token works; removing the tenant revokes them.
         extra = d.cli("tenant", "token", "bob").stdout.strip()
         assert d.request("GET", "/api/v1/jobs", token=extra)[0] == 200
