@@ -20,19 +20,47 @@
 
 typedef enum {
   F_INDEX, F_ID, F_BACKEND, F_NAME, F_MEM_TOTAL, F_MEM_USED, F_MEM_FREE, F_UTIL, F_TEMP, F_POWER,
-  F_COUNT
+  F_UUID, F_PCI_BUS, F_UTIL_MEM, F_POWER_LIMIT, F_CLOCK_SM, F_CLOCK_MEM, F_PCIE_GEN,
+  F_PCIE_WIDTH, F_ECC_CORRECTED, F_ECC_UNCORRECTED, F_COUNT
 } field_id;
 
-static const struct {
+/* The names --query takes: gpusrv's own, then nvidia-smi's --query-gpu
+ * names where they mean the same, with nvidia-smi's units. */
+typedef struct field_name {
   const char *name;
+  field_id id;
   const char *unit; /* for the CSV header and values; NULL: none */
-} fields[F_COUNT] = {
-    [F_INDEX] = {"index", NULL},        [F_ID] = {"id", NULL},
-    [F_BACKEND] = {"backend", NULL},    [F_NAME] = {"name", NULL},
-    [F_MEM_TOTAL] = {"memory.total", "MiB"}, [F_MEM_USED] = {"memory.used", "MiB"},
-    [F_MEM_FREE] = {"memory.free", "MiB"},   [F_UTIL] = {"utilization", "%"},
-    [F_TEMP] = {"temperature", "C"},    [F_POWER] = {"power", "W"},
+} field_name;
+
+static const field_name fields[] = {
+    {"index", F_INDEX, NULL},
+    {"id", F_ID, NULL},
+    {"backend", F_BACKEND, NULL},
+    {"name", F_NAME, NULL},
+    {"memory.total", F_MEM_TOTAL, "MiB"},
+    {"memory.used", F_MEM_USED, "MiB"},
+    {"memory.free", F_MEM_FREE, "MiB"},
+    {"utilization", F_UTIL, "%"},
+    {"temperature", F_TEMP, "C"},
+    {"power", F_POWER, "W"},
+    /* nvidia-smi's */
+    {"uuid", F_UUID, NULL},
+    {"pci.bus_id", F_PCI_BUS, NULL},
+    {"utilization.gpu", F_UTIL, "%"},
+    {"utilization.memory", F_UTIL_MEM, "%"},
+    {"temperature.gpu", F_TEMP, NULL},
+    {"power.draw", F_POWER, "W"},
+    {"power.limit", F_POWER_LIMIT, "W"},
+    {"clocks.sm", F_CLOCK_SM, "MHz"},
+    {"clocks.current.sm", F_CLOCK_SM, "MHz"},
+    {"clocks.mem", F_CLOCK_MEM, "MHz"},
+    {"clocks.current.memory", F_CLOCK_MEM, "MHz"},
+    {"pcie.link.gen.current", F_PCIE_GEN, NULL},
+    {"pcie.link.width.current", F_PCIE_WIDTH, NULL},
+    {"ecc.errors.corrected.volatile.total", F_ECC_CORRECTED, NULL},
+    {"ecc.errors.uncorrected.volatile.total", F_ECC_UNCORRECTED, NULL},
 };
+#define N_FIELD_NAMES ((int)(sizeof fields / sizeof fields[0]))
 
 #define MIB(b) ((unsigned long long)((b) >> 20))
 
@@ -46,7 +74,9 @@ typedef struct sample {
   gs_process_info procs[32];
 } sample;
 
-/* Writes a field's value without unit into buf; returns false if not available. */
+/* Writes a field's value without unit into buf; returns false if not
+ * available. The device's UUID, PCI address, memory-controller utilization
+ * and power limit are not reported by the HAL yet: [N/A] on every backend. */
 static bool field_value(const sample *s, field_id f, char *buf, size_t cap) {
   const gs_telemetry *t = &s->t;
   bool mem = t->valid & GS_TM_MEMORY;
@@ -67,14 +97,37 @@ static bool field_value(const sample *s, field_id f, char *buf, size_t cap) {
   case F_POWER:
     snprintf(buf, cap, "%.2f", t->power_w);
     return t->valid & GS_TM_POWER;
+  case F_CLOCK_SM:
+    snprintf(buf, cap, "%.0f", t->sm_clock_mhz);
+    return t->valid & GS_TM_CLOCKS;
+  case F_CLOCK_MEM:
+    snprintf(buf, cap, "%.0f", t->memory_clock_mhz);
+    return t->valid & GS_TM_CLOCKS;
+  case F_PCIE_GEN:
+    snprintf(buf, cap, "%d", t->pcie_generation);
+    return t->valid & GS_TM_PCIE;
+  case F_PCIE_WIDTH:
+    snprintf(buf, cap, "%d", t->pcie_width);
+    return t->valid & GS_TM_PCIE;
+  case F_ECC_CORRECTED:
+    snprintf(buf, cap, "%llu", (unsigned long long)t->ecc_corrected);
+    return t->valid & GS_TM_ECC;
+  case F_ECC_UNCORRECTED:
+    snprintf(buf, cap, "%llu", (unsigned long long)t->ecc_uncorrected);
+    return t->valid & GS_TM_ECC;
+  case F_UUID:
+  case F_PCI_BUS:
+  case F_UTIL_MEM:
+  case F_POWER_LIMIT:
   case F_COUNT: break;
   }
   return false;
 }
 
-/* Parses "a,b,c" into field ids. Returns the count, or -1 after naming the
- * unknown field and listing the valid ones. */
-static int parse_query(const char *spec, field_id *out, int max) {
+/* Parses "a,b,c" into indexes of `names`. Returns the count, or -1 after
+ * naming the unknown field and listing the valid ones. */
+static int parse_list(const char *flag, const char *spec, const char *const *names, int n_names,
+                      int *out, int max) {
   int n = 0;
   const char *p = spec;
   while (*p) {
@@ -85,33 +138,45 @@ static int parse_query(const char *spec, field_id *out, int max) {
       len--;
     }
     int found = -1;
-    for (int f = 0; f < F_COUNT; f++)
-      if (strlen(fields[f].name) == len && strncmp(fields[f].name, p, len) == 0)
+    for (int f = 0; f < n_names; f++)
+      if (strlen(names[f]) == len && strncmp(names[f], p, len) == 0)
         found = f;
     if (found < 0 || n == max) {
-      fprintf(stderr, "gpusrv: smi: unknown query field '%.*s'; valid fields:", (int)len, p);
-      for (int f = 0; f < F_COUNT; f++)
-        fprintf(stderr, "%s%s", f ? "," : " ", fields[f].name);
+      fprintf(stderr, "gpusrv: smi: unknown %s field '%.*s'; valid fields:", flag, (int)len, p);
+      for (int f = 0; f < n_names; f++)
+        fprintf(stderr, "%s%s", f ? "," : " ", names[f]);
       fputc('\n', stderr);
       return -1;
     }
-    out[n++] = (field_id)found;
+    out[n++] = found;
     p += len + (comma ? 1 : 0);
     if (comma && !*p) {
-      fprintf(stderr, "gpusrv: smi: empty query field after the last ','\n");
+      fprintf(stderr, "gpusrv: smi: empty %s field after the last ','\n", flag);
       return -1;
     }
   }
   if (n == 0) {
-    fprintf(stderr, "gpusrv: smi: --query needs at least one field\n");
+    fprintf(stderr, "gpusrv: smi: %s needs at least one field\n", flag);
     return -1;
   }
   return n;
 }
 
+static int parse_query(const char *flag, const char *spec, int *out, int max) {
+  const char *names[N_FIELD_NAMES];
+  for (int f = 0; f < N_FIELD_NAMES; f++)
+    names[f] = fields[f].name;
+  return parse_list(flag, spec, names, N_FIELD_NAMES, out, max);
+}
+
+/* --query-compute-apps: nvidia-smi's names for a process on a device. */
+enum { APP_PID, APP_NAME, APP_MEMORY, APP_GPU_NAME, APP_DEVICE, APP_COUNT };
+static const char *const app_names[APP_COUNT] = {"pid", "process_name", "used_memory",
+                                                 "gpu_name", "gpu_id"};
+
 /* ---- output -------------------------------------------------------------------- */
 
-static void print_csv(const sample *s, int n, const field_id *q, int nq, bool header, bool units) {
+static void print_csv(const sample *s, int n, const int *q, int nq, bool header, bool units) {
   if (header)
     for (int i = 0; i < nq; i++) {
       const char *unit = fields[q[i]].unit;
@@ -125,7 +190,7 @@ static void print_csv(const sample *s, int n, const field_id *q, int nq, bool he
     for (int i = 0; i < nq; i++) {
       char v[160];
       const char *unit = fields[q[i]].unit;
-      bool ok = field_value(&s[d], q[i], v, sizeof v);
+      bool ok = field_value(&s[d], fields[q[i]].id, v, sizeof v);
       printf("%s", i ? ", " : "");
       if (!ok)
         printf("[N/A]");
@@ -284,8 +349,8 @@ static void on_signal(int sig) {
 }
 
 typedef struct smi_options {
-  bool json;
-  const char *query, *format, *device;
+  bool json, list;
+  const char *query, *query_gpu, *query_apps, *format, *device;
   double loop_seconds; /* 0: once */
 } smi_options;
 
@@ -293,8 +358,15 @@ static const gs_cli_option smi_options_table[] = {
     GS_CLI_OPT("json", GS_OPT_BOOL, smi_options, json, NULL, "Print {\"devices\": [...]} as JSON"),
     {"query", 'q', GS_OPT_STRING, offsetof(smi_options, query), "FIELDS",
      "Print the comma-separated FIELDS of each device as CSV", 0, 0},
+    GS_CLI_OPT("query-gpu", GS_OPT_STRING, smi_options, query_gpu, "FIELDS",
+               "The same, as nvidia-smi spells it (its field names work in both)"),
+    GS_CLI_OPT("query-compute-apps", GS_OPT_STRING, smi_options, query_apps, "FIELDS",
+               "Print the processes using each device as CSV: pid, process_name, used_memory, "
+               "gpu_name, gpu_id"),
     GS_CLI_OPT("format", GS_OPT_STRING, smi_options, format, "FORMAT",
-               "With --query: csv, optionally with noheader and nounits"),
+               "With a query: csv, optionally with noheader and nounits"),
+    {"list-gpus", 'L', GS_OPT_BOOL, offsetof(smi_options, list), NULL,
+     "List the devices, one line each, as nvidia-smi -L does", 0, 0},
     {"id", 'i', GS_OPT_STRING, offsetof(smi_options, device), "ID",
      "Only this device (its id such as cpu0, or its index)", 0, 0},
     {"loop", 'l', GS_OPT_REAL, offsetof(smi_options, loop_seconds), "SECONDS",
@@ -307,10 +379,16 @@ static int parse_options(int argc, char **argv, smi_options *o) {
   int rc = gs_cli_parse(&gs_cli_smi, argc, argv, o, &args);
   if (rc != GS_EXIT_OK)
     return rc;
-  if (o->json && o->query)
-    return gs_cli_usage_error(&gs_cli_smi, "--json and --query cannot be combined");
-  if (o->format && !o->query)
-    return gs_cli_usage_error(&gs_cli_smi, "--format applies to --query only");
+  if (o->query && o->query_gpu)
+    return gs_cli_usage_error(&gs_cli_smi, "--query and --query-gpu are the same: give one");
+  if (o->query_gpu)
+    o->query = o->query_gpu;
+  int views = (o->json ? 1 : 0) + (o->query ? 1 : 0) + (o->query_apps ? 1 : 0) + (o->list ? 1 : 0);
+  if (views > 1)
+    return gs_cli_usage_error(&gs_cli_smi, "--json, --query, --query-compute-apps and -L cannot "
+                                           "be combined");
+  if (o->format && !o->query && !o->query_apps)
+    return gs_cli_usage_error(&gs_cli_smi, "--format applies to a query only");
   return 0;
 }
 
@@ -341,7 +419,38 @@ static int parse_format(const char *spec, bool *header, bool *units) {
   return 0;
 }
 
-static int refresh(sample *s, int n, const smi_options *o, const field_id *q, int nq, bool header,
+/* --query-compute-apps: one row per process on each device that can list
+ * them (a device that cannot has no rows, as in nvidia-smi). */
+static void print_apps_csv(const sample *s, int n, const int *q, int nq, bool header, bool units) {
+  for (int i = 0; header && i < nq; i++)
+    printf("%s%s%s%s", i ? ", " : "", app_names[q[i]],
+           units && q[i] == APP_MEMORY ? " [MiB]" : "", i == nq - 1 ? "\n" : "");
+  for (int d = 0; d < n; d++)
+    for (int k = 0; s[d].proc_rc == 0 && k < s[d].proc_count && k < 32; k++) {
+      const gs_process_info *pi = &s[d].procs[k];
+      for (int i = 0; i < nq; i++) {
+        printf("%s", i ? ", " : "");
+        switch (q[i]) {
+        case APP_PID: printf("%d", pi->pid); break;
+        case APP_NAME: printf("%s", pi->name); break;
+        case APP_MEMORY: printf("%llu%s", MIB(pi->memory_used_bytes), units ? " MiB" : ""); break;
+        case APP_GPU_NAME: printf("%s", s[d].info->name); break;
+        default: printf("%s", s[d].info->id); break;
+        }
+      }
+      putchar('\n');
+    }
+}
+
+/* -L: "GPU 0: NAME (UUID: ...)" as nvidia-smi prints it, with gpusrv's id;
+ * the HAL does not report UUIDs yet. */
+static void print_list(const sample *s, int n) {
+  for (int d = 0; d < n; d++)
+    printf("GPU %d: %s (UUID: [N/A], id: %s, backend: %s)\n", s[d].info->index, s[d].info->name,
+           s[d].info->id, s[d].info->backend);
+}
+
+static int refresh(sample *s, int n, const smi_options *o, const int *q, int nq, bool header,
                    bool units) {
   for (int d = 0; d < n; d++) {
     gs_device_telemetry(s[d].device, &s[d].t);
@@ -351,6 +460,10 @@ static int refresh(sample *s, int n, const smi_options *o, const field_id *q, in
     return print_json(s, n);
   if (o->query)
     print_csv(s, n, q, nq, header, units);
+  else if (o->query_apps)
+    print_apps_csv(s, n, q, nq, header, units);
+  else if (o->list)
+    print_list(s, n);
   else
     print_table(s, n);
   return GS_EXIT_OK;
@@ -361,10 +474,13 @@ static int smi_run(int argc, char **argv) {
   int rc = parse_options(argc, argv, &o);
   if (rc)
     return rc;
-  field_id q[F_COUNT * 4];
-  int nq = 0;
+  int q[N_FIELD_NAMES * 4];
+  int nq = 0, max = (int)(sizeof q / sizeof q[0]);
   bool header, units;
-  if (o.query && (nq = parse_query(o.query, q, (int)(sizeof q / sizeof q[0]))) < 0)
+  if (o.query && (nq = parse_query(o.query_gpu ? "--query-gpu" : "--query", o.query, q, max)) < 0)
+    return GS_EXIT_USAGE;
+  if (o.query_apps && (nq = parse_list("--query-compute-apps", o.query_apps, app_names, APP_COUNT,
+                                       q, max)) < 0)
     return GS_EXIT_USAGE;
   if ((rc = parse_format(o.format, &header, &units)) != 0)
     return rc;
@@ -414,7 +530,7 @@ static int smi_run(int argc, char **argv) {
     /* A signal cuts the sleep short (no SA_RESTART), and the loop ends. */
     if (nanosleep(&ts, NULL) != 0 || interrupted)
       break;
-    if (!o.json && !o.query)
+    if (!o.json && !o.query && !o.query_apps && !o.list)
       printf("\n");
     rc = refresh(s, n, &o, q, nq, header, units);
   }
@@ -426,13 +542,18 @@ static int smi_run(int argc, char **argv) {
 
 const gs_cli_command gs_cli_smi = {
     .name = "smi",
-    .usage = "gpusrv smi [--json | --query=FIELDS [--format=csv[,noheader][,nounits]]] [-i ID]\n"
-             "[-l SECONDS]",
+    .usage = "gpusrv smi [--json | -L | --query[-gpu]=FIELDS | --query-compute-apps=FIELDS]\n"
+             "[--format=csv[,noheader][,nounits]] [-i ID] [-l SECONDS]",
     .about = "Shows every device that gpusrv can use: memory, utilization, temperature and power.\n"
              "A figure the machine does not expose is shown as N/A (null in JSON), never as 0.",
     .options = smi_options_table,
     .notes = "Query fields: index, id, backend, name, memory.total, memory.used, memory.free,\n"
              "utilization, temperature, power. Memory is in MiB, utilization in %, temperature\n"
-             "in degrees C, power in W.\n",
+             "in degrees C, power in W. nvidia-smi's names work too: uuid, pci.bus_id,\n"
+             "utilization.gpu, utilization.memory, temperature.gpu, power.draw, power.limit,\n"
+             "clocks.sm, clocks.mem, pcie.link.gen.current, pcie.link.width.current,\n"
+             "ecc.errors.corrected.volatile.total, ecc.errors.uncorrected.volatile.total.\n"
+             "A field the backend cannot report prints [N/A] (uuid, pci.bus_id,\n"
+             "utilization.memory and power.limit: not reported by any backend yet).\n",
     .run = smi_run,
 };

@@ -31,6 +31,7 @@ SPECIAL = {("infer", "input"): "x=/nonexistent.npy", ("submit", "env"): "A=1",
            ("model", "input"): "x=/nonexistent.npy", ("model", "precision"): "fp16",
            ("batch", "precision"): "fp16", ("batch", "preprocess"): "scale=1",
            ("smi", "query"): "index", ("smi", "format"): "csv", ("smi", "id"): "cpu0",
+           ("smi", "query-gpu"): "index,name", ("smi", "query-compute-apps"): "pid",
            ("smi", "json"): None, ("batch", "device"): "cpu0", ("model", "device"): "cpu0"}
 
 

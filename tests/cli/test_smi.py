@@ -364,3 +364,61 @@ def test_cuda_fatbin_has_every_device_kernel():
     data = open(fatbin, "rb").read()
     missing = [n for n in names if b".text." + n.encode() + b"\0" not in data]
     assert not missing, missing
+
+
+def test_nvidia_smi_names_flags_and_processes(tmp_path):
+    """nvidia-smi's --query-gpu names, -L and --query-compute-apps, on the fakegpu test
+    plugin's telemetry and processes (as NVML would give them); what no backend reports
+    yet prints [N/A], as nvidia-smi does."""
+    fake = os.environ.get("GPUSRV_TEST_FAKE_PLUGINS")
+    if not fake:
+        pytest.skip("GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
+    (tmp_path / "telemetry").write_text("clocks 1980 2619\npcie 5 8 16\necc 3 0\n")
+    (tmp_path / "processes").write_text("4242 1073741824\n4343 2097152\n")
+    env = {"GPUSRV_PLUGIN_PATH": fake, "GPUSRV_TEST_TELEMETRY": str(tmp_path / "telemetry"),
+           "GPUSRV_TEST_PROCESSES": str(tmp_path / "processes")}
+    gpu = next(d for d in smi_json(env=env)["devices"] if d["id"] == "fakegpu0")
+    p = run("smi", "-i", "fakegpu0", "--query-gpu=index,name,memory.total,utilization.gpu,"
+            "clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current,"
+            "ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,uuid,"
+            "pci.bus_id,power.limit", "--format=csv", env=env)
+    assert p.returncode == 0, p.stderr
+    header, row = p.stdout.splitlines()
+    assert header == ("index, name, memory.total [MiB], utilization.gpu [%], clocks.sm [MHz], "
+                      "clocks.mem [MHz], pcie.link.gen.current, pcie.link.width.current, "
+                      "ecc.errors.corrected.volatile.total, "
+                      "ecc.errors.uncorrected.volatile.total, uuid, pci.bus_id, power.limit [W]")
+    values = row.split(", ")
+    assert values[0] == str(gpu["index"]) and values[1] == gpu["name"]
+    assert values[2] == f"{gpu['memory_total_bytes'] >> 20} MiB"
+    assert re.fullmatch(r"\d+ %", values[3]), values[3]
+    assert values[4:10] == ["1980 MHz", "2619 MHz", "5", "8", "3", "0"]
+    assert values[10:] == ["[N/A]", "[N/A]", "[N/A]"]
+    # The same with noheader,nounits, as scripts ask for it.
+    p = run("smi", "-i", "fakegpu0", "--query-gpu=clocks.sm,temperature.gpu",
+            "--format=csv,noheader,nounits", env=env)
+    assert p.stdout.strip() == "1980, " + ("[N/A]" if gpu["temperature_c"] is None
+                                           else f"{gpu['temperature_c']:.0f}")
+    # -L: a line per device.
+    p = run("smi", "-L", env=env)
+    assert p.returncode == 0, p.stderr
+    assert f"GPU {gpu['index']}: {gpu['name']} (UUID: [N/A], id: fakegpu0, backend: fakegpu)" \
+        in p.stdout.splitlines()
+    # The processes on each device that lists them.
+    p = run("smi", "-i", "fakegpu0", "--query-compute-apps=pid,process_name,used_memory,gpu_id",
+            "--format=csv", env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["pid, process_name, used_memory [MiB], gpu_id",
+                                     "4242, fake, 1024 MiB, fakegpu0", "4343, fake, 2 MiB, fakegpu0"]
+
+
+@pytest.mark.parametrize("args,why", [
+    (["--query=index", "--query-gpu=index"], "the same"),
+    (["-L", "--json"], "cannot be combined"),
+    (["--query-compute-apps=pid", "--query-gpu=index"], "cannot be combined"),
+    (["--query-compute-apps=pid,gpu_temp"], "unknown --query-compute-apps field 'gpu_temp'"),
+    (["--query-gpu=index,fan.speed"], "unknown --query-gpu field 'fan.speed'"),
+])
+def test_nvidia_smi_flags_that_are_refused(args, why):
+    p = run("smi", *args)
+    assert p.returncode == 2 and p.stdout == "" and why in p.stderr, p.stderr
