@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct text {
   char *buf;
@@ -66,6 +67,72 @@ static uint64_t field(const gs_model_stats *s, model_field f) {
   case F_OUT_US: return s->compute_output.ns / 1000;
   }
   return 0;
+}
+
+/* A label's value: backslashes and quotes escaped, line breaks made spaces. */
+static void label_value(const char *in, char *out, size_t cap) {
+  size_t o = 0;
+  for (const char *c = in; *c && o + 2 < cap; c++) {
+    if (*c == '\\' || *c == '"')
+      out[o++] = '\\';
+    out[o++] = *c == '\n' ? ' ' : *c;
+  }
+  out[o] = '\0';
+}
+
+/* The GPUs' gauges again under dcgm-exporter's names and labels (gpu,
+ * UUID, device, modelName, Hostname), so that its published Grafana
+ * dashboard works unchanged. Only devices that are GPUs: a CPU under
+ * DCGM_FI_DEV_GPU_UTIL would read as a GPU there. What a device does not
+ * report is left out; the HAL has no UUIDs yet (UUID=""). */
+static void render_dcgm(text *t, const gs_telemetry *tm, int nd) {
+  static const struct {
+    uint32_t bit;
+    const char *name, *type, *help;
+  } dcgm[] = {
+      {GS_TM_UTILIZATION, "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."},
+      {GS_TM_MEMORY, "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."},
+      {GS_TM_MEMORY, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."},
+      {GS_TM_TEMPERATURE, "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."},
+      {GS_TM_POWER, "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."},
+      {GS_TM_CLOCKS, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."},
+      {GS_TM_CLOCKS, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."},
+      {GS_TM_ECC, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter",
+       "Total number of single-bit volatile ECC errors."},
+      {GS_TM_ECC, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
+       "Total number of double-bit volatile ECC errors."},
+  };
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0)
+    host[0] = '\0';
+  for (size_t k = 0; k < sizeof dcgm / sizeof dcgm[0]; k++) {
+    bool any = false;
+    for (int d = 0, gpu = 0; d < nd; d++) {
+      const gs_device_info *info = gs_device_get_info(gs_hal_device(d));
+      if (info->type != GS_DEVICE_GPU)
+        continue;
+      int index = gpu++;
+      const gs_telemetry *x = &tm[d];
+      if (!(x->valid & dcgm[k].bit))
+        continue;
+      if (!any)
+        header(t, dcgm[k].name, dcgm[k].type, dcgm[k].help);
+      any = true;
+      double v = k == 0 ? x->utilization_percent
+                 : k == 1 ? (double)(x->memory_used_bytes >> 20)
+                 : k == 2 ? (double)(x->memory_free_bytes >> 20)
+                 : k == 3 ? x->temperature_c
+                 : k == 4 ? x->power_w
+                 : k == 5 ? x->sm_clock_mhz
+                 : k == 6 ? x->memory_clock_mhz
+                 : k == 7 ? (double)x->ecc_corrected
+                          : (double)x->ecc_uncorrected;
+      char model[2 * sizeof info->name];
+      label_value(info->name, model, sizeof model);
+      put(t, "%s{gpu=\"%d\",UUID=\"\",device=\"%s\",modelName=\"%s\",Hostname=\"%s\"} %.17g\n",
+          dcgm[k].name, index, info->id, model, host, v);
+    }
+  }
 }
 
 int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
@@ -233,13 +300,7 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
                           : (double)x->health;
       if (k == 6) {
         char reason[2 * sizeof x->health_reason];
-        size_t o = 0; /* a label value escapes backslashes, quotes and newlines */
-        for (const char *c = x->health_reason; *c && o + 2 < sizeof reason; c++) {
-          if (*c == '\\' || *c == '"')
-            reason[o++] = '\\';
-          reason[o++] = *c == '\n' ? ' ' : *c;
-        }
-        reason[o] = '\0';
+        label_value(x->health_reason, reason, sizeof reason);
         put(&t, "%s{device=\"%s\",backend=\"%s\",reason=\"%s\"} %.17g\n", gpu_metrics[k].name,
             info->id, info->backend, reason, v);
       } else {
@@ -248,6 +309,8 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
       }
     }
   }
+  if (tm)
+    render_dcgm(&t, tm, nd);
   free(tm);
   static const char *const pool_names[] = {"allocated", "reserved", "peak_allocated"};
   for (int k = 0; k < 3; k++) {

@@ -268,7 +268,8 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
         pytest.skip("GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
     tele = tmp_path / "telemetry"
     tele.write_text("clocks 1980 2619\npcie 5 8 16\necc 3 0\nhealth 1 PCIe link at x8 of x16\n")
-    env = {"GPUSRV_PLUGIN_PATH": fake, "GPUSRV_TEST_TELEMETRY": str(tele)}
+    env = {"GPUSRV_PLUGIN_PATH": fake, "GPUSRV_TEST_TELEMETRY": str(tele),
+           "GPUSRV_TEST_FAKE_GPU_TYPE": "1"}
     doc = smi_json(env=env)
     gpu = next(d for d in doc["devices"] if d["id"] == "fakegpu0")
     cpu = next(d for d in doc["devices"] if d["id"] == "cpu0")
@@ -305,6 +306,17 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
         assert 'gpusrv_device_sm_clock_mhz{device="fakegpu0",backend="fakegpu"} 1980' in body
         assert 'gpusrv_device_ecc_errors_corrected_total{device="fakegpu0",backend="fakegpu"} 3' in body
         assert 'gpusrv_device_health{device="cpu0"' not in body
+        # The GPU's gauges under dcgm-exporter's names and labels; the CPU is no GPU there.
+        labels = (f'{{gpu="0",UUID="",device="fakegpu0",modelName="{gpu["name"]}",'
+                  f'Hostname="{socket.gethostname()}"}}')
+        assert f"DCGM_FI_DEV_SM_CLOCK{labels} 1980" in body, body
+        assert f"DCGM_FI_DEV_MEM_CLOCK{labels} 2619" in body
+        assert f"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{labels} 3" in body
+        used = re.search(r"DCGM_FI_DEV_FB_USED" + re.escape(labels) + r" (\d+)", body)
+        assert used and abs(int(used.group(1)) - (gpu["memory_used_bytes"] >> 20)) <= 0.02 * (
+            gpu["memory_total_bytes"] >> 20), body
+        assert re.search(r"DCGM_FI_DEV_GPU_UTIL" + re.escape(labels) + r" \d", body)
+        assert 'device="cpu0",modelName' not in body
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

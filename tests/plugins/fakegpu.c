@@ -69,10 +69,22 @@ static int fake_telemetry(gs_device_t *device, gs_telemetry *out) {
   return rc;
 }
 
+/* With GPUSRV_TEST_FAKE_GPU_TYPE set, its devices say they are GPUs (what
+ * /metrics exports under dcgm-exporter's names); otherwise CPUs, as the
+ * front desk's tests expect. The info lives in the HAL's device, which a
+ * test plugin may change during init. */
+static int fake_init(gs_backend_t *backend) {
+  int rc = gs__cpu_init_devices(backend);
+  for (int i = 0; rc == 0 && getenv("GPUSRV_TEST_FAKE_GPU_TYPE") &&
+                  i < gs__backend_device_count(backend); i++)
+    ((gs_device_info *)gs_device_get_info(gs__backend_device(backend, i)))->type = GS_DEVICE_GPU;
+  return rc;
+}
+
 int gs_plugin_init(const gs_backend_iface **out) {
   iface = gs__cpu_backend_iface;
   iface.name = "fakegpu";
-  iface.init = gs__cpu_init_devices; /* no op kernels, as before the HAL had them */
+  iface.init = fake_init; /* no op kernels, as before the HAL had them */
   iface.device_processes = fake_processes;
   iface.device_telemetry = fake_telemetry;
   *out = &iface;
