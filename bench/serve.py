@@ -48,11 +48,13 @@ def ort_p50_us(path, feeds, seconds=2.0):
     return lat[len(lat) // 2] * 1e6
 
 
-def perf(model, port, concurrency, out_csv):
+def perf(model, port, concurrency, out_csv, url=None, extra=()):
+    """perf_analyzer's inferences/s, p50 and p99 (us); `url` in place of the
+    loopback port (an https:// one), `extra` its further flags."""
     # This shared 2-core VM is noisy: p50s within 25% of each other count as
     # stable, and a run that still does not settle gets one longer retry.
     for interval in ("2000", "4000"):
-        p = subprocess.run([PERF_ANALYZER, "-m", model, "-u", f"127.0.0.1:{port}",
+        p = subprocess.run([PERF_ANALYZER, "-m", model, "-u", url or f"127.0.0.1:{port}", *extra,
                             "--concurrency-range", f"{concurrency}:{concurrency}",
                             "--measurement-interval", interval, "--stability-percentage", "25",
                             "--percentile", "50", "-f", out_csv],

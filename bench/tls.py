@@ -6,7 +6,6 @@ its connections open, so the handshake is paid once per connection and the
 figures are the cost of the record layer on each request.
 
 Usage: .venv/bin/python bench/tls.py BUILD_DIR"""
-import csv
 import os
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from serve import PERF_ANALYZER, free_port  # noqa: E402
+from serve import PERF_ANALYZER, free_port, perf  # noqa: E402
 
 
 def make_certificate(d):
@@ -33,21 +32,11 @@ def make_certificate(d):
             "-extfile", f"{d}/san.ext")
 
 
-def perf(url, concurrency, out_csv, tls_ca=None):
+def perf_tls(url, concurrency, out_csv, tls_ca=None):
     extra = ["--ssl-https-ca-certificates-file", tls_ca, "--ssl-https-verify-peer", "1",
              "--ssl-https-verify-host", "2"] if tls_ca else []
-    for interval in ("2000", "4000"):  # a noisy shared VM: one longer retry
-        p = subprocess.run([PERF_ANALYZER, "-m", "digits", "-u", url, *extra,
-                            "--concurrency-range", f"{concurrency}:{concurrency}",
-                            "--measurement-interval", interval, "--stability-percentage", "25",
-                            "--percentile", "50", "-f", out_csv],
-                           capture_output=True, text=True, timeout=300)
-        if p.returncode == 0:
-            break
-    if p.returncode != 0:
-        raise SystemExit(f"perf_analyzer failed: {p.stdout}\n{p.stderr}")
-    row = next(csv.DictReader(open(out_csv)))
-    return float(row["Inferences/Second"]), float(row["p50 latency"])
+    ips, p50, _ = perf("digits", None, concurrency, out_csv, url=url, extra=extra)
+    return ips, p50
 
 
 def main():
@@ -75,8 +64,8 @@ def main():
               f"{'http p50 us':>11} {'https p50 us':>12} {'extra us':>8}")
         try:
             for c in (1, 16):
-                ips, p50 = perf(urls["http"], c, os.path.join(d, "pa.csv"))
-                tips, tp50 = perf("https://" + urls["https"], c, os.path.join(d, "pa.csv"),
+                ips, p50 = perf_tls(urls["http"], c, os.path.join(d, "pa.csv"))
+                tips, tp50 = perf_tls("https://" + urls["https"], c, os.path.join(d, "pa.csv"),
                                   f"{d}/ca.pem")
                 print(f"{c:4d} {ips:10.0f} {tips:11.0f} {tips / ips:6.2f} {p50:11.0f} "
                       f"{tp50:12.0f} {tp50 - p50:8.0f}")

@@ -100,15 +100,11 @@ const gs_config_option gs_serve_options[] = {
     {NULL, 0, NULL, 0, 0, NULL, 0},
 };
 
-/* Who needs a token for inference and reading (--auth). */
-typedef enum { AUTH_AUTO, AUTH_REQUIRED, AUTH_NONE } auth_mode;
-
 typedef struct server {
   const gs_serve_settings *settings;
   gs_repository repo;
   gs_frontdesk *frontdesk;
   gs_tls *tls; /* NULL: plain HTTP */
-  auth_mode auth;
   bool reading_needs_token; /* inference and read-only routes, from --auth and --host */
   atomic_int in_flight;
   atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
@@ -702,17 +698,12 @@ int gs_serve(const gs_serve_settings *settings) {
   atomic_init(&s.in_flight, 0);
   atomic_init(&s.body_bytes, 0);
   atomic_init(&s.admin_ops, 0);
-  if (strcmp(settings->auth, "auto") == 0)
-    s.auth = AUTH_AUTO;
-  else if (strcmp(settings->auth, "required") == 0)
-    s.auth = AUTH_REQUIRED;
-  else if (strcmp(settings->auth, "none") == 0)
-    s.auth = AUTH_NONE;
-  else
+  bool required = strcmp(settings->auth, "required") == 0;
+  if (!required && strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "none") != 0)
     return gs_error(GS_EINVAL, "--auth is 'auto', 'required' or 'none', not '%s'",
                     settings->auth);
   s.reading_needs_token =
-      s.auth == AUTH_REQUIRED || (s.auth == AUTH_AUTO && !loopback(settings->host));
+      required || (strcmp(settings->auth, "auto") == 0 && !loopback(settings->host));
   /* SIGHUP's default would kill the daemon: it is ours from the start. */
   struct sigaction hup = {.sa_handler = on_signal};
   sigemptyset(&hup.sa_mask);

@@ -92,15 +92,24 @@ static int check_pair(const gs_tls *t, const gnutls_datum_t *cert, const gnutls_
   return GS_OK;
 }
 
+/* The client CA bundle, read once: its text for libmicrohttpd, and the
+ * trust list client certificates are checked against. */
 static int load_client_trust(gs_tls *t) {
   if (!t->ca_path[0])
     return GS_OK;
-  if (gnutls_x509_trust_list_init(&t->client_trust, 0) < 0) {
+  gnutls_datum_t ca = {0};
+  int rc = read_pem("--tls-client-ca", t->ca_path, &ca);
+  if (rc == 0 && !(t->client_ca_pem = strndup((const char *)ca.data, ca.size)))
+    rc = gs_error(GS_ENOMEM, "out of memory");
+  if (rc == 0 && gnutls_x509_trust_list_init(&t->client_trust, 0) < 0) {
     t->client_trust = NULL;
-    return gs_error(GS_ENOMEM, "cannot allocate a trust list");
+    rc = gs_error(GS_ENOMEM, "cannot allocate a trust list");
   }
-  int n = gnutls_x509_trust_list_add_trust_file(t->client_trust, t->ca_path, NULL,
-                                                GNUTLS_X509_FMT_PEM, 0, 0);
+  int n = rc < 0 ? 0 : gnutls_x509_trust_list_add_trust_mem(t->client_trust, &ca, NULL,
+                                                             GNUTLS_X509_FMT_PEM, 0, 0);
+  gnutls_free(ca.data);
+  if (rc < 0)
+    return rc;
   if (n <= 0)
     return gs_error(GS_EINVAL, "--tls-client-ca %s: %s", t->ca_path,
                     n < 0 ? gnutls_strerror(n) : "it holds no certificate");
@@ -157,13 +166,6 @@ int gs_tls_open(const char *cert, const char *key, const char *client_ca, gs_tls
   int rc = load_identity(t, &id);
   if (rc == 0)
     rc = load_client_trust(t);
-  if (rc == 0 && t->ca_path[0]) {
-    gnutls_datum_t ca = {0};
-    rc = read_pem("--tls-client-ca", t->ca_path, &ca);
-    if (rc == 0 && !(t->client_ca_pem = strndup((const char *)ca.data, ca.size)))
-      rc = gs_error(GS_ENOMEM, "out of memory");
-    gnutls_free(ca.data);
-  }
   if (rc < 0) {
     identity_free(id);
     gs_tls_free(t);
