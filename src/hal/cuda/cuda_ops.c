@@ -223,14 +223,13 @@ static int target_scratch(void *ctx, size_t bytes) {
 
 /* ---- registration ----------------------------------------------------------------------------------- */
 
-#define MAX_DEVOPS 96
-static cu_kernel devop_kernels[MAX_DEVOPS];
+static cu_kernel devop_kernels[GS_DEVOPS_MAX];
 
 int gs__cuda_register_ops(gs_backend_t *backend) {
   size_t count;
   const gs_devop *dops = gs_devops(&count);
-  if (count > MAX_DEVOPS)
-    return gs_error(GS_EINTERNAL, "CUDA: %zu ops for %d slots", count, MAX_DEVOPS);
+  if (count > GS_DEVOPS_MAX)
+    return gs_error(GS_EINTERNAL, "CUDA: %zu ops for %d slots", count, GS_DEVOPS_MAX);
   for (size_t i = 0; i < count; i++) {
     devop_kernels[i] = (cu_kernel){dops[i].name, &dops[i], devop_supports, devop_launch};
     int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);

@@ -4,7 +4,7 @@
  * operands are the node's inputs, then its outputs. What a kernel does not
  * cover (float64 and bfloat16 tensors, integer MatMul and Pow, strings)
  * the plan runs on the CPU, per launch. */
-#include "hal/devops/devops.h"
+#include "hal/devops/devops_internal.h"
 #include "hal/devops/op_codes.h"
 
 #include "base/error.h"
@@ -21,9 +21,6 @@ const char *const gs_devk_names[GS_DK_COUNT] = {
 
 
 /* op_kernels.h's structures, field for field (longs as int64_t). */
-typedef struct dk_walk {
-  int64_t rank, dims[8], strides[3][8], base[3];
-} dk_walk;
 typedef struct dk_pad {
   int64_t rank, out_dims[8], in_dims[8], begin[8], mode;
 } dk_pad;
@@ -51,48 +48,7 @@ _Static_assert(sizeof(dk_walk) == 288 && sizeof(dk_pad) == 208 && sizeof(dk_redu
                    sizeof(dk_conv) == 176 && sizeof(dk_gemm) == 280 && sizeof(dk_resize) == 184,
                "the kernels' structures");
 
-#define BUF(i, es) ((gs_dk_arg){.operand = (i), .size = (es)})
-#define VAL(v) ((gs_dk_arg){.operand = -1, .size = sizeof(v), .value = &(v)})
-#define LAUNCH(t, k, n, ...)                                                                     \
-  ((t)->launch((t)->ctx, (k), (n), (int)(sizeof((gs_dk_arg[]){__VA_ARGS__}) / sizeof(gs_dk_arg)), \
-               (gs_dk_arg[]){__VA_ARGS__}))
 
-static bool present(const gs_op_call *c, int i) {
-  return i < c->n_in && c->in[i].dtype != GS_DT_INVALID;
-}
-
-static bool is_float(gs_dtype dt) { return dt == GS_DT_FLOAT32 || dt == GS_DT_FLOAT16; }
-
-
-/* Every present operand of this type. */
-static bool all_of(const gs_op_call *c, gs_dtype dt) {
-  for (int i = 0; i < c->n_in; i++)
-    if (c->in[i].dtype != dt && c->in[i].dtype != GS_DT_INVALID)
-      return false;
-  for (int i = 0; i < c->n_out; i++)
-    if (c->out[i].dtype != dt)
-      return false;
-  return true;
-}
-
-/* The _fp kernels' element size: 4 where every present operand is float32,
- * 2 where every one is float16, else 0 (not for them). */
-static size_t fp_size(const gs_op_call *c) {
-  gs_dtype dt = c->in[0].dtype;
-  if (!is_float(dt) || !all_of(c, dt))
-    return 0;
-  return dt == GS_DT_FLOAT16 ? 2 : 4;
-}
-
-
-/* The family's kernel for elements of `size` bytes (1, 2, 4 or 8). */
-static gs_devk by_size(gs_devk b8, size_t size) {
-  return (gs_devk)(b8 + (size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3));
-}
-
-static bool movable_size(size_t size) {
-  return size == 1 || size == 2 || size == 4 || size == 8;
-}
 
 /* Merges neighbouring dimensions that every operand walks contiguously
  * and drops dimensions of 1: the kernels divide once per dimension and
@@ -119,9 +75,7 @@ static void coalesce(dk_walk *w) {
   w->rank = out;
 }
 
-/* Queues y = x along a walk: x by strides[0] from base[0], y by strides[1]
- * from base[1], over the walk's dims; elements of `size` bytes. */
-static int copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_walk *w) {
+int gs__devops_copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_walk *w) {
   coalesce(w);
   uint64_t n = 1;
   for (int d = 0; d < w->rank; d++)
@@ -131,6 +85,12 @@ static int copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_wa
 }
 
 static int relu(const gs_devops_target *t, int y, int64_t n, bool half);
+static int scale(const gs_devops_target *t, int y, int64_t n, float factor, bool half);
+
+/* devops' own variants of the binary family, never passed to a kernel:
+ * Sum and Mean, folded with BINARY_ADD. */
+#define BINARY_ADD_ALL 100
+#define BINARY_MEAN_ALL 101
 static int fill(const gs_devops_target *t, int y, size_t es, uint64_t at, uint64_t n,
                 uint64_t bits);
 
@@ -143,12 +103,11 @@ static int broadcast_copy(const gs_devops_target *t, int x, const gs_shape *xs, 
     w.dims[d] = ys->dims[d];
   gs_launch_broadcast_strides(xs, ys, w.strides[0]);
   gs_launch_contiguous_strides(ys, w.strides[1]);
-  return copy_walk(t, x, y, size, &w);
+  return gs__devops_copy_walk(t, x, y, size, &w);
 }
 
 /* ---- elementwise --------------------------------------------------------------------------- */
 
-static bool is_int(gs_dtype dt) { return dt == GS_DT_INT64 || dt == GS_DT_INT32; }
 
 /* Float32 and float16; Relu, Neg and Abs also on int64 and int32. */
 static bool unary_supports(const gs_devop *op, const gs_op_call *c) {
@@ -195,24 +154,44 @@ static int run_clip(const gs_devop *op, const gs_devops_target *t) {
                 BUF(c->n_in, es), VAL(n));
 }
 
-/* Two inputs of one type (Min and Max: any number), broadcast, rank 8 at
- * most; the output is of that type, or bool for comparisons. Integer
- * division by zero fails the run through the stream's status; integer
- * powers stay on the CPU. */
+static bool is_compare(int32_t code) { return code >= BINARY_EQ && code <= BINARY_LAST_COMPARE; }
+static bool is_bitwise(int32_t code) { return code >= BINARY_AND && code <= BINARY_XOR; }
+static bool is_division(int32_t code) {
+  return code == BINARY_DIV || code == BINARY_MOD || code == BINARY_FMOD;
+}
+
+/* Which element types binary op `code` runs on here: floats but for the
+ * bitwise ops; int32 and int64 but for Pow; bool (And, Or, Xor, Equal) and
+ * uint8 (the bitwise ops), as onnxruntime, the reference the tests hold
+ * them to, implements them. */
+static bool binary_type_ok(int32_t code, gs_dtype dt) {
+  if (is_float(dt))
+    return !is_bitwise(code);
+  if (is_int(dt))
+    return code != BINARY_POW;
+  if (dt == GS_DT_BOOL)
+    return is_bitwise(code) || code == BINARY_EQ;
+  return dt == GS_DT_UINT8 && is_bitwise(code);
+}
+
+/* Two inputs of one type (Min, Max, Sum and Mean: any number), broadcast,
+ * rank 8 at most; the output is of that type, or bool for comparisons.
+ * Integer division and modulo by zero fail the run through the stream's
+ * status. */
 static bool binary_supports(const gs_devop *op, const gs_op_call *c) {
-  bool variadic = op->variant == BINARY_MIN || op->variant == BINARY_MAX;
+  bool variadic = op->variant == BINARY_MIN || op->variant == BINARY_MAX ||
+                  op->variant == BINARY_ADD_ALL || op->variant == BINARY_MEAN_ALL;
   if ((variadic ? c->n_in < 1 : c->n_in != 2) || c->n_out != 1 || c->out[0].shape.rank > 8)
     return false;
   gs_dtype dt = c->in[0].dtype;
   for (int i = 1; i < c->n_in; i++)
     if (c->in[i].dtype != dt)
       return false;
-  bool compare = op->variant >= BINARY_EQ;
-  if (c->out[0].dtype != (compare ? GS_DT_BOOL : dt))
+  if (c->out[0].dtype != (is_compare(op->variant) ? GS_DT_BOOL : dt))
     return false;
-  if (is_float(dt))
-    return true;
-  return is_int(dt) && op->variant != BINARY_POW;
+  if (op->variant == BINARY_MEAN_ALL)
+    return is_float(dt);
+  return binary_type_ok(op->variant == BINARY_ADD_ALL ? BINARY_ADD : op->variant, dt);
 }
 
 /* y = a op b, a and b broadcast to y's shape; operands a, b, y. */
@@ -220,13 +199,15 @@ static int binary_step(const gs_devops_target *t, int32_t code, int a, const gs_
                        const gs_shape *bs) {
   const gs_op_call *c = t->call;
   gs_dtype dt = c->in[0].dtype;
-  bool compare = code >= BINARY_EQ;
+  bool compare = is_compare(code);
   gs_devk k;
   size_t es;
   switch (dt) {
   case GS_DT_FLOAT16: k = compare ? GS_DK_compare_f16 : GS_DK_binary_f16; es = 2; break;
   case GS_DT_INT64: k = compare ? GS_DK_compare_i64 : GS_DK_binary_i64; es = 8; break;
   case GS_DT_INT32: k = compare ? GS_DK_compare_i32 : GS_DK_binary_i32; es = 4; break;
+  case GS_DT_BOOL:
+  case GS_DT_UINT8: k = compare ? GS_DK_compare_u8 : GS_DK_binary_u8; es = 1; break;
   default: k = compare ? GS_DK_compare_f32 : GS_DK_binary_f32; es = 4; break;
   }
   dk_walk w = {.rank = c->out[0].shape.rank};
@@ -237,23 +218,57 @@ static int binary_step(const gs_devops_target *t, int32_t code, int a, const gs_
   gs_launch_contiguous_strides(&c->out[0].shape, w.strides[2]); /* y's own, for coalescing */
   coalesce(&w);
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
-  if (code == BINARY_DIV && is_int(dt)) /* can fail: division by zero */
+  if (is_division(code) && is_int(dt)) /* can fail: division by zero */
     return LAUNCH(t, dt == GS_DT_INT64 ? GS_DK_divide_i64 : GS_DK_divide_i32, n, BUF(a, es),
-                  BUF(b, es), BUF(c->n_in, es), VAL(n), VAL(w), BUF(GS_DK_STATUS, 8));
+                  BUF(b, es), BUF(c->n_in, es), VAL(n), VAL(code), VAL(w), BUF(GS_DK_STATUS, 8));
   return LAUNCH(t, k, n, BUF(a, es), BUF(b, es), BUF(c->n_in, compare ? 1 : es), VAL(n),
                 VAL(code), VAL(w));
 }
 
-/* Min and Max of any number of inputs fold into the output: y = op(x0, x1),
- * then y = op(y, xi) (each item reads its own element before writing it). */
+/* Min, Max, Sum and Mean of any number of inputs fold into the output:
+ * y = op(x0, x1), then y = op(y, xi) (each item reads its own element
+ * before writing it); Mean then scales y. Mod's attribute picks C's or
+ * Python's sign. */
 static int run_binary(const gs_devop *op, const gs_devops_target *t) {
   const gs_op_call *c = t->call;
+  const gs_unary_attrs *at = c->attrs;
   int32_t code = op->variant;
-  int second = c->n_in > 1 ? 1 : 0; /* one input: op(x, x) is x */
-  int rc = binary_step(t, code, 0, &c->in[0].shape, second, &c->in[second].shape);
+  if (code == BINARY_MOD && at && at->fmod)
+    code = BINARY_FMOD;
+  bool sum = code == BINARY_ADD_ALL || code == BINARY_MEAN_ALL;
+  if (sum)
+    code = BINARY_ADD;
+  int rc;
+  if (c->n_in > 1)
+    rc = binary_step(t, code, 0, &c->in[0].shape, 1, &c->in[1].shape);
+  else if (!sum) /* one input: op(x, x) is x */
+    rc = binary_step(t, code, 0, &c->in[0].shape, 0, &c->in[0].shape);
+  else /* its one input is the sum */
+    rc = broadcast_copy(t, 0, &c->in[0].shape, c->n_in, &c->out[0].shape,
+                        gs_launch_element_size(c->out[0].dtype));
   for (int i = 2; rc == 0 && i < c->n_in; i++)
     rc = binary_step(t, code, c->n_in, &c->out[0].shape, i, &c->in[i].shape);
+  if (rc == 0 && op->variant == BINARY_MEAN_ALL && c->n_in > 1)
+    rc = scale(t, c->n_in, gs_launch_numel(&c->out[0].shape), 1.0f / (float)c->n_in,
+               c->out[0].dtype == GS_DT_FLOAT16);
   return rc;
+}
+
+/* IsNaN (variant 0) and IsInf (1): float in, bool out. */
+static bool classify_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  return c->n_in == 1 && c->n_out == 1 && is_float(c->in[0].dtype) &&
+         c->out[0].dtype == GS_DT_BOOL;
+}
+
+static int run_classify(const gs_devop *op, const gs_devops_target *t) {
+  const gs_op_call *c = t->call;
+  const gs_unary_attrs *at = c->attrs;
+  int32_t inf = op->variant, pos = at ? at->detect_pos : 1, neg = at ? at->detect_neg : 1;
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
+  return LAUNCH(t, GS_DK_classify_fp, n, BUF(0, half ? 2 : 4), BUF(1, 1), VAL(n), VAL(inf),
+                VAL(pos), VAL(neg), VAL(half));
 }
 
 static bool not_supports(const gs_devop *op, const gs_op_call *c) {
@@ -306,10 +321,10 @@ static int cast_type(gs_dtype dt) {
   }
 }
 
+/* Cast, and CastLike (its second input only names the type). */
 static bool cast_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
-  return c->n_in == 1 && c->n_out == 1 && cast_type(c->in[0].dtype) >= 0 &&
-         cast_type(c->out[0].dtype) >= 0;
+  return c->n_out == 1 && cast_type(c->in[0].dtype) >= 0 && cast_type(c->out[0].dtype) >= 0;
 }
 
 static int run_cast(const gs_devop *op, const gs_devops_target *t) {
@@ -318,21 +333,17 @@ static int run_cast(const gs_devop *op, const gs_devops_target *t) {
   gs_dtype from = c->in[0].dtype, to = c->out[0].dtype;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   uint64_t from_size = gs_launch_element_size(from), to_size = gs_launch_element_size(to);
+  if (n == 0)
+    return GS_OK;
   if (from == to)
-    return t->copy(t->ctx, 0, 0, 1, 0, (size_t)(n * to_size));
+    return t->copy(t->ctx, 0, 0, c->n_in, 0, (size_t)(n * to_size));
   int32_t f = cast_type(from), o = cast_type(to);
-  return LAUNCH(t, GS_DK_cast_any, n, BUF(0, from_size), VAL(f), BUF(1, to_size), VAL(o), VAL(n),
-                VAL(from_size), VAL(to_size));
+  return LAUNCH(t, GS_DK_cast_any, n, BUF(0, from_size), VAL(f), BUF(c->n_in, to_size), VAL(o),
+                VAL(n), VAL(from_size), VAL(to_size));
 }
 
 /* ---- data movement ------------------------------------------------------------------------------ */
 
-/* An output of a type whose elements move as 1, 2, 4 or 8 bytes (strings
- * are records pointing into host memory: never on a device). */
-static bool moves(const gs_op_call *c) {
-  return c->n_out >= 1 && c->out[0].dtype != GS_DT_BYTES &&
-         movable_size(gs_launch_element_size(c->out[0].dtype));
-}
 
 /* Identity, Dropout (inference: its mask all true) and the reshapes: the
  * bytes as they are. */
@@ -367,7 +378,7 @@ static int run_transpose(const gs_devop *op, const gs_devops_target *t) {
     w.dims[d] = c->out[0].shape.dims[d];
   gs_launch_transpose_strides(c, w.strides[0]);
   gs_launch_contiguous_strides(&c->out[0].shape, w.strides[1]);
-  return copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+  return gs__devops_copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
 }
 
 static int run_expand(const gs_devop *op, const gs_devops_target *t) {
@@ -393,7 +404,7 @@ static int run_slice(const gs_devop *op, const gs_devops_target *t) {
   gs_launch_contiguous_strides(&c->out[0].shape, w.strides[1]);
   if (gs_launch_numel(&c->out[0].shape) == 0)
     return GS_OK;
-  return copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+  return gs__devops_copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
 }
 
 /* Concat: each input into its place along the axis of the output. */
@@ -416,7 +427,7 @@ static int run_concat(const gs_devop *op, const gs_devops_target *t) {
     at += xs->dims[axis];
     if (gs_launch_numel(xs) == 0)
       continue;
-    int rc = copy_walk(t, j, c->n_in, es, &w);
+    int rc = gs__devops_copy_walk(t, j, c->n_in, es, &w);
     if (rc < 0)
       return rc;
   }
@@ -443,7 +454,7 @@ static int run_split(const gs_devop *op, const gs_devops_target *t) {
     at += ys->dims[axis];
     if (gs_launch_numel(ys) == 0 || c->out[j].dtype == GS_DT_INVALID)
       continue;
-    int rc = copy_walk(t, 0, c->n_in + j, es, &w);
+    int rc = gs__devops_copy_walk(t, 0, c->n_in + j, es, &w);
     if (rc < 0)
       return rc;
   }
@@ -578,10 +589,13 @@ static int run_shape(const gs_devop *op, const gs_devops_target *t) {
 
 /* ---- reductions ------------------------------------------------------------------------------ */
 
+/* Every Reduce* on floats; on int32 and int64 those without a square root
+ * or logarithm. */
 static bool reduce_supports(const gs_devop *op, const gs_op_call *c) {
-  (void)op;
   gs_dtype dt = c->in[0].dtype;
-  return c->attrs && c->n_out == 1 && (is_float(dt) || is_int(dt)) &&
+  bool int_op = op->variant != REDUCE_L2 && op->variant != REDUCE_LOGSUM &&
+                op->variant != REDUCE_LOGSUMEXP;
+  return c->attrs && c->n_out == 1 && (is_float(dt) || (int_op && is_int(dt))) &&
          c->out[0].dtype == dt && c->in[0].shape.rank <= 8;
 }
 
@@ -640,7 +654,8 @@ static int run_reduce(const gs_devop *op, const gs_devops_target *t) {
   return reduce_dims(t, a->reduce, t->call->n_in, op->variant);
 }
 
-/* ArgMax along the one reduced axis, and TopK along its axis. */
+/* ArgMax (variant 0) and ArgMin (1) along the one reduced axis, and TopK
+ * along its axis. */
 static bool argmax_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
   const gs_reduce_attrs *a = c->attrs;
@@ -654,7 +669,6 @@ static bool argmax_supports(const gs_devop *op, const gs_op_call *c) {
 }
 
 static int run_argmax(const gs_devop *op, const gs_devops_target *t) {
-  (void)op;
   const gs_op_call *c = t->call;
   const gs_reduce_attrs *a = c->attrs;
   int axis = 0;
@@ -665,9 +679,9 @@ static int run_argmax(const gs_devop *op, const gs_devops_target *t) {
   uint64_t outer = (uint64_t)o, len = (uint64_t)l, inner = (uint64_t)i;
   if (len == 0)
     return GS_OK;
-  int32_t last = a->select_last, half = c->in[0].dtype == GS_DT_FLOAT16;
+  int32_t smallest = op->variant, last = a->select_last, half = c->in[0].dtype == GS_DT_FLOAT16;
   return LAUNCH(t, GS_DK_argmax_fp, outer * inner, BUF(0, half ? 2 : 4), BUF(1, 8), VAL(outer),
-                VAL(len), VAL(inner), VAL(last), VAL(half));
+                VAL(len), VAL(inner), VAL(smallest), VAL(last), VAL(half));
 }
 
 static bool topk_supports(const gs_devop *op, const gs_op_call *c) {
@@ -767,6 +781,40 @@ static int run_batchnorm(const gs_devop *op, const gs_devops_target *t) {
   size_t es = half ? 2 : 4;
   return LAUNCH(t, GS_DK_batchnorm_fp, n, BUF(0, es), BUF(1, es), BUF(2, es), BUF(3, es),
                 BUF(4, es), BUF(5, es), VAL(n), VAL(channels), VAL(inner), VAL(eps), VAL(half));
+}
+
+/* GroupNormalization and InstanceNormalization (a group per channel): x
+ * as [batch, channels, spatial...]; scale and bias per channel or group. */
+static bool groupnorm_supports(const gs_devop *op, const gs_op_call *c) {
+  const gs_normalize_attrs *a = c->attrs;
+  return fp_supports(op, c) && c->n_in == 3 && c->in[0].shape.rank >= 2 && a->groups > 0 &&
+         c->in[0].shape.dims[1] % a->groups == 0;
+}
+
+static int run_groupnorm(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_normalize_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  uint64_t groups = (uint64_t)a->groups, spatial = 1;
+  for (int d = 2; d < xs->rank; d++)
+    spatial *= (uint64_t)xs->dims[d];
+  uint64_t rows = (uint64_t)xs->dims[0] * groups, per = (uint64_t)xs->dims[1] / groups;
+  if (rows * per * spatial == 0)
+    return GS_OK;
+  int32_t per_channel = a->per_channel, half = c->in[0].dtype == GS_DT_FLOAT16;
+  float eps = a->epsilon;
+  size_t es = half ? 2 : 4;
+  if (t->row_groups && per * spatial >= ROW_GROUP_MIN) {
+    int rc = LAUNCH(t, GS_DK_groupnorm_rows_fp, groups_for(rows), BUF(0, es), BUF(1, es),
+                    BUF(2, es), BUF(3, es), VAL(rows), VAL(groups), VAL(per), VAL(spatial),
+                    VAL(per_channel), VAL(eps), VAL(half));
+    if (rc != GS_ENOTSUP)
+      return rc;
+  }
+  return LAUNCH(t, GS_DK_groupnorm_fp, rows, BUF(0, es), BUF(1, es), BUF(2, es), BUF(3, es),
+                VAL(rows), VAL(groups), VAL(per), VAL(spatial), VAL(per_channel), VAL(eps),
+                VAL(half));
 }
 
 /* ---- convolution, pooling, Resize ------------------------------------------------------------------ */
@@ -1042,13 +1090,24 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
 
 /* ---- GEMM's helpers --------------------------------------------------------------------------- */
 
-static int relu(const gs_devops_target *t, int y, int64_t n, bool half) {
+/* y = op(y) over n elements of operand y. */
+static int unary_in_place(const gs_devops_target *t, int y, int64_t n, bool half, int32_t code,
+                          float alpha) {
   uint64_t count = (uint64_t)n;
-  int32_t code = UNARY_RELU;
-  float alpha = 0.0f, beta = 0.0f;
+  float beta = 0.0f;
   size_t es = half ? 2 : 4;
+  if (count == 0)
+    return GS_OK;
   return LAUNCH(t, half ? GS_DK_unary_f16 : GS_DK_unary_f32, count, BUF(y, es), BUF(y, es),
                 VAL(count), VAL(code), VAL(alpha), VAL(beta));
+}
+
+static int relu(const gs_devops_target *t, int y, int64_t n, bool half) {
+  return unary_in_place(t, y, n, half, UNARY_RELU, 0.0f);
+}
+
+static int scale(const gs_devops_target *t, int y, int64_t n, float factor, bool half) {
+  return unary_in_place(t, y, n, half, UNARY_SCALE, factor);
 }
 
 /* ---- failures ------------------------------------------------------------------------------------ */
@@ -1061,6 +1120,8 @@ int gs_devops_status_error(const gs_devops_status *st, const char *node_name) {
                     (long long)st->value, (long long)-st->bound, (long long)st->bound);
   case FAIL_DIVIDE_BY_ZERO:
     return gs_error(GS_EINVAL, "node %s (Div): integer division by zero", node);
+  case FAIL_MODULO_BY_ZERO:
+    return gs_error(GS_EINVAL, "node %s (Mod): integer modulo by zero", node);
   default:
     return gs_error(GS_EDEVICE, "node %s: a kernel reported failure %lld", node,
                     (long long)st->code);
@@ -1112,9 +1173,24 @@ static const gs_devop ops[] = {
     {"Selu", UNARY_SELU, unary_supports, run_unary},
     {"Mish", UNARY_MISH, unary_supports, run_unary},
     {"Sign", UNARY_SIGN, unary_supports, run_unary},
+    {"Tan", UNARY_TAN, unary_supports, run_unary},
+    {"Asin", UNARY_ASIN, unary_supports, run_unary},
+    {"Acos", UNARY_ACOS, unary_supports, run_unary},
+    {"Atan", UNARY_ATAN, unary_supports, run_unary},
+    {"Sinh", UNARY_SINH, unary_supports, run_unary},
+    {"Cosh", UNARY_COSH, unary_supports, run_unary},
+    {"Asinh", UNARY_ASINH, unary_supports, run_unary},
+    {"Acosh", UNARY_ACOSH, unary_supports, run_unary},
+    {"Atanh", UNARY_ATANH, unary_supports, run_unary},
+    {"Celu", UNARY_CELU, unary_supports, run_unary},
+    {"ThresholdedRelu", UNARY_THRESHOLDED, unary_supports, run_unary},
+    {"Shrink", UNARY_SHRINK, unary_supports, run_unary},
+    {"IsNaN", 0, classify_supports, run_classify},
+    {"IsInf", 1, classify_supports, run_classify},
     {"Clip", 0, clip_supports, run_clip},
     {"Not", 0, not_supports, run_not},
     {"Cast", 0, cast_supports, run_cast},
+    {"CastLike", 0, cast_supports, run_cast},
     {"Add", BINARY_ADD, binary_supports, run_binary},
     {"Sub", BINARY_SUB, binary_supports, run_binary},
     {"Mul", BINARY_MUL, binary_supports, run_binary},
@@ -1125,6 +1201,18 @@ static const gs_devop ops[] = {
     {"Equal", BINARY_EQ, binary_supports, run_binary},
     {"Less", BINARY_LT, binary_supports, run_binary},
     {"Greater", BINARY_GT, binary_supports, run_binary},
+    {"LessOrEqual", BINARY_LE, binary_supports, run_binary},
+    {"GreaterOrEqual", BINARY_GE, binary_supports, run_binary},
+    {"Mod", BINARY_MOD, binary_supports, run_binary},
+    {"PRelu", BINARY_PRELU, binary_supports, run_binary},
+    {"And", BINARY_AND, binary_supports, run_binary},
+    {"Or", BINARY_OR, binary_supports, run_binary},
+    {"Xor", BINARY_XOR, binary_supports, run_binary},
+    {"BitwiseAnd", BINARY_AND, binary_supports, run_binary},
+    {"BitwiseOr", BINARY_OR, binary_supports, run_binary},
+    {"BitwiseXor", BINARY_XOR, binary_supports, run_binary},
+    {"Sum", BINARY_ADD_ALL, binary_supports, run_binary},
+    {"Mean", BINARY_MEAN_ALL, binary_supports, run_binary},
     {"Where", 0, where_supports, run_where},
     {"Identity", 0, copy_supports, run_copy},
     {"Dropout", 0, copy_supports, run_copy},
@@ -1144,7 +1232,15 @@ static const gs_devop ops[] = {
     {"ReduceSum", REDUCE_SUM, reduce_supports, run_reduce},
     {"ReduceMean", REDUCE_MEAN, reduce_supports, run_reduce},
     {"ReduceMax", REDUCE_MAX, reduce_supports, run_reduce},
+    {"ReduceMin", REDUCE_MIN, reduce_supports, run_reduce},
+    {"ReduceProd", REDUCE_PROD, reduce_supports, run_reduce},
+    {"ReduceL1", REDUCE_L1, reduce_supports, run_reduce},
+    {"ReduceL2", REDUCE_L2, reduce_supports, run_reduce},
+    {"ReduceLogSum", REDUCE_LOGSUM, reduce_supports, run_reduce},
+    {"ReduceLogSumExp", REDUCE_LOGSUMEXP, reduce_supports, run_reduce},
+    {"ReduceSumSquare", REDUCE_SUMSQUARE, reduce_supports, run_reduce},
     {"ArgMax", 0, argmax_supports, run_argmax},
+    {"ArgMin", 1, argmax_supports, run_argmax},
     {"TopK", 0, topk_supports, run_topk},
     {"MatMul", 0, matmul_supports, run_matmul},
     {"Gemm", 0, gemm_supports, run_gemm},
@@ -1152,13 +1248,23 @@ static const gs_devop ops[] = {
     {"LogSoftmax", 1, fp_supports, run_softmax},
     {"LayerNormalization", 0, layernorm_supports, run_layernorm},
     {"BatchNormalization", 0, batchnorm_supports, run_batchnorm},
+    {"GroupNormalization", 0, groupnorm_supports, run_groupnorm},
+    {"InstanceNormalization", 0, groupnorm_supports, run_groupnorm},
     {"Conv", 0, conv_supports, run_conv},
     {"ConvTranspose", 1, conv_transpose_supports, run_conv},
     {"MaxPool", 1, pool_supports, run_pool},
     {"AveragePool", 0, pool_supports, run_pool},
     {"GlobalAveragePool", 0, global_pool_supports, run_pool},
     {"Resize", 0, resize_supports, run_resize},
+    {"Trilu", 0, gs__devops_trilu_supports, gs__devops_run_trilu},
+    {"Range", 0, gs__devops_range_supports, gs__devops_run_range},
+    {"CumSum", 0, gs__devops_cumsum_supports, gs__devops_run_cumsum},
+    {"Tile", 0, gs__devops_rearrange_supports, gs__devops_run_tile},
+    {"DepthToSpace", 0, gs__devops_rearrange_supports, gs__devops_run_depth_to_space},
+    {"SpaceToDepth", 0, gs__devops_rearrange_supports, gs__devops_run_space_to_depth},
 };
+
+_Static_assert(sizeof ops / sizeof ops[0] <= GS_DEVOPS_MAX, "GS_DEVOPS_MAX is too small");
 
 const gs_devop *gs_devops(size_t *count) {
   *count = sizeof ops / sizeof ops[0];

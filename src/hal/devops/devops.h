@@ -27,7 +27,9 @@
   X(reduce_fp) X(argmax_fp) X(topk_fp) X(softmax_fp) X(layernorm_fp) X(batchnorm_fp)            \
   X(conv_fp) X(conv_transpose_fp) X(pool_fp) X(resize_fp) X(matmul_fp)         \
   X(im2col_fp) X(conv_out_fp) X(softmax_rows_fp) X(layernorm_rows_fp)    \
-  X(reduce_rows_fp)
+  X(reduce_rows_fp) X(binary_u8) X(compare_u8) X(classify_fp)                                  \
+  X(trilu_b8) X(trilu_b16) X(trilu_b32) X(trilu_b64) X(range_i64) X(range_i32) X(range_f32)     \
+  X(cumsum_i64) X(cumsum_i32) X(cumsum_fp) X(groupnorm_fp) X(groupnorm_rows_fp)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,
@@ -42,7 +44,8 @@ typedef enum {
  * answers GS_ENOTSUP, and devops uses the kernel of an item per row. */
 #define GS_DK_GROUP 256
 static inline bool gs_devk_grouped(gs_devk k) {
-  return k == GS_DK_softmax_rows_fp || k == GS_DK_layernorm_rows_fp || k == GS_DK_reduce_rows_fp;
+  return k == GS_DK_softmax_rows_fp || k == GS_DK_layernorm_rows_fp || k == GS_DK_reduce_rows_fp ||
+         k == GS_DK_groupnorm_rows_fp;
 }
 
 /* The kernels' function names, by gs_devk. */
@@ -132,6 +135,9 @@ typedef struct gs_devop {
   bool (*supports)(const struct gs_devop *op, const gs_op_call *c);
   int (*run)(const struct gs_devop *op, const gs_devops_target *t);
 } gs_devop;
+
+/* How many ops devops may register: a backend keeps an array of this many. */
+#define GS_DEVOPS_MAX 192
 
 /* The ops with device kernels, `*count` of them. */
 const gs_devop *gs_devops(size_t *count);

@@ -8,6 +8,7 @@
 /* What a kernel that can fail writes as the status's code. */
 #define FAIL_INDEX_RANGE 1
 #define FAIL_DIVIDE_BY_ZERO 2
+#define FAIL_MODULO_BY_ZERO 3
 
 /* Elementwise ops (unary_*, binary_*, compare_*). */
 #define UNARY_RELU 0
@@ -36,6 +37,19 @@
 #define UNARY_SELU 23        /* alpha, gamma as beta */
 #define UNARY_MISH 24
 #define UNARY_SIGN 25
+#define UNARY_TAN 26
+#define UNARY_ASIN 27
+#define UNARY_ACOS 28
+#define UNARY_ATAN 29
+#define UNARY_SINH 30
+#define UNARY_COSH 31
+#define UNARY_ASINH 32
+#define UNARY_ACOSH 33
+#define UNARY_ATANH 34
+#define UNARY_CELU 35        /* alpha */
+#define UNARY_THRESHOLDED 36 /* alpha */
+#define UNARY_SHRINK 37      /* lambd as alpha, bias as beta */
+#define UNARY_SCALE 38       /* times alpha: Mean's last step */
 
 #define BINARY_ADD 0
 #define BINARY_SUB 1
@@ -47,6 +61,15 @@
 #define BINARY_EQ 7
 #define BINARY_LT 8
 #define BINARY_GT 9
+#define BINARY_LE 10
+#define BINARY_GE 11
+#define BINARY_LAST_COMPARE 11 /* EQ to here: bool out */
+#define BINARY_MOD 12  /* integers: the divisor's sign (Python's); floats: C's fmod */
+#define BINARY_FMOD 13 /* C's: the dividend's sign */
+#define BINARY_PRELU 14
+#define BINARY_AND 15  /* bitwise on integers; on bool, logical */
+#define BINARY_OR 16
+#define BINARY_XOR 17
 
 /* Element types, for Cast (cast_any). */
 #define TYPE_F32 0
@@ -62,5 +85,12 @@
 #define REDUCE_SUM 0
 #define REDUCE_MEAN 1
 #define REDUCE_MAX 2
+#define REDUCE_MIN 3
+#define REDUCE_PROD 4
+#define REDUCE_L1 5
+#define REDUCE_L2 6
+#define REDUCE_LOGSUM 7
+#define REDUCE_LOGSUMEXP 8
+#define REDUCE_SUMSQUARE 9
 
 #endif

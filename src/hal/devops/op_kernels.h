@@ -98,6 +98,19 @@ DEVFN float unary_apply(int op, float v, float alpha, float beta) {
   case UNARY_SELU: return beta * (v > 0.0f ? v : alpha * (exp(v) - 1.0f));
   case UNARY_MISH: return v * tanh(softplus_f(v));
   case UNARY_SIGN: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v;
+  case UNARY_TAN: return tan(v);
+  case UNARY_ASIN: return asin(v);
+  case UNARY_ACOS: return acos(v);
+  case UNARY_ATAN: return atan(v);
+  case UNARY_SINH: return sinh(v);
+  case UNARY_COSH: return cosh(v);
+  case UNARY_ASINH: return asinh(v);
+  case UNARY_ACOSH: return acosh(v);
+  case UNARY_ATANH: return atanh(v);
+  case UNARY_CELU: return fmax(0.0f, v) + fmin(0.0f, alpha * (exp(v / alpha) - 1.0f));
+  case UNARY_THRESHOLDED: return v > alpha ? v : 0.0f;
+  case UNARY_SHRINK: return v < -alpha ? v + beta : v > alpha ? v - beta : 0.0f;
+  case UNARY_SCALE: return v * alpha;
   default: return fabs(v);
   }
 }
@@ -114,11 +127,18 @@ DEVFN float binary_apply(int op, float a, float b) {
   case BINARY_MAX: return a != a || b != b ? a + b : a > b ? a : b;
   case BINARY_EQ: return a == b ? 1.0f : 0.0f;
   case BINARY_LT: return a < b ? 1.0f : 0.0f;
-  default: return a > b ? 1.0f : 0.0f;
+  case BINARY_GT: return a > b ? 1.0f : 0.0f;
+  case BINARY_LE: return a <= b ? 1.0f : 0.0f;
+  case BINARY_GE: return a >= b ? 1.0f : 0.0f;
+  case BINARY_MOD:
+  case BINARY_FMOD: return fmod(a, b); /* ONNX asks fmod=1 of floats */
+  case BINARY_PRELU: return a < 0.0f ? a * b : a;
+  default: return 0.0f; /* the bitwise ops take integers */
   }
 }
 
-/* Integers wrap as two's complement (computed unsigned); no division here. */
+/* Integers wrap as two's complement (computed unsigned); no division here
+ * (divide_*). Bool and uint8 come here as 0/1 and 0..255. */
 DEVFN long binary_apply_int(int op, long a, long b) {
   ulong ua = (ulong)a, ub = (ulong)b;
   switch (op) {
@@ -129,7 +149,13 @@ DEVFN long binary_apply_int(int op, long a, long b) {
   case BINARY_MAX: return a > b ? a : b;
   case BINARY_EQ: return a == b;
   case BINARY_LT: return a < b;
-  default: return a > b;
+  case BINARY_GT: return a > b;
+  case BINARY_LE: return a <= b;
+  case BINARY_GE: return a >= b;
+  case BINARY_PRELU: return a < 0 ? (long)(ua * ub) : a;
+  case BINARY_AND: return a & b;
+  case BINARY_OR: return a | b;
+  default: return a ^ b;
   }
 }
 
@@ -209,19 +235,28 @@ DEVFN long unary_apply_int(int op, long v) {
   }                                                                                              \
   DEFINE_BINARY(SUFFIX, T, LOAD_INT, STORE_INT, binary_apply_int)
 
-/* Integer division truncates, as C's; by zero it fails. */
+/* Integer u / v (op BINARY_DIV) truncates, as C's; u mod v takes the
+ * dividend's sign (BINARY_FMOD, C's %) or the divisor's (BINARY_MOD,
+ * Python's). By zero they fail. */
+DEVFN long divide_int(int op, long u, long v) {
+  if (op == BINARY_DIV)
+    return v == -1 ? (long)(0 - (ulong)u) : u / v;
+  long r = v == -1 ? 0 : u % v;
+  return op == BINARY_MOD && r != 0 && (r < 0) != (v < 0) ? r + v : r;
+}
+
 #define DEFINE_INT_DIVIDE(SUFFIX, T)                                                             \
   KERNEL divide_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo, GLOBAL T *y,  \
-                         ulong yo, ulong n, walk w, GLOBAL long *status, ulong tag) {            \
+                         ulong yo, ulong n, int op, walk w, GLOBAL long *status, ulong tag) {    \
     FOR_EACH(i, n) {                                                                             \
       long ia, ib, unused;                                                                       \
       walk_at(&w, i, &ia, &ib, &unused);                                                         \
       long u = (long)a[ao + ia], v = (long)b[bo + ib];                                           \
       if (v == 0) {                                                                              \
-        fail(status, tag, FAIL_DIVIDE_BY_ZERO, u, 0);                                            \
+        fail(status, tag, op == BINARY_DIV ? FAIL_DIVIDE_BY_ZERO : FAIL_MODULO_BY_ZERO, u, 0); \
         y[yo + i] = 0;                                                                           \
       } else {                                                                                   \
-        y[yo + i] = (T)(v == -1 ? (long)(0 - (ulong)u) : u / v);                                 \
+        y[yo + i] = (T)divide_int(op, u, v);                                                     \
       }                                                                                          \
     }                                                                                            \
   }
@@ -231,6 +266,17 @@ DEFINE_INT_DIVIDE(i32, int)
 
 DEFINE_INT_ELEMENTWISE(i64, long)
 DEFINE_INT_ELEMENTWISE(i32, int)
+/* Bool and uint8: And, Or, Xor (bitwise), and Equal on bool. */
+DEFINE_BINARY(u8, uchar, LOAD_INT, STORE_INT, binary_apply_int)
+
+/* IsNaN (inf 0) and IsInf (inf 1, of the signs asked). */
+KERNEL classify_fp(GLOBAL const void *x, ulong xo, GLOBAL uchar *y, ulong yo, ulong n, int inf,
+                   int pos, int neg, int fp16) {
+  FOR_EACH(i, n) {
+    float v = ldf(x, xo + i, fp16);
+    y[yo + i] = inf ? (pos && v == INFINITY) || (neg && v == -INFINITY) : v != v;
+  }
+}
 
 KERNEL not_b8(GLOBAL const uchar *x, ulong xo, GLOBAL uchar *y, ulong yo, ulong n) {
   FOR_EACH(i, n) { y[yo + i] = !x[xo + i]; }
@@ -375,6 +421,16 @@ DEVFN long pad_source(const pad_geom *p, ulong i) {
       y[yo + i] = src < 0 ? (T)bits : x[(long)xo + src];                                         \
     }                                                                                            \
   }                                                                                              \
+  /* Trilu: matrices of rows x cols, kept on and above (upper) or on and       \
+   * below diagonal k, zero elsewhere. */                                                      \
+  KERNEL trilu_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, ulong rows, \
+                        ulong cols, long k, int upper) {                                         \
+    FOR_EACH(i, n) {                                                                             \
+      long col = (long)(i % cols), row = (long)((i / cols) % rows);                              \
+      bool keep = upper ? col - row >= k : col - row <= k;                                       \
+      y[yo + i] = keep ? x[xo + i] : (T)0;                                                       \
+    }                                                                                            \
+  }                                                                                              \
   /* Where: cond, a and b broadcast (strides 0, 1, 2). */                                       \
   KERNEL where_##SUFFIX(GLOBAL const uchar *cond, ulong co, GLOBAL const T *a, ulong ao,         \
                         GLOBAL const T *b, ulong bo, GLOBAL T *y, ulong yo, ulong n, walk w) {   \
@@ -403,6 +459,62 @@ DEVFN long pad_source(const pad_geom *p, ulong i) {
     }                                                                                            \
   }
 
+/* Range in integers: start + i delta, wrapping. */
+#define DEFINE_INT_SEQUENCES(SUFFIX, T)                                                          \
+  KERNEL range_##SUFFIX(GLOBAL T *y, ulong yo, ulong n, long start, long delta) {                \
+    FOR_EACH(i, n) { y[yo + i] = (T)(long)((ulong)start + i * (ulong)delta); }                   \
+  }                                                                                              \
+  /* CumSum along one axis of x as [outer, len, inner], wrapping. */                             \
+  KERNEL cumsum_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong outer,        \
+                         ulong len, ulong inner, int exclusive, int reverse) {                   \
+    FOR_EACH(id, outer * inner) {                                                                \
+      ulong o = id / inner, in = id % inner;                                                     \
+      ulong acc = 0;                                                                             \
+      for (ulong j = 0; j < len; j++) {                                                          \
+        ulong at = (o * len + (reverse ? len - 1 - j : j)) * inner + in;                         \
+        ulong v = (ulong)(long)x[xo + at];                                                       \
+        if (!exclusive)                                                                          \
+          acc += v;                                                                              \
+        y[yo + at] = (T)(long)acc;                                                               \
+        if (exclusive)                                                                           \
+          acc += v;                                                                              \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+DEFINE_INT_SEQUENCES(i64, long)
+DEFINE_INT_SEQUENCES(i32, int)
+
+/* Range in float32, accumulated in order (start, start + delta, ...) as the
+ * ONNX reference and the CPU do: one item. */
+KERNEL range_f32(GLOBAL float *y, ulong yo, ulong n, float start, float delta) {
+  FOR_EACH(item, 1) {
+    float v = start;
+    for (ulong i = 0; i < n; i++) {
+      y[yo + i] = v;
+      v += delta;
+    }
+  }
+}
+
+/* CumSum in float32 or float16, accumulated in float32. */
+KERNEL cumsum_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong outer,
+                 ulong len, ulong inner, int exclusive, int reverse, int fp16) {
+  FOR_EACH(id, outer * inner) {
+    ulong o = id / inner, in = id % inner;
+    float acc = 0.0f;
+    for (ulong j = 0; j < len; j++) {
+      ulong at = (o * len + (reverse ? len - 1 - j : j)) * inner + in;
+      float v = ldf(x, xo + at, fp16);
+      if (!exclusive)
+        acc += v;
+      stf(y, yo + at, acc, fp16);
+      if (exclusive)
+        acc += v;
+    }
+  }
+}
+
 DEFINE_GATHER(b8, uchar)
 DEFINE_GATHER(b16, ushort)
 DEFINE_GATHER(b32, uint)
@@ -428,6 +540,63 @@ typedef struct reduce_geom {
   long count; /* elements reduced into each output */
 } reduce_geom;
 
+/* The Reduce* family as the CPU's k_reduce.c: what an accumulator starts
+ * at (an empty reduction's result, after reduce_finish), what each element
+ * adds, how two partial accumulators combine, and the result.
+ * LogSumExp subtracts the largest element (`shift`) before exp, so that
+ * float32 does not overflow where the CPU's double would not. */
+DEVFN float reduce_start(int op) {
+  return op == REDUCE_MAX ? -INFINITY : op == REDUCE_MIN ? INFINITY : op == REDUCE_PROD ? 1.0f : 0.0f;
+}
+
+DEVFN float reduce_step(int op, float acc, float v, float shift) {
+  switch (op) {
+  case REDUCE_MAX: return v > acc || v != v ? v : acc;
+  case REDUCE_MIN: return v < acc || v != v ? v : acc;
+  case REDUCE_PROD: return acc * v;
+  case REDUCE_L1: return acc + fabs(v);
+  case REDUCE_L2:
+  case REDUCE_SUMSQUARE: return acc + v * v;
+  case REDUCE_LOGSUMEXP: return acc + exp(v - shift);
+  default: return acc + v;
+  }
+}
+
+DEVFN float reduce_combine(int op, float a, float b) {
+  switch (op) {
+  case REDUCE_MAX: return a != a || b != b ? a + b : fmax(a, b);
+  case REDUCE_MIN: return a != a || b != b ? a + b : fmin(a, b);
+  case REDUCE_PROD: return a * b;
+  default: return a + b;
+  }
+}
+
+DEVFN float reduce_finish(int op, float acc, long count, float shift) {
+  switch (op) {
+  case REDUCE_MEAN: return acc / (float)count;
+  case REDUCE_L2: return sqrt(acc);
+  case REDUCE_LOGSUM: return log(acc);
+  case REDUCE_LOGSUMEXP: return log(acc) + shift;
+  default: return acc;
+  }
+}
+
+/* LogSumExp's shift from the largest element: 0 where that is infinite
+ * (or there is none), which keeps inf - inf out of exp. */
+DEVFN float lse_shift(float largest) {
+  return largest == largest && largest != INFINITY && largest != -INFINITY ? largest : 0.0f;
+}
+
+/* The offset of the r-th reduced element from an output's base. */
+DEVFN long reduced_offset(const reduce_geom *g, long r) {
+  long off = 0;
+  for (int d = (int)g->red_rank - 1; d >= 0; d--) {
+    off += (r % g->red_dims[d]) * g->red_strides[d];
+    r /= g->red_dims[d];
+  }
+  return off;
+}
+
 KERNEL reduce_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n, int op,
                  reduce_geom g, int fp16) {
   FOR_EACH(i, n) {
@@ -437,22 +606,42 @@ KERNEL reduce_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
       base += (long)(rest % (ulong)g.out_dims[d]) * g.out_strides[d];
       rest /= (ulong)g.out_dims[d];
     }
-    float acc = op == REDUCE_MAX ? -INFINITY : 0.0f;
-    for (long r = 0; r < g.count; r++) {
-      long off = 0, q = r;
-      for (int d = (int)g.red_rank - 1; d >= 0; d--) {
-        off += (q % g.red_dims[d]) * g.red_strides[d];
-        q /= g.red_dims[d];
-      }
-      float v = ldf(x, (ulong)(base + off), fp16);
-      acc = op == REDUCE_MAX ? (v > acc || v != v ? v : acc) : acc + v;
+    float shift = 0.0f;
+    if (op == REDUCE_LOGSUMEXP) {
+      float mx = -INFINITY;
+      for (long r = 0; r < g.count; r++)
+        mx = reduce_step(REDUCE_MAX, mx, ldf(x, (ulong)(base + reduced_offset(&g, r)), fp16), 0.0f);
+      shift = lse_shift(mx);
     }
-    stf(y, yo + i, op == REDUCE_MEAN ? acc / (float)g.count : acc, fp16);
+    float acc = reduce_start(op);
+    for (long r = 0; r < g.count; r++)
+      acc = reduce_step(op, acc, ldf(x, (ulong)(base + reduced_offset(&g, r)), fp16), shift);
+    stf(y, yo + i, reduce_finish(op, acc, g.count, shift), fp16);
   }
 }
 
-/* The integer reductions: sums wrap, in 64 bits, before the store to T
- * truncates them, as the CPU's do; a mean divides as C does. */
+/* The integer reductions (Sum, Mean, Max, Min, Prod, L1, SumSquare): sums
+ * and products wrap, in 64 bits, before the store to T truncates them, as
+ * the CPU's do; a mean divides as C does. */
+DEVFN long reduce_start_int(int op) {
+  return op == REDUCE_MAX   ? (long)(-9223372036854775807L - 1)
+         : op == REDUCE_MIN ? 9223372036854775807L
+         : op == REDUCE_PROD ? 1
+                             : 0;
+}
+
+DEVFN long reduce_step_int(int op, long acc, long v) {
+  ulong ua = (ulong)acc, uv = (ulong)v;
+  switch (op) {
+  case REDUCE_MAX: return v > acc ? v : acc;
+  case REDUCE_MIN: return v < acc ? v : acc;
+  case REDUCE_PROD: return (long)(ua * uv);
+  case REDUCE_L1: return (long)(ua + (v < 0 ? 0 - uv : uv));
+  case REDUCE_SUMSQUARE: return (long)(ua + uv * uv);
+  default: return (long)(ua + uv);
+  }
+}
+
 #define DEFINE_INT_REDUCE(SUFFIX, T)                                                             \
   KERNEL reduce_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL T *y, ulong yo, ulong n, int op,    \
                          reduce_geom g) {                                                        \
@@ -463,16 +652,9 @@ KERNEL reduce_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
         base += (long)(rest % (ulong)g.out_dims[d]) * g.out_strides[d];                          \
         rest /= (ulong)g.out_dims[d];                                                            \
       }                                                                                          \
-      long acc = op == REDUCE_MAX ? (long)(-9223372036854775807L - 1) : 0;                       \
-      for (long r = 0; r < g.count; r++) {                                                       \
-        long off = 0, q = r;                                                                     \
-        for (int d = (int)g.red_rank - 1; d >= 0; d--) {                                         \
-          off += (q % g.red_dims[d]) * g.red_strides[d];                                         \
-          q /= g.red_dims[d];                                                                    \
-        }                                                                                        \
-        long v = (long)x[base + off];                                                            \
-        acc = op == REDUCE_MAX ? (v > acc ? v : acc) : (long)((ulong)acc + (ulong)v);            \
-      }                                                                                          \
+      long acc = reduce_start_int(op);                                                           \
+      for (long r = 0; r < g.count; r++)                                                         \
+        acc = reduce_step_int(op, acc, (long)x[base + reduced_offset(&g, r)]);                   \
       y[yo + i] = (T)(op == REDUCE_MEAN && g.count ? acc / g.count : acc);                       \
     }                                                                                            \
   }
@@ -480,16 +662,17 @@ KERNEL reduce_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
 DEFINE_INT_REDUCE(i64, long)
 DEFINE_INT_REDUCE(i32, int)
 
-/* ArgMax along one axis: x as [outer, len, inner]; int64 indices. */
+/* ArgMax (smallest 0) or ArgMin along one axis: x as [outer, len, inner];
+ * int64 indices; the first NaN wins. */
 KERNEL argmax_fp(GLOBAL const void *x, ulong xo, GLOBAL long *y, ulong yo, ulong outer,
-                 ulong len, ulong inner, int select_last, int fp16) {
+                 ulong len, ulong inner, int smallest, int select_last, int fp16) {
   FOR_EACH(id, outer * inner) {
     ulong o = id / inner, in = id % inner, at = xo + o * len * inner + in;
     float bv = ldf(x, at, fp16);
     long best = 0;
     for (ulong i = 1; i < len; i++) {
       float v = ldf(x, at + i * inner, fp16);
-      if (v > bv || (select_last && v == bv) || (v != v && bv == bv)) {
+      if ((smallest ? v < bv : v > bv) || (select_last && v == bv) || (v != v && bv == bv)) {
         bv = v;
         best = (long)i;
       }
@@ -564,17 +747,17 @@ KERNEL softmax_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulon
   }
 }
 
-/* A value from every item of the work-group combined (sum, or max with NaN
- * winning, as the CPU's), for every item; buf: GROUP_SIZE floats of local
+/* A value from every item of the work-group combined as reduction `op`
+ * combines partial results (reduce_combine), for every item; buf: GROUP_SIZE floats of local
  * memory. All items call it. */
-DEVFN float group_reduce(LOCAL_PTR float *buf, float v, int is_max) {
+DEVFN float group_reduce(LOCAL_PTR float *buf, float v, int op) {
   ulong lid = LOCAL_ID;
   buf[lid] = v;
   BARRIER();
   for (ulong half_n = GROUP_SIZE / 2; half_n > 0; half_n /= 2) {
     if (lid < half_n) {
       float a = buf[lid], b = buf[lid + half_n];
-      buf[lid] = !is_max ? a + b : a != a || b != b ? a + b : fmax(a, b);
+      buf[lid] = reduce_combine(op, a, b);
     }
     BARRIER();
   }
@@ -594,11 +777,11 @@ KERNEL softmax_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo,
     float mx = -INFINITY;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
       mx = fmax(mx, ldf(x, xs + i, fp16));
-    mx = group_reduce(buf, mx, 1);
+    mx = group_reduce(buf, mx, REDUCE_MAX);
     float sum = 0.0f;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
       sum += exp(ldf(x, xs + i, fp16) - mx);
-    sum = group_reduce(buf, sum, 0);
+    sum = group_reduce(buf, sum, REDUCE_SUM);
     float ls = log(sum), inv = 1.0f / sum;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
       float v = ldf(x, xs + i, fp16) - mx;
@@ -607,20 +790,25 @@ KERNEL softmax_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo,
   }
 }
 
-/* ReduceSum, ReduceMean or ReduceMax over the last `len` elements of each
- * row, a work-group per row. */
+/* A reduction over the last `len` elements of each row, a work-group per
+ * row. */
 KERNEL reduce_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong rows,
                       ulong len, int op, int fp16) {
   LOCAL_MEM float buf[GROUP_SIZE];
   for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
-    float acc = op == REDUCE_MAX ? -INFINITY : 0.0f;
-    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
-      float v = ldf(x, xo + r * len + i, fp16);
-      acc = op == REDUCE_MAX ? (v > acc || v != v ? v : acc) : acc + v;
+    float shift = 0.0f;
+    if (op == REDUCE_LOGSUMEXP) {
+      float mx = -INFINITY;
+      for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
+        mx = reduce_step(REDUCE_MAX, mx, ldf(x, xo + r * len + i, fp16), 0.0f);
+      shift = lse_shift(group_reduce(buf, mx, REDUCE_MAX));
     }
-    acc = group_reduce(buf, acc, op == REDUCE_MAX);
+    float acc = reduce_start(op);
+    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
+      acc = reduce_step(op, acc, ldf(x, xo + r * len + i, fp16), shift);
+    acc = group_reduce(buf, acc, op);
     if (LOCAL_ID == 0)
-      stf(y, yo + r, op == REDUCE_MEAN ? acc / (float)len : acc, fp16);
+      stf(y, yo + r, reduce_finish(op, acc, (long)len, shift), fp16);
   }
 }
 
@@ -634,12 +822,12 @@ KERNEL layernorm_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scal
     float sum = 0.0f;
     for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE)
       sum += ldf(x, xr + i, fp16);
-    float mean = group_reduce(buf, sum, 0) / (float)inner, sq = 0.0f;
+    float mean = group_reduce(buf, sum, REDUCE_SUM) / (float)inner, sq = 0.0f;
     for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE) {
       float d = ldf(x, xr + i, fp16) - mean;
       sq += d * d;
     }
-    float inv = 1.0f / sqrt(group_reduce(buf, sq, 0) / (float)inner + eps);
+    float inv = 1.0f / sqrt(group_reduce(buf, sq, REDUCE_SUM) / (float)inner + eps);
     for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE)
       stf(y, yr + i,
           (ldf(x, xr + i, fp16) - mean) * inv * ldf(scale, so + i, fp16) +
@@ -668,6 +856,65 @@ KERNEL layernorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ul
           (ldf(x, xr + i, fp16) - mean) * inv * ldf(scale, so + i, fp16) +
               (has_bias ? ldf(bias, bo + i, fp16) : 0.0f),
           fp16);
+  }
+}
+
+/* GroupNormalization (InstanceNormalization: a group per channel): x as
+ * [batch, channels, spatial], rows of `per` channels x spatial; scale and
+ * bias per channel (per_channel) or per group. */
+DEVFN float groupnorm_affine(GLOBAL const void *p, ulong po, ulong row, ulong i, ulong groups,
+                             ulong per, ulong spatial, int per_channel, int fp16) {
+  ulong g = row % groups;
+  return ldf(p, po + (per_channel ? g * per + i / spatial : g), fp16);
+}
+
+KERNEL groupnorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
+                    GLOBAL const void *bias, ulong bo, GLOBAL void *y, ulong yo, ulong rows,
+                    ulong groups, ulong per, ulong spatial, int per_channel, float eps,
+                    int fp16) {
+  ulong len = per * spatial;
+  FOR_EACH(r, rows) {
+    ulong at = r * len;
+    float sum = 0.0f;
+    for (ulong i = 0; i < len; i++)
+      sum += ldf(x, xo + at + i, fp16);
+    float mean = sum / (float)len, sq = 0.0f;
+    for (ulong i = 0; i < len; i++) {
+      float d = ldf(x, xo + at + i, fp16) - mean;
+      sq += d * d;
+    }
+    float inv = 1.0f / sqrt(sq / (float)len + eps);
+    for (ulong i = 0; i < len; i++) {
+      float s = groupnorm_affine(scale, so, r, i, groups, per, spatial, per_channel, fp16);
+      float b = groupnorm_affine(bias, bo, r, i, groups, per, spatial, per_channel, fp16);
+      stf(y, yo + at + i, (ldf(x, xo + at + i, fp16) - mean) * inv * s + b, fp16);
+    }
+  }
+}
+
+/* The same, a work-group per row. */
+KERNEL groupnorm_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
+                         GLOBAL const void *bias, ulong bo, GLOBAL void *y, ulong yo, ulong rows,
+                         ulong groups, ulong per, ulong spatial, int per_channel, float eps,
+                         int fp16) {
+  LOCAL_MEM float buf[GROUP_SIZE];
+  ulong len = per * spatial;
+  for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
+    ulong at = r * len;
+    float sum = 0.0f;
+    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
+      sum += ldf(x, xo + at + i, fp16);
+    float mean = group_reduce(buf, sum, REDUCE_SUM) / (float)len, sq = 0.0f;
+    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
+      float d = ldf(x, xo + at + i, fp16) - mean;
+      sq += d * d;
+    }
+    float inv = 1.0f / sqrt(group_reduce(buf, sq, REDUCE_SUM) / (float)len + eps);
+    for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
+      float s = groupnorm_affine(scale, so, r, i, groups, per, spatial, per_channel, fp16);
+      float b = groupnorm_affine(bias, bo, r, i, groups, per, spatial, per_channel, fp16);
+      stf(y, yo + at + i, (ldf(x, xo + at + i, fp16) - mean) * inv * s + b, fp16);
+    }
   }
 }
 
