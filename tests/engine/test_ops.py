@@ -668,14 +668,13 @@ def test_cumsum(exclusive, reverse):
 def test_tile_gather_elements_scatter():
     check_op("Tile", {"x": f32(2, 3)}, consts={"r": np.array([2, 3], np.int64)})
     idx = rng.integers(-3, 3, size=(2, 4)).astype(np.int64)
-    check_op("GatherElements", {"x": f32(2, 3)}, {"axis": 1}, consts={"i": idx}, on_device=False)
+    check_op("GatherElements", {"x": f32(2, 3)}, {"axis": 1}, consts={"i": idx})
     upd = f32(2, 2)
     check_op("ScatterElements", {"x": f32(2, 3)}, {"axis": 1, "reduction": "add"},
-             consts={"i": np.array([[0, 2], [1, 1]], np.int64), "u": upd}, on_device=False)
+             consts={"i": np.array([[0, 2], [1, 1]], np.int64), "u": upd})
     check_op("ScatterND", {"x": f32(4, 3)}, consts={"i": np.array([[1], [3]], np.int64),
-                                                   "u": f32(2, 3)}, on_device=False)
-    check_op("GatherND", {"x": f32(3, 4, 2)}, consts={"i": np.array([[0, 1], [2, 3]], np.int64)},
-             on_device=False)
+                                                   "u": f32(2, 3)})
+    check_op("GatherND", {"x": f32(3, 4, 2)}, consts={"i": np.array([[0, 1], [2, 3]], np.int64)})
 
 
 def test_depth_space_and_onehot():
@@ -683,13 +682,69 @@ def test_depth_space_and_onehot():
     check_op("SpaceToDepth", {"x": f32(1, 2, 4, 6)}, {"blocksize": 2})
     check_op("OneHot", {"i": np.array([[0, 2], [-1, 5]], np.int64)}, {"axis": 1},
              consts={"d": np.array(4, np.int64), "v": np.array([0.0, 3.0], np.float32)},
-             outputs=[("y", np.float32)], on_device=False)
+             outputs=[("y", np.float32)])
 
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_reductions(reduction):
+    # duplicate indices: with a reduction each update lands, in order
+    idx = np.array([[1, 0, 2], [0, 0, 1]], np.int32 if reduction != "none" else np.int64)
+    if reduction == "none":
+        idx = np.array([[1, 0, 2], [2, 0, 1]], np.int64)
+    check_op("ScatterElements", {"x": f32(2, 4)}, {"axis": 1, "reduction": reduction},
+             consts={"i": idx, "u": f32(2, 3)}, opset=18)
+    nd_idx = np.array([[1], [3], [1]], np.int64) if reduction != "none" else \
+        np.array([[1], [3], [0]], np.int64)
+    check_op("ScatterND", {"x": i64(4, 2)}, {"reduction": reduction},
+             consts={"i": nd_idx, "u": i64(3, 2)}, opset=18)
+
+
+def test_gather_nd_batches_and_index_types():
+    x = f32(2, 3, 4)
+    check_op("GatherND", {"x": x}, {"batch_dims": 1},
+             consts={"i": np.array([[[2, 1], [0, -1]], [[1, 3], [2, 0]]], np.int64)})
+    check_op("GatherElements", {"x": i64(3, 4)}, {"axis": 0},
+             consts={"i": np.array([[2, -1, 0, 1]], np.int32)})
+    check_op("OneHot", {"i": np.array([[1, -1], [3, 7]], np.int32)}, {"axis": -1},
+             consts={"d": np.array(4, np.float32), "v": np.array([5, 9], np.float32)},
+             outputs=[("y", np.float32)])
+
+
+@pytest.mark.parametrize("op", ["GatherElements", "GatherND", "ScatterElements", "ScatterND"])
+def test_index_out_of_range_is_an_error(tmp_path, op):
+    from gsonnx import run_gpusrv
+    import onnx
+    x = f32(2, 3)
+    feeds = {"x": x, "i": np.array([[0, 5]], np.int64) if "Elements" in op else
+             np.array([[1, 7]], np.int64)}
+    names = ["x", "i"] + (["u"] if op.startswith("Scatter") else [])
+    consts = {"u": f32(1, 2) if "Elements" in op else f32(1)}
+    attrs = {"axis": 1} if "Elements" in op else {}
+    node = helper.make_node(op, names, ["y"], name="pick", **attrs)
+    model = make_model([node], feeds, consts if op.startswith("Scatter") else None,
+                       [("y", np.float32)])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    p = run_gpusrv(path, feeds, str(tmp_path), extra=["--report"])
+    assert p.returncode == 1
+    assert f"node pick ({op}): index" in p.stderr and "is out of range" in p.stderr, p.stderr
+    if DEVICE in KERNEL_DEVICES:  # found by the device's kernel, not a CPU fallback
+        assert "instead" not in p.stdout, p.stdout
 
 def test_group_norm_and_lrn():
     check_op("GroupNormalization", {"x": f32(2, 6, 3, 3)}, {"num_groups": 3},
              consts={"s": f32(6), "b": f32(6)}, opset=21)
-    check_op("LRN", {"x": f32(1, 5, 3, 3)}, {"size": 3}, on_device=False)
+    check_op("LRN", {"x": f32(1, 5, 3, 3)}, {"size": 3})
+    check_op("LRN", {"x": f32(2, 6, 4, 3)}, {"size": 5, "alpha": 0.01, "beta": 0.6, "bias": 2.0})
+
+
+def test_hardmax_and_bitwise_not():
+    x = f32(3, 4, 5)
+    x[0, 1, 2] = x[0, 3, 2] = 9.0  # a tie: the first wins
+    check_op("Hardmax", {"x": x}, {"axis": 1}, opset=13)
+    check_op("Hardmax", {"x": f32(4, 6).astype(np.float16)}, opset=13)
+    check_op("BitwiseNot", {"x": i64(3, 4)}, opset=18)
+    check_op("BitwiseNot", {"x": i64(5).astype(np.int32)}, opset=18)
 
 
 def test_resize_cubic_and_antialias():

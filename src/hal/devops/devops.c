@@ -109,10 +109,13 @@ static int broadcast_copy(const gs_devops_target *t, int x, const gs_shape *xs, 
 /* ---- elementwise --------------------------------------------------------------------------- */
 
 
-/* Float32 and float16; Relu, Neg and Abs also on int64 and int32. */
+/* Float32 and float16; Relu, Neg and Abs also on int64 and int32, and
+ * BitwiseNot only there. */
 static bool unary_supports(const gs_devop *op, const gs_op_call *c) {
   if (c->n_in != 1 || c->n_out != 1 || c->out[0].dtype != c->in[0].dtype)
     return false;
+  if (op->variant == UNARY_BITNOT)
+    return is_int(c->in[0].dtype);
   bool int_op = op->variant == UNARY_RELU || op->variant == UNARY_NEG || op->variant == UNARY_ABS;
   return is_float(c->in[0].dtype) || (int_op && is_int(c->in[0].dtype));
 }
@@ -307,7 +310,7 @@ static int run_where(const gs_devop *op, const gs_devops_target *t) {
 
 /* ---- Cast ------------------------------------------------------------------------------------ */
 
-static int cast_type(gs_dtype dt) {
+int gs__devops_type_code(gs_dtype dt) {
   switch (dt) {
   case GS_DT_FLOAT32: return TYPE_F32;
   case GS_DT_FLOAT16: return TYPE_F16;
@@ -324,7 +327,7 @@ static int cast_type(gs_dtype dt) {
 /* Cast, and CastLike (its second input only names the type). */
 static bool cast_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
-  return c->n_out == 1 && cast_type(c->in[0].dtype) >= 0 && cast_type(c->out[0].dtype) >= 0;
+  return c->n_out == 1 && gs__devops_type_code(c->in[0].dtype) >= 0 && gs__devops_type_code(c->out[0].dtype) >= 0;
 }
 
 static int run_cast(const gs_devop *op, const gs_devops_target *t) {
@@ -337,7 +340,7 @@ static int run_cast(const gs_devop *op, const gs_devops_target *t) {
     return GS_OK;
   if (from == to)
     return t->copy(t->ctx, 0, 0, c->n_in, 0, (size_t)(n * to_size));
-  int32_t f = cast_type(from), o = cast_type(to);
+  int32_t f = gs__devops_type_code(from), o = gs__devops_type_code(to);
   return LAUNCH(t, GS_DK_cast_any, n, BUF(0, from_size), VAL(f), BUF(c->n_in, to_size), VAL(o),
                 VAL(n), VAL(from_size), VAL(to_size));
 }
@@ -817,6 +820,46 @@ static int run_groupnorm(const gs_devop *op, const gs_devops_target *t) {
                 VAL(half));
 }
 
+/* LRN: x as [batch, channels, spatial...]. */
+static bool lrn_supports(const gs_devop *op, const gs_op_call *c) {
+  const gs_normalize_attrs *a = c->attrs;
+  return fp_supports(op, c) && c->in[0].shape.rank >= 2 && a->size > 0;
+}
+
+static int run_lrn(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_normalize_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape;
+  uint64_t n = (uint64_t)gs_launch_numel(xs), channels = (uint64_t)xs->dims[1], spatial = 1;
+  if (n == 0)
+    return GS_OK;
+  for (int d = 2; d < xs->rank; d++)
+    spatial *= (uint64_t)xs->dims[d];
+  int64_t size = a->size;
+  float alpha = a->alpha, beta = a->beta, bias = a->bias;
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, GS_DK_lrn_fp, n, BUF(0, es), BUF(1, es), VAL(n), VAL(channels), VAL(spatial),
+                VAL(size), VAL(alpha), VAL(beta), VAL(bias), VAL(half));
+}
+
+/* Hardmax along its axis (gs_index_attrs). */
+static int run_hardmax(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_index_attrs *a = c->attrs;
+  int64_t o, l, i;
+  gs_launch_split_axis(&c->in[0].shape, a->axis, &o, &l, &i);
+  uint64_t outer = (uint64_t)o, len = (uint64_t)l, inner = (uint64_t)i;
+  if (outer * len * inner == 0)
+    return GS_OK;
+  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  size_t es = half ? 2 : 4;
+  return LAUNCH(t, GS_DK_hardmax_fp, outer * inner, BUF(0, es), BUF(1, es), VAL(outer), VAL(len),
+                VAL(inner), VAL(half));
+}
+
 /* ---- convolution, pooling, Resize ------------------------------------------------------------------ */
 
 /* Spatial dims at the end of three: a 1-D or 2-D op has leading ones. */
@@ -1116,12 +1159,12 @@ int gs_devops_status_error(const gs_devops_status *st, const char *node_name) {
   const char *node = node_name && node_name[0] ? node_name : "?";
   switch (st->code) {
   case FAIL_INDEX_RANGE:
-    return gs_error(GS_EINVAL, "node %s (Gather): index %lld is out of range [%lld, %lld)", node,
+    return gs_error(GS_EINVAL, "node %s: index %lld is out of range [%lld, %lld)", node,
                     (long long)st->value, (long long)-st->bound, (long long)st->bound);
   case FAIL_DIVIDE_BY_ZERO:
-    return gs_error(GS_EINVAL, "node %s (Div): integer division by zero", node);
+    return gs_error(GS_EINVAL, "node %s: integer division by zero", node);
   case FAIL_MODULO_BY_ZERO:
-    return gs_error(GS_EINVAL, "node %s (Mod): integer modulo by zero", node);
+    return gs_error(GS_EINVAL, "node %s: integer modulo by zero", node);
   default:
     return gs_error(GS_EDEVICE, "node %s: a kernel reported failure %lld", node,
                     (long long)st->code);
@@ -1130,8 +1173,9 @@ int gs_devops_status_error(const gs_devops_status *st, const char *node_name) {
 
 uint64_t gs_devops_tag(gs_devops_tags *tags, const gs_op_call *c) {
   uint64_t tag = tags->next++;
-  snprintf(tags->node[tag % GS_DEVOPS_TAGS], sizeof tags->node[0], "%s",
-           c && c->node_name ? c->node_name : "");
+  /* "name (op)", as the CPU's kernels name a node in their errors */
+  snprintf(tags->node[tag % GS_DEVOPS_TAGS], sizeof tags->node[0], "%s (%s)",
+           c && c->node_name ? c->node_name : "", c && c->op_type ? c->op_type : "?");
   tags->armed = true;
   return tag;
 }
@@ -1185,6 +1229,7 @@ static const gs_devop ops[] = {
     {"Celu", UNARY_CELU, unary_supports, run_unary},
     {"ThresholdedRelu", UNARY_THRESHOLDED, unary_supports, run_unary},
     {"Shrink", UNARY_SHRINK, unary_supports, run_unary},
+    {"BitwiseNot", UNARY_BITNOT, unary_supports, run_unary},
     {"IsNaN", 0, classify_supports, run_classify},
     {"IsInf", 1, classify_supports, run_classify},
     {"Clip", 0, clip_supports, run_clip},
@@ -1250,6 +1295,8 @@ static const gs_devop ops[] = {
     {"BatchNormalization", 0, batchnorm_supports, run_batchnorm},
     {"GroupNormalization", 0, groupnorm_supports, run_groupnorm},
     {"InstanceNormalization", 0, groupnorm_supports, run_groupnorm},
+    {"LRN", 0, lrn_supports, run_lrn},
+    {"Hardmax", 0, fp_supports, run_hardmax},
     {"Conv", 0, conv_supports, run_conv},
     {"ConvTranspose", 1, conv_transpose_supports, run_conv},
     {"MaxPool", 1, pool_supports, run_pool},
@@ -1262,6 +1309,11 @@ static const gs_devop ops[] = {
     {"Tile", 0, gs__devops_rearrange_supports, gs__devops_run_tile},
     {"DepthToSpace", 0, gs__devops_rearrange_supports, gs__devops_run_depth_to_space},
     {"SpaceToDepth", 0, gs__devops_rearrange_supports, gs__devops_run_space_to_depth},
+    {"GatherElements", 0, gs__devops_elements_supports, gs__devops_run_gather_elements},
+    {"ScatterElements", 1, gs__devops_elements_supports, gs__devops_run_scatter_elements},
+    {"GatherND", 0, gs__devops_nd_supports, gs__devops_run_gather_nd},
+    {"ScatterND", 1, gs__devops_nd_supports, gs__devops_run_scatter_nd},
+    {"OneHot", 0, gs__devops_one_hot_supports, gs__devops_run_one_hot},
 };
 
 _Static_assert(sizeof ops / sizeof ops[0] <= GS_DEVOPS_MAX, "GS_DEVOPS_MAX is too small");

@@ -29,7 +29,11 @@
   X(im2col_fp) X(conv_out_fp) X(softmax_rows_fp) X(layernorm_rows_fp)    \
   X(reduce_rows_fp) X(binary_u8) X(compare_u8) X(classify_fp)                                  \
   X(trilu_b8) X(trilu_b16) X(trilu_b32) X(trilu_b64) X(range_i64) X(range_i32) X(range_f32)     \
-  X(cumsum_i64) X(cumsum_i32) X(cumsum_fp) X(groupnorm_fp) X(groupnorm_rows_fp)
+  X(cumsum_i64) X(cumsum_i32) X(cumsum_fp) X(groupnorm_fp) X(groupnorm_rows_fp)                 \
+  X(gather_elements_b8) X(gather_elements_b16) X(gather_elements_b32) X(gather_elements_b64)     \
+  X(gather_nd_b8) X(gather_nd_b16) X(gather_nd_b32) X(gather_nd_b64)                             \
+  X(one_hot_b8) X(one_hot_b16) X(one_hot_b32) X(one_hot_b64)                                     \
+  X(scatter_elements_any) X(scatter_nd_any) X(lrn_fp) X(hardmax_fp)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,
@@ -73,7 +77,8 @@ typedef struct gs_dk_arg {
 typedef struct gs_devops_status {
   int64_t code, value, bound, tag;
 } gs_devops_status;
-int gs_devops_status_error(const gs_devops_status *st, const char *node_name);
+/* node: "name (op)", as the CPU's kernels name a node in their errors. */
+int gs_devops_status_error(const gs_devops_status *st, const char *node);
 
 /* Which node each launch that can fail came from, per stream: tags count
  * the launches; the names of the last GS_DEVOPS_TAGS are kept. */
@@ -81,7 +86,7 @@ int gs_devops_status_error(const gs_devops_status *st, const char *node_name);
 typedef struct gs_devops_tags {
   bool armed;    /* such a launch was queued since the status was last read */
   uint64_t next; /* the next launch's tag */
-  char node[GS_DEVOPS_TAGS][64];
+  char node[GS_DEVOPS_TAGS][96]; /* "name (op)" */
 } gs_devops_tags;
 
 /* The tag of a launch of node `c`; arms the status. */

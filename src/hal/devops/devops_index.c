@@ -180,3 +180,168 @@ int gs__devops_run_space_to_depth(const gs_devop *op, const gs_devops_target *t)
   walk_dim(&w, W, b, 1);
   return gs__devops_copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
 }
+
+/* ---- GatherElements, ScatterElements, GatherND, ScatterND, OneHot ------------------------------ */
+
+/* op_kernels.h's elements_geom and nd_geom, field for field. */
+typedef struct dk_elements {
+  int64_t rank, dims[8], x_strides[8], axis_stride, axis_len;
+} dk_elements;
+typedef struct dk_nd {
+  int64_t q, batches, tuples, slice, batch_stride, dims[8], strides[8];
+} dk_nd;
+_Static_assert(sizeof(dk_elements) == 152 && sizeof(dk_nd) == 168, "the kernels' structures");
+
+static bool is_index_type(gs_dtype dt) { return dt == GS_DT_INT64 || dt == GS_DT_INT32; }
+
+/* What a scatter's typed kernel takes: an element type it knows, and a
+ * reduction (none, add, mul, max, min as gs_scatter_reduction numbers
+ * them). */
+static bool scatter_type_ok(const gs_op_call *c, int updates) {
+  const gs_index_attrs *a = c->attrs;
+  return gs__devops_type_code(c->in[0].dtype) >= 0 && c->in[updates].dtype == c->in[0].dtype &&
+         a->reduction <= GS_SCATTER_MIN;
+}
+
+/* Variant 0 GatherElements (x, indices), 1 ScatterElements (x, indices,
+ * updates). An index dim past the data's, other than the axis, is the
+ * CPU's to report. */
+bool gs__devops_elements_supports(const gs_devop *op, const gs_op_call *c) {
+  const gs_index_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *is = &c->in[1].shape;
+  if (!a || c->n_out != 1 || !moves(c) || !is_index_type(c->in[1].dtype) || is->rank > 8 ||
+      is->rank != xs->rank || (op->variant && !scatter_type_ok(c, 2)))
+    return false;
+  for (int d = 0; d < is->rank; d++)
+    if (d != a->axis && is->dims[d] > xs->dims[d])
+      return false;
+  return true;
+}
+
+static dk_elements elements_geometry(const gs_op_call *c) {
+  const gs_index_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *is = &c->in[1].shape;
+  int64_t xst[GS_MAX_DIMS];
+  gs_launch_contiguous_strides(xs, xst);
+  dk_elements g = {.rank = is->rank, .axis_stride = xst[a->axis], .axis_len = xs->dims[a->axis]};
+  for (int d = 0; d < is->rank; d++) {
+    g.dims[d] = is->dims[d];
+    g.x_strides[d] = d == a->axis ? 0 : xst[d];
+  }
+  return g;
+}
+
+int gs__devops_run_gather_elements(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  uint64_t n = (uint64_t)gs_launch_numel(&c->in[1].shape);
+  if (n == 0)
+    return GS_OK;
+  dk_elements g = elements_geometry(c);
+  int32_t idx64 = c->in[1].dtype == GS_DT_INT64;
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  return LAUNCH(t, by_size(GS_DK_gather_elements_b8, es), n, BUF(0, es), BUF(1, idx64 ? 8 : 4),
+                VAL(idx64), BUF(c->n_in, es), VAL(n), VAL(g), BUF(GS_DK_STATUS, 8));
+}
+
+/* y = x, then the updates (operand 2) into it. */
+static int scatter_launch(const gs_devops_target *t, gs_devk k, uint64_t n, const void *geom,
+                          size_t geom_size, bool idx64) {
+  const gs_op_call *c = t->call;
+  const gs_index_attrs *a = c->attrs;
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  size_t bytes = (size_t)gs_launch_numel(&c->out[0].shape) * es;
+  int rc = bytes ? t->copy(t->ctx, 0, 0, c->n_in, 0, bytes) : GS_OK;
+  if (rc < 0 || n == 0)
+    return rc;
+  int32_t type = gs__devops_type_code(c->out[0].dtype), flag64 = idx64, reduction = a->reduction;
+  uint64_t size = es;
+  gs_dk_arg g = {.operand = -1, .size = geom_size, .value = geom};
+  if (k == GS_DK_scatter_nd_any)
+    return LAUNCH(t, k, n, BUF(1, 8), BUF(2, es), BUF(c->n_in, es), VAL(type), VAL(size), VAL(n),
+                  VAL(reduction), g, BUF(GS_DK_STATUS, 8));
+  return LAUNCH(t, k, n, BUF(1, idx64 ? 8 : 4), VAL(flag64), BUF(2, es), BUF(c->n_in, es),
+                VAL(type), VAL(size), VAL(n), VAL(reduction), g, BUF(GS_DK_STATUS, 8));
+}
+
+int gs__devops_run_scatter_elements(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  dk_elements g = elements_geometry(c);
+  return scatter_launch(t, GS_DK_scatter_elements_any, (uint64_t)gs_launch_numel(&c->in[1].shape),
+                        &g, sizeof g, c->in[1].dtype == GS_DT_INT64);
+}
+
+/* Variant 0 GatherND (x, indices), 1 ScatterND (x, indices, updates):
+ * int64 index tuples of 1 to 8 values. */
+bool gs__devops_nd_supports(const gs_devop *op, const gs_op_call *c) {
+  const gs_shape *is = &c->in[1].shape;
+  if (!c->attrs || c->n_out != 1 || !moves(c) || c->in[1].dtype != GS_DT_INT64 || is->rank < 1)
+    return false;
+  int64_t q = is->dims[is->rank - 1];
+  return q >= 1 && q <= 8 && (!op->variant || scatter_type_ok(c, 2));
+}
+
+static dk_nd nd_geometry(const gs_op_call *c, int batch_dims) {
+  const gs_shape *xs = &c->in[0].shape, *is = &c->in[1].shape;
+  int64_t xst[GS_MAX_DIMS];
+  gs_launch_contiguous_strides(xs, xst);
+  dk_nd g = {.q = is->dims[is->rank - 1], .batches = 1, .tuples = 1, .slice = 1,
+             .batch_stride = batch_dims ? xst[batch_dims - 1] : 0};
+  for (int d = 0; d < batch_dims; d++)
+    g.batches *= xs->dims[d];
+  for (int d = batch_dims; d < is->rank - 1; d++)
+    g.tuples *= is->dims[d];
+  for (int d = batch_dims + (int)g.q; d < xs->rank; d++)
+    g.slice *= xs->dims[d];
+  for (int j = 0; j < g.q; j++) {
+    g.dims[j] = xs->dims[batch_dims + j];
+    g.strides[j] = xst[batch_dims + j];
+  }
+  return g;
+}
+
+int gs__devops_run_gather_nd(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_index_attrs *a = c->attrs;
+  dk_nd g = nd_geometry(c, a->batch_dims);
+  uint64_t n = (uint64_t)(g.batches * g.tuples * g.slice);
+  if (n == 0)
+    return GS_OK;
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  return LAUNCH(t, by_size(GS_DK_gather_nd_b8, es), n, BUF(0, es), BUF(1, 8), BUF(c->n_in, es),
+                VAL(n), VAL(g), BUF(GS_DK_STATUS, 8));
+}
+
+int gs__devops_run_scatter_nd(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  dk_nd g = nd_geometry(t->call, 0);
+  return scatter_launch(t, GS_DK_scatter_nd_any, (uint64_t)(g.tuples * g.slice), &g, sizeof g,
+                        true);
+}
+
+/* OneHot with int32 or int64 indices (float ones stay on the CPU). */
+bool gs__devops_one_hot_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  const gs_index_attrs *a = c->attrs;
+  return a && a->depth > 0 && c->n_in == 3 && c->n_out == 1 && moves(c) &&
+         is_index_type(c->in[0].dtype) && c->in[2].dtype == c->out[0].dtype;
+}
+
+int gs__devops_run_one_hot(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_op_call *c = t->call;
+  const gs_index_attrs *a = c->attrs;
+  const gs_shape *is = &c->in[0].shape;
+  uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape), inner = 1;
+  if (n == 0)
+    return GS_OK;
+  for (int d = a->axis; d < is->rank; d++)
+    inner *= (uint64_t)is->dims[d];
+  int64_t depth = a->depth;
+  int32_t idx64 = c->in[0].dtype == GS_DT_INT64;
+  size_t es = gs_launch_element_size(c->out[0].dtype);
+  return LAUNCH(t, by_size(GS_DK_one_hot_b8, es), n, BUF(0, idx64 ? 8 : 4), VAL(idx64),
+                BUF(2, es), BUF(c->n_in, es), VAL(n), VAL(depth), VAL(inner));
+}

@@ -66,7 +66,11 @@ static inline gs_devk by_size(gs_devk b8, size_t size) {
  * what dims it can first. */
 int gs__devops_copy_walk(const gs_devops_target *t, int x, int y, size_t size, dk_walk *w);
 
-/* devops_index.c: Trilu, Range, CumSum, Tile, DepthToSpace, SpaceToDepth. */
+/* The kernels' code for an element type (op_codes.h's TYPE_), or -1. */
+int gs__devops_type_code(gs_dtype dt);
+
+/* devops_index.c: Trilu, Range, CumSum, Tile, DepthToSpace, SpaceToDepth,
+ * GatherElements, ScatterElements, GatherND, ScatterND, OneHot. */
 bool gs__devops_trilu_supports(const gs_devop *op, const gs_op_call *c);
 int gs__devops_run_trilu(const gs_devop *op, const gs_devops_target *t);
 bool gs__devops_range_supports(const gs_devop *op, const gs_op_call *c);
@@ -77,5 +81,13 @@ bool gs__devops_rearrange_supports(const gs_devop *op, const gs_op_call *c);
 int gs__devops_run_tile(const gs_devop *op, const gs_devops_target *t);
 int gs__devops_run_depth_to_space(const gs_devop *op, const gs_devops_target *t);
 int gs__devops_run_space_to_depth(const gs_devop *op, const gs_devops_target *t);
+bool gs__devops_elements_supports(const gs_devop *op, const gs_op_call *c);
+int gs__devops_run_gather_elements(const gs_devop *op, const gs_devops_target *t);
+int gs__devops_run_scatter_elements(const gs_devop *op, const gs_devops_target *t);
+bool gs__devops_nd_supports(const gs_devop *op, const gs_op_call *c);
+int gs__devops_run_gather_nd(const gs_devop *op, const gs_devops_target *t);
+int gs__devops_run_scatter_nd(const gs_devop *op, const gs_devops_target *t);
+bool gs__devops_one_hot_supports(const gs_devop *op, const gs_op_call *c);
+int gs__devops_run_one_hot(const gs_devop *op, const gs_devops_target *t);
 
 #endif

@@ -217,11 +217,12 @@ DEVFN void stf(GLOBAL void *p, ulong i, float v, int fp16) {
 DEFINE_FLOAT_ELEMENTWISE(f32, float, LOAD_F32, STORE_F32)
 DEFINE_FLOAT_ELEMENTWISE(f16, half_t, LOAD_F16, STORE_F16)
 
-/* Relu, Neg and Abs on integers, wrapping as two's complement. */
+/* Relu, Neg, Abs and BitwiseNot on integers, wrapping as two's complement. */
 DEVFN long unary_apply_int(int op, long v) {
   switch (op) {
   case UNARY_RELU: return v > 0 ? v : 0;
   case UNARY_NEG: return (long)(0 - (ulong)v);
+  case UNARY_BITNOT: return ~v;
   default: return v < 0 ? (long)(0 - (ulong)v) : v;
   }
 }
@@ -458,6 +459,165 @@ DEVFN long pad_source(const pad_geom *p, ulong i) {
       }                                                                                          \
     }                                                                                            \
   }
+
+/* GatherElements and ScatterElements: the index tensor's dims, the data's
+ * stride along each (0 along the axis), and the axis's stride and length. */
+typedef struct elements_geom {
+  long rank;
+  long dims[8];
+  long x_strides[8];
+  long axis_stride, axis_len;
+} elements_geom;
+
+/* GatherND and ScatterND: index tuples of q values, `batches` x `tuples`
+ * of them, each picking a slice of `slice` elements; the indexed dims'
+ * lengths and strides; the data's stride between batches. */
+typedef struct nd_geom {
+  long q, batches, tuples, slice, batch_stride;
+  long dims[8];
+  long strides[8];
+} nd_geom;
+
+/* An index of an int32 or int64 tensor. */
+DEVFN long index_at(GLOBAL const int *idx, ulong at, int idx64) {
+  return idx64 ? ((GLOBAL const long *)idx)[at] : (long)idx[at];
+}
+
+/* The data offset of element i of the index tensor, without the axis. */
+DEVFN long elements_base(const elements_geom *g, ulong i) {
+  long base = 0;
+  for (int d = (int)g->rank - 1; d >= 0; d--) {
+    base += (long)(i % (ulong)g->dims[d]) * g->x_strides[d];
+    i /= (ulong)g->dims[d];
+  }
+  return base;
+}
+
+/* The data offset of tuple t (batch b), or -1 with the failure recorded. */
+DEVFN long nd_offset(const nd_geom *g, GLOBAL const long *idx, ulong io, ulong b, ulong t,
+                     GLOBAL long *status, ulong tag) {
+  long off = (long)b * g->batch_stride;
+  GLOBAL const long *tuple = idx + io + (b * (ulong)g->tuples + t) * (ulong)g->q;
+  for (long j = 0; j < g->q; j++) {
+    long dim = g->dims[j], ix = tuple[j];
+    if (ix < -dim || ix >= dim) {
+      fail(status, tag, FAIL_INDEX_RANGE, ix, dim);
+      return -1;
+    }
+    off += (ix < 0 ? ix + dim : ix) * g->strides[j];
+  }
+  return off;
+}
+
+#define DEFINE_INDEX_MOVES(SUFFIX, T)                                                            \
+  KERNEL gather_elements_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL const int *idx, ulong io,   \
+                                  int idx64, GLOBAL T *y, ulong yo, ulong n, elements_geom g,    \
+                                  GLOBAL long *status, ulong tag) {                              \
+    FOR_EACH(i, n) {                                                                             \
+      long ix = index_at(idx, io + i, idx64), len = g.axis_len;                                  \
+      if (ix < -len || ix >= len) {                                                              \
+        fail(status, tag, FAIL_INDEX_RANGE, ix, len);                                            \
+        y[yo + i] = 0;                                                                           \
+      } else {                                                                                   \
+        y[yo + i] = x[(long)xo + elements_base(&g, i) + (ix < 0 ? ix + len : ix) * g.axis_stride]; \
+      }                                                                                          \
+    }                                                                                            \
+  }                                                                                              \
+  /* y as [batches, tuples, slice]. */                                                           \
+  KERNEL gather_nd_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL const long *idx, ulong io,       \
+                            GLOBAL T *y, ulong yo, ulong n, nd_geom g, GLOBAL long *status,      \
+                            ulong tag) {                                                         \
+    FOR_EACH(i, n) {                                                                             \
+      ulong s = i % (ulong)g.slice, rest = i / (ulong)g.slice;                                   \
+      long off = nd_offset(&g, idx, io, rest / (ulong)g.tuples, rest % (ulong)g.tuples, status,  \
+                           tag);                                                                 \
+      y[yo + i] = off < 0 ? (T)0 : x[(long)xo + off + (long)s];                                  \
+    }                                                                                            \
+  }                                                                                              \
+  /* y as [outer, depth, inner]: values[1] where the index (int32 or int64,                    \
+   * negative from the end) is the position along depth, else values[0]. */                    \
+  KERNEL one_hot_##SUFFIX(GLOBAL const int *idx, ulong io, int idx64, GLOBAL const T *values,    \
+                          ulong vo, GLOBAL T *y, ulong yo, ulong n, long depth, ulong inner) {   \
+    FOR_EACH(i, n) {                                                                             \
+      ulong in = i % inner, rest = i / inner;                                                    \
+      long j = (long)(rest % (ulong)depth), o = (long)(rest / (ulong)depth);                     \
+      long ix = index_at(idx, io + (ulong)o * inner + in, idx64);                                \
+      if (ix < 0)                                                                                \
+        ix += depth;                                                                             \
+      y[yo + i] = values[vo + (ix == j ? 1 : 0)];                                                \
+    }                                                                                            \
+  }
+
+DEFINE_INDEX_MOVES(b8, uchar)
+DEFINE_INDEX_MOVES(b16, ushort)
+DEFINE_INDEX_MOVES(b32, uint)
+DEFINE_INDEX_MOVES(b64, ulong)
+
+/* ---- scatters ---------------------------------------------------------------------------- */
+
+/* y[at] = u, or y[at] combined with u by the reduction (gs_scatter_reduction:
+ * 1 add, 2 mul, 3 max, 4 min), of element type t (Cast's TYPE_ codes). */
+DEVFN void scatter_store(GLOBAL uchar *y, ulong at, GLOBAL const uchar *u, ulong ui, int t,
+                         int reduction) {
+  if (type_is_int(t)) {
+    long o = load_int(y, t, at), v = load_int(u, t, ui);
+    long r = reduction == 0   ? v
+             : reduction == 1 ? (long)((ulong)o + (ulong)v)
+             : reduction == 2 ? (long)((ulong)o * (ulong)v)
+             : reduction == 3 ? (o > v ? o : v)
+                              : (o < v ? o : v);
+    store_int(y, t, at, r);
+  } else {
+    float o = load_float(y, t, at), v = load_float(u, t, ui);
+    float r = reduction == 0   ? v
+              : reduction == 1 ? o + v
+              : reduction == 2 ? o * v
+              : reduction == 3 ? (o > v ? o : v)
+                               : (o < v ? o : v);
+    store_float(y, t, at, r);
+  }
+}
+
+/* ScatterElements into y (already a copy of the data): update i goes where
+ * index i points along the axis. Without a reduction every update is an
+ * item; with one, a single item applies them in order, as the reference
+ * does (two updates of one element would race). */
+KERNEL scatter_elements_any(GLOBAL const int *idx, ulong io, int idx64, GLOBAL const uchar *u,
+                            ulong uo, GLOBAL uchar *y, ulong yo, int t, ulong size, ulong n,
+                            int reduction, elements_geom g, GLOBAL long *status, ulong tag) {
+  GLOBAL const uchar *us = u + uo * size;
+  GLOBAL uchar *ys = y + yo * size;
+  ulong items = reduction ? 1 : n;
+  FOR_EACH(item, items) {
+    for (ulong i = reduction ? 0 : item; i < (reduction ? n : item + 1); i++) {
+      long ix = index_at(idx, io + i, idx64), len = g.axis_len;
+      if (ix < -len || ix >= len) {
+        fail(status, tag, FAIL_INDEX_RANGE, ix, len);
+        continue;
+      }
+      long at = elements_base(&g, i) + (ix < 0 ? ix + len : ix) * g.axis_stride;
+      scatter_store(ys, (ulong)at, us, i, t, reduction);
+    }
+  }
+}
+
+/* ScatterND into y (a copy of the data): tuple j's slice of updates to
+ * where it points; an item per update element, or one in order with a
+ * reduction. */
+KERNEL scatter_nd_any(GLOBAL const long *idx, ulong io, GLOBAL const uchar *u, ulong uo,
+                      GLOBAL uchar *y, ulong yo, int t, ulong size, ulong n, int reduction,
+                      nd_geom g, GLOBAL long *status, ulong tag) {
+  GLOBAL const uchar *us = u + uo * size;
+  GLOBAL uchar *ys = y + yo * size;
+  ulong items = reduction ? 1 : n;
+  FOR_EACH(item, items) {
+    for (ulong i = reduction ? 0 : item; i < (reduction ? n : item + 1); i++) {
+      long off = nd_offset(&g, idx, io, 0, i / (ulong)g.slice, status, tag);
+      if (off >= 0)
+        scatter_store(ys, (ulong)off + i % (ulong)g.slice, us, i, t, reduction);
+    }
+  }
+}
 
 /* Range in integers: start + i delta, wrapping. */
 #define DEFINE_INT_SEQUENCES(SUFFIX, T)                                                          \
@@ -915,6 +1075,43 @@ KERNEL groupnorm_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scal
       float b = groupnorm_affine(bias, bo, r, i, groups, per, spatial, per_channel, fp16);
       stf(y, yo + at + i, (ldf(x, xo + at + i, fp16) - mean) * inv * s + b, fp16);
     }
+  }
+}
+
+/* LRN across channels: x as [batch, channels, spatial]; the window of
+ * `size` channels around each, cut at the edges. */
+KERNEL lrn_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n, ulong channels,
+              ulong spatial, long size, float alpha, float beta, float bias, int fp16) {
+  long before = (size - 1) / 2, after = size - 1 - before;
+  FOR_EACH(i, n) {
+    ulong s = i % spatial, ch = (i / spatial) % channels, b = i / (spatial * channels);
+    long lo = (long)ch - before > 0 ? (long)ch - before : 0;
+    long hi = (long)ch + after < (long)channels ? (long)ch + after : (long)channels - 1;
+    float sum = 0.0f;
+    for (long j = lo; j <= hi; j++) {
+      float v = ldf(x, xo + (b * channels + (ulong)j) * spatial + s, fp16);
+      sum += v * v;
+    }
+    stf(y, yo + i, ldf(x, xo + i, fp16) / pow(bias + alpha / (float)size * sum, beta), fp16);
+  }
+}
+
+/* Hardmax along one axis: x as [outer, len, inner]; 1 at the first
+ * largest, 0 elsewhere. */
+KERNEL hardmax_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong outer,
+                  ulong len, ulong inner, int fp16) {
+  FOR_EACH(id, outer * inner) {
+    ulong at = (id / inner) * len * inner + id % inner, best = 0;
+    float bv = ldf(x, xo + at, fp16);
+    for (ulong j = 1; j < len; j++) {
+      float v = ldf(x, xo + at + j * inner, fp16);
+      if (v > bv) {
+        bv = v;
+        best = j;
+      }
+    }
+    for (ulong j = 0; j < len; j++)
+      stf(y, yo + at + j * inner, j == best ? 1.0f : 0.0f, fp16);
   }
 }
 
