@@ -61,3 +61,29 @@ SH
   chmod +x .venv/bin/perf_analyzer
   rm -rf "$tmp"
 fi
+
+# The ONNX backend node tests as onnx 1.20.1 regenerated them (opsets up to
+# 25), beside the 1.17.0 wheel's own in the venv: only the test data is
+# taken from the wheel (tests/engine/onnx_node_cases.py, set "1.20").
+node_dir=.venv/onnx-node-1.20.1
+if [ ! -d "$node_dir" ]; then
+  echo "install-deps: extracting the node tests of the onnx 1.20.1 wheel" >&2
+  tmp=$(mktemp -d)
+  .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --python-version 3.11 -d "$tmp" onnx==1.20.1
+  .venv/bin/python - "$tmp" "$node_dir" <<'PY'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "onnx-1.20.1-*.whl"))[0]
+prefix = "onnx/backend/test/data/node/"
+partial = sys.argv[2] + ".partial"
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith(prefix) and not name.endswith("/"):
+            out = os.path.join(partial, name[len(prefix):])
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with open(out, "wb") as f:
+                f.write(z.read(name))
+os.rename(partial, sys.argv[2])
+PY
+  rm -rf "$tmp"
+fi

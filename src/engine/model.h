@@ -115,6 +115,6 @@ const gs_attr *gs_node_attr(const gs_node *n, const char *name);
 
 /* Minimum and maximum opset of the default domain gpusrv implements. */
 #define GS_OPSET_MIN 13
-#define GS_OPSET_MAX 22
+#define GS_OPSET_MAX 25
 
 #endif

@@ -66,7 +66,7 @@ static int infer_param_unary(gs_op_call *c, const gs_node *n) {
   const char *op = n->op_type;
   if (!strcmp(op, "Elu") || !strcmp(op, "Celu"))
     a->alpha = gs_attr_float(n, "alpha", 1.0f);
-  else if (!strcmp(op, "ThresholdedRelu"))
+  else if (!strcmp(op, "ThresholdedRelu") || !strcmp(op, "Swish"))
     a->alpha = gs_attr_float(n, "alpha", 1.0f);
   else if (!strcmp(op, "HardSigmoid"))
     a->alpha = gs_attr_float(n, "alpha", 0.2f), a->beta = gs_attr_float(n, "beta", 0.5f);
@@ -378,6 +378,7 @@ const gs_op_def gs__ops_elementwise[] = {
     UNARY("Mish", infer_float_unary),
     UNARY_A("Elu", infer_param_unary, alpha_attrs),
     UNARY_A("Celu", infer_param_unary, alpha_attrs),
+    UNARY_A("Swish", infer_param_unary, alpha_attrs), /* opset 24: x sigmoid(alpha x) */
     UNARY_A("ThresholdedRelu", infer_param_unary, alpha_attrs),
     UNARY_A("HardSigmoid", infer_param_unary, hardsigmoid_attrs),
     UNARY_A("Selu", infer_param_unary, selu_attrs),

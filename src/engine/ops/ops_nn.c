@@ -454,6 +454,9 @@ const gs_op_def gs__ops_nn[] = {
      .attrs = bn_attrs, .check = check_batchnorm, .infer = infer_batchnorm},
     {.name = "LayerNormalization", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 3,
      .attrs = ln_attrs, .infer = infer_layernorm},
+    /* opset 23: x / sqrt(mean(x^2) + epsilon) * scale over the dims from axis */
+    {.name = "RMSNormalization", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+     .attrs = ln_attrs, .infer = infer_layernorm},
     {.name = "MaxPool", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 2,
      .attrs = maxpool_attrs, .check = check_pool, .infer = infer_maxpool},
     {.name = "AveragePool", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,

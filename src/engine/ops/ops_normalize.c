@@ -1,6 +1,6 @@
 /* ops_normalize.c - definitions of the normalizations beside the common
- * ones of ops_nn.c: LRN, GroupNormalization, InstanceNormalization and
- * MeanVarianceNormalization. */
+ * ones of ops_nn.c: LRN, GroupNormalization, InstanceNormalization,
+ * MeanVarianceNormalization and LpNormalization. */
 #include "engine/op.h"
 #include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
@@ -90,9 +90,24 @@ static int infer_mvn(gs_op_call *c, const gs_node *n) {
   return GS_OK;
 }
 
+/* x / the p-norm of its lane along axis (p 1 or 2). */
+static int infer_lp_norm(gs_op_call *c, const gs_node *n) {
+  gs_normalize_attrs *a = norm_attrs(c, 1);
+  if (!a)
+    return gs_error_code();
+  if (gs_axis_normalize(gs_attr_int(n, "axis", -1), c->in[0].shape.rank, &a->axis) < 0)
+    return gs_op_fail(c, "%s", gs_error_detail());
+  int64_t p = gs_attr_int(n, "p", 2);
+  if (p != 1 && p != 2)
+    return gs_op_fail(c, "p must be 1 or 2, not %lld", (long long)p);
+  a->p = (int)p;
+  return GS_OK;
+}
+
 static const char *const lrn_attrs[] = {"alpha", "beta", "bias", "size", NULL};
 static const char *const group_norm_attrs[] = {"epsilon", "num_groups", "stash_type", NULL};
 static const char *const mvn_attrs[] = {"axes", NULL};
+static const char *const lp_norm_attrs[] = {"axis", "p", NULL};
 static const char *const epsilon_attrs[] = {"epsilon", NULL};
 
 const gs_op_def gs__ops_normalize[] = {
@@ -104,5 +119,7 @@ const gs_op_def gs__ops_normalize[] = {
      .attrs = epsilon_attrs, .infer = infer_instance_norm},
     {.name = "MeanVarianceNormalization", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = mvn_attrs, .infer = infer_mvn},
+    {.name = "LpNormalization", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+     .attrs = lp_norm_attrs, .infer = infer_lp_norm},
     {.name = NULL},
 };

@@ -745,26 +745,27 @@ static bool layernorm_supports(const gs_devop *op, const gs_op_call *c) {
          (!present(c, 2) || gs_launch_numel(&c->in[2].shape) == inner);
 }
 
+/* LayerNormalization (variant 0) and RMSNormalization (1). */
 static int run_layernorm(const gs_devop *op, const gs_devops_target *t) {
-  (void)op;
   const gs_op_call *c = t->call;
   const gs_norm_attrs *a = c->attrs;
   int32_t has_bias = present(c, 2);
   uint64_t inner = (uint64_t)gs_launch_norm_inner(c);
   uint64_t rows = (uint64_t)gs_launch_numel(&c->in[0].shape) / inner;
   float eps = a->epsilon;
-  int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
+  int32_t rms = op->variant, half = c->in[0].dtype == GS_DT_FLOAT16;
   size_t es = half ? 2 : 4;
   if (t->row_groups && inner >= ROW_GROUP_MIN) { /* a work-group per row */
     uint64_t n = groups_for(rows);
     int rc = LAUNCH(t, GS_DK_layernorm_rows_fp, n, BUF(0, es), BUF(1, es),
                     BUF(has_bias ? 2 : 1, es), VAL(has_bias), BUF(c->n_in, es), VAL(rows),
-                    VAL(inner), VAL(eps), VAL(half));
+                    VAL(inner), VAL(eps), VAL(rms), VAL(half));
     if (rc != GS_ENOTSUP)
       return rc;
   }
   return LAUNCH(t, GS_DK_layernorm_fp, rows, BUF(0, es), BUF(1, es), BUF(has_bias ? 2 : 1, es),
-                VAL(has_bias), BUF(c->n_in, es), VAL(rows), VAL(inner), VAL(eps), VAL(half));
+                VAL(has_bias), BUF(c->n_in, es), VAL(rows), VAL(inner), VAL(eps), VAL(rms),
+                VAL(half));
 }
 
 static bool batchnorm_supports(const gs_devop *op, const gs_op_call *c) {
@@ -1227,6 +1228,7 @@ static const gs_devop ops[] = {
     {"Acosh", UNARY_ACOSH, unary_supports, run_unary},
     {"Atanh", UNARY_ATANH, unary_supports, run_unary},
     {"Celu", UNARY_CELU, unary_supports, run_unary},
+    {"Swish", UNARY_SWISH, unary_supports, run_unary},
     {"ThresholdedRelu", UNARY_THRESHOLDED, unary_supports, run_unary},
     {"Shrink", UNARY_SHRINK, unary_supports, run_unary},
     {"BitwiseNot", UNARY_BITNOT, unary_supports, run_unary},
@@ -1292,6 +1294,7 @@ static const gs_devop ops[] = {
     {"Softmax", 0, fp_supports, run_softmax},
     {"LogSoftmax", 1, fp_supports, run_softmax},
     {"LayerNormalization", 0, layernorm_supports, run_layernorm},
+    {"RMSNormalization", 1, layernorm_supports, run_layernorm},
     {"BatchNormalization", 0, batchnorm_supports, run_batchnorm},
     {"GroupNormalization", 0, groupnorm_supports, run_groupnorm},
     {"InstanceNormalization", 0, groupnorm_supports, run_groupnorm},

@@ -51,6 +51,7 @@
 #define UNARY_SHRINK 37      /* lambd as alpha, bias as beta */
 #define UNARY_SCALE 38       /* times alpha: Mean's last step */
 #define UNARY_BITNOT 39      /* integers only */
+#define UNARY_SWISH 40       /* x sigmoid(alpha x) */
 
 #define BINARY_ADD 0
 #define BINARY_SUB 1

@@ -111,6 +111,7 @@ DEVFN float unary_apply(int op, float v, float alpha, float beta) {
   case UNARY_THRESHOLDED: return v > alpha ? v : 0.0f;
   case UNARY_SHRINK: return v < -alpha ? v + beta : v > alpha ? v - beta : 0.0f;
   case UNARY_SCALE: return v * alpha;
+  case UNARY_SWISH: return v / (1.0f + exp(-alpha * v));
   default: return fabs(v);
   }
 }
@@ -972,15 +973,16 @@ KERNEL reduce_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, 
   }
 }
 
-/* LayerNormalization, a work-group per row (as softmax_rows_fp). */
+/* LayerNormalization, a work-group per row (as softmax_rows_fp); with rms
+ * set RMSNormalization (no mean taken out). */
 KERNEL layernorm_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
                          GLOBAL const void *bias, ulong bo, int has_bias, GLOBAL void *y,
-                         ulong yo, ulong rows, ulong inner, float eps, int fp16) {
+                         ulong yo, ulong rows, ulong inner, float eps, int rms, int fp16) {
   LOCAL_MEM float buf[GROUP_SIZE];
   for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
     ulong xr = xo + r * inner, yr = yo + r * inner;
     float sum = 0.0f;
-    for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE)
+    for (ulong i = LOCAL_ID; !rms && i < inner; i += GROUP_SIZE)
       sum += ldf(x, xr + i, fp16);
     float mean = group_reduce(buf, sum, REDUCE_SUM) / (float)inner, sq = 0.0f;
     for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE) {
@@ -996,14 +998,15 @@ KERNEL layernorm_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scal
   }
 }
 
-/* LayerNormalization over the last `inner` elements of each row. */
+/* LayerNormalization over the last `inner` elements of each row; with rms
+ * set RMSNormalization. */
 KERNEL layernorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
                     GLOBAL const void *bias, ulong bo, int has_bias, GLOBAL void *y, ulong yo,
-                    ulong rows, ulong inner, float eps, int fp16) {
+                    ulong rows, ulong inner, float eps, int rms, int fp16) {
   FOR_EACH(r, rows) {
     ulong xr = xo + r * inner, yr = yo + r * inner;
     float sum = 0.0f;
-    for (ulong i = 0; i < inner; i++)
+    for (ulong i = 0; !rms && i < inner; i++)
       sum += ldf(x, xr + i, fp16);
     float mean = sum / (float)inner, sq = 0.0f;
     for (ulong i = 0; i < inner; i++) {

@@ -190,9 +190,11 @@ typedef struct gs_loss_attrs {
   int64_t ignore_index;
 } gs_loss_attrs;
 
-/* LRN, GroupNormalization, MeanVarianceNormalization (ops_normalize.c). */
+/* LRN, GroupNormalization, MeanVarianceNormalization, LpNormalization
+ * (ops_normalize.c). */
 typedef struct gs_normalize_attrs {
   float alpha, beta, bias, epsilon;
+  int axis, p;           /* LpNormalization: normalised axis, 1 or 2 */
   int64_t size;          /* LRN: channels in the window */
   int64_t groups;        /* GroupNormalization */
   bool per_channel;      /* GroupNormalization: scale and bias per channel, else per group */

@@ -84,7 +84,7 @@ typedef enum {
   U_RELU, U_LEAKY, U_SIGMOID, U_TANH, U_GELU, U_ERF, U_SQRT, U_EXP, U_LOG, U_NEG, U_ABS, U_NOT,
   U_RECIPROCAL, U_FLOOR, U_CEIL, U_ROUND, U_SIN, U_COS, U_TAN, U_ASIN, U_ACOS, U_ATAN, U_SINH,
   U_COSH, U_ASINH, U_ACOSH, U_ATANH, U_SOFTPLUS, U_SOFTSIGN, U_HARDSWISH, U_MISH, U_ELU, U_CELU,
-  U_THRESHOLDED_RELU, U_HARDSIGMOID, U_SELU, U_SHRINK, U_SIGN, U_BITNOT,
+  U_THRESHOLDED_RELU, U_HARDSIGMOID, U_SELU, U_SHRINK, U_SIGN, U_BITNOT, U_SWISH,
 } unary_op;
 
 static inline double softplus(double x) { return x > 30 ? x : log1p(exp(x)); }
@@ -132,6 +132,7 @@ static inline double unary_d(unary_op op, double x, const gs_unary_attrs *a) {
   case U_ELU: return x >= 0 ? x : a->alpha * (exp(x) - 1.0);
   case U_CELU: return fmax(0.0, x) + fmin(0.0, a->alpha * (exp(x / a->alpha) - 1.0));
   case U_THRESHOLDED_RELU: return x > a->alpha ? x : 0.0;
+  case U_SWISH: return x / (1.0 + exp(-a->alpha * x));
   case U_HARDSIGMOID: return fmax(0.0, fmin(1.0, a->alpha * x + a->beta));
   case U_SELU: return a->beta * (x > 0 ? x : a->alpha * (exp(x) - 1.0));
   case U_SHRINK: return x < -a->alpha ? x + a->beta : x > a->alpha ? x - a->beta : 0.0;
@@ -285,6 +286,7 @@ UNARY_KERNEL(k_hardswish, U_HARDSWISH)
 UNARY_KERNEL(k_mish, U_MISH)
 UNARY_KERNEL(k_elu, U_ELU)
 UNARY_KERNEL(k_celu, U_CELU)
+UNARY_KERNEL(k_swish, U_SWISH)
 UNARY_KERNEL(k_thresholded_relu, U_THRESHOLDED_RELU)
 UNARY_KERNEL(k_hardsigmoid, U_HARDSIGMOID)
 UNARY_KERNEL(k_selu, U_SELU)
@@ -715,7 +717,7 @@ static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("Sinh", k_sinh), KERNEL("Cosh", k_cosh), KERNEL("Asinh", k_asinh),
     KERNEL("Acosh", k_acosh), KERNEL("Atanh", k_atanh), KERNEL("Softplus", k_softplus),
     KERNEL("Softsign", k_softsign), KERNEL("HardSwish", k_hardswish), KERNEL("Mish", k_mish),
-    KERNEL("Elu", k_elu), KERNEL("Celu", k_celu), KERNEL("ThresholdedRelu", k_thresholded_relu),
+    KERNEL("Elu", k_elu), KERNEL("Celu", k_celu), KERNEL("Swish", k_swish), KERNEL("ThresholdedRelu", k_thresholded_relu),
     KERNEL("HardSigmoid", k_hardsigmoid), KERNEL("Selu", k_selu), KERNEL("Shrink", k_shrink),
     KERNEL("Sign", k_sign), KERNEL("BitwiseNot", k_bitnot), KERNEL("IsNaN", k_isnan),
     KERNEL("IsInf", k_isinf), KERNEL("CastLike", k_cast),

@@ -687,6 +687,34 @@ static int layernorm_f32(const gs_op_call *c, float *const *p) {
 
 static int k_layernorm(const gs_cpu_kernel_call *k) { return run_f32(k, layernorm_f32); }
 
+/* Rows [lo, hi) of an RMS normalisation: no mean taken out, no bias. */
+GS_VECTOR_CLONES static void rmsnorm_rows(const gs_op_call *c, float *const *p, int64_t inner,
+                                          int64_t lo, int64_t hi) {
+  const gs_norm_attrs *a = c->attrs;
+  const float *x = p[0], *scale = p[1];
+  float *y = p[c->n_in];
+  for (int64_t r = lo; r < hi; r++) {
+    const float *xr = x + r * inner;
+    float *yr = y + r * inner;
+    double sq = 0;
+    for (int64_t i = 0; i < inner; i++)
+      sq += (double)xr[i] * xr[i];
+    float inv = 1.0f / sqrtf((float)(sq / (double)inner) + a->epsilon);
+    for (int64_t i = 0; i < inner; i++)
+      yr[i] = xr[i] * inv * scale[i];
+  }
+}
+
+static int rmsnorm_f32(const gs_op_call *c, float *const *p) {
+  int64_t inner = gs_launch_norm_inner(c);
+  int64_t rows = inner ? gs_shape_numel(&c->in[0].shape) / inner : 0;
+  GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (inner ? inner : 1), lo, hi,
+                     rmsnorm_rows(c, p, inner, lo, hi));
+  return 0;
+}
+
+static int k_rmsnorm(const gs_cpu_kernel_call *k) { return run_f32(k, rmsnorm_f32); }
+
 /* Lanes [lo, hi) of a softmax: lane o * inner + in runs along the axis
  * (len values, `inner` apart). */
 GS_VECTOR_CLONES static void softmax_lanes(float *const *p, bool log_out, int64_t len,
@@ -746,6 +774,7 @@ static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("GlobalAveragePool", k_avgpool),
     KERNEL("BatchNormalization", k_batchnorm),
     KERNEL("LayerNormalization", k_layernorm),
+    KERNEL("RMSNormalization", k_rmsnorm),
     KERNEL("Softmax", k_softmax),
     KERNEL("LogSoftmax", k_logsoftmax),
 };

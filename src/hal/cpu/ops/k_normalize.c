@@ -1,7 +1,8 @@
 /* k_normalize.c - CPU kernels of LRN, GroupNormalization (and
- * InstanceNormalization through it) and MeanVarianceNormalization
- * (engine/ops/ops_normalize.c), in double. */
+ * InstanceNormalization through it), MeanVarianceNormalization and
+ * LpNormalization (engine/ops/ops_normalize.c), in double. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/op/op_launch.h"
 
 #include "base/error.h"
 
@@ -112,11 +113,35 @@ static int k_mvn(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
+/* Each lane along the axis over its p-norm (a zero norm gives what the
+ * division gives, as the reference's). */
+static int k_lp_norm(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_normalize_attrs *a = c->attrs;
+  gs_dtype dt = c->in[0].dtype;
+  int64_t outer, len, inner;
+  gs_launch_split_axis(&c->in[0].shape, a->axis, &outer, &len, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      int64_t base = o * len * inner + in;
+      double norm = 0;
+      for (int64_t j = 0; j < len; j++) {
+        double v = gs_ld(dt, k->ptr[0], base + j * inner);
+        norm += a->p == 1 ? fabs(v) : v * v;
+      }
+      norm = a->p == 1 ? norm : sqrt(norm);
+      for (int64_t j = 0; j < len; j++)
+        gs_st(dt, k->ptr[1], base + j * inner, gs_ld(dt, k->ptr[0], base + j * inner) / norm);
+    }
+  return 0;
+}
+
 static const gs_cpu_kernel_entry kernels[] = {
     GS_CPU_KERNEL("LRN", k_lrn),
     GS_CPU_KERNEL("GroupNormalization", k_group_norm),
     GS_CPU_KERNEL("InstanceNormalization", k_group_norm), /* a group per channel */
     GS_CPU_KERNEL("MeanVarianceNormalization", k_mvn),
+    GS_CPU_KERNEL("LpNormalization", k_lp_norm),
 };
 
 int gs__cpu_register_normalize(gs_backend_t *be) {
