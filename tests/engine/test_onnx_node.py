@@ -1,6 +1,6 @@
 """The ONNX project's backend node tests (onnx_node_cases.py) through
-`gpusrv model run`. Every case passes unless onnx_node_expected_failures.txt
-lists it, with its reason; a listed case must still end as listed (refused
+`gpusrv model run`. Every case passes unless its set's list of expected
+failures (onnx_node_expected_failures*.txt) names it, with its reason; a listed case must still end as listed (refused
 with a clear error, or the one known wrong result), never crash, and one
 that passes must leave the list, which only shrinks."""
 import os
@@ -20,7 +20,8 @@ def results():
 
 
 def test_the_cases_are_there():
-    assert len(NAMES) > 1000, f"only {len(NAMES)} node cases under {cases.NODE_DIR}"
+    least = 1000 if cases.NODE_SET == "1.17" else 500  # a newer set: what changed since
+    assert len(NAMES) > least, f"only {len(NAMES)} node cases under {cases.NODE_DIR}"
 
 
 def test_the_list_names_only_cases():
