@@ -920,3 +920,38 @@ def test_large_tensors_split_over_threads(op):
     node = helper.make_node(op, names, ["y"], **attrs)
     check_model(make_model([node], inputs, consts), inputs, extra=("--threads", "3"))
 
+
+
+# ---- opset 23's transformer ops: the ONNX node tests (set 1.20) hold their values; these
+# check the refusals and the data errors (onnxruntime 1.20 has no opset 23)
+
+def _refusal(tmp_path, node, feeds, consts=None, opset=23):
+    from gsonnx import run_gpusrv
+    import onnx
+    path = str(tmp_path / "m.onnx")
+    onnx.save(make_model([node], feeds, consts, [("y", np.float32)], opset), path)
+    p = run_gpusrv(path, feeds, str(tmp_path))
+    assert p.returncode == 1, p.stderr
+    return p.stderr
+
+
+def test_attention_refusals(tmp_path):
+    q, k = f32(2, 4, 8), f32(2, 5, 8)
+    err = _refusal(tmp_path, helper.make_node("Attention", ["q", "k", "v"], ["y"], name="att"),
+                   {"q": q, "k": k, "v": k})
+    assert "node att (Attention): 3-D inputs need q_num_heads and kv_num_heads" in err, err
+    err = _refusal(tmp_path, helper.make_node("Attention", ["q", "k", "v"], ["y"], name="att",
+                                              q_num_heads=3, kv_num_heads=2),
+                   {"q": f32(2, 4, 12), "k": f32(2, 5, 8), "v": f32(2, 5, 8)})
+    assert "query heads must be a multiple of the 2 key/value heads" in err, err
+    err = _refusal(tmp_path, helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], name="att"),
+                   {"q": f32(1, 2, 3, 4), "k": f32(1, 2, 5, 4), "v": f32(1, 2, 5, 4),
+                    "m": f32(1, 3, 3, 5)})
+    assert "attn_mask's dim 1 (3) does not broadcast to 2" in err, err
+
+
+def test_rotary_position_out_of_range(tmp_path):
+    node = helper.make_node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], name="rope")
+    feeds = {"x": f32(1, 2, 3, 4), "p": np.array([[0, 1, 9]], np.int64)}
+    err = _refusal(tmp_path, node, feeds, {"c": f32(4, 2), "s": f32(4, 2)})
+    assert "node rope (RotaryEmbedding): position 9 is out of range [0, 4)" in err, err

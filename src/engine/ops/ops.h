@@ -23,5 +23,6 @@ extern const gs_op_def gs__ops_einsum[];
 extern const gs_op_def gs__ops_rnn[];
 extern const gs_op_def gs__ops_detect[];
 extern const gs_op_def gs__ops_control[];
+extern const gs_op_def gs__ops_attention[];
 
 #endif

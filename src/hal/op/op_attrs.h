@@ -240,6 +240,34 @@ typedef struct gs_rnn_attrs {
   float act_alpha[2][3], act_beta[2][3];
 } gs_rnn_attrs;
 
+/* Attention (opsets 23 and 24, ops_attention.c), in its 4-D form: Q
+ * [batch, q_heads, q_seq, head], K [batch, kv_heads, kv_seq, head], V
+ * [batch, kv_heads, kv_seq, v_head]; 3-D inputs hold [batch, seq, heads x
+ * head] instead. past_key and past_value (4-D) come before K and V along
+ * the sequence: total = past + kv_seq. */
+typedef struct gs_attention_attrs {
+  int64_t batch, q_heads, kv_heads, q_seq, kv_seq, past, total, head, v_head;
+  bool three_d;        /* Q, K, V and Y are 3-D */
+  bool causal;         /* query i sees keys j <= i + past */
+  float scale, softcap; /* softcap 0: none */
+  int qk_mode;         /* what the 4th output holds: 0 scores, 1 + mask, 2 softcapped, 3 softmax */
+  bool has_mask, mask_bool;
+  int64_t mask_dims[4]; /* the mask's shape right-aligned to 4 dims (1s before) */
+  bool has_past, has_nonpad; /* nonpad_kv_seqlen (opset 24): keys j >= it are masked */
+} gs_attention_attrs;
+
+/* RotaryEmbedding (opset 23, ops_attention.c): X 4-D [batch, heads, seq,
+ * head] or 3-D [batch, seq, heads x head]; the first rot_dim of each head
+ * rotated by the cos and sin caches' row for its position, halves paired
+ * (x[i], x[i + rot_dim/2]) or, interleaved, neighbours (x[2i], x[2i+1]). */
+typedef struct gs_rotary_attrs {
+  int64_t batch, seq, heads, head, rot_dim;
+  bool three_d, interleaved;
+  bool has_positions; /* position_ids [batch, seq] pick rows of caches [max_pos, rot_dim/2];
+                       * without them the caches are [batch, seq, rot_dim/2] */
+  int64_t max_pos;
+} gs_rotary_attrs;
+
 /* RoiAlign (ops_detect.c). */
 typedef struct gs_roi_align_attrs {
   bool max_mode;       /* mode="max", else "avg" */
