@@ -3,7 +3,8 @@
  * over heads, with an optional mask (bool: where to look; float: added to
  * the scores), a causal mask, a key/value cache (past_key, past_value in,
  * present_key, present_value out), grouped-query heads, softcap, and the
- * scores as a 4th output; and RotaryEmbedding. */
+ * scores as a 4th output; RotaryEmbedding; and opset 24's TensorScatter,
+ * which writes new keys or values into a cache. */
 #include "engine/op.h"
 #include "hal/op/op_attrs.h"
 #include "engine/ops/ops.h"
@@ -11,6 +12,7 @@
 #include "base/error.h"
 
 #include <math.h>
+#include <string.h>
 
 enum { IN_Q, IN_K, IN_V, IN_MASK, IN_PAST_K, IN_PAST_V, IN_NONPAD };
 
@@ -186,6 +188,31 @@ static int infer_rotary(gs_op_call *c, const gs_node *n) {
   return GS_OK;
 }
 
+static int infer_tensor_scatter(gs_op_call *c, const gs_node *n) {
+  const gs_shape *cache = &c->in[0].shape, *upd = &c->in[1].shape;
+  if (c->in[1].dtype != c->in[0].dtype || cache->rank != upd->rank || cache->rank < 2)
+    return gs_op_fail(c, "update must be of past_cache's type and rank (2 or more)");
+  gs_tensor_scatter_attrs *a = gs_op_attrs(c, sizeof *a);
+  if (!a)
+    return GS_ENOMEM;
+  if (gs_axis_normalize(gs_attr_int(n, "axis", -2), cache->rank, &a->axis) < 0 || a->axis == 0)
+    return gs_op_fail(c, "axis must be a dim past the batch");
+  const char *mode = gs_attr_string(n, "mode", "linear");
+  a->circular = strcmp(mode, "circular") == 0;
+  if (!a->circular && strcmp(mode, "linear") != 0)
+    return gs_op_fail(c, "mode must be linear or circular, not \"%s\"", mode);
+  for (int d = 0; d < cache->rank; d++)
+    if (d == a->axis ? upd->dims[d] > cache->dims[d] : upd->dims[d] != cache->dims[d])
+      return gs_op_fail(c, "update's dim %d (%lld) does not fit past_cache's (%lld)", d,
+                        (long long)upd->dims[d], (long long)cache->dims[d]);
+  if (given(c, 2) && (c->in[2].dtype != GS_DT_INT64 ||
+                      gs_shape_numel(&c->in[2].shape) != cache->dims[0]))
+    return gs_op_fail(c, "write_indices must be int64 [batch]");
+  c->out[0] = c->in[0];
+  return GS_OK;
+}
+
+static const char *const tensor_scatter_attrs[] = {"axis", "mode", NULL};
 static const char *const rotary_attrs[] = {"interleaved", "num_heads", "rotary_embedding_dim",
                                            NULL};
 static const char *const attention_attrs[] = {"is_causal", "kv_num_heads", "q_num_heads",
@@ -197,5 +224,7 @@ const gs_op_def gs__ops_attention[] = {
      .attrs = attention_attrs, .infer = infer_attention},
     {.name = "RotaryEmbedding", .min_in = 3, .max_in = 4, .min_out = 1, .max_out = 1,
      .attrs = rotary_attrs, .infer = infer_rotary},
+    {.name = "TensorScatter", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 1,
+     .attrs = tensor_scatter_attrs, .infer = infer_tensor_scatter},
     {.name = NULL},
 };

@@ -268,6 +268,14 @@ typedef struct gs_rotary_attrs {
   int64_t max_pos;
 } gs_rotary_attrs;
 
+/* TensorScatter (opset 24, ops_attention.c): a key/value cache with the
+ * update written along axis from each batch's write index (circular: modulo
+ * the cache's length). */
+typedef struct gs_tensor_scatter_attrs {
+  int axis; /* normalised, past the batch */
+  bool circular;
+} gs_tensor_scatter_attrs;
+
 /* RoiAlign (ops_detect.c). */
 typedef struct gs_roi_align_attrs {
   bool max_mode;       /* mode="max", else "avg" */

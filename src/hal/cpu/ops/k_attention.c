@@ -1,5 +1,5 @@
-/* k_attention.c - the CPU kernels of Attention and RotaryEmbedding
- * (engine/ops/ops_attention.c), in float32. Attention: the key/value cache joined into present_key and
+/* k_attention.c - the CPU kernels of Attention, RotaryEmbedding (in
+ * float32) and TensorScatter (engine/ops/ops_attention.c). Attention: the key/value cache joined into present_key and
  * present_value, then for each query row the scaled scores against every
  * key, the masks, softcap, softmax and the weighted sum of the values.
  * The order of mask and softcap, and what the 4th output holds, are those
@@ -244,8 +244,41 @@ static int k_rotary(const gs_cpu_kernel_call *k) {
   return GS_OK;
 }
 
+/* The cache copied, then each batch's update rows written from its index. */
+static int k_tensor_scatter(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_tensor_scatter_attrs *a = c->attrs;
+  const gs_shape *cs = &c->in[0].shape, *us = &c->in[1].shape;
+  size_t es = gs_dtype_size(c->in[0].dtype);
+  const int64_t *write_at = c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID ? k->ptr[2] : NULL;
+  int64_t outer = 1, inner = 1, len = cs->dims[a->axis], n = us->dims[a->axis];
+  for (int d = 0; d < a->axis; d++)
+    outer *= cs->dims[d];
+  for (int d = a->axis + 1; d < cs->rank; d++)
+    inner *= cs->dims[d];
+  int64_t per_batch = outer / cs->dims[0];
+  char *y = k->ptr[c->n_in];
+  if (y != k->ptr[0])
+    memcpy(y, k->ptr[0], (size_t)(outer * len * inner) * es);
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t from = write_at ? write_at[o / per_batch] : 0;
+    for (int64_t s = 0; s < n; s++) {
+      int64_t to = from + s;
+      if (a->circular)
+        to = ((to % len) + len) % len;
+      if (to < 0 || to >= len)
+        return gs_error(GS_EINVAL, "node %s (TensorScatter): write index %lld is out of range "
+                        "[0, %lld)", c->node_name, (long long)to, (long long)len);
+      memcpy(y + (size_t)((o * len + to) * inner) * es,
+             (const char *)k->ptr[1] + (size_t)((o * n + s) * inner) * es, (size_t)inner * es);
+    }
+  }
+  return GS_OK;
+}
+
 static const gs_cpu_kernel_entry kernels[] = {GS_CPU_KERNEL("Attention", k_attention),
-                                              GS_CPU_KERNEL("RotaryEmbedding", k_rotary)};
+                                              GS_CPU_KERNEL("RotaryEmbedding", k_rotary),
+                                              GS_CPU_KERNEL("TensorScatter", k_tensor_scatter)};
 
 int gs__cpu_register_attention(gs_backend_t *be) {
   return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);
