@@ -411,7 +411,8 @@ bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *me
   if (strcmp(url, "/api/v1/devices") == 0 && get) {
     gs_frontdesk_device devices[GS_SCHED_MAX_DEVICES];
     int n = gs_frontdesk_devices(fd, devices, GS_SCHED_MAX_DEVICES);
-    gs_http_reply_json(r, 200, json_pack("{s:o}", "devices", gs_devices_json(devices, n)));
+    bool all = q->all && strcmp(q->all, "0") != 0 && strcmp(q->all, "false") != 0;
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "devices", gs_devices_json(devices, n, all)));
     return true;
   }
   if (strcmp(url, "/api/v1/bookings") == 0 && get) {

@@ -81,15 +81,41 @@ json_t *gs_usage_json(const gs_usage_row *rows, int n) {
   return arr;
 }
 
-json_t *gs_devices_json(const gs_frontdesk_device *devices, int n) {
+/* What the device's backend measures now; a field it cannot measure is null. */
+static json_t *telemetry_json(gs_device_t *device) {
+  gs_telemetry t;
+  bool ok = gs_device_telemetry(device, &t) == GS_OK;
+  uint32_t v = ok ? t.valid : 0;
+  json_t *o = json_object();
+  json_object_set_new(o, "memory_used", v & GS_TM_MEMORY ? json_integer((json_int_t)t.memory_used_bytes)
+                                                        : json_null());
+  json_object_set_new(o, "utilization", v & GS_TM_UTILIZATION ? json_real(t.utilization_percent)
+                                                              : json_null());
+  json_object_set_new(o, "temperature_c", v & GS_TM_TEMPERATURE ? json_real(t.temperature_c)
+                                                                : json_null());
+  json_object_set_new(o, "power_w", v & GS_TM_POWER ? json_real(t.power_w) : json_null());
+  return o;
+}
+
+static json_t *device_json(gs_device_t *device, const gs_frontdesk_device *booked) {
+  const gs_device_info *info = gs_device_get_info(device);
+  return json_pack("{s:s, s:s, s:b, s:I, s:I, s:i, s:o}", "id", info->id, "name", info->name,
+                   "bookable", booked != NULL, "memory_total",
+                   (json_int_t)(booked ? booked->memory_total : info->memory_total_bytes),
+                   "memory_booked", (json_int_t)(booked ? booked->memory_booked : 0),
+                   "share_booked", booked ? booked->share_booked : 0, "telemetry",
+                   telemetry_json(device));
+}
+
+json_t *gs_devices_json(const gs_frontdesk_device *devices, int n, bool all) {
   json_t *arr = json_array();
-  for (int i = 0; i < n; i++) {
-    const gs_device_info *info = gs_device_get_info(devices[i].device);
-    json_array_append_new(
-        arr, json_pack("{s:s, s:s, s:I, s:I, s:i}", "id", info->id, "name", info->name,
-                       "memory_total", (json_int_t)devices[i].memory_total, "memory_booked",
-                       (json_int_t)devices[i].memory_booked, "share_booked",
-                       devices[i].share_booked));
+  int count = all ? gs_hal_device_count() : n;
+  for (int i = 0; i < count; i++) {
+    gs_device_t *device = all ? gs_hal_device(i) : devices[i].device;
+    const gs_frontdesk_device *booked = NULL;
+    for (int k = 0; k < n && !booked; k++)
+      booked = devices[k].device == device ? &devices[k] : NULL;
+    json_array_append_new(arr, device_json(device, booked));
   }
   return arr;
 }

@@ -54,6 +54,7 @@ extern const gs_cli_command gs_cli_models;
 extern const gs_cli_command gs_cli_infer;
 extern const gs_cli_command gs_cli_submit;
 extern const gs_cli_command gs_cli_jobs;
+extern const gs_cli_command gs_cli_top;
 extern const gs_cli_command gs_cli_job;
 extern const gs_cli_command gs_cli_cancel;
 extern const gs_cli_command gs_cli_logs;

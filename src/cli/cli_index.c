@@ -6,6 +6,7 @@ const gs_cli_entry gs_cli_index[] = {
     {"serve", "Serve the model repository over HTTP (KServe v2)", true},
     {"smi", "Show devices, their memory, utilization, temperature and power", true},
     {"model", "Inspect an ONNX model, or run it once on .npy inputs", true},
+    {"top", "Watch a daemon live: devices, jobs, models and the queue", false},
     {"models", "List the models of a running daemon and their states", false},
     {"infer", "Send one inference request to a running daemon", false},
     {"batch", "Run a model over a data set as an overlapped pipeline", true},
