@@ -99,7 +99,9 @@ def test_unsupported_attribute_and_value(tmp_path):
 
 def test_opset_outside_the_supported_range(tmp_path):
     refused(save(tmp_path, x_to_y([helper.make_node("Relu", ["x"], ["y"])], opset=11)),
-            "opset 11", "13 to 22")
+            "opset 11", "13 to 25")
+    refused(save(tmp_path, x_to_y([helper.make_node("Relu", ["x"], ["y"])], opset=26)),
+            "opset 26", "13 to 25")
 
 
 def test_cycle_and_missing_input(tmp_path):
