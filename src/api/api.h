@@ -35,6 +35,8 @@ typedef struct gs_serve_settings {
   char tls_client_ca[GS_CONFIG_STR];
   bool insecure_listen;
   double model_load_timeout; /* seconds */
+  double history_interval;   /* seconds between the dashboard's telemetry samples */
+  double history_seconds;    /* how far back they go */
 } gs_serve_settings;
 
 /* The one table every way of setting them derives from. */

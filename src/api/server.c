@@ -4,6 +4,7 @@
 #include "api/api.h"
 
 #include "api/batcher.h"
+#include "api/history.h"
 #include "api/http_parse.h"
 #include "api/jobs_api.h"
 #include "api/kserve.h"
@@ -15,7 +16,10 @@
 #include "base/units.h"
 #include "engine/engine.h"
 
+#include "dashboard_html.h" /* generated: gs_dashboard_html */
+
 #include <arpa/inet.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
@@ -56,6 +60,12 @@ const gs_config_option gs_serve_options[] = {
     OPT("model-load-timeout", GS_CFG_REAL, "300", 0, 86400,
         "Seconds a model's load may take, warm-up included (checked between its steps); past "
         "it the model is UNAVAILABLE with the reason (0: no limit)", model_load_timeout),
+    OPT("history-interval", GS_CFG_REAL, "5", 0.05, 3600,
+        "Seconds between the samples of each device's telemetry the dashboard charts",
+        history_interval),
+    OPT("history-seconds", GS_CFG_REAL, "3600", 1, 7 * 86400,
+        "How far back the dashboard's samples go (kept in memory; at most 20000 per device)",
+        history_seconds),
     OPT("auth", GS_CFG_STRING, "auto", 0, 0,
         "Tokens for inference and reading: 'auto' (when listening beyond loopback), 'required' "
         "or 'none'; jobs, tenants and model loading always need one", auth),
@@ -105,6 +115,7 @@ typedef struct server {
   gs_repository repo;
   gs_frontdesk *frontdesk;
   gs_tls *tls; /* NULL: plain HTTP */
+  gs_history *history; /* the devices' telemetry over the last hour, for the dashboard */
   bool reading_needs_token; /* inference and read-only routes, from --auth and --host */
   atomic_int in_flight;
   atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
@@ -195,6 +206,22 @@ static enum MHD_Result send_busy(struct MHD_Connection *c, const char *msg) {
 static void empty_reply(gs_http_reply *r, int status) {
   *r = (gs_http_reply){.status = status, .body = strdup(""), .len = 0};
   snprintf(r->content_type, sizeof r->content_type, "text/plain");
+}
+
+/* The dashboard: one page, its script inside, that reads the routes above
+ * (src/api/dashboard.html, embedded at build time). */
+static enum MHD_Result send_dashboard(struct MHD_Connection *c) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(
+      strlen(gs_dashboard_html), (void *)gs_dashboard_html, MHD_RESPMEM_PERSISTENT);
+  if (!resp)
+    return MHD_NO;
+  MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+  MHD_add_response_header(resp, "Content-Security-Policy",
+                          "default-src 'self'; script-src 'unsafe-inline'; "
+                          "style-src 'unsafe-inline'");
+  enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+  MHD_destroy_response(resp);
+  return ret;
 }
 
 static enum MHD_Result send_empty(struct MHD_Connection *c, int status) {
@@ -324,7 +351,7 @@ static bool loopback(const char *host) {
  * client needs one, also a local one, which may be a proxy for others),
  * always (required) or never (none); health never. */
 static bool needs_token(const server *s, const char *url) {
-  if (strncmp(url, "/v2/health/", 11) == 0)
+  if (strncmp(url, "/v2/health/", 11) == 0 || strcmp(url, "/") == 0) /* the dashboard's page */
     return false;
   if (strncmp(url, "/api/v1/jobs", 12) == 0 || strncmp(url, "/api/v1/tenants", 15) == 0 ||
       strncmp(url, "/api/v1/usage", 13) == 0 || strncmp(url, "/v2/repository/models/", 22) == 0)
@@ -376,6 +403,12 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
   const gs_principal who = req->who;
   if (req->denied)
     return send_error(c, req->denied, req->denied_why);
+  if (strcmp(url, "/") == 0 && get)
+    return send_dashboard(c);
+  if (strcmp(url, "/api/v1/history") == 0 && get) {
+    gs_http_reply_json(&r, 200, gs_history_json(s->history));
+    return send_reply(c, &r);
+  }
   if (strncmp(url, "/api/v1/", 8) == 0) {
     gs_jobs_query q = {
         .all = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "all"),
@@ -618,6 +651,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* Everything gs_serve() opened, closed in reverse; safe on a half-open one. */
 static void close_all(server *s, gs_ledger *ledger, bool repo_open) {
+  gs_history_stop(s->history);
   gs_frontdesk_close(s->frontdesk);
   gs_tls_free(s->tls);
   if (repo_open)
@@ -772,6 +806,11 @@ int gs_serve(const gs_serve_settings *settings) {
             gs_frontdesk_admin_token_path(s.frontdesk));
   rc = gs_repository_open(&s.repo, settings->model_repository, ledger,
                           settings->model_load_timeout);
+  if (rc == 0) {
+    double keep = ceil(settings->history_seconds / settings->history_interval);
+    rc = gs_history_start(settings->history_interval, keep > 20000 ? 20000 : (int)keep,
+                          &s.history);
+  }
   if (rc < 0) {
     close_all(&s, ledger, false);
     return rc;

@@ -1,0 +1,110 @@
+"""The dashboard: the daemon's telemetry history (/api/v1/history) and the
+page at /, read by a real browser (headless Chromium) that runs its script
+against a daemon the test starts."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "sched"))
+from test_frontdesk import Daemon  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dash")
+    d = Daemon(tmp, "--history-interval", "0.2")
+    shutil.copytree(os.path.join(ROOT, "models", "digits"), d.repo / "digits")
+    d.start()
+    yield d
+    d.proc.terminate()
+    d.proc.wait(timeout=30)
+    shutil.rmtree(d.state, ignore_errors=True)
+
+
+def wait_for_samples(d, count):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        status, h = d.request("GET", "/api/v1/history")
+        assert status == 200, h
+        cpu = next(x for x in h["devices"] if x["id"] == "cpu0")
+        if len(cpu["samples"]) >= count:
+            return h, cpu
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {count} samples: {h}")
+
+
+def test_history_keeps_samples_of_every_device(daemon):
+    h, cpu = wait_for_samples(daemon, 4)
+    assert h["interval"] == pytest.approx(0.2)
+    times = [s[0] for s in cpu["samples"]]
+    assert times == sorted(times) and times[-1] - times[0] > 0.3
+    assert abs(times[-1] - time.time()) < 30  # Unix seconds
+    for t, util, used, temp, power in cpu["samples"]:
+        assert 0 <= util <= 100
+        assert 0 < used <= cpu["memory_total"]
+    # a device that does not measure a field says null, never 0
+    for d in h["devices"]:
+        for s in d["samples"]:
+            assert len(s) == 5
+
+
+def test_history_flag_is_checked(tmp_path):
+    d = Daemon(tmp_path, "--history-interval", "0")
+    p = subprocess.run(d.command(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "history-interval" in p.stderr, p.stderr
+
+
+def test_page_is_served_without_a_token(daemon):
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/", timeout=30) as r:
+        body = r.read().decode()
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/html")
+        assert "default-src 'self'" in r.headers["Content-Security-Policy"]
+    assert "/api/v1/history" in body and "textContent" in body
+
+
+def dump_dom(url, tmp_path):
+    """The page's DOM after its script has run for a few seconds."""
+    p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                        f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=4000",
+                        "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/install-deps.sh)")
+def test_browser_shows_devices_jobs_and_models(daemon, tmp_path):
+    wait_for_samples(daemon, 2)
+    # a job whose name is markup: the page must show it as text
+    job = daemon.submit(["sleep", "60"], name="<img src=x onerror=alert(1)>dash-probe")
+    body = json.dumps({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32",
+                                   "data": [0.0] * 64}]})
+    status, answer = daemon.request("POST", "/v2/models/digits/infer", body)
+    assert status == 200, answer
+    try:
+        dom = dump_dom(f"http://127.0.0.1:{daemon.port}/#token={daemon.admin}", tmp_path)
+        assert 'data-device="cpu0"' in dom
+        assert "Utilization:" in dom and "Memory used:" in dom
+        assert "&lt;img src=x onerror=alert(1)&gt;dash-probe" in dom  # text, not an element
+        assert "<img" not in dom
+        assert "<td>digits</td>" in dom
+        assert "live," in dom
+    finally:
+        daemon.request("POST", f"/api/v1/jobs/{job}/cancel", token=daemon.admin)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/install-deps.sh)")
+def test_browser_without_a_token_says_jobs_need_one(daemon, tmp_path):
+    dom = dump_dom(f"http://127.0.0.1:{daemon.port}/", tmp_path)
+    assert 'data-device="cpu0"' in dom  # reading devices needs no token on loopback
+    assert "this route needs a token" in dom
