@@ -135,7 +135,43 @@ static void render_dcgm(text *t, const gs_telemetry *tm, int nd) {
   }
 }
 
-int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
+/* Unfinished jobs by tenant and state, and each running job's booked
+ * device memory, labelled with its job id and tenant. */
+static void render_jobs(text *t, gs_frontdesk *fd) {
+  gs_principal everyone = {.admin = true};
+  gs_job_info *jobs = NULL;
+  int n = 0;
+  if (gs_jobs_list(fd, &everyone, false, NULL, &jobs, &n) < 0)
+    return; /* left out of this scrape; the front desk logs why */
+  header(t, "gpusrv_jobs", "gauge", "Jobs not ended, by tenant and state");
+  for (int i = 0; i < n; i++) {
+    bool seen = false; /* one series per (tenant, state): count it at its first job */
+    for (int k = 0; k < i && !seen; k++)
+      seen = !strcmp(jobs[k].tenant, jobs[i].tenant) && !strcmp(jobs[k].state, jobs[i].state);
+    if (seen)
+      continue;
+    int count = 0;
+    for (int k = i; k < n; k++)
+      count += !strcmp(jobs[k].tenant, jobs[i].tenant) && !strcmp(jobs[k].state, jobs[i].state);
+    char tenant[2 * sizeof jobs[i].tenant];
+    label_value(jobs[i].tenant, tenant, sizeof tenant);
+    put(t, "gpusrv_jobs{tenant=\"%s\",state=\"%s\"} %d\n", tenant, jobs[i].state, count);
+  }
+  header(t, "gpusrv_job_device_memory_bytes", "gauge",
+         "Device memory each running job booked, per job and tenant");
+  for (int i = 0; i < n; i++) {
+    if (strcmp(jobs[i].state, "RUNNING") != 0)
+      continue;
+    char tenant[2 * sizeof jobs[i].tenant], devices[2 * sizeof jobs[i].devices];
+    label_value(jobs[i].tenant, tenant, sizeof tenant);
+    label_value(jobs[i].devices, devices, sizeof devices);
+    put(t, "gpusrv_job_device_memory_bytes{job=\"%lld\",tenant=\"%s\",devices=\"%s\"} %llu\n",
+        (long long)jobs[i].id, tenant, devices, (unsigned long long)jobs[i].need.gpu_mem);
+  }
+  gs_job_infos_free(jobs, n);
+}
+
+int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
   text t = {0};
   static const struct {
     model_field f;
@@ -312,6 +348,8 @@ int gs_metrics_render(gs_repository *repo, gs_http_reply *r) {
   if (tm)
     render_dcgm(&t, tm, nd);
   free(tm);
+  if (fd)
+    render_jobs(&t, fd);
   static const char *const pool_names[] = {"allocated", "reserved", "peak_allocated"};
   for (int k = 0; k < 3; k++) {
     char name[64];

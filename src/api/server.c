@@ -454,7 +454,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     return send_reply(c, &r);
   }
   if (strcmp(url, "/metrics") == 0 && get) {
-    gs_metrics_render(&s->repo, &r);
+    gs_metrics_render(&s->repo, s->frontdesk, &r);
     return send_reply(c, &r);
   }
   if (strcmp(url, "/v2/models/stats") == 0 && get) {
