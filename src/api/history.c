@@ -121,7 +121,8 @@ void gs_history_stop(gs_history *h) {
   free(h);
 }
 
-static json_t *number_or_null(double v) { return isnan(v) ? json_null() : json_real(v); }
+/* jansson has no NaN or infinity: those are null too. */
+static json_t *number_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 json_t *gs_history_json(gs_history *h) {
   json_t *devices = json_array();

@@ -2,6 +2,8 @@
  * names docs/api.md gives). */
 #include "api/jobs_json.h"
 
+#include <math.h>
+
 static json_t *real_or_null(double v) { return v > 0 ? json_real(v) : json_null(); }
 
 json_t *gs_job_json(const gs_job_info *j) {
@@ -81,6 +83,12 @@ json_t *gs_usage_json(const gs_usage_row *rows, int n) {
   return arr;
 }
 
+/* v, or null where it is not a finite number (jansson has neither NaN nor
+ * infinity). */
+static json_t *finite_or_null(bool valid, double v) {
+  return valid && isfinite(v) ? json_real(v) : json_null();
+}
+
 /* What the device's backend measures now; a field it cannot measure is null. */
 static json_t *telemetry_json(gs_device_t *device) {
   gs_telemetry t;
@@ -89,11 +97,9 @@ static json_t *telemetry_json(gs_device_t *device) {
   json_t *o = json_object();
   json_object_set_new(o, "memory_used", v & GS_TM_MEMORY ? json_integer((json_int_t)t.memory_used_bytes)
                                                         : json_null());
-  json_object_set_new(o, "utilization", v & GS_TM_UTILIZATION ? json_real(t.utilization_percent)
-                                                              : json_null());
-  json_object_set_new(o, "temperature_c", v & GS_TM_TEMPERATURE ? json_real(t.temperature_c)
-                                                                : json_null());
-  json_object_set_new(o, "power_w", v & GS_TM_POWER ? json_real(t.power_w) : json_null());
+  json_object_set_new(o, "utilization", finite_or_null(v & GS_TM_UTILIZATION, t.utilization_percent));
+  json_object_set_new(o, "temperature_c", finite_or_null(v & GS_TM_TEMPERATURE, t.temperature_c));
+  json_object_set_new(o, "power_w", finite_or_null(v & GS_TM_POWER, t.power_w));
   return o;
 }
 

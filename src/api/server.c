@@ -806,13 +806,14 @@ int gs_serve(const gs_serve_settings *settings) {
             gs_frontdesk_admin_token_path(s.frontdesk));
   rc = gs_repository_open(&s.repo, settings->model_repository, ledger,
                           settings->model_load_timeout);
-  if (rc == 0) {
-    double keep = ceil(settings->history_seconds / settings->history_interval);
-    rc = gs_history_start(settings->history_interval, keep > 20000 ? 20000 : (int)keep,
-                          &s.history);
-  }
   if (rc < 0) {
     close_all(&s, ledger, false);
+    return rc;
+  }
+  double keep = ceil(settings->history_seconds / settings->history_interval);
+  rc = gs_history_start(settings->history_interval, keep > 20000 ? 20000 : (int)keep, &s.history);
+  if (rc < 0) {
+    close_all(&s, ledger, true);
     return rc;
   }
   /* Before the port opens: a SIGTERM sent as soon as it answers (a test, a

@@ -51,6 +51,12 @@ typedef struct model_counts {
   long long success, success_ns, queue_ns;
 } model_counts;
 
+/* A model's row as drawn: figures over the last refresh ("-": none). */
+typedef struct model_row {
+  char name[128], rate[16], mean[16], queue[16];
+  long long inferences;
+} model_row;
+
 typedef enum { SORT_ID, SORT_TENANT, SORT_STATE, SORT_TIME, SORT_COUNT } sort_key;
 static const char *const sort_names[SORT_COUNT] = {"id", "tenant", "state", "time"};
 
@@ -63,9 +69,11 @@ typedef struct top_state {
   int n_hist;
   model_counts prev[MAX_MODELS];
   int n_prev;
+  model_row rows[MAX_MODELS]; /* from the last two polls; drawing does not change them */
+  int n_rows;
   double prev_at, at;
   sort_key sort;
-  char tenant[64];  /* "" all */
+  char tenant[128]; /* "" all */
   int device;       /* -1 all, else the index of the device picked */
 } top_state;
 
@@ -119,6 +127,8 @@ static json_t *fetch(top_state *s, const char *path, const char *key) {
   return want;
 }
 
+static void count_models(top_state *s);
+
 static void poll_daemon(top_state *s) {
   json_decref(s->devices);
   json_decref(s->jobs);
@@ -134,6 +144,7 @@ static void poll_daemon(top_state *s) {
   s->at = now_seconds();
   if (s->devices)
     record_history(s);
+  count_models(s);
 }
 
 /* ---- drawing ------------------------------------------------------------------------ */
@@ -208,7 +219,8 @@ static int draw_devices(top_state *s, int y) {
       snprintf(temp_s, sizeof temp_s, "%3.0fC", json_number_value(temp));
     if (json_is_number(power))
       snprintf(power_s, sizeof power_s, "%4.0fW", json_number_value(power));
-    mvprintw(y, x, "%s %s", temp_s, power_s);
+    if (COLS - x >= 11) /* narrower: the bars alone */
+      mvprintw(y, x, "%s %s", temp_s, power_s);
     x += 11;
     if (COLS - x > 4)
       sparkline(y, x, COLS - x - 1, history_of(s, str(d, "id")));
@@ -224,7 +236,11 @@ static bool job_shown(const top_state *s, json_t *j) {
   if (s->device < 0)
     return true;
   const char *dev = str(json_array_get(s->devices, (size_t)s->device), "id");
-  return strstr(str(j, "devices"), dev) != NULL;
+  size_t len = strlen(dev);
+  for (const char *p = str(j, "devices"); *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0))
+    if (strncmp(p, dev, len) == 0 && (p[len] == ',' || p[len] == '\0'))
+      return true; /* a whole id of the comma list: cuda1 is not cuda10 */
+  return false;
 }
 
 static sort_key g_sort; /* for qsort's comparator */
@@ -309,13 +325,8 @@ static long long count_of(json_t *model, const char *what, const char *field) {
 }
 
 /* Each model's requests per second and mean latencies over the last
- * refresh, from the change in the daemon's cumulative counts. */
-static int draw_models(top_state *s, int y) {
-  attron(A_BOLD);
-  mvprintw(y++, 0, "MODELS (%zu)", json_array_size(s->stats));
-  mvprintw(y++, 0, "%-24s %8s %10s %10s %12s", "NAME", "REQ/S", "MEAN MS", "QUEUE MS",
-           "INFERENCES");
-  attroff(A_BOLD);
+ * poll, from the change in the daemon's cumulative counts. */
+static void count_models(top_state *s) {
   double dt = s->at - s->prev_at;
   model_counts now[MAX_MODELS];
   int n_now = 0;
@@ -333,19 +344,36 @@ static int draw_models(top_state *s, int y) {
     for (int k = 0; k < s->n_prev; k++)
       if (strcmp(s->prev[k].name, c->name) == 0)
         p = &s->prev[k];
-    char rate[16] = "-", mean[16] = "-", queue[16] = "-";
+    model_row *row = &s->rows[n_now - 1];
+    snprintf(row->name, sizeof row->name, "%s", c->name);
+    snprintf(row->rate, sizeof row->rate, "-");
+    snprintf(row->mean, sizeof row->mean, "-");
+    snprintf(row->queue, sizeof row->queue, "-");
+    row->inferences = c->success;
     long long dn = p ? c->success - p->success : 0;
     if (p && dt > 0)
-      snprintf(rate, sizeof rate, "%.1f", (double)dn / dt);
+      snprintf(row->rate, sizeof row->rate, "%.1f", (double)dn / dt);
     if (dn > 0) {
-      snprintf(mean, sizeof mean, "%.2f", (double)(c->success_ns - p->success_ns) / dn / 1e6);
-      snprintf(queue, sizeof queue, "%.2f", (double)(c->queue_ns - p->queue_ns) / dn / 1e6);
+      snprintf(row->mean, sizeof row->mean, "%.2f",
+               (double)(c->success_ns - p->success_ns) / dn / 1e6);
+      snprintf(row->queue, sizeof row->queue, "%.2f", (double)(c->queue_ns - p->queue_ns) / dn / 1e6);
     }
-    if (y < LINES - 1)
-      mvprintw(y++, 0, "%-24.24s %8s %10s %10s %12lld", c->name, rate, mean, queue, c->success);
   }
   memcpy(s->prev, now, sizeof now[0] * (size_t)n_now);
-  s->n_prev = n_now;
+  s->n_prev = s->n_rows = n_now;
+}
+
+static int draw_models(top_state *s, int y) {
+  attron(A_BOLD);
+  mvprintw(y++, 0, "MODELS (%d)", s->n_rows);
+  mvprintw(y++, 0, "%-24s %8s %10s %10s %12s", "NAME", "REQ/S", "MEAN MS", "QUEUE MS",
+           "INFERENCES");
+  attroff(A_BOLD);
+  for (int i = 0; i < s->n_rows && y < LINES - 1; i++) {
+    const model_row *r = &s->rows[i];
+    mvprintw(y++, 0, "%-24.24s %8s %10s %10s %12lld", r->name, r->rate, r->mean, r->queue,
+             r->inferences);
+  }
   return y;
 }
 

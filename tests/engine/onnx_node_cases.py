@@ -43,11 +43,21 @@ GPUSRV = os.environ.get("GPUSRV_BIN", "build/gpusrv")
 DEVICE = os.environ.get("GSTEST_DEVICE", "cpu0")
 
 
+def _same_tree(a, b):
+    """Whether two directories hold the same files, byte for byte."""
+    d = filecmp.dircmp(a, b)
+    if d.left_only or d.right_only or d.funny_files:
+        return False
+    _, mismatch, errors = filecmp.cmpfiles(a, b, d.common_files, shallow=False)
+    return not mismatch and not errors and all(
+        _same_tree(os.path.join(a, sub), os.path.join(b, sub)) for sub in d.common_dirs)
+
+
 def _is_new(name):
-    """Whether a case of NODE_DIR is not the wheel's own, byte for byte."""
-    old = os.path.join(WHEEL_NODE_DIR, name, "model.onnx")
-    new = os.path.join(NODE_DIR, name, "model.onnx")
-    return not os.path.exists(old) or not filecmp.cmp(old, new, shallow=False)
+    """Whether a case of NODE_DIR is not the wheel's own, byte for byte (its
+    model or any of its test data)."""
+    old = os.path.join(WHEEL_NODE_DIR, name)
+    return not os.path.isdir(old) or not _same_tree(old, os.path.join(NODE_DIR, name))
 
 
 def case_names():

@@ -117,6 +117,8 @@ static int infer_attention(gs_op_call *c, const gs_node *n) {
   if (a->has_nonpad && (c->in[IN_NONPAD].dtype != GS_DT_INT64 ||
                         gs_shape_numel(&c->in[IN_NONPAD].shape) != a->batch))
     return gs_op_fail(c, "nonpad_kv_seqlen must be int64 [batch]");
+  if (a->has_nonpad && a->has_past)
+    return gs_op_fail(c, "nonpad_kv_seqlen does not combine with past_key and past_value");
   a->causal = gs_attr_int(n, "is_causal", 0) != 0;
   a->softcap = gs_attr_float(n, "softcap", 0.0f);
   a->qk_mode = (int)gs_attr_int(n, "qk_matmul_output_mode", 0);

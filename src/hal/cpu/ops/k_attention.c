@@ -256,6 +256,8 @@ static int k_tensor_scatter(const gs_cpu_kernel_call *k) {
     outer *= cs->dims[d];
   for (int d = a->axis + 1; d < cs->rank; d++)
     inner *= cs->dims[d];
+  if (outer * len * inner == 0) /* an empty batch or cache */
+    return GS_OK;
   int64_t per_batch = outer / cs->dims[0];
   char *y = k->ptr[c->n_in];
   if (y != k->ptr[0])
