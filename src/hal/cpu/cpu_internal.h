@@ -21,6 +21,8 @@ typedef struct gs_cpu_telemetry_state {
   bool have_prev;
   uint64_t prev_time_ns;
   uint64_t prev_busy, prev_total;
+  bool have_util;   /* a utilization was measured: */
+  double last_util; /* it, for a call that comes before the next clock tick */
   int rapl_count; /* package domains found, 0: power not available */
   bool rapl_discovered;
   uint64_t prev_energy_time_ns;

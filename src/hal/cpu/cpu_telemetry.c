@@ -341,8 +341,13 @@ int gs__cpu_telemetry_read(gs_cpu_telemetry_state *st, uint64_t first_interval_n
   uint64_t now = gs_now_ns();
   if (st->have_prev && sample_stat(st, &busy, &total) == 0) {
     if (total > st->prev_total && busy >= st->prev_busy) {
-      out->utilization_percent =
-          100.0 * (double)(busy - st->prev_busy) / (double)(total - st->prev_total);
+      st->last_util = 100.0 * (double)(busy - st->prev_busy) / (double)(total - st->prev_total);
+      st->have_util = true;
+    }
+    /* No tick since the previous call (callers interleave: the daemon's
+     * history, /metrics, smi): the latest measurement still stands. */
+    if (st->have_util) {
+      out->utilization_percent = st->last_util;
       out->valid |= GS_TM_UTILIZATION;
     }
     /* Keep the previous sample when no tick passed, so that quick repeated
