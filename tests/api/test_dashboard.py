@@ -25,6 +25,7 @@ def daemon(tmp_path_factory):
     d = Daemon(tmp, "--history-interval", "0.2")
     shutil.copytree(os.path.join(ROOT, "models", "digits"), d.repo / "digits")
     d.start()
+    d.wait_ready()
     yield d
     d.proc.terminate()
     d.proc.wait(timeout=30)

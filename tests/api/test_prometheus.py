@@ -29,6 +29,7 @@ def daemon(tmp_path_factory):
     d = Daemon(tmp)
     shutil.copytree(os.path.join(ROOT, "models", "digits"), d.repo / "digits")
     d.start()
+    d.wait_ready()
     job = d.submit(["sleep", "120"], name="prom-probe")
     body = json.dumps({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32",
                                    "data": [0.0] * 64}]})

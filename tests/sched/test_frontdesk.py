@@ -65,6 +65,14 @@ class Daemon:
             assert self.proc.poll() is None, open(self.log_path).read()
         raise AssertionError("gpusrv serve did not come up")
 
+    def wait_ready(self):
+        """Until the repository's models have loaded (the daemon answers before)."""
+        deadline = time.time() + 60
+        while self.request("GET", "/v2/health/ready")[0] != 200:
+            assert time.time() < deadline, "the models did not load"
+            time.sleep(0.05)
+        return self
+
     @property
     def admin(self):
         with open(os.path.join(self.state, "admin.token")) as f:
