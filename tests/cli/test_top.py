@@ -47,6 +47,14 @@ class Terminal:
         return subprocess.run(["tmux", "-L", self.socket, "has-session"],
                               capture_output=True).returncode == 0
 
+    def quit(self):
+        """Presses q and waits for the program (and so the session) to end."""
+        self.keys("q")
+        deadline = time.time() + 10
+        while self.alive():
+            assert time.time() < deadline, "q did not quit"
+            time.sleep(0.1)
+
     def close(self):
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
 
@@ -97,11 +105,7 @@ def test_top_shows_devices_and_a_running_job_and_updates(daemon):
         term.wait_for("tenant: admin", "top-probe")
         term.keys("t")
         term.wait_for("tenant: all")
-        term.keys("q")
-        deadline = time.time() + 10
-        while term.alive():
-            assert time.time() < deadline, "q did not quit"
-            time.sleep(0.1)
+        term.quit()
     finally:
         term.close()
         daemon.request("POST", f"/api/v1/jobs/{job}/cancel", token=daemon.admin)
@@ -122,11 +126,7 @@ def test_top_says_when_the_daemon_is_unreachable():
     term = Terminal(f"{GPUSRV} top --url http://127.0.0.1:{port} --interval 0.3")
     try:
         term.wait_for("daemon unreachable")
-        term.keys("q")
-        deadline = time.time() + 10
-        while term.alive():
-            assert time.time() < deadline, "q did not quit"
-            time.sleep(0.1)
+        term.quit()
     finally:
         term.close()
 

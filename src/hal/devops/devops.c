@@ -850,10 +850,8 @@ static int run_hardmax(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
   const gs_index_attrs *a = c->attrs;
-  int64_t o, l, i;
-  gs_launch_split_axis(&c->in[0].shape, a->axis, &o, &l, &i);
-  uint64_t outer = (uint64_t)o, len = (uint64_t)l, inner = (uint64_t)i;
-  if (outer * len * inner == 0)
+  uint64_t outer, len, inner;
+  if (!axis_lanes(c, a->axis, &outer, &len, &inner))
     return GS_OK;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
   size_t es = half ? 2 : 4;

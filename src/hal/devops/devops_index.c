@@ -69,10 +69,8 @@ int gs__devops_run_cumsum(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
   const gs_index_attrs *a = c->attrs;
-  int64_t o, l, i;
-  gs_launch_split_axis(&c->in[0].shape, a->axis, &o, &l, &i);
-  uint64_t outer = (uint64_t)o, len = (uint64_t)l, inner = (uint64_t)i;
-  if (outer * len * inner == 0)
+  uint64_t outer, len, inner;
+  if (!axis_lanes(c, a->axis, &outer, &len, &inner))
     return GS_OK;
   int32_t exclusive = a->exclusive, reverse = a->reverse;
   gs_dtype dt = c->in[0].dtype;
@@ -94,6 +92,22 @@ static void walk_dim(dk_walk *w, int64_t len, int64_t in_stride, int64_t out_str
   w->strides[0][w->rank] = in_stride;
   w->strides[1][w->rank] = out_stride;
   w->rank++;
+}
+
+/* The contiguous strides of input 0 and output 0; false when the output is
+ * empty (nothing to copy). */
+static bool copy_strides(const gs_op_call *c, int64_t *xst, int64_t *yst) {
+  if (gs_launch_numel(&c->out[0].shape) == 0)
+    return false;
+  gs_launch_contiguous_strides(&c->in[0].shape, xst);
+  gs_launch_contiguous_strides(&c->out[0].shape, yst);
+  return true;
+}
+
+/* y (output 0) from x (input 0) along the walk. */
+static int copy_out(const gs_devops_target *t, dk_walk *w) {
+  const gs_op_call *c = t->call;
+  return gs__devops_copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), w);
 }
 
 /* Each output dimension of Tile that repeats its input splits in two
@@ -118,11 +132,9 @@ int gs__devops_run_tile(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  if (gs_launch_numel(ys) == 0)
-    return GS_OK;
   int64_t xst[GS_MAX_DIMS], yst[GS_MAX_DIMS];
-  gs_launch_contiguous_strides(xs, xst);
-  gs_launch_contiguous_strides(ys, yst);
+  if (!copy_strides(c, xst, yst))
+    return GS_OK;
   dk_walk w = {0};
   for (int d = 0; d < xs->rank; d++) {
     int64_t repeats = ys->dims[d] / xs->dims[d];
@@ -130,7 +142,7 @@ int gs__devops_run_tile(const gs_devop *op, const gs_devops_target *t) {
       walk_dim(&w, repeats, 0, xs->dims[d] * yst[d]);
     walk_dim(&w, xs->dims[d], xst[d], yst[d]);
   }
-  return gs__devops_copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+  return copy_out(t, &w);
 }
 
 /* DepthToSpace: y [N, C', H b, W b] walked as [N, C', H, b1, W, b2], from
@@ -141,13 +153,10 @@ int gs__devops_run_depth_to_space(const gs_devop *op, const gs_devops_target *t)
   const gs_op_call *c = t->call;
   const gs_index_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  if (gs_launch_numel(ys) == 0)
-    return GS_OK;
-  int64_t b = a->blocksize, C = ys->dims[1], H = xs->dims[2], W = xs->dims[3];
   int64_t xst[GS_MAX_DIMS], yst[GS_MAX_DIMS];
-  gs_launch_contiguous_strides(xs, xst);
-  gs_launch_contiguous_strides(ys, yst);
-  int64_t sc = xst[1];
+  if (!copy_strides(c, xst, yst))
+    return GS_OK;
+  int64_t b = a->blocksize, C = ys->dims[1], H = xs->dims[2], W = xs->dims[3], sc = xst[1];
   dk_walk w = {0};
   walk_dim(&w, xs->dims[0], xst[0], yst[0]);
   walk_dim(&w, C, a->crd ? b * b * sc : sc, yst[1]);
@@ -155,7 +164,7 @@ int gs__devops_run_depth_to_space(const gs_devop *op, const gs_devops_target *t)
   walk_dim(&w, b, a->crd ? b * sc : b * C * sc, yst[2]);
   walk_dim(&w, W, 1, b);
   walk_dim(&w, b, a->crd ? sc : C * sc, 1);
-  return gs__devops_copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+  return copy_out(t, &w);
 }
 
 /* SpaceToDepth: y [N, b b C, H', W'] walked as [N, b1, b2, C, H', W'] from
@@ -165,12 +174,10 @@ int gs__devops_run_space_to_depth(const gs_devop *op, const gs_devops_target *t)
   const gs_op_call *c = t->call;
   const gs_index_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  if (gs_launch_numel(ys) == 0)
+  int64_t xst[GS_MAX_DIMS], yst[GS_MAX_DIMS];
+  if (!copy_strides(c, xst, yst))
     return GS_OK;
   int64_t b = a->blocksize, C = xs->dims[1], H = ys->dims[2], W = ys->dims[3];
-  int64_t xst[GS_MAX_DIMS], yst[GS_MAX_DIMS];
-  gs_launch_contiguous_strides(xs, xst);
-  gs_launch_contiguous_strides(ys, yst);
   dk_walk w = {0};
   walk_dim(&w, xs->dims[0], xst[0], yst[0]);
   walk_dim(&w, b, xst[2], b * C * yst[1]);
@@ -178,7 +185,7 @@ int gs__devops_run_space_to_depth(const gs_devop *op, const gs_devops_target *t)
   walk_dim(&w, C, xst[1], yst[1]);
   walk_dim(&w, H, b * xst[2], yst[2]);
   walk_dim(&w, W, b, 1);
-  return gs__devops_copy_walk(t, 0, c->n_in, gs_launch_element_size(c->out[0].dtype), &w);
+  return copy_out(t, &w);
 }
 
 /* ---- GatherElements, ScatterElements, GatherND, ScatterND, OneHot ------------------------------ */

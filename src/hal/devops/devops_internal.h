@@ -61,6 +61,18 @@ static inline gs_devk by_size(gs_devk b8, size_t size) {
   return (gs_devk)(b8 + (size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3));
 }
 
+/* x split around `axis` as [outer, len, inner] (c's input 0); false when
+ * it is empty (nothing to launch). */
+static inline bool axis_lanes(const gs_op_call *c, int axis, uint64_t *outer, uint64_t *len,
+                              uint64_t *inner) {
+  int64_t o, l, i;
+  gs_launch_split_axis(&c->in[0].shape, axis, &o, &l, &i);
+  *outer = (uint64_t)o;
+  *len = (uint64_t)l;
+  *inner = (uint64_t)i;
+  return o * l * i != 0;
+}
+
 /* Queues y = x along a walk: x by strides[0] from base[0], y by strides[1]
  * from base[1], over the walk's dims; elements of `size` bytes. Merges
  * what dims it can first. */
