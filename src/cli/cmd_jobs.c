@@ -52,22 +52,6 @@ static const char *str(json_t *o, const char *key) {
   return s ? s : "";
 }
 
-/* "1:02:03" or "45s" since `since` (until `until` if set, else now). */
-static void elapsed(json_t *job, char *buf, size_t cap) {
-  double start = json_number_value(json_object_get(job, "start_time"));
-  double end = json_number_value(json_object_get(job, "end_time"));
-  if (start <= 0) {
-    snprintf(buf, cap, "-");
-    return;
-  }
-  if (end <= 0)
-    end = (double)time(NULL);
-  long s = end > start ? (long)(end - start) : 0;
-  if (s >= 3600)
-    snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  else
-    snprintf(buf, cap, "%ld:%02ld", s / 60, s % 60);
-}
 
 /* ---- submit ------------------------------------------------------------------------- */
 
@@ -214,7 +198,7 @@ static int jobs_run(int argc, char **argv) {
     json_array_foreach(jobs, k, j) {
       char id[32], took[32];
       snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(j, "id")));
-      elapsed(j, took, sizeof took);
+      gs_cli_job_elapsed(j, took, sizeof took);
       const char *row[] = {id, str(j, "name"), str(j, "tenant"), str(j, "state"),
                            str(j, "reason"), str(j, "devices"), took};
       if (t)
@@ -267,7 +251,7 @@ static int job_run(int argc, char **argv) {
     return GS_EXIT_OK;
   }
   char took[32], *cmd = json_dumps(json_object_get(j, "command"), JSON_COMPACT);
-  elapsed(j, took, sizeof took);
+  gs_cli_job_elapsed(j, took, sizeof took);
   printf("Job %lld: %s\n", id, str(j, "name"));
   printf("  Tenant:    %s\n", str(j, "tenant"));
   printf("  State:     %s%s%s\n", str(j, "state"), str(j, "reason")[0] ? " - " : "",

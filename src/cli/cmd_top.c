@@ -8,6 +8,7 @@
 #include "cli/daemon.h"
 
 #include "base/error.h"
+#include "base/units.h"
 
 #include <curses.h>
 #include <jansson.h>
@@ -177,16 +178,6 @@ static void sparkline(int y, int x, int width, const device_history *h) {
   }
 }
 
-static void human_bytes(double b, char *buf, size_t cap) {
-  const char *units[] = {"B", "K", "M", "G", "T"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    u++;
-  }
-  snprintf(buf, cap, u ? "%.1f%s" : "%.0f%s", b, units[u]);
-}
-
 static int draw_devices(top_state *s, int y) {
   attron(A_BOLD);
   mvprintw(y++, 0, "DEVICES");
@@ -210,9 +201,11 @@ static int draw_devices(top_state *s, int y) {
              json_number_value(util));
     bar(y, x, bw, json_number_value(util) / 100.0, label);
     x += bw + 1;
-    human_bytes(json_number_value(used), a, sizeof a);
-    human_bytes(total, b, sizeof b);
+    gs_format_bytes((uint64_t)json_number_value(used), a, sizeof a);
+    gs_format_bytes((uint64_t)total, b, sizeof b);
     snprintf(label, sizeof label, json_is_number(used) ? "%s/%s" : "n/a", a, b);
+    if ((int)strlen(label) >= bw - 2) /* too narrow for both: what is used */
+      snprintf(label, sizeof label, json_is_number(used) ? "%s" : "n/a", a);
     bar(y, x, bw, total > 0 ? json_number_value(used) / total : NAN, label);
     x += bw + 1;
     if (json_is_number(temp))
@@ -263,15 +256,6 @@ static int compare_jobs(const void *pa, const void *pb) {
   }
 }
 
-static void elapsed(json_t *job, char *buf, size_t cap) {
-  double start = json_number_value(json_object_get(job, "start_time"));
-  long secs = start > 0 ? (long)(time(NULL) - (time_t)start) : -1;
-  if (secs < 0)
-    snprintf(buf, cap, "-");
-  else
-    snprintf(buf, cap, "%ld:%02ld:%02ld", secs / 3600, secs / 60 % 60, secs % 60);
-}
-
 /* The jobs in one state group (running: "running" and "suspended" ...;
  * queued: "pending"), sorted, from row y. */
 static int draw_jobs(top_state *s, int y, bool queued) {
@@ -293,7 +277,7 @@ static int draw_jobs(top_state *s, int y, bool queued) {
   if (queued)
     mvprintw(y++, 0, "%6s %-12s %-16s %s", "ID", "TENANT", "NAME", "WAITING BECAUSE");
   else if (wide)
-    mvprintw(y++, 0, "%6s %-12s %-16s %-10s %-16s %9s %8s", "ID", "TENANT", "NAME", "STATE",
+    mvprintw(y++, 0, "%6s %-12s %-16s %-10s %-16s %9s %10s", "ID", "TENANT", "NAME", "STATE",
              "DEVICES", "TIME", "GPU MEM");
   else
     mvprintw(y++, 0, "%6s %-10s %-12s %-9s %-12s %9s", "ID", "TENANT", "NAME", "STATE", "DEVICES",
@@ -303,13 +287,13 @@ static int draw_jobs(top_state *s, int y, bool queued) {
     json_t *j = rows[i];
     long long id = (long long)json_integer_value(json_object_get(j, "id"));
     char took[32], mem[16];
-    elapsed(j, took, sizeof took);
-    human_bytes(json_number_value(json_object_get(j, "gpu_mem")), mem, sizeof mem);
+    gs_cli_job_elapsed(j, took, sizeof took);
+    gs_format_bytes((uint64_t)json_number_value(json_object_get(j, "gpu_mem")), mem, sizeof mem);
     if (queued)
       mvprintw(y++, 0, "%6lld %-12.12s %-16.16s %.*s", id, str(j, "tenant"), str(j, "name"),
                COLS > 38 ? COLS - 38 : 0, str(j, "reason"));
     else if (wide)
-      mvprintw(y++, 0, "%6lld %-12.12s %-16.16s %-10.10s %-16.16s %9s %8s", id, str(j, "tenant"),
+      mvprintw(y++, 0, "%6lld %-12.12s %-16.16s %-10.10s %-16.16s %9s %10s", id, str(j, "tenant"),
                str(j, "name"), str(j, "state"), str(j, "devices"), took, mem);
     else
       mvprintw(y++, 0, "%6lld %-10.10s %-12.12s %-9.9s %-12.12s %9s", id, str(j, "tenant"),

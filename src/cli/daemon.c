@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 gs_client *gs_cli_client(const char *what, const char *url, const char *token) {
   gs_client *c;
@@ -14,6 +15,22 @@ gs_client *gs_cli_client(const char *what, const char *url, const char *token) {
     return NULL;
   }
   return c;
+}
+
+void gs_cli_job_elapsed(json_t *job, char *buf, size_t cap) {
+  double start = json_number_value(json_object_get(job, "start_time"));
+  double end = json_number_value(json_object_get(job, "end_time"));
+  if (start <= 0) {
+    snprintf(buf, cap, "-");
+    return;
+  }
+  if (end <= 0)
+    end = (double)time(NULL);
+  long s = end > start ? (long)(end - start) : 0;
+  if (s >= 3600)
+    snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else
+    snprintf(buf, cap, "%ld:%02ld", s / 60, s % 60);
 }
 
 int gs_cli_write_to(const char *data, size_t len, void *file) {

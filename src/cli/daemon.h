@@ -19,6 +19,10 @@ gs_client *gs_cli_client(const char *what, const char *url, const char *token);
 int gs_cli_call_json(const char *what, const char *url, const char *token, const char *method,
                      const char *path, json_t *body, json_t **out);
 
+/* A job's run time from its JSON ("1:02:03", "4:05"; "-" before it
+ * started), until its end or now, into buf. */
+void gs_cli_job_elapsed(json_t *job, char *buf, size_t cap);
+
 /* A gs_client_data_fn that writes to the FILE * given as ctx, flushed. */
 int gs_cli_write_to(const char *data, size_t len, void *file);
 

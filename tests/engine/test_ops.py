@@ -955,3 +955,10 @@ def test_rotary_position_out_of_range(tmp_path):
     feeds = {"x": f32(1, 2, 3, 4), "p": np.array([[0, 1, 9]], np.int64)}
     err = _refusal(tmp_path, node, feeds, {"c": f32(4, 2), "s": f32(4, 2)})
     assert "node rope (RotaryEmbedding): position 9 is out of range [0, 4)" in err, err
+
+
+def test_tensor_scatter_write_index_out_of_range(tmp_path):
+    node = helper.make_node("TensorScatter", ["cache", "u", "at"], ["y"], name="kv")
+    feeds = {"cache": f32(2, 4, 3), "u": f32(2, 2, 3), "at": np.array([0, 3], np.int64)}
+    err = _refusal(tmp_path, node, feeds, opset=24)
+    assert "node kv (TensorScatter): write index 4 is out of range [0, 4)" in err, err
