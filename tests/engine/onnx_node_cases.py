@@ -137,6 +137,18 @@ def _safe(name):
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
+def _unreadable(gpusrv, case, which):
+    """The ending of a case whose data this harness cannot turn into .npy (a
+    sequence, an optional, or a type onnx 1.17's numpy helper lacks): gpusrv's
+    own refusal of the model when it gives one, so that the list says why in
+    gpusrv's words."""
+    p = subprocess.run([gpusrv, "model", "inspect", os.path.join(case, "model.onnx")],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode == 1 and ("does not support" in p.stderr or "not supported" in p.stderr):
+        return "refused", p.stderr.strip().splitlines()[-1]
+    return "refused", f"{which} is a sequence or optional (not supported)"
+
+
 def run_case(name, gpusrv=GPUSRV, device=DEVICE, timeout=60):
     """(ending, detail) of one case through gpusrv."""
     case = os.path.join(NODE_DIR, name)
@@ -154,13 +166,13 @@ def run_case(name, gpusrv=GPUSRV, device=DEVICE, timeout=60):
                     continue  # an optional input left out
                 arr = _load_proto(p)
                 if arr is None:
-                    return "refused", "input is a sequence or optional (not supported)"
+                    return _unreadable(gpusrv, case, "input")
                 feeds[n] = arr
             want = []
             for k in range(len(out_names)):
                 arr = _load_proto(os.path.join(s, f"output_{k}.pb"))
                 if arr is None:
-                    return "refused", "output is a sequence or optional (not supported)"
+                    return _unreadable(gpusrv, case, "output")
                 want.append(arr)
             args = [gpusrv, "model", "run", os.path.join(case, "model.onnx"), "-o",
                     os.path.join(work, "out"), "--device", device]
@@ -231,7 +243,7 @@ def run_all(names, workers=4, fn=run_case):
 def refusal_reason(detail):
     """A short reason for the list, from a refusal's message."""
     import re
-    msg = re.sub(r"^gpusrv: model run: (/\S+: )?", "", detail)
+    msg = re.sub(r"^gpusrv: model (?:run|inspect): (/\S+: )?", "", detail)
     m = re.search(r"uses opset (\d+)", msg)
     if m:
         return f"opset {m.group(1)}: gpusrv takes opsets 13-25"

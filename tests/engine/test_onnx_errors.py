@@ -73,13 +73,26 @@ def test_many_nodes_of_a_missing_op_are_refused_not_a_crash(tmp_path, count):
 
 
 def test_unsupported_element_types_are_named(tmp_path):
+    # 23-26 are onnx 1.20's FLOAT4E2M1, FLOAT8E8M0, UINT2 and INT2 (the test venv's onnx
+    # predates them)
     for onnx_type, name in ((TensorProto.FLOAT8E4M3FN, "FLOAT8E4M3FN"), (TensorProto.INT4, "INT4"),
-                            (TensorProto.COMPLEX64, "COMPLEX64")):
+                            (TensorProto.COMPLEX64, "COMPLEX64"), (23, "FLOAT4E2M1"),
+                            (24, "FLOAT8E8M0"), (25, "UINT2"), (26, "INT2")):
         g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", onnx_type, [2])],
                               [helper.make_tensor_value_info("y", onnx_type, [2])])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
         refused(save(tmp_path, m), f"graph value x has type {name} (ONNX data type {onnx_type})")
+
+
+def test_lppool_p_out_of_range(tmp_path):
+    node = helper.make_node("LpPool", ["x"], ["y"], name="lp", kernel_shape=[2, 2], p=0)
+    m = make_model([node], {"x": np.zeros((1, 1, 4, 4), np.float32)}, opset=18)
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((1, 1, 4, 4), np.float32))
+    r = subprocess.run([GPUSRV, "model", "run", save(tmp_path, m), "-i", f"x={x}", "-o",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "node lp (LpPool): p=0 is out of range" in r.stderr, r.stderr
 
 
 def test_custom_domain_is_unsupported(tmp_path):

@@ -273,6 +273,25 @@ def test_pool_1d_and_global():
     check_op("MaxPool", {"x": f32(2, 3, 10)}, {"kernel_shape": [3], "strides": [2]})
     check_op("GlobalAveragePool", {"x": f32(2, 5, 4, 3)})
     check_op("GlobalAveragePool", {"x": f32(2, 3, 7, 9)})  # more than the 16 running sums
+    check_op("GlobalMaxPool", {"x": f32(2, 5, 4, 3)})
+    check_op("GlobalMaxPool", {"x": f32(1, 3, 17)})
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3]},                                    # p = 2, the default
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 1},
+    {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1, "p": 3},
+    {"kernel_shape": [2, 3], "dilations": [2, 1], "p": 2},
+])
+def test_lppool(attrs):
+    check_op("LpPool", {"x": f32(2, 3, 7, 8)}, attrs, opset=18)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lppool(p):
+    # p = 3 has no device reduction (ReduceL1 and ReduceL2 are the norms there)
+    check_op("GlobalLpPool", {"x": f32(2, 4, 5, 6)}, {"p": p}, on_device=p <= 2)
+
 
 
 # ---- normalisation and softmax -------------------------------------------------------------

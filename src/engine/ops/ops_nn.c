@@ -298,6 +298,15 @@ static int check_pool(const gs_node *n) {
   return check_conv(n);
 }
 
+/* LpPool's p: a whole number of at least 1 (the ONNX default is 2). */
+static int pool_norm(gs_op_call *c, const gs_node *n, int *lp) {
+  int64_t p = gs_attr_int(n, "p", 2);
+  if (p < 1 || p > 64)
+    return gs_op_fail(c, "p=%lld is out of range (1 to 64)", (long long)p);
+  *lp = (int)p;
+  return GS_OK;
+}
+
 static int infer_pool(gs_op_call *c, const gs_node *n, bool is_max) {
   int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH | (is_max ? GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_UINT8) : 0));
   if (rc < 0)
@@ -313,6 +322,8 @@ static int infer_pool(gs_op_call *c, const gs_node *n, bool is_max) {
     return GS_ENOMEM;
   a->spatial = spatial;
   a->count_include_pad = gs_attr_int(n, "count_include_pad", 0) != 0;
+  if (strcmp(n->op_type, "LpPool") == 0 && (rc = pool_norm(c, n, &a->lp)) < 0)
+    return rc;
   int64_t out_sp[3];
   rc = parse_window(c, n, spatial, NULL, false, gs_attr_int(n, "ceil_mode", 0) != 0, a->kernel,
                     a->stride, a->dilation, a->pad_begin, a->pad_end, out_sp);
@@ -328,9 +339,10 @@ static int infer_pool(gs_op_call *c, const gs_node *n, bool is_max) {
 
 static int infer_maxpool(gs_op_call *c, const gs_node *n) { return infer_pool(c, n, true); }
 static int infer_avgpool(gs_op_call *c, const gs_node *n) { return infer_pool(c, n, false); }
+static int infer_lppool(gs_op_call *c, const gs_node *n) { return infer_pool(c, n, false); }
 
-static int infer_global_avgpool(gs_op_call *c, const gs_node *n) {
-  (void)n;
+/* GlobalAveragePool, GlobalMaxPool and GlobalLpPool. */
+static int infer_global_pool(gs_op_call *c, const gs_node *n) {
   int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
   if (rc < 0)
     return rc;
@@ -341,6 +353,8 @@ static int infer_global_avgpool(gs_op_call *c, const gs_node *n) {
   if (!a)
     return GS_ENOMEM;
   a->global = true;
+  if (strcmp(n->op_type, "GlobalLpPool") == 0 && (rc = pool_norm(c, n, &a->lp)) < 0)
+    return rc;
   c->out[0].dtype = c->in[0].dtype;
   c->out[0].shape = *x;
   for (int i = 2; i < x->rank; i++)
@@ -437,6 +451,9 @@ static const char *const maxpool_attrs[] = {"auto_pad", "ceil_mode", "dilations"
                                             "pads", "storage_order", "strides", NULL};
 static const char *const avgpool_attrs[] = {"auto_pad", "ceil_mode", "count_include_pad",
                                             "dilations", "kernel_shape", "pads", "strides", NULL};
+static const char *const lppool_attrs[] = {"auto_pad", "ceil_mode", "dilations", "kernel_shape",
+                                           "p",        "pads",      "strides",   NULL};
+static const char *const p_attrs[] = {"p", NULL};
 static const char *const bn_attrs[] = {"epsilon", "momentum", "training_mode", NULL};
 static const char *const ln_attrs[] = {"axis", "epsilon", "stash_type", NULL};
 static const char *const axis_attrs[] = {"axis", NULL};
@@ -462,7 +479,14 @@ const gs_op_def gs__ops_nn[] = {
     {.name = "AveragePool", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = avgpool_attrs, .check = check_conv, .infer = infer_avgpool},
     {.name = "GlobalAveragePool", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-     .attrs = no_attrs, .infer = infer_global_avgpool},
+     .attrs = no_attrs, .infer = infer_global_pool},
+    {.name = "GlobalMaxPool", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+     .attrs = no_attrs, .infer = infer_global_pool},
+    /* (sum of |x|^p over the window)^(1/p); padding adds nothing */
+    {.name = "LpPool", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+     .attrs = lppool_attrs, .check = check_conv, .infer = infer_lppool},
+    {.name = "GlobalLpPool", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+     .attrs = p_attrs, .infer = infer_global_pool},
     {.name = "Softmax", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1, .attrs = axis_attrs,
      .infer = infer_softmax},
     {.name = "LogSoftmax", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,

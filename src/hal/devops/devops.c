@@ -960,7 +960,8 @@ static bool conv_transpose_supports(const gs_devop *op, const gs_op_call *c) {
   return conv_supports(op, c) && a->act == GS_ACT_NONE;
 }
 
-/* MaxPool (values only) and AveragePool; GlobalAveragePool is a mean. */
+/* MaxPool (values only), AveragePool and LpPool; the global ones are
+ * reductions (GlobalLpPool where p is 1 or 2, the norms ReduceL1/L2 have). */
 static bool pool_supports(const gs_devop *op, const gs_op_call *c) {
   const gs_pool_attrs *a = c->attrs;
   return fp_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 &&
@@ -974,7 +975,8 @@ static int run_pool(const gs_devop *op, const gs_devops_target *t) {
     bool reduced[GS_MAX_DIMS] = {false};
     for (int d = 2; d < c->in[0].shape.rank; d++)
       reduced[d] = true;
-    return reduce_dims(t, reduced, 1, REDUCE_MEAN);
+    int32_t how = op->variant == 1 ? REDUCE_MAX : a->lp == 1 ? REDUCE_L1 : a->lp == 2 ? REDUCE_L2 : REDUCE_MEAN;
+    return reduce_dims(t, reduced, 1, how);
   }
   dk_conv g;
   conv_geometry(c, a->spatial, a->kernel, a->stride, a->dilation, a->pad_begin, &g);
@@ -986,15 +988,16 @@ static int run_pool(const gs_devop *op, const gs_devops_target *t) {
   /* Planes: batch x channels, counted in the in_channels field. */
   g.in_channels = g.batch * g.in_channels;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
-  int32_t is_max = op->variant, include_pad = a->count_include_pad;
+  int32_t is_max = op->variant, include_pad = a->count_include_pad, lp = a->lp;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
   size_t es = half ? 2 : 4;
   return LAUNCH(t, GS_DK_pool_fp, n, BUF(0, es), BUF(1, es), VAL(n), VAL(g), VAL(pad_end[0]),
-                VAL(pad_end[1]), VAL(pad_end[2]), VAL(is_max), VAL(include_pad), VAL(half));
+                VAL(pad_end[1]), VAL(pad_end[2]), VAL(is_max), VAL(include_pad), VAL(lp), VAL(half));
 }
 
 static bool global_pool_supports(const gs_devop *op, const gs_op_call *c) {
-  return fp_supports(op, c) && c->in[0].shape.rank >= 2 && c->in[0].shape.rank <= 8;
+  const gs_pool_attrs *a = c->attrs;
+  return fp_supports(op, c) && c->in[0].shape.rank >= 2 && c->in[0].shape.rank <= 8 && a->lp <= 2;
 }
 
 static bool resize_supports(const gs_devop *op, const gs_op_call *c) {
@@ -1303,6 +1306,9 @@ static const gs_devop ops[] = {
     {"MaxPool", 1, pool_supports, run_pool},
     {"AveragePool", 0, pool_supports, run_pool},
     {"GlobalAveragePool", 0, global_pool_supports, run_pool},
+    {"GlobalMaxPool", 1, global_pool_supports, run_pool},
+    {"LpPool", 0, pool_supports, run_pool},
+    {"GlobalLpPool", 0, global_pool_supports, run_pool},
     {"Resize", 0, resize_supports, run_resize},
     {"Trilu", 0, gs__devops_trilu_supports, gs__devops_run_trilu},
     {"Range", 0, gs__devops_range_supports, gs__devops_run_range},

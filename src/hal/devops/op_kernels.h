@@ -1268,12 +1268,13 @@ KERNEL conv_transpose_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, u
   }
 }
 
-/* MaxPool and AveragePool, one output per item over [batch x channels]
- * planes (in_channels: their count). The divisor with count_include_pad
- * counts taps up to the end padding, as the CPU's pool does. */
+/* MaxPool, AveragePool and LpPool (lp: its p, else 0), one output per item
+ * over [batch x channels] planes (in_channels: their count). The divisor
+ * with count_include_pad counts taps up to the end padding, as the CPU's
+ * pool does. */
 KERNEL pool_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n,
                conv_geom g, long pad_end0, long pad_end1, long pad_end2, int is_max,
-               int count_include_pad, int fp16) {
+               int count_include_pad, int lp, int fp16) {
   FOR_EACH(i, n) {
     long r = (long)i, o[3];
     o[2] = r % g.out[2]; r /= g.out[2];
@@ -1303,13 +1304,19 @@ KERNEL pool_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n
             continue;
           float v = ldf(x, (ulong)(xp + (p0 * g.in[1] + p1) * g.in[2] + p2), fp16);
           best = v > best ? v : best;
-          sum += v;
+          sum += lp == 0 ? v : lp == 1 ? fabs(v) : lp == 2 ? v * v : pow(fabs(v), (float)lp);
           taps++;
         }
       }
     }
     long div = count_include_pad ? padded : taps;
-    stf(y, yo + i, is_max ? best : div ? sum / (float)div : 0.0f, fp16);
+    float out = is_max ? best
+                : lp == 1 ? sum
+                : lp == 2 ? sqrt(sum)
+                : lp      ? pow(sum, 1.0f / (float)lp)
+                : div     ? sum / (float)div
+                          : 0.0f;
+    stf(y, yo + i, out, fp16);
   }
 }
 

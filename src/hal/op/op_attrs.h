@@ -78,6 +78,7 @@ typedef struct gs_pool_attrs {
   int64_t kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];
   bool count_include_pad;
   bool global;
+  int lp; /* LpPool and GlobalLpPool: the norm's p; 0 for max and average pooling */
 } gs_pool_attrs;
 
 typedef struct gs_norm_attrs {

@@ -421,7 +421,17 @@ GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bo
     int64_t size = gs_shape_numel(xs) / (planes ? planes : 1);
     if (size == 0) { /* an empty window: no maximum, and 0/0 for the mean */
       for (int64_t pl = lo; pl < hi; pl++)
-        y[pl] = is_max ? -INFINITY : NAN;
+        y[pl] = is_max ? -INFINITY : a->lp ? 0.0f : NAN;
+      return 0;
+    }
+    if (is_max) {
+      for (int64_t pl = lo; pl < hi; pl++) {
+        const float *x = p[0] + pl * size;
+        float best = x[0];
+        for (int64_t i = 1; i < size; i++)
+          best = x[i] > best || x[i] != x[i] ? x[i] : best; /* NaN wins, as in ReduceMax */
+        y[pl] = best;
+      }
       return 0;
     }
     for (int64_t pl = lo; pl < hi; pl++) {
@@ -438,7 +448,7 @@ GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bo
         sum += part[j];
       for (; i < size; i++)
         sum += x[i];
-      y[pl] = size ? sum / (float)size : 0.0f;
+      y[pl] = a->lp ? sum : sum / (float)size;
     }
     return 0;
   }
@@ -532,7 +542,7 @@ GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bo
             }
             yo[ow] = acc;
           }
-          if (!is_max) {
+          if (!is_max && !a->lp) {
             float inv = 1.0f / (float)(g.k[1] * g.k[2]);
             for (int64_t ow = in_lo; ow < in_hi; ow++)
               yo[ow] *= inv;
@@ -561,6 +571,8 @@ GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bo
           int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
           if (is_max) {
             yp[o] = best;
+          } else if (a->lp) {
+            yp[o] = sum;
           } else {
             int64_t div = a->count_include_pad ? wd[2] * wh[2] * ww[2]
                                                : (wd[1] - wd[0]) * (wh[1] - wh[0]) * (ww[1] - ww[0]);
@@ -612,6 +624,27 @@ static int k_maxpool(const gs_cpu_kernel_call *k) {
   return run_f32(k, maxpool_f32);
 }
 static int k_avgpool(const gs_cpu_kernel_call *k) { return run_f32(k, avgpool_f32); }
+
+/* LpPool and GlobalLpPool: |x|^p summed by the average pool's loops (which
+ * skip their division when the attributes carry a p), then the p-th root. */
+static int lppool_f32(const gs_op_call *c, float *const *p) {
+  const gs_pool_attrs *a = c->attrs;
+  int64_t nx = gs_shape_numel(&c->in[0].shape), ny = gs_shape_numel(&c->out[0].shape);
+  float *powered = malloc(sizeof(float) * (size_t)(nx ? nx : 1));
+  if (!powered)
+    return gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name);
+  const float *x = p[0];
+  float *y = p[1], pf = (float)a->lp;
+  for (int64_t i = 0; i < nx; i++)
+    powered[i] = a->lp == 1 ? fabsf(x[i]) : a->lp == 2 ? x[i] * x[i] : powf(fabsf(x[i]), pf);
+  float *const pp[2] = {powered, y};
+  int rc = pool_f32(c, pp, false);
+  free(powered);
+  for (int64_t i = 0; rc >= 0 && i < ny; i++)
+    y[i] = a->lp == 1 ? y[i] : a->lp == 2 ? sqrtf(y[i]) : powf(y[i], 1.0f / pf);
+  return rc;
+}
+static int k_lppool(const gs_cpu_kernel_call *k) { return run_f32(k, lppool_f32); }
 
 /* ---- normalisation and softmax ------------------------------------------------------- */
 
@@ -772,6 +805,9 @@ static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("MaxPool", k_maxpool),
     KERNEL("AveragePool", k_avgpool),
     KERNEL("GlobalAveragePool", k_avgpool),
+    KERNEL("GlobalMaxPool", k_maxpool),
+    KERNEL("LpPool", k_lppool),
+    KERNEL("GlobalLpPool", k_lppool),
     KERNEL("BatchNormalization", k_batchnorm),
     KERNEL("LayerNormalization", k_layernorm),
     KERNEL("RMSNormalization", k_rmsnorm),
