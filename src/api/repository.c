@@ -199,6 +199,7 @@ static void evict_plan(gs_served_model *m, gs_instance *inst, int k) {
   release_weights(m, inst->plan_weights[k]);
   inst->plans[k] = NULL;
   inst->bookings[k] = NULL;
+  inst->booked_bytes[k] = 0;
   inst->plan_weights[k] = NULL;
 }
 
@@ -645,6 +646,7 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     k++;
   gs_plan *plan = k < GS_REPO_PLAN_CACHE ? inst->plans[k] : NULL;
   gs_booking *booking = plan ? inst->bookings[k] : NULL;
+  uint64_t booked_bytes = plan ? inst->booked_bytes[k] : 0;
   gs_shared_weights *w = plan ? inst->plan_weights[k] : NULL;
   if (!plan) {
     /* The weights first: evicting the last plan that uses them would drop them. */
@@ -664,9 +666,10 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     /* The plan's own memory, then what the shared weights grew by (kept
      * while a plan using them is cached). */
     int booked = rc;
+    booked_bytes = r.arena_bytes + r.weights_bytes;
     if (booked == 0 && m->ledger)
-      while ((booked = gs_book_memory(m->ledger, inst->device, r.arena_bytes + r.weights_bytes,
-                                      inst->owner, &booking)) == GS_ENOMEM &&
+      while ((booked = gs_book_memory(m->ledger, inst->device, booked_bytes, inst->owner,
+                                      &booking)) == GS_ENOMEM &&
              last >= 0)
         evict_plan(m, inst, last--);
     if (booked == 0)
@@ -685,12 +688,14 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
   for (int i = k; i > 0; i--) {
     inst->plans[i] = inst->plans[i - 1];
     inst->bookings[i] = inst->bookings[i - 1];
+    inst->booked_bytes[i] = inst->booked_bytes[i - 1];
     inst->plan_weights[i] = inst->plan_weights[i - 1];
     inst->plan_version[i] = inst->plan_version[i - 1];
     memcpy(inst->plan_shapes[i], inst->plan_shapes[i - 1], sizeof inst->plan_shapes[i]);
   }
   inst->plans[0] = plan;
   inst->bookings[0] = booking;
+  inst->booked_bytes[0] = booked_bytes;
   inst->plan_weights[0] = w;
   inst->plan_version[0] = v;
   memcpy(inst->plan_shapes[0], shapes, sizeof(gs_shape) * (size_t)n);
@@ -716,6 +721,42 @@ static gs_instance *take_instance(gs_served_model *m) {
   return inst;
 }
 
+/* After a run of plans[0] made in stages: books what the stages it planned
+ * hold beyond its booking (and what they added to the shared weights). When
+ * that does not fit, the plan goes, and its memory with it: the run fails
+ * with the ledger's reason rather than hold memory nobody booked. */
+static int book_stages(gs_served_model *m, gs_instance *inst) {
+  uint64_t held = gs_plan_device_bytes(inst->plans[0]);
+  int rc = GS_OK;
+  if (m->ledger && held > inst->booked_bytes[0]) {
+    rc = gs_booking_grow(inst->bookings[0], held - inst->booked_bytes[0]);
+    if (rc == 0)
+      inst->booked_bytes[0] = held;
+  }
+  if (rc == 0)
+    rc = book_weights(m, inst->plan_weights[0]);
+  if (rc < 0) {
+    GS_LOGW("api", "model %s: the stages its run planned do not fit its booking, so the plan "
+            "is dropped: %s", m->name, gs_error_detail());
+    evict_plan(m, inst, 0);
+    /* The cache stays a prefix: the others move up. */
+    int k = 0;
+    for (; k + 1 < GS_REPO_PLAN_CACHE; k++) {
+      inst->plans[k] = inst->plans[k + 1];
+      inst->bookings[k] = inst->bookings[k + 1];
+      inst->booked_bytes[k] = inst->booked_bytes[k + 1];
+      inst->plan_weights[k] = inst->plan_weights[k + 1];
+      inst->plan_version[k] = inst->plan_version[k + 1];
+      memcpy(inst->plan_shapes[k], inst->plan_shapes[k + 1], sizeof inst->plan_shapes[k]);
+    }
+    inst->plans[k] = NULL;
+    inst->bookings[k] = NULL;
+    inst->booked_bytes[k] = 0;
+    inst->plan_weights[k] = NULL;
+  }
+  return rc;
+}
+
 /* One run of version v on `inst`, whose lock the caller holds: its plan
  * for these shapes, outputs allocated (freed again if it fails). */
 static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_version *v,
@@ -725,6 +766,11 @@ static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_vers
   int rc = gs_served_plan(m, inst, v, shapes, inputs, &plan);
   if (rc == 0)
     rc = gs_plan_run_alloc(plan, inputs, outputs, out_info);
+  if (rc == 0 && gs_plan_sizes_at_run(plan) && (rc = book_stages(m, inst)) < 0)
+    for (int i = 0; i < v->model->n_outputs; i++) {
+      free(outputs[i]);
+      outputs[i] = NULL;
+    }
   return rc;
 }
 

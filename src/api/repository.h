@@ -58,6 +58,9 @@ typedef struct gs_instance {
   gs_served_version *plan_version[GS_REPO_PLAN_CACHE];
   gs_shape plan_shapes[GS_REPO_PLAN_CACHE][8];
   gs_booking *bookings[GS_REPO_PLAN_CACHE];
+  /* What each booking holds: a plan made in stages grows it after a run
+   * that planned later stages (gs_plan_device_bytes). */
+  uint64_t booked_bytes[GS_REPO_PLAN_CACHE];
   gs_shared_weights *plan_weights[GS_REPO_PLAN_CACHE]; /* what each cached plan shares */
   /* The figures of the instance's batch pipeline (batcher.c), live while
    * it runs: read them with gs_pipeline_read_stats. */

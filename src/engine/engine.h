@@ -42,6 +42,9 @@ typedef struct gs_plan_options {
    * them on the host (the CPU); 0: all cores of the device
    * (gs_stream_set_threads). */
   int threads;
+  /* Iterations one Loop node may run in a run before the run fails (a Loop
+   * whose condition never turns false would run forever); 0: 10 million. */
+  int64_t loop_limit;
 } gs_plan_options;
 
 /* Builds a plan of `model` for the given shapes of its inputs (one per
@@ -65,6 +68,12 @@ bool gs_plan_fits(const gs_plan *plan, const void *const *inputs);
  * a plan runs with gs_plan_run_alloc only, and gs_plan_output gives the
  * shapes the model declares (-1 where unknown) and no size. */
 bool gs_plan_sizes_at_run(const gs_plan *plan);
+
+/* The device memory the plan holds now: its arena and its own weights
+ * (weights it shares with a weight set are the set's). A plan made in stages
+ * holds those of every stage plan it keeps, which grows as its runs plan the
+ * later stages for the shapes they meet: read it again after a run. */
+uint64_t gs_plan_device_bytes(const gs_plan *plan);
 
 /* Runs the plan: inputs[i] holds input i (host memory of the plan's shape
  * and type), outputs[i] receives output i. One run at a time per plan;

@@ -900,6 +900,12 @@ bool gs_plan_takes_values(const gs_plan *p) {
 
 bool gs_plan_sizes_at_run(const gs_plan *p) { return p->stages != NULL; }
 
+uint64_t gs_plan_device_bytes(const gs_plan *p) {
+  if (p->stages)
+    return gs__plan_stages_device_bytes(p->stages);
+  return p->report.arena_bytes + p->report.weights_bytes;
+}
+
 /* ---- running ------------------------------------------------------------------------------ */
 
 

@@ -146,6 +146,15 @@ void gs__plan_stages_destroy(gs_plan_stages *st) {
 
 gs_plan *gs__plan_stages_head(const gs_plan_stages *st) { return st->head; }
 
+uint64_t gs__plan_stages_device_bytes(const gs_plan_stages *st) {
+  uint64_t bytes = gs_plan_device_bytes(st->head);
+  for (int s = NODE; s <= TAIL; s++)
+    for (int k = 0; k < STAGE_PLANS; k++)
+      if (st->kept[s][k].plan)
+        bytes += gs_plan_device_bytes(st->kept[s][k].plan);
+  return bytes;
+}
+
 /* ---- running ----------------------------------------------------------------------------- */
 
 static bool same_inputs(const kept_plan *k, const gs_model *part, const gs_shape *shapes) {
@@ -310,7 +319,11 @@ static int run_part(gs_plan_stages *st, int s, gs_model *part, run_values *rv, v
 /* ---- Loop ---------------------------------------------------------------------------- */
 
 /* A bound on iterations, so that a hostile trip count ends. */
-#define LOOP_MAX_ITERATIONS 10000000
+#define LOOP_MAX_ITERATIONS 10000000 /* unless the plan's options say otherwise */
+
+static int64_t loop_limit(const gs_plan_stages *st) {
+  return st->opt.loop_limit > 0 ? st->opt.loop_limit : LOOP_MAX_ITERATIONS;
+}
 
 /* Sets value `name`, replacing (and freeing, when owned) what it held. */
 static int values_set(run_values *rv, const char *name, const gs_plan_value_info *info,
@@ -388,7 +401,7 @@ static int loop_bounds(gs_plan_stages *st, run_values *rv, int64_t *trips, bool 
       return gs_error(GS_EINVAL, "node %s (Loop): M must be an int64, not %s", n->name,
                       gs_dtype_name(v->dtype));
     if (k == 0)
-      *trips = x < 0 ? 0 : x > LOOP_MAX_ITERATIONS ? LOOP_MAX_ITERATIONS + 1 : (int64_t)x;
+      *trips = x < 0 ? 0 : x > (double)loop_limit(st) ? loop_limit(st) + 1 : (int64_t)x;
     else
       *go = x != 0;
   }
@@ -501,9 +514,9 @@ static int run_loop(gs_plan_stages *st, run_values *rv) {
     rc = gs_error(GS_ENOMEM, "out of memory running a loop");
   int64_t it = 0;
   for (; rc == 0 && go && (trips < 0 || it < trips); it++) {
-    if (it >= LOOP_MAX_ITERATIONS)
-      rc = gs_error(GS_ENOTSUP, "node %s (Loop) runs past %d iterations", n->name,
-                    LOOP_MAX_ITERATIONS);
+    if (it >= loop_limit(st))
+      rc = gs_error(GS_ENOTSUP, "node %s (Loop) runs past %lld iterations", n->name,
+                    (long long)loop_limit(st));
     if (rc == 0)
       rc = set_scalar(&scope, body->inputs[0].name, GS_DT_INT64, it);
     if (rc == 0)

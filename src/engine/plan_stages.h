@@ -32,6 +32,8 @@ int gs__plan_stages_create(const gs_model *m, int node, const gs_shape *shapes,
 void gs__plan_stages_destroy(gs_plan_stages *st);
 /* The plan of the stage before the cut: its inputs are the model's. */
 gs_plan *gs__plan_stages_head(const gs_plan_stages *st);
+/* gs_plan_device_bytes of every plan the stages keep, the head's included. */
+uint64_t gs__plan_stages_device_bytes(const gs_plan_stages *st);
 /* One run, as gs_plan_run_alloc. One at a time (the caller serialises). */
 int gs__plan_stages_run(gs_plan_stages *st, const void *const *inputs, void **outputs,
                         gs_plan_value_info *info);

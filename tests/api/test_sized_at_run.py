@@ -59,3 +59,36 @@ def test_dynamic_batching_refuses_it_with_the_reason(tmp_path):
         status, reply = infer(port, "pos", np.ones((1, 4), np.float32))
         assert status == 400, reply
         assert "NonZero" in reply["error"], reply
+
+
+def booked_bytes(port):
+    text = request(port, "GET", "/metrics")[1].decode()
+    line = next(l for l in text.splitlines()
+                if l.startswith('gpusrv_device_memory_booked_bytes{device="cpu0"}'))
+    return int(line.split()[-1])
+
+
+def test_later_stages_are_booked(tmp_path):
+    """The ledger holds what the stages planned during a run use, not only the
+    stage before the cut; where that does not fit the model's memory limit,
+    the run fails with the ledger's reason and gives the memory back."""
+    add(tmp_path, "pos", {"max_batch_size": 0, "warmup": False})
+    rows = 20000
+    x = np.linspace(0.0, 1.0, rows * 4, dtype=np.float32).reshape(rows, 4)
+    k = int((x > 0.5).sum())
+    with serving(tmp_path) as port:
+        status, reply = infer(port, "pos", x)
+        assert status == 200, reply
+        booked = booked_bytes(port)
+        # The stage after NonZero holds its indices, int64 [k, 2] and [2, k],
+        # at the least: the stage before it (a [rows, 4] mask) holds far less.
+        assert booked >= 16 * k, (booked, k)
+    with serving(tmp_path, "--model-memory-limit", str(booked // 2)) as port:
+        status, reply = infer(port, "pos", x)
+        assert status == 500, reply
+        assert "asked for" in reply["error"] and "is free" in reply["error"], reply
+        assert booked_bytes(port) <= booked // 2
+        small = np.array([[0.9, 0.1, 0.7, 0.2]], np.float32)
+        status, reply = infer(port, "pos", small)  # a small run still fits
+        assert status == 200, reply
+        np.testing.assert_allclose(reply["outputs"][0]["data"], [0.9, 0.7])

@@ -3,7 +3,9 @@
  * file: graph inputs and initializers of small shapes, then nodes whose op
  * types come from the engine's own registry, with arities anywhere in each
  * op's range, inputs wired to earlier values (or left out), and attributes
- * from each op's own list with values of any attribute type. Each model is
+ * from each op's own list with values of any attribute type, subgraphs
+ * among them (bodies for If, Loop and Scan, which read outer values, two
+ * levels deep at most). Each model is
  * loaded, planned on the CPU (with the inputs' values, so that shape inputs
  * are known) and run. Any outcome but a crash, a leak or a sanitizer report
  * is fine: most models are refused with a message, and that is the point.
@@ -166,6 +168,40 @@ static void write_value_info(pbuf *b, const char *name, const tensor_type *t) {
   field_msg(b, 2, &type);
 }
 
+/* ---- the values a graph can read -------------------------------------------------------- */
+
+#define MAX_VALUES_IN_GRAPH 64
+#define MAX_DEPTH 2 /* subgraphs inside subgraphs, no deeper */
+
+typedef struct graph_state {
+  char names[MAX_VALUES_IN_GRAPH][16];
+  int n;
+  int depth; /* 0: the main graph */
+} graph_state;
+
+/* A new value's name; each level its own prefix, as ONNX wants names unique
+ * across a graph and the subgraphs that see it. */
+static const char *new_value(graph_state *g) {
+  if (g->n >= MAX_VALUES_IN_GRAPH)
+    return NULL;
+  static const char *const prefix[MAX_DEPTH + 1] = {"", "a", "b"};
+  snprintf(g->names[g->n], sizeof g->names[0], "%sv%d", prefix[g->depth], g->n);
+  return g->names[g->n++];
+}
+
+/* What a node's attributes can draw on: the ops, and the values in scope
+ * (the first `visible` of scope's: those made before the node). */
+typedef struct fuzz_ctx {
+  const gs_op_def **ops;
+  int n_ops;
+  const gs_op_def *control[3]; /* If, Loop and Scan, picked more often than the rest */
+  const graph_state *scope;
+  int visible;
+  int body_outputs; /* what the node's op wants of a subgraph's outputs */
+} fuzz_ctx;
+
+static void write_graph_body(choices *c, const fuzz_ctx *x, pbuf *graph, graph_state *g);
+
 /* ---- attributes -------------------------------------------------------------------------- */
 
 static const char *const words[] = {
@@ -175,10 +211,44 @@ static const char *const words[] = {
     "SAME_LOWER", "VALID", "tanh", "round_prefer_floor", "floor", "ceil", "stretch",
     "not_larger", "", "garbage"};
 
-/* AttributeProto of one of the types ONNX has (AttributeType numbers). */
-static void write_attribute(choices *c, pbuf *b, const char *name) {
+/* GraphProto of a subgraph: a few inputs of any type (mostly none for an
+ * If's branch), nodes that read them and the outer scope's values, and
+ * outputs with types but no shapes. */
+static void write_subgraph(choices *c, const fuzz_ctx *x, pbuf *b, bool branch) {
+  graph_state *sub = malloc(sizeof *sub);
+  if (!sub) {
+    b->failed = true;
+    return;
+  }
+  *sub = *x->scope; /* the outer values made before the node stay readable */
+  sub->n = x->visible;
+  sub->depth++;
+  int n_in = branch && pick_below(c, 8) ? 0 : (int)pick_below(c, 4);
+  for (int i = 0; i < n_in; i++) {
+    tensor_type t;
+    pick_type(c, &t);
+    const char *name = new_value(sub);
+    pbuf vi = {0};
+    write_value_info(&vi, name ? name : "v0", &t);
+    field_msg(b, 11, &vi);
+  }
+  write_graph_body(c, x, b, sub);
+  free(sub);
+}
+
+/* The attributes that hold a graph (If's branches, Loop's and Scan's body). */
+static bool holds_graph(const char *name) {
+  return !strcmp(name, "then_branch") || !strcmp(name, "else_branch") || !strcmp(name, "body");
+}
+
+/* AttributeProto of one of the types ONNX has (AttributeType numbers); a
+ * graph where the op wants one, mostly, so that bodies get planned. */
+static void write_attribute(choices *c, const fuzz_ctx *x, pbuf *b, const char *name) {
   field_str(b, 1, name);
-  switch (pick_below(c, 6)) {
+  bool deeper = x->scope->depth < MAX_DEPTH;
+  /* (7, not 0, the rare choice: a used-up input reads as zeros) */
+  unsigned kind = deeper && holds_graph(name) && pick_below(c, 8) != 7 ? 6 : pick_below(c, deeper ? 7 : 6);
+  switch (kind) {
   case 0:
     field_varint(b, 3, (uint64_t)(int64_t)((int)pick_below(c, 12) - 3));
     field_varint(b, 20, 2);
@@ -205,7 +275,7 @@ static void write_attribute(choices *c, pbuf *b, const char *name) {
     field_varint(b, 20, 6);
     break;
   }
-  default: {
+  case 5: {
     tensor_type t;
     pick_type(c, &t);
     pbuf tensor = {0};
@@ -214,26 +284,20 @@ static void write_attribute(choices *c, pbuf *b, const char *name) {
     field_varint(b, 20, 4);
     break;
   }
+  default: {
+    pbuf graph = {0};
+    write_subgraph(c, x, &graph, strstr(name, "branch") != NULL);
+    field_msg(b, 6, &graph);
+    field_varint(b, 20, 5);
+    break;
+  }
   }
 }
 
 /* ---- the model ------------------------------------------------------------------------------ */
 
-#define MAX_VALUES_IN_GRAPH 64
-
-typedef struct graph_state {
-  char names[MAX_VALUES_IN_GRAPH][16];
-  int n;
-} graph_state;
-
-static const char *new_value(graph_state *g) {
-  if (g->n >= MAX_VALUES_IN_GRAPH)
-    return NULL;
-  snprintf(g->names[g->n], sizeof g->names[0], "v%d", g->n);
-  return g->names[g->n++];
-}
-
-static void write_node(choices *c, pbuf *graph, graph_state *g, const gs_op_def *op, int index) {
+static void write_node(choices *c, const fuzz_ctx *outer, pbuf *graph, graph_state *g,
+                       const gs_op_def *op, int index) {
   pbuf node = {0};
   int span = op->max_in - op->min_in + 1;
   int n_in = op->min_in + (int)pick_below(c, (unsigned)(span < 5 ? span : 5));
@@ -243,21 +307,50 @@ static void write_node(choices *c, pbuf *graph, graph_state *g, const gs_op_def 
   }
   int out_span = op->max_out - op->min_out + 1;
   int n_out = op->min_out + (int)pick_below(c, (unsigned)(out_span < 3 ? out_span : 3));
+  fuzz_ctx x = *outer;
+  x.scope = g;
+  x.visible = g->n; /* subgraphs see the values before the node's outputs */
+  /* An If's branches give the node's outputs; a Loop's body its condition first. */
+  x.body_outputs = n_out + (op == outer->control[1]);
   for (int i = 0; i < n_out; i++) {
     const char *name = new_value(g);
     field_str(&node, 2, name ? name : "v0");
   }
   char node_name[32];
-  snprintf(node_name, sizeof node_name, "n%d", index);
+  snprintf(node_name, sizeof node_name, "n%d_%d", g->depth, index);
   field_str(&node, 3, node_name);
   field_str(&node, 4, op->name);
   for (const char *const *a = op->attrs; a && *a; a++)
-    if (pick_below(c, 3) == 0) {
+    if (holds_graph(*a) ? pick_below(c, 8) != 7 : pick_below(c, 3) == 0) {
       pbuf attr = {0};
-      write_attribute(c, &attr, *a);
+      write_attribute(c, &x, &attr, *a);
       field_msg(&node, 5, &attr);
     }
   field_msg(graph, 1, &node);
+}
+
+/* Nodes, then the graph's name and outputs: the last value, a second one
+ * sometimes, each with a type and no shape. */
+static void write_graph_body(choices *c, const fuzz_ctx *x, pbuf *graph, graph_state *g) {
+  int n_nodes = 1 + (int)pick_below(c, g->depth ? 3 : 6);
+  for (int i = 0; i < n_nodes; i++) {
+    const gs_op_def *op = x->ops[pick_below(c, (unsigned)x->n_ops)];
+    if (pick_below(c, 8) == 0 && x->control[0] && g->depth < MAX_DEPTH)
+      op = x->control[pick_below(c, 3)];
+    write_node(c, x, graph, g, op, i);
+  }
+  field_str(graph, 2, "fuzz");
+  int n_out = 1 + (g->n > 1 && pick_below(c, 3) == 0);
+  if (g->depth && pick_below(c, 8) != 7)
+    n_out = x->body_outputs;
+  for (int i = 0; i < n_out && i < g->n; i++) {
+    pbuf vi = {0}, tt = {0}, type = {0};
+    field_varint(&tt, 1, (uint64_t)types[pick_below(c, g->depth ? 3 : 2)].onnx);
+    field_msg(&type, 1, &tt);
+    field_str(&vi, 1, g->names[g->n - 1 - i]);
+    field_msg(&vi, 2, &type);
+    field_msg(graph, 12, &vi);
+  }
 }
 
 /* Builds ONNX bytes from the choices into out; the inputs' types in in[]. */
@@ -265,6 +358,15 @@ static void build_model(choices *c, const gs_op_def **ops, int n_ops, pbuf *out,
                         tensor_type *in, int *n_in) {
   pbuf graph = {0};
   graph_state g = {.n = 0};
+  fuzz_ctx x = {.ops = ops, .n_ops = n_ops, .scope = &g};
+  for (int i = 0; i < n_ops; i++) {
+    const char *name = ops[i]->name;
+    int k = !strcmp(name, "If") ? 0 : !strcmp(name, "Loop") ? 1 : !strcmp(name, "Scan") ? 2 : -1;
+    if (k >= 0)
+      x.control[k] = ops[i];
+  }
+  if (!x.control[1] || !x.control[2])
+    x.control[0] = NULL; /* all three, or the plain pick */
   *n_in = 1 + (int)pick_below(c, 3);
   for (int i = 0; i < *n_in; i++)
     pick_type(c, &in[i]);
@@ -284,20 +386,7 @@ static void build_model(choices *c, const gs_op_def **ops, int n_ops, pbuf *out,
     write_value_info(&vi, in_names[i], &in[i]);
     field_msg(&graph, 11, &vi);
   }
-  int n_nodes = 1 + (int)pick_below(c, 6);
-  for (int i = 0; i < n_nodes; i++)
-    write_node(c, &graph, &g, ops[pick_below(c, (unsigned)n_ops)], i);
-  field_str(&graph, 2, "fuzz");
-  /* The last value is the output; a second one sometimes. */
-  int n_out = 1 + (g.n > 1 && pick_below(c, 3) == 0);
-  for (int i = 0; i < n_out; i++) { /* a type without a shape */
-    pbuf vi = {0}, tt = {0}, type = {0};
-    field_varint(&tt, 1, (uint64_t)types[pick_below(c, 2)].onnx);
-    field_msg(&type, 1, &tt);
-    field_str(&vi, 1, g.names[g.n - 1 - i]);
-    field_msg(&vi, 2, &type);
-    field_msg(&graph, 12, &vi);
-  }
+  write_graph_body(c, &x, &graph, &g);
   field_varint(out, 1, 8); /* ir_version */
   pbuf opset = {0};
   field_str(&opset, 1, "");
@@ -359,7 +448,10 @@ static void plan_and_run(gs_model *m, choices *c) {
       }
     }
   }
-  gs_plan_options opt = {.device = gs_hal_device(0), .input_values = (const void *const *)inputs};
+  /* A Loop whose condition stays true is a valid model that never ends:
+   * bounded low here, where its runs are many (and nested). */
+  gs_plan_options opt = {.device = gs_hal_device(0), .input_values = (const void *const *)inputs,
+                         .loop_limit = 64};
   gs_plan *plan = NULL;
   if (gs_plan_create(m, shapes, &opt, &plan) < 0)
     goto done;
