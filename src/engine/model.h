@@ -62,6 +62,9 @@ typedef struct gs_node {
   char **outputs;
   int n_attrs;
   gs_attr *attrs;
+  /* The model's opset of the default domain, for ops whose defaults changed
+   * between opsets (DFT's axis); the loader sets it on subgraphs' nodes too. */
+  int64_t opset;
 } gs_node;
 
 /* A declared graph input or output. dims[i] < 0 is a symbolic or unknown

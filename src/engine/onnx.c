@@ -876,6 +876,18 @@ void gs_model_free(gs_model *m) {
 /* Checks of the whole model: model_check.c. */
 int gs__model_check(gs_model *m, bool check_support);
 
+/* The default domain's opset on every node, those of subgraphs included. */
+static void stamp_opset(gs_model *m, int64_t opset) {
+  m->opset = opset;
+  for (int i = 0; i < m->n_nodes; i++) {
+    gs_node *n = &m->nodes[i];
+    n->opset = opset;
+    for (int a = 0; a < n->n_attrs; a++)
+      if (n->attrs[a].type == GS_ATTR_GRAPH && n->attrs[a].g)
+        stamp_opset(n->attrs[a].g, opset);
+  }
+}
+
 int gs_model_load_bytes(const void *data, size_t len, const char *dir, gs_model **out) {
   return gs_model_load_bytes_ex(data, len, dir, true, out);
 }
@@ -945,8 +957,10 @@ int gs_model_load_bytes_ex(const void *data, size_t len, const char *dir, bool c
   else if (rc >= 0 && (m->opset < GS_OPSET_MIN || m->opset > GS_OPSET_MAX))
     rc = gs_error(GS_ENOTSUP, "the model uses opset %lld; gpusrv supports opsets %d to %d",
                   (long long)m->opset, GS_OPSET_MIN, GS_OPSET_MAX);
-  if (rc >= 0)
+  if (rc >= 0) {
+    stamp_opset(m, m->opset);
     rc = gs__model_check(m, check_support);
+  }
   if (rc < 0) {
     gs_model_free(m);
     return rc;

@@ -1,6 +1,7 @@
 """Every op of the engine against onnxruntime: shapes, attributes, types,
 broadcasting and edge cases (empty tensors, size-1 dims, negative axes)."""
 import numpy as np
+import onnx
 import pytest
 
 from onnx import helper
@@ -275,6 +276,24 @@ def test_pool_1d_and_global():
     check_op("GlobalAveragePool", {"x": f32(2, 3, 7, 9)})  # more than the 16 running sums
     check_op("GlobalMaxPool", {"x": f32(2, 5, 4, 3)})
     check_op("GlobalMaxPool", {"x": f32(1, 3, 17)})
+
+
+def test_det():
+    check_op("Det", {"x": f32(3, 4, 4)}, on_device=False)
+    # float64: onnxruntime has no Det for it; numpy is the reference
+    import os
+    import tempfile
+    from gsonnx import load_outputs, run_gpusrv
+    x = f32(2, 2, 6, 6).astype(np.float64)
+    node = helper.make_node("Det", ["x"], ["y"])
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "det.onnx")
+        onnx.save(make_model([node], {"x": x}, outputs=[("y", np.float64)]), path)
+        assert run_gpusrv(path, {"x": x}, d).returncode == 0
+        np.testing.assert_allclose(load_outputs(d, ["y"])["y"], np.linalg.det(x), rtol=1e-12)
+    singular = np.array([[1, 2, 3], [2, 4, 6], [0, 1, 1]], np.float32)  # rows 0 and 1 in line
+    check_op("Det", {"x": singular}, on_device=False)
+    check_op("Det", {"x": f32(1, 1)}, on_device=False)
 
 
 @pytest.mark.parametrize("attrs", [

@@ -7,7 +7,7 @@
 static const gs_op_def *const tables[] = {gs__ops_elementwise, gs__ops_nn, gs__ops_reduce,
                                           gs__ops_shape, gs__ops_index, gs__ops_loss,
                                           gs__ops_normalize, gs__ops_signal, gs__ops_quant,
-                                          gs__ops_einsum, gs__ops_rnn,
+                                          gs__ops_einsum, gs__ops_linalg, gs__ops_rnn,
                                           gs__ops_detect, gs__ops_control, gs__ops_attention};
 
 const gs_op_def *gs_op_find(const char *name) {

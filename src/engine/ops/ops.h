@@ -18,6 +18,7 @@ extern const gs_op_def gs__ops_index[];
 extern const gs_op_def gs__ops_loss[];
 extern const gs_op_def gs__ops_normalize[];
 extern const gs_op_def gs__ops_signal[];
+extern const gs_op_def gs__ops_linalg[];
 extern const gs_op_def gs__ops_quant[];
 extern const gs_op_def gs__ops_einsum[];
 extern const gs_op_def gs__ops_rnn[];

@@ -277,6 +277,26 @@ typedef struct gs_tensor_scatter_attrs {
   bool circular;
 } gs_tensor_scatter_attrs;
 
+/* DFT and STFT (ops_signal.c). The input is [outer..., axis, inner..., 1 or
+ * 2], real or (real, imaginary) pairs; the output [outer..., out_len,
+ * inner..., 2]. STFT: [batch, signal, 1 or 2] cut into frames of `window`
+ * samples every `step`, each transformed at `length`: [batch, frames,
+ * out_len, 2]. */
+typedef struct gs_dft_attrs {
+  int64_t outer, in_len, inner; /* the input around the axis */
+  int64_t length;               /* of each transform: dft_length, or STFT's frame_length */
+  int64_t out_len;              /* length, or its onesided half, length / 2 + 1 */
+  bool complex_in;              /* the input's last dim is 2 */
+  bool inverse;                 /* DFT: scaled by 1 / length, as numpy's ifft */
+  int64_t frames, step, window; /* STFT; window: samples taken from each frame */
+  bool has_window;              /* STFT: input 2, else a rectangular window */
+} gs_dft_attrs;
+
+/* MelWeightMatrix (ops_signal.c): [dft_length / 2 + 1, mel_bins]. */
+typedef struct gs_mel_attrs {
+  int64_t mel_bins, dft_length;
+} gs_mel_attrs;
+
 /* RoiAlign (ops_detect.c). */
 typedef struct gs_roi_align_attrs {
   bool max_mode;       /* mode="max", else "avg" */

@@ -33,6 +33,8 @@ int gs__cpu_register_ops(gs_backend_t *be) {
   if (rc == 0)
     rc = gs__cpu_register_einsum(be);
   if (rc == 0)
+    rc = gs__cpu_register_linalg(be);
+  if (rc == 0)
     rc = gs__cpu_register_rnn(be);
   if (rc == 0)
     rc = gs__cpu_register_detect(be);

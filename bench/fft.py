@@ -1,0 +1,87 @@
+"""bench/fft.py BUILD [--seconds S]: FFT speed on the CPU, GFLOP/s counting
+5 N log2 N per complex transform of N points. In the same run, for each
+size and thread count: gpusrv's DFT (a model of one DFT node run by
+gs-bench-models: a whole run, the input copied in and the output out, one
+FFTW_ESTIMATE plan made per run), FFTW called directly (gs-bench-fftw:
+FFTW_MEASURE plans made once, no copies) and numpy.fft (one thread)."""
+import argparse
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+# (points, transforms per run): about a million complex values each, and a prime.
+SIZES = [(256, 4096), (1009, 1024), (4096, 256), (65536, 16)]
+
+
+def gflops(n, batch, seconds):
+    return 5.0 * n * math.log2(n) * batch / seconds * 1e-9
+
+
+def dft_model(path, n):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", n, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n, 2])
+    g = helper.make_graph([helper.make_node("DFT", ["x"], ["y"], axis=1)], "dft", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def gpusrv(build, path, batch, threads, seconds):
+    p = subprocess.run([os.path.join(build, "bench", "gs-bench-models"), path, "--batch",
+                        str(batch), "--iters", "100000", "--seconds", str(seconds), "--threads",
+                        str(threads)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"bench/fft: {p.stderr.strip()}")
+    return json.loads(p.stdout)["p50_us"] * 1e-6
+
+
+def fftw(build, n, batch, threads, seconds):
+    p = subprocess.run([os.path.join(build, "bench", "gs-bench-fftw"), str(n), str(batch),
+                        str(threads), str(seconds)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"bench/fft: {p.stderr.strip()}")
+    return json.loads(p.stdout)["median_us"] * 1e-6
+
+
+def numpy_fft(n, batch, seconds):
+    rng = np.random.default_rng(1)
+    z = (rng.standard_normal((batch, n)) + 1j * rng.standard_normal((batch, n))).astype(np.complex64)
+    times = []
+    start = time.perf_counter()
+    while len(times) < 5 or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        np.fft.fft(z, axis=1)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--seconds", type=float, default=2.0)
+    args = ap.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    print(f"complex float32 FFTs, GFLOP/s (5 N log2 N per transform), {cores} core(s)")
+    print("| N | transforms | threads | gpusrv DFT | FFTW direct | gpusrv / FFTW | numpy.fft (1 thread) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as d:
+        for n, batch in SIZES:
+            path = os.path.join(d, f"dft{n}.onnx")
+            dft_model(path, n)
+            np_t = numpy_fft(n, batch, args.seconds)
+            for threads in sorted({1, cores}):
+                ours = gflops(n, batch, gpusrv(args.build, path, batch, threads, args.seconds))
+                peer = gflops(n, batch, fftw(args.build, n, batch, threads, args.seconds))
+                print(f"| {n} | {batch} | {threads} | {ours:.2f} | {peer:.2f} | "
+                      f"{ours / peer:.2f}x | {gflops(n, batch, np_t):.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""The signal ops: DFT and STFT against numpy.fft on sizes that include
+primes and large powers of two, in float32 and float64, forward and inverse,
+real and complex, onesided, cut and zero-padded, along any axis (opsets 17
+and 20); MelWeightMatrix against the ONNX reference; and the refusals.
+onnxruntime checks the same ops in test_ops.py's way where it has them."""
+import os
+import tempfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from gsonnx import check_op, load_outputs, make_model, run_gpusrv
+
+rng = np.random.default_rng(2026)
+
+
+def run(model, feeds):
+    """gpusrv's outputs of `model` on `feeds`, by output name."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, feeds, d)
+        assert p.returncode == 0, p.stderr
+        return load_outputs(d, [o.name for o in model.graph.output])
+
+
+def refusal(model, feeds):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, feeds, d)
+        assert p.returncode == 1, (p.returncode, p.stderr)
+        return p.stderr
+
+
+def as_pairs(z, dtype):
+    """A complex array as ONNX's trailing (real, imaginary) axis."""
+    return np.stack([z.real, z.imag], axis=-1).astype(dtype)
+
+
+def close(got, want, dtype):
+    """Within FFT rounding, relative to the largest value (elementwise
+    relative error means nothing near zeros of a spectrum)."""
+    scale = max(1.0, float(np.abs(want).max()))
+    bound = 2e-5 if dtype == np.float32 else 1e-12
+    err = float(np.abs(got.astype(np.float64) - want).max()) / scale
+    assert err <= bound, f"largest error {err:.3g} of the largest value, bound {bound:g}"
+
+
+def dft_model(x, opset, axis=None, length=None, inverse=0, onesided=0):
+    inputs = {"x": x}
+    names = ["x", "", ""]
+    consts = {}
+    if length is not None:
+        consts["n"] = np.array(length, np.int64)
+        names[1] = "n"
+    attrs = {"inverse": inverse, "onesided": onesided}
+    if axis is not None:
+        if opset >= 20:
+            consts["axis"] = np.array(axis, np.int64)
+            names[2] = "axis"
+        else:
+            attrs["axis"] = axis
+    while names and names[-1] == "":
+        names.pop()
+    node = helper.make_node("DFT", names, ["y"], **attrs)
+    return make_model([node], inputs, consts, [("y", x.dtype)], opset=opset)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 7, 97, 1009, 4096, 65536])
+def test_dft_matches_numpy(dtype, n):
+    batch = 2 if n <= 4096 else 1
+    x = rng.standard_normal((batch, n, 1)).astype(dtype)
+    want = np.fft.fft(x[..., 0].astype(np.float64), axis=1)
+    close(run(dft_model(x, 17), {"x": x})["y"], as_pairs(want, np.float64), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [5, 64, 257])
+def test_inverse_dft_of_complex_input(dtype, n):
+    z = rng.standard_normal((3, n)) + 1j * rng.standard_normal((3, n))
+    x = as_pairs(z, dtype)
+    got = run(dft_model(x, 20, inverse=1), {"x": x})["y"]
+    close(got, as_pairs(np.fft.ifft(z, axis=1), np.float64), dtype)
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+def test_onesided_cut_padded_and_axes(opset):
+    x = rng.standard_normal((2, 6, 10, 1)).astype(np.float32)
+    real = x[..., 0].astype(np.float64)
+    cases = [  # (axis, length, onesided, numpy's answer)
+        (1, None, 1, np.fft.fft(real, axis=1)[:, :4]),
+        (2, 16, 0, np.fft.fft(real, n=16, axis=2)),        # zero-padded
+        (-2, 7, 1, np.fft.fft(real, n=7, axis=2)[:, :, :4]),  # cut, onesided
+        (0, None, 0, np.fft.fft(real, axis=0)),
+    ]
+    for axis, length, onesided, want in cases:
+        got = run(dft_model(x, opset, axis=axis, length=length, onesided=onesided), {"x": x})["y"]
+        close(got, as_pairs(want, np.float64), np.float32)
+
+
+def test_default_axis_differs_between_opsets():
+    # Opset 17's default axis is 1, opset 20's is -2: the same rank-4 input
+    # is transformed along different dims.
+    x = rng.standard_normal((2, 3, 5, 1)).astype(np.float32)
+    real = x[..., 0].astype(np.float64)
+    close(run(dft_model(x, 17), {"x": x})["y"], as_pairs(np.fft.fft(real, axis=1), np.float64),
+          np.float32)
+    close(run(dft_model(x, 20), {"x": x})["y"], as_pairs(np.fft.fft(real, axis=2), np.float64),
+          np.float32)
+
+
+def test_dft_against_onnxruntime():
+    # atol: onnxruntime's float32 DFT leaves some 3e-5 where the exact value is 0
+    x = rng.standard_normal((2, 12, 2)).astype(np.float32)
+    check_op("DFT", {"x": x}, {"onesided": 0, "inverse": 1}, opset=17, on_device=False, atol=1e-4)
+    x = rng.standard_normal((3, 20, 1)).astype(np.float32)
+    check_op("DFT", {"x": x}, {"onesided": 1}, opset=17, on_device=False, atol=1e-4)
+
+
+def stft_numpy(signal, step, window, length, onesided):
+    frames = 1 + (signal.shape[1] - length) // step
+    out = []
+    for f in range(frames):
+        seg = np.zeros((signal.shape[0], len(window)), complex)
+        piece = signal[:, f * step:f * step + len(window)]
+        seg[:, :piece.shape[1]] = piece
+        spec = np.fft.fft(seg * window, n=length, axis=1)
+        out.append(spec[:, :length // 2 + 1] if onesided else spec)
+    return np.stack(out, axis=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("length,step,onesided,with_window", [
+    (16, 4, 1, True), (31, 7, 0, True), (64, 64, 1, False), (512, 128, 1, True)])
+def test_stft_matches_numpy(dtype, length, step, onesided, with_window):
+    signal = rng.standard_normal((2, 2048)).astype(dtype)
+    window = (np.hanning(length + 1)[:-1] if with_window else np.ones(length)).astype(dtype)
+    consts = {"step": np.array(step, np.int64), "len": np.array(length, np.int64)}
+    names = ["x", "step", "w" if with_window else "", "len"]
+    inputs = {"x": signal[..., None]}
+    if with_window:
+        consts["w"] = window
+    node = helper.make_node("STFT", names, ["y"], onesided=onesided)
+    m = make_model([node], inputs, consts, [("y", dtype)], opset=17)
+    got = run(m, inputs)["y"]
+    want = stft_numpy(signal.astype(np.float64), step, window.astype(np.float64), length, onesided)
+    close(got, as_pairs(want, np.float64), dtype)
+
+
+def test_stft_against_onnxruntime():
+    signal = rng.standard_normal((1, 128, 1)).astype(np.float32)
+    check_op("STFT", {"x": signal}, {"onesided": 1},
+             consts={"step": np.array(8, np.int64), "w": np.hamming(32).astype(np.float32)},
+             opset=17, on_device=False, atol=1e-4)
+
+
+@pytest.mark.parametrize("bins,length,rate,lo,hi", [
+    (8, 16, 8192, 0.0, 4096.0), (40, 512, 16000, 20.0, 8000.0), (3, 1024, 44100, 100.0, 12000.0)])
+def test_mel_weight_matrix_as_the_reference(bins, length, rate, lo, hi):
+    names = ["bins", "len", "rate", "lo", "hi"]
+    values = [np.array(bins, np.int64), np.array(length, np.int64), np.array(rate, np.int64),
+              np.array(lo, np.float32), np.array(hi, np.float32)]
+    node = helper.make_node("MelWeightMatrix", names, ["y"])
+    m = make_model([node], {}, dict(zip(names, values)), [("y", np.float32)], opset=17)
+    want = ReferenceEvaluator(m).run(None, {})[0]
+    np.testing.assert_allclose(run(m, {})["y"], want, rtol=1e-6, atol=1e-7)
+
+
+def test_refusals():
+    x = np.zeros((2, 8, 3), np.float32)
+    assert "end in a dimension of 1 (real) or 2" in refusal(dft_model(x, 17), {"x": x})
+    x = np.zeros((2, 8, 1), np.float32)
+    assert "axis 2 is out of range" in refusal(dft_model(x, 20, axis=2), {"x": x})
+    assert "dft_length 0 is out of range" in refusal(dft_model(x, 17, length=0), {"x": x})
+    x16 = x.astype(np.float16)
+    assert "float16" in refusal(dft_model(x16, 17), {"x": x16})
+    node = helper.make_node("STFT", ["x", "step", "", "len"], ["y"])
+    m = make_model([node], {"x": x}, {"step": np.array(2, np.int64), "len": np.array(9, np.int64)},
+                   opset=17)
+    assert "no longer than the signal" in refusal(m, {"x": x})
+    names = ["bins", "len", "rate", "lo", "hi"]
+    values = [np.array(8, np.int64), np.array(16, np.int64), np.array(8000, np.int64),
+              np.array(0, np.float32), np.array(16000, np.float32)]
+    node = helper.make_node("MelWeightMatrix", names, ["y"])
+    m = make_model([node], {}, dict(zip(names, values)), [("y", np.float32)], opset=17)
+    assert "past the 9 bins" in refusal(m, {})
