@@ -105,7 +105,9 @@ static json_t *telemetry_json(gs_device_t *device) {
 
 static json_t *device_json(gs_device_t *device, const gs_frontdesk_device *booked) {
   const gs_device_info *info = gs_device_get_info(device);
-  return json_pack("{s:s, s:s, s:b, s:I, s:I, s:i, s:o}", "id", info->id, "name", info->name,
+  return json_pack("{s:s, s:s, s:o, s:o, s:b, s:I, s:I, s:i, s:o}", "id", info->id, "name",
+                   info->name, "uuid", info->uuid[0] ? json_string(info->uuid) : json_null(),
+                   "pci_bus_id", info->pci_bus_id[0] ? json_string(info->pci_bus_id) : json_null(),
                    "bookable", booked != NULL, "memory_total",
                    (json_int_t)(booked ? booked->memory_total : info->memory_total_bytes),
                    "memory_booked", (json_int_t)(booked ? booked->memory_booked : 0),

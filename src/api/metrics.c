@@ -80,27 +80,53 @@ static void label_value(const char *in, char *out, size_t cap) {
   out[o] = '\0';
 }
 
+/* A device figure in /metrics: which telemetry bit it needs, and its value. */
+typedef struct tm_metric {
+  uint32_t bit;
+  const char *name, *type, *help;
+  double (*value)(const gs_telemetry *);
+} tm_metric;
+
+static double tm_util(const gs_telemetry *x) { return x->utilization_percent; }
+static double tm_used(const gs_telemetry *x) { return (double)x->memory_used_bytes; }
+static double tm_total(const gs_telemetry *x) { return (double)x->memory_total_bytes; }
+static double tm_used_mib(const gs_telemetry *x) { return (double)(x->memory_used_bytes >> 20); }
+static double tm_free_mib(const gs_telemetry *x) { return (double)(x->memory_free_bytes >> 20); }
+static double tm_temp(const gs_telemetry *x) { return x->temperature_c; }
+static double tm_power(const gs_telemetry *x) { return x->power_w; }
+static double tm_sm_clock(const gs_telemetry *x) { return x->sm_clock_mhz; }
+static double tm_mem_clock(const gs_telemetry *x) { return x->memory_clock_mhz; }
+static double tm_pcie_gen(const gs_telemetry *x) { return x->pcie_generation; }
+static double tm_pcie_width(const gs_telemetry *x) { return x->pcie_width; }
+static double tm_ecc_fixed(const gs_telemetry *x) { return (double)x->ecc_corrected; }
+static double tm_ecc_lost(const gs_telemetry *x) { return (double)x->ecc_uncorrected; }
+static double tm_health(const gs_telemetry *x) { return x->health; }
+static double tm_xid(const gs_telemetry *x) { return x->last_xid; }
+
 /* The GPUs' gauges again under dcgm-exporter's names and labels (gpu,
  * UUID, device, modelName, Hostname), so that its published Grafana
  * dashboard works unchanged. Only devices that are GPUs: a CPU under
  * DCGM_FI_DEV_GPU_UTIL would read as a GPU there. What a device does not
- * report is left out; the HAL has no UUIDs yet (UUID=""). */
+ * report is left out. */
 static void render_dcgm(text *t, const gs_telemetry *tm, int nd) {
-  static const struct {
-    uint32_t bit;
-    const char *name, *type, *help;
-  } dcgm[] = {
-      {GS_TM_UTILIZATION, "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."},
-      {GS_TM_MEMORY, "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."},
-      {GS_TM_MEMORY, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."},
-      {GS_TM_TEMPERATURE, "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."},
-      {GS_TM_POWER, "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."},
-      {GS_TM_CLOCKS, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."},
-      {GS_TM_CLOCKS, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."},
+  static const tm_metric dcgm[] = {
+      {GS_TM_UTILIZATION, "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", tm_util},
+      {GS_TM_MEMORY, "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
+       tm_used_mib},
+      {GS_TM_MEMORY, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).",
+       tm_free_mib},
+      {GS_TM_TEMPERATURE, "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", tm_temp},
+      {GS_TM_POWER, "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", tm_power},
+      {GS_TM_CLOCKS, "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
+       tm_sm_clock},
+      {GS_TM_CLOCKS, "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).",
+       tm_mem_clock},
       {GS_TM_ECC, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter",
-       "Total number of single-bit volatile ECC errors."},
+       "Total number of single-bit volatile ECC errors.", tm_ecc_fixed},
       {GS_TM_ECC, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
-       "Total number of double-bit volatile ECC errors."},
+       "Total number of double-bit volatile ECC errors.", tm_ecc_lost},
+      {GS_TM_XID, "DCGM_FI_DEV_XID_ERRORS", "gauge",
+       "Value of the last XID error encountered.", tm_xid},
   };
   char host[256] = "";
   if (gethostname(host, sizeof host - 1) != 0)
@@ -118,19 +144,10 @@ static void render_dcgm(text *t, const gs_telemetry *tm, int nd) {
       if (!any)
         header(t, dcgm[k].name, dcgm[k].type, dcgm[k].help);
       any = true;
-      double v = k == 0 ? x->utilization_percent
-                 : k == 1 ? (double)(x->memory_used_bytes >> 20)
-                 : k == 2 ? (double)(x->memory_free_bytes >> 20)
-                 : k == 3 ? x->temperature_c
-                 : k == 4 ? x->power_w
-                 : k == 5 ? x->sm_clock_mhz
-                 : k == 6 ? x->memory_clock_mhz
-                 : k == 7 ? (double)x->ecc_corrected
-                          : (double)x->ecc_uncorrected;
       char model[2 * sizeof info->name];
       label_value(info->name, model, sizeof model);
-      put(t, "%s{gpu=\"%d\",UUID=\"\",device=\"%s\",modelName=\"%s\",Hostname=\"%s\"} %.17g\n",
-          dcgm[k].name, index, info->id, model, host, v);
+      put(t, "%s{gpu=\"%d\",UUID=\"%s\",device=\"%s\",modelName=\"%s\",Hostname=\"%s\"} %.17g\n",
+          dcgm[k].name, index, info->uuid, info->id, model, host, dcgm[k].value(x));
     }
   }
 }
@@ -275,73 +292,54 @@ int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
   }
   /* Devices: what their backends expose; a figure that is not available is
    * left out, never reported as 0. */
-  static const struct {
-    uint32_t bit;
-    const char *name, *help;
-  } dev_metrics[] = {
-      {GS_TM_UTILIZATION, "gpusrv_device_utilization_percent", "Device utilization"},
-      {GS_TM_MEMORY, "gpusrv_device_memory_used_bytes", "Device memory in use"},
-      {GS_TM_MEMORY, "gpusrv_device_memory_total_bytes", "Device memory in all"},
-      {GS_TM_TEMPERATURE, "gpusrv_device_temperature_celsius", "Device temperature"},
-      {GS_TM_POWER, "gpusrv_device_power_watts", "Device power draw"},
+  static const tm_metric dev_metrics[] = {
+      {GS_TM_UTILIZATION, "gpusrv_device_utilization_percent", "gauge", "Device utilization",
+       tm_util},
+      {GS_TM_MEMORY, "gpusrv_device_memory_used_bytes", "gauge", "Device memory in use", tm_used},
+      {GS_TM_MEMORY, "gpusrv_device_memory_total_bytes", "gauge", "Device memory in all",
+       tm_total},
+      {GS_TM_TEMPERATURE, "gpusrv_device_temperature_celsius", "gauge", "Device temperature",
+       tm_temp},
+      {GS_TM_POWER, "gpusrv_device_power_watts", "gauge", "Device power draw", tm_power},
+      /* What GPUs add: clocks, the PCIe link, ECC and Xid errors, and health */
+      {GS_TM_CLOCKS, "gpusrv_device_sm_clock_mhz", "gauge", "SM clock", tm_sm_clock},
+      {GS_TM_CLOCKS, "gpusrv_device_memory_clock_mhz", "gauge", "Memory clock", tm_mem_clock},
+      {GS_TM_PCIE, "gpusrv_device_pcie_generation", "gauge", "PCIe link generation now",
+       tm_pcie_gen},
+      {GS_TM_PCIE, "gpusrv_device_pcie_width", "gauge", "PCIe link width now", tm_pcie_width},
+      {GS_TM_ECC, "gpusrv_device_ecc_errors_corrected_total", "counter",
+       "Corrected ECC errors since the driver loaded", tm_ecc_fixed},
+      {GS_TM_ECC, "gpusrv_device_ecc_errors_uncorrected_total", "counter",
+       "Uncorrectable ECC errors since the driver loaded", tm_ecc_lost},
+      {GS_TM_XID, "gpusrv_device_last_xid", "gauge",
+       "The number of the device's latest Xid error (0: none since gpusrv started)", tm_xid},
+      /* 0 healthy, 1 degraded, 2 unhealthy; the reason as a label */
+      {GS_TM_HEALTH, "gpusrv_device_health", "gauge", "0 healthy, 1 degraded, 2 unhealthy",
+       tm_health},
   };
   int nd = gs_hal_device_count();
   gs_telemetry *tm = calloc((size_t)nd + 1, sizeof *tm);
   for (int d = 0; tm && d < nd; d++)
     gs_device_telemetry(gs_hal_device(d), &tm[d]);
   for (size_t k = 0; tm && k < sizeof dev_metrics / sizeof dev_metrics[0]; k++) {
-    header(&t, dev_metrics[k].name, "gauge", dev_metrics[k].help);
-    for (int d = 0; d < nd; d++) {
-      if (!(tm[d].valid & dev_metrics[k].bit))
-        continue;
-      const gs_device_info *info = gs_device_get_info(gs_hal_device(d));
-      double v = k == 0 ? tm[d].utilization_percent
-                 : k == 1 ? (double)tm[d].memory_used_bytes
-                 : k == 2 ? (double)tm[d].memory_total_bytes
-                 : k == 3 ? tm[d].temperature_c
-                          : tm[d].power_w;
-      put(&t, "%s{device=\"%s\",backend=\"%s\"} %.17g\n", dev_metrics[k].name, info->id,
-          info->backend, v);
-    }
-  }
-  /* What GPUs add: clocks, the PCIe link, ECC errors, and health (0 healthy,
-   * 1 degraded, 2 unhealthy, the reason as a label). */
-  static const struct {
-    uint32_t bit;
-    const char *name, *type, *help;
-  } gpu_metrics[] = {
-      {GS_TM_CLOCKS, "gpusrv_device_sm_clock_mhz", "gauge", "SM clock"},
-      {GS_TM_CLOCKS, "gpusrv_device_memory_clock_mhz", "gauge", "Memory clock"},
-      {GS_TM_PCIE, "gpusrv_device_pcie_generation", "gauge", "PCIe link generation now"},
-      {GS_TM_PCIE, "gpusrv_device_pcie_width", "gauge", "PCIe link width now"},
-      {GS_TM_ECC, "gpusrv_device_ecc_errors_corrected_total", "counter",
-       "Corrected ECC errors since the driver loaded"},
-      {GS_TM_ECC, "gpusrv_device_ecc_errors_uncorrected_total", "counter",
-       "Uncorrectable ECC errors since the driver loaded"},
-      {GS_TM_HEALTH, "gpusrv_device_health", "gauge", "0 healthy, 1 degraded, 2 unhealthy"},
-  };
-  for (size_t k = 0; tm && k < sizeof gpu_metrics / sizeof gpu_metrics[0]; k++) {
-    header(&t, gpu_metrics[k].name, gpu_metrics[k].type, gpu_metrics[k].help);
+    const tm_metric *m = &dev_metrics[k];
+    bool any = false;
     for (int d = 0; d < nd; d++) {
       const gs_telemetry *x = &tm[d];
-      if (!(x->valid & gpu_metrics[k].bit))
+      if (!(x->valid & m->bit))
         continue;
+      if (!any)
+        header(&t, m->name, m->type, m->help);
+      any = true;
       const gs_device_info *info = gs_device_get_info(gs_hal_device(d));
-      double v = k == 0 ? x->sm_clock_mhz
-                 : k == 1 ? x->memory_clock_mhz
-                 : k == 2 ? x->pcie_generation
-                 : k == 3 ? x->pcie_width
-                 : k == 4 ? (double)x->ecc_corrected
-                 : k == 5 ? (double)x->ecc_uncorrected
-                          : (double)x->health;
-      if (k == 6) {
+      if (m->bit == GS_TM_HEALTH) {
         char reason[2 * sizeof x->health_reason];
         label_value(x->health_reason, reason, sizeof reason);
-        put(&t, "%s{device=\"%s\",backend=\"%s\",reason=\"%s\"} %.17g\n", gpu_metrics[k].name,
-            info->id, info->backend, reason, v);
+        put(&t, "%s{device=\"%s\",backend=\"%s\",reason=\"%s\"} %.17g\n", m->name, info->id,
+            info->backend, reason, m->value(x));
       } else {
-        put(&t, "%s{device=\"%s\",backend=\"%s\"} %.17g\n", gpu_metrics[k].name, info->id,
-            info->backend, v);
+        put(&t, "%s{device=\"%s\",backend=\"%s\"} %.17g\n", m->name, info->id, info->backend,
+            m->value(x));
       }
     }
   }

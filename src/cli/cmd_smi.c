@@ -75,8 +75,8 @@ typedef struct sample {
 } sample;
 
 /* Writes a field's value without unit into buf; returns false if not
- * available. The device's UUID, PCI address, memory-controller utilization
- * and power limit are not reported by the HAL yet: [N/A] on every backend. */
+ * available. Memory-controller utilization and the power limit are not
+ * reported by the HAL yet: [N/A] on every backend. */
 static bool field_value(const sample *s, field_id f, char *buf, size_t cap) {
   const gs_telemetry *t = &s->t;
   bool mem = t->valid & GS_TM_MEMORY;
@@ -115,8 +115,10 @@ static bool field_value(const sample *s, field_id f, char *buf, size_t cap) {
   case F_ECC_UNCORRECTED:
     snprintf(buf, cap, "%llu", (unsigned long long)t->ecc_uncorrected);
     return t->valid & GS_TM_ECC;
-  case F_UUID:
+  case F_UUID: snprintf(buf, cap, "%s", s->info->uuid); return s->info->uuid[0] != '\0';
   case F_PCI_BUS:
+    snprintf(buf, cap, "%s", s->info->pci_bus_id);
+    return s->info->pci_bus_id[0] != '\0';
   case F_UTIL_MEM:
   case F_POWER_LIMIT:
   case F_COUNT: break;
@@ -553,7 +555,7 @@ const gs_cli_command gs_cli_smi = {
              "utilization.gpu, utilization.memory, temperature.gpu, power.draw, power.limit,\n"
              "clocks.sm, clocks.mem, pcie.link.gen.current, pcie.link.width.current,\n"
              "ecc.errors.corrected.volatile.total, ecc.errors.uncorrected.volatile.total.\n"
-             "A field the backend cannot report prints [N/A] (uuid, pci.bus_id,\n"
-             "utilization.memory and power.limit: not reported by any backend yet).\n",
+             "A field the backend cannot report prints [N/A] (uuid and pci.bus_id on the\n"
+             "CPU; utilization.memory and power.limit: not reported by any backend yet).\n",
     .run = smi_run,
 };

@@ -302,6 +302,13 @@ gs_device_t *gs__backend_device(const gs_backend_t *be, int i) {
   return i >= 0 && i < be->device_count ? be->devices[i] : NULL;
 }
 
+void gs__format_uuid(const unsigned char b[16], const char *prefix, char *out, size_t cap) {
+  snprintf(out, cap,
+           "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix,
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+           b[14], b[15]);
+}
+
 const char *gs_health_name(gs_health h) {
   return h == GS_HEALTH_UNHEALTHY ? "unhealthy" : h == GS_HEALTH_DEGRADED ? "degraded" : "healthy";
 }

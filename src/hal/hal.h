@@ -83,6 +83,10 @@ typedef struct gs_device_info {
   gs_device_type type;
   int compute_units;          /* cores, SMs, compute units */
   uint64_t memory_total_bytes;
+  /* "" where the backend cannot tell (the CPU). CUDA writes them as
+   * nvidia-smi does: "GPU-8-4-4-4-12" hex digits, "00000000:3B:00.0". */
+  char uuid[48];
+  char pci_bus_id[32];
 } gs_device_info;
 
 /* Capabilities are data; callers never test a backend's name. */
@@ -112,6 +116,7 @@ enum {
   GS_TM_PCIE = 1u << 5,        /* pcie_generation, pcie_width, pcie_max_width */
   GS_TM_ECC = 1u << 6,         /* ecc_corrected, ecc_uncorrected */
   GS_TM_HEALTH = 1u << 7,      /* health, health_reason */
+  GS_TM_XID = 1u << 8,         /* last_xid: the backend watches NVIDIA's Xid errors */
 };
 typedef enum { GS_HEALTH_HEALTHY = 0, GS_HEALTH_DEGRADED, GS_HEALTH_UNHEALTHY } gs_health;
 const char *gs_health_name(gs_health h); /* "healthy", "degraded", "unhealthy" */
@@ -129,6 +134,7 @@ typedef struct gs_telemetry {
   uint64_t ecc_corrected, ecc_uncorrected;         /* since the driver loaded */
   gs_health health;
   char health_reason[160]; /* why not healthy ("" when healthy) */
+  unsigned last_xid;       /* the latest Xid error's number since the backend started, 0: none */
 } gs_telemetry;
 
 /* Reads telemetry. Utilization and power are averages over the time since the

@@ -119,6 +119,9 @@ typedef int (*gs_plugin_init_fn)(const gs_backend_iface **out);
 /* Adds a device to `backend` during its init. `info->index`, `info->id` and
  * `info->backend` are filled by the HAL. `ctx` is the backend's device state,
  * freed by the backend's shutdown. */
+/* 16 bytes as "PREFIX8-4-4-4-12" lowercase hex digits, nvidia-smi's UUID form
+ * with the prefix "GPU-"; into out (cap of 48 is enough). */
+void gs__format_uuid(const unsigned char bytes[16], const char *prefix, char *out, size_t cap);
 int gs__backend_add_device(gs_backend_t *backend, const gs_device_info *info,
                            const gs_device_caps *caps, void *ctx, gs_device_t **out);
 void *gs__device_ctx(const gs_device_t *device);

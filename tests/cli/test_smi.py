@@ -267,7 +267,8 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
     if not fake:
         pytest.skip("GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
     tele = tmp_path / "telemetry"
-    tele.write_text("clocks 1980 2619\npcie 5 8 16\necc 3 0\nhealth 1 PCIe link at x8 of x16\n")
+    tele.write_text("clocks 1980 2619\npcie 5 8 16\necc 3 0\nxid 79\n"
+                    "health 1 PCIe link at x8 of x16\n")
     env = {"GPUSRV_PLUGIN_PATH": fake, "GPUSRV_TEST_TELEMETRY": str(tele),
            "GPUSRV_TEST_FAKE_GPU_TYPE": "1"}
     doc = smi_json(env=env)
@@ -278,6 +279,15 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
     assert gpu["ecc_errors"] == {"corrected": 3, "uncorrected": 0}
     assert gpu["health"] == "degraded" and gpu["health_reason"] == "PCIe link at x8 of x16"
     assert cpu["clocks_mhz"] is None and cpu["health"] is None
+    # nvidia-smi's identity fields: the fake GPU's UUID and PCI address; none for the CPU.
+    uuid = "GPU-fa4e0000-0000-0000-0000-000000000000"
+    q = subprocess.run([GPUSRV, "smi", "--query-gpu=index,uuid,pci.bus_id",
+                        "--format=csv,noheader"], capture_output=True, text=True,
+                       env={**os.environ, **env})
+    assert q.returncode == 0, q.stderr
+    rows = {line.split(", ")[0]: line for line in q.stdout.splitlines()}
+    assert rows[str(gpu["index"])] == f"{gpu['index']}, {uuid}, 00000000:3B:00.0", q.stdout
+    assert rows[str(cpu["index"])] == f"{cpu['index']}, [N/A], [N/A]", q.stdout
     # The same in /metrics.
     import http.client
     import socket
@@ -307,11 +317,13 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
         assert 'gpusrv_device_ecc_errors_corrected_total{device="fakegpu0",backend="fakegpu"} 3' in body
         assert 'gpusrv_device_health{device="cpu0"' not in body
         # The GPU's gauges under dcgm-exporter's names and labels; the CPU is no GPU there.
-        labels = (f'{{gpu="0",UUID="",device="fakegpu0",modelName="{gpu["name"]}",'
+        labels = (f'{{gpu="0",UUID="{uuid}",device="fakegpu0",modelName="{gpu["name"]}",'
                   f'Hostname="{socket.gethostname()}"}}')
         assert f"DCGM_FI_DEV_SM_CLOCK{labels} 1980" in body, body
         assert f"DCGM_FI_DEV_MEM_CLOCK{labels} 2619" in body
         assert f"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{labels} 3" in body
+        assert f"DCGM_FI_DEV_XID_ERRORS{labels} 79" in body
+        assert 'gpusrv_device_last_xid{device="fakegpu0",backend="fakegpu"} 79' in body
         used = re.search(r"DCGM_FI_DEV_FB_USED" + re.escape(labels) + r" (\d+)", body)
         assert used and abs(int(used.group(1)) - (gpu["memory_used_bytes"] >> 20)) <= 0.02 * (
             gpu["memory_total_bytes"] >> 20), body

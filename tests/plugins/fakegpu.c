@@ -3,7 +3,9 @@
  * from the file named by GPUSRV_TEST_PROCESSES ("PID BYTES" per line), as
  * NVML would report a GPU's processes, and GPU telemetry from the file named
  * by GPUSRV_TEST_TELEMETRY (lines "clocks SM MEM", "pcie GEN WIDTH MAX",
- * "ecc CORRECTED UNCORRECTED", "health 0|1|2 REASON..."). Lets the front
+ * "ecc CORRECTED UNCORRECTED", "xid N", "health 0|1|2 REASON..."); with
+ * GPUSRV_TEST_FAKE_GPU_TYPE its devices are GPUs with a UUID and a PCI
+ * address made from their index. Lets the front
  * desk's watch of per-process device memory, and the way smi and /metrics
  * show a GPU's clocks, link, errors and health, be tested without a GPU. */
 #include "hal/hal_impl.h"
@@ -57,6 +59,9 @@ static int fake_telemetry(gs_device_t *device, gs_telemetry *out) {
       out->valid |= GS_TM_ECC;
       out->ecc_corrected = x;
       out->ecc_uncorrected = y;
+    } else if (sscanf(line, "xid %d", &a) == 1) {
+      out->valid |= GS_TM_XID;
+      out->last_xid = (unsigned)a;
     } else if (sscanf(line, "health %d %n", &a, &n) == 1) {
       out->valid |= GS_TM_HEALTH;
       out->health = (gs_health)a;
@@ -76,8 +81,13 @@ static int fake_telemetry(gs_device_t *device, gs_telemetry *out) {
 static int fake_init(gs_backend_t *backend) {
   int rc = gs__cpu_init_devices(backend);
   for (int i = 0; rc == 0 && getenv("GPUSRV_TEST_FAKE_GPU_TYPE") &&
-                  i < gs__backend_device_count(backend); i++)
-    ((gs_device_info *)gs_device_get_info(gs__backend_device(backend, i)))->type = GS_DEVICE_GPU;
+                  i < gs__backend_device_count(backend); i++) {
+    gs_device_info *info = (gs_device_info *)gs_device_get_info(gs__backend_device(backend, i));
+    info->type = GS_DEVICE_GPU;
+    unsigned char uuid[16] = {0xfa, 0x4e, [15] = (unsigned char)i};
+    gs__format_uuid(uuid, "GPU-", info->uuid, sizeof info->uuid);
+    snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "00000000:%02X:00.0", 0x3b + i);
+  }
   return rc;
 }
 

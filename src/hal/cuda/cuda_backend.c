@@ -576,6 +576,10 @@ static void judge_health(cu_device *d, gs_telemetry *t) {
   char xid_reason[sizeof t->health_reason];
   pthread_mutex_lock(&xid_lock);
   gs_health xid = gs_xid_health(&d->xids, time(NULL), xid_reason, sizeof xid_reason);
+  if (xid_events) {
+    t->valid |= GS_TM_XID;
+    t->last_xid = d->xids.last_xid;
+  }
   pthread_mutex_unlock(&xid_lock);
   if (nvml.memory(d->nvml, &m) == GS_NVML_ERROR_GPU_IS_LOST) {
     t->health = GS_HEALTH_UNHEALTHY;
@@ -739,6 +743,14 @@ static int add_device(gs_backend_t *backend, int ordinal) {
   }
   info.memory_total_bytes = total;
   info.compute_units = attribute(d->dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  CUuuid uuid;
+  if (cu.cuDeviceGetUuid(&uuid, d->dev) == CUDA_SUCCESS)
+    gs__format_uuid((const unsigned char *)uuid.bytes, "GPU-", info.uuid, sizeof info.uuid);
+  /* The driver writes "0000:3b:00.0"; nvidia-smi, an 8-digit domain in capitals. */
+  unsigned domain, bus, slot, function;
+  if (sscanf(d->pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) == 4)
+    snprintf(info.pci_bus_id, sizeof info.pci_bus_id, "%08X:%02X:%02X.%X", domain, bus, slot,
+             function);
   int rc = use(d);
   if (rc == 0 && (r = cu.cuModuleLoadData(&d->module, gs_cuda_kernels_fatbin)) != CUDA_SUCCESS)
     rc = gs__cu_fail(r, "loading the kernels (is this GPU older than sm_80?)");

@@ -20,6 +20,7 @@
   X(cuDeviceTotalMem)                                                                        \
   X(cuDeviceGetAttribute)                                                                    \
   X(cuDeviceGetPCIBusId)                                                                     \
+  X(cuDeviceGetUuid)                                                                         \
   X(cuDeviceCanAccessPeer)                                                                   \
   X(cuDevicePrimaryCtxRetain)                                                                \
   X(cuDevicePrimaryCtxRelease)                                                               \

@@ -46,6 +46,7 @@ void gs_xid_note(gs_xid_record *r, unsigned xid, time_t at) {
   const char *meaning;
   gs_health h = gs_xid_severity(xid, &meaning);
   r->count++;
+  r->last_xid = xid;
   /* The worst so far stays, unless it was a degraded one that has aged out. */
   bool aged = r->worst == GS_HEALTH_DEGRADED && at - r->worst_at > GS_XID_DEGRADED_SECONDS;
   if (r->worst_xid == 0 || aged || h >= r->worst) {

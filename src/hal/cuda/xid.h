@@ -21,6 +21,7 @@ gs_health gs_xid_severity(unsigned xid, const char **meaning);
 
 typedef struct gs_xid_record {
   uint64_t count;     /* every Xid seen since the plugin started */
+  unsigned last_xid;  /* the latest, 0: none */
   unsigned worst_xid; /* the most severe (ties: the latest), 0: none */
   gs_health worst;
   time_t worst_at;

@@ -418,6 +418,10 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
                                           : GS_DEVICE_ACCELERATOR;
   info.compute_units = (int)units;
   info.memory_total_bytes = mem;
+  unsigned char uuid[16];
+  if (strstr(ext, "cl_khr_device_uuid") &&
+      clGetDeviceInfo(id, CL_DEVICE_UUID_KHR, sizeof uuid, uuid, NULL) == CL_SUCCESS)
+    gs__format_uuid(uuid, "", info.uuid, sizeof info.uuid);
   cl_int err;
   d->ctx = clCreateContext(NULL, 1, &id, NULL, NULL, &err);
   int rc = d->ctx ? GS_OK : gs__ocl_fail(err, "clCreateContext");

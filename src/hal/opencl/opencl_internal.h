@@ -8,6 +8,7 @@
 #include "hal/devops/devops.h"
 
 #include <CL/cl.h>
+#include <CL/cl_ext.h> /* cl_khr_device_uuid */
 
 typedef struct ocl_device {
   cl_device_id id;
