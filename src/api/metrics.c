@@ -186,6 +186,25 @@ static void render_jobs(text *t, gs_frontdesk *fd) {
         (long long)jobs[i].id, tenant, devices, (unsigned long long)jobs[i].need.gpu_mem);
   }
   gs_job_infos_free(jobs, n);
+  /* Per process, as NVML reports them (nvidia-smi's compute apps), with the
+   * job and tenant each belongs to ("" for a process outside the jobs). */
+  gs_device_process *procs = NULL;
+  int np = 0;
+  if (gs_frontdesk_processes(fd, &procs, &np) == 0 && np > 0) {
+    header(t, "gpusrv_process_device_memory_bytes", "gauge",
+           "Device memory each process uses, with its job and tenant where it is a job's");
+    for (int i = 0; i < np; i++) {
+      char name[2 * sizeof procs[i].name], tenant[2 * sizeof procs[i].tenant], job[24] = "";
+      label_value(procs[i].name, name, sizeof name);
+      label_value(procs[i].tenant, tenant, sizeof tenant);
+      if (procs[i].job)
+        snprintf(job, sizeof job, "%lld", (long long)procs[i].job);
+      put(t, "gpusrv_process_device_memory_bytes{device=\"%s\",pid=\"%d\",process=\"%s\","
+             "job=\"%s\",tenant=\"%s\"} %llu\n", gs_device_get_info(procs[i].device)->id,
+          procs[i].pid, name, job, tenant, (unsigned long long)procs[i].memory_bytes);
+    }
+  }
+  free(procs);
 }
 
 int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {

@@ -736,6 +736,36 @@ static int64_t job_of_process(gs_frontdesk *fd, int pid) {
   return 0;
 }
 
+int gs_frontdesk_processes(gs_frontdesk *fd, gs_device_process **out, int *n) {
+  enum { PER_DEVICE = 256 };
+  *n = 0;
+  *out = calloc((size_t)fd->n_devices * PER_DEVICE + 1, sizeof **out);
+  if (!*out)
+    return gs_error(GS_ENOMEM, "out of memory listing device processes");
+  gs_process_info procs[PER_DEVICE];
+  for (int d = 0; d < fd->n_devices; d++) {
+    int count = 0;
+    if (gs_device_processes(fd->devices[d], procs, PER_DEVICE, &count) < 0)
+      continue;
+    if (count > PER_DEVICE)
+      count = PER_DEVICE;
+    pthread_mutex_lock(&fd->lock);
+    for (int k = 0; k < count; k++) {
+      gs_device_process *p = &(*out)[(*n)++];
+      p->device = fd->devices[d];
+      p->pid = procs[k].pid;
+      snprintf(p->name, sizeof p->name, "%s", procs[k].name);
+      p->memory_bytes = procs[k].memory_used_bytes;
+      p->job = job_of_process(fd, procs[k].pid);
+      for (int i = 0; p->job && i < fd->n_active; i++)
+        if (fd->active[i].job->id == p->job)
+          snprintf(p->tenant, sizeof p->tenant, "%s", fd->active[i].job->tenant);
+    }
+    pthread_mutex_unlock(&fd->lock);
+  }
+  return GS_OK;
+}
+
 /* What the devices report each process using (NVML on NVIDIA GPUs), summed
  * per job and device: a job over its booking on a device (or on a device it
  * did not book) is stopped as OUT_OF_MEMORY before it starves the jobs and

@@ -203,6 +203,20 @@ int gs_jobs_list(gs_frontdesk *fd, const gs_principal *who, bool all, const char
 void gs_job_info_free(gs_job_info *job);
 void gs_job_infos_free(gs_job_info *jobs, int n);
 
+/* A process a device reports using it (NVML's on NVIDIA GPUs), and the job
+ * it belongs to: 0 and "" when it is none of the front desk's. */
+typedef struct gs_device_process {
+  gs_device_t *device;
+  int pid;
+  char name[64];
+  uint64_t memory_bytes;
+  int64_t job;
+  char tenant[64];
+} gs_device_process;
+/* Every such process on the front desk's devices into *out (malloc'd; the
+ * caller frees it), *n of them; devices that cannot list processes give none. */
+int gs_frontdesk_processes(gs_frontdesk *fd, gs_device_process **out, int *n);
+
 /* The path of a job's "stdout" or "stderr" log, and whether the job has
  * ended (so that a follower knows when to stop). */
 int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const char *stream,

@@ -319,7 +319,17 @@ def test_job_over_its_device_memory_is_stopped(tmp_path):
             while time.time() < deadline and not (os.path.exists(path) and open(path).read()):
                 time.sleep(0.05)
             pids[j] = int(open(path).read())
-        figures.write_text(f"{pids[hog]} {3 << 30}\n{pids[fine]} {512 << 20}\n")
+        # A process outside the jobs too (this test's own), as a GPU lists any user's.
+        figures.write_text(f"{pids[hog]} {3 << 30}\n{pids[fine]} {512 << 20}\n"
+                           f"{os.getpid()} {100 << 20}\n")
+        # Per process in /metrics, with the job and tenant where it is a job's.
+        status, text = d.request("GET", "/metrics")
+        text = text.decode()
+        assert status == 200
+        assert (f'gpusrv_process_device_memory_bytes{{device="fakegpu0",pid="{pids[fine]}",'
+                f'process="fake",job="{fine}",tenant="admin"}} {512 << 20}') in text, text
+        assert (f'gpusrv_process_device_memory_bytes{{device="fakegpu0",pid="{os.getpid()}",'
+                f'process="fake",job="",tenant=""}} {100 << 20}') in text, text
         job = d.wait(hog)
         assert job["state"] == "OUT_OF_MEMORY", job
         assert "3.0 GiB of device memory on fakegpu0" in job["reason"] and "1.0 GiB" in job["reason"]
