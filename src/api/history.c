@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <time.h>
 
 typedef struct sample {
@@ -16,11 +17,27 @@ typedef struct sample {
   double utilization, memory_used, temperature, power; /* NAN: not measured */
 } sample;
 
+/* A device's health as the last sample read it. */
+typedef struct health_seen {
+  gs_health health;
+  char reason[160];
+} health_seen;
+
+typedef struct health_event {
+  double time;
+  int device;
+  gs_health health, previous;
+  char reason[160];
+} health_event;
+
 struct gs_history {
   double interval;
   int keep, n_devices;
   sample *ring; /* n_devices x keep */
   int next, count;
+  health_seen *health; /* n_devices */
+  health_event events[GS_HISTORY_EVENTS];
+  int events_next, events_count;
   pthread_mutex_t lock;
   pthread_cond_t wake;
   bool stop;
@@ -33,11 +50,16 @@ static double unix_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static sample read_device(gs_device_t *d, double now) {
+static sample read_device(gs_device_t *d, double now, health_seen *health) {
   gs_telemetry t;
   sample s = {now, NAN, NAN, NAN, NAN};
+  *health = (health_seen){GS_HEALTH_HEALTHY, ""};
   if (gs_device_telemetry(d, &t) != GS_OK)
     return s;
+  if (t.valid & GS_TM_HEALTH) {
+    health->health = t.health;
+    snprintf(health->reason, sizeof health->reason, "%s", t.health_reason);
+  }
   if (t.valid & GS_TM_UTILIZATION)
     s.utilization = t.utilization_percent;
   if (t.valid & GS_TM_MEMORY)
@@ -49,14 +71,31 @@ static sample read_device(gs_device_t *d, double now) {
   return s;
 }
 
+/* A change of device d's health (the lock held): an event. */
+static void note_health(gs_history *h, int d, const health_seen *now, double at) {
+  health_seen *was = &h->health[d];
+  if (now->health == was->health)
+    return;
+  health_event *e = &h->events[h->events_next];
+  *e = (health_event){.time = at, .device = d, .health = now->health, .previous = was->health};
+  snprintf(e->reason, sizeof e->reason, "%s", now->reason);
+  h->events_next = (h->events_next + 1) % GS_HISTORY_EVENTS;
+  h->events_count += h->events_count < GS_HISTORY_EVENTS;
+  *was = *now;
+}
+
 static void take_samples(gs_history *h) {
   double now = unix_now();
-  sample row[h->n_devices > 0 ? h->n_devices : 1];
+  int n = h->n_devices > 0 ? h->n_devices : 1;
+  sample row[n];
+  health_seen health[n];
   for (int d = 0; d < h->n_devices; d++) /* outside the lock: a backend may take a while */
-    row[d] = read_device(gs_hal_device(d), now);
+    row[d] = read_device(gs_hal_device(d), now, &health[d]);
   pthread_mutex_lock(&h->lock);
-  for (int d = 0; d < h->n_devices; d++)
+  for (int d = 0; d < h->n_devices; d++) {
     h->ring[d * h->keep + h->next] = row[d];
+    note_health(h, d, &health[d], now);
+  }
   h->next = (h->next + 1) % h->keep;
   h->count += h->count < h->keep;
   pthread_mutex_unlock(&h->lock);
@@ -87,9 +126,15 @@ int gs_history_start(double interval_s, int keep, gs_history **out) {
     return gs_error(GS_EINVAL, "history: the interval must be positive and keep at least 1");
   gs_history *h = calloc(1, sizeof *h);
   int n = gs_hal_device_count();
-  if (h)
+  if (h) {
     h->ring = calloc((size_t)(n > 0 ? n : 1) * (size_t)keep, sizeof *h->ring);
-  if (!h || !h->ring) {
+    h->health = calloc((size_t)(n > 0 ? n : 1), sizeof *h->health); /* all healthy */
+  }
+  if (!h || !h->ring || !h->health) {
+    if (h) {
+      free(h->ring);
+      free(h->health);
+    }
     free(h);
     return gs_error(GS_ENOMEM, "history: out of memory for %d samples", keep);
   }
@@ -100,6 +145,7 @@ int gs_history_start(double interval_s, int keep, gs_history **out) {
   pthread_cond_init(&h->wake, NULL);
   if (pthread_create(&h->thread, NULL, history_main, h) != 0) {
     free(h->ring);
+    free(h->health);
     free(h);
     return gs_error(GS_EINTERNAL, "history: cannot start its thread");
   }
@@ -118,7 +164,23 @@ void gs_history_stop(gs_history *h) {
   pthread_mutex_destroy(&h->lock);
   pthread_cond_destroy(&h->wake);
   free(h->ring);
+  free(h->health);
   free(h);
+}
+
+json_t *gs_history_events_json(gs_history *h) {
+  json_t *events = json_array();
+  pthread_mutex_lock(&h->lock);
+  for (int i = 0; i < h->events_count; i++) {
+    const health_event *e =
+        &h->events[(h->events_next - h->events_count + i + GS_HISTORY_EVENTS) % GS_HISTORY_EVENTS];
+    json_array_append_new(events, json_pack("{s:f, s:s, s:s, s:s, s:s}", "time", e->time, "device",
+                                            gs_device_get_info(gs_hal_device(e->device))->id,
+                                            "health", gs_health_name(e->health), "previous",
+                                            gs_health_name(e->previous), "reason", e->reason));
+  }
+  pthread_mutex_unlock(&h->lock);
+  return json_pack("{s:o}", "events", events);
 }
 
 /* jansson has no NaN or infinity: those are null too. */

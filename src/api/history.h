@@ -1,7 +1,8 @@
 /* history.h - the daemon's memory of its devices' telemetry: a thread
  * samples every device every `interval` seconds and keeps the newest
- * samples in a ring (an hour by default), for the dashboard's charts; no
- * database outside the daemon. */
+ * samples in a ring (an hour by default), for the dashboard's charts, and
+ * the changes of each device's health as events; no database outside the
+ * daemon. */
 #ifndef GS_API_HISTORY_H
 #define GS_API_HISTORY_H
 
@@ -20,5 +21,12 @@ void gs_history_stop(gs_history *h);
  * in Unix seconds, null where a device does not measure a field. The caller
  * decrefs it. */
 json_t *gs_history_json(gs_history *h);
+
+/* {"events": [{"time", "device", "health", "previous", "reason"}, ...]}: each
+ * change of a device's health seen by the samples (a device found degraded
+ * or unhealthy at the first sample counts as one, from "healthy"), oldest
+ * first, the newest GS_HISTORY_EVENTS kept. The caller decrefs it. */
+#define GS_HISTORY_EVENTS 256
+json_t *gs_history_events_json(gs_history *h);
 
 #endif

@@ -409,6 +409,10 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     gs_http_reply_json(&r, 200, gs_history_json(s->history));
     return send_reply(c, &r);
   }
+  if (strcmp(url, "/api/v1/events") == 0 && get) {
+    gs_http_reply_json(&r, 200, gs_history_events_json(s->history));
+    return send_reply(c, &r);
+  }
   if (strncmp(url, "/api/v1/", 8) == 0) {
     gs_jobs_query q = {
         .all = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "all"),

@@ -65,6 +65,7 @@ typedef struct top_state {
   const top_opts *o;
   gs_client *client;
   json_t *devices, *jobs, *stats; /* the latest answers (NULL: none) */
+  json_t *events;                 /* the devices' health changes, oldest first */
   char error[256];                /* why the latest refresh failed ("": it did not) */
   device_history hist[MAX_DEVICES];
   int n_hist;
@@ -137,6 +138,13 @@ static void poll_daemon(top_state *s) {
   s->devices = fetch(s, "/api/v1/devices?all=1", "devices");
   s->jobs = s->devices ? fetch(s, "/api/v1/jobs", "jobs") : NULL;
   json_t *stats = s->jobs ? fetch(s, "/v2/models/stats", "model_stats") : NULL;
+  if (s->devices) { /* a daemon from before health events has no such route: none shown */
+    char saved[sizeof s->error];
+    snprintf(saved, sizeof saved, "%s", s->error);
+    json_decref(s->events);
+    s->events = fetch(s, "/api/v1/events", "events");
+    snprintf(s->error, sizeof s->error, "%s", saved);
+  }
   if (stats || !s->error[0]) { /* keep the previous counts when the daemon has no models route */
     json_decref(s->stats);
     s->stats = stats;
@@ -176,6 +184,30 @@ static void sparkline(int y, int x, int width, const device_history *h) {
     }
     mvaddch(y, x + i, ch);
   }
+}
+
+/* The newest health changes, up to `max` lines: "12:01:02 cuda0 healthy ->
+ * degraded: PCIe link at x8 of x16". */
+static int draw_events(top_state *s, int y, int max) {
+  size_t n = json_array_size(s->events), first = n > (size_t)max ? n - (size_t)max : 0;
+  if (n == 0)
+    return y;
+  attron(A_BOLD);
+  mvprintw(y++, 0, "HEALTH EVENTS");
+  attroff(A_BOLD);
+  for (size_t i = n; i > first && y < LINES - 2; i--) {
+    json_t *e = json_array_get(s->events, i - 1);
+    time_t at = (time_t)json_number_value(json_object_get(e, "time"));
+    char when[16];
+    strftime(when, sizeof when, "%H:%M:%S", localtime(&at));
+    bool bad = strcmp(str(e, "health"), "healthy") != 0;
+    if (bad)
+      attron(A_BOLD);
+    mvprintw(y++, 0, "%s %-9.9s %s -> %s: %.*s", when, str(e, "device"), str(e, "previous"),
+             str(e, "health"), COLS > 50 ? COLS - 50 : 0, str(e, "reason"));
+    attroff(A_BOLD);
+  }
+  return y;
 }
 
 static int draw_devices(top_state *s, int y) {
@@ -383,6 +415,8 @@ static void draw(top_state *s) {
   }
   if (s->devices)
     y = draw_devices(s, y) + 1;
+  if (json_array_size(s->events) && y < LINES - 4)
+    y = draw_events(s, y, 3) + 1;
   if (s->jobs && y < LINES - 2)
     y = draw_jobs(s, y, false) + 1;
   if (y < LINES - 2)
@@ -486,6 +520,7 @@ static int top_run(int argc, char **argv) {
   json_decref(s->devices);
   json_decref(s->jobs);
   json_decref(s->stats);
+  json_decref(s->events);
   free(s);
   return GS_EXIT_OK;
 }
@@ -496,7 +531,8 @@ const gs_cli_command gs_cli_top = {
     .about = "A live view of a daemon, local or remote: each device's utilization and memory\n"
              "with a history of utilization, its temperature and power; the running jobs;\n"
              "the served models' requests per second and mean latencies over the last\n"
-             "refresh; and the queue, with why each job waits. Keys: q quits, s changes the\n"
+             "refresh; the devices' latest health changes; and the queue, with why each job\n"
+             "waits. Keys: q quits, s changes the\n"
              "jobs' order, t shows one tenant's jobs (then the next, then all), d picks a\n"
              "device (its jobs only). Narrow terminals (80 columns) get fewer columns.",
     .options = top_options,

@@ -109,3 +109,48 @@ def test_browser_without_a_token_says_jobs_need_one(daemon, tmp_path):
     dom = dump_dom(f"http://127.0.0.1:{daemon.port}/", tmp_path)
     assert 'data-device="cpu0"' in dom  # reading devices needs no token on loopback
     assert "this route needs a token" in dom
+
+
+FAKE_PLUGINS = os.environ.get("GPUSRV_TEST_FAKE_PLUGINS")
+
+
+def wait_for_events(d, count):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        status, body = d.request("GET", "/api/v1/events")
+        assert status == 200, body
+        if len(body["events"]) >= count:
+            return body["events"]
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {count} events: {body}")
+
+
+@pytest.mark.skipif(not FAKE_PLUGINS, reason="GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
+def test_health_changes_are_events_the_page_shows(tmp_path):
+    """A device turning degraded, then healthy again (the fakegpu plugin's
+    health, as NVML's Xid and link checks would give it): two events with the
+    reason, oldest first, in /api/v1/events and on the page."""
+    tele = tmp_path / "telemetry"
+    tele.write_text("health 0\n")
+    d = Daemon(tmp_path, "--history-interval", "0.1",
+               env={"GPUSRV_PLUGIN_PATH": FAKE_PLUGINS, "GPUSRV_TEST_TELEMETRY": str(tele)})
+    d.start()
+    try:
+        time.sleep(0.5)
+        assert d.request("GET", "/api/v1/events")[1] == {"events": []}  # healthy: nothing
+        tele.write_text("health 1 Xid 79: fell off the bus (test)\n")
+        first = wait_for_events(d, 1)[0]
+        assert first["device"] == "fakegpu0" and first["previous"] == "healthy"
+        assert first["health"] == "degraded" and first["reason"] == "Xid 79: fell off the bus (test)"
+        assert abs(first["time"] - time.time()) < 30
+        tele.write_text("health 0\n")
+        events = wait_for_events(d, 2)
+        assert [(e["previous"], e["health"]) for e in events] == [("healthy", "degraded"),
+                                                                   ("degraded", "healthy")]
+        if CHROMIUM:
+            dom = dump_dom(f"http://127.0.0.1:{d.port}/", tmp_path)
+            assert "<td>Xid 79: fell off the bus (test)</td>" in dom, dom[-3000:]
+    finally:
+        d.proc.terminate()
+        d.proc.wait(timeout=30)
+        shutil.rmtree(d.state, ignore_errors=True)

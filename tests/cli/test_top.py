@@ -111,6 +111,27 @@ def test_top_shows_devices_and_a_running_job_and_updates(daemon):
         daemon.request("POST", f"/api/v1/jobs/{job}/cancel", token=daemon.admin)
 
 
+@pytest.mark.skipif(not os.environ.get("GPUSRV_TEST_FAKE_PLUGINS"),
+                    reason="GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
+def test_top_shows_health_events(tmp_path):
+    tele = tmp_path / "telemetry"
+    tele.write_text("health 2 Xid 48: double-bit ECC error (test)\n")
+    d = Daemon(tmp_path, "--history-interval", "0.1",
+               env={"GPUSRV_PLUGIN_PATH": os.environ["GPUSRV_TEST_FAKE_PLUGINS"],
+                    "GPUSRV_TEST_TELEMETRY": str(tele)}).start()
+    term = Terminal(top_command(d))
+    try:
+        screen = term.wait_for("HEALTH EVENTS", "Xid 48: double-bit ECC error (test)")
+        line = next(l for l in screen.splitlines() if "Xid 48" in l)
+        assert "fakegpu0" in line and "healthy -> unhealthy" in line, line
+        term.quit()
+    finally:
+        term.close()
+        d.proc.terminate()
+        d.proc.wait(timeout=30)
+        shutil.rmtree(d.state, ignore_errors=True)
+
+
 def test_top_fits_80_by_24(daemon):
     term = Terminal(top_command(daemon), width=80, height=24)
     try:
