@@ -75,8 +75,7 @@ typedef struct sample {
 } sample;
 
 /* Writes a field's value without unit into buf; returns false if not
- * available. Memory-controller utilization and the power limit are not
- * reported by the HAL yet: [N/A] on every backend. */
+ * available. */
 static bool field_value(const sample *s, field_id f, char *buf, size_t cap) {
   const gs_telemetry *t = &s->t;
   bool mem = t->valid & GS_TM_MEMORY;
@@ -120,7 +119,11 @@ static bool field_value(const sample *s, field_id f, char *buf, size_t cap) {
     snprintf(buf, cap, "%s", s->info->pci_bus_id);
     return s->info->pci_bus_id[0] != '\0';
   case F_UTIL_MEM:
+    snprintf(buf, cap, "%.0f", t->memory_utilization_percent);
+    return t->valid & GS_TM_MEMORY_UTILIZATION;
   case F_POWER_LIMIT:
+    snprintf(buf, cap, "%.2f", t->power_limit_w);
+    return t->valid & GS_TM_POWER_LIMIT;
   case F_COUNT: break;
   }
   return false;
@@ -229,6 +232,11 @@ static int print_json(const sample *s, int n) {
     json_object_set_new(o, "temperature_c",
                         json_num_or_null(t->valid & GS_TM_TEMPERATURE, t->temperature_c));
     json_object_set_new(o, "power_w", json_num_or_null(t->valid & GS_TM_POWER, t->power_w));
+    json_object_set_new(o, "power_limit_w",
+                        json_num_or_null(t->valid & GS_TM_POWER_LIMIT, t->power_limit_w));
+    json_object_set_new(o, "memory_utilization",
+                        json_num_or_null(t->valid & GS_TM_MEMORY_UTILIZATION,
+                                         t->memory_utilization_percent));
     json_object_set_new(o, "clocks_mhz",
                         t->valid & GS_TM_CLOCKS ? json_pack("{s:f, s:f}", "sm", t->sm_clock_mhz,
                                                             "memory", t->memory_clock_mhz)
@@ -555,7 +563,7 @@ const gs_cli_command gs_cli_smi = {
              "utilization.gpu, utilization.memory, temperature.gpu, power.draw, power.limit,\n"
              "clocks.sm, clocks.mem, pcie.link.gen.current, pcie.link.width.current,\n"
              "ecc.errors.corrected.volatile.total, ecc.errors.uncorrected.volatile.total.\n"
-             "A field the backend cannot report prints [N/A] (uuid and pci.bus_id on the\n"
-             "CPU; utilization.memory and power.limit: not reported by any backend yet).\n",
+             "A field the backend cannot report prints [N/A] (on the CPU: uuid, pci.bus_id,\n"
+             "utilization.memory, power.limit, the clocks, the link and the ECC errors).\n",
     .run = smi_run,
 };

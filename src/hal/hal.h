@@ -117,6 +117,8 @@ enum {
   GS_TM_ECC = 1u << 6,         /* ecc_corrected, ecc_uncorrected */
   GS_TM_HEALTH = 1u << 7,      /* health, health_reason */
   GS_TM_XID = 1u << 8,         /* last_xid: the backend watches NVIDIA's Xid errors */
+  GS_TM_MEMORY_UTILIZATION = 1u << 9, /* memory_utilization_percent */
+  GS_TM_POWER_LIMIT = 1u << 10,       /* power_limit_w */
 };
 typedef enum { GS_HEALTH_HEALTHY = 0, GS_HEALTH_DEGRADED, GS_HEALTH_UNHEALTHY } gs_health;
 const char *gs_health_name(gs_health h); /* "healthy", "degraded", "unhealthy" */
@@ -129,6 +131,8 @@ typedef struct gs_telemetry {
   double utilization_percent; /* over the interval since the previous call, 0..100 */
   double temperature_c;
   double power_w;             /* average since the previous call */
+  double power_limit_w;       /* what the driver enforces */
+  double memory_utilization_percent; /* time the memory was read or written, 0..100 (NVML's) */
   double sm_clock_mhz, memory_clock_mhz;
   int pcie_generation, pcie_width, pcie_max_width; /* the link now, and its widest */
   uint64_t ecc_corrected, ecc_uncorrected;         /* since the driver loaded */

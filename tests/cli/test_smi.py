@@ -267,7 +267,7 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
     if not fake:
         pytest.skip("GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
     tele = tmp_path / "telemetry"
-    tele.write_text("clocks 1980 2619\npcie 5 8 16\necc 3 0\nxid 79\n"
+    tele.write_text("clocks 1980 2619\npcie 5 8 16\necc 3 0\nxid 79\nmemutil 37\npowerlimit 700\n"
                     "health 1 PCIe link at x8 of x16\n")
     env = {"GPUSRV_PLUGIN_PATH": fake, "GPUSRV_TEST_TELEMETRY": str(tele),
            "GPUSRV_TEST_FAKE_GPU_TYPE": "1"}
@@ -281,13 +281,15 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
     assert cpu["clocks_mhz"] is None and cpu["health"] is None
     # nvidia-smi's identity fields: the fake GPU's UUID and PCI address; none for the CPU.
     uuid = "GPU-fa4e0000-0000-0000-0000-000000000000"
-    q = subprocess.run([GPUSRV, "smi", "--query-gpu=index,uuid,pci.bus_id",
-                        "--format=csv,noheader"], capture_output=True, text=True,
+    q = subprocess.run([GPUSRV, "smi", "--query-gpu=index,uuid,pci.bus_id,utilization.memory,"
+                        "power.limit", "--format=csv,noheader"], capture_output=True, text=True,
                        env={**os.environ, **env})
     assert q.returncode == 0, q.stderr
     rows = {line.split(", ")[0]: line for line in q.stdout.splitlines()}
-    assert rows[str(gpu["index"])] == f"{gpu['index']}, {uuid}, 00000000:3B:00.0", q.stdout
-    assert rows[str(cpu["index"])] == f"{cpu['index']}, [N/A], [N/A]", q.stdout
+    assert rows[str(gpu["index"])] == \
+        f"{gpu['index']}, {uuid}, 00000000:3B:00.0, 37 %, 700.00 W", q.stdout
+    assert rows[str(cpu["index"])] == f"{cpu['index']}, [N/A], [N/A], [N/A], [N/A]", q.stdout
+    assert gpu["power_limit_w"] == 700 and gpu["memory_utilization"] == 37
     # The same in /metrics.
     import http.client
     import socket

@@ -3,7 +3,8 @@
  * from the file named by GPUSRV_TEST_PROCESSES ("PID BYTES" per line), as
  * NVML would report a GPU's processes, and GPU telemetry from the file named
  * by GPUSRV_TEST_TELEMETRY (lines "clocks SM MEM", "pcie GEN WIDTH MAX",
- * "ecc CORRECTED UNCORRECTED", "xid N", "health 0|1|2 REASON..."); with
+ * "ecc CORRECTED UNCORRECTED", "xid N", "memutil PERCENT", "powerlimit WATTS",
+ * "health 0|1|2 REASON..."); with
  * GPUSRV_TEST_FAKE_GPU_TYPE its devices are GPUs with a UUID and a PCI
  * address made from their index. Lets the front
  * desk's watch of per-process device memory, and the way smi and /metrics
@@ -59,6 +60,12 @@ static int fake_telemetry(gs_device_t *device, gs_telemetry *out) {
       out->valid |= GS_TM_ECC;
       out->ecc_corrected = x;
       out->ecc_uncorrected = y;
+    } else if (sscanf(line, "memutil %d", &a) == 1) {
+      out->valid |= GS_TM_MEMORY_UTILIZATION;
+      out->memory_utilization_percent = a;
+    } else if (sscanf(line, "powerlimit %d", &a) == 1) {
+      out->valid |= GS_TM_POWER_LIMIT;
+      out->power_limit_w = a;
     } else if (sscanf(line, "xid %d", &a) == 1) {
       out->valid |= GS_TM_XID;
       out->last_xid = (unsigned)a;

@@ -618,8 +618,9 @@ static int cu_telemetry(gs_device_t *device, gs_telemetry *out) {
       out->memory_free_bytes = m.free;
     }
     if (nvml.utilization(d->nvml, &u) == GS_NVML_SUCCESS) {
-      out->valid |= GS_TM_UTILIZATION;
+      out->valid |= GS_TM_UTILIZATION | GS_TM_MEMORY_UTILIZATION;
       out->utilization_percent = u.gpu;
+      out->memory_utilization_percent = u.memory;
     }
     if (nvml.temperature(d->nvml, GS_NVML_TEMPERATURE_GPU, &t) == GS_NVML_SUCCESS) {
       out->valid |= GS_TM_TEMPERATURE;
@@ -628,6 +629,10 @@ static int cu_telemetry(gs_device_t *device, gs_telemetry *out) {
     if (nvml.power(d->nvml, &mw) == GS_NVML_SUCCESS) {
       out->valid |= GS_TM_POWER;
       out->power_w = mw / 1000.0;
+    }
+    if (nvml.power_limit(d->nvml, &mw) == GS_NVML_SUCCESS) {
+      out->valid |= GS_TM_POWER_LIMIT;
+      out->power_limit_w = mw / 1000.0;
     }
     unsigned int sm, mem, gen, width, max_width;
     if (nvml.clock(d->nvml, GS_NVML_CLOCK_SM, &sm) == GS_NVML_SUCCESS &&

@@ -59,6 +59,8 @@ enum { GS_NVML_VOLATILE_ECC = 0 };
   X(temperature, "nvmlDeviceGetTemperature", gs_nvml_return,                                \
     (gs_nvml_device, int, unsigned int *))                                                  \
   X(power, "nvmlDeviceGetPowerUsage", gs_nvml_return, (gs_nvml_device, unsigned int *))     \
+  X(power_limit, "nvmlDeviceGetEnforcedPowerLimit", gs_nvml_return,                         \
+    (gs_nvml_device, unsigned int *))                                                       \
   X(clock, "nvmlDeviceGetClockInfo", gs_nvml_return, (gs_nvml_device, int, unsigned int *)) \
   X(pcie_gen, "nvmlDeviceGetCurrPcieLinkGeneration", gs_nvml_return,                        \
     (gs_nvml_device, unsigned int *))                                                       \
