@@ -82,6 +82,13 @@ void gs_infer_request_clear(gs_infer_request *r) {
   }
 }
 
+/* The queue's length changed by `delta` (b->lock held); the model's copy
+ * is what its statistics read without the batcher's lock. */
+static void count_queued(gs_batcher *b, int64_t delta) {
+  b->queued += delta;
+  atomic_store(&b->m->queue_length, b->queued);
+}
+
 static void stat_add(gs_duration_stat *s, uint64_t ns) {
   s->count++;
   s->ns += ns;
@@ -95,6 +102,8 @@ static void finish(gs_infer_request *r, int status, const char *error) {
     snprintf(r->error, sizeof r->error, "%s", error);
   pthread_mutex_lock(&m->stats_lock);
   stat_add(status == 200 ? &m->stats.success : &m->stats.fail, now - r->t_arrive);
+  if (status == 200)
+    m->stats.latency[gs_latency_bucket(now - r->t_arrive)]++;
   pthread_mutex_unlock(&m->stats_lock);
   r->done(r, r->ctx);
 }
@@ -114,7 +123,7 @@ static void enqueue(gs_batcher *b, gs_infer_request *r) {
     at = &(*at)->next;
   r->next = *at;
   *at = r;
-  b->queued++;
+  count_queued(b, 1);
 }
 
 int gs_batcher_submit(gs_batcher *b, gs_infer_request *r) {
@@ -183,7 +192,7 @@ static void take_expired(gs_batcher *b, uint64_t now, gs_infer_request **expired
     gs_infer_request *r = *at;
     if (!r->delayed && r->timeout_us && now - r->t_arrive > r->timeout_us * 1000) {
       *at = r->next;
-      b->queued--;
+      count_queued(b, -1);
       if (b->m->timeout_delays) {
         r->next = NULL;
         *delayed_tail = r;
@@ -231,7 +240,7 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
   }
   gs_infer_request *first = b->head;
   b->head = first->next;
-  b->queued--;
+  count_queued(b, -1);
   batch[0] = first;
   int n = 1;
   *rows = first->batch;
@@ -245,7 +254,7 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
       gs_infer_request *r = *at;
       if (compatible(first, r) && *rows + r->batch <= m->max_batch_size) {
         *at = r->next;
-        b->queued--;
+        count_queued(b, -1);
         batch[n++] = r;
         *rows += r->batch;
       } else {
@@ -558,7 +567,7 @@ static void *instance_main(void *arg) {
   gs_infer_request *left = --b->alive == 0 ? b->head : NULL;
   if (left) {
     b->head = NULL;
-    b->queued = 0;
+    count_queued(b, -b->queued);
   }
   pthread_mutex_unlock(&b->lock);
   while (left) {

@@ -224,6 +224,18 @@ static json_t *model_stats_json(gs_served_model *m, gs_served_version *v) {
   json_object_set_new(is, "cache_hit", duration_json(&zero));
   json_object_set_new(is, "cache_miss", duration_json(&zero));
   json_object_set_new(o, "inference_stats", is);
+  /* gpusrv's own, beside Triton's fields: the requests waiting now, and the
+   * successes' latency histogram (per bucket, since the start; bounds in
+   * microseconds, the last unbounded) for percentiles between two reads. */
+  json_object_set_new(o, "queue_length", json_integer((json_int_t)atomic_load(&m->queue_length)));
+  json_t *bounds = json_array(), *counts = json_array();
+  for (int b = 0; b < GS_LATENCY_BUCKETS; b++) {
+    if (b < GS_LATENCY_BUCKETS - 1)
+      json_array_append_new(bounds, json_real(gs_latency_bound_us(b)));
+    json_array_append_new(counts, json_integer((json_int_t)st.latency[b]));
+  }
+  json_object_set_new(o, "latency_histogram",
+                      json_pack("{s:o, s:o}", "bounds_us", bounds, "counts", counts));
   for (int b = 1; b <= GS_STATS_MAX_BATCH; b++) {
     if (!st.batch[b][1].count)
       continue;

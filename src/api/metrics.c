@@ -276,6 +276,35 @@ int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
     put(&t, "gpusrv_batch_size_count{model=\"%s\"} %llu\n", m->name,
         (unsigned long long)snap[i].execution_count);
   }
+  /* Successful requests' latency, as a histogram per model (percentiles in
+   * Prometheus through histogram_quantile), and the requests waiting now
+   * under Triton's name for them. */
+  header(&t, "gpusrv_request_duration_seconds", "histogram",
+         "Latency of each model's successful requests, arrival to reply");
+  for (int i = 0; i < n_models; i++) {
+    gs_served_model *m = &repo->models[i];
+    if (version[i] < 0)
+      continue;
+    uint64_t cum = 0;
+    for (int b = 0; b < GS_LATENCY_BUCKETS - 1; b++) {
+      cum += snap[i].latency[b];
+      put(&t, "gpusrv_request_duration_seconds_bucket{model=\"%s\",le=\"%g\"} %llu\n", m->name,
+          gs_latency_bound_us(b) / 1e6, (unsigned long long)cum);
+    }
+    put(&t, "gpusrv_request_duration_seconds_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", m->name,
+        (unsigned long long)snap[i].success.count);
+    put(&t, "gpusrv_request_duration_seconds_sum{model=\"%s\"} %.9g\n", m->name,
+        (double)snap[i].success.ns / 1e9);
+    put(&t, "gpusrv_request_duration_seconds_count{model=\"%s\"} %llu\n", m->name,
+        (unsigned long long)snap[i].success.count);
+  }
+  header(&t, "nv_inference_pending_request_count", "gauge",
+         "Instantaneous number of pending requests awaiting execution per-model.");
+  for (int i = 0; i < n_models; i++)
+    if (version[i] >= 0)
+      put(&t, "nv_inference_pending_request_count{model=\"%s\",version=\"%lld\"} %lld\n",
+          repo->models[i].name, (long long)version[i],
+          (long long)atomic_load(&repo->models[i].queue_length));
   free(snap);
   free(version);
   /* Each instance's batch pipeline (models with dynamic batching): how long
@@ -342,14 +371,11 @@ int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
     gs_device_telemetry(gs_hal_device(d), &tm[d]);
   for (size_t k = 0; tm && k < sizeof dev_metrics / sizeof dev_metrics[0]; k++) {
     const tm_metric *m = &dev_metrics[k];
-    bool any = false;
+    header(&t, m->name, m->type, m->help); /* declared even with no device measuring it */
     for (int d = 0; d < nd; d++) {
       const gs_telemetry *x = &tm[d];
       if (!(x->valid & m->bit))
         continue;
-      if (!any)
-        header(&t, m->name, m->type, m->help);
-      any = true;
       const gs_device_info *info = gs_device_get_info(gs_hal_device(d));
       if (m->bit == GS_TM_HEALTH) {
         char reason[2 * sizeof x->health_reason];

@@ -4,6 +4,7 @@
 #ifndef GS_API_REPOSITORY_H
 #define GS_API_REPOSITORY_H
 
+#include "api/latency.h"
 #include "engine/engine.h"
 #include "engine/pipeline.h"
 #include "sched/sched.h"
@@ -90,6 +91,8 @@ typedef struct gs_model_stats {
   /* By batch size: compute_input, compute_infer, compute_output of the batches. */
   gs_duration_stat batch[GS_STATS_MAX_BATCH + 1][3];
   uint64_t last_inference_ms;
+  /* Successful requests' latency (arrival to reply) by bucket of latency.h. */
+  uint64_t latency[GS_LATENCY_BUCKETS];
 } gs_model_stats;
 
 typedef struct gs_served_model {
@@ -120,6 +123,7 @@ typedef struct gs_served_model {
   _Atomic unsigned next_instance; /* round robin for runs outside the batcher */
   pthread_mutex_t stats_lock;
   gs_model_stats stats;
+  _Atomic int64_t queue_length; /* requests waiting in its batcher now */
   _Atomic int state; /* gs_model_state */
   char reason[512];  /* why not ready */
   /* The load in progress: when it must be done by (0: no limit), the limit

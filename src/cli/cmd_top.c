@@ -4,6 +4,7 @@
  * served models' request rates and latencies; the queue with why each job
  * waits. Everything comes from the daemon's routes (/api/v1/devices,
  * /api/v1/jobs, /v2/models/stats), so it watches a remote daemon as well. */
+#include "api/latency.h"
 #include "cli/cli.h"
 #include "cli/daemon.h"
 
@@ -50,12 +51,14 @@ typedef struct device_history {
 typedef struct model_counts {
   char name[128];
   long long success, success_ns, queue_ns;
+  uint64_t latency[GS_LATENCY_BUCKETS]; /* the daemon's histogram (latency.h), since its start */
 } model_counts;
 
-/* A model's row as drawn: figures over the last refresh ("-": none). */
+/* A model's row as drawn: figures over the last refresh ("-": none), and
+ * the requests waiting now. */
 typedef struct model_row {
-  char name[128], rate[16], mean[16], queue[16];
-  long long inferences;
+  char name[128], rate[16], p50[16], mean[16], queue[16];
+  long long inferences, waiting;
 } model_row;
 
 typedef enum { SORT_ID, SORT_TENANT, SORT_STATE, SORT_TIME, SORT_COUNT } sort_key;
@@ -356,6 +359,9 @@ static void count_models(top_state *s) {
     c->success = count_of(m, "success", "count");
     c->success_ns = count_of(m, "success", "ns");
     c->queue_ns = count_of(m, "queue", "ns");
+    json_t *counts = json_object_get(json_object_get(m, "latency_histogram"), "counts");
+    for (int b = 0; b < GS_LATENCY_BUCKETS; b++)
+      c->latency[b] = (uint64_t)json_integer_value(json_array_get(counts, (size_t)b));
     const model_counts *p = NULL;
     for (int k = 0; k < s->n_prev; k++)
       if (strcmp(s->prev[k].name, c->name) == 0)
@@ -363,9 +369,11 @@ static void count_models(top_state *s) {
     model_row *row = &s->rows[n_now - 1];
     snprintf(row->name, sizeof row->name, "%s", c->name);
     snprintf(row->rate, sizeof row->rate, "-");
+    snprintf(row->p50, sizeof row->p50, "-");
     snprintf(row->mean, sizeof row->mean, "-");
     snprintf(row->queue, sizeof row->queue, "-");
     row->inferences = c->success;
+    row->waiting = json_integer_value(json_object_get(m, "queue_length"));
     long long dn = p ? c->success - p->success : 0;
     if (p && dt > 0)
       snprintf(row->rate, sizeof row->rate, "%.1f", (double)dn / dt);
@@ -373,6 +381,12 @@ static void count_models(top_state *s) {
       snprintf(row->mean, sizeof row->mean, "%.2f",
                (double)(c->success_ns - p->success_ns) / dn / 1e6);
       snprintf(row->queue, sizeof row->queue, "%.2f", (double)(c->queue_ns - p->queue_ns) / dn / 1e6);
+      uint64_t recent[GS_LATENCY_BUCKETS];
+      for (int b = 0; b < GS_LATENCY_BUCKETS; b++)
+        recent[b] = c->latency[b] >= p->latency[b] ? c->latency[b] - p->latency[b] : 0;
+      double p50 = gs_latency_quantile_us(recent, 0.5);
+      if (isfinite(p50))
+        snprintf(row->p50, sizeof row->p50, "%.2f", p50 / 1e3);
     }
   }
   memcpy(s->prev, now, sizeof now[0] * (size_t)n_now);
@@ -382,13 +396,13 @@ static void count_models(top_state *s) {
 static int draw_models(top_state *s, int y) {
   attron(A_BOLD);
   mvprintw(y++, 0, "MODELS (%d)", s->n_rows);
-  mvprintw(y++, 0, "%-24s %8s %10s %10s %12s", "NAME", "REQ/S", "MEAN MS", "QUEUE MS",
-           "INFERENCES");
+  mvprintw(y++, 0, "%-22s %7s %8s %8s %7s %8s %11s", "NAME", "REQ/S", "P50 MS", "MEAN MS",
+           "WAITING", "QUEUE MS", "INFERENCES");
   attroff(A_BOLD);
   for (int i = 0; i < s->n_rows && y < LINES - 1; i++) {
     const model_row *r = &s->rows[i];
-    mvprintw(y++, 0, "%-24.24s %8s %10s %10s %12lld", r->name, r->rate, r->mean, r->queue,
-             r->inferences);
+    mvprintw(y++, 0, "%-22.22s %7s %8s %8s %7lld %8s %11lld", r->name, r->rate, r->p50, r->mean,
+             r->waiting, r->queue, r->inferences);
   }
   return y;
 }

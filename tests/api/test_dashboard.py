@@ -3,6 +3,7 @@ page at /, read by a real browser (headless Chromium) that runs its script
 against a daemon the test starts."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,13 +75,28 @@ def test_page_is_served_without_a_token(daemon):
     assert "/api/v1/history" in body and "textContent" in body
 
 
-def dump_dom(url, tmp_path):
-    """The page's DOM after its script has run for a few seconds."""
+def dump_dom(url, tmp_path, console=None):
+    """The page's DOM after its script has run for a few seconds; what the
+    page wrote to its console goes into the list `console`."""
     p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                         f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=4000",
-                        "--dump-dom", url], capture_output=True, text=True, timeout=120)
+                        "--enable-logging=stderr", "--v=0", "--dump-dom", url],
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
+    if console is not None:
+        console += [line for line in p.stderr.splitlines() if ":CONSOLE" in line]
     return p.stdout
+
+
+def screenshot(url, path, tmp_path):
+    p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                        f"--user-data-dir={tmp_path / 'chromium-shot'}", "--window-size=1280,1000",
+                        "--virtual-time-budget=4000", f"--screenshot={path}", url],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.getsize(path) > 10000  # a page drawn, not a blank one
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/install-deps.sh)")
@@ -93,13 +109,22 @@ def test_browser_shows_devices_jobs_and_models(daemon, tmp_path):
     status, answer = daemon.request("POST", "/v2/models/digits/infer", body)
     assert status == 200, answer
     try:
-        dom = dump_dom(f"http://127.0.0.1:{daemon.port}/#token={daemon.admin}", tmp_path)
+        console = []
+        url = f"http://127.0.0.1:{daemon.port}/#token={daemon.admin}"
+        dom = dump_dom(url, tmp_path, console)
+        assert console == [], console  # no errors, no warnings
         assert 'data-device="cpu0"' in dom
         assert "Utilization:" in dom and "Memory used:" in dom
         assert "&lt;img src=x onerror=alert(1)&gt;dash-probe" in dom  # text, not an element
         assert "<img" not in dom
         assert "<td>digits</td>" in dom
         assert "live," in dom
+        # The charts follow the samples: a later load draws more points.
+        points = lambda d: int(re.search(r'data-device="cpu0".*?data-points="(\d+)"', d, re.S).group(1))
+        time.sleep(1.0)
+        assert points(dump_dom(url, tmp_path)) > points(dom)
+        # The test keeps a picture of the page (pytest's tmp_path, beside the run's other files).
+        screenshot(url, tmp_path / "dashboard.png", tmp_path)
     finally:
         daemon.request("POST", f"/api/v1/jobs/{job}/cancel", token=daemon.admin)
 

@@ -505,6 +505,39 @@ def test_sigterm_drains_requests_in_flight(tmp_path):
     assert proc.wait(timeout=30) == 0
 
 
+def test_latency_histogram_and_queue_length(repo, server):
+    """The successes' latency histogram (statistics JSON and /metrics) counts
+    every request once, and its median lies within what the client measured;
+    the queue length is there, 0 when idle."""
+    body = open(os.path.join(ROOT, "models", "digits", "example-request.json"), "rb").read()
+    before = json.loads(request(server, "GET", "/v2/models/digits/stats")[1])["model_stats"][0]
+    took = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        assert request(server, "POST", "/v2/models/digits/infer", body)[0] == 200
+        took.append(time.perf_counter() - t0)
+    after = json.loads(request(server, "GET", "/v2/models/digits/stats")[1])["model_stats"][0]
+    h0, h1 = before["latency_histogram"], after["latency_histogram"]
+    assert len(h1["counts"]) == len(h1["bounds_us"]) + 1
+    recent = [b - a for a, b in zip(h0["counts"], h1["counts"])]
+    assert sum(recent) == 20
+    assert sum(h1["counts"]) == after["inference_stats"]["success"]["count"]
+    # the bucket holding the median starts below the slowest request the client saw
+    cum, k = 0, 0
+    while cum + recent[k] < 10:
+        cum += recent[k]
+        k += 1
+    lower = h1["bounds_us"][k - 1] if k else 0
+    assert lower <= max(took) * 1e6, (recent, took)
+    assert after["queue_length"] == 0
+    text = request(server, "GET", "/metrics")[1].decode()
+    line = next(l for l in text.splitlines()
+                if l.startswith('gpusrv_request_duration_seconds_count{model="digits"}'))
+    assert int(line.split()[-1]) == after["inference_stats"]["success"]["count"]
+    assert 'gpusrv_request_duration_seconds_bucket{model="digits",le="+Inf"}' in text
+    assert 'nv_inference_pending_request_count{model="digits",version="1"} 0' in text
+
+
 def test_a_thousand_concurrent_connections(repo):
     """1,000 clients connect at once, each sends one request; every one is
     answered, and the server answers the next request afterwards. A server of
