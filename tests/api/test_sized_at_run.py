@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from test_instances import booked_bytes  # noqa: E402
 from test_serve import request, serving  # noqa: E402
 
 
@@ -59,13 +60,6 @@ def test_dynamic_batching_refuses_it_with_the_reason(tmp_path):
         status, reply = infer(port, "pos", np.ones((1, 4), np.float32))
         assert status == 400, reply
         assert "NonZero" in reply["error"], reply
-
-
-def booked_bytes(port):
-    text = request(port, "GET", "/metrics")[1].decode()
-    line = next(l for l in text.splitlines()
-                if l.startswith('gpusrv_device_memory_booked_bytes{device="cpu0"}'))
-    return int(line.split()[-1])
 
 
 def test_later_stages_are_booked(tmp_path):
