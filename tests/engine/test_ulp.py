@@ -1,0 +1,27 @@
+"""Each elementwise math op within its documented error (docs/precision.md),
+in ULPs from the correctly rounded result, against mpmath over a grid with
+±0, subnormals, the extremes, ±inf and NaN (tests/engine/ulp.py)."""
+import numpy as np
+import pytest
+
+import ulp
+from gsonnx import DEVICE
+
+# The bounds docs/precision.md states, per backend: (float32, float64).
+# float64 runs on the CPU on every backend (docs/ops.md), so its bounds are the CPU's.
+CPU = {op: (1, 1) for op in ulp.OPS}
+CPU.update({"Erf": (4, 1), "Sinh": (1, 2)})
+OPENCL = dict(CPU)  # PoCL's built-ins for float32
+OPENCL.update({"Tan": (3, 1), "Sinh": (2, 2), "Cosh": (2, 1), "Erf": (1, 1)})
+BOUNDS = {"cpu0": CPU, "opencl0": OPENCL}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ulp.OPS)
+def test_within_the_documented_ulps(op, dtype):
+    device = DEVICE or "cpu0"
+    if device not in BOUNDS:
+        pytest.skip(f"no bounds stated for {device} (docs/precision.md)")
+    bound = BOUNDS[device][op][0 if dtype == np.float32 else 1]
+    err, at = ulp.measure(op, dtype, device)
+    assert err <= bound, f"{op} {np.dtype(dtype).name}: {err:.3g} ULP at {at!r}, stated {bound}"
