@@ -46,6 +46,7 @@ static const config_field fields[] = {
     {.path = "max_batch_size", .kind = FIELD_INT, AT(max_batch_size), .min = 0, .max = 1 << 20},
     {.path = "precision", .kind = FIELD_WORD, AT(precision), .words = precision_words},
     {.path = "warmup", .kind = FIELD_BOOL, AT(no_warmup), .invert = true},
+    {.path = "deterministic", .kind = FIELD_BOOL, AT(deterministic)},
     {.path = "dynamic_batching", .kind = FIELD_SECTION, AT(dynamic_batching)},
     {.path = "dynamic_batching.preferred_batch_size", .kind = FIELD_LIST,
      AT(preferred_batch_sizes), .min = 1, .max = 1 << 20,

@@ -655,7 +655,8 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     k = GS_REPO_PLAN_CACHE - 1;
     evict_plan(m, inst, k); /* before the new plan takes its memory */
     gs_plan_options opt = {.device = inst->device, .precision = m->precision, .weights = w->set,
-                           .input_values = inputs, .threads = inst->threads};
+                           .input_values = inputs, .threads = inst->threads,
+                           .deterministic = m->deterministic};
     int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     gs_plan_report r = {0};
     if (rc == 0)

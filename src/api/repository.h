@@ -102,6 +102,7 @@ typedef struct gs_served_model {
   /* dynamic_batching of the model's configuration */
   bool dynamic_batching;
   bool no_warmup; /* "warmup": false: no plans made and run at load */
+  bool deterministic; /* the same bits from every run and instance (gs_plan_options) */
   int n_preferred;
   int64_t preferred_batch_sizes[8];
   uint64_t max_queue_delay_us;

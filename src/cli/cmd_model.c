@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 typedef struct model_opts {
-  bool json, report;
+  bool json, report, deterministic;
   gs_cli_list inputs;
   const char *outdir, *device, *precision;
   long long threads;
@@ -34,6 +34,9 @@ static const gs_cli_option model_options[] = {
     GS_CLI_OPT_RANGE("threads", GS_OPT_INT, model_opts, threads, "N",
                      "run: threads the kernels use on the CPU (default: the cores this "
                      "process may run on)", 1, 4096),
+    GS_CLI_OPT("deterministic", GS_OPT_BOOL, model_opts, deterministic, NULL,
+               "run: the same bits from every run whatever the threads (the CPU's kernels on "
+               "one thread; docs/precision.md says what it costs)"),
     GS_CLI_OPT("report", GS_OPT_BOOL, model_opts, report, NULL,
                "run: print the plan: kernels, folded and fused nodes, and the arena's peak bytes "
                "beside the sum of all intermediate tensors"),
@@ -268,7 +271,8 @@ static int run(const char *path, const model_opts *opts) {
     in_ptrs[i] = inputs[i].data;
   }
   gs_plan_options opt = {.device = dev, .precision = precision, .threads = (int)opts->threads,
-                         .input_values = (const void *const *)in_ptrs};
+                         .input_values = (const void *const *)in_ptrs,
+                         .deterministic = opts->deterministic};
   if (gs_plan_create(m, shapes, &opt, &plan) < 0) {
     gs_cli_error("model run: %s", gs_error_detail());
     goto done;
@@ -344,7 +348,7 @@ const gs_cli_command gs_cli_model = {
     .name = "model",
     .usage = "gpusrv model inspect FILE.onnx [--json]\n"
              "gpusrv model run FILE.onnx -i NAME=FILE.npy [-i ...] -o OUTDIR [--device ID]\n"
-             "                 [--precision fp32|fp16|bf16] [--threads N] [--report]",
+             "                 [--precision fp32|fp16|bf16] [--threads N] [--deterministic] [--report]",
     .about = "inspect  Shows the model's inputs and outputs (name, type, shape), its ops and how\n"
              "         often each occurs, its parameters, its opset, and whether gpusrv supports\n"
              "         every op. Exits 1 and lists what is unsupported if not.\n"

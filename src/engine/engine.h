@@ -42,6 +42,11 @@ typedef struct gs_plan_options {
    * them on the host (the CPU); 0: all cores of the device
    * (gs_stream_set_threads). */
   int threads;
+  /* The same bits from every run, whatever the instance count or the cores
+   * (issue 22's `deterministic`): kernels on the host run on one thread,
+   * since oneDNN's GEMM and convolutions may split a sum differently on
+   * more. The device kernels already sum in a fixed order, without atomics. */
+  bool deterministic;
   /* Iterations one Loop node may run in a run before the run fails (a Loop
    * whose condition never turns false would run forever); 0: 10 million. */
   int64_t loop_limit;

@@ -755,7 +755,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   if (rc == 0)
     rc = gs_stream_create_ex(p->device, GS_STREAM_INLINE, &p->stream);
   if (rc == 0)
-    rc = gs_stream_set_threads(p->stream, opt ? opt->threads : 0);
+    rc = gs_stream_set_threads(p->stream, !opt ? 0 : opt->deterministic ? 1 : opt->threads);
   gs_pool_t *pool = p->device ? gs_device_pool(p->device, GS_MEM_DEVICE) : NULL;
   if (rc == 0)
     rc = gs_pool_alloc(pool, p->report.arena_bytes, p->stream, &p->arena);
