@@ -742,6 +742,26 @@ DEVFN float reduce_finish(int op, float acc, long count, float shift) {
   }
 }
 
+/* The ops whose accumulator is a sum. */
+DEVFN int reduce_adds(int op) {
+  return op != REDUCE_MAX && op != REDUCE_MIN && op != REDUCE_PROD;
+}
+
+/* acc + term, Neumaier's way: what the addition rounds off goes into *comp,
+ * added back at the end. A float32 sum of n terms then errs by about one
+ * rounding instead of up to n (the CPU sums in double). */
+DEVFN float sum_step(float acc, float term, float *comp) {
+  float t = acc + term;
+  *comp += fabs(acc) >= fabs(term) ? (acc - t) + term : (term - t) + acc;
+  return t;
+}
+
+/* One element into a reduction's accumulator, compensated where it adds. */
+DEVFN float reduce_add(int op, float acc, float v, float shift, float *comp) {
+  return reduce_adds(op) ? sum_step(acc, reduce_step(op, 0.0f, v, shift), comp)
+                         : reduce_step(op, acc, v, shift);
+}
+
 /* LogSumExp's shift from the largest element: 0 where that is infinite
  * (or there is none), which keeps inf - inf out of exp. */
 DEVFN float lse_shift(float largest) {
@@ -774,9 +794,11 @@ KERNEL reduce_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
         mx = reduce_step(REDUCE_MAX, mx, ldf(x, (ulong)(base + reduced_offset(&g, r)), fp16), 0.0f);
       shift = lse_shift(mx);
     }
-    float acc = reduce_start(op);
+    float acc = reduce_start(op), comp = 0.0f;
     for (long r = 0; r < g.count; r++)
-      acc = reduce_step(op, acc, ldf(x, (ulong)(base + reduced_offset(&g, r)), fp16), shift);
+      acc = reduce_add(op, acc, ldf(x, (ulong)(base + reduced_offset(&g, r)), fp16), shift, &comp);
+    if (reduce_adds(op))
+      acc += comp;
     stf(y, yo + i, reduce_finish(op, acc, g.count, shift), fp16);
   }
 }
@@ -964,10 +986,12 @@ KERNEL reduce_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, 
         mx = reduce_step(REDUCE_MAX, mx, ldf(x, xo + r * len + i, fp16), 0.0f);
       shift = lse_shift(group_reduce(buf, mx, REDUCE_MAX));
     }
-    float acc = reduce_start(op);
+    float acc = reduce_start(op), comp = 0.0f;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
-      acc = reduce_step(op, acc, ldf(x, xo + r * len + i, fp16), shift);
-    acc = group_reduce(buf, acc, op);
+      acc = reduce_add(op, acc, ldf(x, xo + r * len + i, fp16), shift, &comp);
+    if (reduce_adds(op))
+      acc += comp;
+    acc = group_reduce(buf, acc, op); /* then pairwise, across the group */
     if (LOCAL_ID == 0)
       stf(y, yo + r, reduce_finish(op, acc, (long)len, shift), fp16);
   }
