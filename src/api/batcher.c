@@ -659,6 +659,7 @@ void gs_batcher_stop(gs_batcher *b) {
     release_pipeline(&b->pipelines[i]);
   }
   /* What no pipeline took (none could start, or one stopped on an error). */
+  count_queued(b, -b->queued); /* what is drained below never reaches a pipeline */
   while (b->head) {
     gs_infer_request *r = b->head;
     b->head = r->next;

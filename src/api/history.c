@@ -21,6 +21,7 @@ typedef struct sample {
 typedef struct health_seen {
   gs_health health;
   char reason[160];
+  bool known; /* the read gave a health (a failed read or no health: not known) */
 } health_seen;
 
 typedef struct health_event {
@@ -53,10 +54,11 @@ static double unix_now(void) {
 static sample read_device(gs_device_t *d, double now, health_seen *health) {
   gs_telemetry t;
   sample s = {now, NAN, NAN, NAN, NAN};
-  *health = (health_seen){GS_HEALTH_HEALTHY, ""};
+  *health = (health_seen){GS_HEALTH_HEALTHY, "", false};
   if (gs_device_telemetry(d, &t) != GS_OK)
     return s;
   if (t.valid & GS_TM_HEALTH) {
+    health->known = true;
     health->health = t.health;
     snprintf(health->reason, sizeof health->reason, "%s", t.health_reason);
   }
@@ -74,8 +76,8 @@ static sample read_device(gs_device_t *d, double now, health_seen *health) {
 /* A change of device d's health (the lock held): an event. */
 static void note_health(gs_history *h, int d, const health_seen *now, double at) {
   health_seen *was = &h->health[d];
-  if (now->health == was->health)
-    return;
+  if (!now->known || now->health == was->health)
+    return; /* an unknown health is no change */
   health_event *e = &h->events[h->events_next];
   *e = (health_event){.time = at, .device = d, .health = now->health, .previous = was->health};
   snprintf(e->reason, sizeof e->reason, "%s", now->reason);

@@ -725,7 +725,9 @@ static gs_instance *take_instance(gs_served_model *m) {
 /* After a run of plans[0] made in stages: books what the stages it planned
  * hold beyond its booking (and what they added to the shared weights). When
  * that does not fit, the plan goes, and its memory with it: the run fails
- * with the ledger's reason rather than hold memory nobody booked. */
+ * with the ledger's reason rather than hold memory nobody booked. The
+ * booking only grows: stage plans replaced by smaller ones keep it until
+ * the plan is evicted. */
 static int book_stages(gs_served_model *m, gs_instance *inst) {
   uint64_t held = gs_plan_device_bytes(inst->plans[0]);
   int rc = GS_OK;
@@ -763,15 +765,21 @@ static int book_stages(gs_served_model *m, gs_instance *inst) {
 static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                            const gs_shape *shapes, const void *const *inputs, void **outputs,
                            gs_plan_value_info *out_info) {
-  gs_plan *plan;
+  gs_plan *plan = NULL;
   int rc = gs_served_plan(m, inst, v, shapes, inputs, &plan);
   if (rc == 0)
     rc = gs_plan_run_alloc(plan, inputs, outputs, out_info);
-  if (rc == 0 && gs_plan_sizes_at_run(plan) && (rc = book_stages(m, inst)) < 0)
-    for (int i = 0; i < v->model->n_outputs; i++) {
-      free(outputs[i]);
-      outputs[i] = NULL;
+  /* A run that failed may have planned stages too: booked (or dropped) all the same. */
+  if (plan && gs_plan_sizes_at_run(plan)) {
+    int booked = book_stages(m, inst);
+    if (booked < 0 && rc == 0) {
+      for (int i = 0; i < v->model->n_outputs; i++) {
+        free(outputs[i]);
+        outputs[i] = NULL;
+      }
+      rc = booked;
     }
+  }
   return rc;
 }
 

@@ -141,7 +141,10 @@ static void poll_daemon(top_state *s) {
   s->devices = fetch(s, "/api/v1/devices?all=1", "devices");
   s->jobs = s->devices ? fetch(s, "/api/v1/jobs", "jobs") : NULL;
   json_t *stats = s->jobs ? fetch(s, "/v2/models/stats", "model_stats") : NULL;
-  if (s->devices) { /* a daemon from before health events has no such route: none shown */
+  if (!s->devices) { /* unreachable: no stale events beside the error */
+    json_decref(s->events);
+    s->events = NULL;
+  } else { /* a daemon from before health events has no such route: none shown */
     char saved[sizeof s->error];
     snprintf(saved, sizeof saved, "%s", s->error);
     json_decref(s->events);

@@ -743,25 +743,40 @@ int gs_frontdesk_processes(gs_frontdesk *fd, gs_device_process **out, int *n) {
   if (!*out)
     return gs_error(GS_ENOMEM, "out of memory listing device processes");
   gs_process_info procs[PER_DEVICE];
+  int session[PER_DEVICE];
   for (int d = 0; d < fd->n_devices; d++) {
     int count = 0;
     if (gs_device_processes(fd->devices[d], procs, PER_DEVICE, &count) < 0)
       continue;
     if (count > PER_DEVICE)
       count = PER_DEVICE;
-    pthread_mutex_lock(&fd->lock);
+    /* /proc first, without the lock (the scheduler's loop takes it) ... */
+    gs_device_process *first = &(*out)[*n];
     for (int k = 0; k < count; k++) {
-      gs_device_process *p = &(*out)[(*n)++];
+      gs_device_process *p = &first[k];
       p->device = fd->devices[d];
       p->pid = procs[k].pid;
       snprintf(p->name, sizeof p->name, "%s", procs[k].name);
       p->memory_bytes = procs[k].memory_used_bytes;
-      p->job = job_of_process(fd, procs[k].pid);
-      for (int i = 0; p->job && i < fd->n_active; i++)
-        if (fd->active[i].job->id == p->job)
-          snprintf(p->tenant, sizeof p->tenant, "%s", fd->active[i].job->tenant);
+      p->job = gs_cgroup_job_of_process(p->pid);
+      session[k] = p->job > 0 ? 0 : gs_process_session(p->pid);
+    }
+    /* ... then the jobs, under it, as job_of_process matches them. */
+    pthread_mutex_lock(&fd->lock);
+    for (int k = 0; k < count; k++) {
+      gs_device_process *p = &first[k];
+      for (int i = 0; i < fd->n_active; i++) {
+        const gs_job *j = fd->active[i].job;
+        if (p->job <= 0 && session[k] > 0 && j->state == GS_JOB_RUNNING && j->pid == session[k])
+          p->job = j->id;
+        if (p->job > 0 && j->id == p->job)
+          snprintf(p->tenant, sizeof p->tenant, "%s", j->tenant);
+      }
+      if (p->job < 0)
+        p->job = 0;
     }
     pthread_mutex_unlock(&fd->lock);
+    *n += count;
   }
   return GS_OK;
 }

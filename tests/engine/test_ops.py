@@ -294,6 +294,8 @@ def test_det():
     singular = np.array([[1, 2, 3], [2, 4, 6], [0, 1, 1]], np.float32)  # rows 0 and 1 in line
     check_op("Det", {"x": singular}, on_device=False)
     check_op("Det", {"x": f32(1, 1)}, on_device=False)
+    with_nan = np.array([[0, 1], [np.nan, 1]], np.float32)  # a zero pivot before the NaN row
+    check_op("Det", {"x": with_nan}, on_device=False)
 
 
 @pytest.mark.parametrize("attrs", [
@@ -393,6 +395,13 @@ def test_long_float32_sums_are_compensated(op, row_groups, monkeypatch):
     want = {"ReduceSum": x64.sum(axis=1), "ReduceMean": x64.mean(axis=1),
             "ReduceSumSquare": (x64 * x64).sum(axis=1)}[op]
     assert np.abs(got - want).max() / np.abs(want).max() < 3e-7, (got, want)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceL1"])
+def test_sums_through_infinities(op):
+    # the compensated device sums stay inf (and NaN for inf - inf), as plain sums do
+    x = np.array([[1.0, np.inf, 2.0], [np.inf, -np.inf, 1.0], [-np.inf, 5.0, 1.0]], np.float32)
+    check_op(op, {"x": x}, {"keepdims": 0}, consts={"axes": np.array([1], np.int64)}, opset=18)
 
 
 def test_reduce_axes_attribute_opset13():

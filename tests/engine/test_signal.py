@@ -177,12 +177,19 @@ def test_refusals():
     x = np.zeros((2, 8, 1), np.float32)
     assert "axis 2 is out of range" in refusal(dft_model(x, 20, axis=2), {"x": x})
     assert "dft_length 0 is out of range" in refusal(dft_model(x, 17, length=0), {"x": x})
+    x2 = np.zeros((2, 8, 2), np.float32)
+    assert "onesided=1 is for the forward transform of a real signal" in refusal(
+        dft_model(x2, 17, onesided=1), {"x": x2})
     x16 = x.astype(np.float16)
     assert "float16" in refusal(dft_model(x16, 17), {"x": x16})
     node = helper.make_node("STFT", ["x", "step", "", "len"], ["y"])
     m = make_model([node], {"x": x}, {"step": np.array(2, np.int64), "len": np.array(9, np.int64)},
                    opset=17)
     assert "no longer than the signal" in refusal(m, {"x": x})
+    node = helper.make_node("STFT", ["x", "step", "w", "len"], ["y"])
+    m = make_model([node], {"x": x}, {"step": np.array(2, np.int64), "w": np.ones(4, np.float32),
+                                      "len": np.array(6, np.int64)}, opset=17)
+    assert "the window has 4 values and frame_length is 6" in refusal(m, {"x": x})
     names = ["bins", "len", "rate", "lo", "hi"]
     values = [np.array(8, np.int64), np.array(16, np.int64), np.array(8000, np.int64),
               np.array(0, np.float32), np.array(16000, np.float32)]

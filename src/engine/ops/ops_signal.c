@@ -7,6 +7,9 @@
 
 #include "base/error.h"
 
+#include <limits.h>
+#include <stdbool.h>
+
 static int infer_window(gs_op_call *c, const gs_node *n) {
   int64_t size;
   int rc = gs_op_const_ints(c, 0, &size, 1);
@@ -76,11 +79,15 @@ static int infer_dft(gs_op_call *c, const gs_node *n) {
   a->length = a->in_len;
   if (given(c, 1) && (rc = const_int(c, 1, "dft_length", &a->length)) < 0)
     return rc;
-  if (a->length < 1 || a->length > (1ll << 31))
-    return gs_op_fail(c, "dft_length %lld is out of range (1 to 2^31)", (long long)a->length);
+  if (a->length < 1 || a->length > INT_MAX) /* FFTW's lengths are ints */
+    return gs_op_fail(c, "dft_length %lld is out of range (1 to 2^31 - 1)", (long long)a->length);
   a->inverse = gs_attr_int(n, "inverse", 0) != 0;
-  a->out_len = gs_attr_int(n, "onesided", 0) ? a->length / 2 + 1 : a->length;
+  bool onesided = gs_attr_int(n, "onesided", 0) != 0;
+  a->out_len = onesided ? a->length / 2 + 1 : a->length;
   a->complex_in = x->dims[x->rank - 1] == 2;
+  if (onesided && (a->complex_in || a->inverse))
+    return gs_op_fail(c, "onesided=1 is for the forward transform of a real signal (a complex "
+                         "input's spectrum has no symmetry to drop)");
   a->outer = a->inner = 1;
   for (int d = 0; d < axis; d++)
     a->outer *= x->dims[d];
@@ -119,6 +126,9 @@ static int infer_stft(gs_op_call *c, const gs_node *n) {
     return rc;
   if (!a->has_window)
     a->window = a->length;
+  if (a->window != a->length)
+    return gs_op_fail(c, "the window has %lld values and frame_length is %lld: they must be "
+                         "the same", (long long)a->window, (long long)a->length);
   if (a->step < 1 || a->length < 1 || a->length > x->dims[1] || a->window < 1)
     return gs_op_fail(c, "frame_step (%lld) and frame_length (%lld) must be at least 1, the "
                          "frame no longer than the signal (%lld)%s", (long long)a->step,
@@ -148,9 +158,12 @@ static int infer_mel(gs_op_call *c, const gs_node *n) {
   if (a->mel_bins < 1 || a->mel_bins > 65536 || a->dft_length < 1 || a->dft_length > (1 << 24))
     return gs_op_fail(c, "num_mel_bins (%lld) must be 1 to 65536 and dft_length (%lld) 1 to "
                          "2^24", (long long)a->mel_bins, (long long)a->dft_length);
-  for (int i = 2; i < 5; i++)
+  for (int i = 2; i < 5; i++) {
+    if ((rc = gs_op_want_dtype(c, i, GS_DTM_NUMERIC)) < 0)
+      return rc;
     if (gs_shape_numel(&c->in[i].shape) != 1)
       return gs_op_fail(c, "input %d must be one value", i);
+  }
   gs_dtype dt = gs_dtype_from_onnx((int)gs_attr_int(n, "output_datatype", 1));
   if (dt == GS_DT_INVALID || dt == GS_DT_BYTES)
     return gs_op_fail(c, "output_datatype %lld is not supported",

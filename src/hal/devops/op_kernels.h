@@ -752,7 +752,8 @@ DEVFN int reduce_adds(int op) {
  * rounding instead of up to n (the CPU sums in double). */
 DEVFN float sum_step(float acc, float term, float *comp) {
   float t = acc + term;
-  *comp += fabs(acc) >= fabs(term) ? (acc - t) + term : (term - t) + acc;
+  if (isfinite(t)) /* past an infinity, inf - inf would make the correction NaN */
+    *comp += fabs(acc) >= fabs(term) ? (acc - t) + term : (term - t) + acc;
   return t;
 }
 
@@ -797,7 +798,7 @@ KERNEL reduce_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
     float acc = reduce_start(op), comp = 0.0f;
     for (long r = 0; r < g.count; r++)
       acc = reduce_add(op, acc, ldf(x, (ulong)(base + reduced_offset(&g, r)), fp16), shift, &comp);
-    if (reduce_adds(op))
+    if (reduce_adds(op) && isfinite(acc))
       acc += comp;
     stf(y, yo + i, reduce_finish(op, acc, g.count, shift), fp16);
   }
@@ -989,7 +990,7 @@ KERNEL reduce_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, 
     float acc = reduce_start(op), comp = 0.0f;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
       acc = reduce_add(op, acc, ldf(x, xo + r * len + i, fp16), shift, &comp);
-    if (reduce_adds(op))
+    if (reduce_adds(op) && isfinite(acc))
       acc += comp;
     acc = group_reduce(buf, acc, op); /* then pairwise, across the group */
     if (LOCAL_ID == 0)

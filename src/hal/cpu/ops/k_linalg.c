@@ -10,6 +10,9 @@
 
 /* The determinant of the m x m matrix in a (row-major, overwritten). */
 static double lu_determinant(double *a, int64_t m) {
+  for (int64_t i = 0; i < m * m; i++)
+    if (a[i] != a[i])
+      return NAN; /* as numpy: a NaN anywhere, whatever the pivots */
   double det = 1;
   for (int64_t k = 0; k < m; k++) {
     int64_t pivot = k;

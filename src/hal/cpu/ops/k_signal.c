@@ -57,7 +57,7 @@ static int k_mel(const gs_cpu_kernel_call *k) {
   int64_t bins = a->mel_bins, rows = a->dft_length / 2 + 1;
   double rate = gs_ld(c->in[2].dtype, k->ptr[2], 0);
   double lo = gs_ld(c->in[3].dtype, k->ptr[3], 0), hi = gs_ld(c->in[4].dtype, k->ptr[4], 0);
-  if (!(rate > 0) || !(lo >= 0) || !(hi > lo))
+  if (!(rate > 0) || !(lo >= 0) || !(hi > lo) || !isfinite(rate) || !isfinite(hi))
     return gs_error(GS_EINVAL, "node %s (MelWeightMatrix): sample_rate (%g) must be positive "
                     "and 0 <= lower_edge_hertz (%g) < upper_edge_hertz (%g)", c->node_name, rate,
                     lo, hi);
@@ -70,8 +70,10 @@ static int k_mel(const gs_cpu_kernel_call *k) {
     double hz = 700 * (pow(10, ((double)i * step + mel_lo) / 2595) - 1);
     edge[i] = floor_divide((double)(a->dft_length + 1) * hz, rate);
   }
-  if (edge[bins + 1] >= rows) {
-    int64_t last = edge[bins + 1];
+  /* The triangles reach the centre of the last bin and stop short of its
+   * right edge: those must be rows of the table. */
+  if (edge[bins] >= rows || edge[bins + 1] > rows) {
+    int64_t last = edge[bins + 1] - 1 > edge[bins] ? edge[bins + 1] - 1 : edge[bins];
     free(edge);
     return gs_error(GS_EINVAL, "node %s (MelWeightMatrix): upper_edge_hertz %g maps to DFT bin "
                     "%lld, past the %lld bins of a %lld-point DFT at %g Hz", c->node_name, hi,
