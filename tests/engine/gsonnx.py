@@ -64,6 +64,16 @@ def run_gpusrv(model_path, feeds, workdir, extra=()):
     return p
 
 
+def refusal(model, feeds):
+    """gpusrv's message when it refuses to run `model` on `feeds` (exit 1)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, feeds, d)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    return p.stderr
+
+
 def load_outputs(workdir, names):
     out = {}
     for n in names:

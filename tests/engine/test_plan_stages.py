@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from gsonnx import check_model, make_model, run_gpusrv
+from gsonnx import check_model, make_model, refusal, run_gpusrv
 
 rng = np.random.default_rng(7)
 
@@ -402,13 +402,6 @@ def test_scan_with_bad_attributes_is_refused_at_load():
 # ---- refusals on the paths of a run ----------------------------------------------------------
 
 
-def refusal(model, feeds):
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "m.onnx")
-        onnx.save(model, path)
-        p = run_gpusrv(path, feeds, d)
-    assert p.returncode == 1, p.stderr
-    return p.stderr
 
 
 def test_nms_iou_threshold_out_of_range_is_refused():
