@@ -191,16 +191,30 @@ static int book_weights(gs_served_model *m, gs_shared_weights *w) {
   return rc;
 }
 
+static void clear_plan_slot(gs_instance *inst, int k) {
+  inst->plans[k] = NULL;
+  inst->bookings[k] = NULL;
+  inst->booked_bytes[k] = 0;
+  inst->plan_weights[k] = NULL;
+}
+
 /* Drops cached plan k of an instance, giving its memory, its booking and its
  * use of the shared weights back. */
 static void evict_plan(gs_served_model *m, gs_instance *inst, int k) {
   gs_plan_destroy(inst->plans[k]);
   gs_booking_release(inst->bookings[k]);
   release_weights(m, inst->plan_weights[k]);
-  inst->plans[k] = NULL;
-  inst->bookings[k] = NULL;
-  inst->booked_bytes[k] = 0;
-  inst->plan_weights[k] = NULL;
+  clear_plan_slot(inst, k);
+}
+
+/* Cache slot `from` into slot `to` (the slots are parallel arrays). */
+static void move_plan(gs_instance *inst, int from, int to) {
+  inst->plans[to] = inst->plans[from];
+  inst->bookings[to] = inst->bookings[from];
+  inst->booked_bytes[to] = inst->booked_bytes[from];
+  inst->plan_weights[to] = inst->plan_weights[from];
+  inst->plan_version[to] = inst->plan_version[from];
+  memcpy(inst->plan_shapes[to], inst->plan_shapes[from], sizeof inst->plan_shapes[to]);
 }
 
 static void destroy_instances(gs_served_model *m) {
@@ -686,14 +700,8 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     }
   }
   /* Move to the front. */
-  for (int i = k; i > 0; i--) {
-    inst->plans[i] = inst->plans[i - 1];
-    inst->bookings[i] = inst->bookings[i - 1];
-    inst->booked_bytes[i] = inst->booked_bytes[i - 1];
-    inst->plan_weights[i] = inst->plan_weights[i - 1];
-    inst->plan_version[i] = inst->plan_version[i - 1];
-    memcpy(inst->plan_shapes[i], inst->plan_shapes[i - 1], sizeof inst->plan_shapes[i]);
-  }
+  for (int i = k; i > 0; i--)
+    move_plan(inst, i - 1, i);
   inst->plans[0] = plan;
   inst->bookings[0] = booking;
   inst->booked_bytes[0] = booked_bytes;
@@ -742,20 +750,10 @@ static int book_stages(gs_served_model *m, gs_instance *inst) {
     GS_LOGW("api", "model %s: the stages its run planned do not fit its booking, so the plan "
             "is dropped: %s", m->name, gs_error_detail());
     evict_plan(m, inst, 0);
-    /* The cache stays a prefix: the others move up. */
-    int k = 0;
-    for (; k + 1 < GS_REPO_PLAN_CACHE; k++) {
-      inst->plans[k] = inst->plans[k + 1];
-      inst->bookings[k] = inst->bookings[k + 1];
-      inst->booked_bytes[k] = inst->booked_bytes[k + 1];
-      inst->plan_weights[k] = inst->plan_weights[k + 1];
-      inst->plan_version[k] = inst->plan_version[k + 1];
-      memcpy(inst->plan_shapes[k], inst->plan_shapes[k + 1], sizeof inst->plan_shapes[k]);
-    }
-    inst->plans[k] = NULL;
-    inst->bookings[k] = NULL;
-    inst->booked_bytes[k] = 0;
-    inst->plan_weights[k] = NULL;
+    /* The cache stays a prefix: the others move up, the last slot empty. */
+    for (int k = 0; k + 1 < GS_REPO_PLAN_CACHE; k++)
+      move_plan(inst, k + 1, k);
+    clear_plan_slot(inst, GS_REPO_PLAN_CACHE - 1);
   }
   return rc;
 }

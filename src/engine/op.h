@@ -52,6 +52,10 @@ int gs_op_need_values(const gs_op_call *c, int input);
  * missed, or -1; reading it clears it. The planner uses it to learn which
  * model inputs it must plan with their values (engine.h). */
 int gs_op_wanted_input(void);
+/* Whether input i is there: within the node's inputs and not left out (""). */
+static inline bool gs_op_given(const gs_op_call *c, int i) {
+  return i < c->n_in && c->in[i].dtype != GS_DT_INVALID;
+}
 /* Reads a known int64/int32 input (shapes, axes, ...) into out. Returns the
  * count, or a GS_E code when the input is unknown before running or too long. */
 int gs_op_const_ints(const gs_op_call *c, int input, int64_t *out, int max);

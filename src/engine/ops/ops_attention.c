@@ -16,10 +16,6 @@
 
 enum { IN_Q, IN_K, IN_V, IN_MASK, IN_PAST_K, IN_PAST_V, IN_NONPAD };
 
-static bool given(const gs_op_call *c, int i) {
-  return i < c->n_in && c->in[i].dtype != GS_DT_INVALID;
-}
-
 /* Heads and sizes from Q, K and V (3-D: the heads attributes split them). */
 static int read_heads(gs_op_call *c, const gs_node *n, gs_attention_attrs *a) {
   const gs_shape *q = &c->in[IN_Q].shape, *k = &c->in[IN_K].shape, *v = &c->in[IN_V].shape;
@@ -60,10 +56,10 @@ static int read_heads(gs_op_call *c, const gs_node *n, gs_attention_attrs *a) {
 
 /* past_key [batch, kv_heads, past, head] and past_value [.., past, v_head]. */
 static int read_past(gs_op_call *c, gs_attention_attrs *a) {
-  a->has_past = given(c, IN_PAST_K) || given(c, IN_PAST_V);
+  a->has_past = gs_op_given(c, IN_PAST_K) || gs_op_given(c, IN_PAST_V);
   if (!a->has_past)
     return GS_OK;
-  if (!given(c, IN_PAST_K) || !given(c, IN_PAST_V))
+  if (!gs_op_given(c, IN_PAST_K) || !gs_op_given(c, IN_PAST_V))
     return gs_op_fail(c, "past_key and past_value come together");
   const gs_shape *pk = &c->in[IN_PAST_K].shape, *pv = &c->in[IN_PAST_V].shape;
   if (pk->rank != 4 || pv->rank != 4 || pk->dims[0] != a->batch || pv->dims[0] != a->batch ||
@@ -77,7 +73,7 @@ static int read_past(gs_op_call *c, gs_attention_attrs *a) {
 /* The mask: bool or Q's type, broadcast to [batch, q_heads, q_seq, total];
  * a last dim shorter than total is padded with masked positions. */
 static int read_mask(gs_op_call *c, gs_attention_attrs *a) {
-  a->has_mask = given(c, IN_MASK);
+  a->has_mask = gs_op_given(c, IN_MASK);
   if (!a->has_mask)
     return GS_OK;
   const gs_tensor_desc *m = &c->in[IN_MASK];
@@ -103,7 +99,7 @@ static int infer_attention(gs_op_call *c, const gs_node *n) {
   if (rc < 0)
     return rc;
   for (int i = IN_K; i <= IN_PAST_V; i++)
-    if (i != IN_MASK && given(c, i) && c->in[i].dtype != c->in[IN_Q].dtype)
+    if (i != IN_MASK && gs_op_given(c, i) && c->in[i].dtype != c->in[IN_Q].dtype)
       return gs_op_fail(c, "K, V and the past must be of Q's type");
   gs_attention_attrs *a = gs_op_attrs(c, sizeof *a);
   if (!a)
@@ -113,7 +109,7 @@ static int infer_attention(gs_op_call *c, const gs_node *n) {
   a->total = a->past + a->kv_seq;
   if ((rc = read_mask(c, a)) < 0)
     return rc;
-  a->has_nonpad = given(c, IN_NONPAD);
+  a->has_nonpad = gs_op_given(c, IN_NONPAD);
   if (a->has_nonpad && (c->in[IN_NONPAD].dtype != GS_DT_INT64 ||
                         gs_shape_numel(&c->in[IN_NONPAD].shape) != a->batch))
     return gs_op_fail(c, "nonpad_kv_seqlen must be int64 [batch]");
@@ -166,7 +162,7 @@ static int infer_rotary(gs_op_call *c, const gs_node *n) {
     return gs_op_fail(c, "rotary_embedding_dim must be even and at most the head size %lld",
                       (long long)a->head);
   a->interleaved = gs_attr_int(n, "interleaved", 0) != 0;
-  a->has_positions = given(c, IN_POSITIONS);
+  a->has_positions = gs_op_given(c, IN_POSITIONS);
   const gs_shape *cs = &c->in[IN_COS].shape, *ss = &c->in[IN_SIN].shape;
   if (c->in[IN_COS].dtype != c->in[IN_X].dtype || c->in[IN_SIN].dtype != c->in[IN_X].dtype ||
       !gs_shape_equal(cs, ss))
@@ -207,7 +203,7 @@ static int infer_tensor_scatter(gs_op_call *c, const gs_node *n) {
     if (d == a->axis ? upd->dims[d] > cache->dims[d] : upd->dims[d] != cache->dims[d])
       return gs_op_fail(c, "update's dim %d (%lld) does not fit past_cache's (%lld)", d,
                         (long long)upd->dims[d], (long long)cache->dims[d]);
-  if (given(c, 2) && (c->in[2].dtype != GS_DT_INT64 ||
+  if (gs_op_given(c, 2) && (c->in[2].dtype != GS_DT_INT64 ||
                       gs_shape_numel(&c->in[2].shape) != cache->dims[0]))
     return gs_op_fail(c, "write_indices must be int64 [batch]");
   c->out[0] = c->in[0];

@@ -30,10 +30,6 @@ static int infer_window(gs_op_call *c, const gs_node *n) {
   return GS_OK;
 }
 
-static bool given(const gs_op_call *c, int i) {
-  return c->n_in > i && c->in[i].dtype != GS_DT_INVALID;
-}
-
 /* A known one-value integer input (a length, a step, an axis). */
 static int const_int(gs_op_call *c, int i, const char *what, int64_t *out) {
   int rc = gs_op_const_ints(c, i, out, 1);
@@ -65,7 +61,7 @@ static int infer_dft(gs_op_call *c, const gs_node *n) {
     return rc;
   const gs_shape *x = &c->in[0].shape;
   int64_t axis = gs_attr_int(n, "axis", n->opset >= 20 ? -2 : 1);
-  if (given(c, 2) && (rc = const_int(c, 2, "axis", &axis)) < 0)
+  if (gs_op_given(c, 2) && (rc = const_int(c, 2, "axis", &axis)) < 0)
     return rc;
   if (axis < 0)
     axis += x->rank;
@@ -77,7 +73,7 @@ static int infer_dft(gs_op_call *c, const gs_node *n) {
     return GS_ENOMEM;
   a->in_len = x->dims[axis];
   a->length = a->in_len;
-  if (given(c, 1) && (rc = const_int(c, 1, "dft_length", &a->length)) < 0)
+  if (gs_op_given(c, 1) && (rc = const_int(c, 1, "dft_length", &a->length)) < 0)
     return rc;
   if (a->length < 1 || a->length > INT_MAX) /* FFTW's lengths are ints */
     return gs_op_fail(c, "dft_length %lld is out of range (1 to 2^31 - 1)", (long long)a->length);
@@ -115,14 +111,14 @@ static int infer_stft(gs_op_call *c, const gs_node *n) {
     return GS_ENOMEM;
   if ((rc = const_int(c, 1, "frame_step", &a->step)) < 0)
     return rc;
-  a->has_window = given(c, 2);
+  a->has_window = gs_op_given(c, 2);
   if (a->has_window) {
     if (c->in[2].shape.rank != 1 || c->in[2].dtype != c->in[0].dtype)
       return gs_op_fail(c, "the window must be 1-D, of the signal's type");
     a->window = c->in[2].shape.dims[0];
   }
   a->length = a->has_window ? a->window : x->dims[1];
-  if (given(c, 3) && (rc = const_int(c, 3, "frame_length", &a->length)) < 0)
+  if (gs_op_given(c, 3) && (rc = const_int(c, 3, "frame_length", &a->length)) < 0)
     return rc;
   if (!a->has_window)
     a->window = a->length;
