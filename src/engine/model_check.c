@@ -54,7 +54,7 @@ static int check_ops(const gs_model *m) {
       continue;
     const gs_node *n = &m->nodes[i];
     bool foreign = n->domain[0] && strcmp(n->domain, "ai.onnx") != 0;
-    const gs_op_def *op = foreign ? NULL : gs_op_find(n->op_type);
+    const gs_op_def *op = gs_op_of(n);
     if (op)
       continue;
     add_problem(&p, "%s%s%s%s (nodes ", p.count ? "; " : "", foreign ? n->domain : "",
@@ -93,7 +93,7 @@ static int check_nodes(const gs_model *m) {
   problems p = {.len = 0};
   for (int i = 0; i < m->n_nodes; i++) {
     const gs_node *n = &m->nodes[i];
-    const gs_op_def *op = gs_op_find(n->op_type);
+    const gs_op_def *op = gs_op_of(n);
     if (!op) { /* check_ops said so first; kept so that no path reads a NULL op */
       add_problem(&p, "%snode %s: unsupported op %s", p.count ? "; " : "", n->name, n->op_type);
       continue;

@@ -78,7 +78,7 @@ static int scan(const gs_model *m, split_scan *s) {
     /* A node that runs graphs (If, Loop) is never folded while planning:
      * its outputs cross like computed ones, or a stage copying it would
      * cut around the copy again. */
-    const gs_op_def *op = gs_op_find(node->op_type);
+    const gs_op_def *op = gs_op_of(node);
     bool is_static = !(op && op->runs_graphs);
     for (int k = 0; k < node->n_in; k++) {
       if (!node->inputs[k][0])

@@ -11,6 +11,9 @@
 
 typedef struct gs_op_def {
   const char *name; /* ONNX op_type */
+  /* NULL: the default ONNX domain; else the node's domain, e.g.
+   * "com.microsoft" for the ops onnxruntime's quantiser writes. */
+  const char *domain;
   int min_in, max_in, min_out, max_out;
   /* Attribute names the op understands; NULL-terminated, NULL for none. Any
    * other attribute on a node makes the model unsupported. */
@@ -28,8 +31,13 @@ typedef struct gs_op_def {
   bool runs_graphs;
 } gs_op_def;
 
-/* The op named `name` in the default ONNX domain, or NULL. */
-const gs_op_def *gs_op_find(const char *name);
+/* The op named `name` in `domain` ("", "ai.onnx" and NULL: the default
+ * ONNX domain), or NULL. */
+const gs_op_def *gs_op_find(const char *domain, const char *name);
+/* The op a node names, or NULL. */
+static inline const gs_op_def *gs_op_of(const gs_node *n) {
+  return gs_op_find(n->domain, n->op_type);
+}
 /* Whether op `name` takes BYTES (string) tensors: it moves elements
  * without reading them (Identity, the reshapes, Transpose, Concat, Split,
  * Slice, Gather, Expand, Shape), so a string record is 16 opaque bytes. */
@@ -52,10 +60,6 @@ int gs_op_need_values(const gs_op_call *c, int input);
  * missed, or -1; reading it clears it. The planner uses it to learn which
  * model inputs it must plan with their values (engine.h). */
 int gs_op_wanted_input(void);
-/* Whether input i is there: within the node's inputs and not left out (""). */
-static inline bool gs_op_given(const gs_op_call *c, int i) {
-  return i < c->n_in && c->in[i].dtype != GS_DT_INVALID;
-}
 /* Reads a known int64/int32 input (shapes, axes, ...) into out. Returns the
  * count, or a GS_E code when the input is unknown before running or too long. */
 int gs_op_const_ints(const gs_op_call *c, int input, int64_t *out, int max);

@@ -152,7 +152,7 @@ static uint64_t host_memory_bytes(void) {
 }
 
 static int plan_node(gs_plan *p, const gs_node *node) {
-  const gs_op_def *op = gs_op_find(node->op_type);
+  const gs_op_def *op = gs_op_of(node);
   gs_op_call *c = calloc(1, sizeof *c);
   if (!c)
     return gs_error(GS_ENOMEM, "out of memory planning node %s", node->name);

@@ -107,7 +107,7 @@ int gs__plan_stages_create(const gs_model *m, int node, const gs_shape *shapes,
     return gs_error(GS_ENOMEM, "out of memory planning in stages");
   st->model = m;
   st->node = &m->nodes[node];
-  const gs_op_def *op = gs_op_find(st->node->op_type);
+  const gs_op_def *op = gs_op_of(st->node);
   if (op && op->runs_graphs)
     st->kind = strcmp(op->name, "Loop") == 0   ? LOOP_NODE
                : strcmp(op->name, "Scan") == 0 ? SCAN_NODE

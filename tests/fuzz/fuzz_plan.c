@@ -320,6 +320,8 @@ static void write_node(choices *c, const fuzz_ctx *outer, pbuf *graph, graph_sta
   snprintf(node_name, sizeof node_name, "n%d_%d", g->depth, index);
   field_str(&node, 3, node_name);
   field_str(&node, 4, op->name);
+  if (op->domain)
+    field_str(&node, 7, op->domain);
   for (const char *const *a = op->attrs; a && *a; a++)
     if (holds_graph(*a) ? pick_below(c, 8) != 7 : pick_below(c, 3) == 0) {
       pbuf attr = {0};

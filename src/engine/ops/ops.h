@@ -9,6 +9,12 @@
 int gs__matmul_shapes(const gs_op_call *c, const gs_shape *a, const gs_shape *b,
                       gs_matmul_attrs *m, gs_shape *out);
 
+/* Conv's (or ConvTranspose's) window attributes into a and its output
+ * shape into out, for input 0 and weights of shape w; shared with
+ * QLinearConv and ConvInteger. */
+int gs__conv_shapes(gs_op_call *c, const gs_node *n, const gs_shape *w, bool transposed,
+                    gs_conv_attrs *a, gs_shape *out);
+
 /* Each table ends with an entry whose name is NULL. */
 extern const gs_op_def gs__ops_elementwise[];
 extern const gs_op_def gs__ops_nn[];
@@ -20,6 +26,7 @@ extern const gs_op_def gs__ops_normalize[];
 extern const gs_op_def gs__ops_signal[];
 extern const gs_op_def gs__ops_linalg[];
 extern const gs_op_def gs__ops_quant[];
+extern const gs_op_def gs__ops_qoperator[];
 extern const gs_op_def gs__ops_einsum[];
 extern const gs_op_def gs__ops_rnn[];
 extern const gs_op_def gs__ops_detect[];

@@ -221,20 +221,13 @@ static int check_conv_transpose(const gs_node *n) {
   return GS_OK;
 }
 
-static int infer_conv_common(gs_op_call *c, const gs_node *n, bool transposed) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
-  if (rc == 0)
-    rc = gs_op_want_dtype(c, 1, GS_DTM(c->in[0].dtype));
-  if (rc < 0)
-    return rc;
-  const gs_shape *x = &c->in[0].shape, *w = &c->in[1].shape;
+int gs__conv_shapes(gs_op_call *c, const gs_node *n, const gs_shape *w, bool transposed,
+                    gs_conv_attrs *a, gs_shape *result) {
+  const gs_shape *x = &c->in[0].shape;
   int spatial = x->rank - 2;
   if (spatial < 1 || spatial > 3 || w->rank != x->rank)
     return gs_op_fail(c, "expects X of rank 3 to 5 and W of the same rank, got %d and %d", x->rank,
                       w->rank);
-  gs_conv_attrs *a = gs_op_attrs(c, sizeof *a);
-  if (!a)
-    return GS_ENOMEM;
   a->spatial = spatial;
   a->group = gs_attr_int(n, "group", 1);
   int64_t chans = x->dims[1];
@@ -257,8 +250,8 @@ static int infer_conv_common(gs_op_call *c, const gs_node *n, bool transposed) {
     out_ch = w->dims[1] * a->group;
   }
   int64_t out_sp[3];
-  rc = parse_window(c, n, spatial, w->dims + 2, transposed, false, a->kernel, a->stride,
-                    a->dilation, a->pad_begin, a->pad_end, out_sp);
+  int rc = parse_window(c, n, spatial, w->dims + 2, transposed, false, a->kernel, a->stride,
+                        a->dilation, a->pad_begin, a->pad_end, out_sp);
   if (rc < 0)
     return rc;
   if (transposed) {
@@ -272,6 +265,25 @@ static int infer_conv_common(gs_op_call *c, const gs_node *n, bool transposed) {
         return gs_op_fail(c, "the output would have spatial size %lld", (long long)out_sp[i]);
     }
   }
+  *result = (gs_shape){.rank = x->rank, .dims = {x->dims[0], out_ch}};
+  for (int i = 0; i < spatial; i++)
+    result->dims[2 + i] = out_sp[i];
+  return GS_OK;
+}
+
+static int infer_conv_common(gs_op_call *c, const gs_node *n, bool transposed) {
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
+  if (rc == 0)
+    rc = gs_op_want_dtype(c, 1, GS_DTM(c->in[0].dtype));
+  if (rc < 0)
+    return rc;
+  gs_conv_attrs *a = gs_op_attrs(c, sizeof *a);
+  if (!a)
+    return GS_ENOMEM;
+  gs_shape out;
+  if ((rc = gs__conv_shapes(c, n, &c->in[1].shape, transposed, a, &out)) < 0)
+    return rc;
+  int64_t out_ch = out.dims[1];
   if (c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID) {
     if (c->in[2].dtype != c->in[0].dtype || c->in[2].shape.rank != 1 ||
         c->in[2].shape.dims[0] != out_ch)
@@ -279,9 +291,6 @@ static int infer_conv_common(gs_op_call *c, const gs_node *n, bool transposed) {
                         (long long)out_ch);
     a->has_bias = true;
   }
-  gs_shape out = {.rank = x->rank, .dims = {x->dims[0], out_ch}};
-  for (int i = 0; i < spatial; i++)
-    out.dims[2 + i] = out_sp[i];
   c->out[0].dtype = c->in[0].dtype;
   c->out[0].shape = out;
   return GS_OK;

@@ -45,7 +45,9 @@ static int quant_axes(gs_op_call *c, const gs_node *n, gs_quant_attrs *a) {
     return gs_op_fail(c, "block_size must not be negative");
   int rc = check_scale_shape(c, 1, a);
   if (rc == 0 && c->n_in > 2 && c->in[2].dtype != GS_DT_INVALID) {
-    if (!gs_shape_equal(&c->in[2].shape, &c->in[1].shape))
+    /* onnxruntime's quantiser writes a bias's scale as [1] beside a zero point of []. */
+    bool both_one = gs_shape_numel(&c->in[2].shape) == 1 && gs_shape_numel(&c->in[1].shape) == 1;
+    if (!both_one && !gs_shape_equal(&c->in[2].shape, &c->in[1].shape))
       return gs_op_fail(c, "the zero point must have the scale's shape");
   }
   return rc;

@@ -202,11 +202,21 @@ typedef struct gs_normalize_attrs {
   bool reduce[GS_MAX_DIMS]; /* MeanVarianceNormalization's axes */
 } gs_normalize_attrs;
 
-/* QuantizeLinear, DequantizeLinear, QLinearMatMul (ops_quant.c). */
+/* The quantised ops (ops_quant.c, ops_qoperator.c): QuantizeLinear,
+ * DequantizeLinear, and the integer ops of QOperator models. Which
+ * inputs an op reads (its scales and zero points) is fixed by the op;
+ * these are its shapes and attributes. */
 typedef struct gs_quant_attrs {
-  int axis;           /* normalised; the axis scales run along when not one */
+  int axis;           /* normalised; the axis scales run along when not one;
+                         QLinearSoftmax's and QLinearConcat's axis */
   int64_t block_size; /* blocked quantisation: elements per scale along axis; 0: none */
-  gs_matmul_attrs matmul; /* QLinearMatMul's shapes */
+  gs_matmul_attrs matmul; /* the products: QLinearMatMul, MatMulInteger, QGemm, ... */
+  gs_conv_attrs conv;     /* QLinearConv, ConvInteger */
+  gs_pool_attrs pool;     /* QLinearAveragePool */
+  float alpha;            /* QGemm's product scale; QLinearLeakyRelu's slope */
+  bool trans_a, trans_b;  /* QGemm */
+  bool channels_last;     /* QLinearGlobalAveragePool, QLinearAveragePool: NHWC */
+  bool softmax_2d;        /* QLinearSoftmax of opset < 13: rows of [..axis) x [axis..) */
 } gs_quant_attrs;
 
 /* Einsum (ops_einsum.c): every label numbered, each operand's labels. */

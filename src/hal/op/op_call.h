@@ -45,4 +45,9 @@ typedef struct gs_op_call {
   gs_kernel_state *state;
 } gs_op_call;
 
+/* Whether input i is there: within the node's inputs and not left out (""). */
+static inline bool gs_op_given(const gs_op_call *c, int i) {
+  return i < c->n_in && c->in[i].dtype != GS_DT_INVALID;
+}
+
 #endif

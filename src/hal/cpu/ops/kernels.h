@@ -143,6 +143,8 @@ int gs__cpu_register_loss(gs_backend_t *be);
 int gs__cpu_register_normalize(gs_backend_t *be);
 int gs__cpu_register_signal(gs_backend_t *be);
 int gs__cpu_register_quant(gs_backend_t *be);
+int gs__cpu_register_qgemm(gs_backend_t *be);
+int gs__cpu_register_qlinear(gs_backend_t *be);
 int gs__cpu_register_einsum(gs_backend_t *be);
 int gs__cpu_register_linalg(gs_backend_t *be);
 int gs__cpu_register_rnn(gs_backend_t *be);

@@ -31,6 +31,10 @@ int gs__cpu_register_ops(gs_backend_t *be) {
   if (rc == 0)
     rc = gs__cpu_register_quant(be);
   if (rc == 0)
+    rc = gs__cpu_register_qgemm(be);
+  if (rc == 0)
+    rc = gs__cpu_register_qlinear(be);
+  if (rc == 0)
     rc = gs__cpu_register_einsum(be);
   if (rc == 0)
     rc = gs__cpu_register_linalg(be);

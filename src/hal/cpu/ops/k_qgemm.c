@@ -1,0 +1,411 @@
+/* k_qgemm.c - CPU kernels of the quantised products: QLinearMatMul,
+ * MatMulInteger, MatMulIntegerToFloat, DynamicQuantizeMatMul, QGemm,
+ * ConvInteger and QLinearConv. Each is an int32 product of 8-bit
+ * operands, which oneDNN's integer GEMM computes (VNNI where the CPU has
+ * it), followed by the op's own output stage (scaling, bias,
+ * requantising). A convolution is the product of its weights and the
+ * input unrolled into columns (im2col), one group at a time. */
+#include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/parallel.h"
+#include "hal/cpu/ops/qmath.h"
+#include "hal/op/op_launch.h"
+
+#include "base/error.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
+
+/* One operand of an integer product: int8 or uint8 values, row-major,
+ * with zero points: none (NULL), one, or one per row of A or column of B. */
+typedef struct qoperand {
+  const void *data;
+  gs_dtype type;
+  const void *zero; /* of `type` */
+  int64_t n_zero;
+} qoperand;
+
+static int32_t zero_at(const qoperand *o, int64_t i) {
+  return gs_q_load(o->type, o->zero, o->n_zero > 1 ? i : 0);
+}
+
+/* Element (i, k) of A ([m, k], or [k, m] when transposed); likewise B. */
+static int32_t a_at(const qoperand *a, bool ta, int64_t m, int64_t k, int64_t i, int64_t p) {
+  return gs_q_load(a->type, a->data, ta ? p * m + i : i * k + p);
+}
+
+/* c[m, n] = sum over k of (A[i, k] - za) (B[k, j] - zb), in int32, through
+ * oneDNN's integer GEMM. oneDNN takes B as int8 only: a uint8 B is
+ * shifted by 128, its zero points with it. oneDNN takes one zero point per
+ * operand: those per row or per column are corrected afterwards with A's
+ * row sums and B's column sums. */
+static int qgemm_s32(const char *node, int64_t m, int64_t n, int64_t k, const qoperand *a,
+                     bool ta, const qoperand *b, bool tb, int32_t *c) {
+  int8_t *shifted = NULL;
+  const int8_t *bdata = b->data;
+  int32_t bshift = 0;
+  if (b->type == GS_DT_UINT8) {
+    if (!(shifted = malloc((size_t)(k * n > 0 ? k * n : 1))))
+      return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", node);
+    const uint8_t *src = b->data;
+    for (int64_t i = 0; i < k * n; i++)
+      shifted[i] = (int8_t)(src[i] ^ 0x80);
+    bdata = shifted;
+    bshift = 128;
+  }
+  int32_t ao = a->n_zero == 1 ? zero_at(a, 0) : 0;
+  int32_t bo = b->n_zero == 1 ? zero_at(b, 0) - bshift : 0;
+  int32_t co = 0;
+  dnnl_status_t st;
+  int saved = gs_parallel_small(2.0 * (double)m * (double)n * (double)k);
+  if (a->type == GS_DT_UINT8)
+    st = dnnl_gemm_u8s8s32(ta ? 'T' : 'N', tb ? 'T' : 'N', 'F', m, n, k, 1.0f, a->data,
+                           ta ? m : k, (uint8_t)ao, bdata, tb ? k : n, (int8_t)bo, 0.0f, c, n, &co);
+  else
+    st = dnnl_gemm_s8s8s32(ta ? 'T' : 'N', tb ? 'T' : 'N', 'F', m, n, k, 1.0f, a->data,
+                           ta ? m : k, (int8_t)ao, bdata, tb ? k : n, (int8_t)bo, 0.0f, c, n, &co);
+  gs_parallel_restore(saved);
+  int rc = 0;
+  if (st != dnnl_success)
+    rc = gs_error(GS_EDEVICE, "node %s: oneDNN's integer GEMM failed (status %d)", node, (int)st);
+  if (rc == 0 && (a->n_zero > 1 || b->n_zero > 1)) {
+    /* C = P - da_i * colsum_j - db_j * rowsum_i + k * da_i * db_j, where P
+     * was computed with the shared offsets and da, db are what is left. */
+    int64_t *rows = calloc((size_t)m + 1, sizeof *rows), *cols = calloc((size_t)n + 1, sizeof *cols);
+    if (!rows || !cols)
+      rc = gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", node);
+    for (int64_t i = 0; rc == 0 && b->n_zero > 1 && i < m; i++)
+      for (int64_t p = 0; p < k; p++)
+        rows[i] += a_at(a, ta, m, k, i, p) - ao;
+    for (int64_t p = 0; rc == 0 && a->n_zero > 1 && p < k; p++)
+      for (int64_t j = 0; j < n; j++)
+        cols[j] += (int64_t)bdata[tb ? j * k + p : p * n + j] - bo;
+    for (int64_t i = 0; rc == 0 && i < m; i++) {
+      int64_t da = a->n_zero > 1 ? zero_at(a, i) - ao : 0;
+      for (int64_t j = 0; j < n; j++) {
+        int64_t db = b->n_zero > 1 ? zero_at(b, j) - bshift - bo : 0;
+        c[i * n + j] = (int32_t)(c[i * n + j] - da * cols[j] - db * rows[i] + k * da * db);
+      }
+    }
+    free(rows);
+    free(cols);
+  }
+  free(shifted);
+  return rc;
+}
+
+/* ---- MatMul's family ------------------------------------------------------------------- */
+
+/* What follows the int32 product: the op's output stage for rows of C. */
+typedef struct out_stage {
+  gs_dtype type;   /* GS_DT_INT32, GS_DT_FLOAT32, or int8/uint8 (requantised) */
+  float a_scale;   /* per tensor */
+  const float *b_scale;
+  int64_t n_b_scale; /* 1 or n */
+  const float *row_scale; /* QLinearMatMul's a_scale per row; else NULL */
+  float y_scale;   /* requantised: y = round(acc * scale / y_scale) + y_zero */
+  int32_t y_zero;
+  const float *bias; /* float32, n values, added after scaling */
+} out_stage;
+
+static void finish_rows(const out_stage *o, const int32_t *acc, int64_t m, int64_t n, void *out) {
+  for (int64_t i = 0; i < m; i++) {
+    float sa = o->row_scale ? o->row_scale[i] : o->a_scale;
+    for (int64_t j = 0; j < n; j++) {
+      int32_t v = acc[i * n + j];
+      if (o->type == GS_DT_INT32) {
+        ((int32_t *)out)[i * n + j] = v;
+        continue;
+      }
+      float scale = sa * o->b_scale[o->n_b_scale > 1 ? j : 0];
+      if (o->type == GS_DT_FLOAT32) {
+        ((float *)out)[i * n + j] = (float)v * scale + (o->bias ? o->bias[j] : 0.0f);
+      } else {
+        float y = (float)v * (scale / o->y_scale);
+        gs_q_store(o->type, out, i * n + j,
+                   gs_q_round(y, gs_q_lo(o->type) - o->y_zero, gs_q_hi(o->type) - o->y_zero) +
+                       o->y_zero);
+      }
+    }
+  }
+}
+
+/* The batched product of a and b, each batch through `o` into out. */
+static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, const out_stage *o,
+                   void *out) {
+  const gs_matmul_attrs *m = &((const gs_quant_attrs *)c->attrs)->matmul;
+  size_t elem = gs_dtype_size(o->type);
+  int32_t *acc = o->type == GS_DT_INT32 ? NULL : malloc((size_t)(m->m * m->n + 1) * sizeof *acc);
+  if (o->type != GS_DT_INT32 && !acc)
+    return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
+  int rc = 0;
+  for (int64_t i = 0; rc == 0 && i < m->batch; i++) {
+    int64_t oa, ob;
+    gs_launch_matmul_offsets(m, i, &oa, &ob);
+    qoperand ai = *a, bi = *b;
+    ai.data = (const uint8_t *)a->data + oa;
+    bi.data = (const uint8_t *)b->data + ob;
+    char *dst = (char *)out + (size_t)(i * m->m * m->n) * elem;
+    rc = qgemm_s32(c->node_name, m->m, m->n, m->k, &ai, false, &bi, false,
+                   acc ? acc : (int32_t *)dst);
+    if (rc == 0 && acc)
+      finish_rows(o, acc, m->m, m->n, dst);
+  }
+  free(acc);
+  return rc;
+}
+
+static qoperand operand(const gs_op_call *c, const gs_cpu_kernel_call *k, int data, int zero) {
+  bool has_zero = zero >= 0 && gs_op_given(c, zero);
+  return (qoperand){.data = k->ptr[data], .type = c->in[data].dtype,
+                    .zero = has_zero ? k->ptr[zero] : NULL,
+                    .n_zero = has_zero ? gs_shape_numel(&c->in[zero].shape) : 1};
+}
+
+static int k_matmul_integer(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  qoperand a = operand(c, k, 0, 2), b = operand(c, k, 1, 3);
+  out_stage o = {.type = GS_DT_INT32};
+  return batched(c, &a, &b, &o, k->ptr[c->n_in]);
+}
+
+static int k_qlinear_matmul(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  qoperand a = operand(c, k, 0, 2), b = operand(c, k, 3, 5);
+  bool per_row = gs_shape_numel(&c->in[1].shape) > 1;
+  out_stage o = {.type = c->out[0].dtype, .a_scale = *(const float *)k->ptr[1],
+                 .row_scale = per_row ? k->ptr[1] : NULL, .b_scale = k->ptr[4],
+                 .n_b_scale = gs_shape_numel(&c->in[4].shape),
+                 .y_scale = *(const float *)k->ptr[6],
+                 .y_zero = gs_q_load(c->in[7].dtype, k->ptr[7], 0)};
+  return batched(c, &a, &b, &o, k->ptr[8]);
+}
+
+static int k_matmul_integer_to_float(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  qoperand a = operand(c, k, 0, 4), b = operand(c, k, 1, 5);
+  out_stage o = {.type = GS_DT_FLOAT32, .a_scale = *(const float *)k->ptr[2],
+                 .b_scale = k->ptr[3], .n_b_scale = gs_shape_numel(&c->in[3].shape),
+                 .bias = gs_op_given(c, 6) ? k->ptr[6] : NULL};
+  return batched(c, &a, &b, &o, k->ptr[c->n_in]);
+}
+
+/* A is quantised to uint8 over the whole tensor, as DynamicQuantizeLinear does. */
+static int k_dynamic_quantize_matmul(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  int64_t n = gs_shape_numel(&c->in[0].shape);
+  const float *x = k->ptr[0];
+  uint8_t *q = malloc((size_t)n + 1), zero;
+  if (!q)
+    return gs_error(GS_ENOMEM, "node %s: out of memory quantising A", c->node_name);
+  float scale = gs_q_dynamic_params(x, n, &zero);
+  for (int64_t i = 0; i < n; i++)
+    q[i] = (uint8_t)gs_q_round(x[i] / scale + (float)zero, 0, 255);
+  qoperand a = {.data = q, .type = GS_DT_UINT8, .zero = &zero, .n_zero = 1};
+  qoperand b = operand(c, k, 1, 3);
+  out_stage o = {.type = GS_DT_FLOAT32, .a_scale = scale, .b_scale = k->ptr[2],
+                 .n_b_scale = gs_shape_numel(&c->in[2].shape),
+                 .bias = gs_op_given(c, 4) ? k->ptr[4] : NULL};
+  int rc = batched(c, &a, &b, &o, k->ptr[c->n_in]);
+  free(q);
+  return rc;
+}
+
+/* QGemm: alpha * a_scale * b_scale * ((A - za) (B - zb) + C), in float32
+ * or requantised with y's scale and zero point. */
+static int k_qgemm(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_quant_attrs *q = c->attrs;
+  const gs_matmul_attrs *m = &q->matmul;
+  qoperand a = operand(c, k, 0, 2), b = operand(c, k, 3, 5);
+  int32_t *acc = malloc((size_t)(m->m * m->n + 1) * sizeof *acc);
+  if (!acc)
+    return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
+  int rc = qgemm_s32(c->node_name, m->m, m->n, m->k, &a, q->trans_a, &b, q->trans_b, acc);
+  if (rc == 0 && gs_op_given(c, 6)) { /* C broadcasts to [m, n] */
+    const gs_shape *s = &c->in[6].shape;
+    int64_t rows = s->rank == 2 ? s->dims[0] : 1, cols = s->rank >= 1 ? s->dims[s->rank - 1] : 1;
+    const int32_t *cv = k->ptr[6];
+    for (int64_t i = 0; i < m->m; i++)
+      for (int64_t j = 0; j < m->n; j++)
+        acc[i * m->n + j] += cv[(rows > 1 ? i * cols : 0) + (cols > 1 ? j : 0)];
+  }
+  bool quantised = gs_op_given(c, 7);
+  out_stage o = {.type = c->out[0].dtype, .a_scale = *(const float *)k->ptr[1] * q->alpha,
+                 .b_scale = k->ptr[4], .n_b_scale = gs_shape_numel(&c->in[4].shape),
+                 .y_scale = quantised ? *(const float *)k->ptr[7] : 1.0f,
+                 .y_zero = quantised ? gs_q_load(c->in[8].dtype, k->ptr[8], 0) : 0};
+  if (rc == 0)
+    finish_rows(&o, acc, m->m, m->n, k->ptr[c->n_in]);
+  free(acc);
+  return rc;
+}
+
+/* ---- the convolutions ------------------------------------------------------------------ */
+
+/* Where im2col reads: the window's geometry in three spatial dims (1 where
+ * the op has fewer), and the group's first input element. */
+typedef struct window {
+  int64_t in[3], out[3], kern[3], stride[3], dil[3], pad[3];
+  int64_t plane, outs, taps, base;
+  gs_dtype type;
+  int8_t shift, pad_value;
+} window;
+
+static window window_of(const gs_op_call *c, const gs_conv_attrs *a, int32_t x_zero, int64_t img,
+                        int64_t g) {
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  window w = {.in = {1, 1, 1}, .out = {1, 1, 1}, .kern = {1, 1, 1}, .stride = {1, 1, 1},
+              .dil = {1, 1, 1}, .type = c->in[0].dtype};
+  for (int d = 0; d < a->spatial; d++) {
+    w.in[d] = xs->dims[2 + d];
+    w.out[d] = ys->dims[2 + d];
+    w.kern[d] = a->kernel[d];
+    w.stride[d] = a->stride[d];
+    w.dil[d] = a->dilation[d];
+    w.pad[d] = a->pad_begin[d];
+  }
+  w.plane = w.in[0] * w.in[1] * w.in[2];
+  w.outs = w.out[0] * w.out[1] * w.out[2];
+  w.taps = w.kern[0] * w.kern[1] * w.kern[2];
+  w.base = (img * xs->dims[1] + g * (xs->dims[1] / a->group)) * w.plane;
+  w.shift = w.type == GS_DT_UINT8 ? (int8_t)-128 : 0;
+  w.pad_value = (int8_t)(x_zero + w.shift);
+  return w;
+}
+
+/* Rows [lo, hi) of the columns: row (ci, tap), column output position. */
+static void im2col_rows(const window *w, const void *x, int8_t *col, int64_t lo, int64_t hi) {
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t ci = r / w->taps, tap = r % w->taps;
+    int64_t k0 = tap / (w->kern[1] * w->kern[2]), k1 = tap / w->kern[2] % w->kern[1];
+    int64_t k2 = tap % w->kern[2];
+    int8_t *row = col + r * w->outs;
+    const int64_t src = w->base + ci * w->plane;
+    int64_t o = 0;
+    for (int64_t o0 = 0; o0 < w->out[0]; o0++) {
+      int64_t i0 = o0 * w->stride[0] - w->pad[0] + k0 * w->dil[0];
+      for (int64_t o1 = 0; o1 < w->out[1]; o1++) {
+        int64_t i1 = o1 * w->stride[1] - w->pad[1] + k1 * w->dil[1];
+        bool rows_in = i0 >= 0 && i0 < w->in[0] && i1 >= 0 && i1 < w->in[1];
+        for (int64_t o2 = 0; o2 < w->out[2]; o2++, o++) {
+          int64_t i2 = o2 * w->stride[2] - w->pad[2] + k2 * w->dil[2];
+          row[o] = rows_in && i2 >= 0 && i2 < w->in[2]
+                       ? (int8_t)(gs_q_load(w->type, x, src + (i0 * w->in[1] + i1) * w->in[2] + i2) +
+                                  w->shift)
+                       : w->pad_value;
+        }
+      }
+    }
+  }
+}
+
+/* The columns of image `img`'s group `g`, as int8 (uint8 inputs shifted by
+ * 128, as qgemm_s32 takes B); padding reads the input's zero point, which
+ * contributes nothing to the product. */
+static void im2col(const gs_op_call *c, const gs_conv_attrs *a, const void *x, int32_t x_zero,
+                   int64_t img, int64_t g, int8_t *col) {
+  window w = window_of(c, a, x_zero, img, g);
+  int64_t rows = c->in[0].shape.dims[1] / a->group * w.taps;
+  GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (w.outs + 1) + 1, lo, hi,
+                     im2col_rows(&w, x, col, lo, hi));
+}
+
+/* Weights [oc, ci/g, k...], input zero point, weight zero points (NULL,
+ * one, or per output channel), and the output stage per channel. */
+typedef struct conv_io {
+  int32_t x_zero;
+  const int32_t *bias;
+  gs_dtype out_type; /* int32 (ConvInteger) or 8-bit */
+  float x_scale, y_scale;
+  const float *w_scale;
+  int64_t n_w_scale;
+  int32_t y_zero;
+} conv_io;
+
+static void finish_channel(const conv_io *io, int64_t ch, const int32_t *acc, int64_t outs,
+                           void *out, int64_t at) {
+  int32_t bias = io->bias ? io->bias[ch] : 0;
+  if (io->out_type == GS_DT_INT32) {
+    for (int64_t p = 0; p < outs; p++)
+      ((int32_t *)out)[at + p] = acc[p] + bias;
+    return;
+  }
+  float scale = io->x_scale * io->w_scale[io->n_w_scale > 1 ? ch : 0] / io->y_scale;
+  int32_t lo = gs_q_lo(io->out_type) - io->y_zero, hi = gs_q_hi(io->out_type) - io->y_zero;
+  for (int64_t p = 0; p < outs; p++)
+    gs_q_store(io->out_type, out, at + p,
+               gs_q_round((float)(acc[p] + bias) * scale, lo, hi) + io->y_zero);
+}
+
+static int conv_run(const gs_op_call *c, const gs_cpu_kernel_call *k, int w_index, int wz_index,
+                    const conv_io *io) {
+  const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  int64_t cg = xs->dims[1] / a->group, ocg = ys->dims[1] / a->group, taps = 1, outs = 1;
+  for (int d = 0; d < a->spatial; d++) {
+    taps *= a->kernel[d];
+    outs *= ys->dims[2 + d];
+  }
+  int64_t kdim = cg * taps;
+  int8_t *col = malloc((size_t)(kdim * outs + 1));
+  int32_t *acc = malloc((size_t)(ocg * outs + 1) * sizeof *acc);
+  int rc = col && acc ? 0 : gs_error(GS_ENOMEM, "node %s: out of memory for the columns",
+                                     c->node_name);
+  qoperand w = operand(c, k, w_index, wz_index);
+  int8_t col_zero = (int8_t)(io->x_zero + (c->in[0].dtype == GS_DT_UINT8 ? -128 : 0));
+  qoperand cols = {.data = col, .type = GS_DT_INT8, .zero = &col_zero, .n_zero = 1};
+  size_t w_elem = 1, w_zero_elem = 1;
+  for (int64_t img = 0; rc == 0 && img < xs->dims[0]; img++)
+    for (int64_t g = 0; rc == 0 && g < a->group; g++) {
+      im2col(c, a, k->ptr[0], io->x_zero, img, g, col);
+      qoperand wg = w;
+      wg.data = (const uint8_t *)w.data + (size_t)(g * ocg * kdim) * w_elem;
+      if (w.n_zero > 1) {
+        wg.zero = (const uint8_t *)w.zero + (size_t)(g * ocg) * w_zero_elem;
+        wg.n_zero = ocg;
+      }
+      rc = qgemm_s32(c->node_name, ocg, outs, kdim, &wg, false, &cols, false, acc);
+      for (int64_t o = 0; rc == 0 && o < ocg; o++) {
+        int64_t ch = g * ocg + o;
+        finish_channel(io, ch, acc + o * outs, outs, k->ptr[c->n_in],
+                       (img * ys->dims[1] + ch) * outs);
+      }
+    }
+  free(col);
+  free(acc);
+  return rc;
+}
+
+static int k_conv_integer(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  conv_io io = {.x_zero = gs_op_given(c, 2) ? gs_q_load(c->in[2].dtype, k->ptr[2], 0) : 0,
+                .out_type = GS_DT_INT32};
+  return conv_run(c, k, 1, 3, &io);
+}
+
+static int k_qlinear_conv(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  conv_io io = {.x_zero = gs_q_load(c->in[2].dtype, k->ptr[2], 0),
+                .bias = gs_op_given(c, 8) ? k->ptr[8] : NULL,
+                .out_type = c->out[0].dtype,
+                .x_scale = *(const float *)k->ptr[1],
+                .w_scale = k->ptr[4],
+                .n_w_scale = gs_shape_numel(&c->in[4].shape),
+                .y_scale = *(const float *)k->ptr[6],
+                .y_zero = gs_q_load(c->in[7].dtype, k->ptr[7], 0)};
+  return conv_run(c, k, 3, 5, &io);
+}
+
+static const gs_cpu_kernel_entry kernels[] = {
+    GS_CPU_KERNEL("MatMulInteger", k_matmul_integer),
+    GS_CPU_KERNEL("QLinearMatMul", k_qlinear_matmul),
+    GS_CPU_KERNEL("MatMulIntegerToFloat", k_matmul_integer_to_float),
+    GS_CPU_KERNEL("DynamicQuantizeMatMul", k_dynamic_quantize_matmul),
+    GS_CPU_KERNEL("QGemm", k_qgemm),
+    GS_CPU_KERNEL("ConvInteger", k_conv_integer),
+    GS_CPU_KERNEL("QLinearConv", k_qlinear_conv),
+};
+
+int gs__cpu_register_qgemm(gs_backend_t *be) {
+  return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);
+}

@@ -1,0 +1,230 @@
+/* k_qlinear.c - CPU kernels of the quantised ops that are not products:
+ * DynamicQuantizeLinear, and the com.microsoft QLinearAdd, QLinearMul,
+ * QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax,
+ * QLinearGlobalAveragePool and QLinearConcat. Each computes in float32
+ * between dequantising its inputs and requantising its output, as
+ * onnxruntime's kernels do; an op of one 8-bit input goes through a table
+ * of its 256 results. */
+#include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/parallel.h"
+#include "hal/cpu/ops/qmath.h"
+#include "hal/op/op_launch.h"
+
+#include "base/error.h"
+
+#include <stdlib.h>
+
+/* Scale and zero point of a per-tensor quantised input (absent zero point: 0). */
+typedef struct qparams {
+  float scale;
+  int32_t zero;
+} qparams;
+
+static qparams params(const gs_op_call *c, const gs_cpu_kernel_call *k, int scale, int zero,
+                      gs_dtype t) {
+  return (qparams){.scale = *(const float *)k->ptr[scale],
+                   .zero = gs_op_given(c, zero) ? gs_q_load(t, k->ptr[zero], 0) : 0};
+}
+
+static int32_t quantize(float v, qparams y, gs_dtype t) {
+  return gs_q_round(v / y.scale + (float)y.zero, gs_q_lo(t), gs_q_hi(t));
+}
+
+static void quantize_u8(const float *x, uint8_t *y, float scale, uint8_t zero, int64_t lo,
+                        int64_t hi) {
+  for (int64_t i = lo; i < hi; i++)
+    y[i] = (uint8_t)gs_q_round(x[i] / scale + (float)zero, 0, 255);
+}
+
+static int k_dynamic_quantize(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  int64_t n = gs_shape_numel(&c->in[0].shape);
+  const float *x = k->ptr[0];
+  uint8_t *y = k->ptr[1], zero;
+  float scale = gs_q_dynamic_params(x, n, &zero);
+  GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, lo, hi, quantize_u8(x, y, scale, zero, lo, hi));
+  *(float *)k->ptr[2] = scale;
+  *(uint8_t *)k->ptr[3] = zero;
+  return 0;
+}
+
+/* QLinearAdd and QLinearMul: inputs 0 and 3 broadcast into the output. */
+typedef struct qbinary {
+  gs_dtype type;
+  qparams a, b, y;
+  bool mul;
+  gs_bcast it;
+  int64_t sa, sb; /* 1, or 0 where an input broadcasts along the row */
+  const void *pa, *pb;
+  void *out;
+} qbinary;
+
+static void qbinary_rows(const qbinary *q, int64_t lo, int64_t hi) {
+  gs_dtype t = q->type;
+  for (int64_t row = lo; row < hi; row++) {
+    int64_t oo, io[2];
+    gs_bcast_row(&q->it, row, &oo, io);
+    for (int64_t j = 0; j < q->it.row_len; j++) {
+      float u = (float)(gs_q_load(t, q->pa, io[0] + j * q->sa) - q->a.zero) * q->a.scale;
+      float v = (float)(gs_q_load(t, q->pb, io[1] + j * q->sb) - q->b.zero) * q->b.scale;
+      gs_q_store(t, q->out, oo + j, quantize(q->mul ? u * v : u + v, q->y, t));
+    }
+  }
+}
+
+static int qlinear_binary(const gs_cpu_kernel_call *k, bool mul) {
+  const gs_op_call *c = gs_kcall(k);
+  gs_dtype t = c->in[0].dtype;
+  qbinary q = {.type = t, .a = params(c, k, 1, 2, t), .b = params(c, k, 4, 5, t),
+               .y = params(c, k, 6, 7, t), .mul = mul, .pa = k->ptr[0], .pb = k->ptr[3],
+               .out = k->ptr[8]};
+  const gs_shape *shapes[2] = {&c->in[0].shape, &c->in[3].shape};
+  gs_bcast_init(&q.it, &c->out[0].shape, 2, shapes);
+  q.sa = q.it.strides[0][q.it.rank - 1] ? 1 : 0;
+  q.sb = q.it.strides[1][q.it.rank - 1] ? 1 : 0;
+  GS_PARALLEL_RANGES(q.it.rows, GS_PARALLEL_GRAIN / (q.it.row_len + 1) + 1, lo, hi,
+                     qbinary_rows(&q, lo, hi));
+  return 0;
+}
+
+static int k_qlinear_add(const gs_cpu_kernel_call *k) { return qlinear_binary(k, false); }
+static int k_qlinear_mul(const gs_cpu_kernel_call *k) { return qlinear_binary(k, true); }
+
+static void look_up(const uint8_t *table, const uint8_t *in, uint8_t *out, int64_t lo,
+                    int64_t hi) {
+  for (int64_t i = lo; i < hi; i++)
+    out[i] = table[in[i]];
+}
+
+/* y = f(x) through the table of f's 256 results. */
+static int qlinear_table(const gs_cpu_kernel_call *k, float (*f)(float v, float alpha)) {
+  const gs_op_call *c = gs_kcall(k);
+  gs_dtype t = c->in[0].dtype;
+  qparams x = params(c, k, 1, 2, t), y = params(c, k, 3, 4, t);
+  float alpha = ((const gs_quant_attrs *)c->attrs)->alpha;
+  uint8_t table[256];
+  for (int v = 0; v < 256; v++) { /* indexed by the byte: int8 -128 is byte 128 */
+    int32_t q = t == GS_DT_INT8 ? (int8_t)(uint8_t)v : v;
+    table[v] = (uint8_t)quantize(f((float)(q - x.zero) * x.scale, alpha), y, t);
+  }
+  int64_t n = gs_shape_numel(&c->in[0].shape);
+  const uint8_t *in = k->ptr[0];
+  uint8_t *out = k->ptr[c->n_in];
+  GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, lo, hi, look_up(table, in, out, lo, hi));
+  return 0;
+}
+
+static float sigmoid(float v, float alpha) {
+  (void)alpha;
+  return 1.0f / (1.0f + expf(-v));
+}
+static float leaky_relu(float v, float alpha) { return v >= 0.0f ? v : v * alpha; }
+static int k_qlinear_sigmoid(const gs_cpu_kernel_call *k) { return qlinear_table(k, sigmoid); }
+static int k_qlinear_leaky_relu(const gs_cpu_kernel_call *k) {
+  return qlinear_table(k, leaky_relu);
+}
+
+/* Softmax along the axis (inner > 1: a strided row), or over the rows of
+ * [..axis) x [axis..) for opset < 13. */
+static void softmax_row(gs_dtype t, const void *in, void *out, int64_t at, int64_t len,
+                        int64_t step, qparams x, qparams y, float *tmp) {
+  float hi = -INFINITY, sum = 0.0f;
+  for (int64_t j = 0; j < len; j++) {
+    tmp[j] = (float)(gs_q_load(t, in, at + j * step) - x.zero) * x.scale;
+    hi = tmp[j] > hi ? tmp[j] : hi;
+  }
+  for (int64_t j = 0; j < len; j++)
+    sum += tmp[j] = expf(tmp[j] - hi);
+  for (int64_t j = 0; j < len; j++)
+    gs_q_store(t, out, at + j * step, quantize(tmp[j] / sum, y, t));
+}
+
+static int k_qlinear_softmax(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_quant_attrs *q = c->attrs;
+  gs_dtype t = c->in[0].dtype;
+  qparams x = params(c, k, 1, 2, t), y = params(c, k, 3, 4, t);
+  int64_t outer, len, inner;
+  gs_launch_split_axis(&c->in[0].shape, q->axis, &outer, &len, &inner);
+  if (q->softmax_2d) { /* one row of everything from the axis on */
+    len *= inner;
+    inner = 1;
+  }
+  float *tmp = malloc((size_t)(len + 1) * sizeof *tmp);
+  if (!tmp)
+    return gs_error(GS_ENOMEM, "node %s: out of memory for a softmax row", c->node_name);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++)
+      softmax_row(t, k->ptr[0], k->ptr[c->n_in], o * len * inner + i, len, inner, x, y, tmp);
+  free(tmp);
+  return 0;
+}
+
+/* The mean of each channel's plane: the integer sum, less the zero point
+ * times the count, scaled once. */
+static int k_qlinear_global_average_pool(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  bool last = ((const gs_quant_attrs *)c->attrs)->channels_last;
+  const gs_shape *s = &c->in[0].shape;
+  gs_dtype t = c->in[0].dtype;
+  qparams x = params(c, k, 1, 2, t), y = params(c, k, 3, 4, t);
+  int64_t chans = s->dims[last ? s->rank - 1 : 1], plane = gs_shape_numel(s) / s->dims[0] / chans;
+  float scale = plane ? x.scale / (y.scale * (float)plane) : 0.0f;
+  const void *in = k->ptr[0];
+  void *out = k->ptr[c->n_in];
+  for (int64_t img = 0; img < s->dims[0]; img++)
+    for (int64_t ch = 0; ch < chans; ch++) {
+      int64_t sum = 0, base = img * chans * plane;
+      for (int64_t p = 0; p < plane; p++)
+        sum += gs_q_load(t, in, base + (last ? p * chans + ch : ch * plane + p));
+      float v = (float)(sum - (int64_t)x.zero * plane) * scale;
+      gs_q_store(t, out, img * chans + ch,
+                 gs_q_round(v, gs_q_lo(t) - y.zero, gs_q_hi(t) - y.zero) + y.zero);
+    }
+  return 0;
+}
+
+/* Each input requantised to Y's scale and zero point, copied where they agree. */
+static int k_qlinear_concat(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  int axis = ((const gs_quant_attrs *)c->attrs)->axis;
+  gs_dtype t = c->in[1].dtype;
+  qparams y = params(c, k, 0, 1, t);
+  int64_t outer, total, inner;
+  gs_launch_split_axis(&c->out[0].shape, axis, &outer, &total, &inner);
+  uint8_t *out = k->ptr[c->n_in];
+  int64_t at = 0; /* along the axis */
+  for (int i = 2; i < c->n_in; i += 3) {
+    qparams x = params(c, k, i + 1, i + 2, t);
+    int64_t len = c->in[i].shape.dims[axis] * inner;
+    const uint8_t *in = k->ptr[i];
+    bool same = x.scale == y.scale && x.zero == y.zero;
+    for (int64_t o = 0; o < outer; o++) {
+      uint8_t *dst = out + o * total * inner + at * inner;
+      if (same) {
+        memcpy(dst, in + o * len, (size_t)len);
+        continue;
+      }
+      for (int64_t j = 0; j < len; j++)
+        gs_q_store(t, dst, j,
+                   quantize((float)(gs_q_load(t, in, o * len + j) - x.zero) * x.scale, y, t));
+    }
+    at += c->in[i].shape.dims[axis];
+  }
+  return 0;
+}
+
+static const gs_cpu_kernel_entry kernels[] = {
+    GS_CPU_KERNEL("DynamicQuantizeLinear", k_dynamic_quantize),
+    GS_CPU_KERNEL("QLinearAdd", k_qlinear_add),
+    GS_CPU_KERNEL("QLinearMul", k_qlinear_mul),
+    GS_CPU_KERNEL("QLinearSigmoid", k_qlinear_sigmoid),
+    GS_CPU_KERNEL("QLinearLeakyRelu", k_qlinear_leaky_relu),
+    GS_CPU_KERNEL("QLinearSoftmax", k_qlinear_softmax),
+    GS_CPU_KERNEL("QLinearGlobalAveragePool", k_qlinear_global_average_pool),
+    GS_CPU_KERNEL("QLinearConcat", k_qlinear_concat),
+};
+
+int gs__cpu_register_qlinear(gs_backend_t *be) {
+  return gs__cpu_register_table(be, kernels, sizeof kernels / sizeof kernels[0]);
+}

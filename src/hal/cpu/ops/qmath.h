@@ -1,0 +1,53 @@
+/* qmath.h - the arithmetic the quantised kernels share: rounding a float
+ * to an 8-bit integer as ONNX asks (halves to even, saturating), 8-bit
+ * loads, and the scale and zero point DynamicQuantizeLinear chooses. */
+#ifndef GS_HAL_CPU_OPS_QMATH_H
+#define GS_HAL_CPU_OPS_QMATH_H
+
+#include "hal/op/tensor.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* v rounded half to even and clamped to [lo, hi]; NaN gives lo's side 0. */
+static inline int32_t gs_q_round(float v, int32_t lo, int32_t hi) {
+  if (!(v == v))
+    return 0 < lo ? lo : 0 > hi ? hi : 0;
+  v = nearbyintf(v);
+  return v <= (float)lo ? lo : v >= (float)hi ? hi : (int32_t)v;
+}
+
+static inline int32_t gs_q_lo(gs_dtype t) { return t == GS_DT_INT8 ? -128 : 0; }
+static inline int32_t gs_q_hi(gs_dtype t) { return t == GS_DT_INT8 ? 127 : 255; }
+
+/* Element i of an int8 or uint8 tensor; a missing tensor (an absent zero point) reads 0. */
+static inline int32_t gs_q_load(gs_dtype t, const void *p, int64_t i) {
+  if (!p)
+    return 0;
+  return t == GS_DT_INT8 ? ((const int8_t *)p)[i] : ((const uint8_t *)p)[i];
+}
+
+static inline void gs_q_store(gs_dtype t, void *p, int64_t i, int32_t v) {
+  if (t == GS_DT_INT8)
+    ((int8_t *)p)[i] = (int8_t)v;
+  else
+    ((uint8_t *)p)[i] = (uint8_t)v;
+}
+
+/* DynamicQuantizeLinear's uint8 parameters for x[0..n): the range of x
+ * widened to hold 0, over 255 steps (1 when the range is empty, as
+ * onnxruntime does), and the zero point that maps 0 exactly. Returns the
+ * scale. */
+static inline float gs_q_dynamic_params(const float *x, int64_t n, uint8_t *zero_point) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    lo = x[i] < lo ? x[i] : lo;
+    hi = x[i] > hi ? x[i] : hi;
+  }
+  float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  *zero_point = (uint8_t)gs_q_round(0.0f - lo / scale, 0, 255);
+  return scale;
+}
+
+#endif
