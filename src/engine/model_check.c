@@ -332,6 +332,8 @@ static int check_attribute_graphs(gs_node *n, bool check_support) {
 
 /* model_rewrite.c */
 int gs__model_split_wide_nodes(gs_model *m);
+/* model_qdq.c */
+int gs__model_fuse_qdq(gs_model *m);
 
 static int check_model(gs_model *m, bool check_support, bool is_attribute) {
   /* Unnamed nodes get names, so that messages can point at them. */
@@ -354,6 +356,10 @@ static int check_model(gs_model *m, bool check_support, bool is_attribute) {
     rc = gs_model_check_support(m);
   if (rc == 0)
     rc = check_graph(m);
+  /* Integer ops where a QDQ model allows them: for running only (inspect
+   * shows the graph as the file has it). */
+  if (rc == 0 && check_support && !is_attribute)
+    rc = gs__model_fuse_qdq(m);
   return rc;
 }
 

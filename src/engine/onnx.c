@@ -617,6 +617,10 @@ static void node_clear(gs_node *n) {
   memset(n, 0, sizeof *n);
 }
 
+/* For the rewrites (model_qdq.c), which replace nodes. */
+void gs__node_clear(gs_node *n);
+void gs__node_clear(gs_node *n) { node_clear(n); }
+
 static int parse_node(const loader *ld, gs_pb *r, int r_wire, gs_node *n) {
   gs_pb m;
   int rc = read_sub(r, r_wire, &m);

@@ -168,16 +168,40 @@ static int k_matmul_integer(const gs_cpu_kernel_call *k) {
   return batched(c, &a, &b, &o, k->ptr[c->n_in]);
 }
 
+/* Input i's scales as float32 (QLinearMatMul takes float16 ones too): the
+ * input itself, or a copy in *copy that the caller frees. */
+static const float *scales_f32(const gs_op_call *c, const gs_cpu_kernel_call *k, int i,
+                               float **copy) {
+  *copy = NULL;
+  if (c->in[i].dtype == GS_DT_FLOAT32)
+    return k->ptr[i];
+  int64_t n = gs_shape_numel(&c->in[i].shape);
+  if (!(*copy = malloc((size_t)(n + 1) * sizeof **copy)))
+    return NULL;
+  for (int64_t j = 0; j < n; j++)
+    (*copy)[j] = (float)gs_ld(c->in[i].dtype, k->ptr[i], j);
+  return *copy;
+}
+
 static int k_qlinear_matmul(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   qoperand a = operand(c, k, 0, 2), b = operand(c, k, 3, 5);
-  bool per_row = gs_shape_numel(&c->in[1].shape) > 1;
-  out_stage o = {.type = c->out[0].dtype, .a_scale = *(const float *)k->ptr[1],
-                 .row_scale = per_row ? k->ptr[1] : NULL, .b_scale = k->ptr[4],
-                 .n_b_scale = gs_shape_numel(&c->in[4].shape),
-                 .y_scale = *(const float *)k->ptr[6],
-                 .y_zero = gs_q_load(c->in[7].dtype, k->ptr[7], 0)};
-  return batched(c, &a, &b, &o, k->ptr[8]);
+  float *copies[3];
+  const float *sa = scales_f32(c, k, 1, &copies[0]), *sb = scales_f32(c, k, 4, &copies[1]);
+  const float *sy = scales_f32(c, k, 6, &copies[2]);
+  int rc;
+  if (!sa || !sb || !sy) {
+    rc = gs_error(GS_ENOMEM, "node %s: out of memory for the scales", c->node_name);
+  } else {
+    bool per_row = gs_shape_numel(&c->in[1].shape) > 1;
+    out_stage o = {.type = c->out[0].dtype, .a_scale = sa[0], .row_scale = per_row ? sa : NULL,
+                   .b_scale = sb, .n_b_scale = gs_shape_numel(&c->in[4].shape),
+                   .y_scale = sy[0], .y_zero = gs_q_load(c->in[7].dtype, k->ptr[7], 0)};
+    rc = batched(c, &a, &b, &o, k->ptr[8]);
+  }
+  for (int i = 0; i < 3; i++)
+    free(copies[i]);
+  return rc;
 }
 
 static int k_matmul_integer_to_float(const gs_cpu_kernel_call *k) {
