@@ -40,6 +40,12 @@ static int32_t a_at(const qoperand *a, bool ta, int64_t m, int64_t k, int64_t i,
  * row sums and B's column sums. */
 static int qgemm_s32(const char *node, int64_t m, int64_t n, int64_t k, const qoperand *a,
                      bool ta, const qoperand *b, bool tb, int32_t *c) {
+  if (m == 0 || n == 0)
+    return 0;
+  if (k == 0) { /* a sum of nothing; oneDNN refuses leading dimensions of 0 */
+    memset(c, 0, sizeof *c * (size_t)(m * n));
+    return 0;
+  }
   int8_t *shifted = NULL;
   const int8_t *bdata = b->data;
   int32_t bshift = 0;
