@@ -739,9 +739,12 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   for (int s = 0; rc == 0 && s < p->n_steps; s++)
     rc = plan_fallback(p, &p->steps[s], &staging_bytes);
   /* Kernels may prepare constant weights once (oneDNN's reordered layout). */
-  for (int i = 0; rc == 0 && i < p->n_steps; i++)
+  for (int i = 0; rc == 0 && i < p->n_steps; i++) {
     if (gs__step_is(&p->steps[i], "Conv") && p->values[p->steps[i].in[1]].data)
       ((gs_conv_attrs *)p->steps[i].call->attrs)->weights_const = true;
+    if (gs__step_is(&p->steps[i], "QLinearConv") && p->values[p->steps[i].in[3]].data)
+      ((gs_quant_attrs *)p->steps[i].call->attrs)->conv.weights_const = true;
+  }
   p->report.steps = p->n_steps - p->report.in_place;
   p->report.weights_bytes = wbytes;
   uint64_t capacity = p->device ? gs_device_get_info(p->device)->memory_total_bytes : 0;

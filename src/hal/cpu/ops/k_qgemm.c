@@ -6,6 +6,7 @@
  * requantising). A convolution is the product of its weights and the
  * input unrolled into columns (im2col), one group at a time. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/dnnl_qconv.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/qmath.h"
 #include "hal/op/op_launch.h"
@@ -113,25 +114,49 @@ typedef struct out_stage {
   const float *bias; /* float32, n values, added after scaling */
 } out_stage;
 
-static void finish_rows(const out_stage *o, const int32_t *acc, int64_t m, int64_t n, void *out) {
+/* One row: float32 out = acc * scale[j] + bias[j]; 8-bit out =
+ * round(acc * scale[j]) + y_zero, where scale already holds 1 / y_scale. */
+GS_VECTOR_CLONES
+static void row_to_float(const int32_t *acc, const float *scale, const float *bias, float *y,
+                         int64_t n) {
+  for (int64_t j = 0; j < n; j++)
+    y[j] = (float)acc[j] * scale[j] + (bias ? bias[j] : 0.0f);
+}
+
+#define DEFINE_ROW_TO_Q8(SUFFIX, T, LO, HI)                                                     \
+  GS_VECTOR_CLONES                                                                            \
+  static void row_to_##SUFFIX(const int32_t *acc, const float *scale, int32_t zero, T *y,      \
+                              int64_t n) {                                                     \
+    for (int64_t j = 0; j < n; j++)                                                            \
+      y[j] = (T)(gs_q_round((float)acc[j] * scale[j], LO - zero, HI - zero) + zero);          \
+  }
+DEFINE_ROW_TO_Q8(u8, uint8_t, 0, 255)
+DEFINE_ROW_TO_Q8(s8, int8_t, -128, 127)
+
+/* Rows of C through the output stage; `scale` has room for n floats. */
+static void finish_rows(const out_stage *o, const int32_t *acc, int64_t m, int64_t n, void *out,
+                        float *scale) {
+  if (o->type == GS_DT_INT32) {
+    memcpy(out, acc, sizeof *acc * (size_t)(m * n));
+    return;
+  }
+  bool quantised = o->type != GS_DT_FLOAT32;
   for (int64_t i = 0; i < m; i++) {
-    float sa = o->row_scale ? o->row_scale[i] : o->a_scale;
-    for (int64_t j = 0; j < n; j++) {
-      int32_t v = acc[i * n + j];
-      if (o->type == GS_DT_INT32) {
-        ((int32_t *)out)[i * n + j] = v;
-        continue;
-      }
-      float scale = sa * o->b_scale[o->n_b_scale > 1 ? j : 0];
-      if (o->type == GS_DT_FLOAT32) {
-        ((float *)out)[i * n + j] = (float)v * scale + (o->bias ? o->bias[j] : 0.0f);
-      } else {
-        float y = (float)v * (scale / o->y_scale);
-        gs_q_store(o->type, out, i * n + j,
-                   gs_q_round(y, gs_q_lo(o->type) - o->y_zero, gs_q_hi(o->type) - o->y_zero) +
-                       o->y_zero);
+    if (i == 0 || o->row_scale) {
+      float sa = o->row_scale ? o->row_scale[i] : o->a_scale;
+      for (int64_t j = 0; j < n; j++) {
+        scale[j] = sa * o->b_scale[o->n_b_scale > 1 ? j : 0];
+        if (quantised)
+          scale[j] /= o->y_scale;
       }
     }
+    const int32_t *row = acc + i * n;
+    if (!quantised)
+      row_to_float(row, scale, o->bias, (float *)out + i * n, n);
+    else if (o->type == GS_DT_UINT8)
+      row_to_u8(row, scale, o->y_zero, (uint8_t *)out + i * n, n);
+    else
+      row_to_s8(row, scale, o->y_zero, (int8_t *)out + i * n, n);
   }
 }
 
@@ -141,8 +166,12 @@ static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, co
   const gs_matmul_attrs *m = &((const gs_quant_attrs *)c->attrs)->matmul;
   size_t elem = gs_dtype_size(o->type);
   int32_t *acc = o->type == GS_DT_INT32 ? NULL : malloc((size_t)(m->m * m->n + 1) * sizeof *acc);
-  if (o->type != GS_DT_INT32 && !acc)
+  float *scale = malloc((size_t)(m->n + 1) * sizeof *scale);
+  if ((o->type != GS_DT_INT32 && !acc) || !scale) {
+    free(acc);
+    free(scale);
     return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
+  }
   int rc = 0;
   for (int64_t i = 0; rc == 0 && i < m->batch; i++) {
     int64_t oa, ob;
@@ -154,17 +183,27 @@ static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, co
     rc = qgemm_s32(c->node_name, m->m, m->n, m->k, &ai, false, &bi, false,
                    acc ? acc : (int32_t *)dst);
     if (rc == 0 && acc)
-      finish_rows(o, acc, m->m, m->n, dst);
+      finish_rows(o, acc, m->m, m->n, dst, scale);
   }
   free(acc);
+  free(scale);
   return rc;
 }
 
+/* Operand `data` with zero points `zero`: per-channel zero points that
+ * are all one value (onnxruntime's symmetric weights: all 0) count as one,
+ * which spares qgemm_s32 its corrections. */
 static qoperand operand(const gs_op_call *c, const gs_cpu_kernel_call *k, int data, int zero) {
   bool has_zero = zero >= 0 && gs_op_given(c, zero);
-  return (qoperand){.data = k->ptr[data], .type = c->in[data].dtype,
-                    .zero = has_zero ? k->ptr[zero] : NULL,
-                    .n_zero = has_zero ? gs_shape_numel(&c->in[zero].shape) : 1};
+  qoperand o = {.data = k->ptr[data], .type = c->in[data].dtype,
+                .zero = has_zero ? k->ptr[zero] : NULL,
+                .n_zero = has_zero ? gs_shape_numel(&c->in[zero].shape) : 1};
+  bool same = true;
+  for (int64_t i = 1; same && i < o.n_zero; i++)
+    same = zero_at(&o, i) == zero_at(&o, 0);
+  if (same)
+    o.n_zero = 1;
+  return o;
 }
 
 static int k_matmul_integer(const gs_cpu_kernel_call *k) {
@@ -229,7 +268,7 @@ static int k_dynamic_quantize_matmul(const gs_cpu_kernel_call *k) {
     return gs_error(GS_ENOMEM, "node %s: out of memory quantising A", c->node_name);
   float scale = gs_q_dynamic_params(x, n, &zero);
   for (int64_t i = 0; i < n; i++)
-    q[i] = (uint8_t)gs_q_round(x[i] / scale + (float)zero, 0, 255);
+    q[i] = (uint8_t)gs_q_quantize(x[i], scale, zero, GS_DT_UINT8);
   qoperand a = {.data = q, .type = GS_DT_UINT8, .zero = &zero, .n_zero = 1};
   qoperand b = operand(c, k, 1, 3);
   out_stage o = {.type = GS_DT_FLOAT32, .a_scale = scale, .b_scale = k->ptr[2],
@@ -264,68 +303,98 @@ static int k_qgemm(const gs_cpu_kernel_call *k) {
                  .b_scale = k->ptr[4], .n_b_scale = gs_shape_numel(&c->in[4].shape),
                  .y_scale = quantised ? *(const float *)k->ptr[7] : 1.0f,
                  .y_zero = quantised ? gs_q_load(c->in[8].dtype, k->ptr[8], 0) : 0};
+  float *scale = rc == 0 ? malloc((size_t)(m->n + 1) * sizeof *scale) : NULL;
+  if (rc == 0 && !scale)
+    rc = gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
   if (rc == 0)
-    finish_rows(&o, acc, m->m, m->n, k->ptr[c->n_in]);
+    finish_rows(&o, acc, m->m, m->n, k->ptr[c->n_in], scale);
   free(acc);
+  free(scale);
   return rc;
 }
 
 /* ---- the convolutions ------------------------------------------------------------------ */
 
-/* Where im2col reads: the window's geometry in three spatial dims (1 where
- * the op has fewer), and the group's first input element. */
+/* Where im2col reads: the window's geometry in three spatial dims, the
+ * op's own last (a 2-D convolution is [1, H, W]), and the group's first
+ * input element. Inputs are bytes: a uint8 one is flipped to int8 by its
+ * top bit (x - 128), as qgemm_s32 takes B. */
 typedef struct window {
   int64_t in[3], out[3], kern[3], stride[3], dil[3], pad[3];
   int64_t plane, outs, taps, base;
-  gs_dtype type;
-  int8_t shift, pad_value;
+  uint8_t flip, pad_value;
 } window;
 
 static window window_of(const gs_op_call *c, const gs_conv_attrs *a, int32_t x_zero, int64_t img,
                         int64_t g) {
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   window w = {.in = {1, 1, 1}, .out = {1, 1, 1}, .kern = {1, 1, 1}, .stride = {1, 1, 1},
-              .dil = {1, 1, 1}, .type = c->in[0].dtype};
-  for (int d = 0; d < a->spatial; d++) {
-    w.in[d] = xs->dims[2 + d];
-    w.out[d] = ys->dims[2 + d];
-    w.kern[d] = a->kernel[d];
-    w.stride[d] = a->stride[d];
-    w.dil[d] = a->dilation[d];
-    w.pad[d] = a->pad_begin[d];
+              .dil = {1, 1, 1}};
+  for (int d = 0, at = 3 - a->spatial; d < a->spatial; d++, at++) {
+    w.in[at] = xs->dims[2 + d];
+    w.out[at] = ys->dims[2 + d];
+    w.kern[at] = a->kernel[d];
+    w.stride[at] = a->stride[d];
+    w.dil[at] = a->dilation[d];
+    w.pad[at] = a->pad_begin[d];
   }
   w.plane = w.in[0] * w.in[1] * w.in[2];
   w.outs = w.out[0] * w.out[1] * w.out[2];
   w.taps = w.kern[0] * w.kern[1] * w.kern[2];
   w.base = (img * xs->dims[1] + g * (xs->dims[1] / a->group)) * w.plane;
-  w.shift = w.type == GS_DT_UINT8 ? (int8_t)-128 : 0;
-  w.pad_value = (int8_t)(x_zero + w.shift);
+  w.flip = c->in[0].dtype == GS_DT_UINT8 ? 0x80 : 0;
+  w.pad_value = (uint8_t)((uint8_t)x_zero ^ w.flip);
   return w;
 }
 
+/* The outputs o in [0, n) whose input o * stride + offset lies in [0, len). */
+static void inside(int64_t n, int64_t stride, int64_t offset, int64_t len, int64_t *lo,
+                   int64_t *hi) {
+  *lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  *hi = len - offset <= 0 ? 0 : (len - offset - 1) / stride + 1;
+  *lo = *lo < n ? *lo : n;
+  *hi = *hi < n ? *hi : n;
+  *hi = *hi > *lo ? *hi : *lo;
+}
+
+GS_VECTOR_CLONES
+static void copy_flipped(uint8_t *dst, const uint8_t *src, int64_t n, int64_t stride,
+                         uint8_t flip) {
+  if (stride == 1)
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = src[i] ^ flip;
+  else
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = src[i * stride] ^ flip;
+}
+
 /* Rows [lo, hi) of the columns: row (ci, tap), column output position. */
-static void im2col_rows(const window *w, const void *x, int8_t *col, int64_t lo, int64_t hi) {
+static void im2col_rows(const window *w, const uint8_t *x, uint8_t *col, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) {
     int64_t ci = r / w->taps, tap = r % w->taps;
-    int64_t k0 = tap / (w->kern[1] * w->kern[2]), k1 = tap / w->kern[2] % w->kern[1];
-    int64_t k2 = tap % w->kern[2];
-    int8_t *row = col + r * w->outs;
-    const int64_t src = w->base + ci * w->plane;
-    int64_t o = 0;
-    for (int64_t o0 = 0; o0 < w->out[0]; o0++) {
-      int64_t i0 = o0 * w->stride[0] - w->pad[0] + k0 * w->dil[0];
-      for (int64_t o1 = 0; o1 < w->out[1]; o1++) {
-        int64_t i1 = o1 * w->stride[1] - w->pad[1] + k1 * w->dil[1];
-        bool rows_in = i0 >= 0 && i0 < w->in[0] && i1 >= 0 && i1 < w->in[1];
-        for (int64_t o2 = 0; o2 < w->out[2]; o2++, o++) {
-          int64_t i2 = o2 * w->stride[2] - w->pad[2] + k2 * w->dil[2];
-          row[o] = rows_in && i2 >= 0 && i2 < w->in[2]
-                       ? (int8_t)(gs_q_load(w->type, x, src + (i0 * w->in[1] + i1) * w->in[2] + i2) +
-                                  w->shift)
-                       : w->pad_value;
-        }
-      }
+    int64_t k[3] = {tap / (w->kern[1] * w->kern[2]), tap / w->kern[2] % w->kern[1],
+                    tap % w->kern[2]};
+    int64_t off[3], from[3], to[3];
+    for (int d = 0; d < 3; d++) {
+      off[d] = k[d] * w->dil[d] - w->pad[d];
+      inside(w->out[d], w->stride[d], off[d], w->in[d], &from[d], &to[d]);
     }
+    uint8_t *row = col + r * w->outs;
+    const uint8_t *src = x + w->base + ci * w->plane;
+    int64_t line = w->out[2];
+    for (int64_t o0 = 0; o0 < w->out[0]; o0++)
+      for (int64_t o1 = 0; o1 < w->out[1]; o1++) {
+        uint8_t *dst = row + (o0 * w->out[1] + o1) * line;
+        if (o0 < from[0] || o0 >= to[0] || o1 < from[1] || o1 >= to[1]) {
+          memset(dst, w->pad_value, (size_t)line);
+          continue;
+        }
+        int64_t i0 = o0 * w->stride[0] + off[0], i1 = o1 * w->stride[1] + off[1];
+        memset(dst, w->pad_value, (size_t)from[2]);
+        copy_flipped(dst + from[2], src + (i0 * w->in[1] + i1) * w->in[2] + from[2] * w->stride[2] + off[2],
+                     to[2] - from[2], w->stride[2], w->flip);
+        memset(dst + to[2], w->pad_value, (size_t)(line - to[2]));
+      }
   }
 }
 
@@ -337,7 +406,7 @@ static void im2col(const gs_op_call *c, const gs_conv_attrs *a, const void *x, i
   window w = window_of(c, a, x_zero, img, g);
   int64_t rows = c->in[0].shape.dims[1] / a->group * w.taps;
   GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (w.outs + 1) + 1, lo, hi,
-                     im2col_rows(&w, x, col, lo, hi));
+                     im2col_rows(&w, x, (uint8_t *)col, lo, hi));
 }
 
 /* Weights [oc, ci/g, k...], input zero point, weight zero points (NULL,
@@ -415,6 +484,10 @@ static int k_conv_integer(const gs_cpu_kernel_call *k) {
 
 static int k_qlinear_conv(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
+  bool done;
+  int rc = gs__dnnl_qconv(c, k->ptr, &done);
+  if (rc < 0 || done)
+    return rc;
   conv_io io = {.x_zero = gs_q_load(c->in[2].dtype, k->ptr[2], 0),
                 .bias = gs_op_given(c, 8) ? k->ptr[8] : NULL,
                 .out_type = c->out[0].dtype,

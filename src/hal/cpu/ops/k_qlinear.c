@@ -27,13 +27,13 @@ static qparams params(const gs_op_call *c, const gs_cpu_kernel_call *k, int scal
 }
 
 static int32_t quantize(float v, qparams y, gs_dtype t) {
-  return gs_q_round(v / y.scale + (float)y.zero, gs_q_lo(t), gs_q_hi(t));
+  return gs_q_quantize(v, y.scale, y.zero, t);
 }
 
 static void quantize_u8(const float *x, uint8_t *y, float scale, uint8_t zero, int64_t lo,
                         int64_t hi) {
   for (int64_t i = lo; i < hi; i++)
-    y[i] = (uint8_t)gs_q_round(x[i] / scale + (float)zero, 0, 255);
+    y[i] = (uint8_t)gs_q_quantize(x[i], scale, zero, GS_DT_UINT8);
 }
 
 static int k_dynamic_quantize(const gs_cpu_kernel_call *k) {
@@ -59,16 +59,51 @@ typedef struct qbinary {
   void *out;
 } qbinary;
 
+/* One output row of QLinearAdd or QLinearMul for 8-bit type T, in
+ * onnxruntime's order of operations (so that ties round alike): the
+ * scales folded into ratios to y's scale and the zero points into one
+ * constant, y = round(rb b + (ra a + k)); or y = round(r (a - za)(b - zb) + zy). */
+#define QBINARY_LOOP(T, LO, HI, SA, SB, EXPR)                                                 \
+  for (int64_t j = 0; j < n; j++) {                                                            \
+    float u = (float)a[j * (SA)], v = (float)b[j * (SB)];                                      \
+    y[j] = (T)gs_q_round(EXPR, LO, HI);                                                        \
+  }
+#define QBINARY_STRIDES(T, LO, HI, EXPR)                                                       \
+  if (sa && sb)                                                                                \
+    QBINARY_LOOP(T, LO, HI, 1, 1, EXPR)                                                        \
+  else if (sa)                                                                                 \
+    QBINARY_LOOP(T, LO, HI, 1, 0, EXPR)                                                        \
+  else                                                                                         \
+    QBINARY_LOOP(T, LO, HI, 0, sb, EXPR)
+/* The strides are 1, or 0 for an input broadcast along the row: each
+ * case, and Add and Mul, a loop of its own, so that the compiler
+ * vectorises it. */
+#define DEFINE_QBINARY_ROW(SUFFIX, T, LO, HI)                                                   \
+  GS_VECTOR_CLONES                                                                            \
+  static void qbinary_row_##SUFFIX(const T *a, int64_t sa, const T *b, int64_t sb, T *y,       \
+                                   int64_t n, const qbinary *q) {                             \
+    float ra = q->a.scale / q->y.scale, rb = q->b.scale / q->y.scale;                         \
+    float r = q->a.scale * q->b.scale / q->y.scale, zy = (float)q->y.zero;                     \
+    float za = (float)q->a.zero, zb = (float)q->b.zero, k = zy - ra * za - rb * zb;            \
+    if (q->mul) {                                                                              \
+      QBINARY_STRIDES(T, LO, HI, r * ((u - za) * (v - zb)) + zy)                               \
+    } else {                                                                                   \
+      QBINARY_STRIDES(T, LO, HI, rb * v + (ra * u + k))                                        \
+    }                                                                                          \
+  }
+DEFINE_QBINARY_ROW(u8, uint8_t, 0, 255)
+DEFINE_QBINARY_ROW(s8, int8_t, -128, 127)
+
 static void qbinary_rows(const qbinary *q, int64_t lo, int64_t hi) {
-  gs_dtype t = q->type;
   for (int64_t row = lo; row < hi; row++) {
     int64_t oo, io[2];
     gs_bcast_row(&q->it, row, &oo, io);
-    for (int64_t j = 0; j < q->it.row_len; j++) {
-      float u = (float)(gs_q_load(t, q->pa, io[0] + j * q->sa) - q->a.zero) * q->a.scale;
-      float v = (float)(gs_q_load(t, q->pb, io[1] + j * q->sb) - q->b.zero) * q->b.scale;
-      gs_q_store(t, q->out, oo + j, quantize(q->mul ? u * v : u + v, q->y, t));
-    }
+    if (q->type == GS_DT_UINT8)
+      qbinary_row_u8((const uint8_t *)q->pa + io[0], q->sa, (const uint8_t *)q->pb + io[1],
+                     q->sb, (uint8_t *)q->out + oo, q->it.row_len, q);
+    else
+      qbinary_row_s8((const int8_t *)q->pa + io[0], q->sa, (const int8_t *)q->pb + io[1], q->sb,
+                     (int8_t *)q->out + oo, q->it.row_len, q);
   }
 }
 

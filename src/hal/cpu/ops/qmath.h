@@ -10,12 +10,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* v rounded half to even and clamped to [lo, hi]; NaN gives lo's side 0. */
+/* v rounded half to even and clamped to [lo, hi]; NaN gives lo (as
+ * x86's conversion does in onnxruntime). The value is clamped first, then
+ * rounded by adding and taking away 1.5 * 2^23, which leaves the nearest
+ * integer (ties to even) in the default rounding mode for |v| < 2^22: no
+ * call into libm, and loops of it vectorise (the comparisons are written
+ * so that NaN falls to lo without a test of its own, which would keep GCC
+ * from vectorising them). */
 static inline int32_t gs_q_round(float v, int32_t lo, int32_t hi) {
-  if (!(v == v))
-    return 0 < lo ? lo : 0 > hi ? hi : 0;
-  v = nearbyintf(v);
-  return v <= (float)lo ? lo : v >= (float)hi ? hi : (int32_t)v;
+  v = v > (float)lo ? v : (float)lo;
+  v = v < (float)hi ? v : (float)hi;
+  return (int32_t)((v + 12582912.0f) - 12582912.0f);
 }
 
 static inline int32_t gs_q_lo(gs_dtype t) { return t == GS_DT_INT8 ? -128 : 0; }
@@ -33,6 +38,11 @@ static inline void gs_q_store(gs_dtype t, void *p, int64_t i, int32_t v) {
     ((int8_t *)p)[i] = (int8_t)v;
   else
     ((uint8_t *)p)[i] = (uint8_t)v;
+}
+
+/* ONNX's quantisation of v: round(v / scale) + zero, saturated to t. */
+static inline int32_t gs_q_quantize(float v, float scale, int32_t zero, gs_dtype t) {
+  return gs_q_round(v / scale, gs_q_lo(t) - zero, gs_q_hi(t) - zero) + zero;
 }
 
 /* DynamicQuantizeLinear's uint8 parameters for x[0..n): the range of x

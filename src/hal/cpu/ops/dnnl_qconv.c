@@ -1,0 +1,282 @@
+/* dnnl_qconv.c - QLinearConv through oneDNN's int8 convolution (VNNI where
+ * the CPU has it): 8-bit input and output, int8 weights, an int32 bias,
+ * the requantising scale per output channel (x_scale * w_scale / y_scale)
+ * and the input's and output's zero points given to the primitive, so
+ * that one primitive does the op. The primitive is made once per plan
+ * step and kept in the step's kernel state; its scales and zero points
+ * are fixed when it is made, so a run whose scales or zero points differ
+ * from those (they are inputs, almost always constants) makes it again.
+ * The activations are reordered from and to NCHW around each call (oneDNN
+ * computes int8 in channels-last), the weights once while they stay the
+ * same. oneDNN takes no weight zero points: those ops, and uint8 weights,
+ * stay with the caller's im2col path. */
+#include "hal/cpu/ops/dnnl_qconv.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "hal/cpu/ops/dnnl_conv.h"
+#include "hal/cpu/ops/qmath.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct qconv_state {
+  dnnl_primitive_t conv, src_reorder, dst_reorder, w_reorder;
+  dnnl_memory_t src_plain, src_cl, dst_plain, dst_cl, w_plain, w_blocked, bias;
+  dnnl_stream_t stream; /* runs of one plan are serialised, so one stream serves */
+  const void *w_cached; /* the weights the reordered copy was made from */
+  float *scales;        /* per output channel, as built */
+  int64_t n_scales;
+  int32_t x_zero, y_zero;
+  bool built, failed;
+} qconv_state;
+
+static void release(qconv_state *s) {
+  dnnl_primitive_t prims[] = {s->conv, s->src_reorder, s->dst_reorder, s->w_reorder};
+  for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
+    if (prims[i])
+      dnnl_primitive_destroy(prims[i]);
+  dnnl_memory_t mems[] = {s->src_plain, s->src_cl,    s->dst_plain, s->dst_cl,
+                          s->w_plain,   s->w_blocked, s->bias};
+  for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+    if (mems[i])
+      dnnl_memory_destroy(mems[i]);
+  if (s->stream)
+    dnnl_stream_destroy(s->stream);
+  free(s->scales);
+  memset(s, 0, sizeof *s);
+}
+
+static void destroy_state(void *p) {
+  if (p) {
+    release(p);
+    free(p);
+  }
+}
+
+static dnnl_data_type_t q8(gs_dtype t) { return t == GS_DT_INT8 ? dnnl_s8 : dnnl_u8; }
+
+static dnnl_status_t reorder_between(dnnl_engine_t engine, const dnnl_memory_desc_t *from,
+                                     const dnnl_memory_desc_t *to, dnnl_primitive_t *out) {
+  *out = NULL;
+  if (dnnl_memory_desc_equal(from, to))
+    return dnnl_success;
+  dnnl_primitive_desc_t pd;
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL);
+  if (st == dnnl_success) {
+    st = dnnl_primitive_create(out, pd);
+    dnnl_primitive_desc_destroy(pd);
+  }
+  return st;
+}
+
+/* The descriptors of the op's tensors: NCHW-style plain ones for the
+ * engine's buffers, and the convolution's dims. */
+typedef struct qconv_dims {
+  int rank, w_rank;
+  dnnl_dims_t src, dst, w, bias, strides, dil, pl, pr;
+} qconv_dims;
+
+static void dims_of(const gs_op_call *c, qconv_dims *d) {
+  const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
+  const gs_shape *xs = &c->in[0].shape, *ws = &c->in[3].shape, *ys = &c->out[0].shape;
+  d->rank = xs->rank;
+  for (int i = 0; i < d->rank; i++) {
+    d->src[i] = xs->dims[i];
+    d->dst[i] = ys->dims[i];
+  }
+  bool grouped = a->group > 1;
+  d->w_rank = d->rank + grouped;
+  if (grouped) {
+    d->w[0] = a->group;
+    d->w[1] = ws->dims[0] / a->group;
+    for (int i = 1; i < d->rank; i++)
+      d->w[i + 1] = ws->dims[i];
+  } else {
+    for (int i = 0; i < d->rank; i++)
+      d->w[i] = ws->dims[i];
+  }
+  d->bias[0] = ys->dims[1];
+  for (int i = 0; i < a->spatial; i++) {
+    d->strides[i] = a->stride[i];
+    d->dil[i] = a->dilation[i] - 1; /* oneDNN counts the gaps */
+    d->pl[i] = a->pad_begin[i];
+    d->pr[i] = a->pad_end[i];
+  }
+}
+
+static dnnl_format_tag_t plain_tag(int rank) {
+  return rank == 3 ? dnnl_ncw : rank == 4 ? dnnl_nchw : dnnl_ncdhw;
+}
+
+static dnnl_format_tag_t weights_tag(int rank, bool grouped) {
+  if (grouped)
+    return rank == 3 ? dnnl_goiw : rank == 4 ? dnnl_goihw : dnnl_goidhw;
+  return rank == 3 ? dnnl_oiw : rank == 4 ? dnnl_oihw : dnnl_oidhw;
+}
+
+static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t engine) {
+  const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
+  qconv_dims d;
+  dims_of(c, &d);
+  dnnl_data_type_t xt = q8(c->in[0].dtype), yt = q8(c->out[0].dtype);
+  dnnl_memory_desc_t src_any, dst_any, w_any, b_md, src_plain, dst_plain, w_plain;
+  dnnl_status_t st = dnnl_success;
+#define TRY(x) \
+  if (st == dnnl_success) \
+  st = (x)
+  TRY(dnnl_memory_desc_init_by_tag(&src_any, d.rank, d.src, xt, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&dst_any, d.rank, d.dst, yt, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&w_any, d.w_rank, d.w, dnnl_s8, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&b_md, 1, d.bias, dnnl_s32, dnnl_x));
+  TRY(dnnl_memory_desc_init_by_tag(&src_plain, d.rank, d.src, xt, plain_tag(d.rank)));
+  TRY(dnnl_memory_desc_init_by_tag(&dst_plain, d.rank, d.dst, yt, plain_tag(d.rank)));
+  TRY(dnnl_memory_desc_init_by_tag(&w_plain, d.w_rank, d.w, dnnl_s8,
+                                   weights_tag(d.rank, a->group > 1)));
+  dnnl_convolution_desc_t cd;
+  TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                 dnnl_convolution_direct, &src_any, &w_any,
+                                                 a->has_bias ? &b_md : NULL, &dst_any, d.strides,
+                                                 d.dil, d.pl, d.pr));
+  dnnl_primitive_attr_t attr = NULL;
+  TRY(dnnl_primitive_attr_create(&attr));
+  TRY(dnnl_primitive_attr_set_output_scales(attr, s->n_scales, s->n_scales > 1 ? 1 << 1 : 0,
+                                            s->scales));
+  TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->x_zero));
+  TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->y_zero));
+  dnnl_primitive_desc_t pd = NULL;
+  TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL));
+  if (attr)
+    dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success)
+    return st;
+  const dnnl_memory_desc_t *src_md = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+  const dnnl_memory_desc_t *dst_md = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  TRY(dnnl_primitive_create(&s->conv, pd));
+  TRY(reorder_between(engine, &src_plain, src_md, &s->src_reorder));
+  TRY(reorder_between(engine, dst_md, &dst_plain, &s->dst_reorder));
+  TRY(reorder_between(engine, &w_plain, w_md, &s->w_reorder));
+  TRY(dnnl_memory_create(&s->src_plain, &src_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->dst_plain, &dst_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->w_plain, &w_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->bias, &b_md, engine, DNNL_MEMORY_NONE));
+  if (s->src_reorder)
+    TRY(dnnl_memory_create(&s->src_cl, src_md, engine, DNNL_MEMORY_ALLOCATE));
+  if (s->dst_reorder)
+    TRY(dnnl_memory_create(&s->dst_cl, dst_md, engine, DNNL_MEMORY_ALLOCATE));
+  if (s->w_reorder)
+    TRY(dnnl_memory_create(&s->w_blocked, w_md, engine, DNNL_MEMORY_ALLOCATE));
+  TRY(dnnl_stream_create(&s->stream, engine, dnnl_stream_default_flags));
+#undef TRY
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+/* The requantising scales and the zero points of this run into *want;
+ * false where oneDNN cannot take the op (weight zero points, uint8 weights). */
+static bool params_of(const gs_op_call *c, void *const *p, qconv_state *want) {
+  if (c->in[3].dtype != GS_DT_INT8)
+    return false;
+  int64_t n_w = gs_shape_numel(&c->in[5].shape);
+  for (int64_t i = 0; i < n_w; i++)
+    if (((const int8_t *)p[5])[i] != 0)
+      return false;
+  const float *ws = p[4];
+  float xs = *(const float *)p[1], ys = *(const float *)p[6];
+  want->n_scales = gs_shape_numel(&c->in[4].shape);
+  if (!(want->scales = malloc(sizeof(float) * (size_t)want->n_scales)))
+    return false;
+  for (int64_t i = 0; i < want->n_scales; i++)
+    want->scales[i] = xs * ws[i] / ys;
+  want->x_zero = gs_q_load(c->in[0].dtype, p[2], 0);
+  want->y_zero = gs_q_load(c->out[0].dtype, p[7], 0);
+  return true;
+}
+
+static bool same_params(const qconv_state *a, const qconv_state *b) {
+  return a->n_scales == b->n_scales && a->x_zero == b->x_zero && a->y_zero == b->y_zero &&
+         memcmp(a->scales, b->scales, sizeof(float) * (size_t)a->n_scales) == 0;
+}
+
+static dnnl_status_t reorder(dnnl_stream_t stream, dnnl_primitive_t r, dnnl_memory_t from,
+                             dnnl_memory_t to) {
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  return dnnl_primitive_execute(r, stream, 2, args);
+}
+
+static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, void *const *p) {
+  bool has_bias = ((const gs_quant_attrs *)c->attrs)->conv.has_bias;
+  dnnl_memory_set_data_handle(s->src_plain, p[0]);
+  dnnl_memory_set_data_handle(s->dst_plain, p[c->n_in]);
+  dnnl_memory_set_data_handle(s->w_plain, p[3]);
+  if (has_bias)
+    dnnl_memory_set_data_handle(s->bias, p[8]);
+  dnnl_status_t st = dnnl_success;
+  /* Weights are reordered again where they may have changed. */
+  bool weights_const = ((const gs_quant_attrs *)c->attrs)->conv.weights_const;
+  if (s->w_reorder && (!weights_const || s->w_cached != p[3])) {
+    st = reorder(s->stream, s->w_reorder, s->w_plain, s->w_blocked);
+    s->w_cached = p[3];
+  }
+  if (st == dnnl_success && s->src_reorder)
+    st = reorder(s->stream, s->src_reorder, s->src_plain, s->src_cl);
+  if (st == dnnl_success) {
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, s->src_reorder ? s->src_cl : s->src_plain},
+        {DNNL_ARG_WEIGHTS, s->w_reorder ? s->w_blocked : s->w_plain},
+        {DNNL_ARG_DST, s->dst_reorder ? s->dst_cl : s->dst_plain},
+        {DNNL_ARG_BIAS, s->bias},
+    };
+    st = dnnl_primitive_execute(s->conv, s->stream, has_bias ? 4 : 3, args);
+  }
+  if (st == dnnl_success && s->dst_reorder)
+    st = reorder(s->stream, s->dst_reorder, s->dst_cl, s->dst_plain);
+  if (st == dnnl_success)
+    st = dnnl_stream_wait(s->stream);
+  return st;
+}
+
+int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
+  *done = false;
+  dnnl_engine_t engine = gs__dnnl_engine();
+  if (!engine || !c->state)
+    return 0;
+  qconv_state *s = c->state->ptr;
+  if (!s) {
+    if (!(s = calloc(1, sizeof *s)))
+      return gs_error(GS_ENOMEM, "out of memory for the oneDNN state of node %s", c->node_name);
+    c->state->ptr = s;
+    c->state->free = destroy_state;
+  }
+  if (s->failed)
+    return 0;
+  qconv_state want = {0};
+  if (!params_of(c, p, &want)) {
+    free(want.scales);
+    return 0; /* this run's weights need the im2col path */
+  }
+  if (!s->built || !same_params(s, &want)) {
+    release(s);
+    s->scales = want.scales;
+    s->n_scales = want.n_scales;
+    s->x_zero = want.x_zero;
+    s->y_zero = want.y_zero;
+    s->built = true;
+    if (build(s, c, engine) != dnnl_success) {
+      GS_LOGD("engine", "node %s: oneDNN cannot run this int8 convolution; using im2col",
+              c->node_name);
+      s->failed = true;
+      return 0;
+    }
+  } else {
+    free(want.scales);
+  }
+  dnnl_status_t st = execute(s, c, p);
+  if (st != dnnl_success)
+    return gs_error(GS_EDEVICE, "node %s: oneDNN int8 convolution failed (status %d)",
+                    c->node_name, (int)st);
+  *done = true;
+  return 0;
+}
