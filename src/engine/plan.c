@@ -744,6 +744,14 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
       ((gs_conv_attrs *)p->steps[i].call->attrs)->weights_const = true;
     if (gs__step_is(&p->steps[i], "QLinearConv") && p->values[p->steps[i].in[3]].data)
       ((gs_quant_attrs *)p->steps[i].call->attrs)->conv.weights_const = true;
+    /* The quantised products, by where each op takes B. */
+    static const struct { const char *op; int b; } products[] = {
+        {"QLinearMatMul", 3}, {"MatMulInteger", 1}, {"MatMulIntegerToFloat", 1},
+        {"DynamicQuantizeMatMul", 1}, {"QGemm", 3}};
+    for (size_t k = 0; k < sizeof products / sizeof products[0]; k++)
+      if (gs__step_is(&p->steps[i], products[k].op) &&
+          p->values[p->steps[i].in[products[k].b]].data)
+        ((gs_quant_attrs *)p->steps[i].call->attrs)->b_const = true;
   }
   p->report.steps = p->n_steps - p->report.in_place;
   p->report.weights_bytes = wbytes;

@@ -217,6 +217,7 @@ typedef struct gs_quant_attrs {
   bool trans_a, trans_b;  /* QGemm */
   bool channels_last;     /* QLinearGlobalAveragePool, QLinearAveragePool: NHWC */
   bool softmax_2d;        /* QLinearSoftmax of opset < 13: rows of [..axis) x [axis..) */
+  bool b_const;           /* set by the plan: the products' B is a constant (a weight) */
 } gs_quant_attrs;
 
 /* Einsum (ops_einsum.c): every label numbered, each operand's labels. */

@@ -7,6 +7,7 @@
  * input unrolled into columns (im2col), one group at a time. */
 #include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/dnnl_qconv.h"
+#include "hal/cpu/ops/dnnl_qmatmul.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/qmath.h"
 #include "hal/op/op_launch.h"
@@ -160,20 +161,47 @@ static void finish_rows(const out_stage *o, const int32_t *acc, int64_t m, int64
   }
 }
 
+/* The product through oneDNN's matmul with B packed once (dnnl_qmatmul.c):
+ * for int8 B and zero points per tensor. Sets *done when it ran. */
+static int packed_product(const gs_op_call *c, const qoperand *a, const qoperand *b, bool tb,
+                          int64_t m, int64_t k, int64_t n, int32_t *acc, bool *done) {
+  *done = false;
+  if (b->type != GS_DT_INT8 || a->n_zero > 1 || b->n_zero > 1)
+    return 0;
+  gs_qmatmul_shape q = {.m = m, .k = k, .n = n, .a_zero = zero_at(a, 0), .b_zero = zero_at(b, 0),
+                        .a_signed = a->type == GS_DT_INT8, .trans_b = tb,
+                        .b_const = ((const gs_quant_attrs *)c->attrs)->b_const};
+  return gs__dnnl_qmatmul(c, &q, a->data, b->data, acc, done);
+}
+
+/* Whether every product shares B and A's batches lie one after another,
+ * so that the batch is one product of batch * m rows. */
+static bool one_product(const gs_matmul_attrs *m) {
+  for (int d = 0; d < m->batch_rank; d++)
+    if (m->b_batch_strides[d] != 0 || (m->a_batch_strides[d] == 0 && m->batch_dims[d] > 1))
+      return false;
+  return true;
+}
+
 /* The batched product of a and b, each batch through `o` into out. */
 static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, const out_stage *o,
                    void *out) {
   const gs_matmul_attrs *m = &((const gs_quant_attrs *)c->attrs)->matmul;
   size_t elem = gs_dtype_size(o->type);
-  int32_t *acc = o->type == GS_DT_INT32 ? NULL : malloc((size_t)(m->m * m->n + 1) * sizeof *acc);
+  bool whole = one_product(m) && !o->row_scale;
+  int64_t rows = whole ? m->batch * m->m : m->m; /* of one product */
+  int32_t *acc = o->type == GS_DT_INT32 ? NULL : malloc((size_t)(rows * m->n + 1) * sizeof *acc);
   float *scale = malloc((size_t)(m->n + 1) * sizeof *scale);
-  if ((o->type != GS_DT_INT32 && !acc) || !scale) {
-    free(acc);
-    free(scale);
-    return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
-  }
   int rc = 0;
-  for (int64_t i = 0; rc == 0 && i < m->batch; i++) {
+  if ((o->type != GS_DT_INT32 && !acc) || !scale)
+    rc = gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
+  bool done = false;
+  if (rc == 0 && whole) {
+    rc = packed_product(c, a, b, false, rows, m->k, m->n, acc ? acc : out, &done);
+    if (rc == 0 && done && acc)
+      finish_rows(o, acc, rows, m->n, out, scale);
+  }
+  for (int64_t i = 0; rc == 0 && !done && i < m->batch; i++) {
     int64_t oa, ob;
     gs_launch_matmul_offsets(m, i, &oa, &ob);
     qoperand ai = *a, bi = *b;
@@ -289,7 +317,10 @@ static int k_qgemm(const gs_cpu_kernel_call *k) {
   int32_t *acc = malloc((size_t)(m->m * m->n + 1) * sizeof *acc);
   if (!acc)
     return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
-  int rc = qgemm_s32(c->node_name, m->m, m->n, m->k, &a, q->trans_a, &b, q->trans_b, acc);
+  bool done = false;
+  int rc = q->trans_a ? 0 : packed_product(c, &a, &b, q->trans_b, m->m, m->k, m->n, acc, &done);
+  if (rc == 0 && !done)
+    rc = qgemm_s32(c->node_name, m->m, m->n, m->k, &a, q->trans_a, &b, q->trans_b, acc);
   if (rc == 0 && gs_op_given(c, 6)) { /* C broadcasts to [m, n] */
     const gs_shape *s = &c->in[6].shape;
     int64_t rows = s->rank == 2 ? s->dims[0] : 1, cols = s->rank >= 1 ? s->dims[s->rank - 1] : 1;

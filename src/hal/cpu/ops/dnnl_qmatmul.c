@@ -1,0 +1,170 @@
+/* dnnl_qmatmul.c - the int32 product of the quantised MatMul family
+ * (QLinearMatMul, MatMulInteger, MatMulIntegerToFloat,
+ * DynamicQuantizeMatMul, QGemm) through oneDNN's int8 matmul primitive,
+ * where B is a constant int8 matrix: oneDNN reorders B once into the
+ * layout its kernels read (VNNI-blocked where the CPU has it), where the
+ * BLAS-like integer GEMM would pack it again on every call, which costs
+ * more than the product at small batches. B's zero point goes into the
+ * primitive; A's (which DynamicQuantizeLinear chooses anew on every run)
+ * is taken away afterwards with B's column sums, kept beside the packed B,
+ * so that no run has to make the primitive again. The caller's output
+ * stage scales and requantises the int32 result. The primitive is made
+ * once per plan step (again if B's zero point changes). */
+#include "hal/cpu/ops/dnnl_qmatmul.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "hal/cpu/ops/dnnl_conv.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct qmm_state {
+  dnnl_primitive_t matmul, w_reorder;
+  dnnl_memory_t src, w_plain, w_packed, dst;
+  dnnl_stream_t stream;
+  const void *w_cached; /* the B the packed copy and the sums were made from */
+  int64_t *col_sums;    /* over k of (B - b_zero), per column */
+  gs_qmatmul_shape shape; /* as built */
+  bool built, failed;
+} qmm_state;
+
+static void release(qmm_state *s) {
+  free(s->col_sums);
+  if (s->matmul)
+    dnnl_primitive_destroy(s->matmul);
+  if (s->w_reorder)
+    dnnl_primitive_destroy(s->w_reorder);
+  dnnl_memory_t mems[] = {s->src, s->w_plain, s->w_packed, s->dst};
+  for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+    if (mems[i])
+      dnnl_memory_destroy(mems[i]);
+  if (s->stream)
+    dnnl_stream_destroy(s->stream);
+  memset(s, 0, sizeof *s);
+}
+
+static void destroy_state(void *p) {
+  if (p) {
+    release(p);
+    free(p);
+  }
+}
+
+/* What the primitive depends on (A's zero point is applied afterwards). */
+static bool same_shape(const gs_qmatmul_shape *a, const gs_qmatmul_shape *b) {
+  return a->m == b->m && a->k == b->k && a->n == b->n && a->b_zero == b->b_zero &&
+         a->a_signed == b->a_signed && a->trans_b == b->trans_b && a->b_const == b->b_const;
+}
+
+static void sum_columns(const gs_qmatmul_shape *q, const int8_t *b, int64_t *sums) {
+  for (int64_t j = 0; j < q->n; j++)
+    sums[j] = -q->k * (int64_t)q->b_zero;
+  for (int64_t p = 0; p < q->k; p++)
+    for (int64_t j = 0; j < q->n; j++)
+      sums[j] += b[q->trans_b ? j * q->k + p : p * q->n + j];
+}
+
+static dnnl_status_t build(qmm_state *s, dnnl_engine_t engine) {
+  const gs_qmatmul_shape *q = &s->shape;
+  dnnl_dims_t a_dims = {q->m, q->k}, b_dims = {q->k, q->n}, c_dims = {q->m, q->n};
+  dnnl_memory_desc_t a_md, b_any, b_plain, c_md;
+  dnnl_status_t st = dnnl_success;
+#define TRY(x) \
+  if (st == dnnl_success) \
+  st = (x)
+  TRY(dnnl_memory_desc_init_by_tag(&a_md, 2, a_dims, q->a_signed ? dnnl_s8 : dnnl_u8, dnnl_ab));
+  TRY(dnnl_memory_desc_init_by_tag(&b_any, 2, b_dims, dnnl_s8, dnnl_format_tag_any));
+  /* B as stored: [k, n], or [n, k] read transposed (tag ba). */
+  TRY(dnnl_memory_desc_init_by_tag(&b_plain, 2, b_dims, dnnl_s8, q->trans_b ? dnnl_ba : dnnl_ab));
+  TRY(dnnl_memory_desc_init_by_tag(&c_md, 2, c_dims, dnnl_s32, dnnl_ab));
+  dnnl_matmul_desc_t md;
+  TRY(dnnl_matmul_desc_init(&md, &a_md, &b_any, NULL, &c_md));
+  dnnl_primitive_attr_t attr = NULL;
+  TRY(dnnl_primitive_attr_create(&attr));
+  if (q->b_zero)
+    TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_WEIGHTS, 1, 0, &q->b_zero));
+  dnnl_primitive_desc_t pd = NULL;
+  TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL));
+  if (attr)
+    dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success)
+    return st;
+  const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  TRY(dnnl_primitive_create(&s->matmul, pd));
+  if (!dnnl_memory_desc_equal(&b_plain, w_md)) {
+    dnnl_primitive_desc_t rpd;
+    TRY(dnnl_reorder_primitive_desc_create(&rpd, &b_plain, engine, w_md, engine, NULL));
+    TRY(dnnl_primitive_create(&s->w_reorder, rpd));
+    if (st == dnnl_success)
+      dnnl_primitive_desc_destroy(rpd);
+    TRY(dnnl_memory_create(&s->w_packed, w_md, engine, DNNL_MEMORY_ALLOCATE));
+  }
+  TRY(dnnl_memory_create(&s->src, &a_md, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->w_plain, &b_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->dst, &c_md, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_stream_create(&s->stream, engine, dnnl_stream_default_flags));
+  if (st == dnnl_success && !(s->col_sums = malloc(sizeof(int64_t) * (size_t)q->n)))
+    st = dnnl_out_of_memory;
+#undef TRY
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void *a,
+                     const int8_t *b, int32_t *out, bool *done) {
+  *done = false;
+  dnnl_engine_t engine = gs__dnnl_engine();
+  if (!engine || !c->state || q->m == 0 || q->n == 0 || q->k == 0)
+    return 0;
+  qmm_state *s = c->state->ptr;
+  if (!s) {
+    if (!(s = calloc(1, sizeof *s)))
+      return gs_error(GS_ENOMEM, "out of memory for the oneDNN state of node %s", c->node_name);
+    c->state->ptr = s;
+    c->state->free = destroy_state;
+  }
+  if (s->failed)
+    return 0;
+  if (!s->built || !same_shape(&s->shape, q)) {
+    release(s);
+    s->shape = *q;
+    s->built = true;
+    if (build(s, engine) != dnnl_success) {
+      GS_LOGD("engine", "node %s: oneDNN cannot run this int8 matmul; using the integer GEMM",
+              c->node_name);
+      s->failed = true;
+      return 0;
+    }
+  }
+  dnnl_memory_set_data_handle(s->src, (void *)a);
+  dnnl_memory_set_data_handle(s->w_plain, (void *)b);
+  dnnl_memory_set_data_handle(s->dst, out);
+  dnnl_status_t st = dnnl_success;
+  if (!q->b_const || s->w_cached != b) {
+    if (s->w_reorder) {
+      dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, s->w_plain}, {DNNL_ARG_TO, s->w_packed}};
+      st = dnnl_primitive_execute(s->w_reorder, s->stream, 2, args);
+    }
+    sum_columns(q, b, s->col_sums);
+    s->w_cached = b;
+  }
+  if (st == dnnl_success) {
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, s->src},
+                              {DNNL_ARG_WEIGHTS, s->w_reorder ? s->w_packed : s->w_plain},
+                              {DNNL_ARG_DST, s->dst}};
+    st = dnnl_primitive_execute(s->matmul, s->stream, 3, args);
+  }
+  if (st == dnnl_success)
+    st = dnnl_stream_wait(s->stream);
+  if (st != dnnl_success)
+    return gs_error(GS_EDEVICE, "node %s: oneDNN int8 matmul failed (status %d)", c->node_name,
+                    (int)st);
+  if (q->a_zero)
+    for (int64_t i = 0; i < q->m; i++)
+      for (int64_t j = 0; j < q->n; j++)
+        out[i * q->n + j] -= (int32_t)(q->a_zero * s->col_sums[j]);
+  *done = true;
+  return 0;
+}
