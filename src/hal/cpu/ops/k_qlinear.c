@@ -160,37 +160,57 @@ static int k_qlinear_leaky_relu(const gs_cpu_kernel_call *k) {
 }
 
 /* Softmax along the axis (inner > 1: a strided row), or over the rows of
- * [..axis) x [axis..) for opset < 13. */
-static void softmax_row(gs_dtype t, const void *in, void *out, int64_t at, int64_t len,
-                        int64_t step, qparams x, qparams y, float *tmp) {
-  float hi = -INFINITY, sum = 0.0f;
+ * [..axis) x [axis..) for opset < 13. An 8-bit row's exponentials,
+ * exp(x_scale * (x - max)), take 256 values at most: they come from a
+ * table of exp(x_scale * -d) for d = max - x in 0..255, made once per run. */
+typedef struct qsoftmax {
+  gs_dtype type;
+  qparams y;
+  float table[256];
+} qsoftmax;
+
+static int32_t as_int(gs_dtype t, uint8_t byte) { return t == GS_DT_INT8 ? (int8_t)byte : byte; }
+
+static void softmax_row(const qsoftmax *q, const uint8_t *in, uint8_t *out, int64_t len,
+                        int64_t step, float *tmp) {
+  int32_t hi = INT32_MIN;
   for (int64_t j = 0; j < len; j++) {
-    tmp[j] = (float)(gs_q_load(t, in, at + j * step) - x.zero) * x.scale;
-    hi = tmp[j] > hi ? tmp[j] : hi;
+    int32_t v = as_int(q->type, in[j * step]);
+    hi = v > hi ? v : hi;
   }
+  float sum = 0.0f;
   for (int64_t j = 0; j < len; j++)
-    sum += tmp[j] = expf(tmp[j] - hi);
+    sum += tmp[j] = q->table[hi - as_int(q->type, in[j * step])];
+  float inv = 1.0f / (sum * q->y.scale);
+  int32_t lo = gs_q_lo(q->type) - q->y.zero, top = gs_q_hi(q->type) - q->y.zero;
   for (int64_t j = 0; j < len; j++)
-    gs_q_store(t, out, at + j * step, quantize(tmp[j] / sum, y, t));
+    out[j * step] = (uint8_t)(gs_q_round(tmp[j] * inv, lo, top) + q->y.zero);
 }
 
 static int k_qlinear_softmax(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
-  const gs_quant_attrs *q = c->attrs;
+  const gs_quant_attrs *a = c->attrs;
   gs_dtype t = c->in[0].dtype;
-  qparams x = params(c, k, 1, 2, t), y = params(c, k, 3, 4, t);
+  qsoftmax q = {.type = t, .y = params(c, k, 3, 4, t)};
+  float x_scale = params(c, k, 1, 2, t).scale; /* the zero point cancels in x - max */
+  for (int d = 0; d < 256; d++)
+    q.table[d] = expf(-x_scale * (float)d);
   int64_t outer, len, inner;
-  gs_launch_split_axis(&c->in[0].shape, q->axis, &outer, &len, &inner);
-  if (q->softmax_2d) { /* one row of everything from the axis on */
+  gs_launch_split_axis(&c->in[0].shape, a->axis, &outer, &len, &inner);
+  if (a->softmax_2d) { /* one row of everything from the axis on */
     len *= inner;
     inner = 1;
   }
   float *tmp = malloc((size_t)(len + 1) * sizeof *tmp);
   if (!tmp)
     return gs_error(GS_ENOMEM, "node %s: out of memory for a softmax row", c->node_name);
+  const uint8_t *in = k->ptr[0];
+  uint8_t *out = k->ptr[c->n_in];
   for (int64_t o = 0; o < outer; o++)
-    for (int64_t i = 0; i < inner; i++)
-      softmax_row(t, k->ptr[0], k->ptr[c->n_in], o * len * inner + i, len, inner, x, y, tmp);
+    for (int64_t i = 0; i < inner; i++) {
+      int64_t at = o * len * inner + i;
+      softmax_row(&q, in + at, out + at, len, inner, tmp);
+    }
   free(tmp);
   return 0;
 }
