@@ -55,6 +55,42 @@ int gs_read_u64_file(const char *path, uint64_t *out) {
   return GS_OK;
 }
 
+int gs_read_whole_file(const char *path, void **data, size_t *len) {
+  /* O_NONBLOCK: opening a FIFO would wait for a writer; it is refused below. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return gs_error(errno == ENOENT ? GS_ENOENT : GS_EIO, "cannot open %s: %s", path,
+                    strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return gs_error(GS_EINVAL, "%s is not a regular file", path);
+  }
+  size_t size = (size_t)st.st_size;
+  char *buf = malloc(size ? size : 1);
+  if (!buf) {
+    close(fd);
+    return gs_error(GS_ENOMEM, "out of memory reading %s (%zu bytes)", path, size);
+  }
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = read(fd, buf + done, size - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    done += (size_t)n;
+  }
+  close(fd);
+  if (done != size) {
+    free(buf);
+    return gs_error(GS_EIO, "cannot read %s", path);
+  }
+  *data = buf;
+  *len = size;
+  return 0;
+}
+
 int gs_mkdir_p(const char *dir) {
   char buf[4096];
   if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {

@@ -11,6 +11,11 @@ long gs_read_text_file(const char *path, char *buf, size_t cap);
 /* Reads one unsigned decimal integer from `path`. Returns 0 or a GS_E code. */
 int gs_read_u64_file(const char *path, uint64_t *out);
 
+/* Reads the whole regular file `path` into *data (malloc'd: the caller
+ * frees it) and its size into *len. FIFOs and directories are refused
+ * without blocking. Returns 0 or a GS_E code with the detail. */
+int gs_read_whole_file(const char *path, void **data, size_t *len);
+
 /* Creates directory `dir` and any missing parents (mode 0755). Returns 0, or
  * -1 with errno set. */
 int gs_mkdir_p(const char *dir);

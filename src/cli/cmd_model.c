@@ -5,6 +5,7 @@
 #include "base/fileutil.h"
 #include "engine/npy.h"
 #include "engine/op.h"
+#include "engine/quantize.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -13,9 +14,9 @@
 #include <sys/stat.h>
 
 typedef struct model_opts {
-  bool json, report, deterministic;
-  gs_cli_list inputs;
-  const char *outdir, *device, *precision;
+  bool json, report, deterministic, per_channel;
+  gs_cli_list inputs, calibrate;
+  const char *outdir, *device, *precision, *method;
   long long threads;
 } model_opts;
 
@@ -23,8 +24,17 @@ static const gs_cli_option model_options[] = {
     GS_CLI_OPT("json", GS_OPT_BOOL, model_opts, json, NULL, "inspect: print JSON"),
     {"input", 'i', GS_OPT_LIST, offsetof(model_opts, inputs), "NAME=FILE",
      "run: a .npy file for the model input NAME (one per input)", 0, 0},
-    {"output", 'o', GS_OPT_STRING, offsetof(model_opts, outdir), "DIR",
-     "run: where the outputs go (created if missing)", 0, 0},
+    {"output", 'o', GS_OPT_STRING, offsetof(model_opts, outdir), "PATH",
+     "run: the directory the outputs go to (created if missing); quantize: the file to write",
+     0, 0},
+    GS_CLI_OPT("calibrate", GS_OPT_LIST, model_opts, calibrate, "[NAME=]FILE",
+               "quantize: a .npy of calibration samples (along its first dimension) for input "
+               "NAME; the name may be left out for a model of one input"),
+    GS_CLI_OPT("per-channel", GS_OPT_BOOL, model_opts, per_channel, NULL,
+               "quantize: a weight scale per output channel (default: one per tensor)"),
+    GS_CLI_OPT("method", GS_OPT_STRING, model_opts, method, "M",
+               "quantize: how the activations' ranges are chosen: minmax (default), percentile "
+               "(99.999%), entropy (least KL divergence)"),
     GS_CLI_OPT("device", GS_OPT_STRING, model_opts, device, "ID",
                "run: the device, as `gpusrv smi` names it (default: the first)"),
     GS_CLI_OPT("precision", GS_OPT_STRING, model_opts, precision, "P",
@@ -329,6 +339,100 @@ done:
   return status;
 }
 
+/* ---- quantize ------------------------------------------------------------------------ */
+
+/* The calibration files in the model's input order into data[]; a usage
+ * error or a failure is said, and returned as an exit status. */
+static int read_calibration(const gs_model *m, const gs_cli_list *specs, gs_npy *data) {
+  for (int s = 0; s < specs->n; s++) {
+    const char *spec = specs->items[s], *eq = strchr(spec, '=');
+    int found = -1;
+    if (!eq && m->n_inputs == 1 && specs->n == 1)
+      found = 0;
+    for (int i = 0; eq && i < m->n_inputs; i++)
+      if (strlen(m->inputs[i].name) == (size_t)(eq - spec) &&
+          strncmp(m->inputs[i].name, spec, (size_t)(eq - spec)) == 0)
+        found = i;
+    if (found < 0) {
+      gs_cli_error("model quantize: --calibrate %s names no input of the model%s", spec,
+                   eq ? "" : " (give NAME=FILE.npy: the model has several)");
+      list_inputs(m);
+      return GS_EXIT_USAGE;
+    }
+    if (data[found].data) {
+      gs_cli_error("model quantize: input '%s' is calibrated twice", m->inputs[found].name);
+      return GS_EXIT_USAGE;
+    }
+    if (gs_npy_read(eq ? eq + 1 : spec, &data[found]) < 0) {
+      gs_cli_error("model quantize: %s", gs_error_detail());
+      return GS_EXIT_FAILED;
+    }
+  }
+  for (int i = 0; i < m->n_inputs; i++)
+    if (!data[i].data) {
+      gs_cli_error("model quantize: no calibration data for input '%s' (--calibrate %s=FILE.npy)",
+                   m->inputs[i].name, m->inputs[i].name);
+      return GS_EXIT_USAGE;
+    }
+  return GS_EXIT_OK;
+}
+
+static int quantize(const char *path, const model_opts *opts) {
+  gs_calib_method method = GS_CALIB_MINMAX;
+  if (opts->method && !gs_calib_method_from_name(opts->method, &method))
+    return gs_cli_usage_error(&gs_cli_model,
+                              "quantize: --method is minmax, percentile or entropy, not '%s'",
+                              opts->method);
+  if (!opts->outdir)
+    return gs_cli_usage_error(&gs_cli_model, "quantize: -o OUT.onnx is required");
+  if (!opts->calibrate.n)
+    return gs_cli_usage_error(&gs_cli_model, "quantize: --calibrate FILE.npy is required (static "
+                                             "quantisation measures the activations on it)");
+  int status = GS_EXIT_FAILED;
+  gs_model *m = NULL;
+  gs_npy data[MAX_INPUTS] = {{0}};
+  if (gs_hal_init() < 0 || gs_engine_init() < 0) {
+    gs_cli_error("model quantize: %s", gs_error_detail());
+    gs_hal_shutdown();
+    return GS_EXIT_FAILED;
+  }
+  gs_device_t *dev = opts->device ? gs_hal_device_find(opts->device) : gs_hal_device(0);
+  if (!dev) {
+    gs_cli_error("model quantize: no device '%s' (run 'gpusrv smi' to list them)", opts->device);
+    goto done;
+  }
+  if (gs_model_load(path, &m) < 0) {
+    gs_cli_error("model quantize: %s", gs_error_detail());
+    goto done;
+  }
+  if (m->n_inputs > MAX_INPUTS) {
+    gs_cli_error("model quantize: the model has more than %d inputs", MAX_INPUTS);
+    goto done;
+  }
+  if ((status = read_calibration(m, &opts->calibrate, data)) != GS_EXIT_OK)
+    goto done;
+  status = GS_EXIT_FAILED;
+  gs_quantize_options qo = {.device = dev, .method = method, .per_channel = opts->per_channel,
+                            .calibration = data, .threads = (int)opts->threads};
+  gs_quantize_report r;
+  if (gs_model_quantize(path, opts->outdir, &qo, &r) < 0) {
+    gs_cli_error("model quantize: %s", gs_error_detail());
+    goto done;
+  }
+  printf("quantized %d nodes (Conv, MatMul, Gemm) and %d activations, calibrated on %lld samples "
+         "in %d runs (%s); weights %llu bytes in int8, %llu in float32; wrote %s\n",
+         r.nodes, r.tensors, (long long)r.samples, r.runs, opts->method ? opts->method : "minmax",
+         (unsigned long long)r.int8_weight_bytes, (unsigned long long)r.float_weight_bytes,
+         opts->outdir);
+  status = GS_EXIT_OK;
+done:
+  for (int i = 0; i < MAX_INPUTS; i++)
+    free(data[i].data);
+  gs_model_free(m);
+  gs_hal_shutdown();
+  return status;
+}
+
 static int model_run(int argc, char **argv) {
   model_opts o = {0};
   gs_cli_args args;
@@ -336,25 +440,37 @@ static int model_run(int argc, char **argv) {
   if (rc != GS_EXIT_OK)
     return rc;
   const char *action = args.words[0];
-  bool is_run = strcmp(action, "run") == 0;
-  if (!is_run && strcmp(action, "inspect") != 0)
-    return gs_cli_usage_error(&gs_cli_model, "unknown action '%s' (inspect or run)", action);
-  if (args.n < 2)
-    return gs_cli_usage_error(&gs_cli_model, "%s: which model? (FILE.onnx)", action);
-  return is_run ? run(args.words[1], &o) : inspect(args.words[1], &o);
+  static const struct {
+    const char *name;
+    int (*fn)(const char *path, const model_opts *opts);
+  } actions[] = {{"inspect", inspect}, {"run", run}, {"quantize", quantize}};
+  for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++) {
+    if (strcmp(action, actions[i].name) != 0)
+      continue;
+    if (args.n < 2)
+      return gs_cli_usage_error(&gs_cli_model, "%s: which model? (FILE.onnx)", action);
+    return actions[i].fn(args.words[1], &o);
+  }
+  return gs_cli_usage_error(&gs_cli_model, "unknown action '%s' (inspect, run or quantize)",
+                            action);
 }
 
 const gs_cli_command gs_cli_model = {
     .name = "model",
     .usage = "gpusrv model inspect FILE.onnx [--json]\n"
              "gpusrv model run FILE.onnx -i NAME=FILE.npy [-i ...] -o OUTDIR [--device ID]\n"
-             "                 [--precision fp32|fp16|bf16] [--threads N] [--deterministic] [--report]",
+             "                 [--precision fp32|fp16|bf16] [--threads N] [--deterministic] [--report]\n"
+             "gpusrv model quantize FILE.onnx -o OUT.onnx --calibrate [NAME=]FILE.npy [...]\n"
+             "                 [--per-channel] [--method minmax|percentile|entropy] [--device ID]",
     .about = "inspect  Shows the model's inputs and outputs (name, type, shape), its ops and how\n"
              "         often each occurs, its parameters, its opset, and whether gpusrv supports\n"
              "         every op. Exits 1 and lists what is unsupported if not.\n"
              "run      Runs the model once on the given inputs and writes each output to\n"
              "         OUTDIR/<output name>.npy (characters other than letters, digits, '.', '-'\n"
-             "         and '_' in the name become '_').",
+             "         and '_' in the name become '_').\n"
+             "quantize Writes a QDQ model (uint8 activations, int8 weights, int32 biases around\n"
+             "         its Conv, MatMul and Gemm nodes) calibrated on the samples given, which\n"
+             "         gpusrv runs as integer ops and onnxruntime runs too.",
     .options = model_options,
     .min_args = 1,
     .max_args = 2,

@@ -976,36 +976,11 @@ int gs_model_load_bytes_ex(const void *data, size_t len, const char *dir, bool c
 int gs_model_load(const char *path, gs_model **out) { return gs_model_load_ex(path, true, out); }
 
 int gs_model_load_ex(const char *path, bool check_support, gs_model **out) {
-  /* O_NONBLOCK: opening a FIFO would wait for a writer; it is refused below. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    return gs_error(errno == ENOENT ? GS_ENOENT : GS_EIO, "cannot open %s: %s", path,
-                    strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return gs_error(GS_EINVAL, "%s is not a regular file", path);
-  }
-  size_t len = (size_t)st.st_size;
-  void *data = malloc(len ? len : 1);
-  if (!data) {
-    close(fd);
-    return gs_error(GS_ENOMEM, "out of memory reading %s (%zu bytes)", path, len);
-  }
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = read(fd, (char *)data + done, len - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    done += (size_t)n;
-  }
-  close(fd);
-  if (done != len) {
-    free(data);
-    return gs_error(GS_EIO, "cannot read %s", path);
-  }
+  void *data;
+  size_t len;
+  int read_rc = gs_read_whole_file(path, &data, &len);
+  if (read_rc < 0)
+    return read_rc;
   char *dir = strdup(path);
   if (!dir) {
     free(data);
