@@ -147,8 +147,8 @@ static const char *find_bias(const gs_model *m, const uses *u, const char *value
       gs_shape_numel(&x->shape) != count || x->shape.rank != 1 ||
       (n->n_in > 2 && n->inputs[2][0] && !z))
     return NULL;
-  int64_t ns = gs_shape_numel(&s->shape);
-  if (ns != 1 && ns != count)
+  int64_t ns = gs_shape_numel(&s->shape), axis = attr_int(n, "axis", 1);
+  if (ns != 1 && (ns != count || (axis != 0 && axis != -1))) /* per axis: the vector's only one */
     return NULL;
   for (int64_t j = 0; z && j < gs_shape_numel(&z->shape); j++)
     if (z->dtype != GS_DT_INT32 || ((const int32_t *)z->data)[j] != 0)

@@ -164,9 +164,10 @@ static void activation_params(const gs_calib_range *r, float *scale, uint8_t *ze
 }
 
 /* The weight's int8 values (symmetric, [-127, 127]) and its scales: one,
- * or one per index of `axis` when per_channel. */
-static void quantise_weights(const target *t, bool per_channel, int8_t *q, float *scales,
-                             int64_t *n_scales) {
+ * or one per index of `axis` when per_channel; no scale below min_scales
+ * (where given, one per channel). */
+static void quantise_weights(const target *t, bool per_channel, const float *min_scales,
+                             int8_t *q, float *scales, int64_t *n_scales) {
   const gs_shape *s = &t->w->shape;
   int64_t n = gs_shape_numel(s), chans = per_channel ? s->dims[t->axis] : 1, inner = 1;
   for (int d = t->axis + 1; per_channel && d < s->rank; d++)
@@ -180,8 +181,11 @@ static void quantise_weights(const target *t, bool per_channel, int8_t *q, float
     float a = fabsf(w[i]);
     scales[c] = a > scales[c] ? a : scales[c];
   }
-  for (int64_t c = 0; c < chans; c++)
+  for (int64_t c = 0; c < chans; c++) {
     scales[c] = scales[c] > 0 ? scales[c] / 127.0f : 1.0f;
+    if (min_scales && scales[c] < min_scales[c])
+      scales[c] = min_scales[c];
+  }
   for (int64_t i = 0; i < n; i++) {
     float v = nearbyintf(w[i] / scales[per_channel ? (i / inner) % chans : 0]);
     q[i] = (int8_t)(v < -127 ? -127 : v > 127 ? 127 : v);
@@ -265,7 +269,24 @@ static int write_weights(quantizer *q, const target *t, gs_pbw *nodes, gs_pbw *g
     free(w), free(wz), free(ws), free(b), free(bz), free(bs);
     return gs_error(GS_ENOMEM, "out of memory quantising %s", t->node->inputs[1]);
   }
-  quantise_weights(t, q->o->per_channel, w, ws, &n_scales);
+  /* A bias is stored as int32 at x's scale times w's: a channel whose
+   * weights are all near 0 (a dead unit) would need a bias past int32.
+   * Its weight scale is raised until the bias fits with room to spare. */
+  float xs;
+  uint8_t xz;
+  activation_params(&q->ranges[t->x], &xs, &xz);
+  float *min_scales = t->b ? calloc((size_t)chans + 1, sizeof *min_scales) : NULL;
+  if (t->b && !min_scales) {
+    free(w), free(wz), free(ws), free(b), free(bz), free(bs);
+    return gs_error(GS_ENOMEM, "out of memory quantising %s", t->node->inputs[1]);
+  }
+  for (int64_t c = 0; t->b && c < chans; c++) {
+    float need = fabsf(((const float *)t->b->data)[c]) / (xs * 1073741824.0f);
+    int64_t at = q->o->per_channel ? c : 0;
+    min_scales[at] = need > min_scales[at] ? need : min_scales[at];
+  }
+  quantise_weights(t, q->o->per_channel, min_scales, w, ws, &n_scales);
+  free(min_scales);
   q->report->float_weight_bytes += (uint64_t)n * 4;
   q->report->int8_weight_bytes += (uint64_t)n;
   const char *name = t->node->inputs[1];
@@ -280,9 +301,6 @@ static int write_weights(quantizer *q, const target *t, gs_pbw *nodes, gs_pbw *g
   write_tensor(graph, z, ONNX_INT8, &n_scales, n_scales > 1, wz, (size_t)n_scales);
   write_qdq_node(nodes, "DequantizeLinear", qn, s, z, dq, axis);
   if (t->b) { /* int32 at x's scale times w's, as the integer ops add it */
-    float xs;
-    uint8_t xz;
-    activation_params(&q->ranges[t->x], &xs, &xz);
     const float *bf = t->b->data;
     for (int64_t c = 0; c < chans; c++) {
       bs[c] = xs * ws[n_scales > 1 ? c : 0];

@@ -26,6 +26,10 @@ typedef struct qoperand {
   int64_t n_zero;
 } qoperand;
 
+/* a + b wrapping as int32 hardware does (and onnxruntime's kernels): a
+ * bias near the type's end must not be undefined behaviour. */
+static inline int32_t wrap_add(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+
 static int32_t zero_at(const qoperand *o, int64_t i) {
   return gs_q_load(o->type, o->zero, o->n_zero > 1 ? i : 0);
 }
@@ -204,10 +208,10 @@ static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, co
   for (int64_t i = 0; rc == 0 && !done && i < m->batch; i++) {
     int64_t oa, ob;
     gs_launch_matmul_offsets(m, i, &oa, &ob);
-    qoperand ai = *a, bi = *b;
-    ai.data = (const uint8_t *)a->data + oa;
-    bi.data = (const uint8_t *)b->data + ob;
-    char *dst = (char *)out + (size_t)(i * m->m * m->n) * elem;
+    qoperand ai = *a, bi = *b; /* (an empty operand has no buffer: no offset then) */
+    ai.data = a->data ? (const uint8_t *)a->data + oa : NULL;
+    bi.data = b->data ? (const uint8_t *)b->data + ob : NULL;
+    char *dst = out ? (char *)out + (size_t)(i * m->m * m->n) * elem : NULL;
     rc = qgemm_s32(c->node_name, m->m, m->n, m->k, &ai, false, &bi, false,
                    acc ? acc : (int32_t *)dst);
     if (rc == 0 && acc)
@@ -327,7 +331,7 @@ static int k_qgemm(const gs_cpu_kernel_call *k) {
     const int32_t *cv = k->ptr[6];
     for (int64_t i = 0; i < m->m; i++)
       for (int64_t j = 0; j < m->n; j++)
-        acc[i * m->n + j] += cv[(rows > 1 ? i * cols : 0) + (cols > 1 ? j : 0)];
+        acc[i * m->n + j] = wrap_add(acc[i * m->n + j], cv[(rows > 1 ? i * cols : 0) + (cols > 1 ? j : 0)]);
   }
   bool quantised = gs_op_given(c, 7);
   out_stage o = {.type = c->out[0].dtype, .a_scale = *(const float *)k->ptr[1] * q->alpha,
@@ -457,14 +461,14 @@ static void finish_channel(const conv_io *io, int64_t ch, const int32_t *acc, in
   int32_t bias = io->bias ? io->bias[ch] : 0;
   if (io->out_type == GS_DT_INT32) {
     for (int64_t p = 0; p < outs; p++)
-      ((int32_t *)out)[at + p] = acc[p] + bias;
+      ((int32_t *)out)[at + p] = wrap_add(acc[p], bias);
     return;
   }
   float scale = io->x_scale * io->w_scale[io->n_w_scale > 1 ? ch : 0] / io->y_scale;
   int32_t lo = gs_q_lo(io->out_type) - io->y_zero, hi = gs_q_hi(io->out_type) - io->y_zero;
   for (int64_t p = 0; p < outs; p++)
     gs_q_store(io->out_type, out, at + p,
-               gs_q_round((float)(acc[p] + bias) * scale, lo, hi) + io->y_zero);
+               gs_q_round((float)wrap_add(acc[p], bias) * scale, lo, hi) + io->y_zero);
 }
 
 static int conv_run(const gs_op_call *c, const gs_cpu_kernel_call *k, int w_index, int wz_index,
@@ -489,7 +493,7 @@ static int conv_run(const gs_op_call *c, const gs_cpu_kernel_call *k, int w_inde
     for (int64_t g = 0; rc == 0 && g < a->group; g++) {
       im2col(c, a, k->ptr[0], io->x_zero, img, g, col);
       qoperand wg = w;
-      wg.data = (const uint8_t *)w.data + (size_t)(g * ocg * kdim) * w_elem;
+      wg.data = w.data ? (const uint8_t *)w.data + (size_t)(g * ocg * kdim) * w_elem : NULL;
       if (w.n_zero > 1) {
         wg.zero = (const uint8_t *)w.zero + (size_t)(g * ocg) * w_zero_elem;
         wg.n_zero = ocg;
