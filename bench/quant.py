@@ -1,7 +1,7 @@
 """bench/quant: quantised models on the CPU (issue 28). For each generated
 model (a wide MLP, a 64-channel CNN, the transformer block), quantised by
 onnxruntime's own tool in three forms (dynamic, static QDQ per channel,
-static QOperator), the batch-32 throughput and batch-1 latency of gpusrv
+static QOperator) and by `gpusrv model quantize --per-channel`, the batch-32 throughput and batch-1 latency of gpusrv
 (bench/models.c) beside its float32 throughput, and beside onnxruntime
 running the same quantised file, in the same run, with the same threads.
 
@@ -13,6 +13,7 @@ Usage: .venv/bin/python bench/quant.py BUILD_DIR [--seconds S] [--threads 1,all]
 import argparse
 import importlib.util
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -47,7 +48,7 @@ class Feeds(CalibrationDataReader):
         return next(self.it, None)
 
 
-def quantised_files(d, name, build, shape):
+def quantised_files(d, build_dir, name, build, shape):
     src = os.path.join(d, f"{name}.onnx")
     onnx.save(build(), src)
     rng = np.random.default_rng(0)
@@ -62,6 +63,13 @@ def quantised_files(d, name, build, shape):
         quantize_static(src, path, Feeds(calib), quant_format=fmt, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
         out[form] = path
+    # gpusrv's own quantiser, on the same calibration samples.
+    np.save(os.path.join(d, f"{name}.calib.npy"), np.concatenate(calib))
+    path = os.path.join(d, f"{name}.gpusrv-qdq.onnx")
+    subprocess.run([os.path.join(build_dir, "gpusrv"), "model", "quantize", src, "-o", path,
+                    "--calibrate", os.path.join(d, f"{name}.calib.npy"), "--per-channel"],
+                   check=True, capture_output=True)
+    out["gpusrv-qdq"] = path
     return out
 
 
@@ -73,7 +81,7 @@ def cpu_has(flag):
 def run(args, files, threads):
     print(f"\n--- {threads} thread(s) each; batch {args.batch} throughput (samples/s), "
           f"batch-1 p50 latency (us) ---")
-    print(f"{'model':12} {'form':10} {'gpusrv /s':>10} {'vs fp32':>8} {'ort /s':>9} {'ratio':>6} | "
+    print(f"{'model':12} {'form':11} {'gpusrv /s':>10} {'vs fp32':>8} {'ort /s':>9} {'ratio':>6} | "
           f"{'gpusrv p50':>10} {'ort p50':>9} {'ratio':>6}")
     speedups, thr, lat = [], [], []
     for name, forms in files.items():
@@ -92,7 +100,7 @@ def run(args, files, threads):
                 speedups.append(vs_fp32)
                 thr.append(t_ratio)
                 lat.append(l_ratio)
-            print(f"{name:12} {form:10} {g32['samples_per_s']:10.1f} {vs_fp32:7.2f}x "
+            print(f"{name:12} {form:11} {g32['samples_per_s']:10.1f} {vs_fp32:7.2f}x "
                   f"{o32['samples_per_s']:9.1f} {t_ratio:6.2f} | {g1['p50_us']:10.1f} "
                   f"{o1['p50_us']:9.1f} {l_ratio:6.2f}", flush=True)
     print(f"int8 forms, geometric mean: {geomean(speedups):.2f}x gpusrv's float32 throughput "
@@ -114,7 +122,7 @@ def main():
     print(f"bench/quant ({cores} cores; VNNI: {vnni or 'none'}): onnxruntime {ort.__version__}, "
           f"{args.seconds:.0f} s per measurement; ratios are gpusrv / onnxruntime on the same file")
     with tempfile.TemporaryDirectory() as d:
-        files = {name: quantised_files(d, name, build, shape)
+        files = {name: quantised_files(d, args.build, name, build, shape)
                  for name, (build, shape) in MODELS.items()}
         for t in counts:
             run(args, files, t)

@@ -107,6 +107,25 @@ def test_model_quantised_by_onnxruntime(tmp_path, name, form):
         assert ours.mean() <= 0.1 * quant_error.mean()
 
 
+@pytest.mark.parametrize("form", ["qdq-per-channel", "qoperator-per-channel"])
+def test_cnn_preprocessed_as_onnxruntime_advises(tmp_path, form):
+    """onnxruntime's quant_pre_process folds the batch-norms into the
+    convolutions first: the QOperator file then runs MaxPool on uint8
+    tensors, and the QDQ file is convolutions between Q/DQ pairs only."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    src, pre, dst = (str(tmp_path / n) for n in ("fp32.onnx", "pre.onnx", "int8.onnx"))
+    onnx.save(models.cnn(channels=32), src)
+    quant_pre_process(src, pre)
+    quantise(pre, dst, "cnn", form, [models.example_input("cnn", 4, seed=s) for s in range(4)])
+    x = models.example_input("cnn", 8, seed=11)
+    got, want = run_both(dst, {"x": x}, str(tmp_path))
+    fp32 = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    quant_error, ours = np.abs(want["logits"] - fp32), np.abs(got["logits"] - want["logits"])
+    print(f"preprocessed cnn {form}: |gpusrv - onnxruntime| max {ours.max():.5f}; "
+          f"quantisation's own error max {quant_error.max():.5f}")
+    assert ours.max() <= 0.25 * quant_error.max()
+
+
 def plan_report(path, feeds, d):
     p = run_gpusrv(path, feeds, d, extra=["--report"])
     assert p.returncode == 0, p.stderr
