@@ -10,6 +10,8 @@
  *   DQ(a), DQ(w)[, DQ(bias)] -> Gemm [-> Q] QGemm (quantised or float out)
  *   DQ(x), DQ(w)[, DQ(bias)] -> Conv -> Q  QLinearConv
  *   DQ(a), DQ(b) -> Add | Mul -> Q         QLinearAdd | QLinearMul
+ *   DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add]
+ *                                          DynamicQuantizeMatMul (the dynamic form's)
  * A pattern is taken only where its scales and zero points are
  * initializers of the types the integer op takes (float32 scales, 8-bit
  * zero points), the scales are per tensor where the op wants them so, and
@@ -345,6 +347,78 @@ static int fuse_add_mul(gs_model *m, const uses *u, int i, bool *dead, const cha
   return 1;
 }
 
+/* The node reading `value`, where it is the only reader (and not a graph output). */
+static int sole_reader(const uses *u, const char *value) {
+  return gs_strmap_get(&u->readers, value) == 1 ? gs_strmap_get(&u->reader, value) : -1;
+}
+
+/* The input of binary node n that is not `value`; NULL where neither is. */
+static const char *other_input(const gs_node *n, const char *value) {
+  if (n->n_in != 2)
+    return NULL;
+  return strcmp(n->inputs[0], value) == 0 ? n->inputs[1]
+         : strcmp(n->inputs[1], value) == 0 ? n->inputs[0]
+                                            : NULL;
+}
+
+/* onnxruntime's dynamic quantisation of a MatMul, as quantize_dynamic writes it:
+ *   DynamicQuantizeLinear(x) -> xq, xs, xz;  Mul(xs, w_scale) -> s
+ *   MatMulInteger(xq, w, xz, w_zero) -> Cast(float) -> Mul(., s) [-> Add(., bias)]
+ * becomes DynamicQuantizeMatMul(x, w, w_scale, w_zero[, bias]) (com.microsoft),
+ * as onnxruntime's optimiser does, so that the chain is one kernel. */
+static int fuse_dynamic_matmul(gs_model *m, const uses *u, int i, bool *dead) {
+  const gs_node *n = &m->nodes[i];
+  if (n->n_in < 3 || !n->inputs[2][0])
+    return 0;
+  int d = gs_strmap_get(&u->producer, n->inputs[0]);
+  if (d < 0 || !is_op(&m->nodes[d], "DynamicQuantizeLinear"))
+    return 0;
+  const gs_node *dyn = &m->nodes[d];
+  const gs_const_tensor *w = init_of(m, n->inputs[1]);
+  const gs_const_tensor *wz = n->n_in > 3 && n->inputs[3][0] ? init_of(m, n->inputs[3]) : NULL;
+  if (dyn->n_out != 3 || strcmp(dyn->outputs[2], n->inputs[2]) != 0 || !w || w->shape.rank != 2 ||
+      (w->dtype != GS_DT_INT8 && w->dtype != GS_DT_UINT8) ||
+      (n->n_in > 3 && n->inputs[3][0] && (!wz || wz->dtype != w->dtype)) ||
+      sole_reader(u, dyn->outputs[0]) != i || sole_reader(u, dyn->outputs[2]) != i)
+    return 0;
+  int scale_mul = sole_reader(u, dyn->outputs[1]), cast = sole_reader(u, n->outputs[0]);
+  if (scale_mul < 0 || !is_op(&m->nodes[scale_mul], "Mul") || cast < 0 ||
+      !is_op(&m->nodes[cast], "Cast") || attr_int(&m->nodes[cast], "to", 0) != 1 /* FLOAT */)
+    return 0;
+  const char *w_scale = other_input(&m->nodes[scale_mul], dyn->outputs[1]);
+  const gs_const_tensor *ws = w_scale ? init_of(m, w_scale) : NULL;
+  int64_t cols = w->shape.dims[1], n_ws = ws ? gs_shape_numel(&ws->shape) : 0;
+  if (!ws || ws->dtype != GS_DT_FLOAT32 || (n_ws != 1 && n_ws != cols) ||
+      (wz && gs_shape_numel(&wz->shape) != n_ws))
+    return 0;
+  int out_mul = sole_reader(u, m->nodes[cast].outputs[0]);
+  if (out_mul < 0 || !is_op(&m->nodes[out_mul], "Mul") ||
+      !other_input(&m->nodes[out_mul], m->nodes[cast].outputs[0]) ||
+      strcmp(other_input(&m->nodes[out_mul], m->nodes[cast].outputs[0]),
+             m->nodes[scale_mul].outputs[0]) != 0 ||
+      sole_reader(u, m->nodes[scale_mul].outputs[0]) != out_mul)
+    return 0;
+  /* A following Add of a float32 vector of the columns is the op's bias. */
+  const char *output = m->nodes[out_mul].outputs[0], *bias = "";
+  int add = sole_reader(u, output);
+  if (add >= 0 && is_op(&m->nodes[add], "Add")) {
+    const char *b = other_input(&m->nodes[add], output);
+    const gs_const_tensor *bt = b ? init_of(m, b) : NULL;
+    if (bt && bt->dtype == GS_DT_FLOAT32 && bt->shape.rank == 1 && bt->shape.dims[0] == cols) {
+      bias = b;
+      output = m->nodes[add].outputs[0];
+      dead[add] = true;
+    }
+  }
+  new_node nn = {.op = "DynamicQuantizeMatMul", .domain = "com.microsoft", .n_in = 5,
+                 .output = output,
+                 .inputs = {dyn->inputs[0], n->inputs[1], w_scale, wz ? n->inputs[3] : "", bias}};
+  if (replace_node(m, i, &nn) < 0)
+    return GS_ENOMEM;
+  dead[d] = dead[scale_mul] = dead[cast] = dead[out_mul] = true;
+  return 1;
+}
+
 /* Drops dead nodes, and DequantizeLinear nodes nothing reads any more. */
 static int sweep(gs_model *m, bool *dead) {
   uses u;
@@ -368,25 +442,29 @@ static int sweep(gs_model *m, bool *dead) {
 }
 
 int gs__model_fuse_qdq(gs_model *m) {
-  bool any_dq = false;
-  for (int i = 0; i < m->n_nodes && !any_dq; i++)
-    any_dq = is_op(&m->nodes[i], "DequantizeLinear");
-  if (!any_dq)
+  bool any = false;
+  for (int i = 0; i < m->n_nodes && !any; i++)
+    any = is_op(&m->nodes[i], "DequantizeLinear") || is_op(&m->nodes[i], "DynamicQuantizeLinear");
+  if (!any)
     return 0;
   bool *dead = calloc((size_t)m->n_nodes + 1, 1);
   if (!dead)
     return gs_error(GS_ENOMEM, "out of memory rewriting the quantised model");
   int rc = 0, fused = 0;
+  uses u;
+  bool counted = false;
   for (int i = 0; rc >= 0 && i < m->n_nodes; i++) {
     if (dead[i])
       continue;
-    /* The uses are counted afresh for each node: a rewrite changes them. */
-    uses u;
-    if ((rc = count_uses(m, dead, &u)) < 0)
+    /* The uses are counted again after each rewrite, which changes them. */
+    if (!counted && (rc = count_uses(m, dead, &u)) < 0)
       break;
+    counted = true;
     const gs_node *n = &m->nodes[i];
     if (is_op(n, "MatMul"))
       rc = fuse_matmul(m, &u, i, dead);
+    else if (is_op(n, "MatMulInteger"))
+      rc = fuse_dynamic_matmul(m, &u, i, dead);
     else if (is_op(n, "Gemm"))
       rc = fuse_gemm(m, &u, i, dead);
     else if (is_op(n, "Conv"))
@@ -395,9 +473,14 @@ int gs__model_fuse_qdq(gs_model *m) {
       rc = fuse_add_mul(m, &u, i, dead, "QLinearAdd");
     else if (is_op(n, "Mul"))
       rc = fuse_add_mul(m, &u, i, dead, "QLinearMul");
-    uses_free(&u);
-    fused += rc > 0;
+    if (rc > 0) {
+      fused++;
+      uses_free(&u);
+      counted = false;
+    }
   }
+  if (counted)
+    uses_free(&u);
   if (rc >= 0 && fused)
     rc = sweep(m, dead);
   free(dead);

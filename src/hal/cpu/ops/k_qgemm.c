@@ -298,9 +298,7 @@ static int k_dynamic_quantize_matmul(const gs_cpu_kernel_call *k) {
   uint8_t *q = malloc((size_t)n + 1), zero;
   if (!q)
     return gs_error(GS_ENOMEM, "node %s: out of memory quantising A", c->node_name);
-  float scale = gs_q_dynamic_params(x, n, &zero);
-  for (int64_t i = 0; i < n; i++)
-    q[i] = (uint8_t)gs_q_quantize(x[i], scale, zero, GS_DT_UINT8);
+  float scale = gs__q_dynamic_quantize(x, n, q, &zero);
   qoperand a = {.data = q, .type = GS_DT_UINT8, .zero = &zero, .n_zero = 1};
   qoperand b = operand(c, k, 1, 3);
   out_stage o = {.type = GS_DT_FLOAT32, .a_scale = scale, .b_scale = k->ptr[2],

@@ -30,19 +30,54 @@ static int32_t quantize(float v, qparams y, gs_dtype t) {
   return gs_q_quantize(v, y.scale, y.zero, t);
 }
 
-static void quantize_u8(const float *x, uint8_t *y, float scale, uint8_t zero, int64_t lo,
-                        int64_t hi) {
-  for (int64_t i = lo; i < hi; i++)
-    y[i] = (uint8_t)gs_q_quantize(x[i], scale, zero, GS_DT_UINT8);
+/* The range of x widened to hold 0; NaN is passed over. Sixteen lanes
+ * each keep their own, so that the compiler makes vector min/max of the
+ * loop (a single running min is a reduction GCC leaves scalar without
+ * -ffast-math). */
+GS_VECTOR_CLONES
+static void min_max(const float *x, int64_t n, float *lo, float *hi) {
+  enum { LANES = 16 };
+  float a[LANES] = {0}, b[LANES] = {0};
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) {
+      float v = x[i + l];
+      a[l] = v < a[l] ? v : a[l];
+      b[l] = v > b[l] ? v : b[l];
+    }
+  for (; i < n; i++) {
+    a[0] = x[i] < a[0] ? x[i] : a[0];
+    b[0] = x[i] > b[0] ? x[i] : b[0];
+  }
+  for (int l = 1; l < LANES; l++) {
+    a[0] = a[l] < a[0] ? a[l] : a[0];
+    b[0] = b[l] > b[0] ? b[l] : b[0];
+  }
+  *lo = a[0];
+  *hi = b[0];
+}
+
+GS_VECTOR_CLONES
+static void quantize_u8(const float *x, uint8_t *y, float scale, int32_t zero, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = (uint8_t)(gs_q_round(x[i] / scale, -zero, 255 - zero) + zero);
+}
+
+float gs__q_dynamic_quantize(const float *x, int64_t n, uint8_t *y, uint8_t *zero) {
+  float lo, hi;
+  min_max(x, n, &lo, &hi);
+  float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  *zero = (uint8_t)gs_q_round(0.0f - lo / scale, 0, 255);
+  GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, from, to,
+                     quantize_u8(x + from, y + from, scale, *zero, to - from));
+  return scale;
 }
 
 static int k_dynamic_quantize(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
-  int64_t n = gs_shape_numel(&c->in[0].shape);
-  const float *x = k->ptr[0];
-  uint8_t *y = k->ptr[1], zero;
-  float scale = gs_q_dynamic_params(x, n, &zero);
-  GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, lo, hi, quantize_u8(x, y, scale, zero, lo, hi));
+  uint8_t zero;
+  float scale = gs__q_dynamic_quantize(k->ptr[0], gs_shape_numel(&c->in[0].shape), k->ptr[1],
+                                       &zero);
   *(float *)k->ptr[2] = scale;
   *(uint8_t *)k->ptr[3] = zero;
   return 0;

@@ -45,19 +45,10 @@ static inline int32_t gs_q_quantize(float v, float scale, int32_t zero, gs_dtype
   return gs_q_round(v / scale, gs_q_lo(t) - zero, gs_q_hi(t) - zero) + zero;
 }
 
-/* DynamicQuantizeLinear's uint8 parameters for x[0..n): the range of x
- * widened to hold 0, over 255 steps (1 when the range is empty, as
- * onnxruntime does), and the zero point that maps 0 exactly. Returns the
- * scale. */
-static inline float gs_q_dynamic_params(const float *x, int64_t n, uint8_t *zero_point) {
-  float lo = 0.0f, hi = 0.0f;
-  for (int64_t i = 0; i < n; i++) {
-    lo = x[i] < lo ? x[i] : lo;
-    hi = x[i] > hi ? x[i] : hi;
-  }
-  float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
-  *zero_point = (uint8_t)gs_q_round(0.0f - lo / scale, 0, 255);
-  return scale;
-}
+/* DynamicQuantizeLinear (k_qlinear.c): x[0..n) into y as uint8 over the
+ * range of x widened to hold 0, in 255 steps (1 when the range is empty,
+ * as onnxruntime does), with the zero point that maps 0 exactly. Returns
+ * the scale, the zero point in *zero. */
+float gs__q_dynamic_quantize(const float *x, int64_t n, uint8_t *y, uint8_t *zero);
 
 #endif
