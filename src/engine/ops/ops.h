@@ -15,6 +15,11 @@ int gs__matmul_shapes(const gs_op_call *c, const gs_shape *a, const gs_shape *b,
 int gs__conv_shapes(gs_op_call *c, const gs_node *n, const gs_shape *w, bool transposed,
                     gs_conv_attrs *a, gs_shape *out);
 
+/* A pooling window's attributes into a (kernel, strides, pads, dilations,
+ * ceil_mode, count_include_pad) and its output shape into out, for input 0
+ * in NCHW; shared with QLinearAveragePool. */
+int gs__pool_shapes(gs_op_call *c, const gs_node *n, gs_pool_attrs *a, gs_shape *out);
+
 /* Each table ends with an entry whose name is NULL. */
 extern const gs_op_def gs__ops_elementwise[];
 extern const gs_op_def gs__ops_nn[];

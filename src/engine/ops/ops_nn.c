@@ -316,33 +316,38 @@ static int pool_norm(gs_op_call *c, const gs_node *n, int *lp) {
   return GS_OK;
 }
 
-static int infer_pool(gs_op_call *c, const gs_node *n, bool is_max) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH | (is_max ? GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_UINT8) : 0));
-  if (rc < 0)
-    return rc;
+int gs__pool_shapes(gs_op_call *c, const gs_node *n, gs_pool_attrs *a, gs_shape *out) {
   const gs_shape *x = &c->in[0].shape;
   int spatial = x->rank - 2;
   if (spatial < 1 || spatial > 3)
     return gs_op_fail(c, "expects an input of rank 3 to 5, got %d", x->rank);
+  a->spatial = spatial;
+  a->count_include_pad = gs_attr_int(n, "count_include_pad", 0) != 0;
+  int64_t out_sp[3];
+  int rc = parse_window(c, n, spatial, NULL, false, gs_attr_int(n, "ceil_mode", 0) != 0,
+                        a->kernel, a->stride, a->dilation, a->pad_begin, a->pad_end, out_sp);
+  if (rc < 0)
+    return rc;
+  *out = *x;
+  for (int i = 0; i < spatial; i++)
+    out->dims[2 + i] = out_sp[i];
+  return GS_OK;
+}
+
+static int infer_pool(gs_op_call *c, const gs_node *n, bool is_max) {
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH | (is_max ? GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_UINT8) : 0));
+  if (rc < 0)
+    return rc;
   if (c->n_out > 1)
     return gs_op_fail(c, "the Indices output is not supported");
   gs_pool_attrs *a = gs_op_attrs(c, sizeof *a);
   if (!a)
     return GS_ENOMEM;
-  a->spatial = spatial;
-  a->count_include_pad = gs_attr_int(n, "count_include_pad", 0) != 0;
   if (strcmp(n->op_type, "LpPool") == 0 && (rc = pool_norm(c, n, &a->lp)) < 0)
     return rc;
-  int64_t out_sp[3];
-  rc = parse_window(c, n, spatial, NULL, false, gs_attr_int(n, "ceil_mode", 0) != 0, a->kernel,
-                    a->stride, a->dilation, a->pad_begin, a->pad_end, out_sp);
-  if (rc < 0)
+  if ((rc = gs__pool_shapes(c, n, a, &c->out[0].shape)) < 0)
     return rc;
-  gs_shape out = *x;
-  for (int i = 0; i < spatial; i++)
-    out.dims[2 + i] = out_sp[i];
   c->out[0].dtype = c->in[0].dtype;
-  c->out[0].shape = out;
   return GS_OK;
 }
 

@@ -2,7 +2,7 @@
  * QOperator and dynamic form: ONNX's DynamicQuantizeLinear, MatMulInteger,
  * ConvInteger and QLinearConv, and the com.microsoft ops that
  * onnxruntime's quantiser writes (QGemm, QLinearAdd, QLinearMul,
- * QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax,
+ * QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, QLinearAveragePool,
  * QLinearGlobalAveragePool, QLinearConcat, MatMulIntegerToFloat,
  * DynamicQuantizeMatMul). Their kernels are in hal/cpu/ops/k_qgemm.c (the
  * products) and k_qlinear.c (the rest). */
@@ -343,6 +343,17 @@ static int infer_qlinear_global_average_pool(gs_op_call *c, const gs_node *n) {
   return GS_OK;
 }
 
+/* X, x_scale, x_zero_point, y_scale, y_zero_point: AveragePool's window. */
+static int infer_qlinear_average_pool(gs_op_call *c, const gs_node *n) {
+  int rc = infer_qlinear_unary(c, n);
+  if (rc < 0)
+    return rc;
+  gs_quant_attrs *q = c->attrs;
+  if (gs_attr_int(n, "channels_last", 0) != 0)
+    return gs_op_fail(c, "channels_last=1 is not supported (NCHW only)");
+  return gs__pool_shapes(c, n, &q->pool, &c->out[0].shape);
+}
+
 /* Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input. */
 static int infer_qlinear_concat(gs_op_call *c, const gs_node *n) {
   if ((c->n_in - 2) % 3 != 0 || c->n_in < 5)
@@ -386,6 +397,9 @@ static const char *const leaky_attrs[] = {"alpha", NULL};
 static const char *const softmax_attrs[] = {"axis", "opset", NULL};
 static const char *const pool_attrs[] = {"channels_last", NULL};
 static const char *const concat_attrs[] = {"axis", NULL};
+static const char *const avgpool_attrs[] = {"auto_pad", "ceil_mode", "channels_last",
+                                            "count_include_pad", "kernel_shape", "pads",
+                                            "strides", NULL};
 
 static int check_conv_pad(const gs_node *n) {
   const char *ap = gs_attr_string(n, "auto_pad", "NOTSET");
@@ -422,6 +436,9 @@ const gs_op_def gs__ops_qoperator[] = {
      .attrs = softmax_attrs, .infer = infer_qlinear_softmax},
     {.name = "QLinearGlobalAveragePool", .domain = MS, .min_in = 5, .max_in = 5, .min_out = 1,
      .max_out = 1, .attrs = pool_attrs, .infer = infer_qlinear_global_average_pool},
+    {.name = "QLinearAveragePool", .domain = MS, .min_in = 4, .max_in = 5, .min_out = 1,
+     .max_out = 1, .attrs = avgpool_attrs, .check = check_conv_pad,
+     .infer = infer_qlinear_average_pool},
     {.name = "QLinearConcat", .domain = MS, .min_in = 5, .max_in = GS_OP_MAX_IO - 1,
      .min_out = 1, .max_out = 1, .attrs = concat_attrs, .infer = infer_qlinear_concat},
     {.name = NULL},

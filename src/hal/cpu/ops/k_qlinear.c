@@ -274,6 +274,75 @@ static int k_qlinear_global_average_pool(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
+/* QLinearAveragePool (NCHW): each window's mean of the dequantised values,
+ * requantised. The window's count includes padding where
+ * count_include_pad says so (the padded extent, not what ceil_mode adds
+ * past it), as AveragePool's. Spatial dims are taken as three, the op's
+ * own last. */
+typedef struct qpool {
+  int64_t in[3], out[3], kern[3], stride[3], dil[3], pad[3], pad_end[3];
+  bool include_pad;
+} qpool;
+
+/* The sum over the window at output position o of the dequantised values,
+ * in float32 in the window's order as onnxruntime sums them (so that ties
+ * round alike), and in *count what the mean divides it by. Padding is a
+ * dequantised 0. */
+static float qpool_window(const qpool *w, gs_dtype t, const void *x, qparams q, int64_t base,
+                          const int64_t *o, int64_t *count) {
+  float sum = 0.0f;
+  int64_t n = 0, padded = 1;
+  int64_t from[3], to[3];
+  for (int d = 0; d < 3; d++) {
+    int64_t start = o[d] * w->stride[d] - w->pad[d];
+    int64_t end = start + (w->kern[d] - 1) * w->dil[d] + 1;
+    int64_t lim = w->in[d] + w->pad_end[d];
+    padded *= ((end < lim ? end : lim) - start + w->dil[d] - 1) / w->dil[d];
+    from[d] = start;
+    to[d] = end;
+  }
+  for (int64_t i0 = from[0]; i0 < to[0]; i0 += w->dil[0])
+    for (int64_t i1 = from[1]; i1 < to[1]; i1 += w->dil[1])
+      for (int64_t i2 = from[2]; i2 < to[2]; i2 += w->dil[2])
+        if (i0 >= 0 && i0 < w->in[0] && i1 >= 0 && i1 < w->in[1] && i2 >= 0 && i2 < w->in[2]) {
+          sum += (float)(gs_q_load(t, x, base + (i0 * w->in[1] + i1) * w->in[2] + i2) - q.zero) *
+                 q.scale;
+          n++;
+        }
+  *count = w->include_pad ? padded : n;
+  return sum;
+}
+
+static int k_qlinear_average_pool(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_pool_attrs *a = &((const gs_quant_attrs *)c->attrs)->pool;
+  gs_dtype t = c->in[0].dtype;
+  qparams x = params(c, k, 1, 2, t), y = params(c, k, 3, 4, t);
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  qpool w = {.in = {1, 1, 1}, .out = {1, 1, 1}, .kern = {1, 1, 1}, .stride = {1, 1, 1},
+             .dil = {1, 1, 1}, .include_pad = a->count_include_pad};
+  for (int d = 0, at = 3 - a->spatial; d < a->spatial; d++, at++) {
+    w.in[at] = xs->dims[2 + d];
+    w.out[at] = ys->dims[2 + d];
+    w.kern[at] = a->kernel[d];
+    w.stride[at] = a->stride[d];
+    w.dil[at] = a->dilation[d];
+    w.pad[at] = a->pad_begin[d];
+    w.pad_end[at] = a->pad_end[d];
+  }
+  int64_t planes = xs->dims[0] * xs->dims[1], in_plane = w.in[0] * w.in[1] * w.in[2];
+  int64_t out_plane = w.out[0] * w.out[1] * w.out[2];
+  int32_t lo = gs_q_lo(t) - y.zero, hi = gs_q_hi(t) - y.zero;
+  for (int64_t p = 0; p < planes; p++)
+    for (int64_t j = 0; j < out_plane; j++) {
+      int64_t o[3] = {j / (w.out[1] * w.out[2]), j / w.out[2] % w.out[1], j % w.out[2]}, count;
+      float sum = qpool_window(&w, t, k->ptr[0], x, p * in_plane, o, &count);
+      float mean = count ? sum / (float)count : 0.0f;
+      gs_q_store(t, k->ptr[c->n_in], p * out_plane + j, gs_q_round(mean / y.scale, lo, hi) + y.zero);
+    }
+  return 0;
+}
+
 /* Each input requantised to Y's scale and zero point, copied where they agree. */
 static int k_qlinear_concat(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
@@ -313,6 +382,7 @@ static const gs_cpu_kernel_entry kernels[] = {
     GS_CPU_KERNEL("QLinearSoftmax", k_qlinear_softmax),
     GS_CPU_KERNEL("QLinearGlobalAveragePool", k_qlinear_global_average_pool),
     GS_CPU_KERNEL("QLinearConcat", k_qlinear_concat),
+    GS_CPU_KERNEL("QLinearAveragePool", k_qlinear_average_pool),
 };
 
 int gs__cpu_register_qlinear(gs_backend_t *be) {
