@@ -20,6 +20,7 @@
 #include "engine/model.h"
 
 #include "base/error.h"
+#include "engine/op.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -81,16 +82,6 @@ static const gs_const_tensor *init_of(const gs_model *m, const char *name) {
   return i < 0 ? NULL : &m->inits[i];
 }
 
-static int64_t attr_int(const gs_node *n, const char *name, int64_t dflt) {
-  const gs_attr *a = gs_node_attr(n, name);
-  return a && a->type == GS_ATTR_INT ? a->i : dflt;
-}
-
-static float attr_float(const gs_node *n, const char *name, float dflt) {
-  const gs_attr *a = gs_node_attr(n, name);
-  return a && a->type == GS_ATTR_FLOAT ? a->f : dflt;
-}
-
 /* A DequantizeLinear of an 8-bit tensor that makes `value`. */
 typedef struct dq {
   int node;
@@ -109,11 +100,11 @@ static bool find_dq(const gs_model *m, const uses *u, const char *value, dq *out
   const gs_node *n = &m->nodes[p];
   const gs_const_tensor *s = init_of(m, n->inputs[1]), *z = init_of(m, n->inputs[2]);
   if (!s || !z || s->dtype != GS_DT_FLOAT32 || (z->dtype != GS_DT_INT8 && z->dtype != GS_DT_UINT8) ||
-      gs_shape_numel(&s->shape) != gs_shape_numel(&z->shape) || attr_int(n, "block_size", 0))
+      gs_shape_numel(&s->shape) != gs_shape_numel(&z->shape) || gs_attr_int(n, "block_size", 0))
     return false;
   *out = (dq){.node = p, .q = n->inputs[0], .scale = n->inputs[1], .zero = n->inputs[2],
               .type = z->dtype, .q_const = init_of(m, n->inputs[0]), .scales = s->data,
-              .n_scale = gs_shape_numel(&s->shape), .axis = attr_int(n, "axis", 1)};
+              .n_scale = gs_shape_numel(&s->shape), .axis = gs_attr_int(n, "axis", 1)};
   return out->n_scale >= 1;
 }
 
@@ -149,7 +140,7 @@ static const char *find_bias(const gs_model *m, const uses *u, const char *value
       gs_shape_numel(&x->shape) != count || x->shape.rank != 1 ||
       (n->n_in > 2 && n->inputs[2][0] && !z))
     return NULL;
-  int64_t ns = gs_shape_numel(&s->shape), axis = attr_int(n, "axis", 1);
+  int64_t ns = gs_shape_numel(&s->shape), axis = gs_attr_int(n, "axis", 1);
   if (ns != 1 && (ns != count || (axis != 0 && axis != -1))) /* per axis: the vector's only one */
     return NULL;
   for (int64_t j = 0; z && j < gs_shape_numel(&z->shape); j++)
@@ -265,8 +256,8 @@ static int fuse_matmul(gs_model *m, const uses *u, int i, bool *dead) {
 static int fuse_gemm(gs_model *m, const uses *u, int i, bool *dead) {
   const gs_node *n = &m->nodes[i];
   dq a, b;
-  float alpha = attr_float(n, "alpha", 1.0f), beta = attr_float(n, "beta", 1.0f);
-  int64_t trans_a = attr_int(n, "transA", 0), trans_b = attr_int(n, "transB", 0);
+  float alpha = gs_attr_float(n, "alpha", 1.0f), beta = gs_attr_float(n, "beta", 1.0f);
+  int64_t trans_a = gs_attr_int(n, "transA", 0), trans_b = gs_attr_int(n, "transB", 0);
   if (!find_dq(m, u, n->inputs[0], &a) || !find_dq(m, u, n->inputs[1], &b) || a.n_scale != 1 ||
       !per_column(&b, trans_b ? 0 : 1) || (n->n_in > 2 && n->inputs[2][0] && beta != 1.0f))
     return 0;
@@ -383,7 +374,7 @@ static int fuse_dynamic_matmul(gs_model *m, const uses *u, int i, bool *dead) {
     return 0;
   int scale_mul = sole_reader(u, dyn->outputs[1]), cast = sole_reader(u, n->outputs[0]);
   if (scale_mul < 0 || !is_op(&m->nodes[scale_mul], "Mul") || cast < 0 ||
-      !is_op(&m->nodes[cast], "Cast") || attr_int(&m->nodes[cast], "to", 0) != 1 /* FLOAT */)
+      !is_op(&m->nodes[cast], "Cast") || gs_attr_int(&m->nodes[cast], "to", 0) != 1 /* FLOAT */)
     return 0;
   const char *w_scale = other_input(&m->nodes[scale_mul], dyn->outputs[1]);
   const gs_const_tensor *ws = w_scale ? init_of(m, w_scale) : NULL;

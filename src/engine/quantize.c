@@ -7,6 +7,7 @@
 #include "engine/quantize.h"
 
 #include "base/error.h"
+#include "engine/op.h"
 #include "base/fileutil.h"
 #include "base/strmap.h"
 #include "engine/calibrate.h"
@@ -62,16 +63,6 @@ static bool is_init(const gs_model *m, const char *name) {
   return gs_strmap_get(&m->init_index, name) >= 0;
 }
 
-static int64_t attr_int(const gs_node *n, const char *name, int64_t dflt) {
-  const gs_attr *a = gs_node_attr(n, name);
-  return a && a->type == GS_ATTR_INT ? a->i : dflt;
-}
-
-static float attr_float(const gs_node *n, const char *name, float dflt) {
-  const gs_attr *a = gs_node_attr(n, name);
-  return a && a->type == GS_ATTR_FLOAT ? a->f : dflt;
-}
-
 /* How many nodes of the graph read `name`. */
 static int readers(const gs_model *m, const char *name) {
   int count = 0;
@@ -99,10 +90,10 @@ static bool as_target(const gs_model *m, const gs_node *n, target *t) {
   *t = (target){.node = n, .w = float_init(m, n->inputs[1], conv ? -1 : 2)};
   if (!t->w || (conv && t->w->shape.rank < 3) || readers(m, n->inputs[1]) != 1)
     return false;
-  if (gemm && (attr_int(n, "transA", 0) || attr_float(n, "alpha", 1) != 1.0f ||
-               attr_float(n, "beta", 1) != 1.0f))
+  if (gemm && (gs_attr_int(n, "transA", 0) || gs_attr_float(n, "alpha", 1) != 1.0f ||
+               gs_attr_float(n, "beta", 1) != 1.0f))
     return false;
-  t->axis = conv ? 0 : gemm && attr_int(n, "transB", 0) ? 0 : 1;
+  t->axis = conv ? 0 : gemm && gs_attr_int(n, "transB", 0) ? 0 : 1;
   if (n->n_in > 2 && n->inputs[2][0] && !matmul) {
     t->b = float_init(m, n->inputs[2], 1);
     if (!t->b || t->b->shape.dims[0] != t->w->shape.dims[t->axis] ||

@@ -93,6 +93,26 @@ static int infer_matmul_integer(gs_op_call *c, const gs_node *n) {
   return rc;
 }
 
+/* B's scale and zero point (`scale`, `zero`: one, or one per column of
+ * the n columns) and an optional float32 bias of n values at `bias`; the
+ * output is float32. */
+static int want_b_params(gs_op_call *c, int64_t n, int scale, int zero, int bias) {
+  int rc = want_count(c, scale, n, "column");
+  if (rc < 0)
+    return rc;
+  if (gs_op_given(c, zero)) {
+    if (c->in[zero].dtype != c->in[1].dtype)
+      return gs_op_fail(c, "b_zero_point must have B's type");
+    if ((rc = want_count(c, zero, n, "column")) < 0)
+      return rc;
+  }
+  if (gs_op_given(c, bias) &&
+      (c->in[bias].dtype != GS_DT_FLOAT32 || gs_shape_numel(&c->in[bias].shape) != n))
+    return gs_op_fail(c, "bias must hold %lld float32 values", (long long)n);
+  c->out[0].dtype = GS_DT_FLOAT32;
+  return GS_OK;
+}
+
 /* A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias: float32. */
 static int infer_matmul_integer_to_float(gs_op_call *c, const gs_node *n) {
   (void)n;
@@ -106,21 +126,7 @@ static int infer_matmul_integer_to_float(gs_op_call *c, const gs_node *n) {
   if (rc < 0)
     return rc;
   gs_quant_attrs *q = matmul_shapes(c, 0, 1, &rc);
-  if (!q)
-    return rc;
-  if ((rc = want_count(c, 3, q->matmul.n, "column")) < 0)
-    return rc;
-  if (gs_op_given(c, 5)) {
-    if (c->in[5].dtype != c->in[1].dtype)
-      return gs_op_fail(c, "b_zero_point must have B's type");
-    if ((rc = want_count(c, 5, q->matmul.n, "column")) < 0)
-      return rc;
-  }
-  if (gs_op_given(c, 6) && (c->in[6].dtype != GS_DT_FLOAT32 ||
-                            gs_shape_numel(&c->in[6].shape) != q->matmul.n))
-    return gs_op_fail(c, "bias must hold %lld float32 values", (long long)q->matmul.n);
-  c->out[0].dtype = GS_DT_FLOAT32;
-  return GS_OK;
+  return q ? want_b_params(c, q->matmul.n, 3, 5, 6) : rc;
 }
 
 /* A (float32), B, b_scale, b_zero_point, bias: A quantised as
@@ -135,21 +141,7 @@ static int infer_dynamic_quantize_matmul(gs_op_call *c, const gs_node *n) {
   if (rc < 0)
     return rc;
   gs_quant_attrs *q = matmul_shapes(c, 0, 1, &rc);
-  if (!q)
-    return rc;
-  if ((rc = want_count(c, 2, q->matmul.n, "column")) < 0)
-    return rc;
-  if (gs_op_given(c, 3)) {
-    if (c->in[3].dtype != c->in[1].dtype)
-      return gs_op_fail(c, "b_zero_point must have B's type");
-    if ((rc = want_count(c, 3, q->matmul.n, "column")) < 0)
-      return rc;
-  }
-  if (gs_op_given(c, 4) && (c->in[4].dtype != GS_DT_FLOAT32 ||
-                            gs_shape_numel(&c->in[4].shape) != q->matmul.n))
-    return gs_op_fail(c, "bias must hold %lld float32 values", (long long)q->matmul.n);
-  c->out[0].dtype = GS_DT_FLOAT32;
-  return GS_OK;
+  return q ? want_b_params(c, q->matmul.n, 2, 3, 4) : rc;
 }
 
 /* A, a_scale, a_zero_point, B, b_scale, b_zero_point, C (int32), y_scale,

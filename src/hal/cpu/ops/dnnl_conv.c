@@ -81,7 +81,7 @@ static void destroy_state(void *p) {
   free(s);
 }
 
-static dnnl_format_tag_t plain_tag(int rank) {
+dnnl_format_tag_t gs__dnnl_plain_tag(int rank) {
   return rank == 3 ? dnnl_ncw : rank == 4 ? dnnl_nchw : dnnl_ncdhw;
 }
 
@@ -102,15 +102,14 @@ static dnnl_format_tag_t blocked_tag(int rank) {
   return rank == 4 ? (wide ? dnnl_aBcd16b : dnnl_aBcd8b) : (wide ? dnnl_aBcde16b : dnnl_aBcde8b);
 }
 
-static dnnl_format_tag_t weights_tag(int rank, bool grouped) {
+dnnl_format_tag_t gs__dnnl_weights_tag(int rank, bool grouped) {
   if (grouped)
     return rank == 3 ? dnnl_goiw : rank == 4 ? dnnl_goihw : dnnl_goidhw;
   return rank == 3 ? dnnl_oiw : rank == 4 ? dnnl_oihw : dnnl_oidhw;
 }
 
-/* A reorder from one layout to another; NULL when they are the same. */
-static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
-                                  dnnl_primitive_t *out) {
+dnnl_status_t gs__dnnl_reorder_between(const dnnl_memory_desc_t *from,
+                                      const dnnl_memory_desc_t *to, dnnl_primitive_t *out) {
   *out = NULL;
   if (dnnl_memory_desc_equal(from, to))
     return dnnl_success;
@@ -161,10 +160,10 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
   /* "plain": the layout of the engine's buffer, NCHW unless the plan keeps
    * it blocked; a reorder joins it to the primitive's where they differ. */
   TRY(dnnl_memory_desc_init_by_tag(&src_plain, rank, src, dnnl_f32,
-                                   a->src_blocked ? blocked_tag(rank) : plain_tag(rank)));
+                                   a->src_blocked ? blocked_tag(rank) : gs__dnnl_plain_tag(rank)));
   TRY(dnnl_memory_desc_init_by_tag(&dst_plain, rank, dst, dnnl_f32,
-                                   a->dst_blocked ? blocked_tag(rank) : plain_tag(rank)));
-  TRY(dnnl_memory_desc_init_by_tag(&w_plain, wr, w, dnnl_f32, weights_tag(rank, grouped)));
+                                   a->dst_blocked ? blocked_tag(rank) : gs__dnnl_plain_tag(rank)));
+  TRY(dnnl_memory_desc_init_by_tag(&w_plain, wr, w, dnnl_f32, gs__dnnl_weights_tag(rank, grouped)));
   dnnl_convolution_desc_t cd;
   TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
                                                  dnnl_convolution_direct, &src_any, &w_any,
@@ -183,9 +182,9 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
   const dnnl_memory_desc_t *dst_md = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
   const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   TRY(dnnl_primitive_create(&s->conv, pd));
-  TRY(make_reorder(&src_plain, src_md, &s->src_reorder));
-  TRY(make_reorder(dst_md, &dst_plain, &s->dst_reorder));
-  TRY(make_reorder(&w_plain, w_md, &s->w_reorder));
+  TRY(gs__dnnl_reorder_between(&src_plain, src_md, &s->src_reorder));
+  TRY(gs__dnnl_reorder_between(dst_md, &dst_plain, &s->dst_reorder));
+  TRY(gs__dnnl_reorder_between(&w_plain, w_md, &s->w_reorder));
   /* Plain memories wrap the engine's buffers (handles set per call); the
    * blocked ones own their storage. */
   TRY(dnnl_memory_create(&s->src_plain, &src_plain, engine, DNNL_MEMORY_NONE));

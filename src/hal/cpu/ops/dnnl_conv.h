@@ -26,4 +26,14 @@ int gs__dnnl_set_activation(struct dnnl_primitive_attr *attr, gs_activation act,
 struct dnnl_engine;
 struct dnnl_engine *gs__dnnl_engine(void);
 
+/* The convolutions' layouts and reorders, shared by the float32 and int8
+ * ones (dnnl_conv.c, dnnl_qconv.c): NCW/NCHW/NCDHW by rank, the weights'
+ * OIHW (GOIHW grouped), and a reorder between two layouts on the CPU
+ * engine (*out NULL where they are the same; the caller destroys it). */
+#include <oneapi/dnnl/dnnl.h>
+dnnl_format_tag_t gs__dnnl_plain_tag(int rank);
+dnnl_format_tag_t gs__dnnl_weights_tag(int rank, bool grouped);
+dnnl_status_t gs__dnnl_reorder_between(const dnnl_memory_desc_t *from,
+                                      const dnnl_memory_desc_t *to, dnnl_primitive_t *out);
+
 #endif

@@ -57,20 +57,6 @@ static void destroy_state(void *p) {
 
 static dnnl_data_type_t q8(gs_dtype t) { return t == GS_DT_INT8 ? dnnl_s8 : dnnl_u8; }
 
-static dnnl_status_t reorder_between(dnnl_engine_t engine, const dnnl_memory_desc_t *from,
-                                     const dnnl_memory_desc_t *to, dnnl_primitive_t *out) {
-  *out = NULL;
-  if (dnnl_memory_desc_equal(from, to))
-    return dnnl_success;
-  dnnl_primitive_desc_t pd;
-  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL);
-  if (st == dnnl_success) {
-    st = dnnl_primitive_create(out, pd);
-    dnnl_primitive_desc_destroy(pd);
-  }
-  return st;
-}
-
 /* The descriptors of the op's tensors: NCHW-style plain ones for the
  * engine's buffers, and the convolution's dims. */
 typedef struct qconv_dims {
@@ -106,16 +92,6 @@ static void dims_of(const gs_op_call *c, qconv_dims *d) {
   }
 }
 
-static dnnl_format_tag_t plain_tag(int rank) {
-  return rank == 3 ? dnnl_ncw : rank == 4 ? dnnl_nchw : dnnl_ncdhw;
-}
-
-static dnnl_format_tag_t weights_tag(int rank, bool grouped) {
-  if (grouped)
-    return rank == 3 ? dnnl_goiw : rank == 4 ? dnnl_goihw : dnnl_goidhw;
-  return rank == 3 ? dnnl_oiw : rank == 4 ? dnnl_oihw : dnnl_oidhw;
-}
-
 static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t engine) {
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
   qconv_dims d;
@@ -130,10 +106,10 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t en
   TRY(dnnl_memory_desc_init_by_tag(&dst_any, d.rank, d.dst, yt, dnnl_format_tag_any));
   TRY(dnnl_memory_desc_init_by_tag(&w_any, d.w_rank, d.w, dnnl_s8, dnnl_format_tag_any));
   TRY(dnnl_memory_desc_init_by_tag(&b_md, 1, d.bias, dnnl_s32, dnnl_x));
-  TRY(dnnl_memory_desc_init_by_tag(&src_plain, d.rank, d.src, xt, plain_tag(d.rank)));
-  TRY(dnnl_memory_desc_init_by_tag(&dst_plain, d.rank, d.dst, yt, plain_tag(d.rank)));
+  TRY(dnnl_memory_desc_init_by_tag(&src_plain, d.rank, d.src, xt, gs__dnnl_plain_tag(d.rank)));
+  TRY(dnnl_memory_desc_init_by_tag(&dst_plain, d.rank, d.dst, yt, gs__dnnl_plain_tag(d.rank)));
   TRY(dnnl_memory_desc_init_by_tag(&w_plain, d.w_rank, d.w, dnnl_s8,
-                                   weights_tag(d.rank, a->group > 1)));
+                                   gs__dnnl_weights_tag(d.rank, a->group > 1)));
   dnnl_convolution_desc_t cd;
   TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
                                                  dnnl_convolution_direct, &src_any, &w_any,
@@ -155,9 +131,9 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t en
   const dnnl_memory_desc_t *dst_md = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
   const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   TRY(dnnl_primitive_create(&s->conv, pd));
-  TRY(reorder_between(engine, &src_plain, src_md, &s->src_reorder));
-  TRY(reorder_between(engine, dst_md, &dst_plain, &s->dst_reorder));
-  TRY(reorder_between(engine, &w_plain, w_md, &s->w_reorder));
+  TRY(gs__dnnl_reorder_between(&src_plain, src_md, &s->src_reorder));
+  TRY(gs__dnnl_reorder_between(dst_md, &dst_plain, &s->dst_reorder));
+  TRY(gs__dnnl_reorder_between(&w_plain, w_md, &s->w_reorder));
   TRY(dnnl_memory_create(&s->src_plain, &src_plain, engine, DNNL_MEMORY_NONE));
   TRY(dnnl_memory_create(&s->dst_plain, &dst_plain, engine, DNNL_MEMORY_NONE));
   TRY(dnnl_memory_create(&s->w_plain, &w_plain, engine, DNNL_MEMORY_NONE));
