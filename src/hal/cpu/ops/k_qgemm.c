@@ -191,6 +191,8 @@ static bool one_product(const gs_matmul_attrs *m) {
 static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, const out_stage *o,
                    void *out) {
   const gs_matmul_attrs *m = &((const gs_quant_attrs *)c->attrs)->matmul;
+  if (m->batch * m->m * m->n == 0)
+    return 0; /* nothing to write */
   size_t elem = gs_dtype_size(o->type);
   bool whole = one_product(m) && !o->row_scale;
   int64_t rows = whole ? m->batch * m->m : m->m; /* of one product */
@@ -473,6 +475,8 @@ static int conv_run(const gs_op_call *c, const gs_cpu_kernel_call *k, int w_inde
                     const conv_io *io) {
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  if (gs_shape_numel(ys) == 0)
+    return 0; /* nothing to write */
   int64_t cg = xs->dims[1] / a->group, ocg = ys->dims[1] / a->group, taps = 1, outs = 1;
   for (int d = 0; d < a->spatial; d++) {
     taps *= a->kernel[d];

@@ -68,8 +68,9 @@ float gs__q_dynamic_quantize(const float *x, int64_t n, uint8_t *y, uint8_t *zer
   min_max(x, n, &lo, &hi);
   float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
   *zero = (uint8_t)gs_q_round(0.0f - lo / scale, 0, 255);
-  GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, from, to,
-                     quantize_u8(x + from, y + from, scale, *zero, to - from));
+  if (n > 0) /* an empty x has no buffer to offset */
+    GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, from, to,
+                       quantize_u8(x + from, y + from, scale, *zero, to - from));
   return scale;
 }
 
@@ -230,6 +231,8 @@ static int k_qlinear_softmax(const gs_cpu_kernel_call *k) {
   float x_scale = params(c, k, 1, 2, t).scale; /* the zero point cancels in x - max */
   for (int d = 0; d < 256; d++)
     q.table[d] = expf(-x_scale * (float)d);
+  if (gs_shape_numel(&c->in[0].shape) == 0)
+    return 0;
   int64_t outer, len, inner;
   gs_launch_split_axis(&c->in[0].shape, a->axis, &outer, &len, &inner);
   if (a->softmax_2d) { /* one row of everything from the axis on */
@@ -346,6 +349,8 @@ static int k_qlinear_average_pool(const gs_cpu_kernel_call *k) {
 /* Each input requantised to Y's scale and zero point, copied where they agree. */
 static int k_qlinear_concat(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
+  if (gs_shape_numel(&c->out[0].shape) == 0)
+    return 0;
   int axis = ((const gs_quant_attrs *)c->attrs)->axis;
   gs_dtype t = c->in[1].dtype;
   qparams y = params(c, k, 0, 1, t);
@@ -361,7 +366,8 @@ static int k_qlinear_concat(const gs_cpu_kernel_call *k) {
     for (int64_t o = 0; o < outer; o++) {
       uint8_t *dst = out + o * total * inner + at * inner;
       if (same) {
-        memcpy(dst, in + o * len, (size_t)len);
+        if (len)
+          memcpy(dst, in + o * len, (size_t)len);
         continue;
       }
       for (int64_t j = 0; j < len; j++)

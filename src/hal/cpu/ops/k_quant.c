@@ -96,6 +96,8 @@ static void lines(const qline *l, bool quantize, const void *in, void *out, int6
 }
 
 static void run_lines(const qline *l, bool quantize, const void *in, void *out) {
+  if (l->outer * l->len * l->inner == 0)
+    return; /* empty: no buffers to offset */
   if (!l->scale)
     GS_PARALLEL_RANGES(l->len, GS_PARALLEL_GRAIN, lo, hi, tensor_piece(l, quantize, in, out, lo, hi));
   else
