@@ -37,6 +37,12 @@ typedef struct uses {
   gs_strmap reader;   /* value -> the last node that reads it */
 } uses;
 
+static void uses_free(uses *u) {
+  gs_strmap_free(&u->producer);
+  gs_strmap_free(&u->readers);
+  gs_strmap_free(&u->reader);
+}
+
 static int count_uses(const gs_model *m, const bool *dead, uses *u) {
   gs_strmap_init(&u->producer);
   gs_strmap_init(&u->readers);
@@ -64,14 +70,13 @@ static int count_uses(const gs_model *m, const bool *dead, uses *u) {
     if (rc == 0)
       rc = gs_strmap_put(&u->reader, m->outputs[i].name, -1);
   }
-  return rc < 0 ? gs_error(GS_ENOMEM, "out of memory rewriting the quantised model") : 0;
+  if (rc < 0) {
+    uses_free(u);
+    return gs_error(GS_ENOMEM, "out of memory rewriting the quantised model");
+  }
+  return 0;
 }
 
-static void uses_free(uses *u) {
-  gs_strmap_free(&u->producer);
-  gs_strmap_free(&u->readers);
-  gs_strmap_free(&u->reader);
-}
 
 static bool is_op(const gs_node *n, const char *op) {
   return strcmp(n->op_type, op) == 0 && (!n->domain[0] || strcmp(n->domain, "ai.onnx") == 0);
@@ -170,7 +175,8 @@ typedef struct new_node {
 /* A copy of an attribute of the kinds the rewritten ops take (a number,
  * a list of ints, a string) into dst; false when out of memory. */
 static bool copy_attr(const gs_attr *src, gs_attr *dst) {
-  *dst = (gs_attr){.type = src->type, .f = src->f, .i = src->i, .n = src->n};
+  *dst = (gs_attr){.type = src->type, .f = src->f, .i = src->i,
+                   .n = src->type == GS_ATTR_INTS ? src->n : 0};
   if (!(dst->name = strdup(src->name)))
     return false;
   if (src->type == GS_ATTR_INTS) {
@@ -265,7 +271,8 @@ static int fuse_gemm(gs_model *m, const uses *u, int i, bool *dead) {
   int bias_node = -1;
   if (n->n_in > 2 && n->inputs[2][0]) {
     int64_t cols = b.q_const ? b.q_const->shape.dims[trans_b ? 0 : 1] : -1;
-    if (cols < 0 || !(bias = find_bias(m, u, n->inputs[2], cols, a.scales[0], &b, 1.0f,
+    /* QGemm scales acc + C by alpha: C's scale must carry alpha too. */
+    if (cols < 0 || !(bias = find_bias(m, u, n->inputs[2], cols, a.scales[0], &b, alpha,
                                        &bias_node)))
       return 0;
   }
@@ -310,8 +317,11 @@ static int fuse_conv(gs_model *m, const uses *u, int i, bool *dead) {
                             qn->inputs[2], bias}};
   for (size_t k = 0; k < sizeof conv_attr_names / sizeof conv_attr_names[0]; k++) {
     const gs_attr *at = gs_node_attr(n, conv_attr_names[k]);
-    if (at)
-      nn.attrs[nn.n_attrs++] = *at; /* replace_node copies it */
+    if (!at)
+      continue;
+    if (at->type != GS_ATTR_INT && at->type != GS_ATTR_INTS && at->type != GS_ATTR_STRING)
+      return 0; /* not a form Conv takes: left for Conv to refuse */
+    nn.attrs[nn.n_attrs++] = *at; /* replace_node copies it */
   }
   if (replace_node(m, i, &nn) < 0)
     return GS_ENOMEM;

@@ -13,11 +13,17 @@
 #include "engine/calibrate.h"
 #include "engine/pb.h"
 #include "engine/pb_write.h"
+#include "hal/op/op_call.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Tensor names this quantises are at most MAX_NAME bytes; names derived
+ * from them fit NAME_CAP. */
+#define MAX_NAME 1000
+#define NAME_CAP 1100
 
 /* ONNX field numbers (onnx.proto). */
 enum { MODEL_GRAPH = 7 };
@@ -129,6 +135,10 @@ static int find_targets(quantizer *q) {
     target t;
     if (!as_target(m, &m->nodes[i], &t))
       continue;
+    for (int k = 0; k < t.node->n_in; k++)
+      if (strlen(t.node->inputs[k]) > MAX_NAME || strlen(t.node->outputs[0]) > MAX_NAME)
+        return gs_error(GS_ENOTSUP, "node %s: tensor names over %d bytes are not supported by "
+                                    "quantize", t.node->name, MAX_NAME);
     t.x = tensor_of(q, t.node->inputs[0]);
     t.y = is_graph_output(m, t.node->outputs[0]) ? -1 : tensor_of(q, t.node->outputs[0]);
     if (t.x < 0)
@@ -173,13 +183,13 @@ static void quantise_weights(const target *t, bool per_channel, const float *min
     scales[c] = a > scales[c] ? a : scales[c];
   }
   for (int64_t c = 0; c < chans; c++) {
-    scales[c] = scales[c] > 0 ? scales[c] / 127.0f : 1.0f;
+    scales[c] = scales[c] > 0 && scales[c] / 127.0f > 0 ? scales[c] / 127.0f : 1.0f; /* none 0 */
     if (min_scales && scales[c] < min_scales[c])
       scales[c] = min_scales[c];
   }
   for (int64_t i = 0; i < n; i++) {
     float v = nearbyintf(w[i] / scales[per_channel ? (i / inner) % chans : 0]);
-    q[i] = (int8_t)(v < -127 ? -127 : v > 127 ? 127 : v);
+    q[i] = (int8_t)(v != v ? 0 : v < -127 ? -127 : v > 127 ? 127 : v); /* NaN: 0 */
   }
 }
 
@@ -222,7 +232,9 @@ static void write_qdq_node(gs_pbw *nodes, const char *op, const char *in, const 
 }
 
 /* A name built from `base` and a suffix: base is a name in the graph and
- * the suffixes are gpusrv's own ("/gsq/..."), which ONNX exporters do not write. */
+ * the suffixes are gpusrv's own ("/gsq/..."), which ONNX exporters do not
+ * write. Every buffer for one is NAME_CAP bytes; find_targets refuses
+ * tensor names too long for it (MAX_NAME, at the top). */
 static void derived(char *out, size_t cap, const char *base, const char *suffix) {
   snprintf(out, cap, "%s/gsq/%s", base, suffix);
 }
@@ -233,7 +245,7 @@ static void write_activation_qdq(quantizer *q, int i, gs_pbw *nodes, gs_pbw *gra
   float scale;
   uint8_t zero;
   activation_params(&q->ranges[i], &scale, &zero);
-  char s[1024], z[1024], qn[1024], dq[1024];
+  char s[NAME_CAP], z[NAME_CAP], qn[NAME_CAP], dq[NAME_CAP];
   derived(s, sizeof s, name, "scale");
   derived(z, sizeof z, name, "zero_point");
   derived(qn, sizeof qn, name, "quantized");
@@ -281,7 +293,7 @@ static int write_weights(quantizer *q, const target *t, gs_pbw *nodes, gs_pbw *g
   q->report->float_weight_bytes += (uint64_t)n * 4;
   q->report->int8_weight_bytes += (uint64_t)n;
   const char *name = t->node->inputs[1];
-  char s[1024], z[1024], qn[1024], dq[1024];
+  char s[NAME_CAP], z[NAME_CAP], qn[NAME_CAP], dq[NAME_CAP];
   derived(s, sizeof s, name, "scale");
   derived(z, sizeof z, name, "zero_point");
   derived(qn, sizeof qn, name, "quantized");
@@ -296,7 +308,8 @@ static int write_weights(quantizer *q, const target *t, gs_pbw *nodes, gs_pbw *g
     for (int64_t c = 0; c < chans; c++) {
       bs[c] = xs * ws[n_scales > 1 ? c : 0];
       double v = nearbyint((double)bf[c] / bs[c]);
-      b[c] = (int32_t)(v < -2147483647.0 ? -2147483647.0 : v > 2147483647.0 ? 2147483647.0 : v);
+      b[c] = v != v ? 0 /* NaN */
+                    : (int32_t)(v < -2147483647.0 ? -2147483647.0 : v > 2147483647.0 ? 2147483647.0 : v);
     }
     const char *bname = t->node->inputs[2];
     derived(s, sizeof s, bname, "scale");
@@ -341,18 +354,22 @@ static int copy_node(const quantizer *q, gs_pb raw, gs_pbw *nodes, const uint8_t
       if ((rc = gs_pb_sub(&raw, &s)) < 0)
         break;
       size_t len = (size_t)(s.end - s.p);
-      char name[1024], buf[1100];
-      if (len >= sizeof name) {
-        rc = gs_error(GS_EINVAL, "a tensor name of %zu bytes", len);
-        break;
-      }
-      memcpy(name, s.p, len);
-      name[len] = '\0';
-      if (field == NODE_OUTPUT && *n_outs < max_outs) {
+      char name[MAX_NAME + 1], buf[NAME_CAP];
+      bool long_name = len > MAX_NAME; /* never one quantised: copied as it is */
+      memcpy(name, s.p, long_name ? 0 : len);
+      name[long_name ? 0 : len] = '\0';
+      if (field == NODE_OUTPUT) {
+        if (*n_outs >= max_outs) {
+          rc = gs_error(GS_ENOTSUP, "a node of more than %d outputs", max_outs);
+          break;
+        }
         outs[*n_outs] = s.p;
         out_len[(*n_outs)++] = len;
       }
-      gs_pbw_string(&n, field, field == NODE_INPUT ? reads(q, name, buf, sizeof buf) : name);
+      if (long_name)
+        gs_pbw_bytes(&n, field, s.p, len);
+      else
+        gs_pbw_string(&n, field, field == NODE_INPUT ? reads(q, name, buf, sizeof buf) : name);
       continue;
     }
     if ((rc = gs_pb_skip(&raw, wire)) < 0)
@@ -423,11 +440,11 @@ static int write_graph(quantizer *q, gs_pb raw, gs_pbw *graph) {
       if ((rc = gs_pb_sub(&raw, &node)) < 0)
         break;
       /* Which node this is: by its first output, which the loader named alike. */
-      const uint8_t *outs[16];
-      size_t lens[16];
+      const uint8_t *outs[GS_OP_MAX_IO];
+      size_t lens[GS_OP_MAX_IO];
       int n_outs;
       gs_pbw copied = {0};
-      if ((rc = copy_node(q, node, &copied, outs, lens, &n_outs, 16)) < 0) {
+      if ((rc = copy_node(q, node, &copied, outs, lens, &n_outs, GS_OP_MAX_IO)) < 0) {
         gs_pbw_free(&copied);
         break;
       }
@@ -439,9 +456,9 @@ static int write_graph(quantizer *q, gs_pb raw, gs_pbw *graph) {
       gs_pbw_raw(&nodes, copied.buf, copied.len);
       gs_pbw_free(&copied);
       for (int k = 0; k < n_outs; k++) {
-        char name[1024];
+        char name[MAX_NAME + 1];
         if (lens[k] >= sizeof name)
-          continue;
+          continue; /* too long to be one find_targets took */
         memcpy(name, outs[k], lens[k]);
         name[lens[k]] = '\0';
         int i = gs_strmap_get(&q->tensor_index, name);
@@ -460,9 +477,9 @@ static int write_graph(quantizer *q, gs_pb raw, gs_pbw *graph) {
       message_name(start, (size_t)(raw.p - start), field == GRAPH_INITIALIZER ? TENSOR_NAME : 1,
                    name, sizeof name, &external);
       bool quantised = gs_strmap_get(&q->weight_of, name) >= 0;
-      if (quantised && external) {
-        rc = gs_error(GS_ENOTSUP, "weights in external data (%s) are not supported by quantize",
-                      name);
+      if (external) { /* its relative location would not hold beside another output file */
+        rc = gs_error(GS_ENOTSUP, "initializers in external data (%s) are not supported by "
+                                  "quantize", name);
         break;
       }
       if (quantised)
@@ -588,9 +605,12 @@ int gs_model_quantize(const char *path, const char *out_path, const gs_quantize_
     FILE *f = fopen(out_path, "wb");
     if (!f)
       rc = gs_error(GS_EIO, "cannot create %s", out_path);
-    else if (fwrite(out.buf, 1, out.len, f) != out.len || fclose(f) != 0) {
-      remove(out_path);
-      rc = gs_error(GS_EIO, "cannot write %s", out_path);
+    else {
+      bool written = fwrite(out.buf, 1, out.len, f) == out.len;
+      if (fclose(f) != 0 || !written) {
+        remove(out_path);
+        rc = gs_error(GS_EIO, "cannot write %s", out_path);
+      }
     }
   }
   gs_pbw_free(&out);

@@ -508,3 +508,49 @@ def test_empty_sums_and_empty_batches():
     consts = {"xs": f(0.1), "xz": z(np.uint8, 1), "ys": f(0.1), "yz": z(np.uint8, 3)}
     check_node(one_node("QLinearGlobalAveragePool", {"x": x}, consts, np.uint8,
                         domain="com.microsoft"), {"x": x}, want=np.full((1, 2, 1, 1), 3, np.uint8))
+
+
+def test_qlinear_add_without_output_zero_point():
+    """C_zero_point is optional (7 inputs): the output is the last buffer
+    whatever the count."""
+    a = q8(np.uint8, (3, 4))
+    consts = {"as": f(0.05), "az": z(np.uint8, 10), "b": q8(np.uint8, (3, 4)), "bs": f(0.07),
+              "bz": z(np.uint8, 20), "cs": f(0.1)}
+    m = one_node("QLinearAdd", {"a": a}, consts, np.uint8, domain="com.microsoft",
+                 names=["a", "as", "az", "b", "bs", "bz", "cs"])
+    check_node(m, {"a": a})
+
+
+def test_qdq_gemm_with_alpha_keeps_its_bias_scale(tmp_path):
+    """Gemm(alpha) over DQ inputs with an int32 bias at a's scale times b's:
+    QGemm would scale that bias by alpha too, so the pattern must not fuse
+    that way; the result must be the graph's."""
+    rng_ = np.random.default_rng(5)
+    a_q = rng_.integers(0, 256, (4, 6)).astype(np.uint8)
+    inits = {"as": f(0.05), "az": z(np.uint8, 128), "w": rng_.integers(-127, 128, (6, 3)).astype(np.int8),
+             "ws": f(0.02), "wz": z(np.int8, 0), "b": np.array([100, -200, 300], np.int32),
+             "bs": np.full(3, np.float32(0.05) * np.float32(0.02), np.float32), "bz": np.zeros(3, np.int32)}
+    nodes = [helper.make_node("DequantizeLinear", ["a", "as", "az"], ["af"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"]),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"], axis=0),
+             helper.make_node("Gemm", ["af", "wf", "bf"], ["y"], alpha=0.5)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    got, want = run_both(path, {"a": a_q}, str(tmp_path),
+                         level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_qlinear_matmul_of_16_bit_types_is_refused():
+    a = np.zeros((2, 3), np.int16)
+    consts = {"as": f(0.1), "az": np.zeros((), np.int16), "b": np.zeros((3, 2), np.int16),
+              "bs": f(0.1), "bz": np.zeros((), np.int16), "ys": f(0.1), "yz": np.zeros((), np.int16)}
+    TYPES[np.dtype(np.int16)] = TensorProto.INT16
+    m = one_node("QLinearMatMul", {"a": a}, consts, np.int16,
+                 names=["a", "as", "az", "b", "bs", "bz", "ys", "yz"])
+    assert "int16" in refusal(m, {"a": a})

@@ -113,9 +113,9 @@ static int infer_dequantize(gs_op_call *c, const gs_node *n) {
 static int infer_qlinear_matmul(gs_op_call *c, const gs_node *n) {
   (void)n;
   int rc = 0;
-  for (int i = 0; rc == 0 && i < 8; i++) {
+  for (int i = 0; rc == 0 && i < 8; i++) { /* 8-bit only: the integer GEMM's types */
     bool scale = i == 1 || i == 4 || i == 6;
-    rc = gs_op_want_dtype(c, i, scale ? GS_DTM_F32ISH : QUANT_TYPES);
+    rc = gs_op_want_dtype(c, i, scale ? GS_DTM_F32ISH : GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_UINT8));
   }
   if (rc < 0)
     return rc;

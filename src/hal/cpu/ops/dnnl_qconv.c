@@ -194,7 +194,7 @@ static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, void *const *p
   bool weights_const = ((const gs_quant_attrs *)c->attrs)->conv.weights_const;
   if (s->w_reorder && (!weights_const || s->w_cached != p[3])) {
     st = reorder(s->stream, s->w_reorder, s->w_plain, s->w_blocked);
-    s->w_cached = p[3];
+    s->w_cached = st == dnnl_success ? p[3] : NULL; /* a failed reorder is done again */
   }
   if (st == dnnl_success && s->src_reorder)
     st = reorder(s->stream, s->src_reorder, s->src_plain, s->src_cl);

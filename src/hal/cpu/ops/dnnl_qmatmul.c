@@ -94,10 +94,10 @@ static dnnl_status_t build(qmm_state *s, dnnl_engine_t engine) {
   const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   TRY(dnnl_primitive_create(&s->matmul, pd));
   if (!dnnl_memory_desc_equal(&b_plain, w_md)) {
-    dnnl_primitive_desc_t rpd;
+    dnnl_primitive_desc_t rpd = NULL;
     TRY(dnnl_reorder_primitive_desc_create(&rpd, &b_plain, engine, w_md, engine, NULL));
     TRY(dnnl_primitive_create(&s->w_reorder, rpd));
-    if (st == dnnl_success)
+    if (rpd)
       dnnl_primitive_desc_destroy(rpd);
     TRY(dnnl_memory_create(&s->w_packed, w_md, engine, DNNL_MEMORY_ALLOCATE));
   }
@@ -119,12 +119,13 @@ static void take_away_a_zero(const gs_qmatmul_shape *q, const int64_t *col_sums,
     corr[j] = (int32_t)(q->a_zero * col_sums[j]);
   for (int64_t i = 0; i < q->m; i++) {
     int32_t *row = out + i * q->n;
+    /* Wrapping as int32 hardware does: sums past int32 are not undefined behaviour. */
     if (corr)
       for (int64_t j = 0; j < q->n; j++)
-        row[j] -= corr[j];
+        row[j] = (int32_t)((uint32_t)row[j] - (uint32_t)corr[j]);
     else /* out of memory for the row of corrections: the slow way */
       for (int64_t j = 0; j < q->n; j++)
-        row[j] -= (int32_t)(q->a_zero * col_sums[j]);
+        row[j] = (int32_t)((uint32_t)row[j] - (uint32_t)(int32_t)(q->a_zero * col_sums[j]));
   }
   free(corr);
 }
@@ -165,7 +166,7 @@ int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void 
       st = dnnl_primitive_execute(s->w_reorder, s->stream, 2, args);
     }
     sum_columns(q, b, s->col_sums);
-    s->w_cached = b;
+    s->w_cached = st == dnnl_success ? b : NULL; /* a failed reorder is done again */
   }
   if (st == dnnl_success) {
     dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, s->src},

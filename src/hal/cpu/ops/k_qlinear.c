@@ -148,7 +148,7 @@ static int qlinear_binary(const gs_cpu_kernel_call *k, bool mul) {
   gs_dtype t = c->in[0].dtype;
   qbinary q = {.type = t, .a = params(c, k, 1, 2, t), .b = params(c, k, 4, 5, t),
                .y = params(c, k, 6, 7, t), .mul = mul, .pa = k->ptr[0], .pb = k->ptr[3],
-               .out = k->ptr[8]};
+               .out = k->ptr[c->n_in]};
   const gs_shape *shapes[2] = {&c->in[0].shape, &c->in[3].shape};
   gs_bcast_init(&q.it, &c->out[0].shape, 2, shapes);
   q.sa = q.it.strides[0][q.it.rank - 1] ? 1 : 0;
