@@ -113,12 +113,15 @@ static bool find_dq(const gs_model *m, const uses *u, const char *value, dq *out
   return out->n_scale >= 1;
 }
 
+/* The node reading `value`, where it is the only reader (and not a graph output). */
+static int sole_reader(const uses *u, const char *value) {
+  return gs_strmap_get(&u->readers, value) == 1 ? gs_strmap_get(&u->reader, value) : -1;
+}
+
 /* The one QuantizeLinear (per tensor, 8-bit) that reads `value`, if that
  * is all that reads it. */
 static int find_q(const gs_model *m, const uses *u, const char *value) {
-  if (gs_strmap_get(&u->readers, value) != 1)
-    return -1;
-  int r = gs_strmap_get(&u->reader, value);
+  int r = sole_reader(u, value);
   if (r < 0 || !is_op(&m->nodes[r], "QuantizeLinear") || m->nodes[r].n_in != 3)
     return -1;
   const gs_node *n = &m->nodes[r];
@@ -348,10 +351,6 @@ static int fuse_add_mul(gs_model *m, const uses *u, int i, bool *dead, const cha
   return 1;
 }
 
-/* The node reading `value`, where it is the only reader (and not a graph output). */
-static int sole_reader(const uses *u, const char *value) {
-  return gs_strmap_get(&u->readers, value) == 1 ? gs_strmap_get(&u->reader, value) : -1;
-}
 
 /* The input of binary node n that is not `value`; NULL where neither is. */
 static const char *other_input(const gs_node *n, const char *value) {

@@ -231,12 +231,23 @@ static void write_qdq_node(gs_pbw *nodes, const char *op, const char *in, const 
   gs_pbw_free(&n);
 }
 
-/* A name built from `base` and a suffix: base is a name in the graph and
- * the suffixes are gpusrv's own ("/gsq/..."), which ONNX exporters do not
- * write. Every buffer for one is NAME_CAP bytes; find_targets refuses
- * tensor names too long for it (MAX_NAME, at the top). */
+/* The names of a quantised tensor's parts, built from the tensor's name
+ * and suffixes of gpusrv's own ("/gsq/..."), which ONNX exporters do not
+ * write. Every buffer is NAME_CAP bytes; find_targets refuses tensor names
+ * too long for it (MAX_NAME, at the top). */
+typedef struct qdq_names {
+  char scale[NAME_CAP], zero[NAME_CAP], quantized[NAME_CAP], dequantized[NAME_CAP];
+} qdq_names;
+
 static void derived(char *out, size_t cap, const char *base, const char *suffix) {
   snprintf(out, cap, "%s/gsq/%s", base, suffix);
+}
+
+static void names_of(const char *base, qdq_names *n) {
+  derived(n->scale, sizeof n->scale, base, "scale");
+  derived(n->zero, sizeof n->zero, base, "zero_point");
+  derived(n->quantized, sizeof n->quantized, base, "quantized");
+  derived(n->dequantized, sizeof n->dequantized, base, "dequantized");
 }
 
 /* Q and DQ of activation tensor i: its consumers read "<name>/gsq/dequantized". */
@@ -245,31 +256,50 @@ static void write_activation_qdq(quantizer *q, int i, gs_pbw *nodes, gs_pbw *gra
   float scale;
   uint8_t zero;
   activation_params(&q->ranges[i], &scale, &zero);
-  char s[NAME_CAP], z[NAME_CAP], qn[NAME_CAP], dq[NAME_CAP];
-  derived(s, sizeof s, name, "scale");
-  derived(z, sizeof z, name, "zero_point");
-  derived(qn, sizeof qn, name, "quantized");
-  derived(dq, sizeof dq, name, "dequantized");
-  write_tensor(graph, s, ONNX_FLOAT, NULL, 0, &scale, sizeof scale);
-  write_tensor(graph, z, ONNX_UINT8, NULL, 0, &zero, 1);
-  write_qdq_node(nodes, "QuantizeLinear", name, s, z, qn, -1);
-  write_qdq_node(nodes, "DequantizeLinear", qn, s, z, dq, -1);
+  qdq_names n;
+  names_of(name, &n);
+  write_tensor(graph, n.scale, ONNX_FLOAT, NULL, 0, &scale, sizeof scale);
+  write_tensor(graph, n.zero, ONNX_UINT8, NULL, 0, &zero, 1);
+  write_qdq_node(nodes, "QuantizeLinear", name, n.scale, n.zero, n.quantized, -1);
+  write_qdq_node(nodes, "DequantizeLinear", n.quantized, n.scale, n.zero, n.dequantized, -1);
 }
 
-/* The int8 weights of target t and its int32 bias, each with its DQ node. */
+/* Target t's bias as int32 at x's scale (xs) times w's (ws, n_scales of
+ * them), as the integer ops add it, with its DQ node. */
+static int write_bias(const target *t, float xs, const float *ws, int64_t n_scales,
+                      gs_pbw *nodes, gs_pbw *graph) {
+  int64_t chans = t->w->shape.dims[t->axis];
+  int32_t *b = malloc(sizeof *b * (size_t)(chans + 1)), *bz = calloc((size_t)chans + 1, sizeof *bz);
+  float *bs = malloc(sizeof *bs * (size_t)(chans + 1));
+  if (!b || !bz || !bs) {
+    free(b), free(bz), free(bs);
+    return gs_error(GS_ENOMEM, "out of memory quantising %s", t->node->inputs[2]);
+  }
+  const float *bf = t->b->data;
+  for (int64_t c = 0; c < chans; c++) {
+    bs[c] = xs * ws[n_scales > 1 ? c : 0];
+    double v = nearbyint((double)bf[c] / bs[c]);
+    b[c] = v != v ? 0 /* NaN */
+                  : (int32_t)(v < -2147483647.0 ? -2147483647.0 : v > 2147483647.0 ? 2147483647.0 : v);
+  }
+  qdq_names n;
+  names_of(t->node->inputs[2], &n);
+  write_tensor(graph, n.quantized, ONNX_INT32, &chans, 1, b, sizeof *b * (size_t)chans);
+  write_tensor(graph, n.scale, ONNX_FLOAT, &chans, 1, bs, sizeof *bs * (size_t)chans);
+  write_tensor(graph, n.zero, ONNX_INT32, &chans, 1, bz, sizeof *bz * (size_t)chans);
+  write_qdq_node(nodes, "DequantizeLinear", n.quantized, n.scale, n.zero, n.dequantized, 0);
+  free(b), free(bz), free(bs);
+  return 0;
+}
+
+/* The int8 weights of target t, with their DQ node, and its bias. */
 static int write_weights(quantizer *q, const target *t, gs_pbw *nodes, gs_pbw *graph) {
   int64_t n = gs_shape_numel(&t->w->shape), chans = t->w->shape.dims[t->axis], n_scales;
   int8_t *w = malloc((size_t)n + 1), *wz = calloc((size_t)chans + 1, 1);
   float *ws = malloc(sizeof(float) * (size_t)(chans + 1));
-  int32_t *b = NULL, *bz = NULL;
-  float *bs = NULL;
-  if (t->b) {
-    b = malloc(sizeof *b * (size_t)(chans + 1));
-    bz = calloc((size_t)chans + 1, sizeof *bz);
-    bs = malloc(sizeof *bs * (size_t)(chans + 1));
-  }
-  if (!w || !wz || !ws || (t->b && (!b || !bz || !bs))) {
-    free(w), free(wz), free(ws), free(b), free(bz), free(bs);
+  float *min_scales = t->b ? calloc((size_t)chans + 1, sizeof *min_scales) : NULL;
+  if (!w || !wz || !ws || (t->b && !min_scales)) {
+    free(w), free(wz), free(ws), free(min_scales);
     return gs_error(GS_ENOMEM, "out of memory quantising %s", t->node->inputs[1]);
   }
   /* A bias is stored as int32 at x's scale times w's: a channel whose
@@ -278,51 +308,27 @@ static int write_weights(quantizer *q, const target *t, gs_pbw *nodes, gs_pbw *g
   float xs;
   uint8_t xz;
   activation_params(&q->ranges[t->x], &xs, &xz);
-  float *min_scales = t->b ? calloc((size_t)chans + 1, sizeof *min_scales) : NULL;
-  if (t->b && !min_scales) {
-    free(w), free(wz), free(ws), free(b), free(bz), free(bs);
-    return gs_error(GS_ENOMEM, "out of memory quantising %s", t->node->inputs[1]);
-  }
   for (int64_t c = 0; t->b && c < chans; c++) {
     float need = fabsf(((const float *)t->b->data)[c]) / (xs * 1073741824.0f);
     int64_t at = q->o->per_channel ? c : 0;
     min_scales[at] = need > min_scales[at] ? need : min_scales[at];
   }
   quantise_weights(t, q->o->per_channel, min_scales, w, ws, &n_scales);
-  free(min_scales);
   q->report->float_weight_bytes += (uint64_t)n * 4;
   q->report->int8_weight_bytes += (uint64_t)n;
-  const char *name = t->node->inputs[1];
-  char s[NAME_CAP], z[NAME_CAP], qn[NAME_CAP], dq[NAME_CAP];
-  derived(s, sizeof s, name, "scale");
-  derived(z, sizeof z, name, "zero_point");
-  derived(qn, sizeof qn, name, "quantized");
-  derived(dq, sizeof dq, name, "dequantized");
+  qdq_names names;
+  names_of(t->node->inputs[1], &names);
   int axis = n_scales > 1 ? t->axis : -1;
-  write_tensor(graph, qn, ONNX_INT8, t->w->shape.dims, t->w->shape.rank, w, (size_t)n);
-  write_tensor(graph, s, ONNX_FLOAT, &n_scales, n_scales > 1, ws, sizeof(float) * (size_t)n_scales);
-  write_tensor(graph, z, ONNX_INT8, &n_scales, n_scales > 1, wz, (size_t)n_scales);
-  write_qdq_node(nodes, "DequantizeLinear", qn, s, z, dq, axis);
-  if (t->b) { /* int32 at x's scale times w's, as the integer ops add it */
-    const float *bf = t->b->data;
-    for (int64_t c = 0; c < chans; c++) {
-      bs[c] = xs * ws[n_scales > 1 ? c : 0];
-      double v = nearbyint((double)bf[c] / bs[c]);
-      b[c] = v != v ? 0 /* NaN */
-                    : (int32_t)(v < -2147483647.0 ? -2147483647.0 : v > 2147483647.0 ? 2147483647.0 : v);
-    }
-    const char *bname = t->node->inputs[2];
-    derived(s, sizeof s, bname, "scale");
-    derived(z, sizeof z, bname, "zero_point");
-    derived(qn, sizeof qn, bname, "quantized");
-    derived(dq, sizeof dq, bname, "dequantized");
-    write_tensor(graph, qn, ONNX_INT32, &chans, 1, b, sizeof *b * (size_t)chans);
-    write_tensor(graph, s, ONNX_FLOAT, &chans, 1, bs, sizeof *bs * (size_t)chans);
-    write_tensor(graph, z, ONNX_INT32, &chans, 1, bz, sizeof *bz * (size_t)chans);
-    write_qdq_node(nodes, "DequantizeLinear", qn, s, z, dq, 0);
-  }
-  free(w), free(wz), free(ws), free(b), free(bz), free(bs);
-  return 0;
+  write_tensor(graph, names.quantized, ONNX_INT8, t->w->shape.dims, t->w->shape.rank, w,
+               (size_t)n);
+  write_tensor(graph, names.scale, ONNX_FLOAT, &n_scales, n_scales > 1, ws,
+               sizeof(float) * (size_t)n_scales);
+  write_tensor(graph, names.zero, ONNX_INT8, &n_scales, n_scales > 1, wz, (size_t)n_scales);
+  write_qdq_node(nodes, "DequantizeLinear", names.quantized, names.scale, names.zero,
+                 names.dequantized, axis);
+  int rc = t->b ? write_bias(t, xs, ws, n_scales, nodes, graph) : 0;
+  free(w), free(wz), free(ws), free(min_scales);
+  return rc;
 }
 
 /* The name a node of the new graph reads for `name`: the dequantised

@@ -136,3 +136,16 @@ def test_refusals_say_what_is_wrong(tmp_path):
     p = quantize(str(tmp_path / "relu.onnx"), dst, [str(good)])
     assert p.returncode == 1 and "nothing to quantise" in p.stderr
     assert not os.path.exists(dst)
+
+
+def test_external_data_is_refused(tmp_path):
+    """An initializer in external data names a file beside the model: a
+    quantised copy written elsewhere would lose it, so quantize refuses."""
+    src, dst = str(tmp_path / "ext.onnx"), str(tmp_path / "out" / "int8.onnx")
+    os.makedirs(tmp_path / "out")
+    onnx.save(models.mlp(), src, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.data", size_threshold=0)
+    np.save(tmp_path / "calib.npy", models.example_input("mlp", 4))
+    p = quantize(src, dst, [str(tmp_path / "calib.npy")])
+    assert p.returncode == 1 and "external data" in p.stderr, p.stderr
+    assert not os.path.exists(dst)
