@@ -55,7 +55,7 @@ def main():
             servers.append(subprocess.Popen(
                 [os.path.join(build, "gpusrv"), "serve", "--model-repository", repo,
                  "--state-dir", os.path.join(d, f"state-{scheme}"), "--http-port", str(port),
-                 *tls], stderr=subprocess.DEVNULL))
+                 "--grpc-port", "0", *tls], stderr=subprocess.DEVNULL))
             urls[scheme] = f"{'localhost' if tls else '127.0.0.1'}:{port}"
         time.sleep(1.5)
         print(f"bench/tls: perf_analyzer, digits MLP, batch 1, {os.cpu_count()} cores; "

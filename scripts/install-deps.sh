@@ -10,6 +10,7 @@ debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev l
       libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev libb64-0d libsqlite3-dev libssl-dev task-spooler
       libncurses-dev tmux chromium prometheus libfftw3-dev
       ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev
+      libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
       openssl curl python3 python3-venv)
 
 missing=()

@@ -12,12 +12,14 @@
 typedef struct gs_serve_settings {
   char host[GS_CONFIG_STR];
   int64_t http_port;
+  int64_t grpc_port; /* 0: none */
   char model_repository[GS_CONFIG_STR];
   char state_dir[GS_CONFIG_STR];
   int64_t max_request_bytes;
   int64_t max_bodies_bytes;
   int64_t max_connections_per_client;
   int64_t http_threads;
+  int64_t grpc_threads;
   int64_t drain_seconds;
   int64_t model_memory_limit;
   char auth[GS_CONFIG_STR];

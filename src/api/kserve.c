@@ -21,7 +21,7 @@ void gs_http_reply_free(gs_http_reply *r) {
 
 int gs_http_reply_json(gs_http_reply *r, int status, json_t *j) {
   r->status = status;
-  r->body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  r->body = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
   json_decref(j);
   r->len = r->body ? strlen(r->body) : 0;
   snprintf(r->content_type, sizeof r->content_type, "application/json");
@@ -32,6 +32,39 @@ int gs_http_reply_error(gs_http_reply *r, int status, const char *message) {
   json_t *j = json_object();
   json_object_set_new(j, "error", json_string(message));
   return gs_http_reply_json(r, status, j);
+}
+
+/* ---- finding a model ------------------------------------------------------------------ */
+
+gs_served_version *gs_kserve_ready_version(gs_served_model *m, const char *version, int *status,
+                                           char *why, size_t whylen) {
+  int state = atomic_load(&m->state);
+  *status = 503;
+  if (state == GS_MODEL_LOADING || state == GS_MODEL_UNLOADED) {
+    snprintf(why, whylen, "model '%s' is %s", m->name,
+             state == GS_MODEL_LOADING ? "still loading" : "unloaded");
+    return NULL;
+  }
+  if (state == GS_MODEL_UNAVAILABLE) { /* no version loaded, or no instance could be made */
+    snprintf(why, whylen, "model '%s' is not ready: %s", m->name, m->reason);
+    return NULL;
+  }
+  gs_served_version *v = gs_served_version_find(m, version);
+  if (!v) {
+    *status = 404;
+    if (version && version[0])
+      snprintf(why, whylen, "model '%s' has no version '%s'", m->name, version);
+    else
+      snprintf(why, whylen, "model '%s' has no version", m->name);
+    return NULL;
+  }
+  if (!v->model) {
+    snprintf(why, whylen, "model '%s' is not ready: %s", m->name,
+             v->reason[0] ? v->reason : m->reason);
+    return NULL;
+  }
+  *status = 200;
+  return v;
 }
 
 /* ---- metadata ---------------------------------------------------------------------- */
@@ -50,7 +83,7 @@ static json_t *shape_json(const gs_served_model *m, const gs_value_info *v, bool
   return a;
 }
 
-int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
+json_t *gs_kserve_repository_index(gs_repository *repo) {
   json_t *a = json_array();
   int n = atomic_load(&repo->n_models);
   for (int i = 0; i < n; i++) {
@@ -77,10 +110,10 @@ int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r) {
     gs_served_release(m);
     json_array_append_new(a, o);
   }
-  return gs_http_reply_json(r, 200, a);
+  return a;
 }
 
-int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
+json_t *gs_kserve_server_metadata(const char *version) {
   json_t *j = json_object(), *ext = json_array();
   json_object_set_new(j, "name", json_string("gpusrv"));
   json_object_set_new(j, "version", json_string(version));
@@ -90,7 +123,7 @@ int gs_kserve_server_metadata(gs_http_reply *r, const char *version) {
   json_array_append_new(ext, json_string("statistics"));
   json_array_append_new(ext, json_string("model_repository"));
   json_object_set_new(j, "extensions", ext);
-  return gs_http_reply_json(r, 200, j);
+  return j;
 }
 
 /* The model's inputs and outputs as metadata ("datatype", "shape") or as
@@ -112,7 +145,7 @@ static void tensor_lists(gs_served_model *m, gs_served_version *v, bool config, 
   }
 }
 
-int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_reply *r) {
+json_t *gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v) {
   json_t *j = json_object(), *vers = json_array(), *ins = json_array(), *outs = json_array();
   json_object_set_new(j, "name", json_string(m->name));
   for (int i = 0; i < m->n_versions; i++) {
@@ -125,7 +158,7 @@ int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_r
   tensor_lists(m, v, false, ins, outs);
   json_object_set_new(j, "inputs", ins);
   json_object_set_new(j, "outputs", outs);
-  return gs_http_reply_json(r, 200, j);
+  return j;
 }
 
 /* The instances as made, one group per device: its kind, how many, and the
@@ -161,7 +194,7 @@ static json_t *instance_groups_json(gs_served_model *m) {
   return groups;
 }
 
-int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_reply *r) {
+json_t *gs_kserve_model_config(gs_served_model *m, gs_served_version *v) {
   json_t *j = json_object(), *ins = json_array(), *outs = json_array();
   json_object_set_new(j, "name", json_string(m->name));
   json_object_set_new(j, "platform", json_string("onnxruntime_onnx"));
@@ -187,7 +220,7 @@ int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_rep
     json_object_set_new(j, "dynamic_batching", db);
   }
   json_object_set_new(j, "instance_group", instance_groups_json(m));
-  return gs_http_reply_json(r, 200, j);
+  return j;
 }
 
 /* ---- statistics -------------------------------------------------------------------- */
@@ -250,14 +283,14 @@ static json_t *model_stats_json(gs_served_model *m, gs_served_version *v) {
   return o;
 }
 
-int gs_kserve_model_stats(gs_served_model *m, gs_served_version *v, gs_http_reply *r) {
+json_t *gs_kserve_model_stats(gs_served_model *m, gs_served_version *v) {
   json_t *j = json_object(), *all = json_array();
   json_array_append_new(all, model_stats_json(m, v));
   json_object_set_new(j, "model_stats", all);
-  return gs_http_reply_json(r, 200, j);
+  return j;
 }
 
-int gs_kserve_stats(gs_repository *repo, gs_http_reply *r) {
+json_t *gs_kserve_stats(gs_repository *repo) {
   json_t *j = json_object(), *all = json_array();
   int n = atomic_load(&repo->n_models);
   for (int i = 0; i < n; i++) {
@@ -270,7 +303,7 @@ int gs_kserve_stats(gs_repository *repo, gs_http_reply *r) {
     gs_served_release(m);
   }
   json_object_set_new(j, "model_stats", all);
-  return gs_http_reply_json(r, 200, j);
+  return j;
 }
 
 /* ---- inference --------------------------------------------------------------------- */
@@ -426,34 +459,73 @@ static int strings_from_json(json_t *data, int64_t count, void **block, const ch
 
 /* The size of BYTES elements in the binary form (SIZE_MAX when one is too
  * long for its 4-byte length), and the form itself. */
-static size_t strings_binary_size(const gs_bytes_ref *recs, int64_t n) {
-  size_t total = 0;
-  for (int64_t i = 0; i < n; i++) {
-    if (recs[i].len > UINT32_MAX)
-      return SIZE_MAX;
-    total += 4 + recs[i].len;
-  }
-  return total;
-}
-
-static void strings_to_binary(const gs_bytes_ref *recs, int64_t n, char *out) {
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t len = (uint32_t)recs[i].len;
-    unsigned char le[4] = {(unsigned char)len, (unsigned char)(len >> 8),
-                           (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
-    memcpy(out, le, 4);
-    if (len)
-      memcpy(out + 4, recs[i].data, len);
-    out += 4 + len;
-  }
-}
-
 static bool param_true(json_t *obj, const char *key) {
   json_t *params = json_object_get(obj, "parameters");
   return params && json_is_true(json_object_get(params, key));
 }
 
 #define MAX_IO GS_REQ_MAX_IO
+
+int gs_kserve_check_input(gs_infer_request *r, const char *name, const char *datatype,
+                          const int64_t *dims, int rank, bool first, size_t max_values,
+                          int64_t *count, char *why, size_t whylen) {
+  const gs_served_model *m = r->model;
+  const gs_model *model = r->version->model;
+  int idx = -1;
+  for (int i = 0; name && i < model->n_inputs; i++)
+    if (strcmp(model->inputs[i].name, name) == 0)
+      idx = i;
+  if (!name || idx < 0) {
+    snprintf(why, whylen, "unknown input '%s' for model %s", name ? name : "(no name)", m->name);
+    return -1;
+  }
+  if (r->inputs[idx]) {
+    snprintf(why, whylen, "input '%s' is given twice", name);
+    return -1;
+  }
+  const gs_value_info *want = &model->inputs[idx];
+  if (!datatype || gs_kserve_dtype_from_name(datatype) != want->dtype) {
+    snprintf(why, whylen, "input '%s': expected datatype %s, got %s", name,
+             gs_kserve_dtype_name(want->dtype), datatype && datatype[0] ? datatype : "none");
+    return -1;
+  }
+  if (rank != want->rank) {
+    snprintf(why, whylen, "input '%s': expected a shape of %d dimensions", name, want->rank);
+    return -1;
+  }
+  gs_shape sh = {.rank = want->rank};
+  for (int d = 0; d < want->rank; d++) {
+    int64_t val = dims[d];
+    bool batch = m->max_batch_size > 0 && d == 0;
+    if (val < 0 || (batch && (val < 1 || val > m->max_batch_size)) ||
+        (!batch && want->dims[d] >= 0 && val != want->dims[d])) {
+      snprintf(why, whylen, "input '%s': dimension %d is %lld, expected %s%lld", name, d,
+               (long long)val, batch ? "1 to " : "",
+               (long long)(batch ? m->max_batch_size : want->dims[d]));
+      return -1;
+    }
+    sh.dims[d] = val;
+  }
+  if (m->max_batch_size > 0) {
+    if (!first && sh.dims[0] != r->batch) {
+      snprintf(why, whylen, "input '%s' has %lld rows, the others %lld", name,
+               (long long)sh.dims[0], (long long)r->batch);
+      return -1;
+    }
+    r->batch = sh.dims[0];
+  }
+  r->shapes[idx] = sh;
+  *count = gs_shape_numel(&sh);
+  /* Every value takes a byte or more of the message in any form (JSON,
+   * binary, a string's length): a shape that holds more cannot be honest,
+   * and bounding it keeps the sizes callers compute from overflowing. */
+  if (*count < 0 || (uint64_t)*count > max_values) {
+    snprintf(why, whylen, "input '%s': its shape holds more values than the request's %zu "
+             "bytes can carry", name, max_values);
+    return -1;
+  }
+  return idx;
+}
 
 /* Parses one request into r (which must be zeroed). On a client mistake,
  * fills err with the 400/404 reply and returns a GS_E code. */
@@ -515,61 +587,18 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
     const char *name = json_string_value(json_object_get(in, "name"));
     const char *dtname = json_string_value(json_object_get(in, "datatype"));
     json_t *shape = json_object_get(in, "shape");
-    int idx = -1;
-    for (int i = 0; name && i < model->n_inputs; i++)
-      if (strcmp(model->inputs[i].name, name) == 0)
-        idx = i;
-    if (!name || idx < 0) {
-      snprintf(why, sizeof why, "unknown input '%s' for model %s", name ? name : "(no name)",
-               m->name);
-      goto fail;
-    }
-    if (r->inputs[idx]) {
-      snprintf(why, sizeof why, "input '%s' is given twice", name);
-      goto fail;
-    }
-    const gs_value_info *want = &model->inputs[idx];
-    if (!dtname || gs_kserve_dtype_from_name(dtname) != want->dtype) {
-      snprintf(why, sizeof why, "input '%s': expected datatype %s, got %s", name,
-               gs_kserve_dtype_name(want->dtype), dtname ? dtname : "none");
-      goto fail;
-    }
-    if (!json_is_array(shape) || json_array_size(shape) != (size_t)want->rank) {
-      snprintf(why, sizeof why, "input '%s': expected a shape of %d dimensions", name, want->rank);
-      goto fail;
-    }
-    gs_shape sh = {.rank = want->rank};
-    for (int d = 0; d < want->rank; d++) {
+    int64_t dims[GS_MAX_DIMS];
+    int rank = json_is_array(shape) ? (int)json_array_size(shape) : -1;
+    for (int d = 0; d < rank && d < GS_MAX_DIMS; d++) {
       json_t *dim = json_array_get(shape, (size_t)d);
-      int64_t val = json_is_integer(dim) ? json_integer_value(dim) : -1;
-      bool batch = m->max_batch_size > 0 && d == 0;
-      if (val < 0 || (batch && (val < 1 || val > m->max_batch_size)) ||
-          (!batch && want->dims[d] >= 0 && val != want->dims[d])) {
-        snprintf(why, sizeof why, "input '%s': dimension %d is %lld, expected %s%lld", name, d,
-                 (long long)val, batch ? "1 to " : "",
-                 (long long)(batch ? m->max_batch_size : want->dims[d]));
-        goto fail;
-      }
-      sh.dims[d] = val;
+      dims[d] = json_is_integer(dim) ? json_integer_value(dim) : -1;
     }
-    if (m->max_batch_size > 0) {
-      if (k > 0 && sh.dims[0] != r->batch) {
-        snprintf(why, sizeof why, "input '%s' has %lld rows, the others %lld", name,
-                 (long long)sh.dims[0], (long long)r->batch);
-        goto fail;
-      }
-      r->batch = sh.dims[0];
-    }
-    r->shapes[idx] = sh;
-    int64_t count = gs_shape_numel(&sh);
-    /* Every value takes a byte or more of the body in any form (JSON, binary,
-     * a string's length): a shape that holds more cannot be honest, and
-     * bounding it keeps the sizes below from overflowing. */
-    if (count < 0 || (uint64_t)count > len) {
-      snprintf(why, sizeof why, "input '%s': its shape holds more values than the request's %zu "
-               "bytes can carry", name, len);
+    int64_t count;
+    int idx = gs_kserve_check_input(r, name, dtname, dims, rank, k == 0, len, &count, why,
+                                    sizeof why);
+    if (idx < 0)
       goto fail;
-    }
+    const gs_value_info *want = &model->inputs[idx];
     size_t bytes = (size_t)count * gs_dtype_size(want->dtype);
     bool strings = want->dtype == GS_DT_BYTES;
     json_t *iparams = json_object_get(in, "parameters");
@@ -757,7 +786,7 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
       json_array_append_new(shape, json_integer(info->shape.dims[d]));
     json_object_set_new(o, "shape", shape);
     if (r->binary[i]) {
-      binary_size[i] = strings ? strings_binary_size(r->outputs[i], numel) : info->bytes;
+      binary_size[i] = strings ? gs_kserve_strings_binary_size(r->outputs[i], numel) : info->bytes;
       if (binary_size[i] == SIZE_MAX) {
         json_decref(o);
         json_decref(outs);
@@ -800,7 +829,7 @@ int gs_kserve_encode(const gs_infer_request *r, gs_http_reply *out) {
   for (int i = 0; i < model->n_outputs; i++)
     if (r->send[i] && r->binary[i]) {
       if (r->out_info[i].dtype == GS_DT_BYTES)
-        strings_to_binary(r->outputs[i], gs_shape_numel(&r->out_info[i].shape), out->body + at);
+        gs_kserve_strings_to_binary(r->outputs[i], gs_shape_numel(&r->out_info[i].shape), out->body + at);
       else
         memcpy(out->body + at, r->outputs[i], binary_size[i]);
       at += binary_size[i];

@@ -25,16 +25,28 @@ int gs_http_reply_json(gs_http_reply *r, int status, json_t *j);
 /* {"error": message} with `status`. */
 int gs_http_reply_error(gs_http_reply *r, int status, const char *message);
 
-/* POST /v2/repository/index: every model with its state (and why not ready). */
-int gs_kserve_repository_index(gs_repository *repo, gs_http_reply *r);
-int gs_kserve_server_metadata(gs_http_reply *r, const char *version);
-int gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v, gs_http_reply *r);
-int gs_kserve_model_config(gs_served_model *m, gs_served_version *v, gs_http_reply *r);
-/* GET /v2/models/NAME[/versions/V]/stats: Triton's statistics extension
- * (the caller holds the model's use lock). */
-int gs_kserve_model_stats(gs_served_model *m, gs_served_version *v, gs_http_reply *r);
+/* The version `version` ("": the highest) of model m, whose use share the
+ * caller holds, when it can serve requests; otherwise NULL, with the HTTP
+ * status (503 while it loads, is unloaded or is unavailable; 404 for no
+ * such version) and the reason in `why`. */
+gs_served_version *gs_kserve_ready_version(gs_served_model *m, const char *version, int *status,
+                                           char *why, size_t whylen);
+
+/* The protocol's replies as JSON, for HTTP to send as they are and for
+ * gRPC to encode as the messages of the same names (pb_json.h). Each returns
+ * a new reference (NULL only when memory runs out). */
+/* POST /v2/repository/index: every model with its state (and why not ready):
+ * an array of RepositoryIndexResponse.ModelIndex. */
+json_t *gs_kserve_repository_index(gs_repository *repo);
+json_t *gs_kserve_server_metadata(const char *version);
+json_t *gs_kserve_model_metadata(gs_served_model *m, gs_served_version *v);
+/* ModelConfig, as Triton writes it. */
+json_t *gs_kserve_model_config(gs_served_model *m, gs_served_version *v);
+/* GET /v2/models/NAME[/versions/V]/stats: Triton's statistics extension, a
+ * ModelStatisticsResponse (the caller holds the model's use share). */
+json_t *gs_kserve_model_stats(gs_served_model *m, gs_served_version *v);
 /* GET /v2/models/stats: every ready model's. */
-int gs_kserve_stats(gs_repository *repo, gs_http_reply *r);
+json_t *gs_kserve_stats(gs_repository *repo);
 
 /* POST .../infer, first half: parses the body into r (zeroed by the
  * caller). `header_len` is Inference-Header-Content-Length (0: all JSON).
@@ -42,6 +54,15 @@ int gs_kserve_stats(gs_repository *repo, gs_http_reply *r);
  * mistake fills err (400, naming the input and what was expected). */
 int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, size_t len,
                     size_t header_len, gs_infer_request *r, gs_http_reply *err);
+/* One input a client names, checked against the model r is for (r->model
+ * and r->version set): its name, datatype and shape (rank dims; a rank of
+ * -1 for none given). Returns its index in model order, with r->shapes[]
+ * and r->batch set (`first`: the first input of the request); or -1 with
+ * `why` filled. `count` receives its number of values, which must not pass
+ * max_values (the bytes of the message that carries it). */
+int gs_kserve_check_input(gs_infer_request *r, const char *name, const char *datatype,
+                          const int64_t *dims, int rank, bool first, size_t max_values,
+                          int64_t *count, char *why, size_t whylen);
 /* The raw single-input form (Inference-Header-Content-Length: 0): the body
  * is the one input's binary data, its shape the model's (one row when the
  * model batches); every output goes back as binary data. */

@@ -140,3 +140,24 @@ json_t *gs_kserve_strings_json(const gs_bytes_ref *recs, int64_t n) {
   return a;
 }
 
+size_t gs_kserve_strings_binary_size(const gs_bytes_ref *recs, int64_t n) {
+  size_t total = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (recs[i].len > UINT32_MAX)
+      return SIZE_MAX;
+    total += 4 + recs[i].len;
+  }
+  return total;
+}
+
+void gs_kserve_strings_to_binary(const gs_bytes_ref *recs, int64_t n, char *out) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t len = (uint32_t)recs[i].len;
+    unsigned char le[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                           (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+    memcpy(out, le, 4);
+    if (len)
+      memcpy(out + 4, recs[i].data, len);
+    out += 4 + len;
+  }
+}

@@ -26,6 +26,11 @@ json_t *gs_kserve_data_json(gs_dtype dt, const void *data, int64_t n);
  * with the reason in `why`, naming input `name`, when they do not add up. */
 int gs_kserve_strings_from_binary(const char *data, size_t size, int64_t count, void **block,
                                   const char *name, char *why, size_t why_len);
+/* The bytes the binary form of n records takes; SIZE_MAX when one is longer
+ * than its 4-byte length can say. */
+size_t gs_kserve_strings_binary_size(const gs_bytes_ref *recs, int64_t n);
+/* Writes that form to `out`, which holds gs_kserve_strings_binary_size(). */
+void gs_kserve_strings_to_binary(const gs_bytes_ref *recs, int64_t n, char *out);
 /* The records as JSON strings (new reference); NULL when one is not valid
  * UTF-8, which JSON cannot carry. */
 json_t *gs_kserve_strings_json(const gs_bytes_ref *recs, int64_t n);

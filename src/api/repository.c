@@ -790,3 +790,13 @@ int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shap
   pthread_mutex_unlock(&inst->lock);
   return rc;
 }
+
+bool gs_repository_settled(gs_repository *repo) {
+  int n = atomic_load(&repo->n_models);
+  for (int i = 0; i < n; i++) {
+    int st = atomic_load(&repo->models[i].state);
+    if (st == GS_MODEL_LOADING || st == GS_MODEL_UNAVAILABLE)
+      return false;
+  }
+  return true;
+}

@@ -169,6 +169,9 @@ const char *gs_model_state_name(int state);
 int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger,
                        double load_timeout_s);
 void gs_repository_close(gs_repository *repo);
+/* Whether every model has settled: none loading, none unavailable (the
+ * server's readiness, for both protocols). */
+bool gs_repository_settled(gs_repository *repo);
 /* (Re)loads model `name` from its directory now; returns 0 or an error
  * (GS_ENOENT: no such directory; else the model's reason). */
 int gs_repository_load(gs_repository *repo, const char *name);

@@ -4,6 +4,7 @@
 #include "api/api.h"
 
 #include "api/batcher.h"
+#include "api/grpc_server.h"
 #include "api/history.h"
 #include "api/http_parse.h"
 #include "api/jobs_api.h"
@@ -39,19 +40,24 @@
 const gs_config_option gs_serve_options[] = {
     OPT("host", GS_CFG_STRING, "127.0.0.1", 0, 0, "Address to listen on", host),
     OPT("http-port", GS_CFG_INT, "8000", 1, 65535, "HTTP port", http_port),
+    OPT("grpc-port", GS_CFG_INT, "8001", 0, 65535,
+        "gRPC port (KServe v2's GRPCInferenceService, as Triton serves it); 0: no gRPC",
+        grpc_port),
     OPT("model-repository", GS_CFG_STRING, "./models", 0, 0,
         "Directory of models (<name>/config.json, <name>/<version>/model.onnx)", model_repository),
     OPT("state-dir", GS_CFG_STRING, "./state", 0, 0, "Directory for the daemon's state",
         state_dir),
     OPT("max-request-bytes", GS_CFG_BYTES, "64M", 1024, (int64_t)1 << 34,
-        "Largest request body accepted; larger ones get 413", max_request_bytes),
+        "Largest request body (HTTP) or message (gRPC) accepted; larger ones get 413 "
+        "(RESOURCE_EXHAUSTED over gRPC)", max_request_bytes),
     OPT("max-bodies-bytes", GS_CFG_BYTES, "256M", 1024, 1e15,
         "Request bodies all connections may hold at once; past it a request gets 503 with "
-        "Retry-After", max_bodies_bytes),
+        "Retry-After (gRPC: the buffers of all calls, gRPC's resource quota)", max_bodies_bytes),
     OPT("max-connections-per-client", GS_CFG_INT, "1024", 1, 1 << 20,
         "Connections one client address may hold open", max_connections_per_client),
     OPT("http-threads", GS_CFG_INT, "4", 1, 256, "Threads serving HTTP connections",
         http_threads),
+    OPT("grpc-threads", GS_CFG_INT, "4", 1, 64, "Threads serving gRPC calls", grpc_threads),
     OPT("drain-seconds", GS_CFG_INT, "30", 0, 3600,
         "On SIGINT/SIGTERM, how long requests in flight may take to finish", drain_seconds),
     OPT("model-memory-limit", GS_CFG_BYTES, "0", 0, (int64_t)1 << 50,
@@ -116,6 +122,7 @@ typedef struct server {
   gs_frontdesk *frontdesk;
   gs_tls *tls; /* NULL: plain HTTP */
   gs_history *history; /* the devices' telemetry over the last hour, for the dashboard */
+  gs_grpc_server *grpc; /* NULL: --grpc-port 0 */
   bool reading_needs_token; /* inference and read-only routes, from --auth and --host */
   atomic_int in_flight;
   atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
@@ -339,8 +346,8 @@ static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
 }
 
 static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
-                                   const char *name, const char *version, const char *action,
-                                   bool get, bool post, request *req);
+                                   const char *version, const char *action, bool get, bool post,
+                                   request *req);
 
 static bool loopback(const char *host) {
   return strncmp(host, "127.", 4) == 0;
@@ -426,15 +433,8 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
   }
   if (strcmp(url, "/v2/health/live") == 0 && get)
     return send_empty(c, 200);
-  if (strcmp(url, "/v2/health/ready") == 0 && get) {
-    int n = atomic_load(&s->repo.n_models);
-    for (int i = 0; i < n; i++) {
-      int st = atomic_load(&s->repo.models[i].state);
-      if (st == GS_MODEL_LOADING || st == GS_MODEL_UNAVAILABLE)
-        return send_empty(c, 503);
-    }
-    return send_empty(c, stop_requested ? 503 : 200);
-  }
+  if (strcmp(url, "/v2/health/ready") == 0 && get)
+    return send_empty(c, gs_repository_settled(&s->repo) && !stop_requested ? 200 : 503);
   if (strncmp(url, "/v2/repository/models/", 22) == 0 && post) {
     char name[128];
     const char *p = url + 22, *slash = strchr(p, '/');
@@ -450,11 +450,11 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     return start_admin_op(s, c, req, name, load);
   }
   if (strcmp(url, "/v2") == 0 && get) {
-    gs_kserve_server_metadata(&r, GS_VERSION);
+    gs_http_reply_json(&r, 200, gs_kserve_server_metadata(GS_VERSION));
     return send_reply(c, &r);
   }
   if (strcmp(url, "/v2/repository/index") == 0 && post) {
-    gs_kserve_repository_index(&s->repo, &r);
+    gs_http_reply_json(&r, 200, gs_kserve_repository_index(&s->repo));
     return send_reply(c, &r);
   }
   if (strcmp(url, "/metrics") == 0 && get) {
@@ -462,7 +462,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
     return send_reply(c, &r);
   }
   if (strcmp(url, "/v2/models/stats") == 0 && get) {
-    gs_kserve_stats(&s->repo, &r);
+    gs_http_reply_json(&r, 200, gs_kserve_stats(&s->repo));
     return send_reply(c, &r);
   }
   if (strncmp(url, "/v2/models/", 11) == 0) {
@@ -483,7 +483,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
       snprintf(msg, sizeof msg, "model '%s' is loading or unloading; retry shortly", name);
       return send_busy(c, msg);
     }
-    enum MHD_Result ret = model_route(c, m, name, version, action, get, post, req);
+    enum MHD_Result ret = model_route(c, m, version, action, get, post, req);
     gs_served_release(m);
     return ret;
   }
@@ -491,53 +491,33 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
 }
 
 static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
-                                   const char *name, const char *version, const char *action,
-                                   bool get, bool post, request *req) {
+                                   const char *version, const char *action, bool get, bool post,
+                                   request *req) {
   gs_http_reply r = {0};
-  char msg[700];
-  {
-    int state = atomic_load(&m->state);
-    if (state == GS_MODEL_LOADING || state == GS_MODEL_UNLOADED) {
-      if (strcmp(action, "ready") == 0 && get)
-        return send_empty(c, 503);
-      snprintf(msg, sizeof msg, "model '%s' is %s", name,
-               state == GS_MODEL_LOADING ? "still loading" : "unloaded");
-      return state == GS_MODEL_LOADING ? send_busy(c, msg) : send_error(c, 503, msg);
-    }
-    /* Unavailable: no version loaded, or no instance could be made. */
-    if (state == GS_MODEL_UNAVAILABLE) {
-      if (strcmp(action, "ready") == 0 && get)
-        return send_empty(c, 503);
-      snprintf(msg, sizeof msg, "model '%s' is not ready: %s", name, m->reason);
-      return send_error(c, 503, msg);
-    }
-    gs_served_version *v = gs_served_version_find(m, version);
-    if (!v) {
-      snprintf(msg, sizeof msg, version[0] ? "model '%s' has no version '%s'" : "model '%s' has "
-                                                                               "no version%s",
-               name, version);
-      return send_error(c, 404, msg);
-    }
-    if (strcmp(action, "ready") == 0 && get)
-      return send_empty(c, v->model ? 200 : 503);
-    if (!v->model) {
-      snprintf(msg, sizeof msg, "model '%s' is not ready: %s", name,
-               v->reason[0] ? v->reason : m->reason);
-      return send_error(c, 503, msg);
-    }
-    if (action[0] == '\0' && get)
-      gs_kserve_model_metadata(m, v, &r);
-    else if (strcmp(action, "config") == 0 && get)
-      gs_kserve_model_config(m, v, &r);
-    else if (strcmp(action, "stats") == 0 && get)
-      gs_kserve_model_stats(m, v, &r);
-    else if (strcmp(action, "infer") == 0 && post)
-      return start_infer(c, m, v, req);
-    else
-      return send_error(c, 404, "no such route");
-    return send_reply(c, &r);
+  bool ready_check = strcmp(action, "ready") == 0 && get;
+  int status;
+  char why[700];
+  gs_served_version *v = gs_kserve_ready_version(m, version, &status, why, sizeof why);
+  if (!v) {
+    if (ready_check && status == 503) /* not ready: the answer, not an error */
+      return send_empty(c, 503);
+    if (status == 503 && atomic_load(&m->state) == GS_MODEL_LOADING)
+      return send_busy(c, why);
+    return send_error(c, status, why);
   }
-  return send_error(c, 404, "no such route");
+  if (ready_check)
+    return send_empty(c, 200);
+  if (action[0] == '\0' && get)
+    gs_http_reply_json(&r, 200, gs_kserve_model_metadata(m, v));
+  else if (strcmp(action, "config") == 0 && get)
+    gs_http_reply_json(&r, 200, gs_kserve_model_config(m, v));
+  else if (strcmp(action, "stats") == 0 && get)
+    gs_http_reply_json(&r, 200, gs_kserve_model_stats(m, v));
+  else if (strcmp(action, "infer") == 0 && post)
+    return start_infer(c, m, v, req);
+  else
+    return send_error(c, 404, "no such route");
+  return send_reply(c, &r);
 }
 
 /* libmicrohttpd calls this first with no data, then with each piece of the
@@ -734,6 +714,25 @@ static struct MHD_Daemon *start_http(server *s, struct sockaddr_in *addr) {
                           MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
 }
 
+/* The gRPC endpoint beside HTTP, on the same host, limits, tokens and TLS
+ * files (none with --grpc-port 0). */
+static int start_grpc(server *s) {
+  const gs_serve_settings *st = s->settings;
+  if (st->grpc_port == 0)
+    return GS_OK;
+  if (st->grpc_port == st->http_port)
+    return gs_error(GS_EINVAL, "--grpc-port and --http-port are both %lld",
+                    (long long)st->http_port);
+  gs_grpc_settings g = {.host = st->host, .port = (int)st->grpc_port,
+                        .threads = (int)st->grpc_threads,
+                        .max_message_bytes = st->max_request_bytes,
+                        .max_buffered_bytes = st->max_bodies_bytes, .repo = &s->repo,
+                        .frontdesk = s->frontdesk, .reading_needs_token = s->reading_needs_token,
+                        .version = GS_VERSION, .tls_cert = st->tls_cert, .tls_key = st->tls_key,
+                        .tls_client_ca = st->tls_client_ca};
+  return gs_grpc_start(&g, &s->grpc);
+}
+
 int gs_serve(const gs_serve_settings *settings) {
   /* Whatever the daemon creates (state, tokens, job directories before
    * their chmod) is its own unless it says otherwise; jobs get 022 from
@@ -843,12 +842,22 @@ int gs_serve(const gs_serve_settings *settings) {
     return gs_error(GS_EIO, "cannot listen on %s:%lld (port in use?)", settings->host,
                     (long long)settings->http_port);
   }
+  if (start_grpc(&s) < 0) {
+    rc = gs_error_code();
+    MHD_stop_daemon(d);
+    close_all(&s, ledger, true);
+    return rc;
+  }
   const char *scheme = s.tls ? "https" : "http";
-  GS_LOGI("api", "listening on %s://%s:%lld", scheme, settings->host,
-          (long long)settings->http_port);
-  fprintf(stderr, "gpusrv: serving %d model(s) from %s on %s://%s:%lld\n",
+  char grpc_note[300] = "";
+  if (s.grpc)
+    snprintf(grpc_note, sizeof grpc_note, " and gRPC%s on %s:%lld", s.tls ? " (TLS)" : "",
+             settings->host, (long long)settings->grpc_port);
+  GS_LOGI("api", "listening on %s://%s:%lld%s", scheme, settings->host,
+          (long long)settings->http_port, grpc_note);
+  fprintf(stderr, "gpusrv: serving %d model(s) from %s on %s://%s:%lld%s\n",
           atomic_load(&s.repo.n_models), settings->model_repository, scheme, settings->host,
-          (long long)settings->http_port);
+          (long long)settings->http_port, grpc_note);
   while (!stop_requested) {
     gs_sleep_ns(50 * 1000 * 1000);
     if (reload_requested) {
@@ -859,12 +868,15 @@ int gs_serve(const gs_serve_settings *settings) {
   /* Stop accepting, let requests in flight finish, then stop. Jobs keep
    * running; the next start adopts them. */
   MHD_quiesce_daemon(d);
+  gs_grpc_quiesce(s.grpc);
   uint64_t deadline = gs_now_ns() + (uint64_t)settings->drain_seconds * 1000000000u;
-  while (atomic_load(&s.in_flight) > 0 && gs_now_ns() < deadline)
+  while (atomic_load(&s.in_flight) + gs_grpc_in_flight(s.grpc) > 0 && gs_now_ns() < deadline)
     gs_sleep_ns(10 * 1000 * 1000);
-  if (atomic_load(&s.in_flight) > 0)
-    GS_LOGW("api", "%d request(s) still in flight after %lld s; stopping anyway",
-            atomic_load(&s.in_flight), (long long)settings->drain_seconds);
+  if (atomic_load(&s.in_flight) + gs_grpc_in_flight(s.grpc) > 0)
+    GS_LOGW("api", "%d request(s) and %d gRPC call(s) still in flight after %lld s; stopping "
+                   "anyway", atomic_load(&s.in_flight), gs_grpc_in_flight(s.grpc),
+            (long long)settings->drain_seconds);
+  gs_grpc_stop(s.grpc); /* what is left is cancelled */
   while (atomic_load(&s.admin_ops) > 0) /* a load must not outlive the daemon it answers */
     gs_sleep_ns(10 * 1000 * 1000);
   MHD_stop_daemon(d);

@@ -36,9 +36,11 @@ def start(repo, *extra, env=None):
     log = open(os.path.join(str(repo), f"serve-{port}.log"), "w+")
     # Each server keeps its own state (jobs, tenants, the admin token).
     state = ["--state-dir", os.path.join(str(repo), f"state-{port}")]
+    grpc_port = free_port()
     proc = subprocess.Popen([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
-                             str(port), *state, *extra], stdout=log, stderr=log, text=True,
-                            env={**os.environ, **(env or {})})
+                             str(port), "--grpc-port", str(grpc_port), *state, *extra],
+                            stdout=log, stderr=log, text=True, env={**os.environ, **(env or {})})
+    proc.grpc_port = grpc_port  # for the gRPC tests
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -338,7 +340,7 @@ def test_config_file_then_flags(repo, tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"http-port": 1, "model-repository": str(repo),
                                                   "state-dir": str(tmp_path / "state")}))
     proc = subprocess.Popen([GPUSRV, "serve", "--config", str(tmp_path / "c.json"), "--http-port",
-                             str(port)], stderr=subprocess.DEVNULL)
+                             str(port), "--grpc-port", "0"], stderr=subprocess.DEVNULL)
     try:
         # Ready, not just live: the repository's models load after the port opens
         # (live alone made this fail under load, the model still loading: 503).

@@ -82,7 +82,7 @@ def start_tls(repo, pki, cert="server", *extra, cert_path=None, key_path=None):
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [GPUSRV, "serve", "--model-repository", str(repo), "--http-port", str(port),
-         "--state-dir", str(repo.parent / f"{repo.name}-state-{port}"),
+         "--grpc-port", "0", "--state-dir", str(repo.parent / f"{repo.name}-state-{port}"),
          "--tls-cert", str(cert_path or pki / f"{cert}.pem"),
          "--tls-key", str(key_path or pki / f"{cert}.key"), *extra],
         stdout=log, stderr=log)
@@ -273,7 +273,7 @@ def test_listen_settings_that_are_refused(repo, pki, tmp_path, extra, message):
              "CA": pki / "ca.pem"}
     args = [str(names.get(a, a)) for a in extra]
     r = subprocess.run([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
-                        str(free_port()), "--state-dir", str(tmp_path / "state"), *args],
+                        str(free_port()), "--grpc-port", "0", "--state-dir", str(tmp_path / "state"), *args],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and message in r.stderr, r.stderr
 
@@ -311,7 +311,8 @@ def netns_probe(repo, extra):
     state = repo.parent / f"{repo.name}-state-{port}"
     log = open(repo.parent / f"{repo.name}-serve-{port}.log", "w")
     proc = subprocess.Popen([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
-                             str(port), "--state-dir", str(state), "--host", "0.0.0.0", *extra],
+                             str(port), "--grpc-port", "0", "--state-dir", str(state), "--host",
+                             "0.0.0.0", *extra],
                             stdout=log, stderr=log)
     deadline = time.time() + 30
     while time.time() < deadline:  # health needs no token whatever --auth says

@@ -299,7 +299,8 @@ def test_gpu_clocks_link_errors_and_health(tmp_path):
     (tmp_path / "models").mkdir()
     full_env = {**os.environ, **env}
     full_env.pop("GPUSRV_BACKENDS", None)
-    proc = subprocess.Popen([GPUSRV, "serve", "--http-port", str(port), "--model-repository",
+    proc = subprocess.Popen([GPUSRV, "serve", "--http-port", str(port), "--grpc-port", "0",
+                             "--model-repository",
                              str(tmp_path / "models"), "--state-dir", str(tmp_path / "state")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=full_env)
     try:

@@ -75,7 +75,7 @@ def test_installed_daemon_and_examples(staged, tmp_path):
     log = open(tmp_path / "serve.log", "w+")
     # The installed config, with what this test must change on top (flags win).
     proc = subprocess.Popen([f"{root}/bin/gpusrv", "serve", "--config",
-                             f"{staged}/etc/gpusrv/gpusrv.conf", "--http-port", str(port),
+                             f"{staged}/etc/gpusrv/gpusrv.conf", "--http-port", str(port), "--grpc-port", "0",
                              "--model-repository", str(repo), "--state-dir", state],
                             stdout=log, stderr=log, env=env)
     try:

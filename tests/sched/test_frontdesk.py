@@ -49,7 +49,8 @@ class Daemon:
 
     def command(self):
         return [GPUSRV, "serve", "--model-repository", str(self.repo), "--state-dir", self.state,
-                "--http-port", str(self.port), "--kill-grace-seconds", "1", *self.extra]
+                "--http-port", str(self.port), "--grpc-port", "0", "--kill-grace-seconds", "1",
+                *self.extra]
 
     def start(self):
         log = open(self.log_path, "a")

@@ -1,0 +1,326 @@
+/* grpc_methods.c - the methods of inference.GRPCInferenceService: each
+ * answers from the same repository, JSON replies and batchers as the HTTP
+ * routes (kserve.c), so the two protocols cannot drift apart. */
+#include "api/grpc_call.h"
+
+#include "api/batcher.h"
+#include "api/kserve.h"
+#include "base/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FREE_REQUEST(m) protobuf_c_message_free_unpacked((m), NULL)
+
+static gs_repository *repo_of(gs_grpc_call *c) {
+  return c->settings->repo;
+}
+
+/* The model and version a request names, with a use share taken (released
+ * with gs_served_release); NULL after answering the call with why not. */
+static gs_served_model *use_model(gs_grpc_call *c, const char *name, const char *version,
+                                  gs_served_version **v) {
+  char msg[700];
+  gs_served_model *m = gs_repository_find(repo_of(c), name);
+  if (!m) {
+    snprintf(msg, sizeof msg, "unknown model '%s'", name);
+    gs_grpc_reply_error(c, 404, msg);
+    return NULL;
+  }
+  if (!gs_served_try_use(m)) {
+    snprintf(msg, sizeof msg, "model '%s' is loading or unloading; retry shortly", name);
+    gs_grpc_reply_error(c, 503, msg);
+    return NULL;
+  }
+  int status;
+  *v = gs_kserve_ready_version(m, version, &status, msg, sizeof msg);
+  if (!*v) {
+    gs_grpc_reply_error(c, status, msg);
+    gs_served_release(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* ---- health ------------------------------------------------------------------------------- */
+
+static void server_live(gs_grpc_call *c, ProtobufCMessage *in) {
+  FREE_REQUEST(in);
+  Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+  r.live = 1;
+  gs_grpc_reply_message(c, &r.base);
+}
+
+static void server_ready(gs_grpc_call *c, ProtobufCMessage *in) {
+  FREE_REQUEST(in);
+  Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
+  r.ready = gs_repository_settled(repo_of(c));
+  gs_grpc_reply_message(c, &r.base);
+}
+
+static void model_ready(gs_grpc_call *c, ProtobufCMessage *in) {
+  Inference__ModelReadyRequest *q = (Inference__ModelReadyRequest *)in;
+  Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
+  gs_served_model *m = gs_repository_find(repo_of(c), q->name);
+  if (!m) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "unknown model '%s'", q->name);
+    gs_grpc_reply_error(c, 404, msg);
+  } else if (!gs_served_try_use(m)) { /* loading or unloading: not ready, and no waiting */
+    gs_grpc_reply_message(c, &r.base);
+  } else {
+    int status;
+    char why[700];
+    r.ready = gs_kserve_ready_version(m, q->version, &status, why, sizeof why) != NULL;
+    gs_served_release(m);
+    if (!r.ready && status == 404) /* no such version: an error, as over HTTP */
+      gs_grpc_reply_error(c, status, why);
+    else
+      gs_grpc_reply_message(c, &r.base);
+  }
+  FREE_REQUEST(in);
+}
+
+/* ---- metadata, configuration, statistics ------------------------------------------------------ */
+
+static void server_metadata(gs_grpc_call *c, ProtobufCMessage *in) {
+  FREE_REQUEST(in);
+  gs_grpc_reply_json(c, &inference__server_metadata_response__descriptor,
+                     gs_kserve_server_metadata(c->settings->version));
+}
+
+static void model_metadata(gs_grpc_call *c, ProtobufCMessage *in) {
+  Inference__ModelMetadataRequest *q = (Inference__ModelMetadataRequest *)in;
+  gs_served_version *v;
+  gs_served_model *m = use_model(c, q->name, q->version, &v);
+  if (m) {
+    gs_grpc_reply_json(c, &inference__model_metadata_response__descriptor,
+                       gs_kserve_model_metadata(m, v));
+    gs_served_release(m);
+  }
+  FREE_REQUEST(in);
+}
+
+static void model_config(gs_grpc_call *c, ProtobufCMessage *in) {
+  Inference__ModelConfigRequest *q = (Inference__ModelConfigRequest *)in;
+  gs_served_version *v;
+  gs_served_model *m = use_model(c, q->name, q->version, &v);
+  if (m) {
+    json_t *config = gs_kserve_model_config(m, v);
+    gs_grpc_reply_json(c, &inference__model_config_response__descriptor,
+                       config ? json_pack("{s:o}", "config", config) : NULL);
+    gs_served_release(m);
+  }
+  FREE_REQUEST(in);
+}
+
+static void model_statistics(gs_grpc_call *c, ProtobufCMessage *in) {
+  Inference__ModelStatisticsRequest *q = (Inference__ModelStatisticsRequest *)in;
+  if (!q->name[0]) {
+    gs_grpc_reply_json(c, &inference__model_statistics_response__descriptor,
+                       gs_kserve_stats(repo_of(c)));
+  } else {
+    gs_served_version *v;
+    gs_served_model *m = use_model(c, q->name, q->version, &v);
+    if (m) {
+      gs_grpc_reply_json(c, &inference__model_statistics_response__descriptor,
+                         gs_kserve_model_stats(m, v));
+      gs_served_release(m);
+    }
+  }
+  FREE_REQUEST(in);
+}
+
+/* ---- the repository ------------------------------------------------------------------------ */
+
+static void repository_index(gs_grpc_call *c, ProtobufCMessage *in) {
+  Inference__RepositoryIndexRequest *q = (Inference__RepositoryIndexRequest *)in;
+  json_t *models = gs_kserve_repository_index(repo_of(c));
+  if (models && q->ready) { /* only those ready to serve */
+    size_t i = 0;
+    while (i < json_array_size(models)) {
+      const char *state = json_string_value(json_object_get(json_array_get(models, i), "state"));
+      if (state && strcmp(state, gs_model_state_name(GS_MODEL_READY)) == 0)
+        i++;
+      else
+        json_array_remove(models, i);
+    }
+  }
+  gs_grpc_reply_json(c, &inference__repository_index_response__descriptor,
+                     models ? json_pack("{s:o}", "models", models) : NULL);
+  FREE_REQUEST(in);
+}
+
+/* A load or unload, on a thread of its own: it can take seconds, and the
+ * polling threads serve every other call meanwhile. */
+typedef struct admin_op {
+  gs_grpc_call *call;
+  char name[128];
+  bool load;
+} admin_op;
+
+static void *admin_main(void *arg) {
+  admin_op *op = arg;
+  gs_grpc_call *c = op->call;
+  gs_repository *repo = repo_of(c);
+  int rc = op->load ? gs_repository_load(repo, op->name) : gs_repository_unload(repo, op->name);
+  if (rc < 0) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s model '%s': %s", op->load ? "cannot load" : "cannot unload",
+             op->name, gs_error_detail());
+    gs_grpc_reply_error(c, rc == GS_ENOENT ? 404 : 400, msg);
+  } else if (op->load) {
+    Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+    gs_grpc_reply_message(c, &r.base);
+  } else {
+    Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+    gs_grpc_reply_message(c, &r.base);
+  }
+  gs_grpc_call_release(c);
+  free(op);
+  return NULL;
+}
+
+static void start_admin(gs_grpc_call *c, const char *name, bool load) {
+  if (strlen(name) >= sizeof((admin_op *)0)->name || !name[0]) {
+    gs_grpc_reply_error(c, 400, "a model name of 1 to 127 bytes is needed");
+    return;
+  }
+  admin_op *op = calloc(1, sizeof *op);
+  if (!op) {
+    gs_grpc_reply_error(c, 500, "out of memory");
+    return;
+  }
+  op->call = c;
+  op->load = load;
+  snprintf(op->name, sizeof op->name, "%s", name);
+  gs_grpc_call_hold(c);
+  pthread_attr_t attr;
+  pthread_t t;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, admin_main, op) != 0)
+    admin_main(op); /* no thread to spare: here, then */
+  pthread_attr_destroy(&attr);
+}
+
+static void repository_model_load(gs_grpc_call *c, ProtobufCMessage *in) {
+  Inference__RepositoryModelLoadRequest *q = (Inference__RepositoryModelLoadRequest *)in;
+  if (q->n_parameters) /* a config or files sent with the load */
+    gs_grpc_reply_error(c, 501, "loading with parameters (an uploaded config or files) is not "
+                                "supported: the model is read from the repository directory");
+  else
+    start_admin(c, q->model_name, true);
+  FREE_REQUEST(in);
+}
+
+static void repository_model_unload(gs_grpc_call *c, ProtobufCMessage *in) {
+  Inference__RepositoryModelUnloadRequest *q = (Inference__RepositoryModelUnloadRequest *)in;
+  start_admin(c, q->model_name, false);
+  FREE_REQUEST(in);
+}
+
+/* ---- inference -------------------------------------------------------------------------------- */
+
+/* One inference: the call it answers, its message (whose raw tensors the
+ * request reads in place) and the request. */
+typedef struct infer_op {
+  gs_grpc_call *call;
+  Inference__ModelInferRequest *message;
+  gs_infer_request request;
+} infer_op;
+
+static void infer_reply(infer_op *op) {
+  gs_grpc_call *c = op->call;
+  gs_infer_request *r = &op->request;
+  if (r->status != 200) {
+    gs_grpc_reply_error(c, r->status, r->error);
+  } else {
+    char why[300];
+    grpc_byte_buffer *b = gs_grpc_infer_encode(r, c->method->streaming, why, sizeof why);
+    if (b)
+      gs_grpc_reply_packed(c, b);
+    else
+      gs_grpc_reply_error(c, 500, why);
+  }
+  gs_infer_request_clear(r);
+  FREE_REQUEST(&op->message->base);
+  free(op);
+  gs_grpc_call_release(c);
+}
+
+static void on_batched(gs_infer_request *r, void *ctx) {
+  (void)r;
+  infer_reply(ctx);
+}
+
+static void on_inline(gs_infer_request *r, void *ctx) {
+  (void)r;
+  (void)ctx;
+}
+
+static void model_infer(gs_grpc_call *c, ProtobufCMessage *in) {
+  Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)in;
+  gs_served_version *v;
+  gs_served_model *m = use_model(c, q->model_name, q->model_version, &v);
+  infer_op *op = m ? calloc(1, sizeof *op) : NULL;
+  if (!op) {
+    if (m) {
+      gs_served_release(m);
+      gs_grpc_reply_error(c, 500, "out of memory");
+    }
+    FREE_REQUEST(in);
+    return;
+  }
+  gs_grpc_call_hold(c);
+  *op = (infer_op){.call = c, .message = q};
+  gs_infer_request *r = &op->request;
+  r->model = m;
+  r->version = v;
+  char why[600];
+  int st = gs_grpc_infer_parse(q, c->received_bytes, r, why, sizeof why);
+  if (st) {
+    r->status = st;
+    snprintf(r->error, sizeof r->error, "%s", why);
+  } else if (!m->dynamic_batching) { /* nothing to wait for: run it on this thread */
+    r->done = on_inline;
+    gs_batcher_run_inline(m, r);
+  } else {
+    r->done = on_batched;
+    r->ctx = op;
+    int rc = gs_batcher_submit(m->batcher, r);
+    gs_served_release(m);
+    if (rc == 0)
+      return; /* op belongs to the batcher now */
+    r->status = 503;
+    snprintf(r->error, sizeof r->error, "%s", gs_error_detail());
+    infer_reply(op);
+    return;
+  }
+  gs_served_release(m);
+  infer_reply(op);
+}
+
+/* ---- the table ---------------------------------------------------------------------------------- */
+
+#define METHOD(name, msg, fn, access, streaming)                                                  \
+  {"/inference.GRPCInferenceService/" name, &inference__##msg##__descriptor, fn, access, streaming}
+
+const gs_grpc_method gs_grpc_methods[] = {
+    METHOD("ServerLive", server_live_request, server_live, GS_GRPC_OPEN, false),
+    METHOD("ServerReady", server_ready_request, server_ready, GS_GRPC_OPEN, false),
+    METHOD("ModelReady", model_ready_request, model_ready, GS_GRPC_READING, false),
+    METHOD("ServerMetadata", server_metadata_request, server_metadata, GS_GRPC_READING, false),
+    METHOD("ModelMetadata", model_metadata_request, model_metadata, GS_GRPC_READING, false),
+    METHOD("ModelConfig", model_config_request, model_config, GS_GRPC_READING, false),
+    METHOD("ModelStatistics", model_statistics_request, model_statistics, GS_GRPC_READING, false),
+    METHOD("ModelInfer", model_infer_request, model_infer, GS_GRPC_READING, false),
+    METHOD("ModelStreamInfer", model_infer_request, model_infer, GS_GRPC_READING, true),
+    METHOD("RepositoryIndex", repository_index_request, repository_index, GS_GRPC_READING, false),
+    METHOD("RepositoryModelLoad", repository_model_load_request, repository_model_load,
+           GS_GRPC_ADMIN, false),
+    METHOD("RepositoryModelUnload", repository_model_unload_request, repository_model_unload,
+           GS_GRPC_ADMIN, false),
+    {NULL, NULL, NULL, 0, false},
+};
