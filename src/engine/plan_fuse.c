@@ -33,7 +33,7 @@ static int consumers(gs_plan *p, int v, int *out, int max) {
 
 /* The one live step that reads value v, or -1 if none or several, or v is an output. */
 static int sole_consumer(gs_plan *p, int v) {
-  int s;
+  int s = -1;
   return consumers(p, v, &s, 1) == 1 ? s : -1;
 }
 

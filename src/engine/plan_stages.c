@@ -598,7 +598,7 @@ static int scan_sequences(gs_plan_stages *st, run_values *rv, scan_run *sr) {
       return gs_error_code();
     if (v->shape.rank == 0)
       return gs_error(GS_EINVAL, "node %s (Scan): sequence %d is a scalar", n->name, j);
-    int axis, rc = scan_axis(n, "scan_input_axes", j, v->shape.rank, &axis);
+    int axis = 0, rc = scan_axis(n, "scan_input_axes", j, v->shape.rank, &axis);
     if (rc < 0)
       return rc;
     sr->seq[j] = v;
@@ -655,7 +655,7 @@ static int scan_output_start(const gs_node *n, const gs_value_info *declared, sc
   if (each.rank + 1 > GS_MAX_DIMS)
     return gs_error(GS_ENOTSUP, "node %s (Scan): a scan output of rank %d", n->name,
                     each.rank + 1);
-  int axis, rc = scan_axis(n, "scan_output_axes", i, each.rank + 1, &axis);
+  int axis = 0, rc = scan_axis(n, "scan_output_axes", i, each.rank + 1, &axis);
   if (rc < 0)
     return rc;
   info->shape.rank = each.rank + 1;

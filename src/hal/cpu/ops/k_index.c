@@ -250,7 +250,7 @@ static int k_gather_nd(const gs_cpu_kernel_call *k) {
   int64_t batch_stride = b ? xst[b - 1] : 0;
   for (int64_t bi = 0; bi < batches; bi++)
     for (int64_t ti = 0; ti < tuples; ti++) {
-      int64_t off;
+      int64_t off = 0; /* set by nd_offset on success; GCC -O3 cannot see that */
       int rc = nd_offset(c, xs, xst, b, t + (bi * tuples + ti) * q, q, &off);
       if (rc < 0)
         return rc;
@@ -274,7 +274,7 @@ static int k_scatter_nd(const gs_cpu_kernel_call *k) {
   copy_all(y, k->ptr[0], gs_shape_numel(xs), esize(&c->in[0]));
   const int64_t *t = k->ptr[1];
   for (int64_t ti = 0; ti < tuples; ti++) {
-    int64_t off;
+    int64_t off = 0; /* as above */
     int rc = nd_offset(c, xs, xst, 0, t + ti * q, q, &off);
     if (rc < 0)
       return rc;
