@@ -1,12 +1,16 @@
 """bench/serve: perf_analyzer at concurrency 1, 4 and 16 against `gpusrv serve`
-for (a) Triton's trivial add/sub model - the server's own overhead - and (b)
-the digits MLP with one instance, with two (instance_group count 2), and through
-the dynamic batcher, beside onnxruntime's in-process latency for the same model
-measured in the same run (the compute floor), and beside the round trip of a
-small message over this machine's loopback TCP (the transport floor).
+over HTTP and gRPC, beside (a) a null server on the same HTTP library with
+gpusrv's own replies canned (gs-bench-null-http: the floor a request path on
+libmicrohttpd can reach here), (b) NVIDIA Triton 2.51 serving the same model
+through its python backend (onnxruntime inside), over both protocols, where
+.venv-triton holds it, and (c) onnxruntime's in-process latency and a loopback
+TCP round trip; then Triton's add/sub model and the digits MLP with two
+instances and through the dynamic batcher, over both protocols.
 
 Usage: .venv/bin/python bench/serve.py BUILD_DIR"""
 import csv
+import glob
+import http.client
 import json
 import os
 import shutil
@@ -49,8 +53,9 @@ def ort_p50_us(path, feeds, seconds=2.0):
 
 
 def perf(model, port, concurrency, out_csv, url=None, extra=()):
-    """perf_analyzer's inferences/s, p50 and p99 (us); `url` in place of the
-    loopback port (an https:// one), `extra` its further flags."""
+    """perf_analyzer's inferences/s, p50 and p99 (us), and the server's compute per
+    request from its statistics (us); `url` in place of the loopback port (an
+    https:// one), `extra` its further flags (-i grpc)."""
     # This shared 2-core VM is noisy: p50s within 25% of each other count as
     # stable, and a run that still does not settle gets one longer retry.
     for interval in ("2000", "4000"):
@@ -64,7 +69,10 @@ def perf(model, port, concurrency, out_csv, url=None, extra=()):
     if p.returncode != 0:
         raise SystemExit(f"perf_analyzer failed: {p.stdout}\n{p.stderr}")
     row = next(csv.DictReader(open(out_csv)))
-    return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
+    compute = sum(float(row.get(k) or 0) for k in
+                  ("Server Compute Input", "Server Compute Infer", "Server Compute Output"))
+    return (float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"]),
+            compute)
 
 
 def loopback_floor_us(build):
@@ -73,6 +81,126 @@ def loopback_floor_us(build):
     p = subprocess.run([os.path.join(build, "bench", "gs-bench-tcp-rtt"), "20000"],
                        capture_output=True, text=True, check=True)
     return json.loads(p.stdout)["p50_us"]
+
+
+def wait_http(port, path="/v2/health/live", seconds=60):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", path)
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"nothing answered on port {port}")
+
+
+def capture_replies(port, d):
+    """gpusrv's own replies to what perf_analyzer asks about and of the digits
+    model, as files for the null server: both then send the same bytes."""
+    body = json.dumps({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32",
+                                   "data": [0.5] * 64}]}).encode()
+    routes = []
+    for i, (method, path) in enumerate((("GET", "/v2/models/digits"),
+                                        ("GET", "/v2/models/digits/config"),
+                                        ("GET", "/v2/models/digits/stats"),
+                                        ("GET", "/v2/models/digits/versions/1/stats"),
+                                        ("POST", "/v2/models/digits/infer"))):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request(method, path, body=body if method == "POST" else None)
+        r = c.getresponse()
+        reply = r.read()
+        assert r.status == 200, (path, reply)
+        f = os.path.join(d, f"reply{i}.json")
+        with open(f, "wb") as out:
+            out.write(reply)
+        routes.append(f"{method} {path}={f}")
+    return routes
+
+
+def start_triton(d, onnx_path):
+    """Triton 2.51 (the tritonserver of the nvidia-pytriton 0.7.0 wheel in
+    .venv-triton) serving the digits model through its python backend, whose
+    model.py runs onnxruntime on one thread: it has no onnxruntime backend.
+    Returns (process, http port, grpc port), or None with why."""
+    site = glob.glob(os.path.join(ROOT, ".venv-triton", "lib", "python3*", "site-packages"))
+    if not site or not os.path.exists(os.path.join(site[0], "pytriton", "tritonserver")):
+        return None, "Triton is not installed (python3 -m venv .venv-triton; .venv-triton/bin/pip " \
+                     "install nvidia-pytriton==0.7.0 onnxruntime==1.20.1)"
+    triton = os.path.join(site[0], "pytriton", "tritonserver")
+    repo = os.path.join(d, "triton")
+    os.makedirs(os.path.join(repo, "digits", "1"))
+    shutil.copy(onnx_path, os.path.join(repo, "digits", "1", "model.onnx"))
+    with open(os.path.join(repo, "digits", "config.pbtxt"), "w") as f:
+        f.write(TRITON_CONFIG)
+    with open(os.path.join(repo, "digits", "1", "model.py"), "w") as f:
+        f.write(TRITON_MODEL.replace("SITE", repr(site[0])))
+    # The python backend, with the stub for this Python beside it (pytriton puts it there
+    # when it starts the server itself).
+    backends = os.path.join(d, "triton-backends")
+    os.makedirs(os.path.join(backends, "python"))
+    for f in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        os.symlink(os.path.join(triton, "backends", "python", f), os.path.join(backends, "python", f))
+    stub = glob.glob(os.path.join(triton, "python_backend_stubs", "%d.%d" % sys.version_info[:2],
+                                  "triton_python_backend_stub"))
+    if not stub:
+        return None, "the Triton wheel has no python backend stub for this Python"
+    os.symlink(stub[0], os.path.join(backends, "python", "triton_python_backend_stub"))
+    hport, gport, mport = free_port(), free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": site[0]}
+    log = open(os.path.join(d, "triton.log"), "w")
+    proc = subprocess.Popen([os.path.join(triton, "bin", "tritonserver"), "--model-repository", repo,
+                             "--backend-directory", backends,
+                             "--http-port", str(hport), "--grpc-port", str(gport),
+                             "--metrics-port", str(mport)], stdout=log, stderr=log, env=env)
+    try:
+        wait_http(hport, "/v2/models/digits/ready", 120)
+    except SystemExit:
+        proc.kill()
+        return None, "Triton did not come up: " + " | ".join(
+            l for l in open(os.path.join(d, "triton.log")) if l.startswith("E"))[-800:]
+    return (proc, hport, gport), None
+
+
+TRITON_CONFIG = """name: "digits"
+backend: "python"
+max_batch_size: 64
+input [ { name: "pixels" data_type: TYPE_FP32 dims: [ 64 ] } ]
+output [ { name: "probs" data_type: TYPE_FP32 dims: [ 10 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+TRITON_MODEL = """import os
+import sys
+sys.path.insert(0, SITE)  # the stub's Python does not see PYTHONPATH
+import onnxruntime as ort  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.session = ort.InferenceSession(os.path.join(here, "model.onnx"), so,
+                                            providers=["CPUExecutionProvider"])
+
+    def execute(self, requests):
+        replies = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "pixels").as_numpy()
+            y = self.session.run(None, {"pixels": x})[0]
+            replies.append(pb_utils.InferenceResponse([pb_utils.Tensor("probs", y)]))
+        return replies
+"""
+
+
+def row(server, proto, model, c, figures, floor, note=""):
+    ips, p50, p99, compute = figures
+    print(f"{server:7} {proto:5} {model:8} {c:4d} {ips:9.0f} {p50:8.0f} {p99:8.0f} {compute:8.0f} "
+          f"{p50 - compute:9.0f} {floor:>14} {note}")
 
 
 def main():
@@ -98,36 +226,65 @@ def main():
         config["dynamic_batching"] = {"max_queue_delay_microseconds": 100}
         with open(os.path.join(repo, "digitsdb", "config.json"), "w") as f:
             json.dump(config, f)
-        port = free_port()
+        port, gport, null_port = free_port(), free_port(), free_port()
         server = subprocess.Popen([os.path.join(build, "gpusrv"), "serve", "--model-repository", repo,
-                                   "--http-port", str(port)], stderr=subprocess.DEVNULL)
-        time.sleep(1.0)
+                                   "--state-dir", os.path.join(d, "state"), "--http-port", str(port),
+                                   "--grpc-port", str(gport)], stderr=subprocess.DEVNULL)
+        wait_http(port, "/v2/models/digitsdb/ready")
+        null = subprocess.Popen([os.path.join(build, "bench", "gs-bench-null-http"), str(null_port),
+                                 "4", *capture_replies(port, d)])
+        wait_http(null_port)
+        digits_onnx = os.path.join(repo, "digits", "1", "model.onnx")
+        triton, why_not = start_triton(d, digits_onnx)
         floors = {
             "simple": ort_p50_us(os.path.join(repo, "simple", "1", "model.onnx"),
                                  {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)}),
-            "digits": ort_p50_us(os.path.join(repo, "digits", "1", "model.onnx"),
-                                 {"pixels": np.ones((1, 64), np.float32)}),
+            "digits": ort_p50_us(digits_onnx, {"pixels": np.ones((1, 64), np.float32)}),
         }
-        floors["digits2"] = floors["digitsdb"] = floors["digits"]
         transport = loopback_floor_us(build)
         cores = os.cpu_count()
-        print(f"bench/serve: perf_analyzer (HTTP, batch 1) against gpusrv serve; {cores} cores; "
-              f"loopback TCP round trip (the transport floor): {transport:.0f} us p50")
-        print(f"{'model':8} {'conc':>4} {'infer/s':>9} {'p50 us':>8} {'p99 us':>8} "
-              f"{'ort p50 us':>10} {'overhead us':>11} {'vs cores/ort':>12}")
+        print(f"bench/serve: perf_analyzer (batch 1, binary tensors) against gpusrv serve; {cores} cores; "
+              f"loopback TCP round trip: {transport:.0f} us p50; onnxruntime in-process p50: "
+              f"simple {floors['simple']:.1f} us, digits {floors['digits']:.1f} us")
+        print("compute: the server's own compute per request (its statistics: compute input + "
+              "infer + output); overhead: p50 - compute")
+        print(f"{'server':7} {'proto':5} {'model':8} {'conc':>4} {'infer/s':>9} {'p50 us':>8} "
+              f"{'p99 us':>8} {'compute':>8} {'overhead':>9} {'vs floor':>14}")
+        pa = os.path.join(d, "pa.csv")
         try:
-            for model in ("simple", "digits", "digits2", "digitsdb"):
-                for c in (1, 4, 16):
-                    ips, p50, p99 = perf(model, port, c, os.path.join(d, "pa.csv"))
-                    overhead = p50 - floors[model]
-                    limit = cores / (floors[model] / 1e6)
-                    print(f"{model:8} {c:4d} {ips:9.0f} {p50:8.0f} {p99:8.0f} {floors[model]:10.1f} "
-                          f"{overhead:11.0f} {ips / limit:11.1%}")
+            for c in (1, 4, 16):
+                ips, p50, p99, _ = perf("digits", null_port, c, pa)
+                null_fig = (ips, p50, p99, 0.0)
+                row("null", "http", "digits", c, null_fig, "(the floor)")
+                http = perf("digits", port, c, pa)
+                row("gpusrv", "http", "digits", c, http,
+                    f"{(http[1] - http[3]) / p50:.2f}x {http[0] / ips:.2f}x",
+                    "(p50 - compute vs null p50; infer/s vs null)")
+                grpc_fig = perf("digits", gport, c, pa, extra=("-i", "grpc"))
+                row("gpusrv", "grpc", "digits", c, grpc_fig, f"{grpc_fig[1] / http[1]:.2f}x",
+                    "(p50 vs gpusrv http p50)")
+                if triton:
+                    for proto, tport in (("http", triton[1]), ("grpc", triton[2])):
+                        t = perf("digits", tport, c, pa, extra=("-i", proto))
+                        ours = http if proto == "http" else grpc_fig
+                        row("triton", proto, "digits", c, t,
+                            f"{(ours[1] - ours[3]) / (t[1] - t[3]):.2f}x",
+                            "(gpusrv overhead vs Triton overhead; python backend)")
+            if not triton:
+                print(f"triton: not measured: {why_not}")
+            for model in ("simple", "digits2", "digitsdb"):
+                for proto, p in (("http", port), ("grpc", gport)):
+                    for c in (1, 4, 16):
+                        fig = perf(model, p, c, pa, extra=("-i", proto))
+                        limit = cores / (floors["digits" if model != "simple" else "simple"] / 1e6)
+                        row("gpusrv", proto, model, c, fig, f"{fig[0] / limit:.1%}",
+                            "(infer/s vs cores / onnxruntime p50)")
         finally:
-            server.terminate()
-            server.wait(timeout=30)
-        print("goals: overhead at concurrency 1 <= 100 us (Triton's published simple run: 690 us "
-              "p50 end to end); concurrency 16 >= 80% of cores / onnxruntime latency")
+            for p in (server, null) + ((triton[0],) if triton else ()):
+                p.terminate()
+                p.wait(timeout=30)
+        print("goals (issue 23): http p50 - compute <= 1.15x null p50 at c1, and infer/s >= 0.8x "
+              "null at c16; grpc p50 <= http p50 at c1; overhead <= 0.5x Triton's, both protocols")
 
 
 if __name__ == "__main__":

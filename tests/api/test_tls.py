@@ -74,15 +74,17 @@ def repo(tmp_path_factory):
     return root
 
 
-def start_tls(repo, pki, cert="server", *extra, cert_path=None, key_path=None):
+def start_tls(repo, pki, cert="server", *extra, cert_path=None, key_path=None, grpc_port=0):
     """gpusrv serve over HTTPS on a free loopback port, with certificate `cert`
-    of `pki` (or the files given); (process, port, log path)."""
+    of `pki` (or the files given), and gRPC on `grpc_port` (0: none);
+    (process, port, log path)."""
     port = free_port()
     log_path = str(repo.parent / f"{repo.name}-serve-{port}.log")
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [GPUSRV, "serve", "--model-repository", str(repo), "--http-port", str(port),
-         "--grpc-port", "0", "--state-dir", str(repo.parent / f"{repo.name}-state-{port}"),
+         "--grpc-port", str(grpc_port),
+         "--state-dir", str(repo.parent / f"{repo.name}-state-{port}"),
          "--tls-cert", str(cert_path or pki / f"{cert}.pem"),
          "--tls-key", str(key_path or pki / f"{cert}.key"), *extra],
         stdout=log, stderr=log)
@@ -357,3 +359,31 @@ def test_listening_beyond_loopback_needs_tokens(repo):
 if __name__ == "__main__" and sys.argv[1:2] == ["--netns-probe"]:
     import pathlib
     netns_probe(pathlib.Path(sys.argv[2]), sys.argv[3:])
+
+
+def test_grpc_over_tls_with_client_certificates(repo, pki):
+    import tritonclient.grpc as tg
+    from tritonclient.utils import InferenceServerException
+    gport = free_port()
+    proc, _, _ = start_tls(repo, pki, "server", "--tls-client-ca", str(pki / "ca.pem"),
+                           grpc_port=gport)
+    try:
+        def client(ca="ca", cert="alice"):
+            keys = {"private_key": str(pki / f"{cert}.key"),
+                    "certificate_chain": str(pki / f"{cert}.pem")} if cert else {}
+            return tg.InferenceServerClient(f"localhost:{gport}", ssl=True,
+                                            root_certificates=str(pki / f"{ca}.pem"), **keys)
+        c = client()
+        assert c.is_model_ready("mlp")
+        x = tg.InferInput("x", [1, 256], "FP32")
+        x.set_data_from_numpy(np.ones((1, 256), np.float32))
+        assert c.infer("mlp", [x]).as_numpy("probs").shape == (1, 10)
+        # No client certificate, one another CA signed, a client that trusts another CA, and
+        # one that does not speak TLS: no call gets through.
+        for bad in (client(cert=None), client(cert="mallory"), client(ca="otherca"),
+                    tg.InferenceServerClient(f"127.0.0.1:{gport}")):
+            with pytest.raises(InferenceServerException) as e:
+                bad.is_server_live(client_timeout=10)
+            assert "UNAVAILABLE" in str(e.value) or "DEADLINE" in str(e.value)
+    finally:
+        stop(proc)
