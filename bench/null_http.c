@@ -6,9 +6,12 @@
  * both send the same bytes.
  *
  * Usage: gs-bench-null-http PORT THREADS 'METHOD PATH=FILE'...
- * An infer route's file is the JSON reply; other paths get 404. */
+ * Other paths get 404, but for .../stats: statistics that count the infer
+ * replies sent (perf_analyzer reads them before and after each window and
+ * refuses a model whose counts never move). */
 #include <microhttpd.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,7 @@ typedef struct route {
 
 static route routes[MAX_ROUTES];
 static int n_routes;
+static atomic_ullong inferred;
 
 typedef struct upload {
   char *data;
@@ -48,14 +52,36 @@ static char *read_file(const char *path, size_t *len) {
   return b;
 }
 
-static enum MHD_Result answer(struct MHD_Connection *c, int status, const char *body,
-                              size_t len) {
-  struct MHD_Response *r =
-      MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
+static enum MHD_Result answer_as(struct MHD_Connection *c, int status, const char *body,
+                                 size_t len, enum MHD_ResponseMemoryMode mode) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, mode);
   MHD_add_response_header(r, "Content-Type", "application/json");
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
   MHD_destroy_response(r);
   return ret;
+}
+
+static enum MHD_Result answer(struct MHD_Connection *c, int status, const char *body,
+                              size_t len) {
+  return answer_as(c, status, body, len, MHD_RESPMEM_PERSISTENT);
+}
+
+/* Triton's statistics for the model the path names, counting the replies. */
+static enum MHD_Result stats(struct MHD_Connection *c, const char *url) {
+  char name[128] = "";
+  sscanf(url, "/v2/models/%127[^/]", name);
+  unsigned long long n = atomic_load(&inferred);
+  char *body = malloc(1024);
+  if (!body)
+    return MHD_NO;
+  int len = snprintf(body, 1024,
+      "{\"model_stats\":[{\"name\":\"%s\",\"version\":\"1\",\"last_inference\":0,"
+      "\"inference_count\":%llu,\"execution_count\":%llu,\"inference_stats\":{"
+      "\"success\":{\"count\":%llu,\"ns\":0},\"fail\":{\"count\":0,\"ns\":0},"
+      "\"queue\":{\"count\":%llu,\"ns\":0},\"compute_input\":{\"count\":%llu,\"ns\":0},"
+      "\"compute_infer\":{\"count\":%llu,\"ns\":0},\"compute_output\":{\"count\":%llu,"
+      "\"ns\":0}},\"batch_stats\":[]}]}", name, n, n, n, n, n, n, n);
+  return answer_as(c, 200, body, (size_t)len, MHD_RESPMEM_MUST_FREE);
 }
 
 /* The body is gathered as a server must before it can parse it. */
@@ -87,9 +113,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   }
   if (strcmp(url, "/v2/health/ready") == 0 || strcmp(url, "/v2/health/live") == 0)
     return answer(c, 200, "", 0);
+  size_t ul = strlen(url);
+  if (ul > 6 && strcmp(url + ul - 6, "/stats") == 0)
+    return stats(c, url);
   for (int i = 0; i < n_routes; i++)
-    if (strcmp(routes[i].method, method) == 0 && strcmp(routes[i].path, url) == 0)
+    if (strcmp(routes[i].method, method) == 0 && strcmp(routes[i].path, url) == 0) {
+      if (strcmp(method, "POST") == 0)
+        atomic_fetch_add(&inferred, 1);
       return answer(c, 200, routes[i].body, routes[i].len);
+    }
+  fprintf(stderr, "null server: no route for %s %s\n", method, url);
   return answer(c, 404, "{\"error\":\"no such route\"}", 25);
 }
 

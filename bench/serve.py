@@ -103,10 +103,8 @@ def capture_replies(port, d):
     body = json.dumps({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32",
                                    "data": [0.5] * 64}]}).encode()
     routes = []
-    for i, (method, path) in enumerate((("GET", "/v2/models/digits"),
+    for i, (method, path) in enumerate((("GET", "/v2"), ("GET", "/v2/models/digits"),
                                         ("GET", "/v2/models/digits/config"),
-                                        ("GET", "/v2/models/digits/stats"),
-                                        ("GET", "/v2/models/digits/versions/1/stats"),
                                         ("POST", "/v2/models/digits/infer"))):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         c.request(method, path, body=body if method == "POST" else None)
