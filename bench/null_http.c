@@ -5,7 +5,8 @@
  * the replies with what gpusrv itself answered to the same requests, so
  * both send the same bytes.
  *
- * Usage: gs-bench-null-http PORT THREADS 'METHOD PATH=FILE'...
+ * Usage: gs-bench-null-http PORT THREADS 'METHOD PATH=FILE[@N]'...
+ * (@N: send Inference-Header-Content-Length: N, the binary tensor reply's)
  * Other paths get 404, but for .../stats: statistics that count the infer
  * replies sent (perf_analyzer reads them before and after each window and
  * refuses a model whose counts never move). */
@@ -24,6 +25,7 @@ typedef struct route {
   char path[256];
   char *body;
   size_t len;
+  char header_len[24]; /* Inference-Header-Content-Length, or "" */
 } route;
 
 static route routes[MAX_ROUTES];
@@ -53,9 +55,15 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 static enum MHD_Result answer_as(struct MHD_Connection *c, int status, const char *body,
-                                 size_t len, enum MHD_ResponseMemoryMode mode) {
+                                 size_t len, enum MHD_ResponseMemoryMode mode,
+                                 const char *header_len) {
   struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, mode);
-  MHD_add_response_header(r, "Content-Type", "application/json");
+  if (header_len && header_len[0]) {
+    MHD_add_response_header(r, "Content-Type", "application/octet-stream");
+    MHD_add_response_header(r, "Inference-Header-Content-Length", header_len);
+  } else {
+    MHD_add_response_header(r, "Content-Type", "application/json");
+  }
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
   MHD_destroy_response(r);
   return ret;
@@ -63,7 +71,7 @@ static enum MHD_Result answer_as(struct MHD_Connection *c, int status, const cha
 
 static enum MHD_Result answer(struct MHD_Connection *c, int status, const char *body,
                               size_t len) {
-  return answer_as(c, status, body, len, MHD_RESPMEM_PERSISTENT);
+  return answer_as(c, status, body, len, MHD_RESPMEM_PERSISTENT, NULL);
 }
 
 /* Triton's statistics for the model the path names, counting the replies. */
@@ -81,7 +89,7 @@ static enum MHD_Result stats(struct MHD_Connection *c, const char *url) {
       "\"queue\":{\"count\":%llu,\"ns\":0},\"compute_input\":{\"count\":%llu,\"ns\":0},"
       "\"compute_infer\":{\"count\":%llu,\"ns\":0},\"compute_output\":{\"count\":%llu,"
       "\"ns\":0}},\"batch_stats\":[]}]}", name, n, n, n, n, n, n, n);
-  return answer_as(c, 200, body, (size_t)len, MHD_RESPMEM_MUST_FREE);
+  return answer_as(c, 200, body, (size_t)len, MHD_RESPMEM_MUST_FREE, NULL);
 }
 
 /* The body is gathered as a server must before it can parse it. */
@@ -120,7 +128,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (strcmp(routes[i].method, method) == 0 && strcmp(routes[i].path, url) == 0) {
       if (strcmp(method, "POST") == 0)
         atomic_fetch_add(&inferred, 1);
-      return answer(c, 200, routes[i].body, routes[i].len);
+      return answer_as(c, 200, routes[i].body, routes[i].len, MHD_RESPMEM_PERSISTENT,
+                       routes[i].header_len);
     }
   fprintf(stderr, "null server: no route for %s %s\n", method, url);
   return answer(c, 404, "{\"error\":\"no such route\"}", 25);
@@ -152,7 +161,11 @@ int main(int argc, char **argv) {
   }
   for (int i = 3; i < argc && n_routes < MAX_ROUTES; i++) {
     route *r = &routes[n_routes];
-    char *eq = strrchr(argv[i], '=');
+    char *eq = strrchr(argv[i], '='), *at = strrchr(argv[i], '@');
+    if (at && at > eq) {
+      *at = '\0';
+      snprintf(r->header_len, sizeof r->header_len, "%s", at + 1);
+    }
     if (!eq || sscanf(argv[i], "%7s %255[^=]", r->method, r->path) != 2) {
       fprintf(stderr, "bad route '%s'\n", argv[i]);
       return 2;

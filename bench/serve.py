@@ -99,22 +99,29 @@ def wait_http(port, path="/v2/health/live", seconds=60):
 
 def capture_replies(port, d):
     """gpusrv's own replies to what perf_analyzer asks about and of the digits
-    model, as files for the null server: both then send the same bytes."""
-    body = json.dumps({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32",
-                                   "data": [0.5] * 64}]}).encode()
+    model (its infer request as perf_analyzer sends it: binary tensors both
+    ways), as files for the null server: both then send the same bytes."""
+    header = json.dumps({"id": "", "inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, 64],
+                                               "parameters": {"binary_data_size": 256}}],
+                         "outputs": [{"name": "probs", "parameters": {"binary_data": True}}]},
+                        separators=(",", ":")).encode()
+    infer = header + np.full(64, 0.5, np.float32).tobytes()
     routes = []
     for i, (method, path) in enumerate((("GET", "/v2"), ("GET", "/v2/models/digits"),
                                         ("GET", "/v2/models/digits/config"),
                                         ("POST", "/v2/models/digits/infer"))):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.request(method, path, body=body if method == "POST" else None)
+        post = method == "POST"
+        c.request(method, path, body=infer if post else None,
+                  headers={"Inference-Header-Content-Length": str(len(header))} if post else {})
         r = c.getresponse()
         reply = r.read()
         assert r.status == 200, (path, reply)
         f = os.path.join(d, f"reply{i}.json")
         with open(f, "wb") as out:
             out.write(reply)
-        routes.append(f"{method} {path}={f}")
+        hl = r.getheader("Inference-Header-Content-Length")
+        routes.append(f"{method} {path}={f}" + (f"@{hl}" if hl else ""))
     return routes
 
 

@@ -53,16 +53,24 @@ static inline void gs_parallel_range(int64_t n, int64_t pieces, int64_t p, int64
  * there is enough work. BODY must not return or jump out; it sees LO and
  * HI as int64_t. Keep the vectorised loops in a function of their own
  * (GS_VECTOR_CLONES), called from BODY: OpenMP's outlined copy of the
- * loop is compiled for the baseline instruction set only. */
+ * loop is compiled for the baseline instruction set only. One piece runs
+ * without entering OpenMP at all: a parallel region whose if() is false
+ * still allocates a team, which cost a served request of a small model
+ * more than its kernels did. */
 #define GS_PARALLEL_RANGES(n, grain, LO, HI, BODY)                            \
   do {                                                                        \
     int64_t gs_n_ = (n);                                                      \
     int64_t gs_pieces_ = gs_parallel_pieces(gs_n_, (grain));                  \
-    _Pragma("omp parallel for schedule(static) if (gs_pieces_ > 1)")          \
-    for (int64_t gs_p_ = 0; gs_p_ < gs_pieces_; gs_p_++) {                    \
-      int64_t LO, HI;                                                         \
-      gs_parallel_range(gs_n_, gs_pieces_, gs_p_, &LO, &HI);                  \
+    if (gs_pieces_ == 1) {                                                    \
+      int64_t LO = 0, HI = gs_n_;                                             \
       BODY;                                                                   \
+    } else {                                                                  \
+      _Pragma("omp parallel for schedule(static)")                            \
+      for (int64_t gs_p_ = 0; gs_p_ < gs_pieces_; gs_p_++) {                  \
+        int64_t LO, HI;                                                       \
+        gs_parallel_range(gs_n_, gs_pieces_, gs_p_, &LO, &HI);                \
+        BODY;                                                                 \
+      }                                                                       \
     }                                                                         \
   } while (0)
 
