@@ -70,7 +70,10 @@ struct gs_grpc_call {
   pthread_mutex_t lock; /* over the stream state below */
   gs_grpc_outgoing *queue, *queue_tail;
   bool sending, half_closed, finishing, broken;
-  int pending; /* a stream's requests still being answered */
+  bool receive_held;   /* the next read waits for room in the stream's window */
+  bool unpack_refused; /* the last message did not fit the server's budget */
+  int pending;         /* a stream's requests still being answered */
+  int queued;          /* its replies waiting to be sent */
 };
 
 /* ---- for handlers ----------------------------------------------------------------------- */
@@ -84,6 +87,15 @@ void gs_grpc_reply_json(gs_grpc_call *c, const ProtobufCMessageDescriptor *d, js
 void gs_grpc_reply_error(gs_grpc_call *c, int http_status, const char *message);
 /* A packed message (taken), for replies made elsewhere (grpc_infer.c). */
 void gs_grpc_reply_packed(gs_grpc_call *c, grpc_byte_buffer *b);
+
+/* A ModelStreamInfer request's failure, with the request's id so that a
+ * client with several in flight knows which one (a unary call: an error). */
+void gs_grpc_reply_infer_error(gs_grpc_call *c, int http_status, const char *message,
+                               const char *model, const char *id);
+
+/* Frees a request message the handler was given (unpacked against the
+ * server's budget for messages held: see grpc_server.c). */
+void gs_grpc_free_request(gs_grpc_call *c, ProtobufCMessage *m);
 
 /* A handler that answers later takes a hold on the call first, and drops it
  * after its reply. */
@@ -110,7 +122,8 @@ int gs_grpc_infer_parse(const Inference__ModelInferRequest *q, size_t message_by
 grpc_byte_buffer *gs_grpc_infer_encode(const gs_infer_request *r, bool stream, char *why,
                                        size_t whylen);
 
-/* Packs any message into a byte buffer (NULL when memory runs out). */
+/* Packs any message into a byte buffer (NULL when memory runs out or it is
+ * larger than gRPC's 4 GiB message length can say). */
 grpc_byte_buffer *gs_grpc_pack(const ProtobufCMessage *m);
 
 #endif

@@ -133,8 +133,47 @@ static int typed_numbers(const Inference__InferTensorContents *t, gs_dtype dt, i
   return 0;
 }
 
+/* How many values the typed list for datatype dt holds; -1 where dt has no list. */
+static int64_t typed_count(const Inference__InferTensorContents *t, gs_dtype dt) {
+  switch (dt) {
+  case GS_DT_BOOL:
+    return (int64_t)t->n_bool_contents;
+  case GS_DT_INT8:
+  case GS_DT_INT16:
+  case GS_DT_INT32:
+    return (int64_t)t->n_int_contents;
+  case GS_DT_UINT8:
+  case GS_DT_UINT16:
+  case GS_DT_UINT32:
+    return (int64_t)t->n_uint_contents;
+  case GS_DT_INT64:
+    return (int64_t)t->n_int64_contents;
+  case GS_DT_UINT64:
+    return (int64_t)t->n_uint64_contents;
+  case GS_DT_FLOAT32:
+    return (int64_t)t->n_fp32_contents;
+  case GS_DT_FLOAT64:
+    return (int64_t)t->n_fp64_contents;
+  case GS_DT_BYTES:
+    return (int64_t)t->n_bytes_contents;
+  default:
+    return -1;
+  }
+}
+
 static int typed_input(const Inference__InferTensorContents *t, gs_dtype dt, int64_t count,
                        const char *name, void **out, char *why, size_t whylen) {
+  int64_t n = typed_count(t, dt);
+  if (n < 0) {
+    snprintf(why, whylen, "input '%s': %s data travel only in raw_input_contents", name,
+             gs_kserve_dtype_name(dt));
+    return 400;
+  }
+  if (n != count) { /* before allocating what the shape claims */
+    snprintf(why, whylen, "input '%s': its contents hold %lld %s values, its shape %lld", name,
+             (long long)n, gs_kserve_dtype_name(dt), (long long)count);
+    return 400;
+  }
   size_t bytes = (size_t)count * gs_dtype_size(dt);
   char *buf = malloc(bytes ? bytes : 1);
   if (!buf) {
@@ -144,14 +183,10 @@ static int typed_input(const Inference__InferTensorContents *t, gs_dtype dt, int
   *out = buf;
   if (dt != GS_DT_BYTES)
     return typed_numbers(t, dt, count, name, buf, why, whylen);
-  if ((int64_t)t->n_bytes_contents != count) {
-    snprintf(why, whylen, "input '%s': its contents hold %zu BYTES values, its shape %lld", name,
-             t->n_bytes_contents, (long long)count);
-    return 400;
-  }
   gs_bytes_ref *recs = (gs_bytes_ref *)buf; /* into the message, which outlives the request */
-  for (int64_t i = 0; i < count; i++)
-    recs[i] = (gs_bytes_ref){.data = (const char *)t->bytes_contents[i].data,
+  for (int64_t i = 0; i < count; i++) /* protobuf-c leaves an empty entry's data NULL */
+    recs[i] = (gs_bytes_ref){.data = t->bytes_contents[i].data
+                                         ? (const char *)t->bytes_contents[i].data : no_bytes,
                              .len = t->bytes_contents[i].len};
   return 0;
 }

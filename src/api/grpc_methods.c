@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FREE_REQUEST(m) protobuf_c_message_free_unpacked((m), NULL)
+#define FREE_REQUEST(m) gs_grpc_free_request(c, (m))
 
 static gs_repository *repo_of(gs_grpc_call *c) {
   return c->settings->repo;
@@ -235,14 +235,14 @@ static void infer_reply(infer_op *op) {
   gs_grpc_call *c = op->call;
   gs_infer_request *r = &op->request;
   if (r->status != 200) {
-    gs_grpc_reply_error(c, r->status, r->error);
+    gs_grpc_reply_infer_error(c, r->status, r->error, op->message->model_name, op->message->id);
   } else {
     char why[300];
     grpc_byte_buffer *b = gs_grpc_infer_encode(r, c->method->streaming, why, sizeof why);
     if (b)
       gs_grpc_reply_packed(c, b);
     else
-      gs_grpc_reply_error(c, 500, why);
+      gs_grpc_reply_infer_error(c, 500, why, op->message->model_name, op->message->id);
   }
   gs_infer_request_clear(r);
   FREE_REQUEST(&op->message->base);

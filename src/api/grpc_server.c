@@ -25,6 +25,10 @@
 /* Calls asked for ahead of their arrival: a new one is asked for as each
  * arrives, so this many can start at the same moment. */
 #define WAITING_CALLS 16
+/* Requests of one stream being answered or waiting to be sent: past it the
+ * stream is read no further until replies go out (a client that sends and
+ * never reads would otherwise pile up requests and replies without end). */
+#define STREAM_WINDOW 64
 
 struct gs_grpc_server {
   gs_grpc_settings settings;
@@ -34,6 +38,11 @@ struct gs_grpc_server {
   pthread_t threads[MAX_THREADS];
   int n_threads;
   atomic_int live_calls; /* accepted and not yet freed */
+  /* Request messages are unpacked against a budget (--max-bodies-bytes):
+   * protobuf-c's structs can take many times a message's bytes (an int64
+   * list of small values, empty entries), and they live until answered. */
+  ProtobufCAllocator allocator;
+  atomic_llong unpacked_bytes;
   atomic_bool quiescing;
   atomic_bool shut_down; /* the server's shutdown notice arrived */
   gs_grpc_tag on_shutdown;
@@ -77,6 +86,44 @@ grpc_status_code gs_grpc_status_of(int http_status) {
   }
 }
 
+/* ---- request messages, within a budget ---------------------------------------------------- */
+
+#define BLOCK_HEADER 16 /* keeps malloc's alignment */
+
+static _Thread_local bool budget_refused; /* why the last unpack on this thread failed */
+
+static void *budget_alloc(void *data, size_t size) {
+  gs_grpc_server *g = data;
+  long long total = (long long)(size + BLOCK_HEADER);
+  if (atomic_fetch_add(&g->unpacked_bytes, total) + total > g->settings.max_buffered_bytes) {
+    atomic_fetch_sub(&g->unpacked_bytes, total);
+    budget_refused = true;
+    return NULL;
+  }
+  char *p = malloc((size_t)total);
+  if (!p) {
+    atomic_fetch_sub(&g->unpacked_bytes, total);
+    return NULL;
+  }
+  memcpy(p, &total, sizeof total);
+  return p + BLOCK_HEADER;
+}
+
+static void budget_free(void *data, void *ptr) {
+  gs_grpc_server *g = data;
+  if (!ptr)
+    return;
+  char *p = (char *)ptr - BLOCK_HEADER;
+  long long total;
+  memcpy(&total, p, sizeof total);
+  atomic_fetch_sub(&g->unpacked_bytes, total);
+  free(p);
+}
+
+void gs_grpc_free_request(gs_grpc_call *c, ProtobufCMessage *m) {
+  protobuf_c_message_free_unpacked(m, &c->server->allocator);
+}
+
 /* ---- the life of a call --------------------------------------------------------------------- */
 
 static void ask_for_call(gs_grpc_server *g);
@@ -85,6 +132,7 @@ static void on_received(gs_grpc_call *c, bool ok);
 static void on_sent(gs_grpc_call *c, bool ok);
 static void on_status(gs_grpc_call *c, bool ok);
 static void on_closed(gs_grpc_call *c, bool ok);
+static void receive(gs_grpc_call *c, bool with_initial_metadata);
 
 static gs_grpc_call *call_new(gs_grpc_server *g) {
   gs_grpc_call *c = calloc(1, sizeof *c);
@@ -106,10 +154,10 @@ static gs_grpc_call *call_new(gs_grpc_server *g) {
 }
 
 static void call_free(gs_grpc_call *c) {
+  gs_grpc_server *g = c->server;
+  bool counted = c->counted;
   if (c->call)
     grpc_call_unref(c->call);
-  if (c->counted)
-    atomic_fetch_sub(&c->server->live_calls, 1);
   grpc_call_details_destroy(&c->details);
   grpc_metadata_array_destroy(&c->metadata);
   grpc_slice_unref(c->status_details);
@@ -124,6 +172,8 @@ static void call_free(gs_grpc_call *c) {
   }
   pthread_mutex_destroy(&c->lock);
   free(c);
+  if (counted) /* last: gs_grpc_stop may free the server once this reaches 0 */
+    atomic_fetch_sub(&g->live_calls, 1);
 }
 
 void gs_grpc_call_hold(gs_grpc_call *c) {
@@ -204,6 +254,16 @@ static void receive(gs_grpc_call *c, bool with_initial_metadata) {
 
 /* ---- streams: replies in order, one send at a time ------------------------------------------ */
 
+/* With the lock held: reads the stream's next request if the window has
+ * room (and it was held back for want of it). */
+static void stream_resume(gs_grpc_call *c) {
+  if (c->receive_held && !c->broken && !c->finishing &&
+      c->pending + c->queued < STREAM_WINDOW) {
+    c->receive_held = false;
+    receive(c, false);
+  }
+}
+
 /* With the lock held: the next queued reply goes, or the stream ends when
  * the client has closed its side and every request is answered. */
 static void stream_advance(gs_grpc_call *c) {
@@ -214,6 +274,7 @@ static void stream_advance(gs_grpc_call *c) {
     c->queue = o->next;
     if (!c->queue)
       c->queue_tail = NULL;
+    c->queued--;
     c->sent = o->message;
     free(o);
     grpc_op op;
@@ -221,6 +282,12 @@ static void stream_advance(gs_grpc_call *c) {
     op.op = GRPC_OP_SEND_MESSAGE;
     op.data.send_message.send_message = c->sent;
     c->sending = start(c, &op, 1, &c->on_sent);
+    if (!c->sending) { /* the call is gone: nothing more goes out */
+      grpc_byte_buffer_destroy(c->sent);
+      c->sent = NULL;
+      c->broken = true;
+    }
+    stream_resume(c);
     return;
   }
   if (c->half_closed && c->pending == 0) {
@@ -259,6 +326,7 @@ static void stream_reply(gs_grpc_call *c, grpc_byte_buffer *b) {
     else
       c->queue = o;
     c->queue_tail = o;
+    c->queued++;
     stream_advance(c);
   }
   pthread_mutex_unlock(&c->lock);
@@ -266,10 +334,15 @@ static void stream_reply(gs_grpc_call *c, grpc_byte_buffer *b) {
 
 /* ---- replies, for handlers -------------------------------------------------------------------- */
 
+/* malloc, not grpc_slice_malloc: gRPC's allocator aborts the process when
+ * memory runs out, and a large reply should fail, not kill the server. */
 grpc_byte_buffer *gs_grpc_pack(const ProtobufCMessage *m) {
   size_t size = protobuf_c_message_get_packed_size(m);
-  grpc_slice s = grpc_slice_malloc(size);
-  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+  uint8_t *data = size <= UINT32_MAX ? malloc(size ? size : 1) : NULL;
+  if (!data)
+    return NULL;
+  protobuf_c_message_pack(m, data);
+  grpc_slice s = grpc_slice_new(data, size, free);
   grpc_byte_buffer *b = grpc_raw_byte_buffer_create(&s, 1);
   grpc_slice_unref(s);
   return b;
@@ -295,6 +368,21 @@ void gs_grpc_reply_error(gs_grpc_call *c, int http_status, const char *message) 
   }
   Inference__ModelStreamInferResponse r = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
   r.error_message = (char *)message;
+  stream_reply(c, gs_grpc_pack(&r.base));
+}
+
+void gs_grpc_reply_infer_error(gs_grpc_call *c, int http_status, const char *message,
+                               const char *model, const char *id) {
+  if (!c->method->streaming) {
+    gs_grpc_reply_error(c, http_status, message);
+    return;
+  }
+  Inference__ModelInferResponse res = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  res.model_name = (char *)model;
+  res.id = (char *)id;
+  Inference__ModelStreamInferResponse r = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+  r.error_message = (char *)message;
+  r.infer_response = &res;
   stream_reply(c, gs_grpc_pack(&r.base));
 }
 
@@ -325,6 +413,9 @@ static const gs_grpc_method *find_method(const grpc_slice path) {
  * Authorization header. Returns 0, or the HTTP status of the refusal with
  * `why` filled. */
 static int authenticate(gs_grpc_call *c, char *why, size_t whylen) {
+  gs_grpc_access access = c->method->access;
+  if (access == GS_GRPC_OPEN)
+    return 0;
   const char *value = NULL;
   char header[512];
   for (size_t i = 0; i < c->metadata.count; i++) {
@@ -340,9 +431,6 @@ static int authenticate(gs_grpc_call *c, char *why, size_t whylen) {
     header[n] = '\0';
     value = header;
   }
-  gs_grpc_access access = c->method->access;
-  if (access == GS_GRPC_OPEN)
-    return 0;
   if (!value) {
     if (access == GS_GRPC_ADMIN || c->settings->reading_needs_token) {
       snprintf(why, whylen, "this method needs a token (metadata authorization: Bearer TOKEN)");
@@ -412,10 +500,12 @@ static ProtobufCMessage *unpack(gs_grpc_call *c) {
   grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
   grpc_byte_buffer_reader_destroy(&reader);
   c->received_bytes = GRPC_SLICE_LENGTH(s);
+  budget_refused = false;
   ProtobufCMessage *m =
-      protobuf_c_message_unpack(c->method->request, NULL, c->received_bytes,
+      protobuf_c_message_unpack(c->method->request, &c->server->allocator, c->received_bytes,
                                 GRPC_SLICE_START_PTR(s));
   grpc_slice_unref(s);
+  c->unpack_refused = !m && budget_refused;
   return m;
 }
 
@@ -449,19 +539,24 @@ static void on_received(gs_grpc_call *c, bool ok) {
     pthread_mutex_unlock(&c->lock);
   }
   if (!m) {
-    char why[200];
-    snprintf(why, sizeof why, "the request is not a valid %s message",
-             c->method->request->name);
-    gs_grpc_reply_error(c, 400, why);
+    char why[300];
+    if (c->unpack_refused)
+      snprintf(why, sizeof why, "the server holds as many request messages as it may "
+               "(--max-bodies-bytes %lld); retry shortly",
+               (long long)c->settings->max_buffered_bytes);
+    else
+      snprintf(why, sizeof why, "the request is not a valid %s message",
+               c->method->request->name);
+    gs_grpc_reply_error(c, c->unpack_refused ? 429 : 400, why);
+    c->unpack_refused = false;
   } else {
     c->method->handle(c, m);
   }
   if (streaming) {
     pthread_mutex_lock(&c->lock);
-    bool go_on = !c->broken && !c->finishing;
+    c->receive_held = true;
+    stream_resume(c);
     pthread_mutex_unlock(&c->lock);
-    if (go_on)
-      receive(c, false);
   }
   gs_grpc_call_release(c);
 }
@@ -530,6 +625,18 @@ static grpc_server_credentials *credentials(gs_grpc_server *g) {
 }
 
 static void free_server(gs_grpc_server *g) {
+  /* Nobody polls the queue: the shutdown's notice is waited for here. */
+  while (g->server && g->n_threads == 0 && atomic_load(&g->quiescing) &&
+         !atomic_load(&g->shut_down)) {
+    grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      break;
+    gs_grpc_tag *t = ev.tag;
+    if (t == &g->on_shutdown)
+      atomic_store(&g->shut_down, true);
+    else
+      t->done(t->call, false);
+  }
   if (g->server)
     grpc_server_destroy(g->server);
   if (g->cq) {
@@ -556,6 +663,8 @@ int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out) {
     return gs_error(GS_ENOMEM, "out of memory starting gRPC");
   g->settings = *settings;
   g->on_shutdown = (gs_grpc_tag){NULL, NULL}; /* told apart by its address */
+  g->allocator = (ProtobufCAllocator){budget_alloc, budget_free, g};
+  atomic_init(&g->unpacked_bytes, 0);
   atomic_init(&g->live_calls, 0);
   atomic_init(&g->quiescing, false);
   atomic_init(&g->shut_down, false);

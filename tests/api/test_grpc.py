@@ -365,7 +365,7 @@ def test_stream_answers_every_request_and_survives_a_bad_one(server, repo):
     c.start_stream(callback=lambda result, error: results.put((result, error)))
     xs = {}
     try:
-        for k in range(40):
+        for k in range(150):  # past the stream's window of 64 in flight
             x, i = mlp_input(1 + k % 3, 100 + k)
             xs[str(k)] = x
             c.async_stream_infer("mlp", [i], request_id=str(k))
@@ -373,7 +373,7 @@ def test_stream_answers_every_request_and_survives_a_bad_one(server, repo):
                 bad = tg.InferInput("x", [1, 3], "FP32")
                 bad.set_data_from_numpy(np.zeros((1, 3), np.float32))
                 c.async_stream_infer("mlp", [bad], request_id="bad")
-        got = [results.get(timeout=30) for _ in range(41)]
+        got = [results.get(timeout=60) for _ in range(151)]
     finally:
         c.stop_stream()
     errors = [e for r, e in got if e is not None]
@@ -478,6 +478,25 @@ def start_needing_tokens(repo):
         time.sleep(0.05)
     proc.kill()
     raise AssertionError("gpusrv serve --auth required did not come up")
+
+
+def test_unpacked_messages_are_held_to_the_budget(repo):
+    # 20,000 empty strings: 40 KB on the wire, ten times that as protobuf-c's structs.
+    proc, port = start(repo, "--max-request-bytes", "64K", "--max-bodies-bytes", "128K")
+    try:
+        s = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(f"127.0.0.1:{proc.grpc_port}"))
+        q = pb.ModelInferRequest(model_name="types")
+        t = q.inputs.add(name="in_s", datatype="BYTES", shape=[2, 3])
+        t.contents.bytes_contents.extend([b""] * 20000)
+        assert q.ByteSize() < 64 * 1024
+        with pytest.raises(grpc.RpcError) as e:
+            s.ModelInfer(q)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-bodies-bytes" in e.value.details()
+        assert tg.InferenceServerClient(f"127.0.0.1:{proc.grpc_port}").is_server_live()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
 
 
 def test_tokens_in_metadata(repo):
