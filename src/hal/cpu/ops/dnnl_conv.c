@@ -26,6 +26,12 @@ static void engine_init(void) {
     GS_LOGW("engine", "oneDNN has no CPU engine here; convolutions use im2col + GEMM");
 }
 
+bool gs__dnnl_int8_exact(void) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  /* avx512_core_vnni, _bf16 and _amx all carry the VNNI bit (0x40). */
+  return (isa & 0x40) != 0 || isa == dnnl_cpu_isa_avx2_vnni;
+}
+
 struct dnnl_engine *gs__dnnl_engine(void) {
   pthread_once(&engine_once, engine_init);
   return engine_ok ? engine : NULL;

@@ -2,8 +2,10 @@
 #ifndef GS_ENGINE_CPU_DNNL_CONV_H
 #define GS_ENGINE_CPU_DNNL_CONV_H
 
-#include "hal/op/op_call.h"
 #include "hal/op/op_attrs.h"
+#include "hal/op/op_call.h"
+
+#include <stdbool.h>
 
 /* Runs the Conv of call c on float32 operands p (inputs, then the output).
  * Sets *done when oneDNN did it; leaves it false when oneDNN cannot (then
@@ -21,6 +23,13 @@ int gs__dnnl_matmul(const gs_op_call *c, float *const *p, bool *done);
 struct dnnl_primitive_attr;
 int gs__dnnl_set_activation(struct dnnl_primitive_attr *attr, gs_activation act, float lo,
                             float hi);
+
+/* Whether oneDNN's 8-bit products are exact on this CPU: with VNNI (or
+ * AMX), u8 x s8 pairs are summed straight into int32. Without it, its
+ * kernels sum each pair of products in int16 first (vpmaddubsw), which
+ * saturates (255 * 127 * 2 > 32767): such CPUs (AVX2, AVX-512 without
+ * VNNI) get products that never reach that sum (k_qgemm.c). */
+bool gs__dnnl_int8_exact(void);
 
 /* oneDNN's CPU engine, made at first use; NULL where oneDNN has none. */
 struct dnnl_engine;

@@ -217,7 +217,7 @@ static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, void *const *p
 int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
   *done = false;
   dnnl_engine_t engine = gs__dnnl_engine();
-  if (!engine || !c->state)
+  if (!engine || !gs__dnnl_int8_exact() /* its products would saturate */ || !c->state)
     return 0;
   qconv_state *s = c->state->ptr;
   if (!s) {

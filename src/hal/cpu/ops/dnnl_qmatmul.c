@@ -134,7 +134,7 @@ int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void 
                      const int8_t *b, int32_t *out, bool *done) {
   *done = false;
   dnnl_engine_t engine = gs__dnnl_engine();
-  if (!engine || !c->state || q->m == 0 || q->n == 0 || q->k == 0)
+  if (!engine || !gs__dnnl_int8_exact() /* its products would saturate */ || !c->state || q->m == 0 || q->n == 0 || q->k == 0)
     return 0;
   qmm_state *s = c->state->ptr;
   if (!s) {

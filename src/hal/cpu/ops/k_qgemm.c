@@ -6,6 +6,7 @@
  * requantising). A convolution is the product of its weights and the
  * input unrolled into columns (im2col), one group at a time. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/dnnl_qconv.h"
 #include "hal/cpu/ops/dnnl_qmatmul.h"
 #include "hal/cpu/ops/parallel.h"
@@ -44,6 +45,71 @@ static int32_t a_at(const qoperand *a, bool ta, int64_t m, int64_t k, int64_t i,
  * shifted by 128, its zero points with it. oneDNN takes one zero point per
  * operand: those per row or per column are corrected afterwards with A's
  * row sums and B's column sums. */
+/* The product where oneDNN's u8 x s8 kernels would saturate (no VNNI:
+ * dnnl_conv.h). A is made unsigned (A' = A + sa) and cut into its top bit
+ * and the rest, A' = 128 H + L, B signed (B' = B - sb), so that no pair of
+ * products passes int16 (2 * 127 * 128 < 32768); two GEMMs without
+ * offsets, then every zero point and shift at once with the raw A's row
+ * sums and B's column sums:
+ *   C = G - (sa + za_i) colsum_j + (sb - zb_j) rowsum_i + k (sa sb + za_i zb_j),
+ *   G = 128 G(H, B') + G(L, B'). */
+static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
+                           const qoperand *a, bool ta, const qoperand *b, bool tb, int32_t *c) {
+  size_t ak = (size_t)(m * k), bk = (size_t)(k * n);
+  uint8_t *hi = malloc(ak), *lo = malloc(ak);
+  int8_t *bs = malloc(bk);
+  int32_t *g = malloc(sizeof *g * (size_t)(m * n));
+  int64_t *rows = calloc((size_t)m, sizeof *rows), *cols = calloc((size_t)n, sizeof *cols);
+  int rc = 0;
+  if (!hi || !lo || !bs || !g || !rows || !cols) {
+    rc = gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", node);
+    goto done;
+  }
+  int32_t sa = a->type == GS_DT_INT8 ? 128 : 0, sb = b->type == GS_DT_UINT8 ? 128 : 0;
+  for (size_t x = 0; x < ak; x++) {
+    int32_t v = gs_q_load(a->type, a->data, (int64_t)x) + sa;
+    hi[x] = (uint8_t)(v >> 7);
+    lo[x] = (uint8_t)(v & 127);
+  }
+  for (size_t x = 0; x < bk; x++)
+    bs[x] = (int8_t)(gs_q_load(b->type, b->data, (int64_t)x) - sb);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t p = 0; p < k; p++)
+      rows[i] += a_at(a, ta, m, k, i, p);
+  for (int64_t p = 0; p < k; p++)
+    for (int64_t j = 0; j < n; j++)
+      cols[j] += gs_q_load(b->type, b->data, tb ? j * k + p : p * n + j);
+  int32_t co = 0;
+  int saved = gs_parallel_small(4.0 * (double)m * (double)n * (double)k);
+  dnnl_status_t st = dnnl_gemm_u8s8s32(ta ? 'T' : 'N', tb ? 'T' : 'N', 'F', m, n, k, 1.0f, hi,
+                                       ta ? m : k, 0, bs, tb ? k : n, 0, 0.0f, g, n, &co);
+  if (st == dnnl_success)
+    st = dnnl_gemm_u8s8s32(ta ? 'T' : 'N', tb ? 'T' : 'N', 'F', m, n, k, 1.0f, lo, ta ? m : k, 0,
+                           bs, tb ? k : n, 0, 0.0f, c, n, &co);
+  gs_parallel_restore(saved);
+  if (st != dnnl_success) {
+    rc = gs_error(GS_EDEVICE, "node %s: oneDNN's integer GEMM failed (status %d)", node, (int)st);
+    goto done;
+  }
+  for (int64_t i = 0; i < m; i++) {
+    int64_t za = a->n_zero ? zero_at(a, i) : 0;
+    for (int64_t j = 0; j < n; j++) {
+      int64_t zb = b->n_zero ? zero_at(b, j) : 0;
+      int64_t v = 128 * (int64_t)g[i * n + j] + c[i * n + j] - (sa + za) * cols[j] +
+                  (sb - zb) * rows[i] + k * (sa * sb + za * zb);
+      c[i * n + j] = (int32_t)(uint32_t)(uint64_t)v; /* wraps as int32 hardware does */
+    }
+  }
+done:
+  free(hi);
+  free(lo);
+  free(bs);
+  free(g);
+  free(rows);
+  free(cols);
+  return rc;
+}
+
 static int qgemm_s32(const char *node, int64_t m, int64_t n, int64_t k, const qoperand *a,
                      bool ta, const qoperand *b, bool tb, int32_t *c) {
   if (m == 0 || n == 0)
@@ -52,6 +118,8 @@ static int qgemm_s32(const char *node, int64_t m, int64_t n, int64_t k, const qo
     memset(c, 0, sizeof *c * (size_t)(m * n));
     return 0;
   }
+  if (!gs__dnnl_int8_exact())
+    return qgemm_s32_split(node, m, n, k, a, ta, b, tb, c);
   int8_t *shifted = NULL;
   const int8_t *bdata = b->data;
   int32_t bshift = 0;
