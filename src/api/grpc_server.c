@@ -577,20 +577,26 @@ static void ask_for_call(gs_grpc_server *g) {
   }
 }
 
+/* Waits for the queue's next event and hands it to its tag (as failed with
+ * force_failed: the server is being torn down); false once the queue has
+ * shut down. */
+static bool next_event(gs_grpc_server *g, bool force_failed) {
+  grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  if (ev.type != GRPC_OP_COMPLETE)
+    return ev.type != GRPC_QUEUE_SHUTDOWN;
+  gs_grpc_tag *t = ev.tag;
+  if (t == &g->on_shutdown)
+    atomic_store(&g->shut_down, true);
+  else
+    t->done(t->call, ev.success != 0 && !force_failed);
+  return true;
+}
+
 static void *poll_main(void *arg) {
   gs_grpc_server *g = arg;
-  for (;;) {
-    grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    if (ev.type == GRPC_QUEUE_SHUTDOWN)
-      return NULL;
-    if (ev.type != GRPC_OP_COMPLETE)
-      continue;
-    gs_grpc_tag *t = ev.tag;
-    if (t == &g->on_shutdown)
-      atomic_store(&g->shut_down, true);
-    else
-      t->done(t->call, ev.success != 0);
-  }
+  while (next_event(g, false))
+    ;
+  return NULL;
 }
 
 /* A PEM file as a string (gRPC takes PEM text). */
@@ -627,25 +633,16 @@ static grpc_server_credentials *credentials(gs_grpc_server *g) {
 static void free_server(gs_grpc_server *g) {
   /* Nobody polls the queue: the shutdown's notice is waited for here. */
   while (g->server && g->n_threads == 0 && atomic_load(&g->quiescing) &&
-         !atomic_load(&g->shut_down)) {
-    grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    if (ev.type != GRPC_OP_COMPLETE)
-      break;
-    gs_grpc_tag *t = ev.tag;
-    if (t == &g->on_shutdown)
-      atomic_store(&g->shut_down, true);
-    else
-      t->done(t->call, false);
-  }
+         !atomic_load(&g->shut_down) && next_event(g, true))
+    ;
   if (g->server)
     grpc_server_destroy(g->server);
   if (g->cq) {
     grpc_completion_queue_shutdown(g->cq);
     for (int i = 0; i < g->n_threads; i++)
       pthread_join(g->threads[i], NULL);
-    if (g->n_threads == 0) /* nobody polled it: drain it here */
-      while (grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
-             GRPC_QUEUE_SHUTDOWN)
+    if (g->n_threads == 0) /* nobody polled it: drain it here, freeing what waited */
+      while (next_event(g, true))
         ;
     grpc_completion_queue_destroy(g->cq);
   }

@@ -572,3 +572,16 @@ def test_sigterm_ends_an_open_stream_and_drains(repo):
     assert proc.wait(timeout=30) == 0  # the open stream is cancelled after the drain
     assert time.time() - t < 15
     c.stop_stream()
+
+
+def test_grpc_port_in_use_is_a_clear_error(repo, tmp_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        p = subprocess.run([os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv")),
+                            "serve", "--model-repository", str(repo), "--http-port",
+                            str(free_port()), "--grpc-port", str(port), "--state-dir",
+                            str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and f"cannot serve gRPC on 127.0.0.1:{port}" in p.stderr, p.stderr
