@@ -289,6 +289,26 @@ def test_matmul_integer_per_row_zero_point():
     check_node(m, {"a": a}, want=exact.astype(np.int32))
 
 
+@pytest.mark.parametrize("a_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("rows", [1, 3, 6, 8, 20])
+def test_int8_products_exact_without_vnni(monkeypatch, rows, a_type):
+    """oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA), as on a CPU without VNNI,
+    whose u8 x s8 kernels would saturate on these values (every product
+    255 x -128): up to 8 rows go through qgemv.c (k odd, n not a multiple of
+    its 16 columns, rows in fours and the rest), more as two oneDNN GEMMs of
+    A cut in two; both exact, with both zero points."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    info = np.iinfo(a_type)
+    a = np.full((rows, 37), info.max, a_type)
+    a[:, ::5] = q8(a_type, (rows, 8))
+    b = np.full((37, 21), -128, np.int8)
+    b[::3] = q8(np.int8, (13, 21))
+    za, zb = z(a_type, 3), z(np.int8, -5)
+    exact = (a.astype(np.int64) - 3) @ (b.astype(np.int64) + 5)
+    m = one_node("MatMulInteger", {"a": a}, {"b": b, "za": za, "zb": zb}, np.int32)
+    check_node(m, {"a": a}, want=exact.astype(np.int32))
+
+
 def conv_exact(x, w, zx, zw, group=1, **attrs):
     """An integer convolution computed exactly by float32 Conv in onnxruntime
     on x - zx and w - zw: the cases here sum at most 36 products of 8-bit

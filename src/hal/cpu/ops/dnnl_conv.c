@@ -26,10 +26,19 @@ static void engine_init(void) {
     GS_LOGW("engine", "oneDNN has no CPU engine here; convolutions use im2col + GEMM");
 }
 
-bool gs__dnnl_int8_exact(void) {
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static bool int8_exact;
+
+static void isa_init(void) {
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   /* avx512_core_vnni, _bf16 and _amx all carry the VNNI bit (0x40). */
-  return (isa & 0x40) != 0 || isa == dnnl_cpu_isa_avx2_vnni;
+  int8_exact = (isa & 0x40) != 0 || isa == dnnl_cpu_isa_avx2_vnni;
+}
+
+/* Asked on every int8 product: found once (oneDNN fixes its ISA at first use). */
+bool gs__dnnl_int8_exact(void) {
+  pthread_once(&isa_once, isa_init);
+  return int8_exact;
 }
 
 struct dnnl_engine *gs__dnnl_engine(void) {

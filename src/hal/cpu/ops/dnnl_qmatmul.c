@@ -9,12 +9,22 @@
  * is taken away afterwards with B's column sums, kept beside the packed B,
  * so that no run has to make the primitive again. The caller's output
  * stage scales and requantises the int32 result. The primitive is made
- * once per plan step (again if B's zero point changes). */
+ * once per plan step (again if B's zero point changes).
+ *
+ * Without VNNI (dnnl_conv.h) the primitive's u8 x s8 kernels add each pair
+ * of products in int16, which saturates. There A is made unsigned and cut
+ * in two, A' = A + shift = 128 H + L (H in {0, 1}, L in [0, 127]), so that
+ * no pair passes int16 (2 * 127 * 128 < 32768); both halves go through the
+ * same primitive, with B kept as it is, and the results are put together:
+ *   C = 128 P(H) + P(L) - b_zero rowsum(A') - (shift + a_zero) col_sums.
+ * A few rows (batch 1) go through qgemv.h instead, with B packed once for
+ * it: oneDNN's GEMM would pack B on every call. */
 #include "hal/cpu/ops/dnnl_qmatmul.h"
 
 #include "base/error.h"
 #include "base/log.h"
 #include "hal/cpu/ops/dnnl_conv.h"
+#include "hal/cpu/ops/qgemv.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <stdlib.h>
@@ -28,10 +38,13 @@ typedef struct qmm_state {
   int64_t *col_sums;    /* over k of (B - b_zero), per column */
   gs_qmatmul_shape shape; /* as built */
   bool built, failed;
+  bool split; /* no VNNI: A in two halves, b_zero applied here (above) */
+  int8_t *gemv_b; /* no VNNI, few rows: B packed for gs__qgemv */
 } qmm_state;
 
 static void release(qmm_state *s) {
   free(s->col_sums);
+  free(s->gemv_b);
   if (s->matmul)
     dnnl_primitive_destroy(s->matmul);
   if (s->w_reorder)
@@ -74,7 +87,8 @@ static dnnl_status_t build(qmm_state *s, dnnl_engine_t engine) {
 #define TRY(x) \
   if (st == dnnl_success) \
   st = (x)
-  TRY(dnnl_memory_desc_init_by_tag(&a_md, 2, a_dims, q->a_signed ? dnnl_s8 : dnnl_u8, dnnl_ab));
+  bool a_signed = q->a_signed && !s->split; /* split halves are unsigned */
+  TRY(dnnl_memory_desc_init_by_tag(&a_md, 2, a_dims, a_signed ? dnnl_s8 : dnnl_u8, dnnl_ab));
   TRY(dnnl_memory_desc_init_by_tag(&b_any, 2, b_dims, dnnl_s8, dnnl_format_tag_any));
   /* B as stored: [k, n], or [n, k] read transposed (tag ba). */
   TRY(dnnl_memory_desc_init_by_tag(&b_plain, 2, b_dims, dnnl_s8, q->trans_b ? dnnl_ba : dnnl_ab));
@@ -83,7 +97,7 @@ static dnnl_status_t build(qmm_state *s, dnnl_engine_t engine) {
   TRY(dnnl_matmul_desc_init(&md, &a_md, &b_any, NULL, &c_md));
   dnnl_primitive_attr_t attr = NULL;
   TRY(dnnl_primitive_attr_create(&attr));
-  if (q->b_zero)
+  if (q->b_zero && !s->split)
     TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_WEIGHTS, 1, 0, &q->b_zero));
   dnnl_primitive_desc_t pd = NULL;
   TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL));
@@ -130,11 +144,124 @@ static void take_away_a_zero(const gs_qmatmul_shape *q, const int64_t *col_sums,
   free(corr);
 }
 
+/* One execution of the primitive, src -> dst, with B as kept. */
+static dnnl_status_t execute(qmm_state *s, const void *src, int32_t *dst) {
+  dnnl_memory_set_data_handle(s->src, (void *)src);
+  dnnl_memory_set_data_handle(s->dst, dst);
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, s->src},
+                            {DNNL_ARG_WEIGHTS, s->w_reorder ? s->w_packed : s->w_plain},
+                            {DNNL_ARG_DST, s->dst}};
+  dnnl_status_t st = dnnl_primitive_execute(s->matmul, s->stream, 3, args);
+  return st == dnnl_success ? dnnl_stream_wait(s->stream) : st;
+}
+
+/* B in the primitive's layout and its column sums: once for a constant B. */
+static dnnl_status_t keep_weights(qmm_state *s, const gs_qmatmul_shape *q, const int8_t *b) {
+  dnnl_memory_set_data_handle(s->w_plain, (void *)b);
+  if (q->b_const && s->w_cached == b)
+    return dnnl_success;
+  dnnl_status_t st = dnnl_success;
+  if (s->w_reorder) {
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, s->w_plain}, {DNNL_ARG_TO, s->w_packed}};
+    st = dnnl_primitive_execute(s->w_reorder, s->stream, 2, args);
+  }
+  if (s->gemv_b)
+    gs__qgemv_pack(b, q->trans_b, q->k, q->n, s->gemv_b);
+  sum_columns(q, b, s->col_sums);
+  s->w_cached = st == dnnl_success ? b : NULL; /* a failed reorder is done again */
+  return st;
+}
+
+/* Row i of A' = A + shift, cut into hi (A' >> 7) and lo (A' & 127); returns A''s sum. */
+#define DEFINE_SPLIT_ROW(SUFFIX, T, SHIFT)                                                     \
+  static int64_t split_row_##SUFFIX(const T *a, int64_t k, uint8_t *hi, uint8_t *lo) {        \
+    int64_t sum = 0;                                                                           \
+    for (int64_t p = 0; p < k; p++) {                                                          \
+      int32_t v = (int32_t)a[p] + SHIFT;                                                       \
+      hi[p] = (uint8_t)(v >> 7);                                                               \
+      lo[p] = (uint8_t)(v & 127);                                                              \
+      sum += v;                                                                                \
+    }                                                                                          \
+    return sum;                                                                                \
+  }
+DEFINE_SPLIT_ROW(u8, uint8_t, 0)
+DEFINE_SPLIT_ROW(s8, int8_t, 128)
+
+/* A's row sums, for taking B's zero point away. */
+static void sum_rows(const gs_qmatmul_shape *q, const void *a, int64_t *rows) {
+  for (int64_t i = 0; i < q->m; i++) {
+    int64_t sum = 0;
+    for (int64_t p = 0; p < q->k; p++)
+      sum += q->a_signed ? ((const int8_t *)a)[i * q->k + p] : ((const uint8_t *)a)[i * q->k + p];
+    rows[i] = sum;
+  }
+}
+
+/* out -= b_zero rowsum(A)_i + a_zero col_sums_j, wrapping as int32 does. */
+static void take_away_zeros(const gs_qmatmul_shape *q, int64_t a_zero, const int64_t *rows,
+                            const int64_t *col_sums, uint32_t *corr, int32_t *out) {
+  for (int64_t j = 0; j < q->n; j++)
+    corr[j] = (uint32_t)(uint64_t)(a_zero * col_sums[j]);
+  for (int64_t i = 0; i < q->m; i++) {
+    uint32_t rz = (uint32_t)(uint64_t)((int64_t)q->b_zero * rows[i]);
+    int32_t *row = out + i * q->n;
+    for (int64_t j = 0; j < q->n; j++)
+      row[j] = (int32_t)((uint32_t)row[j] - rz - corr[j]);
+  }
+}
+
+/* A few rows without VNNI: A B exactly through qgemv.h, then the zero points. */
+static dnnl_status_t run_gemv(qmm_state *s, const gs_qmatmul_shape *q, const void *a,
+                              int32_t *out) {
+  int64_t *rows = malloc(sizeof *rows * (size_t)q->m);
+  uint32_t *corr = malloc(sizeof *corr * (size_t)q->n);
+  dnnl_status_t st = rows && corr && gs__qgemv(a, q->a_signed, q->m, q->k, q->n, s->gemv_b, out)
+                         ? dnnl_success : dnnl_out_of_memory;
+  if (st == dnnl_success) {
+    sum_rows(q, a, rows);
+    take_away_zeros(q, q->a_zero, rows, s->col_sums, corr, out);
+  }
+  free(rows);
+  free(corr);
+  return st;
+}
+
+/* The product without VNNI, in two halves of A (top of the file). */
+static dnnl_status_t run_split(qmm_state *s, const gs_qmatmul_shape *q, const void *a,
+                               int32_t *out) {
+  size_t ak = (size_t)(q->m * q->k);
+  uint8_t *halves = malloc(2 * ak);
+  int32_t *high = malloc(sizeof *high * (size_t)(q->m * q->n));
+  int64_t *rows = malloc(sizeof *rows * (size_t)q->m);
+  uint32_t *corr = malloc(sizeof *corr * (size_t)q->n);
+  dnnl_status_t st = halves && high && rows && corr ? dnnl_success : dnnl_out_of_memory;
+  for (int64_t i = 0; st == dnnl_success && i < q->m; i++) {
+    uint8_t *hi = halves + i * q->k, *lo = halves + ak + i * q->k;
+    rows[i] = q->a_signed ? split_row_s8((const int8_t *)a + i * q->k, q->k, hi, lo)
+                          : split_row_u8((const uint8_t *)a + i * q->k, q->k, hi, lo);
+  }
+  if (st == dnnl_success)
+    st = execute(s, halves, high);
+  if (st == dnnl_success)
+    st = execute(s, halves + ak, out);
+  if (st == dnnl_success) {
+    /* Wrapping as int32 hardware does, in uint32: the loops vectorise. */
+    for (int64_t x = 0; x < q->m * q->n; x++)
+      out[x] = (int32_t)(128u * (uint32_t)high[x] + (uint32_t)out[x]);
+    take_away_zeros(q, (q->a_signed ? 128 : 0) + (int64_t)q->a_zero, rows, s->col_sums, corr, out);
+  }
+  free(halves);
+  free(high);
+  free(rows);
+  free(corr);
+  return st;
+}
+
 int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void *a,
                      const int8_t *b, int32_t *out, bool *done) {
   *done = false;
   dnnl_engine_t engine = gs__dnnl_engine();
-  if (!engine || !gs__dnnl_int8_exact() /* its products would saturate */ || !c->state || q->m == 0 || q->n == 0 || q->k == 0)
+  if (!engine || !c->state || q->m == 0 || q->n == 0 || q->k == 0)
     return 0;
   qmm_state *s = c->state->ptr;
   if (!s) {
@@ -149,6 +276,10 @@ int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void 
     release(s);
     s->shape = *q;
     s->built = true;
+    s->split = !gs__dnnl_int8_exact();
+    if (s->split && q->m <= GS_QGEMV_MAX_ROWS && gs__qgemv_available() &&
+        !(s->gemv_b = malloc(gs__qgemv_packed_size(q->k, q->n))))
+      return gs_error(GS_ENOMEM, "node %s: out of memory packing an int8 weight", c->node_name);
     if (build(s, engine) != dnnl_success) {
       GS_LOGD("engine", "node %s: oneDNN cannot run this int8 matmul; using the integer GEMM",
               c->node_name);
@@ -156,30 +287,19 @@ int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void 
       return 0;
     }
   }
-  dnnl_memory_set_data_handle(s->src, (void *)a);
-  dnnl_memory_set_data_handle(s->w_plain, (void *)b);
-  dnnl_memory_set_data_handle(s->dst, out);
-  dnnl_status_t st = dnnl_success;
-  if (!q->b_const || s->w_cached != b) {
-    if (s->w_reorder) {
-      dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, s->w_plain}, {DNNL_ARG_TO, s->w_packed}};
-      st = dnnl_primitive_execute(s->w_reorder, s->stream, 2, args);
-    }
-    sum_columns(q, b, s->col_sums);
-    s->w_cached = st == dnnl_success ? b : NULL; /* a failed reorder is done again */
-  }
-  if (st == dnnl_success) {
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, s->src},
-                              {DNNL_ARG_WEIGHTS, s->w_reorder ? s->w_packed : s->w_plain},
-                              {DNNL_ARG_DST, s->dst}};
-    st = dnnl_primitive_execute(s->matmul, s->stream, 3, args);
-  }
-  if (st == dnnl_success)
-    st = dnnl_stream_wait(s->stream);
+  dnnl_status_t st = keep_weights(s, q, b);
+  if (st == dnnl_success && s->gemv_b)
+    st = run_gemv(s, q, a, out);
+  else if (st == dnnl_success && s->split)
+    st = run_split(s, q, a, out);
+  else if (st == dnnl_success)
+    st = execute(s, a, out);
+  if (st == dnnl_out_of_memory)
+    return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
   if (st != dnnl_success)
     return gs_error(GS_EDEVICE, "node %s: oneDNN int8 matmul failed (status %d)", c->node_name,
                     (int)st);
-  if (q->a_zero)
+  if (q->a_zero && !s->split)
     take_away_a_zero(q, s->col_sums, out);
   *done = true;
   return 0;
