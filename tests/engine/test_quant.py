@@ -299,10 +299,11 @@ def test_int8_products_exact_without_vnni(monkeypatch, rows, a_type):
     A cut in two; both exact, with both zero points."""
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     info = np.iinfo(a_type)
+    r = np.random.default_rng(rows)  # not the module's: the other tests keep their data
     a = np.full((rows, 37), info.max, a_type)
-    a[:, ::5] = q8(a_type, (rows, 8))
+    a[:, ::5] = r.integers(info.min, info.max + 1, (rows, 8))
     b = np.full((37, 21), -128, np.int8)
-    b[::3] = q8(np.int8, (13, 21))
+    b[::3] = r.integers(-128, 128, (13, 21))
     za, zb = z(a_type, 3), z(np.int8, -5)
     exact = (a.astype(np.int64) - 3) @ (b.astype(np.int64) + 5)
     m = one_node("MatMulInteger", {"a": a}, {"b": b, "za": za, "zb": zb}, np.int32)
@@ -311,8 +312,8 @@ def test_int8_products_exact_without_vnni(monkeypatch, rows, a_type):
 
 def conv_exact(x, w, zx, zw, group=1, **attrs):
     """An integer convolution computed exactly by float32 Conv in onnxruntime
-    on x - zx and w - zw: the cases here sum at most 36 products of 8-bit
-    values, which stays below 2**24, where float32 holds every integer."""
+    on x - zx and w - zw: the cases here sum at most 144 products of 8-bit
+    values (below 4.8e6), which stays below 2**24, where float32 holds every integer."""
     xs = (x.astype(np.float32) - np.float32(zx))
     ws = (w.astype(np.float32) - np.asarray(zw, np.float32).reshape(-1, *[1] * (w.ndim - 1)))
     node = helper.make_node("Conv", ["x", "w"], ["y"], group=group, **attrs)
@@ -356,6 +357,37 @@ def test_qlinear_conv(x_type, per_channel):
         scale = 0.02 * np.broadcast_to(ws.astype(np.float64), (8,)).reshape(1, -1, 1, 1) / 0.05
         info = np.iinfo(x_type)
         want = np.clip(np.rint(acc * scale) + int(consts["yz"]), info.min, info.max).astype(x_type)
+    check_node(m, {"x": x}, want=want)
+
+
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+def test_qlinear_conv_exact_without_vnni(monkeypatch, x_type):
+    """oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA), as on a CPU without VNNI:
+    the input cut in two halves through oneDNN's int8 convolution, on values
+    whose products would saturate there (input at its top, weights at -128),
+    with padding (the window sums), strides, groups and a bias; the exact
+    sum requantised in double, within one step."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    info = np.iinfo(x_type)
+    # 16 input and 8 output channels a group: fewer go to oneDNN's reference
+    # kernel, which is exact anyway
+    r = np.random.default_rng(5)  # not the module's: the other tests keep their data
+    x = np.full((2, 32, 9, 8), info.max, x_type)
+    x[:, :, ::3] = r.integers(info.min, info.max + 1, (2, 32, 3, 8))
+    w = np.full((16, 16, 3, 3), -128, np.int8)
+    w[:, :, 1] = r.integers(-128, 128, (16, 16, 3))
+    xz = np.array(r.integers(info.min, info.max + 1), x_type)
+    bias = r.integers(-2000, 2000, 16).astype(np.int32)
+    attrs = dict(group=2, pads=[1, 2, 0, 1], strides=[2, 1])
+    acc = conv_exact(x, w, xz, np.zeros(16, np.int8), **attrs) + bias.reshape(1, -1, 1, 1)
+    ys = np.float32(0.02 * 0.004 * np.abs(acc).max() / 120)  # a step: 1/120 of the largest sum
+    yz = (int(info.min) + int(info.max) + 1) // 2
+    want = np.clip(np.rint(acc * (0.02 * 0.004 / np.float64(ys))) + yz, info.min,
+                   info.max).astype(x_type)
+    consts = {"xs": f(0.02), "xz": xz, "w": w, "ws": f(0.004), "wz": z(np.int8, 0), "ys": ys,
+              "yz": z(x_type, yz), "b": bias}
+    m = one_node("QLinearConv", {"x": x}, consts, x_type, attrs=attrs,
+                 names=["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"])
     check_node(m, {"x": x}, want=want)
 
 

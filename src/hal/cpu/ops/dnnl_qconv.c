@@ -9,7 +9,18 @@
  * The activations are reordered from and to NCHW around each call (oneDNN
  * computes int8 in channels-last), the weights once while they stay the
  * same. oneDNN takes no weight zero points: those ops, and uint8 weights,
- * stay with the caller's im2col path. */
+ * stay with the caller's im2col path.
+ *
+ * Without VNNI (dnnl_conv.h) oneDNN's u8 x s8 kernels add each pair of
+ * products in int16, which saturates. There the input is made unsigned and
+ * cut in two, x + shift = 128 H + L (H in {0, 1}, L in [0, 127]), whose
+ * products cannot saturate; H and L go through the primitive as one batch
+ * of twice the images, into int32 without scales or zero points, and the
+ * output stage is done here:
+ *   acc = 128 conv(H) + conv(L) - (shift + x_zero) window_sum + bias,
+ * where window_sum (per output channel and position) sums the weights
+ * that meet the input rather than the padding, which oneDNN fills with 0
+ * where the op means x_zero. */
 #include "hal/cpu/ops/dnnl_qconv.h"
 
 #include "base/error.h"
@@ -30,6 +41,10 @@ typedef struct qconv_state {
   int64_t n_scales;
   int32_t x_zero, y_zero;
   bool built, failed;
+  bool split;          /* no VNNI: the input in two halves (above) */
+  uint8_t *halves;     /* split: H then L, as the input's plain layout */
+  int32_t *acc;        /* split: the primitive's int32 result, plain */
+  int32_t *window_sum; /* split: [out channels, positions], from w_cached */
 } qconv_state;
 
 static void release(qconv_state *s) {
@@ -45,6 +60,9 @@ static void release(qconv_state *s) {
   if (s->stream)
     dnnl_stream_destroy(s->stream);
   free(s->scales);
+  free(s->halves);
+  free(s->acc);
+  free(s->window_sum);
   memset(s, 0, sizeof *s);
 }
 
@@ -97,6 +115,14 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t en
   qconv_dims d;
   dims_of(c, &d);
   dnnl_data_type_t xt = q8(c->in[0].dtype), yt = q8(c->out[0].dtype);
+  bool bias = a->has_bias;
+  if (s->split) { /* twice the images, unsigned, into int32; the output stage is ours */
+    d.src[0] *= 2;
+    d.dst[0] *= 2;
+    xt = dnnl_u8;
+    yt = dnnl_s32;
+    bias = false;
+  }
   dnnl_memory_desc_t src_any, dst_any, w_any, b_md, src_plain, dst_plain, w_plain;
   dnnl_status_t st = dnnl_success;
 #define TRY(x) \
@@ -113,14 +139,16 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t en
   dnnl_convolution_desc_t cd;
   TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
                                                  dnnl_convolution_direct, &src_any, &w_any,
-                                                 a->has_bias ? &b_md : NULL, &dst_any, d.strides,
+                                                 bias ? &b_md : NULL, &dst_any, d.strides,
                                                  d.dil, d.pl, d.pr));
   dnnl_primitive_attr_t attr = NULL;
   TRY(dnnl_primitive_attr_create(&attr));
-  TRY(dnnl_primitive_attr_set_output_scales(attr, s->n_scales, s->n_scales > 1 ? 1 << 1 : 0,
-                                            s->scales));
-  TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->x_zero));
-  TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->y_zero));
+  if (!s->split) {
+    TRY(dnnl_primitive_attr_set_output_scales(attr, s->n_scales, s->n_scales > 1 ? 1 << 1 : 0,
+                                              s->scales));
+    TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->x_zero));
+    TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &s->y_zero));
+  }
   dnnl_primitive_desc_t pd = NULL;
   TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL));
   if (attr)
@@ -145,6 +173,15 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t en
   if (s->w_reorder)
     TRY(dnnl_memory_create(&s->w_blocked, w_md, engine, DNNL_MEMORY_ALLOCATE));
   TRY(dnnl_stream_create(&s->stream, engine, dnnl_stream_default_flags));
+  if (st == dnnl_success && s->split) {
+    size_t in = (size_t)gs_shape_numel(&c->in[0].shape), out = (size_t)gs_shape_numel(&c->out[0].shape);
+    const gs_shape *ys = &c->out[0].shape;
+    s->halves = malloc(2 * in + 1);
+    s->acc = malloc(sizeof *s->acc * (2 * out + 1));
+    s->window_sum = malloc(sizeof *s->window_sum * (size_t)(out / (size_t)ys->dims[0] + 1));
+    if (!s->halves || !s->acc || !s->window_sum)
+      st = dnnl_out_of_memory;
+  }
 #undef TRY
   dnnl_primitive_desc_destroy(pd);
   return st;
@@ -182,18 +219,90 @@ static dnnl_status_t reorder(dnnl_stream_t stream, dnnl_primitive_t r, dnnl_memo
   return dnnl_primitive_execute(r, stream, 2, args);
 }
 
+/* The weights of output channel o that meet the input, summed per output
+ * position: over the taps whose input lies inside (not in the padding),
+ * and over the group's input channels. */
+static void sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_sum) {
+  const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  int64_t chans = xs->dims[1] / a->group, taps = 1, outs = 1;
+  for (int d = 0; d < a->spatial; d++) {
+    taps *= a->kernel[d];
+    outs *= ys->dims[2 + d];
+  }
+  for (int64_t o = 0; o < ys->dims[1]; o++)
+    for (int64_t pos = 0; pos < outs; pos++) {
+      int32_t sum = 0;
+      for (int64_t tap = 0; tap < taps; tap++) {
+        bool inside = true;
+        int64_t pr = pos, tr = tap; /* taken apart into the spatial dims, last first */
+        for (int d = a->spatial - 1; d >= 0 && inside; d--) {
+          int64_t at = pr % ys->dims[2 + d], k = tr % a->kernel[d];
+          pr /= ys->dims[2 + d], tr /= a->kernel[d];
+          int64_t i = at * a->stride[d] + k * a->dilation[d] - a->pad_begin[d];
+          inside = i >= 0 && i < xs->dims[2 + d];
+        }
+        for (int64_t ci = 0; inside && ci < chans; ci++)
+          sum += w[(o * chans + ci) * taps + tap];
+      }
+      window_sum[o * outs + pos] = sum;
+    }
+}
+
+/* x + shift into H (first half) and L (second), as the split takes them. */
+static void split_input(const gs_op_call *c, const void *x, uint8_t *halves) {
+  int64_t n = gs_shape_numel(&c->in[0].shape);
+  uint8_t flip = c->in[0].dtype == GS_DT_INT8 ? 0x80 : 0; /* x + 128 for int8, as a byte */
+  const uint8_t *bytes = x;
+  for (int64_t i = 0; i < n; i++) {
+    uint8_t v = bytes[i] ^ flip;
+    halves[i] = v >> 7;
+    halves[n + i] = v & 127;
+  }
+}
+
+/* The split's output stage: acc as in the comment at the top, requantised. */
+static void finish_split(const qconv_state *s, const gs_op_call *c, const int32_t *bias,
+                         void *y) {
+  const gs_shape *ys = &c->out[0].shape;
+  int64_t images = ys->dims[0], chans = ys->dims[1];
+  int64_t outs = chans ? gs_shape_numel(ys) / (images * chans) : 0;
+  const int32_t *high = s->acc, *low = s->acc + images * chans * outs;
+  uint32_t shift = (uint32_t)((c->in[0].dtype == GS_DT_INT8 ? 128 : 0) + s->x_zero);
+  gs_dtype t = c->out[0].dtype;
+  int32_t lo = gs_q_lo(t) - s->y_zero, hi = gs_q_hi(t) - s->y_zero;
+  for (int64_t n = 0; n < images; n++)
+    for (int64_t o = 0; o < chans; o++) {
+      int64_t at = (n * chans + o) * outs;
+      uint32_t b = bias ? (uint32_t)bias[o] : 0;
+      float scale = s->scales[s->n_scales > 1 ? o : 0];
+      const int32_t *ws = s->window_sum + o * outs;
+      for (int64_t pos = 0; pos < outs; pos++) {
+        /* wrapping as int32 hardware does */
+        int32_t v = (int32_t)(128u * (uint32_t)high[at + pos] + (uint32_t)low[at + pos] -
+                              shift * (uint32_t)ws[pos] + b);
+        gs_q_store(t, y, at + pos, gs_q_round((float)v * scale, lo, hi) + s->y_zero);
+      }
+    }
+}
+
 static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, void *const *p) {
-  bool has_bias = ((const gs_quant_attrs *)c->attrs)->conv.has_bias;
-  dnnl_memory_set_data_handle(s->src_plain, p[0]);
-  dnnl_memory_set_data_handle(s->dst_plain, p[c->n_in]);
+  bool has_bias = ((const gs_quant_attrs *)c->attrs)->conv.has_bias && !s->split;
+  if (s->split)
+    split_input(c, p[0], s->halves);
+  dnnl_memory_set_data_handle(s->src_plain, s->split ? s->halves : p[0]);
+  dnnl_memory_set_data_handle(s->dst_plain, s->split ? (void *)s->acc : p[c->n_in]);
   dnnl_memory_set_data_handle(s->w_plain, p[3]);
   if (has_bias)
     dnnl_memory_set_data_handle(s->bias, p[8]);
   dnnl_status_t st = dnnl_success;
   /* Weights are reordered again where they may have changed. */
   bool weights_const = ((const gs_quant_attrs *)c->attrs)->conv.weights_const;
-  if (s->w_reorder && (!weights_const || s->w_cached != p[3])) {
-    st = reorder(s->stream, s->w_reorder, s->w_plain, s->w_blocked);
+  if (!weights_const || s->w_cached != p[3]) {
+    if (s->w_reorder)
+      st = reorder(s->stream, s->w_reorder, s->w_plain, s->w_blocked);
+    if (s->split)
+      sum_windows(c, p[3], s->window_sum);
     s->w_cached = st == dnnl_success ? p[3] : NULL; /* a failed reorder is done again */
   }
   if (st == dnnl_success && s->src_reorder)
@@ -211,13 +320,16 @@ static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, void *const *p
     st = reorder(s->stream, s->dst_reorder, s->dst_cl, s->dst_plain);
   if (st == dnnl_success)
     st = dnnl_stream_wait(s->stream);
+  if (st == dnnl_success && s->split)
+    finish_split(s, c, ((const gs_quant_attrs *)c->attrs)->conv.has_bias ? p[8] : NULL,
+                 p[c->n_in]);
   return st;
 }
 
 int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
   *done = false;
   dnnl_engine_t engine = gs__dnnl_engine();
-  if (!engine || !gs__dnnl_int8_exact() /* its products would saturate */ || !c->state)
+  if (!engine || !c->state || gs_shape_numel(&c->out[0].shape) == 0)
     return 0;
   qconv_state *s = c->state->ptr;
   if (!s) {
@@ -240,6 +352,7 @@ int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
     s->x_zero = want.x_zero;
     s->y_zero = want.y_zero;
     s->built = true;
+    s->split = !gs__dnnl_int8_exact();
     if (build(s, c, engine) != dnnl_success) {
       GS_LOGD("engine", "node %s: oneDNN cannot run this int8 convolution; using im2col",
               c->node_name);
