@@ -252,13 +252,7 @@ static void sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_su
 /* x + shift into H (first half) and L (second), as the split takes them. */
 static void split_input(const gs_op_call *c, const void *x, uint8_t *halves) {
   int64_t n = gs_shape_numel(&c->in[0].shape);
-  uint8_t flip = c->in[0].dtype == GS_DT_INT8 ? 0x80 : 0; /* x + 128 for int8, as a byte */
-  const uint8_t *bytes = x;
-  for (int64_t i = 0; i < n; i++) {
-    uint8_t v = bytes[i] ^ flip;
-    halves[i] = v >> 7;
-    halves[n + i] = v & 127;
-  }
+  gs_q_split(c->in[0].dtype, x, n, halves, halves + n);
 }
 
 /* The split's output stage: acc as in the comment at the top, requantised. */

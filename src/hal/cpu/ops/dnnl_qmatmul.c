@@ -24,6 +24,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "hal/cpu/ops/dnnl_conv.h"
+#include "hal/cpu/ops/qmath.h"
 #include "hal/cpu/ops/qgemv.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -172,21 +173,6 @@ static dnnl_status_t keep_weights(qmm_state *s, const gs_qmatmul_shape *q, const
   return st;
 }
 
-/* Row i of A' = A + shift, cut into hi (A' >> 7) and lo (A' & 127); returns A''s sum. */
-#define DEFINE_SPLIT_ROW(SUFFIX, T, SHIFT)                                                     \
-  static int64_t split_row_##SUFFIX(const T *a, int64_t k, uint8_t *hi, uint8_t *lo) {        \
-    int64_t sum = 0;                                                                           \
-    for (int64_t p = 0; p < k; p++) {                                                          \
-      int32_t v = (int32_t)a[p] + SHIFT;                                                       \
-      hi[p] = (uint8_t)(v >> 7);                                                               \
-      lo[p] = (uint8_t)(v & 127);                                                              \
-      sum += v;                                                                                \
-    }                                                                                          \
-    return sum;                                                                                \
-  }
-DEFINE_SPLIT_ROW(u8, uint8_t, 0)
-DEFINE_SPLIT_ROW(s8, int8_t, 128)
-
 /* A's row sums, for taking B's zero point away. */
 static void sum_rows(const gs_qmatmul_shape *q, const void *a, int64_t *rows) {
   for (int64_t i = 0; i < q->m; i++) {
@@ -237,8 +223,8 @@ static dnnl_status_t run_split(qmm_state *s, const gs_qmatmul_shape *q, const vo
   dnnl_status_t st = halves && high && rows && corr ? dnnl_success : dnnl_out_of_memory;
   for (int64_t i = 0; st == dnnl_success && i < q->m; i++) {
     uint8_t *hi = halves + i * q->k, *lo = halves + ak + i * q->k;
-    rows[i] = q->a_signed ? split_row_s8((const int8_t *)a + i * q->k, q->k, hi, lo)
-                          : split_row_u8((const uint8_t *)a + i * q->k, q->k, hi, lo);
+    rows[i] = gs_q_split(q->a_signed ? GS_DT_INT8 : GS_DT_UINT8, (const uint8_t *)a + i * q->k,
+                         q->k, hi, lo);
   }
   if (st == dnnl_success)
     st = execute(s, halves, high);

@@ -46,39 +46,51 @@ static int32_t a_at(const qoperand *a, bool ta, int64_t m, int64_t k, int64_t i,
  * operand: those per row or per column are corrected afterwards with A's
  * row sums and B's column sums. */
 /* The product where oneDNN's u8 x s8 kernels would saturate (no VNNI:
- * dnnl_conv.h). A is made unsigned (A' = A + sa) and cut into its top bit
- * and the rest, A' = 128 H + L, B signed (B' = B - sb), so that no pair of
- * products passes int16 (2 * 127 * 128 < 32768); two GEMMs without
- * offsets, then every zero point and shift at once with the raw A's row
- * sums and B's column sums:
- *   C = G - (sa + za_i) colsum_j + (sb - zb_j) rowsum_i + k (sa sb + za_i zb_j),
+ * dnnl_conv.h). A is made unsigned and cut in two, A' = A + sa = 128 H + L
+ * (gs_q_split), B signed (B' = B - sb), so that no pair of products passes
+ * int16 (2 * 127 * 128 < 32768); two GEMMs without offsets, then every
+ * zero point and shift at once with the row sums of A' and the column
+ * sums of B':
+ *   C = G + (sb - zb_j) rowsum'_i - (sa + za_i) colsum'_j - k (sa + za_i) (sb - zb_j),
  *   G = 128 G(H, B') + G(L, B'). */
 static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
                            const qoperand *a, bool ta, const qoperand *b, bool tb, int32_t *c) {
   size_t ak = (size_t)(m * k), bk = (size_t)(k * n);
-  uint8_t *hi = malloc(ak), *lo = malloc(ak);
-  int8_t *bs = malloc(bk);
+  uint8_t *halves = malloc(2 * ak);
+  int8_t *shifted = b->type == GS_DT_UINT8 ? malloc(bk) : NULL; /* int8 B is B' as it is */
   int32_t *g = malloc(sizeof *g * (size_t)(m * n));
   int64_t *rows = calloc((size_t)m, sizeof *rows), *cols = calloc((size_t)n, sizeof *cols);
   int rc = 0;
-  if (!hi || !lo || !bs || !g || !rows || !cols) {
+  if (!halves || (b->type == GS_DT_UINT8 && !shifted) || !g || !rows || !cols) {
     rc = gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", node);
     goto done;
   }
+  uint8_t *hi = halves, *lo = halves + ak;
   int32_t sa = a->type == GS_DT_INT8 ? 128 : 0, sb = b->type == GS_DT_UINT8 ? 128 : 0;
-  for (size_t x = 0; x < ak; x++) {
-    int32_t v = gs_q_load(a->type, a->data, (int64_t)x) + sa;
-    hi[x] = (uint8_t)(v >> 7);
-    lo[x] = (uint8_t)(v & 127);
-  }
-  for (size_t x = 0; x < bk; x++)
-    bs[x] = (int8_t)(gs_q_load(b->type, b->data, (int64_t)x) - sb);
-  for (int64_t i = 0; i < m; i++)
+  if (!ta) {
+    for (int64_t i = 0; i < m; i++)
+      rows[i] = gs_q_split(a->type, (const uint8_t *)a->data + i * k, k, hi + i * k, lo + i * k);
+  } else { /* A stored [k, m] */
+    gs_q_split(a->type, a->data, (int64_t)ak, hi, lo);
     for (int64_t p = 0; p < k; p++)
-      rows[i] += a_at(a, ta, m, k, i, p);
-  for (int64_t p = 0; p < k; p++)
+      for (int64_t i = 0; i < m; i++)
+        rows[i] += 128 * hi[p * m + i] + lo[p * m + i];
+  }
+  if (shifted) {
+    const uint8_t *src = b->data;
+    for (size_t x = 0; x < bk; x++)
+      shifted[x] = (int8_t)(src[x] ^ 0x80);
+  }
+  const int8_t *bs = shifted ? shifted : b->data;
+  if (!tb) {
+    for (int64_t p = 0; p < k; p++)
+      for (int64_t j = 0; j < n; j++)
+        cols[j] += bs[p * n + j];
+  } else { /* B stored [n, k] */
     for (int64_t j = 0; j < n; j++)
-      cols[j] += gs_q_load(b->type, b->data, tb ? j * k + p : p * n + j);
+      for (int64_t p = 0; p < k; p++)
+        cols[j] += bs[j * k + p];
+  }
   int32_t co = 0;
   int saved = gs_parallel_small(4.0 * (double)m * (double)n * (double)k);
   dnnl_status_t st = dnnl_gemm_u8s8s32(ta ? 'T' : 'N', tb ? 'T' : 'N', 'F', m, n, k, 1.0f, hi,
@@ -92,18 +104,17 @@ static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
     goto done;
   }
   for (int64_t i = 0; i < m; i++) {
-    int64_t za = a->n_zero ? zero_at(a, i) : 0;
+    int64_t sza = sa + (a->n_zero ? zero_at(a, i) : 0);
     for (int64_t j = 0; j < n; j++) {
-      int64_t zb = b->n_zero ? zero_at(b, j) : 0;
-      int64_t v = 128 * (int64_t)g[i * n + j] + c[i * n + j] - (sa + za) * cols[j] +
-                  (sb - zb) * rows[i] + k * (sa * sb + za * zb);
+      int64_t szb = sb - (b->n_zero ? zero_at(b, j) : 0);
+      int64_t v = 128 * (int64_t)g[i * n + j] + c[i * n + j] + szb * rows[i] - sza * cols[j] -
+                  k * sza * szb;
       c[i * n + j] = (int32_t)(uint32_t)(uint64_t)v; /* wraps as int32 hardware does */
     }
   }
 done:
-  free(hi);
-  free(lo);
-  free(bs);
+  free(halves);
+  free(shifted);
   free(g);
   free(rows);
   free(cols);
