@@ -26,6 +26,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "hal/cpu/ops/dnnl_conv.h"
+#include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/qmath.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -252,10 +253,25 @@ static void sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_su
 /* x + shift into H (first half) and L (second), as the split takes them. */
 static void split_input(const gs_op_call *c, const void *x, uint8_t *halves) {
   int64_t n = gs_shape_numel(&c->in[0].shape);
-  gs_q_split(c->in[0].dtype, x, n, halves, halves + n);
+  gs__q_split(c->in[0].dtype, x, n, halves, halves + n);
 }
 
-/* The split's output stage: acc as in the comment at the top, requantised. */
+/* One output row of the split's output stage, for 8-bit type T: acc as in
+ * the comment at the top (wrapping as int32 hardware does), requantised. */
+#define DEFINE_FINISH_ROW(SUFFIX, T)                                                            \
+  GS_VECTOR_CLONES                                                                            \
+  static void finish_row_##SUFFIX(const int32_t *high, const int32_t *low, const int32_t *ws,  \
+                                  uint32_t shift, uint32_t bias, float scale, int32_t lo,      \
+                                  int32_t hi, int32_t zero, T *y, int64_t n) {                 \
+    for (int64_t p = 0; p < n; p++) {                                                          \
+      int32_t v = (int32_t)(128u * (uint32_t)high[p] + (uint32_t)low[p] -                      \
+                            shift * (uint32_t)ws[p] + bias);                                   \
+      y[p] = (T)(gs_q_round((float)v * scale, lo, hi) + zero);                                 \
+    }                                                                                          \
+  }
+DEFINE_FINISH_ROW(u8, uint8_t)
+DEFINE_FINISH_ROW(s8, int8_t)
+
 static void finish_split(const qconv_state *s, const gs_op_call *c, const int32_t *bias,
                          void *y) {
   const gs_shape *ys = &c->out[0].shape;
@@ -271,12 +287,12 @@ static void finish_split(const qconv_state *s, const gs_op_call *c, const int32_
       uint32_t b = bias ? (uint32_t)bias[o] : 0;
       float scale = s->scales[s->n_scales > 1 ? o : 0];
       const int32_t *ws = s->window_sum + o * outs;
-      for (int64_t pos = 0; pos < outs; pos++) {
-        /* wrapping as int32 hardware does */
-        int32_t v = (int32_t)(128u * (uint32_t)high[at + pos] + (uint32_t)low[at + pos] -
-                              shift * (uint32_t)ws[pos] + b);
-        gs_q_store(t, y, at + pos, gs_q_round((float)v * scale, lo, hi) + s->y_zero);
-      }
+      if (t == GS_DT_UINT8)
+        finish_row_u8(high + at, low + at, ws, shift, b, scale, lo, hi, s->y_zero,
+                      (uint8_t *)y + at, outs);
+      else
+        finish_row_s8(high + at, low + at, ws, shift, b, scale, lo, hi, s->y_zero,
+                      (int8_t *)y + at, outs);
     }
 }
 

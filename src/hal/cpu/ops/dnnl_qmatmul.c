@@ -24,6 +24,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "hal/cpu/ops/dnnl_conv.h"
+#include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/qmath.h"
 #include "hal/cpu/ops/qgemv.h"
 
@@ -184,6 +185,7 @@ static void sum_rows(const gs_qmatmul_shape *q, const void *a, int64_t *rows) {
 }
 
 /* out -= b_zero rowsum(A)_i + a_zero col_sums_j, wrapping as int32 does. */
+GS_VECTOR_CLONES
 static void take_away_zeros(const gs_qmatmul_shape *q, int64_t a_zero, const int64_t *rows,
                             const int64_t *col_sums, uint32_t *corr, int32_t *out) {
   for (int64_t j = 0; j < q->n; j++)
@@ -212,6 +214,13 @@ static dnnl_status_t run_gemv(qmm_state *s, const gs_qmatmul_shape *q, const voi
   return st;
 }
 
+/* out += 128 high, wrapping as int32 hardware does (in uint32). */
+GS_VECTOR_CLONES
+static void add_high(const int32_t *high, int32_t *out, int64_t n) {
+  for (int64_t x = 0; x < n; x++)
+    out[x] = (int32_t)(128u * (uint32_t)high[x] + (uint32_t)out[x]);
+}
+
 /* The product without VNNI, in two halves of A (top of the file). */
 static dnnl_status_t run_split(qmm_state *s, const gs_qmatmul_shape *q, const void *a,
                                int32_t *out) {
@@ -223,7 +232,7 @@ static dnnl_status_t run_split(qmm_state *s, const gs_qmatmul_shape *q, const vo
   dnnl_status_t st = halves && high && rows && corr ? dnnl_success : dnnl_out_of_memory;
   for (int64_t i = 0; st == dnnl_success && i < q->m; i++) {
     uint8_t *hi = halves + i * q->k, *lo = halves + ak + i * q->k;
-    rows[i] = gs_q_split(q->a_signed ? GS_DT_INT8 : GS_DT_UINT8, (const uint8_t *)a + i * q->k,
+    rows[i] = gs__q_split(q->a_signed ? GS_DT_INT8 : GS_DT_UINT8, (const uint8_t *)a + i * q->k,
                          q->k, hi, lo);
   }
   if (st == dnnl_success)
@@ -231,9 +240,7 @@ static dnnl_status_t run_split(qmm_state *s, const gs_qmatmul_shape *q, const vo
   if (st == dnnl_success)
     st = execute(s, halves + ak, out);
   if (st == dnnl_success) {
-    /* Wrapping as int32 hardware does, in uint32: the loops vectorise. */
-    for (int64_t x = 0; x < q->m * q->n; x++)
-      out[x] = (int32_t)(128u * (uint32_t)high[x] + (uint32_t)out[x]);
+    add_high(high, out, q->m * q->n);
     take_away_zeros(q, (q->a_signed ? 128 : 0) + (int64_t)q->a_zero, rows, s->col_sums, corr, out);
   }
   free(halves);

@@ -45,6 +45,14 @@ static int32_t a_at(const qoperand *a, bool ta, int64_t m, int64_t k, int64_t i,
  * shifted by 128, its zero points with it. oneDNN takes one zero point per
  * operand: those per row or per column are corrected afterwards with A's
  * row sums and B's column sums. */
+/* One row of the split product's result (below): c = 128 g + c + szb r - sa colsum. */
+GS_VECTOR_CLONES
+static void combine_row(const int32_t *g, int32_t *c, const uint32_t *szb, uint32_t r,
+                        uint32_t sa, const uint32_t *colsum, int64_t n) {
+  for (int64_t j = 0; j < n; j++)
+    c[j] = (int32_t)(128u * (uint32_t)g[j] + (uint32_t)c[j] + szb[j] * r - sa * colsum[j]);
+}
+
 /* The product where oneDNN's u8 x s8 kernels would saturate (no VNNI:
  * dnnl_conv.h). A is made unsigned and cut in two, A' = A + sa = 128 H + L
  * (gs_q_split), B signed (B' = B - sb), so that no pair of products passes
@@ -60,8 +68,9 @@ static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
   int8_t *shifted = b->type == GS_DT_UINT8 ? malloc(bk) : NULL; /* int8 B is B' as it is */
   int32_t *g = malloc(sizeof *g * (size_t)(m * n));
   int64_t *rows = calloc((size_t)m, sizeof *rows), *cols = calloc((size_t)n, sizeof *cols);
+  uint32_t *szb = malloc(sizeof *szb * (size_t)n), *colsum = malloc(sizeof *colsum * (size_t)n);
   int rc = 0;
-  if (!halves || (b->type == GS_DT_UINT8 && !shifted) || !g || !rows || !cols) {
+  if (!halves || (b->type == GS_DT_UINT8 && !shifted) || !g || !rows || !cols || !szb || !colsum) {
     rc = gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", node);
     goto done;
   }
@@ -69,9 +78,9 @@ static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
   int32_t sa = a->type == GS_DT_INT8 ? 128 : 0, sb = b->type == GS_DT_UINT8 ? 128 : 0;
   if (!ta) {
     for (int64_t i = 0; i < m; i++)
-      rows[i] = gs_q_split(a->type, (const uint8_t *)a->data + i * k, k, hi + i * k, lo + i * k);
+      rows[i] = gs__q_split(a->type, (const uint8_t *)a->data + i * k, k, hi + i * k, lo + i * k);
   } else { /* A stored [k, m] */
-    gs_q_split(a->type, a->data, (int64_t)ak, hi, lo);
+    gs__q_split(a->type, a->data, (int64_t)ak, hi, lo);
     for (int64_t p = 0; p < k; p++)
       for (int64_t i = 0; i < m; i++)
         rows[i] += 128 * hi[p * m + i] + lo[p * m + i];
@@ -103,14 +112,16 @@ static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
     rc = gs_error(GS_EDEVICE, "node %s: oneDNN's integer GEMM failed (status %d)", node, (int)st);
     goto done;
   }
+  /* In uint32, which wraps as int32 hardware does: C = 128 G(H) + G(L) +
+   * szb_j (rowsum'_i - k sza_i) - sza_i colsum'_j, szb = sb - zb, sza = sa + za. */
+  for (int64_t j = 0; j < n; j++) {
+    szb[j] = (uint32_t)(sb - (b->n_zero ? zero_at(b, j) : 0));
+    colsum[j] = (uint32_t)(uint64_t)cols[j];
+  }
   for (int64_t i = 0; i < m; i++) {
     int64_t sza = sa + (a->n_zero ? zero_at(a, i) : 0);
-    for (int64_t j = 0; j < n; j++) {
-      int64_t szb = sb - (b->n_zero ? zero_at(b, j) : 0);
-      int64_t v = 128 * (int64_t)g[i * n + j] + c[i * n + j] + szb * rows[i] - sza * cols[j] -
-                  k * sza * szb;
-      c[i * n + j] = (int32_t)(uint32_t)(uint64_t)v; /* wraps as int32 hardware does */
-    }
+    combine_row(g + i * n, c + i * n, szb, (uint32_t)(uint64_t)(rows[i] - k * sza),
+                (uint32_t)sza, colsum, n);
   }
 done:
   free(halves);
@@ -118,6 +129,8 @@ done:
   free(g);
   free(rows);
   free(cols);
+  free(szb);
+  free(colsum);
   return rc;
 }
 

@@ -63,6 +63,20 @@ static void quantize_u8(const float *x, uint8_t *y, float scale, int32_t zero, i
     y[i] = (uint8_t)(gs_q_round(x[i] / scale, -zero, 255 - zero) + zero);
 }
 
+GS_VECTOR_CLONES
+int64_t gs__q_split(gs_dtype t, const void *a, int64_t n, uint8_t *hi, uint8_t *lo) {
+  uint8_t flip = t == GS_DT_INT8 ? 0x80 : 0; /* x + 128 for int8, as a byte */
+  const uint8_t *bytes = a;
+  int64_t sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint8_t v = bytes[i] ^ flip;
+    hi[i] = v >> 7;
+    lo[i] = v & 127;
+    sum += v;
+  }
+  return sum;
+}
+
 float gs__q_dynamic_quantize(const float *x, int64_t n, uint8_t *y, uint8_t *zero) {
   float lo, hi;
   min_max(x, n, &lo, &hi);

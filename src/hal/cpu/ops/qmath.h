@@ -33,23 +33,6 @@ static inline int32_t gs_q_load(gs_dtype t, const void *p, int64_t i) {
   return t == GS_DT_INT8 ? ((const int8_t *)p)[i] : ((const uint8_t *)p)[i];
 }
 
-/* n values of an int8 or uint8 tensor made unsigned (+ 128 for int8) and cut
- * in two, v = 128 hi + lo (hi in {0, 1}, lo in [0, 127]), products of which
- * with int8 cannot saturate where x86 sums pairs of them in int16; returns
- * the sum of the unsigned values. */
-static inline int64_t gs_q_split(gs_dtype t, const void *a, int64_t n, uint8_t *hi, uint8_t *lo) {
-  uint8_t flip = t == GS_DT_INT8 ? 0x80 : 0; /* x + 128 for int8, as a byte */
-  const uint8_t *bytes = a;
-  int64_t sum = 0;
-  for (int64_t i = 0; i < n; i++) {
-    uint8_t v = bytes[i] ^ flip;
-    hi[i] = v >> 7;
-    lo[i] = v & 127;
-    sum += v;
-  }
-  return sum;
-}
-
 static inline void gs_q_store(gs_dtype t, void *p, int64_t i, int32_t v) {
   if (t == GS_DT_INT8)
     ((int8_t *)p)[i] = (int8_t)v;
@@ -67,5 +50,11 @@ static inline int32_t gs_q_quantize(float v, float scale, int32_t zero, gs_dtype
  * as onnxruntime does), with the zero point that maps 0 exactly. Returns
  * the scale, the zero point in *zero. */
 float gs__q_dynamic_quantize(const float *x, int64_t n, uint8_t *y, uint8_t *zero);
+
+/* n values of an int8 or uint8 tensor made unsigned (+ 128 for int8) and cut
+ * in two, v = 128 hi + lo (hi in {0, 1}, lo in [0, 127]), products of which
+ * with int8 cannot saturate where x86 sums pairs of them in int16; returns
+ * the sum of the unsigned values (k_qlinear.c). */
+int64_t gs__q_split(gs_dtype t, const void *a, int64_t n, uint8_t *hi, uint8_t *lo);
 
 #endif
