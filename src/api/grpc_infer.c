@@ -35,25 +35,11 @@ static bool int_parameter(const Inference__InferParameter *p, int64_t *out) {
 /* The request's "priority" and "timeout" parameters, as HTTP reads them. */
 static int read_parameters(const Inference__ModelInferRequest *q, gs_infer_request *r, char *why,
                            size_t whylen) {
-  const gs_served_model *m = r->model;
   for (size_t i = 0; i < q->n_parameters; i++) {
-    const char *key = q->parameters[i]->key;
-    int64_t v;
+    int64_t v = 0;
     bool is_int = int_parameter(q->parameters[i]->value, &v);
-    if (strcmp(key, "priority") == 0) {
-      if (!is_int || v < 0 || (m->priority_levels > 0 && v > m->priority_levels)) {
-        snprintf(why, whylen, "priority must be an integer from 1 to %d",
-                 m->priority_levels > 0 ? m->priority_levels : 1);
-        return 400;
-      }
-      r->priority = (int)v;
-    } else if (strcmp(key, "timeout") == 0) {
-      if (!is_int || v < 0) {
-        snprintf(why, whylen, "timeout must be a number of microseconds");
-        return 400;
-      }
-      r->timeout_us = (uint64_t)v;
-    }
+    if (gs_kserve_apply_parameter(r, q->parameters[i]->key, is_int, v, why, whylen) < 0)
+      return 400;
   }
   return 0;
 }
@@ -230,15 +216,9 @@ static int requested_outputs(const Inference__ModelInferRequest *q, gs_infer_req
   for (int i = 0; i < model->n_outputs; i++)
     r->send[i] = r->binary[i] = q->n_outputs == 0;
   for (size_t k = 0; k < q->n_outputs; k++) {
-    const char *name = q->outputs[k]->name;
-    int idx = -1;
-    for (int i = 0; i < model->n_outputs; i++)
-      if (strcmp(model->outputs[i].name, name) == 0)
-        idx = i;
-    if (idx < 0) {
-      snprintf(why, whylen, "unknown output '%s' for model %s", name, r->model->name);
+    int idx = gs_kserve_output_index(r, q->outputs[k]->name, why, whylen);
+    if (idx < 0)
       return 400;
-    }
     r->send[idx] = r->binary[idx] = true;
   }
   return 0;

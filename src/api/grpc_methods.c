@@ -152,57 +152,38 @@ static void repository_index(gs_grpc_call *c, ProtobufCMessage *in) {
   FREE_REQUEST(in);
 }
 
-/* A load or unload, on a thread of its own: it can take seconds, and the
- * polling threads serve every other call meanwhile. */
-typedef struct admin_op {
-  gs_grpc_call *call;
-  char name[128];
-  bool load;
-} admin_op;
-
-static void *admin_main(void *arg) {
-  admin_op *op = arg;
-  gs_grpc_call *c = op->call;
-  gs_repository *repo = repo_of(c);
-  int rc = op->load ? gs_repository_load(repo, op->name) : gs_repository_unload(repo, op->name);
-  if (rc < 0) {
-    char msg[700];
-    snprintf(msg, sizeof msg, "%s model '%s': %s", op->load ? "cannot load" : "cannot unload",
-             op->name, gs_error_detail());
-    gs_grpc_reply_error(c, rc == GS_ENOENT ? 404 : 400, msg);
-  } else if (op->load) {
-    Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
-    gs_grpc_reply_message(c, &r.base);
-  } else {
-    Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
-    gs_grpc_reply_message(c, &r.base);
-  }
+/* A load or unload, on a thread of its own (gs_repository_admin_async): it
+ * can take seconds, and the polling threads serve every other call
+ * meanwhile. The call is held until the thread has answered it. */
+static void admin_done(gs_grpc_call *c, int status, const char *message,
+                       const ProtobufCMessage *reply) {
+  if (status == 200)
+    gs_grpc_reply_message(c, reply);
+  else
+    gs_grpc_reply_error(c, status, message);
   gs_grpc_call_release(c);
-  free(op);
-  return NULL;
+}
+
+static void load_done(void *arg, int status, const char *message) {
+  Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+  admin_done(arg, status, message, &r.base);
+}
+
+static void unload_done(void *arg, int status, const char *message) {
+  Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+  admin_done(arg, status, message, &r.base);
 }
 
 static void start_admin(gs_grpc_call *c, const char *name, bool load) {
-  if (strlen(name) >= sizeof((admin_op *)0)->name || !name[0]) {
-    gs_grpc_reply_error(c, 400, "a model name of 1 to 127 bytes is needed");
+  if (!name[0]) {
+    gs_grpc_reply_error(c, 400, "a model name is needed");
     return;
   }
-  admin_op *op = calloc(1, sizeof *op);
-  if (!op) {
-    gs_grpc_reply_error(c, 500, "out of memory");
-    return;
-  }
-  op->call = c;
-  op->load = load;
-  snprintf(op->name, sizeof op->name, "%s", name);
   gs_grpc_call_hold(c);
-  pthread_attr_t attr;
-  pthread_t t;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, admin_main, op) != 0)
-    admin_main(op); /* no thread to spare: here, then */
-  pthread_attr_destroy(&attr);
+  if (gs_repository_admin_async(repo_of(c), name, load, load ? load_done : unload_done, c) < 0) {
+    gs_grpc_reply_error(c, 500, "out of memory");
+    gs_grpc_call_release(c);
+  }
 }
 
 static void repository_model_load(gs_grpc_call *c, ProtobufCMessage *in) {

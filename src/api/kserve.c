@@ -457,14 +457,42 @@ static int strings_from_json(json_t *data, int64_t count, void **block, const ch
   return GS_OK;
 }
 
-/* The size of BYTES elements in the binary form (SIZE_MAX when one is too
- * long for its 4-byte length), and the form itself. */
 static bool param_true(json_t *obj, const char *key) {
   json_t *params = json_object_get(obj, "parameters");
   return params && json_is_true(json_object_get(params, key));
 }
 
 #define MAX_IO GS_REQ_MAX_IO
+
+int gs_kserve_apply_parameter(gs_infer_request *r, const char *key, bool is_int, int64_t value,
+                              char *why, size_t whylen) {
+  int levels = r->model->priority_levels;
+  if (strcmp(key, "priority") == 0) {
+    if (!is_int || value < 0 || (levels > 0 && value > levels)) {
+      snprintf(why, whylen, "priority must be an integer from 1 to %d", levels > 0 ? levels : 1);
+      return -1;
+    }
+    r->priority = (int)value;
+  } else if (strcmp(key, "timeout") == 0) {
+    if (!is_int || value < 0) {
+      snprintf(why, whylen, "timeout must be a number of microseconds");
+      return -1;
+    }
+    r->timeout_us = (uint64_t)value;
+  }
+  return 0;
+}
+
+int gs_kserve_output_index(const gs_infer_request *r, const char *name, char *why,
+                           size_t whylen) {
+  const gs_model *model = r->version->model;
+  for (int i = 0; name && i < model->n_outputs; i++)
+    if (strcmp(model->outputs[i].name, name) == 0)
+      return i;
+  snprintf(why, whylen, "unknown output '%s' for model %s", name ? name : "(no name)",
+           r->model->name);
+  return -1;
+}
 
 int gs_kserve_check_input(gs_infer_request *r, const char *name, const char *datatype,
                           const int64_t *dims, int rank, bool first, size_t max_values,
@@ -562,21 +590,13 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
     r->has_id = true;
   }
   json_t *params = json_object_get(req, "parameters");
-  json_t *prio = params ? json_object_get(params, "priority") : NULL;
-  json_t *tmo = params ? json_object_get(params, "timeout") : NULL;
-  if (prio && (!json_is_integer(prio) || json_integer_value(prio) < 0 ||
-               (m->priority_levels > 0 && json_integer_value(prio) > m->priority_levels))) {
-    snprintf(why, sizeof why, "priority must be an integer from 1 to %d", m->priority_levels > 0 ? m->priority_levels : 1);
-    goto fail;
+  static const char *const acted_on[] = {"priority", "timeout"};
+  for (size_t i = 0; i < sizeof acted_on / sizeof acted_on[0]; i++) {
+    json_t *value = params ? json_object_get(params, acted_on[i]) : NULL;
+    if (value && gs_kserve_apply_parameter(r, acted_on[i], json_is_integer(value),
+                                           json_integer_value(value), why, sizeof why) < 0)
+      goto fail;
   }
-  if (prio)
-    r->priority = (int)json_integer_value(prio);
-  if (tmo && (!json_is_integer(tmo) || json_integer_value(tmo) < 0)) {
-    snprintf(why, sizeof why, "timeout must be a number of microseconds");
-    goto fail;
-  }
-  if (tmo)
-    r->timeout_us = (uint64_t)json_integer_value(tmo);
   if (!json_is_array(inputs)) {
     snprintf(why, sizeof why, "the request has no \"inputs\" array");
     goto fail;
@@ -684,16 +704,10 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
   }
   json_t *w;
   json_array_foreach(wanted, k, w) {
-    const char *name = json_string_value(json_object_get(w, "name"));
-    int idx = -1;
-    for (int i = 0; name && i < model->n_outputs; i++)
-      if (strcmp(model->outputs[i].name, name) == 0)
-        idx = i;
-    if (idx < 0) {
-      snprintf(why, sizeof why, "unknown output '%s' for model %s", name ? name : "(no name)",
-               m->name);
+    int idx = gs_kserve_output_index(r, json_string_value(json_object_get(w, "name")), why,
+                                     sizeof why);
+    if (idx < 0)
       goto fail;
-    }
     r->send[idx] = true;
     json_t *p = json_object_get(w, "parameters");
     if (p && json_object_get(p, "binary_data"))

@@ -63,6 +63,15 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
 int gs_kserve_check_input(gs_infer_request *r, const char *name, const char *datatype,
                           const int64_t *dims, int rank, bool first, size_t max_values,
                           int64_t *count, char *why, size_t whylen);
+/* A request parameter gpusrv acts on, "priority" or "timeout" (is_int: the
+ * value was an integer), set in r; other keys are ignored. Returns 0, or -1
+ * with `why` filled for a value out of range. */
+int gs_kserve_apply_parameter(gs_infer_request *r, const char *key, bool is_int, int64_t value,
+                              char *why, size_t whylen);
+/* The index of output `name` (NULL: none given) of r's model; or -1 with
+ * `why` filled. */
+int gs_kserve_output_index(const gs_infer_request *r, const char *name, char *why,
+                           size_t whylen);
 /* The raw single-input form (Inference-Header-Content-Length: 0): the body
  * is the one input's binary data, its shape the model's (one row when the
  * model batches); every output goes back as binary data. */

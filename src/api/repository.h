@@ -149,6 +149,7 @@ typedef struct gs_repository {
   bool loader_started;
   double load_timeout_s; /* each model's load, warm-up included (0: no limit) */
   _Atomic bool closing;
+  _Atomic int admin_running; /* gs_repository_admin_async's threads not yet done */
 } gs_repository;
 
 /* Takes a share of the model for the request path without waiting: false
@@ -177,6 +178,18 @@ bool gs_repository_settled(gs_repository *repo);
 int gs_repository_load(gs_repository *repo, const char *name);
 /* Unloads model `name`: its queued requests finish first. */
 int gs_repository_unload(gs_repository *repo, const char *name);
+/* Loads (load) or unloads model `name` on a detached thread of its own,
+ * for the protocols: a load can take seconds, and their threads serve
+ * other calls meanwhile. When it is done, done(arg, status, message) runs on
+ * that thread: status 200, or 404 (no such model) or 400 with a message for
+ * the client. Where no thread can be made it runs on the caller's. Returns
+ * 0, or GS_ENOMEM (done is then not called). repository_admin.c */
+typedef void (*gs_repository_admin_done)(void *arg, int status, const char *message);
+int gs_repository_admin_async(gs_repository *repo, const char *name, bool load,
+                              gs_repository_admin_done done, void *arg);
+/* Waits until every gs_repository_admin_async started has called done: a
+ * load must not outlive the daemon it answers. */
+void gs_repository_admin_wait(gs_repository *repo);
 gs_served_model *gs_repository_find(gs_repository *repo, const char *name);
 /* The version `v` ("" or NULL: the highest), or NULL. */
 gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);

@@ -126,7 +126,6 @@ typedef struct server {
   bool reading_needs_token; /* inference and read-only routes, from --auth and --host */
   atomic_int in_flight;
   atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
-  atomic_int admin_ops;    /* loads and unloads running on their own threads */
 } server;
 
 /* A request's body, gathered across the handler's calls; for inference, the
@@ -253,58 +252,25 @@ static void on_inline_done(gs_infer_request *r, void *ctx) {
 }
 
 /* A load or unload of the repository, on a thread of its own while the
- * connection is suspended: a load can take seconds, and an HTTP thread
- * that waited for it would leave every other connection it serves waiting
- * too. */
-typedef struct admin_op {
-  server *s;
-  request *req;
-  char name[128];
-  bool load;
-} admin_op;
-
-static void admin_op_finish(admin_op *op) {
-  int rc = op->load ? gs_repository_load(&op->s->repo, op->name)
-                    : gs_repository_unload(&op->s->repo, op->name);
-  gs_http_reply *r = &op->req->reply;
-  if (rc < 0) {
-    char msg[700];
-    snprintf(msg, sizeof msg, "%s model '%s': %s", op->load ? "cannot load" : "cannot unload",
-             op->name, gs_error_detail());
-    gs_http_reply_error(r, rc == GS_ENOENT ? 404 : 400, msg);
-  } else {
-    empty_reply(r, 200);
-  }
-}
-
-static void *admin_op_main(void *arg) {
-  admin_op *op = arg;
-  admin_op_finish(op);
-  server *s = op->s;
-  MHD_resume_connection(op->req->conn);
-  free(op);
-  atomic_fetch_sub(&s->admin_ops, 1);
-  return NULL;
+ * connection is suspended (gs_repository_admin_async): a load can take
+ * seconds, and an HTTP thread that waited for it would leave every other
+ * connection it serves waiting too. */
+static void admin_done(void *arg, int status, const char *message) {
+  request *req = arg;
+  if (status == 200)
+    empty_reply(&req->reply, 200);
+  else
+    gs_http_reply_error(&req->reply, status, message);
+  MHD_resume_connection(req->conn);
 }
 
 static enum MHD_Result start_admin_op(server *s, struct MHD_Connection *c, request *req,
                                       const char *name, bool load) {
-  admin_op *op = calloc(1, sizeof *op);
-  if (!op)
-    return send_error(c, 500, "out of memory");
-  *op = (admin_op){.s = s, .req = req, .load = load};
-  snprintf(op->name, sizeof op->name, "%s", name);
   req->conn = c;
   req->queued = true;
-  atomic_fetch_add(&s->admin_ops, 1);
   MHD_suspend_connection(c);
-  pthread_attr_t attr;
-  pthread_t t;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, admin_op_main, op) != 0)
-    admin_op_main(op); /* no thread to spare: here, then */
-  pthread_attr_destroy(&attr);
+  if (gs_repository_admin_async(&s->repo, name, load, admin_done, req) < 0)
+    admin_done(req, 500, "out of memory");
   return MHD_YES;
 }
 
@@ -741,7 +707,6 @@ int gs_serve(const gs_serve_settings *settings) {
   server s = {.settings = settings};
   atomic_init(&s.in_flight, 0);
   atomic_init(&s.body_bytes, 0);
-  atomic_init(&s.admin_ops, 0);
   bool required = strcmp(settings->auth, "required") == 0;
   if (!required && strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "none") != 0)
     return gs_error(GS_EINVAL, "--auth is 'auto', 'required' or 'none', not '%s'",
@@ -877,8 +842,7 @@ int gs_serve(const gs_serve_settings *settings) {
                    "anyway", atomic_load(&s.in_flight), gs_grpc_in_flight(s.grpc),
             (long long)settings->drain_seconds);
   gs_grpc_stop(s.grpc); /* what is left is cancelled */
-  while (atomic_load(&s.admin_ops) > 0) /* a load must not outlive the daemon it answers */
-    gs_sleep_ns(10 * 1000 * 1000);
+  gs_repository_admin_wait(&s.repo);
   MHD_stop_daemon(d);
   close_all(&s, ledger, true);
   fprintf(stderr, "gpusrv: stopped\n");
