@@ -232,3 +232,25 @@ def test_a_batch_whose_output_loses_its_rows_fails_clearly(server):
         assert all(r[0] == 500 and b"cannot be batched" in r[1] for r in batched), results
     else:  # they happened to run apart: each got its own sum
         assert sorted(json.loads(r[1])["outputs"][0]["data"][0] for r in results) == [1.0, 2.0]
+
+
+def test_binary_reply_with_an_id_that_json_must_escape(server):
+    """All-binary replies are written by a fast path for plain names and ids;
+    an id with a quote, a backslash, a control character or non-ASCII text
+    takes the general encoder: the same binary data, the id given back intact."""
+    x = np.random.default_rng(3).random((1, 64)).astype(np.float32)
+    replies = {}
+    for rid in ["plain-id-7", 'quote" back\\slash\ttab \u00e9\u4e2d']:
+        body = json.dumps({"id": rid,
+                           "inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32",
+                                       "data": x.ravel().tolist()}],
+                           "parameters": {"binary_data_output": True}}).encode()
+        status, raw, headers = request(server, "POST", "/v2/models/digits/infer", body)
+        assert status == 200, raw
+        hl = int(headers["Inference-Header-Content-Length"])
+        meta = json.loads(raw[:hl])
+        assert meta["id"] == rid and meta["model_name"] == "digits"
+        assert sum(o["parameters"]["binary_data_size"] for o in meta["outputs"]) == len(raw) - hl
+        replies[rid] = (meta["outputs"], raw[hl:])
+    (fast_meta, fast_data), (slow_meta, slow_data) = replies.values()
+    assert fast_meta == slow_meta and fast_data == slow_data
