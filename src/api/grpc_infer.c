@@ -44,81 +44,6 @@ static int read_parameters(const Inference__ModelInferRequest *q, gs_infer_reque
   return 0;
 }
 
-/* Typed contents of a non-BYTES input converted to its datatype, into a
- * buffer the request owns. */
-#define CONVERT(list, ctype, lo, hi)                                                            \
-  do {                                                                                          \
-    n = t->n_##list;                                                                            \
-    if ((int64_t)n != count)                                                                    \
-      break;                                                                                    \
-    for (size_t i = 0; i < n; i++) {                                                            \
-      if ((int64_t)t->list[i] < (lo) || (int64_t)t->list[i] > (hi)) {                           \
-        snprintf(why, whylen, "input '%s': value %lld is out of range for %s", name,            \
-                 (long long)t->list[i], gs_kserve_dtype_name(dt));                              \
-        return 400;                                                                             \
-      }                                                                                         \
-      ((ctype *)buf)[i] = (ctype)t->list[i];                                                    \
-    }                                                                                           \
-  } while (0)
-
-#define COPY(list, ctype)                                                                        \
-  do {                                                                                          \
-    n = t->n_##list;                                                                            \
-    if ((int64_t)n == count)                                                                    \
-      for (size_t i = 0; i < n; i++)                                                            \
-        ((ctype *)buf)[i] = (ctype)t->list[i];                                                  \
-  } while (0)
-
-static int typed_numbers(const Inference__InferTensorContents *t, gs_dtype dt, int64_t count,
-                         const char *name, char *buf, char *why, size_t whylen) {
-  size_t n = 0;
-  switch (dt) {
-  case GS_DT_BOOL:
-    COPY(bool_contents, uint8_t);
-    break;
-  case GS_DT_INT8:
-    CONVERT(int_contents, int8_t, INT8_MIN, INT8_MAX);
-    break;
-  case GS_DT_INT16:
-    CONVERT(int_contents, int16_t, INT16_MIN, INT16_MAX);
-    break;
-  case GS_DT_INT32:
-    COPY(int_contents, int32_t);
-    break;
-  case GS_DT_UINT8:
-    CONVERT(uint_contents, uint8_t, 0, UINT8_MAX);
-    break;
-  case GS_DT_UINT16:
-    CONVERT(uint_contents, uint16_t, 0, UINT16_MAX);
-    break;
-  case GS_DT_UINT32:
-    COPY(uint_contents, uint32_t);
-    break;
-  case GS_DT_INT64:
-    COPY(int64_contents, int64_t);
-    break;
-  case GS_DT_UINT64:
-    COPY(uint64_contents, uint64_t);
-    break;
-  case GS_DT_FLOAT32:
-    COPY(fp32_contents, float);
-    break;
-  case GS_DT_FLOAT64:
-    COPY(fp64_contents, double);
-    break;
-  default:
-    snprintf(why, whylen, "input '%s': %s data travel only in raw_input_contents", name,
-             gs_kserve_dtype_name(dt));
-    return 400;
-  }
-  if ((int64_t)n != count) {
-    snprintf(why, whylen, "input '%s': its contents hold %zu %s values, its shape %lld", name,
-             n, gs_kserve_dtype_name(dt), (long long)count);
-    return 400;
-  }
-  return 0;
-}
-
 /* How many values the typed list for datatype dt holds; -1 where dt has no list. */
 static int64_t typed_count(const Inference__InferTensorContents *t, gs_dtype dt) {
   switch (dt) {
@@ -145,6 +70,41 @@ static int64_t typed_count(const Inference__InferTensorContents *t, gs_dtype dt)
   default:
     return -1;
   }
+}
+
+/* Typed contents of a non-BYTES input converted to its datatype, into buf
+ * (count values: typed_count has checked that the list holds that many). */
+#define CONVERT(list, ctype, lo, hi)                                                            \
+  for (int64_t i = 0; i < count; i++) {                                                         \
+    if ((int64_t)t->list[i] < (lo) || (int64_t)t->list[i] > (hi)) {                             \
+      snprintf(why, whylen, "input '%s': value %lld is out of range for %s", name,              \
+               (long long)t->list[i], gs_kserve_dtype_name(dt));                                \
+      return 400;                                                                               \
+    }                                                                                           \
+    ((ctype *)buf)[i] = (ctype)t->list[i];                                                      \
+  }
+
+#define COPY(list, ctype)                                                                        \
+  for (int64_t i = 0; i < count; i++)                                                           \
+    ((ctype *)buf)[i] = (ctype)t->list[i];
+
+static int typed_numbers(const Inference__InferTensorContents *t, gs_dtype dt, int64_t count,
+                         const char *name, char *buf, char *why, size_t whylen) {
+  switch (dt) {
+  case GS_DT_BOOL: COPY(bool_contents, uint8_t) break;
+  case GS_DT_INT8: CONVERT(int_contents, int8_t, INT8_MIN, INT8_MAX) break;
+  case GS_DT_INT16: CONVERT(int_contents, int16_t, INT16_MIN, INT16_MAX) break;
+  case GS_DT_INT32: COPY(int_contents, int32_t) break;
+  case GS_DT_UINT8: CONVERT(uint_contents, uint8_t, 0, UINT8_MAX) break;
+  case GS_DT_UINT16: CONVERT(uint_contents, uint16_t, 0, UINT16_MAX) break;
+  case GS_DT_UINT32: COPY(uint_contents, uint32_t) break;
+  case GS_DT_INT64: COPY(int64_contents, int64_t) break;
+  case GS_DT_UINT64: COPY(uint64_contents, uint64_t) break;
+  case GS_DT_FLOAT32: COPY(fp32_contents, float) break;
+  case GS_DT_FLOAT64: COPY(fp64_contents, double) break;
+  default: break; /* typed_count refused every other datatype */
+  }
+  return 0;
 }
 
 static int typed_input(const Inference__InferTensorContents *t, gs_dtype dt, int64_t count,
