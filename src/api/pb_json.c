@@ -188,6 +188,9 @@ static bool set_map(const ProtobufCFieldDescriptor *f, json_t *obj, char *why, s
   return true;
 }
 
+/* Whether f is a map field: protoc writes map<K, V> as a repeated message
+ * named <Field>Entry with fields key and value, and protobuf-c's
+ * descriptors keep no map flag, so that shape is what tells it. */
 static bool is_map_entry(const ProtobufCFieldDescriptor *f) {
   if (f->type != PROTOBUF_C_TYPE_MESSAGE || f->label != PROTOBUF_C_LABEL_REPEATED)
     return false;
