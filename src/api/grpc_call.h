@@ -57,6 +57,7 @@ struct gs_grpc_call {
   const gs_grpc_method *method;
   grpc_byte_buffer *received;
   size_t received_bytes; /* the size of the message being handled */
+  bool initial_sent;     /* the initial metadata has gone (a stream's with its first read) */
   gs_principal who;      /* behind the bearer token, if one was given */
   int cancelled;         /* from RECV_CLOSE_ON_SERVER */
   bool close_asked;      /* RECV_CLOSE_ON_SERVER is in a batch already */

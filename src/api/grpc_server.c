@@ -201,16 +201,18 @@ static bool start(gs_grpc_call *c, const grpc_op *ops, size_t n, gs_grpc_tag *ta
 }
 
 /* The end of a call: its status (and a unary call's reply, `message`,
- * taken). Initial metadata goes too where it has not gone yet. */
+ * taken). Initial metadata goes too where it has not gone yet: a unary
+ * call's goes with its reply, so that gRPC writes them together. */
 static void finish(gs_grpc_call *c, grpc_status_code code, const char *details,
-                   grpc_byte_buffer *message, bool initial_sent) {
+                   grpc_byte_buffer *message) {
   grpc_slice_unref(c->status_details);
   c->status_details = grpc_slice_from_copied_string(details ? details : "");
   grpc_op ops[4];
   size_t n = 0;
   memset(ops, 0, sizeof ops);
-  if (!initial_sent)
+  if (!c->initial_sent)
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  c->initial_sent = true;
   if (message) {
     c->sent = message;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
@@ -245,8 +247,10 @@ static void receive(gs_grpc_call *c, bool with_initial_metadata) {
   grpc_op ops[2];
   size_t n = 0;
   memset(ops, 0, sizeof ops);
-  if (with_initial_metadata)
+  if (with_initial_metadata) {
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_sent = true;
+  }
   ops[n].op = GRPC_OP_RECV_MESSAGE;
   ops[n++].data.recv_message.recv_message = &c->received;
   start(c, ops, n, &c->on_received);
@@ -292,7 +296,7 @@ static void stream_advance(gs_grpc_call *c) {
   }
   if (c->half_closed && c->pending == 0) {
     c->finishing = true;
-    finish(c, GRPC_STATUS_OK, "", NULL, true);
+    finish(c, GRPC_STATUS_OK, "", NULL);
   }
 }
 
@@ -317,7 +321,7 @@ static void stream_reply(gs_grpc_call *c, grpc_byte_buffer *b) {
       grpc_byte_buffer_destroy(b);
     if (!c->finishing && !c->broken) {
       c->finishing = true;
-      finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory for a reply", NULL, true);
+      finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory for a reply", NULL);
     }
   } else {
     *o = (gs_grpc_outgoing){.message = b};
@@ -352,9 +356,9 @@ void gs_grpc_reply_packed(gs_grpc_call *c, grpc_byte_buffer *b) {
   if (c->method->streaming)
     stream_reply(c, b);
   else if (b)
-    finish(c, GRPC_STATUS_OK, "", b, true);
+    finish(c, GRPC_STATUS_OK, "", b);
   else
-    finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory for the reply", NULL, true);
+    finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory for the reply", NULL);
 }
 
 void gs_grpc_reply_message(gs_grpc_call *c, const ProtobufCMessage *m) {
@@ -363,7 +367,7 @@ void gs_grpc_reply_message(gs_grpc_call *c, const ProtobufCMessage *m) {
 
 void gs_grpc_reply_error(gs_grpc_call *c, int http_status, const char *message) {
   if (!c->method->streaming) {
-    finish(c, gs_grpc_status_of(http_status), message, NULL, true);
+    finish(c, gs_grpc_status_of(http_status), message, NULL);
     return;
   }
   Inference__ModelStreamInferResponse r = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
@@ -472,11 +476,11 @@ static void on_new(gs_grpc_call *c, bool ok) {
     snprintf(path, sizeof path, "%.*s", (int)(n < 150 ? n : 150),
              (const char *)GRPC_SLICE_START_PTR(c->details.method));
     snprintf(why, sizeof why, "gpusrv does not serve %s", path);
-    finish(c, GRPC_STATUS_UNIMPLEMENTED, why, NULL, false);
+    finish(c, GRPC_STATUS_UNIMPLEMENTED, why, NULL);
   } else {
     int denied = authenticate(c, why, sizeof why);
     if (denied) {
-      finish(c, gs_grpc_status_of(denied), why, NULL, false);
+      finish(c, gs_grpc_status_of(denied), why, NULL);
     } else {
       if (c->method->streaming) { /* its close tells when the client gives up */
         c->close_asked = true;
@@ -486,7 +490,7 @@ static void on_new(gs_grpc_call *c, bool ok) {
         op.data.recv_close_on_server.cancelled = &c->cancelled;
         start(c, &op, 1, &c->on_closed);
       }
-      receive(c, true);
+      receive(c, c->method->streaming); /* a unary call's goes with its reply */
     }
   }
   gs_grpc_call_release(c); /* the arrival's own hold */
@@ -525,7 +529,7 @@ static void on_received(gs_grpc_call *c, bool ok) {
       stream_advance(c);
       pthread_mutex_unlock(&c->lock);
     } else {
-      finish(c, GRPC_STATUS_INVALID_ARGUMENT, "the call carried no request message", NULL, true);
+      finish(c, GRPC_STATUS_INVALID_ARGUMENT, "the call carried no request message", NULL);
     }
     gs_grpc_call_release(c);
     return;
