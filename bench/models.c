@@ -1,5 +1,5 @@
 /* models.c - `gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] [--device ID]
- * [--threads T]`:
+ * [--threads T] [--profile]`:
  * runs a model through gpusrv's engine (on the first device, or ID) on
  * random inputs and prints one JSON
  * line with the latency percentiles and throughput of whole runs (input
@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "engine/engine.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,54 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static int by_ns_desc(const void *a, const void *b) {
+  uint64_t x = ((const gs_plan_step_time *)a)->ns, y = ((const gs_plan_step_time *)b)->ns;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* --profile, on stderr: the time per run of each op type (kernels summed),
+ * then of the slowest kernels. */
+static void print_profile(const gs_plan *plan) {
+  uint64_t runs;
+  int n = gs_plan_profile(plan, NULL, 0, &runs);
+  gs_plan_step_time *steps = malloc(sizeof *steps * (size_t)(n + 1));
+  gs_plan_step_time *ops = calloc((size_t)n + 1, sizeof *ops); /* one per op type */
+  if (!steps || !ops || runs == 0) {
+    free(steps);
+    free(ops);
+    return;
+  }
+  gs_plan_profile(plan, steps, n, &runs);
+  int n_ops = 0;
+  uint64_t total = 0;
+  for (int s = 0; s < n; s++) {
+    int k = 0;
+    while (k < n_ops && strcmp(ops[k].op_type, steps[s].op_type))
+      k++;
+    if (k == n_ops)
+      ops[n_ops++] = (gs_plan_step_time){.op_type = steps[s].op_type, .node_name = ""};
+    ops[k].ns += steps[s].ns;
+    total += steps[s].ns;
+  }
+  qsort(ops, (size_t)n_ops, sizeof *ops, by_ns_desc);
+  qsort(steps, (size_t)n, sizeof *steps, by_ns_desc);
+  fprintf(stderr, "profile over %llu runs: kernels %.1f us per run\n", (unsigned long long)runs,
+          (double)total / (double)runs / 1e3);
+  for (int k = 0; k < n_ops; k++)
+    fprintf(stderr, "  %-24s %10.1f us  %5.1f%%\n", ops[k].op_type,
+            (double)ops[k].ns / (double)runs / 1e3, 100.0 * (double)ops[k].ns / (double)total);
+  fprintf(stderr, "slowest kernels:\n");
+  for (int s = 0; s < n && s < (getenv("GS_PROFILE_ALL") ? n : 12); s++)
+    fprintf(stderr, "  %-24s %-32s %10.1f us\n", steps[s].op_type, steps[s].node_name,
+            (double)steps[s].ns / (double)runs / 1e3);
+  free(steps);
+  free(ops);
+}
+
 int main(int argc, char **argv) {
   const char *path = NULL, *device_id = NULL;
   int batch = 1, iters = 200, threads = 0;
+  bool profile = false;
   double seconds = 3.0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc)
@@ -30,13 +76,15 @@ int main(int argc, char **argv) {
       seconds = atof(argv[++i]);
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
       threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--profile"))
+      profile = true;
     else if (!strcmp(argv[i], "--device") && i + 1 < argc)
       device_id = argv[++i];
     else if (argv[i][0] != '-' && !path)
       path = argv[i];
     else {
       fprintf(stderr, "usage: gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] "
-                      "[--device ID] [--threads T]\n");
+                      "[--device ID] [--threads T] [--profile]\n");
       return 2;
     }
   }
@@ -94,6 +142,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < m->n_outputs; i++)
       free(outputs[i]);
   }
+  if (profile && gs_plan_profile_start(plan) < 0) {
+    fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
+    return 1;
+  }
   uint64_t *lat = malloc(sizeof(uint64_t) * (size_t)iters);
   int done = 0;
   uint64_t start = gs_now_ns(), budget = (uint64_t)(seconds * 1e9);
@@ -117,6 +169,8 @@ int main(int argc, char **argv) {
          (double)batch * done / ((double)total / 1e9), r.steps,
          (unsigned long long)r.arena_bytes, (unsigned long long)r.naive_bytes);
   free(lat);
+  if (profile)
+    print_profile(plan);
   for (int i = 0; i < 16; i++)
     free(inputs[i]);
   gs_plan_destroy(plan);

@@ -135,4 +135,19 @@ typedef struct gs_plan_report {
 } gs_plan_report;
 void gs_plan_get_report(const gs_plan *plan, gs_plan_report *out);
 
+/* A profile: once started, every run adds each kernel's time, to find
+ * where a run's time goes. A kernel's time is the time its launch takes,
+ * which is its whole work on the CPU (kernels run in the caller's thread)
+ * but only the queueing on a device whose streams run them later (CUDA,
+ * OpenCL). Returns 0; GS_ENOTSUP for a plan made in stages, GS_ENOMEM. */
+int gs_plan_profile_start(gs_plan *plan);
+typedef struct gs_plan_step_time {
+  const char *op_type, *node_name; /* the plan's, valid while it lives */
+  uint64_t ns;                     /* summed over the profiled runs */
+} gs_plan_step_time;
+/* The times of the plan's first `max` kernels, in run order, into out, and
+ * the runs profiled into *runs; returns the number of kernels (0 before
+ * gs_plan_profile_start). */
+int gs_plan_profile(const gs_plan *plan, gs_plan_step_time *out, int max, uint64_t *runs);
+
 #endif

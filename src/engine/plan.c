@@ -6,6 +6,7 @@
  * on one stream. */
 #include "engine/engine.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/op.h"
@@ -541,6 +542,7 @@ void gs_plan_destroy(gs_plan *p) {
     free(p->baked_values[i]);
   free(p->baked_values);
   free(p->baked_bytes);
+  free(p->step_ns);
   free(p->values);
   free(p->steps);
   free(p->inputs);
@@ -959,30 +961,59 @@ static int launch_fallback(gs_plan *p, const step *st) {
   return rc;
 }
 
+/* One kernel of a run. */
+static int run_step(gs_plan *p, const step *st) {
+  const gs_op_call *c = st->call;
+  if (st->on_cpu)
+    return launch_fallback(p, st);
+  gs_kernel_args args = {.buffer_count = c->n_in + c->n_out, .params = &c,
+                         .params_size = sizeof c};
+  for (int i = 0; i < c->n_in; i++)
+    if (st->in[i] >= 0)
+      locate(p, st->in[i], &args.buffers[i], &args.offsets[i]);
+  for (int i = 0; i < c->n_out; i++)
+    if (st->out[i] >= 0)
+      locate(p, st->out[i], &args.buffers[c->n_in + i], &args.offsets[c->n_in + i]);
+  return gs_stream_launch(p->stream, c->op_type, &args);
+}
+
 /* The kernels of one run, between the inputs' arrival and the outputs'
- * departure. The run lock is held. */
+ * departure, each timed when profiling. The run lock is held. */
 static int run_steps(gs_plan *p) {
   int rc = 0;
   for (int s = 0; rc == 0 && s < p->n_steps; s++) {
     const step *st = &p->steps[s];
-    const gs_op_call *c = st->call;
     if (st->empty || st->in_place)
       continue;
-    if (st->on_cpu) {
-      rc = launch_fallback(p, st);
+    if (!p->step_ns) {
+      rc = run_step(p, st);
       continue;
     }
-    gs_kernel_args args = {.buffer_count = c->n_in + c->n_out, .params = &c,
-                           .params_size = sizeof c};
-    for (int i = 0; i < c->n_in; i++)
-      if (st->in[i] >= 0)
-        locate(p, st->in[i], &args.buffers[i], &args.offsets[i]);
-    for (int i = 0; i < c->n_out; i++)
-      if (st->out[i] >= 0)
-        locate(p, st->out[i], &args.buffers[c->n_in + i], &args.offsets[c->n_in + i]);
-    rc = gs_stream_launch(p->stream, c->op_type, &args);
+    uint64_t t0 = gs_now_ns();
+    rc = run_step(p, st);
+    p->step_ns[s] += gs_now_ns() - t0;
   }
+  if (rc == 0 && p->step_ns)
+    p->profiled_runs++;
   return rc;
+}
+
+int gs_plan_profile_start(gs_plan *p) {
+  if (p->stages)
+    return gs_error(GS_ENOTSUP, "a plan made in stages has no profile");
+  if (!p->step_ns && !(p->step_ns = calloc((size_t)p->n_steps + 1, sizeof *p->step_ns)))
+    return gs_error(GS_ENOMEM, "out of memory for a profile");
+  return GS_OK;
+}
+
+int gs_plan_profile(const gs_plan *p, gs_plan_step_time *out, int max, uint64_t *runs) {
+  *runs = p->profiled_runs;
+  if (!p->step_ns)
+    return 0;
+  for (int s = 0; s < p->n_steps && s < max; s++)
+    out[s] = (gs_plan_step_time){.op_type = p->steps[s].call->op_type,
+                                 .node_name = p->steps[s].call->node_name, .ns = p->step_ns[s]};
+  return p->n_steps;
 }
 
 /* Whether the kernels can use the caller's buffer `b` for value v in place

@@ -85,6 +85,8 @@ struct gs_plan {
    * device and report is unused then. */
   gs_plan_stages *stages;
   gs_plan_report report;
+  uint64_t *step_ns;      /* profiling (gs_plan_profile_start): per step, summed */
+  uint64_t profiled_runs;
 };
 
 /* Adds a value (its name borrowed unless owns_name is set after); returns
