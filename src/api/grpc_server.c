@@ -46,7 +46,10 @@ struct gs_grpc_server {
   atomic_bool quiescing;
   atomic_bool shut_down; /* the server's shutdown notice arrived */
   gs_grpc_tag on_shutdown;
-  char *pem[3]; /* certificate, key, client CA: kept while the server lives */
+  /* TLS: the certificate configuration gRPC takes at its next handshake
+   * (tls_fetch), read at start and again by gs_grpc_reload_tls. */
+  pthread_mutex_t tls_lock;
+  grpc_ssl_server_certificate_config *tls_next;
 };
 
 /* gRPC's own messages go to the log: its errors as warnings (a client's
@@ -619,19 +622,64 @@ static int read_pem(const char *path, char **out) {
   return GS_OK;
 }
 
+/* The certificate, key and client CA (if any) of the settings as gRPC's
+ * configuration (which copies the text); NULL with the error set. */
+static grpc_ssl_server_certificate_config *read_tls(const gs_grpc_settings *st) {
+  char *pem[3] = {NULL, NULL, NULL}; /* certificate, key, client CA */
+  grpc_ssl_server_certificate_config *config = NULL;
+  if (read_pem(st->tls_cert, &pem[0]) == 0 && read_pem(st->tls_key, &pem[1]) == 0 &&
+      (!st->tls_client_ca || !st->tls_client_ca[0] || read_pem(st->tls_client_ca, &pem[2]) == 0)) {
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = pem[1], .cert_chain = pem[0]};
+    /* gRPC's reloadable configuration must name client roots even where no
+     * client certificate is asked for (it asserts so): then the server's
+     * own chain stands there, read by nobody. */
+    config = grpc_ssl_server_certificate_config_create(pem[2] ? pem[2] : pem[0], &pair, 1);
+  }
+  for (int i = 0; i < 3; i++)
+    free(pem[i]);
+  return config;
+}
+
+/* gRPC asks at each new connection's handshake (and once at start) whether
+ * the configuration changed; a new one it takes, and frees. */
+static grpc_ssl_certificate_config_reload_status tls_fetch(void *arg,
+                                                           grpc_ssl_server_certificate_config **config) {
+  gs_grpc_server *g = arg;
+  pthread_mutex_lock(&g->tls_lock);
+  *config = g->tls_next;
+  g->tls_next = NULL;
+  pthread_mutex_unlock(&g->tls_lock);
+  return *config ? GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW : GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
+}
+
+int gs_grpc_reload_tls(gs_grpc_server *g) {
+  const gs_grpc_settings *st = &g->settings;
+  if (!st->tls_cert || !st->tls_cert[0])
+    return GS_OK;
+  grpc_ssl_server_certificate_config *config = read_tls(st);
+  if (!config)
+    return gs_error_code();
+  pthread_mutex_lock(&g->tls_lock);
+  if (g->tls_next) /* a reload no handshake has taken yet */
+    grpc_ssl_server_certificate_config_destroy(g->tls_next);
+  g->tls_next = config;
+  pthread_mutex_unlock(&g->tls_lock);
+  return GS_OK;
+}
+
 static grpc_server_credentials *credentials(gs_grpc_server *g) {
   const gs_grpc_settings *st = &g->settings;
   if (!st->tls_cert || !st->tls_cert[0])
     return grpc_insecure_server_credentials_create();
-  if (read_pem(st->tls_cert, &g->pem[0]) < 0 || read_pem(st->tls_key, &g->pem[1]) < 0 ||
-      (st->tls_client_ca && st->tls_client_ca[0] && read_pem(st->tls_client_ca, &g->pem[2]) < 0))
+  if (!(g->tls_next = read_tls(st)))
     return NULL;
-  grpc_ssl_pem_key_cert_pair pair = {.private_key = g->pem[1], .cert_chain = g->pem[0]};
-  return grpc_ssl_server_credentials_create_ex(
-      g->pem[2], &pair, 1,
-      g->pem[2] ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
-      NULL);
+  bool client_ca = st->tls_client_ca && st->tls_client_ca[0];
+  grpc_ssl_server_credentials_options *options =
+      grpc_ssl_server_credentials_create_options_using_config_fetcher(
+          client_ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                    : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+          tls_fetch, g);
+  return grpc_ssl_server_credentials_create_with_options(options);
 }
 
 static void free_server(gs_grpc_server *g) {
@@ -652,8 +700,9 @@ static void free_server(gs_grpc_server *g) {
   }
   if (g->quota)
     grpc_resource_quota_unref(g->quota);
-  for (int i = 0; i < 3; i++)
-    free(g->pem[i]);
+  if (g->tls_next)
+    grpc_ssl_server_certificate_config_destroy(g->tls_next);
+  pthread_mutex_destroy(&g->tls_lock);
   free(g);
   grpc_shutdown();
 }
@@ -669,6 +718,7 @@ int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out) {
   atomic_init(&g->live_calls, 0);
   atomic_init(&g->quiescing, false);
   atomic_init(&g->shut_down, false);
+  pthread_mutex_init(&g->tls_lock, NULL);
   gpr_set_log_function(grpc_log);
   grpc_init();
   g->quota = grpc_resource_quota_create("gpusrv");

@@ -31,6 +31,10 @@ typedef struct gs_grpc_settings {
  * error (port taken, TLS files unreadable). The settings' pointers must
  * outlive the server. */
 int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out);
+/* Reads the TLS certificate, key and client CA files again (SIGHUP); new
+ * connections get them, open ones keep theirs. Returns 0 (also without
+ * TLS), or an error, the files in use staying. */
+int gs_grpc_reload_tls(gs_grpc_server *g);
 /* Takes no new calls; those in progress go on. */
 void gs_grpc_quiesce(gs_grpc_server *g);
 /* Calls in progress (streams included). */

@@ -636,7 +636,9 @@ static void reload_tls(server *s) {
     GS_LOGI("api", "SIGHUP: nothing to reload (no --tls-cert)");
     return;
   }
-  if (gs_tls_reload(s->tls) < 0)
+  /* HTTP's reload checks that the files go together (gRPC's does not): gRPC
+   * takes them only once they passed. */
+  if (gs_tls_reload(s->tls) < 0 || (s->grpc && gs_grpc_reload_tls(s->grpc) < 0))
     GS_LOGE("api", "SIGHUP: TLS files not reloaded, the previous ones stay: %s",
             gs_error_detail());
   else

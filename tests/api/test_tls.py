@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -226,11 +227,23 @@ def peer_subject(port, pki):
     return subject["commonName"]
 
 
+def grpc_peer_subject(port, pki):
+    """The common name of the certificate the gRPC port shows a new connection
+    (a TLS handshake offering HTTP/2, as gRPC clients do)."""
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            return dict(x[0] for x in tls.getpeercert()["subject"])["commonName"]
+
+
 def test_sighup_reads_new_files_and_a_bad_one_keeps_the_old(repo, pki, tmp_path):
+    """For HTTP and gRPC alike."""
     cert, key = tmp_path / "live.pem", tmp_path / "live.key"
     shutil.copy(pki / "server.pem", cert)
     shutil.copy(pki / "server.key", key)
-    proc, port, log = start_tls(repo, pki, cert_path=cert, key_path=key)
+    gport = free_port()
+    proc, port, log = start_tls(repo, pki, cert_path=cert, key_path=key, grpc_port=gport)
     try:
         # A connection opened before the reload keeps working after it.
         ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
@@ -238,6 +251,7 @@ def test_sighup_reads_new_files_and_a_bad_one_keeps_the_old(repo, pki, tmp_path)
         kept.request("GET", "/v2/health/live")
         assert kept.getresponse().read() == b""
         assert peer_subject(port, pki) == "server"
+        assert grpc_peer_subject(gport, pki) == "server"
         shutil.copy(pki / "renewed.pem", cert)
         shutil.copy(pki / "renewed.key", key)
         proc.send_signal(signal.SIGHUP)
@@ -245,6 +259,7 @@ def test_sighup_reads_new_files_and_a_bad_one_keeps_the_old(repo, pki, tmp_path)
         while peer_subject(port, pki) != "renewed" and time.time() < deadline:
             time.sleep(0.05)
         assert peer_subject(port, pki) == "renewed"
+        assert grpc_peer_subject(gport, pki) == "renewed"
         kept.request("GET", "/v2/health/live")
         assert kept.getresponse().status == 200
         # A certificate without its key: refused, and the renewed one stays.
@@ -255,6 +270,7 @@ def test_sighup_reads_new_files_and_a_bad_one_keeps_the_old(repo, pki, tmp_path)
             time.sleep(0.05)
         assert "do not match" in open(log).read()
         assert peer_subject(port, pki) == "renewed"
+        assert grpc_peer_subject(gport, pki) == "renewed"
         assert proc.poll() is None
     finally:
         stop(proc)
