@@ -7,6 +7,8 @@
 #include "api/kserve.h"
 #include "base/error.h"
 
+#include "health.pb-c.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,28 @@ static void server_ready(gs_grpc_call *c, ProtobufCMessage *in) {
   FREE_REQUEST(in);
   Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
   r.ready = gs_repository_settled(repo_of(c));
+  gs_grpc_reply_message(c, &r.base);
+}
+
+/* grpc.health.v1.Health/Check, for Kubernetes' gRPC probes and the like:
+ * the whole server ("") or the inference service is SERVING when it is
+ * ready (ServerReady's answer); another service is NOT_FOUND, as the health
+ * protocol says. Watch is not served (UNIMPLEMENTED, which its clients
+ * take as "poll Check"). */
+static void health_check(gs_grpc_call *c, ProtobufCMessage *in) {
+  Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)in;
+  if (q->service[0] && strcmp(q->service, "inference.GRPCInferenceService") != 0) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "unknown service '%.200s'", q->service);
+    FREE_REQUEST(in);
+    gs_grpc_reply_error(c, 404, msg);
+    return;
+  }
+  FREE_REQUEST(in);
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  r.status = gs_repository_settled(repo_of(c))
+                 ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                 : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
   gs_grpc_reply_message(c, &r.base);
 }
 
@@ -303,5 +327,7 @@ const gs_grpc_method gs_grpc_methods[] = {
            GS_GRPC_ADMIN, false),
     METHOD("RepositoryModelUnload", repository_model_unload_request, repository_model_unload,
            GS_GRPC_ADMIN, false),
+    {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor,
+     health_check, GS_GRPC_OPEN, false},
     {NULL, NULL, NULL, 0, false},
 };

@@ -458,20 +458,22 @@ def test_message_over_the_limit_is_resource_exhausted(repo):
         assert proc.wait(timeout=30) == 0
 
 
-def start_needing_tokens(repo):
-    """A server with --auth required (start() polls a route that would need a token)."""
+def start_needing_tokens(repo, model="mlp"):
+    """A server with --auth required (start() polls a route that would need a
+    token), up once `model` is ready."""
     port, gport = free_port(), free_port()
     state = repo.parent / f"state-auth-{port}"
     proc = subprocess.Popen([os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv")),
                              "serve", "--model-repository", str(repo), "--http-port", str(port),
                              "--grpc-port", str(gport), "--state-dir", str(state),
                              "--auth", "required"], stderr=subprocess.DEVNULL)
+    proc.grpc_port = gport
     c = tg.InferenceServerClient(f"127.0.0.1:{gport}")
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
             token = (state / "admin.token").read_text().strip()
-            if c.is_model_ready("mlp", headers={"authorization": f"Bearer {token}"}):
+            if c.is_model_ready(model, headers={"authorization": f"Bearer {token}"}):
                 return proc, c, token
         except (OSError, InferenceServerException):
             pass
@@ -494,6 +496,38 @@ def test_unpacked_messages_are_held_to_the_budget(repo):
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "--max-bodies-bytes" in e.value.details()
         assert tg.InferenceServerClient(f"127.0.0.1:{proc.grpc_port}").is_server_live()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_grpc_health_service(server, tmp_path):
+    """grpc.health.v1 as gRPC's own stubs ask it (grpcio-health-checking): the
+    server and the inference service answer as ServerReady does (this
+    server is not ready: an entry of its repository is no model), without a
+    token where tokens are required, an unknown service is NOT_FOUND, Watch
+    is not served."""
+    from grpc_health.v1 import health_pb2 as hp, health_pb2_grpc as hg
+    health = hg.HealthStub(grpc.insecure_channel(f"127.0.0.1:{server[1]}"))
+    assert not client(server).is_server_ready()
+    for service in ("", "inference.GRPCInferenceService"):
+        assert health.Check(hp.HealthCheckRequest(service=service)).status == \
+            hp.HealthCheckResponse.NOT_SERVING
+    with pytest.raises(grpc.RpcError) as e:
+        health.Check(hp.HealthCheckRequest(service="other.Service"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "other.Service" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        next(health.Watch(hp.HealthCheckRequest()))
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    ready = tmp_path / "ready"
+    shutil.copytree(os.path.join(ROOT, "models", "digits"), ready / "digits")
+    proc, c, _ = start_needing_tokens(ready, "digits")
+    try:
+        assert c.is_server_ready()
+        health = hg.HealthStub(grpc.insecure_channel(f"127.0.0.1:{proc.grpc_port}"))
+        for service in ("", "inference.GRPCInferenceService"):
+            assert health.Check(hp.HealthCheckRequest(service=service)).status == \
+                hp.HealthCheckResponse.SERVING
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
