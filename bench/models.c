@@ -25,12 +25,12 @@ static int by_ns_desc(const void *a, const void *b) {
 
 /* --profile, on stderr: the time per run of each op type (kernels summed),
  * then of the slowest kernels. */
-static void print_profile(const gs_plan *plan) {
+static void print_profile(gs_plan *plan) {
   uint64_t runs;
   int n = gs_plan_profile(plan, NULL, 0, &runs);
   gs_plan_step_time *steps = malloc(sizeof *steps * (size_t)(n + 1));
   gs_plan_step_time *ops = calloc((size_t)n + 1, sizeof *ops); /* one per op type */
-  if (!steps || !ops || runs == 0) {
+  if (!steps || !ops || runs == 0 || n == 0) {
     free(steps);
     free(ops);
     return;
@@ -47,6 +47,8 @@ static void print_profile(const gs_plan *plan) {
     ops[k].ns += steps[s].ns;
     total += steps[s].ns;
   }
+  if (total == 0)
+    total = 1; /* shares of nothing: 0%, not NaN */
   qsort(ops, (size_t)n_ops, sizeof *ops, by_ns_desc);
   qsort(steps, (size_t)n, sizeof *steps, by_ns_desc);
   fprintf(stderr, "profile over %llu runs: kernels %.1f us per run\n", (unsigned long long)runs,

@@ -638,9 +638,12 @@ static void reload_tls(server *s) {
   }
   /* HTTP's reload checks that the files go together (gRPC's does not): gRPC
    * takes them only once they passed. */
-  if (gs_tls_reload(s->tls) < 0 || (s->grpc && gs_grpc_reload_tls(s->grpc) < 0))
+  if (gs_tls_reload(s->tls) < 0)
     GS_LOGE("api", "SIGHUP: TLS files not reloaded, the previous ones stay: %s",
             gs_error_detail());
+  else if (s->grpc && gs_grpc_reload_tls(s->grpc) < 0)
+    GS_LOGE("api", "SIGHUP: HTTPS serves the new TLS files, but gRPC could not read them again "
+                   "and keeps its previous ones: %s", gs_error_detail());
   else
     GS_LOGI("api", "SIGHUP: TLS certificate and key reloaded");
 }

@@ -145,9 +145,10 @@ typedef struct gs_plan_step_time {
   const char *op_type, *node_name; /* the plan's, valid while it lives */
   uint64_t ns;                     /* summed over the profiled runs */
 } gs_plan_step_time;
-/* The times of the plan's first `max` kernels, in run order, into out, and
- * the runs profiled into *runs; returns the number of kernels (0 before
- * gs_plan_profile_start). */
-int gs_plan_profile(const gs_plan *plan, gs_plan_step_time *out, int max, uint64_t *runs);
+/* The times of the plan's first `max` steps, in run order, into out, and
+ * the runs profiled into *runs; returns the number of steps (0 before
+ * gs_plan_profile_start). Steps that launch nothing (a Reshape that takes
+ * its input's bytes) read 0. */
+int gs_plan_profile(gs_plan *plan, gs_plan_step_time *out, int max, uint64_t *runs);
 
 #endif

@@ -998,22 +998,27 @@ static int run_steps(gs_plan *p) {
   return rc;
 }
 
+/* Both take the run lock: a run reads and adds to the profile under it. */
 int gs_plan_profile_start(gs_plan *p) {
   if (p->stages)
     return gs_error(GS_ENOTSUP, "a plan made in stages has no profile");
+  int rc = GS_OK;
+  pthread_mutex_lock(&p->run_lock);
   if (!p->step_ns && !(p->step_ns = calloc((size_t)p->n_steps + 1, sizeof *p->step_ns)))
-    return gs_error(GS_ENOMEM, "out of memory for a profile");
-  return GS_OK;
+    rc = gs_error(GS_ENOMEM, "out of memory for a profile");
+  pthread_mutex_unlock(&p->run_lock);
+  return rc;
 }
 
-int gs_plan_profile(const gs_plan *p, gs_plan_step_time *out, int max, uint64_t *runs) {
+int gs_plan_profile(gs_plan *p, gs_plan_step_time *out, int max, uint64_t *runs) {
+  pthread_mutex_lock(&p->run_lock);
   *runs = p->profiled_runs;
-  if (!p->step_ns)
-    return 0;
-  for (int s = 0; s < p->n_steps && s < max; s++)
+  int n = p->step_ns ? p->n_steps : 0;
+  for (int s = 0; s < n && s < max; s++)
     out[s] = (gs_plan_step_time){.op_type = p->steps[s].call->op_type,
                                  .node_name = p->steps[s].call->node_name, .ns = p->step_ns[s]};
-  return p->n_steps;
+  pthread_mutex_unlock(&p->run_lock);
+  return n;
 }
 
 /* Whether the kernels can use the caller's buffer `b` for value v in place

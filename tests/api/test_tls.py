@@ -259,6 +259,9 @@ def test_sighup_reads_new_files_and_a_bad_one_keeps_the_old(repo, pki, tmp_path)
         while peer_subject(port, pki) != "renewed" and time.time() < deadline:
             time.sleep(0.05)
         assert peer_subject(port, pki) == "renewed"
+        # gRPC is handed the files after HTTP's reload has checked them
+        while grpc_peer_subject(gport, pki) != "renewed" and time.time() < deadline:
+            time.sleep(0.05)
         assert grpc_peer_subject(gport, pki) == "renewed"
         kept.request("GET", "/v2/health/live")
         assert kept.getresponse().status == 200

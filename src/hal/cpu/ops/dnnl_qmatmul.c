@@ -270,14 +270,16 @@ int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void 
     s->shape = *q;
     s->built = true;
     s->split = !gs__dnnl_int8_exact();
-    if (s->split && q->m <= GS_QGEMV_MAX_ROWS && gs__qgemv_available() &&
-        !(s->gemv_b = malloc(gs__qgemv_packed_size(q->k, q->n))))
-      return gs_error(GS_ENOMEM, "node %s: out of memory packing an int8 weight", c->node_name);
     if (build(s, engine) != dnnl_success) {
       GS_LOGD("engine", "node %s: oneDNN cannot run this int8 matmul; using the integer GEMM",
               c->node_name);
       s->failed = true;
       return 0;
+    }
+    if (s->split && q->m <= GS_QGEMV_MAX_ROWS && gs__qgemv_available() &&
+        !(s->gemv_b = malloc(gs__qgemv_packed_size(q->k, q->n)))) {
+      release(s); /* built again by the next run */
+      return gs_error(GS_ENOMEM, "node %s: out of memory packing an int8 weight", c->node_name);
     }
   }
   dnnl_status_t st = keep_weights(s, q, b);
