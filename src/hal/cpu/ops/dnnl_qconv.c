@@ -223,31 +223,48 @@ static dnnl_status_t reorder(dnnl_stream_t stream, dnnl_primitive_t r, dnnl_memo
 /* The weights of output channel o that meet the input, summed per output
  * position: over the taps whose input lies inside (not in the padding),
  * and over the group's input channels. */
-static void sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_sum) {
+static bool sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_sum) {
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  int64_t chans = xs->dims[1] / a->group, taps = 1, outs = 1;
+  int64_t chans = xs->dims[1] / a->group, taps = 1, outs = 1, oc = ys->dims[1];
   for (int d = 0; d < a->spatial; d++) {
     taps *= a->kernel[d];
     outs *= ys->dims[2 + d];
   }
-  for (int64_t o = 0; o < ys->dims[1]; o++)
-    for (int64_t pos = 0; pos < outs; pos++) {
-      int32_t sum = 0;
-      for (int64_t tap = 0; tap < taps; tap++) {
-        bool inside = true;
-        int64_t pr = pos, tr = tap; /* taken apart into the spatial dims, last first */
-        for (int d = a->spatial - 1; d >= 0 && inside; d--) {
-          int64_t at = pr % ys->dims[2 + d], k = tr % a->kernel[d];
-          pr /= ys->dims[2 + d], tr /= a->kernel[d];
-          int64_t i = at * a->stride[d] + k * a->dilation[d] - a->pad_begin[d];
-          inside = i >= 0 && i < xs->dims[2 + d];
-        }
-        for (int64_t ci = 0; inside && ci < chans; ci++)
-          sum += w[(o * chans + ci) * taps + tap];
+  /* Each channel's weights summed over its inputs, a tap at a time; then
+   * per position, which taps meet the input is found once for all channels. */
+  int32_t *tap_sum = calloc((size_t)(oc * taps + 1), sizeof *tap_sum);
+  bool *inside = malloc((size_t)taps + 1);
+  if (!tap_sum || !inside) {
+    free(tap_sum);
+    free(inside);
+    return false;
+  }
+  for (int64_t o = 0; o < oc; o++)
+    for (int64_t ci = 0; ci < chans; ci++)
+      for (int64_t tap = 0; tap < taps; tap++)
+        tap_sum[o * taps + tap] += w[(o * chans + ci) * taps + tap];
+  for (int64_t pos = 0; pos < outs; pos++) {
+    for (int64_t tap = 0; tap < taps; tap++) {
+      inside[tap] = true;
+      int64_t pr = pos, tr = tap; /* taken apart into the spatial dims, last first */
+      for (int d = a->spatial - 1; d >= 0 && inside[tap]; d--) {
+        int64_t at = pr % ys->dims[2 + d], k = tr % a->kernel[d];
+        pr /= ys->dims[2 + d], tr /= a->kernel[d];
+        int64_t i = at * a->stride[d] + k * a->dilation[d] - a->pad_begin[d];
+        inside[tap] = i >= 0 && i < xs->dims[2 + d];
       }
+    }
+    for (int64_t o = 0; o < oc; o++) {
+      int32_t sum = 0;
+      for (int64_t tap = 0; tap < taps; tap++)
+        sum += inside[tap] ? tap_sum[o * taps + tap] : 0;
       window_sum[o * outs + pos] = sum;
     }
+  }
+  free(tap_sum);
+  free(inside);
+  return true;
 }
 
 /* x + shift into H (first half) and L (second), as the split takes them. */
@@ -311,9 +328,9 @@ static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, void *const *p
   if (!weights_const || s->w_cached != p[3]) {
     if (s->w_reorder)
       st = reorder(s->stream, s->w_reorder, s->w_plain, s->w_blocked);
-    if (s->split)
-      sum_windows(c, p[3], s->window_sum);
-    s->w_cached = st == dnnl_success ? p[3] : NULL; /* a failed reorder is done again */
+    if (st == dnnl_success && s->split && !sum_windows(c, p[3], s->window_sum))
+      st = dnnl_out_of_memory;
+    s->w_cached = st == dnnl_success ? p[3] : NULL; /* what failed is done again */
   }
   if (st == dnnl_success && s->src_reorder)
     st = reorder(s->stream, s->src_reorder, s->src_plain, s->src_cl);
@@ -373,6 +390,8 @@ int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
     free(want.scales);
   }
   dnnl_status_t st = execute(s, c, p);
+  if (st == dnnl_out_of_memory)
+    return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 convolution", c->node_name);
   if (st != dnnl_success)
     return gs_error(GS_EDEVICE, "node %s: oneDNN int8 convolution failed (status %d)",
                     c->node_name, (int)st);

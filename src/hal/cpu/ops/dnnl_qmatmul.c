@@ -128,24 +128,6 @@ static dnnl_status_t build(qmm_state *s, dnnl_engine_t engine) {
   return st;
 }
 
-/* out -= a_zero * (B's column sums), a row at a time: the int32 loop vectorises. */
-static void take_away_a_zero(const gs_qmatmul_shape *q, const int64_t *col_sums, int32_t *out) {
-  int32_t *corr = malloc(sizeof *corr * (size_t)q->n);
-  for (int64_t j = 0; corr && j < q->n; j++)
-    corr[j] = (int32_t)(q->a_zero * col_sums[j]);
-  for (int64_t i = 0; i < q->m; i++) {
-    int32_t *row = out + i * q->n;
-    /* Wrapping as int32 hardware does: sums past int32 are not undefined behaviour. */
-    if (corr)
-      for (int64_t j = 0; j < q->n; j++)
-        row[j] = (int32_t)((uint32_t)row[j] - (uint32_t)corr[j]);
-    else /* out of memory for the row of corrections: the slow way */
-      for (int64_t j = 0; j < q->n; j++)
-        row[j] = (int32_t)((uint32_t)row[j] - (uint32_t)(int32_t)(q->a_zero * col_sums[j]));
-  }
-  free(corr);
-}
-
 /* One execution of the primitive, src -> dst, with B as kept. */
 static dnnl_status_t execute(qmm_state *s, const void *src, int32_t *dst) {
   dnnl_memory_set_data_handle(s->src, (void *)src);
@@ -159,7 +141,8 @@ static dnnl_status_t execute(qmm_state *s, const void *src, int32_t *dst) {
 
 /* B in the primitive's layout and its column sums: once for a constant B. */
 static dnnl_status_t keep_weights(qmm_state *s, const gs_qmatmul_shape *q, const int8_t *b) {
-  dnnl_memory_set_data_handle(s->w_plain, (void *)b);
+  if (s->w_plain) /* none for qgemv.h alone */
+    dnnl_memory_set_data_handle(s->w_plain, (void *)b);
   if (q->b_const && s->w_cached == b)
     return dnnl_success;
   dnnl_status_t st = dnnl_success;
@@ -184,14 +167,15 @@ static void sum_rows(const gs_qmatmul_shape *q, const void *a, int64_t *rows) {
   }
 }
 
-/* out -= b_zero rowsum(A)_i + a_zero col_sums_j, wrapping as int32 does. */
+/* out -= b_zero rowsum(A)_i + a_zero col_sums_j, wrapping as int32 does;
+ * rows NULL where the primitive took B's zero point. corr has room for n. */
 GS_VECTOR_CLONES
 static void take_away_zeros(const gs_qmatmul_shape *q, int64_t a_zero, const int64_t *rows,
                             const int64_t *col_sums, uint32_t *corr, int32_t *out) {
   for (int64_t j = 0; j < q->n; j++)
     corr[j] = (uint32_t)(uint64_t)(a_zero * col_sums[j]);
   for (int64_t i = 0; i < q->m; i++) {
-    uint32_t rz = (uint32_t)(uint64_t)((int64_t)q->b_zero * rows[i]);
+    uint32_t rz = rows ? (uint32_t)(uint64_t)((int64_t)q->b_zero * rows[i]) : 0;
     int32_t *row = out + i * q->n;
     for (int64_t j = 0; j < q->n; j++)
       row[j] = (int32_t)((uint32_t)row[j] - rz - corr[j]);
@@ -250,6 +234,20 @@ static dnnl_status_t run_split(qmm_state *s, const gs_qmatmul_shape *q, const vo
   return st;
 }
 
+/* The product with VNNI: the primitive, with B's zero point, then A's. */
+static dnnl_status_t run_direct(qmm_state *s, const gs_qmatmul_shape *q, const void *a,
+                                int32_t *out) {
+  dnnl_status_t st = execute(s, a, out);
+  if (st != dnnl_success || !q->a_zero)
+    return st;
+  uint32_t *corr = malloc(sizeof *corr * (size_t)q->n);
+  if (!corr)
+    return dnnl_out_of_memory;
+  take_away_zeros(q, q->a_zero, NULL, s->col_sums, corr, out);
+  free(corr);
+  return dnnl_success;
+}
+
 int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void *a,
                      const int8_t *b, int32_t *out, bool *done) {
   *done = false;
@@ -270,16 +268,19 @@ int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void 
     s->shape = *q;
     s->built = true;
     s->split = !gs__dnnl_int8_exact();
-    if (build(s, engine) != dnnl_success) {
+    if (s->split && q->m <= GS_QGEMV_MAX_ROWS && gs__qgemv_available()) {
+      /* qgemv.h alone: no primitive, and B kept in its packing only */
+      s->gemv_b = malloc(gs__qgemv_packed_size(q->k, q->n));
+      s->col_sums = malloc(sizeof *s->col_sums * (size_t)q->n);
+      if (!s->gemv_b || !s->col_sums) {
+        release(s); /* built again by the next run */
+        return gs_error(GS_ENOMEM, "node %s: out of memory packing an int8 weight", c->node_name);
+      }
+    } else if (build(s, engine) != dnnl_success) {
       GS_LOGD("engine", "node %s: oneDNN cannot run this int8 matmul; using the integer GEMM",
               c->node_name);
       s->failed = true;
       return 0;
-    }
-    if (s->split && q->m <= GS_QGEMV_MAX_ROWS && gs__qgemv_available() &&
-        !(s->gemv_b = malloc(gs__qgemv_packed_size(q->k, q->n)))) {
-      release(s); /* built again by the next run */
-      return gs_error(GS_ENOMEM, "node %s: out of memory packing an int8 weight", c->node_name);
     }
   }
   dnnl_status_t st = keep_weights(s, q, b);
@@ -288,14 +289,12 @@ int gs__dnnl_qmatmul(const gs_op_call *c, const gs_qmatmul_shape *q, const void 
   else if (st == dnnl_success && s->split)
     st = run_split(s, q, a, out);
   else if (st == dnnl_success)
-    st = execute(s, a, out);
+    st = run_direct(s, q, a, out);
   if (st == dnnl_out_of_memory)
     return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
   if (st != dnnl_success)
     return gs_error(GS_EDEVICE, "node %s: oneDNN int8 matmul failed (status %d)", c->node_name,
                     (int)st);
-  if (q->a_zero && !s->split)
-    take_away_a_zero(q, s->col_sums, out);
   *done = true;
   return 0;
 }

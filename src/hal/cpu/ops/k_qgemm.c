@@ -40,11 +40,6 @@ static int32_t a_at(const qoperand *a, bool ta, int64_t m, int64_t k, int64_t i,
   return gs_q_load(a->type, a->data, ta ? p * m + i : i * k + p);
 }
 
-/* c[m, n] = sum over k of (A[i, k] - za) (B[k, j] - zb), in int32, through
- * oneDNN's integer GEMM. oneDNN takes B as int8 only: a uint8 B is
- * shifted by 128, its zero points with it. oneDNN takes one zero point per
- * operand: those per row or per column are corrected afterwards with A's
- * row sums and B's column sums. */
 /* One row of the split product's result (below): c = 128 g + c + szb r - sa colsum. */
 GS_VECTOR_CLONES
 static void combine_row(const int32_t *g, int32_t *c, const uint32_t *szb, uint32_t r,
@@ -55,7 +50,7 @@ static void combine_row(const int32_t *g, int32_t *c, const uint32_t *szb, uint3
 
 /* The product where oneDNN's u8 x s8 kernels would saturate (no VNNI:
  * dnnl_conv.h). A is made unsigned and cut in two, A' = A + sa = 128 H + L
- * (gs_q_split), B signed (B' = B - sb), so that no pair of products passes
+ * (gs__q_split), B signed (B' = B - sb), so that no pair of products passes
  * int16 (2 * 127 * 128 < 32768); two GEMMs without offsets, then every
  * zero point and shift at once with the row sums of A' and the column
  * sums of B':
@@ -67,10 +62,11 @@ static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
   uint8_t *halves = malloc(2 * ak);
   int8_t *shifted = b->type == GS_DT_UINT8 ? malloc(bk) : NULL; /* int8 B is B' as it is */
   int32_t *g = malloc(sizeof *g * (size_t)(m * n));
-  int64_t *rows = calloc((size_t)m, sizeof *rows), *cols = calloc((size_t)n, sizeof *cols);
-  uint32_t *szb = malloc(sizeof *szb * (size_t)n), *colsum = malloc(sizeof *colsum * (size_t)n);
+  int64_t *rows = calloc((size_t)m, sizeof *rows);
+  /* colsum'_j in uint32: the result wraps as int32 hardware does anyway */
+  uint32_t *szb = malloc(sizeof *szb * (size_t)n), *colsum = calloc((size_t)n, sizeof *colsum);
   int rc = 0;
-  if (!halves || (b->type == GS_DT_UINT8 && !shifted) || !g || !rows || !cols || !szb || !colsum) {
+  if (!halves || (b->type == GS_DT_UINT8 && !shifted) || !g || !rows || !szb || !colsum) {
     rc = gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", node);
     goto done;
   }
@@ -94,11 +90,11 @@ static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
   if (!tb) {
     for (int64_t p = 0; p < k; p++)
       for (int64_t j = 0; j < n; j++)
-        cols[j] += bs[p * n + j];
+        colsum[j] += (uint32_t)bs[p * n + j];
   } else { /* B stored [n, k] */
     for (int64_t j = 0; j < n; j++)
       for (int64_t p = 0; p < k; p++)
-        cols[j] += bs[j * k + p];
+        colsum[j] += (uint32_t)bs[j * k + p];
   }
   int32_t co = 0;
   int saved = gs_parallel_small(4.0 * (double)m * (double)n * (double)k);
@@ -114,10 +110,8 @@ static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
   }
   /* In uint32, which wraps as int32 hardware does: C = 128 G(H) + G(L) +
    * szb_j (rowsum'_i - k sza_i) - sza_i colsum'_j, szb = sb - zb, sza = sa + za. */
-  for (int64_t j = 0; j < n; j++) {
+  for (int64_t j = 0; j < n; j++)
     szb[j] = (uint32_t)(sb - (b->n_zero ? zero_at(b, j) : 0));
-    colsum[j] = (uint32_t)(uint64_t)cols[j];
-  }
   for (int64_t i = 0; i < m; i++) {
     int64_t sza = sa + (a->n_zero ? zero_at(a, i) : 0);
     combine_row(g + i * n, c + i * n, szb, (uint32_t)(uint64_t)(rows[i] - k * sza),
@@ -128,12 +122,16 @@ done:
   free(shifted);
   free(g);
   free(rows);
-  free(cols);
   free(szb);
   free(colsum);
   return rc;
 }
 
+/* c[m, n] = sum over k of (A[i, k] - za) (B[k, j] - zb), in int32, through
+ * oneDNN's integer GEMM. oneDNN takes B as int8 only: a uint8 B is
+ * shifted by 128, its zero points with it. oneDNN takes one zero point per
+ * operand: those per row or per column are corrected afterwards with A's
+ * row sums and B's column sums. */
 static int qgemm_s32(const char *node, int64_t m, int64_t n, int64_t k, const qoperand *a,
                      bool ta, const qoperand *b, bool tb, int32_t *c) {
   if (m == 0 || n == 0)
