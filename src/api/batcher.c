@@ -97,6 +97,8 @@ static void stat_add(gs_duration_stat *s, uint64_t ns) {
 static void finish(gs_infer_request *r, int status, const char *error) {
   gs_served_model *m = r->model;
   uint64_t now = gs_now_ns();
+  atomic_store(&m->last_used_ns, now);
+  atomic_fetch_sub(&m->in_flight, 1);
   r->status = status;
   if (error)
     snprintf(r->error, sizeof r->error, "%s", error);
@@ -144,6 +146,8 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r) {
                     (long long)m->max_queue_size);
   }
   enqueue(b, r);
+  atomic_fetch_add(&m->in_flight, 1); /* until finish(): not idle meanwhile */
+  atomic_store(&m->last_used_ns, r->t_arrive);
   /* Every worker: the one that wakes may be gathering a batch this
    * request does not fit, while another instance sits idle. */
   pthread_cond_broadcast(&b->cond);
@@ -595,6 +599,7 @@ static void release_pipeline(instance_pipeline *ip) {
 
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
   r->t_arrive = r->t_batch = gs_now_ns();
+  atomic_fetch_add(&m->in_flight, 1);
   int rc = gs_served_run(m, r->version, r->shapes, r->inputs, r->outputs, r->out_info);
   uint64_t t1 = gs_now_ns();
   /* In the HTTP thread: no queue, no copies of its own; the plan's run is

@@ -19,17 +19,68 @@ static gs_repository *repo_of(gs_grpc_call *c) {
   return c->settings->repo;
 }
 
+/* A call waiting for a model unloaded while idle to load again: its
+ * handler runs again, with the same request, once the load has ended. */
+typedef struct load_wait {
+  gs_load_waiter waiter;
+  gs_grpc_call *call;
+  ProtobufCMessage *request;
+} load_wait;
+
+static void on_model_loaded(gs_load_waiter *w) {
+  load_wait *lw = (load_wait *)w; /* the waiter is its first member */
+  gs_grpc_call *c = lw->call;
+  c->method->handle(c, lw->request);
+  free(lw);
+  gs_grpc_call_release(c);
+}
+
+/* Where m was unloaded while idle (or is loading again after that), loads
+ * it for this call: true when the call has been dealt with (the handler runs
+ * again with `in` once m has loaded, or the call was answered because the
+ * load would outlast m's timeout; either way `in` is taken). */
+static bool wait_for_load(gs_grpc_call *c, gs_served_model *m, ProtobufCMessage *in) {
+  int st = atomic_load(&m->state);
+  if (st != GS_MODEL_UNLOADED_IDLE && !(st == GS_MODEL_LOADING && atomic_load(&m->demand_active)))
+    return false;
+  load_wait *lw = malloc(sizeof *lw);
+  if (!lw)
+    return false; /* answered as unloaded */
+  *lw = (load_wait){.waiter.loaded = on_model_loaded, .call = c, .request = in};
+  int retry_after = 1;
+  gs_grpc_call_hold(c);
+  gs_wait_outcome o = gs_served_wait_load(repo_of(c), m, &lw->waiter, &retry_after);
+  if (o == GS_WAIT_JOINED)
+    return true;
+  free(lw);
+  gs_grpc_call_release(c);
+  if (o == GS_WAIT_NONE)
+    return false;
+  char msg[400];
+  snprintf(msg, sizeof msg, "model '%s' is loading again after being idle; its load takes "
+           "longer than its default timeout, retry in %d s", m->name, retry_after);
+  gs_grpc_reply_error(c, 503, msg);
+  FREE_REQUEST(in);
+  return true;
+}
+
 /* The model and version a request names, with a use share taken (released
- * with gs_served_release); NULL after answering the call with why not. */
-static gs_served_model *use_model(gs_grpc_call *c, const char *name, const char *version,
-                                  gs_served_version **v) {
+ * with gs_served_release); NULL after answering the call with why not, and
+ * NULL with *taken set where wait_for_load has taken the request (`load`:
+ * a model unloaded while idle is loaded for this call). */
+static gs_served_model *use_model(gs_grpc_call *c, ProtobufCMessage *in, bool load,
+                                  const char *name, const char *version, gs_served_version **v,
+                                  bool *taken) {
   char msg[700];
+  *taken = false;
   gs_served_model *m = gs_repository_find(repo_of(c), name);
   if (!m) {
     snprintf(msg, sizeof msg, "unknown model '%s'", name);
     gs_grpc_reply_error(c, 404, msg);
     return NULL;
   }
+  if (load && (*taken = wait_for_load(c, m, in)))
+    return NULL;
   if (!gs_served_try_use(m)) {
     snprintf(msg, sizeof msg, "model '%s' is loading or unloading; retry shortly", name);
     gs_grpc_reply_error(c, 503, msg);
@@ -117,7 +168,10 @@ static void server_metadata(gs_grpc_call *c, ProtobufCMessage *in) {
 static void model_metadata(gs_grpc_call *c, ProtobufCMessage *in) {
   Inference__ModelMetadataRequest *q = (Inference__ModelMetadataRequest *)in;
   gs_served_version *v;
-  gs_served_model *m = use_model(c, q->name, q->version, &v);
+  bool taken;
+  gs_served_model *m = use_model(c, in, true, q->name, q->version, &v, &taken);
+  if (taken)
+    return;
   if (m) {
     gs_grpc_reply_json(c, &inference__model_metadata_response__descriptor,
                        gs_kserve_model_metadata(m, v));
@@ -129,7 +183,10 @@ static void model_metadata(gs_grpc_call *c, ProtobufCMessage *in) {
 static void model_config(gs_grpc_call *c, ProtobufCMessage *in) {
   Inference__ModelConfigRequest *q = (Inference__ModelConfigRequest *)in;
   gs_served_version *v;
-  gs_served_model *m = use_model(c, q->name, q->version, &v);
+  bool taken;
+  gs_served_model *m = use_model(c, in, true, q->name, q->version, &v, &taken);
+  if (taken)
+    return;
   if (m) {
     json_t *config = gs_kserve_model_config(m, v);
     gs_grpc_reply_json(c, &inference__model_config_response__descriptor,
@@ -146,7 +203,8 @@ static void model_statistics(gs_grpc_call *c, ProtobufCMessage *in) {
                        gs_kserve_stats(repo_of(c)));
   } else {
     gs_served_version *v;
-    gs_served_model *m = use_model(c, q->name, q->version, &v);
+    bool taken; /* statistics do not load a model unloaded while idle */
+    gs_served_model *m = use_model(c, in, false, q->name, q->version, &v, &taken);
     if (m) {
       gs_grpc_reply_json(c, &inference__model_statistics_response__descriptor,
                          gs_kserve_model_stats(m, v));
@@ -268,7 +326,10 @@ static void on_inline(gs_infer_request *r, void *ctx) {
 static void model_infer(gs_grpc_call *c, ProtobufCMessage *in) {
   Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)in;
   gs_served_version *v;
-  gs_served_model *m = use_model(c, q->model_name, q->model_version, &v);
+  bool taken;
+  gs_served_model *m = use_model(c, in, true, q->model_name, q->model_version, &v, &taken);
+  if (taken)
+    return;
   infer_op *op = m ? calloc(1, sizeof *op) : NULL;
   if (!op) {
     if (m) {

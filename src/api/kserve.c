@@ -45,6 +45,10 @@ gs_served_version *gs_kserve_ready_version(gs_served_model *m, const char *versi
              state == GS_MODEL_LOADING ? "still loading" : "unloaded");
     return NULL;
   }
+  if (state == GS_MODEL_UNLOADED_IDLE) {
+    snprintf(why, whylen, "model '%s' was %s", m->name, m->reason);
+    return NULL;
+  }
   if (state == GS_MODEL_UNAVAILABLE) { /* no version loaded, or no instance could be made */
     snprintf(why, whylen, "model '%s' is not ready: %s", m->name, m->reason);
     return NULL;
@@ -91,8 +95,9 @@ json_t *gs_kserve_repository_index(gs_repository *repo) {
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(m->name));
     if (!gs_served_try_use(m)) { /* a load or unload has it: say so, without waiting */
-      int state = atomic_load(&m->state) == GS_MODEL_UNLOADED ? GS_MODEL_UNLOADED
-                                                               : GS_MODEL_LOADING;
+      int state = atomic_load(&m->state);
+      if (state != GS_MODEL_UNLOADED && state != GS_MODEL_UNLOADED_IDLE)
+        state = GS_MODEL_LOADING;
       json_object_set_new(o, "state", json_string(gs_model_state_name(state)));
       json_array_append_new(a, o);
       continue;

@@ -207,6 +207,45 @@ static void render_jobs(text *t, gs_frontdesk *fd) {
   free(procs);
 }
 
+/* Each model's loads and unloads by reason, the time requests waited for a
+ * load on demand (idle.c), and its instances now: for every model, whatever
+ * its state. */
+static void model_lifecycle_metrics(gs_repository *repo, text *t) {
+  static const char *const load_reasons[GS_LOAD_REASONS] = {"startup", "admin", "demand"};
+  static const char *const unload_reasons[GS_UNLOAD_REASONS] = {"admin", "idle"};
+  int n = atomic_load(&repo->n_models);
+  header(t, "gpusrv_model_loads_total", "counter", "Loads of each model, by what asked for them");
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < GS_LOAD_REASONS; k++)
+      put(t, "gpusrv_model_loads_total{model=\"%s\",reason=\"%s\"} %llu\n", repo->models[i].name,
+          load_reasons[k], (unsigned long long)atomic_load(&repo->models[i].loads[k]));
+  header(t, "gpusrv_model_unloads_total", "counter",
+         "Unloads of each model: by an admin, or after idle_unload_seconds without requests");
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < GS_UNLOAD_REASONS; k++)
+      put(t, "gpusrv_model_unloads_total{model=\"%s\",reason=\"%s\"} %llu\n",
+          repo->models[i].name, unload_reasons[k],
+          (unsigned long long)atomic_load(&repo->models[i].unloads[k]));
+  header(t, "gpusrv_model_load_wait_seconds", "summary",
+         "Time requests waited for a model unloaded while idle to load again");
+  for (int i = 0; i < n; i++) {
+    gs_served_model *m = &repo->models[i];
+    put(t, "gpusrv_model_load_wait_seconds_sum{model=\"%s\"} %.9f\n", m->name,
+        (double)atomic_load(&m->load_wait_ns) / 1e9);
+    put(t, "gpusrv_model_load_wait_seconds_count{model=\"%s\"} %llu\n", m->name,
+        (unsigned long long)atomic_load(&m->load_waits));
+  }
+  header(t, "gpusrv_model_instances", "gauge", "Instances each model has loaded now");
+  for (int i = 0; i < n; i++) {
+    gs_served_model *m = &repo->models[i];
+    if (!gs_served_try_use(m))
+      continue; /* loading or unloading: left out of this scrape */
+    put(t, "gpusrv_model_instances{model=\"%s\"} %d\n", m->name,
+        gs_served_ready(m) ? m->n_instances : 0);
+    gs_served_release(m);
+  }
+}
+
 int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
   text t = {0};
   static const struct {
@@ -307,6 +346,7 @@ int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
           (long long)atomic_load(&repo->models[i].queue_length));
   free(snap);
   free(version);
+  model_lifecycle_metrics(repo, &t);
   /* Each instance's batch pipeline (models with dynamic batching): how long
    * each stage worked, waited for a batch, and waited to hand one on. */
   static const char *const stage_metrics[][2] = {

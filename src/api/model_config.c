@@ -47,6 +47,8 @@ static const config_field fields[] = {
     {.path = "precision", .kind = FIELD_WORD, AT(precision), .words = precision_words},
     {.path = "warmup", .kind = FIELD_BOOL, AT(no_warmup), .invert = true},
     {.path = "deterministic", .kind = FIELD_BOOL, AT(deterministic)},
+    {.path = "idle_unload_seconds", .kind = FIELD_INT, AT(idle_unload_s), .min = 0,
+     .max = 100L * 365 * 86400},
     {.path = "dynamic_batching", .kind = FIELD_SECTION, AT(dynamic_batching)},
     {.path = "dynamic_batching.preferred_batch_size", .kind = FIELD_LIST,
      AT(preferred_batch_sizes), .min = 1, .max = 1 << 20,

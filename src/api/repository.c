@@ -3,6 +3,7 @@
 #include "api/repository.h"
 
 #include "api/batcher.h"
+#include "api/idle.h"
 #include "api/model_config.h"
 
 #include "base/clock.h"
@@ -468,13 +469,29 @@ static void unload_model(gs_served_model *m) {
   m->priority_levels = 0;
   m->default_priority = 0;
   m->n_groups = 0;
+  m->idle_unload_s = 0;
 }
+
+void gs__repository_load_locked(gs_repository *repo, gs_served_model *m, gs_load_reason why) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/%s", repo->dir, m->name);
+  uint64_t t0 = gs_now_ns();
+  begin_load(repo, m);
+  load_model(m, dir);
+  uint64_t t1 = gs_now_ns();
+  atomic_store(&m->last_load_ns, t1 - t0);
+  atomic_store(&m->last_used_ns, t1); /* the idle clock starts now */
+  atomic_fetch_add(&m->loads[why], 1);
+}
+
+void gs__repository_unload_locked(gs_served_model *m) { unload_model(m); }
 
 const char *gs_model_state_name(int state) {
   switch (state) {
   case GS_MODEL_LOADING: return "LOADING";
   case GS_MODEL_READY: return "READY";
   case GS_MODEL_UNAVAILABLE: return "UNAVAILABLE";
+  case GS_MODEL_UNLOADED_IDLE: return "UNLOADED_IDLE";
   default: return "UNLOADED";
   }
 }
@@ -492,6 +509,7 @@ static gs_served_model *add_entry(gs_repository *repo, const char *name) {
   pthread_mutex_init(&m->stats_lock, NULL);
   pthread_mutex_init(&m->weights_lock, NULL);
   pthread_rwlock_init(&m->use, NULL);
+  pthread_mutex_init(&m->demand_lock, NULL);
   atomic_store(&repo->n_models, n + 1); /* published once whole */
   return m;
 }
@@ -501,14 +519,10 @@ static void *loader_main(void *arg) {
   int n = atomic_load(&repo->n_models);
   for (int i = 0; i < n && !atomic_load(&repo->closing); i++) {
     gs_served_model *m = &repo->models[i];
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/%s", repo->dir, m->name);
     pthread_mutex_lock(&repo->admin);
     pthread_rwlock_wrlock(&m->use);
-    if (atomic_load(&m->state) == GS_MODEL_LOADING) {
-      begin_load(repo, m);
-      load_model(m, dir);
-    }
+    if (atomic_load(&m->state) == GS_MODEL_LOADING)
+      gs__repository_load_locked(repo, m, GS_LOAD_STARTUP);
     pthread_rwlock_unlock(&m->use);
     pthread_mutex_unlock(&repo->admin);
   }
@@ -546,6 +560,7 @@ int gs_repository_open(gs_repository *repo, const char *dir, gs_ledger *ledger,
   repo->loader_started = pthread_create(&repo->loader, NULL, loader_main, repo) == 0;
   if (!repo->loader_started)
     loader_main(repo); /* no thread to spare: load now */
+  gs__idle_start(repo);
   return GS_OK;
 }
 
@@ -570,8 +585,7 @@ int gs_repository_load(gs_repository *repo, const char *name) {
   pthread_rwlock_wrlock(&m->use);
   atomic_store(&m->state, GS_MODEL_LOADING);
   unload_model(m);
-  begin_load(repo, m);
-  load_model(m, dir);
+  gs__repository_load_locked(repo, m, GS_LOAD_ADMIN);
   int rc = gs_served_ready(m) ? GS_OK : gs_error(GS_EINVAL, "%s", m->reason);
   pthread_rwlock_unlock(&m->use);
   pthread_mutex_unlock(&repo->admin);
@@ -589,6 +603,7 @@ int gs_repository_unload(gs_repository *repo, const char *name) {
   atomic_store(&m->state, GS_MODEL_UNLOADED);
   pthread_rwlock_wrlock(&m->use);
   unload_model(m);
+  atomic_fetch_add(&m->unloads[GS_UNLOAD_ADMIN], 1);
   snprintf(m->reason, sizeof m->reason, "unloaded");
   pthread_rwlock_unlock(&m->use);
   pthread_mutex_unlock(&repo->admin);
@@ -597,8 +612,10 @@ int gs_repository_unload(gs_repository *repo, const char *name) {
 
 void gs_repository_close(gs_repository *repo) {
   atomic_store(&repo->closing, true);
+  gs__idle_stop(repo);
   if (repo->loader_started)
     pthread_join(repo->loader, NULL);
+  gs_repository_admin_wait(repo); /* on-demand loads too */
   int n = atomic_load(&repo->n_models);
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
@@ -606,6 +623,7 @@ void gs_repository_close(gs_repository *repo) {
     pthread_mutex_destroy(&m->stats_lock);
     pthread_mutex_destroy(&m->weights_lock);
     pthread_rwlock_destroy(&m->use);
+    pthread_mutex_destroy(&m->demand_lock);
   }
   pthread_mutex_destroy(&repo->admin);
   free(repo->models);
@@ -795,7 +813,9 @@ bool gs_repository_settled(gs_repository *repo) {
   int n = atomic_load(&repo->n_models);
   for (int i = 0; i < n; i++) {
     int st = atomic_load(&repo->models[i].state);
-    if (st == GS_MODEL_LOADING || st == GS_MODEL_UNAVAILABLE)
+    /* A load on demand (idle.c) is the model's business, not the server's. */
+    if ((st == GS_MODEL_LOADING && !atomic_load(&repo->models[i].demand_active)) ||
+        st == GS_MODEL_UNAVAILABLE)
       return false;
   }
   return true;

@@ -20,7 +20,22 @@ typedef enum {
   GS_MODEL_READY,
   GS_MODEL_UNAVAILABLE, /* failed to load: see reason */
   GS_MODEL_UNLOADED,
+  GS_MODEL_UNLOADED_IDLE, /* unloaded for want of requests (idle_unload_seconds): the next loads it */
 } gs_model_state;
+
+/* Why a model was loaded or unloaded, for the metrics. */
+typedef enum { GS_LOAD_STARTUP, GS_LOAD_ADMIN, GS_LOAD_DEMAND, GS_LOAD_REASONS } gs_load_reason;
+typedef enum { GS_UNLOAD_ADMIN, GS_UNLOAD_IDLE, GS_UNLOAD_REASONS } gs_unload_reason;
+
+/* A request waiting for a model unloaded while idle to load again
+ * (gs_served_wait_load): embedded in the caller's request. */
+typedef struct gs_load_waiter {
+  /* Runs once the load has ended, ready or not, on the loading thread; the
+   * caller looks at the model's state again from there. */
+  void (*loaded)(struct gs_load_waiter *w);
+  uint64_t since_ns; /* when it began to wait */
+  struct gs_load_waiter *next;
+} gs_load_waiter;
 #define GS_REPO_PLAN_CACHE 8
 
 #define GS_REPO_MAX_INSTANCES 8
@@ -125,6 +140,24 @@ typedef struct gs_served_model {
   pthread_mutex_t stats_lock;
   gs_model_stats stats;
   _Atomic int64_t queue_length; /* requests waiting in its batcher now */
+  /* Idle unloading: the configured limit (0: never), requests between
+   * arrival and answer, and when the last one came or went. */
+  int64_t idle_unload_s;
+  _Atomic int64_t in_flight;
+  _Atomic uint64_t last_used_ns;
+  /* Kept across an idle unload, to tell a waiting request whether the load
+   * will fit its time: the last load's duration, and the configured
+   * default_timeout_microseconds. */
+  _Atomic uint64_t last_load_ns;
+  _Atomic uint64_t idle_timeout_us;
+  /* Requests waiting for an on-demand load, and whether one is under way. */
+  pthread_mutex_t demand_lock;
+  _Atomic bool demand_active;
+  gs_load_waiter *waiters;
+  /* Counters for /metrics: loads and unloads by reason, and the waits for
+   * on-demand loads. */
+  _Atomic uint64_t loads[GS_LOAD_REASONS], unloads[GS_UNLOAD_REASONS];
+  _Atomic uint64_t load_waits, load_wait_ns;
   _Atomic int state; /* gs_model_state */
   char reason[512];  /* why not ready */
   /* The load in progress: when it must be done by (0: no limit), the limit
@@ -150,6 +183,11 @@ typedef struct gs_repository {
   double load_timeout_s; /* each model's load, warm-up included (0: no limit) */
   _Atomic bool closing;
   _Atomic int admin_running; /* gs_repository_admin_async's threads not yet done */
+  /* Unloads the models idle past their idle_unload_seconds (idle.c). */
+  pthread_t idler;
+  bool idler_started;
+  pthread_mutex_t idler_lock;
+  pthread_cond_t idler_wake; /* at close */
 } gs_repository;
 
 /* Takes a share of the model for the request path without waiting: false
@@ -191,6 +229,19 @@ int gs_repository_admin_async(gs_repository *repo, const char *name, bool load,
  * load must not outlive the daemon it answers. */
 void gs_repository_admin_wait(gs_repository *repo);
 gs_served_model *gs_repository_find(gs_repository *repo, const char *name);
+
+/* For a model unloaded while idle, or loading again after that: starts
+ * the load where none is under way, and
+ * - GS_WAIT_JOINED: w waits for it; w->loaded runs once it has ended;
+ * - GS_WAIT_TOO_SLOW: the model's default_timeout_microseconds is shorter
+ *   than its last load took, so w does not wait: the caller answers 503
+ *   with Retry-After *retry_after_s, and the load goes on;
+ * - GS_WAIT_NONE: m is in neither state (the caller answers as it would
+ *   have).
+ * The caller may hold a use share of m: the load waits for it. idle.c */
+typedef enum { GS_WAIT_NONE, GS_WAIT_JOINED, GS_WAIT_TOO_SLOW } gs_wait_outcome;
+gs_wait_outcome gs_served_wait_load(gs_repository *repo, gs_served_model *m, gs_load_waiter *w,
+                                    int *retry_after_s);
 /* The version `v` ("" or NULL: the highest), or NULL. */
 gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);
 

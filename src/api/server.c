@@ -27,6 +27,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -144,6 +145,10 @@ typedef struct request {
   gs_principal who;     /* from the Authorization header, checked before the body */
   int denied;           /* 401 when the token is missing or wrong (the body is not kept) */
   char denied_why[200];
+  /* Suspended until a model unloaded while idle has loaded again; routed
+   * again once resumed. */
+  gs_load_waiter waiter;
+  bool awaiting_load;
 } request;
 
 /* libmicrohttpd's own messages (a client that hung up, a malformed request
@@ -262,6 +267,54 @@ static void admin_done(void *arg, int status, const char *message) {
   else
     gs_http_reply_error(&req->reply, status, message);
   MHD_resume_connection(req->conn);
+}
+
+/* Between a request joining a model's load and its suspension, and its
+ * resumption once the load has ended: the load cannot wake a connection that
+ * is not suspended yet. */
+static pthread_mutex_t load_wait_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* From the loading thread: the model's load has ended; route it again. */
+static void on_model_loaded(gs_load_waiter *w) {
+  request *req = (request *)((char *)w - offsetof(request, waiter));
+  pthread_mutex_lock(&load_wait_lock);
+  MHD_resume_connection(req->conn);
+  pthread_mutex_unlock(&load_wait_lock);
+}
+
+/* A model unloaded while idle (or loading again after that) is loaded for
+ * this request, which waits for it, suspended: true with *ret set then, or
+ * when the load would outlast the model's timeout (503 with Retry-After).
+ * False where the model is in neither state. */
+static bool wait_for_load(server *s, struct MHD_Connection *c, gs_served_model *m, request *req,
+                          enum MHD_Result *ret) {
+  int st = atomic_load(&m->state);
+  if (st != GS_MODEL_UNLOADED_IDLE && !(st == GS_MODEL_LOADING && atomic_load(&m->demand_active)))
+    return false;
+  int retry_after = 1;
+  req->conn = c;
+  req->waiter.loaded = on_model_loaded;
+  pthread_mutex_lock(&load_wait_lock);
+  gs_wait_outcome o = gs_served_wait_load(&s->repo, m, &req->waiter, &retry_after);
+  if (o == GS_WAIT_JOINED) {
+    req->awaiting_load = true;
+    MHD_suspend_connection(c);
+  }
+  pthread_mutex_unlock(&load_wait_lock);
+  if (o == GS_WAIT_NONE)
+    return false;
+  if (o == GS_WAIT_TOO_SLOW) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "model '%s' is loading again after being idle; its load takes "
+             "longer than its default timeout, retry in %d s", m->name, retry_after);
+    gs_http_reply r = {0};
+    gs_http_reply_error(&r, 503, msg);
+    r.retry_after = retry_after;
+    *ret = send_reply(c, &r);
+    return true;
+  }
+  *ret = MHD_YES;
+  return true;
 }
 
 static enum MHD_Result start_admin_op(server *s, struct MHD_Connection *c, request *req,
@@ -441,6 +494,12 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
       snprintf(msg, sizeof msg, "unknown model '%s'", name);
       return send_error(c, 404, msg);
     }
+    /* A readiness probe or statistics do not load a model unloaded while
+     * idle; the other routes do, and wait for it. */
+    enum MHD_Result waited;
+    bool loads = strcmp(action, "ready") != 0 && strcmp(action, "stats") != 0;
+    if (loads && wait_for_load(s, c, m, req, &waited))
+      return waited;
     /* Loading and unloading wait while requests use the model's versions;
      * a request never waits for them (an HTTP thread would be stuck). */
     if (!gs_served_try_use(m)) {
@@ -554,6 +613,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
       return MHD_NO;
     *upload_size = 0;
     return MHD_YES;
+  }
+  if (req->awaiting_load) { /* resumed once its model loaded: routed again */
+    req->awaiting_load = false;
+    return route(s, c, method, url, req);
   }
   if (req->queued) /* resumed by the batcher: the reply is ready */
     return send_reply(c, &req->reply);

@@ -36,6 +36,8 @@ def start(repo, *extra, env=None):
     log = open(os.path.join(str(repo), f"serve-{port}.log"), "w+")
     # Each server keeps its own state (jobs, tenants, the admin token).
     state = ["--state-dir", os.path.join(str(repo), f"state-{port}")]
+    if "--state-dir" in extra:  # the caller's, outside the repository
+        state = []
     grpc_port = free_port()
     proc = subprocess.Popen([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
                              str(port), "--grpc-port", str(grpc_port), *state, *extra],
