@@ -207,22 +207,27 @@ static void render_jobs(text *t, gs_frontdesk *fd) {
   free(procs);
 }
 
+/* Whether model i has series of its own: one that did not load has none. */
+static bool listed(gs_repository *repo, int i) {
+  return atomic_load(&repo->models[i].state) != GS_MODEL_UNAVAILABLE;
+}
+
 /* Each model's loads and unloads by reason, the time requests waited for a
- * load on demand (idle.c), and its instances now: for every model, whatever
- * its state. */
+ * load on demand (idle.c), and its instances now: also for a model unloaded
+ * (by an admin, or while idle). */
 static void model_lifecycle_metrics(gs_repository *repo, text *t) {
   static const char *const load_reasons[GS_LOAD_REASONS] = {"startup", "admin", "demand"};
   static const char *const unload_reasons[GS_UNLOAD_REASONS] = {"admin", "idle"};
   int n = atomic_load(&repo->n_models);
   header(t, "gpusrv_model_loads_total", "counter", "Loads of each model, by what asked for them");
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < GS_LOAD_REASONS; k++)
+    for (int k = 0; listed(repo, i) && k < GS_LOAD_REASONS; k++)
       put(t, "gpusrv_model_loads_total{model=\"%s\",reason=\"%s\"} %llu\n", repo->models[i].name,
           load_reasons[k], (unsigned long long)atomic_load(&repo->models[i].loads[k]));
   header(t, "gpusrv_model_unloads_total", "counter",
          "Unloads of each model: by an admin, or after idle_unload_seconds without requests");
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < GS_UNLOAD_REASONS; k++)
+    for (int k = 0; listed(repo, i) && k < GS_UNLOAD_REASONS; k++)
       put(t, "gpusrv_model_unloads_total{model=\"%s\",reason=\"%s\"} %llu\n",
           repo->models[i].name, unload_reasons[k],
           (unsigned long long)atomic_load(&repo->models[i].unloads[k]));
@@ -230,6 +235,8 @@ static void model_lifecycle_metrics(gs_repository *repo, text *t) {
          "Time requests waited for a model unloaded while idle to load again");
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
+    if (!listed(repo, i))
+      continue;
     put(t, "gpusrv_model_load_wait_seconds_sum{model=\"%s\"} %.9f\n", m->name,
         (double)atomic_load(&m->load_wait_ns) / 1e9);
     put(t, "gpusrv_model_load_wait_seconds_count{model=\"%s\"} %llu\n", m->name,
@@ -238,7 +245,7 @@ static void model_lifecycle_metrics(gs_repository *repo, text *t) {
   header(t, "gpusrv_model_instances", "gauge", "Instances each model has loaded now");
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
-    if (!gs_served_try_use(m))
+    if (!listed(repo, i) || !gs_served_try_use(m))
       continue; /* loading or unloading: left out of this scrape */
     put(t, "gpusrv_model_instances{model=\"%s\"} %d\n", m->name,
         gs_served_ready(m) ? m->n_instances : 0);
