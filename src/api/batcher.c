@@ -6,7 +6,9 @@
  *   gather  - the next batch off the queue: the first request and more of
  *             the same version and row shape, up to a preferred or the
  *             maximum batch size while the first has waited less than the
- *             maximum queue delay; their rows joined into pinned staging
+ *             maximum queue delay (adaptive batching: up to the maximum,
+ *             within a wait learnt under a latency budget, adaptive_wait.h);
+ *             their rows joined into pinned staging
  *   h2d     - staging to the device, on the instance's copy-in stream
  *   compute - the plan for the batch's shapes
  *   d2h     - the outputs back to pinned staging, on the copy-out stream
@@ -21,6 +23,8 @@
  * fails (a plan that cannot be built, a device error) fails its own
  * requests; the pipeline goes on. */
 #include "api/batcher.h"
+
+#include "api/adaptive_wait.h"
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -70,6 +74,7 @@ struct gs_batcher {
   gs_infer_request *head; /* sorted by priority, then arrival */
   int64_t queued;
   bool stopping;
+  gs_adaptive_wait adaptive; /* the model's wait, where its batching is adaptive */
 };
 
 void gs_infer_request_clear(gs_infer_request *r) {
@@ -146,6 +151,8 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r) {
                     (long long)m->max_queue_size);
   }
   enqueue(b, r);
+  if (m->adaptive_batching)
+    gs_adaptive_arrival(&b->adaptive, r->t_arrive, atomic_load(&m->in_flight));
   atomic_fetch_add(&m->in_flight, 1); /* until finish(): not idle meanwhile */
   atomic_store(&m->last_used_ns, r->t_arrive);
   /* Every worker: the one that wakes may be gathering a batch this
@@ -185,6 +192,28 @@ static bool is_preferred(const gs_served_model *m, int64_t size) {
     if (m->preferred_batch_sizes[i] == size)
       return true;
   return false;
+}
+
+/* How long a batch of `rows` rows is expected to take, input to output:
+ * the mean of the batches of that size run so far, else of the nearest
+ * larger size, else of the nearest smaller one scaled up by rows; 0 before
+ * any batch has run. */
+static uint64_t expected_run_ns(gs_served_model *m, int64_t rows) {
+  int64_t top = rows < GS_STATS_MAX_BATCH ? rows : GS_STATS_MAX_BATCH;
+  uint64_t ns = 0;
+  pthread_mutex_lock(&m->stats_lock);
+  for (int64_t size = top; size <= GS_STATS_MAX_BATCH && !ns; size++) {
+    const gs_duration_stat *s = m->stats.batch[size];
+    if (s[1].count)
+      ns = (s[0].ns + s[1].ns + s[2].ns) / s[1].count;
+  }
+  for (int64_t size = top - 1; size >= 1 && !ns; size--) {
+    const gs_duration_stat *s = m->stats.batch[size];
+    if (s[1].count)
+      ns = (s[0].ns + s[1].ns + s[2].ns) / s[1].count * (uint64_t)rows / (uint64_t)size;
+  }
+  pthread_mutex_unlock(&m->stats_lock);
+  return ns;
 }
 
 /* Removes from the queue the requests whose queue timeout has passed: into
@@ -250,8 +279,19 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
   *rows = first->batch;
   if (m->max_batch_size == 0)
     return n;
-  int64_t target = target_size(m);
-  uint64_t deadline = first->t_arrive + m->max_queue_delay_us * 1000;
+  /* Adaptive: up to the maximum, waiting what adaptive_wait.c has learnt. */
+  bool adaptive = m->adaptive_batching;
+  int64_t target = adaptive ? m->max_batch_size : target_size(m);
+  uint64_t budget_ns = (uint64_t)m->latency_budget_us * 1000, run_ns = 0, deadline;
+  if (adaptive) {
+    run_ns = expected_run_ns(m, m->max_batch_size);
+    deadline = gs_adaptive_deadline(&b->adaptive, first->t_arrive, first->t_arrive, budget_ns,
+                                    run_ns);
+  } else {
+    deadline = first->t_arrive + m->max_queue_delay_us * 1000;
+  }
+  bool waited = false;
+  int64_t rows_seen = *rows;
   for (;;) {
     /* Take what fits from the queue, in order. */
     for (gs_infer_request **at = &b->head; *at && n < max && *rows < target;) {
@@ -265,11 +305,15 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
         at = &r->next;
       }
     }
-    if (*rows >= target || is_preferred(m, *rows) || n == max || b->stopping)
-      break;
     uint64_t now = gs_now_ns();
+    if (adaptive && *rows > rows_seen && waited) /* more came: keep gathering while they do */
+      deadline = gs_adaptive_deadline(&b->adaptive, first->t_arrive, now, budget_ns, run_ns);
+    rows_seen = *rows;
+    if (*rows >= target || (!adaptive && is_preferred(m, *rows)) || n == max || b->stopping)
+      break;
     if (now >= deadline)
       break;
+    waited = true;
     /* The condition waits on CLOCK_MONOTONIC, gs_now_ns()'s clock. */
     struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000u),
                           .tv_nsec = (long)(deadline % 1000000000u)};
@@ -606,6 +650,13 @@ void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
    * the compute. */
   count_batch(m, &r, 1, rc == 0, r->batch, r->batch, 0, t1 - r->t_batch, 0);
   finish(r, rc == 0 ? 200 : rc == GS_EINVAL ? 400 : 500, rc == 0 ? NULL : gs_error_detail());
+}
+
+uint64_t gs_batcher_adaptive_wait_ns(gs_batcher *b) {
+  pthread_mutex_lock(&b->lock);
+  uint64_t ns = gs_adaptive_window(&b->adaptive);
+  pthread_mutex_unlock(&b->lock);
+  return ns;
 }
 
 int gs_batcher_start(gs_served_model *m, gs_batcher **out) {

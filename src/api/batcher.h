@@ -22,4 +22,7 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r);
  * callback runs before this returns. */
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r);
 
+/* The window an adaptive batcher has learnt now (adaptive_wait.h), in ns. */
+uint64_t gs_batcher_adaptive_wait_ns(gs_batcher *b);
+
 #endif

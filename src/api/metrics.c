@@ -3,6 +3,7 @@
  * dashboards work), and per device telemetry, pool statistics and a batch
  * size histogram under gpusrv_* names. */
 #include "api/metrics.h"
+#include "api/batcher.h"
 
 #include "base/error.h"
 #include "hal/hal.h"
@@ -249,6 +250,18 @@ static void model_lifecycle_metrics(gs_repository *repo, text *t) {
       continue; /* loading or unloading: left out of this scrape */
     put(t, "gpusrv_model_instances{model=\"%s\"} %d\n", m->name,
         gs_served_ready(m) ? m->n_instances : 0);
+    gs_served_release(m);
+  }
+  header(t, "gpusrv_batch_adaptive_wait_seconds", "gauge",
+         "How long an adaptive batcher waits for each next request, as learnt "
+         "(dynamic_batching.adaptive)");
+  for (int i = 0; i < n; i++) {
+    gs_served_model *m = &repo->models[i];
+    if (!gs_served_try_use(m))
+      continue;
+    if (gs_served_ready(m) && m->adaptive_batching && m->batcher)
+      put(t, "gpusrv_batch_adaptive_wait_seconds{model=\"%s\"} %.9f\n", m->name,
+          (double)gs_batcher_adaptive_wait_ns(m->batcher) / 1e9);
     gs_served_release(m);
   }
 }

@@ -55,6 +55,9 @@ static const config_field fields[] = {
      .count_offset = offsetof(gs_served_model, n_preferred), .max_count = 8},
     {.path = "dynamic_batching.max_queue_delay_microseconds", .kind = FIELD_INT,
      AT(max_queue_delay_us), .min = 0, .max = INT64_MAX},
+    {.path = "dynamic_batching.adaptive", .kind = FIELD_BOOL, AT(adaptive_batching)},
+    {.path = "dynamic_batching.latency_budget_us", .kind = FIELD_INT, AT(latency_budget_us),
+     .min = 1, .max = 3600L * 1000000},
     {.path = "dynamic_batching.priority_levels", .kind = FIELD_INT, AT(priority_levels),
      .min = 0, .max = 100},
     {.path = "dynamic_batching.default_priority_level", .kind = FIELD_INT, AT(default_priority),
@@ -236,6 +239,9 @@ int gs_model_config_apply(gs_served_model *m, json_t *root, const char *path) {
     if (rc < 0)
       return rc;
   }
+  if (m->adaptive_batching && m->latency_budget_us == 0)
+    return gs_error(GS_EINVAL, "%s: dynamic_batching.adaptive needs latency_budget_us, the time "
+                    "a request may take from arrival to answer", path);
   return apply_groups(m, json_object_get(root, "instance_group"), path);
 }
 

@@ -463,6 +463,8 @@ static void unload_model(gs_served_model *m) {
   m->no_warmup = false;
   m->n_preferred = 0;
   m->max_queue_delay_us = 0;
+  m->adaptive_batching = false;
+  m->latency_budget_us = 0;
   m->max_queue_size = 0;
   m->default_timeout_us = 0;
   m->timeout_delays = false;

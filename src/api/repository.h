@@ -121,6 +121,11 @@ typedef struct gs_served_model {
   int n_preferred;
   int64_t preferred_batch_sizes[8];
   uint64_t max_queue_delay_us;
+  /* dynamic_batching.adaptive: the wait is learnt within latency_budget_us
+   * (adaptive_wait.h) instead of max_queue_delay_us, and batches grow to
+   * max_batch_size. */
+  bool adaptive_batching;
+  int64_t latency_budget_us;
   int64_t max_queue_size;       /* 0: unbounded */
   uint64_t default_timeout_us;  /* 0: none */
   bool timeout_delays;          /* timeout_action DELAY: a timed-out request waits behind the rest */
