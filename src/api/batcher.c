@@ -282,11 +282,12 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
   /* Adaptive: up to the maximum, waiting what adaptive_wait.c has learnt. */
   bool adaptive = m->adaptive_batching;
   int64_t target = adaptive ? m->max_batch_size : target_size(m);
-  uint64_t budget_ns = (uint64_t)m->latency_budget_us * 1000, run_ns = 0, deadline;
+  uint64_t budget_ns = (uint64_t)m->latency_budget_us * 1000, full_ns = 0, one_ns = 0, deadline;
   if (adaptive) {
-    run_ns = expected_run_ns(m, m->max_batch_size);
+    full_ns = expected_run_ns(m, m->max_batch_size);
+    one_ns = expected_run_ns(m, 1);
     deadline = gs_adaptive_deadline(&b->adaptive, first->t_arrive, first->t_arrive, budget_ns,
-                                    run_ns);
+                                    full_ns, one_ns);
   } else {
     deadline = first->t_arrive + m->max_queue_delay_us * 1000;
   }
@@ -307,7 +308,8 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
     }
     uint64_t now = gs_now_ns();
     if (adaptive && *rows > rows_seen && waited) /* more came: keep gathering while they do */
-      deadline = gs_adaptive_deadline(&b->adaptive, first->t_arrive, now, budget_ns, run_ns);
+      deadline = gs_adaptive_deadline(&b->adaptive, first->t_arrive, now, budget_ns, full_ns,
+                                      one_ns);
     rows_seen = *rows;
     if (*rows >= target || (!adaptive && is_preferred(m, *rows)) || n == max || b->stopping)
       break;
@@ -654,7 +656,7 @@ void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
 
 uint64_t gs_batcher_adaptive_wait_ns(gs_batcher *b) {
   pthread_mutex_lock(&b->lock);
-  uint64_t ns = gs_adaptive_window(&b->adaptive);
+  uint64_t ns = gs_adaptive_window(&b->adaptive, expected_run_ns(b->m, 1));
   pthread_mutex_unlock(&b->lock);
   return ns;
 }

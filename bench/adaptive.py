@@ -1,0 +1,145 @@
+"""bench/adaptive: serving that adapts (issue 25), measured with perf_analyzer.
+
+1. A rising load step (concurrency 1, 4, 16, 64) on the digits model and on
+   a CNN, each served twice by one `gpusrv serve`: with a fixed dynamic
+   batching config (preferred sizes and a max_queue_delay, as Triton's users
+   write them) and with adaptive batching under a latency budget. Throughput
+   and p99 latency, same run.
+2. The first request after an idle unload (idle_unload_seconds), beside the
+   same request's warm latency: what a user pays for the memory given back.
+
+Usage: .venv/bin/python bench/adaptive.py BUILD_DIR [--cnn MODEL.onnx] [--budget-us N]
+(--cnn: a CNN exported with its batch dimension first, such as a torchvision
+export from bench/zoo; default the generated CNN of tests/engine/models.py.)"""
+import argparse
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from serve import ROOT, free_port, perf, wait_http  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
+from models import cnn  # noqa: E402
+
+CONCURRENCY = (1, 4, 16, 64)
+
+
+def add(repo, name, onnx_path, config):
+    os.makedirs(os.path.join(repo, name, "1"))
+    os.symlink(os.path.abspath(onnx_path), os.path.join(repo, name, "1", "model.onnx"))
+    with open(os.path.join(repo, name, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def configs(budget_us):
+    fixed = {"max_batch_size": 64, "dynamic_batching": {
+        "preferred_batch_size": [16, 64], "max_queue_delay_microseconds": 100}}
+    adaptive = {"max_batch_size": 64, "dynamic_batching": {
+        "adaptive": True, "latency_budget_us": budget_us}}
+    return {"fixed": fixed, "adaptive": adaptive}
+
+
+def load_step(port, d, models):
+    print("| model | config | c | infer/s | p50 ms | p99 ms |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for base in models:
+        for kind in ("fixed", "adaptive"):
+            for c in CONCURRENCY:
+                ips, p50, p99, _ = perf(f"{base}_{kind}", port, c, os.path.join(d, "perf.csv"))
+                print(f"| {base} | {kind} | {c} | {ips:,.0f} | {p50 / 1000:.2f} | "
+                      f"{p99 / 1000:.2f} |", flush=True)
+
+
+def index_state(port, name):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/v2/repository/index", body=b"{}")
+    return {m["name"]: m["state"] for m in json.loads(c.getresponse().read())}[name]
+
+
+def one_request_ms(port, name, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    t = time.perf_counter()
+    c.request("POST", f"/v2/models/{name}/infer", body=body)
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200, r.status
+    return (time.perf_counter() - t) * 1000
+
+
+def after_idle(port, name, body, rounds=5):
+    """The first request after each idle unload, and the warm p50 between."""
+    first, warm = [], []
+    for _ in range(rounds):
+        deadline = time.time() + 30
+        while index_state(port, name) != "UNLOADED_IDLE":
+            if time.time() > deadline:
+                raise SystemExit(f"{name} was not unloaded while idle")
+            time.sleep(0.05)
+        first.append(one_request_ms(port, name, body))
+        warm += [one_request_ms(port, name, body) for _ in range(20)]
+    first.sort()
+    warm.sort()
+    return first[len(first) // 2], warm[len(warm) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--cnn", help="a CNN (.onnx) with its batch dimension first")
+    ap.add_argument("--budget-us", type=int, default=50000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        repo = os.path.join(d, "models")
+        os.makedirs(repo)
+        cnn_path = args.cnn
+        if not cnn_path:
+            cnn_path = os.path.join(d, "cnn.onnx")
+            onnx.save(cnn(), cnn_path)
+        digits = os.path.join(ROOT, "models", "digits", "1", "model.onnx")
+        for kind, config in configs(args.budget_us).items():
+            add(repo, f"digits_{kind}", digits, config)
+            add(repo, f"cnn_{kind}", cnn_path, config)
+        add(repo, "digits_idle", digits, {"max_batch_size": 64, "idle_unload_seconds": 1})
+        add(repo, "cnn_idle", cnn_path, {"max_batch_size": 64, "idle_unload_seconds": 1})
+        port = free_port()
+        log = open(os.path.join(d, "serve.log"), "w")
+        server = subprocess.Popen([os.path.join(args.build, "gpusrv"), "serve",
+                                   "--model-repository", repo, "--http-port", str(port),
+                                   "--grpc-port", "0", "--state-dir", os.path.join(d, "state")],
+                                  stdout=log, stderr=log)
+        try:
+            wait_http(port, "/v2/health/ready", 300)
+            print(f"## Load step (perf_analyzer over HTTP; adaptive budget {args.budget_us} us; "
+                  f"fixed: preferred 16 and 64, max_queue_delay 100 us)\n")
+            load_step(port, d, ("digits", "cnn"))
+            print("\n## First request after an idle unload (idle_unload_seconds 1), "
+                  "median of 5, beside the warm p50 of the same request\n")
+            print("| model | first after unload ms | warm p50 ms |")
+            print("| --- | ---: | ---: |")
+            for name in ("digits_idle", "cnn_idle"):
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                c.request("GET", f"/v2/models/{name}")
+                meta = json.loads(c.getresponse().read())
+                shape = [1] + [abs(x) for x in meta["inputs"][0]["shape"][1:]]
+                x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+                body = json.dumps({"inputs": [{"name": meta["inputs"][0]["name"], "shape": shape,
+                                               "datatype": "FP32",
+                                               "data": x.ravel().tolist()}]}).encode()
+                first, warm = after_idle(port, name, body)
+                print(f"| {name} | {first:.1f} | {warm:.2f} |", flush=True)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()
