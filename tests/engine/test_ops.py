@@ -166,6 +166,26 @@ def test_gemm(ta, tb):
     check_op("Gemm", {"a": a, "b": b, "c": f32(3, 5)}, {"transA": ta, "transB": tb})
 
 
+# A few rows against a B of over 256K values: on the CPU, the product that
+# reads B once instead of packing it on every call (sgemm_few_rows.c; up to
+# 8 rows, 4 where B is transposed). The odd sizes reach its edges: k not a
+# multiple of 4 or 8, columns not of 16, 8 or 2.
+@pytest.mark.parametrize("rows", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("tb", [0, 1])
+def test_gemm_few_rows_of_a_large_b(rows, tb):
+    k, n = 515, 517
+    b = f32(n, k) if tb else f32(k, n)
+    # Sums of 515 products of up to 4 in magnitude: where one cancels to near
+    # zero, float32 rounding on either side reaches 1e-5 absolute.
+    check_op("Gemm", {"a": f32(rows, k)}, {"transB": tb, "alpha": 0.5, "beta": 2.0},
+             consts={"b": b, "c": f32(n)}, atol=1e-4)
+
+
+def test_matmul_few_rows_of_a_large_b():
+    # Two by three rows: one GEMM of 6 rows against the shared weights.
+    check_op("MatMul", {"a": f32(2, 3, 700)}, consts={"b": f32(700, 401)}, atol=1e-4)
+
+
 def test_gemm_without_c():
     check_op("Gemm", {"a": f32(2, 7), "b": f32(7, 3)})
 

@@ -12,6 +12,7 @@
 #include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/fastmath.h"
 #include "hal/cpu/ops/parallel.h"
+#include "hal/cpu/ops/sgemm_few_rows.h"
 #include "hal/op/op_launch.h"
 
 #include "base/error.h"
@@ -80,8 +81,13 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
         c[i * ldc + j] = beta != 0 ? beta * c[i * ldc + j] : 0.0f;
     return;
   }
-  /* The shapes were checked when planned; oneDNN's own checks cannot fail. */
   int saved = gs_parallel_small(2.0 * (double)m * (double)n * (double)k);
+  if (gs__sgemm_few_rows_fits(trans_a, trans_b, m, n, k)) {
+    gs__sgemm_few_rows(trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gs_parallel_restore(saved);
+    return;
+  }
+  /* The shapes were checked when planned; oneDNN's own checks cannot fail. */
   dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
              ldc);
   gs_parallel_restore(saved);
