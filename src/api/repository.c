@@ -252,9 +252,11 @@ static bool load_overdue(gs_served_model *m, const char *step) {
 }
 
 /* Reads the configuration and every version of model m from `dir` (the
- * model's use lock held exclusively; begin_load called). Sets state and
- * reason. */
-static void load_model(gs_served_model *m, const char *dir) {
+ * model's use lock held exclusively; begin_load called), and warms its
+ * plans up where `warm` (a load on demand leaves that to the request that
+ * waits for it: warming every batch size would make it wait for all of
+ * them). Sets state and reason. */
+static void load_model(gs_served_model *m, const char *dir, bool warm) {
   char path[1200];
   struct stat st;
   m->reason[0] = '\0';
@@ -316,7 +318,7 @@ static void load_model(gs_served_model *m, const char *dir) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
     any = false;
   }
-  if (any)
+  if (any && warm)
     warm_up(m);
   /* Past the limit: what ran over says so; a load that failed anyway says
    * why it failed. */
@@ -479,7 +481,7 @@ void gs__repository_load_locked(gs_repository *repo, gs_served_model *m, gs_load
   snprintf(dir, sizeof dir, "%s/%s", repo->dir, m->name);
   uint64_t t0 = gs_now_ns();
   begin_load(repo, m);
-  load_model(m, dir);
+  load_model(m, dir, why != GS_LOAD_DEMAND);
   uint64_t t1 = gs_now_ns();
   atomic_store(&m->last_load_ns, t1 - t0);
   atomic_store(&m->last_used_ns, t1); /* the idle clock starts now */

@@ -1,6 +1,7 @@
 /* cmd_model.c - `gpusrv model inspect` and `gpusrv model run`: what an ONNX
  * file holds and whether gpusrv can run it, and one run of it on .npy inputs. */
 #include "cli/cli.h"
+#include "cli/model_tune.h"
 #include "engine/engine.h"
 #include "base/fileutil.h"
 #include "engine/npy.h"
@@ -14,7 +15,9 @@
 #include <sys/stat.h>
 
 typedef struct model_opts {
-  bool json, report, deterministic, per_channel;
+  bool json, report, deterministic, per_channel, write;
+  double latency_budget_ms, seconds;
+  uint64_t memory_budget;
   gs_cli_list inputs, calibrate;
   const char *outdir, *device, *precision, *method;
   long long threads;
@@ -36,7 +39,17 @@ static const gs_cli_option model_options[] = {
                "quantize: how the activations' ranges are chosen: minmax (default), percentile "
                "(99.999%), entropy (least KL divergence)"),
     GS_CLI_OPT("device", GS_OPT_STRING, model_opts, device, "ID",
-               "run: the device, as `gpusrv smi` names it (default: the first)"),
+               "run, tune: the device, as `gpusrv smi` names it (default: the first)"),
+    GS_CLI_OPT_RANGE("latency-budget", GS_OPT_REAL, model_opts, latency_budget_ms, "MS",
+                     "tune: the p99 a run may take, in milliseconds (default: none)", 0.001,
+                     3.6e6),
+    GS_CLI_OPT("memory-budget", GS_OPT_BYTES, model_opts, memory_budget, "BYTES",
+               "tune: the device memory the model's instances may hold, such as 2G "
+               "(default: none)"),
+    GS_CLI_OPT_RANGE("seconds", GS_OPT_REAL, model_opts, seconds, "S",
+                     "tune: how long each configuration runs (default 0.5)", 0.05, 600),
+    GS_CLI_OPT("write", GS_OPT_BOOL, model_opts, write, NULL,
+               "tune: write the best configuration into MODEL_DIR/config.json"),
     GS_CLI_OPT("precision", GS_OPT_STRING, model_opts, precision, "P",
                "run: fp32 (default), fp16 or bf16: weights and tensors kept in 16 bits where the "
                "device allows (the CPU computes each op in float32); outputs declared float32 "
@@ -339,6 +352,15 @@ done:
   return status;
 }
 
+/* ---- tune ---------------------------------------------------------------------------- */
+
+static int tune(const char *dir, const model_opts *opts) {
+  gs_tune_options o = {.device = opts->device, .latency_budget_ms = opts->latency_budget_ms,
+                       .memory_budget = opts->memory_budget, .seconds = opts->seconds,
+                       .write = opts->write};
+  return gs_cli_model_tune(dir, &o);
+}
+
 /* ---- quantize ------------------------------------------------------------------------ */
 
 /* The calibration files in the model's input order into data[]; a usage
@@ -443,7 +465,7 @@ static int model_run(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(const char *path, const model_opts *opts);
-  } actions[] = {{"inspect", inspect}, {"run", run}, {"quantize", quantize}};
+  } actions[] = {{"inspect", inspect}, {"run", run}, {"quantize", quantize}, {"tune", tune}};
   for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++) {
     if (strcmp(action, actions[i].name) != 0)
       continue;
@@ -451,8 +473,8 @@ static int model_run(int argc, char **argv) {
       return gs_cli_usage_error(&gs_cli_model, "%s: which model? (FILE.onnx)", action);
     return actions[i].fn(args.words[1], &o);
   }
-  return gs_cli_usage_error(&gs_cli_model, "unknown action '%s' (inspect, run or quantize)",
-                            action);
+  return gs_cli_usage_error(&gs_cli_model,
+                            "unknown action '%s' (inspect, run, quantize or tune)", action);
 }
 
 const gs_cli_command gs_cli_model = {
@@ -461,7 +483,9 @@ const gs_cli_command gs_cli_model = {
              "gpusrv model run FILE.onnx -i NAME=FILE.npy [-i ...] -o OUTDIR [--device ID]\n"
              "                 [--precision fp32|fp16|bf16] [--threads N] [--deterministic] [--report]\n"
              "gpusrv model quantize FILE.onnx -o OUT.onnx --calibrate [NAME=]FILE.npy [...]\n"
-             "                 [--per-channel] [--method minmax|percentile|entropy] [--device ID]",
+             "                 [--per-channel] [--method minmax|percentile|entropy] [--device ID]\n"
+             "gpusrv model tune MODEL_DIR [--device ID] [--latency-budget MS]\n"
+             "                 [--memory-budget BYTES] [--seconds S] [--write]",
     .about = "inspect  Shows the model's inputs and outputs (name, type, shape), its ops and how\n"
              "         often each occurs, its parameters, its opset, and whether gpusrv supports\n"
              "         every op. Exits 1 and lists what is unsupported if not.\n"
@@ -470,7 +494,15 @@ const gs_cli_command gs_cli_model = {
              "         and '_' in the name become '_').\n"
              "quantize Writes a QDQ model (uint8 activations, int8 weights, int32 biases around\n"
              "         its Conv, MatMul and Gemm nodes) calibrated on the samples given, which\n"
-             "         gpusrv runs as integer ops and onnxruntime runs too.",
+             "         gpusrv runs as integer ops and onnxruntime runs too.\n"
+             "tune     Measures a model of a repository (MODEL_DIR holds <n>/model.onnx) on the\n"
+             "         device: batch sizes 1, 2, 4, ... up to its max_batch_size (default 64)\n"
+             "         with 1, 2, ... instances, each running back to back on its share of the\n"
+             "         cores. Prints rows/s, p50 and p99 per run and the device memory held,\n"
+             "         names the fastest within the budgets, and with --write puts it into\n"
+             "         MODEL_DIR/config.json (preferred_batch_size, max_queue_delay_microseconds\n"
+             "         as one run of that batch, instance_group). The server's queue and HTTP\n"
+             "         are not part of the measurement.",
     .options = model_options,
     .min_args = 1,
     .max_args = 2,

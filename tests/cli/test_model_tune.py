@@ -1,0 +1,132 @@
+"""`gpusrv model tune MODEL_DIR` (issue 25): batch sizes and instance counts
+measured in place. A model whose cost per row falls with the batch (wide
+layers, whose weights every row reads again) gets a preferred batch larger
+than one, and --write puts it into a config.json the server loads; under a
+latency budget that only one row's run fits, a model gets a batch of one. Bad directories and budgets nothing fits are refused clearly."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "api"))
+from models import mlp  # noqa: E402
+from test_serve import serving, request  # noqa: E402
+
+
+def tune(*args):
+    return subprocess.run([GPUSRV, "model", "tune", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def entry(root, name, model, config=None):
+    (root / name / "1").mkdir(parents=True)
+    onnx.save(model, str(root / name / "1" / "model.onnx"))
+    if config is not None:
+        (root / name / "config.json").write_text(json.dumps(config))
+    return root / name
+
+
+def best_of(out):
+    m = re.search(r"^best: batch (\d+) on (\d+) instance", out, re.M)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+def rows(out):
+    """(instances, batch) -> (rows/s, p50 ms, p99 ms) from the table."""
+    table = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 6 and cells[0].isdigit() and cells[2] != "-":
+            table[int(cells[0]), int(cells[1])] = tuple(float(c) for c in cells[2:5])
+    return table
+
+
+def test_a_model_whose_cost_per_row_falls_gets_a_larger_batch(tmp_path):
+    repo = tmp_path / "models"
+    d = entry(repo, "wide", mlp(hidden=(2048, 2048)), {"max_batch_size": 16, "warmup": True})
+    p = tune(str(d), "--seconds", "0.3", "--write")
+    assert p.returncode == 0, p.stdout + p.stderr
+    batch, instances = best_of(p.stdout)
+    assert batch > 1, p.stdout
+    table = rows(p.stdout)
+    assert table[1, 1][0] < table[instances, batch][0], p.stdout  # more rows/s than batch 1
+    config = json.loads((d / "config.json").read_text())
+    assert config["max_batch_size"] == 16 and config["warmup"] is True  # kept
+    assert config["dynamic_batching"]["preferred_batch_size"] == [batch]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] > 0
+    assert config["instance_group"] == [{"count": instances, "kind": "cpu", "devices": ["cpu0"]}]
+    # What it wrote is a configuration the server serves.
+    with serving(repo) as port:
+        index = {m["name"]: m for m in json.loads(
+            request(port, "POST", "/v2/repository/index", b"{}")[1])}
+        assert index["wide"]["state"] == "READY", index["wide"]
+
+
+def cube_cost_model():
+    """Convolutions over N^3 images for a batch of N (the input tiled N^2
+    times): batch 2 costs 8 times batch 1. So a budget of 3.5 times batch
+    1's p50 separates them even where this machine's speed drifts by half
+    between two sweeps, and its p99 runs far above its p50."""
+    rng = np.random.default_rng(0)
+    H = onnx.helper
+    w1 = (rng.standard_normal((32, 3, 3, 3)) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((32, 32, 3, 3)) * 0.05).astype(np.float32)
+    nodes = [H.make_node("Shape", ["x"], ["shape"], end=1),
+             H.make_node("Mul", ["shape", "shape"], ["nn"]),
+             H.make_node("Concat", ["nn", "ones"], ["reps"], axis=0),
+             H.make_node("Tile", ["x", "reps"], ["tiled"]),
+             H.make_node("Conv", ["tiled", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             H.make_node("Conv", ["c1", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2"),
+             onnx.numpy_helper.from_array(np.ones(3, np.int64), "ones")]
+    g = H.make_graph(nodes, "cube", [H.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
+                                                               ["N", 3, 96, 96])],
+                     [H.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    return H.make_model(g, opset_imports=[H.make_opsetid("", 17)])
+
+
+def test_a_tight_latency_budget_gets_a_batch_of_one(tmp_path):
+    d = entry(tmp_path, "cube", cube_cost_model(), {"max_batch_size": 2})
+    p = tune(str(d), "--seconds", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    table = rows(p.stdout)
+    one_p50, two_p50 = table[1, 1][1], table[1, 2][1]
+    assert two_p50 > 5 * one_p50, p.stdout  # the cost grows as meant
+    p = tune(str(d), "--seconds", "1", "--latency-budget", f"{3.5 * one_p50:.3f}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert best_of(p.stdout)[0] == 1, p.stdout
+    assert "over the latency budget" in p.stdout
+
+
+def test_bad_directories_and_budgets(tmp_path):
+    p = tune(str(tmp_path / "missing"))
+    assert p.returncode == 1 and "no version directory" in p.stderr
+    d = entry(tmp_path, "nobatch", mlp(), {"max_batch_size": 0})
+    p = tune(str(d))
+    assert p.returncode == 1 and "max_batch_size 0" in p.stderr
+    d = entry(tmp_path, "broken", mlp())
+    (d / "config.json").write_text("{not json")
+    p = tune(str(d))
+    assert p.returncode == 1 and "config.json, line 1" in p.stderr
+    d = entry(tmp_path, "pbtxt", mlp())
+    (d / "config.pbtxt").write_text("max_batch_size: 8\n")
+    p = tune(str(d), "--write")
+    assert p.returncode == 1 and "config.pbtxt" in p.stderr
+    assert not (d / "config.json").exists()
+    d = entry(tmp_path, "small", mlp(), {"max_batch_size": 4})
+    p = tune(str(d), "--seconds", "0.1", "--latency-budget", "0.001")
+    assert p.returncode == 1 and "no configuration fits the budgets" in p.stderr
+    p = tune(str(d), "--seconds", "0.1", "--memory-budget", "1K")
+    assert p.returncode == 1 and "no configuration fits the budgets" in p.stderr
+    assert "over the memory budget" in p.stdout
+    p = tune(str(d), "--latency-budget", "-1")
+    assert p.returncode == 2
