@@ -1,10 +1,11 @@
 """bench/adaptive: serving that adapts (issue 25), measured with perf_analyzer.
 
 1. A rising load step (concurrency 1, 4, 16, 64) on the digits model and on
-   a CNN, each served twice by one `gpusrv serve`: with a fixed dynamic
-   batching config (preferred sizes and a max_queue_delay, as Triton's users
-   write them) and with adaptive batching under a latency budget. Throughput
-   and p99 latency, same run.
+   a CNN, each served three times by one `gpusrv serve`: with a fixed
+   dynamic batching config (preferred sizes and a max_queue_delay, as
+   Triton's users write them), with the config `gpusrv model tune --write`
+   chose, and with adaptive batching under a latency budget. Throughput and
+   p99 latency, same run.
 2. The first request after an idle unload (idle_unload_seconds), beside the
    same request's warm latency: what a user pays for the memory given back.
 
@@ -45,14 +46,24 @@ def configs(budget_us):
         "preferred_batch_size": [16, 64], "max_queue_delay_microseconds": 100}}
     adaptive = {"max_batch_size": 64, "dynamic_batching": {
         "adaptive": True, "latency_budget_us": budget_us}}
-    return {"fixed": fixed, "adaptive": adaptive}
+    return {"fixed": fixed, "tuned": {"max_batch_size": 64}, "adaptive": adaptive}
+
+
+def tuned(build, repo, name, budget_us):
+    """`gpusrv model tune --write` on the entry: its table, and what it chose."""
+    p = subprocess.run([os.path.join(build, "gpusrv"), "model", "tune", os.path.join(repo, name),
+                        "--seconds", "0.5", "--latency-budget", str(budget_us / 1000), "--write"],
+                       capture_output=True, text=True, timeout=1200)
+    if p.returncode != 0:
+        raise SystemExit(f"model tune failed: {p.stderr}")
+    return "\n".join(l for l in p.stdout.splitlines() if l.startswith(("|", "best", "wrote")))
 
 
 def load_step(port, d, models):
     print("| model | config | c | infer/s | p50 ms | p99 ms |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for base in models:
-        for kind in ("fixed", "adaptive"):
+        for kind in ("fixed", "tuned", "adaptive"):
             for c in CONCURRENCY:
                 ips, p50, p99, _ = perf(f"{base}_{kind}", port, c, os.path.join(d, "perf.csv"))
                 print(f"| {base} | {kind} | {c} | {ips:,.0f} | {p50 / 1000:.2f} | "
@@ -65,10 +76,12 @@ def index_state(port, name):
     return {m["name"]: m["state"] for m in json.loads(c.getresponse().read())}[name]
 
 
-def one_request_ms(port, name, body):
+def one_request_ms(port, name, request):
+    header, body = request
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     t = time.perf_counter()
-    c.request("POST", f"/v2/models/{name}/infer", body=body)
+    c.request("POST", f"/v2/models/{name}/infer", body=body,
+              headers={"Inference-Header-Content-Length": str(header)})
     r = c.getresponse()
     r.read()
     assert r.status == 200, r.status
@@ -108,6 +121,10 @@ def main():
         for kind, config in configs(args.budget_us).items():
             add(repo, f"digits_{kind}", digits, config)
             add(repo, f"cnn_{kind}", cnn_path, config)
+        print(f"## gpusrv model tune (--latency-budget {args.budget_us / 1000} ms)\n")
+        for name in ("digits_tuned", "cnn_tuned"):
+            print(f"{name}:\n```\n{tuned(args.build, repo, name, args.budget_us)}\n```\n",
+                  flush=True)
         add(repo, "digits_idle", digits, {"max_batch_size": 64, "idle_unload_seconds": 1})
         add(repo, "cnn_idle", cnn_path, {"max_batch_size": 64, "idle_unload_seconds": 1})
         port = free_port()
@@ -131,10 +148,12 @@ def main():
                 meta = json.loads(c.getresponse().read())
                 shape = [1] + [abs(x) for x in meta["inputs"][0]["shape"][1:]]
                 x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-                body = json.dumps({"inputs": [{"name": meta["inputs"][0]["name"], "shape": shape,
-                                               "datatype": "FP32",
-                                               "data": x.ravel().tolist()}]}).encode()
-                first, warm = after_idle(port, name, body)
+                # Binary tensors, as clients send images: JSON numbers would
+                # time their parsing instead.
+                header = json.dumps({"inputs": [{
+                    "name": meta["inputs"][0]["name"], "shape": shape, "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+                first, warm = after_idle(port, name, (len(header), header + x.tobytes()))
                 print(f"| {name} | {first:.1f} | {warm:.2f} |", flush=True)
         finally:
             server.terminate()

@@ -7,9 +7,11 @@
  * the arrivals: where at least a quarter of them came while others were
  * unanswered, it is half as long again as the mean gap before such
  * arrivals (long enough for the next of a group, short of the pause
- * between groups); otherwise none. And never longer than a batch of one
- * row takes to run: a request that comes later is better run in a batch of
- * its own than waited for. */
+ * between groups); otherwise none. And never longer than what a row saves
+ * by joining a batch rather than running alone: a request that comes later
+ * is better run on its own than waited for, and where batching saves
+ * nothing (a compute-bound model on the CPU, whose batch of 4 takes 4 rows'
+ * time), waiting only adds latency. */
 #include "api/adaptive_wait.h"
 
 #define ONE 65536u           /* overlap_share's whole */
@@ -27,16 +29,16 @@ void gs_adaptive_arrival(gs_adaptive_wait *a, uint64_t now, int64_t others) {
                                           : gap;
 }
 
-uint64_t gs_adaptive_window(const gs_adaptive_wait *a, uint64_t one_ns) {
+uint64_t gs_adaptive_window(const gs_adaptive_wait *a, int64_t saving_ns) {
   if (a->overlap_share < MIN_SHARE)
     return 0;
   uint64_t window = a->overlap_gap_ns + a->overlap_gap_ns / 2 + STEP_NS;
-  return one_ns && one_ns < window ? one_ns : window;
+  return saving_ns >= 0 && (uint64_t)saving_ns < window ? (uint64_t)saving_ns : window;
 }
 
 uint64_t gs_adaptive_deadline(const gs_adaptive_wait *a, uint64_t first_ns, uint64_t last_ns,
-                              uint64_t budget_ns, uint64_t full_ns, uint64_t one_ns) {
+                              uint64_t budget_ns, uint64_t full_ns, int64_t saving_ns) {
   uint64_t cap = budget_ns > full_ns ? budget_ns - full_ns : 0;
-  uint64_t end = last_ns + gs_adaptive_window(a, one_ns), latest = first_ns + cap;
+  uint64_t end = last_ns + gs_adaptive_window(a, saving_ns), latest = first_ns + cap;
   return end < latest ? end : latest;
 }

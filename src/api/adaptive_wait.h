@@ -23,14 +23,14 @@ typedef struct gs_adaptive_wait {
 /* A request arrived at `now`; `others` requests were unanswered then. */
 void gs_adaptive_arrival(gs_adaptive_wait *a, uint64_t now, int64_t others);
 /* The window: how long a batch waits for each next request (0: not at all),
- * for a model whose batch of one row is expected to take one_ns (0: not
- * known yet). */
-uint64_t gs_adaptive_window(const gs_adaptive_wait *a, uint64_t one_ns);
+ * for a model where a row saves saving_ns by joining a batch instead of
+ * running alone (negative: not known yet). */
+uint64_t gs_adaptive_window(const gs_adaptive_wait *a, int64_t saving_ns);
 /* When a batch whose first request arrived at `first_ns` stops waiting, as
  * of its last arrival `last_ns` (first_ns at first): one window after it,
  * but never so late that a run expected to take full_ns (a full batch)
  * would end past the first request's budget. */
 uint64_t gs_adaptive_deadline(const gs_adaptive_wait *a, uint64_t first_ns, uint64_t last_ns,
-                              uint64_t budget_ns, uint64_t full_ns, uint64_t one_ns);
+                              uint64_t budget_ns, uint64_t full_ns, int64_t saving_ns);
 
 #endif

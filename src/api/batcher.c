@@ -216,6 +216,31 @@ static uint64_t expected_run_ns(gs_served_model *m, int64_t rows) {
   return ns;
 }
 
+/* What a row saves by joining a batch instead of running alone: one row's
+ * run less what a row adds to the largest batch size run so far; one row's
+ * run where no larger batch has run yet (so that batching is tried), and -1
+ * before any batch has. */
+static int64_t row_saving_ns(gs_served_model *m) {
+  int64_t saving = -1;
+  pthread_mutex_lock(&m->stats_lock);
+  const gs_duration_stat *one = m->stats.batch[1];
+  if (one[1].count) {
+    double run1 = (double)(one[0].ns + one[1].ns + one[2].ns) / (double)one[1].count;
+    saving = (int64_t)run1;
+    for (int size = GS_STATS_MAX_BATCH; size >= 2; size--) {
+      const gs_duration_stat *s = m->stats.batch[size];
+      if (!s[1].count)
+        continue;
+      double run = (double)(s[0].ns + s[1].ns + s[2].ns) / (double)s[1].count;
+      double per_row = (run - run1) / (size - 1);
+      saving = per_row < run1 ? (int64_t)(run1 - per_row) : 0;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&m->stats_lock);
+  return saving;
+}
+
 /* Removes from the queue the requests whose queue timeout has passed: into
  * `expired` to be rejected, or (timeout_action DELAY) back into the queue
  * behind the requests of their priority that have not timed out. */
@@ -282,12 +307,13 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
   /* Adaptive: up to the maximum, waiting what adaptive_wait.c has learnt. */
   bool adaptive = m->adaptive_batching;
   int64_t target = adaptive ? m->max_batch_size : target_size(m);
-  uint64_t budget_ns = (uint64_t)m->latency_budget_us * 1000, full_ns = 0, one_ns = 0, deadline;
+  uint64_t budget_ns = (uint64_t)m->latency_budget_us * 1000, full_ns = 0, deadline;
+  int64_t saving_ns = -1;
   if (adaptive) {
     full_ns = expected_run_ns(m, m->max_batch_size);
-    one_ns = expected_run_ns(m, 1);
+    saving_ns = row_saving_ns(m);
     deadline = gs_adaptive_deadline(&b->adaptive, first->t_arrive, first->t_arrive, budget_ns,
-                                    full_ns, one_ns);
+                                    full_ns, saving_ns);
   } else {
     deadline = first->t_arrive + m->max_queue_delay_us * 1000;
   }
@@ -309,7 +335,7 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
     uint64_t now = gs_now_ns();
     if (adaptive && *rows > rows_seen && waited) /* more came: keep gathering while they do */
       deadline = gs_adaptive_deadline(&b->adaptive, first->t_arrive, now, budget_ns, full_ns,
-                                      one_ns);
+                                      saving_ns);
     rows_seen = *rows;
     if (*rows >= target || (!adaptive && is_preferred(m, *rows)) || n == max || b->stopping)
       break;
@@ -656,7 +682,7 @@ void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
 
 uint64_t gs_batcher_adaptive_wait_ns(gs_batcher *b) {
   pthread_mutex_lock(&b->lock);
-  uint64_t ns = gs_adaptive_window(&b->adaptive, expected_run_ns(b->m, 1));
+  uint64_t ns = gs_adaptive_window(&b->adaptive, row_saving_ns(b->m));
   pthread_mutex_unlock(&b->lock);
   return ns;
 }

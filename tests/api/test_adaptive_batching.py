@@ -33,9 +33,9 @@ def test_the_wait_follows_the_load(tmp_path):
         "max_batch_size": 8,
         "dynamic_batching": {"adaptive": True, "latency_budget_us": 200000,
                              "max_queue_delay_microseconds": 0}})
-    # Wide layers (18 MB of weights), whose run costs about the same for 4
-    # rows as for 1: the window is never longer than one row's run, and this
-    # one is long enough for requests sent together to meet.
+    # Wide layers (18 MB of weights), which a batch reads once for all its
+    # rows: the window is never longer than what a row saves by joining a
+    # batch, and here that is long enough for requests sent together to meet.
     onnx.save(mlp(hidden=(2048, 2048)), str(tmp_path / "adaptive" / "1" / "model.onnx"))
     add_model(tmp_path, "nobudget", {"max_batch_size": 8, "dynamic_batching": {"adaptive": True}})
     with serving(tmp_path) as port:
