@@ -501,7 +501,7 @@ const gs_cli_command gs_cli_model = {
              "         cores. Prints rows/s, p50 and p99 per run and the device memory held,\n"
              "         names the fastest within the budgets, and with --write puts it into\n"
              "         MODEL_DIR/config.json (preferred_batch_size, max_queue_delay_microseconds\n"
-             "         as one run of that batch, instance_group). The server's queue and HTTP\n"
+             "         as a tenth of that batch's run, instance_group). The server's queue and HTTP\n"
              "         are not part of the measurement.",
     .options = model_options,
     .min_args = 1,
