@@ -16,6 +16,10 @@ from test_serve import ROOT, add_model, metric_values, ort_run, request, serving
 sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
 from models import mlp  # noqa: E402
 
+# A sanitizer build (tests/CMakeLists.txt): its timings say nothing of a
+# release build's.
+SANITIZED = os.environ.get("GPUSRV_SANITIZED") == "1"
+
 
 def stats(port, model):
     status, raw, _ = request(port, "GET", f"/v2/models/{model}/stats")
@@ -76,10 +80,14 @@ def test_the_wait_follows_the_load(tmp_path):
         assert not wrong, wrong[:3]
         inferred, batches = stats(port, "adaptive")
         assert inferred == 160
-        assert inferred / batches > 2, (inferred, batches)
         # It waits about as long as their requests take to come together,
-        # not the whole budget of 200 ms.
-        assert 0 < window(port, "adaptive") < 0.02
+        # not the whole budget of 200 ms. (In a sanitizer build the batch's
+        # instrumented product saves nothing over one row's oneDNN run, so it
+        # rightly does not wait.)
+        if not SANITIZED:
+            assert inferred / batches > 2, (inferred, batches)
+            assert 0 < window(port, "adaptive") < 0.02
+        assert window(port, "adaptive") < 0.02
 
         # One client that waits for each reply: none of its requests comes
         # while another is unanswered, so the batcher stops waiting.

@@ -15,6 +15,9 @@ import onnx.numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
+# A sanitizer build (tests/CMakeLists.txt): its timings say nothing of which
+# batch is faster in a release build.
+SANITIZED = os.environ.get("GPUSRV_SANITIZED") == "1"
 sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "api"))
 from models import mlp  # noqa: E402
@@ -56,9 +59,10 @@ def test_a_model_whose_cost_per_row_falls_gets_a_larger_batch(tmp_path):
     p = tune(str(d), "--seconds", "0.3", "--write")
     assert p.returncode == 0, p.stdout + p.stderr
     batch, instances = best_of(p.stdout)
-    assert batch > 1, p.stdout
-    table = rows(p.stdout)
-    assert table[1, 1][0] < table[instances, batch][0], p.stdout  # more rows/s than batch 1
+    if not SANITIZED:  # there the few-rows product is instrumented, batch 1's oneDNN is not
+        assert batch > 1, p.stdout
+        table = rows(p.stdout)
+        assert table[1, 1][0] < table[instances, batch][0], p.stdout  # more rows/s than batch 1
     config = json.loads((d / "config.json").read_text())
     assert config["max_batch_size"] == 16 and config["warmup"] is True  # kept
     assert config["dynamic_batching"]["preferred_batch_size"] == [batch]

@@ -93,10 +93,11 @@ GS_VECTOR_CLONES static void columns_nn(int64_t m, int64_t lo, int64_t hi, int64
 
 /* ---- B [n, k] ---------------------------------------------------------------------- */
 
-static inline float lanes_sum(v8 v) {
+/* By address: a vector passed by value changes the ABI between the clones. */
+static inline float lanes_sum(const v8 *v) {
   float s = 0.0f;
   for (int l = 0; l < 8; l++)
-    s += v[l];
+    s += (*v)[l];
   return s;
 }
 
@@ -122,7 +123,7 @@ static inline __attribute__((always_inline)) void tile_nt(
   }
   for (int i = 0; i < rows; i++)
     for (int q = 0; q < cols; q++) {
-      float s = lanes_sum(acc[i][q]);
+      float s = lanes_sum(&acc[i][q]);
       for (int64_t r = p; r < k; r++)
         s += a[i * lda + r] * b[(j + q) * ldb + r];
       float *cij = c + i * ldc + j + q;
