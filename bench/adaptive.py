@@ -1,11 +1,14 @@
 """bench/adaptive: serving that adapts (issue 25), measured with perf_analyzer.
 
 1. A rising load step (concurrency 1, 4, 16, 64) on the digits model and on
-   a CNN, each served three times by one `gpusrv serve`: with a fixed
+   a CNN, each served three times, by a `gpusrv serve` of its own: with a fixed
    dynamic batching config (preferred sizes and a max_queue_delay, as
    Triton's users write them), with the config `gpusrv model tune --write`
    chose, and with adaptive batching under a latency budget. Throughput and
-   p99 latency, same run.
+   p99 latency, same run. One model per server: libgomp cuts its threads'
+   spinning short once a process holds more OpenMP threads than cores (each
+   instance's compute thread leads a team), and a model measured after
+   another in the same server ran up to a quarter slower.
 2. The first request after an idle unload (idle_unload_seconds), beside the
    same request's warm latency: what a user pays for the memory given back.
 
@@ -59,15 +62,39 @@ def tuned(build, repo, name, budget_us):
     return "\n".join(l for l in p.stdout.splitlines() if l.startswith(("|", "best", "wrote")))
 
 
-def load_step(port, d, models):
+def serve(build, repo, d):
+    port = free_port()
+    log = open(os.path.join(d, f"serve-{port}.log"), "w")
+    server = subprocess.Popen([os.path.join(build, "gpusrv"), "serve", "--model-repository", repo,
+                               "--http-port", str(port), "--grpc-port", "0",
+                               "--state-dir", os.path.join(d, f"state-{port}")],
+                              stdout=log, stderr=log)
+    try:
+        wait_http(port, "/v2/health/ready", 300)
+    except SystemExit:
+        server.kill()
+        raise
+    return server, port
+
+
+def load_step(build, repo, d, models):
     print("| model | config | c | infer/s | p50 ms | p99 ms |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for base in models:
         for kind in ("fixed", "tuned", "adaptive"):
-            for c in CONCURRENCY:
-                ips, p50, p99, _ = perf(f"{base}_{kind}", port, c, os.path.join(d, "perf.csv"))
-                print(f"| {base} | {kind} | {c} | {ips:,.0f} | {p50 / 1000:.2f} | "
-                      f"{p99 / 1000:.2f} |", flush=True)
+            one = os.path.join(d, f"only-{base}-{kind}")
+            os.makedirs(one)
+            os.symlink(os.path.join(repo, f"{base}_{kind}"), os.path.join(one, f"{base}_{kind}"))
+            server, port = serve(build, one, d)
+            try:
+                for c in CONCURRENCY:
+                    ips, p50, p99, _ = perf(f"{base}_{kind}", port, c,
+                                            os.path.join(d, "perf.csv"))
+                    print(f"| {base} | {kind} | {c} | {ips:,.0f} | {p50 / 1000:.2f} | "
+                          f"{p99 / 1000:.2f} |", flush=True)
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
 
 
 def index_state(port, name):
@@ -125,19 +152,14 @@ def main():
         for name in ("digits_tuned", "cnn_tuned"):
             print(f"{name}:\n```\n{tuned(args.build, repo, name, args.budget_us)}\n```\n",
                   flush=True)
-        add(repo, "digits_idle", digits, {"max_batch_size": 64, "idle_unload_seconds": 1})
-        add(repo, "cnn_idle", cnn_path, {"max_batch_size": 64, "idle_unload_seconds": 1})
-        port = free_port()
-        log = open(os.path.join(d, "serve.log"), "w")
-        server = subprocess.Popen([os.path.join(args.build, "gpusrv"), "serve",
-                                   "--model-repository", repo, "--http-port", str(port),
-                                   "--grpc-port", "0", "--state-dir", os.path.join(d, "state")],
-                                  stdout=log, stderr=log)
+        idle = os.path.join(d, "idle")
+        add(idle, "digits_idle", digits, {"max_batch_size": 64, "idle_unload_seconds": 1})
+        add(idle, "cnn_idle", cnn_path, {"max_batch_size": 64, "idle_unload_seconds": 1})
+        print(f"## Load step (perf_analyzer over HTTP; adaptive budget {args.budget_us} us; "
+              f"fixed: preferred 16 and 64, max_queue_delay 100 us)\n")
+        load_step(args.build, repo, d, ("digits", "cnn"))
+        server, port = serve(args.build, idle, d)
         try:
-            wait_http(port, "/v2/health/ready", 300)
-            print(f"## Load step (perf_analyzer over HTTP; adaptive budget {args.budget_us} us; "
-                  f"fixed: preferred 16 and 64, max_queue_delay 100 us)\n")
-            load_step(port, d, ("digits", "cnn"))
             print("\n## First request after an idle unload (idle_unload_seconds 1), "
                   "median of 5, beside the warm p50 of the same request\n")
             print("| model | first after unload ms | warm p50 ms |")

@@ -342,10 +342,7 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
     if (now >= deadline)
       break;
     waited = true;
-    /* The condition waits on CLOCK_MONOTONIC, gs_now_ns()'s clock. */
-    struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000u),
-                          .tv_nsec = (long)(deadline % 1000000000u)};
-    pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+    gs_cond_wait_until(&b->cond, &b->lock, deadline);
   }
   if (b->head)
     pthread_cond_signal(&b->cond); /* what this batch left is another instance's */
@@ -693,11 +690,7 @@ int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
     return gs_error(GS_ENOMEM, "out of memory starting the batcher of %s", m->name);
   b->m = m;
   pthread_mutex_init(&b->lock, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&b->cond, &attr);
-  pthread_condattr_destroy(&attr);
+  gs_cond_init_monotonic(&b->cond);
   int rc = GS_OK;
   for (int i = 0; i < m->n_instances && rc == 0; i++) {
     instance_pipeline *ip = &b->pipelines[i];

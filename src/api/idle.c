@@ -11,7 +11,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 /* How often the idle thread looks: a limit is kept to within this. */
 #define IDLE_CHECK_MS 250
@@ -51,12 +50,8 @@ static void *idle_main(void *arg) {
   gs_repository *repo = arg;
   pthread_mutex_lock(&repo->idler_lock);
   while (!atomic_load(&repo->closing)) {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += IDLE_CHECK_MS * 1000000L;
-    until.tv_sec += until.tv_nsec / 1000000000L;
-    until.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&repo->idler_wake, &repo->idler_lock, &until);
+    gs_cond_wait_until(&repo->idler_wake, &repo->idler_lock,
+                       gs_now_ns() + (uint64_t)IDLE_CHECK_MS * 1000000u);
     if (atomic_load(&repo->closing))
       break;
     /* A load or unload in progress holds the admin lock for as long as it
@@ -74,11 +69,7 @@ static void *idle_main(void *arg) {
 
 void gs__idle_start(gs_repository *repo) {
   pthread_mutex_init(&repo->idler_lock, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&repo->idler_wake, &attr);
-  pthread_condattr_destroy(&attr);
+  gs_cond_init_monotonic(&repo->idler_wake);
   repo->idler_started = pthread_create(&repo->idler, NULL, idle_main, repo) == 0;
   if (!repo->idler_started)
     GS_LOGW("api", "no thread for unloading idle models: idle_unload_seconds has no effect");

@@ -92,11 +92,17 @@ static json_t *read_config(const char *dir) {
 /* ---- one measurement ------------------------------------------------------------------ */
 
 typedef struct runner {
+  const gs_model *model;
+  gs_device_t *device;
+  gs_weight_set *set;
+  const gs_shape *shapes;
+  int threads;
   gs_plan *plan;
   const void *in[MAX_IO];
   void *out[MAX_IO];
   bool alloc_outputs; /* sizes known only at run time */
-  uint64_t until_ns;
+  double seconds;
+  uint64_t t_start, t_end; /* the timed runs */
   double *lat_ms;
   int n_lat, cap_lat;
   long long runs;
@@ -114,19 +120,46 @@ static int run_once(runner *r) {
   return rc;
 }
 
-static void *run_loop(void *arg) {
-  runner *r = arg;
-  while (gs_now_ns() < r->until_ns) {
-    uint64_t t0 = gs_now_ns();
-    int rc = run_once(r);
-    if (rc < 0) {
-      r->status = rc;
-      break;
-    }
-    if (r->n_lat < r->cap_lat)
-      r->lat_ms[r->n_lat++] = (double)(gs_now_ns() - t0) / 1e6;
-    r->runs++;
+/* The plan and its outputs, made on the runner's own thread. */
+static int prepare(runner *r) {
+  gs_plan_options opt = {.device = r->device, .weights = r->set, .threads = r->threads};
+  int rc = gs_plan_create(r->model, r->shapes, &opt, &r->plan);
+  if (rc < 0)
+    return rc;
+  r->alloc_outputs = gs_plan_sizes_at_run(r->plan);
+  for (int i = 0; !r->alloc_outputs && i < r->model->n_outputs; i++) {
+    gs_plan_value_info info;
+    gs_plan_output(r->plan, i, &info);
+    if (!(r->out[i] = malloc(info.bytes ? info.bytes : 1)))
+      return gs_error(GS_ENOMEM, "out of memory for a plan's outputs");
   }
+  if (!(r->lat_ms = malloc((size_t)r->cap_lat * sizeof(double))))
+    return gs_error(GS_ENOMEM, "out of memory for the latencies");
+  return GS_OK;
+}
+
+/* One instance: everything on its own thread, as the server's compute
+ * thread does it. Planning and running lead an OpenMP team on the calling
+ * thread, and libgomp cuts its threads' spinning short once a process
+ * holds more OpenMP threads than cores: a second team on this process's
+ * main thread would slow every run. One untimed run first, for planning's
+ * lazy work (a library's first call), which a warmed-up instance has done. */
+static void *run_instance(void *arg) {
+  runner *r = arg;
+  int rc = prepare(r);
+  if (rc == 0)
+    rc = run_once(r);
+  r->t_start = gs_now_ns();
+  uint64_t until = r->t_start + (uint64_t)(r->seconds * 1e9);
+  while (rc == 0 && gs_now_ns() < until) {
+    uint64_t t0 = gs_now_ns();
+    rc = run_once(r);
+    if (rc == 0 && r->n_lat < r->cap_lat)
+      r->lat_ms[r->n_lat++] = (double)(gs_now_ns() - t0) / 1e6;
+    r->runs += rc == 0;
+  }
+  r->t_end = gs_now_ns();
+  r->status = rc;
   return NULL;
 }
 
@@ -149,6 +182,29 @@ static int make_inputs(const gs_model *m, int batch, gs_shape *shapes, void **in
   return GS_OK;
 }
 
+/* The runs' p50 and p99, and rows per second summed over the instances. */
+static int summarise(runner *rs, int n, int batch, point *p) {
+  int n_lat = 0;
+  for (int k = 0; k < n; k++)
+    n_lat += rs[k].n_lat;
+  double *all = malloc((size_t)(n_lat ? n_lat : 1) * sizeof(double));
+  if (!all)
+    return gs_error(GS_ENOMEM, "out of memory sorting the latencies");
+  int at = 0;
+  p->rows_per_s = 0;
+  for (int k = 0; k < n; k++) {
+    memcpy(all + at, rs[k].lat_ms, (size_t)rs[k].n_lat * sizeof(double));
+    at += rs[k].n_lat;
+    double s = (double)(rs[k].t_end - rs[k].t_start) / 1e9;
+    p->rows_per_s += s > 0 ? (double)rs[k].runs * batch / s : 0;
+  }
+  qsort(all, (size_t)n_lat, sizeof(double), cmp_double);
+  p->p50_ms = n_lat ? all[n_lat / 2] : 0;
+  p->p99_ms = n_lat ? all[(int)((n_lat - 1) * 0.99)] : 0;
+  free(all);
+  return GS_OK;
+}
+
 /* Plans `n` instances of `batch` rows sharing one weight set, runs them
  * together for `seconds`, and fills p. Returns 0, or the error that stopped
  * it (GS_ENOMEM: memory ran out). */
@@ -163,66 +219,26 @@ static int measure(const gs_model *m, gs_device_t *dev, int batch, int n, double
   int rc = make_inputs(m, batch, shapes, inputs);
   if (rc == 0)
     rc = gs_weight_set_create(dev, &set);
+  pthread_t threads[MAX_INSTANCES];
+  int started = 0;
   for (int k = 0; rc == 0 && k < n; k++) {
-    gs_plan_options opt = {.device = dev, .weights = set,
-                           .threads = cores / n > 0 ? cores / n : 1};
-    rc = gs_plan_create(m, shapes, &opt, &rs[k].plan);
-    if (rc < 0)
-      break;
-    rs[k].alloc_outputs = gs_plan_sizes_at_run(rs[k].plan);
+    rs[k] = (runner){.model = m, .device = dev, .set = set, .shapes = shapes,
+                     .threads = cores / n > 0 ? cores / n : 1, .seconds = seconds,
+                     .cap_lat = MAX_LATENCIES / n};
     for (int i = 0; i < m->n_inputs; i++)
       rs[k].in[i] = inputs[i];
-    for (int i = 0; !rs[k].alloc_outputs && i < m->n_outputs && rc == 0; i++) {
-      gs_plan_value_info info;
-      gs_plan_output(rs[k].plan, i, &info);
-      if (!(rs[k].out[i] = malloc(info.bytes ? info.bytes : 1)))
-        rc = gs_error(GS_ENOMEM, "out of memory for the outputs of a batch of %d", batch);
-    }
-    rs[k].cap_lat = MAX_LATENCIES / n;
-    if (rc == 0 && !(rs[k].lat_ms = malloc((size_t)rs[k].cap_lat * sizeof(double))))
-      rc = gs_error(GS_ENOMEM, "out of memory for the latencies");
-    /* One run first: planning's lazy work (a library's first call) is not
-     * what the server's warmed-up instances pay. */
-    if (rc == 0)
-      rc = run_once(&rs[k]);
+    if (pthread_create(&threads[k], NULL, run_instance, &rs[k]) != 0)
+      rc = gs_error(GS_ENOMEM, "cannot start a thread for instance %d", k);
+    else
+      started++;
   }
+  for (int k = 0; k < started; k++)
+    pthread_join(threads[k], NULL);
+  for (int k = 0; k < started && rc == 0; k++)
+    rc = rs[k].status;
+  if (rc == 0)
+    rc = summarise(rs, n, batch, p);
   if (rc == 0) {
-    pthread_t threads[MAX_INSTANCES];
-    uint64_t t0 = gs_now_ns(), until = t0 + (uint64_t)(seconds * 1e9);
-    int started = 0;
-    for (int k = 0; k < n; k++) {
-      rs[k].until_ns = until;
-      if (pthread_create(&threads[k], NULL, run_loop, &rs[k]) == 0)
-        started++;
-      else
-        rc = gs_error(GS_ENOMEM, "cannot start a thread for instance %d", k);
-    }
-    for (int k = 0; k < started; k++)
-      pthread_join(threads[k], NULL);
-    double elapsed = (double)(gs_now_ns() - t0) / 1e9;
-    long long runs = 0;
-    int n_lat = 0;
-    for (int k = 0; k < n; k++) {
-      runs += rs[k].runs;
-      n_lat += rs[k].n_lat;
-      if (rs[k].status < 0 && rc == 0)
-        rc = rs[k].status;
-    }
-    double *all = n_lat ? malloc((size_t)n_lat * sizeof(double)) : NULL;
-    if (rc == 0 && all) {
-      int at = 0;
-      for (int k = 0; k < n; k++) {
-        memcpy(all + at, rs[k].lat_ms, (size_t)rs[k].n_lat * sizeof(double));
-        at += rs[k].n_lat;
-      }
-      qsort(all, (size_t)n_lat, sizeof(double), cmp_double);
-      p->p50_ms = all[n_lat / 2];
-      p->p99_ms = all[(int)((n_lat - 1) * 0.99)];
-      p->rows_per_s = (double)runs * batch / elapsed;
-    } else if (rc == 0) {
-      rc = gs_error(GS_ENOMEM, "out of memory sorting the latencies");
-    }
-    free(all);
     p->bytes = gs_weight_set_bytes(set);
     for (int k = 0; k < n; k++)
       p->bytes += gs_plan_device_bytes(rs[k].plan);
