@@ -26,7 +26,7 @@ WORDS = {"infer": ["digits", "-i", "x=/nonexistent.npy"], "job": ["1"], "cancel"
          "batch": ["/nonexistent"]}
 AFTER = {"submit": ["--", "true"]}
 VALUES = {"N": "1", "PCT": "5", "SIZE": "1G", "LIMIT": "1h", "P": "1", "W": "1", "T": "alice",
-          "DATE": "2026-01-01", "SECONDS": "1", "MiB": "8"}
+          "DATE": "2026-01-01", "SECONDS": "1", "MiB": "8", "MS": "5", "BYTES": "1G", "S": "1"}
 SPECIAL = {("infer", "input"): "x=/nonexistent.npy", ("submit", "env"): "A=1",
            ("model", "input"): "x=/nonexistent.npy", ("model", "precision"): "fp16",
            ("batch", "precision"): "fp16", ("batch", "preprocess"): "scale=1",
