@@ -6,8 +6,9 @@
  * cores, for a fixed time. The table gives rows per second, each run's p50
  * and p99 and the device memory held; the best is the fastest within the
  * budgets (a configuration within 3% of it with a lower p99 wins: this
- * machine's noise is that large). A batch size stops growing when it gains
- * less than 5%, runs past the latency budget, or memory runs out.
+ * machine's noise is that large). A batch size stops growing when two sizes
+ * in a row gain less than 5%, one runs past the latency budget, or memory
+ * runs out.
  *
  * What it does not do: requests through the server's queue. The runs are
  * the server's compute, without HTTP or the batcher's wait, so
@@ -278,7 +279,8 @@ static bool sweep_instances(const gs_model *m, gs_device_t *dev, int n, int max_
                             const gs_tune_options *o, point *pts, int *count) {
   double seconds = o->seconds > 0 ? o->seconds : DEFAULT_SECONDS;
   double budget_ms = o->latency_budget_ms;
-  double previous = 0;
+  double best = 0;
+  int misses = 0; /* sizes in a row that gained too little over the best before them */
   for (int b = 1; b <= max_batch; b = b * 2 > max_batch && b < max_batch ? max_batch : b * 2) {
     point *p = &pts[(*count)++];
     *p = (point){.batch = b, .instances = n};
@@ -302,9 +304,17 @@ static bool sweep_instances(const gs_model *m, gs_device_t *dev, int n, int max_
       p->note = "over the latency budget";
       return true;
     }
-    if (previous > 0 && p->rows_per_s < previous * GAIN_TO_GO_ON)
-      return true; /* more batch gives no more */
-    previous = p->rows_per_s;
+    /* More batch gives no more: twice in a row, since one size may gain
+     * little where the next gains much (a product's kernel changes with the
+     * rows). */
+    if (best > 0 && p->rows_per_s < best * GAIN_TO_GO_ON) {
+      if (++misses == 2)
+        return true;
+    } else {
+      misses = 0;
+    }
+    if (p->rows_per_s > best)
+      best = p->rows_per_s;
   }
   return true;
 }
