@@ -25,6 +25,7 @@
 #include "api/batcher.h"
 
 #include "api/adaptive_wait.h"
+#include "api/autoscale.h"
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -62,10 +63,14 @@ typedef struct instance_pipeline {
   bool direct; /* the host addresses the device's memory: no staging, no copies */
   batch_slot slots[BATCH_SLOTS];
   pthread_t thread;
+  bool leaving; /* the autoscaler is taking it away: it takes no more batches (under lock) */
+  bool failed;  /* it stopped on an error and counted itself out of `alive` (under lock) */
 } instance_pipeline;
 
 struct gs_batcher {
   gs_served_model *m;
+  /* Pipelines started, on instances 0 to n_pipelines - 1; an autoscaled
+   * model's scaler changes it (and only it, on its own thread). */
   int n_pipelines;
   int alive; /* pipelines still running (under lock) */
   instance_pipeline pipelines[GS_REPO_MAX_INSTANCES];
@@ -75,6 +80,15 @@ struct gs_batcher {
   int64_t queued;
   bool stopping;
   gs_adaptive_wait adaptive; /* the model's wait, where its batching is adaptive */
+  /* Where the model autoscales: the scaler's thread, woken each tick or
+   * when a request arrives to no instance; what it samples: requests whose
+   * run began, and their wait from arrival (in the queue, then behind the
+   * batches ahead in their pipeline), and the instances' compute time. */
+  bool scaling;
+  pthread_t scaler;
+  pthread_cond_t scaler_wake;
+  gs_autoscale scale;
+  _Atomic uint64_t waited, waited_ns, busy_ns;
 };
 
 void gs_infer_request_clear(gs_infer_request *r) {
@@ -141,7 +155,9 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r) {
     r->timeout_us = m->default_timeout_us;
   r->t_arrive = gs_now_ns();
   pthread_mutex_lock(&b->lock);
-  if (b->alive == 0) {
+  if (b->alive == 0 && b->scaling) {
+    pthread_cond_signal(&b->scaler_wake); /* scaled to none: it starts one for this request */
+  } else if (b->alive == 0) {
     pthread_mutex_unlock(&b->lock);
     return gs_error(GS_EBUSY, "model %s: no instance can run batches (the log says why)", m->name);
   }
@@ -273,13 +289,17 @@ static void take_expired(gs_batcher *b, uint64_t now, gs_infer_request **expired
 
 /* Takes the next batch off the queue (lock held): the first request and
  * those that fit with it. Waits up to the max queue delay for more when the
- * model batches. Returns the count, 0 when stopping with nothing queued. */
-static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t *rows) {
+ * model batches. Returns the count, 0 when stopping with nothing queued or
+ * when the pipeline is leaving. */
+static int next_batch(gs_batcher *b, const instance_pipeline *ip, gs_infer_request **batch,
+                      int max, int64_t *rows) {
   gs_served_model *m = b->m;
   gs_infer_request *expired = NULL;
   for (;;) {
-    while (!b->head && !b->stopping)
+    while (!b->head && !b->stopping && !ip->leaving)
       pthread_cond_wait(&b->cond, &b->lock);
+    if (ip->leaving)
+      return 0;
     take_expired(b, gs_now_ns(), &expired);
     if (expired) {
       /* Answer them outside the lock: their callbacks may take others. */
@@ -337,7 +357,8 @@ static int next_batch(gs_batcher *b, gs_infer_request **batch, int max, int64_t 
       deadline = gs_adaptive_deadline(&b->adaptive, first->t_arrive, now, budget_ns, full_ns,
                                       saving_ns);
     rows_seen = *rows;
-    if (*rows >= target || (!adaptive && is_preferred(m, *rows)) || n == max || b->stopping)
+    if (*rows >= target || (!adaptive && is_preferred(m, *rows)) || n == max || b->stopping ||
+        ip->leaving)
       break;
     if (now >= deadline)
       break;
@@ -382,7 +403,7 @@ static int stage_gather(void *ctx, int s, int64_t seq) {
   }
   uint64_t t0 = gs_now_ns();
   pthread_mutex_lock(&b->lock);
-  sl->n = next_batch(b, sl->reqs, MAX_BATCH_REQUESTS, &sl->rows);
+  sl->n = next_batch(b, ip, sl->reqs, MAX_BATCH_REQUESTS, &sl->rows);
   if (b->head)
     gs_pipeline_note_more(); /* keep gathering; let the other stages' threads run this one */
   pthread_mutex_unlock(&b->lock);
@@ -441,15 +462,28 @@ static int stage_h2d(void *ctx, int s, int64_t seq) {
   return GS_OK;
 }
 
+/* For the autoscaler: how long the slot's requests waited for their run,
+ * which began at t0, and how long it took. */
+static void count_run(gs_batcher *b, const batch_slot *sl, uint64_t t0) {
+  uint64_t waited = 0;
+  for (int k = 0; k < sl->n; k++)
+    waited += t0 > sl->reqs[k]->t_arrive ? t0 - sl->reqs[k]->t_arrive : 0;
+  atomic_fetch_add(&b->waited_ns, waited);
+  atomic_fetch_add(&b->waited, (uint64_t)sl->n);
+  atomic_fetch_add(&b->busy_ns, sl->t_computed - t0);
+}
+
 static int stage_compute(void *ctx, int s, int64_t seq) {
   (void)seq;
   instance_pipeline *ip = ctx;
   batch_slot *sl = &ip->slots[s];
+  uint64_t t0 = 0;
   if (sl->status == 0) {
     gs_instance *inst = ip->inst;
     gs_served_version *v = sl->reqs[0]->version;
     gs_pool_t *dev = gs_device_pool(inst->device, GS_MEM_DEVICE);
     pthread_mutex_lock(&inst->lock);
+    t0 = gs_now_ns();
     gs_plan *plan;
     /* Batches are planned by shape alone: a model whose shapes depend on an
      * input's values is refused here, with a message naming the input. */
@@ -473,6 +507,8 @@ static int stage_compute(void *ctx, int s, int64_t seq) {
       slot_fail(sl, rc);
   }
   sl->t_computed = gs_now_ns();
+  if (t0)
+    count_run(ip->b, sl, t0);
   return GS_OK;
 }
 
@@ -608,6 +644,15 @@ static int stage_encode(void *ctx, int s, int64_t seq) {
 
 /* ---- the instance's pipeline ------------------------------------------------------------- */
 
+/* Answers every request of a list taken off the queue. */
+static void fail_all(gs_infer_request *list, int status, const char *why) {
+  while (list) {
+    gs_infer_request *r = list;
+    list = r->next;
+    finish(r, status, why);
+  }
+}
+
 static void *instance_main(void *arg) {
   instance_pipeline *ip = arg;
   /* Every stage after gather may be run through by the thread before it
@@ -637,17 +682,14 @@ static void *instance_main(void *arg) {
         finish(ip->slots[s].reqs[k], 503, "the model's batch pipeline stopped");
     }
   pthread_mutex_lock(&b->lock);
+  ip->failed = true;
   gs_infer_request *left = --b->alive == 0 ? b->head : NULL;
   if (left) {
     b->head = NULL;
     count_queued(b, -b->queued);
   }
   pthread_mutex_unlock(&b->lock);
-  while (left) {
-    gs_infer_request *r = left;
-    left = r->next;
-    finish(r, 503, "no instance of the model can run batches");
-  }
+  fail_all(left, 503, "no instance of the model can run batches");
   return NULL;
 }
 
@@ -684,6 +726,149 @@ uint64_t gs_batcher_adaptive_wait_ns(gs_batcher *b) {
   return ns;
 }
 
+/* Starts the pipeline of instance `i` (the next after those running). */
+static int start_pipeline(gs_batcher *b, int i) {
+  instance_pipeline *ip = &b->pipelines[i];
+  memset(ip, 0, sizeof *ip);
+  ip->b = b;
+  ip->inst = &b->m->instances[i];
+  gs_device_t *dev = ip->inst->device;
+  ip->direct = gs_device_get_caps(dev)->host_visible_device_memory;
+  /* Each copy stage waits for its own copies: an inline stream, where the
+   * backend has them, runs them on the stage's thread without a hop. */
+  int rc;
+  if (!ip->direct && ((rc = gs_stream_create_ex(dev, GS_STREAM_INLINE, &ip->h2d)) < 0 ||
+                      (rc = gs_stream_create_ex(dev, GS_STREAM_INLINE, &ip->d2h)) < 0)) {
+    release_pipeline(ip);
+    return rc;
+  }
+  pthread_mutex_lock(&b->lock);
+  b->alive++; /* before it runs: it counts itself out if it fails */
+  pthread_mutex_unlock(&b->lock);
+  if (pthread_create(&ip->thread, NULL, instance_main, ip) != 0) {
+    pthread_mutex_lock(&b->lock);
+    b->alive--;
+    pthread_mutex_unlock(&b->lock);
+    release_pipeline(ip);
+    return gs_error(GS_ENOMEM, "cannot start the batch pipeline of %s", ip->inst->owner);
+  }
+  b->n_pipelines++;
+  return GS_OK;
+}
+
+/* Stops the last pipeline once its batches are answered (the queue goes to
+ * the others), and gives its instance's plans back. */
+static void stop_last_pipeline(gs_batcher *b) {
+  instance_pipeline *ip = &b->pipelines[b->n_pipelines - 1];
+  pthread_mutex_lock(&b->lock);
+  ip->leaving = true;
+  pthread_cond_broadcast(&b->cond);
+  pthread_mutex_unlock(&b->lock);
+  pthread_join(ip->thread, NULL);
+  release_pipeline(ip);
+  pthread_mutex_lock(&b->lock);
+  if (!ip->failed)
+    b->alive--;
+  pthread_mutex_unlock(&b->lock);
+  b->n_pipelines--;
+  gs_served_drop_plans(b->m, ip->inst);
+}
+
+/* ---- autoscaling ------------------------------------------------------------------------- */
+
+#define SCALE_TICK_NS 250000000ull
+
+/* One instance more: its plan made and booked first, so that a step the
+ * ledger has no room for is refused before it takes requests. */
+static void scale_up(gs_batcher *b) {
+  gs_served_model *m = b->m;
+  int i = b->n_pipelines, rc = GS_OK;
+  if (i > 0)
+    rc = gs_served_prepare(m, &m->instances[i], &m->instances[0]);
+  if (rc == 0 && (rc = start_pipeline(b, i)) < 0)
+    gs_served_drop_plans(m, &m->instances[i]);
+  if (rc < 0) {
+    if (atomic_fetch_add(&m->scale_refusals, 1) == 0 || i == 0)
+      GS_LOGW("batcher", "model %s: no instance added (%d running): %s", m->name, i,
+              gs_error_detail());
+    pthread_mutex_lock(&b->lock);
+    gs_autoscale_refused(&b->scale, gs_now_ns());
+    /* With no instance at all, what waits would wait for ever. */
+    gs_infer_request *left = b->alive == 0 ? b->head : NULL;
+    if (left) {
+      b->head = NULL;
+      count_queued(b, -b->queued);
+    }
+    pthread_mutex_unlock(&b->lock);
+    fail_all(left, 503, "no instance of the model could be started (the log says why)");
+    return;
+  }
+  atomic_fetch_add(&m->scale_ups, 1);
+  atomic_store(&m->active_instances, b->n_pipelines);
+  GS_LOGI("batcher", "model %s: %d instances (one added: requests waited past the budget)",
+          m->name, b->n_pipelines);
+}
+
+static void scale_down(gs_batcher *b) {
+  stop_last_pipeline(b);
+  atomic_fetch_add(&b->m->scale_downs, 1);
+  atomic_store(&b->m->active_instances, b->n_pipelines);
+  GS_LOGI("batcher", "model %s: %d instances (one removed: the load is light)", b->m->name,
+          b->n_pipelines);
+}
+
+/* What the queue did since the last sample (b->lock held). */
+static void take_sample(gs_batcher *b, uint64_t now, gs_autoscale_sample *s) {
+  *s = (gs_autoscale_sample){.now_ns = now, .tick_ns = SCALE_TICK_NS,
+                             .waited = atomic_exchange(&b->waited, 0),
+                             .waited_ns = atomic_exchange(&b->waited_ns, 0)};
+  for (const gs_infer_request *r = b->head; r; r = r->next) {
+    uint64_t age = now > r->t_arrive ? now - r->t_arrive : 1; /* 0 would read as none queued */
+    if (age > s->oldest_ns)
+      s->oldest_ns = age;
+  }
+  s->busy_ns = atomic_exchange(&b->busy_ns, 0);
+}
+
+static void *scaler_main(void *arg) {
+  gs_batcher *b = arg;
+  pthread_mutex_lock(&b->lock);
+  uint64_t next = gs_now_ns() + SCALE_TICK_NS;
+  while (!b->stopping) {
+    gs_cond_wait_until(&b->scaler_wake, &b->lock, next);
+    uint64_t now = gs_now_ns();
+    bool starved = b->alive == 0 && b->head; /* woken by a request that found none */
+    if (b->stopping || (now < next && !starved))
+      continue;
+    next = now + SCALE_TICK_NS;
+    gs_autoscale_sample sample;
+    take_sample(b, now, &sample);
+    int step = gs_autoscale_step(&b->scale, &sample, b->n_pipelines);
+    pthread_mutex_unlock(&b->lock);
+    if (step > 0 && b->n_pipelines < b->m->n_instances)
+      scale_up(b);
+    else if (step < 0 && b->n_pipelines > 0)
+      scale_down(b);
+    pthread_mutex_lock(&b->lock);
+  }
+  pthread_mutex_unlock(&b->lock);
+  return NULL;
+}
+
+static int start_scaler(gs_batcher *b) {
+  gs_served_model *m = b->m;
+  const gs_instance_group *g = &m->groups[0];
+  b->scale.cfg = (gs_autoscale_config){
+      .min = (int)g->min, .max = m->n_instances,
+      .budget_ns = (uint64_t)gs_served_queue_budget_us(m) * 1000,
+      .down_ns = (uint64_t)g->scale_down_ms * 1000000};
+  b->scale.last_change_ns = gs_now_ns();
+  if (pthread_create(&b->scaler, NULL, scaler_main, b) != 0)
+    return gs_error(GS_ENOMEM, "cannot start the instance scaler of %s", m->name);
+  b->scaling = true;
+  return GS_OK;
+}
+
 int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
   gs_batcher *b = calloc(1, sizeof *b);
   if (!b)
@@ -691,29 +876,13 @@ int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
   b->m = m;
   pthread_mutex_init(&b->lock, NULL);
   gs_cond_init_monotonic(&b->cond);
+  gs_cond_init_monotonic(&b->scaler_wake);
   int rc = GS_OK;
-  for (int i = 0; i < m->n_instances && rc == 0; i++) {
-    instance_pipeline *ip = &b->pipelines[i];
-    ip->b = b;
-    ip->inst = &m->instances[i];
-    ip->direct = gs_device_get_caps(ip->inst->device)->host_visible_device_memory;
-    /* Each copy stage waits for its own copies: an inline stream, where the
-     * backend has them, runs them on the stage's thread without a hop. */
-    gs_device_t *dev = ip->inst->device;
-    if (!ip->direct && ((rc = gs_stream_create_ex(dev, GS_STREAM_INLINE, &ip->h2d)) < 0 ||
-                        (rc = gs_stream_create_ex(dev, GS_STREAM_INLINE, &ip->d2h)) < 0)) {
-      release_pipeline(ip);
-      break;
-    }
-    b->alive++; /* before it runs: it counts itself out if it fails */
-    if (pthread_create(&ip->thread, NULL, instance_main, ip) != 0) {
-      b->alive--;
-      release_pipeline(ip);
-      rc = gs_error(GS_ENOMEM, "cannot start the batch pipeline of %s", ip->inst->owner);
-      break;
-    }
-    b->n_pipelines++;
-  }
+  int first = atomic_load(&m->active_instances);
+  for (int i = 0; i < first && rc == 0; i++)
+    rc = start_pipeline(b, i);
+  if (rc == 0 && gs_served_autoscaled(m))
+    rc = start_scaler(b);
   if (rc < 0) {
     char why[600];
     snprintf(why, sizeof why, "%s", gs_error_detail());
@@ -730,7 +899,10 @@ void gs_batcher_stop(gs_batcher *b) {
   pthread_mutex_lock(&b->lock);
   b->stopping = true;
   pthread_cond_broadcast(&b->cond);
+  pthread_cond_signal(&b->scaler_wake);
   pthread_mutex_unlock(&b->lock);
+  if (b->scaling)
+    pthread_join(b->scaler, NULL); /* first: it starts and stops pipelines */
   for (int i = 0; i < b->n_pipelines; i++) {
     pthread_join(b->pipelines[i].thread, NULL);
     release_pipeline(&b->pipelines[i]);
@@ -744,5 +916,6 @@ void gs_batcher_stop(gs_batcher *b) {
   }
   pthread_mutex_destroy(&b->lock);
   pthread_cond_destroy(&b->cond);
+  pthread_cond_destroy(&b->scaler_wake);
   free(b);
 }

@@ -177,8 +177,9 @@ static json_t *instance_groups_json(gs_served_model *m) {
       seen = seen || m->instances[k].device == d;
     if (seen)
       continue;
-    int count = 0;
-    for (int k = i; k < m->n_instances; k++)
+    /* An autoscaled model: the instances running now, and its bounds. */
+    int count = 0, active = atomic_load(&m->active_instances);
+    for (int k = i; k < active; k++)
       count += m->instances[k].device == d;
     const gs_device_info *info = gs_device_get_info(d);
     json_t *g = json_object();
@@ -188,6 +189,11 @@ static json_t *instance_groups_json(gs_served_model *m) {
     json_object_set_new(g, "kind", json_string(info->type == GS_DEVICE_GPU ? "KIND_GPU" : "KIND_CPU"));
     json_object_set_new(g, "count", json_integer(count));
     json_object_set_new(g, "devices", json_pack("[s]", info->id));
+    if (gs_served_autoscaled(m))
+      json_object_set_new(g, "autoscale", json_pack("{s:I,s:I,s:I}", "min", (json_int_t)m->groups[0].min,
+                                                    "max", (json_int_t)m->groups[0].max,
+                                                    "queue_delay_budget_us",
+                                                    (json_int_t)gs_served_queue_budget_us(m)));
     if (info->type == GS_DEVICE_GPU) {
       int gpu_index = 0;
       for (int k = 0; k < info->index; k++)

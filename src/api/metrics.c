@@ -249,7 +249,24 @@ static void model_lifecycle_metrics(gs_repository *repo, text *t) {
     if (!listed(repo, i) || !gs_served_try_use(m))
       continue; /* loading or unloading: left out of this scrape */
     put(t, "gpusrv_model_instances{model=\"%s\"} %d\n", m->name,
-        gs_served_ready(m) ? m->n_instances : 0);
+        gs_served_ready(m) ? atomic_load(&m->active_instances) : 0);
+    gs_served_release(m);
+  }
+  header(t, "gpusrv_model_instance_steps_total", "counter",
+         "Steps of autoscaled models' instance counts (\"count\": \"auto\"): up, down, "
+         "and up refused for want of room in the ledger");
+  for (int i = 0; i < n; i++) {
+    gs_served_model *m = &repo->models[i];
+    if (!listed(repo, i) || !gs_served_try_use(m))
+      continue;
+    if (gs_served_autoscaled(m)) {
+      const char *names[] = {"up", "down", "refused"};
+      uint64_t counts[] = {atomic_load(&m->scale_ups), atomic_load(&m->scale_downs),
+                           atomic_load(&m->scale_refusals)};
+      for (int k = 0; k < 3; k++)
+        put(t, "gpusrv_model_instance_steps_total{model=\"%s\",step=\"%s\"} %llu\n", m->name,
+            names[k], (unsigned long long)counts[k]);
+    }
     gs_served_release(m);
   }
   header(t, "gpusrv_batch_adaptive_wait_seconds", "gauge",
@@ -381,7 +398,8 @@ int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
       gs_served_model *m = &repo->models[i];
       if (!gs_served_try_use(m))
         continue;
-      for (int n = 0; gs_served_ready(m) && m->dynamic_batching && n < m->n_instances; n++) {
+      int active = atomic_load(&m->active_instances);
+      for (int n = 0; gs_served_ready(m) && m->dynamic_batching && n < active; n++) {
         gs_pipeline_result live;
         gs_pipeline_read_stats(&m->instances[n].pipeline, &live);
         for (int st = 0; st < live.n_stages; st++) {

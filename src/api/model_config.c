@@ -184,9 +184,89 @@ static int apply_field(gs_served_model *m, const config_field *f, json_t *v, con
   return bad(f, path);
 }
 
+/* The integer fields of an instance group: threads (gpusrv's own: host
+ * threads per instance on a CPU), and those of "count": "auto". */
+typedef struct group_field {
+  const char *name;
+  size_t offset, size;
+  int64_t min, max;
+  bool auto_only;
+} group_field;
+
+#define GROUP_AT(field) .offset = offsetof(gs_instance_group, field), \
+                        .size = sizeof(((gs_instance_group *)0)->field)
+
+static const group_field group_fields[] = {
+    {"threads", GROUP_AT(threads), .min = 1, .max = 4096},
+    {"min", GROUP_AT(min), .min = 0, .max = GS_REPO_MAX_INSTANCES, .auto_only = true},
+    {"max", GROUP_AT(max), .min = 1, .max = GS_REPO_MAX_INSTANCES, .auto_only = true},
+    {"queue_delay_budget_us", GROUP_AT(queue_budget_us), .min = 1, .max = 3600L * 1000000,
+     .auto_only = true},
+    {"scale_down_ms", GROUP_AT(scale_down_ms), .min = 100, .max = 86400L * 1000,
+     .auto_only = true},
+};
+
+/* count: 1..8, or "auto" with min (default 1) and max (default 4). */
+static int group_count(gs_instance_group *grp, json_t *count, const char *path) {
+  if (json_is_string(count) && !strcmp(json_string_value(count), "auto")) {
+    grp->autoscale = true;
+    grp->min = 1;
+    grp->max = 4;
+    grp->scale_down_ms = 10000;
+    return GS_OK;
+  }
+  json_int_t n = count ? json_integer_value(count) : 1;
+  grp->count = n >= 1 && n <= GS_REPO_MAX_INSTANCES ? (int)n : 0;
+  if (grp->count == 0)
+    return gs_error(GS_EINVAL, "%s: instance_group count must be 1 to %d, or \"auto\"", path,
+                    GS_REPO_MAX_INSTANCES);
+  return GS_OK;
+}
+
+static int group_numbers(gs_instance_group *grp, json_t *g, const char *path) {
+  for (size_t i = 0; i < sizeof group_fields / sizeof group_fields[0]; i++) {
+    const group_field *f = &group_fields[i];
+    json_t *v = json_object_get(g, f->name);
+    if (!v)
+      continue;
+    if (f->auto_only && !grp->autoscale)
+      return gs_error(GS_EINVAL, "%s: instance_group %s goes with \"count\": \"auto\"", path,
+                      f->name);
+    json_int_t n = json_integer_value(v);
+    if (!json_is_integer(v) || n < f->min || n > f->max)
+      return gs_error(GS_EINVAL, "%s: instance_group %s must be %lld to %lld", path, f->name,
+                      (long long)f->min, (long long)f->max);
+    store((char *)grp + f->offset, f->size, n);
+  }
+  if (grp->autoscale && grp->min > grp->max)
+    return gs_error(GS_EINVAL, "%s: instance_group min (%lld) is above max (%lld)", path,
+                    (long long)grp->min, (long long)grp->max);
+  if (grp->autoscale)
+    grp->count = (int)grp->max; /* made up front; the batcher runs min to max of them */
+  return GS_OK;
+}
+
+static void group_devices(gs_instance_group *grp, json_t *g) {
+  json_t *kind = json_object_get(g, "kind");
+  snprintf(grp->kind, sizeof grp->kind, "%s",
+           json_is_string(kind) ? json_string_value(kind) : "KIND_AUTO");
+  json_t *devs = json_object_get(g, "devices"), *d;
+  if (!devs)
+    devs = json_object_get(g, "gpus");
+  size_t di;
+  json_array_foreach(devs, di, d) {
+    if (grp->n_devices == 8)
+      break;
+    if (json_is_string(d))
+      snprintf(grp->devices[grp->n_devices++], 32, "%s", json_string_value(d));
+    else if (json_is_integer(d))
+      snprintf(grp->devices[grp->n_devices++], 32, "%lld", (long long)json_integer_value(d));
+  }
+}
+
 /* instance_group: [{count, kind: KIND_CPU|KIND_GPU|KIND_AUTO|cpu|opencl|cuda, devices:
- * ["cpu0", ...] or gpus: [0, ...], threads: N}], or one group bare (the text
- * format). `threads` is gpusrv's own: host threads per instance on a CPU. */
+ * ["cpu0", ...] or gpus: [0, ...], and the fields above}], or one group
+ * bare (the text format). */
 static int apply_groups(gs_served_model *m, json_t *groups, const char *path) {
   json_t *one = groups && !json_is_array(groups) ? json_pack("[O]", groups) : NULL, *g;
   size_t gi;
@@ -198,37 +278,16 @@ static int apply_groups(gs_served_model *m, json_t *groups, const char *path) {
     }
     gs_instance_group *grp = &m->groups[m->n_groups++];
     memset(grp, 0, sizeof *grp);
-    json_t *count = json_object_get(g, "count"), *kind = json_object_get(g, "kind");
-    json_int_t n = count ? json_integer_value(count) : 1;
-    grp->count = n >= 1 && n <= GS_REPO_MAX_INSTANCES ? (int)n : 0;
-    if (grp->count == 0) {
-      rc = gs_error(GS_EINVAL, "%s: instance_group count must be 1 to %d", path,
-                    GS_REPO_MAX_INSTANCES);
+    if ((rc = group_count(grp, json_object_get(g, "count"), path)) < 0 ||
+        (rc = group_numbers(grp, g, path)) < 0)
       break;
-    }
-    json_t *threads = json_object_get(g, "threads");
-    json_int_t t = threads ? json_integer_value(threads) : 0;
-    if (threads && (!json_is_integer(threads) || t < 1 || t > 4096)) {
-      rc = gs_error(GS_EINVAL, "%s: instance_group threads must be 1 to 4096", path);
-      break;
-    }
-    grp->threads = (int)t;
-    snprintf(grp->kind, sizeof grp->kind, "%s",
-             json_is_string(kind) ? json_string_value(kind) : "KIND_AUTO");
-    json_t *devs = json_object_get(g, "devices"), *d;
-    if (!devs)
-      devs = json_object_get(g, "gpus");
-    size_t di;
-    json_array_foreach(devs, di, d) {
-      if (grp->n_devices == 8)
-        break;
-      if (json_is_string(d))
-        snprintf(grp->devices[grp->n_devices++], 32, "%s", json_string_value(d));
-      else if (json_is_integer(d))
-        snprintf(grp->devices[grp->n_devices++], 32, "%lld", (long long)json_integer_value(d));
-    }
+    group_devices(grp, g);
   }
   json_decref(one);
+  for (int i = 0; rc == 0 && i < m->n_groups; i++)
+    if (m->groups[i].autoscale && (m->n_groups > 1 || !m->dynamic_batching))
+      rc = gs_error(GS_EINVAL, "%s: instance_group count \"auto\" needs dynamic_batching (its "
+                    "queue is what the count follows) and one instance group only", path);
   return rc;
 }
 

@@ -128,6 +128,10 @@ static int make_instances(gs_served_model *m) {
     pthread_mutex_init(&inst->lock, NULL);
   }
   m->n_instances = n;
+  /* An autoscaled model starts with its min, and at least one: the load's
+   * warm-up runs on it, and the first request finds it ready. */
+  int64_t first = gs_served_autoscaled(m) ? m->groups[0].min : n;
+  atomic_store(&m->active_instances, (int)(first > 0 ? first : 1));
   return GS_OK;
 }
 
@@ -424,7 +428,8 @@ static void warm_up(gs_served_model *m) {
     for (int i = 0; rc == 0 && i < v->model->n_inputs; i++)
       if (!(zeros[i] = calloc(1, in_bytes[i] ? in_bytes[i] : 1)))
         rc = gs_error(GS_ENOMEM, "out of memory warming up");
-    for (int k = 0; rc == 0 && k < m->n_instances && !load_overdue(m, "while warming up"); k++) {
+    int active = atomic_load(&m->active_instances);
+    for (int k = 0; rc == 0 && k < active && !load_overdue(m, "while warming up"); k++) {
       gs_instance *inst = &m->instances[k];
       void *outputs[GS_REQ_MAX_IO] = {0};
       gs_plan_value_info out_info[GS_REQ_MAX_IO];
@@ -811,6 +816,37 @@ int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shap
   int rc = run_on_instance(m, inst, v, shapes, inputs, outputs, out_info);
   pthread_mutex_unlock(&inst->lock);
   return rc;
+}
+
+int64_t gs_served_queue_budget_us(const gs_served_model *m) {
+  if (gs_served_autoscaled(m) && m->groups[0].queue_budget_us)
+    return m->groups[0].queue_budget_us;
+  if (m->adaptive_batching)
+    return m->latency_budget_us / 2 > 0 ? m->latency_budget_us / 2 : 1;
+  return (int64_t)m->max_queue_delay_us * 2 + 1000;
+}
+
+int gs_served_prepare(gs_served_model *m, gs_instance *to, gs_instance *like) {
+  gs_shape shapes[8];
+  pthread_mutex_lock(&like->lock);
+  gs_served_version *v = like->plans[0] ? like->plan_version[0] : NULL;
+  if (v)
+    memcpy(shapes, like->plan_shapes[0], sizeof shapes);
+  pthread_mutex_unlock(&like->lock);
+  if (!v)
+    return GS_OK; /* nothing run yet: its first batch plans */
+  pthread_mutex_lock(&to->lock);
+  gs_plan *plan;
+  int rc = gs_served_plan(m, to, v, shapes, NULL, &plan);
+  pthread_mutex_unlock(&to->lock);
+  return rc;
+}
+
+void gs_served_drop_plans(gs_served_model *m, gs_instance *inst) {
+  pthread_mutex_lock(&inst->lock);
+  for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
+    evict_plan(m, inst, k);
+  pthread_mutex_unlock(&inst->lock);
 }
 
 bool gs_repository_settled(gs_repository *repo) {

@@ -90,6 +90,11 @@ typedef struct gs_instance_group {
   int n_devices;
   char devices[8][32]; /* device ids or indexes; none: every device of the kind */
   int threads;         /* gpusrv's own: host threads per instance (0: a share of the cores) */
+  /* "count": "auto": instances follow the load between min and max
+   * (autoscale.h), count then being max; queue_delay_budget_us (0: the
+   * model's default, gs_served_queue_budget_us) and scale_down_ms tune it. */
+  bool autoscale;
+  int64_t min, max, queue_budget_us, scale_down_ms;
 } gs_instance_group;
 
 /* Triton's statistics: how many, and how long in all. */
@@ -138,6 +143,11 @@ typedef struct gs_served_model {
   gs_ledger *ledger;
   int n_instances;
   gs_instance instances[GS_REPO_MAX_INSTANCES];
+  /* Instances running now: n_instances, or where the model autoscales
+   * (groups[0].autoscale) the first this many, which its batcher changes;
+   * and its steps up, down and refused, for /metrics. */
+  _Atomic int active_instances;
+  _Atomic uint64_t scale_ups, scale_downs, scale_refusals;
   pthread_mutex_t weights_lock; /* over weights[] (instances take turns with their own locks) */
   /* One per plan at most, and one being made per instance. */
   gs_shared_weights weights[GS_REPO_MAX_INSTANCES * (GS_REPO_PLAN_CACHE + 1)];
@@ -247,6 +257,21 @@ gs_served_model *gs_repository_find(gs_repository *repo, const char *name);
 typedef enum { GS_WAIT_NONE, GS_WAIT_JOINED, GS_WAIT_TOO_SLOW } gs_wait_outcome;
 gs_wait_outcome gs_served_wait_load(gs_repository *repo, gs_served_model *m, gs_load_waiter *w,
                                     int *retry_after_s);
+static inline bool gs_served_autoscaled(const gs_served_model *m) {
+  return m->n_groups == 1 && m->groups[0].autoscale;
+}
+/* The queue delay above which an autoscaled model adds an instance: its
+ * group's queue_delay_budget_us, else half the latency budget of adaptive
+ * batching, else twice max_queue_delay plus a millisecond. */
+int64_t gs_served_queue_budget_us(const gs_served_model *m);
+
+/* For the autoscaling batcher: makes on `to` the plan that `like` used
+ * last, booking its memory, before `to` takes requests: GS_ENOMEM with the
+ * ledger's reason when there is no room (nothing then stays booked). */
+int gs_served_prepare(gs_served_model *m, gs_instance *to, gs_instance *like);
+/* Drops every plan of `inst`, giving their memory and bookings back. */
+void gs_served_drop_plans(gs_served_model *m, gs_instance *inst);
+
 /* The version `v` ("" or NULL: the highest), or NULL. */
 gs_served_version *gs_served_version_find(gs_served_model *m, const char *v);
 
