@@ -82,6 +82,10 @@ static void wake(gs_frontdesk *fd) {
   }
 }
 
+/* A booking went back to the ledger (a model unloaded while idle, an
+ * instance scaled away, a plan evicted, a job ended): pending jobs may fit now. */
+static void booking_released(void *arg) { wake(arg); }
+
 /* ---- tokens ------------------------------------------------------------------------------ */
 
 /* A token reads "gs_<id>_<48 hex digits>"; the store keeps only a salted
@@ -1731,6 +1735,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     else
       fd->thread_started = true;
   }
+  if (rc == 0)
+    gs_ledger_on_release(fd->set.ledger, booking_released, fd);
   if (rc < 0) {
     gs_frontdesk_close(fd);
     return rc;
@@ -1743,6 +1749,7 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
   if (!fd)
     return;
   if (fd->thread_started) {
+    gs_ledger_on_release(fd->set.ledger, NULL, NULL); /* before wake_fd closes */
     pthread_mutex_lock(&fd->lock);
     fd->stop = true;
     pthread_mutex_unlock(&fd->lock);

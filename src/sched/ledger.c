@@ -31,6 +31,8 @@ struct gs_ledger {
   int n;
   device_account *accounts;
   gs_booking *held;
+  void (*on_release)(void *arg);
+  void *on_release_arg;
 };
 
 int gs_ledger_create(gs_ledger **out) {
@@ -170,8 +172,17 @@ void gs_booking_release(gs_booking *b) {
     l->held = b->next;
   if (b->next)
     b->next->prev = b->prev;
+  if (l->on_release)
+    l->on_release(l->on_release_arg);
   pthread_mutex_unlock(&l->lock);
   free(b);
+}
+
+void gs_ledger_on_release(gs_ledger *l, void (*fn)(void *arg), void *arg) {
+  pthread_mutex_lock(&l->lock);
+  l->on_release = fn;
+  l->on_release_arg = arg;
+  pthread_mutex_unlock(&l->lock);
 }
 
 void gs_ledger_each(gs_ledger *l,

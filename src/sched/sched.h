@@ -25,6 +25,12 @@ void gs_ledger_free(gs_ledger *ledger);
 int gs_book_memory(gs_ledger *ledger, gs_device_t *device, uint64_t bytes, const char *owner,
                    gs_booking **out);
 void gs_booking_release(gs_booking *booking);
+/* Calls fn(arg) on every release of a booking, under the ledger's lock (fn
+ * must not book or release; it only signals): the front desk, whose pending
+ * jobs may be waiting for that memory, looks again at once rather than at
+ * its next pass. One listener; fn NULL removes it, and no call is made
+ * after that returns. */
+void gs_ledger_on_release(gs_ledger *ledger, void (*fn)(void *arg), void *arg);
 /* Adds `bytes` to the memory of a booking's first device, in one step (it
  * is never released and booked again, which another booking could get in
  * between): GS_ENOMEM as gs_book_memory when it does not fit, the booking

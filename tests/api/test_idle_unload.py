@@ -6,15 +6,24 @@ waits for that load instead of getting an error. Under a storm of requests,
 admin loads and unloads and idle unloads, every request gets its answer or a
 clear 503."""
 import json
+import os
 import random
+import shutil
 import signal
+import sys
+import tempfile
 import threading
 import time
 
 import numpy as np
 import tritonclient.grpc as tg
 
-from test_serve import add_model, admin_token, metric_values, ort_run, request, start
+import onnx
+
+from test_serve import ROOT, add_model, admin_token, metric_values, ort_run, request, start
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
+from models import mlp  # noqa: E402
 
 
 def index_of(port):
@@ -125,6 +134,47 @@ def test_an_idle_model_unloads_and_the_next_request_loads_it(tmp_path):
         client.close()
     finally:
         stop(proc)
+
+
+def test_a_job_waiting_for_a_models_memory_runs_once_the_model_is_idle(tmp_path):
+    """The device's memory in the ledger is shared by models and jobs: a job
+    asking for more than the loaded model leaves waits, and runs once the
+    model is unloaded for want of requests (the release wakes the front desk)."""
+    add_model(tmp_path, "big", {"max_batch_size": 1, "idle_unload_seconds": 4})
+    onnx.save(mlp(hidden=(2048, 2048)), str(tmp_path / "big" / "1" / "model.onnx"))  # 18 MiB
+    # Jobs run as other users, who must reach their work directories.
+    state = tempfile.mkdtemp(prefix="gpusrv-state-")
+    os.chmod(state, 0o711)
+    proc, port = start(tmp_path, "--state-dir", state, "--job-devices", "cpu0",
+                       "--model-memory-limit", str(32 << 20))
+    try:
+        token = open(os.path.join(state, "admin.token")).read().strip()
+        auth = {"Authorization": "Bearer " + token}
+        assert index_of(port)["big"]["state"] == "READY"
+        status, raw, _ = request(port, "POST", "/api/v1/jobs", json.dumps(
+            {"command": ["true"], "cpus": 0.1, "gpu_mem": "20M"}).encode(), auth)
+        assert status == 201, raw
+        job_id = json.loads(raw)["id"]
+
+        def job():
+            status, raw, _ = request(port, "GET", f"/api/v1/jobs/{job_id}", None, auth)
+            assert status == 200, raw
+            return json.loads(raw)
+        time.sleep(0.3)
+        waiting = job()
+        held = index_of(port)["big"]["state"] == "READY"
+        if held:  # (a machine too slow to look within the idle limit checks the rest only)
+            assert waiting["state"] == "PENDING" and waiting["reason"] == "Resources", waiting
+        deadline = time.time() + 30
+        while job()["state"] not in ("COMPLETED", "FAILED") and time.time() < deadline:
+            time.sleep(0.05)
+        done = job()
+        assert done["state"] == "COMPLETED", done
+        assert index_of(port)["big"]["state"] == "UNLOADED_IDLE"
+        assert [e["state"] for e in done["events"]][:2] == ["PENDING", "RUNNING"]
+    finally:
+        stop(proc)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def test_a_load_that_outlasts_the_timeout_gets_503_with_retry_after(tmp_path):

@@ -1,6 +1,6 @@
 /* test_ledger.c - bookings of device memory: they add up, a booking that
- * does not fit is refused saying what is free, releases give it back, and
- * bookings from many threads at once sum exactly. */
+ * does not fit is refused saying what is free, releases give it back (and
+ * are told to a listener), and bookings from many threads at once sum exactly. */
 #include "harness.h"
 
 #include "base/error.h"
@@ -52,6 +52,30 @@ static void bookings_add_up_and_release(void) {
   gs_booking_release(c);
   gs_booking_release(NULL);
   CHECK_EQ(gs_ledger_booked(l, cpu), 0);
+  gs_ledger_free(l);
+  gs_hal_shutdown();
+}
+
+static void count_release(void *arg) { ++*(int *)arg; }
+
+/* The front desk's listener: told of every release, and of none once removed. */
+static void releases_are_told(void) {
+  gs_device_t *cpu;
+  gs_ledger *l = open_ledger(&cpu);
+  int told = 0;
+  gs_ledger_on_release(l, count_release, &told);
+  gs_booking *a = NULL, *b = NULL;
+  CHECK_OK(gs_book_memory(l, cpu, 100, "model m instance 1", &a));
+  CHECK_OK(gs_book_memory(l, cpu, 100, "job 1", &b));
+  CHECK_OK(gs_booking_grow(b, 10));
+  CHECK_EQ(told, 0); /* booking and growing free nothing */
+  gs_booking_release(a);
+  CHECK_EQ(told, 1);
+  gs_booking_release(NULL);
+  CHECK_EQ(told, 1);
+  gs_ledger_on_release(l, NULL, NULL);
+  gs_booking_release(b);
+  CHECK_EQ(told, 1);
   gs_ledger_free(l);
   gs_hal_shutdown();
 }
@@ -180,6 +204,7 @@ static void gang_bookings_are_atomic(void) {
 static const gs_test tests[] = {
     {"gang_bookings_are_atomic", gang_bookings_are_atomic},
     {"bookings_add_up_and_release", bookings_add_up_and_release},
+    {"releases_are_told", releases_are_told},
     {"concurrent_bookings_never_overbook", concurrent_bookings_never_overbook},
     {"unknown_device_is_refused", unknown_device_is_refused},
     {NULL, NULL},
