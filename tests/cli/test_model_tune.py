@@ -44,11 +44,23 @@ def best_of(out):
 
 
 def rows(out):
-    """(instances, batch) -> (rows/s, p50 ms, p99 ms) from the table."""
+    """(instances, batch) -> (rows/s, p50 ms, p99 ms) from the compute table."""
     table = {}
-    for line in out.splitlines():
+    compute = out.split("through the server's queue")[0]
+    for line in compute.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 6 and cells[0].isdigit() and cells[2] != "-":
+            table[int(cells[0]), int(cells[1])] = tuple(float(c) for c in cells[2:5])
+    return table
+
+
+def queue_rows(out):
+    """(max_queue_delay us, clients) -> (requests/s, p50 ms, p99 ms) from the
+    table of the sweep through the server's queue."""
+    table = {}
+    for line in out.split("through the server's queue")[1].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 5 and cells[0].isdigit():
             table[int(cells[0]), int(cells[1])] = tuple(float(c) for c in cells[2:5])
     return table
 
@@ -66,7 +78,21 @@ def test_a_model_whose_cost_per_row_falls_gets_a_larger_batch(tmp_path):
     config = json.loads((d / "config.json").read_text())
     assert config["max_batch_size"] == 16 and config["warmup"] is True  # kept
     assert config["dynamic_batching"]["preferred_batch_size"] == [batch]
-    assert config["dynamic_batching"]["max_queue_delay_microseconds"] > 0
+    # The best batch served through the queue with 1 to 64 clients, for
+    # four delays from none to a whole run; the one written is the one with
+    # the most requests/s at 64 clients, or within 3% of it the one a lone
+    # client waits least with.
+    queue = queue_rows(p.stdout)
+    delays = sorted({d for d, _ in queue})
+    assert len(delays) == 4 and delays[0] == 0, p.stdout
+    assert {c for _, c in queue} == {1, 4, 16, 64}, p.stdout
+    chosen = config["dynamic_batching"]["max_queue_delay_microseconds"]
+    assert chosen in delays
+    assert f"best max_queue_delay: {chosen} us" in p.stdout
+    most = max(queue[d, 64][0] for d in delays)
+    assert queue[chosen, 64][0] >= 0.97 * most, p.stdout
+    assert all(queue[chosen, 1][1] <= queue[d, 1][1] for d in delays
+               if queue[d, 64][0] >= 0.97 * most), p.stdout
     assert config["instance_group"] == [{"count": instances, "kind": "cpu", "devices": ["cpu0"]}]
     # What it wrote is a configuration the server serves.
     with serving(repo) as port:
