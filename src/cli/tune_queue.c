@@ -222,19 +222,19 @@ static int delays_to_try(const gs_tune_queue_args *a, int64_t *out) {
   return n;
 }
 
-/* The model loaded with this delay: READY, or an error with its reason. */
+/* The model loaded with this delay: READY, or an error with its reason.
+ * The first delay's configuration was written before the repository
+ * opened, and its loader thread loads it. */
 static gs_served_model *serve_with(gs_repository *repo, const char *dir,
                                    const gs_tune_queue_args *a, int64_t delay_us, bool first) {
-  if (write_entry_config(dir, a, delay_us) < 0)
+  if (!first && (write_entry_config(dir, a, delay_us) < 0 ||
+                 gs_repository_load(repo, MODEL_NAME) < 0))
     return NULL;
-  if (!first && gs_repository_load(repo, MODEL_NAME) < 0)
-    return NULL;
-  while (first && !gs_repository_settled(repo))
-    gs_sleep_ns(10000000);
   gs_served_model *m = gs_repository_find(repo, MODEL_NAME);
+  while (m && atomic_load(&m->state) == GS_MODEL_LOADING)
+    gs_sleep_ns(10000000);
   if (!m || !gs_served_ready(m) || !m->batcher) {
-    gs_error(GS_EINVAL, "the model did not load (%s): %s",
-             m ? gs_model_state_name(atomic_load(&m->state)) : "", m ? m->reason : "not found");
+    gs_error(GS_EINVAL, "the model did not load: %s", m ? m->reason : "not found");
     return NULL;
   }
   return m;
@@ -323,12 +323,19 @@ int gs_tune_queue(const gs_tune_queue_args *a, int64_t *delay_us) {
   int64_t delays[N_DELAYS];
   level_result r[N_DELAYS][N_LEVELS];
   int n = delays_to_try(a, delays);
+  if (n == 0) {
+    gs_cli_error("model tune: a latency budget of %.3f ms leaves no max_queue_delay to try",
+                 a->budget_ms);
+    return GS_ERANGE;
+  }
   char dir[PATH_MAX];
   printf("through the server's queue: batch %d on %d instance(s), clients sending one row each\n",
          a->batch, a->instances);
   bool made = false;
   int rc = make_entry(dir, sizeof dir, a, &made);
   gs_ledger *ledger = NULL;
+  if (rc == 0)
+    rc = write_entry_config(dir, a, delays[0]);
   if (rc == 0)
     rc = gs_ledger_create(&ledger);
   gs_repository repo;
