@@ -89,6 +89,12 @@ struct gs_batcher {
   pthread_cond_t scaler_wake;
   gs_autoscale scale;
   _Atomic uint64_t waited, waited_ns, busy_ns;
+  int n_failed; /* pipelines that stopped on an error (under lock) */
+  /* The scaler's own: the plan a new instance makes first (the one the
+   * model ran last), and whether the last refusal was logged. */
+  gs_served_version *last_version;
+  gs_shape last_shapes[GS_REQ_MAX_IO];
+  bool refusal_logged;
 };
 
 void gs_infer_request_clear(gs_infer_request *r) {
@@ -155,7 +161,7 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r) {
     r->timeout_us = m->default_timeout_us;
   r->t_arrive = gs_now_ns();
   pthread_mutex_lock(&b->lock);
-  if (b->alive == 0 && b->scaling) {
+  if (b->alive == 0 && b->scaling && b->n_failed == 0) {
     pthread_cond_signal(&b->scaler_wake); /* scaled to none: it starts one for this request */
   } else if (b->alive == 0) {
     pthread_mutex_unlock(&b->lock);
@@ -683,6 +689,7 @@ static void *instance_main(void *arg) {
     }
   pthread_mutex_lock(&b->lock);
   ip->failed = true;
+  b->n_failed++;
   gs_infer_request *left = --b->alive == 0 ? b->head : NULL;
   if (left) {
     b->head = NULL;
@@ -769,8 +776,12 @@ static void stop_last_pipeline(gs_batcher *b) {
   pthread_mutex_lock(&b->lock);
   if (!ip->failed)
     b->alive--;
+  if (b->alive == 0 && b->head) /* came while it left: the scaler starts one */
+    pthread_cond_signal(&b->scaler_wake);
   pthread_mutex_unlock(&b->lock);
   b->n_pipelines--;
+  /* The plan it ran last is what the next instance to start makes first. */
+  gs_served_last_plan(ip->inst, &b->last_version, b->last_shapes);
   gs_served_drop_plans(b->m, ip->inst);
 }
 
@@ -778,19 +789,33 @@ static void stop_last_pipeline(gs_batcher *b) {
 
 #define SCALE_TICK_NS 250000000ull
 
-/* One instance more: its plan made and booked first, so that a step the
- * ledger has no room for is refused before it takes requests. */
+/* The instances running and well (b->lock held). */
+static int running(const gs_batcher *b) { return b->n_pipelines - b->n_failed; }
+
+static void publish_count(gs_batcher *b) {
+  pthread_mutex_lock(&b->lock);
+  atomic_store(&b->m->active_instances, running(b));
+  pthread_mutex_unlock(&b->lock);
+}
+
+/* One instance more: the plan the model ran last made and booked on it
+ * first, so that a step the ledger has no room for is refused before it
+ * takes requests. */
 static void scale_up(gs_batcher *b) {
   gs_served_model *m = b->m;
   int i = b->n_pipelines, rc = GS_OK;
   if (i > 0)
-    rc = gs_served_prepare(m, &m->instances[i], &m->instances[0]);
+    gs_served_last_plan(&m->instances[0], &b->last_version, b->last_shapes);
+  if (b->last_version)
+    rc = gs_served_prepare(m, &m->instances[i], b->last_version, b->last_shapes);
   if (rc == 0 && (rc = start_pipeline(b, i)) < 0)
     gs_served_drop_plans(m, &m->instances[i]);
   if (rc < 0) {
-    if (atomic_fetch_add(&m->scale_refusals, 1) == 0 || i == 0)
+    atomic_fetch_add(&m->scale_refusals, 1);
+    if (!b->refusal_logged) /* once for a run of refusals */
       GS_LOGW("batcher", "model %s: no instance added (%d running): %s", m->name, i,
               gs_error_detail());
+    b->refusal_logged = true;
     pthread_mutex_lock(&b->lock);
     gs_autoscale_refused(&b->scale, gs_now_ns());
     /* With no instance at all, what waits would wait for ever. */
@@ -803,8 +828,9 @@ static void scale_up(gs_batcher *b) {
     fail_all(left, 503, "no instance of the model could be started (the log says why)");
     return;
   }
+  b->refusal_logged = false;
   atomic_fetch_add(&m->scale_ups, 1);
-  atomic_store(&m->active_instances, b->n_pipelines);
+  publish_count(b);
   GS_LOGI("batcher", "model %s: %d instances (one added: requests waited past the budget)",
           m->name, b->n_pipelines);
 }
@@ -812,14 +838,14 @@ static void scale_up(gs_batcher *b) {
 static void scale_down(gs_batcher *b) {
   stop_last_pipeline(b);
   atomic_fetch_add(&b->m->scale_downs, 1);
-  atomic_store(&b->m->active_instances, b->n_pipelines);
+  publish_count(b);
   GS_LOGI("batcher", "model %s: %d instances (one removed: the load is light)", b->m->name,
           b->n_pipelines);
 }
 
-/* What the queue did since the last sample (b->lock held). */
-static void take_sample(gs_batcher *b, uint64_t now, gs_autoscale_sample *s) {
-  *s = (gs_autoscale_sample){.now_ns = now, .tick_ns = SCALE_TICK_NS,
+/* What the queue did since the last sample, `tick_ns` ago (b->lock held). */
+static void take_sample(gs_batcher *b, uint64_t now, uint64_t tick_ns, gs_autoscale_sample *s) {
+  *s = (gs_autoscale_sample){.now_ns = now, .tick_ns = tick_ns ? tick_ns : 1,
                              .waited = atomic_exchange(&b->waited, 0),
                              .waited_ns = atomic_exchange(&b->waited_ns, 0)};
   for (const gs_infer_request *r = b->head; r; r = r->next) {
@@ -830,32 +856,47 @@ static void take_sample(gs_batcher *b, uint64_t now, gs_autoscale_sample *s) {
   s->busy_ns = atomic_exchange(&b->busy_ns, 0);
 }
 
+/* A step has been taken (b->lock held): what was measured while it was
+ * being taken (planning, or a leaving pipeline's last batches) belongs to
+ * neither count, and the new count is given its two ticks from now. */
+static void step_taken(gs_batcher *b, uint64_t now) {
+  atomic_store(&b->waited, 0);
+  atomic_store(&b->waited_ns, 0);
+  atomic_store(&b->busy_ns, 0);
+  if (b->scale.last_change_ns < now) /* not a refusal's pause, which runs on */
+    b->scale.last_change_ns = now;
+}
+
 static void *scaler_main(void *arg) {
   gs_batcher *b = arg;
   pthread_mutex_lock(&b->lock);
-  uint64_t next = gs_now_ns() + SCALE_TICK_NS;
+  uint64_t last = gs_now_ns(), next = last + SCALE_TICK_NS;
   while (!b->stopping) {
     gs_cond_wait_until(&b->scaler_wake, &b->lock, next);
     uint64_t now = gs_now_ns();
     bool starved = b->alive == 0 && b->head; /* woken by a request that found none */
     if (b->stopping || (now < next && !starved))
       continue;
-    next = now + SCALE_TICK_NS;
     gs_autoscale_sample sample;
-    take_sample(b, now, &sample);
-    int step = gs_autoscale_step(&b->scale, &sample, b->n_pipelines);
+    take_sample(b, now, now - last, &sample);
+    int step = gs_autoscale_step(&b->scale, &sample, running(b));
+    bool healthy = b->n_failed == 0; /* a failed pipeline stays where it is, counted out */
     pthread_mutex_unlock(&b->lock);
     if (step > 0 && b->n_pipelines < b->m->n_instances)
       scale_up(b);
-    else if (step < 0 && b->n_pipelines > 0)
+    else if (step < 0 && healthy && b->n_pipelines > 0)
       scale_down(b);
     pthread_mutex_lock(&b->lock);
+    last = gs_now_ns();
+    if (step)
+      step_taken(b, last);
+    next = last + SCALE_TICK_NS;
   }
   pthread_mutex_unlock(&b->lock);
   return NULL;
 }
 
-static int start_scaler(gs_batcher *b) {
+int gs_batcher_autoscale(gs_batcher *b) {
   gs_served_model *m = b->m;
   const gs_instance_group *g = &m->groups[0];
   b->scale.cfg = (gs_autoscale_config){
@@ -865,7 +906,9 @@ static int start_scaler(gs_batcher *b) {
   b->scale.last_change_ns = gs_now_ns();
   if (pthread_create(&b->scaler, NULL, scaler_main, b) != 0)
     return gs_error(GS_ENOMEM, "cannot start the instance scaler of %s", m->name);
+  pthread_mutex_lock(&b->lock);
   b->scaling = true;
+  pthread_mutex_unlock(&b->lock);
   return GS_OK;
 }
 
@@ -881,8 +924,6 @@ int gs_batcher_start(gs_served_model *m, gs_batcher **out) {
   int first = atomic_load(&m->active_instances);
   for (int i = 0; i < first && rc == 0; i++)
     rc = start_pipeline(b, i);
-  if (rc == 0 && gs_served_autoscaled(m))
-    rc = start_scaler(b);
   if (rc < 0) {
     char why[600];
     snprintf(why, sizeof why, "%s", gs_error_detail());

@@ -22,6 +22,11 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r);
  * callback runs before this returns. */
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r);
 
+/* For a model whose instance_group says "count": "auto": starts the thread
+ * that adds and removes instances (autoscale.h), once the model is loaded
+ * and warmed up. The batcher's stop stops it. */
+int gs_batcher_autoscale(gs_batcher *b);
+
 /* The window an adaptive batcher has learnt now (adaptive_wait.h), in ns. */
 uint64_t gs_batcher_adaptive_wait_ns(gs_batcher *b);
 

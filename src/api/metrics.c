@@ -254,7 +254,7 @@ static void model_lifecycle_metrics(gs_repository *repo, text *t) {
   }
   header(t, "gpusrv_model_instance_steps_total", "counter",
          "Steps of autoscaled models' instance counts (\"count\": \"auto\"): up, down, "
-         "and up refused for want of room in the ledger");
+         "and up refused (no room in the ledger, or the instance could not start)");
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
     if (!listed(repo, i) || !gs_served_try_use(m))

@@ -284,10 +284,22 @@ static int apply_groups(gs_served_model *m, json_t *groups, const char *path) {
     group_devices(grp, g);
   }
   json_decref(one);
-  for (int i = 0; rc == 0 && i < m->n_groups; i++)
-    if (m->groups[i].autoscale && (m->n_groups > 1 || !m->dynamic_batching))
+  for (int i = 0; rc == 0 && i < m->n_groups; i++) {
+    const gs_instance_group *grp = &m->groups[i];
+    if (!grp->autoscale)
+      continue;
+    if (m->n_groups > 1)
+      rc = gs_error(GS_EINVAL, "%s: instance_group count \"auto\" goes in the only instance "
+                    "group", path);
+    else if (!m->dynamic_batching)
       rc = gs_error(GS_EINVAL, "%s: instance_group count \"auto\" needs dynamic_batching (its "
-                    "queue is what the count follows) and one instance group only", path);
+                    "queue is what the count follows)", path);
+    else if (grp->queue_budget_us && (uint64_t)grp->queue_budget_us <= m->max_queue_delay_us)
+      rc = gs_error(GS_EINVAL, "%s: instance_group queue_delay_budget_us (%lld) must be above "
+                    "max_queue_delay_microseconds (%llu), which requests may wait by design",
+                    path, (long long)grp->queue_budget_us,
+                    (unsigned long long)m->max_queue_delay_us);
+  }
   return rc;
 }
 

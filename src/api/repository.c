@@ -324,6 +324,10 @@ static void load_model(gs_served_model *m, const char *dir, bool warm) {
   }
   if (any && warm)
     warm_up(m);
+  /* Instances follow the load from here: warm-up's runs are not load. */
+  if (any && m->batcher && gs_served_autoscaled(m) && gs_batcher_autoscale(m->batcher) < 0)
+    GS_LOGW("api", "model %s keeps %d instance(s): %s", m->name,
+            atomic_load(&m->active_instances), gs_error_detail());
   /* Past the limit: what ran over says so; a load that failed anyway says
    * why it failed. */
   if (m->load_overdue || (any && load_overdue(m, "after warming up"))) {
@@ -823,18 +827,24 @@ int64_t gs_served_queue_budget_us(const gs_served_model *m) {
     return m->groups[0].queue_budget_us;
   if (m->adaptive_batching)
     return m->latency_budget_us / 2 > 0 ? m->latency_budget_us / 2 : 1;
-  return (int64_t)m->max_queue_delay_us * 2 + 1000;
+  const uint64_t hour_us = 3600ull * 1000000; /* a delay longer than that is no budget anyway */
+  uint64_t delay = m->max_queue_delay_us < hour_us ? m->max_queue_delay_us : hour_us;
+  return (int64_t)(delay * 2 + 1000);
 }
 
-int gs_served_prepare(gs_served_model *m, gs_instance *to, gs_instance *like) {
-  gs_shape shapes[8];
-  pthread_mutex_lock(&like->lock);
-  gs_served_version *v = like->plans[0] ? like->plan_version[0] : NULL;
-  if (v)
-    memcpy(shapes, like->plan_shapes[0], sizeof shapes);
-  pthread_mutex_unlock(&like->lock);
-  if (!v)
-    return GS_OK; /* nothing run yet: its first batch plans */
+bool gs_served_last_plan(gs_instance *inst, gs_served_version **v, gs_shape *shapes) {
+  pthread_mutex_lock(&inst->lock);
+  bool has = inst->plans[0] != NULL;
+  if (has) {
+    *v = inst->plan_version[0];
+    memcpy(shapes, inst->plan_shapes[0], sizeof inst->plan_shapes[0]);
+  }
+  pthread_mutex_unlock(&inst->lock);
+  return has;
+}
+
+int gs_served_prepare(gs_served_model *m, gs_instance *to, gs_served_version *v,
+                      const gs_shape *shapes) {
   pthread_mutex_lock(&to->lock);
   gs_plan *plan;
   int rc = gs_served_plan(m, to, v, shapes, NULL, &plan);

@@ -265,10 +265,14 @@ static inline bool gs_served_autoscaled(const gs_served_model *m) {
  * batching, else twice max_queue_delay plus a millisecond. */
 int64_t gs_served_queue_budget_us(const gs_served_model *m);
 
-/* For the autoscaling batcher: makes on `to` the plan that `like` used
- * last, booking its memory, before `to` takes requests: GS_ENOMEM with the
- * ledger's reason when there is no room (nothing then stays booked). */
-int gs_served_prepare(gs_served_model *m, gs_instance *to, gs_instance *like);
+/* For the autoscaling batcher: the version and input shapes of the plan
+ * `inst` used last; false (and *v, shapes untouched) when it has none. */
+bool gs_served_last_plan(gs_instance *inst, gs_served_version **v, gs_shape *shapes);
+/* Makes that plan on `to`, booking its memory, before `to` takes requests:
+ * GS_ENOMEM with the ledger's reason when there is no room (nothing then
+ * stays booked). `shapes` holds GS_REQ_MAX_IO entries. */
+int gs_served_prepare(gs_served_model *m, gs_instance *to, gs_served_version *v,
+                      const gs_shape *shapes);
 /* Drops every plan of `inst`, giving their memory and bookings back. */
 void gs_served_drop_plans(gs_served_model *m, gs_instance *inst);
 

@@ -405,21 +405,21 @@ static int64_t fallback_delay_us(const point *best, double budget_ms) {
   return (int64_t)(delay_ms * 1000);
 }
 
-/* The best through the server's queue: its max_queue_delay into *delay_us.
- * False after saying why when the sweep failed. */
-static bool tune_delay(const char *model_file, int max_batch, const point *best,
-                       gs_device_t *dev, const gs_tune_options *o, int64_t *delay_us) {
+/* The best's max_queue_delay through the server's queue, or where the
+ * sweep found none (or failed, saying why) the fallback. */
+static int64_t tune_delay(const char *model_file, int max_batch, const point *best,
+                          gs_device_t *dev, const gs_tune_options *o) {
+  int64_t delay_us = 0;
   gs_tune_queue_args qa = {.model_file = model_file, .max_batch = max_batch,
                            .batch = best->batch, .instances = best->instances, .device = dev,
                            .run_p50_ms = best->p50_ms, .budget_ms = o->latency_budget_ms,
                            .seconds = o->seconds > 0 ? o->seconds : DEFAULT_SECONDS};
-  int rc = gs_tune_queue(&qa, delay_us);
-  if (rc == GS_ERANGE) {
-    *delay_us = fallback_delay_us(best, o->latency_budget_ms);
-    printf("max_queue_delay: %lld us, a tenth of the batch's run\n", (long long)*delay_us);
-    return true;
-  }
-  return rc == 0;
+  if (gs_tune_queue(&qa, &delay_us) == 0)
+    return delay_us;
+  /* The compute table stands; the delay falls back to the rule of thumb. */
+  delay_us = fallback_delay_us(best, o->latency_budget_ms);
+  printf("max_queue_delay: %lld us, a tenth of the batch's run\n", (long long)delay_us);
+  return delay_us;
 }
 
 /* ---- the command ------------------------------------------------------------------------ */
@@ -457,10 +457,8 @@ static int tune_model(const char *dir, const char *model_file, const gs_model *m
       printf("best: batch %d on %d instance(s): %.0f rows/s, p99 %.3f ms, %.1f MiB\n",
              best->batch, best->instances, best->rows_per_s, best->p99_ms,
              (double)best->bytes / (1 << 20));
-      int64_t delay_us = 0;
-      if (!tune_delay(model_file, max_batch, best, dev, o, &delay_us))
-        status = GS_EXIT_FAILED;
-      else if (o->write)
+      int64_t delay_us = tune_delay(model_file, max_batch, best, dev, o);
+      if (o->write)
         status = write_config(dir, config, best, max_batch, dev, delay_us);
     }
   }

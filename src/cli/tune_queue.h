@@ -2,9 +2,9 @@
  * instance count the compute sweep chose, served through the server's own
  * repository and dynamic batcher in this process, by clients of its own at
  * rising concurrency (1, 4, 16, 64, each sending one row and the next on
- * the reply), for a few max_queue_delay values; the delay whose throughput
- * holds up best with every p99 within the latency budget is the one
- * --write sets. */
+ * the reply), for a few max_queue_delay values; at the highest concurrency
+ * a delay keeps every p99 within the latency budget at, the delay with the
+ * most throughput is the one --write sets. */
 #ifndef GS_CLI_TUNE_QUEUE_H
 #define GS_CLI_TUNE_QUEUE_H
 
@@ -23,8 +23,8 @@ typedef struct gs_tune_queue_args {
 } gs_tune_queue_args;
 
 /* Prints the table and sets *delay_us to the best delay. Returns 0, or an
- * error after saying why (GS_ERANGE: no delay kept every p99 within the
- * budget, *delay_us then untouched). */
+ * error after saying why (GS_ERANGE: no delay kept even one client's p99
+ * within the budget); *delay_us is then untouched. */
 int gs_tune_queue(const gs_tune_queue_args *a, int64_t *delay_us);
 
 #endif

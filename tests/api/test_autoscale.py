@@ -17,10 +17,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
 from models import mlp  # noqa: E402
 
 
-def auto_model(root, name, group):
+def auto_model(root, name, group, warmup=False):
     """A model slow enough per request (wide layers, one row a batch) for
     four clients to queue behind one instance."""
-    add_model(root, name, {"max_batch_size": 1, "warmup": False,
+    add_model(root, name, {"max_batch_size": 1, "warmup": warmup,
                            "dynamic_batching": {"max_queue_delay_microseconds": 0},
                            "instance_group": [{"count": "auto", "kind": "KIND_CPU", **group}]})
     onnx.save(mlp(hidden=(4096, 4096)), str(root / name / "1" / "model.onnx"))
@@ -124,11 +124,11 @@ def test_instances_grow_under_load_and_shrink_after(tmp_path):
 
 
 def test_scaled_to_none_the_next_request_starts_one(tmp_path):
-    auto_model(tmp_path, "zero", {"min": 0, "max": 1, "scale_down_ms": 300})
+    auto_model(tmp_path, "zero", {"min": 0, "max": 1, "scale_down_ms": 300}, warmup=True)
     x, want = one_request(tmp_path, "zero")
     with serving(tmp_path) as port:
+        assert booked(port) > 0  # warmed up at load: the plan for batch 1
         Load(port, "zero", x, want, clients=1).run(0.3)
-        assert booked(port) > 0
         # Idle: the last instance goes, and every byte it booked (its plan and
         # the weights no plan shares any more).
         assert wait_for(lambda: instances(port, "zero") == 0, 10)
@@ -166,10 +166,19 @@ def test_an_instance_the_ledger_has_no_room_for_is_refused(tmp_path):
     assert "is free" in log  # the ledger's reason
 
 
-def test_bad_auto_groups_are_refused_saying_why(tmp_path):
+def test_auto_groups_in_both_formats_and_bad_ones_refused_saying_why(tmp_path):
     def entry(name, config):
         add_model(tmp_path, name, config)
     batching = {"max_batch_size": 4, "dynamic_batching": {}}
+    add_model(tmp_path, "text", None, text="""
+max_batch_size: 4
+dynamic_batching { max_queue_delay_microseconds: 100 }
+instance_group [ { count: auto, min: 0, max: 2, kind: KIND_CPU, queue_delay_budget_us: 5000 } ]
+""")
+    entry("lowbudget", {"max_batch_size": 4,
+                        "dynamic_batching": {"max_queue_delay_microseconds": 500},
+                        "instance_group": [{"count": "auto", "queue_delay_budget_us": 400}]})
+    entry("realmin", {**batching, "instance_group": [{"count": "auto", "min": 1.5}]})
     entry("nobatcher", {"max_batch_size": 4, "instance_group": [{"count": "auto"}]})
     entry("twogroups", {**batching, "instance_group": [{"count": "auto"}, {"count": 1}]})
     entry("minabove", {**batching, "instance_group": [{"count": "auto", "min": 3, "max": 2}]})
@@ -181,9 +190,18 @@ def test_bad_auto_groups_are_refused_saying_why(tmp_path):
         index = {m["name"]: m for m in json.loads(
             request(port, "POST", "/v2/repository/index", b"{}")[1])}
         reasons = {name: index[name].get("reason", "") for name in index}
+        # config.pbtxt's word `auto` is the same count; min 0 starts one.
+        assert index.pop("text")["state"] == "READY"
+        config = json.loads(request(port, "GET", "/v2/models/text/config")[1])
+        assert config["instance_group"][0]["count"] == 1
+        assert config["instance_group"][0]["autoscale"] == {
+            "min": 0, "max": 2, "queue_delay_budget_us": 5000}
         assert all(index[n]["state"] == "UNAVAILABLE" for n in index), index
         assert "needs dynamic_batching" in reasons["nobatcher"]
-        assert "one instance group only" in reasons["twogroups"]
+        assert 'count "auto" goes in the only instance group' in reasons["twogroups"]
+        assert "queue_delay_budget_us (400) must be above max_queue_delay_microseconds (500)" \
+            in reasons["lowbudget"]
+        assert "min must be 0 to 8" in reasons["realmin"]
         assert "min (3) is above max (2)" in reasons["minabove"]
         assert "max must be 1 to 8" in reasons["maxbig"]
         assert 'min goes with "count": "auto"' in reasons["minfixed"]

@@ -139,7 +139,9 @@ def test_an_idle_model_unloads_and_the_next_request_loads_it(tmp_path):
 def test_a_job_waiting_for_a_models_memory_runs_once_the_model_is_idle(tmp_path):
     """The device's memory in the ledger is shared by models and jobs: a job
     asking for more than the loaded model leaves waits, and runs once the
-    model is unloaded for want of requests (the release wakes the front desk)."""
+    model is unloaded for want of requests. (That the release wakes the
+    front desk at once, rather than at its next pass, is test_ledger's
+    releases_are_told.)"""
     add_model(tmp_path, "big", {"max_batch_size": 1, "idle_unload_seconds": 4})
     onnx.save(mlp(hidden=(2048, 2048)), str(tmp_path / "big" / "1" / "model.onnx"))  # 18 MiB
     # Jobs run as other users, who must reach their work directories.
