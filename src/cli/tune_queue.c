@@ -70,12 +70,15 @@ static int make_entry(char *dir, size_t cap, const gs_tune_queue_args *a, bool *
   char path[PATH_MAX + 64], target[PATH_MAX];
   snprintf(path, sizeof path, "%s/" MODEL_NAME, dir);
   int ok = mkdir(path, 0700) == 0;
-  snprintf(path, sizeof path, "%s/" MODEL_NAME "/1", dir);
-  ok = ok && realpath(a->model_file, target);
-  char *slash = ok ? strrchr(target, '/') : NULL;
+  /* The version directory as the server sees it: its model.onnx may itself
+   * be a link to a file of another name. */
+  char version_dir[PATH_MAX];
+  snprintf(version_dir, sizeof version_dir, "%s", a->model_file);
+  char *slash = strrchr(version_dir, '/');
   if (slash)
     *slash = '\0';
-  ok = ok && slash && symlink(target, path) == 0;
+  snprintf(path, sizeof path, "%s/" MODEL_NAME "/1", dir);
+  ok = ok && realpath(slash ? version_dir : ".", target) && symlink(target, path) == 0;
   return ok ? GS_OK : gs_error(GS_EIO, "cannot link the directory of %s into %s", a->model_file,
                                dir);
 }

@@ -160,3 +160,22 @@ def test_bad_directories_and_budgets(tmp_path):
     assert "over the memory budget" in p.stdout
     p = tune(str(d), "--latency-budget", "-1")
     assert p.returncode == 2
+
+
+def test_a_linked_model_is_swept_through_the_queue_and_left_whole(tmp_path):
+    """A version's model.onnx may be a link to a file of another name (as
+    bench/ lays repositories out): the sweep through the server's queue
+    serves it all the same, and leaves the file and its directory whole."""
+    store = tmp_path / "store"
+    store.mkdir()
+    onnx.save(mlp(), str(store / "mlp-v3.onnx"))
+    d = tmp_path / "models" / "linked"
+    (d / "1").mkdir(parents=True)
+    os.symlink(store / "mlp-v3.onnx", d / "1" / "model.onnx")
+    (d / "config.json").write_text(json.dumps({"max_batch_size": 4}))
+    p = tune(str(d), "--seconds", "0.05")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "best max_queue_delay:" in p.stdout, p.stdout + p.stderr
+    assert len(queue_rows(p.stdout)) == 16
+    assert (store / "mlp-v3.onnx").stat().st_size > 0
+    assert os.path.islink(d / "1" / "model.onnx") and sorted(os.listdir(d / "1")) == ["model.onnx"]
