@@ -2,9 +2,9 @@
  * instance count the compute sweep chose, served through the server's own
  * repository and dynamic batcher in this process, by clients of its own at
  * rising concurrency (1, 4, 16, 64, each sending one row and the next on
- * the reply), for a few max_queue_delay values; at the highest concurrency
- * a delay keeps every p99 within the latency budget at, the delay with the
- * most throughput is the one --write sets. */
+ * the reply), for a few max_queue_delay values; the delay whose throughput
+ * holds up best over the concurrencies kept within the latency budget is
+ * the one --write sets. */
 #ifndef GS_CLI_TUNE_QUEUE_H
 #define GS_CLI_TUNE_QUEUE_H
 

@@ -79,20 +79,23 @@ def test_a_model_whose_cost_per_row_falls_gets_a_larger_batch(tmp_path):
     assert config["max_batch_size"] == 16 and config["warmup"] is True  # kept
     assert config["dynamic_batching"]["preferred_batch_size"] == [batch]
     # The best batch served through the queue with 1 to 64 clients, for
-    # four delays from none to a whole run; the one written is the one with
-    # the most requests/s at 64 clients, or within 3% of it the one a lone
-    # client waits least with.
+    # four delays from none to a whole run. Without a budget every
+    # concurrency counts: the delay written has the best mean share of the
+    # best requests/s at each, or within 3% of that the lowest lone p50.
     queue = queue_rows(p.stdout)
     delays = sorted({d for d, _ in queue})
+    clients = (1, 4, 16, 64)
     assert len(delays) == 4 and delays[0] == 0, p.stdout
-    assert {c for _, c in queue} == {1, 4, 16, 64}, p.stdout
+    assert {c for _, c in queue} == set(clients), p.stdout
     chosen = config["dynamic_batching"]["max_queue_delay_microseconds"]
     assert chosen in delays
     assert f"best max_queue_delay: {chosen} us" in p.stdout
-    most = max(queue[d, 64][0] for d in delays)
-    assert queue[chosen, 64][0] >= 0.97 * most, p.stdout
-    assert all(queue[chosen, 1][1] <= queue[d, 1][1] for d in delays
-               if queue[d, 64][0] >= 0.97 * most), p.stdout
+    most = {c: max(queue[d, c][0] for d in delays) for c in clients}
+    score = {d: sum(queue[d, c][0] / most[c] for c in clients) / 4 for d in delays}
+    # (The table's figures are rounded: a percent of slack either way.)
+    assert score[chosen] >= 0.96 * max(score.values()), (score, p.stdout)
+    clearly_near = [d for d in delays if score[d] >= 0.98 * max(score.values())]
+    assert queue[chosen, 1][1] <= min(queue[d, 1][1] for d in clearly_near), p.stdout
     assert config["instance_group"] == [{"count": instances, "kind": "cpu", "devices": ["cpu0"]}]
     # What it wrote is a configuration the server serves.
     with serving(repo) as port:
