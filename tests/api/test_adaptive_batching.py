@@ -80,12 +80,16 @@ def test_the_wait_follows_the_load(tmp_path):
         assert not wrong, wrong[:3]
         inferred, batches = stats(port, "adaptive")
         assert inferred == 160
-        # It waits about as long as their requests take to come together,
-        # not the whole budget of 200 ms. (In a sanitizer build the batch's
-        # instrumented product saves nothing over one row's oneDNN run, so it
-        # rightly does not wait.)
+        # It has learnt a wait about as long as their requests take to come
+        # together, not the whole budget of 200 ms, and their requests ran
+        # as batches. (Requests that queue behind a running batch join the
+        # next one anyway: without any wait this VM measured 1.65 to 1.95
+        # rows a batch, and 1.8 to 2.6 with the adaptive wait; the learnt
+        # window is what shows the waiting. In a sanitizer build the batch's
+        # instrumented product saves nothing over one row's oneDNN run, so
+        # it rightly does not wait.)
         if not SANITIZED:
-            assert inferred / batches > 2, (inferred, batches)
+            assert inferred / batches > 1.5, (inferred, batches)
             assert 0 < window(port, "adaptive") < 0.02
         assert window(port, "adaptive") < 0.02
 
