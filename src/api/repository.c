@@ -222,11 +222,16 @@ static void move_plan(gs_instance *inst, int from, int to) {
   memcpy(inst->plan_shapes[to], inst->plan_shapes[from], sizeof inst->plan_shapes[to]);
 }
 
+/* Every cached plan of an instance, evicted (its lock held, or unshared). */
+static void evict_all(gs_served_model *m, gs_instance *inst) {
+  for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
+    evict_plan(m, inst, k);
+}
+
 static void destroy_instances(gs_served_model *m) {
   for (int i = 0; i < m->n_instances; i++) {
     gs_instance *inst = &m->instances[i];
-    for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
-      evict_plan(m, inst, k);
+    evict_all(m, inst);
     pthread_mutex_destroy(&inst->lock);
     memset(inst, 0, sizeof *inst);
   }
@@ -854,8 +859,7 @@ int gs_served_prepare(gs_served_model *m, gs_instance *to, gs_served_version *v,
 
 void gs_served_drop_plans(gs_served_model *m, gs_instance *inst) {
   pthread_mutex_lock(&inst->lock);
-  for (int k = 0; k < GS_REPO_PLAN_CACHE; k++)
-    evict_plan(m, inst, k);
+  evict_all(m, inst);
   pthread_mutex_unlock(&inst->lock);
 }
 
