@@ -30,7 +30,7 @@ gs_bench, ort_bench = bench_models.gs_bench, bench_models.ort_bench
 sys.path.insert(0, os.path.join(bench_models.ROOT, "tests", "engine"))
 from models import mlp  # noqa: E402
 
-BATCHES = (1, 2, 4, 8)
+BATCHES = (1, 2, 4, 8, 16, 32)
 
 
 def linear_stack(widths=(256, 2048, 2048, 10)):

@@ -311,6 +311,8 @@ static int run(const char *path, const model_opts *opts) {
     if (r.in_place)
       printf("plan: reshapes that copy nothing (the output takes the input's memory): %d\n",
              r.in_place);
+    if (r.packed)
+      printf("plan: %d products read their constant weights packed in panels\n", r.packed);
     if (r.kept_blocked)
       printf("plan: %d values between convolutions stay in oneDNN's blocked layout\n",
              r.kept_blocked);

@@ -730,6 +730,8 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   if (rc == 0)
     rc = gs__plan_fuse(p);
   if (rc == 0)
+    rc = gs__plan_lay_out_weights(p);
+  if (rc == 0)
     rc = plan_memory(p);
   uint64_t wbytes = 0;
   if (rc == 0)

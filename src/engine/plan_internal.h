@@ -100,6 +100,9 @@ int gs__plan_fuse(gs_plan *p);
 /* Marks the CPU convolutions whose data stays in oneDNN's blocked layout
  * (plan_layout.c); called by gs__plan_fuse once the fused steps are gone. */
 void gs__plan_keep_blocked(gs_plan *p);
+/* Stores constant weights in the layout their kernels read fastest
+ * (plan_weights.c): a product's B packed where the device takes it so. */
+int gs__plan_lay_out_weights(gs_plan *p);
 
 static inline bool gs__step_is(const step *s, const char *name) {
   return strcmp(s->call->op_type, name) == 0;

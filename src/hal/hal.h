@@ -98,6 +98,7 @@ typedef struct gs_device_caps {
   bool process_list;               /* gs_device_processes() lists processes */
   bool inline_streams;             /* GS_STREAM_INLINE runs work in the calling thread */
   bool half_precision;             /* engine plans may keep tensors in float16/bfloat16 */
+  bool packed_products;            /* Gemm and MatMul take a constant B packed (op_packed.h) */
   size_t min_alignment;            /* every buffer starts at a multiple of this */
 } gs_device_caps;
 

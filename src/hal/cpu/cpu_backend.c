@@ -151,6 +151,7 @@ static int cpu_init(gs_backend_t *backend) {
       .inline_streams = true,
       /* 16-bit tensors in memory; each kernel computes in float32. */
       .half_precision = true,
+      .packed_products = true,
       .min_alignment = 64,
   };
   int rc = gs__backend_add_device(backend, &info, &caps, cd, NULL);

@@ -43,6 +43,7 @@ typedef struct gs_gemm_attrs {
   float alpha, beta;
   bool trans_a, trans_b;
   int64_t m, n, k;
+  bool b_packed; /* set by the plan: B is constant and packed (op_packed.h); trans_b is moot */
   gs_activation act;
   float act_lo, act_hi; /* GS_ACT_CLIP's bounds */
 } gs_gemm_attrs;
@@ -55,6 +56,7 @@ typedef struct gs_matmul_attrs {
   int64_t batch_dims[GS_MAX_DIMS];
   int64_t a_batch_strides[GS_MAX_DIMS], b_batch_strides[GS_MAX_DIMS];
   bool has_bias; /* fused Add: input 2, of n elements */
+  bool b_packed; /* set by the plan: batch 1, B constant and packed (op_packed.h) */
   gs_activation act;
   float act_lo, act_hi; /* GS_ACT_CLIP's bounds */
 } gs_matmul_attrs;

@@ -1,0 +1,111 @@
+/* plan_weights.c - constant weights stored, once when planned, in the
+ * layout their kernel reads fastest.
+ *
+ * On a device whose caps say `packed_products` (the CPU), the constant B
+ * of a float32 Gemm or MatMul is packed in panels (hal/op/op_packed.h), in
+ * place of its plain copy: a product of a few rows then reads B front to
+ * back, a cache line per row of a panel, where oneDNN's sgemm packed B
+ * again on every call (sgemm_packed.c has the figures). Nothing is added
+ * to the plan's memory but a panel's padding: only a B that no other step
+ * reads is packed. A Gemm's B given transposed (transB=1, as
+ * torch.onnx.export writes nn.Linear) is packed the same way. */
+#include "engine/plan_internal.h"
+
+#include "base/error.h"
+#include "hal/op/op_attrs.h"
+#include "hal/op/op_packed.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Values of B below which packing is not worth a change of plan. */
+#define MIN_B_VALUES (16 * 1024)
+
+/* Whether step `only` is the one step that reads value v. */
+static bool read_only_by(const gs_plan *p, int v, int only) {
+  for (int s = 0; s < p->n_steps; s++)
+    for (int i = 0; s != only && i < p->steps[s].call->n_in; i++)
+      if (p->steps[s].in[i] == v)
+        return false;
+  return true;
+}
+
+/* The product's sizes where step s can take its B packed, else false. */
+static bool packable(const gs_plan *p, int s, int64_t *k, int64_t *n, bool *trans_b) {
+  const step *st = &p->steps[s];
+  const gs_op_call *c = st->call;
+  if (gs__step_is(st, "Gemm")) {
+    const gs_gemm_attrs *g = c->attrs;
+    if (g->trans_a)
+      return false;
+    *k = g->k, *n = g->n, *trans_b = g->trans_b;
+  } else if (gs__step_is(st, "MatMul")) {
+    const gs_matmul_attrs *m = c->attrs;
+    if (m->batch != 1)
+      return false;
+    *k = m->k, *n = m->n, *trans_b = false;
+  } else {
+    return false;
+  }
+  if (c->n_in < 2 || st->in[1] < 0 || c->in[0].dtype != GS_DT_FLOAT32 ||
+      c->out[0].dtype != GS_DT_FLOAT32)
+    return false;
+  const value *w = &p->values[st->in[1]];
+  return w->data && w->dtype == GS_DT_FLOAT32 && !w->graph_input && !w->graph_output &&
+         gs_shape_numel(&w->shape) == *k * *n && *k * *n >= MIN_B_VALUES &&
+         read_only_by(p, st->in[1], s);
+}
+
+/* Step s's constant B replaced by a new value holding it packed. */
+static int pack_b(gs_plan *p, int s) {
+  int64_t k, n;
+  bool trans_b;
+  if (!packable(p, s, &k, &n, &trans_b))
+    return 0;
+  step *st = &p->steps[s];
+  const value *w = &p->values[st->in[1]];
+  int64_t floats = gs_packed_floats(k, n);
+  char name[512];
+  snprintf(name, sizeof name, "%s/packed", w->name);
+  char *own_name = strdup(name);
+  float *data = malloc(sizeof(float) * (size_t)floats);
+  if (!own_name || !data) {
+    free(own_name);
+    free(data);
+    return gs_error(GS_ENOMEM, "out of memory packing the weights of node %s",
+                    st->call->node_name);
+  }
+  gs_pack_b(w->data, trans_b, k, n, data);
+  const void *share_key = w->share_key;
+  gs_shape shape = {.rank = 3, .dims = {floats / k / GS_PACKED_PANEL, k, GS_PACKED_PANEL}};
+  int v = gs__plan_add_value(p, own_name, GS_DT_FLOAT32, &shape); /* may move p->values */
+  if (v < 0) {
+    free(own_name);
+    free(data);
+    return v;
+  }
+  value *t = &p->values[v];
+  t->data = data;
+  t->share_key = share_key; /* the weight set tells it apart by its name */
+  t->owns_data = t->owns_name = true;
+  st->in[1] = v;
+  st->call->in[1].shape = shape;
+  if (gs__step_is(st, "Gemm"))
+    ((gs_gemm_attrs *)st->call->attrs)->b_packed = true;
+  else
+    ((gs_matmul_attrs *)st->call->attrs)->b_packed = true;
+  p->report.packed++;
+  return 0;
+}
+
+int gs__plan_lay_out_weights(gs_plan *p) {
+  if (!p->device || !gs_device_get_caps(p->device)->packed_products)
+    return 0;
+  for (int s = 0; s < p->n_steps; s++) {
+    int rc = pack_b(p, s);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}

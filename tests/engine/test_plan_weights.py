@@ -1,0 +1,91 @@
+"""Constant weights packed when planned (src/engine/plan_weights.c, the
+layout of src/hal/op/op_packed.h, the CPU's kernel sgemm_packed.c): Gemm
+and MatMul with a constant B give onnxruntime's answers at every row count
+the kernel treats differently (one row, tiles of six and their remainders,
+blocks of 96 rows, and above 256 rows oneDNN on B unpacked), with panels
+cut short (n not a multiple of 16), and `--report` says which products were
+packed. A B that another step reads too stays as it is."""
+import os
+import re
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from gsonnx import DEVICE, load_outputs, make_model, run_gpusrv
+
+rng = np.random.default_rng(23)
+# Devices whose products take B packed (caps.packed_products): the CPU, and
+# testcpu0, whose plans run every step on the CPU's kernels.
+PACKS = DEVICE in (None, "cpu0", "testcpu0")
+K, N = 129, 130  # 16,770 values of B: above the plan's threshold, n = 8 panels + 2
+
+
+def f32(*shape):
+    return rng.uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def run(model, feeds):
+    """gpusrv's outputs, checked against onnxruntime; and how many products
+    the plan packed."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(model, path)
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        want = dict(zip(names, sess.run(None, feeds)))
+        p = run_gpusrv(path, feeds, d, extra=("--report",))
+        assert p.returncode == 0, p.stderr
+        got = load_outputs(d, names)
+    for n in names:
+        assert got[n].shape == want[n].shape, n
+        np.testing.assert_allclose(got[n], want[n], rtol=1e-4, atol=1e-4, err_msg=n)
+    m = re.search(r"plan: (\d+) products read their constant weights packed", p.stdout)
+    return int(m.group(1)) if m else 0
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 13, 97, 300])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_with_packed_weights(rows, trans_b):
+    x = f32(rows, K)
+    w = f32(N, K) if trans_b else f32(K, N)
+    model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["p"], transB=trans_b,
+                                         alpha=0.5, beta=2.0),
+                        helper.make_node("Relu", ["p"], ["y"])],
+                       {"x": x}, {"w": w, "c": f32(N)})
+    assert run(model, {"x": x}) == (1 if PACKS else 0)
+
+
+@pytest.mark.parametrize("shape", [(1, K), (4, K), (2, 3, K), (2, 150, K)])
+def test_matmul_with_packed_weights(shape):
+    # A of rank 3 against a 2-D B is one product of all its rows; the Add
+    # of a vector joins the MatMul as its bias.
+    x = f32(*shape)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                        helper.make_node("Add", ["m", "b"], ["y"])],
+                       {"x": x}, {"w": f32(K, N), "b": f32(N)})
+    assert run(model, {"x": x}) == (1 if PACKS else 0)
+
+
+def test_weights_read_twice_are_not_packed():
+    # The same B for two products: it stays plain (packing it would keep two copies).
+    x = f32(3, K)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"]),
+                        helper.make_node("Gemm", ["x", "w"], ["z"])],
+                       {"x": x}, {"w": f32(K, N)}, ["y", "z"])
+    assert run(model, {"x": x}) == 0
+
+
+def test_small_and_transposed_a_products_stay_plain():
+    # Below the threshold B is left as it is, and so is a Gemm with transA.
+    x = f32(4, 8)
+    small = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x},
+                       {"w": f32(8, 16)})
+    assert run(small, {"x": x}) == 0
+    xt = f32(K, 3)
+    trans_a = make_model([helper.make_node("Gemm", ["x", "w"], ["y"], transA=1)], {"x": xt},
+                         {"w": f32(K, N)})
+    assert run(trans_a, {"x": xt}) == 0
