@@ -34,11 +34,12 @@
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
 
 /* C[i][0..cols) = alpha sum[i] + beta C[i][0..cols) for a tile's row i. */
-static inline __attribute__((always_inline)) void store_row(v8 lo, v8 hi, float alpha,
-                                                            float beta, float *c, int cols) {
+static inline __attribute__((always_inline)) void store_row(const v8 *lo, const v8 *hi,
+                                                            float alpha, float beta, float *c,
+                                                            int cols) {
   float t[GS_PACKED_PANEL];
-  *(v8 *)t = lo;
-  *(v8 *)(t + 8) = hi;
+  *(v8 *)t = *lo; /* by pointer: a vector argument's ABI depends on the clone's target */
+  *(v8 *)(t + 8) = *hi;
   if (beta == 0.0f)
     for (int j = 0; j < cols; j++)
       c[j] = alpha * t[j];
@@ -72,7 +73,7 @@ static inline __attribute__((always_inline)) void tile(const int rows, int64_t k
   }
   v8 lo[TILE_ROWS] = {s0l, s1l, s2l, s3l, s4l, s5l}, hi[TILE_ROWS] = {s0h, s1h, s2h, s3h, s4h, s5h};
   for (int i = 0; i < rows; i++)
-    store_row(lo[i], hi[i], alpha, beta, c + i * ldc, cols);
+    store_row(&lo[i], &hi[i], alpha, beta, c + i * ldc, cols);
 }
 
 /* One row by one panel: a tile of one row would wait on its two sums'
@@ -97,7 +98,8 @@ static inline __attribute__((always_inline)) void one_row(int64_t k, const float
     s[0] += x * *(const v8 *)(panel + p * GS_PACKED_PANEL);
     s[1] += x * *(const v8 *)(panel + p * GS_PACKED_PANEL + 8);
   }
-  store_row((s[0] + s[2]) + (s[4] + s[6]), (s[1] + s[3]) + (s[5] + s[7]), alpha, beta, c, cols);
+  v8 lo = (s[0] + s[2]) + (s[4] + s[6]), hi = (s[1] + s[3]) + (s[5] + s[7]);
+  store_row(&lo, &hi, alpha, beta, c, cols);
 }
 
 /* Rows [0, rows) of C against panels [lo, hi). */
