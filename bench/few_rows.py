@@ -1,9 +1,9 @@
-"""bench/few_rows: small batches (1, 2, 4, 8 rows) through models whose
+"""bench/few_rows: small batches (1 to 32 rows) through models whose
 products have large weights, the regime of a dynamic batcher under light
 load: gpusrv's CPU engine (gs-bench-models) beside onnxruntime with the same
-threads, same run. The products of 2 to 8 rows read the weights once
-(src/hal/cpu/ops/sgemm_few_rows.c) instead of oneDNN's sgemm, which packs
-them on every call.
+threads, same run. The weights are packed once when the plan is made
+(src/engine/plan_weights.c, kernel src/hal/cpu/ops/sgemm_packed.c), as
+onnxruntime prepacks them; oneDNN's sgemm packs B on every call.
 
 Models: the MLP of tests/engine/models.py made wide (256-2048-2048-10, 18 MB
 of weights, MatMul with B [k, n]), and the same as PyTorch exports a Linear

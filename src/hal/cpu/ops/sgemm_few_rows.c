@@ -9,7 +9,9 @@
  * Measured on one AMD EPYC core (2048 x 2048, AVX2, against oneDNN 2.7's
  * sgemm): B [k, n] at 2, 4 and 8 rows 0.74, 0.81 and 1.96 ms against 2.28,
  * 2.09 and 3.85; B [n, k] at 2 and 4 rows 0.61 and 1.86 ms against 1.53 and
- * 2.36, and slower than oneDNN from 8 rows. */
+ * 2.36, and slower than oneDNN from 8 rows. (oneDNN's figures here are
+ * for a B 16 bytes off a cache line; on B 64-byte aligned its sgemm took
+ * 1.1-1.2, 1.1-1.3 and 2.0-2.4 ms at 2, 4 and 8 rows, bench/RESULTS.md.) */
 #include "hal/cpu/ops/sgemm_few_rows.h"
 
 #include "hal/cpu/ops/kernels.h"

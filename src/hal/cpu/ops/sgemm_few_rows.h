@@ -2,7 +2,9 @@
  * a large B, such as a layer's weights. oneDNN's sgemm packs B on every
  * call above one row, which there costs more than the product: a batch of
  * two rows through a 2048 x 2048 layer took twice the time of one. Here B
- * is read once, each of its values used for every row. */
+ * is read once, each of its values used for every row. A constant B (a
+ * layer's weights) is packed when planned and goes to sgemm_packed.h
+ * instead; this is for a B that a run computes. */
 #ifndef GS_HAL_CPU_OPS_SGEMM_FEW_ROWS_H
 #define GS_HAL_CPU_OPS_SGEMM_FEW_ROWS_H
 
