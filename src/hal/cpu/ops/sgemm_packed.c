@@ -25,6 +25,7 @@
 #define TILE_ROWS 6    /* rows of C per tile: 12 accumulators, 2 of B, 1 of A */
 #define BLOCK_ROWS 96  /* rows of A that stay in cache while the panels pass */
 #define MAX_ROWS 256   /* above this, oneDNN on B unpacked */
+#define K_BLOCK 256    /* values of k per pass of several rows: 16 KiB of a panel */
 /* Floats of a panel read ahead of use, 8 KiB: the hardware's prefetcher
  * stops at each 4 KiB page; without this, one row against a 2048 x 2048 B
  * took twice oneDNN's time, with it 1.15x. */
@@ -32,6 +33,10 @@
 
 /* Eight floats: one AVX register (two SSE ones in the baseline clone). */
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
+
+/* *x in all eight lanes (a macro: a function returning a vector would
+ * change its ABI with the clone's target). */
+#define splat(x) ((v8){*(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x)})
 
 /* C[i][0..cols) = alpha sum[i] + beta C[i][0..cols) for a tile's row i. */
 static inline __attribute__((always_inline)) void store_row(const v8 *lo, const v8 *hi,
@@ -64,7 +69,7 @@ static inline __attribute__((always_inline)) void tile(const int rows, int64_t k
     __builtin_prefetch(panel + p * GS_PACKED_PANEL + PREFETCH);
 #define ROW(i)                 \
   if (rows > i) {              \
-    v8 x = (v8){0} + a##i[p];  \
+    v8 x = splat(a##i + p);    \
     s##i##l += x * bl;         \
     s##i##h += x * bh;         \
   }
@@ -88,13 +93,13 @@ static inline __attribute__((always_inline)) void one_row(int64_t k, const float
     for (int u = 0; u < 4; u++)
       __builtin_prefetch(b + PREFETCH + u * GS_PACKED_PANEL);
     for (int u = 0; u < 4; u++) {
-      v8 x = (v8){0} + a[p + u];
+      v8 x = splat(a + p + u);
       s[2 * u] += x * *(const v8 *)(b + u * GS_PACKED_PANEL);
       s[2 * u + 1] += x * *(const v8 *)(b + u * GS_PACKED_PANEL + 8);
     }
   }
   for (; p < k; p++) {
-    v8 x = (v8){0} + a[p];
+    v8 x = splat(a + p);
     s[0] += x * *(const v8 *)(panel + p * GS_PACKED_PANEL);
     s[1] += x * *(const v8 *)(panel + p * GS_PACKED_PANEL + 8);
   }
@@ -102,28 +107,42 @@ static inline __attribute__((always_inline)) void one_row(int64_t k, const float
   store_row(&lo, &hi, alpha, beta, c, cols);
 }
 
-/* Rows [0, rows) of C against panels [lo, hi). */
+/* Rows [0, rows) of C against one panel, over k values of A and of the panel. */
+static inline __attribute__((always_inline)) void panel_rows(int64_t rows, int64_t k,
+                                                             const float *a, int64_t lda,
+                                                             const float *panel, float alpha,
+                                                             float beta, float *c, int64_t ldc,
+                                                             int cols) {
+  int64_t i = 0;
+  for (; i + TILE_ROWS <= rows; i += TILE_ROWS)
+    tile(6, k, a + i * lda, lda, panel, alpha, beta, c + i * ldc, ldc, cols);
+  const float *ai = a + i * lda;
+  float *ci = c + i * ldc;
+  switch (rows - i) {
+  case 5: tile(5, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
+  case 4: tile(4, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
+  case 3: tile(3, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
+  case 2: tile(2, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
+  case 1: one_row(k, ai, panel, alpha, beta, ci, cols); break;
+  default: break;
+  }
+}
+
+/* Rows [0, rows) of C against panels [lo, hi). Several rows take k in
+ * blocks of K_BLOCK, so that the block of the panel stays in L1 while
+ * their tiles pass, and C sums the blocks' products in order. */
 GS_VECTOR_CLONES static void panels(int64_t rows, int64_t n, int64_t k, float alpha,
                                     const float *a, int64_t lda, const float *packed, float beta,
                                     float *c, int64_t ldc, int64_t lo, int64_t hi) {
+  int64_t block = rows > 1 ? K_BLOCK : k;
   for (int64_t q = lo; q < hi; q++) {
     const float *panel = packed + q * k * GS_PACKED_PANEL;
     float *cq = c + q * GS_PACKED_PANEL;
     int cols = n - q * GS_PACKED_PANEL < GS_PACKED_PANEL ? (int)(n - q * GS_PACKED_PANEL)
                                                           : GS_PACKED_PANEL;
-    int64_t i = 0;
-    for (; i + TILE_ROWS <= rows; i += TILE_ROWS)
-      tile(6, k, a + i * lda, lda, panel, alpha, beta, cq + i * ldc, ldc, cols);
-    const float *ai = a + i * lda;
-    float *ci = cq + i * ldc;
-    switch (rows - i) {
-    case 5: tile(5, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
-    case 4: tile(4, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
-    case 3: tile(3, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
-    case 2: tile(2, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
-    case 1: one_row(k, ai, panel, alpha, beta, ci, cols); break;
-    default: break;
-    }
+    for (int64_t p = 0; p < k; p += block)
+      panel_rows(rows, k - p < block ? k - p : block, a + p, lda, panel + p * GS_PACKED_PANEL,
+                 alpha, p ? 1.0f : beta, cq, ldc, cols);
   }
 }
 
