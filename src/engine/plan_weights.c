@@ -8,7 +8,12 @@
  * again on every call (sgemm_packed.c has the figures). Nothing is added
  * to the plan's memory but a panel's padding: only a B that no other step
  * reads is packed. A Gemm's B given transposed (transB=1, as
- * torch.onnx.export writes nn.Linear) is packed the same way. */
+ * torch.onnx.export writes nn.Linear) is packed the same way.
+ *
+ * Products of more than GS_PACKED_MAX_ROWS rows keep B plain, for oneDNN.
+ * A served model whose plans fall on both sides of that (a transformer of
+ * 128 tokens at batch 1 and at batch 4) holds both copies in its weight
+ * set: each plan gets its faster kernel, at the price of that memory. */
 #include "engine/plan_internal.h"
 
 #include "base/error.h"
@@ -40,12 +45,12 @@ static bool packable(const gs_plan *p, int s, int64_t *k, int64_t *n, bool *tran
   const gs_op_call *c = st->call;
   if (gs__step_is(st, "Gemm")) {
     const gs_gemm_attrs *g = c->attrs;
-    if (g->trans_a)
+    if (g->trans_a || g->m > GS_PACKED_MAX_ROWS)
       return false;
     *k = g->k, *n = g->n, *trans_b = g->trans_b;
   } else if (gs__step_is(st, "MatMul")) {
     const gs_matmul_attrs *m = c->attrs;
-    if (m->batch != 1)
+    if (m->batch != 1 || m->m > GS_PACKED_MAX_ROWS)
       return false;
     *k = m->k, *n = m->n, *trans_b = false;
   } else {

@@ -1,4 +1,4 @@
-/* op_packed.c - B to and from the packed layout of op_packed.h. */
+/* op_packed.c - B into the packed layout of op_packed.h. */
 #include "hal/op/op_packed.h"
 
 void gs_pack_b(const float *b, bool trans_b, int64_t k, int64_t n, float *packed) {
@@ -11,11 +11,4 @@ void gs_pack_b(const float *b, bool trans_b, int64_t k, int64_t n, float *packed
         row[j] = col >= n ? 0.0f : trans_b ? b[col * k + p] : b[p * n + col];
       }
     }
-}
-
-void gs_unpack_b(const float *packed, int64_t k, int64_t n, float *b) {
-  for (int64_t p = 0; p < k; p++)
-    for (int64_t col = 0; col < n; col++)
-      b[p * n + col] = packed[((col / GS_PACKED_PANEL) * k + p) * GS_PACKED_PANEL +
-                              col % GS_PACKED_PANEL];
 }

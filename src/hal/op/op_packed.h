@@ -14,6 +14,9 @@
 #include <stdint.h>
 
 #define GS_PACKED_PANEL 16
+/* Rows of A above which a plan leaves B plain: the CPU's packed kernel
+ * was slower than oneDNN's sgemm there (sgemm_packed.c). */
+#define GS_PACKED_MAX_ROWS 256
 
 /* Floats that B [k, n] takes packed (panels of a whole GS_PACKED_PANEL). */
 static inline int64_t gs_packed_floats(int64_t k, int64_t n) {
@@ -23,8 +26,5 @@ static inline int64_t gs_packed_floats(int64_t k, int64_t n) {
 /* Writes B packed into `packed` (gs_packed_floats(k, n) floats, the
  * caller's): B is [k, n], or [n, k] with trans_b. */
 void gs_pack_b(const float *b, bool trans_b, int64_t k, int64_t n, float *packed);
-
-/* The reverse: B [k, n] row-major from its packed form. */
-void gs_unpack_b(const float *packed, int64_t k, int64_t n, float *b);
 
 #endif

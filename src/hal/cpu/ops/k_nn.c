@@ -95,12 +95,11 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 }
 
 /* The same with B packed (sgemm_packed.h). */
-static int sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                        const float *packed, float beta, float *c, int64_t ldc) {
+static void sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t lda, const float *packed, float beta, float *c, int64_t ldc) {
   int saved = gs_parallel_small(2.0 * (double)m * (double)n * (double)k);
-  int rc = gs__sgemm_packed(m, n, k, alpha, a, lda, packed, beta, c, ldc);
+  gs__sgemm_packed(m, n, k, alpha, a, lda, packed, beta, c, ldc);
   gs_parallel_restore(saved);
-  return rc;
 }
 
 /* Elements [lo, hi) of y through a fused activation. */
@@ -150,15 +149,11 @@ static int gemm_f32(const gs_op_call *c, float *const *p) {
   bool has_c = c->n_in > 2 && p[2] && g->beta != 0;
   if (has_c)
     gs__cpu_broadcast_copy(&c->in[2].shape, p[2], &c->out[0].shape, y, sizeof(float));
-  int rc = 0;
   if (g->b_packed) /* the plan packs B only for A as stored, [m, k] */
-    rc = sgemm_packed(g->m, g->n, g->k, g->alpha, p[0], g->k, p[1], has_c ? g->beta : 0.0f, y,
-                      g->n);
+    sgemm_packed(g->m, g->n, g->k, g->alpha, p[0], g->k, p[1], has_c ? g->beta : 0.0f, y, g->n);
   else if (g->m && g->n)
     sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, p[0], c->in[0].shape.dims[1],
           p[1], c->in[1].shape.dims[1], has_c ? g->beta : 0.0f, y, g->n);
-  if (rc < 0)
-    return rc;
   apply_act(g->act, g->act_lo, g->act_hi, y, g->m * g->n);
   return 0;
 }
@@ -179,9 +174,7 @@ static int matmul_f32(const gs_op_call *c, float *const *p) {
     if (bias)
       for (int64_t r = 0; r < m->m; r++)
         memcpy(y + r * m->n, bias, sizeof(float) * (size_t)m->n);
-    int rc = sgemm_packed(m->m, m->n, m->k, 1.0f, p[0], m->k, p[1], bias ? 1.0f : 0.0f, y, m->n);
-    if (rc < 0)
-      return rc;
+    sgemm_packed(m->m, m->n, m->k, 1.0f, p[0], m->k, p[1], bias ? 1.0f : 0.0f, y, m->n);
     apply_act(m->act, m->act_lo, m->act_hi, y, m->m * m->n);
     return 0;
   }

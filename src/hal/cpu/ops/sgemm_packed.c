@@ -3,28 +3,25 @@
  * twelve vector registers over the whole of k, reading one row of the
  * panel (one cache line) and one value of each row of A per step; the
  * panels are cut among the stream's threads, rows taken 96 at a time so
- * that they stay in cache while the panels pass. Above MAX_ROWS rows
- * oneDNN's sgemm, which blocks for cache at every level, is faster again:
- * B is unpacked for it.
+ * that they stay in cache while the panels pass. From a few hundred rows
+ * oneDNN's sgemm on B plain is faster (1.2x at 1024 rows; a BERT-base
+ * layer at 512 rows 1.1-1.4x), with k blocked outermost as well, so the
+ * plan packs B only for products of up to GS_PACKED_MAX_ROWS rows.
  *
  * Measured on the project's AMD EPYC VM (AVX2, oneDNN 2.6's sgemm on the
  * same B unpacked; one thread): 2048 x 2048 at 2, 8, 16 and 64 rows 0.67,
  * 1.46, 2.09 and 7.4 ms against 1.25, 2.11, 3.78 and 12.6; 768 x 3072 on
  * two threads, 0.11, 0.27 and 2.38 ms at 2, 8 and 64 rows against 0.33,
- * 0.72 and 4.36; at 1024 rows oneDNN was 1.2x faster. */
+ * 0.72 and 4.36. */
 #include "hal/cpu/ops/sgemm_packed.h"
 
-#include "base/error.h"
 #include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/op/op_packed.h"
 
-#include <oneapi/dnnl/dnnl.h>
-#include <stdlib.h>
 
 #define TILE_ROWS 6    /* rows of C per tile: 12 accumulators, 2 of B, 1 of A */
 #define BLOCK_ROWS 96  /* rows of A that stay in cache while the panels pass */
-#define MAX_ROWS 256   /* above this, oneDNN on B unpacked */
 #define K_BLOCK 256    /* values of k per pass of several rows: 16 KiB of a panel */
 /* Floats of a panel read ahead of use, 8 KiB: the hardware's prefetcher
  * stops at each 4 KiB page; without this, one row against a 2048 x 2048 B
@@ -146,25 +143,8 @@ GS_VECTOR_CLONES static void panels(int64_t rows, int64_t n, int64_t k, float al
   }
 }
 
-/* Many rows: oneDNN's sgemm on a copy of B unpacked. */
-static int many_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                     const float *packed, float beta, float *c, int64_t ldc) {
-  float *b = malloc(sizeof(float) * (size_t)(k * n));
-  if (!b)
-    return gs_error(GS_ENOMEM, "out of memory unpacking a %lld x %lld B", (long long)k,
-                    (long long)n);
-  gs_unpack_b(packed, k, n, b);
-  dnnl_sgemm('N', 'N', m, n, k, alpha, a, lda, b, n, beta, c, ldc);
-  free(b);
-  return 0;
-}
-
-int gs__sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                     const float *packed, float beta, float *c, int64_t ldc) {
-  if (m == 0 || n == 0)
-    return 0;
-  if (m > MAX_ROWS)
-    return many_rows(m, n, k, alpha, a, lda, packed, beta, c, ldc);
+void gs__sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *packed, float beta, float *c, int64_t ldc) {
   int64_t n_panels = (n + GS_PACKED_PANEL - 1) / GS_PACKED_PANEL;
   for (int64_t r = 0; r < m; r += BLOCK_ROWS) {
     int64_t rows = m - r < BLOCK_ROWS ? m - r : BLOCK_ROWS;
@@ -172,5 +152,4 @@ int gs__sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const float *
                        panels(rows, n, k, alpha, a + r * lda, lda, packed, beta, c + r * ldc, ldc,
                               lo, hi));
   }
-  return 0;
 }

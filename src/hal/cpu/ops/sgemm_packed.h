@@ -8,9 +8,8 @@
 
 /* Row-major C [m, n] = alpha A B + beta C, with A [m, k] (lda) and B [k, n]
  * packed. Each value of C is summed over k in one fixed order, whatever
- * the threads. Returns 0, or GS_ENOMEM where more than a few hundred rows
- * want B unpacked for oneDNN and that memory is not there. */
-int gs__sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                     const float *packed, float beta, float *c, int64_t ldc);
+ * the threads. */
+void gs__sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *packed, float beta, float *c, int64_t ldc);
 
 #endif
