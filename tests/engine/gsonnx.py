@@ -90,10 +90,12 @@ def cpu_fallback_ops(stdout):
     return set()
 
 
-def check_model(model, feeds, rtol=None, atol=None, on_device=None, extra=()):
+def check_model(model, feeds, rtol=None, atol=None, on_device=None, extra=(),
+                with_report=False):
     """Runs model through gpusrv and onnxruntime; asserts the outputs agree.
     on_device: ops that must not fall back to the CPU on a kernel device;
-    extra: more arguments for `gpusrv model run`."""
+    extra: more arguments for `gpusrv model run`. Returns gpusrv's outputs,
+    and with_report, also what `--report` printed."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
         onnx.save(model, path)
@@ -117,7 +119,7 @@ def check_model(model, feeds, rtol=None, atol=None, on_device=None, extra=()):
                                        err_msg=n)
         else:
             np.testing.assert_array_equal(g, w, err_msg=n)
-    return got
+    return (got, p.stdout) if with_report else got
 
 
 def check_op(op, inputs, attrs=None, consts=None, outputs=None, opset=17, input_names=None,

@@ -2,20 +2,16 @@
 layout of src/hal/op/op_packed.h, the CPU's kernel sgemm_packed.c): Gemm
 and MatMul with a constant B give onnxruntime's answers at every row count
 the kernel treats differently (one row, tiles of six and their remainders,
-several blocks of 96 rows), with panels
-cut short (n not a multiple of 16), and `--report` says which products were
-packed. A B that another step reads too stays as it is."""
-import os
+several blocks of 96 rows), with panels cut short (n not a multiple of 16),
+and `--report` says which products were packed. A B that another step reads
+too, and the B of a product of more than 256 rows, stay as they are."""
 import re
-import tempfile
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from gsonnx import DEVICE, load_outputs, make_model, run_gpusrv
+from gsonnx import DEVICE, check_model, make_model
 
 rng = np.random.default_rng(23)
 # Devices whose products take B packed (caps.packed_products): the CPU, and
@@ -29,21 +25,10 @@ def f32(*shape):
 
 
 def run(model, feeds):
-    """gpusrv's outputs, checked against onnxruntime; and how many products
-    the plan packed."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "model.onnx")
-        onnx.save(model, path)
-        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
-        want = dict(zip(names, sess.run(None, feeds)))
-        p = run_gpusrv(path, feeds, d, extra=("--report",))
-        assert p.returncode == 0, p.stderr
-        got = load_outputs(d, names)
-    for n in names:
-        assert got[n].shape == want[n].shape, n
-        np.testing.assert_allclose(got[n], want[n], rtol=1e-4, atol=1e-4, err_msg=n)
-    m = re.search(r"plan: (\d+) products read their constant weights packed", p.stdout)
+    """Checks gpusrv's outputs against onnxruntime's; returns how many
+    products the plan packed."""
+    _, report = check_model(model, feeds, rtol=1e-4, atol=1e-4, with_report=True)
+    m = re.search(r"plan: (\d+) products read their constant weights packed", report)
     return int(m.group(1)) if m else 0
 
 
