@@ -75,3 +75,12 @@ def test_small_and_transposed_a_products_stay_plain():
     trans_a = make_model([helper.make_node("Gemm", ["x", "w"], ["y"], transA=1)], {"x": xt},
                          {"w": f32(K, N)})
     assert run(trans_a, {"x": xt}) == 0
+
+
+def test_one_row_with_an_odd_number_of_panels():
+    # One row takes the panels in pairs; 33 panels leave one alone, whose
+    # last has 2 of its 16 columns.
+    x = f32(1, K)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x},
+                       {"w": f32(K, 514)})
+    assert run(model, {"x": x}) == (1 if PACKS else 0)

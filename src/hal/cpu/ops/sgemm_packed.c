@@ -23,10 +23,11 @@
 #define TILE_ROWS 6    /* rows of C per tile: 12 accumulators, 2 of B, 1 of A */
 #define BLOCK_ROWS 96  /* rows of A that stay in cache while the panels pass */
 #define K_BLOCK 256    /* values of k per pass of several rows: 16 KiB of a panel */
-/* Floats of a panel read ahead of use, 8 KiB: the hardware's prefetcher
- * stops at each 4 KiB page; without this, one row against a 2048 x 2048 B
- * took twice oneDNN's time, with it 1.15x. */
-#define PREFETCH (2048)
+/* Floats of a panel read ahead of use, 8 KiB by a tile, 4 KiB by one row:
+ * the hardware's prefetcher stops at each 4 KiB page; without this, one
+ * row against a 2048 x 2048 B took twice oneDNN's time. */
+#define PREFETCH 2048
+#define ROW_PREFETCH 1024
 
 /* Eight floats: one AVX register (two SSE ones in the baseline clone). */
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
@@ -78,30 +79,54 @@ static inline __attribute__((always_inline)) void tile(const int rows, int64_t k
     store_row(&lo[i], &hi[i], alpha, beta, c + i * ldc, cols);
 }
 
-/* One row by one panel: a tile of one row would wait on its two sums'
- * latency each step, so four steps of k go to four pairs of sums. */
-static inline __attribute__((always_inline)) void one_row(int64_t k, const float *a,
-                                                          const float *panel, float alpha,
-                                                          float beta, float *c, int cols) {
-  v8 s[8] = {{0}};
+/* One row by one panel, or by two that follow each other (`two`, a
+ * constant where inlined): two panels are two streams from memory, which
+ * kept one row at oneDNN's speed where one stream fell behind. Even and odd
+ * steps of k sum apart, so that a tile of one row does not wait on its
+ * sums' latency; a panel's sums come out the same alone or in a pair, so
+ * that how the threads cut the panels changes no bit. */
+static inline __attribute__((always_inline)) void one_row(const bool two, int64_t k,
+                                                          const float *a, const float *panel,
+                                                          float alpha, float beta, float *c,
+                                                          int cols, int cols_next) {
+  v8 e0l = {0}, e0h = {0}, o0l = {0}, o0h = {0}, e1l = {0}, e1h = {0}, o1l = {0}, o1h = {0};
+  const float *next = panel + k * GS_PACKED_PANEL;
   int64_t p = 0;
-  for (; p + 4 <= k; p += 4) {
-    const float *b = panel + p * GS_PACKED_PANEL;
-    for (int u = 0; u < 4; u++)
-      __builtin_prefetch(b + PREFETCH + u * GS_PACKED_PANEL);
-    for (int u = 0; u < 4; u++) {
-      v8 x = splat(a + p + u);
-      s[2 * u] += x * *(const v8 *)(b + u * GS_PACKED_PANEL);
-      s[2 * u + 1] += x * *(const v8 *)(b + u * GS_PACKED_PANEL + 8);
+  for (; p + 2 <= k; p += 2) {
+    const float *b0 = panel + p * GS_PACKED_PANEL, *b1 = next + p * GS_PACKED_PANEL;
+    __builtin_prefetch(b0 + ROW_PREFETCH);
+    __builtin_prefetch(b0 + ROW_PREFETCH + GS_PACKED_PANEL);
+    if (two) {
+      __builtin_prefetch(b1 + ROW_PREFETCH);
+      __builtin_prefetch(b1 + ROW_PREFETCH + GS_PACKED_PANEL);
+    }
+    v8 x = splat(a + p), y = splat(a + p + 1);
+    e0l += x * *(const v8 *)b0;
+    e0h += x * *(const v8 *)(b0 + 8);
+    o0l += y * *(const v8 *)(b0 + 16);
+    o0h += y * *(const v8 *)(b0 + 24);
+    if (two) {
+      e1l += x * *(const v8 *)b1;
+      e1h += x * *(const v8 *)(b1 + 8);
+      o1l += y * *(const v8 *)(b1 + 16);
+      o1h += y * *(const v8 *)(b1 + 24);
     }
   }
-  for (; p < k; p++) {
+  if (p < k) {
     v8 x = splat(a + p);
-    s[0] += x * *(const v8 *)(panel + p * GS_PACKED_PANEL);
-    s[1] += x * *(const v8 *)(panel + p * GS_PACKED_PANEL + 8);
+    e0l += x * *(const v8 *)(panel + p * GS_PACKED_PANEL);
+    e0h += x * *(const v8 *)(panel + p * GS_PACKED_PANEL + 8);
+    if (two) {
+      e1l += x * *(const v8 *)(next + p * GS_PACKED_PANEL);
+      e1h += x * *(const v8 *)(next + p * GS_PACKED_PANEL + 8);
+    }
   }
-  v8 lo = (s[0] + s[2]) + (s[4] + s[6]), hi = (s[1] + s[3]) + (s[5] + s[7]);
+  v8 lo = e0l + o0l, hi = e0h + o0h;
   store_row(&lo, &hi, alpha, beta, c, cols);
+  if (two) {
+    lo = e1l + o1l, hi = e1h + o1h;
+    store_row(&lo, &hi, alpha, beta, c + GS_PACKED_PANEL, cols_next);
+  }
 }
 
 /* Rows [0, rows) of C against one panel, over k values of A and of the panel. */
@@ -120,7 +145,7 @@ static inline __attribute__((always_inline)) void panel_rows(int64_t rows, int64
   case 4: tile(4, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
   case 3: tile(3, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
   case 2: tile(2, k, ai, lda, panel, alpha, beta, ci, ldc, cols); break;
-  case 1: one_row(k, ai, panel, alpha, beta, ci, cols); break;
+  case 1: one_row(false, k, ai, panel, alpha, beta, ci, cols, 0); break;
   default: break;
   }
 }
@@ -131,14 +156,25 @@ static inline __attribute__((always_inline)) void panel_rows(int64_t rows, int64
 GS_VECTOR_CLONES static void panels(int64_t rows, int64_t n, int64_t k, float alpha,
                                     const float *a, int64_t lda, const float *packed, float beta,
                                     float *c, int64_t ldc, int64_t lo, int64_t hi) {
-  int64_t block = rows > 1 ? K_BLOCK : k;
+#define COLS(q) \
+  (n - (q) * GS_PACKED_PANEL < GS_PACKED_PANEL ? (int)(n - (q) * GS_PACKED_PANEL) : GS_PACKED_PANEL)
+  if (rows == 1) { /* the whole of k, panels in pairs */
+    int64_t q = lo;
+    for (; q + 2 <= hi; q += 2)
+      one_row(true, k, a, packed + q * k * GS_PACKED_PANEL, alpha, beta,
+              c + q * GS_PACKED_PANEL, COLS(q), COLS(q + 1));
+    if (q < hi)
+      one_row(false, k, a, packed + q * k * GS_PACKED_PANEL, alpha, beta,
+              c + q * GS_PACKED_PANEL, COLS(q), 0);
+    return;
+  }
   for (int64_t q = lo; q < hi; q++) {
     const float *panel = packed + q * k * GS_PACKED_PANEL;
     float *cq = c + q * GS_PACKED_PANEL;
-    int cols = n - q * GS_PACKED_PANEL < GS_PACKED_PANEL ? (int)(n - q * GS_PACKED_PANEL)
-                                                          : GS_PACKED_PANEL;
-    for (int64_t p = 0; p < k; p += block)
-      panel_rows(rows, k - p < block ? k - p : block, a + p, lda, panel + p * GS_PACKED_PANEL,
+    int cols = COLS(q);
+#undef COLS
+    for (int64_t p = 0; p < k; p += K_BLOCK)
+      panel_rows(rows, k - p < K_BLOCK ? k - p : K_BLOCK, a + p, lda, panel + p * GS_PACKED_PANEL,
                  alpha, p ? 1.0f : beta, cq, ldc, cols);
   }
 }
