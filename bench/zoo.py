@@ -138,6 +138,9 @@ def zoo(families, max_params):
         tok = torch.randint(0, 100, (2, 12))
         pad = torch.zeros(2, 12, dtype=torch.bool)
         pad[1, 8:] = True
+        tok128 = torch.randint(0, 1000, (1, 128))
+        pad128 = torch.zeros(1, 128, dtype=torch.bool)
+        pad128[0, 100:] = True
         out += [
             ("transformer", "encoder_padding_mask",
              lambda: (Encoder(), (tok, pad), ["tokens", "pad"], {"tokens": {0: "b"}, "pad": {0: "b"}})),
@@ -146,6 +149,11 @@ def zoo(families, max_params):
             ("transformer", "seq2seq",
              lambda: (Seq2Seq(), (tok, tok[:, :7]), ["src", "tgt"],
                       {"src": {0: "b"}, "tgt": {0: "b"}})),
+            # BERT-base's layer sizes (d 768, 12 heads, feed-forward 3072), two layers, 128
+            # tokens: products of 128 rows against 0.6 to 2.4 M weights each.
+            ("transformer", "encoder_bert_base_2layer",
+             lambda: (Encoder(d=768, heads=12, layers=2, vocab=1000), (tok128, pad128),
+                      ["tokens", "pad"], {"tokens": {0: "b"}, "pad": {0: "b"}})),
         ]
     return out
 
