@@ -19,7 +19,6 @@
 #include "hal/cpu/ops/parallel.h"
 #include "hal/op/op_packed.h"
 
-
 #define TILE_ROWS 6    /* rows of C per tile: 12 accumulators, 2 of B, 1 of A */
 #define BLOCK_ROWS 96  /* rows of A that stay in cache while the panels pass */
 #define K_BLOCK 256    /* values of k per pass of several rows: 16 KiB of a panel */
@@ -150,29 +149,32 @@ static inline __attribute__((always_inline)) void panel_rows(int64_t rows, int64
   }
 }
 
+/* Columns of C that panel q covers: all but in the last panel. */
+static inline int panel_cols(int64_t n, int64_t q) {
+  int64_t left = n - q * GS_PACKED_PANEL;
+  return left < GS_PACKED_PANEL ? (int)left : GS_PACKED_PANEL;
+}
+
 /* Rows [0, rows) of C against panels [lo, hi). Several rows take k in
  * blocks of K_BLOCK, so that the block of the panel stays in L1 while
  * their tiles pass, and C sums the blocks' products in order. */
 GS_VECTOR_CLONES static void panels(int64_t rows, int64_t n, int64_t k, float alpha,
                                     const float *a, int64_t lda, const float *packed, float beta,
                                     float *c, int64_t ldc, int64_t lo, int64_t hi) {
-#define COLS(q) \
-  (n - (q) * GS_PACKED_PANEL < GS_PACKED_PANEL ? (int)(n - (q) * GS_PACKED_PANEL) : GS_PACKED_PANEL)
   if (rows == 1) { /* the whole of k, panels in pairs */
     int64_t q = lo;
     for (; q + 2 <= hi; q += 2)
       one_row(true, k, a, packed + q * k * GS_PACKED_PANEL, alpha, beta,
-              c + q * GS_PACKED_PANEL, COLS(q), COLS(q + 1));
+              c + q * GS_PACKED_PANEL, panel_cols(n, q), panel_cols(n, q + 1));
     if (q < hi)
       one_row(false, k, a, packed + q * k * GS_PACKED_PANEL, alpha, beta,
-              c + q * GS_PACKED_PANEL, COLS(q), 0);
+              c + q * GS_PACKED_PANEL, panel_cols(n, q), 0);
     return;
   }
   for (int64_t q = lo; q < hi; q++) {
     const float *panel = packed + q * k * GS_PACKED_PANEL;
     float *cq = c + q * GS_PACKED_PANEL;
-    int cols = COLS(q);
-#undef COLS
+    int cols = panel_cols(n, q);
     for (int64_t p = 0; p < k; p += K_BLOCK)
       panel_rows(rows, k - p < K_BLOCK ? k - p : K_BLOCK, a + p, lda, panel + p * GS_PACKED_PANEL,
                  alpha, p ? 1.0f : beta, cq, ldc, cols);
