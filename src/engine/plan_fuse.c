@@ -31,8 +31,7 @@ static int consumers(gs_plan *p, int v, int *out, int max) {
   return n;
 }
 
-/* The one live step that reads value v, or -1 if none or several, or v is an output. */
-static int sole_consumer(gs_plan *p, int v) {
+int gs__plan_sole_consumer(gs_plan *p, int v) {
   int s = -1;
   return consumers(p, v, &s, 1) == 1 ? s : -1;
 }
@@ -40,7 +39,7 @@ static int sole_consumer(gs_plan *p, int v) {
 /* Conv (constant float32 weights) followed by BatchNormalization (constant
  * parameters): new weights W*s and bias (b - mean)*s + B, s = scale/sqrt(var+eps). */
 static int fuse_conv_bn(gs_plan *p, step *conv) {
-  int y = conv->out[0], b = sole_consumer(p, y);
+  int y = conv->out[0], b = gs__plan_sole_consumer(p, y);
   if (b < 0 || !gs__step_is(&p->steps[b], "BatchNormalization") || p->steps[b].in[0] != y)
     return 0;
   step *bn = &p->steps[b];
@@ -119,7 +118,7 @@ static int fuse_conv_bn(gs_plan *p, step *conv) {
 /* MatMul whose output only feeds an Add of a constant vector over its last
  * dim: the bias joins the MatMul (sgemm with beta = 1). */
 static int fuse_matmul_add(gs_plan *p, step *mm) {
-  int y = mm->out[0], a = sole_consumer(p, y);
+  int y = mm->out[0], a = gs__plan_sole_consumer(p, y);
   if (a < 0 || !gs__step_is(&p->steps[a], "Add") || mm->call->in[0].dtype != GS_DT_FLOAT32)
     return 0;
   step *add = &p->steps[a];
@@ -198,20 +197,20 @@ static bool match_gelu(gs_plan *p, int y, const int *readers, int n, act_match *
     if (!gs__step_is(&p->steps[div], "Div") || p->steps[div].in[0] != y ||
         !known_scalar(p, p->steps[div].in[1], &x) || fabsf(x - 1.41421356f) > 1e-5f)
       continue;
-    if ((erf = sole_consumer(p, p->steps[div].out[0])) < 0 ||
+    if ((erf = gs__plan_sole_consumer(p, p->steps[div].out[0])) < 0 ||
         !gs__step_is(&p->steps[erf], "Erf"))
       continue;
-    if ((add = sole_consumer(p, p->steps[erf].out[0])) < 0 ||
+    if ((add = gs__plan_sole_consumer(p, p->steps[erf].out[0])) < 0 ||
         !gs__step_is(&p->steps[add], "Add") ||
         !with_scalar(p, add, p->steps[erf].out[0], &x) || x != 1.0f)
       continue;
     const step *mu = &p->steps[mul];
     int a = p->steps[add].out[0];
-    if (!gs__step_is(mu, "Mul") || sole_consumer(p, a) != mul || mu->call->n_in != 2 ||
+    if (!gs__step_is(mu, "Mul") || gs__plan_sole_consumer(p, a) != mul || mu->call->n_in != 2 ||
         !((mu->in[0] == y && mu->in[1] == a) || (mu->in[1] == y && mu->in[0] == a)))
       continue;
-    if ((half = sole_consumer(p, mu->out[0])) < 0 || !gs__step_is(&p->steps[half], "Mul") ||
-        !with_scalar(p, half, mu->out[0], &x) || x != 0.5f)
+    if ((half = gs__plan_sole_consumer(p, mu->out[0])) < 0 ||
+        !gs__step_is(&p->steps[half], "Mul") || !with_scalar(p, half, mu->out[0], &x) || x != 0.5f)
       continue;
     *m = (act_match){.act = GS_ACT_GELU, .steps = {div, erf, add, mul, half}, .n = 5};
     return true;

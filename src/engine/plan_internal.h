@@ -94,6 +94,9 @@ struct gs_plan {
 int gs__plan_add_value(gs_plan *p, const char *name, gs_dtype dt, const gs_shape *shape);
 /* Frees a step's call with its attrs and kernel state. */
 void gs__plan_free_call(gs_op_call *c);
+/* The one live step that reads value v, or -1 if none or several, or v is
+ * a graph output (plan_fuse.c). */
+int gs__plan_sole_consumer(gs_plan *p, int v);
 /* Fuses the plan's steps where a kernel can do two ops' work in one pass
  * (plan_fuse.c), and drops the steps that were fused away. */
 int gs__plan_fuse(gs_plan *p);

@@ -30,17 +30,8 @@
  * of bench/models at 32 rows: 0.7x the throughput with B packed). */
 #define MIN_B_VALUES (256 * 1024)
 
-/* Whether step `only` is the one step that reads value v. */
-static bool read_only_by(const gs_plan *p, int v, int only) {
-  for (int s = 0; s < p->n_steps; s++)
-    for (int i = 0; s != only && i < p->steps[s].call->n_in; i++)
-      if (p->steps[s].in[i] == v)
-        return false;
-  return true;
-}
-
 /* The product's sizes where step s can take its B packed, else false. */
-static bool packable(const gs_plan *p, int s, int64_t *k, int64_t *n, bool *trans_b) {
+static bool packable(gs_plan *p, int s, int64_t *k, int64_t *n, bool *trans_b) {
   const step *st = &p->steps[s];
   const gs_op_call *c = st->call;
   if (gs__step_is(st, "Gemm")) {
@@ -60,9 +51,9 @@ static bool packable(const gs_plan *p, int s, int64_t *k, int64_t *n, bool *tran
       c->out[0].dtype != GS_DT_FLOAT32)
     return false;
   const value *w = &p->values[st->in[1]];
-  return w->data && w->dtype == GS_DT_FLOAT32 && !w->graph_input && !w->graph_output &&
+  return w->data && w->dtype == GS_DT_FLOAT32 && !w->graph_input &&
          gs_shape_numel(&w->shape) == *k * *n && *k * *n >= MIN_B_VALUES &&
-         read_only_by(p, st->in[1], s);
+         gs__plan_sole_consumer(p, st->in[1]) == s;
 }
 
 /* Step s's constant B replaced by a new value holding it packed. */

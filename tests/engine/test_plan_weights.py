@@ -5,13 +5,16 @@ the kernel treats differently (one row, tiles of six and their remainders,
 several blocks of 96 rows), with panels cut short (n not a multiple of 16),
 and `--report` says which products were packed. A B that another step reads
 too, and the B of a product of more than 256 rows, stay as they are."""
+import os
 import re
+import tempfile
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
-from gsonnx import DEVICE, check_model, make_model
+from gsonnx import DEVICE, check_model, load_outputs, make_model, run_gpusrv
 
 rng = np.random.default_rng(23)
 # Devices whose products take B packed (caps.packed_products): the CPU, and
@@ -84,3 +87,24 @@ def test_one_row_with_an_odd_number_of_panels():
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x},
                        {"w": f32(K, 514)})
     assert run(model, {"x": x}) == (1 if PACKS else 0)
+
+
+@pytest.mark.skipif(not PACKS, reason="B is packed on the CPU only")
+@pytest.mark.parametrize("rows", [1, 7])
+def test_packed_products_give_the_same_bits_on_one_and_two_threads(rows):
+    # 33 panels, enough work for two threads: one thread pairs panels 0-1 ... 30-31 and
+    # leaves 32 alone; two threads cut them 17 + 16, so that panel 16 runs alone on the
+    # first and the second pairs from 17. The sums' order must not depend on that.
+    x = f32(rows, 4096)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x},
+                       {"w": f32(4096, 514)})
+    bits = []
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(model, path)
+        for threads in ("1", "2"):
+            p = run_gpusrv(path, {"x": x}, d, extra=("--threads", threads, "--report"))
+            assert p.returncode == 0, p.stderr
+            assert "1 products read their constant weights packed" in p.stdout, p.stdout
+            bits.append(load_outputs(d, ["y"])["y"].tobytes())
+    assert bits[0] == bits[1]

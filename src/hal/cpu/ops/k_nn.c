@@ -170,14 +170,6 @@ static int matmul_f32(const gs_op_call *c, float *const *p) {
   }
   float *y = p[c->n_in];
   const float *bias = m->has_bias ? p[2] : NULL;
-  if (m->b_packed) { /* batch 1: the plan packs B only then */
-    if (bias)
-      for (int64_t r = 0; r < m->m; r++)
-        memcpy(y + r * m->n, bias, sizeof(float) * (size_t)m->n);
-    sgemm_packed(m->m, m->n, m->k, 1.0f, p[0], m->k, p[1], bias ? 1.0f : 0.0f, y, m->n);
-    apply_act(m->act, m->act_lo, m->act_hi, y, m->m * m->n);
-    return 0;
-  }
   for (int64_t b = 0; b < m->batch; b++) {
     int64_t oa, ob;
     gs_launch_matmul_offsets(m, b, &oa, &ob);
@@ -188,6 +180,8 @@ static int matmul_f32(const gs_op_call *c, float *const *p) {
     if (m->m && m->n) {
       if (m->k == 0 && !bias)
         memset(yb, 0, sizeof(float) * (size_t)(m->m * m->n));
+      else if (m->k && m->b_packed) /* batch 1: the plan packs B only then */
+        sgemm_packed(m->m, m->n, m->k, 1.0f, p[0], m->k, p[1], bias ? 1.0f : 0.0f, yb, m->n);
       else if (m->k)
         sgemm(false, false, m->m, m->n, m->k, 1.0f, p[0] + oa, m->k, p[1] + ob, m->n,
               bias ? 1.0f : 0.0f, yb, m->n);
