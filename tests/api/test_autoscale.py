@@ -71,11 +71,12 @@ class Load:
                 self.wrong.append((status, raw[:300]))
             self.answered += 1
 
-    def run(self, seconds):
+    def run(self, seconds, until=None):
+        """Loads the model for `seconds`, or until until() holds."""
         for t in self.threads:
             t.start()
         end = time.time() + seconds
-        while time.time() < end:
+        while time.time() < end and not (until and until()):
             self.most_instances = max(self.most_instances, instances(self.port, self.model))
             self.most_booked = max(self.most_booked, booked(self.port))
             time.sleep(0.1)
@@ -155,8 +156,10 @@ def test_an_instance_the_ledger_has_no_room_for_is_refused(tmp_path):
         two = load.most_booked
     limit = one + (two - one) // 2
     with serving(tmp_path, "--model-memory-limit", str(limit)) as port:
+        # Until the scaler has tried: after warm-up and two ticks over budget, which took
+        # most of 3 s in a sanitized build (a refusal logged after the count was read).
         load = Load(port, "tight", x, want)
-        load.run(3)
+        load.run(15, until=lambda: steps(port, "tight")["refused"] >= 1)
         assert load.most_instances == 1
         assert load.most_booked <= limit
         assert steps(port, "tight")["refused"] >= 1
