@@ -27,7 +27,9 @@ typedef struct batch_opts {
 
 static const gs_cli_option batch_options[] = {
     {"input", 'i', GS_OPT_STRING, offsetof(batch_opts, input), "PATH",
-     "The data set (.npy, a directory of .npy, or .csv)", 0, 0},
+     "The data set (.npy, a directory of .npy, or .csv), or images: a directory of JPEG and "
+     "PNG files (subdirectories too), a .txt list of their paths, or a .csv whose first column "
+     "is their paths", 0, 0},
     {"output", 'o', GS_OPT_STRING, offsetof(batch_opts, output), "DIR",
      "Where the outputs go (made if missing)", 0, 0},
     {"batch", 'b', GS_OPT_INT, offsetof(batch_opts, batch), "N",
@@ -38,8 +40,11 @@ static const gs_cli_option batch_options[] = {
      "computes is copied to the next part's device in an exchange stage", 0, 0},
     GS_CLI_OPT("precision", GS_OPT_STRING, batch_opts, precision, "P", "fp32 (default), fp16 or bf16"),
     GS_CLI_OPT("preprocess", GS_OPT_STRING, batch_opts, preprocess, "SPEC",
-               "scale=X,mean=M,std=S: each value becomes (x*X - M)/S (fractions allowed: "
-               "scale=1/255)"),
+               "KEY=VALUE,...: each value becomes (x*scale - mean)/std (scale=X, mean=M, std=S; "
+               "fractions allowed: scale=1/255). Images also take resize=N (the shorter edge) or "
+               "HxW, center_crop=N or HxW, interpolation=bilinear|bicubic|nearest (as Pillow "
+               "resizes, antialiased), layout=nchw|nhwc (default: the model input's), and a mean "
+               "and std per channel: mean=0.485:0.456:0.406"),
     GS_CLI_OPT_RANGE("slots", GS_OPT_INT, batch_opts, slots, "N", "Batches in flight (default 4)",
                      1, 64),
     GS_CLI_OPT_RANGE("readers", GS_OPT_INT, batch_opts, readers, "N",
@@ -317,12 +322,14 @@ static int batch_run_cmd(int argc, char **argv) {
   int rc = gs_cli_parse(me, argc, argv, &b, &args);
   if (rc != GS_EXIT_OK)
     return rc;
-  gs_batch_options o = {.scale = 1, .mean = 0, .std = 1, .input = b.input,
+  int64_t failed = 0;
+  gs_batch_options o = {.input = b.input, .failed = &failed,
                         .output_dir = b.output, .batch = (int)b.batch, .slots = (int)b.slots,
                         .readers = b.readers > 16 ? 16 : (int)b.readers,
                         .workers = b.workers > 32 ? 32 : (int)b.workers};
   const char *precision = b.precision ? b.precision : "fp32", *device = b.device;
-  if (b.preprocess && gs_batch_parse_preprocess(b.preprocess, &o) < 0)
+  gs_prep_defaults(&o.prep);
+  if (b.preprocess && gs_prep_parse(b.preprocess, &o.prep) < 0)
     return gs_cli_usage_error(me, "%s", gs_error_detail());
   if (!o.input || !o.output_dir)
     return gs_cli_usage_error(me, "--input and --output are required");
@@ -369,6 +376,10 @@ static int batch_run_cmd(int argc, char **argv) {
     return GS_EXIT_FAILED;
   }
   print_summary(&r, rows, o.n_devices, json_out);
+  if (failed)
+    fprintf(stderr, "gpusrv: batch: %lld image%s could not be read; %s zeros: %s/failed.txt "
+                    "says which and why\n", (long long)failed, failed == 1 ? "" : "s",
+            failed == 1 ? "its row is" : "their rows are", o.output_dir);
   gs_hal_shutdown();
   return GS_EXIT_OK;
 }

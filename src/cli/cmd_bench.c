@@ -462,8 +462,8 @@ static int digits_pipeline(gs_device_t *const *devs, int n_devs, const char *dir
   int rc = gs_npy_write(data, GS_DT_FLOAT32, &shape, x);
   free(x);
   gs_batch_options o = {.model_path = model, .input = data, .output_dir = out, .batch = 4096,
-                        .n_devices = n_devs, .scale = 1, .mean = 0, .std = 1, .slots = 4,
-                        .cancel = &interrupted};
+                        .n_devices = n_devs, .slots = 4, .cancel = &interrupted};
+  gs_prep_defaults(&o.prep);
   memcpy(o.devices, devs, sizeof *devs * (size_t)n_devs);
   memset(whole, 0, sizeof *whole);
   if (rc == 0)

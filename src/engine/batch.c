@@ -8,16 +8,20 @@
 #include "base/fileutil.h"
 #include "hal/cpu/ops/kernels.h" /* gs_ld, gs_st */
 #include "engine/dataset.h"
+#include "engine/image_set.h"
 #include "engine/model_split.h"
 #include "engine/npy.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_VALUES 8 /* a part's inputs or outputs */
@@ -40,8 +44,16 @@ typedef struct part {
   int src_out[MAX_VALUES]; /* in[i] is output src_out[i] of the part before */
 } part;
 
+/* An image file's bytes as ingest read them, or why it could not. */
+typedef struct image_file {
+  uint8_t *bytes;
+  size_t size, cap;
+  char why[256]; /* "" when read */
+} image_file;
+
 typedef struct slot {
   void *raw;                               /* rows as the data set holds them */
+  image_file *files;                       /* or each row's image file */
   gs_buffer_t *staged_in;                  /* pinned: the model's input type */
   gs_buffer_t *in[MAX_PARTS][MAX_VALUES];  /* each part's inputs, on its device */
   gs_buffer_t *out[MAX_PARTS][MAX_VALUES]; /* each part's outputs, on its device */
@@ -55,6 +67,12 @@ typedef struct batch_run {
   int n_parts;
   part parts[MAX_PARTS];
   gs_dataset *ds;
+  gs_image_set *images; /* instead of ds */
+  int image_h, image_w;
+  bool nchw;
+  pthread_mutex_t failed_lock;
+  int failed_fd;        /* output_dir/failed.txt, made at the first failure */
+  atomic_llong failed;
   gs_stream_t *d2h; /* on the last part's device */
   int batch;
   int64_t rows, row_elems;
@@ -72,27 +90,126 @@ typedef struct batch_run {
 
 /* ---- stages ---------------------------------------------------------------------------- */
 
+/* An encoded image larger than this is refused unread. */
+#define IMAGE_FILE_MAX ((size_t)256 << 20)
+
+/* Reads a whole image file into f; a failure is the row's, said in f->why. */
+static void read_image_file(const char *path, image_file *f) {
+  f->why[0] = '\0';
+  f->size = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) < 0) {
+    snprintf(f->why, sizeof f->why, "cannot open it: %s", strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return;
+  }
+  size_t want = (size_t)sb.st_size;
+  if (!S_ISREG(sb.st_mode) || want > IMAGE_FILE_MAX) {
+    snprintf(f->why, sizeof f->why, S_ISREG(sb.st_mode) ? "a file of %zu bytes, over 256 MiB"
+                                                         : "not a regular file", want);
+    close(fd);
+    return;
+  }
+  if (want > f->cap) {
+    uint8_t *grown = realloc(f->bytes, want);
+    if (!grown) {
+      snprintf(f->why, sizeof f->why, "out of memory for %zu bytes", want);
+      close(fd);
+      return;
+    }
+    f->bytes = grown;
+    f->cap = want;
+  }
+  while (f->size < want) {
+    ssize_t got = pread(fd, f->bytes + f->size, want - f->size, (off_t)f->size);
+    if (got < 0) {
+      snprintf(f->why, sizeof f->why, "cannot read it: %s", strerror(errno));
+      break;
+    }
+    if (got == 0)
+      break; /* it got shorter: the decoder says what is missing */
+    f->size += (size_t)got;
+  }
+  close(fd);
+}
+
 static int ingest(void *ctx, int s, int64_t seq) {
   batch_run *b = ctx;
   int64_t first = seq * b->batch;
   if (first >= b->rows)
     return 1;
   int64_t count = b->rows - first < b->batch ? b->rows - first : b->batch;
-  b->slots[s].rows = count;
-  return gs_dataset_read(b->ds, first, count, b->slots[s].raw);
+  slot *sl = &b->slots[s];
+  sl->rows = count;
+  if (!b->images)
+    return gs_dataset_read(b->ds, first, count, sl->raw);
+  for (int64_t r = 0; r < count; r++)
+    read_image_file(gs_image_set_path(b->images, first + r), &sl->files[r]);
+  return GS_OK;
+}
+
+/* Says in failed.txt that `row` is zeros, and why; made at the first. */
+static int note_failed_row(batch_run *b, int64_t row, const char *why) {
+  atomic_fetch_add(&b->failed, 1);
+  char line[1024 + PATH_MAX];
+  int n = snprintf(line, sizeof line, "%lld\t%s\t%s\n", (long long)row,
+                   gs_image_set_path(b->images, row), why);
+  if (n < 0 || (size_t)n >= sizeof line) { /* cut short, its line ended */
+    n = (int)sizeof line - 1;
+    line[n - 1] = '\n';
+  }
+  pthread_mutex_lock(&b->failed_lock);
+  if (b->failed_fd < 0) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/failed.txt", b->o->output_dir);
+    b->failed_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  }
+  bool written = b->failed_fd >= 0 && write(b->failed_fd, line, (size_t)n) == n;
+  pthread_mutex_unlock(&b->failed_lock);
+  return written ? GS_OK
+                 : gs_error(GS_EIO, "cannot write %s/failed.txt: %s", b->o->output_dir,
+                            strerror(errno));
+}
+
+/* Each image of the batch decoded and made a row by the recipe; one that
+ * cannot be is a row of zeros, said in failed.txt. */
+static int preprocess_images(batch_run *b, slot *sl, int64_t seq, void *dst) {
+  size_t row_bytes = (size_t)b->row_elems * gs_dtype_size(b->in.dtype);
+  for (int64_t r = 0; r < sl->rows; r++) {
+    image_file *f = &sl->files[r];
+    void *row = (char *)dst + (size_t)r * row_bytes;
+    gs_image img;
+    int rc = f->why[0] ? GS_EINVAL : gs_image_decode(f->bytes, f->size, GS_IMAGE_MAX_PIXELS, &img);
+    if (rc == 0) {
+      rc = gs_prep_image(&b->o->prep, &img, b->image_h, b->image_w, b->nchw, b->in.dtype, row);
+      gs_image_free(&img);
+    }
+    if (rc < 0) {
+      memset(row, 0, row_bytes);
+      if (note_failed_row(b, seq * b->batch + r, f->why[0] ? f->why : gs_error_detail()) < 0)
+        return GS_EIO;
+    }
+  }
+  return GS_OK;
 }
 
 /* Type conversion and normalisation into pinned staging; a short last
  * batch is padded with zeros (its rows are not written out). */
 static int preprocess(void *ctx, int s, int64_t seq) {
-  (void)seq;
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
   void *dst = gs_buffer_host_ptr(sl->staged_in);
-  gs_dtype from = gs_dataset_dtype(b->ds), to = b->in.dtype;
+  gs_dtype to = b->in.dtype;
   int64_t n = sl->rows * b->row_elems, total = (int64_t)b->batch * b->row_elems;
-  const double scale = b->o->scale, mean = b->o->mean, inv_std = 1.0 / b->o->std;
-  if (from == GS_DT_FLOAT32 && to == GS_DT_FLOAT32) { /* the common case, vectorisable */
+  int rc = b->images ? preprocess_images(b, sl, seq, dst) : GS_OK;
+  gs_dtype from = b->images ? to : gs_dataset_dtype(b->ds);
+  const double scale = b->o->prep.scale, mean = b->o->prep.mean[0];
+  const double inv_std = 1.0 / b->o->prep.std[0];
+  if (b->images) {
+    /* made by the recipe */
+  } else if (from == GS_DT_FLOAT32 && to == GS_DT_FLOAT32) { /* the common case, vectorisable */
     const float *src = sl->raw;
     float *out = dst;
     const float fs = (float)(scale * inv_std), fm = (float)(mean * inv_std);
@@ -111,7 +228,7 @@ static int preprocess(void *ctx, int s, int64_t seq) {
   if (n < total)
     memset((char *)dst + (size_t)n * gs_dtype_size(to), 0,
            (size_t)(total - n) * gs_dtype_size(to));
-  return GS_OK;
+  return rc;
 }
 
 static int h2d(void *ctx, int s, int64_t seq) {
@@ -184,6 +301,9 @@ static void teardown(batch_run *b) {
   for (int s = 0; b->slots && s < b->n_slots; s++) {
     slot *sl = &b->slots[s];
     free(sl->raw);
+    for (int r = 0; sl->files && r < b->batch; r++)
+      free(sl->files[r].bytes);
+    free(sl->files);
     gs_buffer_free(sl->staged_in, NULL);
     for (int k = 0; k < MAX_PARTS; k++)
       for (int i = 0; i < MAX_VALUES; i++) {
@@ -207,12 +327,36 @@ static void teardown(batch_run *b) {
     gs_model_part_free(p->model);
   }
   gs_dataset_close(b->ds);
+  gs_image_set_close(b->images);
+  if (b->failed_fd >= 0)
+    close(b->failed_fd);
+  pthread_mutex_destroy(&b->failed_lock);
   gs_model_free(b->model);
+}
+
+/* DIR/inputs.txt: each row's image, a line each, so that rows of the
+ * outputs can be traced to their files. A failed.txt of an earlier run goes. */
+static int list_inputs(batch_run *b) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/failed.txt", b->o->output_dir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/inputs.txt", b->o->output_dir);
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return gs_error(GS_EIO, "cannot write %s: %s", path, strerror(errno));
+  for (int64_t i = 0; i < b->rows; i++)
+    fprintf(f, "%s\n", gs_image_set_path(b->images, i));
+  if (fclose(f) != 0)
+    return gs_error(GS_EIO, "cannot write %s: %s", path, strerror(errno));
+  return GS_OK;
 }
 
 static int open_outputs(batch_run *b) {
   if (gs_mkdir_p(b->o->output_dir) < 0)
     return gs_error(GS_EIO, "cannot create %s: %s", b->o->output_dir, strerror(errno));
+  int listed = b->images ? list_inputs(b) : GS_OK;
+  if (listed < 0)
+    return listed;
   for (int i = 0; i < b->n_out; i++) {
     gs_shape shape = b->out[i].shape;
     shape.dims[0] = b->rows; /* the batch dimension becomes the data set's rows */
@@ -330,13 +474,16 @@ static int alloc_slots(batch_run *b) {
   const part *first = &b->parts[0], *last = &b->parts[b->n_parts - 1];
   gs_pool_t *pinned_in = gs_device_pool(first->device, GS_MEM_PINNED_HOST),
             *pinned_out = gs_device_pool(last->device, GS_MEM_PINNED_HOST);
-  size_t raw_bytes =
-      (size_t)b->batch * (size_t)b->row_elems * gs_dtype_size(gs_dataset_dtype(b->ds));
+  size_t raw_bytes = b->images ? 0
+                                : (size_t)b->batch * (size_t)b->row_elems *
+                                      gs_dtype_size(gs_dataset_dtype(b->ds));
   int rc = GS_OK;
   for (int s = 0; rc == 0 && s < b->n_slots; s++) {
     slot *sl = &b->slots[s];
     if (!(sl->raw = malloc(raw_bytes ? raw_bytes : 1)))
       return gs_error(GS_ENOMEM, "out of memory for a batch of %zu bytes", raw_bytes);
+    if (b->images && !(sl->files = calloc((size_t)b->batch, sizeof *sl->files)))
+      return gs_error(GS_ENOMEM, "out of memory for a batch of %d images", b->batch);
     rc = gs_pool_alloc(pinned_in, b->in.bytes, NULL, &sl->staged_in);
     for (int k = 0; rc == 0 && k < b->n_parts; k++) {
       const part *p = &b->parts[k];
@@ -350,6 +497,47 @@ static int alloc_slots(batch_run *b) {
       rc = gs_pool_alloc(pinned_out, b->out[i].bytes, NULL, &sl->staged_out[i]);
   }
   return rc;
+}
+
+/* Images: the model's input must be one image a row, 3 channels first or
+ * last (the recipe's layout, or the one the shape allows). */
+static int image_geometry(batch_run *b, const gs_value_info *in) {
+  const gs_batch_options *o = b->o;
+  bool first = in->rank == 4 && in->dims[1] == 3, last = in->rank == 4 && in->dims[3] == 3;
+  gs_image_layout layout = o->prep.layout;
+  if (layout == GS_LAYOUT_AUTO)
+    layout = first ? GS_LAYOUT_NCHW : last ? GS_LAYOUT_NHWC : GS_LAYOUT_AUTO;
+  if ((layout == GS_LAYOUT_NCHW && !first) || (layout == GS_LAYOUT_NHWC && !last) ||
+      layout == GS_LAYOUT_AUTO)
+    return gs_error(GS_EINVAL, "%s: input %s is not [N, 3, H, W] or [N, H, W, 3]%s; images "
+                               "need one of them", o->model_path, in->name,
+                    o->prep.layout == GS_LAYOUT_NCHW   ? " (layout=nchw: [N, 3, H, W])"
+                    : o->prep.layout == GS_LAYOUT_NHWC ? " (layout=nhwc: [N, H, W, 3])"
+                                                       : "");
+  b->nchw = layout == GS_LAYOUT_NCHW;
+  b->image_h = (int)in->dims[b->nchw ? 2 : 1];
+  b->image_w = (int)in->dims[b->nchw ? 3 : 2];
+  return GS_OK;
+}
+
+/* The data set of numbers, or the images. */
+static int open_input(batch_run *b, const gs_value_info *in) {
+  const gs_batch_options *o = b->o;
+  int rc = gs_image_set_open(o->input, &b->images);
+  if (rc < 0)
+    return rc;
+  if (b->images) {
+    b->rows = gs_image_set_count(b->images);
+    return image_geometry(b, in);
+  }
+  if (gs_prep_has_geometry(&o->prep) || o->prep.n_mean > 1 || o->prep.n_std > 1 ||
+      o->prep.layout != GS_LAYOUT_AUTO)
+    return gs_error(GS_EINVAL, "%s holds numbers, not images: resize, center_crop, layout and "
+                               "a mean or std per channel apply to images", o->input);
+  if ((rc = gs_dataset_open(o->input, b->row_elems, &b->ds)) < 0)
+    return rc;
+  b->rows = gs_dataset_rows(b->ds);
+  return GS_OK;
 }
 
 static int prepare(batch_run *b) {
@@ -378,9 +566,8 @@ static int prepare(batch_run *b) {
   }
   b->batch = in->dims[0] > 0 ? (int)in->dims[0] : o->batch > 0 ? o->batch : 64;
   shape.dims[0] = b->batch;
-  if ((rc = gs_dataset_open(o->input, b->row_elems, &b->ds)) < 0)
+  if ((rc = open_input(b, in)) < 0)
     return rc;
-  b->rows = gs_dataset_rows(b->ds);
   b->n_parts = o->n_devices > 1 ? o->n_devices : 1;
   if (b->n_parts > MAX_PARTS)
     return gs_error(GS_EINVAL, "batch runs on at most %d devices, not %d", MAX_PARTS,
@@ -466,10 +653,19 @@ static int stages_of(batch_run *b, gs_pipeline_stage stages[GS_PIPELINE_MAX_STAG
   return n;
 }
 
+static void run_init(batch_run *b, const gs_batch_options *o) {
+  memset(b, 0, sizeof *b);
+  b->o = o;
+  b->failed_fd = -1;
+  pthread_mutex_init(&b->failed_lock, NULL);
+  atomic_init(&b->written, 0);
+  atomic_init(&b->failed, 0);
+}
+
 int gs_batch_profile(const gs_batch_options *o, double alone[GS_PIPELINE_MAX_STAGES],
                      gs_pipeline_result *whole, int64_t *rows) {
-  batch_run b = {.o = o};
-  atomic_init(&b.written, 0);
+  batch_run b;
+  run_init(&b, o);
   memset(whole, 0, sizeof *whole);
   int rc = prepare(&b), n = 0;
   gs_pipeline_stage stages[GS_PIPELINE_MAX_STAGES];
@@ -492,7 +688,8 @@ int gs_batch_profile(const gs_batch_options *o, double alone[GS_PIPELINE_MAX_STA
   int64_t batches = (b.rows + b.batch - 1) / (b.batch ? b.batch : 1);
   for (int k = 0; rc == 0 && k < n; k++) {
     gs_pipeline_result r;
-    gs_dataset_drop_cache(b.ds);
+    if (b.ds)
+      gs_dataset_drop_cache(b.ds);
     if (k == 0) {
       rc = gs_pipeline_run(&stages[0], 1, b.n_slots, o->cancel, &r);
     } else {
@@ -503,7 +700,8 @@ int gs_batch_profile(const gs_batch_options *o, double alone[GS_PIPELINE_MAX_STA
   }
   if (rc == 0) {
     atomic_store(&b.written, 0);
-    gs_dataset_drop_cache(b.ds);
+    if (b.ds)
+      gs_dataset_drop_cache(b.ds);
     rc = gs_pipeline_run(stages, n, b.n_slots, o->cancel, whole);
   }
   if (rc == 0)
@@ -514,10 +712,12 @@ int gs_batch_profile(const gs_batch_options *o, double alone[GS_PIPELINE_MAX_STA
 }
 
 int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *stats) {
-  if (!(o->std != 0) || !isfinite(o->scale) || !isfinite(o->mean) || !isfinite(o->std))
-    return gs_error(GS_EINVAL, "preprocessing needs finite scale and mean and a non-zero std");
-  batch_run b = {.o = o};
-  atomic_init(&b.written, 0);
+  for (int c = 0; c < 3; c++)
+    if (!(o->prep.std[c] != 0) || !isfinite(o->prep.scale) || !isfinite(o->prep.mean[c]) ||
+        !isfinite(o->prep.std[c]))
+      return gs_error(GS_EINVAL, "preprocessing needs finite scale and mean and a non-zero std");
+  batch_run b;
+  run_init(&b, o);
   memset(stats, 0, sizeof *stats);
   int rc = prepare(&b);
   if (rc == 0) {
@@ -528,52 +728,8 @@ int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *s
   if (rc == 0)
     rc = trim_outputs(&b);
   *rows = atomic_load(&b.written);
+  if (o->failed)
+    *o->failed = atomic_load(&b.failed);
   teardown(&b);
   return rc;
-}
-
-static int parse_number(const char *text, size_t n, double *out) {
-  char buf[64];
-  if (n == 0 || n >= sizeof buf)
-    return GS_EINVAL;
-  memcpy(buf, text, n);
-  buf[n] = '\0';
-  char *end;
-  double num = strtod(buf, &end), den = 1;
-  if (end == buf)
-    return GS_EINVAL;
-  if (*end == '/') {
-    char *start = end + 1;
-    den = strtod(start, &end);
-    if (end == start || den == 0)
-      return GS_EINVAL;
-  }
-  if (*end)
-    return GS_EINVAL;
-  *out = num / den;
-  return isfinite(*out) ? GS_OK : GS_EINVAL;
-}
-
-int gs_batch_parse_preprocess(const char *spec, gs_batch_options *o) {
-  for (const char *p = spec; *p;) {
-    const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
-    const char *eq = memchr(p, '=', (size_t)(end - p));
-    double v = 0;
-    if (!eq || parse_number(eq + 1, (size_t)(end - eq - 1), &v) < 0)
-      return gs_error(GS_EINVAL, "preprocess '%.*s' is not KEY=NUMBER (scale, mean, std)",
-                      (int)(end - p), p);
-    size_t klen = (size_t)(eq - p);
-    if (klen == 5 && !strncmp(p, "scale", 5))
-      o->scale = v;
-    else if (klen == 4 && !strncmp(p, "mean", 4))
-      o->mean = v;
-    else if (klen == 3 && !strncmp(p, "std", 3)) {
-      if (v == 0)
-        return gs_error(GS_EINVAL, "preprocess std cannot be 0");
-      o->std = v;
-    } else
-      return gs_error(GS_EINVAL, "unknown preprocess key '%.*s' (scale, mean, std)", (int)klen, p);
-    p = comma ? comma + 1 : end;
-  }
-  return GS_OK;
 }

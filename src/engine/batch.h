@@ -11,13 +11,17 @@
 #define GS_ENGINE_BATCH_H
 
 #include "engine/engine.h"
+#include "engine/image.h"
 #include "engine/pipeline.h"
 
 #define GS_BATCH_MAX_DEVICES 6
 
 typedef struct gs_batch_options {
   const char *model_path;  /* model.onnx */
-  const char *input;       /* .npy, a directory of .npy, or .csv */
+  /* .npy, a directory of .npy, or a .csv of numbers (dataset.h); or images:
+   * a directory of JPEG and PNG files, a .txt or .csv list of them
+   * (image_set.h), each decoded and made one row by `prep`. */
+  const char *input;
   const char *output_dir;  /* gets <output name>.npy for each output */
   int batch;               /* rows per batch (0: 64; a fixed batch dimension wins) */
   /* The devices, in the order the model's parts run on them (one: the
@@ -25,7 +29,9 @@ typedef struct gs_batch_options {
   gs_device_t *devices[GS_BATCH_MAX_DEVICES];
   int n_devices;
   gs_precision precision;
-  double scale, mean, std; /* preprocess: (x * scale - mean) / std; 1, 0, 1 by default */
+  /* Preprocessing: (x * scale - mean) / std for numbers (one mean and std);
+   * for images the whole recipe. gs_prep_defaults: none. */
+  gs_prep prep;
   int slots;               /* batches in flight (0: 4) */
   /* Ingest and preprocess threads (0: 2, and the cores; a quarter of them
    * where a CPU computes, whose kernels take the rest). */
@@ -34,6 +40,10 @@ typedef struct gs_batch_options {
   void (*progress)(int64_t rows_done, int64_t rows_total, void *ctx);
   void *progress_ctx;
   atomic_bool *cancel;     /* may be NULL */
+  /* Images that could not be read or decoded: their rows are zeros, and
+   * output_dir/failed.txt says which and why (row, path, reason, tab
+   * separated); the others go on. Their count, where not NULL. */
+  int64_t *failed;
 } gs_batch_options;
 
 /* Runs the whole data set; *stats gets each stage's figures. Malformed
@@ -47,9 +57,5 @@ int gs_batch_run(const gs_batch_options *options, int64_t *rows, gs_pipeline_res
  * dropped from the page cache before each run that reads it. */
 int gs_batch_profile(const gs_batch_options *options, double alone[GS_PIPELINE_MAX_STAGES],
                      gs_pipeline_result *whole, int64_t *rows);
-
-/* Parses "scale=1/255,mean=0.5,std=0.25" into options (each key optional;
- * a value may be a fraction). GS_EINVAL naming what is wrong. */
-int gs_batch_parse_preprocess(const char *spec, gs_batch_options *options);
 
 #endif

@@ -1,0 +1,71 @@
+/* image.h - images for models that take them: JPEG and PNG decoded to 8-bit
+ * RGB (libjpeg-turbo, libpng), resized as Pillow resizes (the arithmetic
+ * torchvision's transforms run on a PIL image), cropped and normalised into
+ * a model's input row. What a recipe does is declared in a spec string, the
+ * torchvision recipe's words: "resize=256,center_crop=224,scale=1/255,
+ * mean=0.485:0.456:0.406,std=0.229:0.224:0.225". */
+#ifndef GS_ENGINE_IMAGE_H
+#define GS_ENGINE_IMAGE_H
+
+#include "hal/op/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Pillow's decompression-bomb limit: 2 x its warning threshold of
+ * 89,478,485 pixels (a 3 GiB RGBA image). Larger images are refused. */
+#define GS_IMAGE_MAX_PIXELS ((int64_t)2 * 89478485)
+
+/* 8-bit RGB, rows top to bottom, 3 bytes a pixel, no padding. */
+typedef struct gs_image {
+  int width, height;
+  uint8_t *rgb; /* malloc'd by gs_image_decode; gs_image_free frees it */
+} gs_image;
+
+/* Decodes a JPEG or PNG held in memory (the format from its first bytes).
+ * Greyscale and palette images become RGB, alpha is dropped, 16-bit
+ * samples keep their high byte (as Pillow's RGB conversion does). Refused,
+ * with GS_EINVAL and a reason: other formats, CMYK JPEGs, a file that is
+ * corrupt or cut short (a libjpeg warning counts), more than `max_pixels`
+ * pixels. */
+int gs_image_decode(const void *data, size_t size, int64_t max_pixels, gs_image *out);
+void gs_image_free(gs_image *img);
+
+typedef enum { GS_FILTER_BILINEAR, GS_FILTER_BICUBIC, GS_FILTER_NEAREST } gs_image_filter;
+typedef enum { GS_LAYOUT_AUTO, GS_LAYOUT_NCHW, GS_LAYOUT_NHWC } gs_image_layout;
+
+/* A preprocessing recipe. Every value becomes (v * scale - mean[c]) / std[c]
+ * for its channel c (one mean or std: the same for every channel). */
+typedef struct gs_prep {
+  double scale;
+  double mean[3], std[3];
+  int n_mean, n_std;          /* values given: 1 or 3 */
+  int resize_short;           /* resize=N: the shorter edge to N, the other in proportion */
+  int resize_h, resize_w;     /* resize=HxW */
+  int crop_h, crop_w;         /* center_crop=N or HxW (0: none) */
+  gs_image_filter interpolation;
+  gs_image_layout layout;
+} gs_prep;
+
+/* scale 1, mean 0, std 1, no resize or crop, bilinear, layout auto. */
+void gs_prep_defaults(gs_prep *p);
+/* Parses a spec of comma-separated KEY=VALUE into *p (from its present
+ * values). GS_EINVAL naming what is wrong. */
+int gs_prep_parse(const char *spec, gs_prep *p);
+/* Whether the recipe changes an image's size (resize or crop). */
+bool gs_prep_has_geometry(const gs_prep *p);
+
+/* The image after resize and crop is out_h x out_w, written as one row of
+ * the model's input: 3 x out_h x out_w (nchw) or out_h x out_w x 3 (nhwc)
+ * values of `dtype`. GS_EINVAL where the recipe makes another size. */
+int gs_prep_image(const gs_prep *p, const gs_image *img, int out_h, int out_w, bool nchw,
+                  gs_dtype dtype, void *out);
+
+/* Resizes src (sw x sh, RGB) to a dw x dh image, as Pillow's resize does
+ * with that filter, and writes only the window [x0, x0 + ww) x [y0, y0 + wh)
+ * of it into dst (ww x wh, RGB): a crop needs no more. */
+int gs_image_resize(const uint8_t *src, int sw, int sh, int dw, int dh, gs_image_filter mode,
+                    int x0, int y0, int ww, int wh, uint8_t *dst);
+
+#endif

@@ -1,0 +1,284 @@
+/* image_prep.c - preprocessing recipes (image.h): the spec's keys, declared
+ * in one table, and an image made into a model's input row the way
+ * torchvision's Resize, CenterCrop, ToTensor and Normalize make it from a
+ * PIL image. */
+#include "engine/image.h"
+
+#include "base/error.h"
+#include "hal/cpu/ops/kernels.h" /* gs_st */
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void gs_prep_defaults(gs_prep *p) {
+  *p = (gs_prep){.scale = 1, .mean = {0, 0, 0}, .std = {1, 1, 1}, .n_mean = 1, .n_std = 1,
+                 .interpolation = GS_FILTER_BILINEAR, .layout = GS_LAYOUT_AUTO};
+}
+
+bool gs_prep_has_geometry(const gs_prep *p) {
+  return p->resize_short || p->resize_h || p->crop_h;
+}
+
+/* ---- the spec's values ------------------------------------------------------------------- */
+
+/* A finite number, or a fraction of two ("1/255"). */
+static int parse_number(const char *text, size_t n, double *out) {
+  char buf[64];
+  if (n == 0 || n >= sizeof buf)
+    return GS_EINVAL;
+  memcpy(buf, text, n);
+  buf[n] = '\0';
+  char *end;
+  double num = strtod(buf, &end), den = 1;
+  if (end == buf)
+    return GS_EINVAL;
+  if (*end == '/') {
+    char *start = end + 1;
+    den = strtod(start, &end);
+    if (end == start || den == 0)
+      return GS_EINVAL;
+  }
+  if (*end)
+    return GS_EINVAL;
+  *out = num / den;
+  return isfinite(*out) ? GS_OK : GS_EINVAL;
+}
+
+/* N, or HxW: whole numbers from 1 to 65536. */
+static int parse_size(const char *text, size_t n, int *h, int *w) {
+  char buf[32];
+  if (n == 0 || n >= sizeof buf)
+    return GS_EINVAL;
+  memcpy(buf, text, n);
+  buf[n] = '\0';
+  char *end;
+  long a = strtol(buf, &end, 10), b = a;
+  if (end == buf)
+    return GS_EINVAL;
+  if (*end == 'x') {
+    char *start = end + 1;
+    b = strtol(start, &end, 10);
+    if (end == start)
+      return GS_EINVAL;
+  }
+  if (*end || a < 1 || b < 1 || a > 65536 || b > 65536)
+    return GS_EINVAL;
+  *h = (int)a;
+  *w = (int)b;
+  return GS_OK;
+}
+
+typedef int (*key_parser)(const char *v, size_t n, gs_prep *p, size_t field);
+
+static int key_number(const char *v, size_t n, gs_prep *p, size_t field) {
+  return parse_number(v, n, (double *)((char *)p + field));
+}
+
+/* One value, or one per channel separated by colons; a std of 0 is refused. */
+static int key_channels(const char *v, size_t n, gs_prep *p, size_t field) {
+  double *values = (double *)((char *)p + field);
+  int count = 0;
+  for (const char *at = v, *end = v + n; at <= end && count < 4;) {
+    const char *colon = memchr(at, ':', (size_t)(end - at));
+    const char *stop = colon ? colon : end;
+    double x;
+    if (count == 3 || parse_number(at, (size_t)(stop - at), &x) < 0)
+      return GS_EINVAL;
+    if (field == offsetof(gs_prep, std) && x == 0)
+      return GS_EINVAL;
+    values[count++] = x;
+    at = stop + 1;
+  }
+  if (count != 1 && count != 3)
+    return GS_EINVAL;
+  *(field == offsetof(gs_prep, mean) ? &p->n_mean : &p->n_std) = count;
+  return GS_OK;
+}
+
+/* resize=N: the shorter edge; resize=HxW: both. */
+static int key_resize(const char *v, size_t n, gs_prep *p, size_t field) {
+  (void)field;
+  int h, w;
+  if (parse_size(v, n, &h, &w) < 0)
+    return GS_EINVAL;
+  bool one = !memchr(v, 'x', n);
+  p->resize_short = one ? h : 0;
+  p->resize_h = one ? 0 : h;
+  p->resize_w = one ? 0 : w;
+  return GS_OK;
+}
+
+static int key_crop(const char *v, size_t n, gs_prep *p, size_t field) {
+  (void)field;
+  return parse_size(v, n, &p->crop_h, &p->crop_w);
+}
+
+static int key_word(const char *v, size_t n, const char *const *words, int *out) {
+  for (int i = 0; words[i]; i++)
+    if (strlen(words[i]) == n && !strncmp(v, words[i], n)) {
+      *out = i;
+      return GS_OK;
+    }
+  return GS_EINVAL;
+}
+
+static int key_interpolation(const char *v, size_t n, gs_prep *p, size_t field) {
+  (void)field;
+  static const char *const words[] = {"bilinear", "bicubic", "nearest", NULL};
+  int i, rc = key_word(v, n, words, &i);
+  if (rc == 0)
+    p->interpolation = (gs_image_filter)i;
+  return rc;
+}
+
+static int key_layout(const char *v, size_t n, gs_prep *p, size_t field) {
+  (void)field;
+  static const char *const words[] = {"auto", "nchw", "nhwc", NULL};
+  int i, rc = key_word(v, n, words, &i);
+  if (rc == 0)
+    p->layout = (gs_image_layout)i;
+  return rc;
+}
+
+static const struct prep_key {
+  const char *name;
+  key_parser parse;
+  size_t field;
+  const char *values; /* for the error message */
+} prep_keys[] = {
+    {"scale", key_number, offsetof(gs_prep, scale), "a number or a fraction such as 1/255"},
+    {"mean", key_channels, offsetof(gs_prep, mean), "one number, or three as 0.485:0.456:0.406"},
+    {"std", key_channels, offsetof(gs_prep, std), "one non-zero number, or three"},
+    {"resize", key_resize, 0, "N (the shorter edge) or HxW"},
+    {"center_crop", key_crop, 0, "N or HxW"},
+    {"interpolation", key_interpolation, 0, "bilinear, bicubic or nearest"},
+    {"layout", key_layout, 0, "nchw, nhwc or auto"},
+};
+
+int gs_prep_parse(const char *spec, gs_prep *p) {
+  for (const char *at = spec; *at;) {
+    const char *comma = strchr(at, ','), *end = comma ? comma : at + strlen(at);
+    const char *eq = memchr(at, '=', (size_t)(end - at));
+    size_t klen = eq ? (size_t)(eq - at) : (size_t)(end - at);
+    const struct prep_key *key = NULL;
+    for (size_t i = 0; i < sizeof prep_keys / sizeof *prep_keys; i++)
+      if (strlen(prep_keys[i].name) == klen && !strncmp(at, prep_keys[i].name, klen))
+        key = &prep_keys[i];
+    if (!key)
+      return gs_error(GS_EINVAL, "unknown preprocess key '%.*s' (scale, mean, std, resize, "
+                                 "center_crop, interpolation, layout)", (int)klen, at);
+    if (!eq || key->parse(eq + 1, (size_t)(end - eq - 1), p, key->field) < 0)
+      return gs_error(GS_EINVAL, "preprocess '%.*s': %s takes %s", (int)(end - at), at,
+                      key->name, key->values);
+    at = comma ? comma + 1 : end;
+  }
+  return GS_OK;
+}
+
+/* ---- an image into a row ------------------------------------------------------------------- */
+
+/* torchvision's Resize: HxW as given; N makes the shorter edge N and the
+ * longer int(N * long / short). */
+static void resized_size(const gs_prep *p, int w, int h, int *rw, int *rh) {
+  *rw = w;
+  *rh = h;
+  if (p->resize_h) {
+    *rw = p->resize_w;
+    *rh = p->resize_h;
+  } else if (p->resize_short) {
+    int64_t n = p->resize_short;
+    if (w <= h) {
+      *rw = (int)n;
+      *rh = (int)((double)(n * h) / w);
+    } else {
+      *rh = (int)n;
+      *rw = (int)((double)(n * w) / h);
+    }
+  }
+}
+
+/* CenterCrop along one edge of `size`: where the crop starts in the
+ * resized image (its offset rounded half to even, as Python's round()),
+ * and where the image starts in the crop when the crop is larger (padded
+ * with zeros, the left or top pad the smaller). */
+static void crop_edge(int size, int crop, int *from, int *pad) {
+  if (crop <= size) {
+    *from = (int)nearbyint((size - crop) / 2.0);
+    *pad = 0;
+  } else {
+    *from = 0;
+    *pad = (crop - size) / 2;
+  }
+}
+
+/* (v * scale - mean) / std for each byte value and channel. */
+static void value_table(const gs_prep *p, double table[3][256]) {
+  for (int c = 0; c < 3; c++) {
+    double mean = p->mean[p->n_mean == 3 ? c : 0], std = p->std[p->n_std == 3 ? c : 0];
+    for (int v = 0; v < 256; v++)
+      table[c][v] = (v * p->scale - mean) / std;
+  }
+}
+
+static void write_row(const gs_prep *p, const uint8_t *rgb, int h, int w, bool nchw,
+                      gs_dtype dtype, void *out) {
+  double table[3][256];
+  value_table(p, table);
+  size_t plane = (size_t)h * w;
+  if (dtype == GS_DT_FLOAT32) {
+    float lut[3][256], *dst = out;
+    for (int c = 0; c < 3; c++)
+      for (int v = 0; v < 256; v++)
+        lut[c][v] = (float)table[c][v];
+    for (size_t i = 0; i < plane; i++)
+      for (int c = 0; c < 3; c++)
+        dst[nchw ? c * plane + i : 3 * i + c] = lut[c][rgb[3 * i + c]];
+    return;
+  }
+  for (size_t i = 0; i < plane; i++)
+    for (int c = 0; c < 3; c++)
+      gs_st(dtype, out, (int64_t)(nchw ? c * plane + i : 3 * i + c), table[c][rgb[3 * i + c]]);
+}
+
+int gs_prep_image(const gs_prep *p, const gs_image *img, int out_h, int out_w, bool nchw,
+                  gs_dtype dtype, void *out) {
+  int rw, rh;
+  resized_size(p, img->width, img->height, &rw, &rh);
+  int cw = p->crop_h ? p->crop_w : rw, ch = p->crop_h ? p->crop_h : rh;
+  if (cw != out_w || ch != out_h)
+    return gs_error(GS_EINVAL, "a %dx%d image becomes %dx%d (width x height) through the "
+                               "preprocess recipe; the model takes %dx%d",
+                    img->width, img->height, cw, ch, out_w, out_h);
+  int x0, y0, pad_x, pad_y;
+  crop_edge(rw, cw, &x0, &pad_x);
+  crop_edge(rh, ch, &y0, &pad_y);
+  /* the part of the resized image that shows */
+  int ww = cw <= rw ? cw : rw, wh = ch <= rh ? ch : rh;
+  size_t canvas_bytes = (size_t)out_h * out_w * 3;
+  bool padded = ww < cw || wh < ch;
+  uint8_t *canvas = malloc(canvas_bytes), *window = padded ? malloc((size_t)ww * wh * 3) : canvas;
+  if (!canvas || !window) {
+    free(canvas);
+    if (padded)
+      free(window);
+    return gs_error(GS_ENOMEM, "out of memory preprocessing a %dx%d image", img->width,
+                    img->height);
+  }
+  int rc = gs_image_resize(img->rgb, img->width, img->height, rw, rh, p->interpolation, x0, y0,
+                           ww, wh, window);
+  if (rc == 0 && padded) {
+    memset(canvas, 0, canvas_bytes);
+    for (int y = 0; y < wh; y++)
+      memcpy(canvas + (((size_t)(y + pad_y) * out_w) + pad_x) * 3, window + (size_t)y * ww * 3,
+             (size_t)ww * 3);
+  }
+  if (rc == 0)
+    write_row(p, canvas, out_h, out_w, nchw, dtype, out);
+  free(canvas);
+  if (padded)
+    free(window);
+  return rc;
+}
