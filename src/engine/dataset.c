@@ -389,7 +389,8 @@ int gs_dataset_open(const char *path, int64_t row_elems, gs_dataset **out) {
     ds->csv = true;
     rc = index_csv(ds, path);
   } else
-    rc = gs_error(GS_EINVAL, "%s: a data set is a .npy file, a directory of them, or a .csv file",
+    rc = gs_error(GS_EINVAL, "%s: a data set is a .npy file, a directory of them, or a .csv file; "
+                  "or images: .jpg, .jpeg or .png files, a directory of them, or a .txt list",
                   path);
   if (rc == 0 && ds->rows == 0)
     rc = gs_error(GS_EINVAL, "%s holds no rows", path);

@@ -126,7 +126,7 @@ def huge_npy(path):
                                            b"1\x00," + b",".join([b"1"] * 63) + b"\n"),
      "bad.csv:2: holds a NUL byte"),
     (lambda d: huge_npy(d / "bad.npy"), "bad.npy: holds 0 bytes of data"),
-    (lambda d: (d / "bad.txt").write_text("1"), "a data set is a .npy file"),
+    (lambda d: (d / "bad.dat").write_text("1"), "a data set is a .npy file"),
 ])
 def test_malformed_data_sets_name_file_and_position(tmp_path, make, needle):
     make(tmp_path)
