@@ -180,12 +180,9 @@ static int preprocess_images(batch_run *b, slot *sl, int64_t seq, void *dst) {
   for (int64_t r = 0; r < sl->rows; r++) {
     image_file *f = &sl->files[r];
     void *row = (char *)dst + (size_t)r * row_bytes;
-    gs_image img;
-    int rc = f->why[0] ? GS_EINVAL : gs_image_decode(f->bytes, f->size, GS_IMAGE_MAX_PIXELS, &img);
-    if (rc == 0) {
-      rc = gs_prep_image(&b->o->prep, &img, b->image_h, b->image_w, b->nchw, b->in.dtype, row);
-      gs_image_free(&img);
-    }
+    int rc = f->why[0] ? GS_EINVAL
+                       : gs_prep_encoded(&b->o->prep, f->bytes, f->size, b->image_h,
+                                         b->image_w, b->nchw, b->in.dtype, row);
     if (rc < 0) {
       memset(row, 0, row_bytes);
       if (note_failed_row(b, seq * b->batch + r, f->why[0] ? f->why : gs_error_detail()) < 0)
@@ -532,8 +529,9 @@ static int open_input(batch_run *b, const gs_value_info *in) {
   }
   if (gs_prep_has_geometry(&o->prep) || o->prep.n_mean > 1 || o->prep.n_std > 1 ||
       o->prep.layout != GS_LAYOUT_AUTO)
-    return gs_error(GS_EINVAL, "%s holds numbers, not images: resize, center_crop, layout and "
-                               "a mean or std per channel apply to images", o->input);
+    return gs_error(GS_EINVAL, "%s is not images (.jpg, .jpeg, .png, or a list of them): "
+                               "resize, center_crop, layout and a mean or std per channel apply "
+                               "to images", o->input);
   if ((rc = gs_dataset_open(o->input, b->row_elems, &b->ds)) < 0)
     return rc;
   b->rows = gs_dataset_rows(b->ds);

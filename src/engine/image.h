@@ -17,19 +17,29 @@
  * 89,478,485 pixels (a 3 GiB RGBA image). Larger images are refused. */
 #define GS_IMAGE_MAX_PIXELS ((int64_t)2 * 89478485)
 
-/* 8-bit RGB, rows top to bottom, 3 bytes a pixel, no padding. */
+/* 8-bit RGB, rows top to bottom, 3 bytes a pixel: the whole image, or the
+ * part of it a decoder was asked for. */
 typedef struct gs_image {
-  int width, height;
-  uint8_t *rgb; /* malloc'd by gs_image_decode; gs_image_free frees it */
+  int width, height; /* the whole image's */
+  int x0, y0, w, h;  /* the part held: pixels [x0, x0 + w) x [y0, y0 + h) */
+  size_t stride;     /* bytes from a row held to the next */
+  uint8_t *rgb;      /* pixel (x0, y0); gs_image_free frees it */
 } gs_image;
 
-/* Decodes a JPEG or PNG held in memory (the format from its first bytes).
+/* Told the image's size, sets box to the pixels [box[0], box[2]) x
+ * [box[1], box[3]) that will be read; a decoder may then leave the rest
+ * out (a JPEG's other blocks are not transformed). */
+typedef void gs_image_need_fn(int width, int height, void *ctx, int box[4]);
+
+/* Decodes a JPEG or PNG held in memory (the format from its first bytes),
+ * all of it or, where `need` is not NULL, at least the part it names.
  * Greyscale and palette images become RGB, alpha is dropped, 16-bit
  * samples keep their high byte (as Pillow's RGB conversion does). Refused,
  * with GS_EINVAL and a reason: other formats, CMYK JPEGs, a file that is
  * corrupt or cut short (a libjpeg warning counts), more than `max_pixels`
  * pixels. */
-int gs_image_decode(const void *data, size_t size, int64_t max_pixels, gs_image *out);
+int gs_image_decode(const void *data, size_t size, int64_t max_pixels, gs_image_need_fn *need,
+                    void *need_ctx, gs_image *out);
 void gs_image_free(gs_image *img);
 
 typedef enum { GS_FILTER_BILINEAR, GS_FILTER_BICUBIC, GS_FILTER_NEAREST } gs_image_filter;
@@ -56,16 +66,22 @@ int gs_prep_parse(const char *spec, gs_prep *p);
 /* Whether the recipe changes an image's size (resize or crop). */
 bool gs_prep_has_geometry(const gs_prep *p);
 
-/* The image after resize and crop is out_h x out_w, written as one row of
- * the model's input: 3 x out_h x out_w (nchw) or out_h x out_w x 3 (nhwc)
- * values of `dtype`. GS_EINVAL where the recipe makes another size. */
-int gs_prep_image(const gs_prep *p, const gs_image *img, int out_h, int out_w, bool nchw,
-                  gs_dtype dtype, void *out);
+/* Decodes an image file's bytes and makes it one row of the model's input
+ * by the recipe: out_h x out_w after resize and crop, written as
+ * 3 x out_h x out_w (nchw) or out_h x out_w x 3 (nhwc) values of `dtype`.
+ * GS_EINVAL with the reason where the image cannot be decoded, or the
+ * recipe makes another size. */
+int gs_prep_encoded(const gs_prep *p, const void *data, size_t size, int out_h, int out_w,
+                    bool nchw, gs_dtype dtype, void *out);
 
-/* Resizes src (sw x sh, RGB) to a dw x dh image, as Pillow's resize does
- * with that filter, and writes only the window [x0, x0 + ww) x [y0, y0 + wh)
- * of it into dst (ww x wh, RGB): a crop needs no more. */
-int gs_image_resize(const uint8_t *src, int sw, int sh, int dw, int dh, gs_image_filter mode,
-                    int x0, int y0, int ww, int wh, uint8_t *dst);
+/* Resizes src (src->width x src->height) to a dw x dh image, as Pillow's
+ * resize does with that filter, and writes only the window [x0, x0 + ww) x
+ * [y0, y0 + wh) of it into dst (ww x wh, RGB): a crop needs no more. src
+ * must hold the pixels gs_image_resize_needs names. */
+int gs_image_resize(const gs_image *src, int dw, int dh, gs_image_filter mode, int x0, int y0,
+                    int ww, int wh, uint8_t *dst);
+/* The source pixels that window reads, as gs_image_need_fn's box. */
+void gs_image_resize_needs(int sw, int sh, int dw, int dh, gs_image_filter mode, int x0, int y0,
+                           int ww, int wh, int box[4]);
 
 #endif

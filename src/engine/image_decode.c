@@ -51,7 +51,39 @@ static void jpeg_message(j_common_ptr c, int level) {
     jpeg_fail(c);
 }
 
-static int decode_jpeg(const void *data, size_t size, int64_t max_pixels, gs_image *out) {
+/* The rows asked for, and only the blocks of the columns asked for (libjpeg-
+ * turbo's crop widens them to whole blocks); the rows above and below are
+ * entropy-decoded, which finds a damaged file, but not transformed. */
+static void jpeg_read_part(struct jpeg_decompress_struct *cinfo, const int box[4],
+                           uint8_t *rgb, size_t stride) {
+  jpeg_skip_scanlines(cinfo, (JDIMENSION)box[1]);
+  while (cinfo->output_scanline < (JDIMENSION)box[3]) {
+    JSAMPROW row = rgb + (size_t)(cinfo->output_scanline - (JDIMENSION)box[1]) * stride;
+    jpeg_read_scanlines(cinfo, &row, 1);
+  }
+  jpeg_skip_scanlines(cinfo, cinfo->output_height - cinfo->output_scanline);
+}
+
+/* The box asked for, within the image, widened by a margin: where a crop
+ * cuts a block's neighbours away, upsampled chroma at the cut may differ
+ * from a whole decode; 16 pixels keep that out of what is read. */
+static void jpeg_box(int width, int height, gs_image_need_fn *need, void *ctx, int box[4]) {
+  enum { MARGIN = 16 };
+  box[0] = 0, box[1] = 0, box[2] = width, box[3] = height;
+  if (!need)
+    return;
+  need(width, height, ctx, box);
+  box[0] = box[0] - MARGIN < 0 ? 0 : box[0] - MARGIN;
+  box[1] = box[1] - MARGIN < 0 ? 0 : box[1] - MARGIN;
+  box[2] = box[2] + MARGIN > width ? width : box[2] + MARGIN;
+  box[3] = box[3] + MARGIN > height ? height : box[3] + MARGIN;
+  if (box[2] <= box[0] || box[3] <= box[1]) { /* nothing: the whole, rather than none */
+    box[0] = 0, box[1] = 0, box[2] = width, box[3] = height;
+  }
+}
+
+static int decode_jpeg(const void *data, size_t size, int64_t max_pixels, gs_image_need_fn *need,
+                       void *need_ctx, gs_image *out) {
   struct jpeg_decompress_struct cinfo;
   jpeg_failure failure;
   uint8_t *volatile rgb = NULL;
@@ -73,18 +105,20 @@ static int decode_jpeg(const void *data, size_t size, int64_t max_pixels, gs_ima
     rc = size_checked("JPEG", cinfo.image_width, cinfo.image_height, max_pixels);
   if (rc == 0) {
     cinfo.out_color_space = JCS_RGB; /* greyscale too: each grey value three times */
+    int width = (int)cinfo.image_width, height = (int)cinfo.image_height, box[4];
+    jpeg_box(width, height, need, need_ctx, box);
     jpeg_start_decompress(&cinfo);
+    JDIMENSION x0 = (JDIMENSION)box[0], w = (JDIMENSION)(box[2] - box[0]);
+    if (w < cinfo.output_width)
+      jpeg_crop_scanline(&cinfo, &x0, &w);
     size_t stride = (size_t)cinfo.output_width * 3;
-    if (!(rgb = malloc(stride * cinfo.output_height)))
-      rc = gs_error(GS_ENOMEM, "out of memory for a %ux%u image", cinfo.output_width,
-                    cinfo.output_height);
-    while (rc == 0 && cinfo.output_scanline < cinfo.output_height) {
-      JSAMPROW row = rgb + (size_t)cinfo.output_scanline * stride;
-      jpeg_read_scanlines(&cinfo, &row, 1);
-    }
+    if (!(rgb = malloc(stride * (size_t)(box[3] - box[1]))))
+      rc = gs_error(GS_ENOMEM, "out of memory for a %dx%d image", width, height);
     if (rc == 0) {
+      jpeg_read_part(&cinfo, box, rgb, stride);
       jpeg_finish_decompress(&cinfo);
-      *out = (gs_image){.width = (int)cinfo.output_width, .height = (int)cinfo.output_height,
+      *out = (gs_image){.width = width, .height = height, .x0 = (int)x0, .y0 = box[1],
+                        .w = (int)cinfo.output_width, .h = box[3] - box[1], .stride = stride,
                         .rgb = rgb};
       rgb = NULL;
     }
@@ -121,7 +155,8 @@ static void png_warn(png_structp png, png_const_charp message) {
   (void)message;
 }
 
-/* 8-bit RGB whatever the file's type: palette and grey expanded, alpha and
+/* PNG rows come whole (no gain in leaving some out): `need` is not asked.
+ * 8-bit RGB whatever the file's type: palette and grey expanded, alpha and
  * the high byte's partner dropped. */
 static void png_ask_rgb8(png_structp png, png_infop info) {
   int depth = png_get_bit_depth(png, info), type = png_get_color_type(png, info);
@@ -171,7 +206,8 @@ static int decode_png(const void *data, size_t size, int64_t max_pixels, gs_imag
     for (uint32_t y = 0; y < h; y++)
       rows[y] = rgb + (size_t)y * w * 3;
     png_read_image(png, rows);
-    *out = (gs_image){.width = (int)w, .height = (int)h, .rgb = rgb};
+    *out = (gs_image){.width = (int)w, .height = (int)h, .w = (int)w, .h = (int)h,
+                      .stride = (size_t)w * 3, .rgb = rgb};
     rgb = NULL;
   }
   png_destroy_read_struct(&png, &info, NULL);
@@ -180,11 +216,12 @@ static int decode_png(const void *data, size_t size, int64_t max_pixels, gs_imag
   return rc;
 }
 
-int gs_image_decode(const void *data, size_t size, int64_t max_pixels, gs_image *out) {
+int gs_image_decode(const void *data, size_t size, int64_t max_pixels, gs_image_need_fn *need,
+                    void *need_ctx, gs_image *out) {
   const uint8_t *b = data;
   memset(out, 0, sizeof *out);
   if (size >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
-    return decode_jpeg(data, size, max_pixels, out);
+    return decode_jpeg(data, size, max_pixels, need, need_ctx, out);
   if (size >= 8 && png_sig_cmp(b, 0, 8) == 0)
     return decode_png(data, size, max_pixels, out);
   return gs_error(GS_EINVAL, size == 0 ? "an empty file" : "neither a JPEG nor a PNG");

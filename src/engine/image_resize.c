@@ -13,6 +13,7 @@
 #include "engine/image.h"
 
 #include "base/error.h"
+#include "hal/cpu/ops/kernels.h" /* GS_VECTOR_CLONES */
 
 #include <math.h>
 #include <stdlib.h>
@@ -92,46 +93,92 @@ static int coeffs_make(int in_size, int out_size, int from, int n, const filter 
   return GS_OK;
 }
 
+/* The 8-bit value of a fixed-point sum: rounded (the sums start at one
+ * half) and clamped, as branch-free selects that vectorise. */
 static inline uint8_t clip8(int32_t v) {
-  if (v >= (255 << PRECISION_BITS))
-    return 255;
-  if (v <= 0)
-    return 0;
+  v = v < 0 ? 0 : v;
+  v = v > (255 << PRECISION_BITS) ? (255 << PRECISION_BITS) : v;
   return (uint8_t)(v >> PRECISION_BITS);
 }
 
-/* One output row of the horizontal pass: `in` is a source row. */
-static void pass_horizontal(const uint8_t *in, const coeffs *c, uint8_t *out) {
-  for (int x = 0; x < c->n; x++) {
-    const int32_t *k = &c->k[(size_t)x * c->ksize];
-    const uint8_t *p = in + (size_t)c->start[x] * 3;
-    int32_t r = 1 << (PRECISION_BITS - 1), g = r, b = r;
-    for (int j = 0; j < c->count[x]; j++) {
-      r += p[3 * j] * k[j];
-      g += p[3 * j + 1] * k[j];
-      b += p[3 * j + 2] * k[j];
+/* One output row of the vertical pass over `n` bytes a row: `in` is the
+ * first of the `count` rows it reads from the horizontal pass's output.
+ * Row by row into `sum` (n values), so that the loops vectorise; integer
+ * sums do not depend on their order. */
+GS_VECTOR_CLONES static void pass_vertical(const uint8_t *in, size_t stride, const int32_t *k, int count, int n,
+                          int32_t *sum, uint8_t *out) {
+  for (int v = 0; v < n; v++)
+    sum[v] = 1 << (PRECISION_BITS - 1);
+  for (int j = 0; j < count; j++) {
+    const uint8_t *row = in + (size_t)j * stride;
+    const int32_t kj = k[j];
+    for (int v = 0; v < n; v++)
+      sum[v] += row[v] * kj;
+  }
+  for (int v = 0; v < n; v++)
+    out[v] = clip8(sum[v]);
+}
+
+/* Pixel (x, y) of the whole image, which src holds. */
+static inline const uint8_t *pixel(const gs_image *src, int x, int y) {
+  return src->rgb + (size_t)(y - src->y0) * src->stride + (size_t)(x - src->x0) * 3;
+}
+
+/* A transpose of 3-byte pixels, in tiles that stay in cache: out's row c
+ * (rows x 3 bytes) is in's column c. A pixel moves as 4 bytes where the
+ * fourth is in's next pixel and out's next (written after): one load and
+ * one store instead of three of each. */
+static void transpose_pixels(const uint8_t *in, size_t in_stride, int rows, int cols,
+                             uint8_t *out) {
+  enum { TILE = 16 };
+  size_t out_stride = (size_t)rows * 3;
+  for (int r0 = 0; r0 < rows; r0 += TILE)
+    for (int c0 = 0; c0 < cols; c0 += TILE) {
+      int r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < cols ? c0 + TILE : cols;
+      for (int c = c0; c < c1; c++) {
+        uint8_t *o = out + (size_t)c * out_stride;
+        const uint8_t *i = in + (size_t)c * 3;
+        int wide = c + 1 < cols ? (r1 < rows ? r1 : rows - 1) : r0; /* 4 bytes below this r */
+        int r = r0;
+        for (; r < wide; r++) {
+          uint32_t v;
+          memcpy(&v, i + (size_t)r * in_stride, 4);
+          memcpy(o + (size_t)r * 3, &v, 4);
+        }
+        for (; r < r1; r++)
+          memcpy(o + (size_t)r * 3, i + (size_t)r * in_stride, 3);
+      }
     }
-    out[3 * x] = clip8(r);
-    out[3 * x + 1] = clip8(g);
-    out[3 * x + 2] = clip8(b);
-  }
 }
 
-/* One output row of the vertical pass over rows of `width` pixels:
- * `in` is the row `start` of the horizontal pass's output. */
-static void pass_vertical(const uint8_t *in, size_t stride, const int32_t *k, int count,
-                          int width, uint8_t *out) {
-  for (int v = 0; v < width * 3; v++) {
-    int32_t sum = 1 << (PRECISION_BITS - 1);
-    for (int j = 0; j < count; j++)
-      sum += in[(size_t)j * stride + v] * k[j];
-    out[v] = clip8(sum);
+/* The horizontal pass over source rows [row_lo, row_lo + rows) into mid
+ * (rows of cx->n pixels): done as a vertical pass on the transposed
+ * pixels, whose loops vectorise where the pixel-by-pixel sums do not
+ * (three channels, a handful of taps). `sum` holds rows x 3 values. */
+static int horizontal_pass(const gs_image *src, int row_lo, int rows, const coeffs *cx,
+                           uint8_t *mid, int32_t *sum) {
+  int col_lo = cx->start[0], last = cx->n - 1; /* the windows only move right */
+  int cols = cx->start[last] + cx->count[last] - col_lo;
+  size_t line = (size_t)rows * 3;
+  uint8_t *columns = malloc(line * (size_t)cols), *done = malloc(line * (size_t)cx->n);
+  if (!columns || !done) {
+    free(columns);
+    free(done);
+    return gs_error(GS_ENOMEM, "out of memory resizing a %d-pixel-wide image", src->width);
   }
+  transpose_pixels(pixel(src, col_lo, row_lo), src->stride, rows, cols, columns);
+  for (int x = 0; x < cx->n; x++)
+    pass_vertical(columns + (size_t)(cx->start[x] - col_lo) * line, line,
+                  &cx->k[(size_t)x * cx->ksize], cx->count[x], (int)line, sum, done + (size_t)x * line);
+  transpose_pixels(done, line, cx->n, rows, mid);
+  free(columns);
+  free(done);
+  return GS_OK;
 }
 
-static void resize_nearest(const uint8_t *src, int sw, int sh, int dw, int dh, int x0, int y0,
-                           int ww, int wh, uint8_t *dst) {
-  double ax = (double)sw / dw, ay = (double)sh / dh;
+static void resize_nearest(const gs_image *src, int dw, int dh, int x0, int y0, int ww, int wh,
+                           uint8_t *dst) {
+  double ax = (double)src->width / dw, ay = (double)src->height / dh;
   double yy = ay * 0.5;
   for (int y = 0; y < y0; y++)
     yy += ay;
@@ -142,22 +189,50 @@ static void resize_nearest(const uint8_t *src, int sw, int sh, int dw, int dh, i
       xx += ax;
     for (int x = 0; x < ww; x++, xx += ax) {
       int sx = (int)xx;
-      memcpy(dst + ((size_t)y * ww + x) * 3, src + ((size_t)sy * sw + sx) * 3, 3);
+      memcpy(dst + ((size_t)y * ww + x) * 3, pixel(src, sx, sy), 3);
     }
   }
 }
 
-int gs_image_resize(const uint8_t *src, int sw, int sh, int dw, int dh, gs_image_filter mode,
-                    int x0, int y0, int ww, int wh, uint8_t *dst) {
+/* The filter's weights and reach. */
+static filter filter_of(gs_image_filter mode) {
+  return mode == GS_FILTER_BICUBIC ? (filter){cubic, 2.0} : (filter){triangle, 1.0};
+}
+
+/* Along one edge: the inputs that outputs [from, from + n) read, [*lo, *hi). */
+static void source_span(int in_size, int out_size, int from, int n, gs_image_filter mode, int *lo,
+                        int *hi) {
+  double scale = (double)in_size / out_size;
+  if (mode == GS_FILTER_NEAREST) { /* one input each; a pixel either way for the stepping */
+    *lo = (int)((from + 0.5) * scale) - 1;
+    *hi = (int)((from + n - 0.5) * scale) + 2;
+  } else {
+    double support = filter_of(mode).support * (scale < 1.0 ? 1.0 : scale);
+    *lo = (int)((from + 0.5) * scale - support + 0.5);
+    *hi = (int)((from + n - 0.5) * scale + support + 0.5);
+  }
+  *lo = *lo < 0 ? 0 : *lo;
+  *hi = *hi > in_size ? in_size : *hi;
+}
+
+void gs_image_resize_needs(int sw, int sh, int dw, int dh, gs_image_filter mode, int x0, int y0,
+                           int ww, int wh, int box[4]) {
+  source_span(sw, dw, x0, ww, mode, &box[0], &box[2]);
+  source_span(sh, dh, y0, wh, mode, &box[1], &box[3]);
+}
+
+int gs_image_resize(const gs_image *src, int dw, int dh, gs_image_filter mode, int x0, int y0,
+                    int ww, int wh, uint8_t *dst) {
+  int sw = src->width, sh = src->height;
   if (sw <= 0 || sh <= 0 || dw <= 0 || dh <= 0 || x0 < 0 || y0 < 0 || ww <= 0 || wh <= 0 ||
       x0 + ww > dw || y0 + wh > dh)
     return gs_error(GS_EINVAL, "resize %dx%d to %dx%d, window %dx%d at %d,%d", sw, sh, dw, dh,
                     ww, wh, x0, y0);
   if (mode == GS_FILTER_NEAREST) {
-    resize_nearest(src, sw, sh, dw, dh, x0, y0, ww, wh, dst);
+    resize_nearest(src, dw, dh, x0, y0, ww, wh, dst);
     return GS_OK;
   }
-  const filter f = mode == GS_FILTER_BICUBIC ? (filter){cubic, 2.0} : (filter){triangle, 1.0};
+  const filter f = filter_of(mode);
   bool horizontal = dw != sw, vertical = dh != sh;
   coeffs cx = {0}, cy = {0};
   int rc = horizontal ? coeffs_make(sw, dw, x0, ww, &f, &cx) : GS_OK;
@@ -166,25 +241,26 @@ int gs_image_resize(const uint8_t *src, int sw, int sh, int dw, int dh, gs_image
   /* The source rows the window needs, through the horizontal pass. */
   int row_lo = vertical ? cy.start[0] : y0;
   int row_hi = vertical ? cy.start[wh - 1] + cy.count[wh - 1] : y0 + wh;
-  size_t stride = (size_t)ww * 3;
-  uint8_t *mid = rc == 0 ? malloc(stride * (size_t)(row_hi - row_lo)) : NULL;
-  if (rc == 0 && !mid)
+  int rows = row_hi - row_lo;
+  size_t stride = (size_t)ww * 3, longest = stride > (size_t)rows * 3 ? stride : (size_t)rows * 3;
+  uint8_t *mid = rc == 0 ? malloc(stride * (size_t)rows) : NULL;
+  int32_t *sum = rc == 0 ? malloc(longest * sizeof *sum) : NULL;
+  if (rc == 0 && (!mid || !sum))
     rc = gs_error(GS_ENOMEM, "out of memory resizing a %dx%d image", sw, sh);
-  for (int y = row_lo; rc == 0 && y < row_hi; y++) {
-    const uint8_t *in = src + (size_t)y * sw * 3;
-    if (horizontal)
-      pass_horizontal(in, &cx, mid + (size_t)(y - row_lo) * stride);
-    else
-      memcpy(mid + (size_t)(y - row_lo) * stride, in + (size_t)x0 * 3, stride);
-  }
+  if (rc == 0 && horizontal)
+    rc = horizontal_pass(src, row_lo, rows, &cx, mid, sum);
+  for (int y = 0; rc == 0 && !horizontal && y < rows; y++)
+    memcpy(mid + (size_t)y * stride, pixel(src, x0, row_lo + y), stride);
   for (int y = 0; rc == 0 && y < wh; y++) {
     if (vertical)
       pass_vertical(mid + (size_t)(cy.start[y] - row_lo) * stride, stride,
-                    &cy.k[(size_t)y * cy.ksize], cy.count[y], ww, dst + (size_t)y * stride);
+                    &cy.k[(size_t)y * cy.ksize], cy.count[y], (int)stride, sum,
+                    dst + (size_t)y * stride);
     else
       memcpy(dst + (size_t)y * stride, mid + (size_t)y * stride, stride);
   }
   free(mid);
+  free(sum);
   coeffs_free(&cx);
   coeffs_free(&cy);
   return rc;

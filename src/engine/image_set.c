@@ -65,7 +65,8 @@ static int by_name(const FTSENT **a, const FTSENT **b) {
 }
 
 /* The directory's images, depth first in name order; *npy whether it also
- * holds .npy files (then it is a data set of numbers). */
+ * holds .npy files (then it is a data set of numbers). Links to directories
+ * are not followed (no cycles); links named as images are taken. */
 static int list_dir(gs_image_set *set, const char *dir, bool *npy) {
   char *roots[] = {(char *)dir, NULL};
   FTS *fts = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, by_name);
@@ -78,7 +79,8 @@ static int list_dir(gs_image_set *set, const char *dir, bool *npy) {
       rc = gs_error(GS_EIO, "cannot list %s: %s", e->fts_path, strerror(e->fts_errno));
     else if (e->fts_info == FTS_F && ends_with(e->fts_name, e->fts_namelen, ".npy"))
       *npy = true;
-    else if (e->fts_info == FTS_F && is_image_name(e->fts_name, e->fts_namelen))
+    else if ((e->fts_info == FTS_F || e->fts_info == FTS_SL) && /* links to files too */
+             is_image_name(e->fts_name, e->fts_namelen))
       rc = add(set, NULL, e->fts_path, e->fts_pathlen);
   }
   fts_close(fts);

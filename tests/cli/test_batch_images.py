@@ -5,8 +5,8 @@ PIL image; images that cannot be read become zero rows named in failed.txt
 while the rest go on; lists of paths; recipes refused saying why.
 
 The model is Identity, so that its output is the preprocessed input. The
-tolerance is float32 rounding of the normalisation (gpusrv rounds
-(v/255 - mean)/std once from double, torch rounds each of its three steps):
+tolerance is float32 rounding of the normalisation (gpusrv computes
+v * (scale/std) - mean/std, torch (v/255 - mean)/std, each step rounded):
 2e-6, far below one 8-bit level (0.017 after std 0.229). Resizing itself must
 give Pillow's bytes exactly, for every filter."""
 import os
@@ -238,13 +238,15 @@ def test_lists_of_paths_keep_their_order(images, tmp_path):
 
 def test_crops_larger_than_the_image_pad_and_nhwc_bytes(images, tmp_path):
     """center_crop alone on images smaller than the crop pads them with
-    zeros as torchvision does; a uint8 NHWC model gets the bytes."""
+    zeros as torchvision does, and cuts larger ones; a uint8 NHWC model
+    gets the bytes."""
     d, _ = images
     model = identity_model(tmp_path / "u8.onnx", ["N", 224, 224, 3], TensorProto.UINT8)
     small = tmp_path / "small"
     small.mkdir()
     Image.fromarray(photo(201, 150, 30)).save(small / "a.png")
     Image.fromarray(photo(300, 223, 31)).save(small / "b.png")
+    Image.fromarray(photo(300, 260, 32)).save(small / "c.jpg")  # cropped only: part decoded
     run("batch", model, "-i", str(small), "-o", str(tmp_path / "out"),
         "--preprocess", "center_crop=224")
     got, paths = rows_of(tmp_path / "out")
@@ -269,7 +271,7 @@ def test_recipes_and_models_refused_saying_why(images, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((2, 64), np.float32))
     p = run("batch", flat, "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "o"),
             "--preprocess", "resize=256", check=False)
-    assert p.returncode == 1 and "holds numbers, not images" in p.stderr
+    assert p.returncode == 1 and "is not images (.jpg, .jpeg, .png" in p.stderr
     # A recipe whose size is not the model's: each image refused, saying both.
     p = run("batch", model, "-i", str(d / "photos" / "a_landscape.jpg"), "-o",
             str(tmp_path / "o"), "--preprocess", "resize=200")
