@@ -463,6 +463,17 @@ static int plan_part(batch_run *b, int k, const gs_shape *input_shape) {
   return gs_stream_create(p->device, &p->in_stream);
 }
 
+/* Writes zeros over a part's input buffers once, so that their first
+ * touch (on a host device, page faults; in a VM, memory the host hands out
+ * slowly) is paid while setting up, not by the first batches. */
+static int touch_inputs(const part *p, gs_buffer_t *const in[MAX_VALUES]) {
+  int rc = GS_OK;
+  for (int i = 0; rc == 0 && i < p->n_in; i++)
+    rc = gs_stream_memset(p->in_stream, in[i], 0, 0, p->in[i].bytes);
+  int sync = gs_stream_synchronize(p->in_stream);
+  return rc < 0 ? rc : sync;
+}
+
 static int alloc_slots(batch_run *b) {
   b->n_slots = b->o->slots > 0 ? b->o->slots : 4;
   b->slots = calloc((size_t)b->n_slots, sizeof *b->slots);
@@ -492,6 +503,8 @@ static int alloc_slots(batch_run *b) {
     }
     for (int i = 0; rc == 0 && i < b->n_out; i++)
       rc = gs_pool_alloc(pinned_out, b->out[i].bytes, NULL, &sl->staged_out[i]);
+    for (int k = 0; rc == 0 && k < b->n_parts; k++)
+      rc = touch_inputs(&b->parts[k], sl->in[k]);
   }
   return rc;
 }
