@@ -5,6 +5,7 @@
  * and shapes are HTTP's (gs_kserve_check_input). */
 #include "api/grpc_call.h"
 
+#include "api/image_input.h"
 #include "api/kserve.h"
 #include "api/kserve_data.h"
 
@@ -141,7 +142,7 @@ static int typed_input(const Inference__InferTensorContents *t, gs_dtype dt, int
 static int input_data(const Inference__ModelInferRequest *q, size_t k, int idx, int64_t count,
                       gs_infer_request *r, char *why, size_t whylen) {
   const Inference__ModelInferRequest__InferInputTensor *in = q->inputs[k];
-  gs_dtype dt = r->version->model->inputs[idx].dtype;
+  gs_dtype dt = r->given[idx]; /* the model's, or an image form */
   if (q->n_raw_input_contents) {
     const ProtobufCBinaryData *raw = &q->raw_input_contents[k];
     if (dt == GS_DT_BYTES) {
@@ -221,6 +222,9 @@ int gs_grpc_infer_parse(const Inference__ModelInferRequest *q, size_t message_by
       snprintf(why, whylen, "input '%s' is missing", model->inputs[i].name);
       return 400;
     }
+  for (int i = 0; i < model->n_inputs; i++)
+    if (r->given[i] != model->inputs[i].dtype && (st = gs_image_input_convert(r, i, why, whylen)))
+      return st;
   return requested_outputs(q, r, why, whylen);
 }
 

@@ -19,6 +19,9 @@ struct gs_infer_request {
   bool delayed;        /* timed out under timeout_action DELAY */
   int64_t batch;       /* rows along the batch dimension (1 without batching) */
   gs_shape shapes[GS_REQ_MAX_IO];
+  /* Each input's datatype as sent: the model's, or an image form
+   * (image_input.h) until gs_image_input_convert makes it the model's. */
+  gs_dtype given[GS_REQ_MAX_IO];
   const void *inputs[GS_REQ_MAX_IO]; /* into the request body, or owned[] */
   void *owned[GS_REQ_MAX_IO];
   bool send[GS_REQ_MAX_IO], binary[GS_REQ_MAX_IO]; /* which outputs, and how */

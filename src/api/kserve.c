@@ -2,6 +2,7 @@
  * model metadata, model configuration in Triton's shape, and inference with
  * JSON tensors and with the binary tensor data extension. */
 #include "api/kserve.h"
+#include "api/image_input.h"
 #include "api/kserve_data.h"
 
 #include "base/error.h"
@@ -231,6 +232,8 @@ json_t *gs_kserve_model_config(gs_served_model *m, gs_served_version *v) {
     json_object_set_new(j, "dynamic_batching", db);
   }
   json_object_set_new(j, "instance_group", instance_groups_json(m));
+  if (m->has_prep)
+    json_object_set_new(j, "preprocess", json_string(m->prep_spec));
   return j;
 }
 
@@ -523,21 +526,25 @@ int gs_kserve_check_input(gs_infer_request *r, const char *name, const char *dat
     return -1;
   }
   const gs_value_info *want = &model->inputs[idx];
-  if (!datatype || gs_kserve_dtype_from_name(datatype) != want->dtype) {
-    snprintf(why, whylen, "input '%s': expected datatype %s, got %s", name,
-             gs_kserve_dtype_name(want->dtype), datatype && datatype[0] ? datatype : "none");
+  gs_dtype given = datatype ? gs_kserve_dtype_from_name(datatype) : GS_DT_INVALID;
+  bool image = given != want->dtype && gs_image_input_form(m, model, idx, given, rank, dims);
+  if (given != want->dtype && !image) {
+    snprintf(why, whylen, "input '%s': expected datatype %s%s, got %s", name,
+             gs_kserve_dtype_name(want->dtype),
+             m->has_prep ? " (or images: BYTES [n] of JPEG or PNG files, UINT8 [n, h, w, 3])" : "",
+             datatype && datatype[0] ? datatype : "none");
     return -1;
   }
-  if (rank != want->rank) {
+  if (!image && rank != want->rank) {
     snprintf(why, whylen, "input '%s': expected a shape of %d dimensions", name, want->rank);
     return -1;
   }
-  gs_shape sh = {.rank = want->rank};
-  for (int d = 0; d < want->rank; d++) {
+  gs_shape sh = {.rank = image ? rank : want->rank};
+  for (int d = 0; d < sh.rank; d++) {
     int64_t val = dims[d];
     bool batch = m->max_batch_size > 0 && d == 0;
     if (val < 0 || (batch && (val < 1 || val > m->max_batch_size)) ||
-        (!batch && want->dims[d] >= 0 && val != want->dims[d])) {
+        (!batch && !image && want->dims[d] >= 0 && val != want->dims[d])) {
       snprintf(why, whylen, "input '%s': dimension %d is %lld, expected %s%lld", name, d,
                (long long)val, batch ? "1 to " : "",
                (long long)(batch ? m->max_batch_size : want->dims[d]));
@@ -554,6 +561,7 @@ int gs_kserve_check_input(gs_infer_request *r, const char *name, const char *dat
     r->batch = sh.dims[0];
   }
   r->shapes[idx] = sh;
+  r->given[idx] = given;
   *count = gs_shape_numel(&sh);
   /* Every value takes a byte or more of the message in any form (JSON,
    * binary, a string's length): a shape that holds more cannot be honest,
@@ -629,9 +637,9 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
                                     sizeof why);
     if (idx < 0)
       goto fail;
-    const gs_value_info *want = &model->inputs[idx];
-    size_t bytes = (size_t)count * gs_dtype_size(want->dtype);
-    bool strings = want->dtype == GS_DT_BYTES;
+    const gs_dtype given = r->given[idx]; /* the model's, or an image form */
+    size_t bytes = (size_t)count * gs_dtype_size(given);
+    bool strings = given == GS_DT_BYTES;
     json_t *iparams = json_object_get(in, "parameters");
     json_t *bsize = iparams ? json_object_get(iparams, "binary_data_size") : NULL;
     if (bsize && strings) {
@@ -686,11 +694,11 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
     r->inputs[idx] = r->owned[idx];
     int64_t at = 0;
     json_t *bad = NULL;
-    int frc = flatten(data, want->dtype, r->owned[idx], &at, count, &bad);
+    int frc = flatten(data, given, r->owned[idx], &at, count, &bad);
     if (frc == -3) {
       char *text = json_dumps(bad, JSON_ENCODE_ANY);
       snprintf(why, sizeof why, "input '%s': the value %s is out of range for %s", name,
-               text ? text : "?", gs_kserve_dtype_name(want->dtype));
+               text ? text : "?", gs_kserve_dtype_name(given));
       free(text);
       goto fail;
     }
@@ -706,6 +714,11 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
       snprintf(why, sizeof why, "input '%s' is missing", model->inputs[i].name);
       goto fail;
     }
+  for (int i = 0; i < model->n_inputs; i++)
+    if (r->given[i] != model->inputs[i].dtype &&
+        (status = gs_image_input_convert(r, i, why, sizeof why)) != 0)
+      goto fail;
+  status = 400;
   /* Which outputs, and which of them go as binary. */
   json_t *wanted = json_object_get(req, "outputs");
   bool all_binary = param_true(req, "binary_data_output");

@@ -23,6 +23,7 @@ typedef enum {
   FIELD_WORD,    /* one of `words`, stored as its index */
   FIELD_BOOL,    /* true or false (JSON, or the text format's word); `invert` stores !v */
   FIELD_SECTION, /* an object whose presence sets the bool at `offset` */
+  FIELD_RECIPE,  /* a preprocessing recipe's spec (image.h): has_prep, prep, prep_spec */
 } field_kind;
 
 typedef struct config_field {
@@ -47,6 +48,7 @@ static const config_field fields[] = {
     {.path = "precision", .kind = FIELD_WORD, AT(precision), .words = precision_words},
     {.path = "warmup", .kind = FIELD_BOOL, AT(no_warmup), .invert = true},
     {.path = "deterministic", .kind = FIELD_BOOL, AT(deterministic)},
+    {.path = "preprocess", .kind = FIELD_RECIPE, AT(prep)},
     {.path = "idle_unload_seconds", .kind = FIELD_INT, AT(idle_unload_s), .min = 0,
      .max = 100L * 365 * 86400},
     {.path = "dynamic_batching", .kind = FIELD_SECTION, AT(dynamic_batching)},
@@ -110,6 +112,9 @@ static int bad(const config_field *f, const char *path) {
     return gs_error(GS_EINVAL, "%s: %s must be true or false", path, name);
   case FIELD_SECTION:
     return gs_error(GS_EINVAL, "%s: %s must be a section ({ ... })", path, name);
+  case FIELD_RECIPE:
+    return gs_error(GS_EINVAL, "%s: %s must be a string of KEY=VALUE, such as "
+                               "\"resize=256,center_crop=224,scale=1/255\"", path, name);
   case FIELD_WORD: {
     char list[128] = "";
     for (int i = 0; f->words[i]; i++)
@@ -180,6 +185,20 @@ static int apply_field(gs_served_model *m, const config_field *f, json_t *v, con
       return bad(f, path);
     store(slot, f->size, 1);
     return GS_OK;
+  case FIELD_RECIPE: {
+    const char *spec = json_string_value(v);
+    if (!spec || strlen(spec) >= sizeof m->prep_spec)
+      return bad(f, path);
+    gs_prep_defaults(&m->prep);
+    if (gs_prep_parse(spec, &m->prep) < 0) {
+      char why[400];
+      snprintf(why, sizeof why, "%s", gs_error_detail());
+      return gs_error(GS_EINVAL, "%s: %s", path, why);
+    }
+    snprintf(m->prep_spec, sizeof m->prep_spec, "%s", spec);
+    m->has_prep = true;
+    return GS_OK;
+  }
   }
   return bad(f, path);
 }

@@ -2,6 +2,8 @@
  * and the plan cache each served model keeps. */
 #include "api/repository.h"
 
+#include "api/image_input.h"
+
 #include "api/batcher.h"
 #include "api/idle.h"
 #include "api/model_config.h"
@@ -44,6 +46,18 @@ static int check_batching(const gs_served_model *m, const gs_model *model) {
                                  "to batch along",
                       (long long)m->max_batch_size, model->inputs[i].name);
   return GS_OK;
+}
+
+/* A recipe needs an image input, and the batch dimension its images come
+ * along (image_input.h). */
+static int check_preprocess(const gs_served_model *m, const gs_model *model) {
+  bool nchw;
+  int h, w;
+  if (!m->has_prep)
+    return GS_OK;
+  if (m->max_batch_size <= 0)
+    return gs_error(GS_EINVAL, "preprocess needs max_batch_size above 0: images come one a row");
+  return gs_image_input_find(m, model, &nchw, &h, &w) < 0 ? GS_EINVAL : GS_OK;
 }
 
 /* Whether device d is of the kind an instance group asks for. */
@@ -299,7 +313,8 @@ static void load_model(gs_served_model *m, const char *dir, bool warm) {
     memset(ver, 0, sizeof *ver);
     ver->number = v;
     snprintf(path, sizeof path, "%s/%s/model.onnx", dir, de->d_name);
-    if (gs_model_load(path, &ver->model) < 0 || check_batching(m, ver->model) < 0) {
+    if (gs_model_load(path, &ver->model) < 0 || check_batching(m, ver->model) < 0 ||
+        check_preprocess(m, ver->model) < 0) {
       snprintf(ver->reason, sizeof ver->reason, "%s", gs_error_detail());
       gs_model_free(ver->model);
       ver->model = NULL;

@@ -6,6 +6,7 @@
 
 #include "api/latency.h"
 #include "engine/engine.h"
+#include "engine/image.h"
 #include "engine/pipeline.h"
 #include "sched/sched.h"
 
@@ -123,6 +124,12 @@ typedef struct gs_served_model {
   bool dynamic_batching;
   bool no_warmup; /* "warmup": false: no plans made and run at load */
   bool deterministic; /* the same bits from every run and instance (gs_plan_options) */
+  /* "preprocess": a recipe (image.h) by which the model's image input also
+   * takes encoded images (BYTES) or RGB pixels (UINT8 [n, h, w, 3]);
+   * image_input.h. */
+  bool has_prep;
+  gs_prep prep;
+  char prep_spec[256];
   int n_preferred;
   int64_t preferred_batch_sizes[8];
   uint64_t max_queue_delay_us;

@@ -66,11 +66,15 @@ int gs_prep_parse(const char *spec, gs_prep *p);
 /* Whether the recipe changes an image's size (resize or crop). */
 bool gs_prep_has_geometry(const gs_prep *p);
 
-/* Decodes an image file's bytes and makes it one row of the model's input
- * by the recipe: out_h x out_w after resize and crop, written as
- * 3 x out_h x out_w (nchw) or out_h x out_w x 3 (nhwc) values of `dtype`.
- * GS_EINVAL with the reason where the image cannot be decoded, or the
+/* Makes a decoded image one row of the model's input by the recipe:
+ * out_h x out_w after resize and crop, written as 3 x out_h x out_w (nchw)
+ * or out_h x out_w x 3 (nhwc) values of `dtype`. GS_EINVAL where the
  * recipe makes another size. */
+int gs_prep_image(const gs_prep *p, const gs_image *img, int out_h, int out_w, bool nchw,
+                  gs_dtype dtype, void *out);
+/* The same from an image file's bytes: decoded (only the part the recipe
+ * reads), then as gs_prep_image. GS_EINVAL with the reason where the image
+ * cannot be decoded. */
 int gs_prep_encoded(const gs_prep *p, const void *data, size_t size, int out_h, int out_w,
                     bool nchw, gs_dtype dtype, void *out);
 

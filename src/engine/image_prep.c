@@ -301,26 +301,32 @@ static int place_image(const gs_prep *p, const gs_image *img, const geometry *g,
   return rc;
 }
 
+int gs_prep_image(const gs_prep *p, const gs_image *img, int out_h, int out_w, bool nchw,
+                  gs_dtype dtype, void *out) {
+  geometry g;
+  geometry_of(p, img->width, img->height, &g);
+  if (g.cw != out_w || g.ch != out_h)
+    return gs_error(GS_EINVAL, "a %dx%d image becomes %dx%d (width x height) through the "
+                               "preprocess recipe; the model takes %dx%d",
+                    img->width, img->height, g.cw, g.ch, out_w, out_h);
+  uint8_t *canvas = malloc((size_t)out_h * out_w * 3);
+  if (!canvas)
+    return gs_error(GS_ENOMEM, "out of memory preprocessing a %dx%d image", img->width,
+                    img->height);
+  int rc = place_image(p, img, &g, canvas);
+  if (rc == 0)
+    write_row(p, canvas, out_h, out_w, nchw, dtype, out);
+  free(canvas);
+  return rc;
+}
+
 int gs_prep_encoded(const gs_prep *p, const void *data, size_t size, int out_h, int out_w,
                     bool nchw, gs_dtype dtype, void *out) {
   gs_image img;
   int rc = gs_image_decode(data, size, GS_IMAGE_MAX_PIXELS, recipe_needs, (void *)p, &img);
   if (rc < 0)
     return rc;
-  geometry g;
-  geometry_of(p, img.width, img.height, &g);
-  uint8_t *canvas = NULL;
-  if (g.cw != out_w || g.ch != out_h)
-    rc = gs_error(GS_EINVAL, "a %dx%d image becomes %dx%d (width x height) through the "
-                             "preprocess recipe; the model takes %dx%d",
-                  img.width, img.height, g.cw, g.ch, out_w, out_h);
-  else if (!(canvas = malloc((size_t)out_h * out_w * 3)))
-    rc = gs_error(GS_ENOMEM, "out of memory preprocessing a %dx%d image", img.width, img.height);
-  if (rc == 0)
-    rc = place_image(p, &img, &g, canvas);
-  if (rc == 0)
-    write_row(p, canvas, out_h, out_w, nchw, dtype, out);
-  free(canvas);
+  rc = gs_prep_image(p, &img, out_h, out_w, nchw, dtype, out);
   gs_image_free(&img);
   return rc;
 }

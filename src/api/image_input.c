@@ -1,0 +1,92 @@
+/* image_input.c - images sent to a served model with a recipe
+ * (image_input.h). */
+#include "api/image_input.h"
+
+#include "base/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gs_image_input_find(const gs_served_model *m, const gs_model *model, bool *nchw, int *h,
+                        int *w) {
+  for (int i = 0; i < model->n_inputs; i++) {
+    const gs_value_info *in = &model->inputs[i];
+    bool first = in->rank == 4 && in->dims[1] == 3 && in->dims[2] > 0 && in->dims[3] > 0;
+    bool last = in->rank == 4 && in->dims[3] == 3 && in->dims[1] > 0 && in->dims[2] > 0;
+    if (m->prep.layout == GS_LAYOUT_NCHW ? !first : m->prep.layout == GS_LAYOUT_NHWC ? !last
+                                                                                    : !first && !last)
+      continue;
+    *nchw = m->prep.layout == GS_LAYOUT_NCHW || (m->prep.layout == GS_LAYOUT_AUTO && first);
+    *h = (int)in->dims[*nchw ? 2 : 1];
+    *w = (int)in->dims[*nchw ? 3 : 2];
+    return i;
+  }
+  gs_error(GS_EINVAL, "preprocess takes images into an input of [N, 3, H, W] or [N, H, W, 3]%s, "
+                     "and the model has none",
+           m->prep.layout == GS_LAYOUT_NCHW   ? " (layout=nchw: the first)"
+           : m->prep.layout == GS_LAYOUT_NHWC ? " (layout=nhwc: the second)"
+                                              : "");
+  return -1;
+}
+
+bool gs_image_input_form(const gs_served_model *m, const gs_model *model, int idx, gs_dtype given,
+                         int rank, const int64_t *dims) {
+  bool nchw;
+  int h, w;
+  if (!m->has_prep || m->max_batch_size <= 0 || gs_image_input_find(m, model, &nchw, &h, &w) != idx)
+    return false;
+  if (given == GS_DT_BYTES)
+    return rank == 1 || (rank == 2 && dims[1] == 1);
+  return given == GS_DT_UINT8 && rank == 4 && dims[3] == 3 && dims[1] > 0 && dims[2] > 0 &&
+         dims[1] <= 65536 && dims[2] <= 65536;
+}
+
+/* UINT8 pixels as an "image" the recipe reads: nothing to decode. */
+static int prep_pixels(const gs_prep *p, const uint8_t *rgb, int ih, int iw, int h, int w,
+                       bool nchw, gs_dtype dtype, void *row) {
+  gs_image img = {.width = iw, .height = ih, .w = iw, .h = ih, .stride = (size_t)iw * 3,
+                  .rgb = (uint8_t *)rgb};
+  return gs_prep_image(p, &img, h, w, nchw, dtype, row);
+}
+
+int gs_image_input_convert(gs_infer_request *r, int idx, char *why, size_t whylen) {
+  const gs_served_model *m = r->model;
+  const gs_value_info *in = &r->version->model->inputs[idx];
+  bool nchw;
+  int h, w;
+  gs_image_input_find(m, r->version->model, &nchw, &h, &w);
+  int64_t n = r->shapes[idx].dims[0];
+  size_t row_bytes = (size_t)3 * h * w * gs_dtype_size(in->dtype);
+  char *rows = malloc(row_bytes * (size_t)n);
+  if (!rows) {
+    snprintf(why, whylen, "out of memory for %lld images of input '%s'", (long long)n, in->name);
+    return 500;
+  }
+  const gs_shape *given = &r->shapes[idx];
+  size_t pixels = r->given[idx] == GS_DT_UINT8 ? (size_t)given->dims[1] * given->dims[2] * 3 : 0;
+  for (int64_t i = 0; i < n; i++) {
+    int rc;
+    if (r->given[idx] == GS_DT_BYTES) {
+      const gs_bytes_ref *file = &((const gs_bytes_ref *)r->inputs[idx])[i];
+      rc = gs_prep_encoded(&m->prep, file->data, file->len, h, w, nchw, in->dtype,
+                           rows + (size_t)i * row_bytes);
+    } else {
+      rc = prep_pixels(&m->prep, (const uint8_t *)r->inputs[idx] + (size_t)i * pixels,
+                       (int)given->dims[1], (int)given->dims[2], h, w, nchw, in->dtype,
+                       rows + (size_t)i * row_bytes);
+    }
+    if (rc < 0) {
+      snprintf(why, whylen, "input '%s': image %lld: %s", in->name, (long long)i,
+               gs_error_detail());
+      free(rows);
+      return rc == GS_ENOMEM ? 500 : 400;
+    }
+  }
+  free(r->owned[idx]);
+  r->owned[idx] = rows;
+  r->inputs[idx] = rows;
+  r->given[idx] = in->dtype;
+  r->shapes[idx] = (gs_shape){.rank = 4, .dims = {n, nchw ? 3 : h, nchw ? h : w, nchw ? w : 3}};
+  return 0;
+}

@@ -1,0 +1,148 @@
+"""Served models that take images (issue 24): a config's "preprocess" recipe
+lets the model's image input take encoded JPEG and PNG files (BYTES) or RGB
+pixels (UINT8 [n, h, w, 3]) from tritonclient over HTTP and gRPC, made the
+model's tensor exactly as `gpusrv batch` and torchvision's recipe make it;
+bad images and forms are refused saying why, and so are recipes a model
+cannot take."""
+import io
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+import tritonclient.grpc as tg
+import tritonclient.http as triton
+from PIL import Image
+
+from test_serve import ROOT, request, start
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
+from test_batch_images import IMAGENET, identity_model, photo, reference  # noqa: E402
+
+RECIPE = f"resize=40,center_crop=32,{IMAGENET}"
+
+
+def encoded(pixels, fmt):
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format=fmt)
+    return out.getvalue()
+
+
+def want(data):
+    """What the recipe makes of an image file's bytes: torchvision's values."""
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gs-ref-{os.getpid()}")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        return reference(path, 40, 32)
+    finally:
+        os.unlink(path)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repo")
+    for name, config in {
+        "classify": {"max_batch_size": 8, "preprocess": RECIPE},
+        "badrecipe": {"max_batch_size": 8, "preprocess": "resize=40,crop=32"},
+        "notimages": {"max_batch_size": 8, "preprocess": RECIPE},
+        "nobatch": {"max_batch_size": 0, "preprocess": RECIPE},
+    }.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.json").write_text(json.dumps(config))
+        shape = ["N", 64] if name == "notimages" else ["N", 3, 32, 32]
+        identity_model(repo / name / "1" / "model.onnx", shape if name != "nobatch" else
+                       [1, 3, 32, 32])
+    (repo / "text" / "1").mkdir(parents=True)
+    identity_model(repo / "text" / "1" / "model.onnx", ["N", 32, 32, 3])
+    (repo / "text" / "config.pbtxt").write_text(
+        f'max_batch_size: 4\npreprocess: "resize=40,center_crop=32,scale=1/255"\n')
+    proc, port = start(repo)
+    yield port, proc.grpc_port
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+FILES = [encoded(photo(500, 375, 1), "JPEG"), encoded(photo(201, 260, 2), "PNG")]
+
+
+def test_encoded_images_over_http_and_grpc_equal_torchvision_s_recipe(served):
+    port, grpc_port = served
+    expect = np.stack([want(f) for f in FILES])
+    images = np.array([[f] for f in FILES], dtype=object)
+    for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
+                        (tg.InferenceServerClient(f"127.0.0.1:{grpc_port}"), tg)):
+        x = mod.InferInput("x", [2, 1], "BYTES")
+        x.set_data_from_numpy(images)
+        got = client.infer("classify", [x]).as_numpy("y")
+        assert got.shape == (2, 3, 32, 32)
+        np.testing.assert_allclose(got, expect, rtol=0, atol=2e-6)
+    # [n] as well as [n, 1].
+    x = triton.InferInput("x", [2], "BYTES")
+    x.set_data_from_numpy(images.reshape(2))
+    got = triton.InferenceServerClient(f"127.0.0.1:{port}").infer("classify", [x]).as_numpy("y")
+    np.testing.assert_allclose(got, expect, rtol=0, atol=2e-6)
+
+
+def test_rgb_pixels_and_the_model_s_own_tensor(served):
+    port, grpc_port = served
+    pixels = photo(70, 50, 3)
+    expect = want(encoded(pixels, "PNG"))[None]
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    x = triton.InferInput("x", [1, 50, 70, 3], "UINT8")
+    x.set_data_from_numpy(pixels[None])
+    np.testing.assert_allclose(c.infer("classify", [x]).as_numpy("y"), expect, rtol=0, atol=2e-6)
+    g = tg.InferInput("x", [1, 50, 70, 3], "UINT8")
+    g.set_data_from_numpy(pixels[None])
+    got = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}").infer("classify", [g])
+    np.testing.assert_allclose(got.as_numpy("y"), expect, rtol=0, atol=2e-6)
+    x = triton.InferInput("x", [1, 3, 32, 32], "FP32")
+    x.set_data_from_numpy(expect)
+    np.testing.assert_array_equal(c.infer("classify", [x]).as_numpy("y"), expect)
+    # config.pbtxt's recipe, into an NHWC model of float32 0..1 values.
+    x = triton.InferInput("x", [1, 1], "BYTES")
+    x.set_data_from_numpy(np.array([[FILES[0]]], dtype=object))
+    got = c.infer("text", [x]).as_numpy("y")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "gs-ref-text.jpg")
+    with open(path, "wb") as f:
+        f.write(FILES[0])
+    np.testing.assert_allclose(got[0], reference(path, 40, 32, normalise=False) / 255,
+                               rtol=0, atol=2e-7)
+    os.unlink(path)
+
+
+def test_bad_images_and_forms_are_400_saying_why(served):
+    port, _ = served
+
+    def infer(inputs):
+        status, raw, _ = request(port, "POST", "/v2/models/classify/infer",
+                                 json.dumps({"inputs": inputs}).encode())
+        return status, json.loads(raw).get("error", "")
+
+    status, error = infer([{"name": "x", "shape": [2], "datatype": "BYTES",
+                            "data": ["not an image", "\u00ff\u00d8\u00ffbroken"]}])
+    assert status == 400 and "input 'x': image 0: neither a JPEG nor a PNG" in error, error
+    status, error = infer([{"name": "x", "shape": [1, 2], "datatype": "BYTES", "data": ["a", "b"]}])
+    assert status == 400 and "or images: BYTES [n] of JPEG or PNG files" in error, error
+    status, error = infer([{"name": "x", "shape": [1, 4, 4, 4], "datatype": "UINT8",
+                            "data": [0] * 64}])
+    assert status == 400 and "expected datatype FP32 (or images" in error, error
+    status, error = infer([{"name": "x", "shape": [9], "datatype": "BYTES", "data": ["a"] * 9}])
+    assert status == 400 and "dimension 0 is 9, expected 1 to 8" in error, error
+    status, error = infer([{"name": "x", "shape": [1, 1, 1, 3], "datatype": "UINT8",
+                            "data": [1, 2, 3]}])  # a 1x1 image: resize=40 makes 40x40
+    assert status == 200, error
+
+
+def test_recipes_a_model_cannot_take_are_its_load_failure(served):
+    port, _ = served
+    index = {m["name"]: m for m in json.loads(
+        request(port, "POST", "/v2/repository/index", b"{}")[1])}
+    assert index["classify"]["state"] == "READY" and index["text"]["state"] == "READY"
+    assert "unknown preprocess key 'crop'" in index["badrecipe"]["reason"]
+    assert "an input of [N, 3, H, W] or [N, H, W, 3]" in index["notimages"]["reason"]
+    assert "preprocess needs max_batch_size above 0" in index["nobatch"]["reason"]
+    config = json.loads(request(port, "GET", "/v2/models/classify/config")[1])
+    assert config["preprocess"] == RECIPE
