@@ -238,10 +238,11 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
                             busy > 0 ? (double)s->items / busy : 0.0, "waiting_s",
                             (double)(s->wait_in_ns + s->wait_out_ns) / 1e9 / s->threads));
     }
-    json_t *j = json_pack("{s:I, s:I, s:f, s:f, s:o, s:s, s:s}", "rows", (json_int_t)rows,
+    json_t *j = json_pack("{s:I, s:I, s:f, s:f, s:o, s:s, s:s, s:s}", "rows", (json_int_t)rows,
                           "batches", (json_int_t)r->items, "seconds", wall, "rows_per_s",
                           wall > 0 ? (double)rows / wall : 0.0, "stages", stages, "bottleneck",
-                          slowest >= 0 ? r->stages[slowest].name : "", "exchange", exchange);
+                          slowest >= 0 ? r->stages[slowest].name : "", "exchange", exchange,
+                          "preprocess_on", "cpu");
     json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     putchar('\n');
     json_decref(j);
@@ -259,6 +260,9 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
            k == slowest ? "  <- bottleneck" : "");
   }
   printf("exchange: %s\n", exchange);
+  /* Decoding, resizing and normalising run on host threads whatever the
+   * model's device: device preprocessing is not built. */
+  printf("preprocess: on the CPU\n");
 }
 
 /* "cuda0,cuda1": the devices, in order. */

@@ -170,6 +170,7 @@ def test_recipe_gives_torchvision_s_values_for_every_filter(images, filt):
         want = reference(path, 256, 224, filt)
         np.testing.assert_allclose(row, want, rtol=0, atol=2e-6, err_msg=path)
     assert not (out / "failed.txt").exists() and "could not be read" not in p.stderr
+    assert "preprocess: on the CPU" in p.stdout
 
 
 def test_16_bit_grey_keeps_the_high_byte(tmp_path):
