@@ -206,11 +206,30 @@ static json_t *instance_groups_json(gs_served_model *m) {
   return groups;
 }
 
+/* ensemble_scheduling as config.json writes it: maps as objects. */
+static json_t *ensemble_json(const gs_ensemble *e) {
+  json_t *steps = json_array();
+  for (int k = 0; k < e->n_steps; k++) {
+    const gs_ensemble_step *st = &e->steps[k];
+    json_t *in = json_object(), *out = json_object();
+    for (int i = 0; i < st->n_in; i++)
+      json_object_set_new(in, st->in_from[i], json_string(st->in_to[i]));
+    for (int i = 0; i < st->n_out; i++)
+      json_object_set_new(out, st->out_from[i], json_string(st->out_to[i]));
+    json_array_append_new(steps, json_pack("{s:s, s:I, s:o, s:o}", "model_name", st->model,
+                                           "model_version", (json_int_t)st->version, "input_map",
+                                           in, "output_map", out));
+  }
+  return json_pack("{s:o}", "step", steps);
+}
+
 json_t *gs_kserve_model_config(gs_served_model *m, gs_served_version *v) {
   json_t *j = json_object(), *ins = json_array(), *outs = json_array();
   json_object_set_new(j, "name", json_string(m->name));
-  json_object_set_new(j, "platform", json_string("onnxruntime_onnx"));
-  json_object_set_new(j, "backend", json_string("onnxruntime"));
+  json_object_set_new(j, "platform", json_string(m->is_ensemble ? "ensemble" : "onnxruntime_onnx"));
+  json_object_set_new(j, "backend", json_string(m->is_ensemble ? "" : "onnxruntime"));
+  if (m->is_ensemble)
+    json_object_set_new(j, "ensemble_scheduling", ensemble_json(&m->ensemble));
   json_object_set_new(j, "max_batch_size", json_integer(m->max_batch_size));
   tensor_lists(m, v, true, ins, outs);
   json_object_set_new(j, "input", ins);

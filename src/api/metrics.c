@@ -486,6 +486,23 @@ int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
             (unsigned long long)v);
       }
   }
+  /* Copies between host and device memory: what served models (an
+   * ensemble's steps included) send over the bus. */
+  static const char *const copy_names[] = {"gpusrv_device_copies_total",
+                                           "gpusrv_device_copy_bytes_total"};
+  for (int k = 0; k < 2; k++) {
+    header(&t, copy_names[k], "counter",
+           k ? "Bytes copied between host and device memory" : "Copies between host and device memory");
+    for (int d = 0; d < nd; d++) {
+      gs_device_copy_stats cs;
+      gs_device_get_copy_stats(gs_hal_device(d), &cs);
+      const char *id = gs_device_get_info(gs_hal_device(d))->id;
+      put(&t, "%s{device=\"%s\",direction=\"h2d\"} %llu\n", copy_names[k], id,
+          (unsigned long long)(k ? cs.h2d_bytes : cs.h2d));
+      put(&t, "%s{device=\"%s\",direction=\"d2h\"} %llu\n", copy_names[k], id,
+          (unsigned long long)(k ? cs.d2h_bytes : cs.d2h));
+    }
+  }
   if (repo->ledger) {
     static const char *const ledger_names[] = {"booked", "bookable"};
     for (int k = 0; k < 2; k++) {

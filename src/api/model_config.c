@@ -5,6 +5,8 @@
  * output, ...) are ignored, as Triton's own readers of other formats do. */
 #include "api/model_config.h"
 
+#include "api/ensemble.h"
+
 #include "base/error.h"
 #include "base/fileutil.h"
 
@@ -329,6 +331,9 @@ int gs_model_config_apply(gs_served_model *m, json_t *root, const char *path) {
     if (rc < 0)
       return rc;
   }
+  int ens = gs_ensemble_read_config(m, root, path);
+  if (ens < 0)
+    return ens;
   if (m->adaptive_batching && m->latency_budget_us == 0)
     return gs_error(GS_EINVAL, "%s: dynamic_batching.adaptive needs latency_budget_us, the time "
                     "a request may take from arrival to answer", path);

@@ -2,6 +2,7 @@
  * and the plan cache each served model keeps. */
 #include "api/repository.h"
 
+#include "api/ensemble.h"
 #include "api/image_input.h"
 
 #include "api/batcher.h"
@@ -274,6 +275,37 @@ static bool load_overdue(gs_served_model *m, const char *step) {
   return true;
 }
 
+/* An ensemble's one version: its steps composed (ensemble.h), numbered as
+ * its highest version directory (Triton's ensembles keep an empty "1"), 1
+ * without one. */
+static void load_ensemble(gs_served_model *m, const char *dir) {
+  char repo_dir[1200];
+  snprintf(repo_dir, sizeof repo_dir, "%s", dir);
+  char *slash = strrchr(repo_dir, '/');
+  if (slash)
+    *slash = '\0';
+  else
+    snprintf(repo_dir, sizeof repo_dir, ".");
+  gs_served_version *ver = &m->versions[m->n_versions++];
+  memset(ver, 0, sizeof *ver);
+  ver->number = 1;
+  DIR *d = opendir(dir);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    char *end;
+    long long v = strtoll(de->d_name, &end, 10);
+    if (!*end && end != de->d_name && v > ver->number)
+      ver->number = v;
+  }
+  if (d)
+    closedir(d);
+  if (gs_ensemble_compose(m, repo_dir, &ver->model) < 0 || check_batching(m, ver->model) < 0 ||
+      check_preprocess(m, ver->model) < 0) {
+    snprintf(ver->reason, sizeof ver->reason, "%s", gs_error_detail());
+    gs_model_free(ver->model);
+    ver->model = NULL;
+  }
+}
+
 /* Reads the configuration and every version of model m from `dir` (the
  * model's use lock held exclusively; begin_load called), and warms its
  * plans up where `warm` (a load on demand leaves that to the request that
@@ -301,7 +333,9 @@ static void load_model(gs_served_model *m, const char *dir, bool warm) {
     atomic_store(&m->state, GS_MODEL_UNAVAILABLE);
     return;
   }
-  DIR *d = opendir(dir);
+  DIR *d = m->is_ensemble ? NULL : opendir(dir);
+  if (m->is_ensemble)
+    load_ensemble(m, dir);
   for (struct dirent *de; d && (de = readdir(d));) {
     char *end;
     long long v = strtoll(de->d_name, &end, 10);

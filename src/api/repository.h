@@ -116,6 +116,27 @@ typedef struct gs_model_stats {
   uint64_t latency[GS_LATENCY_BUCKETS];
 } gs_model_stats;
 
+/* An ensemble (Triton's platform "ensemble"): models of the repository run
+ * in turn, their inputs and outputs wired by name (ensemble.h). */
+#define GS_ENSEMBLE_MAX_STEPS 8
+#define GS_ENSEMBLE_MAX_WIRES 8
+#define GS_ENSEMBLE_NAME 128
+typedef struct gs_ensemble_step {
+  char model[GS_ENSEMBLE_NAME];
+  int64_t version; /* -1: the highest */
+  /* input_map: the step model's input `in_from[i]` reads ensemble tensor
+   * `in_to[i]`; output_map: its output `out_from[i]` is tensor `out_to[i]` */
+  int n_in, n_out;
+  char in_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], in_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
+  char out_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], out_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
+} gs_ensemble_step;
+
+typedef struct gs_ensemble {
+  int n_steps, n_inputs, n_outputs;
+  gs_ensemble_step steps[GS_ENSEMBLE_MAX_STEPS];
+  char inputs[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], outputs[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
+} gs_ensemble;
+
 typedef struct gs_served_model {
   char name[128];
   int64_t max_batch_size; /* 0: inputs carry no batch dimension of their own */
@@ -130,6 +151,9 @@ typedef struct gs_served_model {
   bool has_prep;
   gs_prep prep;
   char prep_spec[256];
+  /* platform "ensemble": its versions are its steps composed (ensemble.h) */
+  bool is_ensemble;
+  gs_ensemble ensemble;
   int n_preferred;
   int64_t preferred_batch_sizes[8];
   uint64_t max_queue_delay_us;

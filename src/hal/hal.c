@@ -292,6 +292,14 @@ const gs_skipped_backend *gs_hal_skipped(int i) {
 
 const gs_device_info *gs_device_get_info(const gs_device_t *d) { return &d->info; }
 const gs_device_caps *gs_device_get_caps(const gs_device_t *d) { return &d->caps; }
+
+void gs_device_get_copy_stats(const gs_device_t *d, gs_device_copy_stats *out) {
+  gs_device_t *dev = (gs_device_t *)d; /* atomics read through a const object */
+  *out = (gs_device_copy_stats){.h2d = atomic_load(&dev->copies[0]),
+                                .h2d_bytes = atomic_load(&dev->copy_bytes[0]),
+                                .d2h = atomic_load(&dev->copies[1]),
+                                .d2h_bytes = atomic_load(&dev->copy_bytes[1])};
+}
 gs_backend_t *gs_device_backend(const gs_device_t *d) { return d->backend; }
 void *gs__device_ctx(const gs_device_t *d) { return d->ctx; }
 const gs_backend_iface *gs__device_iface(const gs_device_t *d) { return &d->backend->iface; }

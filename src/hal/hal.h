@@ -104,6 +104,13 @@ typedef struct gs_device_caps {
 
 const gs_device_info *gs_device_get_info(const gs_device_t *device);
 const gs_device_caps *gs_device_get_caps(const gs_device_t *device);
+/* Copies between host memory and the device's own since start (counted as
+ * they are queued on the device's streams): how many, and their bytes. What
+ * a served model or an ensemble sends over the bus shows here. */
+typedef struct gs_device_copy_stats {
+  uint64_t h2d, h2d_bytes, d2h, d2h_bytes;
+} gs_device_copy_stats;
+void gs_device_get_copy_stats(const gs_device_t *device, gs_device_copy_stats *out);
 gs_backend_t *gs_device_backend(const gs_device_t *device);
 
 /* Live figures. A field the machine does not expose is not available: its

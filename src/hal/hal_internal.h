@@ -6,6 +6,7 @@
 #include "hal/hal_impl.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #define GS_MAX_BACKENDS 8
 #define GS_MAX_DEVICES 64
@@ -39,6 +40,8 @@ struct gs_device {
    * (gs_stream_copy_peer), one at a time under staging_lock. */
   pthread_mutex_t staging_lock;
   gs_stream_t *staging_stream;
+  /* gs_device_get_copy_stats: host to device, then device to host */
+  _Atomic uint64_t copies[2], copy_bytes[2];
 };
 
 struct gs_stream {

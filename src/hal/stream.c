@@ -78,6 +78,14 @@ static int check_range(const gs_stream_t *s, const char *what, const gs_buffer_t
   return rc;
 }
 
+/* gs_device_get_copy_stats: a copy queued (direction 0 to the device, 1 from it). */
+static void count_copy(gs_stream_t *s, int direction, size_t bytes, int rc) {
+  if (rc < 0)
+    return;
+  atomic_fetch_add(&s->device->copies[direction], 1);
+  atomic_fetch_add(&s->device->copy_bytes[direction], bytes);
+}
+
 int gs_stream_copy_h2d(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, const void *src,
                        size_t bytes) {
   if (!s || (!src && bytes))
@@ -85,7 +93,9 @@ int gs_stream_copy_h2d(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, cons
   int rc = check_range(s, "copy_h2d destination", dst, dst_offset, bytes);
   if (rc < 0 || bytes == 0)
     return rc;
-  return iface_of(s)->stream_copy(s->ctx, dst, dst_offset, NULL, NULL, 0, src, bytes);
+  rc = iface_of(s)->stream_copy(s->ctx, dst, dst_offset, NULL, NULL, 0, src, bytes);
+  count_copy(s, 0, bytes, rc);
+  return rc;
 }
 
 int gs_stream_copy_d2h(gs_stream_t *s, void *dst, gs_buffer_t *src, size_t src_offset,
@@ -95,7 +105,9 @@ int gs_stream_copy_d2h(gs_stream_t *s, void *dst, gs_buffer_t *src, size_t src_o
   int rc = check_range(s, "copy_d2h source", src, src_offset, bytes);
   if (rc < 0 || bytes == 0)
     return rc;
-  return iface_of(s)->stream_copy(s->ctx, NULL, 0, dst, src, src_offset, NULL, bytes);
+  rc = iface_of(s)->stream_copy(s->ctx, NULL, 0, dst, src, src_offset, NULL, bytes);
+  count_copy(s, 1, bytes, rc);
+  return rc;
 }
 
 int gs_stream_copy_d2d(gs_stream_t *s, gs_buffer_t *dst, size_t dst_offset, gs_buffer_t *src,

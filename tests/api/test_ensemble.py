@@ -1,0 +1,212 @@
+"""Ensembles (issue 24): Triton's platform "ensemble" in config.pbtxt and
+config.json runs its steps (an image classifier whose config has a
+preprocess recipe, then a softmax and top-k) as one model: tritonclient
+over HTTP and gRPC sees one model whose answers equal onnxruntime running
+the steps in turn on torchvision's preprocessing; on a device the tensor
+between the steps never crosses to the host (the device's copy counters);
+wirings that do not add up are the ensemble's load failure, saying why."""
+import io
+import json
+import os
+import re
+import signal
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as tg
+import tritonclient.http as triton
+from onnx import TensorProto, helper, numpy_helper
+from PIL import Image
+
+from test_serve import ROOT, request, start
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
+from test_batch_images import IMAGENET, photo, reference  # noqa: E402
+
+RECIPE = f"resize=40,center_crop=32,{IMAGENET}"
+
+PIPELINE_PBTXT = """
+name: "pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "SCORES" data_type: TYPE_FP32 dims: [ 3 ] },
+         { name: "CLASSES" data_type: TYPE_INT64 dims: [ 3 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "classifier" model_version: -1
+      input_map { key: "x" value: "IMAGE" }
+      output_map { key: "logits" value: "LOGITS" } },
+    { model_name: "topk" model_version: 1
+      input_map { key: "scores" value: "LOGITS" }
+      output_map { key: "values" value: "SCORES" }
+      output_map { key: "indices" value: "CLASSES" } }
+  ]
+}
+dynamic_batching { }
+"""
+
+
+def save(repo, name, graph, config):
+    (repo / name / "1").mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(repo / name / "1" / "model.onnx"))
+    (repo / name / "config.json").write_text(json.dumps(config))
+
+
+def classifier_graph():
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    g = numpy_helper.from_array(rng.standard_normal((8, 10)).astype(np.float32), "g")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("MatMul", ["f", "g"], ["logits"])]
+    return helper.make_graph(
+        nodes, "classifier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], initializer=[w, g])
+
+
+def topk_graph():
+    k = numpy_helper.from_array(np.array([3], np.int64), "k")
+    nodes = [helper.make_node("Softmax", ["scores"], ["probs"], axis=1),
+             helper.make_node("TopK", ["probs", "k"], ["values", "indices"], axis=1)]
+    return helper.make_graph(
+        nodes, "topk", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 10])],
+        [helper.make_tensor_value_info("values", TensorProto.FLOAT, ["N", 3]),
+         helper.make_tensor_value_info("indices", TensorProto.INT64, ["N", 3])], initializer=[k])
+
+
+def ensemble(steps, inputs=("IMAGE",), outputs=("SCORES", "CLASSES"), **extra):
+    return {"platform": "ensemble", "max_batch_size": 8, "dynamic_batching": {},
+            "input": [{"name": n} for n in inputs], "output": [{"name": n} for n in outputs],
+            "ensemble_scheduling": {"step": steps}, **extra}
+
+
+CLASSIFY = {"model_name": "classifier", "input_map": {"x": "IMAGE"},
+            "output_map": {"logits": "LOGITS"}}
+TOPK = {"model_name": "topk", "input_map": {"scores": "LOGITS"},
+        "output_map": {"values": "SCORES", "indices": "CLASSES"}}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repo")
+    save(repo, "classifier", classifier_graph(), {"max_batch_size": 8, "preprocess": RECIPE})
+    save(repo, "topk", topk_graph(), {"max_batch_size": 8})
+    (repo / "pipeline" / "1").mkdir(parents=True)  # Triton's ensembles keep an empty version
+    (repo / "pipeline" / "config.pbtxt").write_text(PIPELINE_PBTXT)
+    bad = {
+        "on_device": ensemble([CLASSIFY, TOPK], instance_group=[{"count": 1, "kind": "opencl"}]),
+        "reversed": ensemble([TOPK, CLASSIFY]),  # steps in any order: data decides
+        "ghost": ensemble([CLASSIFY, {**TOPK, "model_name": "nowhere"}]),
+        "unwired": ensemble([CLASSIFY, {**TOPK, "input_map": {}}]),
+        "twice": ensemble([CLASSIFY, {**TOPK, "output_map": {"values": "SCORES",
+                                                             "indices": "SCORES"}}],
+                          outputs=("SCORES",)),
+        "loop": ensemble([{**CLASSIFY, "input_map": {"x": "BACK"}},
+                          {**TOPK, "output_map": {"values": "BACK", "indices": "CLASSES"}}],
+                         outputs=("CLASSES",)),
+        "nosuch": ensemble([{**CLASSIFY, "output_map": {"probs": "LOGITS"}}, TOPK]),
+        "noplatform": {"max_batch_size": 8, "ensemble_scheduling": {"step": [CLASSIFY]}},
+        "nosteps": ensemble([]),
+    }
+    for name, config in bad.items():
+        (repo / name).mkdir()
+        (repo / name / "config.json").write_text(json.dumps(config))
+    proc, port = start(repo)
+    yield repo, port, proc.grpc_port
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+def png(pixels):
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+IMAGES = [png(photo(80, 60, 1)), png(photo(45, 70, 2))]
+
+
+def steps_in_turn(repo, files, tmp_path):
+    """onnxruntime, step by step, on torchvision's preprocessing."""
+    rows = []
+    for i, data in enumerate(files):
+        (tmp_path / f"{i}.png").write_bytes(data)
+        rows.append(reference(str(tmp_path / f"{i}.png"), 40, 32))
+    cls = ort.InferenceSession(str(repo / "classifier" / "1" / "model.onnx"))
+    top = ort.InferenceSession(str(repo / "topk" / "1" / "model.onnx"))
+    logits = cls.run(None, {"x": np.stack(rows)})[0]
+    return top.run(None, {"scores": logits})
+
+
+def test_one_model_to_clients_equal_to_the_steps_in_turn(served, tmp_path):
+    repo, port, grpc_port = served
+    values, indices = steps_in_turn(repo, IMAGES, tmp_path)
+    images = np.array([[f] for f in IMAGES], dtype=object)
+    for name in ("pipeline", "reversed"):
+        for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
+                            (tg.InferenceServerClient(f"127.0.0.1:{grpc_port}"), tg)):
+            x = mod.InferInput("IMAGE", [2, 1], "BYTES")
+            x.set_data_from_numpy(images)
+            r = client.infer(name, [x])
+            np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
+            np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-5, atol=1e-6)
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    config = c.get_model_config("pipeline")
+    assert config["platform"] == "ensemble" and config["preprocess"] == RECIPE
+    assert [s["model_name"] for s in config["ensemble_scheduling"]["step"]] == ["classifier", "topk"]
+    meta = c.get_model_metadata("pipeline")
+    assert [o["name"] for o in meta["outputs"]] == ["SCORES", "CLASSES"]
+    stats = c.get_inference_statistics("pipeline")["model_stats"][0]
+    assert stats["inference_count"] == 4 and stats["inference_stats"]["success"]["count"] == 2
+
+
+def copies(port, device):
+    text = request(port, "GET", "/metrics")[1].decode()
+    return {d: int(v) for d, v in re.findall(
+        r'gpusrv_device_copies_total\{device="%s",direction="(\w+)"\} (\d+)' % device, text)}
+
+
+def test_on_a_device_the_tensor_between_steps_stays_there(served, tmp_path):
+    repo, port, _ = served
+    index = {m["name"]: m for m in json.loads(request(port, "POST", "/v2/repository/index",
+                                                      b"{}")[1])}
+    if index["on_device"]["state"] != "READY":
+        pytest.skip(f"no OpenCL device here: {index['on_device'].get('reason')}")
+    values, indices = steps_in_turn(repo, IMAGES[:1], tmp_path)
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    for _ in range(2):
+        x = triton.InferInput("IMAGE", [1, 1], "BYTES")
+        x.set_data_from_numpy(np.array([IMAGES[:1]], dtype=object))
+        before = copies(port, "opencl0")
+        r = c.infer("on_device", [x])
+        after = copies(port, "opencl0")
+        # The image's tensor in; SCORES and CLASSES out; LOGITS never: two
+        # models called in turn would copy it out and back in.
+        assert {k: after[k] - before[k] for k in before} == {"h2d": 1, "d2h": 2}
+        np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
+        np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
+
+
+def test_wirings_that_do_not_add_up_are_the_load_failure(served):
+    _, port, _ = served
+    index = {m["name"]: m for m in json.loads(request(port, "POST", "/v2/repository/index",
+                                                      b"{}")[1])}
+    want = {
+        "ghost": "ensemble step nowhere: no model",
+        "unwired": "ensemble step topk: input scores is in no input_map",
+        "twice": "ensemble step topk writes SCORES twice",
+        "loop": "reads a tensor that no ensemble input and no step before it makes",
+        "nosuch": "ensemble step classifier: the model has no input or output probs",
+        "noplatform": "ensemble_scheduling goes with platform \"ensemble\"",
+        "nosteps": "an ensemble needs ensemble_scheduling with 1 to 8 steps",
+    }
+    for name, needle in want.items():
+        assert index[name]["state"] != "READY", name
+        assert needle in index[name].get("reason", ""), (name, index[name])
