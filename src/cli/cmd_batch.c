@@ -218,7 +218,8 @@ static int run_as_job(const char *url, const char *token, json_t *forward, const
 }
 
 static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devices,
-                          bool json_out) {
+                          bool prep_on_device, bool json_out) {
+  const char *prep_where = prep_on_device ? "cpu+device" : "cpu";
   double wall = (double)r->wall_ns / 1e9;
   int slowest = gs_pipeline_slowest(r);
   char exchange[160] = "n/a (one device)";
@@ -242,7 +243,7 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
                           "batches", (json_int_t)r->items, "seconds", wall, "rows_per_s",
                           wall > 0 ? (double)rows / wall : 0.0, "stages", stages, "bottleneck",
                           slowest >= 0 ? r->stages[slowest].name : "", "exchange", exchange,
-                          "preprocess_on", "cpu");
+                          "preprocess_on", prep_where);
     json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     putchar('\n');
     json_decref(j);
@@ -260,9 +261,11 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
            k == slowest ? "  <- bottleneck" : "");
   }
   printf("exchange: %s\n", exchange);
-  /* Decoding, resizing and normalising run on host threads whatever the
-   * model's device: device preprocessing is not built. */
-  printf("preprocess: on the CPU\n");
+  if (prep_on_device)
+    printf("preprocess: decode, resize and crop on the CPU; type, layout and normalisation on "
+           "the device, in the plan (uint8 crosses the bus)\n");
+  else
+    printf("preprocess: on the CPU\n");
 }
 
 /* "cuda0,cuda1": the devices, in order. */
@@ -328,7 +331,8 @@ static int batch_run_cmd(int argc, char **argv) {
   if (rc != GS_EXIT_OK)
     return rc;
   int64_t failed = 0;
-  gs_batch_options o = {.input = b.input, .failed = &failed,
+  bool prep_on_device = false;
+  gs_batch_options o = {.input = b.input, .failed = &failed, .prep_on_device = &prep_on_device,
                         .output_dir = b.output, .batch = (int)b.batch, .slots = (int)b.slots,
                         .readers = b.readers > 16 ? 16 : (int)b.readers,
                         .workers = b.workers > 32 ? 32 : (int)b.workers};
@@ -386,7 +390,7 @@ static int batch_run_cmd(int argc, char **argv) {
     gs_hal_shutdown();
     return GS_EXIT_FAILED;
   }
-  print_summary(&r, rows, o.n_devices, json_out);
+  print_summary(&r, rows, o.n_devices, prep_on_device, json_out);
   if (failed)
     fprintf(stderr, "gpusrv: batch: %lld image%s could not be read; %s zeros: %s/failed.txt "
                     "says which and why\n", (long long)failed, failed == 1 ? "" : "s",

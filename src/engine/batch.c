@@ -9,6 +9,7 @@
 #include "hal/cpu/ops/kernels.h" /* gs_ld, gs_st */
 #include "engine/dataset.h"
 #include "engine/image_set.h"
+#include "engine/model_compose.h"
 #include "engine/model_split.h"
 #include "engine/npy.h"
 
@@ -70,6 +71,8 @@ typedef struct batch_run {
   gs_image_set *images; /* instead of ds */
   int image_h, image_w;
   bool nchw;
+  gs_prep cpu_prep;     /* what the CPU does of the recipe: all of it, or resize and crop */
+  bool prep_on_device;  /* the rest in the plan (gs_prep_graph) */
   pthread_mutex_t failed_lock;
   int failed_fd;        /* output_dir/failed.txt, made at the first failure */
   atomic_llong failed;
@@ -181,7 +184,7 @@ static int preprocess_images(batch_run *b, slot *sl, int64_t seq, void *dst) {
     image_file *f = &sl->files[r];
     void *row = (char *)dst + (size_t)r * row_bytes;
     int rc = f->why[0] ? GS_EINVAL
-                       : gs_prep_encoded(&b->o->prep, f->bytes, f->size, b->image_h,
+                       : gs_prep_encoded(&b->cpu_prep, f->bytes, f->size, b->image_h,
                                          b->image_w, b->nchw, b->in.dtype, row);
     if (rc < 0) {
       memset(row, 0, row_bytes);
@@ -551,6 +554,68 @@ static int open_input(batch_run *b, const gs_value_info *in) {
   return GS_OK;
 }
 
+/* Images for a float32 model on a device with memory of its own: the CPU
+ * decodes, resizes and crops to uint8, and the recipe's last steps (type,
+ * layout, normalisation) join the model as a graph the device runs
+ * (gs_prep_graph), so that a quarter of float32's bytes cross the bus.
+ * Elsewhere the CPU does the whole recipe. */
+static int place_prep(batch_run *b, gs_shape *shape) {
+  const gs_batch_options *o = b->o;
+  gs_device_t *first = o->n_devices ? o->devices[0] : gs_hal_device(0);
+  b->cpu_prep = o->prep;
+  if (!first || gs_device_get_caps(first)->host_visible_device_memory ||
+      b->model->inputs[0].dtype != GS_DT_FLOAT32)
+    return GS_OK;
+  gs_model *graph;
+  int rc = gs_prep_graph(&o->prep, b->image_h, b->image_w, b->nchw, b->model->opset, &graph);
+  if (rc < 0)
+    return rc;
+  const gs_model *model = b->model;
+  const char *prep_from[2] = {"pixels", "normalised"};
+  const char *prep_to[2] = {"gs_pixels", model->inputs[0].name};
+  const char *model_names[1 + MAX_VALUES], *outputs[MAX_VALUES];
+  model_names[0] = model->inputs[0].name;
+  for (int i = 0; i < model->n_outputs; i++)
+    model_names[1 + i] = outputs[i] = model->outputs[i].name;
+  gs_compose_step steps[2] = {
+      {.model = graph, .name = "preprocess", .n_map = 2, .from = prep_from, .to = prep_to},
+      {.model = b->model, .name = "model", .n_map = 1 + model->n_outputs, .from = model_names,
+       .to = model_names}};
+  const char *inputs[1] = {"gs_pixels"};
+  gs_model *whole;
+  /* the names the steps are wired by live in the model being composed: copied first */
+  char *held[1 + MAX_VALUES] = {0};
+  for (int i = 0; i < 1 + model->n_outputs; i++)
+    if (!(held[i] = strdup(model_names[i])))
+      rc = gs_error(GS_ENOMEM, "out of memory composing the preprocessing graph");
+  for (int i = 0; i < 1 + model->n_outputs; i++)
+    model_names[i] = held[i];
+  prep_to[1] = held[0];
+  for (int i = 0; i < model->n_outputs; i++)
+    outputs[i] = held[1 + i];
+  int n_outputs = model->n_outputs;
+  b->model = NULL; /* taken by the composition, whatever it returns */
+  if (rc == 0)
+    rc = gs_model_compose(steps, 2, inputs, 1, outputs, n_outputs, o->model_path, &whole);
+  else {
+    gs_model_free(graph);
+    gs_model_free(steps[1].model);
+  }
+  for (int i = 0; i < 1 + n_outputs; i++)
+    free(held[i]);
+  if (rc < 0)
+    return rc;
+  b->model = whole;
+  b->prep_on_device = true;
+  b->nchw = false;
+  b->cpu_prep.scale = 1; /* uint8 as they are */
+  b->cpu_prep.n_mean = b->cpu_prep.n_std = 1;
+  b->cpu_prep.mean[0] = 0;
+  b->cpu_prep.std[0] = 1;
+  *shape = (gs_shape){4, {shape->dims[0], b->image_h, b->image_w, 3}};
+  return GS_OK;
+}
+
 static int prepare(batch_run *b) {
   const gs_batch_options *o = b->o;
   int rc = gs_model_load(o->model_path, &b->model);
@@ -578,6 +643,8 @@ static int prepare(batch_run *b) {
   b->batch = in->dims[0] > 0 ? (int)in->dims[0] : o->batch > 0 ? o->batch : 64;
   shape.dims[0] = b->batch;
   if ((rc = open_input(b, in)) < 0)
+    return rc;
+  if (b->images && (rc = place_prep(b, &shape)) < 0)
     return rc;
   b->n_parts = o->n_devices > 1 ? o->n_devices : 1;
   if (b->n_parts > MAX_PARTS)
@@ -741,6 +808,8 @@ int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *s
   *rows = atomic_load(&b.written);
   if (o->failed)
     *o->failed = atomic_load(&b.failed);
+  if (o->prep_on_device)
+    *o->prep_on_device = b.prep_on_device;
   teardown(&b);
   return rc;
 }

@@ -44,6 +44,9 @@ typedef struct gs_batch_options {
    * output_dir/failed.txt says which and why (row, path, reason, tab
    * separated); the others go on. Their count, where not NULL. */
   int64_t *failed;
+  /* Set where the recipe's type, layout and normalisation ran on the
+   * device, in the plan (gs_prep_graph); else the CPU did it all. */
+  bool *prep_on_device;
 } gs_batch_options;
 
 /* Runs the whole data set; *stats gets each stage's figures. Malformed

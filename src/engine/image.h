@@ -78,6 +78,15 @@ int gs_prep_image(const gs_prep *p, const gs_image *img, int out_h, int out_w, b
 int gs_prep_encoded(const gs_prep *p, const void *data, size_t size, int out_h, int out_w,
                     bool nchw, gs_dtype dtype, void *out);
 
+/* The recipe's last steps as a model of ONNX ops (Cast, Transpose, Mul,
+ * Add): input "pixels", uint8 [N, h, w, 3] (resized and cropped), output
+ * "normalised", float32 [N, 3, h, w] (nchw) or [N, h, w, 3], the values
+ * gs_prep_image computes. Composed before a model (model_compose.h), it
+ * lets a device do that work, after a quarter of float32's bytes crossed
+ * the bus. The caller frees *out with gs_model_free. */
+typedef struct gs_model gs_model;
+int gs_prep_graph(const gs_prep *p, int h, int w, bool nchw, int64_t opset, gs_model **out);
+
 /* Resizes src (src->width x src->height) to a dw x dh image, as Pillow's
  * resize does with that filter, and writes only the window [x0, x0 + ww) x
  * [y0, y0 + wh) of it into dst (ww x wh, RGB): a crop needs no more. src

@@ -187,6 +187,9 @@ typedef struct geometry {
   int rw, rh, cw, ch, x0, y0, ww, wh, pad_x, pad_y;
 } geometry;
 
+/* The largest side a resize may make. */
+#define RESIZED_MAX 65536
+
 /* torchvision's Resize: HxW as given; N makes the shorter edge N and the
  * longer int(N * long / short). */
 static void resized_size(const gs_prep *p, int w, int h, int *rw, int *rh) {
@@ -197,13 +200,12 @@ static void resized_size(const gs_prep *p, int w, int h, int *rw, int *rh) {
     *rh = p->resize_h;
   } else if (p->resize_short) {
     int64_t n = p->resize_short;
-    if (w <= h) {
-      *rw = (int)n;
-      *rh = (int)((double)(n * h) / w);
-    } else {
-      *rh = (int)n;
-      *rw = (int)((double)(n * w) / h);
-    }
+    /* a long thin image's long side may go past int: held at RESIZED_MAX + 1,
+     * which gs_prep_image refuses */
+    double along = w <= h ? (double)(n * h) / w : (double)(n * w) / h;
+    int longer = along > RESIZED_MAX ? RESIZED_MAX + 1 : (int)along;
+    *rw = w <= h ? (int)n : longer;
+    *rh = w <= h ? longer : (int)n;
   }
 }
 
@@ -305,6 +307,9 @@ int gs_prep_image(const gs_prep *p, const gs_image *img, int out_h, int out_w, b
                   gs_dtype dtype, void *out) {
   geometry g;
   geometry_of(p, img->width, img->height, &g);
+  if (g.rw > RESIZED_MAX || g.rh > RESIZED_MAX)
+    return gs_error(GS_EINVAL, "a %dx%d image would be resized to over %d pixels a side",
+                    img->width, img->height, RESIZED_MAX);
   if (g.cw != out_w || g.ch != out_h)
     return gs_error(GS_EINVAL, "a %dx%d image becomes %dx%d (width x height) through the "
                                "preprocess recipe; the model takes %dx%d",

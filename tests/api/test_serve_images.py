@@ -134,6 +134,9 @@ def test_bad_images_and_forms_are_400_saying_why(served):
     status, error = infer([{"name": "x", "shape": [1, 1, 1, 3], "datatype": "UINT8",
                             "data": [1, 2, 3]}])  # a 1x1 image: resize=40 makes 40x40
     assert status == 200, error
+    status, error = infer([{"name": "x", "shape": [1, 1, 2000, 3], "datatype": "UINT8",
+                            "data": [7] * 6000}])  # a line: resize=40 makes it 80000 long
+    assert status == 400 and "would be resized to over 65536 pixels a side" in error, error
 
 
 def test_recipes_a_model_cannot_take_are_its_load_failure(served):

@@ -9,6 +9,7 @@ tolerance is float32 rounding of the normalisation (gpusrv computes
 v * (scale/std) - mean/std, torch (v/255 - mean)/std, each step rounded):
 2e-6, far below one 8-bit level (0.017 after std 0.229). Resizing itself must
 give Pillow's bytes exactly, for every filter."""
+import json
 import os
 import struct
 import subprocess
@@ -253,6 +254,38 @@ def test_crops_larger_than_the_image_pad_and_nhwc_bytes(images, tmp_path):
     got, paths = rows_of(tmp_path / "out")
     for row, path in zip(got, paths):
         np.testing.assert_array_equal(row, reference(path, crop=224, normalise=False))
+
+
+def need_opencl():
+    devices = [d["id"] for d in json.loads(run("smi", "--json").stdout)["devices"]]
+    if "opencl0" not in devices:
+        why = f"no opencl0 on this machine (devices: {devices})"
+        if os.environ.get("GSTEST_REQUIRE_DEVICE") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_on_a_device_the_recipe_ends_there_with_the_cpu_s_bits(images, tmp_path, layout):
+    """On opencl0 the CPU decodes, resizes and crops; uint8 crosses to the
+    device, whose own Cast, Transpose, Mul and Add kernels finish the
+    recipe: the same values, bit for bit, as the CPU's whole recipe."""
+    need_opencl()
+    d, _ = images
+    shape = ["N", 3, 224, 224] if layout == "nchw" else ["N", 224, 224, 3]
+    model = identity_model(tmp_path / f"{layout}.onnx", shape)
+    outs = {}
+    for device in ("cpu0", "opencl0"):
+        out = tmp_path / f"{layout}-{device}"
+        p = run("batch", model, "-i", str(d / "photos"), "-o", str(out), "--device", device,
+                "--batch", "4", "--preprocess", f"resize=256,center_crop=224,{IMAGENET}")
+        on_device = "type, layout and normalisation on the device" in p.stdout
+        assert on_device == (device == "opencl0"), p.stdout
+        outs[device] = np.load(out / "y.npy")
+    np.testing.assert_array_equal(outs["opencl0"], outs["cpu0"])
+    if layout == "nchw":
+        path = rows_of(tmp_path / "nchw-cpu0")[1][0]
+        np.testing.assert_allclose(outs["cpu0"][0], reference(path, 256, 224), rtol=0, atol=2e-6)
 
 
 def test_recipes_and_models_refused_saying_why(images, tmp_path):
