@@ -204,8 +204,7 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
   const char *to[GS_ENSEMBLE_MAX_STEPS][2 * GS_ENSEMBLE_MAX_WIRES];
   char prefix[GS_ENSEMBLE_MAX_STEPS][GS_ENSEMBLE_NAME + 8];
   const char *inputs[GS_ENSEMBLE_MAX_WIRES], *outputs[GS_ENSEMBLE_MAX_WIRES];
-  int rc = GS_OK;
-  m->has_prep = false;
+  int rc = GS_OK; /* the ensemble's own recipe, if its config has one, else a step's */
   for (int k = 0; rc == 0 && k < e->n_steps; k++) {
     const gs_ensemble_step *st = &e->steps[k];
     char path[1400];

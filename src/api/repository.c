@@ -316,6 +316,9 @@ static void load_model(gs_served_model *m, const char *dir, bool warm) {
   struct stat st;
   m->reason[0] = '\0';
   m->n_versions = 0;
+  /* what only a configuration sets, and an earlier one may have */
+  m->has_prep = m->is_ensemble = false;
+  m->prep_spec[0] = '\0';
   snprintf(path, sizeof path, "%s/config.json", dir);
   int rc = 0;
   bool json = stat(path, &st) == 0;

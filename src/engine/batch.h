@@ -40,7 +40,8 @@ typedef struct gs_batch_options {
   void (*progress)(int64_t rows_done, int64_t rows_total, void *ctx);
   void *progress_ctx;
   atomic_bool *cancel;     /* may be NULL */
-  /* Images that could not be read or decoded: their rows are zeros, and
+  /* Images that could not be read or decoded: their rows are zeros (where
+   * a device finishes the recipe, black pixels normalised), and
    * output_dir/failed.txt says which and why (row, path, reason, tab
    * separated); the others go on. Their count, where not NULL. */
   int64_t *failed;

@@ -8,6 +8,7 @@
 #include <stdio.h> /* before jpeglib.h, which uses FILE */
 
 #include <jpeglib.h>
+#include <jerror.h> /* the warnings' codes */
 #include <png.h>
 #include <setjmp.h>
 #include <stdlib.h>
@@ -45,10 +46,27 @@ static void jpeg_fail(j_common_ptr c) {
 
 /* Level -1 is a warning about the data (a file cut short, a bad Huffman
  * code): libjpeg would fill the rest with grey and go on; such an image is
- * refused, as Pillow refuses a truncated one. Trace messages are ignored. */
+ * refused, as Pillow refuses a truncated one. Warnings about the file's
+ * wrapping, common in cameras' files, leave the pixels whole and pass.
+ * Trace messages are ignored. */
 static void jpeg_message(j_common_ptr c, int level) {
-  if (level < 0)
+  int code = c->err->msg_code;
+  if (level < 0 && code != JWRN_EXTRANEOUS_DATA && code != JWRN_JFIF_MAJOR &&
+      code != JWRN_ADOBE_XFORM && code != JWRN_BOGUS_ICC)
     jpeg_fail(c);
+}
+
+/* A progressive JPEG of thousands of scans costs minutes to decode (as
+ * djpeg -maxscans guards against): past this many, refused. */
+#define JPEG_MAX_SCANS 256
+
+static void jpeg_scan_limit(j_common_ptr c) {
+  j_decompress_ptr d = (j_decompress_ptr)c;
+  if (d->is_decompressor && d->input_scan_number > JPEG_MAX_SCANS) {
+    jpeg_failure *f = (jpeg_failure *)c->err;
+    snprintf(f->message, sizeof f->message, "over %d progressive scans", JPEG_MAX_SCANS);
+    longjmp(f->jump, 1);
+  }
 }
 
 /* The rows asked for, and only the blocks of the columns asked for (libjpeg-
@@ -96,6 +114,8 @@ static int decode_jpeg(const void *data, size_t size, int64_t max_pixels, gs_ima
     return gs_error(GS_EINVAL, "not a readable JPEG: %s", failure.message);
   }
   jpeg_create_decompress(&cinfo);
+  struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_scan_limit};
+  cinfo.progress = &progress;
   jpeg_mem_src(&cinfo, data, (unsigned long)size);
   jpeg_read_header(&cinfo, TRUE);
   int rc = GS_OK;
@@ -166,7 +186,8 @@ static void png_ask_rgb8(png_structp png, png_infop info) {
     png_set_palette_to_rgb(png);
   if (type == PNG_COLOR_TYPE_GRAY && depth < 8)
     png_set_expand_gray_1_2_4_to_8(png);
-  if (type & PNG_COLOR_MASK_ALPHA)
+  /* an alpha channel, or the one a palette's tRNS chunk becomes */
+  if ((type & PNG_COLOR_MASK_ALPHA) || png_get_valid(png, info, PNG_INFO_tRNS))
     png_set_strip_alpha(png);
   if (type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA)
     png_set_gray_to_rgb(png);

@@ -239,8 +239,8 @@ int gs_image_resize(const gs_image *src, int dw, int dh, gs_image_filter mode, i
   if (rc == 0 && vertical)
     rc = coeffs_make(sh, dh, y0, wh, &f, &cy);
   /* The source rows the window needs, through the horizontal pass. */
-  int row_lo = vertical ? cy.start[0] : y0;
-  int row_hi = vertical ? cy.start[wh - 1] + cy.count[wh - 1] : y0 + wh;
+  int row_lo = rc == 0 && vertical ? cy.start[0] : y0;
+  int row_hi = rc == 0 && vertical ? cy.start[wh - 1] + cy.count[wh - 1] : y0 + wh;
   int rows = row_hi - row_lo;
   size_t stride = (size_t)ww * 3, longest = stride > (size_t)rows * 3 ? stride : (size_t)rows * 3;
   uint8_t *mid = rc == 0 ? malloc(stride * (size_t)rows) : NULL;

@@ -69,7 +69,7 @@ static int by_name(const FTSENT **a, const FTSENT **b) {
  * are not followed (no cycles); links named as images are taken. */
 static int list_dir(gs_image_set *set, const char *dir, bool *npy) {
   char *roots[] = {(char *)dir, NULL};
-  FTS *fts = fts_open(roots, FTS_PHYSICAL | FTS_NOCHDIR, by_name);
+  FTS *fts = fts_open(roots, FTS_PHYSICAL | FTS_COMFOLLOW | FTS_NOCHDIR, by_name);
   if (!fts)
     return gs_error(GS_EIO, "cannot list %s: %s", dir, strerror(errno));
   int rc = GS_OK;

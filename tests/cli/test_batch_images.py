@@ -104,7 +104,19 @@ GOOD = {
     "j_bits.png": lambda p: Image.fromarray(photo(240, 300, 11)[..., 2] > 128).save(p),
     "k_rgb16.png": lambda p: open(p, "wb").write(png_bytes(
         np.random.default_rng(12).integers(0, 65536, (250, 230, 3)), 16, 2)),
+    "l_clear.png": lambda p: Image.fromarray(photo(230, 250, 13)).quantize(32).save(
+        p, transparency=0),  # a palette with a transparent entry (tRNS)
+    "m_camera.jpg": lambda p: jpeg_with_stray_bytes(p),
 }
+
+
+def jpeg_with_stray_bytes(p):
+    """Bytes between two markers, as some cameras write: libjpeg warns
+    ("extraneous bytes before marker") and decodes, as Pillow does."""
+    Image.fromarray(photo(300, 240, 14)).save(p)
+    data = open(p, "rb").read()
+    dqt = data.index(b"\xff\xdb")
+    open(p, "wb").write(data[:dqt] + b"\x00\x17\x2a" + data[dqt:])
 
 
 def jpeg_cut(p):
@@ -129,7 +141,7 @@ def jpeg_bomb(p):
 
 
 BAD = {
-    "m_corrupt.jpg": (lambda p: open(p, "wb").write(b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8),
+    "mm_corrupt.jpg": (lambda p: open(p, "wb").write(b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8),
                       "not a readable JPEG"),
     "n_cut.jpg": (jpeg_cut, "not a readable JPEG"),
     "o_cut.png": (png_cut, "not a readable PNG"),
@@ -234,6 +246,11 @@ def test_lists_of_paths_keep_their_order(images, tmp_path):
         for row, path in zip(got[:3], paths):
             np.testing.assert_allclose(row, reference(path, 256, 224), rtol=0, atol=2e-6)
         assert ("1 image could not be read" in p.stderr) == (rows == 4)
+    # A link to the folder is the folder.
+    (tmp_path / "linked").symlink_to(d / "photos")
+    run("batch", model, "-i", str(tmp_path / "linked"), "-o", str(tmp_path / "via-link"),
+        "--preprocess", f"resize=256,center_crop=224,{IMAGENET}")
+    assert len(rows_of(tmp_path / "via-link")[1]) == len(GOOD)
     txt_failed = (tmp_path / "list.txt" / "failed.txt").read_text()
     assert "missing.jpg\tcannot open it: No such file or directory" in txt_failed
 
