@@ -16,7 +16,7 @@ import tritonclient.grpc as tg
 import tritonclient.http as triton
 from PIL import Image
 
-from test_serve import ROOT, request, start
+from test_serve import ROOT, admin_token, request, start
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
 from test_batch_images import IMAGENET, identity_model, photo, reference  # noqa: E402
@@ -149,3 +149,26 @@ def test_recipes_a_model_cannot_take_are_its_load_failure(served):
     assert "preprocess needs max_batch_size above 0" in index["nobatch"]["reason"]
     config = json.loads(request(port, "GET", "/v2/models/classify/config")[1])
     assert config["preprocess"] == RECIPE
+
+
+def test_a_reload_without_the_recipe_takes_only_the_model_s_tensor(tmp_path):
+    """What a configuration set goes with it: reloaded without "preprocess",
+    the model refuses images again."""
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    identity_model(tmp_path / "m" / "1" / "model.onnx", ["N", 3, 32, 32])
+    config = tmp_path / "m" / "config.json"
+    config.write_text(json.dumps({"max_batch_size": 4, "preprocess": RECIPE}))
+    proc, port = start(tmp_path)
+    try:
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 1, 1, 3], "datatype": "UINT8",
+                                       "data": [1, 2, 3]}]}).encode()
+        assert request(port, "POST", "/v2/models/m/infer", body)[0] == 200
+        config.write_text(json.dumps({"max_batch_size": 4}))
+        auth = {"Authorization": "Bearer " + admin_token(tmp_path, port)}
+        assert request(port, "POST", "/v2/repository/models/m/load", b"{}", auth)[0] == 200
+        status, raw, _ = request(port, "POST", "/v2/models/m/infer", body)
+        assert status == 400 and "expected datatype FP32, got UINT8" in json.loads(raw)["error"]
+        assert "preprocess" not in json.loads(request(port, "GET", "/v2/models/m/config")[1])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
