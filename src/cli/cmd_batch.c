@@ -44,8 +44,10 @@ static const gs_cli_option batch_options[] = {
                "KEY=VALUE,...: each value becomes (x*scale - mean)/std (scale=X, mean=M, std=S; "
                "fractions allowed: scale=1/255). Images also take resize=N (the shorter edge) or "
                "HxW, center_crop=N or HxW, interpolation=bilinear|bicubic|nearest (as Pillow "
-               "resizes, antialiased), layout=nchw|nhwc (default: the model input's), and a mean "
-               "and std per channel: mean=0.485:0.456:0.406"),
+               "resizes, antialiased), layout=nchw|nhwc (default: the model input's), a mean "
+               "and std per channel: mean=0.485:0.456:0.406, and finish=auto|cpu|device: where "
+               "type, layout and normalisation run (auto: on a GPU, which then gets uint8; the "
+               "CPU where the device shares its cores)"),
     GS_CLI_OPT_RANGE("slots", GS_OPT_INT, batch_opts, slots, "N", "Batches in flight (default 4)",
                      1, 64),
     GS_CLI_OPT_RANGE("readers", GS_OPT_INT, batch_opts, readers, "N",

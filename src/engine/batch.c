@@ -554,17 +554,21 @@ static int open_input(batch_run *b, const gs_value_info *in) {
   return GS_OK;
 }
 
-/* Images for a float32 model on a device with memory of its own: the CPU
- * decodes, resizes and crops to uint8, and the recipe's last steps (type,
- * layout, normalisation) join the model as a graph the device runs
- * (gs_prep_graph), so that a quarter of float32's bytes cross the bus.
- * Elsewhere the CPU does the whole recipe. */
+/* Images for a float32 model on a GPU (or with finish=device, any device
+ * with memory of its own): the CPU decodes, resizes and crops to uint8, and
+ * the recipe's last steps (type, layout, normalisation) join the model as a
+ * graph the device runs (gs_prep_graph), so that a quarter of float32's
+ * bytes cross the bus. Elsewhere the CPU does the whole recipe: an OpenCL
+ * CPU device's kernels would take the same cores, slower (bench/images). */
 static int place_prep(batch_run *b, gs_shape *shape) {
   const gs_batch_options *o = b->o;
   gs_device_t *first = o->n_devices ? o->devices[0] : gs_hal_device(0);
   b->cpu_prep = o->prep;
-  if (!first || gs_device_get_caps(first)->host_visible_device_memory ||
-      b->model->inputs[0].dtype != GS_DT_FLOAT32)
+  bool own_memory = first && !gs_device_get_caps(first)->host_visible_device_memory;
+  bool wanted = o->prep.finish == GS_FINISH_DEVICE ||
+                (o->prep.finish == GS_FINISH_AUTO && first &&
+                 gs_device_get_info(first)->type != GS_DEVICE_CPU);
+  if (!own_memory || !wanted || b->model->inputs[0].dtype != GS_DT_FLOAT32)
     return GS_OK;
   gs_model *graph;
   int rc = gs_prep_graph(&o->prep, b->image_h, b->image_w, b->nchw, b->model->opset, &graph);

@@ -44,6 +44,11 @@ void gs_image_free(gs_image *img);
 
 typedef enum { GS_FILTER_BILINEAR, GS_FILTER_BICUBIC, GS_FILTER_NEAREST } gs_image_filter;
 typedef enum { GS_LAYOUT_AUTO, GS_LAYOUT_NCHW, GS_LAYOUT_NHWC } gs_image_layout;
+/* Where `gpusrv batch` does the recipe's type, layout and normalisation:
+ * auto puts them on a GPU or accelerator (gs_prep_graph) and leaves them to the CPU on a
+ * device that shares the CPU's cores (an OpenCL CPU device); device asks for
+ * any device with memory of its own. */
+typedef enum { GS_FINISH_AUTO, GS_FINISH_CPU, GS_FINISH_DEVICE } gs_prep_finish;
 
 /* A preprocessing recipe. Every value becomes (v * scale - mean[c]) / std[c]
  * for its channel c (one mean or std: the same for every channel). */
@@ -56,6 +61,7 @@ typedef struct gs_prep {
   int crop_h, crop_w;         /* center_crop=N or HxW (0: none) */
   gs_image_filter interpolation;
   gs_image_layout layout;
+  gs_prep_finish finish;
 } gs_prep;
 
 /* scale 1, mean 0, std 1, no resize or crop, bilinear, layout auto. */

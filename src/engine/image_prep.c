@@ -143,6 +143,15 @@ static int key_layout(const char *v, size_t n, gs_prep *p, size_t field) {
   return rc;
 }
 
+static int key_finish(const char *v, size_t n, gs_prep *p, size_t field) {
+  (void)field;
+  static const char *const words[] = {"auto", "cpu", "device", NULL};
+  int i, rc = key_word(v, n, words, &i);
+  if (rc == 0)
+    p->finish = (gs_prep_finish)i;
+  return rc;
+}
+
 static const struct prep_key {
   const char *name;
   key_parser parse;
@@ -156,6 +165,7 @@ static const struct prep_key {
     {"center_crop", key_crop, 0, "N or HxW"},
     {"interpolation", key_interpolation, 0, "bilinear, bicubic or nearest"},
     {"layout", key_layout, 0, "nchw, nhwc or auto"},
+    {"finish", key_finish, 0, "auto, cpu or device"},
 };
 
 int gs_prep_parse(const char *spec, gs_prep *p) {
@@ -169,7 +179,7 @@ int gs_prep_parse(const char *spec, gs_prep *p) {
         key = &prep_keys[i];
     if (!key)
       return gs_error(GS_EINVAL, "unknown preprocess key '%.*s' (scale, mean, std, resize, "
-                                 "center_crop, interpolation, layout)", (int)klen, at);
+                                 "center_crop, interpolation, layout, finish)", (int)klen, at);
     if (!eq || key->parse(eq + 1, (size_t)(end - eq - 1), p, key->field) < 0)
       return gs_error(GS_EINVAL, "preprocess '%.*s': %s takes %s", (int)(end - at), at,
                       key->name, key->values);

@@ -284,32 +284,37 @@ def need_opencl():
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_on_a_device_the_recipe_ends_there_with_the_cpu_s_bits(images, tmp_path, layout):
-    """On opencl0 the CPU decodes, resizes and crops; uint8 crosses to the
-    device, whose own Cast, Transpose, Mul and Add kernels finish the
-    recipe: the same values, bit for bit, as the CPU's whole recipe."""
+    """With finish=device on opencl0 the CPU decodes, resizes and crops;
+    uint8 crosses to the device, whose own Cast, Transpose, Mul and Add
+    kernels finish the recipe: the same values, bit for bit, as the CPU's
+    whole recipe. Left to auto, PoCL (an OpenCL CPU device, on the same
+    cores) leaves it all to the CPU."""
     need_opencl()
     d, _ = images
     shape = ["N", 3, 224, 224] if layout == "nchw" else ["N", 224, 224, 3]
     model = identity_model(tmp_path / f"{layout}.onnx", shape)
     outs = {}
-    for device in ("cpu0", "opencl0"):
-        out = tmp_path / f"{layout}-{device}"
+    for device, finish in (("cpu0", "device"), ("opencl0", "device"), ("opencl0", "auto")):
+        out = tmp_path / f"{layout}-{device}-{finish}"
         p = run("batch", model, "-i", str(d / "photos"), "-o", str(out), "--device", device,
-                "--batch", "4", "--preprocess", f"resize=256,center_crop=224,{IMAGENET}")
+                "--batch", "4", "--preprocess",
+                f"resize=256,center_crop=224,{IMAGENET},finish={finish}")
         on_device = "type, layout and normalisation on the device" in p.stdout
-        assert on_device == (device == "opencl0"), p.stdout
-        outs[device] = np.load(out / "y.npy")
-    np.testing.assert_array_equal(outs["opencl0"], outs["cpu0"])
+        assert on_device == (device == "opencl0" and finish == "device"), p.stdout
+        outs[device, finish] = np.load(out / "y.npy")
+    np.testing.assert_array_equal(outs["opencl0", "device"], outs["cpu0", "device"])
+    np.testing.assert_array_equal(outs["opencl0", "auto"], outs["cpu0", "device"])
     if layout == "nchw":
-        path = rows_of(tmp_path / "nchw-cpu0")[1][0]
-        np.testing.assert_allclose(outs["cpu0"][0], reference(path, 256, 224), rtol=0, atol=2e-6)
+        path = rows_of(tmp_path / "nchw-cpu0-device")[1][0]
+        np.testing.assert_allclose(outs["cpu0", "device"][0], reference(path, 256, 224), rtol=0,
+                                   atol=2e-6)
 
 
 def test_recipes_and_models_refused_saying_why(images, tmp_path):
     d, model = images
     photos = str(d / "photos")
     for spec in ("resize=0", "resize=10y", "center_crop=axb", "mean=1:2", "std=1:0:1",
-                 "interpolation=lanczos", "layout=chwn", "gamma=2"):
+                 "interpolation=lanczos", "layout=chwn", "finish=gpu", "gamma=2"):
         p = run("batch", model, "-i", photos, "-o", str(tmp_path / "o"), "--preprocess", spec,
                 check=False)
         assert p.returncode == 2 and "preprocess" in p.stderr, (spec, p.stderr)
