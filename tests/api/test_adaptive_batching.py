@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -74,11 +75,23 @@ def test_the_wait_follows_the_load(tmp_path):
                 rounds.wait()
                 client(1)
 
+        # The learnt window, watched while they send: its value once they
+        # stop depends on how the last round's requests happened to meet.
+        windows, done = [], threading.Event()
+
+        def watch():
+            while not done.is_set():
+                windows.append(window(port, "adaptive"))
+                time.sleep(0.05)
+
         threads = [threading.Thread(target=together, args=(40,)) for _ in range(4)]
-        for t in threads:
+        watcher = threading.Thread(target=watch)
+        for t in threads + [watcher]:
             t.start()
         for t in threads:
             t.join()
+        done.set()
+        watcher.join()
         assert not wrong, wrong[:3]
         inferred, batches = stats(port, "adaptive")
         assert inferred == 160
@@ -93,8 +106,8 @@ def test_the_wait_follows_the_load(tmp_path):
         # it rightly does not wait.)
         if not SANITIZED:
             assert inferred / batches > 1.5, (inferred, batches)
-            assert 0 < window(port, "adaptive") < 0.02
-        assert window(port, "adaptive") < 0.02
+            assert 0 < max(windows), windows
+        assert max(windows) < 0.02 and window(port, "adaptive") < 0.02, windows
 
         # One client that waits for each reply: none of its requests comes
         # while another is unanswered, so the batcher stops waiting.
