@@ -71,15 +71,26 @@ static int parse_size(const char *text, size_t n, int *h, int *w) {
   return GS_OK;
 }
 
-typedef int (*key_parser)(const char *v, size_t n, gs_prep *p, size_t field);
+/* A key of the spec: its parser stores what its value says into the
+ * recipe, at `field` (an enum as an int: its index in `words`). */
+struct prep_key;
+typedef int (*key_parser)(const char *v, size_t n, gs_prep *p, const struct prep_key *key);
 
-static int key_number(const char *v, size_t n, gs_prep *p, size_t field) {
-  return parse_number(v, n, (double *)((char *)p + field));
+struct prep_key {
+  const char *name;
+  key_parser parse;
+  size_t field;
+  const char *const *words;
+  const char *values; /* for the error message */
+};
+
+static int key_number(const char *v, size_t n, gs_prep *p, const struct prep_key *key) {
+  return parse_number(v, n, (double *)((char *)p + key->field));
 }
 
 /* One value, or one per channel separated by colons; a std of 0 is refused. */
-static int key_channels(const char *v, size_t n, gs_prep *p, size_t field) {
-  double *values = (double *)((char *)p + field);
+static int key_channels(const char *v, size_t n, gs_prep *p, const struct prep_key *key) {
+  double *values = (double *)((char *)p + key->field);
   int count = 0;
   for (const char *at = v, *end = v + n; at <= end && count < 4;) {
     const char *colon = memchr(at, ':', (size_t)(end - at));
@@ -87,20 +98,20 @@ static int key_channels(const char *v, size_t n, gs_prep *p, size_t field) {
     double x;
     if (count == 3 || parse_number(at, (size_t)(stop - at), &x) < 0)
       return GS_EINVAL;
-    if (field == offsetof(gs_prep, std) && x == 0)
+    if (key->field == offsetof(gs_prep, std) && x == 0)
       return GS_EINVAL;
     values[count++] = x;
     at = stop + 1;
   }
   if (count != 1 && count != 3)
     return GS_EINVAL;
-  *(field == offsetof(gs_prep, mean) ? &p->n_mean : &p->n_std) = count;
+  *(key->field == offsetof(gs_prep, mean) ? &p->n_mean : &p->n_std) = count;
   return GS_OK;
 }
 
 /* resize=N: the shorter edge; resize=HxW: both. */
-static int key_resize(const char *v, size_t n, gs_prep *p, size_t field) {
-  (void)field;
+static int key_resize(const char *v, size_t n, gs_prep *p, const struct prep_key *key) {
+  (void)key;
   int h, w;
   if (parse_size(v, n, &h, &w) < 0)
     return GS_EINVAL;
@@ -111,61 +122,40 @@ static int key_resize(const char *v, size_t n, gs_prep *p, size_t field) {
   return GS_OK;
 }
 
-static int key_crop(const char *v, size_t n, gs_prep *p, size_t field) {
-  (void)field;
+static int key_crop(const char *v, size_t n, gs_prep *p, const struct prep_key *key) {
+  (void)key;
   return parse_size(v, n, &p->crop_h, &p->crop_w);
 }
 
-static int key_word(const char *v, size_t n, const char *const *words, int *out) {
-  for (int i = 0; words[i]; i++)
-    if (strlen(words[i]) == n && !strncmp(v, words[i], n)) {
-      *out = i;
+/* One of the key's words, stored as its index. */
+static int key_word(const char *v, size_t n, gs_prep *p, const struct prep_key *key) {
+  for (int i = 0; key->words[i]; i++)
+    if (strlen(key->words[i]) == n && !strncmp(v, key->words[i], n)) {
+      *(int *)((char *)p + key->field) = i;
       return GS_OK;
     }
   return GS_EINVAL;
 }
 
-static int key_interpolation(const char *v, size_t n, gs_prep *p, size_t field) {
-  (void)field;
-  static const char *const words[] = {"bilinear", "bicubic", "nearest", NULL};
-  int i, rc = key_word(v, n, words, &i);
-  if (rc == 0)
-    p->interpolation = (gs_image_filter)i;
-  return rc;
-}
+_Static_assert(sizeof(gs_image_filter) == sizeof(int) && sizeof(gs_image_layout) == sizeof(int) &&
+                   sizeof(gs_prep_finish) == sizeof(int),
+               "key_word stores the recipe's enums as int");
 
-static int key_layout(const char *v, size_t n, gs_prep *p, size_t field) {
-  (void)field;
-  static const char *const words[] = {"auto", "nchw", "nhwc", NULL};
-  int i, rc = key_word(v, n, words, &i);
-  if (rc == 0)
-    p->layout = (gs_image_layout)i;
-  return rc;
-}
+static const char *const filter_words[] = {"bilinear", "bicubic", "nearest", NULL};
+static const char *const layout_words[] = {"auto", "nchw", "nhwc", NULL};
+static const char *const finish_words[] = {"auto", "cpu", "device", NULL};
 
-static int key_finish(const char *v, size_t n, gs_prep *p, size_t field) {
-  (void)field;
-  static const char *const words[] = {"auto", "cpu", "device", NULL};
-  int i, rc = key_word(v, n, words, &i);
-  if (rc == 0)
-    p->finish = (gs_prep_finish)i;
-  return rc;
-}
-
-static const struct prep_key {
-  const char *name;
-  key_parser parse;
-  size_t field;
-  const char *values; /* for the error message */
-} prep_keys[] = {
-    {"scale", key_number, offsetof(gs_prep, scale), "a number or a fraction such as 1/255"},
-    {"mean", key_channels, offsetof(gs_prep, mean), "one number, or three as 0.485:0.456:0.406"},
-    {"std", key_channels, offsetof(gs_prep, std), "one non-zero number, or three"},
-    {"resize", key_resize, 0, "N (the shorter edge) or HxW"},
-    {"center_crop", key_crop, 0, "N or HxW"},
-    {"interpolation", key_interpolation, 0, "bilinear, bicubic or nearest"},
-    {"layout", key_layout, 0, "nchw, nhwc or auto"},
-    {"finish", key_finish, 0, "auto, cpu or device"},
+static const struct prep_key prep_keys[] = {
+    {"scale", key_number, offsetof(gs_prep, scale), NULL, "a number or a fraction such as 1/255"},
+    {"mean", key_channels, offsetof(gs_prep, mean), NULL,
+     "one number, or three as 0.485:0.456:0.406"},
+    {"std", key_channels, offsetof(gs_prep, std), NULL, "one non-zero number, or three"},
+    {"resize", key_resize, 0, NULL, "N (the shorter edge) or HxW"},
+    {"center_crop", key_crop, 0, NULL, "N or HxW"},
+    {"interpolation", key_word, offsetof(gs_prep, interpolation), filter_words,
+     "bilinear, bicubic or nearest"},
+    {"layout", key_word, offsetof(gs_prep, layout), layout_words, "nchw, nhwc or auto"},
+    {"finish", key_word, offsetof(gs_prep, finish), finish_words, "auto, cpu or device"},
 };
 
 int gs_prep_parse(const char *spec, gs_prep *p) {
@@ -180,7 +170,7 @@ int gs_prep_parse(const char *spec, gs_prep *p) {
     if (!key)
       return gs_error(GS_EINVAL, "unknown preprocess key '%.*s' (scale, mean, std, resize, "
                                  "center_crop, interpolation, layout, finish)", (int)klen, at);
-    if (!eq || key->parse(eq + 1, (size_t)(end - eq - 1), p, key->field) < 0)
+    if (!eq || key->parse(eq + 1, (size_t)(end - eq - 1), p, key) < 0)
       return gs_error(GS_EINVAL, "preprocess '%.*s': %s takes %s", (int)(end - at), at,
                       key->name, key->values);
     at = comma ? comma + 1 : end;
