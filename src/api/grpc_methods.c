@@ -256,31 +256,68 @@ static void unload_done(void *arg, int status, const char *message) {
   admin_done(arg, status, message, &r.base);
 }
 
-static void start_admin(gs_grpc_call *c, const char *name, bool load) {
+/* Takes `ov` (NULL: none). */
+static void start_admin(gs_grpc_call *c, const char *name, bool load, gs_load_override *ov) {
   if (!name[0]) {
+    gs_load_override_free(ov);
     gs_grpc_reply_error(c, 400, "a model name is needed");
     return;
   }
   gs_grpc_call_hold(c);
-  if (gs_repository_admin_async(repo_of(c), name, load, load ? load_done : unload_done, c) < 0) {
+  if (gs_repository_admin_async(repo_of(c), name, load, ov, load ? load_done : unload_done,
+                                c) < 0) {
     gs_grpc_reply_error(c, 500, "out of memory");
     gs_grpc_call_release(c);
   }
 }
 
+/* The load's parameters: "config" as string_param, "file:<path>" as
+ * bytes_param, as tritonclient sends them. */
+static int load_parameters(const Inference__RepositoryModelLoadRequest *q,
+                           gs_load_override **out) {
+  *out = NULL;
+  if (q->n_parameters == 0)
+    return GS_OK;
+  gs_load_override *ov = gs_load_override_new();
+  int rc = ov ? GS_OK : gs_error(GS_ENOMEM, "out of memory reading the load request");
+  for (size_t i = 0; rc == 0 && i < q->n_parameters; i++) {
+    const char *key = q->parameters[i]->key;
+    const Inference__ModelRepositoryParameter *p = q->parameters[i]->value;
+    bool is_file = strncmp(key, "file:", 5) == 0;
+    if (p && !is_file && p->parameter_choice_case ==
+                             INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+      rc = gs_load_override_add(ov, key, p->string_param, strlen(p->string_param));
+    else if (p && is_file && p->parameter_choice_case ==
+                                 INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BYTES_PARAM)
+      rc = gs_load_override_add(ov, key, p->bytes_param.data, p->bytes_param.len);
+    else
+      rc = gs_error(GS_EINVAL, "load parameter '%.200s' must be %s", key,
+                    is_file ? "a bytes_param (the file's bytes)"
+                            : "a string_param ('config', the configuration as JSON)");
+  }
+  if (rc == 0)
+    rc = gs_load_override_check(ov);
+  if (rc < 0) {
+    gs_load_override_free(ov);
+    return rc;
+  }
+  *out = ov;
+  return GS_OK;
+}
+
 static void repository_model_load(gs_grpc_call *c, ProtobufCMessage *in) {
   Inference__RepositoryModelLoadRequest *q = (Inference__RepositoryModelLoadRequest *)in;
-  if (q->n_parameters) /* a config or files sent with the load */
-    gs_grpc_reply_error(c, 501, "loading with parameters (an uploaded config or files) is not "
-                                "supported: the model is read from the repository directory");
+  gs_load_override *ov;
+  if (load_parameters(q, &ov) < 0)
+    gs_grpc_reply_error(c, gs_error_code() == GS_ENOMEM ? 500 : 400, gs_error_detail());
   else
-    start_admin(c, q->model_name, true);
+    start_admin(c, q->model_name, true, ov);
   FREE_REQUEST(in);
 }
 
 static void repository_model_unload(gs_grpc_call *c, ProtobufCMessage *in) {
   Inference__RepositoryModelUnloadRequest *q = (Inference__RepositoryModelUnloadRequest *)in;
-  start_admin(c, q->model_name, false);
+  start_admin(c, q->model_name, false, NULL);
   FREE_REQUEST(in);
 }
 

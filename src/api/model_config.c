@@ -352,6 +352,17 @@ int gs_model_config_read_json(gs_served_model *m, const char *path) {
   return rc;
 }
 
+int gs_model_config_read_json_text(gs_served_model *m, const char *text, const char *origin) {
+  json_error_t jerr;
+  json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return gs_error(GS_EINVAL, "%s, line %d: %s", origin, jerr.line, jerr.text);
+  int rc = json_is_object(root) ? gs_model_config_apply(m, root, origin)
+                                : gs_error(GS_EINVAL, "%s is not a JSON object", origin);
+  json_decref(root);
+  return rc;
+}
+
 /* config.pbtxt: Triton's configuration in the protobuf text format, read
  * into the same JSON shape as config.json (a field given more than once
  * becomes an array; enum values become strings), so that one reader serves

@@ -13,6 +13,9 @@
  * does not parse. Fields left out keep what `m` holds. */
 int gs_model_config_read_json(gs_served_model *m, const char *path);
 int gs_model_config_read_pbtxt(gs_served_model *m, const char *path);
+/* The same from JSON text (a load request's "config"); `origin` names it
+ * in messages. */
+int gs_model_config_read_json_text(gs_served_model *m, const char *text, const char *origin);
 /* Applies a configuration already in JSON form. */
 int gs_model_config_apply(gs_served_model *m, json_t *root, const char *path);
 

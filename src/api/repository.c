@@ -278,14 +278,7 @@ static bool load_overdue(gs_served_model *m, const char *step) {
 /* An ensemble's one version: its steps composed (ensemble.h), numbered as
  * its highest version directory (Triton's ensembles keep an empty "1"), 1
  * without one. */
-static void load_ensemble(gs_served_model *m, const char *dir) {
-  char repo_dir[1200];
-  snprintf(repo_dir, sizeof repo_dir, "%s", dir);
-  char *slash = strrchr(repo_dir, '/');
-  if (slash)
-    *slash = '\0';
-  else
-    snprintf(repo_dir, sizeof repo_dir, ".");
+static void load_ensemble(gs_served_model *m, const char *repo_dir, const char *dir) {
   gs_served_version *ver = &m->versions[m->n_versions++];
   memset(ver, 0, sizeof *ver);
   ver->number = 1;
@@ -307,11 +300,13 @@ static void load_ensemble(gs_served_model *m, const char *dir) {
 }
 
 /* Reads the configuration and every version of model m from `dir` (the
- * model's use lock held exclusively; begin_load called), and warms its
- * plans up where `warm` (a load on demand leaves that to the request that
- * waits for it: warming every batch size would make it wait for all of
- * them). Sets state and reason. */
-static void load_model(gs_served_model *m, const char *dir, bool warm) {
+ * model's use lock held exclusively; begin_load called), or its
+ * configuration from m->load_config where a load request brought one; an
+ * ensemble's steps come from `repo_dir`. Warms its plans up where `warm`
+ * (a load on demand leaves that to the request that waits for it: warming
+ * every batch size would make it wait for all of them). Sets state and
+ * reason. */
+static void load_model(gs_served_model *m, const char *repo_dir, const char *dir, bool warm) {
   char path[1200];
   struct stat st;
   m->reason[0] = '\0';
@@ -324,7 +319,9 @@ static void load_model(gs_served_model *m, const char *dir, bool warm) {
   bool json = stat(path, &st) == 0;
   if (!json)
     snprintf(path, sizeof path, "%s/config.pbtxt", dir);
-  if (json || stat(path, &st) == 0) {
+  if (m->load_config) {
+    rc = gs_model_config_read_json_text(m, m->load_config, "the load request's config");
+  } else if (json || stat(path, &st) == 0) {
     /* A FIFO or a device would hold the load (and the repository) forever. */
     if (!S_ISREG(st.st_mode))
       rc = gs_error(GS_EINVAL, "%s is not a regular file", path);
@@ -338,7 +335,7 @@ static void load_model(gs_served_model *m, const char *dir, bool warm) {
   }
   DIR *d = m->is_ensemble ? NULL : opendir(dir);
   if (m->is_ensemble)
-    load_ensemble(m, dir);
+    load_ensemble(m, repo_dir, dir);
   for (struct dirent *de; d && (de = readdir(d));) {
     char *end;
     long long v = strtoll(de->d_name, &end, 10);
@@ -547,7 +544,7 @@ void gs__repository_load_locked(gs_repository *repo, gs_served_model *m, gs_load
   snprintf(dir, sizeof dir, "%s/%s", repo->dir, m->name);
   uint64_t t0 = gs_now_ns();
   begin_load(repo, m);
-  load_model(m, dir, why != GS_LOAD_DEMAND);
+  load_model(m, repo->dir, m->load_dir ? m->load_dir : dir, why != GS_LOAD_DEMAND);
   uint64_t t1 = gs_now_ns();
   atomic_store(&m->last_load_ns, t1 - t0);
   atomic_store(&m->last_used_ns, t1); /* the idle clock starts now */
@@ -638,23 +635,56 @@ bool gs_served_try_use(gs_served_model *m) { return pthread_rwlock_tryrdlock(&m-
 
 void gs_served_release(gs_served_model *m) { pthread_rwlock_unlock(&m->use); }
 
+/* Replaces what m loads from instead of the repository (use lock held
+ * exclusively, or m no longer served); takes `config` and `dir`. */
+static void set_load_source(gs_served_model *m, char *config, char *dir) {
+  free(m->load_config);
+  gs_load_dir_remove(m->load_dir);
+  m->load_config = config;
+  m->load_dir = dir;
+}
+
 int gs_repository_load(gs_repository *repo, const char *name) {
-  char dir[1024];
+  return gs_repository_load_with(repo, name, NULL);
+}
+
+/* What a load with `ov` reads from instead of the repository: a copy of
+ * its configuration, or (where it has files) a directory of its own. */
+static int take_load_source(gs_repository *repo, const char *name, const gs_load_override *ov,
+                            char **config, char **dir) {
+  *config = *dir = NULL;
+  if (ov && ov->n_files > 0)
+    return gs_load_override_stage(ov, dir);
+  char path[1024];
   struct stat st;
+  snprintf(path, sizeof path, "%s/%s", repo->dir, name);
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+    return gs_error(GS_ENOENT, "no model directory %s", path);
+  if (ov && ov->config && !(*config = strdup(ov->config)))
+    return gs_error(GS_ENOMEM, "out of memory for the load's config");
+  return GS_OK;
+}
+
+int gs_repository_load_with(gs_repository *repo, const char *name, const gs_load_override *ov) {
   if (!*name || strchr(name, '/') || name[0] == '.' || strlen(name) >= sizeof repo->models[0].name)
     return gs_error(GS_EINVAL, "'%s' is not a model name", name);
-  snprintf(dir, sizeof dir, "%s/%s", repo->dir, name);
-  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-    return gs_error(GS_ENOENT, "no model directory %s", dir);
+  if (ov && gs_load_override_check(ov) < 0)
+    return gs_error_code();
+  char *config, *dir;
+  if (take_load_source(repo, name, ov, &config, &dir) < 0)
+    return gs_error_code();
   pthread_mutex_lock(&repo->admin);
   gs_served_model *m = gs_repository_find(repo, name);
   if (!m && !(m = add_entry(repo, name))) {
     pthread_mutex_unlock(&repo->admin);
+    free(config);
+    gs_load_dir_remove(dir);
     return gs_error(GS_ERANGE, "the repository holds %d models already", GS_REPO_MAX_MODELS);
   }
   pthread_rwlock_wrlock(&m->use);
   atomic_store(&m->state, GS_MODEL_LOADING);
   unload_model(m);
+  set_load_source(m, config, dir);
   gs__repository_load_locked(repo, m, GS_LOAD_ADMIN);
   int rc = gs_served_ready(m) ? GS_OK : gs_error(GS_EINVAL, "%s", m->reason);
   pthread_rwlock_unlock(&m->use);
@@ -673,6 +703,7 @@ int gs_repository_unload(gs_repository *repo, const char *name) {
   atomic_store(&m->state, GS_MODEL_UNLOADED);
   pthread_rwlock_wrlock(&m->use);
   unload_model(m);
+  set_load_source(m, NULL, NULL); /* a later load reads the repository */
   atomic_fetch_add(&m->unloads[GS_UNLOAD_ADMIN], 1);
   snprintf(m->reason, sizeof m->reason, "unloaded");
   pthread_rwlock_unlock(&m->use);
@@ -690,6 +721,7 @@ void gs_repository_close(gs_repository *repo) {
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
     unload_model(m);
+    set_load_source(m, NULL, NULL);
     pthread_mutex_destroy(&m->stats_lock);
     pthread_mutex_destroy(&m->weights_lock);
     pthread_rwlock_destroy(&m->use);

@@ -5,6 +5,7 @@
 #define GS_API_REPOSITORY_H
 
 #include "api/latency.h"
+#include "api/load_override.h"
 #include "engine/engine.h"
 #include "engine/image.h"
 #include "engine/pipeline.h"
@@ -214,6 +215,14 @@ typedef struct gs_served_model {
   /* Requests hold it shared while they use the model's versions; loading
    * and unloading hold it exclusively. */
   pthread_rwlock_t use;
+  /* What the last admin load brought instead of the repository's files
+   * (load_override.h): its configuration as JSON text, or the private
+   * directory its files were written to (which holds its configuration
+   * too). NULL: the repository's. Kept across an idle unload, so that the
+   * load on demand reads the same; dropped by an admin unload or a load
+   * without parameters. */
+  char *load_config;
+  char *load_dir;
   int n_versions;   /* highest first */
   gs_served_version versions[GS_REPO_MAX_VERSIONS];
 } gs_served_model;
@@ -260,17 +269,23 @@ bool gs_repository_settled(gs_repository *repo);
 /* (Re)loads model `name` from its directory now; returns 0 or an error
  * (GS_ENOENT: no such directory; else the model's reason). */
 int gs_repository_load(gs_repository *repo, const char *name);
+/* The same with what a load request brought (NULL: nothing): its
+ * configuration replaces the directory's, and its files, where it has
+ * any, replace the whole directory (a model the repository does not hold
+ * may be loaded so). The repository copies what it keeps of `ov`. */
+int gs_repository_load_with(gs_repository *repo, const char *name, const gs_load_override *ov);
 /* Unloads model `name`: its queued requests finish first. */
 int gs_repository_unload(gs_repository *repo, const char *name);
 /* Loads (load) or unloads model `name` on a detached thread of its own,
  * for the protocols: a load can take seconds, and their threads serve
- * other calls meanwhile. When it is done, done(arg, status, message) runs on
- * that thread: status 200, or 404 (no such model) or 400 with a message for
- * the client. Where no thread can be made it runs on the caller's. Returns
- * 0, or GS_ENOMEM (done is then not called). repository_admin.c */
+ * other calls meanwhile. A load takes `ov` (NULL: none; freed here, also
+ * on failure). When it is done, done(arg, status, message) runs on that
+ * thread: status 200, or 404 (no such model) or 400 with a message for the
+ * client. Where no thread can be made it runs on the caller's. Returns 0,
+ * or GS_ENOMEM (done is then not called). repository_admin.c */
 typedef void (*gs_repository_admin_done)(void *arg, int status, const char *message);
 int gs_repository_admin_async(gs_repository *repo, const char *name, bool load,
-                              gs_repository_admin_done done, void *arg);
+                              gs_load_override *ov, gs_repository_admin_done done, void *arg);
 /* Waits until every gs_repository_admin_async started has called done: a
  * load must not outlive the daemon it answers. */
 void gs_repository_admin_wait(gs_repository *repo);

@@ -14,6 +14,7 @@
 typedef struct admin_op {
   gs_repository *repo;
   bool load;
+  gs_load_override *override;
   gs_repository_admin_done done;
   void *arg;
   char name[]; /* NUL-terminated */
@@ -22,7 +23,9 @@ typedef struct admin_op {
 static void *admin_main(void *p) {
   admin_op *op = p;
   gs_repository *repo = op->repo;
-  int rc = op->load ? gs_repository_load(repo, op->name) : gs_repository_unload(repo, op->name);
+  int rc = op->load ? gs_repository_load_with(repo, op->name, op->override)
+                    : gs_repository_unload(repo, op->name);
+  gs_load_override_free(op->override);
   if (rc < 0) {
     char msg[700];
     snprintf(msg, sizeof msg, "%s model '%s': %s", op->load ? "cannot load" : "cannot unload",
@@ -37,12 +40,14 @@ static void *admin_main(void *p) {
 }
 
 int gs_repository_admin_async(gs_repository *repo, const char *name, bool load,
-                              gs_repository_admin_done done, void *arg) {
+                              gs_load_override *ov, gs_repository_admin_done done, void *arg) {
   size_t len = strlen(name);
   admin_op *op = malloc(sizeof *op + len + 1);
-  if (!op)
+  if (!op) {
+    gs_load_override_free(ov);
     return gs_error(GS_ENOMEM, "out of memory starting a model %s", load ? "load" : "unload");
-  *op = (admin_op){.repo = repo, .load = load, .done = done, .arg = arg};
+  }
+  *op = (admin_op){.repo = repo, .load = load, .override = ov, .done = done, .arg = arg};
   memcpy(op->name, name, len + 1);
   atomic_fetch_add(&repo->admin_running, 1);
   pthread_attr_t attr;

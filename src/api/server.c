@@ -317,12 +317,17 @@ static bool wait_for_load(server *s, struct MHD_Connection *c, gs_served_model *
   return true;
 }
 
+/* A load may bring its own configuration and files in its body
+ * (load_override.h); an unload's body is not read. */
 static enum MHD_Result start_admin_op(server *s, struct MHD_Connection *c, request *req,
                                       const char *name, bool load) {
+  gs_load_override *ov = NULL;
+  if (load && gs_load_override_from_json(req->body, req->len, &ov) < 0)
+    return send_error(c, gs_error_code() == GS_ENOMEM ? 500 : 400, gs_error_detail());
   req->conn = c;
   req->queued = true;
   MHD_suspend_connection(c);
-  if (gs_repository_admin_async(&s->repo, name, load, admin_done, req) < 0)
+  if (gs_repository_admin_async(&s->repo, name, load, ov, admin_done, req) < 0)
     admin_done(req, 500, "out of memory");
   return MHD_YES;
 }
