@@ -31,6 +31,9 @@ typedef struct gs_grpc_method {
   void (*handle)(gs_grpc_call *c, ProtobufCMessage *request);
   gs_grpc_access access;
   bool streaming;
+  /* A stream whose failed requests are replies in the stream
+   * (ModelStreamInfer's error_message), not the end of the call. */
+  bool errors_in_stream;
 } gs_grpc_method;
 
 /* The method table (grpc_methods.c), ended by a NULL path. */
@@ -97,6 +100,31 @@ void gs_grpc_reply_infer_error(gs_grpc_call *c, int http_status, const char *mes
 /* Frees a request message the handler was given (unpacked against the
  * server's budget for messages held: see grpc_server.c). */
 void gs_grpc_free_request(gs_grpc_call *c, ProtobufCMessage *m);
+
+/* A stream that sends several replies to one request (a health watch):
+ * each pushed in order, until gs_grpc_stream_end answers the request (the
+ * stream then ends with OK once what was pushed has gone, and the client
+ * has closed its side). gs_grpc_call_gone: the client has left, or the
+ * call is ending. */
+void gs_grpc_stream_push(gs_grpc_call *c, grpc_byte_buffer *b);
+void gs_grpc_stream_end(gs_grpc_call *c);
+bool gs_grpc_call_gone(gs_grpc_call *c);
+
+/* ---- health watches (grpc_watch.c) ------------------------------------------------------- */
+
+typedef struct gs_grpc_watches gs_grpc_watches;
+/* The server's watches, with a thread of their own; NULL when out of
+ * memory (Watch calls are then refused). Freed by gs_grpc_watches_free. */
+gs_grpc_watches *gs_grpc_watches_open(gs_repository *repo);
+/* Watches for call c, whose request named a service this server serves
+ * (`known`) or not (told SERVICE_UNKNOWN, as the health protocol says, and
+ * kept open). Tells its status now and on each change. */
+void gs_grpc_watch(gs_grpc_watches *w, gs_grpc_call *c, bool known);
+/* Ends every watch with a last NOT_SERVING, and takes no more (the server
+ * is stopping). */
+void gs_grpc_watches_close(gs_grpc_watches *w);
+void gs_grpc_watches_free(gs_grpc_watches *w);
+gs_grpc_watches *gs_grpc_call_watches(gs_grpc_call *c);
 
 /* A handler that answers later takes a hold on the call first, and drops it
  * after its reply. */

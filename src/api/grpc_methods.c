@@ -112,14 +112,17 @@ static void server_ready(gs_grpc_call *c, ProtobufCMessage *in) {
   gs_grpc_reply_message(c, &r.base);
 }
 
+static bool serves(const char *service) {
+  return !service[0] || strcmp(service, "inference.GRPCInferenceService") == 0;
+}
+
 /* grpc.health.v1.Health/Check, for Kubernetes' gRPC probes and the like:
  * the whole server ("") or the inference service is SERVING when it is
  * ready (ServerReady's answer); another service is NOT_FOUND, as the health
- * protocol says. Watch is not served (UNIMPLEMENTED, which its clients
- * take as "poll Check"). */
+ * protocol says. */
 static void health_check(gs_grpc_call *c, ProtobufCMessage *in) {
   Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)in;
-  if (q->service[0] && strcmp(q->service, "inference.GRPCInferenceService") != 0) {
+  if (!serves(q->service)) {
     char msg[300];
     snprintf(msg, sizeof msg, "unknown service '%.200s'", q->service);
     FREE_REQUEST(in);
@@ -132,6 +135,13 @@ static void health_check(gs_grpc_call *c, ProtobufCMessage *in) {
                  ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                  : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
   gs_grpc_reply_message(c, &r.base);
+}
+
+/* Health/Watch: the same status now and at each change (grpc_watch.c). */
+static void health_watch(gs_grpc_call *c, ProtobufCMessage *in) {
+  bool known = serves(((Grpc__Health__V1__HealthCheckRequest *)in)->service);
+  FREE_REQUEST(in);
+  gs_grpc_watch(gs_grpc_call_watches(c), c, known);
 }
 
 static void model_ready(gs_grpc_call *c, ProtobufCMessage *in) {
@@ -407,8 +417,10 @@ static void model_infer(gs_grpc_call *c, ProtobufCMessage *in) {
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
+/* ModelStreamInfer, the one stream here, answers a failed request in the stream. */
 #define METHOD(name, msg, fn, access, streaming)                                                  \
-  {"/inference.GRPCInferenceService/" name, &inference__##msg##__descriptor, fn, access, streaming}
+  {"/inference.GRPCInferenceService/" name, &inference__##msg##__descriptor, fn, access,          \
+   streaming, streaming}
 
 const gs_grpc_method gs_grpc_methods[] = {
     METHOD("ServerLive", server_live_request, server_live, GS_GRPC_OPEN, false),
@@ -426,6 +438,8 @@ const gs_grpc_method gs_grpc_methods[] = {
     METHOD("RepositoryModelUnload", repository_model_unload_request, repository_model_unload,
            GS_GRPC_ADMIN, false),
     {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor,
-     health_check, GS_GRPC_OPEN, false},
-    {NULL, NULL, NULL, 0, false},
+     health_check, GS_GRPC_OPEN, false, false},
+    {"/grpc.health.v1.Health/Watch", &grpc__health__v1__health_check_request__descriptor,
+     health_watch, GS_GRPC_OPEN, true, false},
+    {NULL, NULL, NULL, 0, false, false},
 };

@@ -50,6 +50,7 @@ struct gs_grpc_server {
    * (tls_fetch), read at start and again by gs_grpc_reload_tls. */
   pthread_mutex_t tls_lock;
   grpc_ssl_server_certificate_config *tls_next;
+  gs_grpc_watches *watches; /* grpc.health.v1's Watch calls (grpc_watch.c) */
 };
 
 /* gRPC's own messages go to the log: its errors as warnings (a client's
@@ -315,10 +316,13 @@ static void on_sent(gs_grpc_call *c, bool ok) {
   gs_grpc_call_release(c);
 }
 
-static void stream_reply(gs_grpc_call *c, grpc_byte_buffer *b) {
+/* Queues a reply on the stream: the answer to one of its requests
+ * (`answers`), or one more of several for the same request. */
+static void stream_queue(gs_grpc_call *c, grpc_byte_buffer *b, bool answers) {
   gs_grpc_outgoing *o = b ? malloc(sizeof *o) : NULL;
   pthread_mutex_lock(&c->lock);
-  c->pending--;
+  if (answers)
+    c->pending--;
   if (!o) { /* out of memory: the stream cannot go on in order */
     if (b)
       grpc_byte_buffer_destroy(b);
@@ -338,6 +342,37 @@ static void stream_reply(gs_grpc_call *c, grpc_byte_buffer *b) {
   }
   pthread_mutex_unlock(&c->lock);
 }
+
+static void stream_reply(gs_grpc_call *c, grpc_byte_buffer *b) { stream_queue(c, b, true); }
+
+void gs_grpc_stream_push(gs_grpc_call *c, grpc_byte_buffer *b) { stream_queue(c, b, false); }
+
+void gs_grpc_stream_end(gs_grpc_call *c) {
+  pthread_mutex_lock(&c->lock);
+  c->pending--;
+  stream_advance(c);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Ends the stream with an error status: its request is answered so. */
+static void stream_fail(gs_grpc_call *c, int http_status, const char *message) {
+  pthread_mutex_lock(&c->lock);
+  c->pending--;
+  if (!c->finishing && !c->broken) {
+    c->finishing = true;
+    finish(c, gs_grpc_status_of(http_status), message, NULL);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+bool gs_grpc_call_gone(gs_grpc_call *c) {
+  pthread_mutex_lock(&c->lock);
+  bool gone = c->broken || c->finishing;
+  pthread_mutex_unlock(&c->lock);
+  return gone;
+}
+
+gs_grpc_watches *gs_grpc_call_watches(gs_grpc_call *c) { return c->server->watches; }
 
 /* ---- replies, for handlers -------------------------------------------------------------------- */
 
@@ -371,6 +406,10 @@ void gs_grpc_reply_message(gs_grpc_call *c, const ProtobufCMessage *m) {
 void gs_grpc_reply_error(gs_grpc_call *c, int http_status, const char *message) {
   if (!c->method->streaming) {
     finish(c, gs_grpc_status_of(http_status), message, NULL);
+    return;
+  }
+  if (!c->method->errors_in_stream) {
+    stream_fail(c, http_status, message);
     return;
   }
   Inference__ModelStreamInferResponse r = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
@@ -703,6 +742,7 @@ static void free_server(gs_grpc_server *g) {
   if (g->tls_next)
     grpc_ssl_server_certificate_config_destroy(g->tls_next);
   pthread_mutex_destroy(&g->tls_lock);
+  gs_grpc_watches_free(g->watches);
   free(g);
   grpc_shutdown();
 }
@@ -719,6 +759,7 @@ int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out) {
   atomic_init(&g->quiescing, false);
   atomic_init(&g->shut_down, false);
   pthread_mutex_init(&g->tls_lock, NULL);
+  g->watches = gs_grpc_watches_open(settings->repo); /* NULL: Watch is refused */
   gpr_set_log_function(grpc_log);
   grpc_init();
   g->quota = grpc_resource_quota_create("gpusrv");
@@ -777,6 +818,7 @@ void gs_grpc_quiesce(gs_grpc_server *g) {
   if (!g || atomic_exchange(&g->quiescing, true))
     return;
   grpc_server_shutdown_and_notify(g->server, g->cq, &g->on_shutdown);
+  gs_grpc_watches_close(g->watches); /* a last NOT_SERVING, and their ends */
 }
 
 int gs_grpc_in_flight(gs_grpc_server *g) {

@@ -505,8 +505,8 @@ def test_grpc_health_service(server, tmp_path):
     """grpc.health.v1 as gRPC's own stubs ask it (grpcio-health-checking): the
     server and the inference service answer as ServerReady does (this
     server is not ready: an entry of its repository is no model), without a
-    token where tokens are required, an unknown service is NOT_FOUND, Watch
-    is not served."""
+    token where tokens are required, an unknown service is NOT_FOUND to
+    Check and SERVICE_UNKNOWN to Watch."""
     from grpc_health.v1 import health_pb2 as hp, health_pb2_grpc as hg
     health = hg.HealthStub(grpc.insecure_channel(f"127.0.0.1:{server[1]}"))
     assert not client(server).is_server_ready()
@@ -516,21 +516,50 @@ def test_grpc_health_service(server, tmp_path):
     with pytest.raises(grpc.RpcError) as e:
         health.Check(hp.HealthCheckRequest(service="other.Service"))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND and "other.Service" in e.value.details()
-    with pytest.raises(grpc.RpcError) as e:
-        next(health.Watch(hp.HealthCheckRequest()))
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    watch = health.Watch(hp.HealthCheckRequest())
+    assert next(watch).status == hp.HealthCheckResponse.NOT_SERVING
+    watch.cancel()
+    unknown = health.Watch(hp.HealthCheckRequest(service="other.Service"))
+    assert next(unknown).status == hp.HealthCheckResponse.SERVICE_UNKNOWN
+    unknown.cancel()
     ready = tmp_path / "ready"
     shutil.copytree(os.path.join(ROOT, "models", "digits"), ready / "digits")
-    proc, c, _ = start_needing_tokens(ready, "digits")
+    proc, c, token = start_needing_tokens(ready, "digits")
     try:
         assert c.is_server_ready()
         health = hg.HealthStub(grpc.insecure_channel(f"127.0.0.1:{proc.grpc_port}"))
         for service in ("", "inference.GRPCInferenceService"):
             assert health.Check(hp.HealthCheckRequest(service=service)).status == \
                 hp.HealthCheckResponse.SERVING
+        watch_follows_readiness(proc, c, {"authorization": "Bearer " + token}, health, hp)
     finally:
-        proc.send_signal(signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def watch_follows_readiness(proc, c, admin, health, hp):
+    """Watch on a ready server (for the test above): SERVING, then
+    NOT_SERVING while a load that fails leaves a model unavailable, SERVING
+    again once it loads, and a last NOT_SERVING when the server stops, whose
+    stream then ends; watchers that leave do not hold the server up."""
+    leavers = [health.Watch(hp.HealthCheckRequest()) for _ in range(20)]
+    for w in leavers:
+        assert next(w).status == hp.HealthCheckResponse.SERVING
+        w.cancel()
+    watch = health.Watch(hp.HealthCheckRequest(service="inference.GRPCInferenceService"))
+    assert next(watch).status == hp.HealthCheckResponse.SERVING
+    with pytest.raises(InferenceServerException):
+        c.load_model("digits", headers=admin, config=json.dumps({"max_batch_size": -1}))
+    assert next(watch).status == hp.HealthCheckResponse.NOT_SERVING
+    c.load_model("digits", headers=admin)
+    assert next(watch).status == hp.HealthCheckResponse.SERVING
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    assert next(watch).status == hp.HealthCheckResponse.NOT_SERVING
+    assert list(watch) == []  # and the stream ends
+    assert proc.wait(timeout=30) == 0
+    assert time.time() - t0 < 10  # the watch does not hold the drain (30 s)
 
 
 def test_tokens_in_metadata(repo):
@@ -574,9 +603,11 @@ def test_load_and_unload(server, repo):
     with pytest.raises(InferenceServerException) as e:
         c.load_model("ghost", headers=admin)
     assert grpc_code(e) == "StatusCode.NOT_FOUND"
-    with pytest.raises(InferenceServerException) as e:
-        c.load_model("simple", headers=admin, config=json.dumps({"max_batch_size": 4}))
-    assert grpc_code(e) == "StatusCode.UNIMPLEMENTED"
+    # A load may bring its config (test_load_parameters.py has the rest).
+    c.load_model("simple", headers=admin, config=json.dumps({"max_batch_size": 4}))
+    assert c.get_model_config("simple", as_json=True)["config"]["max_batch_size"] == 4
+    c.load_model("simple", headers=admin)
+    assert c.get_model_config("simple", as_json=True)["config"]["max_batch_size"] != 4
 
 
 @pytest.mark.skipif(not os.path.exists(PERF_ANALYZER), reason="perf_analyzer is not installed "
