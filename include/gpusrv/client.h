@@ -135,7 +135,11 @@ typedef struct gs_client_job_spec {
   int priority;
   bool requeue;
   const char *const *env;  /* "NAME=VALUE", NULL-terminated */
-  const char *chdir;
+  const char *chdir;       /* in a container: a directory inside it (default /job) */
+  /* In a container: a local image the server allows, and bind mounts
+   * "SRC:DST[:ro]" (NULL-terminated; may be NULL). NULL image: a process. */
+  const char *image;
+  const char *const *mounts;
 } gs_client_job_spec;
 
 /* Queues a job; *id gets its number, *json (if not NULL) the job. */

@@ -102,9 +102,11 @@ static int string_list(json_t *body, const char *key, bool required, const char 
   *out = NULL;
   if (!v && !required)
     return GS_OK;
+  bool is_env = strcmp(key, "env") == 0;
   if (!json_is_array(v) || (required && json_array_size(v) == 0))
     return gs_error(GS_EINVAL, required ? "a job needs a command: a list of strings"
-                                        : "%s must be a list of \"NAME=VALUE\"", key);
+                    : is_env ? "%s must be a list of \"NAME=VALUE\""
+                             : "%s must be a list of strings", key);
   const char **list = calloc(json_array_size(v) + 1, sizeof *list);
   if (!list)
     return gs_error(GS_ENOMEM, "out of memory reading %s", key);
@@ -114,7 +116,8 @@ static int string_list(json_t *body, const char *key, bool required, const char 
       free(list);
       return required ? gs_error(GS_EINVAL, "the command's arguments must be non-empty strings "
                                             "(argument %zu)", i)
-                      : gs_error(GS_EINVAL, "env entry %zu is not \"NAME=VALUE\"", i);
+             : is_env ? gs_error(GS_EINVAL, "env entry %zu is not \"NAME=VALUE\"", i)
+                      : gs_error(GS_EINVAL, "%s entry %zu is not a string", key, i);
     }
     list[i] = json_string_value(e);
   }
@@ -140,10 +143,15 @@ static int read_job_fields(json_t *j, gs_job_body *b) {
   int rc = string_list(j, "command", true, &b->argv);
   if (rc == 0)
     rc = string_list(j, "env", false, &b->env);
+  if (rc == 0)
+    rc = string_list(j, "mounts", false, &b->mounts);
   req->argv = b->argv;
   req->env = b->env;
+  req->mounts = b->mounts;
   if (rc == 0)
     rc = get_string(j, "name", &req->name);
+  if (rc == 0)
+    rc = get_string(j, "image", &req->image);
   if (rc == 0)
     rc = get_string(j, "chdir", &req->chdir);
   if (rc == 0)
@@ -192,6 +200,7 @@ int gs_job_body_parse(const char *body, size_t len, gs_job_body *b, gs_http_repl
 void gs_job_body_free(gs_job_body *b) {
   free(b->argv);
   free(b->env);
+  free(b->mounts);
   json_decref(b->json);
   memset(b, 0, sizeof *b);
 }

@@ -19,7 +19,7 @@ typedef struct gs_jobs_query {
 typedef struct gs_job_body {
   gs_job_request req;
   json_t *json;
-  const char **argv, **env;
+  const char **argv, **env, **mounts;
 } gs_job_body;
 int gs_job_body_parse(const char *body, size_t len, gs_job_body *b, gs_http_reply *err);
 void gs_job_body_free(gs_job_body *b);

@@ -24,6 +24,13 @@ json_t *gs_job_json(const gs_job_info *j) {
   json_object_set_new(o, "time_limit", json_integer(j->time_limit_s));
   json_object_set_new(o, "priority", json_integer(j->priority));
   json_object_set_new(o, "requeue", json_boolean(j->requeue));
+  if (j->image[0]) {
+    json_t *mounts = json_array();
+    for (char **m = j->mounts; m && *m; m++)
+      json_array_append_new(mounts, json_string(*m));
+    json_object_set_new(o, "image", json_string(j->image));
+    json_object_set_new(o, "mounts", mounts);
+  }
   json_object_set_new(o, "devices", json_string(j->devices));
   json_object_set_new(o, "submit_time", json_real(j->submit_time));
   json_object_set_new(o, "start_time", real_or_null(j->start_time));

@@ -110,6 +110,10 @@ const gs_config_option gs_serve_options[] = {
     OPT("job-default-mem", GS_CFG_BYTES, "0", 0, 1e18,
         "Memory a job gets (limited and charged) when it names none; 0: its tenant's quota, or "
         "no limit for a tenant without one", job_default_mem),
+    OPT("allowed-images", GS_CFG_STRING, "", 0, 0,
+        "Images jobs may run in (gpusrv submit --image): shell patterns, comma-separated, such "
+        "as 'localhost/*,docker.io/pytorch/pytorch:*'; each must be in the tenant's user's local "
+        "podman images, nothing is pulled ('': no containers)", allowed_images),
     OPT("preemption", GS_CFG_STRING, "off", 0, 0,
         "'requeue': stop lower-priority jobs (SIGTERM, then SIGKILL after kill-grace-seconds) "
         "when the head of the queue needs what they hold, and queue them again; 'off': never",
@@ -840,6 +844,7 @@ int gs_serve(const gs_serve_settings *settings) {
     rc = gs_error(GS_EINVAL, "--job-retention: '%s' is not a duration (such as 7d, 12h or 0)",
                   settings->job_retention);
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
+  snprintf(fs.allowed_images, sizeof fs.allowed_images, "%s", settings->allowed_images);
   if (rc == 0)
     rc = gs_frontdesk_open(&fs, &s.frontdesk);
   if (rc == 0 && s.reading_needs_token && gs_frontdesk_token_count(s.frontdesk) == 0)

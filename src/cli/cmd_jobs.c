@@ -60,9 +60,9 @@ typedef struct submit_opts {
   uint64_t gpu_mem, mem;
   double cpus;
   int64_t time_limit;
-  const char *name, *chdir;
+  const char *name, *chdir, *image;
   bool requeue;
-  gs_cli_list env;
+  gs_cli_list env, mounts;
   gs_cli_daemon_opts daemon;
 } submit_opts;
 
@@ -88,7 +88,13 @@ static const gs_cli_option submit_options[] = {
     GS_CLI_OPT("env", GS_OPT_LIST, submit_opts, env, "NAME=VAL",
                "Set a variable in the job's environment (repeatable)"),
     GS_CLI_OPT("chdir", GS_OPT_STRING, submit_opts, chdir, "DIR",
-               "Working directory (default: the job's own, owned by its user)"),
+               "Working directory (default: the job's own, owned by its user; in a container, "
+               "/job, the same directory)"),
+    GS_CLI_OPT("image", GS_OPT_STRING, submit_opts, image, "IMAGE",
+               "Run in a container of this local OCI image (podman, as the job's user; the "
+               "daemon's allowed-images decides which)"),
+    GS_CLI_OPT("mount", GS_OPT_LIST, submit_opts, mounts, "SRC:DST[:ro]",
+               "Bind-mount a host path into the container (repeatable)"),
     GS_CLI_DAEMON_ROWS(submit_opts),
     GS_CLI_OPT("json", GS_OPT_BOOL, submit_opts, daemon.json, NULL,
                "Print the queued job as JSON instead of its id"),
@@ -108,6 +114,9 @@ static int submit_run(int argc, char **argv) {
       return gs_cli_usage_error(me, "bad value '%s' for --env (NAME=VALUE)", o.env.items[i]);
     env[i] = o.env.items[i];
   }
+  const char *mounts[GS_CLI_LIST_MAX + 1] = {0};
+  for (int i = 0; i < o.mounts.n; i++)
+    mounts[i] = o.mounts.items[i];
   /* Sizes and times travel as text the daemon reads back exactly. */
   char gpu_mem[32], mem[32], limit[32];
   snprintf(gpu_mem, sizeof gpu_mem, "%llu", (unsigned long long)o.gpu_mem);
@@ -117,7 +126,8 @@ static int submit_run(int argc, char **argv) {
       .argv = (const char *const *)args.after, .name = o.name, .gpus = (int)o.gpus,
       .gpu_mem = o.gpu_mem ? gpu_mem : NULL, .gpu_share = (int)o.gpu_share, .cpus = o.cpus,
       .mem = o.mem ? mem : NULL, .time_limit = o.time_limit ? limit : NULL,
-      .priority = (int)o.priority, .requeue = o.requeue, .env = env, .chdir = o.chdir};
+      .priority = (int)o.priority, .requeue = o.requeue, .env = env, .chdir = o.chdir,
+      .image = o.image, .mounts = o.mounts.n ? mounts : NULL};
   gs_client *client = gs_cli_client("submit", o.daemon.url, o.daemon.token);
   if (!client)
     return GS_EXIT_FAILED;

@@ -152,10 +152,15 @@ int gs_client_job_submit(gs_client *c, const gs_client_job_spec *spec, int64_t *
        (!spec->gpu_mem || put_string(body, "gpu_mem", spec->gpu_mem)) &&
        (!spec->mem || put_string(body, "mem", spec->mem)) &&
        (!spec->time_limit || put_string(body, "time_limit", spec->time_limit)) &&
-       (!spec->chdir || put_string(body, "chdir", spec->chdir));
+       (!spec->chdir || put_string(body, "chdir", spec->chdir)) &&
+       (!spec->image || put_string(body, "image", spec->image));
+  json_t *mounts = spec->mounts ? string_array(spec->mounts) : NULL;
+  if (ok && spec->mounts)
+    ok = mounts && json_object_set_new(body, "mounts", mounts) == 0;
   if (!ok) {
     json_decref(body);
-    return client_fail(c, GS_EINVAL, "submit: a name, size, time or directory is not valid UTF-8");
+    return client_fail(c, GS_EINVAL, "submit: a name, size, time, directory, image or mount is "
+                       "not valid UTF-8");
   }
   if (spec->gpus)
     json_object_set_new(body, "gpus", json_integer(spec->gpus));

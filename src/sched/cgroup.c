@@ -61,6 +61,19 @@ static int write_text(const char *dir, const char *file, const char *text) {
   return ok ? GS_OK : gs_error(GS_EIO, "cannot write '%s' to %s: %s", text, path, strerror(errno));
 }
 
+/* The group and the one above it readable by all, whatever the umask
+ * (the supervisor's is 077): a rootless container's runtime, running as
+ * the job's user, looks its group up to mount it inside. */
+static void open_to_job(const char *dir) {
+  char parent[800];
+  snprintf(parent, sizeof parent, "%s", dir);
+  char *slash = strrchr(parent, '/');
+  if (slash)
+    *slash = '\0';
+  chmod(parent, 0755);
+  chmod(dir, 0755);
+}
+
 /* Fills the directories `name` has (or would have) under the caller's own
  * groups, making them when `make`. */
 static int locate(const char *name, bool make, gs_cgroup *out) {
@@ -79,6 +92,8 @@ static int locate(const char *name, bool make, gs_cgroup *out) {
         gs_cgroup_remove(out);
         return rc;
       }
+      if (make)
+        open_to_job(dir);
       snprintf(out->controller[out->n_dirs], sizeof out->controller[0], "%s", v1_controllers[i]);
       out->n_dirs++;
     }

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/units.h"
 #include "sched/cgroup.h"
+#include "sched/container.h"
 #include "sched/store.h"
 
 #include <dirent.h>
@@ -461,7 +462,8 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
   const char *defaults[][2] = {
       {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
       {"HOME", id->home}, {"USER", id->user}, {"LOGNAME", id->user}, {"SHELL", id->shell}};
-  for (size_t k = 0; k < sizeof defaults / sizeof defaults[0]; k++)
+  /* A container's PATH and HOME are its image's. */
+  for (size_t k = 0; !j->container && k < sizeof defaults / sizeof defaults[0]; k++)
     if (!env_has(j->env, defaults[k][0]))
       env_add(env, defaults[k][0], defaults[k][1]);
   char jid[32], vis[256];
@@ -479,6 +481,17 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
       j->argv, "env", env, "cwd", cwd, "uid", (int)id->uid, "gid", (int)id->gid, "user", id->user,
       "memory", (json_int_t)j->need.host_mem, "cpus", j->need.cpus, "pids",
       (json_int_t)set->job_pids_max, "log_max", (json_int_t)set->job_log_max);
+  /* In a container: podman runs from the job's work directory, and the
+   * job from chdir inside the container (/job, the work directory, by
+   * default). */
+  if (spec && j->container &&
+      (json_object_set(spec, "container", j->container) < 0 ||
+       json_object_set_new(spec, "home", json_string(id->home)) < 0 ||
+       json_object_set_new(spec, "container_workdir",
+                           json_string(j->chdir[0] ? j->chdir : "/job")) < 0)) {
+    json_decref(spec);
+    spec = NULL;
+  }
   char path[700], tmp[720];
   snprintf(path, sizeof path, "%s/spec.json", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -520,7 +533,7 @@ static int launch(gs_frontdesk *fd, active_job *a) {
   if (gs_mkdir_p(work) < 0 || chmod(dir, 0711) < 0 || chown(work, id.uid, id.gid) < 0 ||
       chmod(work, 0700) < 0)
     return gs_error(GS_EIO, "cannot prepare %s: %s", work, strerror(errno));
-  rc = write_spec(dir, j, &id, j->chdir[0] ? j->chdir : work, &fd->set);
+  rc = write_spec(dir, j, &id, j->chdir[0] && !j->container ? j->chdir : work, &fd->set);
   if (rc < 0)
     return rc;
   char exit_path[720], pid_path[720], shim_log[720];
@@ -1176,6 +1189,35 @@ static json_t *json_strings(const char *const *list) {
   return arr;
 }
 
+/* A container job's image and mounts checked (container.h), and its image
+ * looked for in the tenant's user's local images, outside the front desk's
+ * lock (podman takes a moment). *out: the job's container object. */
+static int check_container(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
+                           json_t **out) {
+  for (size_t i = 0; req->env && req->env[i]; i++)
+    if (strchr(req->env[i], '\n'))
+      return gs_error(GS_EINVAL, "env entry %zu holds a newline, which a container's "
+                      "environment file cannot", i);
+  json_t *c = gs_container_from_request(fd->set.allowed_images, req->image, req->mounts);
+  if (!c)
+    return gs_error_code();
+  pthread_mutex_lock(&fd->lock);
+  gs_tenant *t = find_tenant(fd, who->tenant);
+  identity ident = {0};
+  int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
+  pthread_mutex_unlock(&fd->lock);
+  gs_container_user u = {.uid = ident.uid, .gid = ident.gid, .name = ident.user,
+                         .home = ident.home};
+  if (rc == 0)
+    rc = gs_container_image_present(&u, req->image);
+  if (rc < 0) {
+    json_decref(c);
+    return rc;
+  }
+  *out = c;
+  return GS_OK;
+}
+
 int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
                   int64_t *id) {
   if (!req->argv || !req->argv[0])
@@ -1204,9 +1246,17 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
     return gs_error(GS_EINVAL, "priority is -1000 to 1000, not %d", req->priority);
   if (!(req->need.cpus >= 0))
     return gs_error(GS_EINVAL, "cpus cannot be negative");
+  json_t *container = NULL;
+  if (req->image && req->image[0] && check_container(fd, who, req, &container) < 0)
+    return gs_error_code();
+  if ((!req->image || !req->image[0]) && req->mounts && req->mounts[0])
+    return gs_error(GS_EINVAL, "mounts are for a job in a container: name its image");
   gs_job *j = calloc(1, sizeof *j);
-  if (!j)
+  if (!j) {
+    json_decref(container);
     return gs_error(GS_ENOMEM, "out of memory for a job");
+  }
+  j->container = container;
   snprintf(j->tenant, sizeof j->tenant, "%s", who->tenant);
   j->tenant_serial = who->tenant_serial;
   snprintf(j->name, sizeof j->name, "%s",

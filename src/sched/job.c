@@ -29,6 +29,7 @@ void gs_job_free(gs_job *j) {
     return;
   json_decref(j->argv);
   json_decref(j->env);
+  json_decref(j->container);
   free(j);
 }
 
@@ -62,6 +63,13 @@ int gs_job_fill_info(const gs_job *j, gs_job_info *o) {
   o->unsaved = j->unsaved;
   o->exit_code = o->ended && j->exit_code >= 0 ? j->exit_code : -1;
   o->argv = strings_of(j->argv);
+  json_t *image = json_object_get(j->container, "image");
+  snprintf(o->image, sizeof o->image, "%s", json_string_value(image) ?: "");
+  o->mounts = strings_of(json_object_get(j->container, "mounts"));
+  if (!o->mounts) {
+    gs_job_info_free(o);
+    return gs_error(GS_ENOMEM, "out of memory listing job %lld", (long long)j->id);
+  }
   return o->argv ? GS_OK : gs_error(GS_ENOMEM, "out of memory listing job %lld", (long long)j->id);
 }
 
@@ -71,6 +79,10 @@ void gs_job_info_free(gs_job_info *job) {
   for (char **a = job->argv; a && *a; a++)
     free(*a);
   free(job->argv);
+  for (char **m = job->mounts; m && *m; m++)
+    free(*m);
+  free(job->mounts);
+  job->mounts = NULL;
   free(job->events);
   job->argv = NULL;
   job->events = NULL;

@@ -37,6 +37,9 @@ typedef struct gs_job {
   int64_t time_limit_s; /* 0: none */
   int priority;
   bool requeue;
+  /* A job in a container (container.h): {"image": "...", "mounts":
+   * ["SRC:DST[:ro]", ...]}; NULL: a plain process job. */
+  json_t *container;
 
   gs_job_state state;
   char reason[256];

@@ -104,6 +104,7 @@ typedef struct gs_frontdesk_settings {
   int64_t job_retention_s; /* ended jobs' directories are removed after this (0: kept) */
   double job_default_cpus;   /* CPUs of a job that names none (0: its tenant's quota, if any) */
   uint64_t job_default_mem;  /* memory of a job that names none (0: its tenant's quota, if any) */
+  char allowed_images[1024]; /* images jobs may run in: shell patterns, comma-separated ("": none) */
 } gs_frontdesk_settings;
 
 /* Opens the state database, creates the admin tenant and its token file at
@@ -157,6 +158,11 @@ typedef struct gs_job_request {
   int64_t time_limit_s;
   int priority;
   bool requeue;
+  /* In a container (container.h): a local OCI image the server's
+   * allowed_images permits, and bind mounts "SRC:DST[:ro]" (NULL-terminated,
+   * borrowed; may be NULL). image NULL or "": a plain process job. */
+  const char *image;
+  const char *const *mounts;
 } gs_job_request;
 
 /* Queues a job for `who`; it is on disk when this returns. GS_EINVAL
@@ -184,6 +190,8 @@ typedef struct gs_job_info {
   int64_t time_limit_s;  /* 0: none */
   int priority;
   bool requeue;
+  char image[256];       /* "" : not in a container */
+  char **mounts;         /* NULL-terminated; empty where none */
   char state[16];        /* "PENDING", "RUNNING", "COMPLETED", ... */
   bool ended;
   bool unsaved;          /* its state is not yet on disk (a write failed): it is retried */

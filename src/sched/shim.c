@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/fileutil.h"
 #include "sched/cgroup.h"
+#include "sched/container.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -141,6 +142,52 @@ static void become_job(const gs_cgroup *cg, bool have_cg, int out, int err, uid_
   _exit(errno == ENOENT ? 127 : 126);
 }
 
+/* A container job's variables, for podman's --env-file: the job's user
+ * reads it (podman runs as that user), nobody else. */
+static int write_env_file(const char *path, char **env, uid_t uid, gid_t gid) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 || fchown(fd, uid, gid) < 0) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  bool ok = true;
+  for (char **e = env; *e; e++)
+    ok = dprintf(fd, "%s\n", *e) > 0 && ok;
+  return close(fd) == 0 && ok ? 0 : -1;
+}
+
+/* For a job in a container: podman's command line and environment in
+ * place of the job's (podman, as the job's user, runs the job's command in
+ * the image), its variables in DIR/container.env, and the container's name
+ * (for its removal should podman be killed). */
+static int container_command(const char *dir, json_t *spec, long long id, uid_t uid, gid_t gid,
+                             char ***argv, char ***env, char *name, size_t name_cap) {
+  const char *user = json_string_value(json_object_get(spec, "user"));
+  const char *home = json_string_value(json_object_get(spec, "home"));
+  const char *inside = json_string_value(json_object_get(spec, "container_workdir"));
+  char env_file[800], work[800];
+  snprintf(env_file, sizeof env_file, "%s/container.env", dir);
+  snprintf(work, sizeof work, "%s/work", dir);
+  snprintf(name, name_cap, "gpusrv-job-%lld-%d", id, (int)getpid());
+  if (!home || !inside || write_env_file(env_file, *env, uid, gid) < 0)
+    return -1;
+  gs_container_user u = {.uid = uid, .gid = gid, .name = user, .home = home};
+  char **pargv = gs_container_argv(json_object_get(spec, "container"), name, work, inside,
+                                   env_file, json_object_get(spec, "argv"));
+  char **penv = gs_podman_env(&u);
+  if (!pargv || !penv) {
+    gs_strings_free(pargv);
+    gs_strings_free(penv);
+    return -1;
+  }
+  free(*argv);
+  free(*env);
+  *argv = pargv;
+  *env = penv;
+  return 0;
+}
+
 /* Kills everything the job left: its process group, then its cgroup until
  * it is empty (processes that left the group are still in the cgroup). */
 static void kill_all(pid_t pgid, const gs_cgroup *cg, bool have_cg) {
@@ -174,6 +221,15 @@ int gs_job_shim_main(const char *dir) {
   if (out < 0 || err < 0) {
     fprintf(stderr, "gpusrv: job supervisor: cannot open the logs in %s: %s\n", dir,
             strerror(errno));
+    return 1;
+  }
+  /* argv and env are one allocation each (string_array) for a process job,
+   * and lists of their own strings for a container job (owned here). */
+  bool in_container = json_object_get(spec, "container") != NULL;
+  char container_name[96] = "";
+  if (in_container && container_command(dir, spec, id, uid, gid, &argv, &env, container_name,
+                                        sizeof container_name) < 0) {
+    dprintf(err, "gpusrv: cannot prepare the job's container: %s\n", strerror(errno));
     return 1;
   }
   /* Who supervises this job, for a daemon that died while starting it. */
@@ -277,7 +333,9 @@ int gs_job_shim_main(const char *dir) {
     } else if (sig == SIGTERM || sig == SIGINT) {
       term_forwarded = true;
       kill(-child, SIGTERM);
-      if (have_cg)
+      /* podman passes it to the container's processes; conmon, which
+       * records how the container ended, must not get it. */
+      if (have_cg && !in_container)
         gs_cgroup_signal(&cg, SIGTERM);
     } else if (sig == SIGUSR1) {
       kill_all(child, &cg, have_cg);
@@ -300,6 +358,18 @@ int gs_job_shim_main(const char *dir) {
       (double)now.tv_sec + now.tv_nsec / 1e9, "term_forwarded", term_forwarded);
   if (have_cg)
     gs_cgroup_remove(&cg);
+  if (in_container) { /* what a killed podman left in the user's store */
+    const char *home = json_string_value(json_object_get(spec, "home"));
+    gs_container_user u = {.uid = uid, .gid = gid, .name = user, .home = home};
+    const char *rm[] = {"rm", "--force", "--ignore", container_name, NULL};
+    char said[1024] = "";
+    int removed = gs_podman_run_as(&u, rm, said, sizeof said, 30);
+    if (removed > 0) /* a killed conmon left no exit record: the first try records one */
+      removed = gs_podman_run_as(&u, rm, said, sizeof said, 30);
+    if (removed != 0)
+      dprintf(err, "gpusrv: cannot remove container %s: %s\n", container_name,
+              removed < 0 ? gs_error_detail() : said);
+  }
   char tmp[820];
   snprintf(path, sizeof path, "%s/exit.json", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -309,9 +379,14 @@ int gs_job_shim_main(const char *dir) {
     rc = 1;
   }
   json_decref(ex);
+  if (in_container) {
+    gs_strings_free(argv);
+    gs_strings_free(env);
+  } else {
+    free(argv);
+    free(env);
+  }
   json_decref(spec);
-  free(argv);
-  free(env);
   for (int k = 0; k < 2; k++) {
     if (logs[k].pipe >= 0)
       close(logs[k].pipe);

@@ -1,0 +1,344 @@
+/* container.c - what the front desk and the job supervisor need to run a
+ * job in a container with podman (container.h): the allow-list, the
+ * request's checks, podman run as the tenant, and podman's command line. */
+#include "sched/container.h"
+
+#include "base/clock.h"
+#include "base/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_MOUNTS 32
+#define MAX_IMAGE_LEN 255
+
+bool gs_image_allowed(const char *patterns, const char *image) {
+  char pattern[512];
+  for (const char *p = patterns; p && *p;) {
+    size_t n = strcspn(p, ",");
+    if (n > 0 && n < sizeof pattern) {
+      memcpy(pattern, p, n);
+      pattern[n] = '\0';
+      char *s = pattern, *e = pattern + n;
+      while (*s == ' ')
+        s++;
+      while (e > s && e[-1] == ' ')
+        *--e = '\0';
+      if (*s && fnmatch(s, image, 0) == 0)
+        return true;
+    }
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  return false;
+}
+
+/* An image reference as podman takes it: registry/name:tag or @digest,
+ * nothing an option parser or a shell could take for something else. */
+static bool image_name_ok(const char *image) {
+  size_t n = strlen(image);
+  if (n == 0 || n > MAX_IMAGE_LEN || image[0] == '-')
+    return false;
+  return strspn(image, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@") ==
+         n;
+}
+
+/* An absolute path without "." or ".." parts and without ':' or ','
+ * (podman's separators in -v). */
+static bool mount_path_ok(const char *p, size_t n) {
+  if (n == 0 || p[0] != '/' || n > 1024)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (p[i] == ':' || p[i] == ',' || p[i] == '\0' || p[i] == '\n')
+      return false;
+  for (size_t i = 0; i < n;) {
+    while (i < n && p[i] == '/')
+      i++;
+    size_t start = i;
+    while (i < n && p[i] != '/')
+      i++;
+    size_t len = i - start;
+    if ((len == 1 && p[start] == '.') || (len == 2 && p[start] == '.' && p[start + 1] == '.'))
+      return false;
+  }
+  return true;
+}
+
+/* "SRC:DST[:ro|:rw]" into its canonical form "SRC:DST:ro|rw". */
+static json_t *mount_of(const char *m) {
+  const char *c1 = strchr(m, ':');
+  const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+  const char *mode = c2 ? c2 + 1 : "rw";
+  size_t dst_len = c1 ? (c2 ? (size_t)(c2 - c1 - 1) : strlen(c1 + 1)) : 0;
+  if (!c1 || !mount_path_ok(m, (size_t)(c1 - m)) || !mount_path_ok(c1 + 1, dst_len) ||
+      (strcmp(mode, "ro") != 0 && strcmp(mode, "rw") != 0)) {
+    gs_error(GS_EINVAL, "mount '%.300s' is not SRC:DST[:ro|:rw] with absolute paths (no '..', "
+             "':' or ',' in them)", m);
+    return NULL;
+  }
+  if (dst_len == 1 || (dst_len == 4 && strncmp(c1 + 1, "/job", 4) == 0)) {
+    gs_error(GS_EINVAL, "mount '%.300s': its destination may not be / or /job (the job's "
+             "directory)", m);
+    return NULL;
+  }
+  char canon[2200];
+  snprintf(canon, sizeof canon, "%.*s:%.*s:%s", (int)(c1 - m), m, (int)dst_len, c1 + 1, mode);
+  return json_string(canon);
+}
+
+json_t *gs_container_from_request(const char *patterns, const char *image,
+                                  const char *const *mounts) {
+  if (!patterns || !*patterns) {
+    gs_error(GS_EINVAL, "this server runs no containers: its configuration allows no images "
+             "(allowed-images)");
+    return NULL;
+  }
+  if (!image_name_ok(image)) {
+    gs_error(GS_EINVAL, "'%.300s' is not an image name (letters, digits and ._-/:@, at most %d)",
+             image, MAX_IMAGE_LEN);
+    return NULL;
+  }
+  if (!gs_image_allowed(patterns, image)) {
+    gs_error(GS_EPERM, "image '%s' is not among the server's allowed images", image);
+    return NULL;
+  }
+  json_t *list = json_array();
+  size_t n = 0;
+  for (; list && mounts && mounts[n]; n++) {
+    json_t *m = n < MAX_MOUNTS ? mount_of(mounts[n]) : NULL;
+    if (!m) {
+      if (n >= MAX_MOUNTS)
+        gs_error(GS_EINVAL, "more than %d mounts", MAX_MOUNTS);
+      json_decref(list);
+      return NULL;
+    }
+    json_array_append_new(list, m);
+  }
+  json_t *c = list ? json_pack("{s:s, s:o}", "image", image, "mounts", list) : NULL;
+  if (!c)
+    gs_error(GS_ENOMEM, "out of memory for the job's container");
+  return c;
+}
+
+void gs_strings_free(char **list) {
+  for (char **p = list; p && *p; p++)
+    free(*p);
+  free(list);
+}
+
+/* A NULL-ended list grown one malloc'd string at a time; *failed once any
+ * allocation failed (then the list is freed at the end). */
+typedef struct strings {
+  char **v;
+  size_t n, cap;
+  bool failed;
+} strings;
+
+static void add(strings *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(strings *s, const char *fmt, ...) {
+  if (s->failed)
+    return;
+  if (s->n + 2 > s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 32;
+    char **v = realloc(s->v, cap * sizeof *v);
+    if (!v) {
+      s->failed = true;
+      return;
+    }
+    s->v = v;
+    s->cap = cap;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vasprintf(&s->v[s->n], fmt, ap);
+  va_end(ap);
+  if (rc < 0) {
+    s->failed = true;
+    return;
+  }
+  s->v[++s->n] = NULL;
+}
+
+static char **done(strings *s) {
+  if (s->failed || !s->v) {
+    gs_strings_free(s->v);
+    return NULL;
+  }
+  return s->v;
+}
+
+char **gs_podman_env(const gs_container_user *u) {
+  strings s = {0};
+  char run_dir[64];
+  struct stat sb;
+  add(&s, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  add(&s, "HOME=%s", u->home);
+  add(&s, "USER=%s", u->name);
+  add(&s, "LOGNAME=%s", u->name);
+  snprintf(run_dir, sizeof run_dir, "/run/user/%u", (unsigned)u->uid);
+  if (stat(run_dir, &sb) == 0 && sb.st_uid == u->uid) /* else podman picks /tmp/podman-run-UID */
+    add(&s, "XDG_RUNTIME_DIR=%s", run_dir);
+  return done(&s);
+}
+
+/* cgroup v2 alone (no v1 hierarchies): podman must be told to make no
+ * cgroup (which runc cannot do, crun can); with v1, rootless podman makes
+ * none, and crun refuses hybrid hierarchies, so runc runs it. */
+static bool cgroup_v2_only(void) {
+  struct stat sb;
+  return stat("/sys/fs/cgroup/cgroup.controllers", &sb) == 0;
+}
+
+char **gs_container_argv(const json_t *container, const char *name, const char *work_dir,
+                         const char *workdir_inside, const char *env_file,
+                         const json_t *job_argv) {
+  strings s = {0};
+  add(&s, "podman");
+  add(&s, "--runtime");
+  add(&s, cgroup_v2_only() ? "crun" : "runc");
+  add(&s, "run");
+  add(&s, "--rm");
+  add(&s, "--name=%s", name);
+  if (cgroup_v2_only())
+    add(&s, "--cgroups=disabled");
+  add(&s, "--network=none");
+  add(&s, "--read-only");
+  add(&s, "--security-opt=no-new-privileges");
+  add(&s, "--pull=never");
+  add(&s, "--log-driver=passthrough"); /* its output goes to the supervisor's pipes */
+  add(&s, "--volume=%s:/job:rw", work_dir);
+  add(&s, "--workdir=%s", workdir_inside);
+  add(&s, "--env-file=%s", env_file);
+  size_t i;
+  json_t *m;
+  json_array_foreach(json_object_get(container, "mounts"), i, m)
+    add(&s, "--volume=%s", json_string_value(m));
+  add(&s, "%s", json_string_value(json_object_get(container, "image")));
+  json_array_foreach(job_argv, i, m)
+    add(&s, "%s", json_string_value(m));
+  return done(&s);
+}
+
+/* Reads what the child writes until it closes its end or the deadline. */
+static void read_output(int fd, char *out, size_t cap, uint64_t deadline) {
+  size_t used = 0;
+  char sink[4096];
+  for (;;) {
+    uint64_t now = gs_now_ns();
+    if (now >= deadline)
+      return;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int ms = (int)((deadline - now) / 1000000) + 1;
+    if (poll(&p, 1, ms) <= 0)
+      continue;
+    char *dst = out && used + 1 < cap ? out + used : sink;
+    size_t room = out && used + 1 < cap ? cap - 1 - used : sizeof sink;
+    ssize_t n = read(fd, dst, room);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    if (dst != sink)
+      used += (size_t)n;
+    if (out)
+      out[used] = '\0';
+  }
+}
+
+int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *out, size_t cap,
+                     double timeout_s) {
+  strings argv = {0};
+  if (geteuid() == 0 && u->uid != 0) { /* root: become the tenant first */
+    /* By its path: the supervisor runs with no PATH, and runuser lives in sbin. */
+    const char *runuser = access("/usr/sbin/runuser", X_OK) == 0 ? "/usr/sbin/runuser"
+                          : access("/sbin/runuser", X_OK) == 0   ? "/sbin/runuser"
+                                                                 : "runuser";
+    add(&argv, "%s", runuser);
+    add(&argv, "-u");
+    add(&argv, "%s", u->name);
+    add(&argv, "--");
+  }
+  add(&argv, "podman");
+  for (size_t i = 0; args[i]; i++)
+    add(&argv, "%s", args[i]);
+  char **av = done(&argv), **env = gs_podman_env(u);
+  int pipefd[2] = {-1, -1};
+  if (!av || !env || pipe2(pipefd, O_CLOEXEC) < 0) {
+    gs_strings_free(av);
+    gs_strings_free(env);
+    return gs_error(GS_ENOMEM, "cannot start podman: %s", strerror(errno));
+  }
+  if (out && cap)
+    out[0] = '\0';
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETSID);
+  pid_t pid;
+  int err = posix_spawnp(&pid, av[0], &fa, &attr, av, env);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(pipefd[1]);
+  gs_strings_free(env);
+  if (err != 0) {
+    close(pipefd[0]);
+    int rc = gs_error(err == ENOENT ? GS_ENOENT : GS_EIO, "cannot run %s: %s", av[0],
+                      strerror(err));
+    gs_strings_free(av);
+    return rc;
+  }
+  gs_strings_free(av);
+  uint64_t deadline = gs_now_ns() + (uint64_t)(timeout_s * 1e9);
+  read_output(pipefd[0], out, cap, deadline);
+  close(pipefd[0]);
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+      break;
+    if (r < 0 && errno != EINTR)
+      return gs_error(GS_EIO, "waiting for podman: %s", strerror(errno));
+    if (gs_now_ns() >= deadline) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return gs_error(GS_ETIMEDOUT, "podman took longer than %.0f s", timeout_s);
+    }
+    gs_sleep_ns(5 * 1000 * 1000);
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    return gs_error(GS_ENOENT, "podman is not installed (or runuser is missing)");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int gs_container_image_present(const gs_container_user *u, const char *image) {
+  const char *args[] = {"image", "exists", image, NULL};
+  int rc = gs_podman_run_as(u, args, NULL, 0, 30);
+  if (rc < 0)
+    return gs_error(GS_EIO, "cannot look for image '%s': %s", image, gs_error_detail());
+  if (rc != 0)
+    return gs_error(GS_EINVAL, "image '%s' is not among user %s's local images (podman "
+                    "images); gpusrv pulls none", image, u->name);
+  return GS_OK;
+}

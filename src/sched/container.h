@@ -1,0 +1,61 @@
+/* container.h - jobs in containers. podman runs a local OCI image,
+ * rootless, as the job's own Unix user, from inside the job's cgroup: the
+ * container's processes stay there (rootless podman makes no cgroup of its
+ * own with cgroup v1, and is told not to with v2), so the front desk's
+ * memory, CPU and pid limits, its accounting and its kills hold as for any
+ * job. gpusrv writes no runtime: podman and its OCI runtime do the work.
+ * Internal to src/sched. */
+#ifndef GS_SCHED_CONTAINER_H
+#define GS_SCHED_CONTAINER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Whether `image` matches one of `patterns`: comma-separated shell
+ * patterns ("localhost/gpusrv-*,docker.io/pytorch/pytorch:2.*"); none match "". */
+bool gs_image_allowed(const char *patterns, const char *image);
+
+/* A request's image and mounts ("SRC:DST[:ro|:rw]") checked and made into
+ * the job's container object {"image": ..., "mounts": [...]}, which the
+ * caller owns; NULL with GS_EINVAL and the reason. */
+json_t *gs_container_from_request(const char *patterns, const char *image,
+                                  const char *const *mounts);
+
+/* Who podman runs as. */
+typedef struct gs_container_user {
+  uid_t uid;
+  gid_t gid;
+  const char *name;
+  const char *home;
+} gs_container_user;
+
+/* Runs `podman ARGS...` as `u` (through runuser when this process is root
+ * and u is not), its output and errors into `out` (cap bytes, NUL-ended;
+ * NULL: dropped), for at most timeout_s. Returns podman's exit status, or
+ * an error (GS_ENOENT: podman is not installed; GS_ETIMEDOUT). */
+int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *out, size_t cap,
+                     double timeout_s);
+
+/* Whether `image` is in u's local image store: 0, GS_EINVAL with the
+ * reason, or GS_EIO when podman cannot be asked. */
+int gs_container_image_present(const gs_container_user *u, const char *image);
+
+/* The environment podman itself runs with, for u: PATH, HOME, USER,
+ * LOGNAME and XDG_RUNTIME_DIR (where /run/user/UID exists). A NULL-ended
+ * array of malloc'd strings; free with gs_strings_free. */
+char **gs_podman_env(const gs_container_user *u);
+
+/* The command line that runs the job in its container: podman's options
+ * (no network, a read-only root, no new privileges, the job's work
+ * directory at /job, the mounts), the image, then the job's argv.
+ * `env_file` holds the job's variables. A NULL-ended array of malloc'd
+ * strings (free with gs_strings_free); NULL when out of memory. */
+char **gs_container_argv(const json_t *container, const char *name, const char *work_dir,
+                         const char *workdir_inside, const char *env_file,
+                         const json_t *job_argv);
+
+void gs_strings_free(char **list);
+
+#endif
