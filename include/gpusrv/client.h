@@ -147,6 +147,9 @@ GS_CLIENT_API int gs_client_job_submit(gs_client *c, const gs_client_job_spec *s
                                        char **json);
 /* The tenant's jobs (all: finished ones too), one job (with its events). */
 GS_CLIENT_API int gs_client_jobs(gs_client *c, bool all, char **json);
+/* The local images the tenant may run jobs in: {"images": [{"name", "id",
+ * "size", "created"}]}. */
+GS_CLIENT_API int gs_client_images(gs_client *c, char **json);
 GS_CLIENT_API int gs_client_job(gs_client *c, int64_t id, char **json);
 GS_CLIENT_API int gs_client_job_cancel(gs_client *c, int64_t id);
 /* Waits until job `id` has finished (timeout_s <= 0: no limit; GS_ETIMEDOUT

@@ -429,6 +429,21 @@ bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *me
                        json_pack("{s:o}", "bookings", gs_bookings_json(gs_frontdesk_ledger(fd))));
     return true;
   }
+  if (strcmp(url, "/api/v1/images") == 0 && get) {
+    gs_image_info *images;
+    int n, rc = gs_images_list(fd, who, &images, &n);
+    if (rc < 0)
+      return fail(r, rc);
+    json_t *list = json_array();
+    for (int i = 0; i < n; i++)
+      json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:f}", "name", images[i].name,
+                                            "id", images[i].id, "size",
+                                            (json_int_t)images[i].size_bytes, "created",
+                                            images[i].created));
+    free(images);
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "images", list));
+    return true;
+  }
   if (strcmp(url, "/api/v1/usage") == 0 && get) {
     char *end = NULL;
     double since = q->since ? strtod(q->since, &end) : 0;

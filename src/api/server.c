@@ -389,7 +389,8 @@ static bool needs_token(const server *s, const char *url) {
   if (strncmp(url, "/v2/health/", 11) == 0 || strcmp(url, "/") == 0) /* the dashboard's page */
     return false;
   if (strncmp(url, "/api/v1/jobs", 12) == 0 || strncmp(url, "/api/v1/tenants", 15) == 0 ||
-      strncmp(url, "/api/v1/usage", 13) == 0 || strncmp(url, "/v2/repository/models/", 22) == 0)
+      strncmp(url, "/api/v1/usage", 13) == 0 || strncmp(url, "/api/v1/images", 14) == 0 ||
+      strncmp(url, "/v2/repository/models/", 22) == 0)
     return true;
   return s->reading_needs_token;
 }

@@ -12,6 +12,7 @@ const gs_cli_entry gs_cli_index[] = {
     {"batch", "Run a model over a data set as an overlapped pipeline", true},
     {"bench", "Measure each stage of the data flow on this machine, then whole pipelines", true},
     {"submit", "Queue a process job (a command) with the daemon", false},
+    {"images", "List the local container images your jobs may run in", false},
     {"jobs", "List jobs: pending, running, and with --all ended ones", false},
     {"job", "Show one job in detail, with its history", false},
     {"cancel", "Cancel a job", false},

@@ -28,6 +28,10 @@ int gs_client_server_metadata(gs_client *c, char **json) {
 
 /* ---- models --------------------------------------------------------------------------- */
 
+int gs_client_images(gs_client *c, char **json) {
+  return gs_client_request(c, "GET", "/api/v1/images", NULL, json);
+}
+
 int gs_client_models(gs_client *c, char **json) {
   return gs_client_request(c, "POST", "/v2/repository/index", "{}", json);
 }

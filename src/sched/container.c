@@ -258,7 +258,7 @@ static void read_output(int fd, char *out, size_t cap, uint64_t deadline) {
 }
 
 int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *out, size_t cap,
-                     double timeout_s) {
+                     bool errors_too, double timeout_s) {
   strings argv = {0};
   if (geteuid() == 0 && u->uid != 0) { /* root: become the tenant first */
     /* By its path: the supervisor runs with no PATH, and runuser lives in sbin. */
@@ -286,7 +286,10 @@ int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+  if (errors_too)
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+  else
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none, all;
@@ -334,11 +337,75 @@ int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *
 
 int gs_container_image_present(const gs_container_user *u, const char *image) {
   const char *args[] = {"image", "exists", image, NULL};
-  int rc = gs_podman_run_as(u, args, NULL, 0, 30);
+  int rc = gs_podman_run_as(u, args, NULL, 0, false, 30);
   if (rc < 0)
     return gs_error(GS_EIO, "cannot look for image '%s': %s", image, gs_error_detail());
   if (rc != 0)
     return gs_error(GS_EINVAL, "image '%s' is not among user %s's local images (podman "
                     "images); gpusrv pulls none", image, u->name);
   return GS_OK;
+}
+
+static bool listed(const gs_image_info *list, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(list[i].name, name) == 0)
+      return true;
+  return false;
+}
+
+/* One entry of `podman images --format json` into the allowed ones of
+ * *list: an image with several names comes once per name, each entry
+ * listing them all. */
+static int add_images(json_t *img, const char *patterns, gs_image_info **list, int *n) {
+  size_t i;
+  json_t *name;
+  json_array_foreach(json_object_get(img, "Names"), i, name) {
+    const char *s = json_string_value(name);
+    if (!s || !gs_image_allowed(patterns, s) || listed(*list, *n, s))
+      continue;
+    gs_image_info *grown = realloc(*list, (size_t)(*n + 1) * sizeof **list);
+    if (!grown)
+      return gs_error(GS_ENOMEM, "out of memory listing images");
+    *list = grown;
+    gs_image_info *e = &grown[(*n)++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", s);
+    snprintf(e->id, sizeof e->id, "%s", json_string_value(json_object_get(img, "Id")) ?: "");
+    json_int_t size = json_integer_value(json_object_get(img, "Size"));
+    e->size_bytes = size > 0 ? (uint64_t)size : 0;
+    e->created = (double)json_integer_value(json_object_get(img, "Created"));
+  }
+  return GS_OK;
+}
+
+int gs_container_images(const gs_container_user *u, const char *patterns, gs_image_info **out,
+                        int *n) {
+  *out = NULL;
+  *n = 0;
+  size_t cap = 4 << 20;
+  char *text = malloc(cap);
+  if (!text)
+    return gs_error(GS_ENOMEM, "out of memory listing images");
+  const char *args[] = {"images", "--format", "json", NULL};
+  int rc = gs_podman_run_as(u, args, text, cap, false, 30);
+  json_t *all = rc == 0 ? json_loads(text, 0, NULL) : NULL;
+  free(text);
+  if (rc != 0 || !json_is_array(all)) {
+    json_decref(all);
+    return gs_error(GS_EIO, "cannot list user %s's images: %s", u->name,
+                    rc < 0 ? gs_error_detail() : "podman images failed");
+  }
+  size_t i;
+  json_t *img;
+  json_array_foreach(all, i, img) {
+    if (rc == 0)
+      rc = add_images(img, patterns, out, n);
+  }
+  json_decref(all);
+  if (rc < 0) {
+    free(*out);
+    *out = NULL;
+    *n = 0;
+  }
+  return rc;
 }

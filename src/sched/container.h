@@ -8,9 +8,12 @@
 #ifndef GS_SCHED_CONTAINER_H
 #define GS_SCHED_CONTAINER_H
 
+#include "sched/sched.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Whether `image` matches one of `patterns`: comma-separated shell
@@ -32,11 +35,18 @@ typedef struct gs_container_user {
 } gs_container_user;
 
 /* Runs `podman ARGS...` as `u` (through runuser when this process is root
- * and u is not), its output and errors into `out` (cap bytes, NUL-ended;
- * NULL: dropped), for at most timeout_s. Returns podman's exit status, or
- * an error (GS_ENOENT: podman is not installed; GS_ETIMEDOUT). */
+ * and u is not), its output (and its errors, with errors_too) into `out`
+ * (cap bytes, NUL-ended; NULL: dropped), for at most timeout_s. Returns
+ * podman's exit status, or an error (GS_ENOENT: podman is not installed;
+ * GS_ETIMEDOUT). */
 int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *out, size_t cap,
-                     double timeout_s);
+                     bool errors_too, double timeout_s);
+
+/* u's local images that `patterns` allow (one entry per name), into *out
+ * (malloc'd; the caller frees it), *n of them. GS_EIO when podman cannot
+ * list them. */
+int gs_container_images(const gs_container_user *u, const char *patterns, gs_image_info **out,
+                        int *n);
 
 /* Whether `image` is in u's local image store: 0, GS_EINVAL with the
  * reason, or GS_EIO when podman cannot be asked. */

@@ -1189,6 +1189,28 @@ static json_t *json_strings(const char *const *list) {
   return arr;
 }
 
+/* The caller's tenant's user, for podman. */
+static int container_user_of(gs_frontdesk *fd, const gs_principal *who, identity *ident) {
+  pthread_mutex_lock(&fd->lock);
+  gs_tenant *t = find_tenant(fd, who->tenant);
+  int rc = t ? resolve_identity(t, ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
+  pthread_mutex_unlock(&fd->lock);
+  return rc;
+}
+
+int gs_images_list(gs_frontdesk *fd, const gs_principal *who, gs_image_info **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  if (!fd->set.allowed_images[0])
+    return GS_OK; /* no containers here */
+  identity ident = {0};
+  if (container_user_of(fd, who, &ident) < 0)
+    return gs_error_code();
+  gs_container_user u = {.uid = ident.uid, .gid = ident.gid, .name = ident.user,
+                         .home = ident.home};
+  return gs_container_images(&u, fd->set.allowed_images, out, n);
+}
+
 /* A container job's image and mounts checked (container.h), and its image
  * looked for in the tenant's user's local images, outside the front desk's
  * lock (podman takes a moment). *out: the job's container object. */
@@ -1201,11 +1223,8 @@ static int check_container(gs_frontdesk *fd, const gs_principal *who, const gs_j
   json_t *c = gs_container_from_request(fd->set.allowed_images, req->image, req->mounts);
   if (!c)
     return gs_error_code();
-  pthread_mutex_lock(&fd->lock);
-  gs_tenant *t = find_tenant(fd, who->tenant);
   identity ident = {0};
-  int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
-  pthread_mutex_unlock(&fd->lock);
+  int rc = container_user_of(fd, who, &ident);
   gs_container_user u = {.uid = ident.uid, .gid = ident.gid, .name = ident.user,
                          .home = ident.home};
   if (rc == 0)

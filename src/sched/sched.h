@@ -243,6 +243,19 @@ typedef struct gs_usage_row {
   double device_seconds, device_mem_byte_seconds, cpu_seconds, wall_seconds;
 } gs_usage_row;
 
+/* A local image a tenant may run jobs in. */
+typedef struct gs_image_info {
+  char name[256]; /* "localhost/gpusrv-test:1" */
+  char id[80];
+  uint64_t size_bytes;
+  double created; /* Unix seconds */
+} gs_image_info;
+
+/* The local images the caller's tenant may run jobs in: its Unix user's
+ * podman images that the server's allowed_images permit (container.h);
+ * none where it allows none. *out is the caller's to free. */
+int gs_images_list(gs_frontdesk *fd, const gs_principal *who, gs_image_info **out, int *n);
+
 /* Accounting of ended jobs per tenant since `since` (Unix seconds): the
  * caller's own, or an admin's choice (`tenant`, or all). *out is the
  * caller's to free. */

@@ -363,9 +363,9 @@ int gs_job_shim_main(const char *dir) {
     gs_container_user u = {.uid = uid, .gid = gid, .name = user, .home = home};
     const char *rm[] = {"rm", "--force", "--ignore", container_name, NULL};
     char said[1024] = "";
-    int removed = gs_podman_run_as(&u, rm, said, sizeof said, 30);
+    int removed = gs_podman_run_as(&u, rm, said, sizeof said, true, 30);
     if (removed > 0) /* a killed conmon left no exit record: the first try records one */
-      removed = gs_podman_run_as(&u, rm, said, sizeof said, 30);
+      removed = gs_podman_run_as(&u, rm, said, sizeof said, true, 30);
     if (removed != 0)
       dprintf(err, "gpusrv: cannot remove container %s: %s\n", container_name,
               removed < 0 ? gs_error_detail() : said);

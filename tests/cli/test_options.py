@@ -17,7 +17,7 @@ GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
 # Nothing listens here: a command that gets past its options fails (exit 1)
 # reaching the daemon, never with a usage error.
 NOWHERE = "http://127.0.0.1:9"
-DAEMON_FACING = ["models", "infer", "submit", "jobs", "job", "cancel", "logs", "wait", "usage",
+DAEMON_FACING = ["models", "infer", "submit", "images", "jobs", "job", "cancel", "logs", "wait", "usage",
                  "tenant"]
 ENGINE = ["serve", "smi", "model", "batch", "bench"]
 # Words each command needs besides options, and a value each metavar accepts.

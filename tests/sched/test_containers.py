@@ -72,6 +72,7 @@ def image():
         subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", user],
                        capture_output=True)
         as_user(user, "podman", "rm", "--all", "--force")  # an earlier run's, if it was killed
+        as_user(user, "podman", "rmi", "--all", "--force")
         as_user(user, "podman", "import", "--quiet", str(tar), IMAGE)
         as_user(user, "podman", "import", "--quiet", str(tar), "localhost/other:1")
     shutil.rmtree(where)
@@ -181,6 +182,21 @@ def test_cancel_kills_the_container_and_tenants_stay_apart(tmp_path, image):
             time.sleep(0.2)
         assert "sleep 600" not in subprocess.run(["ps", "-eo", "args"], capture_output=True,
                                                  text=True).stdout
+
+
+def test_images_lists_what_a_tenant_may_use(tmp_path, image):
+    with daemon(tmp_path, "--allowed-images", "localhost/gpusrv-*") as d:
+        a, _ = tenants(d)
+        status, reply = d.request("GET", "/api/v1/images", token=a)
+        assert status == 200, reply
+        assert [i["name"] for i in reply["images"]] == [IMAGE]  # not localhost/other:1
+        assert reply["images"][0]["size"] > 0 and reply["images"][0]["created"] > 0
+        p = d.cli("images", token=a)
+        assert IMAGE in p.stdout and "other" not in p.stdout
+        assert d.request("GET", "/api/v1/images")[0] == 401
+    with daemon(tmp_path) as d:  # no containers: no images
+        a, _ = tenants(d)
+        assert d.request("GET", "/api/v1/images", token=a) == (200, {"images": []})
 
 
 def test_images_and_mounts_that_are_refused(tmp_path, image):
