@@ -33,6 +33,7 @@ typedef struct gs_serve_settings {
   double job_default_cpus;
   int64_t job_default_mem;
   char allowed_images[GS_CONFIG_STR];
+  char cdi_spec[GS_CONFIG_STR];
   char tls_cert[GS_CONFIG_STR];
   char tls_key[GS_CONFIG_STR];
   char tls_client_ca[GS_CONFIG_STR];

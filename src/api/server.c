@@ -114,6 +114,10 @@ const gs_config_option gs_serve_options[] = {
         "Images jobs may run in (gpusrv submit --image): shell patterns, comma-separated, such "
         "as 'localhost/*,docker.io/pytorch/pytorch:*'; each must be in the tenant's user's local "
         "podman images, nothing is pulled ('': no containers)", allowed_images),
+    OPT("cdi-spec", GS_CFG_STRING, "/etc/cdi/gpusrv.json", 0, 0,
+        "CDI spec (JSON, in a directory podman reads: /etc/cdi or /var/run/cdi) naming the "
+        "device nodes of each device; a container job gets those of its booked devices "
+        "(gpusrv cdi generate writes one)", cdi_spec),
     OPT("preemption", GS_CFG_STRING, "off", 0, 0,
         "'requeue': stop lower-priority jobs (SIGTERM, then SIGKILL after kill-grace-seconds) "
         "when the head of the queue needs what they hold, and queue them again; 'off': never",
@@ -846,6 +850,7 @@ int gs_serve(const gs_serve_settings *settings) {
                   settings->job_retention);
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   snprintf(fs.allowed_images, sizeof fs.allowed_images, "%s", settings->allowed_images);
+  snprintf(fs.cdi_spec, sizeof fs.cdi_spec, "%s", settings->cdi_spec);
   if (rc == 0)
     rc = gs_frontdesk_open(&fs, &s.frontdesk);
   if (rc == 0 && s.reading_needs_token && gs_frontdesk_token_count(s.frontdesk) == 0)

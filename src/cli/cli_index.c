@@ -13,6 +13,7 @@ const gs_cli_entry gs_cli_index[] = {
     {"bench", "Measure each stage of the data flow on this machine, then whole pipelines", true},
     {"submit", "Queue a process job (a command) with the daemon", false},
     {"images", "List the local container images your jobs may run in", false},
+    {"cdi", "Write the CDI spec that gives container jobs their devices", true},
     {"jobs", "List jobs: pending, running, and with --all ended ones", false},
     {"job", "Show one job in detail, with its history", false},
     {"cancel", "Cancel a job", false},

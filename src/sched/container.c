@@ -203,7 +203,7 @@ static bool cgroup_v2_only(void) {
 
 char **gs_container_argv(const json_t *container, const char *name, const char *work_dir,
                          const char *workdir_inside, const char *env_file,
-                         const json_t *job_argv) {
+                         const json_t *cdi_devices, const json_t *job_argv) {
   strings s = {0};
   add(&s, "podman");
   add(&s, "--runtime");
@@ -225,6 +225,8 @@ char **gs_container_argv(const json_t *container, const char *name, const char *
   json_t *m;
   json_array_foreach(json_object_get(container, "mounts"), i, m)
     add(&s, "--volume=%s", json_string_value(m));
+  json_array_foreach(cdi_devices, i, m)
+    add(&s, "--device=%s", json_string_value(m));
   add(&s, "%s", json_string_value(json_object_get(container, "image")));
   json_array_foreach(job_argv, i, m)
     add(&s, "%s", json_string_value(m));
@@ -408,4 +410,36 @@ int gs_container_images(const gs_container_user *u, const char *patterns, gs_ima
     *n = 0;
   }
   return rc;
+}
+
+static bool in_list(const char *list, const char *id) {
+  size_t n = strlen(id);
+  for (const char *p = list; p && *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == n && strncmp(p, id, n) == 0)
+      return true;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return false;
+}
+
+json_t *gs_cdi_devices(const char *cdi_spec, const char *devices) {
+  json_t *out = json_array();
+  json_t *spec = devices && *devices && cdi_spec && *cdi_spec
+                     ? json_load_file(cdi_spec, 0, NULL) : NULL;
+  const char *kind = json_string_value(json_object_get(spec, "kind"));
+  size_t i;
+  json_t *d;
+  json_array_foreach(json_object_get(spec, "devices"), i, d) {
+    const char *name = json_string_value(json_object_get(d, "name"));
+    if (out && kind && name && in_list(devices, name)) {
+      char full[400];
+      snprintf(full, sizeof full, "%s=%s", kind, name);
+      json_array_append_new(out, json_string(full));
+    }
+  }
+  json_decref(spec);
+  return out;
 }

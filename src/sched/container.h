@@ -59,12 +59,19 @@ char **gs_podman_env(const gs_container_user *u);
 
 /* The command line that runs the job in its container: podman's options
  * (no network, a read-only root, no new privileges, the job's work
- * directory at /job, the mounts), the image, then the job's argv.
+ * directory at /job, the mounts, the booked devices by their CDI names),
+ * the image, then the job's argv.
  * `env_file` holds the job's variables. A NULL-ended array of malloc'd
  * strings (free with gs_strings_free); NULL when out of memory. */
 char **gs_container_argv(const json_t *container, const char *name, const char *work_dir,
                          const char *workdir_inside, const char *env_file,
-                         const json_t *job_argv);
+                         const json_t *cdi_devices, const json_t *job_argv);
+
+/* The CDI names ("KIND=NAME") that the spec at `cdi_spec` gives the
+ * devices of `devices` ("cuda0,cuda1"), as a JSON array; devices it does
+ * not name are left out (the container does not see them). An unreadable
+ * spec gives none. */
+json_t *gs_cdi_devices(const char *cdi_spec, const char *devices);
 
 void gs_strings_free(char **list);
 

@@ -488,7 +488,8 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
       (json_object_set(spec, "container", j->container) < 0 ||
        json_object_set_new(spec, "home", json_string(id->home)) < 0 ||
        json_object_set_new(spec, "container_workdir",
-                           json_string(j->chdir[0] ? j->chdir : "/job")) < 0)) {
+                           json_string(j->chdir[0] ? j->chdir : "/job")) < 0 ||
+       json_object_set_new(spec, "cdi_devices", gs_cdi_devices(set->cdi_spec, j->devices)) < 0)) {
     json_decref(spec);
     spec = NULL;
   }

@@ -105,6 +105,7 @@ typedef struct gs_frontdesk_settings {
   double job_default_cpus;   /* CPUs of a job that names none (0: its tenant's quota, if any) */
   uint64_t job_default_mem;  /* memory of a job that names none (0: its tenant's quota, if any) */
   char allowed_images[1024]; /* images jobs may run in: shell patterns, comma-separated ("": none) */
+  char cdi_spec[512];        /* the CDI spec (JSON) naming the devices a container can be given */
 } gs_frontdesk_settings;
 
 /* Opens the state database, creates the admin tenant and its token file at

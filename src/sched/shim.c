@@ -174,7 +174,8 @@ static int container_command(const char *dir, json_t *spec, long long id, uid_t 
     return -1;
   gs_container_user u = {.uid = uid, .gid = gid, .name = user, .home = home};
   char **pargv = gs_container_argv(json_object_get(spec, "container"), name, work, inside,
-                                   env_file, json_object_get(spec, "argv"));
+                                   env_file, json_object_get(spec, "cdi_devices"),
+                                   json_object_get(spec, "argv"));
   char **penv = gs_podman_env(&u);
   if (!pargv || !penv) {
     gs_strings_free(pargv);

@@ -8,7 +8,9 @@ OUT_OF_MEMORY; cancel kills the container and leaves none behind; a second
 tenant sees neither the first's container nor its files; images outside
 the allow-list, images not present and bad mounts are refused."""
 import os
+import json
 import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_frontdesk import IS_ROOT, daemon
+from test_frontdesk import FAKE_PLUGINS, IS_ROOT, daemon
 
 IMAGE = "localhost/gpusrv-test:1"
 USERS = ("gsct_a", "gsct_b")
@@ -182,6 +184,56 @@ def test_cancel_kills_the_container_and_tenants_stay_apart(tmp_path, image):
             time.sleep(0.2)
         assert "sleep 600" not in subprocess.run(["ps", "-eo", "args"], capture_output=True,
                                                  text=True).stdout
+
+
+def test_booked_devices_reach_the_container_through_cdi(tmp_path, image):
+    """Stand-in device nodes (clones of /dev/null) named in the test's own CDI
+    spec: a job that booked fakegpu0 sees its node and not fakegpu1's; a job
+    without devices sees neither. `gpusrv cdi generate` writes a spec podman
+    reads (no device has nodes on a machine without GPUs)."""
+    if not FAKE_PLUGINS:
+        pytest.skip("GPUSRV_TEST_FAKE_PLUGINS not set: no device to book")
+    nodes = ["/dev/gpusrv-test-fake0", "/dev/gpusrv-test-fake1"]
+    spec_path = "/etc/cdi/gpusrv-test.json"
+    os.makedirs("/etc/cdi", exist_ok=True)
+    try:
+        for n in nodes:
+            if os.path.exists(n):
+                os.unlink(n)
+            os.mknod(n, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            os.chmod(n, 0o666)
+        with open(spec_path, "w") as f:
+            json.dump({"cdiVersion": "0.5.0", "kind": "gpusrv.test/device", "devices": [
+                {"name": f"fakegpu{i}", "containerEdits": {"deviceNodes": [{"path": n}]}}
+                for i, n in enumerate(nodes)]}, f)
+        with daemon(tmp_path, "--allowed-images", IMAGE, "--job-devices", "fakegpu0",
+                    "--cdi-spec", spec_path, env={"GPUSRV_PLUGIN_PATH": FAKE_PLUGINS}) as d:
+            a, _ = tenants(d)
+            show = ["sh", "-c", "ls /dev; echo visible=$GPUSRV_VISIBLE_DEVICES; "
+                                "echo x > /dev/gpusrv-test-fake0 && echo usable"]
+            j = submit(d, a, show, gpus=1)
+            job = d.wait(j, timeout=60, token=a)
+            out = d.log(j, token=a)
+            assert job["state"] == "COMPLETED" and job["devices"] == "fakegpu0", (job, out)
+            assert "gpusrv-test-fake0" in out and "usable" in out and "visible=fakegpu0" in out
+            assert "gpusrv-test-fake1" not in out
+            j = submit(d, a, ["ls", "/dev"])
+            job = d.wait(j, timeout=60, token=a)
+            out = d.log(j, token=a)
+            assert job["state"] == "COMPLETED" and "gpusrv-test-fake" not in out, (job, out)
+        generated = tmp_path / "gpusrv.json"
+        p = subprocess.run([d.command()[0], "cdi", "generate", "--output", str(generated)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        spec = json.loads(generated.read_text())
+        assert spec["kind"] == "gpusrv.dev/device" and spec["cdiVersion"] == "0.5.0"
+        assert "cpu0" in p.stderr and "no device node" in p.stderr  # left out, and said
+    finally:
+        for n in nodes:
+            if os.path.exists(n):
+                os.unlink(n)
+        if os.path.exists(spec_path):
+            os.unlink(spec_path)
 
 
 def test_images_lists_what_a_tenant_may_use(tmp_path, image):
