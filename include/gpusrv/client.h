@@ -140,6 +140,8 @@ typedef struct gs_client_job_spec {
    * "SRC:DST[:ro]" (NULL-terminated; may be NULL). NULL image: a process. */
   const char *image;
   const char *const *mounts;
+  const char *network;     /* in a container: "none" (NULL) or "host", where allowed */
+  bool writable_root;      /* in a container: its root filesystem writable */
 } gs_client_job_spec;
 
 /* Queues a job; *id gets its number, *json (if not NULL) the job. */

@@ -34,6 +34,8 @@ typedef struct gs_serve_settings {
   int64_t job_default_mem;
   char allowed_images[GS_CONFIG_STR];
   char cdi_spec[GS_CONFIG_STR];
+  bool container_host_network;
+  bool pull_images;
   char tls_cert[GS_CONFIG_STR];
   char tls_key[GS_CONFIG_STR];
   char tls_client_ca[GS_CONFIG_STR];

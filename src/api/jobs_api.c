@@ -153,6 +153,12 @@ static int read_job_fields(json_t *j, gs_job_body *b) {
   if (rc == 0)
     rc = get_string(j, "image", &req->image);
   if (rc == 0)
+    rc = get_string(j, "network", &req->network);
+  json_t *wr = json_object_get(j, "writable_root");
+  if (rc == 0 && wr && !json_is_boolean(wr))
+    rc = gs_error(GS_EINVAL, "writable_root must be true or false");
+  req->writable_root = json_is_true(wr);
+  if (rc == 0)
     rc = get_string(j, "chdir", &req->chdir);
   if (rc == 0)
     rc = get_int(j, "gpus", 0, GS_SCHED_MAX_DEVICES, &gpus);

@@ -30,6 +30,8 @@ json_t *gs_job_json(const gs_job_info *j) {
       json_array_append_new(mounts, json_string(*m));
     json_object_set_new(o, "image", json_string(j->image));
     json_object_set_new(o, "mounts", mounts);
+    json_object_set_new(o, "network", json_string(j->network));
+    json_object_set_new(o, "writable_root", json_boolean(j->writable_root));
   }
   json_object_set_new(o, "devices", json_string(j->devices));
   json_object_set_new(o, "submit_time", json_real(j->submit_time));

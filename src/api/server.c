@@ -118,6 +118,13 @@ const gs_config_option gs_serve_options[] = {
         "CDI spec (JSON, in a directory podman reads: /etc/cdi or /var/run/cdi) naming the "
         "device nodes of each device; a container job gets those of its booked devices "
         "(gpusrv cdi generate writes one)", cdi_spec),
+    OPT("container-host-network", GS_CFG_BOOL, "false", 0, 0,
+        "A container job may ask for the host's network (\"network\": \"host\"); otherwise "
+        "containers have none", container_host_network),
+    OPT("pull-images", GS_CFG_BOOL, "false", 0, 0,
+        "A container job's allowed image missing from its user's store is pulled when the job "
+        "starts, through podman's own registry settings; otherwise it is refused at submit",
+        pull_images),
     OPT("preemption", GS_CFG_STRING, "off", 0, 0,
         "'requeue': stop lower-priority jobs (SIGTERM, then SIGKILL after kill-grace-seconds) "
         "when the head of the queue needs what they hold, and queue them again; 'off': never",
@@ -851,6 +858,8 @@ int gs_serve(const gs_serve_settings *settings) {
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   snprintf(fs.allowed_images, sizeof fs.allowed_images, "%s", settings->allowed_images);
   snprintf(fs.cdi_spec, sizeof fs.cdi_spec, "%s", settings->cdi_spec);
+  fs.container_host_network = settings->container_host_network;
+  fs.pull_images = settings->pull_images;
   if (rc == 0)
     rc = gs_frontdesk_open(&fs, &s.frontdesk);
   if (rc == 0 && s.reading_needs_token && gs_frontdesk_token_count(s.frontdesk) == 0)

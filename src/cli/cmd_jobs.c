@@ -60,8 +60,8 @@ typedef struct submit_opts {
   uint64_t gpu_mem, mem;
   double cpus;
   int64_t time_limit;
-  const char *name, *chdir, *image;
-  bool requeue;
+  const char *name, *chdir, *image, *network;
+  bool requeue, writable_root;
   gs_cli_list env, mounts;
   gs_cli_daemon_opts daemon;
 } submit_opts;
@@ -95,6 +95,10 @@ static const gs_cli_option submit_options[] = {
                "daemon's allowed-images decides which)"),
     GS_CLI_OPT("mount", GS_OPT_LIST, submit_opts, mounts, "SRC:DST[:ro]",
                "Bind-mount a host path into the container (repeatable)"),
+    GS_CLI_OPT("network", GS_OPT_STRING, submit_opts, network, "NET",
+               "The container's network: none (default) or host, where the daemon allows it"),
+    GS_CLI_OPT("writable-root", GS_OPT_BOOL, submit_opts, writable_root, NULL,
+               "Make the container's root filesystem writable (read-only by default)"),
     GS_CLI_DAEMON_ROWS(submit_opts),
     GS_CLI_OPT("json", GS_OPT_BOOL, submit_opts, daemon.json, NULL,
                "Print the queued job as JSON instead of its id"),
@@ -127,7 +131,8 @@ static int submit_run(int argc, char **argv) {
       .gpu_mem = o.gpu_mem ? gpu_mem : NULL, .gpu_share = (int)o.gpu_share, .cpus = o.cpus,
       .mem = o.mem ? mem : NULL, .time_limit = o.time_limit ? limit : NULL,
       .priority = (int)o.priority, .requeue = o.requeue, .env = env, .chdir = o.chdir,
-      .image = o.image, .mounts = o.mounts.n ? mounts : NULL};
+      .image = o.image, .mounts = o.mounts.n ? mounts : NULL, .network = o.network,
+      .writable_root = o.writable_root};
   gs_client *client = gs_cli_client("submit", o.daemon.url, o.daemon.token);
   if (!client)
     return GS_EXIT_FAILED;

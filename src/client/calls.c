@@ -157,7 +157,8 @@ int gs_client_job_submit(gs_client *c, const gs_client_job_spec *spec, int64_t *
        (!spec->mem || put_string(body, "mem", spec->mem)) &&
        (!spec->time_limit || put_string(body, "time_limit", spec->time_limit)) &&
        (!spec->chdir || put_string(body, "chdir", spec->chdir)) &&
-       (!spec->image || put_string(body, "image", spec->image));
+       (!spec->image || put_string(body, "image", spec->image)) &&
+       (!spec->network || put_string(body, "network", spec->network));
   json_t *mounts = spec->mounts ? string_array(spec->mounts) : NULL;
   if (ok && spec->mounts)
     ok = mounts && json_object_set_new(body, "mounts", mounts) == 0;
@@ -176,6 +177,8 @@ int gs_client_job_submit(gs_client *c, const gs_client_job_spec *spec, int64_t *
     json_object_set_new(body, "priority", json_integer(spec->priority));
   if (spec->requeue)
     json_object_set_new(body, "requeue", json_true());
+  if (spec->writable_root)
+    json_object_set_new(body, "writable_root", json_true());
   json_t *job = NULL;
   int rc = request_json(c, "POST", "/api/v1/jobs", body, &job);
   if (rc == GS_OK) {

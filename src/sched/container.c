@@ -98,8 +98,10 @@ static json_t *mount_of(const char *m) {
   return json_string(canon);
 }
 
-json_t *gs_container_from_request(const char *patterns, const char *image,
-                                  const char *const *mounts) {
+json_t *gs_container_from_request(const gs_container_policy *policy, const gs_job_request *req) {
+  const char *patterns = policy->allowed_images, *image = req->image;
+  const char *const *mounts = req->mounts;
+  const char *network = req->network && *req->network ? req->network : "none";
   if (!patterns || !*patterns) {
     gs_error(GS_EINVAL, "this server runs no containers: its configuration allows no images "
              "(allowed-images)");
@@ -114,6 +116,15 @@ json_t *gs_container_from_request(const char *patterns, const char *image,
     gs_error(GS_EPERM, "image '%s' is not among the server's allowed images", image);
     return NULL;
   }
+  if (strcmp(network, "none") != 0 && strcmp(network, "host") != 0) {
+    gs_error(GS_EINVAL, "network is 'none' or 'host', not '%.100s'", network);
+    return NULL;
+  }
+  if (strcmp(network, "host") == 0 && !policy->host_network) {
+    gs_error(GS_EPERM, "this server gives containers no host network "
+             "(container-host-network)");
+    return NULL;
+  }
   json_t *list = json_array();
   size_t n = 0;
   for (; list && mounts && mounts[n]; n++) {
@@ -126,7 +137,10 @@ json_t *gs_container_from_request(const char *patterns, const char *image,
     }
     json_array_append_new(list, m);
   }
-  json_t *c = list ? json_pack("{s:s, s:o}", "image", image, "mounts", list) : NULL;
+  json_t *c = list ? json_pack("{s:s, s:o, s:s, s:b, s:b}", "image", image, "mounts", list,
+                               "network", network, "writable_root", req->writable_root, "pull",
+                               policy->pull)
+                    : NULL;
   if (!c)
     gs_error(GS_ENOMEM, "out of memory for the job's container");
   return c;
@@ -213,10 +227,12 @@ char **gs_container_argv(const json_t *container, const char *name, const char *
   add(&s, "--name=%s", name);
   if (cgroup_v2_only())
     add(&s, "--cgroups=disabled");
-  add(&s, "--network=none");
-  add(&s, "--read-only");
+  const char *network = json_string_value(json_object_get(container, "network"));
+  add(&s, "--network=%s", network && strcmp(network, "host") == 0 ? "host" : "none");
+  if (!json_is_true(json_object_get(container, "writable_root")))
+    add(&s, "--read-only");
   add(&s, "--security-opt=no-new-privileges");
-  add(&s, "--pull=never");
+  add(&s, json_is_true(json_object_get(container, "pull")) ? "--pull=missing" : "--pull=never");
   add(&s, "--log-driver=passthrough"); /* its output goes to the supervisor's pipes */
   add(&s, "--volume=%s:/job:rw", work_dir);
   add(&s, "--workdir=%s", workdir_inside);

@@ -20,11 +20,18 @@
  * patterns ("localhost/gpusrv-*,docker.io/pytorch/pytorch:2.*"); none match "". */
 bool gs_image_allowed(const char *patterns, const char *image);
 
-/* A request's image and mounts ("SRC:DST[:ro|:rw]") checked and made into
- * the job's container object {"image": ..., "mounts": [...]}, which the
- * caller owns; NULL with GS_EINVAL and the reason. */
-json_t *gs_container_from_request(const char *patterns, const char *image,
-                                  const char *const *mounts);
+/* What the daemon's configuration allows containers. */
+typedef struct gs_container_policy {
+  const char *allowed_images; /* patterns, as gs_image_allowed takes them */
+  bool host_network;          /* a job may ask for the host's network */
+  bool pull;                  /* a missing image is pulled at start (--pull=missing) */
+} gs_container_policy;
+
+/* A request's image, mounts ("SRC:DST[:ro|:rw]"), network and root checked
+ * against the policy and made into the job's container object {"image",
+ * "mounts", "network", "writable_root", "pull"}, which the caller owns;
+ * NULL with GS_EINVAL (GS_EPERM: not allowed here) and the reason. */
+json_t *gs_container_from_request(const gs_container_policy *policy, const gs_job_request *req);
 
 /* Who podman runs as. */
 typedef struct gs_container_user {

@@ -1221,14 +1221,17 @@ static int check_container(gs_frontdesk *fd, const gs_principal *who, const gs_j
     if (strchr(req->env[i], '\n'))
       return gs_error(GS_EINVAL, "env entry %zu holds a newline, which a container's "
                       "environment file cannot", i);
-  json_t *c = gs_container_from_request(fd->set.allowed_images, req->image, req->mounts);
+  gs_container_policy policy = {.allowed_images = fd->set.allowed_images,
+                                .host_network = fd->set.container_host_network,
+                                .pull = fd->set.pull_images};
+  json_t *c = gs_container_from_request(&policy, req);
   if (!c)
     return gs_error_code();
   identity ident = {0};
   int rc = container_user_of(fd, who, &ident);
   gs_container_user u = {.uid = ident.uid, .gid = ident.gid, .name = ident.user,
                          .home = ident.home};
-  if (rc == 0)
+  if (rc == 0 && !fd->set.pull_images) /* else podman pulls it when the job starts */
     rc = gs_container_image_present(&u, req->image);
   if (rc < 0) {
     json_decref(c);
@@ -1269,8 +1272,10 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
   json_t *container = NULL;
   if (req->image && req->image[0] && check_container(fd, who, req, &container) < 0)
     return gs_error_code();
-  if ((!req->image || !req->image[0]) && req->mounts && req->mounts[0])
-    return gs_error(GS_EINVAL, "mounts are for a job in a container: name its image");
+  if ((!req->image || !req->image[0]) &&
+      ((req->mounts && req->mounts[0]) || (req->network && req->network[0]) || req->writable_root))
+    return gs_error(GS_EINVAL, "mounts, network and writable_root are for a job in a container: "
+                    "name its image");
   gs_job *j = calloc(1, sizeof *j);
   if (!j) {
     json_decref(container);

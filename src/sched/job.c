@@ -65,6 +65,9 @@ int gs_job_fill_info(const gs_job *j, gs_job_info *o) {
   o->argv = strings_of(j->argv);
   json_t *image = json_object_get(j->container, "image");
   snprintf(o->image, sizeof o->image, "%s", json_string_value(image) ?: "");
+  snprintf(o->network, sizeof o->network, "%s",
+           json_string_value(json_object_get(j->container, "network")) ?: "none");
+  o->writable_root = json_is_true(json_object_get(j->container, "writable_root"));
   o->mounts = strings_of(json_object_get(j->container, "mounts"));
   if (!o->mounts) {
     gs_job_info_free(o);

@@ -106,6 +106,8 @@ typedef struct gs_frontdesk_settings {
   uint64_t job_default_mem;  /* memory of a job that names none (0: its tenant's quota, if any) */
   char allowed_images[1024]; /* images jobs may run in: shell patterns, comma-separated ("": none) */
   char cdi_spec[512];        /* the CDI spec (JSON) naming the devices a container can be given */
+  bool container_host_network; /* a container job may ask for the host's network */
+  bool pull_images;          /* a missing allowed image is pulled when the job starts */
 } gs_frontdesk_settings;
 
 /* Opens the state database, creates the admin tenant and its token file at
@@ -164,6 +166,8 @@ typedef struct gs_job_request {
    * borrowed; may be NULL). image NULL or "": a plain process job. */
   const char *image;
   const char *const *mounts;
+  const char *network; /* "none" (NULL, "": the default) or "host", where the daemon allows it */
+  bool writable_root;  /* the image's root filesystem writable (read-only by default) */
 } gs_job_request;
 
 /* Queues a job for `who`; it is on disk when this returns. GS_EINVAL
@@ -193,6 +197,8 @@ typedef struct gs_job_info {
   bool requeue;
   char image[256];       /* "" : not in a container */
   char **mounts;         /* NULL-terminated; empty where none */
+  char network[8];       /* a container's: "none" or "host" */
+  bool writable_root;
   char state[16];        /* "PENDING", "RUNNING", "COMPLETED", ... */
   bool ended;
   bool unsaved;          /* its state is not yet on disk (a write failed): it is retried */

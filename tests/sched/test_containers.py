@@ -236,6 +236,41 @@ def test_booked_devices_reach_the_container_through_cdi(tmp_path, image):
             os.unlink(spec_path)
 
 
+def test_network_root_pulls_and_time_limits_as_configured(tmp_path, image):
+    host_nets = sorted(os.listdir("/sys/class/net"))
+    with daemon(tmp_path, "--allowed-images", "localhost/*") as d:
+        a, _ = tenants(d)
+        status, err = d.request("POST", "/api/v1/jobs", {"command": ["true"], "image": IMAGE,
+                                                         "network": "host"}, a)
+        assert status == 403 and "no host network" in err["error"], err
+        status, err = d.request("POST", "/api/v1/jobs", {"command": ["true"], "image": IMAGE,
+                                                         "network": "bridge"}, a)
+        assert status == 400 and "'none' or 'host'" in err["error"], err
+        # Nothing is pulled: a missing image is refused at submit.
+        status, err = d.request("POST", "/api/v1/jobs", {"command": ["true"],
+                                                         "image": "localhost/absent:1"}, a)
+        assert status == 400 and "gpusrv pulls none" in err["error"], err
+        # A writable root, where asked; a time limit ends the container as any job.
+        j = submit(d, a, ["sh", "-c", "touch /etc/x && echo writable"], writable_root=True)
+        job = d.wait(j, timeout=60, token=a)
+        assert job["state"] == "COMPLETED" and job["writable_root"] and job["network"] == "none"
+        assert "writable" in d.log(j, token=a)
+        j = submit(d, a, ["sleep", "600"], time_limit=2)
+        assert d.wait(j, timeout=60, token=a)["state"] == "TIMEOUT"
+    with daemon(tmp_path, "--allowed-images", "localhost/*", "--container-host-network",
+                "--pull-images") as d:
+        a, _ = tenants(d)
+        j = submit(d, a, ["ls", "/sys/class/net"], network="host")
+        job = d.wait(j, timeout=60, token=a)
+        assert job["state"] == "COMPLETED" and job["network"] == "host", job
+        assert sorted(d.log(j, token=a).split()) == host_nets
+        # Pulls allowed: accepted, and podman's pull (through its own registry
+        # settings; none answers here) is what fails the job.
+        j = submit(d, a, ["true"], image="localhost/absent:1")
+        job = d.wait(j, timeout=120, token=a)
+        assert job["state"] == "FAILED" and "absent" in d.log(j, "stderr", token=a), job
+
+
 def test_images_lists_what_a_tenant_may_use(tmp_path, image):
     with daemon(tmp_path, "--allowed-images", "localhost/gpusrv-*") as d:
         a, _ = tenants(d)
@@ -267,7 +302,8 @@ def test_images_and_mounts_that_are_refused(tmp_path, image):
                 ({"image": IMAGE, "mounts": ["/tmp:/job"]}, 400, "may not be / or /job"),
                 ({"image": IMAGE, "mounts": ["/tmp:/x:rwx"]}, 400, "SRC:DST[:ro|:rw]"),
                 ({"image": IMAGE, "mounts": "/tmp:/x"}, 400, "mounts must be a list"),
-                ({"mounts": ["/tmp:/x"]}, 400, "mounts are for a job in a container"),
+                ({"mounts": ["/tmp:/x"]}, 400, "are for a job in a container"),
+                ({"network": "host"}, 400, "are for a job in a container"),
                 ({"image": IMAGE, "env": ["A=two\nlines"]}, 400, "newline")]:
             status, err = d.request("POST", "/api/v1/jobs", {"command": ["true"], **asks}, a)
             assert status == code and why in err["error"], (asks, status, err)
