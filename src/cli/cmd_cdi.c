@@ -1,8 +1,9 @@
 /* cmd_cdi.c - `gpusrv cdi generate`: a CDI spec (the Container Device
  * Interface's JSON form) naming, for each of this machine's devices that
- * has device nodes, what a container needs to use it: the NVIDIA GPUs'
+ * has device nodes, what a container needs to use it: an NVIDIA GPU's
  * /dev/nvidiaN (its minor number from the driver's /proc entry for its PCI
- * address), the control nodes they share, and the driver's user-space
+ * address) and its DRM nodes (cardN and renderDN under /dev/dri, from
+ * sysfs), the control nodes the GPUs share, and the driver's user-space
  * libraries, mounted read-only. podman resolves `--device KIND=ID` from
  * it; the daemon gives a container job the entries of its booked devices
  * (--cdi-spec). */
@@ -11,7 +12,7 @@
 #include "base/error.h"
 #include "hal/hal.h"
 
-#include <ctype.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,15 +31,23 @@ static const gs_cli_option cdi_options[] = {
     GS_CLI_OPTIONS_END,
 };
 
-/* The NVIDIA driver's minor number for the GPU at `pci` ("0000:3b:00.0"),
- * from /proc/driver/nvidia/gpus/PCI/information; -1 if unknown. */
+/* A PCI address as sysfs and the driver's /proc entries spell it
+ * ("0000:3b:00.0"), from the HAL's ("00000000:3B:00.0"); false if none. */
+static bool sysfs_pci(const char *pci, char *out, size_t cap) {
+  unsigned domain, bus, slot, function;
+  if (sscanf(pci, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4)
+    return false;
+  snprintf(out, cap, "%04x:%02x:%02x.%x", domain, bus, slot, function);
+  return true;
+}
+
+/* The NVIDIA driver's minor number for the GPU at `pci`, from
+ * /proc/driver/nvidia/gpus/PCI/information; -1 if unknown. */
 static int nvidia_minor(const char *pci) {
-  char path[200], lower[64];
-  size_t i = 0;
-  for (; pci[i] && i + 1 < sizeof lower; i++)
-    lower[i] = (char)tolower((unsigned char)pci[i]);
-  lower[i] = '\0';
-  snprintf(path, sizeof path, "/proc/driver/nvidia/gpus/%s/information", lower);
+  char path[200], addr[64];
+  if (!sysfs_pci(pci, addr, sizeof addr))
+    return -1;
+  snprintf(path, sizeof path, "/proc/driver/nvidia/gpus/%s/information", addr);
   FILE *f = fopen(path, "r");
   if (!f)
     return -1;
@@ -54,6 +63,25 @@ static int nvidia_minor(const char *pci) {
 static void add_node(json_t *nodes, const char *path) {
   if (access(path, F_OK) == 0)
     json_array_append_new(nodes, json_pack("{s:s}", "path", path));
+}
+
+/* The DRM nodes (/dev/dri/cardN, renderDN) of the device at `pci`, which
+ * sysfs lists under the PCI device. */
+static void add_drm_nodes(json_t *nodes, const char *pci) {
+  char addr[64], dir[200];
+  if (!sysfs_pci(pci, addr, sizeof addr))
+    return;
+  snprintf(dir, sizeof dir, "/sys/bus/pci/devices/%s/drm", addr);
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (strncmp(e->d_name, "card", 4) != 0 && strncmp(e->d_name, "renderD", 7) != 0)
+      continue;
+    char node[300];
+    snprintf(node, sizeof node, "/dev/dri/%s", e->d_name);
+    add_node(nodes, node);
+  }
+  if (d)
+    closedir(d);
 }
 
 /* The driver's libraries a CUDA program loads, where this machine has them. */
@@ -93,9 +121,11 @@ static json_t *make_spec(void) {
     }
     char node[64];
     snprintf(node, sizeof node, "/dev/nvidia%d", minor);
-    json_array_append_new(devices,
-                          json_pack("{s:s, s:{s:[{s:s}]}}", "name", info->id, "containerEdits",
-                                    "deviceNodes", "path", node));
+    json_t *nodes = json_array();
+    add_node(nodes, node);
+    add_drm_nodes(nodes, info->pci_bus_id);
+    json_array_append_new(devices, json_pack("{s:s, s:{s:o}}", "name", info->id,
+                                             "containerEdits", "deviceNodes", nodes));
     any_nvidia = true;
   }
   if (any_nvidia) {
