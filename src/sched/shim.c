@@ -359,7 +359,9 @@ int gs_job_shim_main(const char *dir) {
       (double)now.tv_sec + now.tv_nsec / 1e9, "term_forwarded", term_forwarded);
   if (have_cg)
     gs_cgroup_remove(&cg);
-  if (in_container) { /* what a killed podman left in the user's store */
+  /* What a podman that was stopped or killed may have left in the user's
+   * store (one that ended by itself removed its container: --rm). */
+  if (in_container && (term_forwarded || !WIFEXITED(status))) {
     const char *home = json_string_value(json_object_get(spec, "home"));
     gs_container_user u = {.uid = uid, .gid = gid, .name = user, .home = home};
     const char *rm[] = {"rm", "--force", "--ignore", container_name, NULL};

@@ -47,7 +47,7 @@ def rootfs_tar(path):
     for d in ("bin", "etc", "tmp", "proc", "sys", "dev", "job"):
         (root / d).mkdir(parents=True)
     shutil.copy(BUSYBOX, root / "bin" / "busybox")
-    for tool in ("sh", "cat", "echo", "id", "sleep", "dd", "ls", "stat", "env", "touch"):
+    for tool in ("sh", "cat", "echo", "id", "sleep", "dd", "ls", "stat", "env", "touch", "true"):
         os.symlink("busybox", root / "bin" / tool)
     (root / "etc" / "os-release").write_text('NAME="gpusrv test image"\nID=gpusrvtest\n')
     tar = path / "rootfs.tar"
