@@ -102,10 +102,10 @@ void gs_grpc_reply_infer_error(gs_grpc_call *c, int http_status, const char *mes
 void gs_grpc_free_request(gs_grpc_call *c, ProtobufCMessage *m);
 
 /* A stream that sends several replies to one request (a health watch):
- * each pushed in order, until gs_grpc_stream_end answers the request (the
- * stream then ends with OK once what was pushed has gone, and the client
- * has closed its side). gs_grpc_call_gone: the client has left, or the
- * call is ending. */
+ * each pushed in order, until gs_grpc_stream_end answers the request and
+ * ends the stream (with OK once what was pushed has gone, whether or not
+ * the client has closed its side). gs_grpc_call_gone: the client has left,
+ * or the call is ending. */
 void gs_grpc_stream_push(gs_grpc_call *c, grpc_byte_buffer *b);
 void gs_grpc_stream_end(gs_grpc_call *c);
 bool gs_grpc_call_gone(gs_grpc_call *c);

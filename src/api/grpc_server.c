@@ -78,6 +78,7 @@ grpc_status_code gs_grpc_status_of(int http_status) {
     return GRPC_STATUS_ALREADY_EXISTS;
   case 413:
   case 429:
+  case 507:
     return GRPC_STATUS_RESOURCE_EXHAUSTED;
   case 501:
     return GRPC_STATUS_UNIMPLEMENTED;
@@ -350,6 +351,7 @@ void gs_grpc_stream_push(gs_grpc_call *c, grpc_byte_buffer *b) { stream_queue(c,
 void gs_grpc_stream_end(gs_grpc_call *c) {
   pthread_mutex_lock(&c->lock);
   c->pending--;
+  c->half_closed = true; /* the stream ends whether or not the client closed its side */
   stream_advance(c);
   pthread_mutex_unlock(&c->lock);
 }

@@ -107,12 +107,16 @@ void gs_grpc_watch(gs_grpc_watches *w, gs_grpc_call *c, bool known) {
   watcher *v = w ? malloc(sizeof *v) : NULL;
   if (w)
     pthread_mutex_lock(&w->lock);
-  if (!v || w->closed || !w->thread_started || w->count == MAX_WATCHERS) {
+  bool again = false; /* a second request on the same Watch */
+  for (watcher *o = w ? w->list : NULL; o && !again; o = o->next)
+    again = o->call == c;
+  if (!v || w->closed || !w->thread_started || w->count == MAX_WATCHERS || again) {
     const char *why = !v                  ? "out of memory for a health watch"
+                      : again             ? "a Watch takes one request"
                       : w->closed         ? "the server is shutting down"
                       : !w->thread_started ? "health watches cannot be served (no thread)"
                                            : "too many health watches are open";
-    int status = w && w->closed ? 503 : 429;
+    int status = again ? 400 : w && w->closed ? 503 : 429;
     if (w)
       pthread_mutex_unlock(&w->lock);
     free(v);

@@ -4,10 +4,11 @@
 #include "api/load_override.h"
 
 #include "base/error.h"
+#include "base/fileutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <limits.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -170,16 +171,10 @@ int gs_load_override_stage(const gs_load_override *ov, char **dir) {
   return GS_OK;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  remove(path);
-  return 0;
-}
-
 void gs_load_dir_remove(char *dir) {
   if (!dir)
     return;
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  gs_remove_tree(dir);
   free(dir);
 }
 
@@ -190,6 +185,16 @@ static int decode_base64(const char *key, const char *text, size_t len, unsigned
   if (len % 4 != 0)
     return gs_error(GS_EINVAL, "parameter '%.200s': not base64 (its length is not a multiple "
                     "of 4)", key);
+  if (len > INT_MAX)
+    return gs_error(GS_EINVAL, "parameter '%.200s': a file of more than 1.5 GiB cannot come "
+                    "base64 in JSON; load it over gRPC, or from the repository", key);
+  /* OpenSSL takes '=' anywhere as zero bits and skips leading blanks:
+   * only the alphabet, with '=' as the last one or two, is base64. */
+  size_t body = len;
+  while (body > 0 && len - body < 2 && text[body - 1] == '=')
+    body--;
+  if (strspn(text, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") != body)
+    return gs_error(GS_EINVAL, "parameter '%.200s': not base64", key);
   unsigned char *buf = malloc(len / 4 * 3 + 1);
   if (!buf)
     return gs_error(GS_ENOMEM, "out of memory decoding parameter '%.200s'", key);

@@ -30,7 +30,13 @@ static void *admin_main(void *p) {
     char msg[700];
     snprintf(msg, sizeof msg, "%s model '%s': %s", op->load ? "cannot load" : "cannot unload",
              op->name, gs_error_detail());
-    op->done(op->arg, rc == GS_ENOENT ? 404 : 400, msg);
+    /* The model's fault (or the request's) is 400; the server's (memory,
+     * disk, a full repository) is not. */
+    op->done(op->arg, rc == GS_ENOENT                      ? 404
+                      : rc == GS_ENOMEM || rc == GS_EIO ? 500
+                      : rc == GS_ERANGE                 ? 507
+                                                        : 400,
+             msg);
   } else {
     op->done(op->arg, 200, "");
   }

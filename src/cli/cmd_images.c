@@ -32,8 +32,10 @@ static void print_table(json_t *list) {
              (double)json_integer_value(json_object_get(img, "size")) / 1e6);
     time_t when = (time_t)json_number_value(json_object_get(img, "created"));
     struct tm tm;
-    strftime(created, sizeof created, "%Y-%m-%d %H:%M", localtime_r(&when, &tm));
-    const char *row[] = {json_string_value(json_object_get(img, "name")), id, size, created};
+    if (!localtime_r(&when, &tm) || !strftime(created, sizeof created, "%Y-%m-%d %H:%M", &tm))
+      snprintf(created, sizeof created, "-");
+    const char *name = json_string_value(json_object_get(img, "name"));
+    const char *row[] = {name ? name : "-", id, size, created};
     if (t)
       gs_table_add_row(t, row);
   }

@@ -159,9 +159,10 @@ int gs_client_job_submit(gs_client *c, const gs_client_job_spec *spec, int64_t *
        (!spec->chdir || put_string(body, "chdir", spec->chdir)) &&
        (!spec->image || put_string(body, "image", spec->image)) &&
        (!spec->network || put_string(body, "network", spec->network));
-  json_t *mounts = spec->mounts ? string_array(spec->mounts) : NULL;
-  if (ok && spec->mounts)
+  if (ok && spec->mounts) { /* set_new takes it, also on failure */
+    json_t *mounts = string_array(spec->mounts);
     ok = mounts && json_object_set_new(body, "mounts", mounts) == 0;
+  }
   if (!ok) {
     json_decref(body);
     return client_fail(c, GS_EINVAL, "submit: a name, size, time, directory, image or mount is "

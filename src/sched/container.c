@@ -55,13 +55,14 @@ static bool image_name_ok(const char *image) {
          n;
 }
 
-/* An absolute path without "." or ".." parts and without ':' or ','
- * (podman's separators in -v). */
+/* An absolute path in one spelling only: no "." or ".." parts, no "//",
+ * no trailing '/', and no ':' or ',' (podman's separators in -v). */
 static bool mount_path_ok(const char *p, size_t n) {
-  if (n == 0 || p[0] != '/' || n > 1024)
+  if (n == 0 || p[0] != '/' || n > 1024 || (n > 1 && p[n - 1] == '/'))
     return false;
   for (size_t i = 0; i < n; i++)
-    if (p[i] == ':' || p[i] == ',' || p[i] == '\0' || p[i] == '\n')
+    if (p[i] == ':' || p[i] == ',' || p[i] == '\0' || p[i] == '\n' ||
+        (p[i] == '/' && i + 1 < n && p[i + 1] == '/'))
       return false;
   for (size_t i = 0; i < n;) {
     while (i < n && p[i] == '/')
@@ -76,6 +77,12 @@ static bool mount_path_ok(const char *p, size_t n) {
   return true;
 }
 
+/* Whether `p` (n bytes) is `dir` or below it. */
+static bool under(const char *p, size_t n, const char *dir) {
+  size_t d = strlen(dir);
+  return n >= d && strncmp(p, dir, d) == 0 && (n == d || p[d] == '/');
+}
+
 /* "SRC:DST[:ro|:rw]" into its canonical form "SRC:DST:ro|rw". */
 static json_t *mount_of(const char *m) {
   const char *c1 = strchr(m, ':');
@@ -84,8 +91,14 @@ static json_t *mount_of(const char *m) {
   size_t dst_len = c1 ? (c2 ? (size_t)(c2 - c1 - 1) : strlen(c1 + 1)) : 0;
   if (!c1 || !mount_path_ok(m, (size_t)(c1 - m)) || !mount_path_ok(c1 + 1, dst_len) ||
       (strcmp(mode, "ro") != 0 && strcmp(mode, "rw") != 0)) {
-    gs_error(GS_EINVAL, "mount '%.300s' is not SRC:DST[:ro|:rw] with absolute paths (no '..', "
-             "':' or ',' in them)", m);
+    gs_error(GS_EINVAL, "mount '%.300s' is not SRC:DST[:ro|:rw] with absolute paths (no '.', "
+             "'..', '//', trailing '/', ':' or ',' in them)", m);
+    return NULL;
+  }
+  size_t src_len = (size_t)(c1 - m);
+  if (under(m, src_len, "/dev") || under(m, src_len, "/proc") || under(m, src_len, "/sys")) {
+    gs_error(GS_EPERM, "mount '%.300s': /dev, /proc and /sys are not mounted into containers "
+             "(a job's devices come through CDI)", m);
     return NULL;
   }
   if (dst_len == 1 || (dst_len == 4 && strncmp(c1 + 1, "/job", 4) == 0)) {
@@ -195,15 +208,10 @@ static char **done(strings *s) {
 
 char **gs_podman_env(const gs_container_user *u) {
   strings s = {0};
-  char run_dir[64];
-  struct stat sb;
   add(&s, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
   add(&s, "HOME=%s", u->home);
   add(&s, "USER=%s", u->name);
   add(&s, "LOGNAME=%s", u->name);
-  snprintf(run_dir, sizeof run_dir, "/run/user/%u", (unsigned)u->uid);
-  if (stat(run_dir, &sb) == 0 && sb.st_uid == u->uid) /* else podman picks /tmp/podman-run-UID */
-    add(&s, "XDG_RUNTIME_DIR=%s", run_dir);
   return done(&s);
 }
 
@@ -220,6 +228,9 @@ char **gs_container_argv(const json_t *container, const char *name, const char *
                          const json_t *cdi_devices, const json_t *job_argv) {
   strings s = {0};
   add(&s, "podman");
+  /* Not systemd's: a rootless podman that may reach the user's systemd
+   * moves itself into a scope of the user's slice, out of the job's cgroup. */
+  add(&s, "--cgroup-manager=cgroupfs");
   add(&s, "--runtime");
   add(&s, cgroup_v2_only() ? "crun" : "runc");
   add(&s, "run");
@@ -253,13 +264,18 @@ char **gs_container_argv(const json_t *container, const char *name, const char *
 static void read_output(int fd, char *out, size_t cap, uint64_t deadline) {
   size_t used = 0;
   char sink[4096];
+  if (cap == 0)
+    out = NULL;
   for (;;) {
     uint64_t now = gs_now_ns();
     if (now >= deadline)
       return;
     struct pollfd p = {.fd = fd, .events = POLLIN};
     int ms = (int)((deadline - now) / 1000000) + 1;
-    if (poll(&p, 1, ms) <= 0)
+    int ready = poll(&p, 1, ms);
+    if (ready < 0 && errno != EINTR)
+      return;
+    if (ready <= 0)
       continue;
     char *dst = out && used + 1 < cap ? out + used : sink;
     size_t room = out && used + 1 < cap ? cap - 1 - used : sizeof sink;
@@ -308,6 +324,7 @@ int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
   else
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* none of the daemon's reach the tenant */
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none, all;
@@ -356,8 +373,11 @@ int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *
 int gs_container_image_present(const gs_container_user *u, const char *image) {
   const char *args[] = {"image", "exists", image, NULL};
   int rc = gs_podman_run_as(u, args, NULL, 0, false, 30);
-  if (rc < 0)
-    return gs_error(GS_EIO, "cannot look for image '%s': %s", image, gs_error_detail());
+  if (rc < 0) {
+    char why[300]; /* gs_error writes where gs_error_detail reads */
+    snprintf(why, sizeof why, "%s", gs_error_detail());
+    return gs_error(GS_EIO, "cannot look for image '%s': %s", image, why);
+  }
   if (rc != 0)
     return gs_error(GS_EINVAL, "image '%s' is not among user %s's local images (podman "
                     "images); gpusrv pulls none", image, u->name);
@@ -409,9 +429,10 @@ int gs_container_images(const gs_container_user *u, const char *patterns, gs_ima
   json_t *all = rc == 0 ? json_loads(text, 0, NULL) : NULL;
   free(text);
   if (rc != 0 || !json_is_array(all)) {
+    char why[300];
+    snprintf(why, sizeof why, "%s", rc < 0 ? gs_error_detail() : "podman images failed");
     json_decref(all);
-    return gs_error(GS_EIO, "cannot list user %s's images: %s", u->name,
-                    rc < 0 ? gs_error_detail() : "podman images failed");
+    return gs_error(GS_EIO, "cannot list user %s's images: %s", u->name, why);
   }
   size_t i;
   json_t *img;

@@ -59,8 +59,9 @@ int gs_container_images(const gs_container_user *u, const char *patterns, gs_ima
  * reason, or GS_EIO when podman cannot be asked. */
 int gs_container_image_present(const gs_container_user *u, const char *image);
 
-/* The environment podman itself runs with, for u: PATH, HOME, USER,
- * LOGNAME and XDG_RUNTIME_DIR (where /run/user/UID exists). A NULL-ended
+/* The environment podman itself runs with, for u: PATH, HOME, USER and
+ * LOGNAME; no XDG_RUNTIME_DIR, so that podman keeps away from the user's
+ * systemd (its run directory is then /tmp/podman-run-UID). A NULL-ended
  * array of malloc'd strings; free with gs_strings_free. */
 char **gs_podman_env(const gs_container_user *u);
 

@@ -13,6 +13,7 @@
 #include "sched/store.h"
 
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -430,15 +431,23 @@ static void env_add(json_t *env, const char *key, const char *value) {
 /* CUDA_VISIBLE_DEVICES names CUDA devices by their CUDA index; the other
  * backends get their own variable. Empty when the job booked none, so that
  * a job cannot reach a device it did not book. */
-static void visible_devices(const char *devices, const char *prefix, char *out, size_t cap) {
+/* The indexes of the booked devices of one backend ("cuda"): as this
+ * machine numbers them, or `renumbered` from 0 in the same order, as a
+ * container that holds only their device nodes numbers them. */
+static void visible_devices(const char *devices, const char *prefix, bool renumbered, char *out,
+                            size_t cap) {
   out[0] = '\0';
   char copy[256];
   snprintf(copy, sizeof copy, "%s", devices);
   size_t plen = strlen(prefix);
+  int k = 0;
   for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
     if (strncmp(tok, prefix, plen) == 0 && tok[plen] >= '0' && tok[plen] <= '9') {
       size_t len = strlen(out);
-      snprintf(out + len, cap - len, "%s%s", len ? "," : "", tok + plen);
+      if (renumbered)
+        snprintf(out + len, cap - len, "%s%d", len ? "," : "", k++);
+      else
+        snprintf(out + len, cap - len, "%s%s", len ? "," : "", tok + plen);
     }
 }
 
@@ -471,10 +480,10 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
   env_add(env, "GPUSRV_JOB_ID", jid);
   env_add(env, "GPUSRV_TENANT", j->tenant);
   env_add(env, "GPUSRV_VISIBLE_DEVICES", j->devices);
-  visible_devices(j->devices, "cuda", vis, sizeof vis);
+  visible_devices(j->devices, "cuda", j->container != NULL, vis, sizeof vis);
   env_add(env, "CUDA_VISIBLE_DEVICES", vis);
   env_add(env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID"); /* the indexes as gpusrv numbers them */
-  visible_devices(j->devices, "opencl", vis, sizeof vis);
+  visible_devices(j->devices, "opencl", false, vis, sizeof vis);
   env_add(env, "GPUSRV_OPENCL_VISIBLE_DEVICES", vis);
   json_t *spec = json_pack(
       "{s:I, s:O, s:o, s:s, s:i, s:i, s:s, s:I, s:f, s:I, s:I}", "id", (json_int_t)j->id, "argv",
@@ -1217,10 +1226,22 @@ int gs_images_list(gs_frontdesk *fd, const gs_principal *who, gs_image_info **ou
  * lock (podman takes a moment). *out: the job's container object. */
 static int check_container(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
                            json_t **out) {
-  for (size_t i = 0; req->env && req->env[i]; i++)
-    if (strchr(req->env[i], '\n'))
+  for (size_t i = 0; req->env && req->env[i]; i++) {
+    const char *kv = req->env[i];
+    size_t key = strcspn(kv, "=");
+    /* podman's env file reads other lines otherwise: "#" comments, keys
+     * with blanks, and keys without a value or with '*' taken from its own
+     * environment. */
+    bool name_ok = key > 0 && kv[key] == '=' && !isdigit((unsigned char)kv[0]) &&
+                   strspn(kv, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") ==
+                       key;
+    if (!name_ok)
+      return gs_error(GS_EINVAL, "env entry %zu: a container job's variable names are letters, "
+                      "digits and '_'", i);
+    if (strchr(kv, '\n'))
       return gs_error(GS_EINVAL, "env entry %zu holds a newline, which a container's "
                       "environment file cannot", i);
+  }
   gs_container_policy policy = {.allowed_images = fd->set.allowed_images,
                                 .host_network = fd->set.container_host_network,
                                 .pull = fd->set.pull_images};

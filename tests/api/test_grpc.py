@@ -522,6 +522,15 @@ def test_grpc_health_service(server, tmp_path):
     unknown = health.Watch(hp.HealthCheckRequest(service="other.Service"))
     assert next(unknown).status == hp.HealthCheckResponse.SERVICE_UNKNOWN
     unknown.cancel()
+    # A Watch takes one request: a second on the same stream ends it.
+    twice = grpc.insecure_channel(f"127.0.0.1:{server[1]}").stream_stream(
+        "/grpc.health.v1.Health/Watch", request_serializer=hp.HealthCheckRequest.SerializeToString,
+        response_deserializer=hp.HealthCheckResponse.FromString)
+    replies = twice(iter([hp.HealthCheckRequest(), hp.HealthCheckRequest()]), timeout=10)
+    with pytest.raises(grpc.RpcError) as e:
+        for _ in replies:
+            pass
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "one request" in e.value.details()
     ready = tmp_path / "ready"
     shutil.copytree(os.path.join(ROOT, "models", "digits"), ready / "digits")
     proc, c, token = start_needing_tokens(ready, "digits")

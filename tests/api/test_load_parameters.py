@@ -140,6 +140,8 @@ BAD_HTTP = [
     ({"config": "{}", "file:1/": "AAAA"}, "names a directory"),
     ({"config": "{}", "file:config.pbtxt": "AAAA"}, "comes from the 'config' parameter"),
     ({"config": "{}", "file:1/model.onnx": "not base64!"}, "not base64"),
+    ({"config": "{}", "file:1/model.onnx": "AA==AAAA"}, "not base64"),
+    ({"config": "{}", "file:1/model.onnx": " AAA"}, "not base64"),
     ({"config": "{}", "file:1/model.onnx": 12}, "must be a string"),
     ({"config": 5}, "must be a string"),
     ({"version": "2"}, "unknown load parameter 'version'"),
