@@ -141,6 +141,7 @@ typedef struct server {
   gs_grpc_server *grpc; /* NULL: --grpc-port 0 */
   bool reading_needs_token; /* inference and read-only routes, from --auth and --host */
   atomic_int in_flight;
+  atomic_int api_workers; /* job-API requests running podman on threads of their own */
   atomic_llong body_bytes; /* what every request's body buffer holds, against max-bodies-bytes */
 } server;
 
@@ -347,6 +348,72 @@ static enum MHD_Result start_admin_op(server *s, struct MHD_Connection *c, reque
   return MHD_YES;
 }
 
+/* A job-API request that runs podman (a submit that names an image, the
+ * list of images) on a thread of its own while the connection is
+ * suspended: podman can take seconds, and a tenant that holds its own
+ * podman's lock must not hold the HTTP threads. At most MAX_API_WORKERS at
+ * once; past that, 503 with Retry-After. */
+#define MAX_API_WORKERS 16
+
+typedef struct api_work {
+  server *s;
+  request *req;
+  struct MHD_Connection *conn;
+  gs_principal who;
+  char method[8];
+  char url[64];
+} api_work;
+
+static bool runs_podman(const char *method, const char *url, const request *req) {
+  if (strcmp(url, "/api/v1/images") == 0)
+    return strcmp(method, "GET") == 0;
+  return strcmp(method, "POST") == 0 && strcmp(url, "/api/v1/jobs") == 0 && req->body &&
+         memmem(req->body, req->len, "\"image\"", 7) != NULL;
+}
+
+static void *api_worker(void *arg) {
+  api_work *w = arg;
+  server *s = w->s;
+  gs_jobs_query q = {0};
+  request *req = w->req;
+  if (!gs_jobs_api_route(s->frontdesk, &w->who, w->method, w->url, &q, req->body, req->len,
+                         &req->reply))
+    gs_http_reply_error(&req->reply, 404, "no such route");
+  struct MHD_Connection *c = w->conn;
+  free(w);
+  MHD_resume_connection(c);
+  atomic_fetch_sub(&s->api_workers, 1);
+  return NULL;
+}
+
+static enum MHD_Result start_api_work(server *s, struct MHD_Connection *c, request *req,
+                                      const char *method, const char *url,
+                                      const gs_principal *who) {
+  api_work *w = atomic_fetch_add(&s->api_workers, 1) < MAX_API_WORKERS ? malloc(sizeof *w) : NULL;
+  if (!w || strlen(url) >= sizeof w->url || strlen(method) >= sizeof w->method) {
+    atomic_fetch_sub(&s->api_workers, 1);
+    free(w);
+    gs_http_reply r = {0};
+    gs_http_reply_error(&r, 503, "the server is busy with container image checks; retry shortly");
+    r.retry_after = 1;
+    return send_reply(c, &r);
+  }
+  *w = (api_work){.s = s, .req = req, .conn = c, .who = *who};
+  snprintf(w->method, sizeof w->method, "%s", method);
+  snprintf(w->url, sizeof w->url, "%s", url);
+  req->conn = c;
+  req->queued = true;
+  MHD_suspend_connection(c);
+  pthread_attr_t attr;
+  pthread_t t;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, api_worker, w) != 0)
+    api_worker(w); /* no thread to spare: here, then */
+  pthread_attr_destroy(&attr);
+  return MHD_YES;
+}
+
 /* Queues an inference and suspends the connection: no HTTP thread waits. */
 static enum MHD_Result start_infer(struct MHD_Connection *c, gs_served_model *m,
                                    gs_served_version *v, request *req) {
@@ -467,6 +534,8 @@ static enum MHD_Result route(server *s, struct MHD_Connection *c, const char *me
         .since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since"),
         .stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream"),
         .offset = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "offset")};
+    if (runs_podman(method, url, req))
+      return start_api_work(s, c, req, method, url, &who);
     if (gs_jobs_api_route(s->frontdesk, &who, method, url, &q, req->body, req->len, &r))
       return send_reply(c, &r);
     return send_error(c, 404, "no such route");
@@ -795,6 +864,7 @@ int gs_serve(const gs_serve_settings *settings) {
   umask(077);
   server s = {.settings = settings};
   atomic_init(&s.in_flight, 0);
+  atomic_init(&s.api_workers, 0);
   atomic_init(&s.body_bytes, 0);
   bool required = strcmp(settings->auth, "required") == 0;
   if (!required && strcmp(settings->auth, "auto") != 0 && strcmp(settings->auth, "none") != 0)
@@ -936,6 +1006,8 @@ int gs_serve(const gs_serve_settings *settings) {
             (long long)settings->drain_seconds);
   gs_grpc_stop(s.grpc); /* what is left is cancelled */
   gs_repository_admin_wait(&s.repo);
+  while (atomic_load(&s.api_workers) > 0) /* podman's own limit ends them */
+    gs_sleep_ns(10 * 1000 * 1000);
   MHD_stop_daemon(d);
   close_all(&s, ledger, true);
   fprintf(stderr, "gpusrv: stopped\n");

@@ -286,6 +286,37 @@ def test_images_lists_what_a_tenant_may_use(tmp_path, image):
         assert d.request("GET", "/api/v1/images", token=a) == (200, {"images": []})
 
 
+def test_image_checks_leave_the_http_threads_free(tmp_path, image):
+    """Submits that name an image run podman on threads of their own: eight at
+    once over the daemon's two HTTP threads all queue, and the server answers
+    other requests meanwhile."""
+    import threading
+    with daemon(tmp_path, "--allowed-images", IMAGE, "--http-threads", "2") as d:
+        a, _ = tenants(d)
+        answers, live = [], []
+
+        def submit_one():
+            answers.append(d.request("POST", "/api/v1/jobs", {"command": ["true"], "cpus": 0.1,
+                                                              "image": IMAGE}, a)[0])
+
+        def probe():
+            for _ in range(10):
+                t0 = time.time()
+                assert d.request("GET", "/v2/health/live")[0] == 200
+                live.append(time.time() - t0)
+
+        threads = [threading.Thread(target=submit_one) for _ in range(8)]
+        threads.append(threading.Thread(target=probe))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert answers == [201] * 8, answers
+        assert len(live) == 10
+        for j in range(1, 9):
+            assert d.wait(j, timeout=120, token=a)["state"] == "COMPLETED"
+
+
 def test_images_and_mounts_that_are_refused(tmp_path, image):
     with daemon(tmp_path) as d:  # no allowed images: no containers
         a, _ = tenants(d)
