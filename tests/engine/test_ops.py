@@ -467,6 +467,22 @@ def test_transpose(perm):
     check_op("Transpose", {"x": i64(2, 3, 4)}, attrs)
 
 
+@pytest.mark.parametrize("shape,perm", [
+    ([1, 96, 56, 56], [0, 2, 3, 1]),   # NCHW -> NHWC, as around ConvNeXt's LayerNorm
+    ([1, 56, 56, 96], [0, 3, 1, 2]),   # and back
+    ([3, 13, 37], [0, 2, 1]),          # a batch of three, with blocks left over both ways
+    ([2, 5, 9, 40], [0, 3, 2, 1]),     # a strided middle dimension: not one 2-D transpose
+    ([8, 8], [1, 0]),                  # one block exactly
+    ([7, 300], [1, 0]),                # too thin for a block
+])
+def test_transpose_in_blocks(shape, perm):
+    """The 8x8-block path of four-byte values, against numpy, with sizes
+    that leave partial blocks and bands; int32 takes the same path."""
+    n = int(np.prod(shape))
+    check_op("Transpose", {"x": np.arange(n, dtype=np.float32).reshape(shape)}, {"perm": perm})
+    check_op("Transpose", {"x": np.arange(n, dtype=np.int32).reshape(shape)}, {"perm": perm})
+
+
 def test_concat():
     check_op("Concat", {"a": f32(2, 1, 3), "b": f32(2, 4, 3), "c": f32(2, 2, 3)}, {"axis": 1})
     check_op("Concat", {"a": f32(2, 3), "b": f32(1, 3)}, {"axis": -2})

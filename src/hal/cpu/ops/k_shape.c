@@ -3,6 +3,7 @@
  * Shape and ConstantOfShape. They work on bytes, whatever the type. */
 #include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/parallel.h"
+#include "hal/cpu/ops/transpose_2d.h"
 #include "hal/op/op_launch.h"
 
 #include "base/error.h"
@@ -61,6 +62,37 @@ static void transpose_rows(const char *x, char *y, size_t es, const gs_shape *ys
   }
 }
 
+/* Units [lo, hi) of a batch of 2-D transposes, a unit being one band of
+ * GS_TRANSPOSE_BAND output rows of one of the `outer` transposes. */
+static void transpose_bands(const uint32_t *x, uint32_t *y, int64_t m, int64_t n, int64_t step,
+                            int64_t outer_step, int64_t lo, int64_t hi) {
+  int64_t bands = (m + GS_TRANSPOSE_BAND - 1) / GS_TRANSPOSE_BAND;
+  for (int64_t u = lo; u < hi; u++) {
+    int64_t b = u / bands, row = u % bands * GS_TRANSPOSE_BAND;
+    gs__transpose_2d_4(x + b * outer_step, y + b * m * n, m, n, step, row,
+                       row + GS_TRANSPOSE_BAND);
+  }
+}
+
+/* Where the merged output is [outer,] m, n with m contiguous in the source
+ * (NCHW <-> NHWC and their kin) and the values four bytes wide, a batch of
+ * 2-D transposes in blocks; 1 if it ran. */
+static int transpose_in_blocks(const char *x, char *y, size_t es, const gs_shape *ym,
+                               const int64_t *src_stride) {
+  int r = ym->rank;
+  if (es != 4 || r < 2 || r > 3 || src_stride[r - 2] != 1)
+    return 0;
+  int64_t m = ym->dims[r - 2], n = ym->dims[r - 1], step = src_stride[r - 1];
+  if (m < 8 || n < 8)
+    return 0; /* too thin for a block: the row copy below does as well */
+  int64_t outer = r == 3 ? ym->dims[0] : 1, outer_step = r == 3 ? src_stride[0] : 0;
+  int64_t units = outer * ((m + GS_TRANSPOSE_BAND - 1) / GS_TRANSPOSE_BAND);
+  GS_PARALLEL_RANGES(units, GS_PARALLEL_GRAIN / (GS_TRANSPOSE_BAND * n) + 1, lo, hi,
+                     transpose_bands((const uint32_t *)x, (uint32_t *)y, m, n, step,
+                                     outer_step, lo, hi));
+  return 1;
+}
+
 static int k_transpose(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   const gs_transpose_attrs *a = c->attrs;
@@ -88,6 +120,8 @@ static int k_transpose(const gs_cpu_kernel_call *k) {
   int64_t rows = len ? gs_shape_numel(ys) / len : 0;
   const char *x = k->ptr[0];
   char *y = k->ptr[1];
+  if (transpose_in_blocks(x, y, es, &ym, src_stride))
+    return 0;
   GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (len ? len : 1), lo, hi,
                      transpose_rows(x, y, es, &ym, src_stride, lo, hi));
   return 0;
