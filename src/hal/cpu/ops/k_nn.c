@@ -695,6 +695,43 @@ static int batchnorm_f32(const gs_op_call *c, float *const *p) {
 
 static int k_batchnorm(const gs_cpu_kernel_call *k) { return run_f32(k, batchnorm_f32); }
 
+/* Sums for the normalisations, in double, over 8 lanes that the compiler
+ * keeps in vector registers: one running sum waits on each add in turn,
+ * which made LayerNorm over ConvNeXt's 96 channels six times slower than a
+ * pass over the row should be. The order is fixed, whatever the threads. */
+#define NORM_LANES 8
+
+static inline double lane_sum(const float *x, int64_t n) {
+  double acc[NORM_LANES] = {0}, s = 0;
+  int64_t i = 0;
+  for (; i + NORM_LANES <= n; i += NORM_LANES)
+    for (int l = 0; l < NORM_LANES; l++)
+      acc[l] += x[i + l];
+  for (; i < n; i++)
+    s += x[i];
+  for (int l = 0; l < NORM_LANES; l++)
+    s += acc[l];
+  return s;
+}
+
+/* The sum of (x - centre)^2. */
+static inline double lane_sum_sq(const float *x, int64_t n, float centre) {
+  double acc[NORM_LANES] = {0}, s = 0;
+  int64_t i = 0;
+  for (; i + NORM_LANES <= n; i += NORM_LANES)
+    for (int l = 0; l < NORM_LANES; l++) {
+      double d = (double)(x[i + l] - centre);
+      acc[l] += d * d;
+    }
+  for (; i < n; i++) {
+    double d = (double)(x[i] - centre);
+    s += d * d;
+  }
+  for (int l = 0; l < NORM_LANES; l++)
+    s += acc[l];
+  return s;
+}
+
 /* Rows [lo, hi) of a layer normalisation over rows of `inner` values. */
 GS_VECTOR_CLONES static void layernorm_rows(const gs_op_call *c, float *const *p, int64_t inner,
                                             int64_t lo, int64_t hi) {
@@ -706,15 +743,8 @@ GS_VECTOR_CLONES static void layernorm_rows(const gs_op_call *c, float *const *p
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = x + r * inner;
     float *yr = y + r * inner;
-    double sum = 0;
-    for (int64_t i = 0; i < inner; i++)
-      sum += xr[i];
-    float mean = (float)(sum / (double)inner);
-    double sq = 0;
-    for (int64_t i = 0; i < inner; i++) {
-      float d = xr[i] - mean;
-      sq += (double)d * d;
-    }
+    float mean = (float)(lane_sum(xr, inner) / (double)inner);
+    double sq = lane_sum_sq(xr, inner, mean);
     float inv = 1.0f / sqrtf((float)(sq / (double)inner) + a->epsilon);
     if (bias)
       for (int64_t i = 0; i < inner; i++)
@@ -748,9 +778,7 @@ GS_VECTOR_CLONES static void rmsnorm_rows(const gs_op_call *c, float *const *p, 
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = x + r * inner;
     float *yr = y + r * inner;
-    double sq = 0;
-    for (int64_t i = 0; i < inner; i++)
-      sq += (double)xr[i] * xr[i];
+    double sq = lane_sum_sq(xr, inner, 0.0f);
     float inv = 1.0f / sqrtf((float)(sq / (double)inner) + a->epsilon);
     for (int64_t i = 0; i < inner; i++)
       yr[i] = xr[i] * inv * scale[i];
