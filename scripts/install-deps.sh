@@ -12,7 +12,7 @@ debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev l
       libjpeg62-turbo-dev libpng-dev
       ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
-      podman runc uidmap fuse-overlayfs slirp4netns busybox-static
+      podman runc uidmap fuse-overlayfs slirp4netns busybox-static slurmd
       openssl curl python3 python3-venv)
 
 missing=()

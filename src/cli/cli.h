@@ -55,6 +55,7 @@ extern const gs_cli_command gs_cli_infer;
 extern const gs_cli_command gs_cli_submit;
 extern const gs_cli_command gs_cli_images;
 extern const gs_cli_command gs_cli_cdi;
+extern const gs_cli_command gs_cli_slurm;
 extern const gs_cli_command gs_cli_jobs;
 extern const gs_cli_command gs_cli_top;
 extern const gs_cli_command gs_cli_job;

@@ -6,4 +6,5 @@ const bool gs_cli_is_engine = true;
 
 const gs_cli_command *const gs_cli_commands[] = {&gs_cli_serve, &gs_cli_smi, &gs_cli_model,
                                                  &gs_cli_batch, &gs_cli_bench, &gs_cli_cdi,
+                                                 &gs_cli_slurm,
                                                  NULL};

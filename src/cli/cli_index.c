@@ -14,6 +14,7 @@ const gs_cli_entry gs_cli_index[] = {
     {"submit", "Queue a process job (a command) with the daemon", false},
     {"images", "List the local container images your jobs may run in", false},
     {"cdi", "Write the CDI spec that gives container jobs their devices", true},
+    {"slurm", "Print this node's gres.conf and NodeName lines for Slurm", true},
     {"jobs", "List jobs: pending, running, and with --all ended ones", false},
     {"job", "Show one job in detail, with its history", false},
     {"cancel", "Cancel a job", false},

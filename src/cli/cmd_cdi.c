@@ -8,6 +8,7 @@
  * it; the daemon gives a container job the entries of its booked devices
  * (--cdi-spec). */
 #include "cli/cli.h"
+#include "cli/device_nodes.h"
 
 #include "base/error.h"
 #include "hal/hal.h"
@@ -31,35 +32,6 @@ static const gs_cli_option cdi_options[] = {
     GS_CLI_OPTIONS_END,
 };
 
-/* A PCI address as sysfs and the driver's /proc entries spell it
- * ("0000:3b:00.0"), from the HAL's ("00000000:3B:00.0"); false if none. */
-static bool sysfs_pci(const char *pci, char *out, size_t cap) {
-  unsigned domain, bus, slot, function;
-  if (sscanf(pci, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4)
-    return false;
-  snprintf(out, cap, "%04x:%02x:%02x.%x", domain, bus, slot, function);
-  return true;
-}
-
-/* The NVIDIA driver's minor number for the GPU at `pci`, from
- * /proc/driver/nvidia/gpus/PCI/information; -1 if unknown. */
-static int nvidia_minor(const char *pci) {
-  char path[200], addr[64];
-  if (!sysfs_pci(pci, addr, sizeof addr))
-    return -1;
-  snprintf(path, sizeof path, "/proc/driver/nvidia/gpus/%s/information", addr);
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return -1;
-  char line[256];
-  int minor = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "Device Minor: %d", &minor) == 1)
-      break;
-  fclose(f);
-  return minor;
-}
-
 static void add_node(json_t *nodes, const char *path) {
   if (access(path, F_OK) == 0)
     json_array_append_new(nodes, json_pack("{s:s}", "path", path));
@@ -69,7 +41,7 @@ static void add_node(json_t *nodes, const char *path) {
  * sysfs lists under the PCI device. */
 static void add_drm_nodes(json_t *nodes, const char *pci) {
   char addr[64], dir[200];
-  if (!sysfs_pci(pci, addr, sizeof addr))
+  if (!gs_sysfs_pci(pci, addr, sizeof addr))
     return;
   snprintf(dir, sizeof dir, "/sys/bus/pci/devices/%s/drm", addr);
   DIR *d = opendir(dir);
@@ -111,7 +83,7 @@ static json_t *make_spec(void) {
   bool any_nvidia = false;
   for (int i = 0; i < gs_hal_device_count(); i++) {
     const gs_device_info *info = gs_device_get_info(gs_hal_device(i));
-    int minor = strcmp(info->backend, "cuda") == 0 ? nvidia_minor(info->pci_bus_id) : -1;
+    int minor = strcmp(info->backend, "cuda") == 0 ? gs_nvidia_minor(info->pci_bus_id) : -1;
     if (minor < 0) {
       fprintf(stderr, "gpusrv: cdi: %s (%s) left out: %s\n", info->id, info->name,
               strcmp(info->backend, "cuda") == 0 ? "the NVIDIA driver names no minor number for "

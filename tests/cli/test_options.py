@@ -19,11 +19,11 @@ GPUSRV = os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv"))
 NOWHERE = "http://127.0.0.1:9"
 DAEMON_FACING = ["models", "infer", "submit", "images", "jobs", "job", "cancel", "logs", "wait", "usage",
                  "tenant"]
-ENGINE = ["serve", "smi", "model", "batch", "bench", "cdi"]
+ENGINE = ["serve", "smi", "model", "batch", "bench", "cdi", "slurm"]
 # Words each command needs besides options, and a value each metavar accepts.
 WORDS = {"infer": ["digits", "-i", "x=/nonexistent.npy"], "job": ["1"], "cancel": ["1"], "logs": ["1"], "wait": ["1"],
          "tenant": ["add", "alice"], "model": ["inspect", "/nonexistent.onnx"],
-         "batch": ["/nonexistent"], "cdi": ["generate"]}
+         "batch": ["/nonexistent"], "cdi": ["generate"], "slurm": ["node"]}
 AFTER = {"submit": ["--", "true"]}
 VALUES = {"N": "1", "PCT": "5", "SIZE": "1G", "LIMIT": "1h", "P": "1", "W": "1", "T": "alice",
           "DATE": "2026-01-01", "SECONDS": "1", "MiB": "8", "MS": "5", "BYTES": "1G", "S": "1"}

@@ -1,0 +1,135 @@
+"""gpusrv slurm gres|node: this node's devices in Slurm's terms, checked
+against the devices gpusrv smi lists, and given to slurmd itself (`slurmd -G`
+parses slurm.conf and gres.conf and prints the GRES it would register)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+GPUSRV = os.environ.get("GPUSRV_BIN", "gpusrv")
+
+
+def run(*args, env=None):
+    p = subprocess.run([GPUSRV, *args], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **(env or {})})
+    return p
+
+
+def smi_devices(env=None):
+    p = run("smi", "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["devices"]
+
+
+def gres_lines(text):
+    """gres.conf's lines as dicts, comments left out."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        rows.append(dict(kv.split("=", 1) for kv in line.split()))
+    return rows
+
+
+def test_gres_lines_count_every_device():
+    p = run("slurm", "gres", "--node-name", "n1")
+    assert p.returncode == 0, p.stderr
+    rows = gres_lines(p.stdout)
+    devices = smi_devices()
+    assert sum(int(r.get("Count", 1)) for r in rows) == len(devices), (p.stdout, devices)
+    for r in rows:
+        assert r["NodeName"] == "n1"
+        assert re.fullmatch(r"[a-z0-9_]+", r["Type"]), r
+        assert "Count" in r or r["File"].startswith("/dev/nvidia"), r
+    cpu = [r for r in rows if r["Name"] == "cpudev"]
+    assert len(cpu) == 1 and cpu[0]["Count"] == "1", p.stdout
+
+
+def test_same_devices_add_up_to_one_typed_line():
+    """The fake GPU plugin's devices (CPUs under another backend's name)
+    are one line of one type with their count, beside the CPU's own."""
+    fake = os.environ.get("GPUSRV_TEST_FAKE_PLUGINS")
+    if not fake:
+        pytest.skip("GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
+    env = {"GPUSRV_PLUGIN_PATH": fake}
+    ids = [d["id"] for d in smi_devices(env) if d["id"].startswith("fakegpu")]
+    assert len(ids) >= 1
+    p = run("slurm", "gres", "--node-name", "n1", env=env)
+    assert p.returncode == 0, p.stderr
+    fakes = [r for r in gres_lines(p.stdout) if r["Name"] == "fakegpu"]
+    assert len(fakes) == 1 and int(fakes[0]["Count"]) == len(ids), p.stdout
+
+
+def test_node_line():
+    p = run("slurm", "node", "--node-name", "n1")
+    assert p.returncode == 0, p.stderr
+    types_line, node_line = p.stdout.splitlines()
+    names = types_line.split("=", 1)[1].split(",")
+    assert "cpudev" in names and len(names) == len(set(names))
+    node = dict(kv.split("=", 1) for kv in node_line.split())
+    assert node["NodeName"] == "n1"
+    assert int(node["CPUs"]) == os.cpu_count()
+    with open("/proc/meminfo") as f:
+        total_kib = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+    assert abs(int(node["RealMemory"]) - total_kib // 1024) <= 1
+    gres = {}
+    for entry in node["Gres"].split(","):
+        name, typ, count = entry.split(":")
+        gres[(name, typ)] = int(count)
+    g = run("slurm", "gres", "--node-name", "n1")
+    from_gres = {}
+    for r in gres_lines(g.stdout):
+        key = (r["Name"], r["Type"])
+        from_gres[key] = from_gres.get(key, 0) + int(r.get("Count", 1))
+    assert gres == from_gres
+
+
+def test_default_name_is_the_short_host_name():
+    p = run("slurm", "node")
+    assert p.returncode == 0, p.stderr
+    assert f"NodeName={os.uname().nodename.split('.')[0]} " in p.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["slurm", "frob"], "unknown action 'frob'"),
+    (["slurm", "node", "--node-name", "a b"], "no usable node name"),
+    (["slurm", "node", "--node-name", "x=y"], "no usable node name"),
+    (["slurm", "prolog"], "not supported yet"),
+    (["slurm"], ""),
+])
+def test_refusals(args, message):
+    p = run(*args)
+    assert p.returncode != 0
+    assert message in p.stderr, p.stderr
+
+
+def test_slurmd_accepts_the_lines(tmp_path):
+    """slurmd -G reads the slurm.conf and gres.conf written from our output
+    and prints the GRES it would register; each of ours must be there with
+    its count."""
+    slurmd = shutil.which("slurmd") or ("/usr/sbin/slurmd" if os.path.exists("/usr/sbin/slurmd")
+                                        else None)
+    if not slurmd:
+        pytest.skip("slurmd is not installed (install-deps installs slurmd)")
+    node = run("slurm", "node", "--node-name", "gsnode1")
+    gres = run("slurm", "gres", "--node-name", "gsnode1")
+    assert node.returncode == 0 and gres.returncode == 0, node.stderr + gres.stderr
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=gstest\nSlurmctldHost=localhost\n"
+                    f"SlurmdSpoolDir={tmp_path}/spool\nSlurmdPidFile={tmp_path}/slurmd.pid\n"
+                    "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+                    f"{node.stdout}PartitionName=p Nodes=ALL Default=YES\n")
+    (tmp_path / "gres.conf").write_text(gres.stdout)
+    p = subprocess.run([slurmd, "-f", str(conf), "-N", "gsnode1", "-G"], capture_output=True,
+                       text=True, timeout=60)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert not re.search(r"error|warning", out, re.I), out
+    for r in gres_lines(gres.stdout):
+        line = next((l for l in out.splitlines()
+                     if f"Name={r['Name']}" in l and f"Type={r['Type']}" in l), None)
+        assert line, (r, out)
+        assert re.search(rf"Count={r.get('Count', '1')}\b", line), (r, line)
