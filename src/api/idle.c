@@ -6,6 +6,7 @@
 #include "api/idle.h"
 
 #include "base/clock.h"
+#include "base/thread.h"
 #include "base/log.h"
 
 #include <pthread.h>
@@ -144,12 +145,7 @@ static bool start_demand_load(gs_repository *repo, gs_served_model *m) {
     return false;
   *d = (demand_load){.repo = repo, .m = m};
   atomic_fetch_add(&repo->admin_running, 1); /* the daemon's stop waits for it */
-  pthread_attr_t attr;
-  pthread_t t;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  bool ok = pthread_create(&t, &attr, demand_main, d) == 0;
-  pthread_attr_destroy(&attr);
+  bool ok = gs_run_detached(demand_main, d);
   if (!ok) {
     atomic_fetch_sub(&repo->admin_running, 1);
     free(d);

@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/thread.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -56,13 +57,8 @@ int gs_repository_admin_async(gs_repository *repo, const char *name, bool load,
   *op = (admin_op){.repo = repo, .load = load, .override = ov, .done = done, .arg = arg};
   memcpy(op->name, name, len + 1);
   atomic_fetch_add(&repo->admin_running, 1);
-  pthread_attr_t attr;
-  pthread_t t;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, admin_main, op) != 0)
+  if (!gs_run_detached(admin_main, op))
     admin_main(op); /* no thread to spare: here, then */
-  pthread_attr_destroy(&attr);
   return GS_OK;
 }
 

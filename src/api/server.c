@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/thread.h"
 #include "base/units.h"
 #include "engine/engine.h"
 
@@ -404,13 +405,8 @@ static enum MHD_Result start_api_work(server *s, struct MHD_Connection *c, reque
   req->conn = c;
   req->queued = true;
   MHD_suspend_connection(c);
-  pthread_attr_t attr;
-  pthread_t t;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, api_worker, w) != 0)
+  if (!gs_run_detached(api_worker, w))
     api_worker(w); /* no thread to spare: here, then */
-  pthread_attr_destroy(&attr);
   return MHD_YES;
 }
 
