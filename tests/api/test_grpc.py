@@ -23,7 +23,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
-from test_serve import PERF_ANALYZER, ROOT, add_model, admin_token, free_port, request, start
+from test_serve import PERF_ANALYZER, ROOT, add_model, admin_token, free_port, request, start, stats
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
 from models import simple_add_sub  # noqa: E402
@@ -419,6 +419,55 @@ def test_many_concurrent_streams(server):
     for t in threads:
         t.join(timeout=120)
     assert not failures
+
+
+def test_a_stream_that_is_not_read_is_read_no_further(tmp_path):
+    """The stream's window: a client that sends and does not read has at
+    most 64 requests answered or waiting to be sent, besides the replies the
+    transports hold (1 MiB each here, so few), and the server reads no more
+    of its stream until replies go out; once the client reads, every
+    request is answered, in order."""
+    root = tmp_path / "models"
+    n_values = 1 << 18
+    g = H.make_graph([H.make_node("Identity", ["x"], ["y"])], "big",
+                     [H.make_tensor_value_info("x", T.FLOAT, [1, n_values])],
+                     [H.make_tensor_value_info("y", T.FLOAT, [1, n_values])])
+    (root / "big" / "1").mkdir(parents=True)
+    onnx.save(H.make_model(g, opset_imports=[H.make_opsetid("", 17)]),
+              str(root / "big" / "1" / "model.onnx"))
+    proc, port = start(root)
+    total = 300
+    try:
+        limit = [("grpc.max_receive_message_length", 8 << 20),
+                 ("grpc.max_send_message_length", 8 << 20)]
+        channel = grpc.insecure_channel(f"127.0.0.1:{proc.grpc_port}", options=limit)
+        x = np.arange(n_values, dtype=np.float32)
+
+        def requests():
+            for k in range(total):
+                q = pb.ModelInferRequest(model_name="big", id=str(k))
+                q.inputs.add(name="x", datatype="FP32", shape=[1, n_values])
+                q.raw_input_contents.append((x + k).tobytes())
+                yield q
+        it = pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
+        answered, still_since = -1, time.time()
+        deadline = time.time() + 30
+        while time.time() < deadline and time.time() - still_since < 2:
+            now = stats(port, "big")["inference_stats"]["success"]["count"]
+            if now != answered:
+                answered, still_since = now, time.time()
+            time.sleep(0.1)
+        assert 64 <= answered <= 64 + 24, answered
+        for k in range(total):
+            r = next(it)
+            assert not r.error_message, r.error_message
+            assert r.infer_response.id == str(k)
+            y = np.frombuffer(r.infer_response.raw_output_contents[0], np.float32)
+            assert y[0] == k and y[-1] == n_values - 1 + k
+        channel.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
 
 
 def test_a_client_that_leaves_mid_stream(server):
