@@ -5,7 +5,7 @@
  *         the minor number; every other device as a typed GRES named after
  *         its backend (opencl, cpudev, ...) with a Count per type.
  *   node  slurm.conf's GresTypes line and the node's NodeName line: CPUs,
- *         RealMemory (MiB, as slurmd -C counts it) and Gres.
+ *         RealMemory (MiB, 1% below what slurmd -C counts) and Gres.
  * Prolog and epilog bookings are not built yet: the command says so. */
 #include "cli/cli.h"
 #include "cli/device_nodes.h"
@@ -14,9 +14,11 @@
 #include "hal/hal.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 typedef struct slurm_opts {
@@ -72,32 +74,71 @@ static const char *gres_name(const char *backend) {
   return backend;
 }
 
-/* The node's GRES, into lines[]; how many. */
+/* Whether an OpenCL device is a CUDA device seen again through NVIDIA's
+ * OpenCL driver (same name): Slurm must not get one card twice. */
+static bool cuda_seen_again(const gs_device_info *info) {
+  if (strcmp(info->backend, "opencl") != 0)
+    return false;
+  for (int i = 0; i < gs_hal_device_count(); i++) {
+    const gs_device_info *o = gs_device_get_info(gs_hal_device(i));
+    if (strcmp(o->backend, "cuda") == 0 && strcmp(o->name, info->name) == 0)
+      return true;
+  }
+  return false;
+}
+
+/* Adds one device to lines[] (n of them so far, room for MAX_GRES); the
+ * new count. Lines without a File add up per (name, type). */
+static int add_gres(gres_line *lines, int n, const gres_line *g) {
+  for (int k = 0; k < n; k++)
+    if (!lines[k].file[0] && !g->file[0] && strcmp(lines[k].name, g->name) == 0 &&
+        strcmp(lines[k].type, g->type) == 0) {
+      lines[k].count += g->count;
+      return n;
+    }
+  if (n == MAX_GRES) {
+    fprintf(stderr, "gpusrv slurm: more than %d kinds of device; %s:%s left out\n", MAX_GRES,
+            g->name, g->type);
+    return n;
+  }
+  lines[n] = *g;
+  return n + 1;
+}
+
+/* The node's GRES, into lines[]; how many. Slurm refuses a gres.conf in
+ * which some GPUs have a File and others not: where the driver names no
+ * minor number for one GPU, none gets a File, and they are counted. */
 static int collect_gres(gres_line *lines) {
-  int n = 0;
-  for (int i = 0; i < gs_hal_device_count() && n < MAX_GRES; i++) {
+  gres_line found[MAX_GRES * 4];
+  int n_found = 0;
+  bool every_gpu_has_node = true;
+  for (int i = 0; i < gs_hal_device_count() && n_found < MAX_GRES * 4; i++) {
     const gs_device_info *info = gs_device_get_info(gs_hal_device(i));
-    gres_line g = {.count = 1};
-    snprintf(g.name, sizeof g.name, "%s", gres_name(info->backend));
-    gres_type(info->name, g.type, sizeof g.type);
-    if (strcmp(info->backend, "cuda") == 0) {
-      int minor = gs_nvidia_minor(info->pci_bus_id);
-      if (minor >= 0)
-        snprintf(g.file, sizeof g.file, "/dev/nvidia%d", minor);
-      else
-        fprintf(stderr, "gpusrv slurm: %s: the NVIDIA driver names no minor number for %s; "
-                "its line has a Count and no File\n", info->id, info->pci_bus_id);
-      lines[n++] = g;
+    if (cuda_seen_again(info)) {
+      fprintf(stderr, "gpusrv slurm: %s is a CUDA device seen again through OpenCL; "
+              "left out\n", info->id);
       continue;
     }
-    int k = 0;
-    while (k < n && !(lines[k].file[0] == '\0' && strcmp(lines[k].name, g.name) == 0 &&
-                      strcmp(lines[k].type, g.type) == 0))
-      k++;
-    if (k < n)
-      lines[k].count++;
-    else
-      lines[n++] = g;
+    gres_line *g = &found[n_found++];
+    *g = (gres_line){.count = 1};
+    snprintf(g->name, sizeof g->name, "%s", gres_name(info->backend));
+    gres_type(info->name, g->type, sizeof g->type);
+    if (strcmp(info->backend, "cuda") != 0)
+      continue;
+    int minor = gs_nvidia_minor(info->pci_bus_id);
+    if (minor >= 0) {
+      snprintf(g->file, sizeof g->file, "/dev/nvidia%d", minor);
+    } else {
+      every_gpu_has_node = false;
+      fprintf(stderr, "gpusrv slurm: %s: the NVIDIA driver names no minor number for %s; "
+              "the GPUs are counted, without File\n", info->id, info->pci_bus_id);
+    }
+  }
+  int n = 0;
+  for (int i = 0; i < n_found; i++) {
+    if (!every_gpu_has_node)
+      found[i].file[0] = '\0';
+    n = add_gres(lines, n, &found[i]);
   }
   return n;
 }
@@ -113,10 +154,22 @@ static void print_gres_conf(const gres_line *lines, int n, const char *node) {
   }
 }
 
+/* The node's memory in MiB as slurmd counts it (MemTotal), less 1%: a
+ * kernel that later keeps a few MiB more for itself would otherwise have
+ * slurmctld drain the node for "Low RealMemory". */
+static unsigned long long real_memory_mib(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0)
+    return 1;
+  unsigned long long mib = (unsigned long long)pages * (unsigned long long)page >> 20;
+  return mib - mib / 100;
+}
+
 /* GresTypes (each name once) and the NodeName line. Same-typed GPU lines
  * add up to one Gres entry. */
 static void print_node_conf(const gres_line *lines, int n, const char *node) {
-  printf("GresTypes=");
+  if (n > 0)
+    printf("GresTypes=");
   for (int i = 0, first = 1; i < n; i++) {
     int seen = 0;
     for (int k = 0; k < i; k++)
@@ -126,10 +179,10 @@ static void print_node_conf(const gres_line *lines, int n, const char *node) {
       first = 0;
     }
   }
+  if (n > 0)
+    printf("\n");
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  unsigned long long mib = pages > 0 && page > 0 ? (unsigned long long)pages * (unsigned long long)page >> 20 : 0;
-  printf("\nNodeName=%s CPUs=%ld RealMemory=%llu", node, cpus > 0 ? cpus : 1, mib);
+  printf("NodeName=%s CPUs=%ld RealMemory=%llu", node, cpus > 0 ? cpus : 1, real_memory_mib());
   for (int i = 0, first = 1; i < n; i++) {
     int count = 0, seen = 0;
     for (int k = 0; k < n; k++)
@@ -164,7 +217,7 @@ static int slurm_run(int argc, char **argv) {
   } else if (gethostname(host, sizeof host - 1) == 0) {
     host[strcspn(host, ".")] = '\0'; /* slurmd -C writes the short name */
   }
-  if (!host[0] || strpbrk(host, " \t\n=,#"))
+  if (!host[0] || strpbrk(host, " \t\n=,#[]:"))
     return gs_cli_usage_error(&gs_cli_slurm, "no usable node name ('%s'): give --node-name", host);
   if (gs_hal_init() < 0) {
     gs_cli_error("slurm: %s", gs_error_detail());
@@ -189,7 +242,8 @@ const gs_cli_command gs_cli_slurm = {
              "CUDA GPU as Name=gpu with a Type from its name and File=/dev/nvidiaN, and every\n"
              "other device as a typed GRES named after its backend (opencl, cpudev) with a\n"
              "Count. `node` prints slurm.conf's GresTypes line and the node's NodeName line\n"
-             "(CPUs, RealMemory in MiB, Gres). GresTypes must name every node's GRES.",
+             "(CPUs, RealMemory in MiB 1% below MemTotal, Gres). GresTypes must name every\n"
+             "node's GRES. An OpenCL device that is a CUDA GPU seen again is left out.",
     .notes = "Not built yet: `gpusrv slurm prolog|epilog` (Slurm jobs booked in the ledger).",
     .options = slurm_options,
     .min_args = 1,

@@ -1,14 +1,15 @@
 /* transpose_2d.h - the 2-D transpose of four-byte values that NCHW <-> NHWC
  * comes down to (ConvNeXt's permutes around LayerNorm, any channels-last
- * model's edges), in 8x8 blocks held in vector registers where the CPU has
- * AVX2, in 32x32 tiles otherwise. A row at a time reads one cache line per
- * value from the side that strides. */
+ * model's edges), tile by tile of 32x32 values so that the lines read and
+ * written stay in L1; within a tile, 8x8 blocks in vector registers where
+ * the CPU has AVX2, one value at a time otherwise. A row at a time reads one
+ * cache line per value from the side that strides. */
 #ifndef GS_HAL_CPU_OPS_TRANSPOSE_2D_H
 #define GS_HAL_CPU_OPS_TRANSPOSE_2D_H
 
 #include <stdint.h>
 
-/* Rows of the output that one unit of work covers: a multiple of 8. */
+/* Rows of the output that one unit of work covers at most: a multiple of 8. */
 #define GS_TRANSPOSE_BAND 32
 
 /* Output rows [row_lo, row_hi) of y = x transposed: y[i * n + j] =
