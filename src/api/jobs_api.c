@@ -3,6 +3,7 @@
  * replies are JSON; errors are {"error": ...} with 400, 401, 403, 404, 409. */
 #include "api/jobs_api.h"
 #include "api/jobs_json.h"
+#include "sched/slurm_jobs.h"
 
 #include "base/error.h"
 #include "base/units.h"
@@ -414,6 +415,55 @@ static bool tenant_routes(gs_frontdesk *fd, const gs_principal *who, bool get, b
   return false;
 }
 
+/* POST /api/v1/slurm/jobs {"job", "user", "gpus": [Slurm's GPU indices]}
+ * books a Slurm job's GPUs (the prolog); DELETE /api/v1/slurm/jobs/N
+ * releases them (the epilog). Admin only: slurmd runs them as root. */
+static bool slurm_routes(gs_frontdesk *fd, const gs_principal *who, bool post, bool del,
+                         const char *rest, const char *body, size_t len, gs_http_reply *r) {
+  if (!who->admin) {
+    gs_http_reply_error(r, 403, "booking Slurm's jobs needs an admin token");
+    return true;
+  }
+  if (rest[0] == '\0' && post) {
+    json_t *j = parse_body(body, len, r);
+    if (!j)
+      return true;
+    int gpus[GS_BOOKING_MAX_PARTS], n = 0, rc = GS_OK;
+    json_t *list = json_object_get(j, "gpus"), *job = json_object_get(j, "job");
+    const char *user = json_string_value(json_object_get(j, "user"));
+    if (!json_is_integer(job) || !user || !json_is_array(list) ||
+        json_array_size(list) > GS_BOOKING_MAX_PARTS)
+      rc = gs_error(GS_EINVAL, "a Slurm job's booking needs \"job\" (an integer), \"user\" "
+                               "and \"gpus\" (at most %d indices)", GS_BOOKING_MAX_PARTS);
+    for (size_t k = 0; rc == 0 && k < json_array_size(list); k++) {
+      json_t *g = json_array_get(list, k);
+      if (!json_is_integer(g) || json_integer_value(g) < 0 || json_integer_value(g) > 1 << 20)
+        rc = gs_error(GS_EINVAL, "gpus[%zu] is not a GPU index", k);
+      else
+        gpus[n++] = (int)json_integer_value(g);
+    }
+    if (rc == 0)
+      rc = gs_slurm_job_book(gs_frontdesk_slurm(fd), (int64_t)json_integer_value(job), user,
+                             gpus, n);
+    json_decref(j);
+    if (rc < 0)
+      return fail(r, rc);
+    gs_http_reply_json(r, 200, json_pack("{s:o}", "bookings",
+                                          gs_bookings_json(gs_frontdesk_ledger(fd))));
+    return true;
+  }
+  char *end;
+  long long id = rest[0] == '/' ? strtoll(rest + 1, &end, 10) : 0;
+  if (id > 0 && *end == '\0' && del) {
+    int rc = gs_slurm_job_release(gs_frontdesk_slurm(fd), id);
+    if (rc < 0)
+      return fail(r, rc);
+    gs_http_reply_json(r, 200, json_pack("{s:I}", "released", (json_int_t)id));
+    return true;
+  }
+  return false;
+}
+
 bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *method,
                        const char *url, const gs_jobs_query *q, const char *body, size_t len,
                        gs_http_reply *r) {
@@ -423,6 +473,8 @@ bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *me
     return jobs_routes(fd, who, get, post, del, url + 12, q, body, len, r);
   if (strncmp(url, "/api/v1/tenants", 15) == 0)
     return tenant_routes(fd, who, get, post, del, url + 15, body, len, r);
+  if (strncmp(url, "/api/v1/slurm/jobs", 18) == 0)
+    return slurm_routes(fd, who, post, del, url + 18, body, len, r);
   if (strcmp(url, "/api/v1/devices") == 0 && get) {
     gs_frontdesk_device devices[GS_SCHED_MAX_DEVICES];
     int n = gs_frontdesk_devices(fd, devices, GS_SCHED_MAX_DEVICES);

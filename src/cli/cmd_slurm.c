@@ -1,17 +1,22 @@
-/* cmd_slurm.c - `gpusrv slurm gres|node`: this node's devices in Slurm's
- * own terms, so that slurmd and gpusrv's ledger agree on them.
- *   gres  the node's gres.conf lines: each CUDA GPU as Name=gpu with a Type
- *         made from its name and File=/dev/nvidiaN where the driver gives
- *         the minor number; every other device as a typed GRES named after
- *         its backend (opencl, cpudev, ...) with a Count per type.
+/* cmd_slurm.c - `gpusrv slurm`: this node's devices in Slurm's own terms,
+ * so that slurmd and gpusrv's ledger agree on them.
+ *   gres  the node's gres.conf lines: each GPU as Name=gpu with a Type made
+ *         from its name (and File=/dev/nvidiaN for CUDA's, where the driver
+ *         gives the minor number); every other device as a typed GRES named
+ *         after its backend, with a Count per type.
  *   node  slurm.conf's GresTypes line and the node's NodeName line: CPUs,
  *         RealMemory (MiB, 1% below what slurmd -C counts) and Gres.
- * Prolog and epilog bookings are not built yet: the command says so. */
+ *   prolog, epilog
+ *         slurmd's Prolog and Epilog: book the job's GPUs (SLURM_JOB_GPUS)
+ *         with the daemon for the job's lifetime, and release them
+ *         (sched/slurm_jobs.h says how they survive a restart). */
 #include "cli/cli.h"
+#include "cli/daemon.h"
 #include "cli/device_nodes.h"
 
 #include "base/error.h"
 #include "hal/hal.h"
+#include "sched/slurm_jobs.h"
 
 #include <ctype.h>
 #include <stdbool.h>
@@ -23,11 +28,13 @@
 
 typedef struct slurm_opts {
   const char *node_name;
+  gs_cli_daemon_opts daemon;
 } slurm_opts;
 
 static const gs_cli_option slurm_options[] = {
     GS_CLI_OPT("node-name", GS_OPT_STRING, slurm_opts, node_name, "NAME",
                "The NodeName to write (default: the short host name)"),
+    GS_CLI_DAEMON_ROWS(slurm_opts),
     GS_CLI_OPTIONS_END,
 };
 
@@ -64,81 +71,76 @@ static void gres_type(const char *device_name, char *out, size_t cap) {
     snprintf(out, cap, "unknown");
 }
 
-/* The GRES name of a backend's devices: Slurm's own "gpu" for CUDA, and a
- * name that no Slurm resource has for the CPU ("cpu" is a TRES). */
+/* The GRES name of a backend's devices other than GPUs (those are "gpu"):
+ * a name that no Slurm resource has for the CPU ("cpu" is a TRES). */
 static const char *gres_name(const char *backend) {
-  if (strcmp(backend, "cuda") == 0)
-    return "gpu";
   if (strcmp(backend, "cpu") == 0)
     return "cpudev";
   return backend;
 }
 
-/* Whether an OpenCL device is a CUDA device seen again through NVIDIA's
- * OpenCL driver (same name): Slurm must not get one card twice. */
-static bool cuda_seen_again(const gs_device_info *info) {
-  if (strcmp(info->backend, "opencl") != 0)
-    return false;
-  for (int i = 0; i < gs_hal_device_count(); i++) {
-    const gs_device_info *o = gs_device_get_info(gs_hal_device(i));
-    if (strcmp(o->backend, "cuda") == 0 && strcmp(o->name, info->name) == 0)
-      return true;
-  }
-  return false;
-}
-
 /* Adds one device to lines[] (n of them so far, room for MAX_GRES); the
- * new count. Lines without a File add up per (name, type). */
-static int add_gres(gres_line *lines, int n, const gres_line *g) {
-  for (int k = 0; k < n; k++)
-    if (!lines[k].file[0] && !g->file[0] && strcmp(lines[k].name, g->name) == 0 &&
-        strcmp(lines[k].type, g->type) == 0) {
+ * new count. Other devices than GPUs add up per (name, type); each GPU
+ * keeps a line of its own, so that Slurm numbers them in gs_slurm_gpus'
+ * order, which the prolog's SLURM_JOB_GPUS indices are read in. */
+static int add_gres(gres_line *lines, int n, const gres_line *g, bool own_line) {
+  for (int k = 0; k < n && !own_line; k++)
+    if (strcmp(lines[k].name, g->name) == 0 && strcmp(lines[k].type, g->type) == 0) {
       lines[k].count += g->count;
       return n;
     }
   if (n == MAX_GRES) {
-    fprintf(stderr, "gpusrv slurm: more than %d kinds of device; %s:%s left out\n", MAX_GRES,
-            g->name, g->type);
+    fprintf(stderr, "gpusrv slurm: more than %d lines; %s:%s left out\n", MAX_GRES, g->name,
+            g->type);
     return n;
   }
   lines[n] = *g;
   return n + 1;
 }
 
-/* The node's GRES, into lines[]; how many. Slurm refuses a gres.conf in
- * which some GPUs have a File and others not: where the driver names no
- * minor number for one GPU, none gets a File, and they are counted. */
-static int collect_gres(gres_line *lines) {
-  gres_line found[MAX_GRES * 4];
-  int n_found = 0;
-  bool every_gpu_has_node = true;
-  for (int i = 0; i < gs_hal_device_count() && n_found < MAX_GRES * 4; i++) {
-    const gs_device_info *info = gs_device_get_info(gs_hal_device(i));
-    if (cuda_seen_again(info)) {
-      fprintf(stderr, "gpusrv slurm: %s is a CUDA device seen again through OpenCL; "
-              "left out\n", info->id);
-      continue;
-    }
-    gres_line *g = &found[n_found++];
-    *g = (gres_line){.count = 1};
-    snprintf(g->name, sizeof g->name, "%s", gres_name(info->backend));
-    gres_type(info->name, g->type, sizeof g->type);
-    if (strcmp(info->backend, "cuda") != 0)
-      continue;
-    int minor = gs_nvidia_minor(info->pci_bus_id);
-    if (minor >= 0) {
-      snprintf(g->file, sizeof g->file, "/dev/nvidia%d", minor);
-    } else {
-      every_gpu_has_node = false;
-      fprintf(stderr, "gpusrv slurm: %s: the NVIDIA driver names no minor number for %s; "
-              "the GPUs are counted, without File\n", info->id, info->pci_bus_id);
-    }
+/* The GPUs' lines. Slurm refuses a gres.conf in which some GPUs have a File
+ * and others not: where the driver names no minor number for one CUDA GPU
+ * (or a GPU is not CUDA's), none gets a File, and each is Count=1. */
+static int gpu_lines(gres_line *lines) {
+  gs_device_t *gpus[MAX_GRES];
+  int n = gs_slurm_gpus(gpus, MAX_GRES), out = 0;
+  if (n > MAX_GRES) {
+    fprintf(stderr, "gpusrv slurm: %d GPUs; only the first %d are written\n", n, MAX_GRES);
+    n = MAX_GRES;
   }
-  int n = 0;
-  for (int i = 0; i < n_found; i++) {
-    if (!every_gpu_has_node)
-      found[i].file[0] = '\0';
-    n = add_gres(lines, n, &found[i]);
+  bool every_gpu_has_node = true;
+  for (int i = 0; i < n; i++) {
+    const gs_device_info *info = gs_device_get_info(gpus[i]);
+    gres_line g = {.count = 1, .name = "gpu"};
+    gres_type(info->name, g.type, sizeof g.type);
+    int minor = strcmp(info->backend, "cuda") == 0 ? gs_nvidia_minor(info->pci_bus_id) : -1;
+    if (minor >= 0)
+      snprintf(g.file, sizeof g.file, "/dev/nvidia%d", minor);
+    else
+      every_gpu_has_node = false;
+    out = add_gres(lines, out, &g, true);
+  }
+  for (int i = 0; i < out && !every_gpu_has_node; i++) {
+    if (lines[i].file[0])
+      fprintf(stderr, "gpusrv slurm: some GPUs have no device node (no NVIDIA minor number); "
+              "%s is counted, without File, like them\n", lines[i].file);
+    lines[i].file[0] = '\0';
+  }
+  return out;
+}
+
+/* The node's GRES, into lines[MAX_GRES]; how many: the GPUs, then every
+ * other device as a typed GRES named after its backend. */
+static int collect_gres(gres_line *lines) {
+  int n = gpu_lines(lines);
+  for (int i = 0; i < gs_hal_device_count(); i++) {
+    const gs_device_info *info = gs_device_get_info(gs_hal_device(i));
+    if (info->type == GS_DEVICE_GPU)
+      continue; /* a GPU above, or one seen twice (gs_slurm_gpus) */
+    gres_line g = {.count = 1};
+    snprintf(g.name, sizeof g.name, "%s", gres_name(info->backend));
+    gres_type(info->name, g.type, sizeof g.type);
+    n = add_gres(lines, n, &g, false);
   }
   return n;
 }
@@ -198,6 +200,83 @@ static void print_node_conf(const gres_line *lines, int n, const char *node) {
   printf("\n");
 }
 
+/* SLURM_JOB_GPUS ("0,1", or "0-3,6"): Slurm's indices into gpus[max];
+ * how many, or -1 when it is malformed. */
+static int parse_gpus(const char *text, int *gpus, int max) {
+  int n = 0;
+  for (const char *p = text; *p;) {
+    char *end;
+    long lo = strtol(p, &end, 10), hi = lo;
+    if (end == p || lo < 0)
+      return -1;
+    if (*end == '-') {
+      p = end + 1;
+      hi = strtol(p, &end, 10);
+      if (end == p || hi < lo)
+        return -1;
+    }
+    for (long g = lo; g <= hi; g++) {
+      if (n == max)
+        return -1;
+      gpus[n++] = (int)g;
+    }
+    if (*end != ',' && *end != '\0')
+      return -1;
+    p = *end ? end + 1 : end;
+  }
+  return n;
+}
+
+/* The prolog: books the job's GPUs with the daemon. slurmd gives the job's
+ * id, user and GPUs in the environment. */
+static int run_prolog(const slurm_opts *o, long long job) {
+  const char *user = getenv("SLURM_JOB_USER"), *gpus_text = getenv("SLURM_JOB_GPUS");
+  int gpus[GS_BOOKING_MAX_PARTS];
+  int n = gpus_text ? parse_gpus(gpus_text, gpus, GS_BOOKING_MAX_PARTS) : 0;
+  if (n < 0) {
+    gs_cli_error("slurm prolog: SLURM_JOB_GPUS '%s' is not a list of GPU indices", gpus_text);
+    return GS_EXIT_FAILED;
+  }
+  if (n == 0)
+    return GS_EXIT_OK; /* no GPUs: nothing of gpusrv's to book */
+  json_t *list = json_array();
+  for (int k = 0; k < n; k++)
+    json_array_append_new(list, json_integer(gpus[k]));
+  json_t *body = json_pack("{s:I, s:s, s:o}", "job", (json_int_t)job, "user",
+                           user && *user ? user : "unknown", "gpus", list);
+  int rc = gs_cli_call_json("slurm prolog", o->daemon.url, o->daemon.token, "POST",
+                            "/api/v1/slurm/jobs", body, NULL);
+  json_decref(body);
+  return rc;
+}
+
+/* The epilog: releases the job's booking; one that has none is fine (the
+ * job had no GPUs, or the epilog runs twice). */
+static int run_epilog(const slurm_opts *o, long long job) {
+  gs_client *c = gs_cli_client("slurm epilog", o->daemon.url, o->daemon.token);
+  if (!c)
+    return GS_EXIT_FAILED;
+  char path[64];
+  snprintf(path, sizeof path, "/api/v1/slurm/jobs/%lld", job);
+  int rc = gs_client_request(c, "DELETE", path, NULL, NULL);
+  if (rc != GS_OK && rc != GS_ENOENT)
+    gs_cli_error("slurm epilog: %s", gs_client_last_error(c));
+  gs_client_close(c);
+  return rc == GS_OK || rc == GS_ENOENT ? GS_EXIT_OK : GS_EXIT_FAILED;
+}
+
+static int run_job_hook(const slurm_opts *o, const char *action) {
+  const char *id = getenv("SLURM_JOB_ID");
+  char *end = NULL;
+  long long job = id ? strtoll(id, &end, 10) : 0;
+  if (!id || end == id || *end || job <= 0) {
+    gs_cli_error("slurm %s: SLURM_JOB_ID is not a job id: run it as slurmd's %s", action,
+                 strcmp(action, "prolog") == 0 ? "Prolog" : "Epilog");
+    return GS_EXIT_FAILED;
+  }
+  return strcmp(action, "prolog") == 0 ? run_prolog(o, job) : run_epilog(o, job);
+}
+
 static int slurm_run(int argc, char **argv) {
   slurm_opts o = {0};
   gs_cli_args args;
@@ -205,12 +284,11 @@ static int slurm_run(int argc, char **argv) {
   if (rc != GS_EXIT_OK)
     return rc;
   const char *action = args.words[0];
-  if (strcmp(action, "prolog") == 0 || strcmp(action, "epilog") == 0) {
-    gs_cli_error("slurm %s: not supported yet: Slurm jobs are not booked in the ledger", action);
-    return GS_EXIT_FAILED;
-  }
+  if (strcmp(action, "prolog") == 0 || strcmp(action, "epilog") == 0)
+    return run_job_hook(&o, action);
   if (strcmp(action, "gres") != 0 && strcmp(action, "node") != 0)
-    return gs_cli_usage_error(&gs_cli_slurm, "unknown action '%s' (gres, node)", action);
+    return gs_cli_usage_error(&gs_cli_slurm, "unknown action '%s' (gres, node, prolog, epilog)",
+                              action);
   char host[256] = "";
   if (o.node_name) {
     snprintf(host, sizeof host, "%s", o.node_name);
@@ -237,14 +315,19 @@ static int slurm_run(int argc, char **argv) {
 const gs_cli_command gs_cli_slurm = {
     .name = "slurm",
     .usage = "gpusrv slurm gres [--node-name NAME]\n"
-             "gpusrv slurm node [--node-name NAME]",
+             "gpusrv slurm node [--node-name NAME]\n"
+             "gpusrv slurm prolog|epilog [--url URL] [--token-file FILE]",
     .about = "This node's devices in Slurm's terms. `gres` prints its gres.conf lines: each\n"
-             "CUDA GPU as Name=gpu with a Type from its name and File=/dev/nvidiaN, and every\n"
+             "GPU as Name=gpu with a Type from its name (and File=/dev/nvidiaN for CUDA's), every\n"
              "other device as a typed GRES named after its backend (opencl, cpudev) with a\n"
              "Count. `node` prints slurm.conf's GresTypes line and the node's NodeName line\n"
              "(CPUs, RealMemory in MiB 1% below MemTotal, Gres). GresTypes must name every\n"
              "node's GRES. An OpenCL device that is a CUDA GPU seen again is left out.",
-    .notes = "Not built yet: `gpusrv slurm prolog|epilog` (Slurm jobs booked in the ledger).",
+    .notes = "prolog and epilog are slurmd's Prolog and Epilog (as root, with an admin token:\n"
+             "--token-file): they read SLURM_JOB_ID, SLURM_JOB_USER and SLURM_JOB_GPUS and\n"
+             "book the job's GPUs with the daemon (\"slurm job N (user)\" in its bookings)\n"
+             "until the epilog. A prolog the daemon cannot answer fails, and Slurm drains\n"
+             "the node.",
     .options = slurm_options,
     .min_args = 1,
     .max_args = 1,

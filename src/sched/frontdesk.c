@@ -3,6 +3,7 @@
  * devices (ledger.c), starts them under a supervisor (shim.c), enforces
  * time limits and cancellations, and records every change (store.c). */
 #include "sched/sched.h"
+#include "sched/slurm_jobs.h"
 
 #include "base/error.h"
 #include "base/fileutil.h"
@@ -69,6 +70,8 @@ struct gs_frontdesk {
   int n_devices;
   gs_device_t *devices[GS_SCHED_MAX_DEVICES];
   gs_sched_free total;
+
+  gs_slurm_jobs *slurm; /* the GPUs Slurm's jobs hold on this node */
 };
 
 static double wall_now(void) {
@@ -1788,6 +1791,8 @@ static int find_shim(char *out, size_t cap) {
                              "cannot start", exe, exe);
 }
 
+gs_slurm_jobs *gs_frontdesk_slurm(gs_frontdesk *fd) { return fd->slurm; }
+
 int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out) {
   gs_frontdesk *fd = calloc(1, sizeof *fd);
   if (!fd)
@@ -1823,6 +1828,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     rc = first_start(fd);
   if (rc == 0)
     rc = take_back_jobs(fd);
+  if (rc == 0) /* before the queue starts: Slurm's GPUs are not free for it */
+    rc = gs_slurm_jobs_open(fd->set.ledger, settings->state_dir, NULL, &fd->slurm);
   if (rc == 0 && (fd->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
     rc = gs_error(GS_EIO, "eventfd: %s", strerror(errno));
   if (rc == 0) {
@@ -1862,6 +1869,7 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
     gs_job_free(fd->active[i].job);
   }
   free(fd->active);
+  gs_slurm_jobs_close(fd->slurm);
   free(fd->tenants);
   if (fd->wake_fd >= 0)
     close(fd->wake_fd);

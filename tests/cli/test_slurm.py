@@ -99,7 +99,7 @@ def test_default_name_is_the_short_host_name():
     (["slurm", "node", "--node-name", "a b"], "no usable node name"),
     (["slurm", "node", "--node-name", "x=y"], "no usable node name"),
     (["slurm", "node", "--node-name", "n[1-2]"], "no usable node name"),
-    (["slurm", "prolog"], "not supported yet"),
+    (["slurm", "prolog"], "SLURM_JOB_ID is not a job id"),
     (["slurm"], ""),
 ])
 def test_refusals(args, message):

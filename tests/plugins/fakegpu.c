@@ -86,7 +86,12 @@ static int fake_telemetry(gs_device_t *device, gs_telemetry *out) {
  * front desk's tests expect. The info lives in the HAL's device, which a
  * test plugin may change during init. */
 static int fake_init(gs_backend_t *backend) {
-  int rc = gs__cpu_init_devices(backend);
+  /* GPUSRV_TEST_FAKE_GPUS=N: N devices (default 1), for the tests that
+   * need a machine of several GPUs. */
+  const char *count = getenv("GPUSRV_TEST_FAKE_GPUS");
+  int n = count ? atoi(count) : 1, rc = GS_OK;
+  for (int i = 0; rc == 0 && i < (n > 0 && n <= 8 ? n : 1); i++)
+    rc = gs__cpu_init_devices(backend);
   for (int i = 0; rc == 0 && getenv("GPUSRV_TEST_FAKE_GPU_TYPE") &&
                   i < gs__backend_device_count(backend); i++) {
     gs_device_info *info = (gs_device_info *)gs_device_get_info(gs__backend_device(backend, i));

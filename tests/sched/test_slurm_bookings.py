@@ -1,0 +1,146 @@
+"""Slurm's jobs booked in the ledger: `gpusrv slurm prolog` and `epilog` run as
+slurmd runs them (SLURM_JOB_ID, SLURM_JOB_USER and SLURM_JOB_GPUS in the
+environment) against a daemon whose GPUs are the fakegpu test plugin's. A
+booked GPU is not given to a local job; the bookings survive a restart and
+are then reconciled with Slurm's list of jobs (squeue, here a stand-in on
+PATH that prints what the test wrote, as `squeue --noheader --format=%A`
+does)."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from test_frontdesk import FAKE_PLUGINS, GPUSRV, daemon
+
+pytestmark = pytest.mark.skipif(not FAKE_PLUGINS, reason="GPUSRV_TEST_FAKE_PLUGINS is not set "
+                                "(run through ctest): no fake GPUs")
+
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+    """A squeue on PATH that prints the job ids in `jobs` (or fails when it
+    holds "fail"), and the environment of a daemon with two fake GPUs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    jobs = tmp_path / "squeue-jobs"
+    jobs.write_text("")
+    squeue = bin_dir / "squeue"
+    squeue.write_text("#!/bin/sh\n"
+                      f'[ "$*" = "--noheader --format=%A" ] || exit 2\n'
+                      f'grep -qx fail "{jobs}" && exit 1\n'
+                      f'cat "{jobs}"\n')
+    squeue.chmod(0o755)
+    env = {"GPUSRV_PLUGIN_PATH": FAKE_PLUGINS, "GPUSRV_TEST_FAKE_GPU_TYPE": "1",
+           "GPUSRV_BACKENDS": "cpu,fakegpu", "GPUSRV_TEST_FAKE_GPUS": "2",
+           "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return jobs, env
+
+
+def hook(d, action, job=None, user="alice", gpus=None, token=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update({"GPUSRV_URL": f"http://127.0.0.1:{d.port}", "GPUSRV_TOKEN": token or d.admin})
+    if job is not None:
+        env["SLURM_JOB_ID"] = str(job)
+    if user is not None:
+        env["SLURM_JOB_USER"] = user
+    if gpus is not None:
+        env["SLURM_JOB_GPUS"] = gpus
+    return subprocess.run([GPUSRV, "slurm", action], capture_output=True, text=True, timeout=60,
+                          env=env)
+
+
+def slurm_bookings(d):
+    status, body = d.request("GET", "/api/v1/bookings", token=d.admin)
+    assert status == 200
+    return {b["owner"]: b["devices"] for b in body["bookings"] if b["owner"].startswith("slurm")}
+
+
+def gpus_of(env):
+    """The daemon's GPUs in Slurm's order, as `gpusrv slurm gres` numbers them."""
+    out = subprocess.run([GPUSRV, "slurm", "gres", "--node-name", "n1"], capture_output=True,
+                         text=True, env={**os.environ, **env}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if " Name=gpu " in line]
+    assert len(lines) == 2 and all("Count=1" in line for line in lines), out.stdout
+    return ["fakegpu0", "fakegpu1"]
+
+
+def test_prolog_books_the_jobs_gpus_and_epilog_releases_them(tmp_path, fake_slurm):
+    _, env = fake_slurm
+    gpus = gpus_of(env)
+    with daemon(tmp_path, "--job-devices", "fakegpu0,fakegpu1", env=env) as d:
+        p = hook(d, "prolog", job=101, gpus="1")
+        assert p.returncode == 0, p.stderr
+        booked = slurm_bookings(d)
+        assert list(booked) == ["slurm job 101 (alice)"]
+        (part,) = booked["slurm job 101 (alice)"]
+        assert part["device"] == gpus[1] and part["share"] == 100 and part["memory"] > 0
+        # A local job that needs both GPUs waits while Slurm holds one ...
+        job = d.submit(["true"], gpus=2)
+        time.sleep(1.0)
+        assert d.job(job)["state"] == "PENDING"
+        # ... and runs once the epilog gives it back.
+        assert hook(d, "epilog", job=101).returncode == 0
+        assert slurm_bookings(d) == {}
+        assert d.wait(job)["state"] == "COMPLETED"
+        # The prolog again for the same job changes nothing; an epilog for
+        # a job without a booking (no GPUs, or run twice) is fine.
+        assert hook(d, "prolog", job=102, gpus="0-1").returncode == 0
+        assert hook(d, "prolog", job=102, gpus="0-1").returncode == 0
+        assert [p["device"] for p in slurm_bookings(d)["slurm job 102 (alice)"]] == gpus
+        assert hook(d, "epilog", job=102).returncode == 0
+        assert hook(d, "epilog", job=102).returncode == 0
+        # No GPUs: nothing to book.
+        assert hook(d, "prolog", job=103, gpus="").returncode == 0
+        assert slurm_bookings(d) == {}
+
+
+def test_bookings_survive_a_restart_and_follow_slurms_list(tmp_path, fake_slurm):
+    jobs, env = fake_slurm
+    with daemon(tmp_path, env=env) as d:
+        assert hook(d, "prolog", job=201, user="bob", gpus="0").returncode == 0
+        assert hook(d, "prolog", job=202, user="carol", gpus="1").returncode == 0
+        # squeue cannot answer (controller down): both are kept.
+        jobs.write_text("fail\n")
+        d.stop()
+        d.start()
+        assert set(slurm_bookings(d)) == {"slurm job 201 (bob)", "slurm job 202 (carol)"}
+        # Slurm lists 201 (and jobs of other nodes): 202 has ended meanwhile.
+        jobs.write_text("7\n201\n9000\n")
+        d.stop(signal.SIGKILL)  # no orderly stop: the file is what is left
+        d.start()
+        assert set(slurm_bookings(d)) == {"slurm job 201 (bob)"}
+        assert slurm_bookings(d)["slurm job 201 (bob)"][0]["device"] == "fakegpu0"
+
+
+@pytest.mark.parametrize("job,gpus,message", [
+    (None, "0", "SLURM_JOB_ID is not a job id"),
+    ("12x", "0", "SLURM_JOB_ID is not a job id"),
+    ("301", "x", "is not a list of GPU indices"),
+    ("301", "1-0", "is not a list of GPU indices"),
+    ("301", "5", "no GPU 5"),
+    ("301", "0,0", "names GPU 0 twice"),
+])
+def test_prolog_refusals(tmp_path, fake_slurm, job, gpus, message):
+    _, env = fake_slurm
+    with daemon(tmp_path, env=env) as d:
+        p = hook(d, "prolog", job=job, gpus=gpus)
+        assert p.returncode == 1 and message in p.stderr, p.stderr
+        assert slurm_bookings(d) == {}
+
+
+def test_only_an_admin_books_for_slurm(tmp_path, fake_slurm):
+    _, env = fake_slurm
+    with daemon(tmp_path, env=env) as d:
+        status, body = d.request("POST", "/api/v1/tenants", {"name": "dana", "user": "nobody"},
+                                 token=d.admin)
+        assert status == 201 and body["token"], body
+        p = hook(d, "prolog", job=401, gpus="0", token=body["token"])
+        assert p.returncode == 1 and "needs an admin token" in p.stderr, p.stderr
+        status, _ = d.request("POST", "/api/v1/slurm/jobs", {"job": 1, "user": "x", "gpus": "0"},
+                              token=d.admin)
+        assert status == 400
+        status, _ = d.request("DELETE", "/api/v1/slurm/jobs/401", token=body["token"])
+        assert status == 403
