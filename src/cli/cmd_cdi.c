@@ -8,7 +8,7 @@
  * it; the daemon gives a container job the entries of its booked devices
  * (--cdi-spec). */
 #include "cli/cli.h"
-#include "cli/device_nodes.h"
+#include "hal/device_nodes.h"
 
 #include "base/error.h"
 #include "hal/hal.h"
@@ -83,22 +83,19 @@ static json_t *make_spec(void) {
   bool any_nvidia = false;
   for (int i = 0; i < gs_hal_device_count(); i++) {
     const gs_device_info *info = gs_device_get_info(gs_hal_device(i));
-    int minor = strcmp(info->backend, "cuda") == 0 ? gs_nvidia_minor(info->pci_bus_id) : -1;
-    if (minor < 0) {
+    bool cuda = strcmp(info->backend, "cuda") == 0;
+    if (!info->dev_node[0]) {
       fprintf(stderr, "gpusrv: cdi: %s (%s) left out: %s\n", info->id, info->name,
-              strcmp(info->backend, "cuda") == 0 ? "the NVIDIA driver names no minor number for "
-                                                   "its PCI address"
-                                                 : "no device node of its own");
+              cuda ? "the NVIDIA driver names no minor number for its PCI address"
+                   : "no device node of its own");
       continue;
     }
-    char node[64];
-    snprintf(node, sizeof node, "/dev/nvidia%d", minor);
     json_t *nodes = json_array();
-    add_node(nodes, node);
+    add_node(nodes, info->dev_node);
     add_drm_nodes(nodes, info->pci_bus_id);
     json_array_append_new(devices, json_pack("{s:s, s:{s:o}}", "name", info->id,
                                              "containerEdits", "deviceNodes", nodes));
-    any_nvidia = true;
+    any_nvidia |= cuda;
   }
   if (any_nvidia) {
     add_node(common, "/dev/nvidiactl");

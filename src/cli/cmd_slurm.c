@@ -1,9 +1,9 @@
 /* cmd_slurm.c - `gpusrv slurm`: this node's devices in Slurm's own terms,
  * so that slurmd and gpusrv's ledger agree on them.
- *   gres  the node's gres.conf lines: each GPU as Name=gpu with a Type made
- *         from its name (and File=/dev/nvidiaN for CUDA's, where the driver
- *         gives the minor number); every other device as a typed GRES named
- *         after its backend, with a Count per type.
+ *   gres  the node's gres.conf lines: each GPU with a device node as
+ *         Name=gpu, a Type made from its name and File=/dev/nvidiaN; every
+ *         other device as a typed GRES named after its backend, with a
+ *         Count per type.
  *   node  slurm.conf's GresTypes line and the node's NodeName line: CPUs,
  *         RealMemory (MiB, 1% below what slurmd -C counts) and Gres.
  *   prolog, epilog
@@ -12,7 +12,6 @@
  *         (sched/slurm_jobs.h says how they survive a restart). */
 #include "cli/cli.h"
 #include "cli/daemon.h"
-#include "cli/device_nodes.h"
 
 #include "base/error.h"
 #include "hal/hal.h"
@@ -45,7 +44,7 @@ static const gs_cli_option slurm_options[] = {
 typedef struct gres_line {
   char name[16];
   char type[64];
-  char file[32]; /* "" where the node is not known */
+  char file[64]; /* the device node; "" for a counted line */
   int count;
 } gres_line;
 
@@ -98,9 +97,9 @@ static int add_gres(gres_line *lines, int n, const gres_line *g, bool own_line) 
   return n + 1;
 }
 
-/* The GPUs' lines. Slurm refuses a gres.conf in which some GPUs have a File
- * and others not: where the driver names no minor number for one CUDA GPU
- * (or a GPU is not CUDA's), none gets a File, and each is Count=1. */
+/* The GPUs' lines, each with its device node as File: slurmd drops a GPU
+ * without one ("file-less GPU"), so GPUs with no node are left to
+ * collect_gres, as a typed GRES of their backend. */
 static int gpu_lines(gres_line *lines) {
   gs_device_t *gpus[MAX_GRES];
   int n = gs_slurm_gpus(gpus, MAX_GRES), out = 0;
@@ -108,23 +107,12 @@ static int gpu_lines(gres_line *lines) {
     fprintf(stderr, "gpusrv slurm: %d GPUs; only the first %d are written\n", n, MAX_GRES);
     n = MAX_GRES;
   }
-  bool every_gpu_has_node = true;
   for (int i = 0; i < n; i++) {
     const gs_device_info *info = gs_device_get_info(gpus[i]);
     gres_line g = {.count = 1, .name = "gpu"};
     gres_type(info->name, g.type, sizeof g.type);
-    int minor = strcmp(info->backend, "cuda") == 0 ? gs_nvidia_minor(info->pci_bus_id) : -1;
-    if (minor >= 0)
-      snprintf(g.file, sizeof g.file, "/dev/nvidia%d", minor);
-    else
-      every_gpu_has_node = false;
+    snprintf(g.file, sizeof g.file, "%s", info->dev_node);
     out = add_gres(lines, out, &g, true);
-  }
-  for (int i = 0; i < out && !every_gpu_has_node; i++) {
-    if (lines[i].file[0])
-      fprintf(stderr, "gpusrv slurm: some GPUs have no device node (no NVIDIA minor number); "
-              "%s is counted, without File, like them\n", lines[i].file);
-    lines[i].file[0] = '\0';
   }
   return out;
 }
@@ -135,8 +123,17 @@ static int collect_gres(gres_line *lines) {
   int n = gpu_lines(lines);
   for (int i = 0; i < gs_hal_device_count(); i++) {
     const gs_device_info *info = gs_device_get_info(gs_hal_device(i));
+    if (gs_slurm_seen_twice(info)) {
+      fprintf(stderr, "gpusrv slurm: %s is a CUDA device seen again through OpenCL; left out\n",
+              info->id);
+      continue;
+    }
+    if (info->type == GS_DEVICE_GPU && info->dev_node[0])
+      continue; /* a line of its own above */
     if (info->type == GS_DEVICE_GPU)
-      continue; /* a GPU above, or one seen twice (gs_slurm_gpus) */
+      fprintf(stderr, "gpusrv slurm: %s is a GPU without a device node: written as a %s GRES "
+              "with a Count, which the prolog cannot book\n", info->id,
+              gres_name(info->backend));
     gres_line g = {.count = 1};
     snprintf(g.name, sizeof g.name, "%s", gres_name(info->backend));
     gres_type(info->name, g.type, sizeof g.type);
@@ -251,7 +248,10 @@ static int run_prolog(const slurm_opts *o, long long job) {
 }
 
 /* The epilog: releases the job's booking; one that has none is fine (the
- * job had no GPUs, or the epilog runs twice). */
+ * job had no GPUs, or the epilog runs twice). A daemon that cannot be
+ * reached is fine too, with a warning: when it starts again, squeue no
+ * longer lists the job and the booking goes; failing the epilog would have
+ * Slurm drain the node for it. A refused token or request fails. */
 static int run_epilog(const slurm_opts *o, long long job) {
   gs_client *c = gs_cli_client("slurm epilog", o->daemon.url, o->daemon.token);
   if (!c)
@@ -259,10 +259,12 @@ static int run_epilog(const slurm_opts *o, long long job) {
   char path[64];
   snprintf(path, sizeof path, "/api/v1/slurm/jobs/%lld", job);
   int rc = gs_client_request(c, "DELETE", path, NULL, NULL);
+  bool unreachable = rc == GS_EIO || rc == GS_ETIMEDOUT;
   if (rc != GS_OK && rc != GS_ENOENT)
-    gs_cli_error("slurm epilog: %s", gs_client_last_error(c));
+    gs_cli_error("slurm epilog: %s%s", gs_client_last_error(c),
+                 unreachable ? " (the booking goes when the daemon next starts)" : "");
   gs_client_close(c);
-  return rc == GS_OK || rc == GS_ENOENT ? GS_EXIT_OK : GS_EXIT_FAILED;
+  return rc == GS_OK || rc == GS_ENOENT || unreachable ? GS_EXIT_OK : GS_EXIT_FAILED;
 }
 
 static int run_job_hook(const slurm_opts *o, const char *action) {
@@ -318,7 +320,7 @@ const gs_cli_command gs_cli_slurm = {
              "gpusrv slurm node [--node-name NAME]\n"
              "gpusrv slurm prolog|epilog [--url URL] [--token-file FILE]",
     .about = "This node's devices in Slurm's terms. `gres` prints its gres.conf lines: each\n"
-             "GPU as Name=gpu with a Type from its name (and File=/dev/nvidiaN for CUDA's), every\n"
+             "GPU with a device node as Name=gpu, a Type from its name and File=/dev/nvidiaN, every\n"
              "other device as a typed GRES named after its backend (opencl, cpudev) with a\n"
              "Count. `node` prints slurm.conf's GresTypes line and the node's NodeName line\n"
              "(CPUs, RealMemory in MiB 1% below MemTotal, Gres). GresTypes must name every\n"
@@ -327,7 +329,8 @@ const gs_cli_command gs_cli_slurm = {
              "--token-file): they read SLURM_JOB_ID, SLURM_JOB_USER and SLURM_JOB_GPUS and\n"
              "book the job's GPUs with the daemon (\"slurm job N (user)\" in its bookings)\n"
              "until the epilog. A prolog the daemon cannot answer fails, and Slurm drains\n"
-             "the node.",
+             "the node; an epilog that cannot reach it warns and succeeds (the daemon drops\n"
+             "the booking when it starts again and squeue no longer lists the job).",
     .options = slurm_options,
     .min_args = 1,
     .max_args = 1,

@@ -87,6 +87,10 @@ typedef struct gs_device_info {
    * nvidia-smi does: "GPU-8-4-4-4-12" hex digits, "00000000:3B:00.0". */
   char uuid[48];
   char pci_bus_id[32];
+  /* The device's node under /dev that a process opens to use it
+   * ("/dev/nvidia0"): what Slurm's gres.conf and a container are given.
+   * "" where it has none (the CPU) or the backend cannot tell. */
+  char dev_node[64];
 } gs_device_info;
 
 /* Capabilities are data; callers never test a backend's name. */

@@ -32,9 +32,7 @@ struct gs_slurm_jobs {
   int n, cap;
 };
 
-/* An OpenCL device that is a CUDA device seen again through NVIDIA's
- * OpenCL driver (same name). */
-static bool cuda_seen_again(const gs_device_info *info) {
+bool gs_slurm_seen_twice(const gs_device_info *info) {
   if (strcmp(info->backend, "opencl") != 0)
     return false;
   for (int i = 0; i < gs_hal_device_count(); i++) {
@@ -49,7 +47,7 @@ int gs_slurm_gpus(gs_device_t **out, int max) {
   int n = 0;
   for (int i = 0; i < gs_hal_device_count(); i++) {
     const gs_device_info *info = gs_device_get_info(gs_hal_device(i));
-    if (info->type != GS_DEVICE_GPU || cuda_seen_again(info))
+    if (info->type != GS_DEVICE_GPU || !info->dev_node[0] || gs_slurm_seen_twice(info))
       continue;
     if (n < max)
       out[n] = gs_hal_device(i);

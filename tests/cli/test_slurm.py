@@ -5,7 +5,9 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
+import tempfile
 
 import pytest
 
@@ -63,6 +65,41 @@ def test_same_devices_add_up_to_one_typed_line():
     assert len(fakes) == 1 and int(fakes[0]["Count"]) == len(ids), p.stdout
 
 
+def fake_gpus_with_nodes(tmp_path, n=2):
+    """The fakegpu plugin's devices as GPUs with device nodes (files the
+    test makes: nothing opens them)."""
+    fake = os.environ.get("GPUSRV_TEST_FAKE_PLUGINS")
+    if not fake:
+        pytest.skip("GPUSRV_TEST_FAKE_PLUGINS is not set (run through ctest)")
+    short = tempfile.mkdtemp(prefix="gsn")  # a node's path fits in 63 bytes
+    nodes = [os.path.join(short, f"gpu{i}") for i in range(n)]
+    for node in nodes:  # character devices, as /dev/null (slurmd checks), where root
+        try:
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            open(node, "w").close()
+    return {"GPUSRV_PLUGIN_PATH": fake, "GPUSRV_TEST_FAKE_GPUS": str(n),
+            "GPUSRV_TEST_FAKE_GPU_TYPE": "1", "GPUSRV_TEST_FAKE_DEV_NODES": ",".join(nodes)}, nodes
+
+
+def test_gpus_with_nodes_have_a_line_each_with_file(tmp_path):
+    """Each GPU with a device node: Name=gpu, its File, in device order (the
+    order the prolog's SLURM_JOB_GPUS indices follow); a GPU without one is
+    a counted GRES of its backend, said on stderr (slurmd drops a gpu line
+    without File)."""
+    env, nodes = fake_gpus_with_nodes(tmp_path)
+    p = run("slurm", "gres", "--node-name", "n1", env=env)
+    assert p.returncode == 0, p.stderr
+    gpus = [r for r in gres_lines(p.stdout) if r["Name"] == "gpu"]
+    assert [r["File"] for r in gpus] == nodes and all("Count" not in r for r in gpus), p.stdout
+    env["GPUSRV_TEST_FAKE_DEV_NODES"] = nodes[0]  # the second GPU has none
+    p = run("slurm", "gres", "--node-name", "n1", env=env)
+    rows = gres_lines(p.stdout)
+    assert [r["File"] for r in rows if r["Name"] == "gpu"] == nodes[:1], p.stdout
+    assert {"Name": "fakegpu", "Type": rows[0]["Type"], "Count": "1", "NodeName": "n1"} in rows
+    assert "fakegpu1 is a GPU without a device node" in p.stderr
+
+
 def test_node_line():
     p = run("slurm", "node", "--node-name", "n1")
     assert p.returncode == 0, p.stderr
@@ -118,8 +155,10 @@ def test_slurmd_accepts_the_lines(tmp_path):
         # Through ctest, install-deps has run and installed it: missing is a failure.
         assert not os.environ.get("GPUSRV_TEST_FAKE_PLUGINS"), "slurmd is not installed"
         pytest.skip("slurmd is not installed (install-deps installs slurmd)")
-    node = run("slurm", "node", "--node-name", "gsnode1")
-    gres = run("slurm", "gres", "--node-name", "gsnode1")
+    env, _ = fake_gpus_with_nodes(tmp_path)
+    node = run("slurm", "node", "--node-name", "gsnode1", env=env)
+    gres = run("slurm", "gres", "--node-name", "gsnode1", env=env)
+    assert "Name=gpu" in gres.stdout, gres.stdout
     assert node.returncode == 0 and gres.returncode == 0, node.stderr + gres.stderr
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=gstest\nSlurmctldHost=localhost\n"
@@ -132,8 +171,11 @@ def test_slurmd_accepts_the_lines(tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     assert not re.search(r"error|warning", out, re.I), out
+    expected = {}
     for r in gres_lines(gres.stdout):
-        line = next((l for l in out.splitlines()
-                     if f"Name={r['Name']}" in l and f"Type={r['Type']}" in l), None)
-        assert line, (r, out)
-        assert re.search(rf"Count={r.get('Count', '1')}\b", line), (r, line)
+        key = (r["Name"], r["Type"])
+        expected[key] = expected.get(key, 0) + int(r.get("Count", 1))
+    for (name, typ), count in expected.items():
+        printed = sum(int(m.group(1)) for m in re.finditer(
+            rf"Gres Name={name} Type={typ} Count=(\d+)", out))
+        assert printed == count, (name, typ, count, out)

@@ -99,6 +99,12 @@ static int fake_init(gs_backend_t *backend) {
     unsigned char uuid[16] = {0xfa, 0x4e, [15] = (unsigned char)i};
     gs__format_uuid(uuid, "GPU-", info->uuid, sizeof info->uuid);
     snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "00000000:%02X:00.0", 0x3b + i);
+    /* GPUSRV_TEST_FAKE_DEV_NODES=PATH,PATH,...: the devices' nodes, in turn. */
+    const char *nodes = getenv("GPUSRV_TEST_FAKE_DEV_NODES");
+    for (int k = 0; nodes && *nodes && k < i; k++)
+      nodes = strchr(nodes, ',') ? strchr(nodes, ',') + 1 : "";
+    if (nodes && *nodes)
+      snprintf(info->dev_node, sizeof info->dev_node, "%.*s", (int)strcspn(nodes, ","), nodes);
   }
   return rc;
 }

@@ -7,7 +7,9 @@ PATH that prints what the test wrote, as `squeue --noheader --format=%A`
 does)."""
 import os
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -32,7 +34,15 @@ def fake_slurm(tmp_path):
                       f'grep -qx fail "{jobs}" && exit 1\n'
                       f'cat "{jobs}"\n')
     squeue.chmod(0o755)
+    short = tempfile.mkdtemp(prefix="gsn")  # a node's path fits in 63 bytes
+    nodes = [os.path.join(short, f"fakegpu{i}") for i in range(2)]  # slurmd wants a File per GPU
+    for node in nodes:  # character devices, as /dev/null (slurmd checks), where root
+        try:
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            open(node, "w").close()
     env = {"GPUSRV_PLUGIN_PATH": FAKE_PLUGINS, "GPUSRV_TEST_FAKE_GPU_TYPE": "1",
+           "GPUSRV_TEST_FAKE_DEV_NODES": ",".join(nodes),
            "GPUSRV_BACKENDS": "cpu,fakegpu", "GPUSRV_TEST_FAKE_GPUS": "2",
            "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     return jobs, env
@@ -63,7 +73,8 @@ def gpus_of(env):
                          text=True, env={**os.environ, **env}, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = [line for line in out.stdout.splitlines() if " Name=gpu " in line]
-    assert len(lines) == 2 and all("Count=1" in line for line in lines), out.stdout
+    assert [line.split("File=")[1] for line in lines] == \
+        env["GPUSRV_TEST_FAKE_DEV_NODES"].split(","), out.stdout
     return ["fakegpu0", "fakegpu1"]
 
 
@@ -113,6 +124,17 @@ def test_bookings_survive_a_restart_and_follow_slurms_list(tmp_path, fake_slurm)
         d.start()
         assert set(slurm_bookings(d)) == {"slurm job 201 (bob)"}
         assert slurm_bookings(d)["slurm job 201 (bob)"][0]["device"] == "fakegpu0"
+        # The epilog while the daemon is down warns and succeeds (a failed
+        # epilog drains the node); the next start drops the ended job.
+        d.stop(signal.SIGKILL)
+        p = hook(d, "epilog", job=201)
+        assert p.returncode == 0 and "the booking goes when the daemon next starts" in p.stderr
+        jobs.write_text("7\n")
+        d.start()
+        assert slurm_bookings(d) == {}
+        # A refused token is not taken lightly.
+        p = hook(d, "epilog", job=201, token="gs_wrong")
+        assert p.returncode == 1 and "token" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("job,gpus,message", [

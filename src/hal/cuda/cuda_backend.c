@@ -11,6 +11,7 @@
 #include "hal/cuda/cuda_internal.h"
 
 #include "base/log.h"
+#include "hal/device_nodes.h"
 #include "cuda_kernels.h" /* generated from kernels.cu: gs_cuda_kernels_fatbin */
 
 #include <stdio.h>
@@ -756,6 +757,9 @@ static int add_device(gs_backend_t *backend, int ordinal) {
   if (sscanf(d->pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) == 4)
     snprintf(info.pci_bus_id, sizeof info.pci_bus_id, "%08X:%02X:%02X.%X", domain, bus, slot,
              function);
+  int minor = gs_nvidia_minor(info.pci_bus_id);
+  if (minor >= 0)
+    snprintf(info.dev_node, sizeof info.dev_node, "/dev/nvidia%d", minor);
   int rc = use(d);
   if (rc == 0 && (r = cu.cuModuleLoadData(&d->module, gs_cuda_kernels_fatbin)) != CUDA_SUCCESS)
     rc = gs__cu_fail(r, "loading the kernels (is this GPU older than sm_80?)");

@@ -1,8 +1,8 @@
 /* device_nodes.h - where a device's nodes under /dev are, as the NVIDIA
- * driver and sysfs tell it: for the CDI spec (cmd_cdi.c) and Slurm's
- * gres.conf (cmd_slurm.c). */
-#ifndef GS_CLI_DEVICE_NODES_H
-#define GS_CLI_DEVICE_NODES_H
+ * driver and sysfs tell it: the CUDA backend's dev_node, and the CDI
+ * spec's DRM nodes (cmd_cdi.c). */
+#ifndef GS_HAL_DEVICE_NODES_H
+#define GS_HAL_DEVICE_NODES_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* device_nodes.c - see device_nodes.h. */
-#include "cli/device_nodes.h"
+#include "hal/device_nodes.h"
 
 #include <stdio.h>
 
