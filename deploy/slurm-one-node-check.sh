@@ -18,28 +18,22 @@ PORT=18080
 fail() { echo "slurm-one-node-check: FAILED: $*" >&2; exit 1; }
 cleanup() {
   pkill -x slurmctld || true; pkill -x slurmd || true
+  for _ in $(seq 100); do pgrep -x 'slurmctld|slurmd' >/dev/null || break; sleep 0.1; done
+  rm -f /etc/slurm/gres.conf # its devices are gone with $W
+  rm -rf /var/spool/slurmctld/* # its cluster name: another slurmctld would refuse the state
   [ -n "${SERVE:-}" ] && kill "$SERVE" 2>/dev/null || true
 }
 trap cleanup EXIT
-if ! command -v slurmctld >/dev/null || ! command -v srun >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    slurmd slurmctld slurm-client munge >/dev/null
-fi
+. "$(dirname "$0")/slurm-common.sh"
+gs_slurm_install
 mknod "$W/nv0" c 1 3 && mknod "$W/nv1" c 1 3
 export GPUSRV_PLUGIN_PATH=$B/tests/plugins-fake GPUSRV_TEST_FAKE_GPUS=2 \
   GPUSRV_TEST_FAKE_GPU_TYPE=1 GPUSRV_BACKENDS=cpu,fakegpu \
   GPUSRV_TEST_FAKE_DEV_NODES=$W/nv0,$W/nv1
-host=$(hostname -s)
-grep -qw "$host" /etc/hosts || echo "127.0.0.1 $host" >> /etc/hosts
 pkill -x slurmctld || true; pkill -x slurmd || true; sleep 1
-if ! pgrep -x munged >/dev/null; then
-  mkdir -p /run/munge && chown munge:munge /run/munge
-  [ -f /etc/munge/munge.key ] || /usr/sbin/mungekey -c
-  chown munge:munge /etc/munge/munge.key
-  runuser -u munge -- /usr/sbin/munged
-fi
-rm -rf /var/spool/slurmd /var/spool/slurmctld
-mkdir -p /var/spool/slurmd /var/spool/slurmctld /var/log/slurm "$W/models"
+gs_slurm_start_munge
+rm -rf /var/spool/slurmd/* /var/spool/slurmctld/*
+mkdir -p "$W/models"
 serve() {
   "$B/gpusrv" serve --model-repository "$W/models" --state-dir "$W/state" --http-port $PORT \
     --grpc-port 0 >> "$W/serve.log" 2>&1 &
@@ -55,27 +49,15 @@ exec "$B/gpusrv" slurm $hook --url http://127.0.0.1:$PORT --token-file "$W/state
 HOOK
   chmod +x "$W/$hook.sh"
 done
-cat > /etc/slurm/slurm.conf <<CONF
-ClusterName=gscheck
-SlurmctldHost=$host
-SlurmUser=root
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-ReturnToService=2
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmdSpoolDir=/var/spool/slurmd
-StateSaveLocation=/var/spool/slurmctld
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-JobAcctGatherType=jobacct_gather/none
+{
+  gs_slurm_base_conf gscheck
+  cat <<CONF
 Prolog=$W/prolog.sh
 Epilog=$W/epilog.sh
 $("$B/gpusrv" slurm node)
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
+} > /etc/slurm/slurm.conf
 "$B/gpusrv" slurm gres > /etc/slurm/gres.conf
 slurmctld; slurmd
 for _ in $(seq 50); do sinfo -h -N -o %t | grep -qx idle && break; sleep 0.2; done
