@@ -18,7 +18,7 @@ PORT=18080
 fail() { echo "slurm-one-node-check: FAILED: $*" >&2; exit 1; }
 cleanup() {
   pkill -x slurmctld || true; pkill -x slurmd || true
-  for _ in $(seq 100); do pgrep -x 'slurmctld|slurmd' >/dev/null || break; sleep 0.1; done
+  for _ in $(seq 100); do pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null || break; sleep 0.1; done
   rm -f /etc/slurm/gres.conf # its devices are gone with $W
   rm -rf /var/spool/slurmctld/* # its cluster name: another slurmctld would refuse the state
   [ -n "${SERVE:-}" ] && kill "$SERVE" 2>/dev/null || true
