@@ -15,9 +15,11 @@
 
 #include "base/error.h"
 #include "hal/hal.h"
-#include "sched/slurm_jobs.h"
+#include "sched/slurm_gpus.h"
+#include "sched/sched.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,19 +199,23 @@ static void print_node_conf(const gres_line *lines, int n, const char *node) {
   printf("\n");
 }
 
+/* Above any GPU index a node has: what the daemon takes too. */
+#define MAX_GPU_INDEX (1 << 20)
+
 /* SLURM_JOB_GPUS ("0,1", or "0-3,6"): Slurm's indices into gpus[max];
  * how many, or -1 when it is malformed. */
 static int parse_gpus(const char *text, int *gpus, int max) {
   int n = 0;
   for (const char *p = text; *p;) {
     char *end;
+    errno = 0;
     long lo = strtol(p, &end, 10), hi = lo;
-    if (end == p || lo < 0)
+    if (end == p || lo < 0 || lo > MAX_GPU_INDEX || errno)
       return -1;
     if (*end == '-') {
       p = end + 1;
       hi = strtol(p, &end, 10);
-      if (end == p || hi < lo)
+      if (end == p || hi < lo || hi > MAX_GPU_INDEX || errno)
         return -1;
     }
     for (long g = lo; g <= hi; g++) {
@@ -217,7 +223,7 @@ static int parse_gpus(const char *text, int *gpus, int max) {
         return -1;
       gpus[n++] = (int)g;
     }
-    if (*end != ',' && *end != '\0')
+    if ((*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0'))
       return -1;
     p = *end ? end + 1 : end;
   }
@@ -248,10 +254,12 @@ static int run_prolog(const slurm_opts *o, long long job) {
 }
 
 /* The epilog: releases the job's booking; one that has none is fine (the
- * job had no GPUs, or the epilog runs twice). A daemon that cannot be
- * reached is fine too, with a warning: when it starts again, squeue no
- * longer lists the job and the booking goes; failing the epilog would have
- * Slurm drain the node for it. A refused token or request fails. */
+ * job had no GPUs, or the epilog runs twice). GS_EIO is fine too, with a
+ * warning: a daemon that cannot be reached drops the booking when it starts
+ * again and squeue no longer lists the job, and one that answered 500
+ * released it and could not write its file, which the same start mends;
+ * failing the epilog would have Slurm drain the node for it. A refused
+ * token or request fails. */
 static int run_epilog(const slurm_opts *o, long long job) {
   gs_client *c = gs_cli_client("slurm epilog", o->daemon.url, o->daemon.token);
   if (!c)

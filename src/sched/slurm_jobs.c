@@ -1,5 +1,6 @@
 /* slurm_jobs.c - see slurm_jobs.h. */
 #include "sched/slurm_jobs.h"
+#include "sched/slurm_gpus.h"
 
 #include "base/error.h"
 #include "base/log.h"
@@ -31,30 +32,6 @@ struct gs_slurm_jobs {
   slurm_job *jobs;
   int n, cap;
 };
-
-bool gs_slurm_seen_twice(const gs_device_info *info) {
-  if (strcmp(info->backend, "opencl") != 0)
-    return false;
-  for (int i = 0; i < gs_hal_device_count(); i++) {
-    const gs_device_info *o = gs_device_get_info(gs_hal_device(i));
-    if (strcmp(o->backend, "cuda") == 0 && strcmp(o->name, info->name) == 0)
-      return true;
-  }
-  return false;
-}
-
-int gs_slurm_gpus(gs_device_t **out, int max) {
-  int n = 0;
-  for (int i = 0; i < gs_hal_device_count(); i++) {
-    const gs_device_info *info = gs_device_get_info(gs_hal_device(i));
-    if (info->type != GS_DEVICE_GPU || !info->dev_node[0] || gs_slurm_seen_twice(info))
-      continue;
-    if (n < max)
-      out[n] = gs_hal_device(i);
-    n++;
-  }
-  return n;
-}
 
 /* ---- the file ----------------------------------------------------------------------------- */
 
@@ -116,6 +93,15 @@ static int book(gs_slurm_jobs *s, slurm_job *j) {
   return gs_book(s->ledger, parts, j->n_gpus, owner, &j->booking);
 }
 
+/* book(), again where a model or a job booked on one of the GPUs between
+ * reading what is left and booking it. */
+static int book_rest(gs_slurm_jobs *s, slurm_job *j) {
+  int rc = GS_ENOMEM;
+  for (int attempt = 0; attempt < 5 && rc == GS_ENOMEM; attempt++)
+    rc = book(s, j);
+  return rc;
+}
+
 static slurm_job *find(gs_slurm_jobs *s, int64_t id) {
   for (int i = 0; i < s->n; i++)
     if (s->jobs[i].id == id)
@@ -123,24 +109,45 @@ static slurm_job *find(gs_slurm_jobs *s, int64_t id) {
   return NULL;
 }
 
+/* Room for one more job. */
+static int grow(gs_slurm_jobs *s, int64_t id) {
+  if (s->n < s->cap)
+    return GS_OK;
+  int cap = s->cap ? s->cap * 2 : 16;
+  slurm_job *grown = realloc(s->jobs, sizeof *grown * (size_t)cap);
+  if (!grown)
+    return gs_error(GS_ENOMEM, "out of memory booking slurm job %lld", (long long)id);
+  s->jobs = grown;
+  s->cap = cap;
+  return GS_OK;
+}
+
 /* Appends a job and books it; the job is not kept when booking fails. With
- * the lock held. */
+ * the lock held, or before the object is shared (open). */
 static int add(gs_slurm_jobs *s, const slurm_job *j) {
-  if (s->n == s->cap) {
-    int cap = s->cap ? s->cap * 2 : 16;
-    slurm_job *grown = realloc(s->jobs, sizeof *grown * (size_t)cap);
-    if (!grown)
-      return gs_error(GS_ENOMEM, "out of memory booking slurm job %lld", (long long)j->id);
-    s->jobs = grown;
-    s->cap = cap;
-  }
+  int rc = grow(s, j->id);
+  if (rc < 0)
+    return rc;
   s->jobs[s->n] = *j;
-  int rc = book(s, &s->jobs[s->n]);
+  rc = book_rest(s, &s->jobs[s->n]);
   if (rc == 0)
     s->n++;
   return rc;
 }
 
+/* Appends a job whose GPUs could not be booked again at a start: it stays
+ * listed (and in the file) until squeue no longer shows it. */
+static int add_unbooked(gs_slurm_jobs *s, const slurm_job *j) {
+  int rc = grow(s, j->id);
+  if (rc == 0) {
+    s->jobs[s->n] = *j;
+    s->jobs[s->n++].booking = NULL;
+  }
+  return rc;
+}
+
+/* Releases a job and moves the last one into its place: a caller that
+ * drops while walking the list walks it downward. */
 static void drop(gs_slurm_jobs *s, slurm_job *j) {
   gs_booking_release(j->booking);
   *j = s->jobs[--s->n];
@@ -213,11 +220,24 @@ static void load(gs_slurm_jobs *s) {
       continue;
     }
     snprintf(j.user, sizeof j.user, "%s", user);
-    for (size_t k = 0; k < json_array_size(gpus); k++)
-      j.gpus[j.n_gpus++] = (int)json_integer_value(json_array_get(gpus, k));
-    if (add(s, &j) < 0)
+    bool valid = !find(s, j.id);
+    for (size_t k = 0; valid && k < json_array_size(gpus); k++) {
+      json_t *g = json_array_get(gpus, k);
+      valid = json_is_integer(g) && json_integer_value(g) >= 0 &&
+              json_integer_value(g) < MAX_GPUS;
+      j.gpus[j.n_gpus++] = valid ? (int)json_integer_value(g) : 0;
+    }
+    if (!valid) {
+      GS_LOGW("slurm", "%s: entry %zu (slurm job %lld) is malformed or repeated; left out",
+              s->path, i, (long long)j.id);
+      continue;
+    }
+    if (add(s, &j) < 0) { /* kept unbooked, in the file too, until Slurm ends it */
       GS_LOGW("slurm", "slurm job %lld is not booked again: %s", (long long)j.id,
               gs_error_detail());
+      if (add_unbooked(s, &j) < 0)
+        GS_LOGW("slurm", "%s", gs_error_detail());
+    }
   }
   json_decref(list);
 }
@@ -225,8 +245,12 @@ static void load(gs_slurm_jobs *s) {
 /* Slurm's jobs that have not ended, from squeue: ids into *ids (the
  * caller frees); -1 when squeue cannot answer. */
 static int slurm_job_ids(const char *squeue, int64_t **ids) {
+  /* A shell command line: `squeue` is the daemon's own setting (PATH's
+   * squeue), never a user's text. */
   char cmd[400];
-  snprintf(cmd, sizeof cmd, "%s --noheader --format=%%A 2>/dev/null", squeue);
+  /* --all: hidden partitions' jobs too. timeout(1): a controller that does
+   * not answer must not hold the daemon's start (124 = cannot answer). */
+  snprintf(cmd, sizeof cmd, "timeout 20 %s --all --noheader --format=%%A 2>/dev/null", squeue);
   FILE *p = popen(cmd, "r");
   if (!p)
     return -1;
@@ -241,13 +265,15 @@ static int slurm_job_ids(const char *squeue, int64_t **ids) {
     if (n == cap) {
       cap = cap ? cap * 2 : 64;
       int64_t *grown = realloc(*ids, sizeof *grown * (size_t)cap);
-      if (!grown)
+      if (!grown) {
+        n = -1; /* a partial list would drop running jobs */
         break;
+      }
       *ids = grown;
     }
     (*ids)[n++] = id;
   }
-  if (pclose(p) != 0) {
+  if (pclose(p) != 0 || n < 0) {
     free(*ids);
     *ids = NULL;
     return -1;

@@ -8,25 +8,11 @@
 #ifndef GS_SCHED_SLURM_JOBS_H
 #define GS_SCHED_SLURM_JOBS_H
 
-#include "hal/hal.h"
 #include "sched/sched.h"
 
-#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct gs_slurm_jobs gs_slurm_jobs;
-
-/* Whether a device is an OpenCL device that is a CUDA GPU seen again
- * through NVIDIA's OpenCL driver (same name): Slurm must not get one card
- * twice. */
-bool gs_slurm_seen_twice(const gs_device_info *info);
-
-/* This node's GPUs in the order Slurm numbers them (SLURM_JOB_GPUS), the
- * order `gpusrv slurm gres` writes them: the HAL's devices of GPU type that
- * have a device node (slurmd drops a GPU without File), an OpenCL device
- * that is a CUDA GPU seen again left out. Fills out[max]; returns how many
- * there are. */
-int gs_slurm_gpus(gs_device_t **out, int max);
 
 /* Loads the kept bookings and books them again; `squeue` names the command
  * that lists Slurm's jobs (NULL: "squeue" on PATH). The caller closes it;

@@ -30,7 +30,7 @@ def fake_slurm(tmp_path):
     jobs.write_text("")
     squeue = bin_dir / "squeue"
     squeue.write_text("#!/bin/sh\n"
-                      f'[ "$*" = "--noheader --format=%A" ] || exit 2\n'
+                      f'[ "$*" = "--all --noheader --format=%A" ] || exit 2\n'
                       f'grep -qx fail "{jobs}" && exit 1\n'
                       f'cat "{jobs}"\n')
     squeue.chmod(0o755)
@@ -137,6 +137,52 @@ def test_bookings_survive_a_restart_and_follow_slurms_list(tmp_path, fake_slurm)
         assert p.returncode == 1 and "token" in p.stderr, p.stderr
 
 
+def test_indices_follow_the_device_nodes_as_slurm_numbers_them(tmp_path, fake_slurm):
+    """Slurm numbers GPUs by their File: fakegpu0 on node nv7 and fakegpu1 on
+    nv2 make index 0 fakegpu1, in gres.conf and in the prolog alike; a GPU
+    without a node is no Slurm GPU, and the indices skip it."""
+    _, env = fake_slurm
+    short = tempfile.mkdtemp(prefix="gsn")
+    nv7, nv2 = os.path.join(short, "nv7"), os.path.join(short, "nv2")
+    for node in (nv7, nv2):
+        open(node, "w").close()
+    env = {**env, "GPUSRV_TEST_FAKE_DEV_NODES": f"{nv7},{nv2}"}
+    out = subprocess.run([GPUSRV, "slurm", "gres"], capture_output=True, text=True,
+                         env={**os.environ, **env}, timeout=60).stdout
+    assert [line.split("File=")[1] for line in out.splitlines() if "Name=gpu" in line] == \
+        [nv2, nv7], out
+    with daemon(tmp_path, env=env) as d:
+        assert hook(d, "prolog", job=501, gpus="0").returncode == 0
+        assert slurm_bookings(d)["slurm job 501 (alice)"][0]["device"] == "fakegpu1"
+    env["GPUSRV_TEST_FAKE_DEV_NODES"] = f",{nv2}"  # fakegpu0 has no node
+    with daemon(tmp_path, env=env) as d:
+        assert hook(d, "prolog", job=502, gpus="0").returncode == 0
+        assert slurm_bookings(d)["slurm job 502 (alice)"][0]["device"] == "fakegpu1"
+        p = hook(d, "prolog", job=503, gpus="1")
+        assert p.returncode == 1 and "no GPU 1 (it has 1)" in p.stderr, p.stderr
+
+
+def test_a_hostile_state_file_books_only_what_is_valid(tmp_path, fake_slurm):
+    jobs, env = fake_slurm
+    with daemon(tmp_path, env=env) as d:
+        jobs.write_text("fail\n")  # no reconciling: what the file says stands
+        d.stop()
+        with open(os.path.join(d.state, "slurm-jobs.json"), "w") as f:
+            f.write('[{"job": 601, "user": "u", "gpus": [1]},'
+                    ' {"job": 601, "user": "twice", "gpus": [0]},'
+                    ' {"job": 602, "user": "u", "gpus": ["x"]},'
+                    ' {"job": 603, "user": "u", "gpus": [-1]},'
+                    ' {"job": 604, "user": "u", "gpus": [4294967296]},'
+                    ' {"job": 0, "user": "u", "gpus": [0]}, 7, null]')
+        d.start()
+        assert list(slurm_bookings(d)) == ["slurm job 601 (u)"]
+        with open(os.path.join(d.state, "slurm-jobs.json"), "w") as f:
+            f.write("{not json")
+        d.stop()
+        d.start()  # a broken file books nothing and stops nothing
+        assert d.request("GET", "/v2/health/live")[0] == 200
+
+
 @pytest.mark.parametrize("job,gpus,message", [
     (None, "0", "SLURM_JOB_ID is not a job id"),
     ("12x", "0", "SLURM_JOB_ID is not a job id"),
@@ -144,6 +190,9 @@ def test_bookings_survive_a_restart_and_follow_slurms_list(tmp_path, fake_slurm)
     ("301", "1-0", "is not a list of GPU indices"),
     ("301", "5", "no GPU 5"),
     ("301", "0,0", "names GPU 0 twice"),
+    ("301", "4294967296", "is not a list of GPU indices"),
+    ("301", "0,", "is not a list of GPU indices"),
+    ("301", "0-99999999999999999999", "is not a list of GPU indices"),
 ])
 def test_prolog_refusals(tmp_path, fake_slurm, job, gpus, message):
     _, env = fake_slurm
