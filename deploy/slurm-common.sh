@@ -23,25 +23,34 @@ gs_slurm_start_munge() {
   mkdir -p /var/spool/slurmd /var/spool/slurmctld /var/log/slurm
 }
 
-# The slurm.conf lines every such cluster shares: one controller on this
-# host, slurmctld and slurmd as root, no cgroups, cons_tres by core.
-gs_slurm_base_conf() {
+# The slurm.conf lines that do not name a path or a host: slurmctld and
+# slurmd as root, no cgroups, cons_tres by core. Shared with
+# deploy/slurm-cluster.sh, which keeps its own paths.
+gs_slurm_plugin_conf() {
   cat <<CONF
-ClusterName=$1
-SlurmctldHost=$(hostname -s)
 SlurmUser=root
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobAcctGatherType=jobacct_gather/none
+CONF
+}
+
+# The slurm.conf lines every one-node cluster shares: one controller on
+# this host, the Debian default paths (/etc/slurm, /var/spool, /run).
+gs_slurm_base_conf() {
+  gs_slurm_plugin_conf
+  cat <<CONF
+ClusterName=$1
+SlurmctldHost=$(hostname -s)
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd.pid
 SlurmdSpoolDir=/var/spool/slurmd
 StateSaveLocation=/var/spool/slurmctld
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
-JobAcctGatherType=jobacct_gather/none
 CONF
 }

@@ -142,6 +142,12 @@ typedef struct gs_client_job_spec {
   const char *const *mounts;
   const char *network;     /* in a container: "none" (NULL) or "host", where allowed */
   bool writable_root;      /* in a container: its root filesystem writable */
+  /* nodes > 0: a job on that many nodes, which the daemon hands to Slurm
+   * (where it is set up to), with GPUs and tasks per node (0: none, 1), a
+   * partition (NULL: Slurm's default), and srun --mpi=pmix for MPI. */
+  int nodes, gpus_per_node, ntasks_per_node;
+  const char *partition;
+  bool mpi;
 } gs_client_job_spec;
 
 /* Queues a job; *id gets its number, *json (if not NULL) the job. */

@@ -34,6 +34,9 @@ typedef struct gs_serve_settings {
   int64_t job_default_mem;
   char allowed_images[GS_CONFIG_STR];
   char cdi_spec[GS_CONFIG_STR];
+  char slurm_rest_url[GS_CONFIG_STR];
+  char slurm_jwt_key[GS_CONFIG_STR];
+  char slurm_accounts[GS_CONFIG_STR];
   bool container_host_network;
   bool pull_images;
   char tls_cert[GS_CONFIG_STR];

@@ -186,6 +186,18 @@ static int read_job_fields(json_t *j, gs_job_body *b) {
   if (rc == 0 && rq && !json_is_boolean(rq))
     rc = gs_error(GS_EINVAL, "requeue must be true or false");
   req->requeue = json_is_true(rq);
+  if (rc == 0)
+    rc = get_int(j, "nodes", 0, 100000, &req->nodes);
+  if (rc == 0)
+    rc = get_int(j, "gpus_per_node", 0, 4096, &req->gpus_per_node);
+  if (rc == 0)
+    rc = get_int(j, "ntasks_per_node", 0, 4096, &req->ntasks_per_node);
+  if (rc == 0)
+    rc = get_string(j, "partition", &req->partition);
+  json_t *mpi = json_object_get(j, "mpi");
+  if (rc == 0 && mpi && !json_is_boolean(mpi))
+    rc = gs_error(GS_EINVAL, "mpi must be true or false");
+  req->mpi = json_is_true(mpi);
   req->need.gpus = gpus;
   req->need.gpu_share = share;
   return rc;

@@ -33,6 +33,15 @@ json_t *gs_job_json(const gs_job_info *j) {
     json_object_set_new(o, "network", json_string(j->network));
     json_object_set_new(o, "writable_root", json_boolean(j->writable_root));
   }
+  if (j->slurm_job_id > 0) {
+    json_object_set_new(o, "nodes", json_integer(j->nodes));
+    json_object_set_new(o, "gpus_per_node", json_integer(j->gpus_per_node));
+    json_object_set_new(o, "ntasks_per_node", json_integer(j->ntasks_per_node));
+    json_object_set_new(o, "partition", json_string(j->partition));
+    json_object_set_new(o, "mpi", json_boolean(j->mpi));
+    json_object_set_new(o, "slurm_job_id", json_integer(j->slurm_job_id));
+    json_object_set_new(o, "node_list", json_string(j->node_list));
+  }
   json_object_set_new(o, "devices", json_string(j->devices));
   json_object_set_new(o, "submit_time", json_real(j->submit_time));
   json_object_set_new(o, "start_time", real_or_null(j->start_time));

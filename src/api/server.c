@@ -126,6 +126,15 @@ const gs_config_option gs_serve_options[] = {
         "A container job's allowed image missing from its user's store is pulled when the job "
         "starts, through podman's own registry settings; otherwise it is refused at submit",
         pull_images),
+    OPT("slurm-rest-url", GS_CFG_STRING, "", 0, 0,
+        "slurmrestd's address, http://HOST:PORT or unix:/PATH: jobs on several nodes (gpusrv "
+        "submit --nodes) are handed to Slurm there ('': none)", slurm_rest_url),
+    OPT("slurm-jwt-key", GS_CFG_STRING, "/var/spool/slurmctld/jwt_hs256.key", 0, 0,
+        "The cluster's JWT key (slurm.conf's AuthAltParameters=jwt_key=), with which each call "
+        "to slurmrestd is signed for the job's Unix user; mode 600", slurm_jwt_key),
+    OPT("slurm-accounts", GS_CFG_STRING, "", 0, 0,
+        "Slurm accounts of tenants whose account is not named after them: "
+        "'tenant=account,...'", slurm_accounts),
     OPT("preemption", GS_CFG_STRING, "off", 0, 0,
         "'requeue': stop lower-priority jobs (SIGTERM, then SIGKILL after kill-grace-seconds) "
         "when the head of the queue needs what they hold, and queue them again; 'off': never",
@@ -924,6 +933,9 @@ int gs_serve(const gs_serve_settings *settings) {
   snprintf(fs.job_devices, sizeof fs.job_devices, "%s", settings->job_devices);
   snprintf(fs.allowed_images, sizeof fs.allowed_images, "%s", settings->allowed_images);
   snprintf(fs.cdi_spec, sizeof fs.cdi_spec, "%s", settings->cdi_spec);
+  snprintf(fs.slurm_rest_url, sizeof fs.slurm_rest_url, "%s", settings->slurm_rest_url);
+  snprintf(fs.slurm_jwt_key, sizeof fs.slurm_jwt_key, "%s", settings->slurm_jwt_key);
+  snprintf(fs.slurm_accounts, sizeof fs.slurm_accounts, "%s", settings->slurm_accounts);
   fs.container_host_network = settings->container_host_network;
   fs.pull_images = settings->pull_images;
   if (rc == 0)

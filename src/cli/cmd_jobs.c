@@ -56,12 +56,12 @@ static const char *str(json_t *o, const char *key) {
 /* ---- submit ------------------------------------------------------------------------- */
 
 typedef struct submit_opts {
-  long long gpus, gpu_share, priority;
+  long long gpus, gpu_share, priority, nodes, gpus_per_node, ntasks_per_node;
   uint64_t gpu_mem, mem;
   double cpus;
   int64_t time_limit;
-  const char *name, *chdir, *image, *network;
-  bool requeue, writable_root;
+  const char *name, *chdir, *image, *network, *partition;
+  bool requeue, writable_root, mpi;
   gs_cli_list env, mounts;
   gs_cli_daemon_opts daemon;
 } submit_opts;
@@ -99,6 +99,17 @@ static const gs_cli_option submit_options[] = {
                "The container's network: none (default) or host, where the daemon allows it"),
     GS_CLI_OPT("writable-root", GS_OPT_BOOL, submit_opts, writable_root, NULL,
                "Make the container's root filesystem writable (read-only by default)"),
+    GS_CLI_OPT_RANGE("nodes", GS_OPT_INT, submit_opts, nodes, "N",
+                     "Run on N nodes: the daemon hands the job to Slurm (slurmrestd), which "
+                     "starts the command once per task with srun", 1, 100000),
+    GS_CLI_OPT_RANGE("gpus-per-node", GS_OPT_INT, submit_opts, gpus_per_node, "G",
+                     "With --nodes: GPUs on each node (default none)", 0, 4096),
+    GS_CLI_OPT_RANGE("ntasks-per-node", GS_OPT_INT, submit_opts, ntasks_per_node, "T",
+                     "With --nodes: tasks on each node (default 1)", 1, 4096),
+    GS_CLI_OPT("partition", GS_OPT_STRING, submit_opts, partition, "P",
+               "With --nodes: the Slurm partition (default: Slurm's)"),
+    GS_CLI_OPT("mpi", GS_OPT_BOOL, submit_opts, mpi, NULL,
+               "With --nodes: launch through srun --mpi=pmix, for MPI programs"),
     GS_CLI_DAEMON_ROWS(submit_opts),
     GS_CLI_OPT("json", GS_OPT_BOOL, submit_opts, daemon.json, NULL,
                "Print the queued job as JSON instead of its id"),
@@ -132,7 +143,9 @@ static int submit_run(int argc, char **argv) {
       .mem = o.mem ? mem : NULL, .time_limit = o.time_limit ? limit : NULL,
       .priority = (int)o.priority, .requeue = o.requeue, .env = env, .chdir = o.chdir,
       .image = o.image, .mounts = o.mounts.n ? mounts : NULL, .network = o.network,
-      .writable_root = o.writable_root};
+      .writable_root = o.writable_root, .nodes = (int)o.nodes,
+      .gpus_per_node = (int)o.gpus_per_node, .ntasks_per_node = (int)o.ntasks_per_node,
+      .partition = o.partition, .mpi = o.mpi};
   gs_client *client = gs_cli_client("submit", o.daemon.url, o.daemon.token);
   if (!client)
     return GS_EXIT_FAILED;

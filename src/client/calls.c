@@ -158,14 +158,15 @@ int gs_client_job_submit(gs_client *c, const gs_client_job_spec *spec, int64_t *
        (!spec->time_limit || put_string(body, "time_limit", spec->time_limit)) &&
        (!spec->chdir || put_string(body, "chdir", spec->chdir)) &&
        (!spec->image || put_string(body, "image", spec->image)) &&
-       (!spec->network || put_string(body, "network", spec->network));
+       (!spec->network || put_string(body, "network", spec->network)) &&
+       (!spec->partition || put_string(body, "partition", spec->partition));
   if (ok && spec->mounts) { /* set_new takes it, also on failure */
     json_t *mounts = string_array(spec->mounts);
     ok = mounts && json_object_set_new(body, "mounts", mounts) == 0;
   }
   if (!ok) {
     json_decref(body);
-    return client_fail(c, GS_EINVAL, "submit: a name, size, time, directory, image or mount is "
+    return client_fail(c, GS_EINVAL, "submit: a name, size, time, directory, image, mount or partition is "
                        "not valid UTF-8");
   }
   if (spec->gpus)
@@ -180,6 +181,14 @@ int gs_client_job_submit(gs_client *c, const gs_client_job_spec *spec, int64_t *
     json_object_set_new(body, "requeue", json_true());
   if (spec->writable_root)
     json_object_set_new(body, "writable_root", json_true());
+  if (spec->nodes)
+    json_object_set_new(body, "nodes", json_integer(spec->nodes));
+  if (spec->gpus_per_node)
+    json_object_set_new(body, "gpus_per_node", json_integer(spec->gpus_per_node));
+  if (spec->ntasks_per_node)
+    json_object_set_new(body, "ntasks_per_node", json_integer(spec->ntasks_per_node));
+  if (spec->mpi)
+    json_object_set_new(body, "mpi", json_true());
   json_t *job = NULL;
   int rc = request_json(c, "POST", "/api/v1/jobs", body, &job);
   if (rc == GS_OK) {

@@ -11,6 +11,8 @@
 #include "base/units.h"
 #include "sched/cgroup.h"
 #include "sched/container.h"
+#include "sched/slurm_batch.h"
+#include "sched/slurm_rest.h"
 #include "sched/store.h"
 
 #include <dirent.h>
@@ -72,6 +74,7 @@ struct gs_frontdesk {
   gs_sched_free total;
 
   gs_slurm_jobs *slurm; /* the GPUs Slurm's jobs hold on this node */
+  gs_slurm_rest *rest;  /* slurmrestd, for jobs on several nodes; NULL: none */
 };
 
 static double wall_now(void) {
@@ -933,7 +936,7 @@ static void schedule(gs_frontdesk *fd) {
   n_run = n_pend = 0;
   for (int i = 0; i < fd->n_active; i++) {
     const gs_job *j = fd->active[i].job;
-    if (!in_queue(j))
+    if (!in_queue(j) || j->slurm) /* Slurm places its own */
       continue;
     gs_sched_job s = {.id = j->id, .tenant = tenant_index(fd, j->tenant), .priority = j->priority,
                       .seq = j->id, .need = j->need, .placement = j->placement,
@@ -1018,11 +1021,99 @@ static void remove_old_job_dirs(gs_frontdesk *fd, double now, double *done_until
   *done_until = cutoff;
 }
 
+/* ---- jobs handed to Slurm ------------------------------------------------------------------ */
+
+#define SLURM_POLL_S 2.0
+
+/* What Slurm said of job j, into its record: a change of state is written
+ * with an event; a pending job's reason is kept in memory, as the queue's. */
+static void apply_slurm_status(gs_frontdesk *fd, gs_job *j, const gs_slurm_status *st) {
+  gs_job_state state = gs_slurm_batch_state(st->state);
+  json_object_set_new(j->slurm, "node_list", json_string(st->nodes));
+  int requeues = (int)json_integer_value(json_object_get(j->slurm, "requeues"));
+  bool requeued = st->restarts > requeues;
+  if (requeued)
+    json_object_set_new(j->slurm, "requeues", json_integer(st->restarts));
+  /* Slurm's own state where ours names it otherwise (BOOT_FAIL is FAILED
+   * here), and its reason. */
+  bool same_name = strcmp(gs_job_state_name(state), st->state) == 0;
+  char reason[256];
+  snprintf(reason, sizeof reason, "%s%s%s%s", same_name ? "" : st->state,
+           !same_name && st->reason[0] ? ": " : "", st->reason,
+           requeued ? " (requeued by Slurm)" : "");
+  if (state == j->state && !requeued) {
+    if (state == GS_JOB_PENDING)
+      snprintf(j->reason, sizeof j->reason, "%s", reason);
+    return;
+  }
+  if (state == GS_JOB_RUNNING) {
+    j->start_time = st->start_time > 0 ? st->start_time : wall_now();
+    j->runs = st->restarts + 1;
+  }
+  if (state != GS_JOB_PENDING && state != GS_JOB_RUNNING) {
+    j->end_time = st->end_time > 0 ? st->end_time : wall_now();
+    j->exit_code = st->exit_code;
+    j->signal = st->signal;
+  }
+  set_state(fd, j, state, reason);
+}
+
+/* Asks slurmrestd the state of every unfinished job handed to Slurm,
+ * without the lock (each call can take seconds); called and returning with
+ * it held. A job Slurm no longer knows is LOST; one it cannot be asked
+ * about keeps its state until the next pass. */
+static void poll_slurm(gs_frontdesk *fd) {
+  typedef struct asked {
+    int64_t id, slurm_id;
+    char user[64];
+    gs_slurm_status st;
+    int rc;
+  } asked;
+  int n = 0;
+  for (int i = 0; i < fd->n_active; i++)
+    n += fd->active[i].job->slurm && in_queue(fd->active[i].job);
+  asked *q = n ? calloc((size_t)n, sizeof *q) : NULL;
+  if (!q)
+    return;
+  n = 0;
+  for (int i = 0; i < fd->n_active; i++) {
+    const gs_job *j = fd->active[i].job;
+    if (!j->slurm || !in_queue(j))
+      continue;
+    q[n].id = j->id;
+    q[n].slurm_id = json_integer_value(json_object_get(j->slurm, "job_id"));
+    snprintf(q[n].user, sizeof q[n].user, "%s",
+             json_string_value(json_object_get(j->slurm, "user")) ?: "");
+    n++;
+  }
+  pthread_mutex_unlock(&fd->lock);
+  for (int k = 0; k < n; k++) {
+    q[k].rc = q[k].slurm_id > 0 ? gs_slurm_rest_status(fd->rest, q[k].user, q[k].slurm_id, &q[k].st)
+                                : gs_error(GS_ENOENT, "its Slurm job id was lost");
+    if (q[k].rc < 0 && q[k].rc != GS_ENOENT)
+      GS_LOGW("sched", "job %lld (Slurm's %lld): %s", (long long)q[k].id,
+              (long long)q[k].slurm_id, gs_error_detail());
+  }
+  pthread_mutex_lock(&fd->lock);
+  for (int k = 0; k < n; k++) {
+    active_job *a = find_active(fd, q[k].id);
+    if (!a || !in_queue(a->job))
+      continue;
+    if (q[k].rc == 0) {
+      apply_slurm_status(fd, a->job, &q[k].st);
+    } else if (q[k].rc == GS_ENOENT) {
+      a->job->end_time = wall_now();
+      set_state(fd, a->job, GS_JOB_LOST, "Slurm no longer knows the job");
+    }
+  }
+  free(q);
+}
+
 static void *scheduler_thread(void *arg) {
   gs_frontdesk *fd = arg;
   struct pollfd *fds = NULL;
   int cap = 0;
-  double next_watch = 0, next_cleanup = 0, cleaned_until = 0;
+  double next_watch = 0, next_cleanup = 0, cleaned_until = 0, next_slurm_poll = 0;
   pthread_mutex_lock(&fd->lock);
   while (!fd->stop) {
     double now = wall_now();
@@ -1039,7 +1130,7 @@ static void *scheduler_thread(void *arg) {
         GS_LOGI("sched", "job %lld: its state %s is written now", (long long)j->id,
                 gs_job_state_name(j->state));
       }
-      if (j->state == GS_JOB_RUNNING) {
+      if (j->state == GS_JOB_RUNNING && !j->slurm) {
         if (a->pidfd >= 0) {
           struct pollfd p = {.fd = a->pidfd, .events = POLLIN};
           gone = poll(&p, 1, 0) > 0;
@@ -1061,6 +1152,10 @@ static void *scheduler_thread(void *arg) {
       i++;
     }
     enforce_limits(fd, now);
+    if (fd->rest && now >= next_slurm_poll) {
+      poll_slurm(fd);
+      next_slurm_poll = wall_now() + SLURM_POLL_S;
+    }
     if (now >= next_watch) {
       watch_device_memory(fd, now);
       next_watch = now + 0.5;
@@ -1265,6 +1360,127 @@ static int check_container(gs_frontdesk *fd, const gs_principal *who, const gs_j
   return GS_OK;
 }
 
+/* The Slurm account a tenant's jobs are charged to: its entry in
+ * slurm_accounts ("tenant=account,..."), else its own name. */
+static void slurm_account_of(const char *accounts, const char *tenant, char *out, size_t cap) {
+  snprintf(out, cap, "%s", tenant);
+  size_t tn = strlen(tenant);
+  for (const char *p = accounts; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len > tn + 1 && strncmp(p, tenant, tn) == 0 && p[tn] == '=')
+      snprintf(out, cap, "%.*s", (int)(len - tn - 1), p + tn + 1);
+    p = end ? end + 1 : p + len;
+  }
+}
+
+/* The directory a tenant's Slurm jobs write their logs into: STATE/slurm/
+ * SERIAL, its user's alone. On a cluster it must be on a filesystem the
+ * nodes share, since the first node of each job writes there. */
+static int slurm_log_dir(gs_frontdesk *fd, int64_t serial, const identity *id, char *dir,
+                         size_t cap) {
+  snprintf(dir, cap, "%s/slurm/%lld", fd->set.state_dir, (long long)serial);
+  if (gs_mkdir_p(dir) < 0 || chown(dir, id->uid, id->gid) < 0 || chmod(dir, 0700) < 0)
+    return gs_error(GS_EIO, "cannot prepare %s for the job's logs: %s", dir, strerror(errno));
+  return GS_OK;
+}
+
+/* "%j" in a Slurm path, replaced by the job id. */
+static json_t *slurm_path(const char *pattern, int64_t slurm_id) {
+  const char *at = strstr(pattern, "%j");
+  char out[700];
+  snprintf(out, sizeof out, "%.*s%lld%s", (int)(at - pattern), pattern, (long long)slurm_id,
+           at + 2);
+  return json_string(out);
+}
+
+/* A job on several nodes: handed to Slurm at once (so that Slurm's refusal
+ * reaches the caller), then recorded; if the record cannot be written, the
+ * Slurm job is cancelled again. */
+static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
+                           int64_t *id) {
+  if (!fd->rest)
+    return gs_error(GS_EINVAL, "this daemon hands no jobs to Slurm (not set up: it needs "
+                               "--slurm-rest-url and --slurm-jwt-key)");
+  if (gs_slurm_batch_check(req) < 0)
+    return gs_error_code();
+  pthread_mutex_lock(&fd->lock);
+  gs_tenant *t = find_tenant(fd, who->tenant);
+  identity ident;
+  int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
+  if (rc == 0 && req->priority > t->max_priority)
+    rc = gs_error(GS_EPERM, "tenant '%s' may submit at priority %d at most, not %d", t->name,
+                  t->max_priority, req->priority);
+  int64_t serial = rc == 0 ? t->serial : 0;
+  pthread_mutex_unlock(&fd->lock);
+  char dir[600], out_path[700], err_path[700], account[64];
+  if (rc == 0)
+    rc = slurm_log_dir(fd, serial, &ident, dir, sizeof dir);
+  if (rc < 0)
+    return rc;
+  snprintf(out_path, sizeof out_path, "%s/slurm-%%j.out", dir);
+  snprintf(err_path, sizeof err_path, "%s/slurm-%%j.err", dir);
+  slurm_account_of(fd->set.slurm_accounts, who->tenant, account, sizeof account);
+  gs_slurm_batch_place place = {.user = ident.user, .account = account, .stdout_path = out_path,
+                                .stderr_path = err_path, .workdir = dir};
+  json_t *sub = gs_slurm_batch_submission(req, &place);
+  if (!sub)
+    return gs_error(GS_ENOMEM, "out of memory for a Slurm job");
+  int64_t slurm_id = 0;
+  rc = gs_slurm_rest_submit(fd->rest, ident.user, sub, &slurm_id);
+  json_decref(sub);
+  if (rc < 0)
+    return rc;
+  gs_job *j = calloc(1, sizeof *j);
+  if (j) {
+    snprintf(j->tenant, sizeof j->tenant, "%s", who->tenant);
+    j->tenant_serial = serial;
+    snprintf(j->name, sizeof j->name, "%s", req->name && req->name[0] ? req->name : req->argv[0]);
+    j->argv = json_strings(req->argv);
+    j->env = json_strings(req->env);
+    snprintf(j->chdir, sizeof j->chdir, "%s", req->chdir ? req->chdir : "");
+    j->time_limit_s = req->time_limit_s;
+    j->priority = req->priority;
+    j->requeue = req->requeue;
+    j->state = GS_JOB_PENDING;
+    j->exit_code = -1;
+    j->submit_time = wall_now();
+    snprintf(j->reason, sizeof j->reason, "submitted to Slurm as job %lld", (long long)slurm_id);
+    j->slurm = json_pack("{s:I, s:s, s:i, s:i, s:i, s:s, s:b, s:s, s:o, s:o, s:s}", "job_id",
+                         (json_int_t)slurm_id, "user", ident.user, "nodes", req->nodes,
+                         "gpus_per_node", req->gpus_per_node, "ntasks_per_node",
+                         req->ntasks_per_node > 0 ? req->ntasks_per_node : 1, "partition",
+                         req->partition ? req->partition : "", "mpi", req->mpi, "account",
+                         account, "stdout", slurm_path(out_path, slurm_id), "stderr",
+                         slurm_path(err_path, slurm_id), "node_list", "");
+  }
+  if (!j || !j->argv || !j->env || !j->slurm)
+    rc = gs_error(GS_ENOMEM, "out of memory for a Slurm job");
+  pthread_mutex_lock(&fd->lock);
+  if (rc == 0)
+    rc = reserve_active(fd);
+  if (rc == 0)
+    rc = gs_store_job_insert(fd->store, j);
+  if (rc == 0) {
+    *id = j->id;
+    add_active(fd, j);
+  }
+  pthread_mutex_unlock(&fd->lock);
+  if (rc < 0) {
+    char why[300];
+    snprintf(why, sizeof why, "%s", gs_error_detail());
+    gs_job_free(j);
+    if (gs_slurm_rest_cancel(fd->rest, ident.user, slurm_id) < 0)
+      GS_LOGW("sched", "Slurm job %lld, which could not be recorded, was not cancelled: %s",
+              (long long)slurm_id, gs_error_detail());
+    return gs_error(rc, "%s", why);
+  }
+  GS_LOGI("sched", "job %lld: handed to Slurm as job %lld (%d nodes, user %s)", (long long)*id,
+          (long long)slurm_id, req->nodes, ident.user);
+  wake(fd);
+  return GS_OK;
+}
+
 int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
                   int64_t *id) {
   if (!req->argv || !req->argv[0])
@@ -1293,6 +1509,12 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
     return gs_error(GS_EINVAL, "priority is -1000 to 1000, not %d", req->priority);
   if (!(req->need.cpus >= 0))
     return gs_error(GS_EINVAL, "cpus cannot be negative");
+  if (req->nodes != 0)
+    return submit_to_slurm(fd, who, req, id);
+  if (req->gpus_per_node || req->ntasks_per_node || (req->partition && req->partition[0]) ||
+      req->mpi)
+    return gs_error(GS_EINVAL, "gpus_per_node, ntasks_per_node, partition and mpi are for a job "
+                               "on several nodes, which Slurm runs: name its nodes");
   json_t *container = NULL;
   if (req->image && req->image[0] && check_container(fd, who, req, &container) < 0)
     return gs_error_code();
@@ -1371,6 +1593,22 @@ static active_job *find_active(gs_frontdesk *fd, int64_t id) {
   return NULL;
 }
 
+/* scancel through slurmrestd; the next poll records the job's end. */
+static int cancel_in_slurm(gs_frontdesk *fd, int64_t id) {
+  pthread_mutex_lock(&fd->lock);
+  active_job *a = find_active(fd, id);
+  int64_t slurm_id = a ? json_integer_value(json_object_get(a->job->slurm, "job_id")) : 0;
+  char user[64];
+  snprintf(user, sizeof user, "%s",
+           a ? json_string_value(json_object_get(a->job->slurm, "user")) ?: "" : "");
+  pthread_mutex_unlock(&fd->lock);
+  if (slurm_id <= 0)
+    return gs_error(GS_ESTATE, "job %lld has already ended", (long long)id);
+  int rc = gs_slurm_rest_cancel(fd->rest, user, slurm_id);
+  wake(fd);
+  return rc;
+}
+
 int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
   pthread_mutex_lock(&fd->lock);
   active_job *a = find_active(fd, id);
@@ -1389,6 +1627,9 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
   } else if (!in_queue(a->job)) { /* ended; its state is still being written */
     rc = gs_error(GS_ESTATE, "job %lld has already ended (%s)", (long long)id,
                   gs_job_state_name(a->job->state));
+  } else if (a->job->slurm) {
+    pthread_mutex_unlock(&fd->lock);
+    return cancel_in_slurm(fd, id); /* the lock is not held across slurmrestd's answer */
   } else if (a->job->state == GS_JOB_PENDING) {
     a->job->end_time = wall_now();
     if (set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending") == 0) {
@@ -1486,23 +1727,31 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
   active_job *a = find_active(fd, id);
   int rc = GS_OK;
   bool visible = false;
+  char slurm_log[700] = ""; /* a Slurm job's: where Slurm writes it */
+  gs_job *j = NULL;
   if (a) {
     visible = may_see(who, a->job);
     *ended = !in_queue(a->job);
-  } else {
-    gs_job *j = NULL;
-    rc = gs_store_job_get(fd->store, id, &j);
-    if (rc == 0) {
-      visible = may_see(who, j);
-      *ended = true;
-    }
-    gs_job_free(j);
+  } else if ((rc = gs_store_job_get(fd->store, id, &j)) == 0) {
+    visible = may_see(who, j);
+    *ended = true;
   }
+  const json_t *slurm = a ? a->job->slurm : j ? j->slurm : NULL;
+  bool in_slurm = slurm != NULL;
+  if (in_slurm)
+    snprintf(slurm_log, sizeof slurm_log, "%s",
+             json_string_value(json_object_get(slurm, stream[3] == 'o' ? "stdout" : "stderr"))
+                 ?: "");
+  gs_job_free(j);
   pthread_mutex_unlock(&fd->lock);
   if (rc < 0)
     return rc;
   if (!visible)
     return gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
+  if (in_slurm) {
+    snprintf(path, cap, "%s", slurm_log);
+    return GS_OK;
+  }
   char dir[600];
   job_dir(fd, id, dir, sizeof dir);
   if (*ended && access(dir, F_OK) != 0 && errno == ENOENT)
@@ -1645,7 +1894,7 @@ static int take_back_jobs(gs_frontdesk *fd) {
       continue;
     }
     active_job *a = &fd->active[fd->n_active - 1];
-    if (j->state != GS_JOB_RUNNING)
+    if (j->state != GS_JOB_RUNNING || j->slurm) /* Slurm's: asked again by poll_slurm */
       continue;
     /* Its placement and booking, from the devices it had. */
     char copy[256];
@@ -1830,6 +2079,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     rc = take_back_jobs(fd);
   if (rc == 0) /* before the queue starts: Slurm's GPUs are not free for it */
     rc = gs_slurm_jobs_open(fd->set.ledger, settings->state_dir, NULL, &fd->slurm);
+  if (rc == 0 && settings->slurm_rest_url[0])
+    rc = gs_slurm_rest_open(settings->slurm_rest_url, settings->slurm_jwt_key, &fd->rest);
   if (rc == 0 && (fd->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
     rc = gs_error(GS_EIO, "eventfd: %s", strerror(errno));
   if (rc == 0) {
@@ -1870,6 +2121,7 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
   }
   free(fd->active);
   gs_slurm_jobs_close(fd->slurm);
+  gs_slurm_rest_close(fd->rest);
   free(fd->tenants);
   if (fd->wake_fd >= 0)
     close(fd->wake_fd);

@@ -30,6 +30,7 @@ void gs_job_free(gs_job *j) {
   json_decref(j->argv);
   json_decref(j->env);
   json_decref(j->container);
+  json_decref(j->slurm);
   free(j);
 }
 
@@ -69,6 +70,17 @@ int gs_job_fill_info(const gs_job *j, gs_job_info *o) {
            json_string_value(json_object_get(j->container, "network")) ?: "none");
   o->writable_root = json_is_true(json_object_get(j->container, "writable_root"));
   o->mounts = strings_of(json_object_get(j->container, "mounts"));
+  if (j->slurm) {
+    o->slurm_job_id = json_integer_value(json_object_get(j->slurm, "job_id"));
+    o->nodes = (int)json_integer_value(json_object_get(j->slurm, "nodes"));
+    o->gpus_per_node = (int)json_integer_value(json_object_get(j->slurm, "gpus_per_node"));
+    o->ntasks_per_node = (int)json_integer_value(json_object_get(j->slurm, "ntasks_per_node"));
+    o->mpi = json_is_true(json_object_get(j->slurm, "mpi"));
+    snprintf(o->partition, sizeof o->partition, "%s",
+             json_string_value(json_object_get(j->slurm, "partition")) ?: "");
+    snprintf(o->node_list, sizeof o->node_list, "%s",
+             json_string_value(json_object_get(j->slurm, "node_list")) ?: "");
+  }
   if (!o->mounts) {
     gs_job_info_free(o);
     return gs_error(GS_ENOMEM, "out of memory listing job %lld", (long long)j->id);

@@ -13,7 +13,7 @@
 
 #define GS_JOB_STATES(X)                                                      \
   X(PENDING) X(RUNNING) X(COMPLETED) X(FAILED) X(CANCELLED) X(TIMEOUT)        \
-  X(PREEMPTED) X(OUT_OF_MEMORY) X(LOST)
+  X(PREEMPTED) X(OUT_OF_MEMORY) X(LOST) X(NODE_FAIL)
 
 typedef enum {
 #define GS__JOB_STATE_ENUM(name) GS_JOB_##name,
@@ -40,6 +40,10 @@ typedef struct gs_job {
   /* A job in a container (container.h): {"image": "...", "mounts":
    * ["SRC:DST[:ro]", ...]}; NULL: a plain process job. */
   json_t *container;
+  /* A job handed to Slurm (slurm_batch.h): {"job_id", "user", "nodes",
+   * "gpus_per_node", "ntasks_per_node", "partition", "mpi", "account",
+   * "stdout", "stderr", "node_list"}; NULL: a job of this machine. */
+  json_t *slurm;
 
   gs_job_state state;
   char reason[256];

@@ -108,6 +108,12 @@ typedef struct gs_frontdesk_settings {
   char cdi_spec[512];        /* the CDI spec (JSON) naming the devices a container can be given */
   bool container_host_network; /* a container job may ask for the host's network */
   bool pull_images;          /* a missing allowed image is pulled when the job starts */
+  /* Multi-node jobs go to Slurm (slurm_rest.h): slurmrestd's address ("":
+   * none), the cluster's JWT key, and tenants' accounts ("tenant=account,
+   * ..."; a tenant not named there uses an account of its own name). */
+  char slurm_rest_url[512];
+  char slurm_jwt_key[512];
+  char slurm_accounts[1024];
 } gs_frontdesk_settings;
 
 /* Opens the state database, creates the admin tenant and its token file at
@@ -168,6 +174,13 @@ typedef struct gs_job_request {
   const char *const *mounts;
   const char *network; /* "none" (NULL, "": the default) or "host", where the daemon allows it */
   bool writable_root;  /* the image's root filesystem writable (read-only by default) */
+  /* nodes > 0: a job handed to Slurm (slurm_batch.h), on that many nodes,
+   * with gpus_per_node GPUs and ntasks_per_node tasks on each (0: 1), in
+   * `partition` (NULL, "": Slurm's default), launched by srun with PMIx
+   * where `mpi`. Refused where the daemon has no slurmrestd. */
+  int nodes, gpus_per_node, ntasks_per_node;
+  const char *partition;
+  bool mpi;
 } gs_job_request;
 
 /* Queues a job for `who`; it is on disk when this returns. GS_EINVAL
@@ -209,6 +222,13 @@ typedef struct gs_job_info {
   int signal;            /* 0 if none */
   int runs;
   double cpu_seconds, device_seconds, device_mem_byte_seconds;
+  /* A job handed to Slurm: its id there (0: a job of this machine), what
+   * it asked for, and the nodes it got. */
+  int64_t slurm_job_id;
+  int nodes, gpus_per_node, ntasks_per_node;
+  bool mpi;
+  char partition[64];
+  char node_list[256];
   gs_job_event *events;  /* gs_job_get only: every change of state, oldest first */
   int n_events;
 } gs_job_info;

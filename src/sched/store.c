@@ -34,7 +34,7 @@ static const char schema[] =
     "  time_limit INTEGER, priority INTEGER, requeue INTEGER, state TEXT, reason TEXT,"
     "  submit_time REAL, start_time REAL, end_time REAL, pid INTEGER, pid_start INTEGER,"
     "  exit_code INTEGER, signal INTEGER, devices TEXT, runs INTEGER, cpu_seconds REAL,"
-    "  device_seconds REAL, device_mem_byte_seconds REAL, container TEXT);"
+    "  device_seconds REAL, device_mem_byte_seconds REAL, container TEXT, slurm TEXT);"
     "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);"
     "CREATE TABLE IF NOT EXISTS job_events("
     "  job INTEGER NOT NULL, time REAL NOT NULL, state TEXT NOT NULL, reason TEXT);"
@@ -137,6 +137,7 @@ int gs_store_open(const char *path, gs_store **out) {
   /* Databases from before containers: the column is added (an error where
    * it is there already). */
   sqlite3_exec(st->db, "ALTER TABLE jobs ADD COLUMN container TEXT", NULL, NULL, NULL);
+  sqlite3_exec(st->db, "ALTER TABLE jobs ADD COLUMN slurm TEXT", NULL, NULL, NULL);
   int migrated = add_tenant_serials(st);
   if (migrated < 0) {
     sqlite3_close(st->db);
@@ -312,7 +313,7 @@ int gs_store_token_count(gs_store *st, int64_t *n) {
   "id, tenant, name, argv, env, chdir, gpus, gpu_mem, gpu_share, cpus, host_mem, time_limit, " \
   "priority, requeue, state, reason, submit_time, start_time, end_time, pid, pid_start, "     \
   "exit_code, signal, devices, runs, cpu_seconds, device_seconds, device_mem_byte_seconds, "    \
-  "tenant_serial, container"
+  "tenant_serial, container, slurm"
 
 static void bind_json(sqlite3_stmt *s, int i, const json_t *j) {
   char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -357,6 +358,11 @@ static void bind_job(sqlite3_stmt *s, const gs_job *j) {
     sqlite3_bind_text(s, 30, container, -1, free);
   else
     sqlite3_bind_null(s, 30);
+  char *slurm = j->slurm ? json_dumps(j->slurm, JSON_COMPACT) : NULL;
+  if (slurm)
+    sqlite3_bind_text(s, 31, slurm, -1, free);
+  else
+    sqlite3_bind_null(s, 31);
 }
 
 static gs_job *read_job(sqlite3_stmt *s) {
@@ -406,6 +412,13 @@ static gs_job *read_job(sqlite3_stmt *s) {
       j->container = json_pack("{s:s, s:[]}", "image", "", "mounts");
     }
   }
+  if (sqlite3_column_type(s, 30) != SQLITE_NULL) {
+    j->slurm = json_loads(text_col(s, 30), 0, NULL);
+    if (!json_is_object(j->slurm)) { /* unreadable: still Slurm's, with no job id to ask */
+      json_decref(j->slurm);
+      j->slurm = json_object();
+    }
+  }
   return j;
 }
 
@@ -438,7 +451,7 @@ int gs_store_job_insert(gs_store *st, gs_job *j) {
   int rc = begin(st);
   if (rc < 0)
     return rc;
-  sqlite3_stmt *s = prepare(st, "INSERT INTO jobs(" JOB_COLUMNS ") VALUES(NULL,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)");
+  sqlite3_stmt *s = prepare(st, "INSERT INTO jobs(" JOB_COLUMNS ") VALUES(NULL,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31)");
   if (!s)
     return finish(st, db_error(st, "adding a job"));
   bind_job(s, j);
@@ -459,7 +472,7 @@ int gs_store_job_update(gs_store *st, const gs_job *j, bool event) {
           "gpu_share=?9, cpus=?10, host_mem=?11, time_limit=?12, priority=?13, requeue=?14, "
           "state=?15, reason=?16, submit_time=?17, start_time=?18, end_time=?19, pid=?20, "
           "pid_start=?21, exit_code=?22, signal=?23, devices=?24, runs=?25, cpu_seconds=?26, "
-          "device_seconds=?27, device_mem_byte_seconds=?28, tenant_serial=?29, container=?30 "
+          "device_seconds=?27, device_mem_byte_seconds=?28, tenant_serial=?29, container=?30, slurm=?31 "
           "WHERE id=?1");
   if (!s)
     return finish(st, db_error(st, "updating a job"));

@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# slurm-cluster.sh start|stop|restart|status|exec NODE CMD... - a three-node
+# Slurm 22.05 test cluster on this one machine (root only):
+#   - slurmctld on the host, at 10.77.0.1 on the bridge gsbr0;
+#   - nodes gsn1..gsn3, each a network namespace (a veth onto gsbr0,
+#     10.77.0.11..13) plus a UTS namespace (so `hostname` there is gsn1..3),
+#     each running its own slurmd;
+#   - slurmrestd (JWT auth, openapi/v0.0.38) as the unprivileged user gsrest
+#     on 127.0.0.1:6820.
+# Everything lives apart from the one-node scripts' /etc/slurm/slurm.conf
+# (bench/slurm-local.sh, deploy/slurm-one-node-check.sh): its own slurm.conf
+# under /etc/gs-cluster, state/spool under /var/spool/gs-cluster, logs under
+# /var/log/gs-cluster, pid files under /run/gs-cluster, and slurmctld on port
+# 6917 rather than 6817. Clients need SLURM_CONF=/etc/gs-cluster/slurm.conf
+# (`status` prints it). Note the one-node scripts `pkill -x slurmctld`, which
+# also stops this cluster's controller: run one or the other.
+set -eu
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/slurm-common.sh"
+
+CLUSTER=gscluster
+NODES="gsn1 gsn2 gsn3"          # NodeName, netns name and hostname alike
+BRIDGE=gsbr0
+NET=10.77.0                      # host .1, node i at .1i
+CONF_DIR=/etc/gs-cluster
+CONF=$CONF_DIR/slurm.conf
+JWT_KEY=$CONF_DIR/jwt_hs256.key
+SPOOL=/var/spool/gs-cluster
+LOGS=/var/log/gs-cluster
+RUN=/run/gs-cluster
+CTLD_PORT=6917                   # 6817 stays free for the one-node Slurm
+REST_USER=gsrest
+REST_ADDR=127.0.0.1:6820
+# Seconds before slurmctld marks a silent slurmd DOWN (its jobs: NODE_FAIL,
+# or requeued with --requeue). Small, so failure tests do not wait long.
+SLURMD_TIMEOUT=${GS_CLUSTER_SLURMD_TIMEOUT:-10}
+HOSTS_TAG="# gs-cluster"         # marks our /etc/hosts lines
+export SLURM_CONF=$CONF
+
+die() { echo "slurm-cluster: $*" >&2; exit 1; }
+node_ip() { echo "$NET.1${1#gsn}"; }
+
+# Is the process in pid file $1 alive? (pid files outlive their daemons.)
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# ---------------------------------------------------------------- network
+
+# The bridge on the host and, per node, a netns with a veth pair: the host
+# end (gsv-gsnX) on the bridge, the other end renamed eth0 inside.
+net_up() {
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$NET.1/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  local n
+  for n in $NODES; do
+    ip netns add "$n"
+    ip link add "gsv-$n" type veth peer name "gsp-$n"
+    ip link set "gsv-$n" master "$BRIDGE" up
+    ip link set "gsp-$n" netns "$n"
+    ip -n "$n" link set "gsp-$n" name eth0
+    ip -n "$n" addr add "$(node_ip "$n")/24" dev eth0
+    ip -n "$n" link set eth0 up
+    ip -n "$n" link set lo up
+    # A persistent UTS namespace (bind-mounted on a file), so that slurmd
+    # and `exec` share the node's hostname.
+    mkdir -p "$RUN/uts"
+    touch "$RUN/uts/$n"
+    unshare --uts="$RUN/uts/$n" hostname "$n"
+  done
+}
+
+# Removing a netns removes the veth inside it, and with it its host end.
+net_down() {
+  local n
+  for n in $NODES; do
+    if mountpoint -q "$RUN/uts/$n" 2>/dev/null; then umount "$RUN/uts/$n"; fi
+    rm -f "$RUN/uts/$n"
+    if ip netns list | grep -qw "^$n"; then ip netns del "$n"; fi
+    if ip link show "gsv-$n" >/dev/null 2>&1; then ip link del "gsv-$n"; fi
+  done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
+}
+
+# Run a command on a node: its network and its hostname.
+in_node() {
+  local n=$1; shift
+  nsenter --net="/run/netns/$n" --uts="$RUN/uts/$n" "$@"
+}
+
+# /etc/hosts: the node names to their bridge addresses. Written in place
+# (cat >), not by rename, since /etc/hosts may be a bind mount; the
+# "127.0.0.1 <host>" line of gs_slurm_start_munge is left alone.
+hosts_add() {
+  hosts_remove
+  local n
+  for n in $NODES; do echo "$(node_ip "$n") $n $HOSTS_TAG"; done >> /etc/hosts
+}
+hosts_remove() {
+  local t
+  t=$(grep -v " $HOSTS_TAG\$" /etc/hosts || true)
+  printf '%s\n' "$t" > /etc/hosts
+}
+
+# ---------------------------------------------------------------- config
+
+write_conf() {
+  mkdir -p "$CONF_DIR" "$SPOOL/ctld" "$LOGS" "$RUN"
+  local n
+  for n in $NODES; do mkdir -p "$SPOOL/$n"; done
+  # The HS256 key slurmctld signs and checks JWTs with; kept across
+  # restarts so that tokens already handed out stay good.
+  if [ ! -s "$JWT_KEY" ]; then
+    (umask 077; head -c 32 /dev/urandom > "$JWT_KEY")
+  fi
+  chown root:root "$JWT_KEY"; chmod 0600 "$JWT_KEY"
+  # The nodes share this machine's CPUs; each claims all of them (slurmd
+  # refuses a node that claims more than it sees) and a little memory.
+  local cpus
+  cpus=$(nproc)
+  {
+    gs_slurm_plugin_conf
+    cat <<CONF
+ClusterName=$CLUSTER
+SlurmctldHost=$(hostname -s)($NET.1)
+SlurmctldPort=$CTLD_PORT
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$JWT_KEY
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmdSpoolDir=$SPOOL/%n
+StateSaveLocation=$SPOOL/ctld
+SlurmctldLogFile=$LOGS/slurmctld.log
+SlurmdLogFile=$LOGS/slurmd-%n.log
+SlurmdTimeout=$SLURMD_TIMEOUT
+MpiDefault=none
+NodeName=gsn[1-3] NodeAddr=$NET.1[1-3] CPUs=$cpus RealMemory=1024 State=UNKNOWN
+PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=pair Nodes=gsn[1-2] MaxTime=INFINITE State=UP
+CONF
+  } > "$CONF"
+  # No GRES in the base setup; an empty gres.conf beside slurm.conf so that
+  # nothing from elsewhere is read.
+  : > "$CONF_DIR/gres.conf"
+}
+
+# ---------------------------------------------------------------- daemons
+
+start_ctld() {
+  slurmctld -f "$CONF"
+}
+
+start_slurmd() {
+  in_node "$1" env SLURM_CONF="$CONF" slurmd -f "$CONF" -N "$1"
+}
+
+# slurmrestd will not run as root or SlurmUser: as gsrest, a system user
+# made here. setpriv execs (no fork as runuser does), so $! is slurmrestd.
+start_rest() {
+  id "$REST_USER" >/dev/null 2>&1 ||
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$REST_USER"
+  setpriv --reuid "$REST_USER" --regid "$REST_USER" --init-groups \
+    env SLURM_CONF="$CONF" slurmrestd -a rest_auth/jwt -s openapi/v0.0.38 "$REST_ADDR" \
+    >> "$LOGS/slurmrestd.log" 2>&1 < /dev/null &
+  echo $! > "$RUN/slurmrestd.pid"
+}
+
+# Wait up to $1 tenths of a second for `$2...` to succeed.
+wait_for() {
+  local t=$1 i; shift
+  for i in $(seq "$t"); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+all_idle() {
+  [ "$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | grep -c ' idle$')" -eq 3 ]
+}
+rest_up() {
+  curl -s -o /dev/null "http://$REST_ADDR/openapi/v3"
+}
+
+# Kill the process in a pid file, and wait until it is gone.
+stop_pidfile() {
+  local f=$1 pid
+  if alive "$f"; then
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    wait_for 100 sh -c "! kill -0 $pid 2>/dev/null" || { kill -9 "$pid" 2>/dev/null || true; sleep 0.2; }
+  fi
+  rm -f "$f"
+}
+
+# Everything still in a node's netns: slurmd, slurmstepd, job tasks.
+stop_node() {
+  local n=$1 pids
+  stop_pidfile "$RUN/slurmd-$n.pid"
+  ip netns list | grep -qw "^$n" || return 0
+  pids=$(ip netns pids "$n" || true)
+  [ -z "$pids" ] && return 0
+  kill $pids 2>/dev/null || true
+  wait_for 50 sh -c "[ -z \"\$(ip netns pids $n)\" ]" || { kill -9 $(ip netns pids "$n") 2>/dev/null || true; sleep 0.2; }
+}
+
+# ---------------------------------------------------------------- commands
+
+cmd_start() {
+  if alive "$RUN/slurmctld.pid" || ip link show "$BRIDGE" >/dev/null 2>&1; then
+    die "already running (or left over): run '$0 stop' first, or '$0 restart'"
+  fi
+  gs_slurm_install
+  command -v slurmrestd >/dev/null || apt-get install -y -qq slurmrestd >/dev/null
+  # auth/jwt is a separate Debian package (libjwt).
+  [ -f /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so ] ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm-jwt-plugin >/dev/null
+  mkdir -p "$RUN"
+  # munged is shared with the one-node scripts: remember whether we started
+  # it, so that stop leaves a munged that was there before.
+  if pgrep -x munged >/dev/null; then rm -f "$RUN/munge-ours"; else touch "$RUN/munge-ours"; fi
+  gs_slurm_start_munge
+  write_conf
+  # A fresh controller state: no jobs or node states from a previous run.
+  rm -rf "${SPOOL:?}/ctld/"* "$SPOOL"/gsn*/*
+  net_up
+  hosts_add
+  start_ctld
+  local n
+  for n in $NODES; do start_slurmd "$n"; done
+  wait_for 300 all_idle || { sinfo -N >&2 || true; die "the nodes did not come up idle (see $LOGS)"; }
+  start_rest
+  wait_for 100 rest_up || die "slurmrestd did not answer on $REST_ADDR (see $LOGS/slurmrestd.log)"
+  cmd_status
+}
+
+cmd_stop() {
+  stop_pidfile "$RUN/slurmrestd.pid"
+  local n
+  for n in $NODES; do stop_node "$n"; done
+  stop_pidfile "$RUN/slurmctld.pid"
+  net_down
+  hosts_remove
+  # munged only if this script started it and no other Slurm needs it.
+  if [ -f "$RUN/munge-ours" ] && ! pgrep -x slurmctld >/dev/null && ! pgrep -x slurmd >/dev/null; then
+    stop_pidfile /run/munge/munged.pid
+  fi
+  rm -f "$RUN/munge-ours"
+  echo "slurm-cluster: stopped"
+}
+
+cmd_status() {
+  local n f
+  echo "export SLURM_CONF=$CONF"
+  echo "slurmrestd: http://$REST_ADDR (JWT: scontrol token username=root lifespan=600)"
+  for f in slurmctld slurmd-gsn1 slurmd-gsn2 slurmd-gsn3 slurmrestd; do
+    if alive "$RUN/$f.pid"; then echo "$f: running, pid $(cat "$RUN/$f.pid")"; else echo "$f: not running"; fi
+  done
+  for n in $NODES; do
+    ip netns list | grep -qw "^$n" && echo "$n: netns, $(node_ip "$n"), hostname $(in_node "$n" hostname 2>/dev/null || echo ?)"
+  done
+  if alive "$RUN/slurmctld.pid"; then sinfo -N -o '%N %P %t %c %m' || true; fi
+}
+
+# Run a command inside a node (network + hostname), e.g. `exec gsn1 hostname`.
+cmd_exec() {
+  [ $# -ge 2 ] || die "usage: $0 exec NODE CMD..."
+  in_node "$@"
+}
+
+[ "$(id -u)" -eq 0 ] || die "needs root"
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  restart) cmd_stop; cmd_start ;;
+  status) cmd_status ;;
+  exec) shift; cmd_exec "$@" ;;
+  *) die "usage: $0 start|stop|restart|status|exec NODE CMD..." ;;
+esac

@@ -1,0 +1,317 @@
+"""Jobs on several nodes handed to Slurm: `gpusrv submit --nodes` against a
+stand-in slurmrestd (an HTTP server in this test that speaks the v0.0.38
+calls gpusrv makes, checks each call's JWT against the key as slurmrestd's
+rest_auth/jwt does, and reports the job states the test sets). The batch
+script gpusrv writes is also run under stand-ins for srun and scontrol, to
+check the rendezvous variables and the command's quoting. The same flow
+against a real Slurm is deploy/slurm-cluster-check.sh."""
+import base64
+import hashlib
+import hmac
+import json
+import os
+import pwd
+import re
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from test_frontdesk import GPUSRV, IS_ROOT, daemon, free_port
+
+API = "/slurm/v0.0.38"
+KEY = os.urandom(32)
+
+
+def b64url_decode(part):
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+class FakeSlurm:
+    """What the stand-in slurmrestd was asked, and the states it reports."""
+
+    def __init__(self, key):
+        self.key = key
+        self.submitted = []   # (user, body)
+        self.jobs = {}        # id -> v0.0.38 job object
+        self.cancelled = []
+        self.refusal = None   # errors list for the next submit
+        self.next_id = 100
+        self.lock = threading.Lock()
+
+    def user_of(self, headers):
+        """The user a valid token names, else None (slurmrestd answers 401)."""
+        name, token = headers.get("X-SLURM-USER-NAME"), headers.get("X-SLURM-USER-TOKEN", "")
+        parts = token.split(".")
+        if len(parts) != 3:
+            return None
+        signed = hmac.new(self.key, f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
+        if not hmac.compare_digest(signed, b64url_decode(parts[2])):
+            return None
+        header, claims = json.loads(b64url_decode(parts[0])), json.loads(b64url_decode(parts[1]))
+        if header.get("alg") != "HS256" or claims.get("sun") != name:
+            return None
+        if not claims["iat"] <= time.time() + 5 < claims["exp"] + 5:
+            return None
+        return name
+
+    def set_state(self, job_id, state, **fields):
+        with self.lock:
+            self.jobs[job_id].update({"job_state": state, **fields})
+
+
+def serve_fake(fake):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def reply(self, status, body):
+            raw = json.dumps(body).encode() if body is not None else b""
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(raw)))
+            if body is not None:
+                self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def handle_call(self, method):
+            user = fake.user_of(self.headers)
+            if user is None:
+                return self.reply(401, None)
+            m = re.fullmatch(API + r"/job/(\d+)", self.path)
+            with fake.lock:
+                if method == "POST" and self.path == API + "/job/submit":
+                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                    if fake.refusal:
+                        errors, fake.refusal = fake.refusal, None
+                        return self.reply(500, {"errors": errors})
+                    job_id = fake.next_id
+                    fake.next_id += 1
+                    fake.submitted.append((user, body))
+                    fake.jobs[job_id] = {"job_id": job_id, "job_state": "PENDING",
+                                         "state_reason": "Priority", "nodes": "",
+                                         "exit_code": 0, "start_time": 0, "end_time": 0,
+                                         "restart_cnt": 0}
+                    return self.reply(200, {"job_id": job_id, "step_id": "batch", "errors": []})
+                if m and int(m.group(1)) in fake.jobs:
+                    job_id = int(m.group(1))
+                    if method == "GET":
+                        return self.reply(200, {"errors": [], "jobs": [dict(fake.jobs[job_id])]})
+                    if method == "DELETE":
+                        fake.cancelled.append(job_id)
+                        fake.jobs[job_id].update(job_state="CANCELLED", end_time=int(time.time()))
+                        return self.reply(200, {"errors": []})
+                if m:
+                    return self.reply(500, {"errors": [{"error": "Invalid job id specified",
+                                                        "error_number": 2017}], "jobs": []})
+            return self.reply(404, {"errors": [{"error": "Unable find requested URL"}]})
+
+        def do_GET(self):
+            self.handle_call("GET")
+
+        def do_POST(self):
+            self.handle_call("POST")
+
+        def do_DELETE(self):
+            self.handle_call("DELETE")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def slurm(tmp_path):
+    key = tmp_path / "jwt_hs256.key"
+    key.write_bytes(KEY)
+    key.chmod(0o600)
+    fake = FakeSlurm(KEY)
+    server = serve_fake(fake)
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    fake.key_path = str(key)
+    yield fake
+    server.shutdown()
+
+
+def slurm_daemon(tmp_path, fake, *extra):
+    return daemon(tmp_path, "--slurm-rest-url", fake.url, "--slurm-jwt-key", fake.key_path,
+                  *extra)
+
+
+def wait_for(d, job_id, state, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job = d.job(job_id)
+        if job["state"] == state:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} never became {state}: {d.job(job_id)}")
+
+
+def add_tenant(d, name):
+    user = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
+    return d.cli("tenant", "add", name, "--user", user).stdout.strip(), user
+
+
+def submit(d, command, **asks):
+    status, job = d.request("POST", "/api/v1/jobs", {"command": command, **asks}, d.admin)
+    assert status == 201, job
+    return job["id"]
+
+
+def test_a_job_on_two_nodes_runs_in_slurm_as_the_tenants_user(tmp_path, slurm):
+    with slurm_daemon(tmp_path, slurm, "--slurm-accounts", "bob=physics") as d:
+        token, user = add_tenant(d, "bob")
+        p = d.cli("submit", "--nodes", "2", "--ntasks-per-node", "2", "--gpus-per-node", "1",
+                  "--partition", "gpu", "--mpi", "--requeue", "--time", "90m", "--env", "SEED=7",
+                  "--", "python3", "train.py", "a b", "it's", token=token)
+        job_id = int(p.stdout.strip())
+        (asked_as, body), = slurm.submitted
+        assert asked_as == user  # the tenant's Unix user, in a token signed with the key
+        props = body["job"]
+        assert (props["nodes"], props["tasks_per_node"], props["tasks"]) == (2, 2, 4)
+        assert props["gpus_per_node"] == "1" and props["partition"] == "gpu"
+        assert props["account"] == "physics" and props["requeue"] is True
+        assert props["time_limit"] == 90
+        assert props["environment"]["SEED"] == "7" and "PATH" in props["environment"]
+        out_dir = os.path.dirname(props["standard_output"])
+        assert out_dir.startswith(d.state) and props["standard_output"].endswith("%j.out")
+        if IS_ROOT:  # the tenant's user writes its logs there, and no one else reads them
+            st = os.stat(out_dir)
+            assert (st.st_uid, st.st_mode & 0o777) == (pwd.getpwnam(user).pw_uid, 0o700)
+        assert "srun --mpi=pmix" in body["script"]
+
+        job = d.job(job_id, token)
+        assert job["state"] == "PENDING" and job["slurm_job_id"] == 100
+        assert (job["nodes"], job["ntasks_per_node"], job["partition"]) == (2, 2, "gpu")
+        # Slurm's reason for waiting shows, as the local queue's does.
+        deadline = time.time() + 10
+        while d.job(job_id)["reason"] != "Priority":
+            assert time.time() < deadline, d.job(job_id)
+            time.sleep(0.1)
+
+        started = int(time.time()) - 3
+        slurm.set_state(100, "RUNNING", nodes="gsn[1-2]", start_time=started, state_reason="None")
+        job = wait_for(d, job_id, "RUNNING")
+        assert job["node_list"] == "gsn[1-2]" and int(job["start_time"]) == started
+        assert str(job_id) in d.cli("jobs", token=token).stdout
+
+        log = props["standard_output"].replace("%j", "100")
+        with open(log, "w") as f:
+            f.write("step 1 loss 0.5\n")
+        assert d.cli("logs", str(job_id), token=token).stdout == "step 1 loss 0.5\n"
+
+        slurm.set_state(100, "COMPLETED", end_time=int(time.time()), exit_code=0)
+        w = d.cli("wait", str(job_id), token=token, check=False)
+        assert w.returncode == 0, w.stderr
+        job = d.job(job_id)
+        assert job["state"] == "COMPLETED" and job["exit_code"] == 0
+        assert [e["state"] for e in job["events"]] == ["PENDING", "RUNNING", "COMPLETED"]
+
+
+def test_an_exit_code_node_failure_and_a_requeue_come_back_from_slurm(tmp_path, slurm):
+    with slurm_daemon(tmp_path, slurm) as d:
+        failed = submit(d, ["false"], nodes=2)
+        lost_node = submit(d, ["sleep", "100"], nodes=2, requeue=True)
+        slurm.set_state(100, "FAILED", end_time=int(time.time()), exit_code=3 << 8)
+        job = wait_for(d, failed, "FAILED")
+        assert job["exit_code"] == 3
+        # A node lost mid-job: Slurm requeues a --requeue job (PENDING, its restart count up)...
+        slurm.set_state(101, "RUNNING", nodes="gsn[1-2]", start_time=int(time.time()))
+        wait_for(d, lost_node, "RUNNING")
+        slurm.set_state(101, "PENDING", restart_cnt=1, state_reason="BeginTime")
+        job = wait_for(d, lost_node, "PENDING")
+        assert "requeued by Slurm" in job["reason"]
+        # ... and a job it does not requeue ends as NODE_FAIL.
+        slurm.set_state(101, "NODE_FAIL", end_time=int(time.time()))
+        job = wait_for(d, lost_node, "NODE_FAIL")
+        assert [e["state"] for e in job["events"]] == ["PENDING", "RUNNING", "PENDING",
+                                                       "NODE_FAIL"]
+
+
+def test_cancel_is_scancel_and_a_restart_keeps_following_the_job(tmp_path, slurm):
+    with slurm_daemon(tmp_path, slurm) as d:
+        kept = submit(d, ["sleep", "100"], nodes=3)
+        cancelled = submit(d, ["sleep", "100"], nodes=2)
+        d.cli("cancel", str(cancelled))
+        assert slurm.cancelled == [101]
+        wait_for(d, cancelled, "CANCELLED")
+        d.stop()
+        slurm.set_state(100, "RUNNING", nodes="gsn[1-3]", start_time=int(time.time()))
+        d.start()
+        wait_for(d, kept, "RUNNING")
+        # A job Slurm has forgotten (purged after MinJobAge) is LOST, not left running.
+        with slurm.lock:
+            del slurm.jobs[100]
+        job = wait_for(d, kept, "LOST")
+        assert "no longer knows" in job["reason"]
+
+
+def test_what_slurm_refuses_and_what_cannot_go_to_slurm_gets_a_clear_error(tmp_path, slurm):
+    with slurm_daemon(tmp_path, slurm) as d:
+        slurm.refusal = [{"error": "Invalid partition name specified", "error_number": 2015}]
+        p = d.cli("submit", "--nodes", "2", "--partition", "nope", "--", "true", check=False)
+        assert p.returncode != 0 and "Invalid partition name specified" in p.stderr
+        assert d.request("GET", "/api/v1/jobs?all=1", token=d.admin)[1]["jobs"] == []
+        for asks, says in [({"nodes": 2, "gpus": 1}, "gpus_per_node"),
+                           ({"partition": "gpu"}, "name its nodes"),
+                           ({"nodes": 2, "partition": "a b"}, "partition"),
+                           ({"nodes": -1}, "nodes"),
+                           ({"nodes": 2, "mpi": "yes"}, "mpi must be true or false")]:
+            status, body = d.request("POST", "/api/v1/jobs", {"command": ["true"], **asks},
+                                     d.admin)
+            assert status == 400 and says in body["error"], (asks, body)
+        assert slurm.submitted == []
+    # A daemon whose key is not Slurm's: slurmrestd's refusal is named.
+    wrong = tmp_path / "wrong.key"
+    wrong.write_bytes(os.urandom(32))
+    wrong.chmod(0o600)
+    with daemon(tmp_path, "--slurm-rest-url", slurm.url, "--slurm-jwt-key", str(wrong)) as d:
+        p = d.cli("submit", "--nodes", "2", "--", "true", check=False)
+        assert p.returncode != 0 and "refused the token" in p.stderr
+    # A daemon with no Slurm set up says so.
+    with daemon(tmp_path) as d:
+        p = d.cli("submit", "--nodes", "2", "--", "true", check=False)
+        assert p.returncode != 0 and "hands no jobs to Slurm" in p.stderr
+
+
+def test_a_key_others_can_read_is_refused_at_start(tmp_path, slurm):
+    os.chmod(slurm.key_path, 0o644)
+    p = subprocess.run([GPUSRV, "serve", "--state-dir", str(tmp_path / "state"), "--http-port",
+                        str(free_port()), "--grpc-port", "0", "--slurm-rest-url", slurm.url,
+                        "--slurm-jwt-key", slurm.key_path], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 and "readable by others" in p.stderr
+
+
+def test_the_batch_script_gives_each_task_its_rank_and_the_command_intact(tmp_path, slurm):
+    with slurm_daemon(tmp_path, slurm) as d:
+        submit(d, ["sh", "-c", 'echo "$MASTER_ADDR $MASTER_PORT $WORLD_SIZE $RANK $LOCAL_RANK '
+                  '$LOCAL_WORLD_SIZE $NODE_RANK"; printf "[%s]" "$@"; echo', "x", "a b", "it's",
+                  "$HOME"], nodes=2, ntasks_per_node=2)
+        script = slurm.submitted[0][1]["script"]
+    # Stand-ins: scontrol expands the node list; srun starts the command once
+    # per task with the variables Slurm gives each (2 nodes x 2 tasks).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && '
+                                      'printf "gsn1\\ngsn2\\n"\n')
+    (bin_dir / "srun").write_text(
+        "#!/bin/sh\n"
+        'while [ "${1#-}" != "$1" ]; do shift; done\n'
+        "for t in 0 1 2 3; do\n"
+        '  SLURM_PROCID=$t SLURM_LOCALID=$((t % 2)) SLURM_NODEID=$((t / 2)) "$@"\n'
+        "done\n")
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "20123",
+           "SLURM_JOB_NODELIST": "gsn[1-2]", "SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2",
+           "HOME": "/home/x"}
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0::2] == [f"gsn1 20123 4 {t} {t % 2} 2 {t // 2}" for t in range(4)]
+    assert set(lines[1::2]) == {"[a b][it's][$HOME]"}  # nothing expanded or split
