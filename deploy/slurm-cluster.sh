@@ -157,11 +157,14 @@ start_slurmd() {
 
 # slurmrestd will not run as root or SlurmUser: as gsrest, a system user
 # made here. setpriv execs (no fork as runuser does), so $! is slurmrestd.
+# SLURM_JWT=daemon makes it talk to slurmctld with auth/jwt, passing each
+# request's token through; without it it uses auth/munge, which refuses a
+# client's token ("Rejecting thread config token for user root").
 start_rest() {
   id "$REST_USER" >/dev/null 2>&1 ||
     useradd --system --no-create-home --shell /usr/sbin/nologin "$REST_USER"
   setpriv --reuid "$REST_USER" --regid "$REST_USER" --init-groups \
-    env SLURM_CONF="$CONF" slurmrestd -a rest_auth/jwt -s openapi/v0.0.38 "$REST_ADDR" \
+    env SLURM_CONF="$CONF" SLURM_JWT=daemon slurmrestd -a rest_auth/jwt -s openapi/v0.0.38 "$REST_ADDR" \
     >> "$LOGS/slurmrestd.log" 2>&1 < /dev/null &
   echo $! > "$RUN/slurmrestd.pid"
 }
