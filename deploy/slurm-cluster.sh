@@ -35,6 +35,14 @@ REST_ADDR=127.0.0.1:6820
 # Seconds before slurmctld marks a silent slurmd DOWN (its jobs: NODE_FAIL,
 # or requeued with --requeue). Small, so failure tests do not wait long.
 SLURMD_TIMEOUT=${GS_CLUSTER_SLURMD_TIMEOUT:-10}
+# A requeued batch job may start again only after the step credential
+# lifetime (cred_expire, Slurm's default 120 s); shorter here for tests.
+CRED_EXPIRE=${GS_CLUSTER_CRED_EXPIRE:-30}
+# Fake GPUs per node (0: no GRES at all): Name=gpu Type=h200, each a
+# character device made with mknod (slurmd waits ~20 s for a missing File,
+# then exits). slurmrestd parses gpus_per_node/gres against its own
+# GresTypes, so it must be set for REST submits with GPUs too.
+GPUS=${GS_CLUSTER_GPUS:-0}
 HOSTS_TAG="# gs-cluster"         # marks our /etc/hosts lines
 export SLURM_CONF=$CONF
 
@@ -107,7 +115,7 @@ hosts_remove() {
 write_conf() {
   mkdir -p "$CONF_DIR" "$SPOOL/ctld" "$LOGS" "$RUN"
   local n
-  for n in $NODES; do mkdir -p "$SPOOL/$n"; done
+  for n in $NODES; do mkdir -p "$SPOOL/$n/tmp"; done
   # The HS256 key slurmctld signs and checks JWTs with; kept across
   # restarts so that tokens already handed out stay good.
   if [ ! -s "$JWT_KEY" ]; then
@@ -116,10 +124,13 @@ write_conf() {
   chown root:root "$JWT_KEY"; chmod 0600 "$JWT_KEY"
   # The nodes share this machine's CPUs; each claims all of them (slurmd
   # refuses a node that claims more than it sees) and a little memory.
-  local cpus
+  local cpus gres=""
   cpus=$(nproc)
+  write_gres
+  [ "$GPUS" -gt 0 ] && gres=" Gres=gpu:h200:$GPUS"
   {
     gs_slurm_plugin_conf
+    [ "$GPUS" -gt 0 ] && echo "GresTypes=gpu"
     cat <<CONF
 ClusterName=$CLUSTER
 SlurmctldHost=$(hostname -s)($NET.1)
@@ -134,15 +145,30 @@ StateSaveLocation=$SPOOL/ctld
 SlurmctldLogFile=$LOGS/slurmctld.log
 SlurmdLogFile=$LOGS/slurmd-%n.log
 SlurmdTimeout=$SLURMD_TIMEOUT
+AuthInfo=cred_expire=$CRED_EXPIRE
+# The nodes share /tmp; mpi/pmix makes TmpFS/spmix_appdir_<uid>_<step>
+# on every node, so a shared TmpFS fails the step's second node (EEXIST).
+TmpFS=$SPOOL/%n/tmp
 MpiDefault=none
-NodeName=gsn[1-3] NodeAddr=$NET.1[1-3] CPUs=$cpus RealMemory=1024 State=UNKNOWN
+NodeName=gsn[1-3] NodeAddr=$NET.1[1-3] CPUs=$cpus RealMemory=1024 State=UNKNOWN$gres
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=pair Nodes=gsn[1-2] MaxTime=INFINITE State=UP
 CONF
   } > "$CONF"
-  # No GRES in the base setup; an empty gres.conf beside slurm.conf so that
-  # nothing from elsewhere is read.
+}
+
+# gres.conf beside slurm.conf: empty without fake GPUs.
+write_gres() {
+  local n i
   : > "$CONF_DIR/gres.conf"
+  [ "$GPUS" -gt 0 ] || return 0
+  mkdir -p "$RUN/dev"
+  for n in $NODES; do
+    for i in $(seq 0 $((GPUS - 1))); do
+      [ -c "$RUN/dev/$n-gpu$i" ] || mknod "$RUN/dev/$n-gpu$i" c 1 3
+      echo "NodeName=$n Name=gpu Type=h200 File=$RUN/dev/$n-gpu$i" >> "$CONF_DIR/gres.conf"
+    done
+  done
 }
 
 # ---------------------------------------------------------------- daemons
@@ -220,9 +246,9 @@ cmd_start() {
   # it, so that stop leaves a munged that was there before.
   if pgrep -x munged >/dev/null; then rm -f "$RUN/munge-ours"; else touch "$RUN/munge-ours"; fi
   gs_slurm_start_munge
-  write_conf
   # A fresh controller state: no jobs or node states from a previous run.
-  rm -rf "${SPOOL:?}/ctld/"* "$SPOOL"/gsn*/*
+  rm -rf "${SPOOL:?}"
+  write_conf
   net_up
   hosts_add
   start_ctld
@@ -241,6 +267,7 @@ cmd_stop() {
   stop_pidfile "$RUN/slurmctld.pid"
   net_down
   hosts_remove
+  rm -rf "$RUN/dev"
   # munged only if this script started it and no other Slurm needs it.
   if [ -f "$RUN/munge-ours" ] && ! pgrep -x slurmctld >/dev/null && ! pgrep -x slurmd >/dev/null; then
     stop_pidfile /run/munge/munged.pid

@@ -96,7 +96,8 @@ static char *batch_script(const gs_job_request *req) {
   return done;
 }
 
-/* The job's environment as v0.0.38 takes it: an object. */
+/* The job's environment as v0.0.38 takes it: an object. (Its "nodes" is
+ * [min, max]; its gpus_per_node a string.) */
 static json_t *environment(const gs_job_request *req) {
   json_t *env = json_object();
   if (!env || json_object_set_new(env, "PATH", json_string(DEFAULT_PATH)) < 0) {
@@ -122,9 +123,9 @@ json_t *gs_slurm_batch_submission(const gs_job_request *req, const gs_slurm_batc
   json_t *env = environment(req);
   int per_node = req->ntasks_per_node > 0 ? req->ntasks_per_node : 1;
   json_t *job = script && env ? json_pack(
-      "{s:s, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:o, s:b}",
+      "{s:s, s:[i,i], s:i, s:i, s:s, s:s, s:s, s:s, s:o, s:b}",
       "name", req->name && req->name[0] ? req->name : req->argv[0],
-      "nodes", req->nodes, "tasks_per_node", per_node, "tasks", req->nodes * per_node,
+      "nodes", req->nodes, req->nodes, "tasks_per_node", per_node, "tasks", req->nodes * per_node,
       "current_working_directory", req->chdir && req->chdir[0] ? req->chdir : place->workdir,
       "standard_output", place->stdout_path, "standard_error", place->stderr_path,
       "account", place->account, "environment", env, "requeue", req->requeue) : NULL;

@@ -171,7 +171,7 @@ def test_a_job_on_two_nodes_runs_in_slurm_as_the_tenants_user(tmp_path, slurm):
         (asked_as, body), = slurm.submitted
         assert asked_as == user  # the tenant's Unix user, in a token signed with the key
         props = body["job"]
-        assert (props["nodes"], props["tasks_per_node"], props["tasks"]) == (2, 2, 4)
+        assert (props["nodes"], props["tasks_per_node"], props["tasks"]) == ([2, 2], 2, 4)
         assert props["gpus_per_node"] == "1" and props["partition"] == "gpu"
         assert props["account"] == "physics" and props["requeue"] is True
         assert props["time_limit"] == 90
