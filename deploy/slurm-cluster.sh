@@ -14,6 +14,8 @@
 # 6917 rather than 6817. Clients need SLURM_CONF=/etc/gs-cluster/slurm.conf
 # (`status` prints it). Note the one-node scripts `pkill -x slurmctld`, which
 # also stops this cluster's controller: run one or the other.
+# Settings from the environment at start: GS_CLUSTER_GPUS (fake GPUs per
+# node, default 0), GS_CLUSTER_SLURMD_TIMEOUT (10), GS_CLUSTER_CRED_EXPIRE (30).
 set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -33,7 +35,8 @@ CTLD_PORT=6917                   # 6817 stays free for the one-node Slurm
 REST_USER=gsrest
 REST_ADDR=127.0.0.1:6820
 # Seconds before slurmctld marks a silent slurmd DOWN (its jobs: NODE_FAIL,
-# or requeued with --requeue). Small, so failure tests do not wait long.
+# or requeued). Measured here: a killed node is "not responding" after
+# ~13 s and DOWN after ~25-29 s, the same with 5 or 10.
 SLURMD_TIMEOUT=${GS_CLUSTER_SLURMD_TIMEOUT:-10}
 # A requeued batch job may start again only after the step credential
 # lifetime (cred_expire, Slurm's default 120 s); shorter here for tests.
@@ -208,26 +211,33 @@ rest_up() {
   curl -s -o /dev/null "http://$REST_ADDR/openapi/v3"
 }
 
-# Kill the process in a pid file, and wait until it is gone.
-stop_pidfile() {
-  local f=$1 pid
-  if alive "$f"; then
-    pid=$(cat "$f")
-    kill "$pid" 2>/dev/null || true
-    wait_for 100 sh -c "! kill -0 $pid 2>/dev/null" || { kill -9 "$pid" 2>/dev/null || true; sleep 0.2; }
-  fi
-  rm -f "$f"
+# Kill the processes in these pid files at once (a daemon takes a second
+# or more to shut down), and wait until they are gone; -9 after 10 s.
+stop_pidfiles() {
+  local f pids=""
+  for f in "$@"; do
+    alive "$f" && pids="$pids $(cat "$f")"
+    rm -f "$f"
+  done
+  [ -n "$pids" ] || return 0
+  kill $pids 2>/dev/null || true
+  wait_for 100 gone $pids || { kill -9 $pids 2>/dev/null || true; wait_for 20 gone $pids || true; }
+}
+gone() {
+  local p
+  for p in "$@"; do ! kill -0 "$p" 2>/dev/null || return 1; done
 }
 
-# Everything still in a node's netns: slurmd, slurmstepd, job tasks.
-stop_node() {
-  local n=$1 pids
-  stop_pidfile "$RUN/slurmd-$n.pid"
-  ip netns list | grep -qw "^$n" || return 0
-  pids=$(ip netns pids "$n" || true)
-  [ -z "$pids" ] && return 0
-  kill $pids 2>/dev/null || true
-  wait_for 50 sh -c "[ -z \"\$(ip netns pids $n)\" ]" || { kill -9 $(ip netns pids "$n") 2>/dev/null || true; sleep 0.2; }
+# Whatever is left in the nodes' netns (slurmstepd, job tasks: the cluster
+# is going away, so no grace period).
+stop_node_leftovers() {
+  local n pids=""
+  for n in $NODES; do
+    if ip netns list | grep -qw "^$n"; then pids="$pids $(ip netns pids "$n")"; fi
+  done
+  [ -n "${pids// /}" ] || return 0
+  kill -9 $pids 2>/dev/null || true
+  wait_for 20 gone $pids || true
 }
 
 # ---------------------------------------------------------------- commands
@@ -261,16 +271,15 @@ cmd_start() {
 }
 
 cmd_stop() {
-  stop_pidfile "$RUN/slurmrestd.pid"
   local n
-  for n in $NODES; do stop_node "$n"; done
-  stop_pidfile "$RUN/slurmctld.pid"
+  stop_pidfiles "$RUN/slurmrestd.pid" "$RUN/slurmctld.pid" $(for n in $NODES; do echo "$RUN/slurmd-$n.pid"; done)
+  stop_node_leftovers
   net_down
   hosts_remove
   rm -rf "$RUN/dev"
   # munged only if this script started it and no other Slurm needs it.
   if [ -f "$RUN/munge-ours" ] && ! pgrep -x slurmctld >/dev/null && ! pgrep -x slurmd >/dev/null; then
-    stop_pidfile /run/munge/munged.pid
+    stop_pidfiles /run/munge/munged.pid
   fi
   rm -f "$RUN/munge-ours"
   echo "slurm-cluster: stopped"
@@ -286,7 +295,7 @@ cmd_status() {
   for n in $NODES; do
     ip netns list | grep -qw "^$n" && echo "$n: netns, $(node_ip "$n"), hostname $(in_node "$n" hostname 2>/dev/null || echo ?)"
   done
-  if alive "$RUN/slurmctld.pid"; then sinfo -N -o '%N %P %t %c %m' || true; fi
+  if alive "$RUN/slurmctld.pid"; then sinfo -N -o '%N %P %t %c %m %G' || true; fi
 }
 
 # Run a command inside a node (network + hostname), e.g. `exec gsn1 hostname`.

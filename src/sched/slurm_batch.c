@@ -96,8 +96,9 @@ static char *batch_script(const gs_job_request *req) {
   return done;
 }
 
-/* The job's environment as v0.0.38 takes it: an object. (Its "nodes" is
- * [min, max]; its gpus_per_node a string.) */
+/* The job's environment as v0.0.38 takes it: an object. (Its "nodes" is a
+ * count: the [min, max] array its OpenAPI spec gives is taken and ignored
+ * by Slurm 22.05.) */
 static json_t *environment(const gs_job_request *req) {
   json_t *env = json_object();
   if (!env || json_object_set_new(env, "PATH", json_string(DEFAULT_PATH)) < 0) {
@@ -123,15 +124,20 @@ json_t *gs_slurm_batch_submission(const gs_job_request *req, const gs_slurm_batc
   json_t *env = environment(req);
   int per_node = req->ntasks_per_node > 0 ? req->ntasks_per_node : 1;
   json_t *job = script && env ? json_pack(
-      "{s:s, s:[i,i], s:i, s:i, s:s, s:s, s:s, s:s, s:o, s:b}",
+      "{s:s, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:o}",
       "name", req->name && req->name[0] ? req->name : req->argv[0],
-      "nodes", req->nodes, req->nodes, "tasks_per_node", per_node, "tasks", req->nodes * per_node,
+      "nodes", req->nodes, "tasks_per_node", per_node, "tasks", req->nodes * per_node,
       "current_working_directory", req->chdir && req->chdir[0] ? req->chdir : place->workdir,
       "standard_output", place->stdout_path, "standard_error", place->stderr_path,
-      "account", place->account, "environment", env, "requeue", req->requeue) : NULL;
+      "account", place->account, "environment", env) : NULL;
   if (!job)
     json_decref(env); /* s:o took it only on success */
   int rc = job ? 0 : -1;
+  /* Slurm 22.05 makes a job requeueable whenever "requeue" is present,
+   * false or not: it is sent only for true, and otherwise the cluster's
+   * JobRequeue decides. */
+  if (rc == 0 && req->requeue)
+    rc = json_object_set_new(job, "requeue", json_true());
   if (rc == 0 && req->partition && req->partition[0])
     rc = json_object_set_new(job, "partition", json_string(req->partition));
   if (rc == 0 && req->gpus_per_node > 0) {

@@ -3,6 +3,7 @@
 #include "sched/slurm_rest.h"
 
 #include "base/error.h"
+#include "base/log.h"
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
@@ -157,12 +158,24 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg) {
   return add;
 }
 
-/* Slurm's messages in a reply's "errors" list, joined; "" if none. */
-static void slurm_errors(const json_t *body, char *out, size_t cap) {
+/* Slurm's numbers for what a reply's errors mean here. */
+#define SLURM_INVALID_JOB_ID 2017
+#define SLURM_PROTOCOL_AUTH_ERROR 5005 /* "Zero Bytes were transmitted": slurmctld refused */
+
+/* Slurm's messages in a reply's "errors" list, joined ("" if none), and
+ * the first one's number (0 if none). Entries carry it as error_number or
+ * error_code, depending on where in slurmrestd they were made. */
+static int slurm_errors(const json_t *body, char *out, size_t cap) {
   out[0] = '\0';
   size_t used = 0, i;
+  int first = 0;
   json_t *e;
   json_array_foreach(json_object_get(body, "errors"), i, e) {
+    json_t *num = json_object_get(e, "error_number");
+    if (!json_is_integer(num))
+      num = json_object_get(e, "error_code");
+    if (!first && json_is_integer(num))
+      first = (int)json_integer_value(num);
     const char *what = json_string_value(json_object_get(e, "error"));
     const char *detail = json_string_value(json_object_get(e, "description"));
     if (!what && !detail)
@@ -173,6 +186,10 @@ static void slurm_errors(const json_t *body, char *out, size_t cap) {
       break;
     used += (size_t)n;
   }
+  if (first == SLURM_PROTOCOL_AUTH_ERROR && used < cap)
+    snprintf(out + used, cap - used, " (slurmctld refused the token: is --slurm-jwt-key the key "
+                                     "slurm.conf names in AuthAltParameters?)");
+  return first;
 }
 
 /* One request as `user`; *body is the parsed reply (the caller's to
@@ -244,29 +261,28 @@ int gs_slurm_rest_submit(gs_slurm_rest *r, const char *user, json_t *job, int64_
   json_t *body;
   if (call(r, user, "POST", API "/job/submit", job, &status, &body) < 0)
     return gs_error_code();
-  char errors[512];
+  char errors[640];
   slurm_errors(body, errors, sizeof errors);
   json_t *id = json_object_get(body, "job_id");
-  int rc = GS_OK;
-  if (errors[0] || status != 200 || !json_is_integer(id) || json_integer_value(id) <= 0)
-    rc = gs_error(GS_EINVAL, "Slurm refused the job: %s",
-                  errors[0] ? errors : "no job id in slurmrestd's answer");
-  else
-    *job_id = json_integer_value(id);
+  int64_t given = json_is_integer(id) ? json_integer_value(id) : 0;
   json_decref(body);
-  return rc;
+  if (!errors[0] && given > 0) {
+    *job_id = given;
+    return GS_OK;
+  }
+  /* Slurm may queue a job and still object (more nodes than the partition
+   * has: the job would wait for ever, PartitionConfig): that is a refusal
+   * too, and the job it queued is cancelled. */
+  if (given > 0 && gs_slurm_rest_cancel(r, user, given) < 0)
+    GS_LOGW("sched", "Slurm job %lld, refused, could not be cancelled: %s", (long long)given,
+            gs_error_detail());
+  return gs_error(GS_EINVAL, "Slurm refused the job: %s",
+                  errors[0] ? errors : "no job id in slurmrestd's answer");
 }
 
 static double time_of(const json_t *job, const char *key) {
   json_t *v = json_object_get(job, key);
   return json_is_integer(v) && json_integer_value(v) > 0 ? (double)json_integer_value(v) : 0;
-}
-
-/* Unknown to Slurm: purged, or never there (v0.0.38 says it in its errors
- * list, with HTTP 500). */
-static bool unknown_job(const char *errors) {
-  return strstr(errors, "Invalid job id") || strstr(errors, "Job ID") ||
-         strstr(errors, "not found");
 }
 
 int gs_slurm_rest_status(gs_slurm_rest *r, const char *user, int64_t job_id,
@@ -278,13 +294,13 @@ int gs_slurm_rest_status(gs_slurm_rest *r, const char *user, int64_t job_id,
   json_t *body;
   if (call(r, user, "GET", path, NULL, &status, &body) < 0)
     return gs_error_code();
-  char errors[512];
-  slurm_errors(body, errors, sizeof errors);
+  char errors[640];
+  int first = slurm_errors(body, errors, sizeof errors);
   json_t *job = json_array_get(json_object_get(body, "jobs"), 0);
   const char *state = json_string_value(json_object_get(job, "job_state"));
   int rc = GS_OK;
   if (!state)
-    rc = unknown_job(errors) || (status == 200 && !errors[0])
+    rc = first == SLURM_INVALID_JOB_ID || (status == 200 && !errors[0])
              ? gs_error(GS_ENOENT, "Slurm no longer knows job %lld", (long long)job_id)
              : gs_error(GS_EIO, "slurmrestd said nothing of job %lld's state (HTTP %ld%s%s)",
                         (long long)job_id, status, errors[0] ? ": " : "", errors);
@@ -318,12 +334,12 @@ int gs_slurm_rest_cancel(gs_slurm_rest *r, const char *user, int64_t job_id) {
   json_t *body;
   if (call(r, user, "DELETE", path, NULL, &status, &body) < 0)
     return gs_error_code();
-  char errors[512];
-  slurm_errors(body, errors, sizeof errors);
+  char errors[640];
+  int first = slurm_errors(body, errors, sizeof errors);
   json_decref(body);
   if (!errors[0] && status == 200)
     return GS_OK;
-  if (unknown_job(errors))
+  if (first == SLURM_INVALID_JOB_ID)
     return gs_error(GS_ENOENT, "Slurm does not know job %lld", (long long)job_id);
   return gs_error(GS_EIO, "Slurm did not cancel job %lld (HTTP %ld): %s", (long long)job_id,
                   status, errors[0] ? errors : "no reason given");

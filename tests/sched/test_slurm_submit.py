@@ -38,6 +38,7 @@ class FakeSlurm:
         self.jobs = {}        # id -> v0.0.38 job object
         self.cancelled = []
         self.refusal = None   # errors list for the next submit
+        self.queue_refused = False  # ... given with a job queued all the same
         self.next_id = 100
         self.lock = threading.Lock()
 
@@ -77,24 +78,30 @@ def serve_fake(fake):
             self.wfile.write(raw)
 
         def handle_call(self, method):
-            user = fake.user_of(self.headers)
-            if user is None:
+            if "X-SLURM-USER-TOKEN" not in self.headers:
                 return self.reply(401, None)
+            user = fake.user_of(self.headers)
+            if user is None:  # slurmctld refuses it; slurmrestd reports the dropped connection
+                return self.reply(500, {"errors": [{"error_code": 5005, "error": "Zero Bytes "
+                                                    "were transmitted or received"}]})
             m = re.fullmatch(API + r"/job/(\d+)", self.path)
             with fake.lock:
                 if method == "POST" and self.path == API + "/job/submit":
                     body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                    if fake.refusal:
+                    if fake.refusal and not fake.queue_refused:
                         errors, fake.refusal = fake.refusal, None
                         return self.reply(500, {"errors": errors})
                     job_id = fake.next_id
                     fake.next_id += 1
                     fake.submitted.append((user, body))
+                    errors, fake.refusal = fake.refusal or [], None
                     fake.jobs[job_id] = {"job_id": job_id, "job_state": "PENDING",
                                          "state_reason": "Priority", "nodes": "",
                                          "exit_code": 0, "start_time": 0, "end_time": 0,
                                          "restart_cnt": 0}
-                    return self.reply(200, {"job_id": job_id, "step_id": "batch", "errors": []})
+                    # Some objections come with a job queued all the same (200).
+                    return self.reply(200, {"job_id": job_id, "step_id": "BATCH",
+                                            "errors": errors})
                 if m and int(m.group(1)) in fake.jobs:
                     job_id = int(m.group(1))
                     if method == "GET":
@@ -171,7 +178,7 @@ def test_a_job_on_two_nodes_runs_in_slurm_as_the_tenants_user(tmp_path, slurm):
         (asked_as, body), = slurm.submitted
         assert asked_as == user  # the tenant's Unix user, in a token signed with the key
         props = body["job"]
-        assert (props["nodes"], props["tasks_per_node"], props["tasks"]) == ([2, 2], 2, 4)
+        assert (props["nodes"], props["tasks_per_node"], props["tasks"]) == (2, 2, 4)
         assert props["gpus_per_node"] == "1" and props["partition"] == "gpu"
         assert props["account"] == "physics" and props["requeue"] is True
         assert props["time_limit"] == 90
@@ -215,6 +222,8 @@ def test_an_exit_code_node_failure_and_a_requeue_come_back_from_slurm(tmp_path, 
     with slurm_daemon(tmp_path, slurm) as d:
         failed = submit(d, ["false"], nodes=2)
         lost_node = submit(d, ["sleep", "100"], nodes=2, requeue=True)
+        # Slurm 22.05 makes a job requeueable whenever the key is there, even false.
+        assert "requeue" not in slurm.submitted[0][1]["job"]
         slurm.set_state(100, "FAILED", end_time=int(time.time()), exit_code=3 << 8)
         job = wait_for(d, failed, "FAILED")
         assert job["exit_code"] == 3
@@ -251,10 +260,19 @@ def test_cancel_is_scancel_and_a_restart_keeps_following_the_job(tmp_path, slurm
 
 def test_what_slurm_refuses_and_what_cannot_go_to_slurm_gets_a_clear_error(tmp_path, slurm):
     with slurm_daemon(tmp_path, slurm) as d:
-        slurm.refusal = [{"error": "Invalid partition name specified", "error_number": 2015}]
+        slurm.refusal = [{"error": "Invalid partition name specified", "error_code": 2000}]
         p = d.cli("submit", "--nodes", "2", "--partition", "nope", "--", "true", check=False)
         assert p.returncode != 0 and "Invalid partition name specified" in p.stderr
+        # More nodes than the partition has: Slurm queues the job, to wait for ever, and
+        # objects; gpusrv refuses it and cancels what Slurm queued.
+        slurm.refusal = [{"error": "Requested partition configuration not available now",
+                          "error_code": 2015}]
+        slurm.queue_refused = True
+        p = d.cli("submit", "--nodes", "5", "--", "true", check=False)
+        assert p.returncode != 0 and "partition configuration not available" in p.stderr
+        assert slurm.cancelled == [100]
         assert d.request("GET", "/api/v1/jobs?all=1", token=d.admin)[1]["jobs"] == []
+        slurm.submitted.clear()
         for asks, says in [({"nodes": 2, "gpus": 1}, "gpus_per_node"),
                            ({"partition": "gpu"}, "name its nodes"),
                            ({"nodes": 2, "partition": "a b"}, "partition"),
@@ -270,7 +288,7 @@ def test_what_slurm_refuses_and_what_cannot_go_to_slurm_gets_a_clear_error(tmp_p
     wrong.chmod(0o600)
     with daemon(tmp_path, "--slurm-rest-url", slurm.url, "--slurm-jwt-key", str(wrong)) as d:
         p = d.cli("submit", "--nodes", "2", "--", "true", check=False)
-        assert p.returncode != 0 and "refused the token" in p.stderr
+        assert p.returncode != 0 and "slurmctld refused the token" in p.stderr
     # A daemon with no Slurm set up says so.
     with daemon(tmp_path) as d:
         p = d.cli("submit", "--nodes", "2", "--", "true", check=False)
