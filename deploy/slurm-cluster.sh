@@ -46,6 +46,14 @@ CRED_EXPIRE=${GS_CLUSTER_CRED_EXPIRE:-30}
 # then exits). slurmrestd parses gpus_per_node/gres against its own
 # GresTypes, so it must be set for REST submits with GPUs too.
 GPUS=${GS_CLUSTER_GPUS:-0}
+# Or the nodes as `gpusrv slurm node` and `gpusrv slurm gres` write them
+# (with NodeAddr added): a file of GresTypes and NodeName lines, and a
+# gres.conf. Either replaces the lines above.
+NODE_LINES=${GS_CLUSTER_NODE_LINES:-}
+GRES_CONF=${GS_CLUSTER_GRES_CONF:-}
+# slurmd's Prolog and Epilog (PrologFlags=Alloc: at allocation), if set.
+PROLOG=${GS_CLUSTER_PROLOG:-}
+EPILOG=${GS_CLUSTER_EPILOG:-}
 HOSTS_TAG="# gs-cluster"         # marks our /etc/hosts lines
 export SLURM_CONF=$CONF
 
@@ -133,7 +141,9 @@ write_conf() {
   [ "$GPUS" -gt 0 ] && gres=" Gres=gpu:h200:$GPUS"
   {
     gs_slurm_plugin_conf
-    [ "$GPUS" -gt 0 ] && echo "GresTypes=gpu"
+    [ "$GPUS" -gt 0 ] && [ -z "$NODE_LINES" ] && echo "GresTypes=gpu"
+    [ -n "$PROLOG" ] && printf 'Prolog=%s\nPrologFlags=Alloc\n' "$PROLOG"
+    [ -n "$EPILOG" ] && echo "Epilog=$EPILOG"
     cat <<CONF
 ClusterName=$CLUSTER
 SlurmctldHost=$(hostname -s)($NET.1)
@@ -152,8 +162,12 @@ AuthInfo=cred_expire=$CRED_EXPIRE
 # The nodes share /tmp; mpi/pmix makes TmpFS/spmix_appdir_<uid>_<step>
 # on every node, so a shared TmpFS fails the step's second node (EEXIST).
 TmpFS=$SPOOL/%n/tmp
+# A job is requeued (after a node fails) only when it asks: slurmrestd
+# makes a job requeueable when its "requeue" key is there at all.
+JobRequeue=0
 MpiDefault=none
-NodeName=gsn[1-3] NodeAddr=$NET.1[1-3] CPUs=$cpus RealMemory=1024 State=UNKNOWN$gres
+$(if [ -n "$NODE_LINES" ]; then cat "$NODE_LINES"; else
+  echo "NodeName=gsn[1-3] NodeAddr=$NET.1[1-3] CPUs=$cpus RealMemory=1024 State=UNKNOWN$gres"; fi)
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=pair Nodes=gsn[1-2] MaxTime=INFINITE State=UP
 CONF
@@ -163,6 +177,7 @@ CONF
 # gres.conf beside slurm.conf: empty without fake GPUs.
 write_gres() {
   local n i
+  if [ -n "$GRES_CONF" ]; then cp "$GRES_CONF" "$CONF_DIR/gres.conf"; return 0; fi
   : > "$CONF_DIR/gres.conf"
   [ "$GPUS" -gt 0 ] || return 0
   mkdir -p "$RUN/dev"

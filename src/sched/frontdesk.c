@@ -1046,11 +1046,16 @@ static void apply_slurm_status(gs_frontdesk *fd, gs_job *j, const gs_slurm_statu
       snprintf(j->reason, sizeof j->reason, "%s", reason);
     return;
   }
-  if (state == GS_JOB_RUNNING) {
+  /* A pass can miss a whole run (PENDING, then already COMPLETED): the
+   * runs and start come from Slurm's counts, not from what was seen. */
+  bool ended = state != GS_JOB_PENDING && state != GS_JOB_RUNNING;
+  if (state == GS_JOB_RUNNING || (ended && st->start_time > 0)) {
     j->start_time = st->start_time > 0 ? st->start_time : wall_now();
     j->runs = st->restarts + 1;
+  } else if (state == GS_JOB_PENDING) {
+    j->runs = st->restarts;
   }
-  if (state != GS_JOB_PENDING && state != GS_JOB_RUNNING) {
+  if (ended) {
     j->end_time = st->end_time > 0 ? st->end_time : wall_now();
     j->exit_code = st->exit_code;
     j->signal = st->signal;
@@ -1379,8 +1384,12 @@ static void slurm_account_of(const char *accounts, const char *tenant, char *out
  * nodes share, since the first node of each job writes there. */
 static int slurm_log_dir(gs_frontdesk *fd, int64_t serial, const identity *id, char *dir,
                          size_t cap) {
-  snprintf(dir, cap, "%s/slurm/%lld", fd->set.state_dir, (long long)serial);
-  if (gs_mkdir_p(dir) < 0 || chown(dir, id->uid, id->gid) < 0 || chmod(dir, 0700) < 0)
+  char parent[600];
+  snprintf(parent, sizeof parent, "%s/slurm", fd->set.state_dir);
+  snprintf(dir, cap, "%s/%lld", parent, (long long)serial);
+  /* The parent traversable (the daemon's umask is 077), as jobs/ is. */
+  if (gs_mkdir_p(dir) < 0 || chmod(parent, 0711) < 0 || chown(dir, id->uid, id->gid) < 0 ||
+      chmod(dir, 0700) < 0)
     return gs_error(GS_EIO, "cannot prepare %s for the job's logs: %s", dir, strerror(errno));
   return GS_OK;
 }
