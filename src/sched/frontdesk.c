@@ -75,6 +75,7 @@ struct gs_frontdesk {
 
   gs_slurm_jobs *slurm; /* the GPUs Slurm's jobs hold on this node */
   gs_slurm_rest *rest;  /* slurmrestd, for jobs on several nodes; NULL: none */
+  double last_slurm_submit; /* Unix seconds: polled more often just after */
 };
 
 static double wall_now(void) {
@@ -1023,7 +1024,11 @@ static void remove_old_job_dirs(gs_frontdesk *fd, double now, double *done_until
 
 /* ---- jobs handed to Slurm ------------------------------------------------------------------ */
 
+/* How often slurmrestd is asked, and how often in the first seconds after
+ * a submission (when a job usually starts: `gpusrv job` should say so soon). */
 #define SLURM_POLL_S 2.0
+#define SLURM_POLL_FRESH_S 0.25
+#define SLURM_FRESH_S 30.0
 
 /* What Slurm said of job j, into its record: a change of state is written
  * with an event; a pending job's reason is kept in memory, as the queue's. */
@@ -1159,7 +1164,8 @@ static void *scheduler_thread(void *arg) {
     enforce_limits(fd, now);
     if (fd->rest && now >= next_slurm_poll) {
       poll_slurm(fd);
-      next_slurm_poll = wall_now() + SLURM_POLL_S;
+      next_slurm_poll = wall_now() + (now - fd->last_slurm_submit < SLURM_FRESH_S
+                                          ? SLURM_POLL_FRESH_S : SLURM_POLL_S);
     }
     if (now >= next_watch) {
       watch_device_memory(fd, now);
@@ -1193,8 +1199,11 @@ static void *scheduler_thread(void *arg) {
     for (int i = 0; i < fd->n_active; i++)
       if (fd->active[i].pidfd >= 0)
         fds[n++] = (struct pollfd){.fd = fd->active[i].pidfd, .events = POLLIN};
+    int wait_ms = 500;
+    if (fd->rest && next_slurm_poll - now < 0.5)
+      wait_ms = next_slurm_poll > now ? (int)((next_slurm_poll - now) * 1000) + 1 : 0;
     pthread_mutex_unlock(&fd->lock);
-    if (poll(fds, (nfds_t)n, 500) > 0 && (fds[0].revents & POLLIN)) {
+    if (poll(fds, (nfds_t)n, wait_ms) > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;
       if (read(fd->wake_fd, &v, sizeof v) < 0) {
         /* nothing to drain */
@@ -1473,6 +1482,7 @@ static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_j
   if (rc == 0) {
     *id = j->id;
     add_active(fd, j);
+    fd->last_slurm_submit = wall_now();
   }
   pthread_mutex_unlock(&fd->lock);
   if (rc < 0) {
