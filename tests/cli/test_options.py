@@ -32,7 +32,8 @@ SPECIAL = {("infer", "input"): "x=/nonexistent.npy", ("submit", "env"): "A=1",
            ("batch", "precision"): "fp16", ("batch", "preprocess"): "scale=1",
            ("smi", "query"): "index", ("smi", "format"): "csv", ("smi", "id"): "cpu0",
            ("smi", "query-gpu"): "index,name", ("smi", "query-compute-apps"): "pid",
-           ("smi", "json"): None, ("batch", "device"): "cpu0", ("model", "device"): "cpu0"}
+           ("smi", "json"): None, ("batch", "device"): "cpu0", ("model", "device"): "cpu0",
+           ("submit", "gpus-per-node"): "1", ("submit", "ntasks-per-node"): "2"}
 
 
 def gpusrv(*args, timeout=60):
