@@ -256,15 +256,26 @@ static bool logs(gs_frontdesk *fd, const gs_principal *who, int64_t id, const gs
     gs_http_reply_error(r, 400, "offset must be a byte offset (0 or more)");
     return true;
   }
+  /* A log lies where the job's user can write (Slurm's are in a directory
+   * that user owns): only a plain file with one name is read, never a FIFO
+   * (O_NONBLOCK: opening one does not wait) nor a hard link to another. */
+  int f = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (f >= 0 && (fstat(f, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)) {
+    close(f);
+    gs_http_reply_error(r, 403, "the job's log is not a plain file of its own");
+    return true;
+  }
   r->status = 200;
   snprintf(r->content_type, sizeof r->content_type, "text/plain; charset=utf-8");
   r->body = malloc(LOG_CHUNK + 1);
   r->len = 0;
   if (!r->body) {
+    if (f >= 0)
+      close(f);
     gs_http_reply_error(r, 500, "out of memory reading a log");
     return true;
   }
-  int f = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (f >= 0) { /* no file yet: the job has not started; an empty log */
     ssize_t got = pread(f, r->body, LOG_CHUNK, offset);
     r->len = got > 0 ? (size_t)got : 0;

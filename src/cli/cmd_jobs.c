@@ -261,6 +261,20 @@ static int id_and_options(const gs_cli_command *me, int argc, char **argv, long 
   return GS_EXIT_OK;
 }
 
+/* What a job handed to Slurm asked for, and where it runs. */
+static void print_slurm_part(json_t *j) {
+  printf("  Slurm:     job %lld, %lld nodes x %lld tasks, %lld GPUs per node, partition %s%s, "
+         "time limit %lld s\n",
+         (long long)json_integer_value(json_object_get(j, "slurm_job_id")),
+         (long long)json_integer_value(json_object_get(j, "nodes")),
+         (long long)json_integer_value(json_object_get(j, "ntasks_per_node")),
+         (long long)json_integer_value(json_object_get(j, "gpus_per_node")),
+         str(j, "partition")[0] ? str(j, "partition") : "(Slurm's default)",
+         json_is_true(json_object_get(j, "mpi")) ? ", MPI (PMIx)" : "",
+         (long long)json_integer_value(json_object_get(j, "time_limit")));
+  printf("  Nodes:     %s\n", str(j, "node_list")[0] ? str(j, "node_list") : "-");
+}
+
 static int job_run(int argc, char **argv) {
   daemon_only opts = {0};
   long long id;
@@ -285,7 +299,10 @@ static int job_run(int argc, char **argv) {
   printf("  State:     %s%s%s\n", str(j, "state"), str(j, "reason")[0] ? " - " : "",
          str(j, "reason"));
   printf("  Command:   %s\n", cmd ? cmd : "");
-  printf("  Asked for: %lld gpus, gpu_mem %lld, gpu_share %lld%%, %g cpus, mem %lld, time limit "
+  if (json_is_integer(json_object_get(j, "slurm_job_id")))
+    print_slurm_part(j);
+  else
+    printf("  Asked for: %lld gpus, gpu_mem %lld, gpu_share %lld%%, %g cpus, mem %lld, time limit "
          "%lld s, priority %lld\n",
          (long long)json_integer_value(json_object_get(j, "gpus")),
          (long long)json_integer_value(json_object_get(j, "gpu_mem")),
@@ -294,7 +311,8 @@ static int job_run(int argc, char **argv) {
          (long long)json_integer_value(json_object_get(j, "mem")),
          (long long)json_integer_value(json_object_get(j, "time_limit")),
          (long long)json_integer_value(json_object_get(j, "priority")));
-  printf("  Devices:   %s\n", str(j, "devices")[0] ? str(j, "devices") : "-");
+  if (!json_is_integer(json_object_get(j, "slurm_job_id")))
+    printf("  Devices:   %s\n", str(j, "devices")[0] ? str(j, "devices") : "-");
   printf("  Time:      %s\n", took);
   json_t *ec = json_object_get(j, "exit_code");
   if (json_is_integer(ec))

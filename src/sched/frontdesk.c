@@ -74,8 +74,14 @@ struct gs_frontdesk {
   gs_sched_free total;
 
   gs_slurm_jobs *slurm; /* the GPUs Slurm's jobs hold on this node */
-  gs_slurm_rest *rest;  /* slurmrestd, for jobs on several nodes; NULL: none */
-  double last_slurm_submit; /* Unix seconds: polled more often just after */
+  /* Jobs on several nodes: slurmrestd (NULL: none set up), and the thread
+   * that follows their states there (slurm_follower), woken through
+   * slurm_cond (under `lock`) after a submission or a cancel. */
+  gs_slurm_rest *rest;
+  pthread_t slurm_thread;
+  bool slurm_thread_started;
+  pthread_cond_t slurm_cond;
+  double last_slurm_submit; /* Unix seconds: followed more closely just after */
 };
 
 static double wall_now(void) {
@@ -1025,16 +1031,45 @@ static void remove_old_job_dirs(gs_frontdesk *fd, double now, double *done_until
 /* ---- jobs handed to Slurm ------------------------------------------------------------------ */
 
 /* How often slurmrestd is asked, and how often in the first seconds after
- * a submission (when a job usually starts: `gpusrv job` should say so soon). */
+ * a submission or a cancel (when a job usually starts or ends: `gpusrv
+ * job` should say so soon). */
 #define SLURM_POLL_S 2.0
 #define SLURM_POLL_FRESH_S 0.25
 #define SLURM_FRESH_S 30.0
+/* Answers in a row that Slurm does not know a job before it is LOST (one
+ * can be a controller that has just restarted). */
+#define SLURM_UNKNOWN_LIMIT 3
+
+/* The runs, start and end of job j from what Slurm says (a pass can miss a
+ * whole run: PENDING, then already COMPLETED). A job that never got nodes
+ * (cancelled while pending) never started, whatever Slurm's start time. */
+static void take_slurm_times(gs_job *j, gs_job_state state, const gs_slurm_status *st) {
+  bool ended = state != GS_JOB_PENDING && state != GS_JOB_RUNNING;
+  bool ran = st->nodes[0] && st->start_time > 0;
+  if (state == GS_JOB_RUNNING || (ended && ran)) {
+    j->start_time = st->start_time > 0 ? st->start_time : wall_now();
+    j->runs = st->restarts + 1;
+  } else if (state == GS_JOB_PENDING) {
+    j->runs = st->restarts;
+  }
+  if (ended) {
+    j->end_time = st->end_time > 0 ? st->end_time : wall_now();
+    j->exit_code = ran ? st->exit_code : -1;
+    j->signal = ran ? st->signal : 0;
+  }
+}
 
 /* What Slurm said of job j, into its record: a change of state is written
  * with an event; a pending job's reason is kept in memory, as the queue's. */
 static void apply_slurm_status(gs_frontdesk *fd, gs_job *j, const gs_slurm_status *st) {
-  gs_job_state state = gs_slurm_batch_state(st->state);
+  int mapped = gs_slurm_batch_state(st->state);
   json_object_set_new(j->slurm, "node_list", json_string(st->nodes));
+  json_object_del(j->slurm, "unknown");
+  if (mapped < 0) { /* a state newer than our table: no change, but say it */
+    snprintf(j->reason, sizeof j->reason, "Slurm says %s", st->state);
+    return;
+  }
+  gs_job_state state = (gs_job_state)mapped;
   int requeues = (int)json_integer_value(json_object_get(j->slurm, "requeues"));
   bool requeued = st->restarts > requeues;
   if (requeued)
@@ -1043,41 +1078,42 @@ static void apply_slurm_status(gs_frontdesk *fd, gs_job *j, const gs_slurm_statu
    * here), and its reason. */
   bool same_name = strcmp(gs_job_state_name(state), st->state) == 0;
   char reason[256];
+  /* Waiting again after a requeue says so for as long as it waits. */
   snprintf(reason, sizeof reason, "%s%s%s%s", same_name ? "" : st->state,
            !same_name && st->reason[0] ? ": " : "", st->reason,
-           requeued ? " (requeued by Slurm)" : "");
+           state == GS_JOB_PENDING && st->restarts > 0 ? " (requeued by Slurm)" : "");
   if (state == j->state && !requeued) {
-    if (state == GS_JOB_PENDING)
-      snprintf(j->reason, sizeof j->reason, "%s", reason);
+    if (state == GS_JOB_PENDING || strcmp(j->reason, reason) != 0)
+      snprintf(j->reason, sizeof j->reason, "%s", reason); /* SUSPENDED, COMPLETING: said */
     return;
   }
-  /* A pass can miss a whole run (PENDING, then already COMPLETED): the
-   * runs and start come from Slurm's counts, not from what was seen. */
-  bool ended = state != GS_JOB_PENDING && state != GS_JOB_RUNNING;
-  if (state == GS_JOB_RUNNING || (ended && st->start_time > 0)) {
-    j->start_time = st->start_time > 0 ? st->start_time : wall_now();
-    j->runs = st->restarts + 1;
-  } else if (state == GS_JOB_PENDING) {
-    j->runs = st->restarts;
-  }
-  if (ended) {
-    j->end_time = st->end_time > 0 ? st->end_time : wall_now();
-    j->exit_code = st->exit_code;
-    j->signal = st->signal;
-  }
+  take_slurm_times(j, state, st);
   set_state(fd, j, state, reason);
 }
 
-/* Asks slurmrestd the state of every unfinished job handed to Slurm,
- * without the lock (each call can take seconds); called and returning with
- * it held. A job Slurm no longer knows is LOST; one it cannot be asked
- * about keeps its state until the next pass. */
+/* Slurm does not know job j (purged after MinJobAge, or a controller that
+ * lost its state): LOST after SLURM_UNKNOWN_LIMIT such answers in a row. */
+static void slurm_job_unknown(gs_frontdesk *fd, gs_job *j) {
+  json_int_t times = json_integer_value(json_object_get(j->slurm, "unknown")) + 1;
+  json_object_set_new(j->slurm, "unknown", json_integer(times));
+  if (times < SLURM_UNKNOWN_LIMIT)
+    return;
+  j->end_time = wall_now();
+  set_state(fd, j, GS_JOB_LOST, "Slurm no longer knows the job");
+}
+
+/* One pass: asks slurmrestd the state of every unfinished job handed to
+ * Slurm, without the lock (each call can take seconds); called and
+ * returning with it held. A pass stops at the first answer that is not
+ * about the job (slurmrestd down: the others would wait as long); the
+ * jobs not asked keep their states. */
 static void poll_slurm(gs_frontdesk *fd) {
   typedef struct asked {
     int64_t id, slurm_id;
     char user[64];
     gs_slurm_status st;
     int rc;
+    bool asked;
   } asked;
   int n = 0;
   for (int i = 0; i < fd->n_active; i++)
@@ -1098,32 +1134,63 @@ static void poll_slurm(gs_frontdesk *fd) {
   }
   pthread_mutex_unlock(&fd->lock);
   for (int k = 0; k < n; k++) {
-    q[k].rc = q[k].slurm_id > 0 ? gs_slurm_rest_status(fd->rest, q[k].user, q[k].slurm_id, &q[k].st)
+    q[k].asked = true;
+    q[k].rc = q[k].slurm_id > 0 ? gs_slurm_rest_status(fd->rest, q[k].user, q[k].slurm_id,
+                                                       &q[k].st)
                                 : gs_error(GS_ENOENT, "its Slurm job id was lost");
-    if (q[k].rc < 0 && q[k].rc != GS_ENOENT)
+    if (q[k].rc < 0 && q[k].rc != GS_ENOENT) {
       GS_LOGW("sched", "job %lld (Slurm's %lld): %s", (long long)q[k].id,
               (long long)q[k].slurm_id, gs_error_detail());
-  }
-  pthread_mutex_lock(&fd->lock);
-  for (int k = 0; k < n; k++) {
-    active_job *a = find_active(fd, q[k].id);
-    if (!a || !in_queue(a->job))
-      continue;
-    if (q[k].rc == 0) {
-      apply_slurm_status(fd, a->job, &q[k].st);
-    } else if (q[k].rc == GS_ENOENT) {
-      a->job->end_time = wall_now();
-      set_state(fd, a->job, GS_JOB_LOST, "Slurm no longer knows the job");
+      break;
     }
   }
+  pthread_mutex_lock(&fd->lock);
+  for (int k = 0; k < n && q[k].asked; k++) {
+    active_job *a = find_active(fd, q[k].id); /* the array may have moved meanwhile */
+    if (!a || !in_queue(a->job))
+      continue;
+    if (q[k].rc == 0)
+      apply_slurm_status(fd, a->job, &q[k].st);
+    else if (q[k].rc == GS_ENOENT)
+      slurm_job_unknown(fd, a->job);
+  }
   free(q);
+}
+
+/* The thread that follows jobs handed to Slurm, closely in the seconds after
+ * a submission or a cancel. Apart from the scheduler's, so that a slow or
+ * absent slurmrestd never delays local jobs, limits or shutdown. */
+static void *slurm_follower(void *arg) {
+  gs_frontdesk *fd = arg;
+  pthread_mutex_lock(&fd->lock);
+  while (!fd->stop) {
+    poll_slurm(fd);
+    if (fd->stop)
+      break;
+    double wait = wall_now() - fd->last_slurm_submit < SLURM_FRESH_S ? SLURM_POLL_FRESH_S
+                                                                    : SLURM_POLL_S;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long long ns = until.tv_nsec + (long long)(wait * 1e9);
+    until.tv_sec += (time_t)(ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&fd->slurm_cond, &fd->lock, &until);
+  }
+  pthread_mutex_unlock(&fd->lock);
+  return NULL;
+}
+
+/* The follower, told to look soon (fd->lock held). */
+static void follow_slurm_closely(gs_frontdesk *fd) {
+  fd->last_slurm_submit = wall_now();
+  pthread_cond_signal(&fd->slurm_cond);
 }
 
 static void *scheduler_thread(void *arg) {
   gs_frontdesk *fd = arg;
   struct pollfd *fds = NULL;
   int cap = 0;
-  double next_watch = 0, next_cleanup = 0, cleaned_until = 0, next_slurm_poll = 0;
+  double next_watch = 0, next_cleanup = 0, cleaned_until = 0;
   pthread_mutex_lock(&fd->lock);
   while (!fd->stop) {
     double now = wall_now();
@@ -1162,11 +1229,6 @@ static void *scheduler_thread(void *arg) {
       i++;
     }
     enforce_limits(fd, now);
-    if (fd->rest && now >= next_slurm_poll) {
-      poll_slurm(fd);
-      next_slurm_poll = wall_now() + (now - fd->last_slurm_submit < SLURM_FRESH_S
-                                          ? SLURM_POLL_FRESH_S : SLURM_POLL_S);
-    }
     if (now >= next_watch) {
       watch_device_memory(fd, now);
       next_watch = now + 0.5;
@@ -1199,11 +1261,8 @@ static void *scheduler_thread(void *arg) {
     for (int i = 0; i < fd->n_active; i++)
       if (fd->active[i].pidfd >= 0)
         fds[n++] = (struct pollfd){.fd = fd->active[i].pidfd, .events = POLLIN};
-    int wait_ms = 500;
-    if (fd->rest && next_slurm_poll - now < 0.5)
-      wait_ms = next_slurm_poll > now ? (int)((next_slurm_poll - now) * 1000) + 1 : 0;
     pthread_mutex_unlock(&fd->lock);
-    if (poll(fds, (nfds_t)n, wait_ms) > 0 && (fds[0].revents & POLLIN)) {
+    if (poll(fds, (nfds_t)n, 500) > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;
       if (read(fd->wake_fd, &v, sizeof v) < 0) {
         /* nothing to drain */
@@ -1376,16 +1435,23 @@ static int check_container(gs_frontdesk *fd, const gs_principal *who, const gs_j
 
 /* The Slurm account a tenant's jobs are charged to: its entry in
  * slurm_accounts ("tenant=account,..."), else its own name. */
-static void slurm_account_of(const char *accounts, const char *tenant, char *out, size_t cap) {
-  snprintf(out, cap, "%s", tenant);
-  size_t tn = strlen(tenant);
+static int slurm_account_of(const char *accounts, const char *tenant, char *out, size_t cap) {
+  const char *name = tenant;
+  size_t name_len = strlen(tenant), tn = strlen(tenant);
   for (const char *p = accounts; p && *p;) {
     const char *end = strchr(p, ',');
     size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len > tn + 1 && strncmp(p, tenant, tn) == 0 && p[tn] == '=')
-      snprintf(out, cap, "%.*s", (int)(len - tn - 1), p + tn + 1);
+    if (len > tn + 1 && strncmp(p, tenant, tn) == 0 && p[tn] == '=') {
+      name = p + tn + 1;
+      name_len = len - tn - 1;
+    }
     p = end ? end + 1 : p + len;
   }
+  if (name_len >= cap)
+    return gs_error(GS_EINVAL, "tenant '%s''s Slurm account is %zu bytes; at most %zu", tenant,
+                    name_len, cap - 1);
+  snprintf(out, cap, "%.*s", (int)name_len, name);
+  return GS_OK;
 }
 
 /* The directory a tenant's Slurm jobs write their logs into: STATE/slurm/
@@ -1429,16 +1495,21 @@ static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_j
   if (rc == 0 && req->priority > t->max_priority)
     rc = gs_error(GS_EPERM, "tenant '%s' may submit at priority %d at most, not %d", t->name,
                   t->max_priority, req->priority);
+  /* Root in a job Slurm runs is root on every node it gets. */
+  if (rc == 0 && ident.uid == 0)
+    rc = gs_error(GS_EPERM, "tenant '%s' maps to root, and jobs on several nodes never run as "
+                            "root", t->name);
   int64_t serial = rc == 0 ? t->serial : 0;
   pthread_mutex_unlock(&fd->lock);
   char dir[600], out_path[700], err_path[700], account[64];
+  if (rc == 0)
+    rc = slurm_account_of(fd->set.slurm_accounts, who->tenant, account, sizeof account);
   if (rc == 0)
     rc = slurm_log_dir(fd, serial, &ident, dir, sizeof dir);
   if (rc < 0)
     return rc;
   snprintf(out_path, sizeof out_path, "%s/slurm-%%j.out", dir);
   snprintf(err_path, sizeof err_path, "%s/slurm-%%j.err", dir);
-  slurm_account_of(fd->set.slurm_accounts, who->tenant, account, sizeof account);
   gs_slurm_batch_place place = {.user = ident.user, .account = account, .stdout_path = out_path,
                                 .stderr_path = err_path, .workdir = dir};
   json_t *sub = gs_slurm_batch_submission(req, &place);
@@ -1475,6 +1546,12 @@ static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_j
   if (!j || !j->argv || !j->env || !j->slurm)
     rc = gs_error(GS_ENOMEM, "out of memory for a Slurm job");
   pthread_mutex_lock(&fd->lock);
+  /* The lock was let go for Slurm's answer: the tenant may be gone. */
+  t = find_tenant(fd, who->tenant);
+  if (rc == 0 && (!t || t->serial != serial))
+    rc = gs_error(GS_EPERM, "tenant '%s' was removed meanwhile", who->tenant);
+  if (rc == 0 && fd->n_active >= MAX_ACTIVE)
+    rc = gs_error(GS_EBUSY, "the queue is full (%d unfinished jobs)", MAX_ACTIVE);
   if (rc == 0)
     rc = reserve_active(fd);
   if (rc == 0)
@@ -1482,7 +1559,7 @@ static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_j
   if (rc == 0) {
     *id = j->id;
     add_active(fd, j);
-    fd->last_slurm_submit = wall_now();
+    follow_slurm_closely(fd);
   }
   pthread_mutex_unlock(&fd->lock);
   if (rc < 0) {
@@ -1621,10 +1698,16 @@ static int cancel_in_slurm(gs_frontdesk *fd, int64_t id) {
   snprintf(user, sizeof user, "%s",
            a ? json_string_value(json_object_get(a->job->slurm, "user")) ?: "" : "");
   pthread_mutex_unlock(&fd->lock);
+  if (!fd->rest)
+    return gs_error(GS_EINVAL, "job %lld is Slurm's job %lld, and this daemon is not set up to "
+                               "reach Slurm (--slurm-rest-url): scancel it there",
+                    (long long)id, (long long)slurm_id);
   if (slurm_id <= 0)
     return gs_error(GS_ESTATE, "job %lld has already ended", (long long)id);
   int rc = gs_slurm_rest_cancel(fd->rest, user, slurm_id);
-  wake(fd);
+  pthread_mutex_lock(&fd->lock);
+  follow_slurm_closely(fd);
+  pthread_mutex_unlock(&fd->lock);
   return rc;
 }
 
@@ -2061,6 +2144,22 @@ static int find_shim(char *out, size_t cap) {
 
 gs_slurm_jobs *gs_frontdesk_slurm(gs_frontdesk *fd) { return fd->slurm; }
 
+/* Jobs handed to Slurm by an earlier run that this one cannot follow (no
+ * --slurm-rest-url now): they stay as they were, saying why. */
+static void warn_unfollowed_slurm_jobs(gs_frontdesk *fd) {
+  if (fd->rest)
+    return;
+  for (int i = 0; i < fd->n_active; i++) {
+    gs_job *j = fd->active[i].job;
+    if (!j->slurm || !in_queue(j))
+      continue;
+    snprintf(j->reason, sizeof j->reason, "not followed: this daemon has no --slurm-rest-url");
+    GS_LOGW("sched", "job %lld is Slurm's job %lld, which this daemon cannot follow without "
+            "--slurm-rest-url", (long long)j->id,
+            (long long)json_integer_value(json_object_get(j->slurm, "job_id")));
+  }
+}
+
 int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out) {
   gs_frontdesk *fd = calloc(1, sizeof *fd);
   if (!fd)
@@ -2068,6 +2167,7 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
   fd->set = *settings;
   fd->wake_fd = -1;
   pthread_mutex_init(&fd->lock, NULL);
+  pthread_cond_init(&fd->slurm_cond, NULL);
   pthread_rwlock_init(&fd->tenants_lock, NULL);
   char path[600];
   int rc = GS_OK;
@@ -2100,6 +2200,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     rc = gs_slurm_jobs_open(fd->set.ledger, settings->state_dir, NULL, &fd->slurm);
   if (rc == 0 && settings->slurm_rest_url[0])
     rc = gs_slurm_rest_open(settings->slurm_rest_url, settings->slurm_jwt_key, &fd->rest);
+  if (rc == 0)
+    warn_unfollowed_slurm_jobs(fd);
   if (rc == 0 && (fd->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
     rc = gs_error(GS_EIO, "eventfd: %s", strerror(errno));
   if (rc == 0) {
@@ -2107,6 +2209,12 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
       rc = gs_error(GS_EIO, "cannot start the scheduler thread");
     else
       fd->thread_started = true;
+  }
+  if (rc == 0 && fd->rest) {
+    if (pthread_create(&fd->slurm_thread, NULL, slurm_follower, fd) != 0)
+      rc = gs_error(GS_EIO, "cannot start the thread that follows Slurm's jobs");
+    else
+      fd->slurm_thread_started = true;
   }
   if (rc == 0)
     gs_ledger_on_release(fd->set.ledger, booking_released, fd);
@@ -2129,6 +2237,13 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
     wake(fd);
     pthread_join(fd->thread, NULL);
   }
+  if (fd->slurm_thread_started) {
+    pthread_mutex_lock(&fd->lock);
+    fd->stop = true;
+    pthread_cond_signal(&fd->slurm_cond);
+    pthread_mutex_unlock(&fd->lock);
+    pthread_join(fd->slurm_thread, NULL);
+  }
   /* Running jobs go on; the next start adopts them. Their bookings end
    * with this ledger. */
   for (int i = 0; i < fd->n_active; i++) {
@@ -2147,6 +2262,7 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
   gs_store_close(fd->store);
   gs_store_close(fd->auth_store);
   pthread_rwlock_destroy(&fd->tenants_lock);
+  pthread_cond_destroy(&fd->slurm_cond);
   pthread_mutex_destroy(&fd->lock);
   free(fd);
 }

@@ -20,7 +20,7 @@ int gs_slurm_batch_check(const gs_job_request *req) {
     return gs_error(GS_EINVAL, "gpus_per_node is 0 to %d, not %d", MAX_PER_NODE,
                     req->gpus_per_node);
   if (req->ntasks_per_node < 0 || req->ntasks_per_node > MAX_PER_NODE)
-    return gs_error(GS_EINVAL, "ntasks_per_node is 1 to %d, not %d", MAX_PER_NODE,
+    return gs_error(GS_EINVAL, "ntasks_per_node is 1 to %d (0: 1), not %d", MAX_PER_NODE,
                     req->ntasks_per_node);
   const char *p = req->partition ? req->partition : "";
   if (strlen(p) >= 64 || strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -33,6 +33,16 @@ int gs_slurm_batch_check(const gs_job_request *req) {
   if (req->need.gpus || req->need.gpu_mem || req->need.gpu_share)
     return gs_error(GS_EINVAL, "a job on several nodes asks for GPUs with gpus_per_node, not "
                                "gpus, gpu_mem or gpu_share");
+  for (size_t i = 0; req->env && req->env[i]; i++)
+    if (strchr(req->env[i], '=') - req->env[i] >= 256)
+      return gs_error(GS_EINVAL, "env entry %zu: a name of 256 bytes or more", i);
+  if (req->priority)
+    return gs_error(GS_EINVAL, "a job on several nodes runs at Slurm's priority: priority is "
+                               "for jobs on this machine");
+  if ((req->mounts && req->mounts[0]) || (req->network && req->network[0]) ||
+      req->writable_root)
+    return gs_error(GS_EINVAL, "mounts, network and writable_root are for a job in a "
+                               "container, which a job on several nodes is not");
   if (req->need.cpus || req->need.host_mem)
     return gs_error(GS_EINVAL, "a job on several nodes gets the CPUs and memory Slurm gives "
                                "its tasks; cpus and mem are for jobs on this machine");
@@ -130,8 +140,8 @@ json_t *gs_slurm_batch_submission(const gs_job_request *req, const gs_slurm_batc
       "current_working_directory", req->chdir && req->chdir[0] ? req->chdir : place->workdir,
       "standard_output", place->stdout_path, "standard_error", place->stderr_path,
       "account", place->account, "environment", env) : NULL;
-  if (!job)
-    json_decref(env); /* s:o took it only on success */
+  if (!(script && env))
+    json_decref(env); /* json_pack takes an "o" value even when it fails */
   int rc = job ? 0 : -1;
   /* Slurm 22.05 makes a job requeueable whenever "requeue" is present,
    * false or not: it is sent only for true, and otherwise the cluster's
@@ -148,13 +158,13 @@ json_t *gs_slurm_batch_submission(const gs_job_request *req, const gs_slurm_batc
   if (rc == 0 && req->time_limit_s > 0) /* minutes, rounded up */
     rc = json_object_set_new(job, "time_limit", json_integer((req->time_limit_s + 59) / 60));
   json_t *sub = rc == 0 ? json_pack("{s:s, s:o}", "script", script, "job", job) : NULL;
-  if (!sub)
-    json_decref(job);
+  if (rc != 0)
+    json_decref(job); /* not given to json_pack, which takes it even when it fails */
   free(script);
   return sub;
 }
 
-gs_job_state gs_slurm_batch_state(const char *s) {
+int gs_slurm_batch_state(const char *s) {
   static const struct {
     const char *slurm;
     gs_job_state ours;
@@ -170,10 +180,11 @@ gs_job_state gs_slurm_batch_state(const char *s) {
       {"FAILED", GS_JOB_FAILED},           {"BOOT_FAIL", GS_JOB_FAILED},
       {"DEADLINE", GS_JOB_TIMEOUT},        {"TIMEOUT", GS_JOB_TIMEOUT},
       {"NODE_FAIL", GS_JOB_NODE_FAIL},     {"PREEMPTED", GS_JOB_PREEMPTED},
-      {"OUT_OF_MEMORY", GS_JOB_OUT_OF_MEMORY},
+      {"OUT_OF_MEMORY", GS_JOB_OUT_OF_MEMORY}, {"SPECIAL_EXIT", GS_JOB_PENDING},
+      {"LAUNCH_FAILED", GS_JOB_FAILED},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strcmp(map[i].slurm, s) == 0)
-      return map[i].ours;
-  return GS_JOB_RUNNING; /* a state newer than this table: not ended, as far as we know */
+      return (int)map[i].ours;
+  return -1;
 }

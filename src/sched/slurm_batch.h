@@ -18,7 +18,7 @@
 /* Checks what a job request asks of Slurm; GS_EINVAL with why. */
 int gs_slurm_batch_check(const gs_job_request *req);
 
-/* Where a job's logs go and as whom it runs. */
+/* Where a job's logs go and as whom it runs (borrowed strings). */
 typedef struct gs_slurm_batch_place {
   const char *user;        /* the tenant's Unix user */
   const char *account;     /* Slurm account to charge */
@@ -31,8 +31,9 @@ typedef struct gs_slurm_batch_place {
  * The caller decrefs it. */
 json_t *gs_slurm_batch_submission(const gs_job_request *req, const gs_slurm_batch_place *place);
 
-/* The front desk's state for Slurm's `slurm_state` (its job_state),
- * GS_JOB_PENDING or GS_JOB_RUNNING for those not ended. */
-gs_job_state gs_slurm_batch_state(const char *slurm_state);
+/* The front desk's state (a gs_job_state) for Slurm's `slurm_state` (its
+ * job_state), GS_JOB_PENDING or GS_JOB_RUNNING for those not ended; -1 for
+ * a state this table does not know. */
+int gs_slurm_batch_state(const char *slurm_state);
 
 #endif

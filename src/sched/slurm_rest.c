@@ -6,6 +6,9 @@
 #include "base/log.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <pthread.h>
@@ -15,10 +18,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define API "/slurm/v0.0.38"
 #define TOKEN_LIFETIME_S 120
 #define CALL_TIMEOUT_S 20
+#define CONNECT_TIMEOUT_S 5
 #define MAX_REPLY ((size_t)16 << 20)
 
 struct gs_slurm_rest {
@@ -31,23 +36,28 @@ struct gs_slurm_rest {
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+/* The key, read with open/read (no stdio buffer keeps a copy). */
 static int read_key(const char *path, uint8_t *key, size_t cap, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return gs_error(GS_EINVAL, "cannot open the Slurm JWT key %s", path);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0)
+    return gs_error(GS_EINVAL, "cannot open the Slurm JWT key %s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
-    fclose(f);
-    return gs_error(GS_EINVAL, "the Slurm JWT key %s is readable by others (mode %03o): anyone "
-                               "could act as any user; chmod 600 it", path, st.st_mode & 0777);
-  }
-  *len = fread(key, 1, cap, f);
-  bool more = fgetc(f) != EOF;
-  fclose(f);
-  if (more || *len < 16)
-    return gs_error(GS_EINVAL, "the Slurm JWT key %s holds %s bytes; a key is 16 to %zu", path,
-                    more ? "too many" : "too few", cap);
-  return GS_OK;
+  int rc = GS_OK;
+  if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode))
+    rc = gs_error(GS_EINVAL, "the Slurm JWT key %s is not a readable file", path);
+  else if (st.st_mode & 077)
+    rc = gs_error(GS_EINVAL, "the Slurm JWT key %s is readable by others (mode %03o): anyone "
+                             "could act as any user; chmod 600 it", path,
+                  (unsigned)(st.st_mode & 0777));
+  else if (st.st_size < 16 || (uint64_t)st.st_size > cap)
+    rc = gs_error(GS_EINVAL, "the Slurm JWT key %s holds %lld bytes; a key is 16 to %zu", path,
+                  (long long)st.st_size, cap);
+  ssize_t got = rc == 0 ? read(f, key, (size_t)st.st_size) : -1;
+  if (rc == 0 && got != (ssize_t)st.st_size)
+    rc = gs_error(GS_EINVAL, "cannot read the Slurm JWT key %s", path);
+  close(f);
+  *len = rc == 0 ? (size_t)got : 0;
+  return rc;
 }
 
 int gs_slurm_rest_open(const char *url, const char *jwt_key_file, gs_slurm_rest **out) {
@@ -160,6 +170,7 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg) {
 
 /* Slurm's numbers for what a reply's errors mean here. */
 #define SLURM_INVALID_JOB_ID 2017
+#define SLURM_ALREADY_DONE 2021 /* a cancel of a job that has ended */
 #define SLURM_PROTOCOL_AUTH_ERROR 5005 /* "Zero Bytes were transmitted": slurmctld refused */
 
 /* Slurm's messages in a reply's "errors" list, joined ("" if none), and
@@ -205,13 +216,19 @@ static int call(gs_slurm_rest *r, const char *user, const char *method, const ch
   snprintf(header_token, sizeof header_token, "X-SLURM-USER-TOKEN: %s", token);
   snprintf(url, sizeof url, "%s%s", r->base, path);
   char *text = request ? json_dumps(request, JSON_COMPACT) : NULL;
+  OPENSSL_cleanse(token, sizeof token);
   CURL *h = curl_easy_init();
   struct curl_slist *headers = NULL;
-  headers = curl_slist_append(headers, header_user);
-  headers = curl_slist_append(headers, header_token);
-  headers = curl_slist_append(headers, "Content-Type: application/json");
-  headers = curl_slist_append(headers, "Accept: application/json");
-  if (!h || !headers || (request && !text)) {
+  const char *lines[] = {header_user, header_token, "Content-Type: application/json",
+                         "Accept: application/json"};
+  bool listed = true;
+  for (size_t i = 0; listed && i < sizeof lines / sizeof lines[0]; i++) {
+    struct curl_slist *more = curl_slist_append(headers, lines[i]);
+    listed = more != NULL;
+    headers = more ? more : headers;
+  }
+  OPENSSL_cleanse(header_token, sizeof header_token);
+  if (!h || !listed || (request && !text)) {
     curl_slist_free_all(headers);
     curl_easy_cleanup(h);
     free(text);
@@ -228,6 +245,11 @@ static int call(gs_slurm_rest *r, const char *user, const char *method, const ch
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &rep);
   curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)CALL_TIMEOUT_S);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)CONNECT_TIMEOUT_S);
+  /* Tokens go to slurmrestd alone: never through a proxy from the
+   * environment, nor to another scheme. */
+  curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   CURLcode cc = curl_easy_perform(h);
   *status = 0;
@@ -262,7 +284,7 @@ int gs_slurm_rest_submit(gs_slurm_rest *r, const char *user, json_t *job, int64_
   if (call(r, user, "POST", API "/job/submit", job, &status, &body) < 0)
     return gs_error_code();
   char errors[640];
-  slurm_errors(body, errors, sizeof errors);
+  int first = slurm_errors(body, errors, sizeof errors);
   json_t *id = json_object_get(body, "job_id");
   int64_t given = json_is_integer(id) ? json_integer_value(id) : 0;
   json_decref(body);
@@ -276,7 +298,11 @@ int gs_slurm_rest_submit(gs_slurm_rest *r, const char *user, json_t *job, int64_
   if (given > 0 && gs_slurm_rest_cancel(r, user, given) < 0)
     GS_LOGW("sched", "Slurm job %lld, refused, could not be cancelled: %s", (long long)given,
             gs_error_detail());
-  return gs_error(GS_EINVAL, "Slurm refused the job: %s",
+  /* Slurm's communication errors (1xxx) and a refused token are the
+   * cluster's trouble, not the request's. */
+  bool ours = first == SLURM_PROTOCOL_AUTH_ERROR || (first >= 1000 && first < 2000) ||
+              (!errors[0] && given <= 0);
+  return gs_error(ours ? GS_EIO : GS_EINVAL, "Slurm refused the job: %s",
                   errors[0] ? errors : "no job id in slurmrestd's answer");
 }
 
@@ -300,7 +326,7 @@ int gs_slurm_rest_status(gs_slurm_rest *r, const char *user, int64_t job_id,
   const char *state = json_string_value(json_object_get(job, "job_state"));
   int rc = GS_OK;
   if (!state)
-    rc = first == SLURM_INVALID_JOB_ID || (status == 200 && !errors[0])
+    rc = first == SLURM_INVALID_JOB_ID
              ? gs_error(GS_ENOENT, "Slurm no longer knows job %lld", (long long)job_id)
              : gs_error(GS_EIO, "slurmrestd said nothing of job %lld's state (HTTP %ld%s%s)",
                         (long long)job_id, status, errors[0] ? ": " : "", errors);
@@ -337,7 +363,7 @@ int gs_slurm_rest_cancel(gs_slurm_rest *r, const char *user, int64_t job_id) {
   char errors[640];
   int first = slurm_errors(body, errors, sizeof errors);
   json_decref(body);
-  if (!errors[0] && status == 200)
+  if ((!errors[0] && status == 200) || first == SLURM_ALREADY_DONE)
     return GS_OK;
   if (first == SLURM_INVALID_JOB_ID)
     return gs_error(GS_ENOENT, "Slurm does not know job %lld", (long long)job_id);

@@ -4,7 +4,7 @@ calls gpusrv makes, checks each call's JWT against the key as slurmrestd's
 rest_auth/jwt does, and reports the job states the test sets). The batch
 script gpusrv writes is also run under stand-ins for srun and scontrol, to
 check the rendezvous variables and the command's quoting. The same flow
-against a real Slurm is deploy/slurm-cluster-check.sh."""
+against a real Slurm is test_slurm_cluster.py."""
 import base64
 import hashlib
 import hmac
@@ -40,6 +40,7 @@ class FakeSlurm:
         self.refusal = None   # errors list for the next submit
         self.queue_refused = False  # ... given with a job queued all the same
         self.next_id = 100
+        self.down = False     # answers 503 without JSON, as a proxy before a dead slurmrestd
         self.lock = threading.Lock()
 
     def user_of(self, headers):
@@ -78,6 +79,8 @@ def serve_fake(fake):
             self.wfile.write(raw)
 
         def handle_call(self, method):
+            if fake.down:
+                return self.reply(503, None)
             if "X-SLURM-USER-TOKEN" not in self.headers:
                 return self.reply(401, None)
             user = fake.user_of(self.headers)
@@ -108,7 +111,10 @@ def serve_fake(fake):
                         return self.reply(200, {"errors": [], "jobs": [dict(fake.jobs[job_id])]})
                     if method == "DELETE":
                         fake.cancelled.append(job_id)
-                        fake.jobs[job_id].update(job_state="CANCELLED", end_time=int(time.time()))
+                        job, now = fake.jobs[job_id], int(time.time())
+                        if job["job_state"] == "PENDING":  # Slurm's times for one that never ran
+                            job.update(start_time=now, exit_code=0)
+                        job.update(job_state="CANCELLED", end_time=now)
                         return self.reply(200, {"errors": []})
                 if m:
                     return self.reply(500, {"errors": [{"error": "Invalid job id specified",
@@ -203,12 +209,25 @@ def test_a_job_on_two_nodes_runs_in_slurm_as_the_tenants_user(tmp_path, slurm):
         slurm.set_state(100, "RUNNING", nodes="gsn[1-2]", start_time=started, state_reason="None")
         job = wait_for(d, job_id, "RUNNING")
         assert job["node_list"] == "gsn[1-2]" and int(job["start_time"]) == started
-        assert str(job_id) in d.cli("jobs", token=token).stdout
+        listed = json.loads(d.cli("jobs", "--json", token=token).stdout)
+        assert [(j["id"], j["state"]) for j in listed] == [(job_id, "RUNNING")]
+        shown = d.cli("job", str(job_id), token=token).stdout
+        assert "Slurm:     job 100, 2 nodes x 2 tasks, 1 GPUs per node, partition gpu" in shown
+        assert "Nodes:     gsn[1-2]" in shown
 
         log = props["standard_output"].replace("%j", "100")
         with open(log, "w") as f:
             f.write("step 1 loss 0.5\n")
         assert d.cli("logs", str(job_id), token=token).stdout == "step 1 loss 0.5\n"
+        other, _ = add_tenant(d, "eve")
+        status, _ = d.request("GET", f"/api/v1/jobs/{job_id}/logs", token=other)
+        assert status == 403
+        # The log directory is the job's user's: a FIFO (or a second name) there is not read.
+        err_log = props["standard_error"].replace("%j", "100")
+        os.mkfifo(err_log)
+        p = d.cli("logs", str(job_id), "--stderr", token=token, check=False)
+        assert p.returncode != 0 and "not a plain file" in p.stderr
+        os.unlink(err_log)
 
         slurm.set_state(100, "COMPLETED", end_time=int(time.time()), exit_code=0)
         w = d.cli("wait", str(job_id), token=token, check=False)
@@ -224,7 +243,8 @@ def test_an_exit_code_node_failure_and_a_requeue_come_back_from_slurm(tmp_path, 
         lost_node = submit(d, ["sleep", "100"], nodes=2, requeue=True)
         # Slurm 22.05 makes a job requeueable whenever the key is there, even false.
         assert "requeue" not in slurm.submitted[0][1]["job"]
-        slurm.set_state(100, "FAILED", end_time=int(time.time()), exit_code=3 << 8)
+        slurm.set_state(100, "FAILED", nodes="gsn[1-2]", start_time=int(time.time()) - 1,
+                        end_time=int(time.time()), exit_code=3 << 8)
         job = wait_for(d, failed, "FAILED")
         assert job["exit_code"] == 3
         # A node lost mid-job: Slurm requeues a --requeue job (PENDING, its restart count up)...
@@ -333,3 +353,37 @@ def test_the_batch_script_gives_each_task_its_rank_and_the_command_intact(tmp_pa
     lines = out.stdout.splitlines()
     assert lines[0::2] == [f"gsn1 20123 4 {t} {t % 2} 2 {t // 2}" for t in range(4)]
     assert set(lines[1::2]) == {"[a b][it's][$HOME]"}  # nothing expanded or split
+
+
+def test_a_daemon_without_slurm_keeps_slurms_jobs_and_says_why(tmp_path, slurm):
+    with slurm_daemon(tmp_path, slurm) as d:
+        job_id = submit(d, ["sleep", "100"], nodes=2)
+        d.stop()
+        d.extra = ()  # the same state, without --slurm-rest-url
+        d.start()
+        job = d.job(job_id)
+        assert job["state"] == "PENDING" and "no --slurm-rest-url" in job["reason"]
+        p = d.cli("cancel", str(job_id), check=False)
+        assert p.returncode != 0 and "scancel it there" in p.stderr
+        assert d.proc.poll() is None
+
+
+def test_slurmrestd_down_keeps_the_states_and_a_pending_cancel_is_no_success(tmp_path, slurm):
+    with slurm_daemon(tmp_path, slurm) as d:
+        running = submit(d, ["sleep", "100"], nodes=2)
+        pending = submit(d, ["sleep", "100"], nodes=2)
+        slurm.set_state(100, "RUNNING", nodes="gsn[1-2]", start_time=int(time.time()))
+        wait_for(d, running, "RUNNING")
+        slurm.down = True
+        slurm.set_state(100, "COMPLETED", end_time=int(time.time()), exit_code=0)
+        time.sleep(3)  # passes that reach nothing change nothing
+        assert d.job(running)["state"] == "RUNNING"
+        p = d.cli("cancel", str(pending), check=False)
+        assert p.returncode != 0 and "slurmrestd" in p.stderr
+        slurm.down = False
+        wait_for(d, running, "COMPLETED")
+        d.cli("cancel", str(pending))
+        w = d.cli("wait", str(pending), check=False)
+        assert w.returncode != 0 and "CANCELLED" in w.stderr
+        job = d.job(pending)
+        assert job["exit_code"] is None and job["runs"] == 0 and job["start_time"] is None
