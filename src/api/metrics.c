@@ -81,6 +81,38 @@ static void label_value(const char *in, char *out, size_t cap) {
   out[o] = '\0';
 }
 
+/* Every booking in the ledger (model instances, jobs, Slurm's jobs on this
+ * node), per device: its memory and compute share, labelled with its owner
+ * as /api/v1/bookings names it ("slurm job 4242 (alice)"). */
+typedef struct booking_lines {
+  text *t;
+  bool share; /* the share family, else the memory one */
+} booking_lines;
+
+static void put_booking(const char *owner, const gs_booking_part *parts, int n, void *ctx) {
+  booking_lines *b = ctx; /* under the ledger's lock: text only */
+  char who[300];
+  label_value(owner, who, sizeof who);
+  for (int i = 0; i < n; i++) {
+    const char *id = gs_device_get_info(parts[i].device)->id;
+    if (b->share)
+      put(b->t, "gpusrv_booking_compute_share_percent{device=\"%s\",owner=\"%s\"} %d\n", id,
+          who, parts[i].share);
+    else
+      put(b->t, "gpusrv_booking_memory_bytes{device=\"%s\",owner=\"%s\"} %llu\n", id, who,
+          (unsigned long long)parts[i].bytes);
+  }
+}
+
+static void put_bookings(text *t, gs_ledger *ledger) {
+  header(t, "gpusrv_booking_memory_bytes", "gauge",
+         "Device memory each booking holds (model instances, jobs, Slurm's jobs)");
+  gs_ledger_each(ledger, put_booking, &(booking_lines){.t = t, .share = false});
+  header(t, "gpusrv_booking_compute_share_percent", "gauge",
+         "Percent of a device's compute each booking holds");
+  gs_ledger_each(ledger, put_booking, &(booking_lines){.t = t, .share = true});
+}
+
 /* A device figure in /metrics: which telemetry bit it needs, and its value. */
 typedef struct tm_metric {
   uint32_t bit;
@@ -518,6 +550,8 @@ int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
       }
     }
   }
+  if (repo->ledger)
+    put_bookings(&t, repo->ledger);
   if (t.failed) {
     free(t.buf);
     return gs_http_reply_error(r, 500, "out of memory rendering metrics");

@@ -1,6 +1,7 @@
 /* cmd_smi.c - `gpusrv smi`: the devices of every backend with their memory,
  * utilization, temperature and power, as a table, JSON or CSV. */
 #include "cli/cli.h"
+#include "cli/daemon.h"
 #include "cli/table.h"
 #include "hal/hal.h"
 
@@ -359,9 +360,10 @@ static void on_signal(int sig) {
 }
 
 typedef struct smi_options {
-  bool json, list;
+  bool json, list, bookings;
   const char *query, *query_gpu, *query_apps, *format, *device;
   double loop_seconds; /* 0: once */
+  gs_cli_daemon_opts daemon; /* for --bookings */
 } smi_options;
 
 static const gs_cli_option smi_options_table[] = {
@@ -381,6 +383,10 @@ static const gs_cli_option smi_options_table[] = {
      "Only this device (its id such as cpu0, or its index)", 0, 0},
     {"loop", 'l', GS_OPT_REAL, offsetof(smi_options, loop_seconds), "SECONDS",
      "Repeat every SECONDS until interrupted", 0.001, 86400},
+    GS_CLI_OPT("bookings", GS_OPT_BOOL, smi_options, bookings, NULL,
+               "Also list what the daemon's ledger holds of each device: model instances, jobs, "
+               "Slurm's jobs (its /api/v1/bookings)"),
+    GS_CLI_DAEMON_ROWS(smi_options),
     GS_CLI_OPTIONS_END,
 };
 
@@ -397,6 +403,8 @@ static int parse_options(int argc, char **argv, smi_options *o) {
   if (views > 1)
     return gs_cli_usage_error(&gs_cli_smi, "--json, --query, --query-compute-apps and -L cannot "
                                            "be combined");
+  if (o->bookings && views)
+    return gs_cli_usage_error(&gs_cli_smi, "--bookings is for the table view");
   if (o->format && !o->query && !o->query_apps)
     return gs_cli_usage_error(&gs_cli_smi, "--format applies to a query only");
   return 0;
@@ -460,6 +468,52 @@ static void print_list(const sample *s, int n) {
            s[d].info->id, s[d].info->backend);
 }
 
+/* The daemon's ledger, a row per device of each booking, as nvidia-smi
+ * lists processes. */
+static int print_bookings(const smi_options *o) {
+  gs_client *c = gs_cli_client("smi", o->daemon.url, o->daemon.token);
+  if (!c)
+    return GS_EXIT_FAILED;
+  char *text = NULL;
+  if (gs_client_request(c, "GET", "/api/v1/bookings", NULL, &text) != GS_OK) {
+    gs_cli_error("smi: bookings: %s", gs_client_last_error(c));
+    gs_client_close(c);
+    return GS_EXIT_FAILED;
+  }
+  gs_client_close(c);
+  json_t *all = json_loads(text, 0, NULL), *b, *part;
+  free(text);
+  printf("\nBookings:\n");
+  static const char *const heads[] = {"Device", "Owner", "Memory", "Compute"};
+  static const bool right[] = {false, false, true, true};
+  gs_table_t *t = gs_table_new(4, heads, right);
+  size_t i, k;
+  int rows = 0;
+  json_array_foreach(json_object_get(all, "bookings"), i, b) {
+    json_array_foreach(json_object_get(b, "devices"), k, part) {
+      char mem[32], share[16];
+      snprintf(mem, sizeof mem, "%lluMiB",
+               MIB((uint64_t)json_integer_value(json_object_get(part, "memory"))));
+      snprintf(share, sizeof share, "%lld%%",
+               (long long)json_integer_value(json_object_get(part, "share")));
+      const char *row[] = {json_string_value(json_object_get(part, "device")) ?: "?",
+                           json_string_value(json_object_get(b, "owner")) ?: "?", mem, share};
+      if (t)
+        gs_table_add_row(t, row);
+      rows++;
+    }
+  }
+  if (t && rows == 0) {
+    const char *row[] = {"-", "(none)", "-", "-"};
+    gs_table_add_row(t, row);
+  }
+  if (t)
+    gs_table_print(t, stdout);
+  gs_table_free(t);
+  json_decref(all);
+  return GS_EXIT_OK;
+}
+
 static int refresh(sample *s, int n, const smi_options *o, const int *q, int nq, bool header,
                    bool units) {
   for (int d = 0; d < n; d++) {
@@ -476,7 +530,7 @@ static int refresh(sample *s, int n, const smi_options *o, const int *q, int nq,
     print_list(s, n);
   else
     print_table(s, n);
-  return GS_EXIT_OK;
+  return o->bookings ? print_bookings(o) : GS_EXIT_OK;
 }
 
 static int smi_run(int argc, char **argv) {

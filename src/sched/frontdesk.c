@@ -1433,6 +1433,36 @@ static int check_container(gs_frontdesk *fd, const gs_principal *who, const gs_j
   return GS_OK;
 }
 
+/* A new PENDING job of `who` as `req` asks (name, command, environment,
+ * directory, needs and limits); NULL with the reason recorded. The caller
+ * frees it with gs_job_free. */
+static gs_job *new_job(const gs_principal *who, const gs_job_request *req) {
+  gs_job *j = calloc(1, sizeof *j);
+  if (!j) {
+    gs_error(GS_ENOMEM, "out of memory for a job");
+    return NULL;
+  }
+  snprintf(j->tenant, sizeof j->tenant, "%s", who->tenant);
+  j->tenant_serial = who->tenant_serial;
+  snprintf(j->name, sizeof j->name, "%s", req->name && req->name[0] ? req->name : req->argv[0]);
+  j->argv = json_strings(req->argv);
+  j->env = json_strings(req->env);
+  if (!j->argv || !j->env) {
+    gs_job_free(j);
+    gs_error(GS_EINVAL, "the command and its environment must be UTF-8 text");
+    return NULL;
+  }
+  snprintf(j->chdir, sizeof j->chdir, "%s", req->chdir ? req->chdir : "");
+  j->need = req->need;
+  j->time_limit_s = req->time_limit_s;
+  j->priority = req->priority;
+  j->requeue = req->requeue;
+  j->state = GS_JOB_PENDING;
+  j->exit_code = -1;
+  j->submit_time = wall_now();
+  return j;
+}
+
 /* The Slurm account a tenant's jobs are charged to: its entry in
  * slurm_accounts ("tenant=account,..."), else its own name. */
 static int slurm_account_of(const char *accounts, const char *tenant, char *out, size_t cap) {
@@ -1520,20 +1550,9 @@ static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_j
   json_decref(sub);
   if (rc < 0)
     return rc;
-  gs_job *j = calloc(1, sizeof *j);
+  gs_job *j = new_job(who, req);
   if (j) {
-    snprintf(j->tenant, sizeof j->tenant, "%s", who->tenant);
     j->tenant_serial = serial;
-    snprintf(j->name, sizeof j->name, "%s", req->name && req->name[0] ? req->name : req->argv[0]);
-    j->argv = json_strings(req->argv);
-    j->env = json_strings(req->env);
-    snprintf(j->chdir, sizeof j->chdir, "%s", req->chdir ? req->chdir : "");
-    j->time_limit_s = req->time_limit_s;
-    j->priority = req->priority;
-    j->requeue = req->requeue;
-    j->state = GS_JOB_PENDING;
-    j->exit_code = -1;
-    j->submit_time = wall_now();
     snprintf(j->reason, sizeof j->reason, "submitted to Slurm as job %lld", (long long)slurm_id);
     j->slurm = json_pack("{s:I, s:s, s:i, s:i, s:i, s:s, s:b, s:s, s:o, s:o, s:s}", "job_id",
                          (json_int_t)slurm_id, "user", ident.user, "nodes", req->nodes,
@@ -1543,7 +1562,9 @@ static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_j
                          account, "stdout", slurm_path(out_path, slurm_id), "stderr",
                          slurm_path(err_path, slurm_id), "node_list", "");
   }
-  if (!j || !j->argv || !j->env || !j->slurm)
+  if (!j)
+    rc = gs_error_code();
+  else if (!j->slurm)
     rc = gs_error(GS_ENOMEM, "out of memory for a Slurm job");
   pthread_mutex_lock(&fd->lock);
   /* The lock was let go for Slurm's answer: the tenant may be gone. */
@@ -1618,30 +1639,12 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
       ((req->mounts && req->mounts[0]) || (req->network && req->network[0]) || req->writable_root))
     return gs_error(GS_EINVAL, "mounts, network and writable_root are for a job in a container: "
                     "name its image");
-  gs_job *j = calloc(1, sizeof *j);
+  gs_job *j = new_job(who, req);
   if (!j) {
     json_decref(container);
-    return gs_error(GS_ENOMEM, "out of memory for a job");
+    return gs_error_code();
   }
   j->container = container;
-  snprintf(j->tenant, sizeof j->tenant, "%s", who->tenant);
-  j->tenant_serial = who->tenant_serial;
-  snprintf(j->name, sizeof j->name, "%s",
-           req->name && req->name[0] ? req->name : req->argv[0]);
-  j->argv = json_strings(req->argv);
-  j->env = json_strings(req->env);
-  if (!j->argv || !j->env) {
-    gs_job_free(j);
-    return gs_error(GS_EINVAL, "the command and its environment must be UTF-8 text");
-  }
-  snprintf(j->chdir, sizeof j->chdir, "%s", req->chdir ? req->chdir : "");
-  j->need = req->need;
-  j->time_limit_s = req->time_limit_s;
-  j->priority = req->priority;
-  j->requeue = req->requeue;
-  j->state = GS_JOB_PENDING;
-  j->exit_code = -1;
-  j->submit_time = wall_now();
   pthread_mutex_lock(&fd->lock);
   gs_tenant *t = find_tenant(fd, who->tenant);
   if (t)

@@ -311,17 +311,28 @@ static double time_of(const json_t *job, const char *key) {
   return json_is_integer(v) && json_integer_value(v) > 0 ? (double)json_integer_value(v) : 0;
 }
 
+/* A call on one job (GET or DELETE .../job/ID): its HTTP status, Slurm's
+ * errors joined into `errors` and the first one's number; *body is the
+ * reply, the caller's to decref. */
+static int job_call(gs_slurm_rest *r, const char *user, const char *method, int64_t job_id,
+                    long *status, json_t **body, char *errors, size_t cap, int *first) {
+  char path[128];
+  snprintf(path, sizeof path, API "/job/%lld", (long long)job_id);
+  if (call(r, user, method, path, NULL, status, body) < 0)
+    return gs_error_code();
+  *first = slurm_errors(*body, errors, cap);
+  return GS_OK;
+}
+
 int gs_slurm_rest_status(gs_slurm_rest *r, const char *user, int64_t job_id,
                          gs_slurm_status *out) {
   *out = (gs_slurm_status){.exit_code = -1};
-  char path[128];
-  snprintf(path, sizeof path, API "/job/%lld", (long long)job_id);
   long status;
   json_t *body;
-  if (call(r, user, "GET", path, NULL, &status, &body) < 0)
-    return gs_error_code();
   char errors[640];
-  int first = slurm_errors(body, errors, sizeof errors);
+  int first = 0;
+  if (job_call(r, user, "GET", job_id, &status, &body, errors, sizeof errors, &first) < 0)
+    return gs_error_code();
   json_t *job = json_array_get(json_object_get(body, "jobs"), 0);
   const char *state = json_string_value(json_object_get(job, "job_state"));
   int rc = GS_OK;
@@ -354,14 +365,12 @@ int gs_slurm_rest_status(gs_slurm_rest *r, const char *user, int64_t job_id,
 }
 
 int gs_slurm_rest_cancel(gs_slurm_rest *r, const char *user, int64_t job_id) {
-  char path[128];
-  snprintf(path, sizeof path, API "/job/%lld", (long long)job_id);
   long status;
   json_t *body;
-  if (call(r, user, "DELETE", path, NULL, &status, &body) < 0)
-    return gs_error_code();
   char errors[640];
-  int first = slurm_errors(body, errors, sizeof errors);
+  int first = 0;
+  if (job_call(r, user, "DELETE", job_id, &status, &body, errors, sizeof errors, &first) < 0)
+    return gs_error_code();
   json_decref(body);
   if ((!errors[0] && status == 200) || first == SLURM_ALREADY_DONE)
     return GS_OK;

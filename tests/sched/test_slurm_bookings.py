@@ -88,6 +88,22 @@ def test_prolog_books_the_jobs_gpus_and_epilog_releases_them(tmp_path, fake_slur
         assert list(booked) == ["slurm job 101 (alice)"]
         (part,) = booked["slurm job 101 (alice)"]
         assert part["device"] == gpus[1] and part["share"] == 100 and part["memory"] > 0
+        # /metrics shows it under the same owner, as Prometheus reads it.
+        status, metrics = d.request("GET", "/metrics")
+        assert status == 200
+        metrics = metrics.decode()
+        labels = f'device="{gpus[1]}",owner="slurm job 101 (alice)"'
+        assert f"gpusrv_booking_compute_share_percent{{{labels}}} 100\n" in metrics
+        assert f"gpusrv_booking_memory_bytes{{{labels}}} {part['memory']}\n" in metrics
+        # ... and gpusrv smi --bookings, a row per device of each booking.
+        smi = subprocess.run([GPUSRV, "smi", "--bookings", "--url", f"http://127.0.0.1:{d.port}",
+                              "--token", d.admin], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, **env})
+        assert smi.returncode == 0, smi.stderr
+        rows = smi.stdout.split("Bookings:\n")[1].splitlines()
+        row = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows
+               if "slurm job 101 (alice)" in r]
+        assert len(row) == 1 and row[0][0] == gpus[1] and row[0][-1] == "100%", smi.stdout
         # A local job that needs both GPUs waits while Slurm holds one ...
         job = d.submit(["true"], gpus=2)
         time.sleep(1.0)
