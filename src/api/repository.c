@@ -99,8 +99,22 @@ static int share_of_cores(gs_device_t *const *chosen, int n, int i) {
   return share > 0 ? share : 1;
 }
 
+/* Whether `d` is held whole (its compute all booked: a job given the whole
+ * device, or a Slurm job through its prolog); then a refusal naming the
+ * holder is set. A served instance would share what its holder was given. */
+static bool held_whole(const gs_served_model *m, gs_device_t *d) {
+  char owner[128];
+  if (!m->ledger || !gs_ledger_held_whole(m->ledger, d, owner, sizeof owner))
+    return false;
+  gs_error(GS_EBUSY, "model %s: %s is held whole by %s", m->name, gs_device_get_info(d)->id,
+           owner);
+  return true;
+}
+
 /* The instances the groups ask for, on the devices that match (all of a
- * kind in turn when no devices are listed). Default: one on device 0. */
+ * kind in turn when no devices are listed, leaving out those held whole).
+ * Default: one on device 0. A device named in a group and held whole is
+ * refused. */
 static int make_instances(gs_served_model *m) {
   gs_device_t *chosen[GS_REPO_MAX_INSTANCES];
   int threads[GS_REPO_MAX_INSTANCES] = {0};
@@ -117,12 +131,23 @@ static int make_instances(gs_served_model *m) {
                                                        : gs_hal_device_find(g->devices[i]);
         if (!d || !kind_matches(g->kind, d))
           return gs_error(GS_EINVAL, "instance_group: no %s device '%s' here", g->kind, g->devices[i]);
+        if (held_whole(m, d))
+          return GS_EBUSY;
         pool[np++] = d;
       }
     } else {
-      for (int i = 0; i < gs_hal_device_count() && np < 64; i++)
-        if (kind_matches(g->kind, gs_hal_device(i)))
-          pool[np++] = gs_hal_device(i);
+      bool any_held = false;
+      for (int i = 0; i < gs_hal_device_count() && np < 64; i++) {
+        gs_device_t *d = gs_hal_device(i);
+        if (!kind_matches(g->kind, d))
+          continue;
+        if (held_whole(m, d))
+          any_held = true;
+        else
+          pool[np++] = d;
+      }
+      if (np == 0 && any_held)
+        return GS_EBUSY; /* the last holder's refusal says why */
     }
     if (np == 0)
       return gs_error(GS_EINVAL, "instance_group asks for %s, and this machine has no such device",

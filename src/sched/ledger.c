@@ -69,20 +69,45 @@ static device_account *account_of(gs_ledger *l, gs_device_t *device) {
   return NULL;
 }
 
-/* Called with the lock held: why part `p` does not fit, or GS_OK. */
-static int check_fits(const device_account *a, const gs_booking_part *p, const char *owner) {
-  if (p->bytes > a->capacity - a->booked) {
+/* The booking holding most of `device` (compute share first, then memory),
+ * or NULL when nothing is booked there. With the lock held. */
+static const gs_booking *largest_holder(const gs_ledger *l, const gs_device_t *device) {
+  const gs_booking *best = NULL;
+  int best_share = -1;
+  uint64_t best_bytes = 0;
+  for (const gs_booking *b = l->held; b; b = b->next)
+    for (int i = 0; i < b->n_parts; i++) {
+      const gs_booking_part *p = &b->parts[i];
+      if (p->device == device && (p->share > best_share ||
+                                  (p->share == best_share && p->bytes > best_bytes))) {
+        best = b;
+        best_share = p->share;
+        best_bytes = p->bytes;
+      }
+    }
+  return best;
+}
+
+/* Called with the lock held: why part `p` does not fit, naming the largest
+ * holder of the device, or GS_OK. */
+static int check_fits(const gs_ledger *l, const device_account *a, const gs_booking_part *p,
+                      const char *owner) {
+  bool no_memory = p->bytes > a->capacity - a->booked;
+  if (!no_memory && p->share <= 100 - a->share_booked)
+    return GS_OK;
+  const gs_booking *holder = largest_holder(l, p->device);
+  const char *id = gs_device_get_info(p->device)->id;
+  const char *held_by = holder ? holder->owner : "nobody";
+  if (no_memory) {
     char want[32], fr[32], all[32];
     gs_format_bytes(p->bytes, want, sizeof want);
     gs_format_bytes(a->capacity - a->booked, fr, sizeof fr);
     gs_format_bytes(a->capacity, all, sizeof all);
-    return gs_error(GS_ENOMEM, "%s: %s asked for %s of memory; %s of %s is free",
-                    gs_device_get_info(p->device)->id, owner, want, fr, all);
+    return gs_error(GS_ENOMEM, "%s: %s asked for %s of memory; %s of %s is free (most is held "
+                    "by %s)", id, owner, want, fr, all, held_by);
   }
-  if (p->share > 100 - a->share_booked)
-    return gs_error(GS_ENOMEM, "%s: %s asked for %d%% of its compute; %d%% is free",
-                    gs_device_get_info(p->device)->id, owner, p->share, 100 - a->share_booked);
-  return GS_OK;
+  return gs_error(GS_ENOMEM, "%s: %s asked for %d%% of its compute; %d%% is free (most is "
+                  "held by %s)", id, owner, p->share, 100 - a->share_booked, held_by);
 }
 
 int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char *owner,
@@ -116,7 +141,7 @@ int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char 
   snprintf(b->owner, sizeof b->owner, "%s", owner);
   pthread_mutex_lock(&l->lock);
   for (int i = 0; i < n_parts; i++) {
-    int rc = check_fits(b->accounts[i], &parts[i], owner);
+    int rc = check_fits(l, b->accounts[i], &parts[i], owner);
     if (rc < 0) {
       pthread_mutex_unlock(&l->lock);
       free(b);
@@ -148,7 +173,7 @@ int gs_booking_grow(gs_booking *b, uint64_t bytes) {
   gs_ledger *l = b->ledger;
   gs_booking_part more = {.device = b->parts[0].device, .bytes = bytes};
   pthread_mutex_lock(&l->lock);
-  int rc = check_fits(b->accounts[0], &more, b->owner);
+  int rc = check_fits(l, b->accounts[0], &more, b->owner);
   if (rc == 0) {
     b->parts[0].bytes += bytes;
     b->accounts[0]->booked += bytes;
@@ -209,6 +234,16 @@ int gs_ledger_share_booked(gs_ledger *l, gs_device_t *device) {
   int v = a ? a->share_booked : 0;
   pthread_mutex_unlock(&l->lock);
   return v;
+}
+
+bool gs_ledger_held_whole(gs_ledger *l, gs_device_t *device, char *owner, size_t size) {
+  device_account *a = account_of(l, device);
+  pthread_mutex_lock(&l->lock);
+  const gs_booking *holder = a && a->share_booked >= 100 ? largest_holder(l, device) : NULL;
+  if (holder)
+    snprintf(owner, size, "%s", holder->owner);
+  pthread_mutex_unlock(&l->lock);
+  return holder != NULL;
 }
 
 uint64_t gs_ledger_capacity(gs_ledger *l, gs_device_t *device) {

@@ -54,6 +54,11 @@ int gs_book(gs_ledger *ledger, const gs_booking_part *parts, int n_parts, const 
 /* Compute share of `device` booked so far, in percent (0..100). */
 int gs_ledger_share_booked(gs_ledger *ledger, gs_device_t *device);
 
+/* Whether all of `device`'s compute is booked (a whole GPU given to a job,
+ * or to Slurm's job through its prolog); then `owner` (size bytes, the
+ * caller's) says who holds most of it. */
+bool gs_ledger_held_whole(gs_ledger *ledger, gs_device_t *device, char *owner, size_t size);
+
 /* Calls `fn` for every booking held, under the ledger's lock (fn must not
  * book or release). */
 void gs_ledger_each(gs_ledger *ledger,

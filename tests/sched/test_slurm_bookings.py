@@ -5,6 +5,7 @@ booked GPU is not given to a local job; the bookings survive a restart and
 are then reconciled with Slurm's list of jobs (squeue, here a stand-in on
 PATH that prints what the test wrote, as `squeue --noheader --format=%A`
 does)."""
+import json
 import os
 import signal
 import stat
@@ -122,6 +123,43 @@ def test_prolog_books_the_jobs_gpus_and_epilog_releases_them(tmp_path, fake_slur
         # No GPUs: nothing to book.
         assert hook(d, "prolog", job=103, gpus="").returncode == 0
         assert slurm_bookings(d) == {}
+
+
+def relu_model(repo, name, config):
+    """A model entry with no weights (Relu over [N, 4]) and its config."""
+    from onnx import TensorProto, helper, save
+    (repo / name / "1").mkdir(parents=True)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], name,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+         str(repo / name / "1" / "model.onnx"))
+    (repo / name / "config.json").write_text(json.dumps(config))
+
+
+def test_a_model_instance_is_not_given_a_gpu_slurm_holds(tmp_path, fake_slurm):
+    """A model pinned to a GPU that a Slurm job holds is refused, naming the
+    job; a group that lists no GPUs goes round the others."""
+    _, env = fake_slurm
+    with daemon(tmp_path, env=env) as d:
+        assert hook(d, "prolog", job=301, gpus="1").returncode == 0
+        relu_model(d.repo, "pinned", {"max_batch_size": 4, "instance_group": [
+            {"kind": "KIND_GPU", "devices": ["fakegpu1"]}]})
+        relu_model(d.repo, "anygpu", {"max_batch_size": 4, "instance_group": [
+            {"count": 2, "kind": "KIND_GPU"}]})
+        status, body = d.request("POST", "/v2/repository/models/pinned/load", {}, d.admin)
+        assert status == 400, (status, body)
+        assert "model pinned: fakegpu1 is held whole by slurm job 301 (alice)" in body["error"]
+        status, body = d.request("POST", "/v2/repository/models/anygpu/load", {}, d.admin)
+        assert status == 200, body
+        status, body = d.request("GET", "/api/v1/bookings", token=d.admin)
+        models = {b["owner"]: [p["device"] for p in b["devices"]] for b in body["bookings"]
+                  if b["owner"].startswith("model anygpu")}
+        assert models and all(devs == ["fakegpu0"] for devs in models.values()), models
+        # Once Slurm's job has ended, the pinned model loads.
+        assert hook(d, "epilog", job=301).returncode == 0
+        status, body = d.request("POST", "/v2/repository/models/pinned/load", {}, d.admin)
+        assert status == 200, body
 
 
 def test_bookings_survive_a_restart_and_follow_slurms_list(tmp_path, fake_slurm):

@@ -9,6 +9,7 @@ host hands jobs to Slurm through slurmrestd (`gpusrv submit --nodes`).
 Root only (namespaces, slurmd); skipped elsewhere with the reason."""
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 import pytest
 
 from test_frontdesk import FAKE_PLUGINS, Daemon, GPUSRV as GIVEN_GPUSRV
+from test_slurm_bookings import relu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUSRV = os.path.abspath(GIVEN_GPUSRV)  # slurmd runs the hooks from elsewhere
@@ -112,13 +114,21 @@ class Cluster:
             assert time.time() < deadline, f"gpusrv on {n} did not come up"
             time.sleep(0.2)
 
-    def node_bookings(self, n):
+    def node_call(self, n, method, path, check=True):
+        """A call to node n's gpusrv as its admin: (HTTP status, JSON body)."""
         with open(os.path.join(self.node_state[n], "admin.token")) as f:
             token = f.read().strip()
-        out = run("ip", "netns", "exec", n, "curl", "-sf", "-H", f"Authorization: Bearer {token}",
-                  f"http://127.0.0.1:{NODE_PORT}/api/v1/bookings").stdout
+        out = run("ip", "netns", "exec", n, "curl", "-s", "-X", method, "-w", "\n%{http_code}",
+                  "-H", f"Authorization: Bearer {token}", "--data-binary", "{}" if method == "POST"
+                  else "", f"http://127.0.0.1:{NODE_PORT}{path}").stdout
+        body, status = out.rsplit("\n", 1)
+        assert not check or status == "200", (path, status, body)
+        return int(status), json.loads(body) if body else None
+
+    def node_bookings(self, n):
+        out = self.node_call(n, "GET", "/api/v1/bookings")[1]
         return {b["owner"]: [part["device"] for part in b["devices"]]
-                for b in json.loads(out)["bookings"] if b["owner"].startswith("slurm")}
+                for b in out["bookings"] if b["owner"].startswith("slurm")}
 
     def stop(self):
         for p in self.node_daemons.values():
@@ -216,6 +226,15 @@ def test_a_slurm_jobs_gpus_are_booked_on_its_nodes_while_it_runs(cluster, desk):
     for n in ("gsn1", "gsn2"):
         assert cluster.node_bookings(n) == {owner: ["fakegpu0"]}, n
     assert cluster.node_bookings("gsn3") == {}
+    # A model asking for that GPU on gsn1 is refused, naming the Slurm job;
+    # on gsn3, where Slurm holds nothing, it loads. (The nodes share the
+    # repository, which was empty when their daemons started.)
+    relu_model(pathlib.Path(cluster.tmp, "empty"), "pinned", {
+        "max_batch_size": 4, "instance_group": [{"kind": "KIND_GPU", "devices": ["fakegpu0"]}]})
+    status, body = cluster.node_call("gsn1", "POST", "/v2/repository/models/pinned/load",
+                                     check=False)
+    assert status == 400 and f"fakegpu0 is held whole by {owner}" in body["error"], body
+    cluster.node_call("gsn3", "POST", "/v2/repository/models/pinned/load")
     desk.cli("cancel", str(job_id))
     wait_state(desk, job_id, {"CANCELLED"})
     deadline = time.time() + 30

@@ -31,7 +31,8 @@ static void bookings_add_up_and_release(void) {
   CHECK_ERR(gs_book_memory(l, cpu, 1, "job c", &c), GS_ENOMEM);
   CHECK(c == NULL);
   CHECK_MSG(strstr(gs_error_detail(), "cpu0") && strstr(gs_error_detail(), "job c") &&
-                strstr(gs_error_detail(), "0 B of 1000 B is free"),
+                strstr(gs_error_detail(), "0 B of 1000 B is free") &&
+                strstr(gs_error_detail(), "most is held by job a"),
             "message: %s", gs_error_detail());
   gs_booking_release(a);
   CHECK_EQ(gs_ledger_booked(l, cpu), 400);
@@ -201,7 +202,34 @@ static void gang_bookings_are_atomic(void) {
   gs_hal_shutdown();
 }
 
+/* Who holds a device whole: the largest compute share, named in refusals
+ * and asked for by a model's instances before they take the device. */
+static void whole_devices_name_their_holder(void) {
+  gs_device_t *cpu;
+  gs_ledger *l = open_ledger(&cpu);
+  char owner[64] = "";
+  CHECK(!gs_ledger_held_whole(l, cpu, owner, sizeof owner));
+  gs_booking *small = NULL, *big = NULL, *c = NULL;
+  gs_booking_part part = {.device = cpu, .bytes = 10, .share = 30};
+  CHECK_OK(gs_book(l, &part, 1, "job small", &small));
+  CHECK(!gs_ledger_held_whole(l, cpu, owner, sizeof owner));
+  part.share = 70;
+  CHECK_OK(gs_book(l, &part, 1, "slurm job 7 (alice)", &big));
+  CHECK(gs_ledger_held_whole(l, cpu, owner, sizeof owner));
+  CHECK_MSG(!strcmp(owner, "slurm job 7 (alice)"), "holder: %s", owner);
+  part.share = 1;
+  CHECK_ERR(gs_book(l, &part, 1, "model m instance 0", &c), GS_ENOMEM);
+  CHECK_MSG(strstr(gs_error_detail(), "most is held by slurm job 7 (alice)") != NULL,
+            "message: %s", gs_error_detail());
+  gs_booking_release(big);
+  CHECK(!gs_ledger_held_whole(l, cpu, owner, sizeof owner));
+  gs_booking_release(small);
+  gs_ledger_free(l);
+  gs_hal_shutdown();
+}
+
 static const gs_test tests[] = {
+    {"whole_devices_name_their_holder", whole_devices_name_their_holder},
     {"gang_bookings_are_atomic", gang_bookings_are_atomic},
     {"bookings_add_up_and_release", bookings_add_up_and_release},
     {"releases_are_told", releases_are_told},
