@@ -6,7 +6,11 @@
 #     10.77.0.11..13) plus a UTS namespace (so `hostname` there is gsn1..3),
 #     each running its own slurmd;
 #   - slurmrestd (JWT auth, openapi/v0.0.38) as the unprivileged user gsrest
-#     on 127.0.0.1:6820.
+#     on 127.0.0.1:6820;
+#   - accounting: slurmdbd on 127.0.0.1:6918 over a MariaDB of its own
+#     (mariadbd on 127.0.0.1:6919, its data under the spool, fresh at each
+#     start), with associations enforced (a job needs an account its user
+#     belongs to) and fair-share priorities (priority/multifactor).
 # Everything lives apart from the one-node scripts' /etc/slurm/slurm.conf
 # (bench/slurm-local.sh, deploy/slurm-one-node-check.sh): its own slurm.conf
 # under /etc/gs-cluster, state/spool under /var/spool/gs-cluster, logs under
@@ -32,6 +36,9 @@ SPOOL=/var/spool/gs-cluster
 LOGS=/var/log/gs-cluster
 RUN=/run/gs-cluster
 CTLD_PORT=6917                   # 6817 stays free for the one-node Slurm
+DBD_PORT=6918
+DB_PORT=6919
+DB_DIR=$SPOOL/db
 REST_USER=gsrest
 REST_ADDR=127.0.0.1:6820
 # Seconds before slurmctld marks a silent slurmd DOWN (its jobs: NODE_FAIL,
@@ -158,6 +165,12 @@ StateSaveLocation=$SPOOL/ctld
 SlurmctldLogFile=$LOGS/slurmctld.log
 SlurmdLogFile=$LOGS/slurmd-%n.log
 SlurmdTimeout=$SLURMD_TIMEOUT
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStorageEnforce=associations
+PriorityType=priority/multifactor
+PriorityWeightFairshare=10000
 AuthInfo=cred_expire=$CRED_EXPIRE
 # The nodes share /tmp; mpi/pmix makes TmpFS/spmix_appdir_<uid>_<step>
 # on every node, so a shared TmpFS fails the step's second node (EEXIST).
@@ -189,7 +202,55 @@ write_gres() {
   done
 }
 
+# slurmdbd.conf beside slurm.conf (slurmdbd finds it there through
+# SLURM_CONF), with the database password: SlurmUser's alone.
+write_dbd_conf() {
+  (umask 077; cat > "$CONF_DIR/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$RUN/slurmdbd.pid
+LogFile=$LOGS/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=$1
+StorageLoc=gs_cluster_acct
+CONF
+  )
+}
+
 # ---------------------------------------------------------------- daemons
+
+# A MariaDB for slurmdbd alone: a fresh data directory, TCP on loopback
+# only, and a user "slurm" with a password made here.
+start_db() {
+  local pass
+  mkdir -p "$DB_DIR" && chown mysql:mysql "$DB_DIR"
+  mariadb-install-db --user=mysql --datadir="$DB_DIR" --auth-root-authentication-method=socket \
+    --skip-test-db > "$LOGS/mariadb-install.log" 2>&1 || die "mariadb-install-db failed (see $LOGS)"
+  touch "$LOGS/mariadb.log" && chown mysql:mysql "$LOGS/mariadb.log"
+  mariadbd --user=mysql --datadir="$DB_DIR" --socket="$DB_DIR/mysqld.sock" --port=$DB_PORT \
+    --bind-address=127.0.0.1 --pid-file="$DB_DIR/mysqld.pid" --log-error="$LOGS/mariadb.log" \
+    --innodb-buffer-pool-size=16M < /dev/null > /dev/null 2>&1 &
+  echo $! > "$RUN/mariadbd.pid"
+  wait_for 300 test -S "$DB_DIR/mysqld.sock" || die "mariadbd did not start (see $LOGS/mariadb.log)"
+  pass=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+  mariadb -S "$DB_DIR/mysqld.sock" -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+    GRANT ALL ON gs_cluster_acct.* TO 'slurm'@'127.0.0.1';" || die "cannot make slurmdbd's database user"
+  write_dbd_conf "$pass"
+}
+
+# slurmdbd, and this cluster in it (which also makes the root account).
+start_dbd() {
+  slurmdbd
+  wait_for 300 sacctmgr -n show cluster >/dev/null 2>&1 || die "slurmdbd did not answer (see $LOGS/slurmdbd.log)"
+  sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr could not add the cluster"
+}
+
 
 start_ctld() {
   slurmctld -f "$CONF"
@@ -263,6 +324,8 @@ cmd_start() {
   fi
   gs_slurm_install
   command -v slurmrestd >/dev/null || apt-get install -y -qq slurmrestd >/dev/null
+  command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmdbd mariadb-server >/dev/null
   # auth/jwt is a separate Debian package (libjwt).
   [ -f /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so ] ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm-jwt-plugin >/dev/null
@@ -276,6 +339,8 @@ cmd_start() {
   write_conf
   net_up
   hosts_add
+  start_db
+  start_dbd
   start_ctld
   local n
   for n in $NODES; do start_slurmd "$n"; done
@@ -288,6 +353,8 @@ cmd_start() {
 cmd_stop() {
   local n
   stop_pidfiles "$RUN/slurmrestd.pid" "$RUN/slurmctld.pid" $(for n in $NODES; do echo "$RUN/slurmd-$n.pid"; done)
+  stop_pidfiles "$RUN/slurmdbd.pid"
+  stop_pidfiles "$RUN/mariadbd.pid"
   stop_node_leftovers
   net_down
   hosts_remove
@@ -304,7 +371,7 @@ cmd_status() {
   local n f
   echo "export SLURM_CONF=$CONF"
   echo "slurmrestd: http://$REST_ADDR (JWT: scontrol token username=root lifespan=600)"
-  for f in slurmctld slurmd-gsn1 slurmd-gsn2 slurmd-gsn3 slurmrestd; do
+  for f in mariadbd slurmdbd slurmctld slurmd-gsn1 slurmd-gsn2 slurmd-gsn3 slurmrestd; do
     if alive "$RUN/$f.pid"; then echo "$f: running, pid $(cat "$RUN/$f.pid")"; else echo "$f: not running"; fi
   done
   for n in $NODES; do

@@ -13,7 +13,7 @@ debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev l
       ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
       podman runc uidmap fuse-overlayfs slirp4netns busybox-static slurmd
-      slurmctld slurm-client slurmrestd slurm-wlm-jwt-plugin munge openmpi-bin libopenmpi-dev libpmix2
+      slurmctld slurm-client slurmrestd slurmdbd mariadb-server slurm-wlm-jwt-plugin munge openmpi-bin libopenmpi-dev libpmix2
       iproute2 util-linux
       openssl curl python3 python3-venv)
 

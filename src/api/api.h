@@ -37,6 +37,7 @@ typedef struct gs_serve_settings {
   char slurm_rest_url[GS_CONFIG_STR];
   char slurm_jwt_key[GS_CONFIG_STR];
   char slurm_accounts[GS_CONFIG_STR];
+  bool slurm_create_accounts;
   bool container_host_network;
   bool pull_images;
   char tls_cert[GS_CONFIG_STR];

@@ -135,6 +135,10 @@ const gs_config_option gs_serve_options[] = {
     OPT("slurm-accounts", GS_CFG_STRING, "", 0, 0,
         "Slurm accounts of tenants whose account is not named after them: "
         "'tenant=account,...'", slurm_accounts),
+    OPT("slurm-create-accounts", GS_CFG_BOOL, "false", 0, 0,
+        "Create each tenant's Slurm account, and its user's association in it, with sacctmgr "
+        "before the tenant's first job on several nodes; the account's fair-share shares follow "
+        "the tenant's weight (100 per unit)", slurm_create_accounts),
     OPT("preemption", GS_CFG_STRING, "off", 0, 0,
         "'requeue': stop lower-priority jobs (SIGTERM, then SIGKILL after kill-grace-seconds) "
         "when the head of the queue needs what they hold, and queue them again; 'off': never",
@@ -936,6 +940,7 @@ int gs_serve(const gs_serve_settings *settings) {
   snprintf(fs.slurm_rest_url, sizeof fs.slurm_rest_url, "%s", settings->slurm_rest_url);
   snprintf(fs.slurm_jwt_key, sizeof fs.slurm_jwt_key, "%s", settings->slurm_jwt_key);
   snprintf(fs.slurm_accounts, sizeof fs.slurm_accounts, "%s", settings->slurm_accounts);
+  fs.slurm_create_accounts = settings->slurm_create_accounts;
   fs.container_host_network = settings->container_host_network;
   fs.pull_images = settings->pull_images;
   if (rc == 0)

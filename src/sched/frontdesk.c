@@ -12,6 +12,7 @@
 #include "sched/cgroup.h"
 #include "sched/container.h"
 #include "sched/slurm_batch.h"
+#include "sched/slurm_accounts.h"
 #include "sched/slurm_rest.h"
 #include "sched/store.h"
 
@@ -78,6 +79,7 @@ struct gs_frontdesk {
    * that follows their states there (slurm_follower), woken through
    * slurm_cond (under `lock`) after a submission or a cancel. */
   gs_slurm_rest *rest;
+  gs_slurm_accounts *accounts; /* tenants' Slurm accounts (with rest) */
   pthread_t slurm_thread;
   bool slurm_thread_started;
   pthread_cond_t slurm_cond;
@@ -259,8 +261,10 @@ int gs_tenant_remove(gs_frontdesk *fd, const char *name) {
   int rc = GS_OK;
   if (!t)
     rc = gs_error(GS_ENOENT, "no tenant '%s'", name);
+  /* Ended jobs wait in the active list for the scheduler's next pass. */
   for (int i = 0; rc == 0 && i < fd->n_active; i++)
-    if (strcmp(fd->active[i].job->tenant, name) == 0)
+    if (strcmp(fd->active[i].job->tenant, name) == 0 &&
+        (fd->active[i].job->state == GS_JOB_PENDING || fd->active[i].job->state == GS_JOB_RUNNING))
       rc = gs_error(GS_EBUSY, "tenant '%s' has unfinished jobs (job %lld); cancel them first",
                     name, (long long)fd->active[i].job->id);
   if (rc == 0)
@@ -1463,27 +1467,6 @@ static gs_job *new_job(const gs_principal *who, const gs_job_request *req) {
   return j;
 }
 
-/* The Slurm account a tenant's jobs are charged to: its entry in
- * slurm_accounts ("tenant=account,..."), else its own name. */
-static int slurm_account_of(const char *accounts, const char *tenant, char *out, size_t cap) {
-  const char *name = tenant;
-  size_t name_len = strlen(tenant), tn = strlen(tenant);
-  for (const char *p = accounts; p && *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len > tn + 1 && strncmp(p, tenant, tn) == 0 && p[tn] == '=') {
-      name = p + tn + 1;
-      name_len = len - tn - 1;
-    }
-    p = end ? end + 1 : p + len;
-  }
-  if (name_len >= cap)
-    return gs_error(GS_EINVAL, "tenant '%s''s Slurm account is %zu bytes; at most %zu", tenant,
-                    name_len, cap - 1);
-  snprintf(out, cap, "%.*s", (int)name_len, name);
-  return GS_OK;
-}
-
 /* The directory a tenant's Slurm jobs write their logs into: STATE/slurm/
  * SERIAL, its user's alone. On a cluster it must be on a filesystem the
  * nodes share, since the first node of each job writes there. */
@@ -1530,10 +1513,12 @@ static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_j
     rc = gs_error(GS_EPERM, "tenant '%s' maps to root, and jobs on several nodes never run as "
                             "root", t->name);
   int64_t serial = rc == 0 ? t->serial : 0;
+  double weight = rc == 0 ? t->weight : 1;
   pthread_mutex_unlock(&fd->lock);
   char dir[600], out_path[700], err_path[700], account[64];
   if (rc == 0)
-    rc = slurm_account_of(fd->set.slurm_accounts, who->tenant, account, sizeof account);
+    rc = gs_slurm_account_for(fd->accounts, who->tenant, ident.user, weight, account,
+                              sizeof account);
   if (rc == 0)
     rc = slurm_log_dir(fd, serial, &ident, dir, sizeof dir);
   if (rc < 0)
@@ -2203,6 +2188,10 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     rc = gs_slurm_jobs_open(fd->set.ledger, settings->state_dir, NULL, &fd->slurm);
   if (rc == 0 && settings->slurm_rest_url[0])
     rc = gs_slurm_rest_open(settings->slurm_rest_url, settings->slurm_jwt_key, &fd->rest);
+  if (rc == 0 && fd->rest)
+    rc = gs_slurm_accounts_create(settings->slurm_accounts,
+                                  settings->slurm_create_accounts ? "sacctmgr" : NULL,
+                                  &fd->accounts);
   if (rc == 0)
     warn_unfollowed_slurm_jobs(fd);
   if (rc == 0 && (fd->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
@@ -2259,6 +2248,7 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
   free(fd->active);
   gs_slurm_jobs_close(fd->slurm);
   gs_slurm_rest_close(fd->rest);
+  gs_slurm_accounts_free(fd->accounts);
   free(fd->tenants);
   if (fd->wake_fd >= 0)
     close(fd->wake_fd);

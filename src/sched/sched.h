@@ -115,10 +115,12 @@ typedef struct gs_frontdesk_settings {
   bool pull_images;          /* a missing allowed image is pulled when the job starts */
   /* Multi-node jobs go to Slurm (slurm_rest.h): slurmrestd's address ("":
    * none), the cluster's JWT key, and tenants' accounts ("tenant=account,
-   * ..."; a tenant not named there uses an account of its own name). */
+   * ..."; a tenant not named there uses an account of its own name), made
+   * with sacctmgr where slurm_create_accounts (slurm_accounts.h). */
   char slurm_rest_url[512];
   char slurm_jwt_key[512];
   char slurm_accounts[1024];
+  bool slurm_create_accounts;
 } gs_frontdesk_settings;
 
 /* Opens the state database, creates the admin tenant and its token file at

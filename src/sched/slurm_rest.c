@@ -172,6 +172,7 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg) {
 #define SLURM_INVALID_JOB_ID 2017
 #define SLURM_ALREADY_DONE 2021 /* a cancel of a job that has ended */
 #define SLURM_PROTOCOL_AUTH_ERROR 5005 /* "Zero Bytes were transmitted": slurmctld refused */
+#define ESLURM_INVALID_ACCOUNT 2045   /* no association of the user with the account */
 
 /* Slurm's messages in a reply's "errors" list, joined ("" if none), and
  * the first one's number (0 if none). Entries carry it as error_number or
@@ -298,12 +299,20 @@ int gs_slurm_rest_submit(gs_slurm_rest *r, const char *user, json_t *job, int64_
   if (given > 0 && gs_slurm_rest_cancel(r, user, given) < 0)
     GS_LOGW("sched", "Slurm job %lld, refused, could not be cancelled: %s", (long long)given,
             gs_error_detail());
-  /* Slurm's communication errors (1xxx) and a refused token are the
-   * cluster's trouble, not the request's. */
+  /* Slurm's communication errors (numbers 1000-1999) and a refused token
+   * are the cluster's trouble, not the request's. */
   bool ours = first == SLURM_PROTOCOL_AUTH_ERROR || (first >= 1000 && first < 2000) ||
               (!errors[0] && given <= 0);
-  return gs_error(ours ? GS_EIO : GS_EINVAL, "Slurm refused the job: %s",
-                  errors[0] ? errors : "no job id in slurmrestd's answer");
+  const char *account = json_string_value(json_object_get(json_object_get(job, "job"),
+                                                          "account"));
+  char hint[300] = "";
+  if (first == ESLURM_INVALID_ACCOUNT)
+    snprintf(hint, sizeof hint, " (user %s has no association with account '%s' in Slurm's "
+             "accounting: an admin adds it with sacctmgr, maps the tenant to another account "
+             "with --slurm-accounts, or lets the daemon make it with --slurm-create-accounts)",
+             user, account ? account : "");
+  return gs_error(ours ? GS_EIO : GS_EINVAL, "Slurm refused the job: %s%s",
+                  errors[0] ? errors : "no job id in slurmrestd's answer", hint);
 }
 
 static double time_of(const json_t *job, const char *key) {

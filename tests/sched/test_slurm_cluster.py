@@ -27,6 +27,8 @@ CLUSTER = os.path.join(ROOT, "deploy", "slurm-cluster.sh")
 CONF = "/etc/gs-cluster/slurm.conf"
 NODES = ["gsn1", "gsn2", "gsn3"]
 NODE_PORT = 8000  # each node's daemon, on the loopback of its own namespace
+DESK_ARGS = ("--slurm-rest-url", "http://127.0.0.1:6820", "--slurm-jwt-key",
+             "/etc/gs-cluster/jwt_hs256.key")
 
 MISSING = [t for t in ("slurmctld", "slurmd", "slurmrestd", "mpicc", "ip", "nsenter")
            if not shutil.which(t)]
@@ -161,9 +163,10 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def desk(cluster, tmp_path_factory):
-    """The front desk on the host, handing jobs to slurmrestd."""
-    d = Daemon(tmp_path_factory.mktemp("desk"), "--slurm-rest-url", "http://127.0.0.1:6820",
-               "--slurm-jwt-key", "/etc/gs-cluster/jwt_hs256.key").start()
+    """The front desk on the host, handing jobs to slurmrestd, and making
+    tenants' Slurm accounts (the cluster enforces associations)."""
+    d = Daemon(tmp_path_factory.mktemp("desk"), *DESK_ARGS, "--slurm-create-accounts",
+               env={"SLURM_CONF": CONF}).start()  # for sacctmgr
     yield d
     if d.proc.poll() is None:
         d.stop()
@@ -180,8 +183,8 @@ def wait_state(d, job_id, states, timeout=60):
     raise AssertionError(f"job {job_id} never reached {states}: {d.job(job_id)}")
 
 
-def submit(d, *args):
-    p = d.cli("submit", *args, check=False)
+def submit(d, *args, token=None):
+    p = d.cli("submit", *args, token=token, check=False)
     assert p.returncode == 0, p.stderr
     return int(p.stdout.strip())
 
@@ -253,6 +256,46 @@ def test_what_slurm_cannot_run_is_refused_with_its_reason(cluster, desk):
     assert "PartitionConfig" not in left, left
 
 
+def associations():
+    """Slurm's accounting: {(account, user): fair-share shares}."""
+    out = run("sacctmgr", "-n", "-P", "show", "assoc", "format=account,user,fairshare",
+              env=slurm_env()).stdout
+    return {tuple(line.split("|")[:2]): line.split("|")[2] for line in out.splitlines()}
+
+
+def test_tenants_get_accounts_with_their_weight_as_fair_share(cluster, desk):
+    token = desk.cli("tenant", "add", "lab", "--user", "nobody", "--weight", "2.5").stdout.strip()
+    job_id = submit(desk, "--nodes", "2", "--", "true", token=token)
+    job = wait_state(desk, job_id, {"COMPLETED", "FAILED"})
+    assert job["state"] == "COMPLETED", job
+    assoc = associations()
+    assert assoc[("lab", "")] == "250" and ("lab", "nobody") in assoc, assoc
+    charged = run("sacct", "-n", "-P", "-X", "-j", str(job["slurm_job_id"]), "-o", "account,user",
+                  env=slurm_env()).stdout.split()
+    assert charged == ["lab|nobody"], charged
+    # The tenant again with another weight: its account's shares follow.
+    desk.cli("tenant", "remove", "lab")
+    token = desk.cli("tenant", "add", "lab", "--user", "nobody", "--weight", "4").stdout.strip()
+    job_id = submit(desk, "--nodes", "1", "--", "true", token=token)
+    assert wait_state(desk, job_id, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    assert associations()[("lab", "")] == "400"
+
+
+def test_a_tenant_without_a_slurm_account_is_refused(cluster, tmp_path):
+    """Where the daemon does not make accounts, Slurm's refusal says what to do."""
+    d = Daemon(tmp_path, *DESK_ARGS).start()
+    try:
+        token = d.cli("tenant", "add", "stray", "--user", "nobody").stdout.strip()
+        p = d.cli("submit", "--nodes", "2", "--", "true", token=token, check=False)
+        assert p.returncode != 0 and "Invalid account" in p.stderr, p.stderr
+        assert "user nobody has no association with account 'stray'" in p.stderr, p.stderr
+        assert d.request("GET", "/api/v1/jobs", token=d.admin)[1]["jobs"] == []
+        assert ("stray", "nobody") not in associations()
+    finally:
+        d.stop()
+        d.cleanup()
+
+
 def test_slurmctld_restarted_mid_job_loses_nothing(cluster, desk):
     job_id = submit(desk, "--nodes", "2", "--", "sh", "-c", "sleep 6; echo done")
     wait_state(desk, job_id, {"RUNNING"})
@@ -281,7 +324,20 @@ def kill_slurmd(node, keep):
                 pass
 
 
+def wait_all_idle(timeout=60):
+    """Until every node is idle: after slurmctld's restart, a node is UNKNOWN
+    until its slurmd registers again, and Slurm refuses a job that needs it."""
+    deadline = time.time() + timeout
+    while True:
+        states = set(run("sinfo", "-h", "-N", "-o", "%N %t", env=slurm_env()).stdout.split("\n"))
+        if sorted(x for x in states if x) == [f"{n} idle" for n in NODES]:
+            return
+        assert time.time() < deadline, states
+        time.sleep(0.5)
+
+
 def test_a_node_killed_mid_job_fails_the_job_and_requeue_runs_it_again(cluster, desk):
+    wait_all_idle()
     plain = submit(desk, "--nodes", "2", "--partition", "pair", "--", "sleep", "300")
     again = submit(desk, "--nodes", "3", "--requeue", "--", "sh", "-c",
                    'echo run; [ "$SLURM_RESTART_COUNT" = 1 ] || sleep 300')

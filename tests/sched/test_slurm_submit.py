@@ -387,3 +387,70 @@ def test_slurmrestd_down_keeps_the_states_and_a_pending_cancel_is_no_success(tmp
         assert w.returncode != 0 and "CANCELLED" in w.stderr
         job = d.job(pending)
         assert job["exit_code"] is None and job["runs"] == 0 and job["start_time"] is None
+
+
+def fake_sacctmgr(tmp_path, fail=""):
+    """A sacctmgr on PATH that logs its arguments, answers "Nothing new
+    added." (exit 1) to what exists already, as Slurm's does, and fails
+    with `fail`'s words for an argument list holding "add"."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls, seen = tmp_path / "sacctmgr-calls", tmp_path / "sacctmgr-seen"
+    tool = bin_dir / "sacctmgr"
+    tool.write_text("#!/bin/sh\n"
+                    f'echo "$*" >> "{calls}"\n'
+                    + (f'echo "{fail}"; exit 1\n' if fail else "")
+                    + f'case "$*" in *" add "*) if grep -qxF "$*" "{seen}" 2>/dev/null; then\n'
+                    f'  echo " Nothing new added."; exit 1; fi; echo "$*" >> "{seen}";; esac\n'
+                    'echo " Done"\n')
+    tool.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}, calls
+
+
+def test_accounts_are_made_once_per_tenant_with_their_weight_as_shares(tmp_path, slurm):
+    env, calls = fake_sacctmgr(tmp_path)
+    with daemon(tmp_path, "--slurm-rest-url", slurm.url, "--slurm-jwt-key", slurm.key_path,
+                "--slurm-create-accounts", "--slurm-accounts", "Bob=Physics", env=env) as d:
+        user = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
+        token = d.cli("tenant", "add", "Bob", "--user", user, "--weight", "0.5").stdout.strip()
+        ids = [int(d.cli("submit", "--nodes", "2", "--", "true", token=token).stdout)
+               for _ in range(2)]
+        # Slurm keeps names in lower case: the account is sent so.
+        assert [body["job"]["account"] for _, body in slurm.submitted] == ["physics"] * 2
+        assert calls.read_text().splitlines() == [
+            "-i add account name=physics fairshare=50 description=gpusrv tenant account "
+            "organization=gpusrv",
+            "-i modify account where name=physics set fairshare=50",
+            f"-i add user name={user} account=physics"]
+        # The same tenant with another weight: the shares are set again.
+        for job_id in ids:
+            d.cli("cancel", str(job_id))
+            wait_for(d, job_id, "CANCELLED")
+        d.cli("tenant", "remove", "Bob")
+        token = d.cli("tenant", "add", "Bob", "--user", user, "--weight", "3").stdout.strip()
+        d.cli("submit", "--nodes", "2", "--", "true", token=token)
+        assert calls.read_text().splitlines()[3:] == [
+            "-i add account name=physics fairshare=300 description=gpusrv tenant account "
+            "organization=gpusrv",
+            "-i modify account where name=physics set fairshare=300",
+            f"-i add user name={user} account=physics"]
+
+
+@pytest.mark.parametrize("args, fail, status, message", [
+    ((), "sacctmgr: error: Problem talking to the database: Connection refused", 500,
+     "sacctmgr could not create account carol (exit 1): sacctmgr: error: Problem talking to "
+     "the database: Connection refused"),
+    (("--slurm-accounts", "carol=a b"), "", 400,
+     "tenant 'carol''s Slurm account 'a b' is not letters, digits, '_', '-' and '.'"),
+    (("--slurm-accounts", "carol=" + "x" * 64), "", 400,
+     "tenant 'carol''s Slurm account is 64 bytes; at most 63"),
+])
+def test_an_account_that_cannot_be_made_stops_the_job(tmp_path, slurm, args, fail, status,
+                                                       message):
+    env, _ = fake_sacctmgr(tmp_path, fail)
+    with daemon(tmp_path, "--slurm-rest-url", slurm.url, "--slurm-jwt-key", slurm.key_path,
+                "--slurm-create-accounts", *args, env=env) as d:
+        token, _ = add_tenant(d, "carol")
+        got, body = d.request("POST", "/api/v1/jobs", {"command": ["true"], "nodes": 2}, token)
+        assert (got, body["error"]) == (status, message)
+        assert slurm.submitted == []

@@ -1,0 +1,205 @@
+/* slurm_accounts.c - see slurm_accounts.h. */
+#include "sched/slurm_accounts.h"
+
+#include "base/error.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_MADE 256 /* (account, user) pairs remembered; more are made again */
+#define NAME_MAX_LEN 64
+
+typedef struct made_account {
+  char account[NAME_MAX_LEN], user[NAME_MAX_LEN];
+  int shares;
+} made_account;
+
+struct gs_slurm_accounts {
+  char *map;
+  char *sacctmgr; /* NULL: accounts are not created */
+  pthread_mutex_t lock;
+  made_account made[MAX_MADE];
+  int n_made;
+};
+
+int gs_slurm_accounts_create(const char *map, const char *sacctmgr, gs_slurm_accounts **out) {
+  gs_slurm_accounts *a = calloc(1, sizeof *a);
+  if (a) {
+    a->map = strdup(map ? map : "");
+    a->sacctmgr = sacctmgr ? strdup(sacctmgr) : NULL;
+  }
+  if (!a || !a->map || (sacctmgr && !a->sacctmgr)) {
+    gs_slurm_accounts_free(a);
+    return gs_error(GS_ENOMEM, "out of memory for the Slurm accounts");
+  }
+  pthread_mutex_init(&a->lock, NULL);
+  *out = a;
+  return GS_OK;
+}
+
+void gs_slurm_accounts_free(gs_slurm_accounts *a) {
+  if (!a)
+    return;
+  if (a->map) /* made whole: the lock too */
+    pthread_mutex_destroy(&a->lock);
+  free(a->map);
+  free(a->sacctmgr);
+  free(a);
+}
+
+int gs_slurm_shares(double weight) {
+  double shares = round(weight * 100);
+  return shares < 1 ? 1 : shares > 1e6 ? 1000000 : (int)shares;
+}
+
+/* Its entry in the map ("tenant=account,..."), else the tenant's own name. */
+static int account_name(const char *map, const char *tenant, char *out, size_t cap) {
+  const char *name = tenant;
+  size_t name_len = strlen(tenant), tn = strlen(tenant);
+  for (const char *p = map; *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len > tn + 1 && strncmp(p, tenant, tn) == 0 && p[tn] == '=') {
+      name = p + tn + 1;
+      name_len = len - tn - 1;
+    }
+    p = end ? end + 1 : p + len;
+  }
+  if (name_len >= cap || name_len >= NAME_MAX_LEN)
+    return gs_error(GS_EINVAL, "tenant '%s''s Slurm account is %zu bytes; at most %d", tenant,
+                    name_len, (int)(cap < NAME_MAX_LEN ? cap : NAME_MAX_LEN) - 1);
+  /* sacctmgr splits on ',', '=' and blanks; Slurm keeps names in lower case. */
+  for (size_t i = 0; i < name_len; i++) {
+    char c = name[i];
+    if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && !(c >= '0' && c <= '9') &&
+        !strchr("_-.", c))
+      return gs_error(GS_EINVAL, "tenant '%s''s Slurm account '%.*s' is not letters, digits, "
+                      "'_', '-' and '.'", tenant, (int)name_len, name);
+    out[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+  }
+  out[name_len] = '\0';
+  return GS_OK;
+}
+
+/* Runs `sacctmgr -i ARGS...` (through timeout(1): a slurmdbd that does not
+ * answer must not hold the request for ever). Its exit status, or -1 when
+ * it could not be started; what it printed, stripped, into `said`. */
+static int run_sacctmgr(const gs_slurm_accounts *a, const char *const *args, char *said,
+                        size_t cap) {
+  char *argv[16] = {"timeout", "20", a->sacctmgr, "-i"};
+  int n = 4;
+  for (int i = 0; args[i] && n < 15; i++)
+    argv[n++] = (char *)args[i];
+  argv[n] = NULL;
+  said[0] = '\0';
+  int pipe_fd[2];
+  if (pipe2(pipe_fd, O_CLOEXEC) < 0)
+    return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, pipe_fd[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, pipe_fd[1], 2);
+  pid_t pid;
+  extern char **environ;
+  int err = posix_spawnp(&pid, "timeout", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pipe_fd[1]);
+  if (err != 0) {
+    close(pipe_fd[0]);
+    snprintf(said, cap, "cannot run timeout(1): %s", strerror(err));
+    return -1;
+  }
+  size_t used = 0;
+  char rest[256];
+  for (;;) { /* read to the end, keeping what fits */
+    ssize_t got = used + 1 < cap ? read(pipe_fd[0], said + used, cap - 1 - used)
+                                 : read(pipe_fd[0], rest, sizeof rest);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      break;
+    if (used + 1 < cap)
+      used += (size_t)got;
+  }
+  close(pipe_fd[0]);
+  said[used] = '\0';
+  for (char *c = said; *c; c++) /* one line, for a message */
+    if (*c == '\n' || *c == '\t')
+      *c = ' ';
+  while (used && said[used - 1] == ' ')
+    said[--used] = '\0';
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* sacctmgr exits 1 with "Nothing new added." for what exists already. */
+static bool made_or_there(int rc, const char *said) {
+  return rc == 0 || (rc == 1 && strstr(said, "Nothing new added"));
+}
+
+/* The account with its shares, and the user's association in it. With the
+ * lock held. */
+static int make_account(const gs_slurm_accounts *a, const char *account, const char *user,
+                        int shares) {
+  char fairshare[32], name[96], user_arg[96], account_arg[96], said[512];
+  snprintf(fairshare, sizeof fairshare, "fairshare=%d", shares);
+  snprintf(name, sizeof name, "name=%s", account);
+  snprintf(user_arg, sizeof user_arg, "name=%s", user);
+  snprintf(account_arg, sizeof account_arg, "account=%s", account);
+  const char *add_account[] = {"add", "account", name, fairshare,
+                               "description=gpusrv tenant account", "organization=gpusrv", NULL};
+  const char *set_shares[] = {"modify", "account", "where", name, "set", fairshare, NULL};
+  const char *add_user[] = {"add", "user", user_arg, account_arg, NULL};
+  const char *const *steps[] = {add_account, set_shares, add_user};
+  const char *what[] = {"create account", "set the shares of account", "add user"};
+  for (int i = 0; i < 3; i++) {
+    int rc = run_sacctmgr(a, steps[i], said, sizeof said);
+    if (!made_or_there(rc, said))
+      return gs_error(GS_EIO, "sacctmgr could not %s %s%s%s (exit %d): %s", what[i],
+                      i == 2 ? user : account, i == 2 ? " to account " : "",
+                      i == 2 ? account : "", rc, said[0] ? said : "no output");
+  }
+  GS_LOGI("slurm", "account %s (fair-share shares %d) holds user %s", account, shares, user);
+  return GS_OK;
+}
+
+int gs_slurm_account_for(gs_slurm_accounts *a, const char *tenant, const char *user,
+                         double weight, char *out, size_t cap) {
+  if (account_name(a->map, tenant, out, cap) < 0)
+    return gs_error_code();
+  if (!a->sacctmgr)
+    return GS_OK;
+  if (strlen(user) >= NAME_MAX_LEN)
+    return gs_error(GS_EINVAL, "user name '%s' is too long for a Slurm association", user);
+  int shares = gs_slurm_shares(weight);
+  pthread_mutex_lock(&a->lock);
+  made_account *m = NULL;
+  for (int i = 0; i < a->n_made && !m; i++)
+    if (!strcmp(a->made[i].account, out) && !strcmp(a->made[i].user, user))
+      m = &a->made[i];
+  int rc = GS_OK;
+  if (!m || m->shares != shares)
+    rc = make_account(a, out, user, shares);
+  if (rc == 0 && !m && a->n_made < MAX_MADE)
+    m = &a->made[a->n_made++];
+  if (rc == 0 && m) {
+    snprintf(m->account, sizeof m->account, "%s", out);
+    snprintf(m->user, sizeof m->user, "%s", user);
+    m->shares = shares;
+  }
+  pthread_mutex_unlock(&a->lock);
+  return rc;
+}
