@@ -3,7 +3,7 @@
  * replies are JSON; errors are {"error": ...} with 400, 401, 403, 404, 409. */
 #include "api/jobs_api.h"
 #include "api/jobs_json.h"
-#include "sched/slurm_jobs.h"
+#include "sched/holds.h"
 
 #include "base/error.h"
 #include "base/units.h"
@@ -438,53 +438,104 @@ static bool tenant_routes(gs_frontdesk *fd, const gs_principal *who, bool get, b
   return false;
 }
 
-/* POST /api/v1/slurm/jobs {"job", "user", "gpus": [Slurm's GPU indices]}
- * books a Slurm job's GPUs (the prolog); DELETE /api/v1/slurm/jobs/N
- * releases them (the epilog). Admin only: slurmd runs them as root. */
-static bool slurm_routes(gs_frontdesk *fd, const gs_principal *who, bool post, bool del,
+/* A job named in JSON: a string, or a positive integer (Slurm's ids) as
+ * its decimal digits. NULL when neither. */
+static const char *job_name(const json_t *v, char *buf, size_t cap) {
+  if (json_is_string(v))
+    return json_string_value(v);
+  if (json_is_integer(v) && json_integer_value(v) > 0) {
+    snprintf(buf, cap, "%lld", (long long)json_integer_value(v));
+    return buf;
+  }
+  return NULL;
+}
+
+/* POST /api/v1/holds {"scheduler", "job", "user", "gpus": [indices]}. */
+static int book_hold(gs_frontdesk *fd, const json_t *j) {
+  int gpus[GS_BOOKING_MAX_PARTS], n = 0;
+  char buf[32];
+  json_t *list = json_object_get(j, "gpus");
+  const char *job = job_name(json_object_get(j, "job"), buf, sizeof buf);
+  const char *scheduler = json_string_value(json_object_get(j, "scheduler"));
+  const char *user = json_string_value(json_object_get(j, "user"));
+  if (!scheduler || !job || !user || !json_is_array(list) ||
+      json_array_size(list) > GS_BOOKING_MAX_PARTS)
+    return gs_error(GS_EINVAL, "a hold needs \"scheduler\", \"job\" (a string or a positive "
+                               "integer), \"user\" and \"gpus\" (at most %d indices)",
+                    GS_BOOKING_MAX_PARTS);
+  for (size_t k = 0; k < json_array_size(list); k++) {
+    json_t *g = json_array_get(list, k);
+    if (!json_is_integer(g) || json_integer_value(g) < 0 || json_integer_value(g) > 1 << 20)
+      return gs_error(GS_EINVAL, "gpus[%zu] is not a GPU index", k);
+    gpus[n++] = (int)json_integer_value(g);
+  }
+  return gs_hold_book(gs_frontdesk_holds(fd), scheduler, job, user, gpus, n);
+}
+
+/* PUT /api/v1/holds/SCHEDULER {"jobs": [...]}: the jobs that still run. */
+static int reconcile_holds(gs_frontdesk *fd, const char *scheduler, const json_t *j) {
+  json_t *list = json_object_get(j, "jobs");
+  size_t n = json_array_size(list);
+  if (!json_is_array(list) || n > 100000)
+    return gs_error(GS_EINVAL, "a reconcile needs \"jobs\": the jobs that still run (at most "
+                               "100000)");
+  const char **live = calloc(n + 1, sizeof *live);
+  char (*bufs)[32] = calloc(n + 1, sizeof *bufs);
+  int rc = live && bufs ? GS_OK : gs_error(GS_ENOMEM, "out of memory for a reconcile");
+  for (size_t k = 0; rc == 0 && k < n; k++)
+    if (!(live[k] = job_name(json_array_get(list, k), bufs[k], sizeof bufs[k])))
+      rc = gs_error(GS_EINVAL, "jobs[%zu] is not a job", k);
+  if (rc == 0)
+    rc = gs_holds_reconcile(gs_frontdesk_holds(fd), scheduler, live, (int)n);
+  free(live);
+  free(bufs);
+  return rc;
+}
+
+/* Devices held for outside schedulers' jobs (holds.h): POST /api/v1/holds
+ * books (Slurm's prolog), DELETE /api/v1/holds/SCHEDULER/JOB releases (its
+ * epilog), PUT /api/v1/holds/SCHEDULER {"jobs": [...]} drops the holds of
+ * jobs not listed. Admin only: slurmd runs the hooks as root. */
+static bool holds_routes(gs_frontdesk *fd, const gs_principal *who, const char *method,
                          const char *rest, const char *body, size_t len, gs_http_reply *r) {
+  bool post = !strcmp(method, "POST"), put = !strcmp(method, "PUT"),
+       del = !strcmp(method, "DELETE");
+  if (rest[0] != '\0' && rest[0] != '/')
+    return false;
   if (!who->admin) {
-    gs_http_reply_error(r, 403, "booking Slurm's jobs needs an admin token");
+    gs_http_reply_error(r, 403, "holding devices for a scheduler's jobs needs an admin token");
     return true;
   }
+  char scheduler[32] = "", job[96] = "";
+  const char *slash = rest[0] ? strchr(rest + 1, '/') : NULL;
+  if (rest[0] && strlen(rest + 1) < sizeof job) {
+    snprintf(scheduler, sizeof scheduler, "%.*s",
+             (int)(slash ? (size_t)(slash - rest - 1) : strlen(rest + 1)), rest + 1);
+    snprintf(job, sizeof job, "%s", slash ? slash + 1 : "");
+  }
+  int rc;
+  json_t *j = NULL;
   if (rest[0] == '\0' && post) {
-    json_t *j = parse_body(body, len, r);
-    if (!j)
+    if (!(j = parse_body(body, len, r)))
       return true;
-    int gpus[GS_BOOKING_MAX_PARTS], n = 0, rc = GS_OK;
-    json_t *list = json_object_get(j, "gpus"), *job = json_object_get(j, "job");
-    const char *user = json_string_value(json_object_get(j, "user"));
-    if (!json_is_integer(job) || !user || !json_is_array(list) ||
-        json_array_size(list) > GS_BOOKING_MAX_PARTS)
-      rc = gs_error(GS_EINVAL, "a Slurm job's booking needs \"job\" (an integer), \"user\" "
-                               "and \"gpus\" (at most %d indices)", GS_BOOKING_MAX_PARTS);
-    for (size_t k = 0; rc == 0 && k < json_array_size(list); k++) {
-      json_t *g = json_array_get(list, k);
-      if (!json_is_integer(g) || json_integer_value(g) < 0 || json_integer_value(g) > 1 << 20)
-        rc = gs_error(GS_EINVAL, "gpus[%zu] is not a GPU index", k);
-      else
-        gpus[n++] = (int)json_integer_value(g);
-    }
-    if (rc == 0)
-      rc = gs_slurm_job_book(gs_frontdesk_slurm(fd), (int64_t)json_integer_value(job), user,
-                             gpus, n);
-    json_decref(j);
-    if (rc < 0)
-      return fail(r, rc);
-    gs_http_reply_json(r, 200, json_pack("{s:o}", "bookings",
-                                          gs_bookings_json(gs_frontdesk_ledger(fd))));
-    return true;
+    rc = book_hold(fd, j);
+  } else if (scheduler[0] && !slash && put) {
+    if (!(j = parse_body(body, len, r)))
+      return true;
+    rc = reconcile_holds(fd, scheduler, j);
+  } else if (scheduler[0] && slash && del) {
+    rc = gs_hold_release(gs_frontdesk_holds(fd), scheduler, job);
+  } else {
+    return false;
   }
-  char *end;
-  long long id = rest[0] == '/' ? strtoll(rest + 1, &end, 10) : 0;
-  if (id > 0 && *end == '\0' && del) {
-    int rc = gs_slurm_job_release(gs_frontdesk_slurm(fd), id);
-    if (rc < 0)
-      return fail(r, rc);
-    gs_http_reply_json(r, 200, json_pack("{s:I}", "released", (json_int_t)id));
-    return true;
-  }
-  return false;
+  json_decref(j);
+  if (rc < 0)
+    return fail(r, rc);
+  json_t *reply = json_pack("{s:o}", "bookings", gs_bookings_json(gs_frontdesk_ledger(fd)));
+  if (put)
+    json_object_set_new(reply, "dropped", json_integer(rc));
+  gs_http_reply_json(r, 200, reply);
+  return true;
 }
 
 bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *method,
@@ -496,8 +547,8 @@ bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *me
     return jobs_routes(fd, who, get, post, del, url + 12, q, body, len, r);
   if (strncmp(url, "/api/v1/tenants", 15) == 0)
     return tenant_routes(fd, who, get, post, del, url + 15, body, len, r);
-  if (strncmp(url, "/api/v1/slurm/jobs", 18) == 0)
-    return slurm_routes(fd, who, post, del, url + 18, body, len, r);
+  if (strncmp(url, "/api/v1/holds", 13) == 0)
+    return holds_routes(fd, who, method, url + 13, body, len, r);
   if (strcmp(url, "/api/v1/devices") == 0 && get) {
     gs_frontdesk_device devices[GS_SCHED_MAX_DEVICES];
     int n = gs_frontdesk_devices(fd, devices, GS_SCHED_MAX_DEVICES);

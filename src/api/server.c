@@ -649,6 +649,8 @@ static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
 /* Whether a request's route reads its body: the POST routes of inference,
  * the repository and the job API. Others' bodies are read and dropped. */
 static bool takes_body(const char *method, const char *url) {
+  if (strcmp(method, "PUT") == 0) /* a scheduler's jobs that still hold devices */
+    return strncmp(url, "/api/v1/holds/", 14) == 0;
   return strcmp(method, "POST") == 0 &&
          (strncmp(url, "/v2/models/", 11) == 0 || strncmp(url, "/v2/repository/", 15) == 0 ||
           strncmp(url, "/api/v1/", 8) == 0);

@@ -9,7 +9,7 @@
  *   prolog, epilog
  *         slurmd's Prolog and Epilog: book the job's GPUs (SLURM_JOB_GPUS)
  *         with the daemon for the job's lifetime, and release them
- *         (sched/slurm_jobs.h says how they survive a restart). */
+ *         (sched/holds.h says how they survive a restart). */
 #include "cli/cli.h"
 #include "cli/daemon.h"
 
@@ -245,10 +245,10 @@ static int run_prolog(const slurm_opts *o, long long job) {
   json_t *list = json_array();
   for (int k = 0; k < n; k++)
     json_array_append_new(list, json_integer(gpus[k]));
-  json_t *body = json_pack("{s:I, s:s, s:o}", "job", (json_int_t)job, "user",
-                           user && *user ? user : "unknown", "gpus", list);
+  json_t *body = json_pack("{s:s, s:I, s:s, s:o}", "scheduler", "slurm", "job", (json_int_t)job,
+                           "user", user && *user ? user : "unknown", "gpus", list);
   int rc = gs_cli_call_json("slurm prolog", o->daemon.url, o->daemon.token, "POST",
-                            "/api/v1/slurm/jobs", body, NULL);
+                            "/api/v1/holds", body, NULL);
   json_decref(body);
   return rc;
 }
@@ -265,7 +265,7 @@ static int run_epilog(const slurm_opts *o, long long job) {
   if (!c)
     return GS_EXIT_FAILED;
   char path[64];
-  snprintf(path, sizeof path, "/api/v1/slurm/jobs/%lld", job);
+  snprintf(path, sizeof path, "/api/v1/holds/slurm/%lld", job);
   int rc = gs_client_request(c, "DELETE", path, NULL, NULL);
   bool unreachable = rc == GS_EIO || rc == GS_ETIMEDOUT;
   if (rc != GS_OK && rc != GS_ENOENT)

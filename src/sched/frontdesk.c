@@ -3,7 +3,7 @@
  * devices (ledger.c), starts them under a supervisor (shim.c), enforces
  * time limits and cancellations, and records every change (store.c). */
 #include "sched/sched.h"
-#include "sched/slurm_jobs.h"
+#include "sched/holds.h"
 
 #include "base/error.h"
 #include "base/fileutil.h"
@@ -74,7 +74,7 @@ struct gs_frontdesk {
   gs_device_t *devices[GS_SCHED_MAX_DEVICES];
   gs_sched_free total;
 
-  gs_slurm_jobs *slurm; /* the GPUs Slurm's jobs hold on this node */
+  gs_holds *holds; /* the GPUs outside schedulers' jobs (Slurm's) hold on this node */
   /* Jobs on several nodes: slurmrestd (NULL: none set up), and the thread
    * that follows their states there (slurm_follower), woken through
    * slurm_cond (under `lock`) after a submission or a cancel. */
@@ -2130,7 +2130,7 @@ static int find_shim(char *out, size_t cap) {
                              "cannot start", exe, exe);
 }
 
-gs_slurm_jobs *gs_frontdesk_slurm(gs_frontdesk *fd) { return fd->slurm; }
+gs_holds *gs_frontdesk_holds(gs_frontdesk *fd) { return fd->holds; }
 
 /* Jobs handed to Slurm by an earlier run that this one cannot follow (no
  * --slurm-rest-url now): they stay as they were, saying why. */
@@ -2184,8 +2184,8 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
     rc = first_start(fd);
   if (rc == 0)
     rc = take_back_jobs(fd);
-  if (rc == 0) /* before the queue starts: Slurm's GPUs are not free for it */
-    rc = gs_slurm_jobs_open(fd->set.ledger, settings->state_dir, NULL, &fd->slurm);
+  if (rc == 0) /* before the queue starts: what Slurm holds is not free for it */
+    rc = gs_holds_open(fd->set.ledger, settings->state_dir, NULL, &fd->holds);
   if (rc == 0 && settings->slurm_rest_url[0])
     rc = gs_slurm_rest_open(settings->slurm_rest_url, settings->slurm_jwt_key, &fd->rest);
   if (rc == 0 && fd->rest)
@@ -2246,7 +2246,7 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
     gs_job_free(fd->active[i].job);
   }
   free(fd->active);
-  gs_slurm_jobs_close(fd->slurm);
+  gs_holds_close(fd->holds);
   gs_slurm_rest_close(fd->rest);
   gs_slurm_accounts_free(fd->accounts);
   free(fd->tenants);

@@ -305,10 +305,10 @@ typedef struct gs_frontdesk_device {
 
 /* The devices jobs may book: up to `cap` into out; returns how many. */
 int gs_frontdesk_devices(gs_frontdesk *fd, gs_frontdesk_device *out, int cap);
-/* The bookings of Slurm's jobs on this node (slurm_jobs.h), owned by the front desk
- * until gs_frontdesk_close. */
-typedef struct gs_slurm_jobs gs_slurm_jobs;
-gs_slurm_jobs *gs_frontdesk_slurm(gs_frontdesk *fd);
+/* The holds of outside schedulers' jobs (Slurm's) on this node (holds.h),
+ * owned by the front desk until gs_frontdesk_close. */
+typedef struct gs_holds gs_holds;
+gs_holds *gs_frontdesk_holds(gs_frontdesk *fd);
 /* The ledger it books in (for listing every booking with gs_ledger_each). */
 gs_ledger *gs_frontdesk_ledger(gs_frontdesk *fd);
 

@@ -221,6 +221,7 @@ def test_a_hostile_state_file_books_only_what_is_valid(tmp_path, fake_slurm):
     with daemon(tmp_path, env=env) as d:
         jobs.write_text("fail\n")  # no reconciling: what the file says stands
         d.stop()
+        # An older daemon's file (slurm-jobs.json: integer jobs, Slurm's).
         with open(os.path.join(d.state, "slurm-jobs.json"), "w") as f:
             f.write('[{"job": 601, "user": "u", "gpus": [1]},'
                     ' {"job": 601, "user": "twice", "gpus": [0]},'
@@ -230,7 +231,7 @@ def test_a_hostile_state_file_books_only_what_is_valid(tmp_path, fake_slurm):
                     ' {"job": 0, "user": "u", "gpus": [0]}, 7, null]')
         d.start()
         assert list(slurm_bookings(d)) == ["slurm job 601 (u)"]
-        with open(os.path.join(d.state, "slurm-jobs.json"), "w") as f:
+        with open(os.path.join(d.state, "holds.json"), "w") as f:
             f.write("{not json")
         d.stop()
         d.start()  # a broken file books nothing and stops nothing
@@ -264,8 +265,53 @@ def test_only_an_admin_books_for_slurm(tmp_path, fake_slurm):
         assert status == 201 and body["token"], body
         p = hook(d, "prolog", job=401, gpus="0", token=body["token"])
         assert p.returncode == 1 and "needs an admin token" in p.stderr, p.stderr
-        status, _ = d.request("POST", "/api/v1/slurm/jobs", {"job": 1, "user": "x", "gpus": "0"},
-                              token=d.admin)
+        status, _ = d.request("POST", "/api/v1/holds", {"scheduler": "slurm", "job": 1,
+                                                        "user": "x", "gpus": "0"}, token=d.admin)
         assert status == 400
-        status, _ = d.request("DELETE", "/api/v1/slurm/jobs/401", token=body["token"])
+        status, _ = d.request("DELETE", "/api/v1/holds/slurm/401", token=body["token"])
         assert status == 403
+
+
+def holds(d):
+    status, body = d.request("GET", "/api/v1/bookings", token=d.admin)
+    assert status == 200
+    return {b["owner"]: [p["device"] for p in b["devices"]] for b in body["bookings"]
+            if " job " in b["owner"]}
+
+
+def test_another_scheduler_holds_with_the_same_calls(tmp_path, fake_slurm):
+    """The calls Slurm's hooks make serve any scheduler (a Kubernetes device
+    plugin: pods by uid, released by a reconcile with the pods that still
+    hold devices); each scheduler's reconcile drops only its own."""
+    jobs, env = fake_slurm
+    jobs.write_text("701\n")  # squeue at the restart below
+    pod = "f81d4fae-7dec-11d0-a765-00a0c91e6bf6"
+    with daemon(tmp_path, env=env) as d:
+        assert hook(d, "prolog", job=701, gpus="0").returncode == 0
+        status, body = d.request("POST", "/api/v1/holds", {
+            "scheduler": "kubernetes", "job": pod, "user": "ns-a", "gpus": [1]}, token=d.admin)
+        assert status == 200, body
+        assert holds(d) == {"slurm job 701 (alice)": ["fakegpu0"],
+                            f"kubernetes job {pod} (ns-a)": ["fakegpu1"]}
+        # Kept across a restart, under the scheduler's own name.
+        d.stop()
+        d.start()
+        assert len(holds(d)) == 2
+        status, body = d.request("PUT", "/api/v1/holds/kubernetes", {"jobs": ["other-pod"]},
+                                 token=d.admin)
+        assert status == 200 and body["dropped"] == 1, body
+        assert list(holds(d)) == ["slurm job 701 (alice)"]
+        status, body = d.request("PUT", "/api/v1/holds/slurm", {"jobs": [701]}, token=d.admin)
+        assert status == 200 and body["dropped"] == 0, body
+        status, _ = d.request("DELETE", f"/api/v1/holds/kubernetes/{pod}", token=d.admin)
+        assert status == 404
+        for bad, message in [
+                ({"scheduler": "Kube", "job": "p", "user": "u", "gpus": [0]}, "scheduler"),
+                ({"scheduler": "k8s", "job": "a/b", "user": "u", "gpus": [0]}, "job"),
+                ({"scheduler": "k8s", "job": 0, "user": "u", "gpus": [0]}, "a hold needs"),
+                ({"scheduler": "k8s", "job": "p", "user": "u", "gpus": [1, 1]}, "twice")]:
+            status, body = d.request("POST", "/api/v1/holds", bad, token=d.admin)
+            assert status == 400 and message in body["error"], (bad, body)
+        status, body = d.request("PUT", "/api/v1/holds/k8s", {"jobs": "p"}, token=d.admin)
+        assert status == 400 and "jobs" in body["error"], body
+        assert list(holds(d)) == ["slurm job 701 (alice)"]
