@@ -103,8 +103,9 @@ const gs_config_option gs_serve_options[] = {
         "Bytes each of a job's logs (stdout, stderr) may hold; the rest of its output is "
         "dropped, and the log says so (0: no limit)", job_log_max),
     OPT("job-retention", GS_CFG_STRING, "7d", 0, 0,
-        "How long an ended job's directory (work files and logs) is kept, such as 7d or 12h; its "
-        "record and accounting stay (0: kept for ever)", job_retention),
+        "How long an ended job's directory (work files and logs; a Slurm job's log files) is "
+        "kept, such as 7d or 12h; its record and accounting stay (0: kept for ever)",
+        job_retention),
     OPT("job-default-cpus", GS_CFG_REAL, "1", 0.01, 1e6,
         "CPUs a job gets (limited and charged) when it names none; never more than its "
         "tenant's quota", job_default_cpus),

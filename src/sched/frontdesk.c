@@ -1,9 +1,9 @@
 /* frontdesk.c - the front desk: tenants and their tokens, the queue of
  * process jobs, and one thread that schedules them (policy.c), books their
  * devices (ledger.c), starts them under a supervisor (shim.c), enforces
- * time limits and cancellations, and records every change (store.c). */
-#include "sched/sched.h"
-#include "sched/holds.h"
+ * time limits and cancellations, and records every change (store.c).
+ * Jobs on several nodes go to Slurm (frontdesk_slurm.c). */
+#include "sched/frontdesk_internal.h"
 
 #include "base/error.h"
 #include "base/fileutil.h"
@@ -11,10 +11,6 @@
 #include "base/units.h"
 #include "sched/cgroup.h"
 #include "sched/container.h"
-#include "sched/slurm_batch.h"
-#include "sched/slurm_accounts.h"
-#include "sched/slurm_rest.h"
-#include "sched/store.h"
 
 #include <dirent.h>
 #include <ctype.h>
@@ -41,67 +37,24 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ACTIVE 100000
 #define MAX_TIME_LIMIT_S (100LL * 366 * 86400)
 
-typedef struct active_job {
-  gs_job *job;
-  int pidfd; /* RUNNING: readable once its supervisor is gone; -1 otherwise */
-} active_job;
-
-struct gs_frontdesk {
-  gs_frontdesk_settings set;
-  gs_store *store;
-  /* Token checks read through a connection of their own, and the tenants
-   * under a lock of their own, so that no request waits on the scheduler
-   * (which holds `lock` across spawns and synced writes). */
-  gs_store *auth_store;
-  pthread_rwlock_t tenants_lock;
-  pthread_mutex_t lock;
-  pthread_t thread;
-  bool thread_started, stop;
-  int wake_fd;
-  char admin_token_path[600];
-  char shim_path[PATH_MAX]; /* gpusrv-job-shim */
-
-  gs_tenant *tenants;
-  int n_tenants;
-  active_job *active;
-  int n_active, cap_active;
-
-  /* what jobs may book */
-  int n_devices;
-  gs_device_t *devices[GS_SCHED_MAX_DEVICES];
-  gs_sched_free total;
-
-  gs_holds *holds; /* the GPUs outside schedulers' jobs (Slurm's) hold on this node */
-  /* Jobs on several nodes: slurmrestd (NULL: none set up), and the thread
-   * that follows their states there (slurm_follower), woken through
-   * slurm_cond (under `lock`) after a submission or a cancel. */
-  gs_slurm_rest *rest;
-  gs_slurm_accounts *accounts; /* tenants' Slurm accounts (with rest) */
-  pthread_t slurm_thread;
-  bool slurm_thread_started;
-  pthread_cond_t slurm_cond;
-  double last_slurm_submit; /* Unix seconds: followed more closely just after */
-};
-
-static double wall_now(void) {
+double gs_fd_wall_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void wake(gs_frontdesk *fd) {
+void gs_fd_wake(gs_frontdesk *fd) {
   uint64_t one = 1;
   if (write(fd->wake_fd, &one, sizeof one) < 0) {
-    /* a full counter already means "wake up" */
+    /* a full counter already means "gs_fd_wake up" */
   }
 }
 
 /* A booking went back to the ledger (a model unloaded while idle, an
  * instance scaled away, a plan evicted, a job ended): pending jobs may fit now. */
-static void booking_released(void *arg) { wake(arg); }
+static void booking_released(void *arg) { gs_fd_wake(arg); }
 
 /* ---- tokens ------------------------------------------------------------------------------ */
 
@@ -196,7 +149,7 @@ static gs_sched_tenant sched_tenant_of(const gs_tenant *t) {
                            .max_cpus = t->max_cpus, .max_host_mem = t->max_host_mem};
 }
 
-static gs_tenant *find_tenant(gs_frontdesk *fd, const char *name) {
+gs_tenant *gs_fd_find_tenant(gs_frontdesk *fd, const char *name) {
   for (int i = 0; i < fd->n_tenants; i++)
     if (strcmp(fd->tenants[i].name, name) == 0)
       return &fd->tenants[i];
@@ -227,10 +180,11 @@ int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap)
   if (!t->unix_user[0])
     return gs_error(GS_EINVAL, "tenant '%s' needs a Unix user for its jobs (--user)", t->name);
   gs_tenant copy = *t;
-  copy.created = wall_now();
+  copy.created = gs_fd_wall_now();
   pthread_mutex_lock(&fd->lock);
-  int rc = find_tenant(fd, t->name) ? gs_error(GS_EEXIST, "tenant '%s' already exists", t->name)
-                                    : GS_OK;
+  int rc = gs_fd_find_tenant(fd, t->name)
+               ? gs_error(GS_EEXIST, "tenant '%s' already exists", t->name)
+               : GS_OK;
   if (rc == 0) {
     /* Under the write lock: token checks read the array under the read
      * lock, and realloc may free the block they are reading. */
@@ -249,7 +203,7 @@ int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap)
     fd->tenants[fd->n_tenants++] = copy;
     pthread_rwlock_unlock(&fd->tenants_lock);
   }
-  else if (find_tenant(fd, t->name) == NULL && rc != GS_EEXIST)
+  else if (gs_fd_find_tenant(fd, t->name) == NULL && rc != GS_EEXIST)
     gs_store_tenant_delete(fd->store, t->name); /* no half-made tenant */
   pthread_mutex_unlock(&fd->lock);
   return rc;
@@ -257,7 +211,7 @@ int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap)
 
 int gs_tenant_remove(gs_frontdesk *fd, const char *name) {
   pthread_mutex_lock(&fd->lock);
-  gs_tenant *t = find_tenant(fd, name);
+  gs_tenant *t = gs_fd_find_tenant(fd, name);
   int rc = GS_OK;
   if (!t)
     rc = gs_error(GS_ENOENT, "no tenant '%s'", name);
@@ -280,7 +234,7 @@ int gs_tenant_remove(gs_frontdesk *fd, const char *name) {
 
 int gs_tenant_new_token(gs_frontdesk *fd, const char *name, char *token, size_t cap) {
   pthread_mutex_lock(&fd->lock);
-  int rc = find_tenant(fd, name) ? make_token(fd, name, token, cap)
+  int rc = gs_fd_find_tenant(fd, name) ? make_token(fd, name, token, cap)
                                  : gs_error(GS_ENOENT, "no tenant '%s'", name);
   pthread_mutex_unlock(&fd->lock);
   return rc;
@@ -305,16 +259,7 @@ int gs_tenants_list(gs_frontdesk *fd, gs_tenant_info **out, int *n) {
   return *out ? GS_OK : gs_error(GS_ENOMEM, "out of memory listing tenants");
 }
 
-/* The Unix identity a tenant's jobs run as, or why there is none. */
-typedef struct identity {
-  uid_t uid;
-  gid_t gid;
-  char user[64];
-  char home[512];
-  char shell[256];
-} identity;
-
-static int resolve_identity(const gs_tenant *t, identity *id) {
+int gs_fd_resolve_identity(const gs_tenant *t, identity *id) {
   struct passwd pw, *res = NULL;
   char buf[4096];
   if (getpwnam_r(t->unix_user, &pw, buf, sizeof buf, &res) != 0 || !res)
@@ -345,7 +290,7 @@ static int resolve_identity(const gs_tenant *t, identity *id) {
 /* ---- jobs: bookkeeping ----------------------------------------------------------------- */
 
 /* Room for one more active job. */
-static int reserve_active(gs_frontdesk *fd) {
+int gs_fd_reserve_active(gs_frontdesk *fd) {
   if (fd->n_active == fd->cap_active) {
     int cap = fd->cap_active ? 2 * fd->cap_active : 64;
     active_job *grown = realloc(fd->active, (size_t)cap * sizeof *grown);
@@ -357,8 +302,8 @@ static int reserve_active(gs_frontdesk *fd) {
   return GS_OK;
 }
 
-static int add_active(gs_frontdesk *fd, gs_job *j) {
-  int rc = reserve_active(fd);
+int gs_fd_add_active(gs_frontdesk *fd, gs_job *j) {
+  int rc = gs_fd_reserve_active(fd);
   if (rc == 0)
     fd->active[fd->n_active++] = (active_job){.job = j, .pidfd = -1};
   return rc;
@@ -377,7 +322,7 @@ static void remove_active(gs_frontdesk *fd, int i) {
  * the job keeps its new state in memory, marked unsaved: it stays in the
  * active list, and so in every listing, and the scheduler writes it again
  * on each pass until it takes. Returns the write's result. */
-static int set_state(gs_frontdesk *fd, gs_job *j, gs_job_state state, const char *reason) {
+int gs_fd_set_state(gs_frontdesk *fd, gs_job *j, gs_job_state state, const char *reason) {
   j->state = state;
   snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "");
   int rc = gs_store_job_update(fd->store, j, true);
@@ -390,7 +335,7 @@ static int set_state(gs_frontdesk *fd, gs_job *j, gs_job_state state, const char
 
 /* Whether a job still takes part in scheduling (not one that has ended and
  * waits only for its state to be written). */
-static bool in_queue(const gs_job *j) {
+bool gs_fd_in_queue(const gs_job *j) {
   return j->state == GS_JOB_PENDING || j->state == GS_JOB_RUNNING;
 }
 
@@ -544,11 +489,11 @@ static int write_spec(const char *dir, const gs_job *j, const identity *id, cons
 
 static int launch(gs_frontdesk *fd, active_job *a) {
   gs_job *j = a->job;
-  gs_tenant *t = find_tenant(fd, j->tenant);
+  gs_tenant *t = gs_fd_find_tenant(fd, j->tenant);
   identity id;
   if (!t)
     return gs_error(GS_EPERM, "tenant '%s' no longer exists", j->tenant);
-  int rc = resolve_identity(t, &id);
+  int rc = gs_fd_resolve_identity(t, &id);
   if (rc < 0)
     return rc;
   char dir[600], work[700];
@@ -574,7 +519,7 @@ static int launch(gs_frontdesk *fd, active_job *a) {
    * supervisor's pid file, instead of starting the job a second time. */
   j->pid = 0;
   j->pid_start = 0;
-  j->start_time = wall_now();
+  j->start_time = gs_fd_wall_now();
   j->end_time = 0;
   j->exit_code = -1;
   j->signal = 0;
@@ -583,7 +528,7 @@ static int launch(gs_frontdesk *fd, active_job *a) {
   j->preempted_by = 0;
   j->over_memory[0] = '\0';
   j->term_sent_at = 0;
-  if (set_state(fd, j, GS_JOB_RUNNING, "") < 0) {
+  if (gs_fd_set_state(fd, j, GS_JOB_RUNNING, "") < 0) {
     /* Not on disk as RUNNING: starting it now could start it a second time
      * after a restart. It waits, PENDING as the store has it. */
     char why[200];
@@ -672,9 +617,9 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
     ooms = (uint64_t)json_integer_value(json_object_get(ex, "oom_kills"));
     j->cpu_seconds += json_number_value(json_object_get(ex, "cpu_seconds"));
     double end = json_number_value(json_object_get(ex, "end_time"));
-    j->end_time = end > 0 ? end : wall_now();
+    j->end_time = end > 0 ? end : gs_fd_wall_now();
   } else {
-    j->end_time = wall_now();
+    j->end_time = gs_fd_wall_now();
   }
   double wall = j->end_time > j->start_time ? j->end_time - j->start_time : 0;
   double devices = j->need.gpus > 0 ? j->need.gpus : j->need.gpu_share / 100.0;
@@ -729,13 +674,13 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
       snprintf(reason, sizeof reason, "exit code %d", j->exit_code);
   }
   json_decref(ex);
-  set_state(fd, j, state, reason);
+  gs_fd_set_state(fd, j, state, reason);
   GS_LOGI("sched", "job %lld %s %s", (long long)j->id, gs_job_state_name(state), reason);
   if ((state == GS_JOB_LOST && j->requeue) || state == GS_JOB_PREEMPTED) {
     j->pid = 0;
     j->start_time = j->end_time = 0;
     j->preempted_by = 0;
-    set_state(fd, j, GS_JOB_PENDING, "Requeued");
+    gs_fd_set_state(fd, j, GS_JOB_PENDING, "Requeued");
     return false;
   }
   return true;
@@ -892,7 +837,6 @@ static int tenant_index(gs_frontdesk *fd, const char *name) {
   return -1;
 }
 
-static active_job *find_active(gs_frontdesk *fd, int64_t id);
 
 /* The head of the queue waits for resources that lower-priority jobs hold:
  * stop the cheapest of them (SIGTERM, then SIGKILL after the grace period);
@@ -910,9 +854,9 @@ static void preempt_for_head(gs_frontdesk *fd, const gs_sched_free *free_now,
   if (!victim)
     return;
   if (gs_sched_victims(free_now, &fd->total, running, n_run, head, victim) > 0) {
-    double now = wall_now();
+    double now = gs_fd_wall_now();
     for (int i = 0; i < n_run; i++) {
-      active_job *a = victim[i] ? find_active(fd, running[i].id) : NULL;
+      active_job *a = victim[i] ? gs_fd_find_active(fd, running[i].id) : NULL;
       if (!a || a->job->pid <= 0)
         continue;
       a->job->preempted_by = head->id;
@@ -947,7 +891,7 @@ static void schedule(gs_frontdesk *fd) {
   n_run = n_pend = 0;
   for (int i = 0; i < fd->n_active; i++) {
     const gs_job *j = fd->active[i].job;
-    if (!in_queue(j) || j->slurm) /* Slurm places its own */
+    if (!gs_fd_in_queue(j) || j->slurm) /* Slurm places its own */
       continue;
     gs_sched_job s = {.id = j->id, .tenant = tenant_index(fd, j->tenant), .priority = j->priority,
                       .seq = j->id, .need = j->need, .placement = j->placement,
@@ -965,7 +909,7 @@ static void schedule(gs_frontdesk *fd) {
   snapshot_free(fd, &free_now);
   gs_sched_free before = free_now;
   gs_sched_plan(&free_now, &fd->total, tenants, fd->n_tenants, running, n_run, pending, n_pend,
-                (int64_t)wall_now());
+                (int64_t)gs_fd_wall_now());
   if (fd->set.preemption)
     preempt_for_head(fd, &before, running, n_run, pending, n_pend);
   for (int k = 0; k < n_pend; k++) {
@@ -991,8 +935,8 @@ static void schedule(gs_frontdesk *fd) {
     } else if (rc < 0) {
       gs_booking_release(j->booking);
       j->booking = NULL;
-      j->end_time = wall_now();
-      set_state(fd, j, GS_JOB_FAILED, gs_error_detail());
+      j->end_time = gs_fd_wall_now();
+      gs_fd_set_state(fd, j, GS_JOB_FAILED, gs_error_detail());
     }
   }
 out:
@@ -1002,9 +946,28 @@ out:
   free(tenants);
 }
 
+/* A Slurm job's two log files, which Slurm wrote into the tenant's
+ * directory (unlink: an entry the tenant swapped for a link goes, not
+ * what it points to). */
+static void remove_slurm_logs(gs_frontdesk *fd, int64_t id) {
+  gs_job *j = NULL;
+  if (gs_store_job_get(fd->store, id, &j) < 0 || !j->slurm) {
+    gs_job_free(j);
+    return;
+  }
+  for (int k = 0; k < 2; k++) {
+    const char *path = json_string_value(json_object_get(j->slurm, k ? "stderr" : "stdout"));
+    if (path && unlink(path) < 0 && errno != ENOENT)
+      GS_LOGW("sched", "cannot remove %s: %s", path, strerror(errno));
+  }
+  GS_LOGI("sched", "job %lld's Slurm logs removed (ended over %lld s ago)", (long long)id,
+          (long long)fd->set.job_retention_s);
+  gs_job_free(j);
+}
+
 /* Removes the directories (work files and logs) of jobs that ended more
- * than the retention period ago; their records, and so the accounting,
- * stay in the store. Each pass asks the store for the jobs that passed the
+ * than the retention period ago, and the log files of Slurm's; their
+ * records, and so the accounting, stay in the store. Each pass asks the store for the jobs that passed the
  * period since the last pass (all of them at the first), not every job
  * there is. Called without fd->lock (a removal can take long). */
 static void remove_old_job_dirs(gs_frontdesk *fd, double now, double *done_until) {
@@ -1016,10 +979,12 @@ static void remove_old_job_dirs(gs_frontdesk *fd, double now, double *done_until
     return;
   for (int i = 0; i < n; i++) {
     pthread_mutex_lock(&fd->lock);
-    bool active = find_active(fd, ids[i]) != NULL;
+    bool active = gs_fd_find_active(fd, ids[i]) != NULL;
     pthread_mutex_unlock(&fd->lock);
     char dir[600];
     job_dir(fd, ids[i], dir, sizeof dir);
+    if (!active)
+      remove_slurm_logs(fd, ids[i]);
     if (active || access(dir, F_OK) != 0) /* queued again, or removed on an earlier run */
       continue;
     if (gs_remove_tree(dir) < 0)
@@ -1032,164 +997,6 @@ static void remove_old_job_dirs(gs_frontdesk *fd, double now, double *done_until
   *done_until = cutoff;
 }
 
-/* ---- jobs handed to Slurm ------------------------------------------------------------------ */
-
-/* How often slurmrestd is asked, and how often in the first seconds after
- * a submission or a cancel (when a job usually starts or ends: `gpusrv
- * job` should say so soon). */
-#define SLURM_POLL_S 2.0
-#define SLURM_POLL_FRESH_S 0.25
-#define SLURM_FRESH_S 30.0
-/* Answers in a row that Slurm does not know a job before it is LOST (one
- * can be a controller that has just restarted). */
-#define SLURM_UNKNOWN_LIMIT 3
-
-/* The runs, start and end of job j from what Slurm says (a pass can miss a
- * whole run: PENDING, then already COMPLETED). A job that never got nodes
- * (cancelled while pending) never started, whatever Slurm's start time. */
-static void take_slurm_times(gs_job *j, gs_job_state state, const gs_slurm_status *st) {
-  bool ended = state != GS_JOB_PENDING && state != GS_JOB_RUNNING;
-  bool ran = st->nodes[0] && st->start_time > 0;
-  if (state == GS_JOB_RUNNING || (ended && ran)) {
-    j->start_time = st->start_time > 0 ? st->start_time : wall_now();
-    j->runs = st->restarts + 1;
-  } else if (state == GS_JOB_PENDING) {
-    j->runs = st->restarts;
-  }
-  if (ended) {
-    j->end_time = st->end_time > 0 ? st->end_time : wall_now();
-    j->exit_code = ran ? st->exit_code : -1;
-    j->signal = ran ? st->signal : 0;
-  }
-}
-
-/* What Slurm said of job j, into its record: a change of state is written
- * with an event; a pending job's reason is kept in memory, as the queue's. */
-static void apply_slurm_status(gs_frontdesk *fd, gs_job *j, const gs_slurm_status *st) {
-  int mapped = gs_slurm_batch_state(st->state);
-  json_object_set_new(j->slurm, "node_list", json_string(st->nodes));
-  json_object_del(j->slurm, "unknown");
-  if (mapped < 0) { /* a state newer than our table: no change, but say it */
-    snprintf(j->reason, sizeof j->reason, "Slurm says %s", st->state);
-    return;
-  }
-  gs_job_state state = (gs_job_state)mapped;
-  int requeues = (int)json_integer_value(json_object_get(j->slurm, "requeues"));
-  bool requeued = st->restarts > requeues;
-  if (requeued)
-    json_object_set_new(j->slurm, "requeues", json_integer(st->restarts));
-  /* Slurm's own state where ours names it otherwise (BOOT_FAIL is FAILED
-   * here), and its reason. */
-  bool same_name = strcmp(gs_job_state_name(state), st->state) == 0;
-  char reason[256];
-  /* Waiting again after a requeue says so for as long as it waits. */
-  snprintf(reason, sizeof reason, "%s%s%s%s", same_name ? "" : st->state,
-           !same_name && st->reason[0] ? ": " : "", st->reason,
-           state == GS_JOB_PENDING && st->restarts > 0 ? " (requeued by Slurm)" : "");
-  if (state == j->state && !requeued) {
-    if (state == GS_JOB_PENDING || strcmp(j->reason, reason) != 0)
-      snprintf(j->reason, sizeof j->reason, "%s", reason); /* SUSPENDED, COMPLETING: said */
-    return;
-  }
-  take_slurm_times(j, state, st);
-  set_state(fd, j, state, reason);
-}
-
-/* Slurm does not know job j (purged after MinJobAge, or a controller that
- * lost its state): LOST after SLURM_UNKNOWN_LIMIT such answers in a row. */
-static void slurm_job_unknown(gs_frontdesk *fd, gs_job *j) {
-  json_int_t times = json_integer_value(json_object_get(j->slurm, "unknown")) + 1;
-  json_object_set_new(j->slurm, "unknown", json_integer(times));
-  if (times < SLURM_UNKNOWN_LIMIT)
-    return;
-  j->end_time = wall_now();
-  set_state(fd, j, GS_JOB_LOST, "Slurm no longer knows the job");
-}
-
-/* One pass: asks slurmrestd the state of every unfinished job handed to
- * Slurm, without the lock (each call can take seconds); called and
- * returning with it held. A pass stops at the first answer that is not
- * about the job (slurmrestd down: the others would wait as long); the
- * jobs not asked keep their states. */
-static void poll_slurm(gs_frontdesk *fd) {
-  typedef struct asked {
-    int64_t id, slurm_id;
-    char user[64];
-    gs_slurm_status st;
-    int rc;
-    bool asked;
-  } asked;
-  int n = 0;
-  for (int i = 0; i < fd->n_active; i++)
-    n += fd->active[i].job->slurm && in_queue(fd->active[i].job);
-  asked *q = n ? calloc((size_t)n, sizeof *q) : NULL;
-  if (!q)
-    return;
-  n = 0;
-  for (int i = 0; i < fd->n_active; i++) {
-    const gs_job *j = fd->active[i].job;
-    if (!j->slurm || !in_queue(j))
-      continue;
-    q[n].id = j->id;
-    q[n].slurm_id = json_integer_value(json_object_get(j->slurm, "job_id"));
-    snprintf(q[n].user, sizeof q[n].user, "%s",
-             json_string_value(json_object_get(j->slurm, "user")) ?: "");
-    n++;
-  }
-  pthread_mutex_unlock(&fd->lock);
-  for (int k = 0; k < n; k++) {
-    q[k].asked = true;
-    q[k].rc = q[k].slurm_id > 0 ? gs_slurm_rest_status(fd->rest, q[k].user, q[k].slurm_id,
-                                                       &q[k].st)
-                                : gs_error(GS_ENOENT, "its Slurm job id was lost");
-    if (q[k].rc < 0 && q[k].rc != GS_ENOENT) {
-      GS_LOGW("sched", "job %lld (Slurm's %lld): %s", (long long)q[k].id,
-              (long long)q[k].slurm_id, gs_error_detail());
-      break;
-    }
-  }
-  pthread_mutex_lock(&fd->lock);
-  for (int k = 0; k < n && q[k].asked; k++) {
-    active_job *a = find_active(fd, q[k].id); /* the array may have moved meanwhile */
-    if (!a || !in_queue(a->job))
-      continue;
-    if (q[k].rc == 0)
-      apply_slurm_status(fd, a->job, &q[k].st);
-    else if (q[k].rc == GS_ENOENT)
-      slurm_job_unknown(fd, a->job);
-  }
-  free(q);
-}
-
-/* The thread that follows jobs handed to Slurm, closely in the seconds after
- * a submission or a cancel. Apart from the scheduler's, so that a slow or
- * absent slurmrestd never delays local jobs, limits or shutdown. */
-static void *slurm_follower(void *arg) {
-  gs_frontdesk *fd = arg;
-  pthread_mutex_lock(&fd->lock);
-  while (!fd->stop) {
-    poll_slurm(fd);
-    if (fd->stop)
-      break;
-    double wait = wall_now() - fd->last_slurm_submit < SLURM_FRESH_S ? SLURM_POLL_FRESH_S
-                                                                    : SLURM_POLL_S;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long long ns = until.tv_nsec + (long long)(wait * 1e9);
-    until.tv_sec += (time_t)(ns / 1000000000);
-    until.tv_nsec = (long)(ns % 1000000000);
-    pthread_cond_timedwait(&fd->slurm_cond, &fd->lock, &until);
-  }
-  pthread_mutex_unlock(&fd->lock);
-  return NULL;
-}
-
-/* The follower, told to look soon (fd->lock held). */
-static void follow_slurm_closely(gs_frontdesk *fd) {
-  fd->last_slurm_submit = wall_now();
-  pthread_cond_signal(&fd->slurm_cond);
-}
-
 static void *scheduler_thread(void *arg) {
   gs_frontdesk *fd = arg;
   struct pollfd *fds = NULL;
@@ -1197,7 +1004,7 @@ static void *scheduler_thread(void *arg) {
   double next_watch = 0, next_cleanup = 0, cleaned_until = 0;
   pthread_mutex_lock(&fd->lock);
   while (!fd->stop) {
-    double now = wall_now();
+    double now = gs_fd_wall_now();
     bool write_failed = false;
     for (int i = 0; i < fd->n_active;) {
       active_job *a = &fd->active[i];
@@ -1226,7 +1033,7 @@ static void *scheduler_thread(void *arg) {
         remove_active(fd, i);
         continue;
       }
-      if (!in_queue(j) && !j->unsaved) { /* failed to launch, or ended and now written */
+      if (!gs_fd_in_queue(j) && !j->unsaved) { /* failed to launch, or ended and now written */
         remove_active(fd, i);
         continue;
       }
@@ -1377,8 +1184,8 @@ static json_t *json_strings(const char *const *list) {
 /* The caller's tenant's user, for podman. */
 static int container_user_of(gs_frontdesk *fd, const gs_principal *who, identity *ident) {
   pthread_mutex_lock(&fd->lock);
-  gs_tenant *t = find_tenant(fd, who->tenant);
-  int rc = t ? resolve_identity(t, ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
+  gs_tenant *t = gs_fd_find_tenant(fd, who->tenant);
+  int rc = t ? gs_fd_resolve_identity(t, ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
   pthread_mutex_unlock(&fd->lock);
   return rc;
 }
@@ -1440,7 +1247,7 @@ static int check_container(gs_frontdesk *fd, const gs_principal *who, const gs_j
 /* A new PENDING job of `who` as `req` asks (name, command, environment,
  * directory, needs and limits); NULL with the reason recorded. The caller
  * frees it with gs_job_free. */
-static gs_job *new_job(const gs_principal *who, const gs_job_request *req) {
+gs_job *gs_fd_new_job(const gs_principal *who, const gs_job_request *req) {
   gs_job *j = calloc(1, sizeof *j);
   if (!j) {
     gs_error(GS_ENOMEM, "out of memory for a job");
@@ -1463,124 +1270,8 @@ static gs_job *new_job(const gs_principal *who, const gs_job_request *req) {
   j->requeue = req->requeue;
   j->state = GS_JOB_PENDING;
   j->exit_code = -1;
-  j->submit_time = wall_now();
+  j->submit_time = gs_fd_wall_now();
   return j;
-}
-
-/* The directory a tenant's Slurm jobs write their logs into: STATE/slurm/
- * SERIAL, its user's alone. On a cluster it must be on a filesystem the
- * nodes share, since the first node of each job writes there. */
-static int slurm_log_dir(gs_frontdesk *fd, int64_t serial, const identity *id, char *dir,
-                         size_t cap) {
-  char parent[600];
-  snprintf(parent, sizeof parent, "%s/slurm", fd->set.state_dir);
-  snprintf(dir, cap, "%s/%lld", parent, (long long)serial);
-  /* The parent traversable (the daemon's umask is 077), as jobs/ is. */
-  if (gs_mkdir_p(dir) < 0 || chmod(parent, 0711) < 0 || chown(dir, id->uid, id->gid) < 0 ||
-      chmod(dir, 0700) < 0)
-    return gs_error(GS_EIO, "cannot prepare %s for the job's logs: %s", dir, strerror(errno));
-  return GS_OK;
-}
-
-/* "%j" in a Slurm path, replaced by the job id. */
-static json_t *slurm_path(const char *pattern, int64_t slurm_id) {
-  const char *at = strstr(pattern, "%j");
-  char out[700];
-  snprintf(out, sizeof out, "%.*s%lld%s", (int)(at - pattern), pattern, (long long)slurm_id,
-           at + 2);
-  return json_string(out);
-}
-
-/* A job on several nodes: handed to Slurm at once (so that Slurm's refusal
- * reaches the caller), then recorded; if the record cannot be written, the
- * Slurm job is cancelled again. */
-static int submit_to_slurm(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
-                           int64_t *id) {
-  if (!fd->rest)
-    return gs_error(GS_EINVAL, "this daemon hands no jobs to Slurm (not set up: it needs "
-                               "--slurm-rest-url and --slurm-jwt-key)");
-  if (gs_slurm_batch_check(req) < 0)
-    return gs_error_code();
-  pthread_mutex_lock(&fd->lock);
-  gs_tenant *t = find_tenant(fd, who->tenant);
-  identity ident;
-  int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
-  if (rc == 0 && req->priority > t->max_priority)
-    rc = gs_error(GS_EPERM, "tenant '%s' may submit at priority %d at most, not %d", t->name,
-                  t->max_priority, req->priority);
-  /* Root in a job Slurm runs is root on every node it gets. */
-  if (rc == 0 && ident.uid == 0)
-    rc = gs_error(GS_EPERM, "tenant '%s' maps to root, and jobs on several nodes never run as "
-                            "root", t->name);
-  int64_t serial = rc == 0 ? t->serial : 0;
-  double weight = rc == 0 ? t->weight : 1;
-  pthread_mutex_unlock(&fd->lock);
-  char dir[600], out_path[700], err_path[700], account[64];
-  if (rc == 0)
-    rc = gs_slurm_account_for(fd->accounts, who->tenant, ident.user, weight, account,
-                              sizeof account);
-  if (rc == 0)
-    rc = slurm_log_dir(fd, serial, &ident, dir, sizeof dir);
-  if (rc < 0)
-    return rc;
-  snprintf(out_path, sizeof out_path, "%s/slurm-%%j.out", dir);
-  snprintf(err_path, sizeof err_path, "%s/slurm-%%j.err", dir);
-  gs_slurm_batch_place place = {.user = ident.user, .account = account, .stdout_path = out_path,
-                                .stderr_path = err_path, .workdir = dir};
-  json_t *sub = gs_slurm_batch_submission(req, &place);
-  if (!sub)
-    return gs_error(GS_ENOMEM, "out of memory for a Slurm job");
-  int64_t slurm_id = 0;
-  rc = gs_slurm_rest_submit(fd->rest, ident.user, sub, &slurm_id);
-  json_decref(sub);
-  if (rc < 0)
-    return rc;
-  gs_job *j = new_job(who, req);
-  if (j) {
-    j->tenant_serial = serial;
-    snprintf(j->reason, sizeof j->reason, "submitted to Slurm as job %lld", (long long)slurm_id);
-    j->slurm = json_pack("{s:I, s:s, s:i, s:i, s:i, s:s, s:b, s:s, s:o, s:o, s:s}", "job_id",
-                         (json_int_t)slurm_id, "user", ident.user, "nodes", req->nodes,
-                         "gpus_per_node", req->gpus_per_node, "ntasks_per_node",
-                         req->ntasks_per_node > 0 ? req->ntasks_per_node : 1, "partition",
-                         req->partition ? req->partition : "", "mpi", req->mpi, "account",
-                         account, "stdout", slurm_path(out_path, slurm_id), "stderr",
-                         slurm_path(err_path, slurm_id), "node_list", "");
-  }
-  if (!j)
-    rc = gs_error_code();
-  else if (!j->slurm)
-    rc = gs_error(GS_ENOMEM, "out of memory for a Slurm job");
-  pthread_mutex_lock(&fd->lock);
-  /* The lock was let go for Slurm's answer: the tenant may be gone. */
-  t = find_tenant(fd, who->tenant);
-  if (rc == 0 && (!t || t->serial != serial))
-    rc = gs_error(GS_EPERM, "tenant '%s' was removed meanwhile", who->tenant);
-  if (rc == 0 && fd->n_active >= MAX_ACTIVE)
-    rc = gs_error(GS_EBUSY, "the queue is full (%d unfinished jobs)", MAX_ACTIVE);
-  if (rc == 0)
-    rc = reserve_active(fd);
-  if (rc == 0)
-    rc = gs_store_job_insert(fd->store, j);
-  if (rc == 0) {
-    *id = j->id;
-    add_active(fd, j);
-    follow_slurm_closely(fd);
-  }
-  pthread_mutex_unlock(&fd->lock);
-  if (rc < 0) {
-    char why[300];
-    snprintf(why, sizeof why, "%s", gs_error_detail());
-    gs_job_free(j);
-    if (gs_slurm_rest_cancel(fd->rest, ident.user, slurm_id) < 0)
-      GS_LOGW("sched", "Slurm job %lld, which could not be recorded, was not cancelled: %s",
-              (long long)slurm_id, gs_error_detail());
-    return gs_error(rc, "%s", why);
-  }
-  GS_LOGI("sched", "job %lld: handed to Slurm as job %lld (%d nodes, user %s)", (long long)*id,
-          (long long)slurm_id, req->nodes, ident.user);
-  wake(fd);
-  return GS_OK;
 }
 
 int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_request *req,
@@ -1612,7 +1303,7 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
   if (!(req->need.cpus >= 0))
     return gs_error(GS_EINVAL, "cpus cannot be negative");
   if (req->nodes != 0)
-    return submit_to_slurm(fd, who, req, id);
+    return gs_fd_submit_to_slurm(fd, who, req, id);
   if (req->gpus_per_node || req->ntasks_per_node || (req->partition && req->partition[0]) ||
       req->mpi)
     return gs_error(GS_EINVAL, "gpus_per_node, ntasks_per_node, partition and mpi are for a job "
@@ -1624,18 +1315,19 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
       ((req->mounts && req->mounts[0]) || (req->network && req->network[0]) || req->writable_root))
     return gs_error(GS_EINVAL, "mounts, network and writable_root are for a job in a container: "
                     "name its image");
-  gs_job *j = new_job(who, req);
+  gs_job *j = gs_fd_new_job(who, req);
   if (!j) {
     json_decref(container);
     return gs_error_code();
   }
   j->container = container;
   pthread_mutex_lock(&fd->lock);
-  gs_tenant *t = find_tenant(fd, who->tenant);
+  gs_tenant *t = gs_fd_find_tenant(fd, who->tenant);
   if (t)
     j->tenant_serial = t->serial;
   identity ident;
-  int rc = t ? resolve_identity(t, &ident) : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
+  int rc = t ? gs_fd_resolve_identity(t, &ident)
+             : gs_error(GS_EPERM, "no tenant '%s'", who->tenant);
   char why[256];
   if (rc == 0) {
     apply_default_limits(fd, t, &j->need);
@@ -1645,22 +1337,22 @@ int gs_job_submit(gs_frontdesk *fd, const gs_principal *who, const gs_job_reques
   if (rc == 0 && req->priority > t->max_priority)
     rc = gs_error(GS_EPERM, "tenant '%s' may submit at priority %d at most, not %d", t->name,
                   t->max_priority, req->priority);
-  if (rc == 0 && fd->n_active >= MAX_ACTIVE)
-    rc = gs_error(GS_EBUSY, "the queue is full (%d unfinished jobs)", MAX_ACTIVE);
+  if (rc == 0 && fd->n_active >= GS_FD_MAX_ACTIVE)
+    rc = gs_error(GS_EBUSY, "the queue is full (%d unfinished jobs)", GS_FD_MAX_ACTIVE);
   if (rc == 0)
-    rc = reserve_active(fd); /* so that nothing can fail once it is on disk */
+    rc = gs_fd_reserve_active(fd); /* so that nothing can fail once it is on disk */
   if (rc == 0)
     rc = gs_store_job_insert(fd->store, j);
   if (rc == 0) {
     *id = j->id;
-    add_active(fd, j);
+    gs_fd_add_active(fd, j);
   }
   pthread_mutex_unlock(&fd->lock);
   if (rc < 0) {
     gs_job_free(j);
     return rc;
   }
-  wake(fd);
+  gs_fd_wake(fd);
   return GS_OK;
 }
 
@@ -1670,7 +1362,7 @@ static bool may_see(const gs_principal *who, const gs_job *j) {
   return who->admin || (j->tenant_serial != 0 && j->tenant_serial == who->tenant_serial);
 }
 
-static active_job *find_active(gs_frontdesk *fd, int64_t id) {
+active_job *gs_fd_find_active(gs_frontdesk *fd, int64_t id) {
   for (int i = 0; i < fd->n_active; i++)
     if (fd->active[i].job->id == id)
       return &fd->active[i];
@@ -1678,30 +1370,9 @@ static active_job *find_active(gs_frontdesk *fd, int64_t id) {
 }
 
 /* scancel through slurmrestd; the next poll records the job's end. */
-static int cancel_in_slurm(gs_frontdesk *fd, int64_t id) {
-  pthread_mutex_lock(&fd->lock);
-  active_job *a = find_active(fd, id);
-  int64_t slurm_id = a ? json_integer_value(json_object_get(a->job->slurm, "job_id")) : 0;
-  char user[64];
-  snprintf(user, sizeof user, "%s",
-           a ? json_string_value(json_object_get(a->job->slurm, "user")) ?: "" : "");
-  pthread_mutex_unlock(&fd->lock);
-  if (!fd->rest)
-    return gs_error(GS_EINVAL, "job %lld is Slurm's job %lld, and this daemon is not set up to "
-                               "reach Slurm (--slurm-rest-url): scancel it there",
-                    (long long)id, (long long)slurm_id);
-  if (slurm_id <= 0)
-    return gs_error(GS_ESTATE, "job %lld has already ended", (long long)id);
-  int rc = gs_slurm_rest_cancel(fd->rest, user, slurm_id);
-  pthread_mutex_lock(&fd->lock);
-  follow_slurm_closely(fd);
-  pthread_mutex_unlock(&fd->lock);
-  return rc;
-}
-
 int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
   pthread_mutex_lock(&fd->lock);
-  active_job *a = find_active(fd, id);
+  active_job *a = gs_fd_find_active(fd, id);
   int rc = GS_OK;
   if (!a) {
     gs_job *j = NULL;
@@ -1714,15 +1385,15 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
     gs_job_free(j);
   } else if (!may_see(who, a->job)) {
     rc = gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
-  } else if (!in_queue(a->job)) { /* ended; its state is still being written */
+  } else if (!gs_fd_in_queue(a->job)) { /* ended; its state is still being written */
     rc = gs_error(GS_ESTATE, "job %lld has already ended (%s)", (long long)id,
                   gs_job_state_name(a->job->state));
   } else if (a->job->slurm) {
     pthread_mutex_unlock(&fd->lock);
-    return cancel_in_slurm(fd, id); /* the lock is not held across slurmrestd's answer */
+    return gs_fd_cancel_in_slurm(fd, id); /* the lock is not held across slurmrestd's answer */
   } else if (a->job->state == GS_JOB_PENDING) {
-    a->job->end_time = wall_now();
-    if (set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending") == 0) {
+    a->job->end_time = gs_fd_wall_now();
+    if (gs_fd_set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending") == 0) {
       remove_active(fd, (int)(a - fd->active));
     } else { /* not on disk: a restart would run it; it stays PENDING, and says so */
       char why[300];
@@ -1735,18 +1406,18 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
     }
   } else if (!a->job->cancel_requested) {
     a->job->cancel_requested = true;
-    a->job->term_sent_at = wall_now();
+    a->job->term_sent_at = gs_fd_wall_now();
     signal_job(a, SIGTERM);
   }
   pthread_mutex_unlock(&fd->lock);
-  wake(fd);
+  gs_fd_wake(fd);
   return rc;
 }
 
 int gs_job_get(gs_frontdesk *fd, const gs_principal *who, int64_t id, gs_job_info *out) {
   *out = (gs_job_info){0};
   pthread_mutex_lock(&fd->lock);
-  active_job *a = find_active(fd, id);
+  active_job *a = gs_fd_find_active(fd, id);
   gs_job *stored = NULL;
   const gs_job *j = a ? a->job : NULL;
   int rc = GS_OK;
@@ -1814,20 +1485,22 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
   if (strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)
     return gs_error(GS_EINVAL, "a log is stdout or stderr, not '%s'", stream);
   pthread_mutex_lock(&fd->lock);
-  active_job *a = find_active(fd, id);
+  active_job *a = gs_fd_find_active(fd, id);
   int rc = GS_OK;
   bool visible = false;
   char slurm_log[700] = ""; /* a Slurm job's: where Slurm writes it */
+  double end_time = 0;
   gs_job *j = NULL;
   if (a) {
     visible = may_see(who, a->job);
-    *ended = !in_queue(a->job);
+    *ended = !gs_fd_in_queue(a->job);
   } else if ((rc = gs_store_job_get(fd->store, id, &j)) == 0) {
     visible = may_see(who, j);
     *ended = true;
   }
   const json_t *slurm = a ? a->job->slurm : j ? j->slurm : NULL;
   bool in_slurm = slurm != NULL;
+  end_time = a ? a->job->end_time : j ? j->end_time : 0;
   if (in_slurm)
     snprintf(slurm_log, sizeof slurm_log, "%s",
              json_string_value(json_object_get(slurm, stream[3] == 'o' ? "stdout" : "stderr"))
@@ -1838,17 +1511,21 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
     return rc;
   if (!visible)
     return gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
-  if (in_slurm) {
-    snprintf(path, cap, "%s", slurm_log);
-    return GS_OK;
-  }
-  char dir[600];
-  job_dir(fd, id, dir, sizeof dir);
-  if (*ended && access(dir, F_OK) != 0 && errno == ENOENT)
+  bool retention_passed = *ended && fd->set.job_retention_s > 0 && end_time > 0 &&
+                          end_time < gs_fd_wall_now() - (double)fd->set.job_retention_s;
+  char dir[700];
+  if (in_slurm)
+    snprintf(dir, sizeof dir, "%s", slurm_log);
+  else
+    job_dir(fd, id, dir, sizeof dir);
+  if (*ended && access(dir, F_OK) != 0 && errno == ENOENT && (!in_slurm || retention_passed))
     return gs_error(GS_ENOENT, "job %lld's logs were removed: ended jobs' directories are kept "
                                "%lld s (--job-retention)", (long long)id,
                     (long long)fd->set.job_retention_s);
-  snprintf(path, cap, "%s/%s.log", dir, stream);
+  if (in_slurm)
+    snprintf(path, cap, "%s", slurm_log);
+  else
+    snprintf(path, cap, "%s/%s.log", dir, stream);
   return GS_OK;
 }
 
@@ -1979,7 +1656,7 @@ static int take_back_jobs(gs_frontdesk *fd) {
   for (int i = 0; i < n; i++) {
     gs_job *j = jobs[i];
     j->exit_code = j->state == GS_JOB_RUNNING ? j->exit_code : -1;
-    if (add_active(fd, j) < 0) {
+    if (gs_fd_add_active(fd, j) < 0) {
       gs_job_free(j);
       continue;
     }
@@ -2011,7 +1688,7 @@ static int take_back_jobs(gs_frontdesk *fd) {
         if (access(path, F_OK) != 0) {
           j->start_time = 0;
           j->runs--;
-          set_state(fd, j, GS_JOB_PENDING, "Requeued: the daemon stopped while starting it");
+          gs_fd_set_state(fd, j, GS_JOB_PENDING, "Requeued: the daemon stopped while starting it");
           continue;
         }
       }
@@ -2132,22 +1809,6 @@ static int find_shim(char *out, size_t cap) {
 
 gs_holds *gs_frontdesk_holds(gs_frontdesk *fd) { return fd->holds; }
 
-/* Jobs handed to Slurm by an earlier run that this one cannot follow (no
- * --slurm-rest-url now): they stay as they were, saying why. */
-static void warn_unfollowed_slurm_jobs(gs_frontdesk *fd) {
-  if (fd->rest)
-    return;
-  for (int i = 0; i < fd->n_active; i++) {
-    gs_job *j = fd->active[i].job;
-    if (!j->slurm || !in_queue(j))
-      continue;
-    snprintf(j->reason, sizeof j->reason, "not followed: this daemon has no --slurm-rest-url");
-    GS_LOGW("sched", "job %lld is Slurm's job %lld, which this daemon cannot follow without "
-            "--slurm-rest-url", (long long)j->id,
-            (long long)json_integer_value(json_object_get(j->slurm, "job_id")));
-  }
-}
-
 int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out) {
   gs_frontdesk *fd = calloc(1, sizeof *fd);
   if (!fd)
@@ -2193,7 +1854,7 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
                                   settings->slurm_create_accounts ? "sacctmgr" : NULL,
                                   &fd->accounts);
   if (rc == 0)
-    warn_unfollowed_slurm_jobs(fd);
+    gs_fd_warn_unfollowed_slurm_jobs(fd);
   if (rc == 0 && (fd->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
     rc = gs_error(GS_EIO, "eventfd: %s", strerror(errno));
   if (rc == 0) {
@@ -2203,7 +1864,7 @@ int gs_frontdesk_open(const gs_frontdesk_settings *settings, gs_frontdesk **out)
       fd->thread_started = true;
   }
   if (rc == 0 && fd->rest) {
-    if (pthread_create(&fd->slurm_thread, NULL, slurm_follower, fd) != 0)
+    if (pthread_create(&fd->slurm_thread, NULL, gs_fd_slurm_follower, fd) != 0)
       rc = gs_error(GS_EIO, "cannot start the thread that follows Slurm's jobs");
     else
       fd->slurm_thread_started = true;
@@ -2226,7 +1887,7 @@ void gs_frontdesk_close(gs_frontdesk *fd) {
     pthread_mutex_lock(&fd->lock);
     fd->stop = true;
     pthread_mutex_unlock(&fd->lock);
-    wake(fd);
+    gs_fd_wake(fd);
     pthread_join(fd->thread, NULL);
   }
   if (fd->slurm_thread_started) {

@@ -64,6 +64,7 @@ typedef struct gs_job {
   int64_t preempted_by;  /* stopped to make room for this job (0: not preempted) */
   char over_memory[200]; /* why it is being stopped for device memory ("" if not) */
   double term_sent_at; /* when SIGTERM went to it; SIGKILL follows after the grace */
+  int slurm_unknown;   /* Slurm's "no such job" answers in a row (a Slurm job) */
 } gs_job;
 
 void gs_job_free(gs_job *j);

@@ -454,3 +454,26 @@ def test_an_account_that_cannot_be_made_stops_the_job(tmp_path, slurm, args, fai
         got, body = d.request("POST", "/api/v1/jobs", {"command": ["true"], "nodes": 2}, token)
         assert (got, body["error"]) == (status, message)
         assert slurm.submitted == []
+
+
+def test_slurm_logs_go_with_the_job_retention(tmp_path, slurm):
+    """--job-retention removes a Slurm job's log files as it removes a local
+    job's directory; `gpusrv logs` then says why they are gone."""
+    with slurm_daemon(tmp_path, slurm, "--job-retention", "2s") as d:
+        job_id = submit(d, ["echo", "hi"], nodes=2)
+        props = slurm.submitted[0][1]["job"]
+        out, err = (props[k].replace("%j", "100") for k in ("standard_output", "standard_error"))
+        for path in (out, err):  # what Slurm's first node would write
+            with open(path, "w") as f:
+                f.write("hi\n" if path == out else "")
+        slurm.set_state(100, "COMPLETED", nodes="gsn[1-2]", start_time=int(time.time()) - 1,
+                        end_time=int(time.time()), exit_code=0)
+        wait_for(d, job_id, "COMPLETED")
+        assert d.cli("logs", str(job_id)).stdout == "hi\n"
+        deadline = time.time() + 30
+        while os.path.exists(out) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not os.path.exists(out) and not os.path.exists(err)
+        status, body = d.request("GET", f"/api/v1/jobs/{job_id}/logs", token=d.admin)
+        assert status == 404 and "removed" in body["error"], body
+        assert d.job(job_id)["state"] == "COMPLETED"  # the record stays
