@@ -229,7 +229,8 @@ CONF
 # only, and a user "slurm" with a password made here.
 start_db() {
   local pass
-  mkdir -p "$DB_DIR" && chown mysql:mysql "$DB_DIR"
+  mkdir -p "$DB_DIR"
+  chown mysql:mysql "$DB_DIR"
   mariadb-install-db --user=mysql --datadir="$DB_DIR" --auth-root-authentication-method=socket \
     --skip-test-db > "$LOGS/mariadb-install.log" 2>&1 || die "mariadb-install-db failed (see $LOGS)"
   touch "$LOGS/mariadb.log" && chown mysql:mysql "$LOGS/mariadb.log"
@@ -237,11 +238,20 @@ start_db() {
     --bind-address=127.0.0.1 --pid-file="$DB_DIR/mysqld.pid" --log-error="$LOGS/mariadb.log" \
     --innodb-buffer-pool-size=16M < /dev/null > /dev/null 2>&1 &
   echo $! > "$RUN/mariadbd.pid"
-  wait_for 300 test -S "$DB_DIR/mysqld.sock" || die "mariadbd did not start (see $LOGS/mariadb.log)"
+  wait_for 300 db_up || die "mariadbd did not start (see $LOGS/mariadb.log)"
   pass=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
-  mariadb -S "$DB_DIR/mysqld.sock" -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
-    GRANT ALL ON gs_cluster_acct.* TO 'slurm'@'127.0.0.1';" || die "cannot make slurmdbd's database user"
+  # On stdin, not in argv (which ps shows).
+  mariadb -S "$DB_DIR/mysqld.sock" <<SQL || die "cannot make slurmdbd's database user"
+CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+GRANT ALL ON gs_cluster_acct.* TO 'slurm'@'127.0.0.1';
+SQL
   write_dbd_conf "$pass"
+}
+
+# mariadbd answers on its socket; one that died stops the start at once.
+db_up() {
+  alive "$RUN/mariadbd.pid" || die "mariadbd exited (see $LOGS/mariadb.log)"
+  test -S "$DB_DIR/mysqld.sock"
 }
 
 # slurmdbd, and this cluster in it (which also makes the root account).

@@ -450,13 +450,15 @@ static const char *job_name(const json_t *v, char *buf, size_t cap) {
   return NULL;
 }
 
-/* POST /api/v1/holds {"scheduler", "job", "user", "gpus": [indices]}. */
-static int book_hold(gs_frontdesk *fd, const json_t *j) {
+/* POST /api/v1/holds {"scheduler", "job", "user", "gpus": [indices]};
+ * `scheduler` where the body names none (an older prolog's call). */
+static int book_hold(gs_frontdesk *fd, const json_t *j, const char *scheduler) {
   int gpus[GS_BOOKING_MAX_PARTS], n = 0;
   char buf[32];
   json_t *list = json_object_get(j, "gpus");
   const char *job = job_name(json_object_get(j, "job"), buf, sizeof buf);
-  const char *scheduler = json_string_value(json_object_get(j, "scheduler"));
+  if (json_object_get(j, "scheduler"))
+    scheduler = json_string_value(json_object_get(j, "scheduler"));
   const char *user = json_string_value(json_object_get(j, "user"));
   if (!scheduler || !job || !user || !json_is_array(list) ||
       json_array_size(list) > GS_BOOKING_MAX_PARTS)
@@ -472,13 +474,15 @@ static int book_hold(gs_frontdesk *fd, const json_t *j) {
   return gs_hold_book(gs_frontdesk_holds(fd), scheduler, job, user, gpus, n);
 }
 
-/* PUT /api/v1/holds/SCHEDULER {"jobs": [...]}: the jobs that still run. */
+/* PUT /api/v1/holds/SCHEDULER {"jobs": [...], "as_of": T}: the jobs that
+ * still ran at Unix time T (default: GS_HOLDS_RECONCILE_GRACE_S ago). */
 static int reconcile_holds(gs_frontdesk *fd, const char *scheduler, const json_t *j) {
-  json_t *list = json_object_get(j, "jobs");
+  json_t *list = json_object_get(j, "jobs"), *as_of = json_object_get(j, "as_of");
   size_t n = json_array_size(list);
-  if (!json_is_array(list) || n > 100000)
+  if (!json_is_array(list) || n > 100000 || (as_of && !json_is_number(as_of)))
     return gs_error(GS_EINVAL, "a reconcile needs \"jobs\": the jobs that still run (at most "
-                               "100000)");
+                               "100000), and may say \"as_of\": when they were listed "
+                               "(Unix seconds)");
   const char **live = calloc(n + 1, sizeof *live);
   char (*bufs)[32] = calloc(n + 1, sizeof *bufs);
   int rc = live && bufs ? GS_OK : gs_error(GS_ENOMEM, "out of memory for a reconcile");
@@ -486,7 +490,9 @@ static int reconcile_holds(gs_frontdesk *fd, const char *scheduler, const json_t
     if (!(live[k] = job_name(json_array_get(list, k), bufs[k], sizeof bufs[k])))
       rc = gs_error(GS_EINVAL, "jobs[%zu] is not a job", k);
   if (rc == 0)
-    rc = gs_holds_reconcile(gs_frontdesk_holds(fd), scheduler, live, (int)n);
+    rc = gs_holds_reconcile(gs_frontdesk_holds(fd), scheduler, live, (int)n,
+                            as_of ? json_number_value(as_of)
+                                  : gs_holds_now() - GS_HOLDS_RECONCILE_GRACE_S);
   free(live);
   free(bufs);
   return rc;
@@ -495,30 +501,41 @@ static int reconcile_holds(gs_frontdesk *fd, const char *scheduler, const json_t
 /* Devices held for outside schedulers' jobs (holds.h): POST /api/v1/holds
  * books (Slurm's prolog), DELETE /api/v1/holds/SCHEDULER/JOB releases (its
  * epilog), PUT /api/v1/holds/SCHEDULER {"jobs": [...]} drops the holds of
- * jobs not listed. Admin only: slurmd runs the hooks as root. */
+ * jobs not listed. Admin only: slurmd runs the hooks as root. An older
+ * gpusrv's hooks call POST /api/v1/slurm/jobs and DELETE .../slurm/jobs/N:
+ * `legacy` (Slurm's holds, then). */
 static bool holds_routes(gs_frontdesk *fd, const gs_principal *who, const char *method,
-                         const char *rest, const char *body, size_t len, gs_http_reply *r) {
-  bool post = !strcmp(method, "POST"), put = !strcmp(method, "PUT"),
+                         const char *rest, bool legacy, const char *body, size_t len,
+                         gs_http_reply *r) {
+  bool post = !strcmp(method, "POST"), put = !strcmp(method, "PUT") && !legacy,
        del = !strcmp(method, "DELETE");
   if (rest[0] != '\0' && rest[0] != '/')
+    return false;
+  if (!post && !put && !del)
     return false;
   if (!who->admin) {
     gs_http_reply_error(r, 403, "holding devices for a scheduler's jobs needs an admin token");
     return true;
   }
+  char path[128];
+  snprintf(path, sizeof path, "%s%s", legacy && rest[0] ? "/slurm" : "", rest);
+  if (strlen(rest) + 6 >= sizeof path) {
+    gs_http_reply_error(r, 400, "a hold's scheduler and job are 15 and 63 bytes at most");
+    return true;
+  }
   char scheduler[32] = "", job[96] = "";
-  const char *slash = rest[0] ? strchr(rest + 1, '/') : NULL;
-  if (rest[0] && strlen(rest + 1) < sizeof job) {
+  const char *slash = path[0] ? strchr(path + 1, '/') : NULL;
+  if (path[0]) {
     snprintf(scheduler, sizeof scheduler, "%.*s",
-             (int)(slash ? (size_t)(slash - rest - 1) : strlen(rest + 1)), rest + 1);
+             (int)(slash ? (size_t)(slash - path - 1) : strlen(path + 1)), path + 1);
     snprintf(job, sizeof job, "%s", slash ? slash + 1 : "");
   }
   int rc;
   json_t *j = NULL;
-  if (rest[0] == '\0' && post) {
+  if (path[0] == '\0' && post) {
     if (!(j = parse_body(body, len, r)))
       return true;
-    rc = book_hold(fd, j);
+    rc = book_hold(fd, j, legacy ? "slurm" : NULL);
   } else if (scheduler[0] && !slash && put) {
     if (!(j = parse_body(body, len, r)))
       return true;
@@ -548,7 +565,9 @@ bool gs_jobs_api_route(gs_frontdesk *fd, const gs_principal *who, const char *me
   if (strncmp(url, "/api/v1/tenants", 15) == 0)
     return tenant_routes(fd, who, get, post, del, url + 15, body, len, r);
   if (strncmp(url, "/api/v1/holds", 13) == 0)
-    return holds_routes(fd, who, method, url + 13, body, len, r);
+    return holds_routes(fd, who, method, url + 13, false, body, len, r);
+  if (strncmp(url, "/api/v1/slurm/jobs", 18) == 0)
+    return holds_routes(fd, who, method, url + 18, true, body, len, r);
   if (strcmp(url, "/api/v1/devices") == 0 && get) {
     gs_frontdesk_device devices[GS_SCHED_MAX_DEVICES];
     int n = gs_frontdesk_devices(fd, devices, GS_SCHED_MAX_DEVICES);

@@ -103,7 +103,7 @@ static int share_of_cores(gs_device_t *const *chosen, int n, int i) {
  * device, or a Slurm job through its prolog); then a refusal naming the
  * holder is set. A served instance would share what its holder was given. */
 static bool held_whole(const gs_served_model *m, gs_device_t *d) {
-  char owner[128];
+  char owner[192];
   if (!m->ledger || !gs_ledger_held_whole(m->ledger, d, owner, sizeof owner))
     return false;
   gs_error(GS_EBUSY, "model %s: %s is held whole by %s", m->name, gs_device_get_info(d)->id,

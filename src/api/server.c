@@ -648,9 +648,10 @@ static enum MHD_Result model_route(struct MHD_Connection *c, gs_served_model *m,
 /* libmicrohttpd calls this first with no data, then with each piece of the
  * body, then once more with none: the request is answered on that last call. */
 /* Whether a request's route reads its body: the POST routes of inference,
- * the repository and the job API. Others' bodies are read and dropped. */
+ * the repository and the job API, and the PUT of holds. Others' bodies are
+ * read and dropped. */
 static bool takes_body(const char *method, const char *url) {
-  if (strcmp(method, "PUT") == 0) /* a scheduler's jobs that still hold devices */
+  if (strcmp(method, "PUT") == 0)
     return strncmp(url, "/api/v1/holds/", 14) == 0;
   return strcmp(method, "POST") == 0 &&
          (strncmp(url, "/v2/models/", 11) == 0 || strncmp(url, "/v2/repository/", 15) == 0 ||

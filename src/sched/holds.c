@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_GPUS GS_BOOKING_MAX_PARTS
@@ -20,6 +21,7 @@ typedef struct hold {
   char scheduler[16], job[64], user[64];
   int gpus[MAX_GPUS];
   int n_gpus;
+  double booked_at; /* Unix seconds */
   gs_booking *booking; /* NULL: kept unbooked after a restart, until its job ends */
 } hold;
 
@@ -31,6 +33,12 @@ struct gs_holds {
   hold *holds;
   int n, cap;
 };
+
+double gs_holds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 /* ---- names -------------------------------------------------------------------------------- */
 
@@ -65,9 +73,10 @@ static int save(gs_holds *h) {
     json_t *gpus = json_array();
     for (int k = 0; k < h->holds[i].n_gpus; k++)
       json_array_append_new(gpus, json_integer(h->holds[i].gpus[k]));
-    json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o}", "scheduler",
+    json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o, s:f}", "scheduler",
                                           h->holds[i].scheduler, "job", h->holds[i].job, "user",
-                                          h->holds[i].user, "gpus", gpus));
+                                          h->holds[i].user, "gpus", gpus, "booked_at",
+                                          h->holds[i].booked_at));
   }
   char tmp[640];
   snprintf(tmp, sizeof tmp, "%s.tmp", h->path);
@@ -112,7 +121,7 @@ static int book(gs_holds *h, hold *x) {
     parts[k] = (gs_booking_part){.device = d, .bytes = cap > used ? cap - used : 0,
                                  .share = 100 - share};
   }
-  char owner[160];
+  char owner[192];
   snprintf(owner, sizeof owner, "%s job %s (%s)", x->scheduler, x->job, x->user);
   return gs_book(h->ledger, parts, x->n_gpus, owner, &x->booking);
 }
@@ -169,7 +178,7 @@ int gs_hold_book(gs_holds *h, const char *scheduler, const char *job, const char
       strlen(user) >= sizeof ((hold *)0)->user)
     return gs_error(GS_EINVAL, "a hold needs a user (under 64 bytes) and at most %d GPUs",
                     MAX_GPUS);
-  hold x = {.n_gpus = n_gpus};
+  hold x = {.n_gpus = n_gpus, .booked_at = gs_holds_now()};
   snprintf(x.scheduler, sizeof x.scheduler, "%s", scheduler);
   snprintf(x.job, sizeof x.job, "%s", job);
   snprintf(x.user, sizeof x.user, "%s", user);
@@ -210,14 +219,15 @@ int gs_hold_release(gs_holds *h, const char *scheduler, const char *job) {
   return rc;
 }
 
-int gs_holds_reconcile(gs_holds *h, const char *scheduler, const char *const *live, int n_live) {
+int gs_holds_reconcile(gs_holds *h, const char *scheduler, const char *const *live, int n_live,
+                       double as_of) {
   if (check_names(scheduler, "x") < 0)
     return gs_error_code();
   pthread_mutex_lock(&h->lock);
   int dropped = 0;
   for (int i = h->n - 1; i >= 0; i--) {
     hold *x = &h->holds[i];
-    bool listed = strcmp(x->scheduler, scheduler) != 0;
+    bool listed = strcmp(x->scheduler, scheduler) != 0 || x->booked_at > as_of;
     for (int k = 0; k < n_live && !listed; k++)
       listed = !strcmp(live[k], x->job);
     if (!listed) {
@@ -245,8 +255,11 @@ static bool entry_of(const json_t *e, hold *x, const char **why) {
     snprintf(x->job, sizeof x->job, "%lld", (long long)json_integer_value(job));
   else if (json_is_string(job) && json_string_length(job) < sizeof x->job)
     snprintf(x->job, sizeof x->job, "%s", json_string_value(job));
+  json_t *at = json_object_get(e, "booked_at");
+  x->booked_at = json_is_number(at) ? json_number_value(at) : 0;
+  /* No scheduler: Slurm's, in an older daemon's file. */
   snprintf(x->scheduler, sizeof x->scheduler, "%s",
-           scheduler && strlen(scheduler) < sizeof x->scheduler ? scheduler : "slurm");
+           !scheduler ? "slurm" : strlen(scheduler) < sizeof x->scheduler ? scheduler : "");
   *why = "is malformed";
   if (!user || strlen(user) >= sizeof x->user || !json_is_array(gpus) ||
       json_array_size(gpus) > MAX_GPUS || check_names(x->scheduler, x->job) < 0)
@@ -303,14 +316,16 @@ static int slurm_job_ids(const char *squeue, char ***ids) {
   char cmd[400];
   /* --all: hidden partitions' jobs too. timeout(1): a controller that does
    * not answer must not hold the daemon's start (124 = cannot answer). */
-  snprintf(cmd, sizeof cmd, "timeout 20 %s --all --noheader --format=%%A 2>/dev/null", squeue);
+  snprintf(cmd, sizeof cmd, "timeout -k 5 20 %s --all --noheader --format=%%A 2>/dev/null",
+           squeue);
   FILE *p = popen(cmd, "r");
   if (!p)
     return -1;
   int n = 0, cap = 0;
+  bool failed = false; /* a partial list would drop running jobs */
   *ids = NULL;
   char line[64];
-  while (fgets(line, sizeof line, p)) {
+  while (!failed && fgets(line, sizeof line, p)) {
     line[strcspn(line, " \n")] = '\0';
     if (!line[0])
       continue;
@@ -318,28 +333,24 @@ static int slurm_job_ids(const char *squeue, char ***ids) {
       cap = cap ? cap * 2 : 64;
       char **grown = realloc(*ids, sizeof *grown * (size_t)cap);
       if (!grown) {
-        n = -1; /* a partial list would drop running jobs */
+        failed = true;
         break;
       }
       *ids = grown;
     }
-    if (!((*ids)[n] = strdup(line))) {
-      n = -1;
-      break;
-    }
-    n++;
+    if (!((*ids)[n] = strdup(line)))
+      failed = true;
+    else
+      n++;
   }
-  int status = pclose(p);
-  if (status != 0 && n >= 0) {
-    for (int i = 0; i < n; i++)
-      free((*ids)[i]);
-    n = -1;
-  }
-  if (n < 0) {
-    free(*ids);
-    *ids = NULL;
-  }
-  return n;
+  failed = pclose(p) != 0 || failed;
+  if (!failed)
+    return n;
+  for (int i = 0; i < n; i++)
+    free((*ids)[i]);
+  free(*ids);
+  *ids = NULL;
+  return -1;
 }
 
 /* Drops the holds of Slurm's jobs that squeue no longer lists. */
@@ -355,7 +366,7 @@ static void reconcile_slurm(gs_holds *h) {
     GS_LOGW("holds", "%s did not answer: the %d Slurm job holds are kept", h->squeue, held);
     return;
   }
-  if (gs_holds_reconcile(h, "slurm", (const char *const *)ids, n) < 0)
+  if (gs_holds_reconcile(h, "slurm", (const char *const *)ids, n, gs_holds_now()) < 0)
     GS_LOGW("holds", "%s", gs_error_detail());
   for (int i = 0; i < n; i++)
     free(ids[i]);

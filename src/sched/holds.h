@@ -13,6 +13,10 @@
  * The holds are kept in STATE_DIR/holds.json (written whole, through a
  * rename): a restarted daemon books them again, then drops Slurm's whose
  * jobs squeue no longer lists (keeping all when squeue cannot answer). */
+/* A reconcile whose caller does not say when its list was taken keeps holds
+ * younger than this: the list may be older than they are (kubelet's
+ * PodResources list, then an Allocate before the list arrives). */
+#define GS_HOLDS_RECONCILE_GRACE_S 30.0
 #ifndef GS_SCHED_HOLDS_H
 #define GS_SCHED_HOLDS_H
 
@@ -38,9 +42,13 @@ int gs_hold_book(gs_holds *h, const char *scheduler, const char *job, const char
                  const int *gpus, int n_gpus);
 /* Releases a job's hold; GS_ENOENT when it has none. */
 int gs_hold_release(gs_holds *h, const char *scheduler, const char *job);
-/* Drops `scheduler`'s holds of jobs not in live[0..n_live): the jobs the
- * scheduler says still run. Returns how many were dropped; GS_EIO when the
- * file cannot be written (they are dropped all the same). */
-int gs_holds_reconcile(gs_holds *h, const char *scheduler, const char *const *live, int n_live);
+/* Drops `scheduler`'s holds of jobs not in live[0..n_live), the jobs the
+ * scheduler says still ran when it listed them at `as_of` (Unix seconds):
+ * holds booked after that are kept. Returns how many were dropped; GS_EIO
+ * when the file cannot be written (they are dropped all the same). */
+int gs_holds_reconcile(gs_holds *h, const char *scheduler, const char *const *live, int n_live,
+                       double as_of);
+/* Now, in Unix seconds, as holds are stamped. */
+double gs_holds_now(void);
 
 #endif

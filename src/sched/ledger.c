@@ -23,7 +23,7 @@ struct gs_booking {
   int n_parts;
   gs_booking_part parts[GS_BOOKING_MAX_PARTS];
   device_account *accounts[GS_BOOKING_MAX_PARTS];
-  char owner[128];
+  char owner[192];
 };
 
 struct gs_ledger {
@@ -97,17 +97,19 @@ static int check_fits(const gs_ledger *l, const device_account *a, const gs_book
     return GS_OK;
   const gs_booking *holder = largest_holder(l, p->device);
   const char *id = gs_device_get_info(p->device)->id;
-  const char *held_by = holder ? holder->owner : "nobody";
+  char held_by[240] = "";
+  if (holder)
+    snprintf(held_by, sizeof held_by, " (most is held by %s)", holder->owner);
   if (no_memory) {
     char want[32], fr[32], all[32];
     gs_format_bytes(p->bytes, want, sizeof want);
     gs_format_bytes(a->capacity - a->booked, fr, sizeof fr);
     gs_format_bytes(a->capacity, all, sizeof all);
-    return gs_error(GS_ENOMEM, "%s: %s asked for %s of memory; %s of %s is free (most is held "
-                    "by %s)", id, owner, want, fr, all, held_by);
+    return gs_error(GS_ENOMEM, "%s: %s asked for %s of memory; %s of %s is free%s", id, owner,
+                    want, fr, all, held_by);
   }
-  return gs_error(GS_ENOMEM, "%s: %s asked for %d%% of its compute; %d%% is free (most is "
-                  "held by %s)", id, owner, p->share, 100 - a->share_booked, held_by);
+  return gs_error(GS_ENOMEM, "%s: %s asked for %d%% of its compute; %d%% is free%s", id, owner,
+                  p->share, 100 - a->share_booked, held_by);
 }
 
 int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char *owner,

@@ -33,15 +33,15 @@ struct gs_slurm_accounts {
 
 int gs_slurm_accounts_create(const char *map, const char *sacctmgr, gs_slurm_accounts **out) {
   gs_slurm_accounts *a = calloc(1, sizeof *a);
-  if (a) {
-    a->map = strdup(map ? map : "");
-    a->sacctmgr = sacctmgr ? strdup(sacctmgr) : NULL;
-  }
-  if (!a || !a->map || (sacctmgr && !a->sacctmgr)) {
+  if (!a)
+    return gs_error(GS_ENOMEM, "out of memory for the Slurm accounts");
+  pthread_mutex_init(&a->lock, NULL);
+  a->map = strdup(map ? map : "");
+  a->sacctmgr = sacctmgr ? strdup(sacctmgr) : NULL;
+  if (!a->map || (sacctmgr && !a->sacctmgr)) {
     gs_slurm_accounts_free(a);
     return gs_error(GS_ENOMEM, "out of memory for the Slurm accounts");
   }
-  pthread_mutex_init(&a->lock, NULL);
   *out = a;
   return GS_OK;
 }
@@ -49,15 +49,14 @@ int gs_slurm_accounts_create(const char *map, const char *sacctmgr, gs_slurm_acc
 void gs_slurm_accounts_free(gs_slurm_accounts *a) {
   if (!a)
     return;
-  if (a->map) /* made whole: the lock too */
-    pthread_mutex_destroy(&a->lock);
+  pthread_mutex_destroy(&a->lock);
   free(a->map);
   free(a->sacctmgr);
   free(a);
 }
 
 int gs_slurm_shares(double weight) {
-  double shares = round(weight * 100);
+  double shares = isnan(weight) ? 1 : round(weight * 100);
   return shares < 1 ? 1 : shares > 1e6 ? 1000000 : (int)shares;
 }
 
@@ -90,14 +89,15 @@ static int account_name(const char *map, const char *tenant, char *out, size_t c
   return GS_OK;
 }
 
-/* Runs `sacctmgr -i ARGS...` (through timeout(1): a slurmdbd that does not
- * answer must not hold the request for ever). Its exit status, or -1 when
+/* Runs `sacctmgr -i ARGS...` (through timeout(1), SIGKILL 5 s after its
+ * SIGTERM: a slurmdbd that does not answer must not hold the request, and
+ * the accounts' lock, for ever). Its exit status, or -1 when
  * it could not be started; what it printed, stripped, into `said`. */
 static int run_sacctmgr(const gs_slurm_accounts *a, const char *const *args, char *said,
                         size_t cap) {
-  char *argv[16] = {"timeout", "20", a->sacctmgr, "-i"};
-  int n = 4;
-  for (int i = 0; args[i] && n < 15; i++)
+  char *argv[18] = {"timeout", "-k", "5", "20", a->sacctmgr, "-i"};
+  int n = 6;
+  for (int i = 0; args[i] && n < 17; i++)
     argv[n++] = (char *)args[i];
   argv[n] = NULL;
   said[0] = '\0';
@@ -109,6 +109,7 @@ static int run_sacctmgr(const gs_slurm_accounts *a, const char *const *args, cha
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, pipe_fd[1], 1);
   posix_spawn_file_actions_adddup2(&fa, pipe_fd[1], 2);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* none of the daemon's sockets */
   pid_t pid;
   extern char **environ;
   int err = posix_spawnp(&pid, "timeout", &fa, NULL, argv, environ);
@@ -182,8 +183,14 @@ int gs_slurm_account_for(gs_slurm_accounts *a, const char *tenant, const char *u
     return gs_error_code();
   if (!a->sacctmgr)
     return GS_OK;
-  if (strlen(user) >= NAME_MAX_LEN)
-    return gs_error(GS_EINVAL, "user name '%s' is too long for a Slurm association", user);
+  /* sacctmgr splits on ',', '=' and blanks. */
+  bool plain = user[0] && strlen(user) < NAME_MAX_LEN;
+  for (const char *c = user; plain && *c; c++)
+    plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+            strchr("._@-", *c);
+  if (!plain)
+    return gs_error(GS_EINVAL, "Unix user '%s' cannot be named to sacctmgr (1 to %d letters, "
+                    "digits, '.', '_', '@' and '-')", user, NAME_MAX_LEN - 1);
   int shares = gs_slurm_shares(weight);
   pthread_mutex_lock(&a->lock);
   made_account *m = NULL;

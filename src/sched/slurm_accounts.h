@@ -4,7 +4,8 @@
  * (--slurm-create-accounts), it makes the account and its user's
  * association with sacctmgr before the tenant's first such job, and keeps
  * the account's fair-share shares at the tenant's weight (100 shares per
- * unit of weight). */
+ * unit of weight). Shares belong to the account: tenants mapped to one
+ * account leave it the weight of the one whose job came last. */
 #ifndef GS_SLURM_ACCOUNTS_H
 #define GS_SLURM_ACCOUNTS_H
 

@@ -236,6 +236,7 @@ def test_a_hostile_state_file_books_only_what_is_valid(tmp_path, fake_slurm):
         d.stop()
         d.start()  # a broken file books nothing and stops nothing
         assert d.request("GET", "/v2/health/live")[0] == 200
+        assert slurm_bookings(d) == {}
 
 
 @pytest.mark.parametrize("job,gpus,message", [
@@ -297,8 +298,13 @@ def test_another_scheduler_holds_with_the_same_calls(tmp_path, fake_slurm):
         d.stop()
         d.start()
         assert len(holds(d)) == 2
+        # A list that does not say when it was taken keeps holds younger
+        # than 30 s (it may be older than they are); one that says so, not.
         status, body = d.request("PUT", "/api/v1/holds/kubernetes", {"jobs": ["other-pod"]},
                                  token=d.admin)
+        assert status == 200 and body["dropped"] == 0, body
+        status, body = d.request("PUT", "/api/v1/holds/kubernetes",
+                                 {"jobs": ["other-pod"], "as_of": time.time()}, token=d.admin)
         assert status == 200 and body["dropped"] == 1, body
         assert list(holds(d)) == ["slurm job 701 (alice)"]
         status, body = d.request("PUT", "/api/v1/holds/slurm", {"jobs": [701]}, token=d.admin)
@@ -314,4 +320,32 @@ def test_another_scheduler_holds_with_the_same_calls(tmp_path, fake_slurm):
             assert status == 400 and message in body["error"], (bad, body)
         status, body = d.request("PUT", "/api/v1/holds/k8s", {"jobs": "p"}, token=d.admin)
         assert status == 400 and "jobs" in body["error"], body
+        status, body = d.request("DELETE", "/api/v1/holds/k8s/" + "p" * 200, token=d.admin)
+        assert status == 400, body
         assert list(holds(d)) == ["slurm job 701 (alice)"]
+
+
+def test_an_older_daemons_holds_and_hooks_still_work(tmp_path, fake_slurm):
+    """slurm-jobs.json (an older daemon's file) is read and, at the next
+    change, written anew as holds.json; an older gpusrv's prolog and epilog
+    (POST /api/v1/slurm/jobs, DELETE /api/v1/slurm/jobs/N) still book."""
+    jobs, env = fake_slurm
+    jobs.write_text("801\n")
+    with daemon(tmp_path, env=env) as d:
+        d.stop()
+        legacy, current = (os.path.join(d.state, f) for f in ("slurm-jobs.json", "holds.json"))
+        if os.path.exists(current):
+            os.remove(current)
+        with open(legacy, "w") as f:
+            f.write('[{"job": 801, "user": "old", "gpus": [0]}]')
+        d.start()
+        assert list(slurm_bookings(d)) == ["slurm job 801 (old)"]
+        status, body = d.request("POST", "/api/v1/slurm/jobs",
+                                 {"job": 802, "user": "old", "gpus": [1]}, token=d.admin)
+        assert status == 200, body
+        assert os.path.exists(current) and not os.path.exists(legacy)
+        assert set(slurm_bookings(d)) == {"slurm job 801 (old)", "slurm job 802 (old)"}
+        for job in (801, 802):
+            status, body = d.request("DELETE", f"/api/v1/slurm/jobs/{job}", token=d.admin)
+            assert status == 200, body
+        assert slurm_bookings(d) == {}
