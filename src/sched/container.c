@@ -3,21 +3,15 @@
  * request's checks, podman run as the tenant, and podman's command line. */
 #include "sched/container.h"
 
-#include "base/clock.h"
 #include "base/error.h"
+#include "base/run.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <fnmatch.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_MOUNTS 32
@@ -260,37 +254,6 @@ char **gs_container_argv(const json_t *container, const char *name, const char *
   return done(&s);
 }
 
-/* Reads what the child writes until it closes its end or the deadline. */
-static void read_output(int fd, char *out, size_t cap, uint64_t deadline) {
-  size_t used = 0;
-  char sink[4096];
-  if (cap == 0)
-    out = NULL;
-  for (;;) {
-    uint64_t now = gs_now_ns();
-    if (now >= deadline)
-      return;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int ms = (int)((deadline - now) / 1000000) + 1;
-    int ready = poll(&p, 1, ms);
-    if (ready < 0 && errno != EINTR)
-      return;
-    if (ready <= 0)
-      continue;
-    char *dst = out && used + 1 < cap ? out + used : sink;
-    size_t room = out && used + 1 < cap ? cap - 1 - used : sizeof sink;
-    ssize_t n = read(fd, dst, room);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return;
-    if (dst != sink)
-      used += (size_t)n;
-    if (out)
-      out[used] = '\0';
-  }
-}
-
 int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *out, size_t cap,
                      bool errors_too, double timeout_s) {
   strings argv = {0};
@@ -308,66 +271,20 @@ int gs_podman_run_as(const gs_container_user *u, const char *const *args, char *
   for (size_t i = 0; args[i]; i++)
     add(&argv, "%s", args[i]);
   char **av = done(&argv), **env = gs_podman_env(u);
-  int pipefd[2] = {-1, -1};
-  if (!av || !env || pipe2(pipefd, O_CLOEXEC) < 0) {
+  if (!av || !env) {
     gs_strings_free(av);
     gs_strings_free(env);
-    return gs_error(GS_ENOMEM, "cannot start podman: %s", strerror(errno));
+    return gs_error(GS_ENOMEM, "cannot start podman: out of memory");
   }
-  if (out && cap)
-    out[0] = '\0';
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  if (errors_too)
-    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
-  else
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* none of the daemon's reach the tenant */
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETSID);
-  pid_t pid;
-  int err = posix_spawnp(&pid, av[0], &fa, &attr, av, env);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  close(pipefd[1]);
-  gs_strings_free(env);
-  if (err != 0) {
-    close(pipefd[0]);
-    int rc = gs_error(err == ENOENT ? GS_ENOENT : GS_EIO, "cannot run %s: %s", av[0],
-                      strerror(err));
-    gs_strings_free(av);
-    return rc;
-  }
+  gs_run_options o = {.envp = env, .errors_too = errors_too, .timeout_s = timeout_s};
+  int rc = gs_run_capture(av, &o, out, cap, NULL);
   gs_strings_free(av);
-  uint64_t deadline = gs_now_ns() + (uint64_t)(timeout_s * 1e9);
-  read_output(pipefd[0], out, cap, deadline);
-  close(pipefd[0]);
-  int status = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid)
-      break;
-    if (r < 0 && errno != EINTR)
-      return gs_error(GS_EIO, "waiting for podman: %s", strerror(errno));
-    if (gs_now_ns() >= deadline) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return gs_error(GS_ETIMEDOUT, "podman took longer than %.0f s", timeout_s);
-    }
-    gs_sleep_ns(5 * 1000 * 1000);
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+  gs_strings_free(env);
+  if (rc == GS_ETIMEDOUT)
+    return gs_error(GS_ETIMEDOUT, "podman took longer than %.0f s", timeout_s);
+  if (rc == 127)
     return gs_error(GS_ENOENT, "podman is not installed (or runuser is missing)");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return rc;
 }
 
 int gs_container_image_present(const gs_container_user *u, const char *image) {

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/run.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -101,38 +102,26 @@ static int save(gs_holds *h) {
 
 /* Books what is left of the hold's GPUs. With the lock held. */
 static int book(gs_holds *h, hold *x) {
-  gs_device_t *gpus[MAX_GPUS];
+  gs_device_t *gpus[MAX_GPUS], *held[MAX_GPUS];
   int n = gs_slurm_gpus(gpus, MAX_GPUS);
   if (n > MAX_GPUS)
     n = MAX_GPUS;
-  gs_booking_part parts[MAX_GPUS];
   for (int k = 0; k < x->n_gpus; k++) {
     int idx = x->gpus[k];
     if (idx < 0 || idx >= n)
       return gs_error(GS_EINVAL, "%s job %s: this node has no GPU %d (it has %d)",
                       x->scheduler, x->job, idx, n);
-    gs_device_t *d = gpus[idx];
-    uint64_t cap = gs_ledger_capacity(h->ledger, d), used = gs_ledger_booked(h->ledger, d);
-    int share = gs_ledger_share_booked(h->ledger, d);
+    held[k] = gpus[idx];
+    uint64_t used = gs_ledger_booked(h->ledger, held[k]); /* for the log alone */
+    int share = gs_ledger_share_booked(h->ledger, held[k]);
     if (used > 0 || share > 0)
       GS_LOGW("holds", "%s job %s: GPU %d (%s) already has %d%% of its compute and %llu "
               "bytes booked here; the job gets the rest", x->scheduler, x->job, idx,
-              gs_device_get_info(d)->id, share, (unsigned long long)used);
-    parts[k] = (gs_booking_part){.device = d, .bytes = cap > used ? cap - used : 0,
-                                 .share = 100 - share};
+              gs_device_get_info(held[k])->id, share, (unsigned long long)used);
   }
   char owner[192];
   snprintf(owner, sizeof owner, "%s job %s (%s)", x->scheduler, x->job, x->user);
-  return gs_book(h->ledger, parts, x->n_gpus, owner, &x->booking);
-}
-
-/* book(), again where a model or a job booked on one of the GPUs between
- * reading what is left and booking it. */
-static int book_rest(gs_holds *h, hold *x) {
-  int rc = GS_ENOMEM;
-  for (int attempt = 0; attempt < 5 && rc == GS_ENOMEM; attempt++)
-    rc = book(h, x);
-  return rc;
+  return gs_book_rest(h->ledger, held, x->n_gpus, owner, &x->booking);
 }
 
 static hold *find(gs_holds *h, const char *scheduler, const char *job) {
@@ -157,7 +146,7 @@ static int add(gs_holds *h, const hold *x, bool booked) {
   }
   h->holds[h->n] = *x;
   h->holds[h->n].booking = NULL;
-  int rc = booked ? book_rest(h, &h->holds[h->n]) : GS_OK;
+  int rc = booked ? book(h, &h->holds[h->n]) : GS_OK;
   if (rc == 0)
     h->n++;
   return rc;
@@ -309,41 +298,44 @@ static void load(gs_holds *h) {
 }
 
 /* Slurm's jobs that have not ended, from squeue: their ids into *ids (the
- * caller frees each and the array); -1 when squeue cannot answer. */
+ * caller frees each and the array); -1 when squeue cannot answer (within
+ * 20 s: a controller that does not answer must not hold the daemon's
+ * start) or lists more than is read (a partial list would drop running
+ * jobs). */
 static int slurm_job_ids(const char *squeue, char ***ids) {
-  /* A shell command line: `squeue` is the daemon's own setting (PATH's
-   * squeue), never a user's text. */
-  char cmd[400];
-  /* --all: hidden partitions' jobs too. timeout(1): a controller that does
-   * not answer must not hold the daemon's start (124 = cannot answer). */
-  snprintf(cmd, sizeof cmd, "timeout -k 5 20 %s --all --noheader --format=%%A 2>/dev/null",
-           squeue);
-  FILE *p = popen(cmd, "r");
-  if (!p)
-    return -1;
-  int n = 0, cap = 0;
-  bool failed = false; /* a partial list would drop running jobs */
+  /* --all: hidden partitions' jobs too. */
+  char *argv[] = {(char *)squeue, "--all", "--noheader", "--format=%A", NULL};
+  gs_run_options o = {.timeout_s = 20};
+  size_t cap = 1 << 20;
+  char *text = malloc(cap);
+  bool truncated = true;
+  int rc = text ? gs_run_capture(argv, &o, text, cap, &truncated) : GS_ENOMEM;
   *ids = NULL;
-  char line[64];
-  while (!failed && fgets(line, sizeof line, p)) {
-    line[strcspn(line, " \n")] = '\0';
+  int n = 0, n_cap = 0;
+  bool failed = rc != 0 || truncated;
+  for (char *line = text, *next; !failed && line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next)
+      *next++ = '\0';
+    line[strcspn(line, " ")] = '\0';
     if (!line[0])
       continue;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 64;
-      char **grown = realloc(*ids, sizeof *grown * (size_t)cap);
+    if (n == n_cap) {
+      n_cap = n_cap ? 2 * n_cap : 64;
+      char **grown = realloc(*ids, sizeof *grown * (size_t)n_cap);
       if (!grown) {
         failed = true;
         break;
       }
       *ids = grown;
     }
-    if (!((*ids)[n] = strdup(line)))
+    if (!((*ids)[n] = strdup(line))) {
       failed = true;
-    else
-      n++;
+      break;
+    }
+    n++;
   }
-  failed = pclose(p) != 0 || failed;
+  free(text);
   if (!failed)
     return n;
   for (int i = 0; i < n; i++)

@@ -112,8 +112,9 @@ static int check_fits(const gs_ledger *l, const device_account *a, const gs_book
                   p->share, 100 - a->share_booked, held_by);
 }
 
-int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char *owner,
-            gs_booking **out) {
+/* gs_book, or (rest) gs_book_rest: the parts' sizes then set under the lock. */
+static int book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char *owner,
+                bool rest, gs_booking **out) {
   if (n_parts < 0 || n_parts > GS_BOOKING_MAX_PARTS)
     return gs_error(GS_EINVAL, "a booking has 0 to %d devices, not %d", GS_BOOKING_MAX_PARTS,
                     n_parts);
@@ -142,8 +143,12 @@ int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char 
   b->ledger = l;
   snprintf(b->owner, sizeof b->owner, "%s", owner);
   pthread_mutex_lock(&l->lock);
+  for (int i = 0; i < n_parts && rest; i++) { /* what is left, now that nothing can change it */
+    b->parts[i].bytes = b->accounts[i]->capacity - b->accounts[i]->booked;
+    b->parts[i].share = 100 - b->accounts[i]->share_booked;
+  }
   for (int i = 0; i < n_parts; i++) {
-    int rc = check_fits(l, b->accounts[i], &parts[i], owner);
+    int rc = check_fits(l, b->accounts[i], &b->parts[i], owner);
     if (rc < 0) {
       pthread_mutex_unlock(&l->lock);
       free(b);
@@ -151,8 +156,8 @@ int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char 
     }
   }
   for (int i = 0; i < n_parts; i++) {
-    b->accounts[i]->booked += parts[i].bytes;
-    b->accounts[i]->share_booked += parts[i].share;
+    b->accounts[i]->booked += b->parts[i].bytes;
+    b->accounts[i]->share_booked += b->parts[i].share;
   }
   b->next = l->held;
   if (l->held)
@@ -161,6 +166,21 @@ int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char 
   pthread_mutex_unlock(&l->lock);
   *out = b;
   return GS_OK;
+}
+
+int gs_book(gs_ledger *l, const gs_booking_part *parts, int n_parts, const char *owner,
+            gs_booking **out) {
+  return book(l, parts, n_parts, owner, false, out);
+}
+
+int gs_book_rest(gs_ledger *l, gs_device_t *const *devices, int n, const char *owner,
+                 gs_booking **out) {
+  gs_booking_part parts[GS_BOOKING_MAX_PARTS];
+  if (n < 0 || n > GS_BOOKING_MAX_PARTS)
+    return gs_error(GS_EINVAL, "a booking has 0 to %d devices, not %d", GS_BOOKING_MAX_PARTS, n);
+  for (int i = 0; i < n; i++)
+    parts[i] = (gs_booking_part){.device = devices[i]};
+  return book(l, parts, n, owner, true, out);
 }
 
 int gs_book_memory(gs_ledger *l, gs_device_t *device, uint64_t bytes, const char *owner,

@@ -51,6 +51,12 @@ typedef struct gs_booking_part {
 int gs_book(gs_ledger *ledger, const gs_booking_part *parts, int n_parts, const char *owner,
             gs_booking **out);
 
+/* Books all that is left of each of `devices` (memory and compute share),
+ * read and taken under the ledger's lock, so that nothing booked between
+ * reading and booking can make it fail. GS_EINVAL as gs_book. */
+int gs_book_rest(gs_ledger *ledger, gs_device_t *const *devices, int n, const char *owner,
+                 gs_booking **out);
+
 /* Compute share of `device` booked so far, in percent (0..100). */
 int gs_ledger_share_booked(gs_ledger *ledger, gs_device_t *device);
 

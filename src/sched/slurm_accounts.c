@@ -3,17 +3,13 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/run.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #define MAX_MADE 256 /* (account, user) pairs remembered; more are made again */
 #define NAME_MAX_LEN 64
@@ -89,61 +85,27 @@ static int account_name(const char *map, const char *tenant, char *out, size_t c
   return GS_OK;
 }
 
-/* Runs `sacctmgr -i ARGS...` (through timeout(1), SIGKILL 5 s after its
- * SIGTERM: a slurmdbd that does not answer must not hold the request, and
- * the accounts' lock, for ever). Its exit status, or -1 when
- * it could not be started; what it printed, stripped, into `said`. */
+/* Runs `sacctmgr -i ARGS...`, killed after 20 s (a slurmdbd that does not
+ * answer must not hold the request, and the accounts' lock, for ever). Its
+ * exit status, or the error; what it printed, on one line, into `said`. */
 static int run_sacctmgr(const gs_slurm_accounts *a, const char *const *args, char *said,
                         size_t cap) {
-  char *argv[18] = {"timeout", "-k", "5", "20", a->sacctmgr, "-i"};
-  int n = 6;
-  for (int i = 0; args[i] && n < 17; i++)
+  char *argv[16] = {a->sacctmgr, "-i"};
+  int n = 2;
+  for (int i = 0; args[i] && n < 15; i++)
     argv[n++] = (char *)args[i];
   argv[n] = NULL;
-  said[0] = '\0';
-  int pipe_fd[2];
-  if (pipe2(pipe_fd, O_CLOEXEC) < 0)
-    return -1;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, pipe_fd[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, pipe_fd[1], 2);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* none of the daemon's sockets */
-  pid_t pid;
-  extern char **environ;
-  int err = posix_spawnp(&pid, "timeout", &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(pipe_fd[1]);
-  if (err != 0) {
-    close(pipe_fd[0]);
-    snprintf(said, cap, "cannot run timeout(1): %s", strerror(err));
-    return -1;
-  }
-  size_t used = 0;
-  char rest[256];
-  for (;;) { /* read to the end, keeping what fits */
-    ssize_t got = used + 1 < cap ? read(pipe_fd[0], said + used, cap - 1 - used)
-                                 : read(pipe_fd[0], rest, sizeof rest);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0)
-      break;
-    if (used + 1 < cap)
-      used += (size_t)got;
-  }
-  close(pipe_fd[0]);
-  said[used] = '\0';
-  for (char *c = said; *c; c++) /* one line, for a message */
+  gs_run_options o = {.errors_too = true, .timeout_s = 20};
+  int rc = gs_run_capture(argv, &o, said, cap, NULL);
+  if (rc < 0)
+    snprintf(said, cap, "%s", gs_error_detail());
+  for (char *c = said; *c; c++)
     if (*c == '\n' || *c == '\t')
       *c = ' ';
+  size_t used = strlen(said);
   while (used && said[used - 1] == ' ')
     said[--used] = '\0';
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
-      return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return rc;
 }
 
 /* sacctmgr exits 1 with "Nothing new added." for what exists already. */

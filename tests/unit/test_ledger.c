@@ -228,7 +228,32 @@ static void whole_devices_name_their_holder(void) {
   gs_hal_shutdown();
 }
 
+/* What is left of a device, taken whole under the lock: all its free
+ * memory and compute, whatever was booked before. */
+static void the_rest_of_a_device_is_booked_at_once(void) {
+  gs_device_t *cpu;
+  gs_ledger *l = open_ledger(&cpu);
+  gs_ledger_set_capacity(l, cpu, 1000);
+  gs_booking *some = NULL, *rest = NULL, *more = NULL;
+  gs_booking_part part = {.device = cpu, .bytes = 300, .share = 40};
+  CHECK_OK(gs_book(l, &part, 1, "job some", &some));
+  CHECK_OK(gs_book_rest(l, &cpu, 1, "slurm job 9 (bob)", &rest));
+  CHECK_EQ(gs_ledger_booked(l, cpu), 1000);
+  CHECK_EQ(gs_ledger_share_booked(l, cpu), 100);
+  CHECK_ERR(gs_book_memory(l, cpu, 1, "model m", &more), GS_ENOMEM);
+  gs_booking_release(some);
+  CHECK_EQ(gs_ledger_booked(l, cpu), 700); /* the rest keeps what it took */
+  gs_booking_release(rest);
+  CHECK_EQ(gs_ledger_booked(l, cpu), 0);
+  CHECK_EQ(gs_ledger_share_booked(l, cpu), 0);
+  gs_device_t *too_many[GS_BOOKING_MAX_PARTS + 1] = {0};
+  CHECK_ERR(gs_book_rest(l, too_many, GS_BOOKING_MAX_PARTS + 1, "x", &more), GS_EINVAL);
+  gs_ledger_free(l);
+  gs_hal_shutdown();
+}
+
 static const gs_test tests[] = {
+    {"the_rest_of_a_device_is_booked_at_once", the_rest_of_a_device_is_booked_at_once},
     {"whole_devices_name_their_holder", whole_devices_name_their_holder},
     {"gang_bookings_are_atomic", gang_bookings_are_atomic},
     {"bookings_add_up_and_release", bookings_add_up_and_release},
