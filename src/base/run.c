@@ -15,12 +15,13 @@
 
 extern char **environ;
 
-/* Reads what the child writes until it closes its end or the deadline;
- * whether more came than `out` holds. */
-static bool read_output(int fd, char *out, size_t cap, uint64_t deadline) {
+/* Reads what the child writes until it closes its end (true) or the
+ * deadline comes, or reading fails (false); *dropped: more came than `out`
+ * holds. */
+static bool read_output(int fd, char *out, size_t cap, uint64_t deadline, bool *dropped) {
   size_t used = 0;
-  bool dropped = false;
   char sink[4096];
+  *dropped = false;
   if (cap == 0)
     out = NULL;
   if (out)
@@ -28,25 +29,35 @@ static bool read_output(int fd, char *out, size_t cap, uint64_t deadline) {
   for (;;) {
     uint64_t now = gs_now_ns();
     if (now >= deadline)
-      return dropped;
+      return false;
+    uint64_t ms = (deadline - now) / 1000000 + 1;
     struct pollfd p = {.fd = fd, .events = POLLIN};
-    int ready = poll(&p, 1, (int)((deadline - now) / 1000000) + 1);
+    int ready = poll(&p, 1, ms > 60000 ? 60000 : (int)ms);
     if (ready < 0 && errno != EINTR)
-      return dropped;
+      return false;
     if (ready <= 0)
       continue;
     bool room = out && used + 1 < cap;
     ssize_t n = read(fd, room ? out + used : sink, room ? cap - 1 - used : sizeof sink);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0)
-      return dropped;
+    if (n < 0)
+      return false;
+    if (n == 0)
+      return true;
     if (room) {
       used += (size_t)n;
       out[used] = '\0';
     } else {
-      dropped = true;
+      *dropped = true;
     }
+  }
+}
+
+/* Kills the child's session and reaps it. */
+static void kill_and_reap(pid_t pid) {
+  kill(-pid, SIGKILL);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
   }
 }
 
@@ -93,22 +104,31 @@ int gs_run_capture(char *const argv[], const gs_run_options *o, char *out, size_
     return gs_error(err == ENOENT ? GS_ENOENT : GS_EIO, "cannot run %s: %s", argv[0],
                     strerror(err));
   }
-  uint64_t deadline = gs_now_ns() + (uint64_t)(o->timeout_s * 1e9);
-  bool dropped = read_output(pipefd[0], out, cap, deadline);
+  /* At most about 11 days; a negative or NaN limit gives it no time. */
+  double limit = o->timeout_s > 0 ? (o->timeout_s < 1e6 ? o->timeout_s : 1e6) : 0;
+  uint64_t deadline = gs_now_ns() + (uint64_t)(limit * 1e9);
+  bool dropped;
+  bool whole = read_output(pipefd[0], out, cap, deadline, &dropped);
   close(pipefd[0]);
   if (truncated)
     *truncated = dropped;
+  if (!whole) { /* past the deadline (or unreadable): what came may be part of it */
+    kill_and_reap(pid);
+    return gs_error(GS_ETIMEDOUT, "%s took longer than %.0f s", argv[0], limit);
+  }
   int status = 0;
   for (;;) { /* it may close its output and go on */
     pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid)
       break;
-    if (r < 0 && errno != EINTR)
-      return gs_error(GS_EIO, "waiting for %s: %s", argv[0], strerror(errno));
+    if (r < 0 && errno != EINTR) {
+      int e = errno;
+      kill_and_reap(pid);
+      return gs_error(GS_EIO, "waiting for %s: %s", argv[0], strerror(e));
+    }
     if (gs_now_ns() >= deadline) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return gs_error(GS_ETIMEDOUT, "%s took longer than %.0f s", argv[0], o->timeout_s);
+      kill_and_reap(pid);
+      return gs_error(GS_ETIMEDOUT, "%s took longer than %.0f s", argv[0], limit);
     }
     gs_sleep_ns(5 * 1000 * 1000);
   }

@@ -130,10 +130,13 @@ static int make_account(const gs_slurm_accounts *a, const char *account, const c
   const char *what[] = {"create account", "set the shares of account", "add user"};
   for (int i = 0; i < 3; i++) {
     int rc = run_sacctmgr(a, steps[i], said, sizeof said);
+    char exit_code[32] = "";
+    if (rc >= 0)
+      snprintf(exit_code, sizeof exit_code, " (exit %d)", rc);
     if (!made_or_there(rc, said))
-      return gs_error(GS_EIO, "sacctmgr could not %s %s%s%s (exit %d): %s", what[i],
+      return gs_error(GS_EIO, "sacctmgr could not %s %s%s%s%s: %s", what[i],
                       i == 2 ? user : account, i == 2 ? " to account " : "",
-                      i == 2 ? account : "", rc, said[0] ? said : "no output");
+                      i == 2 ? account : "", exit_code, said[0] ? said : "no output");
   }
   GS_LOGI("slurm", "account %s (fair-share shares %d) holds user %s", account, shares, user);
   return GS_OK;

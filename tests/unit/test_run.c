@@ -7,6 +7,8 @@
 #include "base/run.h"
 
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -37,6 +39,21 @@ static void output_past_the_buffer_is_dropped_and_said(void) {
   CHECK(truncated);
 }
 
+/* Whether a process runs: a killed one that nobody has reaped yet (its
+ * parent gone, and this machine's init slow to reap) is a zombie. */
+static bool running(long pid) {
+  char path[64], stat[256] = "";
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return false;
+  size_t n = fread(stat, 1, sizeof stat - 1, f);
+  fclose(f);
+  stat[n] = '\0';
+  const char *state = strrchr(stat, ')');
+  return state && state[1] == ' ' && state[2] != 'Z' && state[2] != 'X';
+}
+
 static void a_missing_program_and_the_deadline(void) {
   char *argv[] = {"/no/such/program", NULL};
   gs_run_options o = {.timeout_s = 10};
@@ -46,6 +63,22 @@ static void a_missing_program_and_the_deadline(void) {
   CHECK_ERR(run_sh("echo started; sleep 30 & sleep 30", false, 0.5, out, sizeof out, NULL),
             GS_ETIMEDOUT);
   CHECK_STR(out, "started\n");
+  /* It ends, but what it started holds its output: not a whole answer. */
+  char pidfile[] = "/tmp/gs-test-run-XXXXXX";
+  int fd = mkstemp(pidfile);
+  CHECK(fd >= 0);
+  close(fd);
+  char script[128];
+  snprintf(script, sizeof script, "sleep 30 & echo $! > %s; exit 0", pidfile);
+  CHECK_ERR(run_sh(script, false, 0.5, out, sizeof out, NULL), GS_ETIMEDOUT);
+  FILE *f = fopen(pidfile, "r");
+  long pid = 0;
+  CHECK(f && fscanf(f, "%ld", &pid) == 1 && pid > 0);
+  fclose(f);
+  unlink(pidfile);
+  for (int i = 0; i < 100 && running(pid); i++)
+    usleep(10000);
+  CHECK_MSG(!running(pid), "process %ld outlived the deadline", pid);
 }
 
 static void no_descriptor_of_the_callers_reaches_it(void) {
