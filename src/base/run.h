@@ -18,7 +18,9 @@ typedef struct gs_run_options {
  * bytes, NUL-terminated; NULL or 0: dropped); more is read and dropped, and
  * *truncated (where not NULL) says so. Returns its exit status (128 + N
  * when signal N ended it); GS_ENOENT when the program is not there,
- * GS_ETIMEDOUT past the deadline, GS_EIO when it cannot be started. */
+ * GS_ETIMEDOUT past the deadline (also when something it left running
+ * still holds its output: what came is then not taken as whole), GS_EIO
+ * when it cannot be started. */
 int gs_run_capture(char *const argv[], const gs_run_options *options, char *out, size_t cap,
                    bool *truncated);
 

@@ -13,16 +13,17 @@
  * The holds are kept in STATE_DIR/holds.json (written whole, through a
  * rename): a restarted daemon books them again, then drops Slurm's whose
  * jobs squeue no longer lists (keeping all when squeue cannot answer). */
-/* A reconcile whose caller does not say when its list was taken keeps holds
- * younger than this: the list may be older than they are (kubelet's
- * PodResources list, then an Allocate before the list arrives). */
-#define GS_HOLDS_RECONCILE_GRACE_S 30.0
 #ifndef GS_SCHED_HOLDS_H
 #define GS_SCHED_HOLDS_H
 
 #include "sched/sched.h"
 
 #include <stdint.h>
+
+/* A reconcile whose caller does not say when its list was taken keeps holds
+ * younger than this: the list may be older than they are (kubelet's
+ * PodResources list, then an Allocate before the list arrives). */
+#define GS_HOLDS_RECONCILE_GRACE_S 30.0
 
 typedef struct gs_holds gs_holds;
 

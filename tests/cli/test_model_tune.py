@@ -133,7 +133,9 @@ def test_a_tight_latency_budget_gets_a_batch_of_one(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     table = rows(p.stdout)
     one_p50, two_p50 = table[1, 1][1], table[1, 2][1]
-    assert two_p50 > 5 * one_p50, p.stdout  # the cost grows as meant
+    # The cost grows as meant (8x in compute; 4.7x was seen under ASan on a
+    # busy machine): batch 2 stays well past the 3.5x budget below.
+    assert two_p50 > 4 * one_p50, p.stdout
     p = tune(str(d), "--seconds", "1", "--latency-budget", f"{3.5 * one_p50:.3f}")
     assert p.returncode == 0, p.stdout + p.stderr
     assert best_of(p.stdout)[0] == 1, p.stdout
