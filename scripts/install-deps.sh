@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev libdnnl-dev
       libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev libb64-0d libsqlite3-dev libssl-dev task-spooler
-      libncurses-dev tmux chromium prometheus libfftw3-dev
+      libncurses-dev tmux chromium prometheus libfftw3-dev libopenblas-dev
       libjpeg62-turbo-dev libpng-dev
       ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev

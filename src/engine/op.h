@@ -76,7 +76,7 @@ void *gs_op_attrs(gs_op_call *c, size_t size);
 #define GS_DTM(dt) (1u << (dt))
 #define GS_DTM_FLOATS \
   (GS_DTM(GS_DT_FLOAT16) | GS_DTM(GS_DT_BFLOAT16) | GS_DTM(GS_DT_FLOAT32) | GS_DTM(GS_DT_FLOAT64))
-/* The float types the neural-network kernels take (16-bit ones computed in float32). */
+/* float32 and the 16-bit floats computed in float32 (no float64). */
 #define GS_DTM_F32ISH (GS_DTM(GS_DT_FLOAT16) | GS_DTM(GS_DT_BFLOAT16) | GS_DTM(GS_DT_FLOAT32))
 #define GS_DTM_INTS                                                                  \
   (GS_DTM(GS_DT_UINT8) | GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_INT16) | GS_DTM(GS_DT_INT32) | \

@@ -41,9 +41,8 @@ def test_unary_float16(op):
 
 
 def test_unary_float64():
-    # float64 stays on the CPU: the device kernels are float32/float16 (many
-    # GPUs run float64 slowly or not at all).
-    check_op("Exp", {"x": f32(3, 3).astype(np.float64)}, on_device=False)
+    # On devices with fp64 the float64 build of the kernels runs it.
+    check_op("Exp", {"x": f32(3, 3).astype(np.float64)})
 
 
 @pytest.mark.parametrize("op", ["Relu", "Neg", "Abs"])
@@ -68,7 +67,7 @@ def test_not():
                                    (11, np.float64)])
 def test_cast_from_float(to, dt):
     x = f32(4, 5, lo=-50, hi=50)
-    check_op("Cast", {"x": x}, {"to": to}, outputs=[("y", dt)], on_device=dt != np.float64)
+    check_op("Cast", {"x": x}, {"to": to}, outputs=[("y", dt)])
 
 
 def test_cast_int_to_float():

@@ -11,7 +11,7 @@
 /* ---- Gemm and MatMul ------------------------------------------------------------ */
 
 static int infer_gemm(gs_op_call *c, const gs_node *n) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS);
   if (rc == 0)
     rc = gs_op_want_dtype(c, 1, GS_DTM(c->in[0].dtype));
   if (rc < 0)
@@ -111,7 +111,7 @@ int gs__matmul_shapes(const gs_op_call *c, const gs_shape *a_in, const gs_shape 
 
 static int infer_matmul(gs_op_call *c, const gs_node *n) {
   (void)n;
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH | GS_DTM(GS_DT_INT32) | GS_DTM(GS_DT_INT64));
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS | GS_DTM(GS_DT_INT32) | GS_DTM(GS_DT_INT64));
   if (rc == 0)
     rc = gs_op_want_dtype(c, 1, GS_DTM(c->in[0].dtype));
   if (rc < 0)
@@ -272,7 +272,7 @@ int gs__conv_shapes(gs_op_call *c, const gs_node *n, const gs_shape *w, bool tra
 }
 
 static int infer_conv_common(gs_op_call *c, const gs_node *n, bool transposed) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS);
   if (rc == 0)
     rc = gs_op_want_dtype(c, 1, GS_DTM(c->in[0].dtype));
   if (rc < 0)
@@ -335,7 +335,7 @@ int gs__pool_shapes(gs_op_call *c, const gs_node *n, gs_pool_attrs *a, gs_shape 
 }
 
 static int infer_pool(gs_op_call *c, const gs_node *n, bool is_max) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH | (is_max ? GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_UINT8) : 0));
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS | (is_max ? GS_DTM(GS_DT_INT8) | GS_DTM(GS_DT_UINT8) : 0));
   if (rc < 0)
     return rc;
   if (c->n_out > 1)
@@ -357,7 +357,7 @@ static int infer_lppool(gs_op_call *c, const gs_node *n) { return infer_pool(c, 
 
 /* GlobalAveragePool, GlobalMaxPool and GlobalLpPool. */
 static int infer_global_pool(gs_op_call *c, const gs_node *n) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS);
   if (rc < 0)
     return rc;
   const gs_shape *x = &c->in[0].shape;
@@ -385,7 +385,7 @@ static int check_batchnorm(const gs_node *n) {
 }
 
 static int infer_batchnorm(gs_op_call *c, const gs_node *n) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS);
   if (rc < 0)
     return rc;
   const gs_shape *x = &c->in[0].shape;
@@ -407,7 +407,7 @@ static int infer_batchnorm(gs_op_call *c, const gs_node *n) {
 }
 
 static int infer_layernorm(gs_op_call *c, const gs_node *n) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS);
   if (rc < 0)
     return rc;
   if (gs_attr_int(n, "stash_type", 1) != 1)
@@ -442,7 +442,7 @@ static int infer_layernorm(gs_op_call *c, const gs_node *n) {
 }
 
 static int infer_softmax(gs_op_call *c, const gs_node *n) {
-  int rc = gs_op_want_dtype(c, 0, GS_DTM_F32ISH);
+  int rc = gs_op_want_dtype(c, 0, GS_DTM_FLOATS);
   if (rc < 0)
     return rc;
   gs_axis_attrs *a = gs_op_attrs(c, sizeof *a);

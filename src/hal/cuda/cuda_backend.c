@@ -12,7 +12,8 @@
 
 #include "base/log.h"
 #include "hal/device_nodes.h"
-#include "cuda_kernels.h" /* generated from kernels.cu: gs_cuda_kernels_fatbin */
+#include "cuda_kernels.h"   /* generated from kernels.cu: gs_cuda_kernels_fatbin */
+#include "cuda_kernels64.h" /* the same with GS_REAL_F64: gs_cuda_kernels64_fatbin */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -714,8 +715,12 @@ static int cu_processes(gs_device_t *device, gs_process_info *out, int max, int 
 /* ---- devices -------------------------------------------------------------------------------------- */
 
 static void release_device(cu_device *d) {
-  if (d->module && use(d) == 0)
-    cu.cuModuleUnload(d->module);
+  if ((d->module || d->module64) && use(d) == 0) {
+    if (d->module)
+      cu.cuModuleUnload(d->module);
+    if (d->module64)
+      cu.cuModuleUnload(d->module64);
+  }
   if (d->ctx)
     cu.cuDevicePrimaryCtxRelease(d->dev);
   free(d);
@@ -763,6 +768,8 @@ static int add_device(gs_backend_t *backend, int ordinal) {
   int rc = use(d);
   if (rc == 0 && (r = cu.cuModuleLoadData(&d->module, gs_cuda_kernels_fatbin)) != CUDA_SUCCESS)
     rc = gs__cu_fail(r, "loading the kernels (is this GPU older than sm_80?)");
+  if (rc == 0 && (r = cu.cuModuleLoadData(&d->module64, gs_cuda_kernels64_fatbin)) != CUDA_SUCCESS)
+    rc = gs__cu_fail(r, "loading the float64 kernels");
   if (rc == 0 && (r = cu.cuModuleGetFunction(&d->axpy, d->module, "axpy_f32")) != CUDA_SUCCESS)
     rc = gs__cu_fail(r, "cuModuleGetFunction(axpy_f32)");
   if (rc == 0)

@@ -23,8 +23,10 @@ typedef struct cu_device {
   gs_nvml_device nvml; /* NULL without NVML */
   gs_xid_record xids;  /* Xid errors NVML reported (under the backend's xid lock) */
   CUmodule module;
+  CUmodule module64; /* the same kernels with `real` double (op_kernels.h's GS_REAL_F64) */
   CUfunction axpy;
-  CUfunction ops[GS_DK_COUNT]; /* the engine's ops (devops.h) */
+  CUfunction ops[GS_DK_COUNT];   /* the engine's ops (devops.h) */
+  CUfunction ops64[GS_DK_COUNT]; /* from module64, for launches with float64 operands */
 } cu_device;
 
 typedef struct cu_stream {

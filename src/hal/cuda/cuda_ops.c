@@ -67,7 +67,9 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
     params[at++] = &ptrs[i];
     params[at++] = (void *)&zero;
   }
-  return gs__cu_launch_1d(l->s, l->s->d->ops[kernel], n, params);
+  const gs_op_call *call = gs_launch_call(l->a->params, l->a->params_size);
+  bool f64 = call && gs_devops_needs_f64(call); /* from the float64 module */
+  return gs__cu_launch_1d(l->s, f64 ? l->s->d->ops64[kernel] : l->s->d->ops[kernel], n, params);
 }
 
 static int target_copy(void *ctx, int src, size_t src_off, int dst, size_t dst_off, size_t bytes) {
@@ -151,7 +153,7 @@ static int target_gemm(void *ctx, const gs_devops_gemm *g) {
   if (g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX || g->batch > INT32_MAX ||
       g->lda > INT32_MAX || g->ldb > INT32_MAX || g->ldc > INT32_MAX)
     return gs_error(GS_ENOTSUP, "%s: a GEMM dimension over 2^31 for cuBLAS", l->k->name);
-  size_t es = g->half ? 2 : sizeof(float);
+  size_t es = g->half ? 2 : g->f64 ? sizeof(double) : sizeof(float);
   CUdeviceptr A = 0, B = 0, C = 0;
   int rc = gemm_operand(l, g->a, es, &A);
   if (rc == 0)
@@ -166,20 +168,23 @@ static int target_gemm(void *ctx, const gs_devops_gemm *g) {
   cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t st;
-  if (g->half) { /* float16 operands, float32 accumulation (tensor cores where there are) */
+  if (g->half || g->f64) { /* float16 with float32 accumulation (tensor cores), or float64 */
+    cudaDataType_t type = g->f64 ? CUDA_R_64F : CUDA_R_16F;
+    cublasComputeType_t compute = g->f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+    double alpha64 = g->alpha, beta64 = g->beta; /* the scalars are of the compute type */
+    const void *pa = g->f64 ? (const void *)&alpha64 : &alpha;
+    const void *pb = g->f64 ? (const void *)&beta64 : &beta;
     const void *a = (const char *)(uintptr_t)A + (size_t)g->a_off * es;
     const void *b = (const char *)(uintptr_t)B + (size_t)g->b_off * es;
     void *c = (char *)(uintptr_t)C + (size_t)g->c_off * es;
     st = g->batch == 1
-             ? gs__cublas.cublasGemmEx(l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha,
-                                       b, CUDA_R_16F, (int)g->ldb, a, CUDA_R_16F, (int)g->lda,
-                                       &beta, c, CUDA_R_16F, (int)g->ldc, CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT)
+             ? gs__cublas.cublasGemmEx(l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, pa, b,
+                                       type, (int)g->ldb, a, type, (int)g->lda, pb, c, type,
+                                       (int)g->ldc, compute, CUBLAS_GEMM_DEFAULT)
              : gs__cublas.cublasGemmStridedBatchedEx(
-                   l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, &alpha, b, CUDA_R_16F,
-                   (int)g->ldb, g->stride_b, a, CUDA_R_16F, (int)g->lda, g->stride_a, &beta, c,
-                   CUDA_R_16F, (int)g->ldc, g->stride_c, (int)g->batch, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT);
+                   l->s->blas, tb, ta, (int)g->n, (int)g->m, (int)g->k, pa, b, type, (int)g->ldb,
+                   g->stride_b, a, type, (int)g->lda, g->stride_a, pb, c, type, (int)g->ldc,
+                   g->stride_c, (int)g->batch, compute, CUBLAS_GEMM_DEFAULT);
     return st == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(st, "cublasGemmEx");
   }
   const float *a = (const float *)(uintptr_t)A + g->a_off;
@@ -242,6 +247,8 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
 int gs__cuda_find_op_functions(cu_device *d) {
   for (int i = 0; i < GS_DK_COUNT; i++) {
     CUresult r = gs__cu.cuModuleGetFunction(&d->ops[i], d->module, gs_devk_names[i]);
+    if (r == CUDA_SUCCESS)
+      r = gs__cu.cuModuleGetFunction(&d->ops64[i], d->module64, gs_devk_names[i]);
     if (r != CUDA_SUCCESS)
       return gs__cu_fail(r, gs_devk_names[i]);
   }

@@ -1,8 +1,10 @@
 /* devops.c - the engine's ops on kernel-compiling devices (OpenCL, CUDA):
  * for each op, which launches its kernel runs and the kernel's arguments
  * from the node's gs_op_call. The kernels are op_kernels.h; a launch's
- * operands are the node's inputs, then its outputs. What a kernel does not
- * cover (float64 and bfloat16 tensors, integer MatMul and Pow, strings)
+ * operands are the node's inputs, then its outputs. A launch with a
+ * float64 operand takes its kernels from the device's float64 program
+ * (gs_devops_needs_f64). What a kernel does not cover (bfloat16 tensors,
+ * integer MatMul and Pow, strings; float64 where the device has no fp64)
  * the plan runs on the CPU, per launch. */
 #include "hal/devops/devops_internal.h"
 #include "hal/devops/op_codes.h"
@@ -19,6 +21,16 @@ const char *const gs_devk_names[GS_DK_COUNT] = {
 #undef GS_DK_NAME
 };
 
+
+bool gs_devops_needs_f64(const gs_op_call *c) {
+  for (int i = 0; i < c->n_in; i++)
+    if (c->in[i].dtype == GS_DT_FLOAT64)
+      return true;
+  for (int i = 0; i < c->n_out; i++)
+    if (c->out[i].dtype == GS_DT_FLOAT64)
+      return true;
+  return false;
+}
 
 /* op_kernels.h's structures, field for field (longs as int64_t). */
 typedef struct dk_pad {
@@ -84,8 +96,8 @@ int gs__devops_copy_walk(const gs_devops_target *t, int x, int y, size_t size, d
                 VAL(*w));
 }
 
-static int relu(const gs_devops_target *t, int y, int64_t n, bool half);
-static int scale(const gs_devops_target *t, int y, int64_t n, float factor, bool half);
+static int relu(const gs_devops_target *t, int y, int64_t n, gs_dtype dt);
+static int scale(const gs_devops_target *t, int y, int64_t n, float factor, gs_dtype dt);
 
 /* devops' own variants of the binary family, never passed to a kernel:
  * Sum and Mean, folded with BINARY_ADD. */
@@ -133,7 +145,7 @@ static int run_unary(const gs_devop *op, const gs_devops_target *t) {
                   BUF(1, es), VAL(n), VAL(code));
   }
   bool half = dt == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(dt);
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   return LAUNCH(t, half ? GS_DK_unary_f16 : GS_DK_unary_f32, n, BUF(0, es), BUF(1, es), VAL(n),
                 VAL(code), VAL(alpha), VAL(beta));
@@ -148,7 +160,7 @@ static int run_clip(const gs_devop *op, const gs_devops_target *t) {
   (void)op;
   const gs_op_call *c = t->call;
   bool half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   int32_t has_lo = present(c, 1), has_hi = present(c, 2);
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   /* An absent bound's argument is still a buffer: x's, unread. */
@@ -207,6 +219,7 @@ static int binary_step(const gs_devops_target *t, int32_t code, int a, const gs_
   size_t es;
   switch (dt) {
   case GS_DT_FLOAT16: k = compare ? GS_DK_compare_f16 : GS_DK_binary_f16; es = 2; break;
+  case GS_DT_FLOAT64: k = compare ? GS_DK_compare_f32 : GS_DK_binary_f32; es = 8; break;
   case GS_DT_INT64: k = compare ? GS_DK_compare_i64 : GS_DK_binary_i64; es = 8; break;
   case GS_DT_INT32: k = compare ? GS_DK_compare_i32 : GS_DK_binary_i32; es = 4; break;
   case GS_DT_BOOL:
@@ -253,7 +266,7 @@ static int run_binary(const gs_devop *op, const gs_devops_target *t) {
     rc = binary_step(t, code, c->n_in, &c->out[0].shape, i, &c->in[i].shape);
   if (rc == 0 && op->variant == BINARY_MEAN_ALL && c->n_in > 1)
     rc = scale(t, c->n_in, gs_launch_numel(&c->out[0].shape), 1.0f / (float)c->n_in,
-               c->out[0].dtype == GS_DT_FLOAT16);
+               c->out[0].dtype);
   return rc;
 }
 
@@ -270,7 +283,7 @@ static int run_classify(const gs_devop *op, const gs_devops_target *t) {
   int32_t inf = op->variant, pos = at ? at->detect_pos : 1, neg = at ? at->detect_neg : 1;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
-  return LAUNCH(t, GS_DK_classify_fp, n, BUF(0, half ? 2 : 4), BUF(1, 1), VAL(n), VAL(inf),
+  return LAUNCH(t, GS_DK_classify_fp, n, BUF(0, gs_launch_element_size(c->in[0].dtype)), BUF(1, 1), VAL(n), VAL(inf),
                 VAL(pos), VAL(neg), VAL(half));
 }
 
@@ -314,6 +327,7 @@ int gs__devops_type_code(gs_dtype dt) {
   switch (dt) {
   case GS_DT_FLOAT32: return TYPE_F32;
   case GS_DT_FLOAT16: return TYPE_F16;
+  case GS_DT_FLOAT64: return TYPE_F64;
   case GS_DT_INT64: return TYPE_I64;
   case GS_DT_INT32: return TYPE_I32;
   case GS_DT_INT16: return TYPE_I16;
@@ -683,7 +697,7 @@ static int run_argmax(const gs_devop *op, const gs_devops_target *t) {
   if (len == 0)
     return GS_OK;
   int32_t smallest = op->variant, last = a->select_last, half = c->in[0].dtype == GS_DT_FLOAT16;
-  return LAUNCH(t, GS_DK_argmax_fp, outer * inner, BUF(0, half ? 2 : 4), BUF(1, 8), VAL(outer),
+  return LAUNCH(t, GS_DK_argmax_fp, outer * inner, BUF(0, gs_launch_element_size(c->in[0].dtype)), BUF(1, 8), VAL(outer),
                 VAL(len), VAL(inner), VAL(smallest), VAL(last), VAL(half));
 }
 
@@ -703,7 +717,7 @@ static int run_topk(const gs_devop *op, const gs_devops_target *t) {
   if (k == 0)
     return GS_OK;
   int32_t has_idx = c->n_out > 1, largest = a->largest, half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   int idx = has_idx ? c->n_in + 1 : c->n_in; /* absent: the values' buffer, unwritten */
   return LAUNCH(t, GS_DK_topk_fp, outer * inner, BUF(0, es), BUF(c->n_in, es),
                 BUF(idx, has_idx ? 8 : es), VAL(has_idx), VAL(outer), VAL(len), VAL(inner), VAL(k),
@@ -723,7 +737,7 @@ static int run_softmax(const gs_devop *op, const gs_devops_target *t) {
   gs_launch_softmax_dims(c, &outer, &len, &inner);
   uint64_t o = (uint64_t)outer, l = (uint64_t)len, i = (uint64_t)inner;
   int32_t log_out = op->variant, half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   if (t->row_groups && i == 1 && l >= ROW_GROUP_MIN) { /* the last axis: a group per row */
     uint64_t n = groups_for(o);
     int rc = LAUNCH(t, GS_DK_softmax_rows_fp, n, BUF(0, es), BUF(1, es), VAL(o), VAL(l),
@@ -754,7 +768,7 @@ static int run_layernorm(const gs_devop *op, const gs_devops_target *t) {
   uint64_t rows = (uint64_t)gs_launch_numel(&c->in[0].shape) / inner;
   float eps = a->epsilon;
   int32_t rms = op->variant, half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   if (t->row_groups && inner >= ROW_GROUP_MIN) { /* a work-group per row */
     uint64_t n = groups_for(rows);
     int rc = LAUNCH(t, GS_DK_layernorm_rows_fp, n, BUF(0, es), BUF(1, es),
@@ -782,7 +796,7 @@ static int run_batchnorm(const gs_devop *op, const gs_devops_target *t) {
     inner *= (uint64_t)xs->dims[d];
   float eps = a->epsilon;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   return LAUNCH(t, GS_DK_batchnorm_fp, n, BUF(0, es), BUF(1, es), BUF(2, es), BUF(3, es),
                 BUF(4, es), BUF(5, es), VAL(n), VAL(channels), VAL(inner), VAL(eps), VAL(half));
 }
@@ -808,7 +822,7 @@ static int run_groupnorm(const gs_devop *op, const gs_devops_target *t) {
     return GS_OK;
   int32_t per_channel = a->per_channel, half = c->in[0].dtype == GS_DT_FLOAT16;
   float eps = a->epsilon;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   if (t->row_groups && per * spatial >= ROW_GROUP_MIN) {
     int rc = LAUNCH(t, GS_DK_groupnorm_rows_fp, groups_for(rows), BUF(0, es), BUF(1, es),
                     BUF(2, es), BUF(3, es), VAL(rows), VAL(groups), VAL(per), VAL(spatial),
@@ -840,7 +854,7 @@ static int run_lrn(const gs_devop *op, const gs_devops_target *t) {
   int64_t size = a->size;
   float alpha = a->alpha, beta = a->beta, bias = a->bias;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   return LAUNCH(t, GS_DK_lrn_fp, n, BUF(0, es), BUF(1, es), VAL(n), VAL(channels), VAL(spatial),
                 VAL(size), VAL(alpha), VAL(beta), VAL(bias), VAL(half));
 }
@@ -854,7 +868,7 @@ static int run_hardmax(const gs_devop *op, const gs_devops_target *t) {
   if (!axis_lanes(c, a->axis, &outer, &len, &inner))
     return GS_OK;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   return LAUNCH(t, GS_DK_hardmax_fp, outer * inner, BUF(0, es), BUF(1, es), VAL(outer), VAL(len),
                 VAL(inner), VAL(half));
 }
@@ -893,11 +907,11 @@ static bool conv_supports(const gs_devop *op, const gs_op_call *c) {
  * from the first GEMM (no float16 GEMM there) leaves y untouched. */
 #define CONV_SCRATCH_BUDGET ((int64_t)64 << 20) /* bytes, unless one image needs more */
 
-static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bias, bool relu,
-                        bool half) {
+static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bias, bool relu) {
   const gs_op_call *c = t->call;
-  size_t es = half ? 2 : 4;
-  int32_t fp16 = half;
+  gs_dtype dt = c->in[0].dtype;
+  size_t es = gs_launch_element_size(dt);
+  int32_t fp16 = dt == GS_DT_FLOAT16;
   int64_t cg = g->in_channels / g->group, mg = g->out_channels / g->group;
   int64_t ck = cg * g->k[0] * g->k[1] * g->k[2], os = g->out[0] * g->out[1] * g->out[2];
   int64_t per_image = (ck + mg) * os * (int64_t)es;
@@ -914,7 +928,7 @@ static int conv_as_gemm(const gs_devops_target *t, const dk_conv *g, bool has_bi
       int64_t c0 = grp * cg, m0 = grp * mg;
       rc = LAUNCH(t, GS_DK_im2col_fp, col_rows, BUF(0, es), BUF(GS_DK_SCRATCH, es),
                   VAL(col_rows), VAL(*g), VAL(b0), VAL(nb), VAL(c0), VAL(fp16));
-      gs_devops_gemm mm = {.half = half, .m = mg, .n = nb * os, .k = ck, .batch = 1, .alpha = 1.0f,
+      gs_devops_gemm mm = {.half = fp16, .f64 = dt == GS_DT_FLOAT64, .m = mg, .n = nb * os, .k = ck, .batch = 1, .alpha = 1.0f,
                            .a = 1, .b = GS_DK_SCRATCH, .c = GS_DK_SCRATCH,
                            .a_off = m0 * ck, .c_off = (int64_t)n_cols,
                            .lda = ck, .ldb = nb * os, .ldc = nb * os};
@@ -940,13 +954,13 @@ static int run_conv(const gs_devop *op, const gs_devops_target *t) {
   g.group = a->group;
   bool half = c->in[0].dtype == GS_DT_FLOAT16;
   if (!op->variant && t->gemm && t->scratch && gs_launch_numel(&c->out[0].shape) > 0) {
-    int rc = conv_as_gemm(t, &g, present(c, 2), a->act == GS_ACT_RELU, half);
+    int rc = conv_as_gemm(t, &g, present(c, 2), a->act == GS_ACT_RELU);
     if (rc != GS_ENOTSUP)
       return rc;
   }
   int32_t has_bias = present(c, 2), relu_flag = a->act == GS_ACT_RELU, fp16 = half;
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   if (op->variant) /* ConvTranspose */
     return LAUNCH(t, GS_DK_conv_transpose_fp, n, BUF(0, es), BUF(1, es),
                   BUF(has_bias ? 2 : 1, es), VAL(has_bias), BUF(c->n_in, es), VAL(n), VAL(g),
@@ -990,7 +1004,7 @@ static int run_pool(const gs_devop *op, const gs_devops_target *t) {
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   int32_t is_max = op->variant, include_pad = a->count_include_pad, lp = a->lp;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   return LAUNCH(t, GS_DK_pool_fp, n, BUF(0, es), BUF(1, es), VAL(n), VAL(g), VAL(pad_end[0]),
                 VAL(pad_end[1]), VAL(pad_end[2]), VAL(is_max), VAL(include_pad), VAL(lp), VAL(half));
 }
@@ -1020,7 +1034,7 @@ static int run_resize(const gs_devop *op, const gs_devops_target *t) {
   }
   uint64_t n = (uint64_t)gs_launch_numel(&c->out[0].shape);
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   return LAUNCH(t, GS_DK_resize_fp, n, BUF(0, es), BUF(c->n_in, es), VAL(n), VAL(g), VAL(half));
 }
 
@@ -1035,11 +1049,12 @@ static bool matmul_supports(const gs_devop *op, const gs_op_call *c) {
  * (GEMM adds onto it), batches strided where one stride each says where
  * they are, else one GEMM per batch. GS_ENOTSUP from the first GEMM (no
  * float16 GEMM there): the caller's kernel then writes all of y. */
-static int matmul_blas(const gs_devops_target *t, bool half) {
+static int matmul_blas(const gs_devops_target *t) {
   const gs_op_call *c = t->call;
+  gs_dtype dt = c->in[0].dtype;
   const gs_matmul_attrs *m = c->attrs;
   int y = c->n_in, rc = 0;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   int64_t rows = m->batch * m->m;
   if (m->has_bias && (rc = broadcast_copy(t, 2, &c->in[2].shape, y, &c->out[0].shape, es)) < 0)
     return rc;
@@ -1047,7 +1062,7 @@ static int matmul_blas(const gs_devops_target *t, bool half) {
     if (!m->has_bias && rows * m->n > 0 && (rc = fill(t, y, es, 0, (uint64_t)(rows * m->n), 0)) < 0)
       return rc;
   } else if (m->m && m->n) {
-    gs_devops_gemm g = {.half = half, .m = m->m, .n = m->n, .k = m->k, .batch = m->batch, .alpha = 1.0f,
+    gs_devops_gemm g = {.half = dt == GS_DT_FLOAT16, .f64 = dt == GS_DT_FLOAT64, .m = m->m, .n = m->n, .k = m->k, .batch = m->batch, .alpha = 1.0f,
                         .beta = m->has_bias ? 1.0f : 0.0f, .a = 0, .b = 1, .c = y,
                         .lda = m->k, .ldb = m->n, .ldc = m->n, .stride_c = m->m * m->n};
     if (m->batch_rank <= 1) {
@@ -1065,7 +1080,7 @@ static int matmul_blas(const gs_devops_target *t, bool half) {
     if (rc < 0)
       return rc;
   }
-  return m->act == GS_ACT_RELU ? relu(t, y, rows * m->n, half) : GS_OK;
+  return m->act == GS_ACT_RELU ? relu(t, y, rows * m->n, dt) : GS_OK;
 }
 
 static int run_matmul(const gs_devop *op, const gs_devops_target *t) {
@@ -1073,7 +1088,7 @@ static int run_matmul(const gs_devop *op, const gs_devops_target *t) {
   const gs_op_call *c = t->call;
   const gs_matmul_attrs *m = c->attrs;
   if (t->gemm) {
-    int rc = matmul_blas(t, c->in[0].dtype == GS_DT_FLOAT16);
+    int rc = matmul_blas(t);
     if (rc != GS_ENOTSUP)
       return rc;
   }
@@ -1087,7 +1102,7 @@ static int run_matmul(const gs_devop *op, const gs_devops_target *t) {
   }
   uint64_t total = (uint64_t)(m->batch * m->m * m->n);
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   return LAUNCH(t, GS_DK_matmul_fp, total, BUF(0, es), BUF(1, es), BUF(m->has_bias ? 2 : 0, es),
                 BUF(c->n_in, es), VAL(total), VAL(g), VAL(half));
 }
@@ -1107,21 +1122,21 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
   int64_t a_cols = c->in[0].shape.dims[1], b_cols = c->in[1].shape.dims[1];
   bool has_c = present(c, 2) && a->beta != 0;
   int32_t half = c->in[0].dtype == GS_DT_FLOAT16;
-  size_t es = half ? 2 : 4;
+  size_t es = gs_launch_element_size(c->in[0].dtype);
   int rc = has_c ? broadcast_copy(t, 2, &c->in[2].shape, c->n_in, &c->out[0].shape, es) : 0;
   if (rc < 0)
     return rc;
   if (t->gemm && a->k > 0) { /* through the backend's BLAS (GS_ENOTSUP: y is still C) */
     int64_t total = a->m * a->n;
     if (total) {
-      gs_devops_gemm mm = {.half = half, .trans_a = a->trans_a, .trans_b = a->trans_b, .m = a->m, .n = a->n,
+      gs_devops_gemm mm = {.half = half, .f64 = c->in[0].dtype == GS_DT_FLOAT64, .trans_a = a->trans_a, .trans_b = a->trans_b, .m = a->m, .n = a->n,
                            .k = a->k, .batch = 1, .alpha = a->alpha,
                            .beta = has_c ? a->beta : 0.0f, .a = 0, .b = 1, .c = c->n_in,
                            .lda = a_cols, .ldb = b_cols, .ldc = a->n};
       rc = t->gemm(t->ctx, &mm);
     }
     if (rc != GS_ENOTSUP)
-      return rc == 0 && a->act == GS_ACT_RELU ? relu(t, c->n_in, total, half) : rc;
+      return rc == 0 && a->act == GS_ACT_RELU ? relu(t, c->n_in, total, c->in[0].dtype) : rc;
   }
   dk_gemm g = {.batch = 1, .m = a->m, .n = a->n, .k = a->k,
                .a_row = a->trans_a ? 1 : a_cols, .a_col = a->trans_a ? a_cols : 1,
@@ -1136,23 +1151,24 @@ static int run_gemm(const gs_devop *op, const gs_devops_target *t) {
 /* ---- GEMM's helpers --------------------------------------------------------------------------- */
 
 /* y = op(y) over n elements of operand y. */
-static int unary_in_place(const gs_devops_target *t, int y, int64_t n, bool half, int32_t code,
+static int unary_in_place(const gs_devops_target *t, int y, int64_t n, gs_dtype dt, int32_t code,
                           float alpha) {
   uint64_t count = (uint64_t)n;
   float beta = 0.0f;
-  size_t es = half ? 2 : 4;
+  bool half = dt == GS_DT_FLOAT16;
+  size_t es = gs_launch_element_size(dt);
   if (count == 0)
     return GS_OK;
   return LAUNCH(t, half ? GS_DK_unary_f16 : GS_DK_unary_f32, count, BUF(y, es), BUF(y, es),
                 VAL(count), VAL(code), VAL(alpha), VAL(beta));
 }
 
-static int relu(const gs_devops_target *t, int y, int64_t n, bool half) {
-  return unary_in_place(t, y, n, half, UNARY_RELU, 0.0f);
+static int relu(const gs_devops_target *t, int y, int64_t n, gs_dtype dt) {
+  return unary_in_place(t, y, n, dt, UNARY_RELU, 0.0f);
 }
 
-static int scale(const gs_devops_target *t, int y, int64_t n, float factor, bool half) {
-  return unary_in_place(t, y, n, half, UNARY_SCALE, factor);
+static int scale(const gs_devops_target *t, int y, int64_t n, float factor, gs_dtype dt) {
+  return unary_in_place(t, y, n, dt, UNARY_SCALE, factor);
 }
 
 /* ---- failures ------------------------------------------------------------------------------------ */

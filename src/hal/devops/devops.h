@@ -100,6 +100,7 @@ int gs_devops_tags_error(gs_devops_tags *tags, const gs_devops_status *st);
  * float16 GEMM answers GS_ENOTSUP and devops runs its own kernel. */
 typedef struct gs_devops_gemm {
   bool half;
+  bool f64; /* float64 operands: a backend without a float64 GEMM answers GS_ENOTSUP */
   bool trans_a, trans_b;
   int64_t m, n, k, batch;
   float alpha, beta;
@@ -140,6 +141,12 @@ typedef struct gs_devop {
   bool (*supports)(const struct gs_devop *op, const gs_op_call *c);
   int (*run)(const struct gs_devop *op, const gs_devops_target *t);
 } gs_devop;
+
+/* Whether a launch of this call takes its kernels from the device's float64
+ * program (op_kernels.h built with GS_REAL_F64 defined): any operand is
+ * float64. A backend without that program for the device does not run the
+ * call (the plan runs it on the CPU). */
+bool gs_devops_needs_f64(const gs_op_call *c);
 
 /* How many ops devops may register: a backend keeps an array of this many. */
 #define GS_DEVOPS_MAX 192

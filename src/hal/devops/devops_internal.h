@@ -22,7 +22,11 @@ static inline bool present(const gs_op_call *c, int i) {
   return i < c->n_in && c->in[i].dtype != GS_DT_INVALID;
 }
 
-static inline bool is_float(gs_dtype dt) { return dt == GS_DT_FLOAT32 || dt == GS_DT_FLOAT16; }
+/* The float types the _fp kernels take: float32 and float16 in the device's
+ * program, float64 in its float64 program (gs_devops_needs_f64). */
+static inline bool is_float(gs_dtype dt) {
+  return dt == GS_DT_FLOAT32 || dt == GS_DT_FLOAT16 || dt == GS_DT_FLOAT64;
+}
 static inline bool is_int(gs_dtype dt) { return dt == GS_DT_INT64 || dt == GS_DT_INT32; }
 
 static inline bool movable_size(size_t size) {
@@ -47,13 +51,13 @@ static inline bool all_of(const gs_op_call *c, gs_dtype dt) {
   return true;
 }
 
-/* The _fp kernels' element size: 4 where every present operand is float32,
- * 2 where every one is float16, else 0 (not for them). */
+/* The _fp kernels' element size where every present operand is of one
+ * float type (4, 2 or 8), else 0 (not for them). */
 static inline size_t fp_size(const gs_op_call *c) {
   gs_dtype dt = c->in[0].dtype;
   if (!is_float(dt) || !all_of(c, dt))
     return 0;
-  return dt == GS_DT_FLOAT16 ? 2 : 4;
+  return gs_launch_element_size(dt);
 }
 
 /* The family's kernel for elements of `size` bytes (1, 2, 4 or 8). */

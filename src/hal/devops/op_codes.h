@@ -82,6 +82,7 @@
 #define TYPE_I8 5
 #define TYPE_U8 6
 #define TYPE_BOOL 7
+#define TYPE_F64 8 /* the float64 program's only */
 
 /* Reductions (reduce_*). */
 #define REDUCE_SUM 0

@@ -9,10 +9,22 @@
  *   FOR_EACH(i, n) i over [0, n), striding over the whole launch
  *   half_t, LOAD_F16(p, i), STORE_F16(v, p, i)  float16 in memory; the
  *                  arithmetic is float32 (no fp16-precision extension needed)
- *   ulong, uint, ushort, uchar, and the float math functions' generic names.
+ *   ulong, uint, ushort, uchar, and the float math functions' generic names (float and double).
  * Every buffer comes with an offset in elements, so that buffers
  * sub-allocated from one device block need no sub-buffer objects.
  * The numbers that pick an op or a type are op_codes.h's. */
+
+/* The arithmetic type of the float kernels, `real`: float32, or float64
+ * where the backend builds this source a second time with GS_REAL_F64
+ * defined (its float64 program, for devices that have fp64). REAL_C(x) is
+ * a constant of that type, written to double precision. */
+#ifdef GS_REAL_F64
+typedef double real;
+#define REAL_C(x) x
+#else
+typedef float real;
+#define REAL_C(x) x##f
+#endif
 
 /* ---- shapes ------------------------------------------------------------------------------ */
 
@@ -69,16 +81,17 @@ DEVFN void fail(GLOBAL long *status, ulong tag, long code, long value, long limi
 /* ---- elementwise ------------------------------------------------------------------------ */
 
 
-DEVFN float softplus_f(float v) { return v > 30.0f ? v : log1p(exp(v)); }
+DEVFN real softplus_f(real v) { return v > 30.0f ? v : log1p(exp(v)); }
 
-DEVFN float unary_apply(int op, float v, float alpha, float beta) {
+DEVFN real unary_apply(int op, real v, float alpha, float beta) {
   switch (op) {
   case UNARY_RELU: return v > 0.0f ? v : 0.0f;
   case UNARY_SIGMOID: return 1.0f / (1.0f + exp(-v));
   case UNARY_TANH: return tanh(v);
   case UNARY_LEAKY: return v >= 0.0f ? v : alpha * v;
-  case UNARY_GELU_ERF: return 0.5f * v * (1.0f + erf(v * 0.70710678f));
-  case UNARY_GELU_TANH: return 0.5f * v * (1.0f + tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+  case UNARY_GELU_ERF: return 0.5f * v * (1.0f + erf(v * REAL_C(0.70710678118654752)));
+  case UNARY_GELU_TANH:
+    return 0.5f * v * (1.0f + tanh(REAL_C(0.79788456080286536) * (v + REAL_C(0.044715) * v * v * v)));
   case UNARY_ERF: return erf(v);
   case UNARY_SQRT: return sqrt(v);
   case UNARY_EXP: return exp(v);
@@ -92,8 +105,8 @@ DEVFN float unary_apply(int op, float v, float alpha, float beta) {
   case UNARY_COS: return cos(v);
   case UNARY_SOFTPLUS: return softplus_f(v);
   case UNARY_SOFTSIGN: return v / (1.0f + fabs(v));
-  case UNARY_HARDSWISH: return v * fmin(1.0f, fmax(0.0f, v / 6.0f + 0.5f));
-  case UNARY_HARDSIGMOID: return fmin(1.0f, fmax(0.0f, alpha * v + beta));
+  case UNARY_HARDSWISH: return v * fmin((real)1, fmax((real)0, v / 6.0f + 0.5f));
+  case UNARY_HARDSIGMOID: return fmin((real)1, fmax((real)0, alpha * v + beta));
   case UNARY_ELU: return v >= 0.0f ? v : alpha * (exp(v) - 1.0f);
   case UNARY_SELU: return beta * (v > 0.0f ? v : alpha * (exp(v) - 1.0f));
   case UNARY_MISH: return v * tanh(softplus_f(v));
@@ -107,7 +120,7 @@ DEVFN float unary_apply(int op, float v, float alpha, float beta) {
   case UNARY_ASINH: return asinh(v);
   case UNARY_ACOSH: return acosh(v);
   case UNARY_ATANH: return atanh(v);
-  case UNARY_CELU: return fmax(0.0f, v) + fmin(0.0f, alpha * (exp(v / alpha) - 1.0f));
+  case UNARY_CELU: return fmax((real)0, v) + fmin((real)0, alpha * (exp(v / alpha) - 1.0f));
   case UNARY_THRESHOLDED: return v > alpha ? v : 0.0f;
   case UNARY_SHRINK: return v < -alpha ? v + beta : v > alpha ? v - beta : 0.0f;
   case UNARY_SCALE: return v * alpha;
@@ -117,7 +130,7 @@ DEVFN float unary_apply(int op, float v, float alpha, float beta) {
 }
 
 /* NaN in, NaN out for Min and Max, as the CPU's kernels do. */
-DEVFN float binary_apply(int op, float a, float b) {
+DEVFN real binary_apply(int op, real a, real b) {
   switch (op) {
   case BINARY_ADD: return a + b;
   case BINARY_SUB: return a - b;
@@ -163,22 +176,33 @@ DEVFN long binary_apply_int(int op, long a, long b) {
 #define LOAD_F32(p, i) ((p)[i])
 #define STORE_F32(v, p, i) ((p)[i] = (v))
 
-/* The kernels below whose names end in _fp take float32 or float16 (fp16
- * set) through these: the arithmetic is float32 either way. The branch is
- * the same for every item of a launch. */
-DEVFN float ldf(GLOBAL const void *p, ulong i, int fp16) {
+/* The kernels below whose names end in _fp take their float type through
+ * these: float32, or float16 (fp16 set), with the arithmetic in float32;
+ * in the float64 program, float64 (fp16 unused). The branch is the same for
+ * every item of a launch. */
+DEVFN real ldf(GLOBAL const void *p, ulong i, int fp16) {
+#ifdef GS_REAL_F64
+  (void)fp16;
+  return ((GLOBAL const double *)p)[i];
+#else
   return fp16 ? LOAD_F16((GLOBAL const half_t *)p, i) : ((GLOBAL const float *)p)[i];
+#endif
 }
 
-DEVFN void stf(GLOBAL void *p, ulong i, float v, int fp16) {
+DEVFN void stf(GLOBAL void *p, ulong i, real v, int fp16) {
+#ifdef GS_REAL_F64
+  (void)fp16;
+  ((GLOBAL double *)p)[i] = v;
+#else
   if (fp16)
     STORE_F16(v, (GLOBAL half_t *)p, i);
   else
     ((GLOBAL float *)p)[i] = v;
+#endif
 }
 
 /* y = a op b, or y (bool) = a compares to b, with a and b broadcast over y
- * (the walk's strides 0 and 1); APPLY computes in float or in long. */
+ * (the walk's strides 0 and 1); APPLY computes in real or in long. */
 #define DEFINE_BINARY(SUFFIX, T, LOAD, STORE, APPLY)                                             \
   KERNEL binary_##SUFFIX(GLOBAL const T *a, ulong ao, GLOBAL const T *b, ulong bo, GLOBAL T *y,  \
                          ulong yo, ulong n, int op, walk w) {                                    \
@@ -206,16 +230,17 @@ DEVFN void stf(GLOBAL void *p, ulong i, float v, int fp16) {
   KERNEL clip_##SUFFIX(GLOBAL const T *x, ulong xo, GLOBAL const T *lo, ulong loo, int has_lo,   \
                        GLOBAL const T *hi, ulong hio, int has_hi, GLOBAL T *y, ulong yo,         \
                        ulong n) {                                                                \
-    float l = has_lo ? LOAD(lo, loo) : -INFINITY, h = has_hi ? LOAD(hi, hio) : INFINITY;         \
+    real l = has_lo ? LOAD(lo, loo) : -INFINITY, h = has_hi ? LOAD(hi, hio) : INFINITY;         \
     FOR_EACH(i, n) {                                                                             \
-      float v = LOAD(x, xo + i);                                                                 \
+      real v = LOAD(x, xo + i);                                                                 \
       v = v < l ? l : v;                                                                         \
       STORE(v > h ? h : v, y, yo + i);                                                           \
     }                                                                                            \
   }                                                                                              \
   DEFINE_BINARY(SUFFIX, T, LOAD, STORE, binary_apply)
 
-DEFINE_FLOAT_ELEMENTWISE(f32, float, LOAD_F32, STORE_F32)
+/* In the float64 program the _f32 kernels are float64's (real is double). */
+DEFINE_FLOAT_ELEMENTWISE(f32, real, LOAD_F32, STORE_F32)
 DEFINE_FLOAT_ELEMENTWISE(f16, half_t, LOAD_F16, STORE_F16)
 
 /* Relu, Neg, Abs and BitwiseNot on integers, wrapping as two's complement. */
@@ -275,7 +300,7 @@ DEFINE_BINARY(u8, uchar, LOAD_INT, STORE_INT, binary_apply_int)
 KERNEL classify_fp(GLOBAL const void *x, ulong xo, GLOBAL uchar *y, ulong yo, ulong n, int inf,
                    int pos, int neg, int fp16) {
   FOR_EACH(i, n) {
-    float v = ldf(x, xo + i, fp16);
+    real v = ldf(x, xo + i, fp16);
     y[yo + i] = inf ? (pos && v == INFINITY) || (neg && v == -INFINITY) : v != v;
   }
 }
@@ -287,17 +312,20 @@ KERNEL not_b8(GLOBAL const uchar *x, ulong xo, GLOBAL uchar *y, ulong yo, ulong 
 /* ---- Cast --------------------------------------------------------------------------------- */
 
 
-DEVFN int type_is_int(int t) { return t >= TYPE_I64; }
+DEVFN int type_is_int(int t) { return t >= TYPE_I64 && t <= TYPE_BOOL; }
 
-DEVFN float load_float(GLOBAL const uchar *p, int t, ulong i) {
+DEVFN real load_float(GLOBAL const uchar *p, int t, ulong i) {
   switch (t) {
   case TYPE_F32: return ((GLOBAL const float *)p)[i];
   case TYPE_F16: return LOAD_F16((GLOBAL const half_t *)p, i);
-  case TYPE_I64: return (float)((GLOBAL const long *)p)[i];
-  case TYPE_I32: return (float)((GLOBAL const int *)p)[i];
-  case TYPE_I16: return (float)((GLOBAL const short *)p)[i];
-  case TYPE_I8: return (float)((GLOBAL const schar *)p)[i];
-  default: return (float)p[i];
+#ifdef GS_REAL_F64
+  case TYPE_F64: return ((GLOBAL const double *)p)[i];
+#endif
+  case TYPE_I64: return (real)((GLOBAL const long *)p)[i];
+  case TYPE_I32: return (real)((GLOBAL const int *)p)[i];
+  case TYPE_I16: return (real)((GLOBAL const short *)p)[i];
+  case TYPE_I8: return (real)((GLOBAL const schar *)p)[i];
+  default: return (real)p[i];
   }
 }
 
@@ -311,8 +339,8 @@ DEVFN long load_int(GLOBAL const uchar *p, int t, ulong i) {
   }
 }
 
-/* A float to an integer of [lo, hi]: NaN is 0, the rest saturates. */
-DEVFN long saturate(float v, float lo, float hi, long ilo, long ihi) {
+/* A real to an integer of [lo, hi]: NaN is 0, the rest saturates. */
+DEVFN long saturate(real v, real lo, real hi, long ilo, long ihi) {
   if (v != v)
     return 0;
   if (v <= lo)
@@ -322,10 +350,13 @@ DEVFN long saturate(float v, float lo, float hi, long ilo, long ihi) {
   return (long)v;
 }
 
-DEVFN void store_float(GLOBAL uchar *p, int t, ulong i, float v) {
+DEVFN void store_float(GLOBAL uchar *p, int t, ulong i, real v) {
   switch (t) {
   case TYPE_F32: ((GLOBAL float *)p)[i] = v; break;
   case TYPE_F16: STORE_F16(v, (GLOBAL half_t *)p, i); break;
+#ifdef GS_REAL_F64
+  case TYPE_F64: ((GLOBAL double *)p)[i] = v; break;
+#endif
   case TYPE_I64:
     ((GLOBAL long *)p)[i] = saturate(v, -9.2233720e18f, 9.2233720e18f, (long)(-9223372036854775807L - 1),
                                      9223372036854775807L);
@@ -569,8 +600,8 @@ DEVFN void scatter_store(GLOBAL uchar *y, ulong at, GLOBAL const uchar *u, ulong
                               : (o < v ? o : v);
     store_int(y, t, at, r);
   } else {
-    float o = load_float(y, t, at), v = load_float(u, t, ui);
-    float r = reduction == 0   ? v
+    real o = load_float(y, t, at), v = load_float(u, t, ui);
+    real r = reduction == 0   ? v
               : reduction == 1 ? o + v
               : reduction == 2 ? o * v
               : reduction == 3 ? (o > v ? o : v)
@@ -663,10 +694,10 @@ KERNEL cumsum_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
                  ulong len, ulong inner, int exclusive, int reverse, int fp16) {
   FOR_EACH(id, outer * inner) {
     ulong o = id / inner, in = id % inner;
-    float acc = 0.0f;
+    real acc = 0.0f;
     for (ulong j = 0; j < len; j++) {
       ulong at = (o * len + (reverse ? len - 1 - j : j)) * inner + in;
-      float v = ldf(x, xo + at, fp16);
+      real v = ldf(x, xo + at, fp16);
       if (!exclusive)
         acc += v;
       stf(y, yo + at, acc, fp16);
@@ -706,11 +737,11 @@ typedef struct reduce_geom {
  * adds, how two partial accumulators combine, and the result.
  * LogSumExp subtracts the largest element (`shift`) before exp, so that
  * float32 does not overflow where the CPU's double would not. */
-DEVFN float reduce_start(int op) {
+DEVFN real reduce_start(int op) {
   return op == REDUCE_MAX ? -INFINITY : op == REDUCE_MIN ? INFINITY : op == REDUCE_PROD ? 1.0f : 0.0f;
 }
 
-DEVFN float reduce_step(int op, float acc, float v, float shift) {
+DEVFN real reduce_step(int op, real acc, real v, real shift) {
   switch (op) {
   case REDUCE_MAX: return v > acc || v != v ? v : acc;
   case REDUCE_MIN: return v < acc || v != v ? v : acc;
@@ -723,7 +754,7 @@ DEVFN float reduce_step(int op, float acc, float v, float shift) {
   }
 }
 
-DEVFN float reduce_combine(int op, float a, float b) {
+DEVFN real reduce_combine(int op, real a, real b) {
   switch (op) {
   case REDUCE_MAX: return a != a || b != b ? a + b : fmax(a, b);
   case REDUCE_MIN: return a != a || b != b ? a + b : fmin(a, b);
@@ -732,9 +763,9 @@ DEVFN float reduce_combine(int op, float a, float b) {
   }
 }
 
-DEVFN float reduce_finish(int op, float acc, long count, float shift) {
+DEVFN real reduce_finish(int op, real acc, long count, real shift) {
   switch (op) {
-  case REDUCE_MEAN: return acc / (float)count;
+  case REDUCE_MEAN: return acc / (real)count;
   case REDUCE_L2: return sqrt(acc);
   case REDUCE_LOGSUM: return log(acc);
   case REDUCE_LOGSUMEXP: return log(acc) + shift;
@@ -750,22 +781,22 @@ DEVFN int reduce_adds(int op) {
 /* acc + term, Neumaier's way: what the addition rounds off goes into *comp,
  * added back at the end. A float32 sum of n terms then errs by about one
  * rounding instead of up to n (the CPU sums in double). */
-DEVFN float sum_step(float acc, float term, float *comp) {
-  float t = acc + term;
+DEVFN real sum_step(real acc, real term, real *comp) {
+  real t = acc + term;
   if (isfinite(t)) /* past an infinity, inf - inf would make the correction NaN */
     *comp += fabs(acc) >= fabs(term) ? (acc - t) + term : (term - t) + acc;
   return t;
 }
 
 /* One element into a reduction's accumulator, compensated where it adds. */
-DEVFN float reduce_add(int op, float acc, float v, float shift, float *comp) {
+DEVFN real reduce_add(int op, real acc, real v, real shift, real *comp) {
   return reduce_adds(op) ? sum_step(acc, reduce_step(op, 0.0f, v, shift), comp)
                          : reduce_step(op, acc, v, shift);
 }
 
 /* LogSumExp's shift from the largest element: 0 where that is infinite
  * (or there is none), which keeps inf - inf out of exp. */
-DEVFN float lse_shift(float largest) {
+DEVFN real lse_shift(real largest) {
   return largest == largest && largest != INFINITY && largest != -INFINITY ? largest : 0.0f;
 }
 
@@ -788,14 +819,14 @@ KERNEL reduce_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
       base += (long)(rest % (ulong)g.out_dims[d]) * g.out_strides[d];
       rest /= (ulong)g.out_dims[d];
     }
-    float shift = 0.0f;
+    real shift = 0.0f;
     if (op == REDUCE_LOGSUMEXP) {
-      float mx = -INFINITY;
+      real mx = -INFINITY;
       for (long r = 0; r < g.count; r++)
         mx = reduce_step(REDUCE_MAX, mx, ldf(x, (ulong)(base + reduced_offset(&g, r)), fp16), 0.0f);
       shift = lse_shift(mx);
     }
-    float acc = reduce_start(op), comp = 0.0f;
+    real acc = reduce_start(op), comp = 0.0f;
     for (long r = 0; r < g.count; r++)
       acc = reduce_add(op, acc, ldf(x, (ulong)(base + reduced_offset(&g, r)), fp16), shift, &comp);
     if (reduce_adds(op) && isfinite(acc))
@@ -852,10 +883,10 @@ KERNEL argmax_fp(GLOBAL const void *x, ulong xo, GLOBAL long *y, ulong yo, ulong
                  ulong len, ulong inner, int smallest, int select_last, int fp16) {
   FOR_EACH(id, outer * inner) {
     ulong o = id / inner, in = id % inner, at = xo + o * len * inner + in;
-    float bv = ldf(x, at, fp16);
+    real bv = ldf(x, at, fp16);
     long best = 0;
     for (ulong i = 1; i < len; i++) {
-      float v = ldf(x, at + i * inner, fp16);
+      real v = ldf(x, at + i * inner, fp16);
       if ((smallest ? v < bv : v > bv) || (select_last && v == bv) || (v != v && bv == bv)) {
         bv = v;
         best = (long)i;
@@ -871,7 +902,7 @@ KERNEL argmax_fp(GLOBAL const void *x, ulong xo, GLOBAL long *y, ulong yo, ulong
  * inference. */
 /* Whether (v, i) comes before (w, j) in TopK's order: by value, NaN the
  * largest of all (first when largest, last when smallest), ties by index. */
-DEVFN bool ranks_before(float v, long i, float w, long j, int largest) {
+DEVFN bool ranks_before(real v, long i, real w, long j, int largest) {
   bool v_nan = v != v, w_nan = w != w;
   if (v_nan || w_nan)
     return v_nan && w_nan ? i < j : largest ? v_nan : w_nan;
@@ -885,13 +916,13 @@ KERNEL topk_fp(GLOBAL const void *x, ulong xo, GLOBAL void *vals, ulong vo, GLOB
                int fp16) {
   FOR_EACH(id, outer * inner) {
     ulong o = id / inner, in = id % inner, at = xo + o * len * inner + in;
-    float pv = 0.0f;
+    real pv = 0.0f;
     long pi = -1;
     for (ulong j = 0; j < k; j++) {
       long best = -1;
-      float bv = 0.0f;
+      real bv = 0.0f;
       for (ulong i = 0; i < len; i++) {
-        float v = ldf(x, at + i * inner, fp16);
+        real v = ldf(x, at + i * inner, fp16);
         if (pi >= 0 && !ranks_before(pv, pi, v, (long)i, largest))
           continue; /* not after the previous pick */
         if (best < 0 || ranks_before(v, (long)i, bv, best, largest)) {
@@ -917,15 +948,15 @@ KERNEL softmax_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulon
   FOR_EACH(id, outer * inner) {
     ulong o = id / inner, in = id % inner;
     ulong xs = xo + o * len * inner + in, ys = yo + o * len * inner + in;
-    float mx = -INFINITY;
+    real mx = -INFINITY;
     for (ulong i = 0; i < len; i++)
       mx = fmax(mx, ldf(x, xs + i * inner, fp16));
-    float sum = 0.0f;
+    real sum = 0.0f;
     for (ulong i = 0; i < len; i++)
       sum += exp(ldf(x, xs + i * inner, fp16) - mx);
-    float ls = log(sum), inv = 1.0f / sum;
+    real ls = log(sum), inv = 1.0f / sum;
     for (ulong i = 0; i < len; i++) {
-      float v = ldf(x, xs + i * inner, fp16) - mx;
+      real v = ldf(x, xs + i * inner, fp16) - mx;
       stf(y, ys + i * inner, log_out ? v - ls : exp(v) * inv, fp16);
     }
   }
@@ -934,18 +965,18 @@ KERNEL softmax_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulon
 /* A value from every item of the work-group combined as reduction `op`
  * combines partial results (reduce_combine), for every item; buf: GROUP_SIZE floats of local
  * memory. All items call it. */
-DEVFN float group_reduce(LOCAL_PTR float *buf, float v, int op) {
+DEVFN real group_reduce(LOCAL_PTR real *buf, real v, int op) {
   ulong lid = LOCAL_ID;
   buf[lid] = v;
   BARRIER();
   for (ulong half_n = GROUP_SIZE / 2; half_n > 0; half_n /= 2) {
     if (lid < half_n) {
-      float a = buf[lid], b = buf[lid + half_n];
+      real a = buf[lid], b = buf[lid + half_n];
       buf[lid] = reduce_combine(op, a, b);
     }
     BARRIER();
   }
-  float r = buf[0];
+  real r = buf[0];
   BARRIER(); /* everyone has read it before buf is written again */
   return r;
 }
@@ -955,20 +986,20 @@ DEVFN float group_reduce(LOCAL_PTR float *buf, float v, int op) {
  * the group's items instead of one item looping over them. */
 KERNEL softmax_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong rows,
                        ulong len, int log_out, int fp16) {
-  LOCAL_MEM float buf[GROUP_SIZE];
+  LOCAL_MEM real buf[GROUP_SIZE];
   for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
     ulong xs = xo + r * len, ys = yo + r * len;
-    float mx = -INFINITY;
+    real mx = -INFINITY;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
       mx = fmax(mx, ldf(x, xs + i, fp16));
     mx = group_reduce(buf, mx, REDUCE_MAX);
-    float sum = 0.0f;
+    real sum = 0.0f;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
       sum += exp(ldf(x, xs + i, fp16) - mx);
     sum = group_reduce(buf, sum, REDUCE_SUM);
-    float ls = log(sum), inv = 1.0f / sum;
+    real ls = log(sum), inv = 1.0f / sum;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
-      float v = ldf(x, xs + i, fp16) - mx;
+      real v = ldf(x, xs + i, fp16) - mx;
       stf(y, ys + i, log_out ? v - ls : exp(v) * inv, fp16);
     }
   }
@@ -978,16 +1009,16 @@ KERNEL softmax_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo,
  * row. */
 KERNEL reduce_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong rows,
                       ulong len, int op, int fp16) {
-  LOCAL_MEM float buf[GROUP_SIZE];
+  LOCAL_MEM real buf[GROUP_SIZE];
   for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
-    float shift = 0.0f;
+    real shift = 0.0f;
     if (op == REDUCE_LOGSUMEXP) {
-      float mx = -INFINITY;
+      real mx = -INFINITY;
       for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
         mx = reduce_step(REDUCE_MAX, mx, ldf(x, xo + r * len + i, fp16), 0.0f);
       shift = lse_shift(group_reduce(buf, mx, REDUCE_MAX));
     }
-    float acc = reduce_start(op), comp = 0.0f;
+    real acc = reduce_start(op), comp = 0.0f;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
       acc = reduce_add(op, acc, ldf(x, xo + r * len + i, fp16), shift, &comp);
     if (reduce_adds(op) && isfinite(acc))
@@ -1003,18 +1034,18 @@ KERNEL reduce_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, 
 KERNEL layernorm_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ulong so,
                          GLOBAL const void *bias, ulong bo, int has_bias, GLOBAL void *y,
                          ulong yo, ulong rows, ulong inner, float eps, int rms, int fp16) {
-  LOCAL_MEM float buf[GROUP_SIZE];
+  LOCAL_MEM real buf[GROUP_SIZE];
   for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
     ulong xr = xo + r * inner, yr = yo + r * inner;
-    float sum = 0.0f;
+    real sum = 0.0f;
     for (ulong i = LOCAL_ID; !rms && i < inner; i += GROUP_SIZE)
       sum += ldf(x, xr + i, fp16);
-    float mean = group_reduce(buf, sum, REDUCE_SUM) / (float)inner, sq = 0.0f;
+    real mean = group_reduce(buf, sum, REDUCE_SUM) / (real)inner, sq = 0.0f;
     for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE) {
-      float d = ldf(x, xr + i, fp16) - mean;
+      real d = ldf(x, xr + i, fp16) - mean;
       sq += d * d;
     }
-    float inv = 1.0f / sqrt(group_reduce(buf, sq, REDUCE_SUM) / (float)inner + eps);
+    real inv = 1.0f / sqrt(group_reduce(buf, sq, REDUCE_SUM) / (real)inner + eps);
     for (ulong i = LOCAL_ID; i < inner; i += GROUP_SIZE)
       stf(y, yr + i,
           (ldf(x, xr + i, fp16) - mean) * inv * ldf(scale, so + i, fp16) +
@@ -1030,15 +1061,15 @@ KERNEL layernorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ul
                     ulong rows, ulong inner, float eps, int rms, int fp16) {
   FOR_EACH(r, rows) {
     ulong xr = xo + r * inner, yr = yo + r * inner;
-    float sum = 0.0f;
+    real sum = 0.0f;
     for (ulong i = 0; !rms && i < inner; i++)
       sum += ldf(x, xr + i, fp16);
-    float mean = sum / (float)inner, sq = 0.0f;
+    real mean = sum / (real)inner, sq = 0.0f;
     for (ulong i = 0; i < inner; i++) {
-      float d = ldf(x, xr + i, fp16) - mean;
+      real d = ldf(x, xr + i, fp16) - mean;
       sq += d * d;
     }
-    float inv = 1.0f / sqrt(sq / (float)inner + eps);
+    real inv = 1.0f / sqrt(sq / (real)inner + eps);
     for (ulong i = 0; i < inner; i++)
       stf(y, yr + i,
           (ldf(x, xr + i, fp16) - mean) * inv * ldf(scale, so + i, fp16) +
@@ -1050,7 +1081,7 @@ KERNEL layernorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ul
 /* GroupNormalization (InstanceNormalization: a group per channel): x as
  * [batch, channels, spatial], rows of `per` channels x spatial; scale and
  * bias per channel (per_channel) or per group. */
-DEVFN float groupnorm_affine(GLOBAL const void *p, ulong po, ulong row, ulong i, ulong groups,
+DEVFN real groupnorm_affine(GLOBAL const void *p, ulong po, ulong row, ulong i, ulong groups,
                              ulong per, ulong spatial, int per_channel, int fp16) {
   ulong g = row % groups;
   return ldf(p, po + (per_channel ? g * per + i / spatial : g), fp16);
@@ -1063,18 +1094,18 @@ KERNEL groupnorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ul
   ulong len = per * spatial;
   FOR_EACH(r, rows) {
     ulong at = r * len;
-    float sum = 0.0f;
+    real sum = 0.0f;
     for (ulong i = 0; i < len; i++)
       sum += ldf(x, xo + at + i, fp16);
-    float mean = sum / (float)len, sq = 0.0f;
+    real mean = sum / (real)len, sq = 0.0f;
     for (ulong i = 0; i < len; i++) {
-      float d = ldf(x, xo + at + i, fp16) - mean;
+      real d = ldf(x, xo + at + i, fp16) - mean;
       sq += d * d;
     }
-    float inv = 1.0f / sqrt(sq / (float)len + eps);
+    real inv = 1.0f / sqrt(sq / (real)len + eps);
     for (ulong i = 0; i < len; i++) {
-      float s = groupnorm_affine(scale, so, r, i, groups, per, spatial, per_channel, fp16);
-      float b = groupnorm_affine(bias, bo, r, i, groups, per, spatial, per_channel, fp16);
+      real s = groupnorm_affine(scale, so, r, i, groups, per, spatial, per_channel, fp16);
+      real b = groupnorm_affine(bias, bo, r, i, groups, per, spatial, per_channel, fp16);
       stf(y, yo + at + i, (ldf(x, xo + at + i, fp16) - mean) * inv * s + b, fp16);
     }
   }
@@ -1085,22 +1116,22 @@ KERNEL groupnorm_rows_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scal
                          GLOBAL const void *bias, ulong bo, GLOBAL void *y, ulong yo, ulong rows,
                          ulong groups, ulong per, ulong spatial, int per_channel, float eps,
                          int fp16) {
-  LOCAL_MEM float buf[GROUP_SIZE];
+  LOCAL_MEM real buf[GROUP_SIZE];
   ulong len = per * spatial;
   for (ulong r = GROUP_ID; r < rows; r += NUM_GROUPS) {
     ulong at = r * len;
-    float sum = 0.0f;
+    real sum = 0.0f;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE)
       sum += ldf(x, xo + at + i, fp16);
-    float mean = group_reduce(buf, sum, REDUCE_SUM) / (float)len, sq = 0.0f;
+    real mean = group_reduce(buf, sum, REDUCE_SUM) / (real)len, sq = 0.0f;
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
-      float d = ldf(x, xo + at + i, fp16) - mean;
+      real d = ldf(x, xo + at + i, fp16) - mean;
       sq += d * d;
     }
-    float inv = 1.0f / sqrt(group_reduce(buf, sq, REDUCE_SUM) / (float)len + eps);
+    real inv = 1.0f / sqrt(group_reduce(buf, sq, REDUCE_SUM) / (real)len + eps);
     for (ulong i = LOCAL_ID; i < len; i += GROUP_SIZE) {
-      float s = groupnorm_affine(scale, so, r, i, groups, per, spatial, per_channel, fp16);
-      float b = groupnorm_affine(bias, bo, r, i, groups, per, spatial, per_channel, fp16);
+      real s = groupnorm_affine(scale, so, r, i, groups, per, spatial, per_channel, fp16);
+      real b = groupnorm_affine(bias, bo, r, i, groups, per, spatial, per_channel, fp16);
       stf(y, yo + at + i, (ldf(x, xo + at + i, fp16) - mean) * inv * s + b, fp16);
     }
   }
@@ -1115,12 +1146,12 @@ KERNEL lrn_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n,
     ulong s = i % spatial, ch = (i / spatial) % channels, b = i / (spatial * channels);
     long lo = (long)ch - before > 0 ? (long)ch - before : 0;
     long hi = (long)ch + after < (long)channels ? (long)ch + after : (long)channels - 1;
-    float sum = 0.0f;
+    real sum = 0.0f;
     for (long j = lo; j <= hi; j++) {
-      float v = ldf(x, xo + (b * channels + (ulong)j) * spatial + s, fp16);
+      real v = ldf(x, xo + (b * channels + (ulong)j) * spatial + s, fp16);
       sum += v * v;
     }
-    stf(y, yo + i, ldf(x, xo + i, fp16) / pow(bias + alpha / (float)size * sum, beta), fp16);
+    stf(y, yo + i, ldf(x, xo + i, fp16) / pow(bias + alpha / (real)size * sum, (real)beta), fp16);
   }
 }
 
@@ -1130,9 +1161,9 @@ KERNEL hardmax_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulon
                   ulong len, ulong inner, int fp16) {
   FOR_EACH(id, outer * inner) {
     ulong at = (id / inner) * len * inner + id % inner, best = 0;
-    float bv = ldf(x, xo + at, fp16);
+    real bv = ldf(x, xo + at, fp16);
     for (ulong j = 1; j < len; j++) {
-      float v = ldf(x, xo + at + j * inner, fp16);
+      real v = ldf(x, xo + at + j * inner, fp16);
       if (v > bv) {
         bv = v;
         best = j;
@@ -1150,7 +1181,7 @@ KERNEL batchnorm_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *scale, ul
                     ulong channels, ulong inner, float eps, int fp16) {
   FOR_EACH(i, n) {
     ulong c = (i / inner) % channels;
-    float s = ldf(scale, so + c, fp16) / sqrt(ldf(var, vo + c, fp16) + eps);
+    real s = ldf(scale, so + c, fp16) / sqrt(ldf(var, vo + c, fp16) + eps);
     stf(y, yo + i, ldf(x, xo + i, fp16) * s + (ldf(bias, bo + c, fp16) - ldf(mean, mo + c, fp16) * s),
         fp16);
   }
@@ -1179,7 +1210,7 @@ KERNEL conv_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, ulong wo,
     long o0 = r % g.out[0]; r /= g.out[0];
     long m = r % g.out_channels, b = r / g.out_channels;
     long c0 = (m / mg) * cg;
-    float acc = has_bias ? ldf(bias, bo + (ulong)m, fp16) : 0.0f;
+    real acc = has_bias ? ldf(bias, bo + (ulong)m, fp16) : 0.0f;
     for (long c = 0; c < cg; c++) {
       long xc = (long)xo + ((b * g.in_channels + c0 + c) * g.in[0]) * g.in[1] * g.in[2];
       long wc = (long)wo + (m * cg + c) * ksize;
@@ -1244,9 +1275,9 @@ KERNEL conv_out_fp(GLOBAL const void *yt, ulong yto, ulong yt_at, GLOBAL const v
     long m = (long)r % mg, j = (long)r / mg;
     ulong src = yto + yt_at + (ulong)(m * nb * os_count + j * os_count);
     ulong dst = yo + (ulong)(((b0 + j) * out_channels + m0 + m) * os_count);
-    float b = has_bias ? ldf(bias, bo + (ulong)(m0 + m), fp16) : 0.0f;
+    real b = has_bias ? ldf(bias, bo + (ulong)(m0 + m), fp16) : 0.0f;
     for (long os = 0; os < os_count; os++) {
-      float v = ldf(yt, src + (ulong)os, fp16) + b;
+      real v = ldf(yt, src + (ulong)os, fp16) + b;
       stf(y, dst + (ulong)os, relu && v < 0.0f ? 0.0f : v, fp16);
     }
   }
@@ -1266,7 +1297,7 @@ KERNEL conv_transpose_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, u
     o[0] = r % g.out[0]; r /= g.out[0];
     long m = r % g.out_channels, b = r / g.out_channels;
     long grp = m / mg, mm = m % mg;
-    float acc = has_bias ? ldf(bias, bo + (ulong)m, fp16) : 0.0f;
+    real acc = has_bias ? ldf(bias, bo + (ulong)m, fp16) : 0.0f;
     for (long k0 = 0; k0 < g.k[0]; k0++) {
       long t0 = o[0] + g.pad[0] - k0 * g.dil[0];
       if (t0 < 0 || t0 % g.stride[0] || t0 / g.stride[0] >= g.in[0])
@@ -1307,7 +1338,7 @@ KERNEL pool_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n
     o[0] = r % g.out[0]; r /= g.out[0];
     long xp = (long)xo + r * g.in[0] * g.in[1] * g.in[2];
     long lim[3] = {g.in[0] + pad_end0, g.in[1] + pad_end1, g.in[2] + pad_end2};
-    float best = -INFINITY, sum = 0.0f;
+    real best = -INFINITY, sum = 0.0f;
     long taps = 0, padded = 1;
     for (int d = 0; d < 3; d++) { /* taps inside the padded extent, per dim */
       long t = 0;
@@ -1327,19 +1358,19 @@ KERNEL pool_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong n
           long p2 = o[2] * g.stride[2] - g.pad[2] + k2 * g.dil[2];
           if (p2 < 0 || p2 >= g.in[2])
             continue;
-          float v = ldf(x, (ulong)(xp + (p0 * g.in[1] + p1) * g.in[2] + p2), fp16);
+          real v = ldf(x, (ulong)(xp + (p0 * g.in[1] + p1) * g.in[2] + p2), fp16);
           best = v > best ? v : best;
-          sum += lp == 0 ? v : lp == 1 ? fabs(v) : lp == 2 ? v * v : pow(fabs(v), (float)lp);
+          sum += lp == 0 ? v : lp == 1 ? fabs(v) : lp == 2 ? v * v : pow(fabs(v), (real)lp);
           taps++;
         }
       }
     }
     long div = count_include_pad ? padded : taps;
-    float out = is_max ? best
+    real out = is_max ? best
                 : lp == 1 ? sum
                 : lp == 2 ? sqrt(sum)
-                : lp      ? pow(sum, 1.0f / (float)lp)
-                : div     ? sum / (float)div
+                : lp      ? pow(sum, 1.0f / (real)lp)
+                : div     ? sum / (real)div
                           : 0.0f;
     stf(y, yo + i, out, fp16);
   }
@@ -1366,18 +1397,18 @@ typedef struct resize_geom {
   int mode, coord, nearest, unused;
 } resize_geom;
 
-DEVFN float resize_source(const resize_geom *g, int d, long o) {
-  float s = g->scale[d];
+DEVFN real resize_source(const resize_geom *g, int d, long o) {
+  real s = g->scale[d];
   long in = g->in_dims[d], out = g->out_dims[d];
   switch (g->coord) {
-  case COORD_ASYMMETRIC: return (float)o / s;
-  case COORD_ALIGN_CORNERS: return out == 1 ? 0.0f : (float)o * (float)(in - 1) / (float)(out - 1);
-  case COORD_PYTORCH_HALF_PIXEL: return out > 1 ? ((float)o + 0.5f) / s - 0.5f : 0.0f;
-  default: return ((float)o + 0.5f) / s - 0.5f;
+  case COORD_ASYMMETRIC: return (real)o / s;
+  case COORD_ALIGN_CORNERS: return out == 1 ? 0.0f : (real)o * (real)(in - 1) / (real)(out - 1);
+  case COORD_PYTORCH_HALF_PIXEL: return out > 1 ? ((real)o + 0.5f) / s - 0.5f : 0.0f;
+  default: return ((real)o + 0.5f) / s - 0.5f;
   }
 }
 
-DEVFN long nearest_index(int mode, float x, long in) {
+DEVFN long nearest_index(int mode, real x, long in) {
   long i;
   switch (mode) {
   case NEAREST_FLOOR: i = (long)floor(x); break;
@@ -1393,20 +1424,20 @@ KERNEL resize_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
                  resize_geom g, int fp16) {
   FOR_EACH(i, n) {
     long lo[8], step[8], base = 0, stride = 1;
-    float w[8];
+    real w[8];
     int moving[8], n_moving = 0;
     ulong rest = i;
     for (int d = (int)g.rank - 1; d >= 0; d--) {
       long o = (long)(rest % (ulong)g.out_dims[d]), in = g.in_dims[d];
       rest /= (ulong)g.out_dims[d];
-      float src = resize_source(&g, d, o);
+      real src = resize_source(&g, d, o);
       if (g.mode == RESIZE_NEAREST || in == 1) {
         lo[d] = g.mode == RESIZE_NEAREST ? nearest_index(g.nearest, src, in) : 0;
         w[d] = 0.0f;
       } else {
-        src = src < 0.0f ? 0.0f : src > (float)(in - 1) ? (float)(in - 1) : src;
+        src = src < 0.0f ? 0.0f : src > (real)(in - 1) ? (real)(in - 1) : src;
         lo[d] = (long)floor(src);
-        w[d] = src - (float)lo[d];
+        w[d] = src - (real)lo[d];
       }
       step[d] = lo[d] + 1 < in ? stride : 0;
       base += lo[d] * stride;
@@ -1415,9 +1446,9 @@ KERNEL resize_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
     for (int d = 0; d < (int)g.rank; d++)
       if (w[d] > 0.0f)
         moving[n_moving++] = d;
-    float v = 0.0f;
+    real v = 0.0f;
     for (int corner = 0; corner < (1 << n_moving); corner++) {
-      float weight = 1.0f;
+      real weight = 1.0f;
       long off = base;
       for (int m = 0; m < n_moving; m++) {
         int d = moving[m];
@@ -1460,11 +1491,11 @@ KERNEL matmul_fp(GLOBAL const void *a, ulong ao, GLOBAL const void *b, ulong bo,
       oa += at * g.a_batch_strides[d];
       ob += at * g.b_batch_strides[d];
     }
-    float acc = 0.0f;
+    real acc = 0.0f;
     for (long k = 0; k < g.k; k++)
       acc += ldf(a, ao + (ulong)(oa + row * g.a_row + k * g.a_col), fp16) *
              ldf(b, bo + (ulong)(ob + k * g.b_row + j * g.b_col), fp16);
-    float v = g.alpha * acc;
+    real v = g.alpha * acc;
     if (g.beta != 0.0f)
       v += g.beta * ldf(y, yo + i, fp16);
     if (g.has_bias)

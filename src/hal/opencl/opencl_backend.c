@@ -364,9 +364,26 @@ static int ocl_wait_event(void *stream, void *event) {
 
 /* ---- devices ---------------------------------------------------------------------------------- */
 
-static int build_kernels(ocl_device *d, const char *dev_name) {
+/* The float64 program: the same source, its `real` double (op_kernels.h). */
+static int build_program64(ocl_device *d, const char *dev_name) {
+  static const char prefix[] = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+                               "#define GS_REAL_F64 1\n";
+  size_t n = strlen(gs_opencl_kernels_source);
+  char *source = malloc(sizeof prefix + n);
+  if (!source)
+    return gs_error(GS_ENOMEM, "out of memory");
+  memcpy(source, prefix, sizeof prefix - 1);
+  memcpy(source + sizeof prefix - 1, gs_opencl_kernels_source, n + 1);
+  int rc = gs__ocl_build_program(d, dev_name, source, &d->program64);
+  free(source);
+  return rc;
+}
+
+static int build_kernels(ocl_device *d, const char *dev_name, bool fp64) {
   cl_int err;
   int rc = gs__ocl_build_program(d, dev_name, gs_opencl_kernels_source, &d->program);
+  if (rc == 0 && fp64)
+    rc = build_program64(d, dev_name);
   if (rc < 0)
     return rc;
   d->axpy = clCreateKernel(d->program, "axpy_f32", &err);
@@ -381,6 +398,8 @@ static void release_device(ocl_device *d) {
     clReleaseKernel(d->axpy);
   if (d->program)
     clReleaseProgram(d->program);
+  if (d->program64)
+    clReleaseProgram(d->program64);
   if (d->admin)
     clReleaseCommandQueue(d->admin);
   if (d->ctx)
@@ -427,8 +446,13 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
   int rc = d->ctx ? GS_OK : gs__ocl_fail(err, "clCreateContext");
   if (rc == 0 && !(d->admin = clCreateCommandQueue(d->ctx, id, 0, &err)))
     rc = gs__ocl_fail(err, "clCreateCommandQueue");
+  /* GPUSRV_OPENCL_FP64=0 leaves float64 to the CPU, as on a device without fp64. */
+  const char *fp64_env = getenv("GPUSRV_OPENCL_FP64");
+  bool fp64 = strstr(ext, "cl_khr_fp64") && !(fp64_env && strcmp(fp64_env, "0") == 0);
   if (rc == 0)
-    rc = build_kernels(d, info.name);
+    rc = build_kernels(d, info.name, fp64);
+  if (rc == 0 && !fp64)
+    gs__ocl_every_device_fp64 = false;
   d->align = align_bits >= 8 ? align_bits / 8 : 128;
   gs_device_caps caps = {
       .host_visible_device_memory = false, /* a cl_mem is not a host address */
@@ -452,11 +476,11 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
   size_t max_group = 0;
   clGetDeviceInfo(id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_group, &max_group, NULL);
   GS_LOGI("opencl", "%s: %s (%s), %u compute units, %llu MiB, work groups up to %zu, "
-          "fp16 arithmetic %s (float16 tensors either way), fp64 %s",
+          "fp16 arithmetic %s (float16 tensors either way), float64 kernels %s",
           gs_device_get_info(dev)->id, info.name,
           info.type == GS_DEVICE_GPU ? "GPU" : info.type == GS_DEVICE_CPU ? "CPU" : "accelerator",
           units, (unsigned long long)(mem >> 20), max_group,
-          strstr(ext, "cl_khr_fp16") ? "yes" : "no", strstr(ext, "cl_khr_fp64") ? "yes" : "no");
+          strstr(ext, "cl_khr_fp16") ? "yes" : "no", fp64 ? "yes" : "no (on the CPU)");
   return GS_OK;
 }
 

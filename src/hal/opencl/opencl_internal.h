@@ -15,10 +15,14 @@ typedef struct ocl_device {
   cl_context ctx;
   cl_command_queue admin; /* for mapping pinned memory */
   cl_program program;
+  /* The same source built with GS_REAL_F64 (its float kernels in float64),
+   * where the device has cl_khr_fp64; else NULL. */
+  cl_program program64;
   /* Kernel objects, one per function: arguments set and the launch queued
    * under kernel_lock. */
   cl_kernel axpy;
-  cl_kernel ops[GS_DK_COUNT]; /* the engine's ops (devops.h) */
+  cl_kernel ops[GS_DK_COUNT];   /* the engine's ops (devops.h) */
+  cl_kernel ops64[GS_DK_COUNT]; /* from program64, for launches with float64 operands */
   pthread_mutex_t kernel_lock;
   size_t align;
   size_t max_alloc; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
@@ -76,6 +80,9 @@ int gs__ocl_build_program(ocl_device *d, const char *dev_name, const char *sourc
 /* Registers the engine's ops (opencl_ops.c); makes and releases their
  * kernel objects per device. */
 int gs__ocl_register_ops(gs_backend_t *backend);
+/* Whether every device of the backend has the float64 program: the ops'
+ * `supports` answers for all of them alike (it is not told the device). */
+extern bool gs__ocl_every_device_fp64;
 int gs__ocl_create_op_kernels(ocl_device *d);
 void gs__ocl_release_op_kernels(ocl_device *d);
 

@@ -58,7 +58,10 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
       return rc;
   }
   ocl_device *d = l->s->dev;
-  cl_kernel k = d->ops[kernel];
+  const gs_op_call *call = gs_launch_call(l->params, l->params_size);
+  cl_kernel k = call && gs_devops_needs_f64(call) ? d->ops64[kernel] : d->ops[kernel];
+  if (!k) /* devop_supports keeps float64 off devices without the program */
+    return gs_error(GS_ENOTSUP, "%s: this device has no float64 kernels", l->k->name);
   /* The kernels stride over what one launch does not cover; the grouped
    * ones run as groups of GS_DK_GROUP items, where the device allows it. */
   size_t global = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
@@ -118,9 +121,12 @@ static gs_devops_target target_of(const launch_op *l, const gs_op_call *c) {
 
 /* ---- devops.c's ops ----------------------------------------------------------------------- */
 
+bool gs__ocl_every_device_fp64 = true;
+
 static bool devop_supports(const ocl_kernel *k, const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
-  return c && k->dop->supports(k->dop, c);
+  return c && (gs__ocl_every_device_fp64 || !gs_devops_needs_f64(c)) &&
+         k->dop->supports(k->dop, c);
 }
 
 static int run_devop(const launch_op *l) {
@@ -134,9 +140,9 @@ static int run_devop(const launch_op *l) {
 /* ---- GEMM through CLBlast, and the scratch buffer --------------------------------------------- */
 
 /* An operand, or the stream's scratch buffer, as a cl_mem and an element offset. */
-static int gemm_operand(const launch_op *l, int i, cl_mem *mem, cl_ulong *elems) {
+static int gemm_operand(const launch_op *l, int i, size_t es, cl_mem *mem, cl_ulong *elems) {
   if (i != GS_DK_SCRATCH)
-    return device_operand(l, i, sizeof(float), mem, elems);
+    return device_operand(l, i, es, mem, elems);
   if (!l->s->scratch)
     return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
   *mem = l->s->scratch;
@@ -145,24 +151,43 @@ static int gemm_operand(const launch_op *l, int i, cl_mem *mem, cl_ulong *elems)
 }
 
 #ifdef GS_HAVE_CLBLAST
+/* The float64 GEMM (CLBlast's Dgemm): a, b and c offsets in doubles. */
+static CLBlastStatusCode dgemm(const gs_devops_gemm *g, CLBlastTranspose ta, CLBlastTranspose tb,
+                               cl_mem A, cl_ulong ao, cl_mem B, cl_ulong bo, cl_mem C,
+                               cl_ulong co, cl_command_queue *q) {
+  if (g->batch == 1)
+    return CLBlastDgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k,
+                        g->alpha, A, ao + (size_t)g->a_off, (size_t)g->lda, B,
+                        bo + (size_t)g->b_off, (size_t)g->ldb, g->beta, C, co + (size_t)g->c_off,
+                        (size_t)g->ldc, q, NULL);
+  return CLBlastDgemmStridedBatched(
+      CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k, g->alpha, A,
+      ao + (size_t)g->a_off, (size_t)g->lda, (size_t)g->stride_a, B, bo + (size_t)g->b_off,
+      (size_t)g->ldb, (size_t)g->stride_b, g->beta, C, co + (size_t)g->c_off, (size_t)g->ldc,
+      (size_t)g->stride_c, (size_t)g->batch, q, NULL);
+}
+
 static int target_gemm(void *ctx, const gs_devops_gemm *g) {
   const launch_op *l = ctx;
   if (g->half) /* CLBlast's Hgemm needs cl_khr_fp16 and half scalars: devops' kernel does it */
     return GS_ENOTSUP;
+  size_t es = g->f64 ? sizeof(double) : sizeof(float);
   cl_mem A = NULL, B = NULL, C = NULL;
   cl_ulong ao = 0, bo = 0, co = 0;
-  int rc = gemm_operand(l, g->a, &A, &ao);
+  int rc = gemm_operand(l, g->a, es, &A, &ao);
   if (rc == 0)
-    rc = gemm_operand(l, g->b, &B, &bo);
+    rc = gemm_operand(l, g->b, es, &B, &bo);
   if (rc == 0)
-    rc = gemm_operand(l, g->c, &C, &co);
+    rc = gemm_operand(l, g->c, es, &C, &co);
   if (rc < 0)
     return rc;
   cl_command_queue q = l->s->queue;
   CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastStatusCode st;
-  if (g->batch == 1)
+  if (g->f64)
+    st = dgemm(g, ta, tb, A, ao, B, bo, C, co, &q);
+  else if (g->batch == 1)
     st = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k,
                       g->alpha, A, ao + (size_t)g->a_off, (size_t)g->lda, B,
                       bo + (size_t)g->b_off, (size_t)g->ldb, g->beta, C, co + (size_t)g->c_off,
@@ -221,15 +246,16 @@ int gs__ocl_register_ops(gs_backend_t *backend) {
   return GS_OK;
 }
 
-int gs__ocl_create_op_kernels(ocl_device *d) {
-  d->groups_fit = true;
+/* A program's kernel objects into ops[]; clears groups_fit where a grouped
+ * kernel cannot run as a group of GS_DK_GROUP. */
+static int create_kernels(ocl_device *d, cl_program program, cl_kernel *ops) {
   for (int i = 0; i < GS_DK_COUNT; i++) {
     cl_int err;
-    if (!(d->ops[i] = clCreateKernel(d->program, gs_devk_names[i], &err)))
+    if (!(ops[i] = clCreateKernel(program, gs_devk_names[i], &err)))
       return gs__ocl_fail(err, gs_devk_names[i]);
     size_t limit = 0; /* a kernel's own limit may be below the device's */
     if (gs_devk_grouped((gs_devk)i) &&
-        (clGetKernelWorkGroupInfo(d->ops[i], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit,
+        (clGetKernelWorkGroupInfo(ops[i], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit,
                                   &limit, NULL) != CL_SUCCESS ||
          limit < GS_DK_GROUP))
       d->groups_fit = false;
@@ -237,8 +263,19 @@ int gs__ocl_create_op_kernels(ocl_device *d) {
   return GS_OK;
 }
 
+int gs__ocl_create_op_kernels(ocl_device *d) {
+  d->groups_fit = true;
+  int rc = create_kernels(d, d->program, d->ops);
+  if (rc == 0 && d->program64)
+    rc = create_kernels(d, d->program64, d->ops64);
+  return rc;
+}
+
 void gs__ocl_release_op_kernels(ocl_device *d) {
-  for (int i = 0; i < GS_DK_COUNT; i++)
+  for (int i = 0; i < GS_DK_COUNT; i++) {
     if (d->ops[i])
       clReleaseKernel(d->ops[i]);
+    if (d->ops64[i])
+      clReleaseKernel(d->ops64[i]);
+  }
 }

@@ -1,7 +1,8 @@
 /* k_nn.c - CPU kernels of the neural-network ops. Matrix products go to
  * oneDNN's sgemm; Conv goes to oneDNN (dnnl_conv.c), or im2col + sgemm
  * where oneDNN cannot take it; ConvTranspose is sgemm + col2im. float16 and
- * bfloat16 tensors are computed in float32 and converted back.
+ * bfloat16 tensors are computed in float32 and converted back; float64 ones
+ * by k_nn_f64.c, in double.
  *
  * Pooling, batch and layer normalisation and softmax are written here
  * although oneDNN has primitives for them: oneDNN's fast versions want its
@@ -11,6 +12,8 @@
 #include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/fastmath.h"
+#include "hal/cpu/ops/k_nn_f64.h"
+#include "hal/cpu/ops/nn_geom.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/sgemm_few_rows.h"
 #include "hal/cpu/ops/sgemm_packed.h"
@@ -26,7 +29,7 @@
 typedef int (*f32_impl)(const gs_op_call *c, float *const *ptr);
 
 static bool needs_conversion(gs_dtype dt) {
-  return dt == GS_DT_FLOAT16 || dt == GS_DT_BFLOAT16 || dt == GS_DT_FLOAT64;
+  return dt == GS_DT_FLOAT16 || dt == GS_DT_BFLOAT16;
 }
 
 /* Runs impl directly on float32 operands; other float types are converted
@@ -66,6 +69,18 @@ static int run_f32(const gs_cpu_kernel_call *k, f32_impl impl) {
     free(ptr[i]);
   }
   return rc;
+}
+
+/* float64 operands go to impl64 (k_nn_f64.c), computed in double; the
+ * other float types to impl, through run_f32. */
+static int run_float(const gs_cpu_kernel_call *k, f32_impl impl, gs_f64_impl impl64) {
+  const gs_op_call *c = gs_kcall(k);
+  if (c->in[0].dtype != GS_DT_FLOAT64)
+    return run_f32(k, impl);
+  double *p[GS_OP_MAX_IO] = {0};
+  for (int i = 0; i < c->n_in + c->n_out && i < GS_OP_MAX_IO; i++)
+    p[i] = k->ptr[i];
+  return impl64(c, p);
 }
 
 /* Row-major C = alpha op(A) op(B) + beta C through oneDNN, whose GEMM
@@ -158,7 +173,7 @@ static int gemm_f32(const gs_op_call *c, float *const *p) {
   return 0;
 }
 
-static int k_gemm(const gs_cpu_kernel_call *k) { return run_f32(k, gemm_f32); }
+static int k_gemm(const gs_cpu_kernel_call *k) { return run_float(k, gemm_f32, gs__gemm_f64); }
 
 static int matmul_f32(const gs_op_call *c, float *const *p) {
   const gs_matmul_attrs *m = c->attrs;
@@ -195,7 +210,7 @@ static int k_matmul(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   gs_dtype dt = c->in[0].dtype;
   if (!gs_is_int(dt))
-    return run_f32(k, matmul_f32);
+    return run_float(k, matmul_f32, gs__matmul_f64);
   const gs_matmul_attrs *m = c->attrs;
   for (int64_t b = 0; b < m->batch; b++) {
     int64_t oa, ob;
@@ -213,42 +228,6 @@ static int k_matmul(const gs_cpu_kernel_call *k) {
 }
 
 /* ---- convolution ------------------------------------------------------------------- */
-
-/* Spatial geometry padded to three dims (depth, height, width). */
-typedef struct geom {
-  int64_t in[3], out[3], k[3], s[3], d[3], p[3];
-  int64_t in_size, out_size, k_size;
-} geom;
-
-static void make_geom(geom *g, int spatial, const int64_t *in_dims, const int64_t *out_dims,
-                      const int64_t *kernel, const int64_t *stride, const int64_t *dilation,
-                      const int64_t *pad_begin) {
-  int off = 3 - spatial;
-  for (int i = 0; i < 3; i++) {
-    bool real = i >= off;
-    g->in[i] = real ? in_dims[i - off] : 1;
-    g->out[i] = real ? out_dims[i - off] : 1;
-    g->k[i] = real ? kernel[i - off] : 1;
-    g->s[i] = real ? stride[i - off] : 1;
-    g->d[i] = real ? dilation[i - off] : 1;
-    g->p[i] = real ? pad_begin[i - off] : 0;
-  }
-  g->in_size = g->in[0] * g->in[1] * g->in[2];
-  g->out_size = g->out[0] * g->out[1] * g->out[2];
-  g->k_size = g->k[0] * g->k[1] * g->k[2];
-}
-
-/* The outputs o in [lo, hi) whose input position o*stride + shift lies in
- * [0, in): the rest read padding. */
-static void valid_range(int64_t out, int64_t stride, int64_t shift, int64_t in, int64_t *lo,
-                        int64_t *hi) {
-  int64_t l = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
-  int64_t h = in - shift <= 0 ? 0 : (in - shift + stride - 1) / stride;
-  *lo = l < out ? l : out;
-  *hi = h < out ? h : out;
-  if (*hi < *lo)
-    *hi = *lo;
-}
 
 /* cols[(ch * K + kidx) * out_size + o] = x[ch][position of o shifted by kidx]:
  * rows are filled by ranges (zeros, then a copy, then zeros), not element by
@@ -346,7 +325,7 @@ static int conv_f32(const gs_op_call *c, float *const *p) {
   return 0;
 }
 
-static int k_conv(const gs_cpu_kernel_call *k) { return run_f32(k, conv_f32); }
+static int k_conv(const gs_cpu_kernel_call *k) { return run_float(k, conv_f32, gs__conv_f64); }
 
 static int conv_transpose_f32(const gs_op_call *c, float *const *p) {
   const gs_conv_attrs *a = c->attrs;
@@ -409,25 +388,9 @@ static int conv_transpose_f32(const gs_op_call *c, float *const *p) {
   return 0;
 }
 
-static int k_conv_transpose(const gs_cpu_kernel_call *k) { return run_f32(k, conv_transpose_f32); }
+static int k_conv_transpose(const gs_cpu_kernel_call *k) { return run_float(k, conv_transpose_f32, gs__conv_transpose_f64); }
 
 /* ---- pooling --------------------------------------------------------------------------- */
-
-/* Window taps [lo, hi) of output position o along one dim that fall inside
- * the input (taps step by the dilation), and how many fall inside the
- * padded input (for count_include_pad). */
-static void window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t dil, int64_t in,
-                   int64_t pad_end, int64_t *lo, int64_t *hi, int64_t *padded) {
-  int64_t start = o * stride - pad;
-  int64_t l = start >= 0 ? 0 : (-start + dil - 1) / dil;
-  int64_t h = in - start <= 0 ? 0 : (in - start + dil - 1) / dil;
-  int64_t hp = in + pad_end - start <= 0 ? 0 : (in + pad_end - start + dil - 1) / dil;
-  *lo = l < k ? l : k;
-  *hi = h < k ? h : k;
-  if (*hi < *lo)
-    *hi = *lo;
-  *padded = hp < k ? hp : k;
-}
 
 /* Planes [lo, hi) of a pooling (image by channel). */
 GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bool is_max,
@@ -640,9 +603,9 @@ static int k_maxpool(const gs_cpu_kernel_call *k) {
     free(y);
     return rc;
   }
-  return run_f32(k, maxpool_f32);
+  return run_float(k, maxpool_f32, gs__maxpool_f64);
 }
-static int k_avgpool(const gs_cpu_kernel_call *k) { return run_f32(k, avgpool_f32); }
+static int k_avgpool(const gs_cpu_kernel_call *k) { return run_float(k, avgpool_f32, gs__avgpool_f64); }
 
 /* LpPool and GlobalLpPool: |x|^p summed by the average pool's loops (which
  * skip their division when the attributes carry a p), then the p-th root. */
@@ -663,7 +626,7 @@ static int lppool_f32(const gs_op_call *c, float *const *p) {
     y[i] = a->lp == 1 ? y[i] : a->lp == 2 ? sqrtf(y[i]) : powf(y[i], 1.0f / pf);
   return rc;
 }
-static int k_lppool(const gs_cpu_kernel_call *k) { return run_f32(k, lppool_f32); }
+static int k_lppool(const gs_cpu_kernel_call *k) { return run_float(k, lppool_f32, gs__avgpool_f64); }
 
 /* ---- normalisation and softmax ------------------------------------------------------- */
 
@@ -693,7 +656,7 @@ static int batchnorm_f32(const gs_op_call *c, float *const *p) {
   return 0;
 }
 
-static int k_batchnorm(const gs_cpu_kernel_call *k) { return run_f32(k, batchnorm_f32); }
+static int k_batchnorm(const gs_cpu_kernel_call *k) { return run_float(k, batchnorm_f32, gs__batchnorm_f64); }
 
 /* Sums for the normalisations, in double, over 8 lanes that the compiler
  * keeps in vector registers: one running sum waits on each add in turn,
@@ -767,7 +730,7 @@ static int layernorm_f32(const gs_op_call *c, float *const *p) {
   return 0;
 }
 
-static int k_layernorm(const gs_cpu_kernel_call *k) { return run_f32(k, layernorm_f32); }
+static int k_layernorm(const gs_cpu_kernel_call *k) { return run_float(k, layernorm_f32, gs__layernorm_f64); }
 
 /* Rows [lo, hi) of an RMS normalisation: no mean taken out, no bias. */
 GS_VECTOR_CLONES static void rmsnorm_rows(const gs_op_call *c, float *const *p, int64_t inner,
@@ -793,7 +756,7 @@ static int rmsnorm_f32(const gs_op_call *c, float *const *p) {
   return 0;
 }
 
-static int k_rmsnorm(const gs_cpu_kernel_call *k) { return run_f32(k, rmsnorm_f32); }
+static int k_rmsnorm(const gs_cpu_kernel_call *k) { return run_float(k, rmsnorm_f32, gs__rmsnorm_f64); }
 
 /* Lanes [lo, hi) of a softmax: lane o * inner + in runs along the axis
  * (len values, `inner` apart). */
@@ -838,8 +801,8 @@ static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
 
 static int softmax_impl(const gs_op_call *c, float *const *p) { return softmax_f32(c, p, false); }
 static int logsoftmax_impl(const gs_op_call *c, float *const *p) { return softmax_f32(c, p, true); }
-static int k_softmax(const gs_cpu_kernel_call *k) { return run_f32(k, softmax_impl); }
-static int k_logsoftmax(const gs_cpu_kernel_call *k) { return run_f32(k, logsoftmax_impl); }
+static int k_softmax(const gs_cpu_kernel_call *k) { return run_float(k, softmax_impl, gs__softmax_f64); }
+static int k_logsoftmax(const gs_cpu_kernel_call *k) { return run_float(k, logsoftmax_impl, gs__logsoftmax_f64); }
 
 /* ---- registration ----------------------------------------------------------------------- */
 

@@ -1,0 +1,158 @@
+"""float64 end to end (issue 22): the neural-network ops computed in double
+on the CPU (hal/cpu/ops/k_nn_f64.c), and on a device with fp64 (PoCL's
+opencl0) every op of a float64 model run there, by the float64 build of the
+device kernels (hal/devops/op_kernels.h with GS_REAL_F64).
+
+The references are onnxruntime where it has the op in double, and otherwise
+the ONNX project's own reference implementation (onnx.reference), which
+computes in numpy at the inputs' precision."""
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from gsonnx import (DEVICE, KERNEL_DEVICES, cpu_fallback_ops, load_outputs, make_model,
+                    run_gpusrv)
+
+RNG = np.random.default_rng(22)
+X4 = RNG.standard_normal((2, 4, 7, 7))
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape)
+
+
+# op -> (node, graph inputs, initializers); every tensor float64.
+CASES = {
+    "MatMul": (helper.make_node("MatMul", ["x", "w"], ["y"]),
+               {"x": randn(2, 3, 5)}, {"w": randn(5, 4)}),
+    "Gemm": (helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0),
+             {"x": randn(3, 5)}, {"w": randn(4, 5), "c": randn(4)}),
+    "Conv": (helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 0, 1, 2], strides=[2, 1],
+                              dilations=[1, 2], group=2),
+             {"x": X4}, {"w": randn(6, 2, 3, 3), "b": randn(6)}),
+    "ConvTranspose": (helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2],
+                                       pads=[1, 1, 0, 0]),
+                      {"x": X4}, {"w": randn(4, 3, 3, 3), "b": randn(3)}),
+    "MaxPool": (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 2], pads=[1, 1, 1, 1],
+                                 strides=[2, 2]), {"x": X4}, {}),
+    "AveragePool": (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
+                                     pads=[1, 1, 1, 1], count_include_pad=1), {"x": X4}, {}),
+    "LpPool": (helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=3), {"x": X4}, {}),
+    "GlobalAveragePool": (helper.make_node("GlobalAveragePool", ["x"], ["y"]), {"x": X4}, {}),
+    "GlobalMaxPool": (helper.make_node("GlobalMaxPool", ["x"], ["y"]), {"x": X4}, {}),
+    "BatchNormalization": (helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"]),
+                           {"x": X4}, {"s": randn(4), "b": randn(4), "m": randn(4),
+                                       "v": RNG.random(4) + 0.5}),
+    "LayerNormalization": (helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-2),
+                           {"x": X4}, {"s": randn(7, 7), "b": randn(7, 7)}),
+    "Softmax": (helper.make_node("Softmax", ["x"], ["y"], axis=1), {"x": X4}, {}),
+    "LogSoftmax": (helper.make_node("LogSoftmax", ["x"], ["y"]), {"x": X4}, {}),
+    # Rows of 64 and more: on a GPU (and on opencl0 under GPUSRV_ROW_GROUPS=1,
+    # as ctest runs it) a work-group reduces each row.
+    "Softmax rows": (helper.make_node("Softmax", ["x"], ["y"]), {"x": randn(3, 300)}, {}),
+    "LayerNormalization rows": (helper.make_node("LayerNormalization", ["x", "s"], ["y"]),
+                                {"x": randn(3, 256)}, {"s": randn(256)}),
+}
+
+
+def reference(model, feeds):
+    """onnxruntime's outputs where it runs the model in double, else onnx.reference's."""
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return sess.run(None, feeds)
+    except Exception as e:  # NOT_IMPLEMENTED: onnxruntime has no float64 kernel for the op
+        assert "NOT_IMPLEMENTED" in str(e), e
+        return ReferenceEvaluator(model).run(None, feeds)
+
+
+def run(model, feeds, env=None):
+    """gpusrv's outputs and the ops its plan report says ran on the CPU instead."""
+    names = [o.name for o in model.graph.output]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(model, path)
+        saved = dict(os.environ)
+        os.environ.update(env or {})
+        try:
+            p = run_gpusrv(path, feeds, d, extra=("--report",))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        assert p.returncode == 0, p.stderr
+        out = load_outputs(d, names)
+    return [out[n] for n in names], cpu_fallback_ops(p.stdout)
+
+
+def check(model, feeds, rtol=1e-11, atol=1e-12):
+    got, fell_back = run(model, feeds)
+    for g, w in zip(got, reference(model, feeds)):
+        assert g.dtype == np.float64 and g.shape == w.shape, (g.dtype, g.shape, w.shape)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return fell_back
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_the_op_computes_in_float64(op):
+    node, inputs, consts = CASES[op]
+    fell_back = check(make_model([node], inputs, consts, outputs=[("y", np.float64)]), inputs)
+    if DEVICE in KERNEL_DEVICES:
+        assert node.op_type not in fell_back, f"{op} ran on the CPU instead of {DEVICE}"
+
+
+def test_digits_float32_cannot_hold_survive():
+    """Values 1e8 apart by thousandths: float32 (spacing 8 there) makes them one
+    number and the normalised row zeros; double keeps them."""
+    x = (1e8 + np.arange(12) * 1e-3).reshape(2, 6)
+    scale, bias = np.ones(6), np.zeros(6)
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], epsilon=0.0)
+    model = make_model([node], {"x": x}, {"s": scale, "b": bias}, outputs=[("y", np.float64)])
+    (got,), _ = run(model, {"x": x})
+    centred = x - x.mean(axis=1, keepdims=True)
+    want = centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.abs(got).min() > 0.2  # in float32 every value would be 0
+
+
+def classifier():
+    """A small CNN and its head, float64 throughout."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s", "bn_b", "m", "v"], ["n1"]),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"]),
+        helper.make_node("Tanh", ["c2"], ["t2"]),
+        helper.make_node("GlobalAveragePool", ["t2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"]),
+    ]
+    consts = {"w1": randn(8, 3, 3, 3) * 0.3, "b1": randn(8), "s": RNG.random(8) + 0.5,
+              "bn_b": randn(8), "m": randn(8) * 0.1, "v": RNG.random(8) + 0.5,
+              "w2": randn(16, 8, 3, 3) * 0.2, "wf": randn(10, 16), "bf": randn(10)}
+    x = RNG.standard_normal((4, 3, 16, 16))
+    return make_model(nodes, {"x": x}, consts, outputs=[("y", np.float64)]), {"x": x}
+
+
+def test_a_float64_model_runs_wholly_where_it_was_placed():
+    model, feeds = classifier()
+    fell_back = check(model, feeds)
+    if DEVICE in KERNEL_DEVICES:
+        assert not fell_back, f"ran on the CPU instead of {DEVICE}: {sorted(fell_back)}"
+
+
+@pytest.mark.skipif(DEVICE != "opencl0", reason="OpenCL's float64 program is switched off here")
+def test_without_float64_kernels_the_cpu_runs_them():
+    """GPUSRV_OPENCL_FP64=0 stands for a device without cl_khr_fp64: the plan
+    then runs float64 on the CPU, says so, and the results are the same."""
+    model, feeds = classifier()
+    got, fell_back = run(model, feeds, env={"GPUSRV_OPENCL_FP64": "0"})
+    assert {"Conv", "Gemm", "Softmax", "Tanh"} <= fell_back, fell_back
+    np.testing.assert_allclose(got[0], reference(model, feeds)[0], rtol=1e-11, atol=1e-12)
