@@ -253,6 +253,7 @@ json_t *gs_kserve_model_config(gs_served_model *m, gs_served_version *v) {
   json_object_set_new(j, "instance_group", instance_groups_json(m));
   if (m->has_prep)
     json_object_set_new(j, "preprocess", json_string(m->prep_spec));
+  json_object_set_new(j, "precision", json_string(gs_precision_name(m->precision)));
   return j;
 }
 

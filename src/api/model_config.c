@@ -42,7 +42,7 @@ typedef struct config_field {
 #define AT(field) .offset = offsetof(gs_served_model, field), \
                   .size = sizeof(((gs_served_model *)0)->field)
 
-static const char *const precision_words[] = {"fp32", "fp16", "bf16", NULL};
+static const char *const precision_words[] = {"fp32", "fp16", "bf16", "fp64", NULL};
 static const char *const timeout_action_words[] = {"REJECT", "DELAY", NULL};
 
 static const config_field fields[] = {

@@ -39,7 +39,7 @@ static const gs_cli_option batch_options[] = {
      "Device to run on (default: the first). With several, the model is cut into that many "
      "consecutive parts, one per device in that order, of about equal weight; what a part "
      "computes is copied to the next part's device in an exchange stage", 0, 0},
-    GS_CLI_OPT("precision", GS_OPT_STRING, batch_opts, precision, "P", "fp32 (default), fp16 or bf16"),
+    GS_CLI_OPT("precision", GS_OPT_STRING, batch_opts, precision, "P", "fp32 (default), fp16, bf16 or fp64"),
     GS_CLI_OPT("preprocess", GS_OPT_STRING, batch_opts, preprocess, "SPEC",
                "KEY=VALUE,...: each value becomes (x*scale - mean)/std (scale=X, mean=M, std=S; "
                "fractions allowed: scale=1/255). Images also take resize=N (the shorter edge) or "
@@ -345,7 +345,7 @@ static int batch_run_cmd(int argc, char **argv) {
   if (!o.input || !o.output_dir)
     return gs_cli_usage_error(me, "--input and --output are required");
   if (!gs_precision_from_name(precision, &o.precision))
-    return gs_cli_usage_error(me, "--precision is fp32, fp16 or bf16, not '%s'", precision);
+    return gs_cli_usage_error(me, "--precision is fp32, fp16, bf16 or fp64, not '%s'", precision);
   char model[4096];
   if (resolve_model(args.words[0], model, sizeof model) < 0) {
     gs_cli_error("batch: %s", gs_error_detail());

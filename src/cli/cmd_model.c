@@ -52,8 +52,8 @@ static const gs_cli_option model_options[] = {
                "tune: write the best configuration into MODEL_DIR/config.json"),
     GS_CLI_OPT("precision", GS_OPT_STRING, model_opts, precision, "P",
                "run: fp32 (default), fp16 or bf16: weights and tensors kept in 16 bits where the "
-               "device allows (the CPU computes each op in float32); outputs declared float32 "
-               "stay float32"),
+               "device allows (the CPU computes each op in float32); fp64: kept and computed in "
+               "float64. Outputs declared float32 stay float32"),
     GS_CLI_OPT_RANGE("threads", GS_OPT_INT, model_opts, threads, "N",
                      "run: threads the kernels use on the CPU (default: the cores this "
                      "process may run on)", 1, 4096),
@@ -221,7 +221,7 @@ static int run(const char *path, const model_opts *opts) {
     if (!strchr(specs[i], '=') || specs[i][0] == '=')
       return gs_cli_usage_error(&gs_cli_model, "run: -i wants NAME=FILE.npy, got '%s'", specs[i]);
   if (opts->precision && !gs_precision_from_name(opts->precision, &precision))
-    return gs_cli_usage_error(&gs_cli_model, "run: --precision is fp32, fp16 or bf16, not '%s'",
+    return gs_cli_usage_error(&gs_cli_model, "run: --precision is fp32, fp16, bf16 or fp64, not '%s'",
                               opts->precision);
   if (!outdir)
     return gs_cli_usage_error(&gs_cli_model, "run: -o OUTDIR is required");
@@ -483,7 +483,7 @@ const gs_cli_command gs_cli_model = {
     .name = "model",
     .usage = "gpusrv model inspect FILE.onnx [--json]\n"
              "gpusrv model run FILE.onnx -i NAME=FILE.npy [-i ...] -o OUTDIR [--device ID]\n"
-             "                 [--precision fp32|fp16|bf16] [--threads N] [--deterministic] [--report]\n"
+             "                 [--precision fp32|fp16|bf16|fp64] [--threads N] [--deterministic] [--report]\n"
              "gpusrv model quantize FILE.onnx -o OUT.onnx --calibrate [NAME=]FILE.npy [...]\n"
              "                 [--per-channel] [--method minmax|percentile|entropy] [--device ID]\n"
              "gpusrv model tune MODEL_DIR [--device ID] [--latency-budget MS]\n"

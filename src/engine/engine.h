@@ -15,11 +15,17 @@ typedef struct gs_plan gs_plan;
 
 /* Precision of a plan's tensors. FP16 and BF16 convert the float32 weights
  * once and keep every float32 tensor in 16 bits, where the device can
- * (caps.half_precision); float32 inputs and outputs are converted at the
- * plan's edges. */
-typedef enum { GS_PRECISION_FP32, GS_PRECISION_FP16, GS_PRECISION_BF16 } gs_precision;
+ * (caps.half_precision); FP64 keeps them in float64 (scientific models
+ * exported in float32), on any device. Float32 inputs and outputs are
+ * converted at the plan's edges. */
+typedef enum {
+  GS_PRECISION_FP32,
+  GS_PRECISION_FP16,
+  GS_PRECISION_BF16,
+  GS_PRECISION_FP64
+} gs_precision;
 
-/* "fp32", "fp16", "bf16", as configurations and the command line write them. */
+/* "fp32", "fp16", "bf16", "fp64", as configurations and the command line write them. */
 const char *gs_precision_name(gs_precision p);
 /* The precision named `name`; false when it names none. */
 bool gs_precision_from_name(const char *name, gs_precision *out);

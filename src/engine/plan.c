@@ -52,24 +52,31 @@ static int find_value(const gs_plan *p, const char *name) { return gs_strmap_get
 
 /* ---- reduced precision -------------------------------------------------------------- */
 
-/* Converts known float32 value v to the plan's half type (a copy it owns). */
-static int value_to_half(gs_plan *p, int v) {
+/* Converts known float32 value v to the plan's float type (a copy it owns). */
+static int value_to_float_type(gs_plan *p, int v) {
   value *val = &p->values[v];
   if (val->dtype != GS_DT_FLOAT32 || gs_strmap_get(&p->keep_f32, val->name) >= 0)
     return 0;
   int64_t n = gs_shape_numel(&val->shape);
-  uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
-  if (!h)
-    return gs_error(GS_ENOMEM, "out of memory converting %s to 16 bits", val->name);
+  size_t es = gs_dtype_size(p->float_type);
+  void *out = malloc(es * (size_t)(n ? n : 1));
+  if (!out)
+    return gs_error(GS_ENOMEM, "out of memory converting %s to %s", val->name,
+                    gs_dtype_name(p->float_type));
   const float *f = val->data;
-  for (int64_t i = 0; i < n; i++)
-    h[i] = p->half == GS_DT_FLOAT16 ? gs_f32_to_f16(f[i]) : gs_f32_to_bf16(f[i]);
+  for (int64_t i = 0; i < n; i++) {
+    if (p->float_type == GS_DT_FLOAT64)
+      ((double *)out)[i] = f[i];
+    else
+      ((uint16_t *)out)[i] =
+          p->float_type == GS_DT_FLOAT16 ? gs_f32_to_f16(f[i]) : gs_f32_to_bf16(f[i]);
+  }
   if (val->owns_data)
     free((void *)val->data);
-  val->data = h;
+  val->data = out;
   val->owns_data = true;
-  val->dtype = p->half;
-  val->bytes = (size_t)n * 2;
+  val->dtype = p->float_type;
+  val->bytes = (size_t)n * es;
   return 0;
 }
 
@@ -204,10 +211,10 @@ static int plan_node(gs_plan *p, const gs_node *node) {
   for (int i = 0; i < node->n_in; i++)
     if (in_idx[i] >= 0)
       from |= p->values[in_idx[i]].from_inputs;
-  /* Reduced precision: a cast to float32 inside the graph casts to 16 bits. */
-  if (p->half && strcmp(op->name, "Cast") == 0 && c->out[0].dtype == GS_DT_FLOAT32) {
-    ((gs_cast_attrs *)c->attrs)->to = p->half;
-    c->out[0].dtype = p->half;
+  /* fp16, bf16 or fp64: a cast to float32 inside the graph casts to the plan's float type. */
+  if (p->float_type && strcmp(op->name, "Cast") == 0 && c->out[0].dtype == GS_DT_FLOAT32) {
+    ((gs_cast_attrs *)c->attrs)->to = p->float_type;
+    c->out[0].dtype = p->float_type;
   }
   /* Ops computed from shapes alone (Shape, Size) depend on no input's values. */
   if (op->fold)
@@ -277,8 +284,8 @@ static int plan_node(gs_plan *p, const gs_node *node) {
     gs__plan_free_call(c);
     if (rc < 0)
       return rc;
-    for (int i = 0; p->half && i < node->n_out; i++)
-      if (out_idx[i] >= 0 && (rc = value_to_half(p, out_idx[i])) < 0)
+    for (int i = 0; p->float_type && i < node->n_out; i++)
+      if (out_idx[i] >= 0 && (rc = value_to_float_type(p, out_idx[i])) < 0)
         return rc;
     p->report.folded++;
     return 0;
@@ -579,7 +586,7 @@ static int check_input_shape(const gs_value_info *in, const gs_shape *s) {
  * known (a constant), and on the device. */
 static const char known_on_device[1];
 
-/* Host copies the plan made (weights converted to 16 bits, fused or folded
+/* Host copies the plan made (weights converted to the plan's float type, fused or folded
  * from weights) are not read again once they are on the device, unless a
  * step that runs on the CPU reads them or they are graph outputs (handed
  * back from host memory): the rest are freed, so that a plan does not hold
@@ -656,15 +663,17 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
     rc = gs_error(GS_EINVAL, "the weight set is of %s, the plan for %s",
                   gs_device_get_info(gs_weight_set_device(p->weight_set))->id,
                   gs_device_get_info(p->device)->id);
-  else if (opt && opt->precision != GS_PRECISION_FP32) {
+  else if (opt && opt->precision == GS_PRECISION_FP64) {
+    p->float_type = GS_DT_FLOAT64; /* every device: where it has no fp64, the CPU computes */
+  } else if (opt && opt->precision != GS_PRECISION_FP32) {
     if (!gs_device_get_caps(p->device)->half_precision)
       rc = gs_error(GS_ENOTSUP, "%s cannot run %s plans", gs_device_get_info(p->device)->id,
                     gs_precision_name(opt->precision));
-    p->half = opt->precision == GS_PRECISION_FP16 ? GS_DT_FLOAT16 : GS_DT_BFLOAT16;
+    p->float_type = opt->precision == GS_PRECISION_FP16 ? GS_DT_FLOAT16 : GS_DT_BFLOAT16;
   }
   gs_strmap_init(&p->keep_f32);
   /* Resize's roi and scales are float32 whatever the data's type. */
-  for (int i = 0; p->half && rc == 0 && i < m->n_nodes; i++)
+  for (int i = 0; p->float_type && rc == 0 && i < m->n_nodes; i++)
     if (strcmp(m->nodes[i].op_type, "Resize") == 0)
       for (int k = 1; k < m->nodes[i].n_in && k < 3; k++)
         if (m->nodes[i].inputs[k][0])
@@ -687,13 +696,13 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
       if (bake >> i & 1)
         rc = bake_input(p, i, opt->input_values[i]);
     }
-    /* Reduced precision: the graph reads a 16-bit copy of a float32 input;
-     * one planned by value is converted now, like a weight. */
+    /* fp16, bf16 or fp64: the graph reads a copy of a float32 input in the
+     * plan's float type; one planned by value is converted now, like a weight. */
     bool baked = i < 64 && (bake >> i & 1);
-    if (rc == 0 && p->half && m->inputs[i].dtype == GS_DT_FLOAT32)
-      rc = baked ? value_to_half(p, p->inputs[i])
-                 : add_cast(p, p->inputs[i], p->half, m->inputs[i].name);
-    if (rc > 0) { /* the 16-bit copy stands for the input */
+    if (rc == 0 && p->float_type && m->inputs[i].dtype == GS_DT_FLOAT32)
+      rc = baked ? value_to_float_type(p, p->inputs[i])
+                 : add_cast(p, p->inputs[i], p->float_type, m->inputs[i].name);
+    if (rc > 0) { /* the copy stands for the input */
       p->values[rc].graph_input = true;
       rc = 0;
     }
@@ -704,7 +713,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
       int v = rc;
       p->values[v].data = t->data ? t->data : "";
       p->values[v].share_key = t->data;
-      rc = p->half ? value_to_half(p, v) : 0; /* weights converted once, here */
+      rc = p->float_type ? value_to_float_type(p, v) : 0; /* weights converted once, here */
     }
   }
   for (int i = 0; rc == 0 && i < m->n_nodes; i++)
@@ -715,8 +724,9 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
       rc = gs_error(GS_EINVAL, "graph output %s is produced by nothing", m->outputs[i].name);
       break;
     }
-    /* Reduced precision: outputs declared float32 are handed back as such. */
-    if (p->half && p->values[v].dtype == p->half && m->outputs[i].dtype == GS_DT_FLOAT32) {
+    /* Outputs declared float32 are handed back as such. */
+    if (p->float_type && p->values[v].dtype == p->float_type &&
+        m->outputs[i].dtype == GS_DT_FLOAT32) {
       char name[300];
       snprintf(name, sizeof name, "%s/float32", m->outputs[i].name);
       if ((v = add_cast(p, v, GS_DT_FLOAT32, name)) < 0) {
@@ -1149,7 +1159,7 @@ void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) {
   }
   describe(p, p->inputs[i], out);
   out->name = p->model->inputs[i].name;
-  if (i < 64 && p->baked >> i & 1) { /* as the caller gives it, even if kept in 16 bits */
+  if (i < 64 && p->baked >> i & 1) { /* as the caller gives it, even if kept in another float type */
     out->dtype = p->model->inputs[i].dtype;
     out->bytes = p->baked_bytes[i];
   }

@@ -67,7 +67,9 @@ struct gs_plan {
   gs_buffer_t *staging; /* pinned host memory for steps that run on the CPU instead */
   gs_stream_t *stream;
   pthread_mutex_t run_lock;
-  gs_dtype half;     /* GS_DT_FLOAT16 or GS_DT_BFLOAT16 for reduced precision, else INVALID */
+  /* The type float32 tensors take in this plan: GS_DT_FLOAT16 or
+   * GS_DT_BFLOAT16 (reduced precision), GS_DT_FLOAT64 (fp64); INVALID: float32. */
+  gs_dtype float_type;
   gs_strmap keep_f32; /* values that must stay float32 (Resize's roi and scales) */
   /* Inputs planned with their values (engine.h): a copy of each, which
    * every run's input must equal. */

@@ -11,7 +11,7 @@ from test_serve import add_model, request, serving
 # (field path, a bad value as JSON, the same in the text format, what the reason says)
 BAD = [
     ("max_batch_size", -1, "max_batch_size: -1", "max_batch_size must be an integer"),
-    ("precision", "fp8", 'precision: "fp8"', "precision must be fp32, fp16 or bf16"),
+    ("precision", "fp8", 'precision: "fp8"', "precision must be fp32, fp16, bf16 or fp64"),
     ("warmup", "maybe", "warmup: maybe", "warmup must be true or false"),
     ("dynamic_batching", 5, "dynamic_batching: 5", "dynamic_batching must be a section"),
     ("dynamic_batching.preferred_batch_size", [0], "dynamic_batching { preferred_batch_size: 0 }",
@@ -63,7 +63,7 @@ def test_a_number_that_is_no_number_is_a_clear_error(tmp_path):
 
 
 def test_a_full_configuration_reads_the_same_in_both_formats(tmp_path):
-    config = {"max_batch_size": 16, "precision": "fp32", "warmup": False,
+    config = {"max_batch_size": 16, "precision": "fp64", "warmup": False,
               "dynamic_batching": {"preferred_batch_size": [4, 8],
                                    "max_queue_delay_microseconds": 700, "priority_levels": 2,
                                    "default_priority_level": 1,
@@ -74,7 +74,7 @@ def test_a_full_configuration_reads_the_same_in_both_formats(tmp_path):
     add_model(tmp_path, "fromjson", config)
     add_model(tmp_path, "frompbtxt", None, text="""
 max_batch_size: 16
-precision: "fp32"
+precision: "fp64"
 warmup: false
 dynamic_batching {
   preferred_batch_size: [ 4, 8 ]
@@ -93,6 +93,6 @@ instance_group { count: 2 kind: KIND_CPU }
         for g in a["instance_group"] + b["instance_group"]:
             g.pop("name")
         assert a == b
-        assert a["max_batch_size"] == 16
+        assert a["max_batch_size"] == 16 and a["precision"] == "fp64"
         assert a["dynamic_batching"]["preferred_batch_size"] == [4, 8]
         assert a["dynamic_batching"]["default_queue_policy"]["timeout_action"] == "DELAY"

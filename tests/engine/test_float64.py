@@ -137,7 +137,9 @@ def classifier():
     consts = {"w1": randn(8, 3, 3, 3) * 0.3, "b1": randn(8), "s": RNG.random(8) + 0.5,
               "bn_b": randn(8), "m": randn(8) * 0.1, "v": RNG.random(8) + 0.5,
               "w2": randn(16, 8, 3, 3) * 0.2, "wf": randn(10, 16), "bf": randn(10)}
-    x = RNG.standard_normal((4, 3, 16, 16))
+    # Values float32 holds exactly, so that the model stored in float32 is the same model.
+    consts = {k: v.astype(np.float32).astype(np.float64) for k, v in consts.items()}
+    x = RNG.standard_normal((4, 3, 16, 16)).astype(np.float32).astype(np.float64)
     return make_model(nodes, {"x": x}, consts, outputs=[("y", np.float64)]), {"x": x}
 
 
@@ -156,3 +158,60 @@ def test_without_float64_kernels_the_cpu_runs_them():
     got, fell_back = run(model, feeds, env={"GPUSRV_OPENCL_FP64": "0"})
     assert {"Conv", "Gemm", "Softmax", "Tanh"} <= fell_back, fell_back
     np.testing.assert_allclose(got[0], reference(model, feeds)[0], rtol=1e-11, atol=1e-12)
+
+
+def as_float32(model):
+    """The same graph with every float64 tensor declared and stored as float32."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for t in m.graph.initializer:
+        if t.data_type == onnx.TensorProto.DOUBLE:
+            t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t).astype(np.float32),
+                                                    t.name))
+    for v in list(m.graph.input) + list(m.graph.output):
+        if v.type.tensor_type.elem_type == onnx.TensorProto.DOUBLE:
+            v.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return m
+
+
+def test_precision_fp64_computes_a_float32_model_in_double():
+    """`--precision fp64`: weights and tensors widened once, every op in
+    double, the float32 outputs handed back as float32. (x + 1e8) - 1e8 is 0
+    or 8 in float32 and x in double; the classifier matches the float64
+    reference to float32's last bit."""
+    x = np.linspace(-2, 2, 16).astype(np.float32).reshape(4, 4)
+    nodes = [helper.make_node("Add", ["x", "big"], ["a"]), helper.make_node("Sub", ["a", "big"], ["y"])]
+    model = make_model(nodes, {"x": x}, {"big": np.array(1e8, np.float32)})
+    (plain,), _ = run(model, {"x": x})
+    (wide,), fell_back = run_precision(model, {"x": x})
+    assert wide.dtype == np.float32
+    np.testing.assert_array_equal(wide, x)
+    assert not np.array_equal(plain, x)  # float32 itself loses x
+    model64, feeds64 = classifier()
+    model32 = as_float32(model64)
+    feeds32 = {"x": feeds64["x"].astype(np.float32)}
+    (got,), fell_back = run_precision(model32, feeds32)
+    want = ReferenceEvaluator(model64).run(None, {"x": feeds32["x"].astype(np.float64)})[0]
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=2e-7, atol=1e-9)
+    if DEVICE in KERNEL_DEVICES:
+        assert not fell_back, f"ran on the CPU instead of {DEVICE}: {sorted(fell_back)}"
+
+
+def run_precision(model, feeds):
+    names = [o.name for o in model.graph.output]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, feeds, d, extra=("--report", "--precision", "fp64"))
+        assert p.returncode == 0, p.stderr
+        out = load_outputs(d, names)
+    return [out[n] for n in names], cpu_fallback_ops(p.stdout)
+
+
+def test_a_bad_precision_is_refused_with_the_choices():
+    x = np.ones((2, 2), np.float32)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": x}), path)
+        p = run_gpusrv(path, {"x": x}, d, extra=("--precision", "fp128"))
+    assert p.returncode == 2 and "fp32, fp16, bf16 or fp64" in p.stderr, (p.returncode, p.stderr)
