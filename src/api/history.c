@@ -2,6 +2,7 @@
  * per device (history.h). */
 #include "api/history.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "hal/hal.h"
 
@@ -45,11 +46,6 @@ struct gs_history {
   pthread_t thread;
 };
 
-static double unix_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static sample read_device(gs_device_t *d, double now, health_seen *health) {
   gs_telemetry t;
@@ -87,7 +83,7 @@ static void note_health(gs_history *h, int d, const health_seen *now, double at)
 }
 
 static void take_samples(gs_history *h) {
-  double now = unix_now();
+  double now = gs_wall_s();
   int n = h->n_devices > 0 ? h->n_devices : 1;
   sample row[n];
   health_seen health[n];

@@ -5,6 +5,7 @@
 #include "api/jobs_json.h"
 #include "sched/holds.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/units.h"
 
@@ -492,7 +493,7 @@ static int reconcile_holds(gs_frontdesk *fd, const char *scheduler, const json_t
   if (rc == 0)
     rc = gs_holds_reconcile(gs_frontdesk_holds(fd), scheduler, live, (int)n,
                             as_of ? json_number_value(as_of)
-                                  : gs_holds_now() - GS_HOLDS_RECONCILE_GRACE_S);
+                                  : gs_wall_s() - GS_HOLDS_RECONCILE_GRACE_S);
   free(live);
   free(bufs);
   return rc;

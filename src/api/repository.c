@@ -102,13 +102,14 @@ static int share_of_cores(gs_device_t *const *chosen, int n, int i) {
 /* Whether `d` is held whole (its compute all booked: a job given the whole
  * device, or a Slurm job through its prolog); then a refusal naming the
  * holder is set. A served instance would share what its holder was given. */
-static bool held_whole(const gs_served_model *m, gs_device_t *d) {
-  char owner[192];
-  if (!m->ledger || !gs_ledger_held_whole(m->ledger, d, owner, sizeof owner))
-    return false;
-  gs_error(GS_EBUSY, "model %s: %s is held whole by %s", m->name, gs_device_get_info(d)->id,
-           owner);
-  return true;
+/* Whether device d is held whole, and by whom (owner, GS_LEDGER_OWNER_MAX bytes). */
+static bool held_whole(const gs_served_model *m, gs_device_t *d, char *owner) {
+  return m->ledger && gs_ledger_held_whole(m->ledger, d, owner, GS_LEDGER_OWNER_MAX);
+}
+
+static int refuse_held(const gs_served_model *m, gs_device_t *d, const char *owner) {
+  return gs_error(GS_EBUSY, "model %s: %s is held whole by %s", m->name,
+                  gs_device_get_info(d)->id, owner);
 }
 
 /* The instances the groups ask for, on the devices that match (all of a
@@ -119,6 +120,7 @@ static int make_instances(gs_served_model *m) {
   gs_device_t *chosen[GS_REPO_MAX_INSTANCES];
   int threads[GS_REPO_MAX_INSTANCES] = {0};
   int n = 0;
+  char owner[GS_LEDGER_OWNER_MAX];
   if (m->n_groups == 0)
     chosen[n++] = gs_hal_device(0);
   for (int gi = 0; gi < m->n_groups; gi++) {
@@ -131,23 +133,23 @@ static int make_instances(gs_served_model *m) {
                                                        : gs_hal_device_find(g->devices[i]);
         if (!d || !kind_matches(g->kind, d))
           return gs_error(GS_EINVAL, "instance_group: no %s device '%s' here", g->kind, g->devices[i]);
-        if (held_whole(m, d))
-          return GS_EBUSY;
+        if (held_whole(m, d, owner))
+          return refuse_held(m, d, owner);
         pool[np++] = d;
       }
     } else {
-      bool any_held = false;
+      gs_device_t *held = NULL; /* the last device of the kind held whole, by `owner` */
       for (int i = 0; i < gs_hal_device_count() && np < 64; i++) {
         gs_device_t *d = gs_hal_device(i);
         if (!kind_matches(g->kind, d))
           continue;
-        if (held_whole(m, d))
-          any_held = true;
+        if (held_whole(m, d, owner))
+          held = d;
         else
           pool[np++] = d;
       }
-      if (np == 0 && any_held)
-        return GS_EBUSY; /* the last holder's refusal says why */
+      if (np == 0 && held)
+        return refuse_held(m, held, owner);
     }
     if (np == 0)
       return gs_error(GS_EINVAL, "instance_group asks for %s, and this machine has no such device",

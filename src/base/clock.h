@@ -13,6 +13,14 @@ static inline uint64_t gs_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The wall clock in Unix seconds: for timestamps people and other programs
+ * read (job times, holds, history), never for measuring a span. */
+static inline double gs_wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static inline void gs_sleep_ns(uint64_t ns) {
   struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
   while (nanosleep(&ts, &ts) != 0) {

@@ -5,6 +5,7 @@
  * Jobs on several nodes go to Slurm (frontdesk_slurm.c). */
 #include "sched/frontdesk_internal.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/fileutil.h"
 #include "base/log.h"
@@ -39,11 +40,6 @@
 
 #define MAX_TIME_LIMIT_S (100LL * 366 * 86400)
 
-double gs_fd_wall_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 void gs_fd_wake(gs_frontdesk *fd) {
   uint64_t one = 1;
@@ -180,7 +176,7 @@ int gs_tenant_add(gs_frontdesk *fd, const gs_tenant *t, char *token, size_t cap)
   if (!t->unix_user[0])
     return gs_error(GS_EINVAL, "tenant '%s' needs a Unix user for its jobs (--user)", t->name);
   gs_tenant copy = *t;
-  copy.created = gs_fd_wall_now();
+  copy.created = gs_wall_s();
   pthread_mutex_lock(&fd->lock);
   int rc = gs_fd_find_tenant(fd, t->name)
                ? gs_error(GS_EEXIST, "tenant '%s' already exists", t->name)
@@ -519,7 +515,7 @@ static int launch(gs_frontdesk *fd, active_job *a) {
    * supervisor's pid file, instead of starting the job a second time. */
   j->pid = 0;
   j->pid_start = 0;
-  j->start_time = gs_fd_wall_now();
+  j->start_time = gs_wall_s();
   j->end_time = 0;
   j->exit_code = -1;
   j->signal = 0;
@@ -617,9 +613,9 @@ static bool settle(gs_frontdesk *fd, active_job *a) {
     ooms = (uint64_t)json_integer_value(json_object_get(ex, "oom_kills"));
     j->cpu_seconds += json_number_value(json_object_get(ex, "cpu_seconds"));
     double end = json_number_value(json_object_get(ex, "end_time"));
-    j->end_time = end > 0 ? end : gs_fd_wall_now();
+    j->end_time = end > 0 ? end : gs_wall_s();
   } else {
-    j->end_time = gs_fd_wall_now();
+    j->end_time = gs_wall_s();
   }
   double wall = j->end_time > j->start_time ? j->end_time - j->start_time : 0;
   double devices = j->need.gpus > 0 ? j->need.gpus : j->need.gpu_share / 100.0;
@@ -854,7 +850,7 @@ static void preempt_for_head(gs_frontdesk *fd, const gs_sched_free *free_now,
   if (!victim)
     return;
   if (gs_sched_victims(free_now, &fd->total, running, n_run, head, victim) > 0) {
-    double now = gs_fd_wall_now();
+    double now = gs_wall_s();
     for (int i = 0; i < n_run; i++) {
       active_job *a = victim[i] ? gs_fd_find_active(fd, running[i].id) : NULL;
       if (!a || a->job->pid <= 0)
@@ -909,7 +905,7 @@ static void schedule(gs_frontdesk *fd) {
   snapshot_free(fd, &free_now);
   gs_sched_free before = free_now;
   gs_sched_plan(&free_now, &fd->total, tenants, fd->n_tenants, running, n_run, pending, n_pend,
-                (int64_t)gs_fd_wall_now());
+                (int64_t)gs_wall_s());
   if (fd->set.preemption)
     preempt_for_head(fd, &before, running, n_run, pending, n_pend);
   for (int k = 0; k < n_pend; k++) {
@@ -935,7 +931,7 @@ static void schedule(gs_frontdesk *fd) {
     } else if (rc < 0) {
       gs_booking_release(j->booking);
       j->booking = NULL;
-      j->end_time = gs_fd_wall_now();
+      j->end_time = gs_wall_s();
       gs_fd_set_state(fd, j, GS_JOB_FAILED, gs_error_detail());
     }
   }
@@ -1004,7 +1000,7 @@ static void *scheduler_thread(void *arg) {
   double next_watch = 0, next_cleanup = 0, cleaned_until = 0;
   pthread_mutex_lock(&fd->lock);
   while (!fd->stop) {
-    double now = gs_fd_wall_now();
+    double now = gs_wall_s();
     bool write_failed = false;
     for (int i = 0; i < fd->n_active;) {
       active_job *a = &fd->active[i];
@@ -1270,7 +1266,7 @@ gs_job *gs_fd_new_job(const gs_principal *who, const gs_job_request *req) {
   j->requeue = req->requeue;
   j->state = GS_JOB_PENDING;
   j->exit_code = -1;
-  j->submit_time = gs_fd_wall_now();
+  j->submit_time = gs_wall_s();
   return j;
 }
 
@@ -1392,7 +1388,7 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
     pthread_mutex_unlock(&fd->lock);
     return gs_fd_cancel_in_slurm(fd, id); /* the lock is not held across slurmrestd's answer */
   } else if (a->job->state == GS_JOB_PENDING) {
-    a->job->end_time = gs_fd_wall_now();
+    a->job->end_time = gs_wall_s();
     if (gs_fd_set_state(fd, a->job, GS_JOB_CANCELLED, "cancelled while pending") == 0) {
       remove_active(fd, (int)(a - fd->active));
     } else { /* not on disk: a restart would run it; it stays PENDING, and says so */
@@ -1406,7 +1402,7 @@ int gs_job_cancel(gs_frontdesk *fd, const gs_principal *who, int64_t id) {
     }
   } else if (!a->job->cancel_requested) {
     a->job->cancel_requested = true;
-    a->job->term_sent_at = gs_fd_wall_now();
+    a->job->term_sent_at = gs_wall_s();
     signal_job(a, SIGTERM);
   }
   pthread_mutex_unlock(&fd->lock);
@@ -1512,7 +1508,7 @@ int gs_job_log_path(gs_frontdesk *fd, const gs_principal *who, int64_t id, const
   if (!visible)
     return gs_error(GS_EPERM, "job %lld belongs to another tenant", (long long)id);
   bool retention_passed = *ended && fd->set.job_retention_s > 0 && end_time > 0 &&
-                          end_time < gs_fd_wall_now() - (double)fd->set.job_retention_s;
+                          end_time < gs_wall_s() - (double)fd->set.job_retention_s;
   char dir[700];
   if (in_slurm)
     snprintf(dir, sizeof dir, "%s", slurm_log);

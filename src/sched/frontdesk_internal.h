@@ -71,7 +71,6 @@ typedef struct identity {
 
 /* ---- frontdesk.c -------------------------------------------------------------------------- */
 
-double gs_fd_wall_now(void);
 /* Wakes the scheduler thread for a pass. */
 void gs_fd_wake(gs_frontdesk *fd);
 /* With fd->lock held: the tenant named so, or NULL. */

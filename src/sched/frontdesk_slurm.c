@@ -4,6 +4,7 @@
  * cancelled with scancel, their logs Slurm's output files. */
 #include "sched/frontdesk_internal.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/fileutil.h"
 #include "base/log.h"
@@ -37,13 +38,13 @@ static void take_slurm_times(gs_job *j, gs_job_state state, const gs_slurm_statu
   bool ended = state != GS_JOB_PENDING && state != GS_JOB_RUNNING;
   bool ran = st->nodes[0] && st->start_time > 0;
   if (state == GS_JOB_RUNNING || (ended && ran)) {
-    j->start_time = st->start_time > 0 ? st->start_time : gs_fd_wall_now();
+    j->start_time = st->start_time > 0 ? st->start_time : gs_wall_s();
     j->runs = st->restarts + 1;
   } else if (state == GS_JOB_PENDING) {
     j->runs = st->restarts;
   }
   if (ended) {
-    j->end_time = st->end_time > 0 ? st->end_time : gs_fd_wall_now();
+    j->end_time = st->end_time > 0 ? st->end_time : gs_wall_s();
     j->exit_code = ran ? st->exit_code : -1;
     j->signal = ran ? st->signal : 0;
   }
@@ -86,7 +87,7 @@ static void apply_slurm_status(gs_frontdesk *fd, gs_job *j, const gs_slurm_statu
 static void slurm_job_unknown(gs_frontdesk *fd, gs_job *j) {
   if (++j->slurm_unknown < SLURM_UNKNOWN_LIMIT)
     return;
-  j->end_time = gs_fd_wall_now();
+  j->end_time = gs_wall_s();
   gs_fd_set_state(fd, j, GS_JOB_LOST, "Slurm no longer knows the job");
 }
 
@@ -155,7 +156,7 @@ void *gs_fd_slurm_follower(void *arg) {
     poll_slurm(fd);
     if (fd->stop)
       break;
-    double wait = gs_fd_wall_now() - fd->last_slurm_submit < SLURM_FRESH_S ? SLURM_POLL_FRESH_S
+    double wait = gs_wall_s() - fd->last_slurm_submit < SLURM_FRESH_S ? SLURM_POLL_FRESH_S
                                                                     : SLURM_POLL_S;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -170,7 +171,7 @@ void *gs_fd_slurm_follower(void *arg) {
 
 /* The follower, told to look soon (fd->lock held). */
 void gs_fd_follow_slurm_closely(gs_frontdesk *fd) {
-  fd->last_slurm_submit = gs_fd_wall_now();
+  fd->last_slurm_submit = gs_wall_s();
   pthread_cond_signal(&fd->slurm_cond);
 }
 

@@ -2,6 +2,7 @@
 #include "sched/holds.h"
 #include "sched/slurm_gpus.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/run.h"
@@ -35,11 +36,6 @@ struct gs_holds {
   int n, cap;
 };
 
-double gs_holds_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* ---- names -------------------------------------------------------------------------------- */
 
@@ -167,7 +163,7 @@ int gs_hold_book(gs_holds *h, const char *scheduler, const char *job, const char
       strlen(user) >= sizeof ((hold *)0)->user)
     return gs_error(GS_EINVAL, "a hold needs a user (under 64 bytes) and at most %d GPUs",
                     MAX_GPUS);
-  hold x = {.n_gpus = n_gpus, .booked_at = gs_holds_now()};
+  hold x = {.n_gpus = n_gpus, .booked_at = gs_wall_s()};
   snprintf(x.scheduler, sizeof x.scheduler, "%s", scheduler);
   snprintf(x.job, sizeof x.job, "%s", job);
   snprintf(x.user, sizeof x.user, "%s", user);
@@ -358,7 +354,7 @@ static void reconcile_slurm(gs_holds *h) {
     GS_LOGW("holds", "%s did not answer: the %d Slurm job holds are kept", h->squeue, held);
     return;
   }
-  if (gs_holds_reconcile(h, "slurm", (const char *const *)ids, n, gs_holds_now()) < 0)
+  if (gs_holds_reconcile(h, "slurm", (const char *const *)ids, n, gs_wall_s()) < 0)
     GS_LOGW("holds", "%s", gs_error_detail());
   for (int i = 0; i < n; i++)
     free(ids[i]);

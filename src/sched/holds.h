@@ -49,7 +49,5 @@ int gs_hold_release(gs_holds *h, const char *scheduler, const char *job);
  * when the file cannot be written (they are dropped all the same). */
 int gs_holds_reconcile(gs_holds *h, const char *scheduler, const char *const *live, int n_live,
                        double as_of);
-/* Now, in Unix seconds, as holds are stamped. */
-double gs_holds_now(void);
 
 #endif

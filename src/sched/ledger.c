@@ -23,7 +23,7 @@ struct gs_booking {
   int n_parts;
   gs_booking_part parts[GS_BOOKING_MAX_PARTS];
   device_account *accounts[GS_BOOKING_MAX_PARTS];
-  char owner[192];
+  char owner[GS_LEDGER_OWNER_MAX];
 };
 
 struct gs_ledger {

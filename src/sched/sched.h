@@ -37,6 +37,9 @@ void gs_ledger_on_release(gs_ledger *ledger, void (*fn)(void *arg), void *arg);
  * then unchanged. */
 int gs_booking_grow(gs_booking *booking, uint64_t bytes);
 
+/* The longest name of a booking's owner, with its terminating zero. */
+#define GS_LEDGER_OWNER_MAX 192
+
 /* One device's part of a booking: memory and a percentage of its compute. */
 typedef struct gs_booking_part {
   gs_device_t *device;

@@ -113,33 +113,48 @@ static bool made_or_there(int rc, const char *said) {
   return rc == 0 || (rc == 1 && strstr(said, "Nothing new added"));
 }
 
-/* The account with its shares, and the user's association in it. With the
- * lock held. */
+/* One sacctmgr step; `what` and `whom` name it in the refusal. *created
+ * (may be NULL) says whether it made something rather than finding it. */
+static int sacctmgr_step(const gs_slurm_accounts *a, const char *const *argv, const char *what,
+                         const char *whom, bool *created) {
+  char said[512], exit_code[32] = "";
+  int rc = run_sacctmgr(a, argv, said, sizeof said);
+  if (rc >= 0)
+    snprintf(exit_code, sizeof exit_code, " (exit %d)", rc);
+  if (!made_or_there(rc, said))
+    return gs_error(GS_EIO, "sacctmgr could not %s %s%s: %s", what, whom, exit_code,
+                    said[0] ? said : "no output");
+  if (created)
+    *created = rc == 0;
+  return GS_OK;
+}
+
+/* The account with its shares, and the user's association in it; for a
+ * pair made before by this daemon (made_before), only the new shares. An
+ * account made now has its shares already; one found there gets them set.
+ * With the lock held. */
 static int make_account(const gs_slurm_accounts *a, const char *account, const char *user,
-                        int shares) {
-  char fairshare[32], name[96], user_arg[96], account_arg[96], said[512];
+                        int shares, bool made_before) {
+  char fairshare[32], name[96], user_arg[96], account_arg[96], user_in[200];
   snprintf(fairshare, sizeof fairshare, "fairshare=%d", shares);
   snprintf(name, sizeof name, "name=%s", account);
   snprintf(user_arg, sizeof user_arg, "name=%s", user);
   snprintf(account_arg, sizeof account_arg, "account=%s", account);
+  snprintf(user_in, sizeof user_in, "%s to account %s", user, account);
   const char *add_account[] = {"add", "account", name, fairshare,
                                "description=gpusrv tenant account", "organization=gpusrv", NULL};
   const char *set_shares[] = {"modify", "account", "where", name, "set", fairshare, NULL};
   const char *add_user[] = {"add", "user", user_arg, account_arg, NULL};
-  const char *const *steps[] = {add_account, set_shares, add_user};
-  const char *what[] = {"create account", "set the shares of account", "add user"};
-  for (int i = 0; i < 3; i++) {
-    int rc = run_sacctmgr(a, steps[i], said, sizeof said);
-    char exit_code[32] = "";
-    if (rc >= 0)
-      snprintf(exit_code, sizeof exit_code, " (exit %d)", rc);
-    if (!made_or_there(rc, said))
-      return gs_error(GS_EIO, "sacctmgr could not %s %s%s%s%s: %s", what[i],
-                      i == 2 ? user : account, i == 2 ? " to account " : "",
-                      i == 2 ? account : "", exit_code, said[0] ? said : "no output");
-  }
-  GS_LOGI("slurm", "account %s (fair-share shares %d) holds user %s", account, shares, user);
-  return GS_OK;
+  bool created = false;
+  int rc = made_before ? GS_OK
+                       : sacctmgr_step(a, add_account, "create account", account, &created);
+  if (rc == 0 && !created)
+    rc = sacctmgr_step(a, set_shares, "set the shares of account", account, NULL);
+  if (rc == 0 && !made_before)
+    rc = sacctmgr_step(a, add_user, "add user", user_in, NULL);
+  if (rc == 0)
+    GS_LOGI("slurm", "account %s (fair-share shares %d) holds user %s", account, shares, user);
+  return rc;
 }
 
 int gs_slurm_account_for(gs_slurm_accounts *a, const char *tenant, const char *user,
@@ -164,7 +179,7 @@ int gs_slurm_account_for(gs_slurm_accounts *a, const char *tenant, const char *u
       m = &a->made[i];
   int rc = GS_OK;
   if (!m || m->shares != shares)
-    rc = make_account(a, out, user, shares);
+    rc = make_account(a, out, user, shares, m != NULL);
   if (rc == 0 && !m && a->n_made < MAX_MADE)
     m = &a->made[a->n_made++];
   if (rc == 0 && m) {

@@ -162,6 +162,17 @@ def test_a_model_instance_is_not_given_a_gpu_slurm_holds(tmp_path, fake_slurm):
         assert status == 200, body
 
 
+def test_a_model_is_refused_when_slurm_holds_every_gpu_of_its_kind(tmp_path, fake_slurm):
+    _, env = fake_slurm
+    with daemon(tmp_path, env=env) as d:
+        assert hook(d, "prolog", job=302, gpus="0,1").returncode == 0
+        relu_model(d.repo, "anygpu", {"max_batch_size": 4, "instance_group": [
+            {"count": 1, "kind": "KIND_GPU"}]})
+        status, body = d.request("POST", "/v2/repository/models/anygpu/load", {}, d.admin)
+        assert status == 400, (status, body)
+        assert "model anygpu: fakegpu1 is held whole by slurm job 302 (alice)" in body["error"]
+
+
 def test_bookings_survive_a_restart_and_follow_slurms_list(tmp_path, fake_slurm):
     jobs, env = fake_slurm
     with daemon(tmp_path, env=env) as d:

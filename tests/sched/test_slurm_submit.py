@@ -400,7 +400,7 @@ def fake_sacctmgr(tmp_path, fail=""):
     tool.write_text("#!/bin/sh\n"
                     f'echo "$*" >> "{calls}"\n'
                     + (f'echo "{fail}"; exit 1\n' if fail else "")
-                    + f'case "$*" in *" add "*) if grep -qxF "$*" "{seen}" 2>/dev/null; then\n'
+                    + f'case "$*" in *" add "*) if grep -qxF -e "$*" "{seen}" 2>/dev/null; then\n'
                     f'  echo " Nothing new added."; exit 1; fi; echo "$*" >> "{seen}";; esac\n'
                     'echo " Done"\n')
     tool.chmod(0o755)
@@ -417,10 +417,10 @@ def test_accounts_are_made_once_per_tenant_with_their_weight_as_shares(tmp_path,
                for _ in range(2)]
         # Slurm keeps names in lower case: the account is sent so.
         assert [body["job"]["account"] for _, body in slurm.submitted] == ["physics"] * 2
+        # An account made now has its shares: no modify.
         assert calls.read_text().splitlines() == [
             "-i add account name=physics fairshare=50 description=gpusrv tenant account "
             "organization=gpusrv",
-            "-i modify account where name=physics set fairshare=50",
             f"-i add user name={user} account=physics"]
         # The same tenant with another weight: the shares are set again.
         for job_id in ids:
@@ -429,11 +429,27 @@ def test_accounts_are_made_once_per_tenant_with_their_weight_as_shares(tmp_path,
         d.cli("tenant", "remove", "Bob")
         token = d.cli("tenant", "add", "Bob", "--user", user, "--weight", "3").stdout.strip()
         d.cli("submit", "--nodes", "2", "--", "true", token=token)
-        assert calls.read_text().splitlines()[3:] == [
-            "-i add account name=physics fairshare=300 description=gpusrv tenant account "
+        assert calls.read_text().splitlines()[2:] == [
+            "-i modify account where name=physics set fairshare=300"]
+
+
+def test_an_account_slurm_has_already_gets_the_tenants_shares(tmp_path, slurm):
+    """An account made before (by an admin, or by this daemon before a
+    restart): sacctmgr says "Nothing new added", and the shares are set."""
+    env, calls = fake_sacctmgr(tmp_path)
+    (tmp_path / "sacctmgr-seen").write_text(
+        "-i add account name=dana fairshare=100 description=gpusrv tenant account "
+        "organization=gpusrv\n")
+    with daemon(tmp_path, "--slurm-rest-url", slurm.url, "--slurm-jwt-key", slurm.key_path,
+                "--slurm-create-accounts", env=env) as d:
+        user = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
+        token = d.cli("tenant", "add", "dana", "--user", user).stdout.strip()
+        d.cli("submit", "--nodes", "2", "--", "true", token=token)
+        assert calls.read_text().splitlines() == [
+            "-i add account name=dana fairshare=100 description=gpusrv tenant account "
             "organization=gpusrv",
-            "-i modify account where name=physics set fairshare=300",
-            f"-i add user name={user} account=physics"]
+            "-i modify account where name=dana set fairshare=100",
+            f"-i add user name={user} account=dana"]
 
 
 @pytest.mark.parametrize("args, fail, status, message", [
