@@ -1,5 +1,5 @@
 /* models.c - `gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] [--device ID]
- * [--threads T] [--profile]`:
+ * [--threads T] [--precision P] [--profile]`:
  * runs a model through gpusrv's engine (on the first device, or ID) on
  * random inputs and prints one JSON
  * line with the latency percentiles and throughput of whole runs (input
@@ -65,7 +65,7 @@ static void print_profile(gs_plan *plan) {
 }
 
 int main(int argc, char **argv) {
-  const char *path = NULL, *device_id = NULL;
+  const char *path = NULL, *device_id = NULL, *precision = "fp32";
   int batch = 1, iters = 200, threads = 0;
   bool profile = false;
   double seconds = 3.0;
@@ -82,11 +82,13 @@ int main(int argc, char **argv) {
       profile = true;
     else if (!strcmp(argv[i], "--device") && i + 1 < argc)
       device_id = argv[++i];
+    else if (!strcmp(argv[i], "--precision") && i + 1 < argc)
+      precision = argv[++i];
     else if (argv[i][0] != '-' && !path)
       path = argv[i];
     else {
       fprintf(stderr, "usage: gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] "
-                      "[--device ID] [--threads T] [--profile]\n");
+                      "[--device ID] [--threads T] [--precision P] [--profile]\n");
       return 2;
     }
   }
@@ -112,6 +114,10 @@ int main(int argc, char **argv) {
       shapes[i].dims[d] = m->inputs[i].dims[d] >= 0 ? m->inputs[i].dims[d] : batch;
   }
   gs_plan_options po = {.threads = threads};
+  if (!gs_precision_from_name(precision, &po.precision)) {
+    fprintf(stderr, "gs-bench-models: no precision %s\n", precision);
+    return 2;
+  }
   for (int d = 0; device_id && d < gs_hal_device_count(); d++)
     if (!strcmp(gs_device_get_info(gs_hal_device(d))->id, device_id))
       po.device = gs_hal_device(d);

@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,34 +120,49 @@ static void im2col(const geom *g, const double *x, int64_t channels, double *col
         }
 }
 
-/* Per image and group: the windows' columns, one dgemm of the group's
- * weights [M/g, C/g K] by them, then the bias and activation. */
+/* (image, group) pairs [lo, hi) of a convolution: the windows' columns,
+ * one dgemm of the group's weights [M/g, C/g K] by them, then the bias. */
+static int conv_pairs(const gs_op_call *c, double *const *p, const geom *g, int64_t lo,
+                      int64_t hi) {
+  const gs_conv_attrs *a = c->attrs;
+  int64_t cin = c->in[0].shape.dims[1], cout = c->out[0].shape.dims[1];
+  int64_t cin_g = cin / a->group, cout_g = cout / a->group, kk = cin_g * g->k_size;
+  size_t col_values = (size_t)(kk * g->out_size);
+  double *cols = malloc(sizeof(double) * (col_values ? col_values : 1));
+  if (!cols)
+    return GS_ENOMEM;
+  const double *bias = a->has_bias ? p[2] : NULL;
+  for (int64_t pair = lo; pair < hi; pair++) {
+    int64_t n = pair / a->group, grp = pair % a->group;
+    double *yg = p[c->n_in] + (n * cout + grp * cout_g) * g->out_size;
+    im2col(g, p[0] + (n * cin + grp * cin_g) * g->in_size, cin_g, cols);
+    dgemm(false, false, cout_g, g->out_size, kk, 1.0, p[1] + grp * cout_g * kk, kk, cols,
+          g->out_size, 0.0, yg, g->out_size);
+    for (int64_t o = 0; bias && o < cout_g; o++)
+      for (int64_t i = 0; i < g->out_size; i++)
+        yg[o * g->out_size + i] += bias[grp * cout_g + o];
+  }
+  free(cols);
+  return GS_OK;
+}
+
+/* Pairs of (image, group) spread over the threads, each with its own
+ * columns; a pair big enough alone splits its dgemm's rows instead. */
 int gs__conv_f64(const gs_op_call *c, double *const *p) {
   const gs_conv_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   geom g;
   make_geom(&g, a->spatial, xs->dims + 2, ys->dims + 2, a->kernel, a->stride, a->dilation,
             a->pad_begin);
-  int64_t batch = xs->dims[0], cin = xs->dims[1], cout = ys->dims[1];
-  int64_t cin_g = cin / a->group, cout_g = cout / a->group, kk = cin_g * g.k_size;
-  size_t col_values = (size_t)(kk * g.out_size);
-  double *cols = malloc(sizeof(double) * (col_values ? col_values : 1));
-  if (!cols)
+  int64_t pairs = xs->dims[0] * a->group;
+  double flops = 2.0 * (double)(ys->dims[1] / a->group) * (double)g.out_size *
+                 (double)(xs->dims[1] / a->group * g.k_size);
+  atomic_int failed = 0;
+  GS_PARALLEL_RANGES(pairs, (int64_t)(GS_PARALLEL_MIN_FLOPS / (flops + 1)) + 1, lo, hi,
+                     if (conv_pairs(c, p, &g, lo, hi) < 0) failed = 1);
+  if (failed)
     return gs_error(GS_ENOMEM, "out of memory for the im2col buffer of node %s", c->node_name);
-  const double *bias = a->has_bias ? p[2] : NULL;
-  double *y = p[c->n_in];
-  for (int64_t n = 0; n < batch; n++)
-    for (int64_t grp = 0; grp < a->group; grp++) {
-      double *yg = y + (n * cout + grp * cout_g) * g.out_size;
-      im2col(&g, p[0] + (n * cin + grp * cin_g) * g.in_size, cin_g, cols);
-      dgemm(false, false, cout_g, g.out_size, kk, 1.0, p[1] + grp * cout_g * kk, kk, cols,
-            g.out_size, 0.0, yg, g.out_size);
-      for (int64_t o = 0; bias && o < cout_g; o++)
-        for (int64_t i = 0; i < g.out_size; i++)
-          yg[o * g.out_size + i] += bias[grp * cout_g + o];
-    }
-  activate(a->act, a->act_lo, a->act_hi, y, gs_shape_numel(ys));
-  free(cols);
+  activate(a->act, a->act_lo, a->act_hi, p[c->n_in], gs_shape_numel(ys));
   return 0;
 }
 
