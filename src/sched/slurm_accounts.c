@@ -108,9 +108,11 @@ static int run_sacctmgr(const gs_slurm_accounts *a, const char *const *args, cha
   return rc;
 }
 
-/* sacctmgr exits 1 with "Nothing new added." for what exists already. */
+/* sacctmgr exits 1 with "Nothing new added." for what exists already, and
+ * with "Nothing modified" for shares set to what they are. */
 static bool made_or_there(int rc, const char *said) {
-  return rc == 0 || (rc == 1 && strstr(said, "Nothing new added"));
+  return rc == 0 ||
+         (rc == 1 && (strstr(said, "Nothing new added") || strstr(said, "Nothing modified")));
 }
 
 /* One sacctmgr step; `what` and `whom` name it in the refusal. *created

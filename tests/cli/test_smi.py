@@ -349,12 +349,17 @@ def test_opencl_kernels_are_cached_on_disk(tmp_path):
     doc = smi_json(env=env)
     if "opencl0" not in [d["id"] for d in doc["devices"]]:
         pytest.skip("no OpenCL device here")
-    entries = list((tmp_path / "cache").glob("opencl-*.bin"))
-    assert len(entries) == 1 and entries[0].stat().st_size > 1000
+    # Two programs: the kernels in float32, and in float64 (PoCL has cl_khr_fp64).
+    entries = sorted((tmp_path / "cache").glob("opencl-*.bin"))
+    assert len(entries) == 2 and all(e.stat().st_size > 1000 for e in entries)
     assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]  # from the cache
     entries[0].write_bytes(b"not a program")
     assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]  # rebuilt
     assert entries[0].stat().st_size > 1000
+    # Without the float64 program (GPUSRV_OPENCL_FP64=0), one.
+    env.update(GPUSRV_CACHE_DIR=str(tmp_path / "cache32"), GPUSRV_OPENCL_FP64="0")
+    assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]
+    assert len(list((tmp_path / "cache32").glob("opencl-*.bin"))) == 1
 
 
 def test_opencl_telemetry_is_memory_only():

@@ -54,6 +54,9 @@ CASES = {
                            {"x": X4}, {"s": randn(7, 7), "b": randn(7, 7)}),
     "Softmax": (helper.make_node("Softmax", ["x"], ["y"], axis=1), {"x": X4}, {}),
     "LogSoftmax": (helper.make_node("LogSoftmax", ["x"], ["y"]), {"x": X4}, {}),
+    # Divided by 3 exactly: float32's 1/3 would be 3e-8 off.
+    "Mean": (helper.make_node("Mean", ["a", "b", "c"], ["y"]),
+             {"a": randn(4, 9), "b": randn(4, 9), "c": randn(1, 9)}, {}),
     # Rows of 64 and more: on a GPU (and on opencl0 under GPUSRV_ROW_GROUPS=1,
     # as ctest runs it) a work-group reduces each row.
     "Softmax rows": (helper.make_node("Softmax", ["x"], ["y"]), {"x": randn(3, 300)}, {}),
@@ -158,6 +161,15 @@ def test_without_float64_kernels_the_cpu_runs_them():
     got, fell_back = run(model, feeds, env={"GPUSRV_OPENCL_FP64": "0"})
     assert {"Conv", "Gemm", "Softmax", "Tanh"} <= fell_back, fell_back
     np.testing.assert_allclose(got[0], reference(model, feeds)[0], rtol=1e-11, atol=1e-12)
+    # Ops that only move elements need no fp64: they stay on the device.
+    x = randn(3, 5)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+             helper.make_node("Concat", ["t", "t"], ["c"], axis=0),
+             helper.make_node("Exp", ["c"], ["y"])]
+    model = make_model(nodes, {"x": x}, outputs=[("y", np.float64)])
+    (got,), fell_back = run(model, {"x": x}, env={"GPUSRV_OPENCL_FP64": "0"})
+    assert fell_back == {"Exp"}, fell_back
+    np.testing.assert_allclose(got, np.exp(np.concatenate([x.T, x.T])), rtol=1e-15)
 
 
 def as_float32(model):

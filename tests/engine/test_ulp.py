@@ -25,3 +25,21 @@ def test_within_the_documented_ulps(op, dtype):
     bound = BOUNDS[device][op][0 if dtype == np.float32 else 1]
     err, at = ulp.measure(op, dtype, device)
     assert err <= bound, f"{op} {np.dtype(dtype).name}: {err:.3g} ULP at {at!r}, stated {bound}"
+
+
+# CumSum, Einsum and Det in ULPs of the sum of their terms' magnitudes
+# (tests/engine/ulp.py's SUM_OPS), (float32, float64); the same on opencl0,
+# whose CumSum compensates its sums as the CPU's does (Einsum and Det run
+# on the CPU there).
+SUM_BOUNDS = {"CumSum": (1, 1), "Einsum": (1, 1), "Det": (1, 4)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ulp.SUM_OPS)
+def test_sums_within_the_documented_ulps(op, dtype):
+    device = DEVICE or "cpu0"
+    if device not in BOUNDS:
+        pytest.skip(f"no bounds stated for {device} (docs/precision.md)")
+    bound = SUM_BOUNDS[op][0 if dtype == np.float32 else 1]
+    err = ulp.SUM_MEASURES[op](dtype, device)
+    assert err <= bound, f"{op} {np.dtype(dtype).name}: {err:.3g} ULP of sum |terms|, stated {bound}"

@@ -6,7 +6,9 @@ tests/engine/test_ulp.py and as a tool:
 prints the largest error of each function, float32 and float64, over a grid
 that holds ±0, subnormals, the extremes, ±inf and NaN besides a spread of
 ordinary values. The reference is mpmath at 50 digits, rounded once to the
-type: 0.5 ULP is the best a function can do."""
+type: 0.5 ULP is the best a function can do. CumSum, Einsum and Det are
+sums that can cancel: their error is counted in ULPs of the sum of the
+terms' magnitudes (see SUM_OPS)."""
 import math
 import os
 import sys
@@ -128,6 +130,89 @@ def run_op(op, feeds, device=None):
 
 OPS = list(UNARY) + ["Pow"]
 
+# ---- sums of products ---------------------------------------------------------------------
+# CumSum, Einsum and Det add terms that may cancel, so their error is set
+# against what summation's rounding scales with, the sum of the terms'
+# magnitudes: |got - exact| in ULPs of sum |terms| (for Det, the terms of
+# the Leibniz expansion: the permanent of |A|). The exact value is mpmath's
+# at 50 digits, which holds these sums of float64 products exactly.
+SUM_OPS = ["CumSum", "Einsum", "Det"]
+
+
+def scaled_ulps(got, exact, scale, dtype):
+    """|got - exact| / spacing(scale), elementwise, over finite results."""
+    spacing = np.abs(np.spacing(np.maximum(scale, np.finfo(dtype).tiny).astype(dtype)))
+    return np.abs(got.astype(np.float64) - exact) / spacing.astype(np.float64)
+
+
+def run_node(node, feeds, consts, dtype, device):
+    model = make_model([node], feeds, consts, outputs=[("y", dtype)])
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(model, path)
+        p = run_gpusrv(path, feeds, d, extra=("--device", device) if device else ())
+        assert p.returncode == 0, p.stderr
+        return load_outputs(d, ["y"])["y"]
+
+
+def magnitudes(rng, shape):
+    """Values of both signs over six decades, so that sums cancel."""
+    return rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)
+
+
+def measure_cumsum(dtype, device=None):
+    x = magnitudes(np.random.default_rng(21), (8, 2048)).astype(dtype)
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"])
+    got = run_node(node, {"x": x}, {"axis": np.array(1, np.int64)}, dtype, device)
+    exact = np.empty(x.shape)
+    for r in range(x.shape[0]):
+        acc = mpmath.mpf(0)
+        for j, v in enumerate(x[r].astype(np.float64)):
+            acc += mpmath.mpf(v)
+            exact[r, j] = float(acc)
+    scale = np.cumsum(np.abs(x.astype(np.float64)), axis=1)
+    return float(scaled_ulps(got, exact, scale, dtype).max())
+
+
+def measure_einsum(dtype, device=None):
+    rng = np.random.default_rng(22)
+    a, b = magnitudes(rng, (12, 256)).astype(dtype), magnitudes(rng, (256, 10)).astype(dtype)
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], equation="ij,jk->ik")
+    got = run_node(node, {"a": a, "b": b}, {}, dtype, device)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    exact = np.array([[float(mpmath.fsum(mpmath.mpf(u) * mpmath.mpf(v) for u, v in
+                                         zip(a64[i], b64[:, k]))) for k in range(b.shape[1])]
+                      for i in range(a.shape[0])])
+    return float(scaled_ulps(got, exact, np.abs(a64) @ np.abs(b64), dtype).max())
+
+
+def permanent(m):
+    """Sum over permutations of the products of m's entries (small n only)."""
+    import itertools
+    n = m.shape[0]
+    return sum(np.prod([m[i, p[i]] for i in range(n)]) for p in itertools.permutations(range(n)))
+
+
+def measure_det(dtype, device=None):
+    """Random matrices of 2 to 5 rows, and nearly singular ones (a row close
+    to a combination of the others), where the determinant cancels most."""
+    rng = np.random.default_rng(23)
+    worst = 0.0
+    for n in range(2, 6):
+        mats = magnitudes(rng, (40, n, n))
+        for m in mats[20:]:
+            m[-1] = m[:-1].T @ rng.standard_normal(n - 1) + 1e-6 * m[-1]
+        mats = mats.astype(dtype)
+        got = run_node(helper.make_node("Det", ["x"], ["y"]), {"x": mats}, {}, dtype, device)
+        m64 = mats.astype(np.float64)
+        exact = np.array([float(mpmath.det(mpmath.matrix(m.tolist()))) for m in m64])
+        scale = np.array([permanent(np.abs(m)) for m in m64])
+        worst = max(worst, float(scaled_ulps(got, exact, scale, dtype).max()))
+    return worst
+
+
+SUM_MEASURES = {"CumSum": measure_cumsum, "Einsum": measure_einsum, "Det": measure_det}
+
 
 def measure(op, dtype, device=None):
     """(largest error in ULPs from the correctly rounded result, the input
@@ -150,6 +235,10 @@ def main(argv):
         for dtype in (np.float32, np.float64):
             e, at = measure(op, dtype, device)
             row.append(f"{np.dtype(dtype).name} {e:10.3g} ULP (at {at:.6g})")
+        print(f"{op:6s} " + "   ".join(row))
+    for op in SUM_OPS:
+        row = [f"{np.dtype(t).name} {SUM_MEASURES[op](t, device):10.3g} ULP of sum |terms|"
+               for t in (np.float32, np.float64)]
         print(f"{op:6s} " + "   ".join(row))
 
 

@@ -68,7 +68,7 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
     params[at++] = (void *)&zero;
   }
   const gs_op_call *call = gs_launch_call(l->a->params, l->a->params_size);
-  bool f64 = call && gs_devops_needs_f64(call); /* from the float64 module */
+  bool f64 = call && gs_devops_needs_f64(l->k->dop, call); /* from the float64 module */
   return gs__cu_launch_1d(l->s, f64 ? l->s->d->ops64[kernel] : l->s->d->ops[kernel], n, params);
 }
 

@@ -22,14 +22,17 @@ const char *const gs_devk_names[GS_DK_COUNT] = {
 };
 
 
-bool gs_devops_needs_f64(const gs_op_call *c) {
-  for (int i = 0; i < c->n_in; i++)
-    if (c->in[i].dtype == GS_DT_FLOAT64)
-      return true;
-  for (int i = 0; i < c->n_out; i++)
-    if (c->out[i].dtype == GS_DT_FLOAT64)
-      return true;
-  return false;
+/* The ops that only move elements, by their size: their kernels are the
+ * same in both programs, so float64 data needs no fp64. */
+static bool moves_only(const gs_devop *op);
+
+bool gs_devops_needs_f64(const gs_devop *op, const gs_op_call *c) {
+  /* The data (input 0) or the result: Cast's and OneHot's float64 is the
+   * output; a float64 operand beside other data (Resize's roi, Dropout's
+   * ratio) is never read by the kernel. */
+  bool f64 = (c->n_in > 0 && c->in[0].dtype == GS_DT_FLOAT64) ||
+             (c->n_out > 0 && c->out[0].dtype == GS_DT_FLOAT64);
+  return f64 && !moves_only(op);
 }
 
 /* op_kernels.h's structures, field for field (longs as int64_t). */
@@ -97,7 +100,7 @@ int gs__devops_copy_walk(const gs_devops_target *t, int x, int y, size_t size, d
 }
 
 static int relu(const gs_devops_target *t, int y, int64_t n, gs_dtype dt);
-static int scale(const gs_devops_target *t, int y, int64_t n, float factor, gs_dtype dt);
+static int divide(const gs_devops_target *t, int y, int64_t n, float divisor, gs_dtype dt);
 
 /* devops' own variants of the binary family, never passed to a kernel:
  * Sum and Mean, folded with BINARY_ADD. */
@@ -265,8 +268,7 @@ static int run_binary(const gs_devop *op, const gs_devops_target *t) {
   for (int i = 2; rc == 0 && i < c->n_in; i++)
     rc = binary_step(t, code, c->n_in, &c->out[0].shape, i, &c->in[i].shape);
   if (rc == 0 && op->variant == BINARY_MEAN_ALL && c->n_in > 1)
-    rc = scale(t, c->n_in, gs_launch_numel(&c->out[0].shape), 1.0f / (float)c->n_in,
-               c->out[0].dtype);
+    rc = divide(t, c->n_in, gs_launch_numel(&c->out[0].shape), (float)c->n_in, c->out[0].dtype);
   return rc;
 }
 
@@ -1014,10 +1016,12 @@ static bool global_pool_supports(const gs_devop *op, const gs_op_call *c) {
   return fp_supports(op, c) && c->in[0].shape.rank >= 2 && c->in[0].shape.rank <= 8 && a->lp <= 2;
 }
 
+/* Not float64: the kernel's geometry holds the scales as float32, which
+ * would move float64's sample points. */
 static bool resize_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;
   return c->attrs && ((const gs_resize_attrs *)c->attrs)->device_ok && c->n_out == 1 &&
-         is_float(c->in[0].dtype) &&
+         is_float(c->in[0].dtype) && c->in[0].dtype != GS_DT_FLOAT64 &&
          c->out[0].dtype == c->in[0].dtype && c->in[0].shape.rank <= 8;
 }
 
@@ -1167,8 +1171,10 @@ static int relu(const gs_devops_target *t, int y, int64_t n, gs_dtype dt) {
   return unary_in_place(t, y, n, dt, UNARY_RELU, 0.0f);
 }
 
-static int scale(const gs_devops_target *t, int y, int64_t n, float factor, gs_dtype dt) {
-  return unary_in_place(t, y, n, dt, UNARY_SCALE, factor);
+/* y / divisor: Mean's count, a whole number float32 holds exactly, so that
+ * float64's mean is not rounded to float32's 1/n. */
+static int divide(const gs_devops_target *t, int y, int64_t n, float divisor, gs_dtype dt) {
+  return unary_in_place(t, y, n, dt, UNARY_DIVIDE, divisor);
 }
 
 /* ---- failures ------------------------------------------------------------------------------------ */
@@ -1208,6 +1214,18 @@ int gs_devops_tags_error(gs_devops_tags *tags, const gs_devops_status *st) {
 }
 
 /* ---- the table ------------------------------------------------------------------------------------ */
+
+static bool moves_only(const gs_devop *op) {
+  static int (*const moving[])(const gs_devop *, const gs_devops_target *) = {
+      run_where, run_copy, run_transpose, run_expand, run_slice, run_concat, run_split,
+      run_gather, run_pad, run_constant_of_shape, run_shape, gs__devops_run_trilu,
+      gs__devops_run_tile, gs__devops_run_depth_to_space, gs__devops_run_space_to_depth,
+      gs__devops_run_gather_elements, gs__devops_run_gather_nd, gs__devops_run_one_hot};
+  for (size_t i = 0; i < sizeof moving / sizeof moving[0]; i++)
+    if (op->run == moving[i])
+      return true;
+  return false;
+}
 
 static const gs_devop ops[] = {
     {"Relu", UNARY_RELU, unary_supports, run_unary},

@@ -142,11 +142,12 @@ typedef struct gs_devop {
   int (*run)(const struct gs_devop *op, const gs_devops_target *t);
 } gs_devop;
 
-/* Whether a launch of this call takes its kernels from the device's float64
- * program (op_kernels.h built with GS_REAL_F64 defined): any operand is
- * float64. A backend without that program for the device does not run the
- * call (the plan runs it on the CPU). */
-bool gs_devops_needs_f64(const gs_op_call *c);
+/* Whether a launch of op's call takes its kernels from the device's float64
+ * program (op_kernels.h built with GS_REAL_F64 defined): its data or result
+ * is float64 and the op computes on it (ops that only move elements do not).
+ * A backend without that program for the device does not run the call (the
+ * plan runs it on the CPU). */
+bool gs_devops_needs_f64(const gs_devop *op, const gs_op_call *c);
 
 /* How many ops devops may register: a backend keeps an array of this many. */
 #define GS_DEVOPS_MAX 192

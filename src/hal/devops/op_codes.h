@@ -52,6 +52,7 @@
 #define UNARY_SCALE 38       /* times alpha: Mean's last step */
 #define UNARY_BITNOT 39      /* integers only */
 #define UNARY_SWISH 40       /* x sigmoid(alpha x) */
+#define UNARY_DIVIDE 41      /* by alpha: Mean's last step, exact for float64 too */
 
 #define BINARY_ADD 0
 #define BINARY_SUB 1

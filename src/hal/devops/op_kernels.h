@@ -124,6 +124,7 @@ DEVFN real unary_apply(int op, real v, float alpha, float beta) {
   case UNARY_THRESHOLDED: return v > alpha ? v : 0.0f;
   case UNARY_SHRINK: return v < -alpha ? v + beta : v > alpha ? v - beta : 0.0f;
   case UNARY_SCALE: return v * alpha;
+  case UNARY_DIVIDE: return v / alpha;
   case UNARY_SWISH: return v / (1.0f + exp(-alpha * v));
   default: return fabs(v);
   }
@@ -689,24 +690,6 @@ KERNEL range_f32(GLOBAL float *y, ulong yo, ulong n, float start, float delta) {
   }
 }
 
-/* CumSum in float32 or float16, accumulated in float32. */
-KERNEL cumsum_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong outer,
-                 ulong len, ulong inner, int exclusive, int reverse, int fp16) {
-  FOR_EACH(id, outer * inner) {
-    ulong o = id / inner, in = id % inner;
-    real acc = 0.0f;
-    for (ulong j = 0; j < len; j++) {
-      ulong at = (o * len + (reverse ? len - 1 - j : j)) * inner + in;
-      real v = ldf(x, xo + at, fp16);
-      if (!exclusive)
-        acc += v;
-      stf(y, yo + at, acc, fp16);
-      if (exclusive)
-        acc += v;
-    }
-  }
-}
-
 DEFINE_GATHER(b8, uchar)
 DEFINE_GATHER(b16, ushort)
 DEFINE_GATHER(b32, uint)
@@ -786,6 +769,25 @@ DEVFN real sum_step(real acc, real term, real *comp) {
   if (isfinite(t)) /* past an infinity, inf - inf would make the correction NaN */
     *comp += fabs(acc) >= fabs(term) ? (acc - t) + term : (term - t) + acc;
   return t;
+}
+
+/* CumSum in the float kernels' type (float16 in float32), each running
+ * sum compensated (sum_step). */
+KERNEL cumsum_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong outer,
+                 ulong len, ulong inner, int exclusive, int reverse, int fp16) {
+  FOR_EACH(id, outer * inner) {
+    ulong o = id / inner, in = id % inner;
+    real acc = 0.0f, comp = 0.0f;
+    for (ulong j = 0; j < len; j++) {
+      ulong at = (o * len + (reverse ? len - 1 - j : j)) * inner + in;
+      real v = ldf(x, xo + at, fp16);
+      if (!exclusive)
+        acc = sum_step(acc, v, &comp);
+      stf(y, yo + at, isfinite(acc) ? acc + comp : acc, fp16);
+      if (exclusive)
+        acc = sum_step(acc, v, &comp);
+    }
+  }
 }
 
 /* One element into a reduction's accumulator, compensated where it adds. */

@@ -379,11 +379,17 @@ static int build_program64(ocl_device *d, const char *dev_name) {
   return rc;
 }
 
-static int build_kernels(ocl_device *d, const char *dev_name, bool fp64) {
+/* The kernels; the float64 program where fp64 is set and it builds (a
+ * driver that names cl_khr_fp64 but cannot build it loses float64 only:
+ * *fp64 is cleared). */
+static int build_kernels(ocl_device *d, const char *dev_name, bool *fp64) {
   cl_int err;
   int rc = gs__ocl_build_program(d, dev_name, gs_opencl_kernels_source, &d->program);
-  if (rc == 0 && fp64)
-    rc = build_program64(d, dev_name);
+  if (rc == 0 && *fp64 && build_program64(d, dev_name) < 0) {
+    GS_LOGW("opencl", "%s: no float64 kernels, float64 runs on the CPU: %s", dev_name,
+            gs_error_detail());
+    *fp64 = false;
+  }
   if (rc < 0)
     return rc;
   d->axpy = clCreateKernel(d->program, "axpy_f32", &err);
@@ -450,7 +456,7 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
   const char *fp64_env = getenv("GPUSRV_OPENCL_FP64");
   bool fp64 = strstr(ext, "cl_khr_fp64") && !(fp64_env && strcmp(fp64_env, "0") == 0);
   if (rc == 0)
-    rc = build_kernels(d, info.name, fp64);
+    rc = build_kernels(d, info.name, &fp64);
   if (rc == 0 && !fp64)
     gs__ocl_every_device_fp64 = false;
   d->align = align_bits >= 8 ? align_bits / 8 : 128;

@@ -28,6 +28,7 @@ typedef struct ocl_device {
   size_t max_alloc; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
   bool row_groups;  /* devops' *_rows kernels: GPUs, or GPUSRV_ROW_GROUPS=1 */
   bool groups_fit;  /* the device runs those kernels in groups of GS_DK_GROUP */
+  bool groups_fit64; /* and those of program64 */
   _Atomic uint64_t device_bytes; /* device memory this process holds (segments) */
 } ocl_device;
 

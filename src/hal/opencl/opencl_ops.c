@@ -59,7 +59,8 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
   }
   ocl_device *d = l->s->dev;
   const gs_op_call *call = gs_launch_call(l->params, l->params_size);
-  cl_kernel k = call && gs_devops_needs_f64(call) ? d->ops64[kernel] : d->ops[kernel];
+  bool f64 = call && gs_devops_needs_f64(l->k->dop, call);
+  cl_kernel k = f64 ? d->ops64[kernel] : d->ops[kernel];
   if (!k) /* devop_supports keeps float64 off devices without the program */
     return gs_error(GS_ENOTSUP, "%s: this device has no float64 kernels", l->k->name);
   /* The kernels stride over what one launch does not cover; the grouped
@@ -67,7 +68,7 @@ static int target_launch(void *ctx, gs_devk kernel, uint64_t n, int nargs, const
   size_t global = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
   size_t local = GS_DK_GROUP;
   bool grouped = gs_devk_grouped(kernel);
-  if (grouped && !d->groups_fit)
+  if (grouped && !(f64 ? d->groups_fit64 : d->groups_fit))
     return GS_ENOTSUP;
   pthread_mutex_lock(&d->kernel_lock);
   cl_int err = CL_SUCCESS;
@@ -125,7 +126,7 @@ bool gs__ocl_every_device_fp64 = true;
 
 static bool devop_supports(const ocl_kernel *k, const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
-  return c && (gs__ocl_every_device_fp64 || !gs_devops_needs_f64(c)) &&
+  return c && (gs__ocl_every_device_fp64 || !gs_devops_needs_f64(k->dop, c)) &&
          k->dop->supports(k->dop, c);
 }
 
@@ -246,9 +247,9 @@ int gs__ocl_register_ops(gs_backend_t *backend) {
   return GS_OK;
 }
 
-/* A program's kernel objects into ops[]; clears groups_fit where a grouped
+/* A program's kernel objects into ops[]; clears *groups_fit where a grouped
  * kernel cannot run as a group of GS_DK_GROUP. */
-static int create_kernels(ocl_device *d, cl_program program, cl_kernel *ops) {
+static int create_kernels(ocl_device *d, cl_program program, cl_kernel *ops, bool *groups_fit) {
   for (int i = 0; i < GS_DK_COUNT; i++) {
     cl_int err;
     if (!(ops[i] = clCreateKernel(program, gs_devk_names[i], &err)))
@@ -258,16 +259,16 @@ static int create_kernels(ocl_device *d, cl_program program, cl_kernel *ops) {
         (clGetKernelWorkGroupInfo(ops[i], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit,
                                   &limit, NULL) != CL_SUCCESS ||
          limit < GS_DK_GROUP))
-      d->groups_fit = false;
+      *groups_fit = false;
   }
   return GS_OK;
 }
 
 int gs__ocl_create_op_kernels(ocl_device *d) {
-  d->groups_fit = true;
-  int rc = create_kernels(d, d->program, d->ops);
+  d->groups_fit = d->groups_fit64 = true;
+  int rc = create_kernels(d, d->program, d->ops, &d->groups_fit);
   if (rc == 0 && d->program64)
-    rc = create_kernels(d, d->program64, d->ops64);
+    rc = create_kernels(d, d->program64, d->ops64, &d->groups_fit64);
   return rc;
 }
 

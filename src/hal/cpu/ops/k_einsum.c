@@ -1,6 +1,7 @@
 /* k_einsum.c - the CPU kernel of Einsum (engine/ops/ops_einsum.c): every
  * combination of the labels' values once, the product of the inputs'
- * elements added into the output's, in double (int64 for integers). The
+ * elements added into the output's, in double with Neumaier's compensation
+ * (int64 for integers). The
  * plain loop nest is general, not fast: models that lean on Einsum for
  * their heavy products are the CPU speed issue's. */
 #include "hal/cpu/ops/kernels.h"
@@ -33,9 +34,11 @@ static int k_einsum(const gs_cpu_kernel_call *k) {
   }
   bool is_int = gs_is_int(dt);
   double *acc = calloc((size_t)(n_out ? n_out : 1), sizeof(double));
+  double *comp = calloc((size_t)(n_out ? n_out : 1), sizeof(double));
   int64_t *iacc = calloc((size_t)(n_out ? n_out : 1), sizeof(int64_t));
-  if (!acc || !iacc) {
+  if (!acc || !comp || !iacc) {
     free(acc);
+    free(comp);
     free(iacc);
     return gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name);
   }
@@ -50,7 +53,7 @@ static int k_einsum(const gs_cpu_kernel_call *k) {
       double v = 1;
       for (int i = 0; i < a->n_in; i++)
         v *= gs_ld(dt, k->ptr[i], off[i]);
-      acc[o] += v;
+      acc[o] = gs_sum_step(acc[o], v, &comp[o]);
     }
     for (int l = a->n_labels - 1; l >= 0; l--) { /* the odometer, offsets kept with it */
       idx[l]++;
@@ -70,9 +73,10 @@ static int k_einsum(const gs_cpu_kernel_call *k) {
     if (is_int)
       gs_sti(dt, y, i, iacc[i]);
     else
-      gs_st(dt, y, i, acc[i]);
+      gs_st(dt, y, i, gs_sum_total(acc[i], comp[i]));
   }
   free(acc);
+  free(comp);
   free(iacc);
   return 0;
 }

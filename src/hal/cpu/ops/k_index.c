@@ -98,7 +98,7 @@ static int k_cumsum(const gs_cpu_kernel_call *k) {
   void *y = k->ptr[2];
   for (int64_t o = 0; o < outer; o++)
     for (int64_t in = 0; in < inner; in++) {
-      double acc = 0;
+      double acc = 0, comp = 0;
       int64_t iacc = 0;
       for (int64_t j = 0; j < len; j++) {
         int64_t pos = a->reverse ? len - 1 - j : j;
@@ -113,10 +113,10 @@ static int k_cumsum(const gs_cpu_kernel_call *k) {
         } else {
           double v = gs_ld(dt, k->ptr[0], i);
           if (!a->exclusive)
-            acc += v;
-          gs_st(dt, y, i, acc);
+            acc = gs_sum_step(acc, v, &comp);
+          gs_st(dt, y, i, gs_sum_total(acc, comp));
           if (a->exclusive)
-            acc += v;
+            acc = gs_sum_step(acc, v, &comp);
         }
       }
     }

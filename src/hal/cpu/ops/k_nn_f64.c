@@ -25,7 +25,13 @@ void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs
 /* ---- products -------------------------------------------------------------------------- */
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void blas_single_threaded(void) { openblas_set_num_threads(1); }
+/* OpenBLAS's OpenMP build sets the calling thread's team size here: it is
+ * put back, so that the stream keeps its threads. */
+static void blas_single_threaded(void) {
+  int team = omp_get_max_threads();
+  openblas_set_num_threads(1);
+  omp_set_num_threads(team);
+}
 
 /* Row-major C = alpha op(A) op(B) + beta C, rows of C cut among the threads. */
 static void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
@@ -146,8 +152,12 @@ static int conv_pairs(const gs_op_call *c, double *const *p, const geom *g, int6
   return GS_OK;
 }
 
+/* The most im2col buffers may hold at once, over all threads. */
+#define COLS_BUDGET ((double)(256 << 20))
+
 /* Pairs of (image, group) spread over the threads, each with its own
- * columns; a pair big enough alone splits its dgemm's rows instead. */
+ * columns (as many at once as COLS_BUDGET allows); a pair big enough alone
+ * splits its dgemm's rows instead. */
 int gs__conv_f64(const gs_op_call *c, double *const *p) {
   const gs_conv_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
@@ -157,9 +167,15 @@ int gs__conv_f64(const gs_op_call *c, double *const *p) {
   int64_t pairs = xs->dims[0] * a->group;
   double flops = 2.0 * (double)(ys->dims[1] / a->group) * (double)g.out_size *
                  (double)(xs->dims[1] / a->group * g.k_size);
+  double col_bytes = 8.0 * (double)(xs->dims[1] / a->group * g.k_size) * (double)g.out_size;
+  int64_t grain = (int64_t)(GS_PARALLEL_MIN_FLOPS / (flops + 1)) + 1;
+  int64_t at_once = (int64_t)(COLS_BUDGET / (col_bytes + 1)); /* buffers the budget holds */
+  if (at_once < 2)
+    grain = pairs; /* one buffer at a time */
+  else if (grain < pairs / at_once + 1)
+    grain = pairs / at_once + 1;
   atomic_int failed = 0;
-  GS_PARALLEL_RANGES(pairs, (int64_t)(GS_PARALLEL_MIN_FLOPS / (flops + 1)) + 1, lo, hi,
-                     if (conv_pairs(c, p, &g, lo, hi) < 0) failed = 1);
+  GS_PARALLEL_RANGES(pairs, grain, lo, hi, if (conv_pairs(c, p, &g, lo, hi) < 0) failed = 1);
   if (failed)
     return gs_error(GS_ENOMEM, "out of memory for the im2col buffer of node %s", c->node_name);
   activate(a->act, a->act_lo, a->act_hi, p[c->n_in], gs_shape_numel(ys));

@@ -19,6 +19,21 @@ static inline const gs_op_call *gs_kcall(const gs_cpu_kernel_call *k) {
   return c;
 }
 
+/* acc + v, Neumaier's way: what the addition rounds off goes into *comp,
+ * which the caller adds back (gs_sum_total). A running double sum of n
+ * terms then errs by about one rounding instead of up to n: float64's
+ * CumSum and Einsum need it, float32's gain little. */
+static inline double gs_sum_step(double acc, double v, double *comp) {
+  double t = acc + v;
+  if (isfinite(t)) /* past an infinity, inf - inf would make the correction NaN */
+    *comp += fabs(acc) >= fabs(v) ? (acc - t) + v : (v - t) + acc;
+  return t;
+}
+
+static inline double gs_sum_total(double acc, double comp) {
+  return isfinite(acc) ? acc + comp : acc;
+}
+
 /* ---- element access by type (the slow, general paths) ------------------------- */
 
 static inline double gs_ld(gs_dtype dt, const void *p, int64_t i) {
