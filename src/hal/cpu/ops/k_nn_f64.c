@@ -102,24 +102,31 @@ int gs__matmul_f64(const gs_op_call *c, double *const *p) {
 
 /* ---- convolutions ---------------------------------------------------------------------- */
 
-/* cols[(ch * K + kidx) * out_size + o]: the input under tap kidx of output
- * o's window, 0 in the padding. */
-static void im2col(const geom *g, const double *x, int64_t channels, double *cols) {
+/* Between an image x (channels of g's input) and its columns,
+ * cols[(ch * K + tap) * out_size + o]: the input under output o's tap.
+ * to_cols fills the columns (0 in the padding: im2col); otherwise each
+ * column entry is added back where its tap reads (col2im). */
+static void columns(const geom *g, double *x, int64_t channels, double *cols, bool to_cols) {
   int64_t row = 0;
   for (int64_t ch = 0; ch < channels; ch++)
     for (int64_t kd = 0; kd < g->k[0]; kd++)
       for (int64_t kh = 0; kh < g->k[1]; kh++)
         for (int64_t kw = 0; kw < g->k[2]; kw++, row++) {
-          double *dst = cols + row * g->out_size;
+          double *col = cols + row * g->out_size;
           for (int64_t od = 0; od < g->out[0]; od++) {
             int64_t id = od * g->s[0] - g->p[0] + kd * g->d[0];
             for (int64_t oh = 0; oh < g->out[1]; oh++) {
               int64_t ih = oh * g->s[1] - g->p[1] + kh * g->d[1];
               bool rows_in = id >= 0 && id < g->in[0] && ih >= 0 && ih < g->in[1];
-              const double *src = x + (ch * g->in[0] + id) * g->in[1] * g->in[2] + ih * g->in[2];
-              for (int64_t ow = 0; ow < g->out[2]; ow++, dst++) {
+              double *xr =
+                  rows_in ? x + ((ch * g->in[0] + id) * g->in[1] + ih) * g->in[2] : NULL;
+              for (int64_t ow = 0; ow < g->out[2]; ow++, col++) {
                 int64_t iw = ow * g->s[2] - g->p[2] + kw * g->d[2];
-                *dst = rows_in && iw >= 0 && iw < g->in[2] ? src[iw] : 0.0;
+                bool in = rows_in && iw >= 0 && iw < g->in[2];
+                if (to_cols)
+                  *col = in ? xr[iw] : 0.0;
+                else if (in)
+                  xr[iw] += *col;
               }
             }
           }
@@ -141,7 +148,7 @@ static int conv_pairs(const gs_op_call *c, double *const *p, const geom *g, int6
   for (int64_t pair = lo; pair < hi; pair++) {
     int64_t n = pair / a->group, grp = pair % a->group;
     double *yg = p[c->n_in] + (n * cout + grp * cout_g) * g->out_size;
-    im2col(g, p[0] + (n * cin + grp * cin_g) * g->in_size, cin_g, cols);
+    columns(g, p[0] + (n * cin + grp * cin_g) * g->in_size, cin_g, cols, true);
     dgemm(false, false, cout_g, g->out_size, kk, 1.0, p[1] + grp * cout_g * kk, kk, cols,
           g->out_size, 0.0, yg, g->out_size);
     for (int64_t o = 0; bias && o < cout_g; o++)
@@ -182,31 +189,6 @@ int gs__conv_f64(const gs_op_call *c, double *const *p) {
   return 0;
 }
 
-/* col2im: each column entry added to the output position its tap reaches;
- * g is the forward convolution's geometry (its input is y). */
-static void col2im(const geom *g, const double *cols, int64_t channels, double *y) {
-  int64_t row = 0;
-  for (int64_t ch = 0; ch < channels; ch++)
-    for (int64_t kd = 0; kd < g->k[0]; kd++)
-      for (int64_t kh = 0; kh < g->k[1]; kh++)
-        for (int64_t kw = 0; kw < g->k[2]; kw++, row++) {
-          const double *src = cols + row * g->out_size;
-          for (int64_t od = 0; od < g->out[0]; od++) {
-            int64_t id = od * g->s[0] - g->p[0] + kd * g->d[0];
-            for (int64_t oh = 0; oh < g->out[1]; oh++) {
-              int64_t ih = oh * g->s[1] - g->p[1] + kh * g->d[1];
-              bool rows_in = id >= 0 && id < g->in[0] && ih >= 0 && ih < g->in[1];
-              double *dst = y + (ch * g->in[0] + id) * g->in[1] * g->in[2] + ih * g->in[2];
-              for (int64_t ow = 0; ow < g->out[2]; ow++, src++) {
-                int64_t iw = ow * g->s[2] - g->p[2] + kw * g->d[2];
-                if (rows_in && iw >= 0 && iw < g->in[2])
-                  dst[iw] += *src;
-              }
-            }
-          }
-        }
-}
-
 int gs__conv_transpose_f64(const gs_op_call *c, double *const *p) {
   const gs_conv_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
@@ -228,7 +210,7 @@ int gs__conv_transpose_f64(const gs_op_call *c, double *const *p) {
       /* cols [cout_g K, HWin] = W_g^T [cout_g K, cin_g] X_g [cin_g, HWin] */
       dgemm(true, false, rows, g.out_size, cin_g, 1.0, p[1] + grp * cin_g * rows, rows,
             p[0] + (n * cin + grp * cin_g) * g.out_size, g.out_size, 0.0, cols, g.out_size);
-      col2im(&g, cols, cout_g, yg);
+      columns(&g, yg, cout_g, cols, false);
       for (int64_t o = 0; bias && o < cout_g; o++)
         for (int64_t i = 0; i < g.in_size; i++)
           yg[o * g.in_size + i] += bias[grp * cout_g + o];
