@@ -5,7 +5,7 @@ run, for 1 thread and all cores:
   cpu0 (OpenBLAS's dgemm, k_nn_f64.c) against onnxruntime on the same
   model and thread count, numpy's matmul (its own OpenBLAS, threads set
   through OPENBLAS_NUM_THREADS), and gpusrv's own float32 MatMul;
-- a small float64 CNN (bench/float64.py's `cnn`, batch 32) in images/s:
+- a small float64 CNN (`cnn_model` below, batch 32) in images/s:
   gpusrv on cpu0 against the same model run by gpusrv with --precision fp64
   from float32 (the widening's cost), and gpusrv's float32; onnxruntime has
   no float64 Conv, so it is not a peer there;

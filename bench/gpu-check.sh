@@ -42,6 +42,8 @@ py=.venv/bin/python
 if [ -x "$py" ]; then
   # (the op tests fail where an op falls back to the CPU on cuda0 without saying why)
   run 100 env GPUSRV_BIN=$build/gpusrv GSTEST_DEVICE=cuda0 "$py" -m pytest -q -x tests/engine/test_ops.py tests/engine/test_models.py
+  # float64: the second module (GS_REAL_F64) and cuBLAS GemmEx in 64F
+  run 60 env GPUSRV_BIN=$build/gpusrv GSTEST_DEVICE=cuda0 "$py" -m pytest -q tests/engine/test_float64.py
 else
   say "gpu-check: no .venv (scripts/install-deps.sh makes it): op and model tests not run"
 fi

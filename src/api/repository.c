@@ -100,9 +100,9 @@ static int share_of_cores(gs_device_t *const *chosen, int n, int i) {
 }
 
 /* Whether `d` is held whole (its compute all booked: a job given the whole
- * device, or a Slurm job through its prolog); then a refusal naming the
- * holder is set. A served instance would share what its holder was given. */
-/* Whether device d is held whole, and by whom (owner, GS_LEDGER_OWNER_MAX bytes). */
+ * device, or a Slurm job through its prolog), and then by whom (owner,
+ * GS_LEDGER_OWNER_MAX bytes). A served instance would share what its holder
+ * was given: refuse_held says so. */
 static bool held_whole(const gs_served_model *m, gs_device_t *d, char *owner) {
   return m->ledger && gs_ledger_held_whole(m->ledger, d, owner, GS_LEDGER_OWNER_MAX);
 }

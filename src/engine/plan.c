@@ -50,7 +50,7 @@ int gs__plan_add_value(gs_plan *p, const char *name, gs_dtype dt, const gs_shape
 
 static int find_value(const gs_plan *p, const char *name) { return gs_strmap_get(&p->index, name); }
 
-/* ---- reduced precision -------------------------------------------------------------- */
+/* ---- fp16, bf16 and fp64 ------------------------------------------------------------ */
 
 /* Converts known float32 value v to the plan's float type (a copy it owns). */
 static int value_to_float_type(gs_plan *p, int v) {

@@ -115,7 +115,7 @@ static int book(gs_holds *h, hold *x) {
               "bytes booked here; the job gets the rest", x->scheduler, x->job, idx,
               gs_device_get_info(held[k])->id, share, (unsigned long long)used);
   }
-  char owner[192];
+  char owner[GS_LEDGER_OWNER_MAX];
   snprintf(owner, sizeof owner, "%s job %s (%s)", x->scheduler, x->job, x->user);
   return gs_book_rest(h->ledger, held, x->n_gpus, owner, &x->booking);
 }

@@ -7,6 +7,7 @@
  * writes DIR/exit.json, which the daemon (this one or the next) reads. */
 #include "sched/shim.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/fileutil.h"
 #include "sched/cgroup.h"
@@ -346,8 +347,7 @@ int gs_job_shim_main(const char *dir) {
   if (have_cg) /* anything that left the group is still in the cgroup */
     gs_cgroup_kill_all(&cg);
 
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
+  double end_time = gs_wall_s();
   double cpu = have_cg ? gs_cgroup_cpu_seconds(&cg) : 0;
   if (cpu == 0)
     cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
@@ -356,7 +356,7 @@ int gs_job_shim_main(const char *dir) {
       "{s:i, s:i, s:I, s:f, s:f, s:b}", "exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
       "signal", WIFSIGNALED(status) ? WTERMSIG(status) : 0, "oom_kills",
       (json_int_t)(have_cg ? gs_cgroup_oom_kills(&cg) : 0), "cpu_seconds", cpu, "end_time",
-      (double)now.tv_sec + now.tv_nsec / 1e9, "term_forwarded", term_forwarded);
+      end_time, "term_forwarded", term_forwarded);
   if (have_cg)
     gs_cgroup_remove(&cg);
   /* What a podman that was stopped or killed may have left in the user's

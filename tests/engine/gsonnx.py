@@ -52,7 +52,8 @@ def make_model(nodes, inputs, consts=None, outputs=None, opset=17):
     return model
 
 
-def run_gpusrv(model_path, feeds, workdir, extra=()):
+def run_gpusrv(model_path, feeds, workdir, extra=(), env=None):
+    """`gpusrv model run` on feeds; env: variables added to this process's."""
     args = [GPUSRV, "model", "run", model_path, "-o", os.path.join(workdir, "out")]
     for name, arr in feeds.items():
         path = os.path.join(workdir, f"in_{len(args)}.npy")
@@ -60,7 +61,8 @@ def run_gpusrv(model_path, feeds, workdir, extra=()):
         args += ["-i", f"{name}={path}"]
     if DEVICE:
         args += ["--device", DEVICE]
-    p = subprocess.run(args + list(extra), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(args + list(extra), capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **(env or {})})
     return p
 
 

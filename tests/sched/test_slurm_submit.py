@@ -389,20 +389,36 @@ def test_slurmrestd_down_keeps_the_states_and_a_pending_cancel_is_no_success(tmp
         assert job["exit_code"] is None and job["runs"] == 0 and job["start_time"] is None
 
 
+FAKE_SACCTMGR = """#!/bin/sh
+echo "$*" >> CALLS
+FAIL
+case "$*" in
+*" add "*)
+  if grep -qxF -e "$*" SEEN 2>/dev/null; then echo " Nothing new added."; exit 1; fi
+  echo "$*" >> SEEN
+  case "$3" in account) echo "${4#name=} ${5#fairshare=}" >> SHARES;; esac;;
+*" modify "*)
+  if grep -qxF -e "${5#name=} ${7#fairshare=}" SHARES 2>/dev/null; then
+    echo " Nothing modified"; exit 1
+  fi
+  echo "${5#name=} ${7#fairshare=}" >> SHARES;;
+esac
+echo " Done"
+"""
+
+
 def fake_sacctmgr(tmp_path, fail=""):
-    """A sacctmgr on PATH that logs its arguments, answers "Nothing new
-    added." (exit 1) to what exists already, as Slurm's does, and fails
-    with `fail`'s words for an argument list holding "add"."""
+    """A sacctmgr on PATH that logs its arguments and answers as Slurm's
+    does: "Nothing new added." (exit 1) to what exists already, and "Nothing
+    modified" (exit 1) to shares set to what they are (sacctmgr-shares holds
+    "ACCOUNT SHARES" lines). With `fail`, it fails with those words."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     calls, seen = tmp_path / "sacctmgr-calls", tmp_path / "sacctmgr-seen"
     tool = bin_dir / "sacctmgr"
-    tool.write_text("#!/bin/sh\n"
-                    f'echo "$*" >> "{calls}"\n'
-                    + (f'echo "{fail}"; exit 1\n' if fail else "")
-                    + f'case "$*" in *" add "*) if grep -qxF -e "$*" "{seen}" 2>/dev/null; then\n'
-                    f'  echo " Nothing new added."; exit 1; fi; echo "$*" >> "{seen}";; esac\n'
-                    'echo " Done"\n')
+    tool.write_text(FAKE_SACCTMGR.replace("CALLS", f'"{calls}"').replace("SEEN", f'"{seen}"')
+                    .replace("SHARES", f'"{tmp_path / "sacctmgr-shares"}"')
+                    .replace("FAIL", f'echo "{fail}"; exit 1' if fail else ""))
     tool.chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}, calls
 
@@ -435,11 +451,13 @@ def test_accounts_are_made_once_per_tenant_with_their_weight_as_shares(tmp_path,
 
 def test_an_account_slurm_has_already_gets_the_tenants_shares(tmp_path, slurm):
     """An account made before (by an admin, or by this daemon before a
-    restart): sacctmgr says "Nothing new added", and the shares are set."""
+    restart): sacctmgr says "Nothing new added", and the shares are set; they
+    are already 100, so it says "Nothing modified", which is no failure."""
     env, calls = fake_sacctmgr(tmp_path)
     (tmp_path / "sacctmgr-seen").write_text(
         "-i add account name=dana fairshare=100 description=gpusrv tenant account "
         "organization=gpusrv\n")
+    (tmp_path / "sacctmgr-shares").write_text("dana 100\n")
     with daemon(tmp_path, "--slurm-rest-url", slurm.url, "--slurm-jwt-key", slurm.key_path,
                 "--slurm-create-accounts", env=env) as d:
         user = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name

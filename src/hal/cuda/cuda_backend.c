@@ -768,8 +768,13 @@ static int add_device(gs_backend_t *backend, int ordinal) {
   int rc = use(d);
   if (rc == 0 && (r = cu.cuModuleLoadData(&d->module, gs_cuda_kernels_fatbin)) != CUDA_SUCCESS)
     rc = gs__cu_fail(r, "loading the kernels (is this GPU older than sm_80?)");
-  if (rc == 0 && (r = cu.cuModuleLoadData(&d->module64, gs_cuda_kernels64_fatbin)) != CUDA_SUCCESS)
-    rc = gs__cu_fail(r, "loading the float64 kernels");
+  if (rc == 0 && (r = cu.cuModuleLoadData(&d->module64, gs_cuda_kernels64_fatbin)) != CUDA_SUCCESS) {
+    /* float64 then runs on the CPU; the device keeps its float32 kernels */
+    GS_LOGW("cuda", "%s: the float64 kernels did not load (%d): float64 runs on the CPU",
+            info.name, (int)r);
+    d->module64 = NULL;
+    gs__cuda_every_device_fp64 = false;
+  }
   if (rc == 0 && (r = cu.cuModuleGetFunction(&d->axpy, d->module, "axpy_f32")) != CUDA_SUCCESS)
     rc = gs__cu_fail(r, "cuModuleGetFunction(axpy_f32)");
   if (rc == 0)

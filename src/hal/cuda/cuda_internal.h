@@ -83,5 +83,8 @@ void gs__cu_groups_shutdown(void);
 int gs__cuda_register_ops(gs_backend_t *backend);
 /* Looks up the ops' functions in a device's module. */
 int gs__cuda_find_op_functions(cu_device *d);
+/* Whether every device loaded the float64 module: the ops' `supports`
+ * answers for all of them alike (it is not told the device). */
+extern bool gs__cuda_every_device_fp64;
 
 #endif

@@ -1,7 +1,8 @@
 /* cuda_ops.c - the engine's ops on CUDA: devops.c's ops (their kernels are
- * hal/devops/op_kernels.h, compiled into the plugin's fatbin) queued
- * through this plugin's gs_devops_target, whose float32 GEMM (MatMul, Gemm,
- * Conv) is cuBLAS's where it loaded. Each kernel says which launches it runs
+ * hal/devops/op_kernels.h, compiled into the plugin's two fatbins, float32
+ * and float64) queued through this plugin's gs_devops_target, whose GEMM
+ * (MatMul, Gemm, Conv; float32, float16 and float64) is cuBLAS's where it
+ * loaded. Each kernel says which launches it runs
  * (kernel_supports); the plan runs the others on the CPU.
  * A launch receives its node's gs_op_call, as the CPU's kernels do. */
 #include "hal/cuda/cuda_internal.h"
@@ -99,9 +100,12 @@ static gs_devops_target target_of(const launch *l, const gs_op_call *c) {
 
 /* ---- devops.c's ops ----------------------------------------------------------------------- */
 
+bool gs__cuda_every_device_fp64 = true;
+
 static bool devop_supports(const cu_kernel *k, const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
-  return c && k->dop->supports(k->dop, c);
+  return c && (gs__cuda_every_device_fp64 || !gs_devops_needs_f64(k->dop, c)) &&
+         k->dop->supports(k->dop, c);
 }
 
 static int devop_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *a) {
@@ -247,7 +251,7 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
 int gs__cuda_find_op_functions(cu_device *d) {
   for (int i = 0; i < GS_DK_COUNT; i++) {
     CUresult r = gs__cu.cuModuleGetFunction(&d->ops[i], d->module, gs_devk_names[i]);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && d->module64)
       r = gs__cu.cuModuleGetFunction(&d->ops64[i], d->module64, gs_devk_names[i]);
     if (r != CUDA_SUCCESS)
       return gs__cu_fail(r, gs_devk_names[i]);

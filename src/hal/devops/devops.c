@@ -246,7 +246,7 @@ static int binary_step(const gs_devops_target *t, int32_t code, int a, const gs_
 
 /* Min, Max, Sum and Mean of any number of inputs fold into the output:
  * y = op(x0, x1), then y = op(y, xi) (each item reads its own element
- * before writing it); Mean then scales y. Mod's attribute picks C's or
+ * before writing it); Mean then divides y by the count. Mod's attribute picks C's or
  * Python's sign. */
 static int run_binary(const gs_devop *op, const gs_devops_target *t) {
   const gs_op_call *c = t->call;

@@ -4,8 +4,11 @@
  * every gs_devop under its name, creates the kernels named in
  * gs_devk_names for each device, and gives each launch a gs_devops_target:
  * how to queue one of those kernels, how to copy between operands, and,
- * where it has a BLAS library (CLBlast, cuBLAS), its float32 GEMM, which
- * MatMul, Gemm and Conv then use.
+ * where it has a BLAS library (CLBlast, cuBLAS), its GEMM (float32, and
+ * float16 or float64 where it has them), which MatMul, Gemm and Conv then use.
+ *
+ * The kernels are built twice (gs_devops_needs_f64): the kernels named _f32
+ * and _fp compute in float32 in the one build and in float64 in the other.
  *
  * A launch's operands are numbered as the plan passes them: the node's
  * inputs, then its outputs. */

@@ -49,7 +49,6 @@
 #define UNARY_CELU 35        /* alpha */
 #define UNARY_THRESHOLDED 36 /* alpha */
 #define UNARY_SHRINK 37      /* lambd as alpha, bias as beta */
-#define UNARY_SCALE 38       /* times alpha: Mean's last step */
 #define UNARY_BITNOT 39      /* integers only */
 #define UNARY_SWISH 40       /* x sigmoid(alpha x) */
 #define UNARY_DIVIDE 41      /* by alpha: Mean's last step, exact for float64 too */

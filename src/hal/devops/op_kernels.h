@@ -123,7 +123,6 @@ DEVFN real unary_apply(int op, real v, float alpha, float beta) {
   case UNARY_CELU: return fmax((real)0, v) + fmin((real)0, alpha * (exp(v / alpha) - 1.0f));
   case UNARY_THRESHOLDED: return v > alpha ? v : 0.0f;
   case UNARY_SHRINK: return v < -alpha ? v + beta : v > alpha ? v - beta : 0.0f;
-  case UNARY_SCALE: return v * alpha;
   case UNARY_DIVIDE: return v / alpha;
   case UNARY_SWISH: return v / (1.0f + exp(-alpha * v));
   default: return fabs(v);

@@ -1,5 +1,5 @@
 /* kernels.cl - the OpenCL backend's kernels, built once per device when the
- * backend starts (embedded into the plugin at build time, followed by the
+ * backend starts (twice where the device has fp64: the float64 program) (embedded into the plugin at build time, followed by the
  * engine's ops in hal/devops/op_kernels.h, for which this file is also the
  * prelude: the words that OpenCL C and CUDA spell differently). Offsets are
  * in elements, so that buffers sub-allocated from one cl_mem need no

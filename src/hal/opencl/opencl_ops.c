@@ -1,7 +1,7 @@
 /* opencl_ops.c - the engine's ops on OpenCL: devops.c's ops (their kernels
- * are hal/devops/op_kernels.h, built into the device's program) queued
- * through this plugin's gs_devops_target, whose float32 GEMM (MatMul, Gemm,
- * Conv) is CLBlast's. Each kernel says which launches it runs
+ * are hal/devops/op_kernels.h, built into the device's programs, float32
+ * and float64) queued through this plugin's gs_devops_target, whose GEMM
+ * (MatMul, Gemm, Conv; float32 and float64) is CLBlast's. Each kernel says which launches it runs
  * (kernel_supports); the plan runs the others on the CPU.
  * A launch receives its node's gs_op_call, as the CPU's kernels do, and runs
  * on the stream's worker in order with everything else on that stream;

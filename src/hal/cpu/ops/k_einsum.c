@@ -1,9 +1,9 @@
 /* k_einsum.c - the CPU kernel of Einsum (engine/ops/ops_einsum.c): every
  * combination of the labels' values once, the product of the inputs'
- * elements added into the output's, in double with Neumaier's compensation
- * (int64 for integers). The
- * plain loop nest is general, not fast: models that lean on Einsum for
- * their heavy products are the CPU speed issue's. */
+ * elements added into the output's, in double with Neumaier's
+ * compensation (int64 for integers). The plain loop nest is general, not
+ * fast: models that lean on Einsum for their heavy products are the CPU
+ * speed issue's. */
 #include "hal/cpu/ops/kernels.h"
 
 #include "base/error.h"

@@ -32,8 +32,9 @@ static bool needs_conversion(gs_dtype dt) {
   return dt == GS_DT_FLOAT16 || dt == GS_DT_BFLOAT16;
 }
 
-/* Runs impl directly on float32 operands; other float types are converted
- * to float32 copies first and the outputs converted back. */
+/* Runs impl directly on float32 operands; float16 and bfloat16 are
+ * converted to float32 copies first and the outputs converted back
+ * (float64 goes to run_float's impl64 instead). */
 static int run_f32(const gs_cpu_kernel_call *k, f32_impl impl) {
   const gs_op_call *c = gs_kcall(k);
   int n = c->n_in + c->n_out;
@@ -152,9 +153,6 @@ static void apply_act(gs_activation act, float min, float max, float *y, int64_t
   if (act != GS_ACT_NONE)
     GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, lo, hi, act_range(act, min, max, y, lo, hi));
 }
-
-void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
-                            void *dst, size_t esz);
 
 /* ---- Gemm and MatMul ------------------------------------------------------------- */
 

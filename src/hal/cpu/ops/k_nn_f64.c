@@ -6,6 +6,7 @@
  * never runs more threads than it was given. The rest are plain loops: the
  * float32 kernels' vectorised fast paths (k_nn.c) have no float64 twins. */
 #include "hal/cpu/ops/k_nn_f64.h"
+#include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/nn_geom.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/op/op_launch.h"
@@ -18,9 +19,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
-                            void *dst, size_t esz);
 
 /* ---- products -------------------------------------------------------------------------- */
 
@@ -54,37 +52,34 @@ static void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
                                  (blasint)lda, b, (blasint)ldb, beta, c + lo * ldc, (blasint)ldc));
 }
 
-/* y through an activation the plan fused into its op (plan_fuse.c fuses
- * into float32 ops only; this keeps the kernel whole if that changes). */
-static void activate(gs_activation act, double lo, double hi, double *y, int64_t n) {
-  for (int64_t i = 0; act != GS_ACT_NONE && i < n; i++) {
-    double v = y[i];
-    switch (act) {
-    case GS_ACT_RELU: v = v > 0 ? v : 0; break;
-    case GS_ACT_CLIP: v = v < lo ? lo : v > hi ? hi : v; break;
-    case GS_ACT_HARDSWISH: v *= fmin(1.0, fmax(0.0, v / 6.0 + 0.5)); break;
-    case GS_ACT_SILU: v /= 1.0 + exp(-v); break;
-    case GS_ACT_GELU: v = 0.5 * v * (1.0 + erf(v * M_SQRT1_2)); break;
-    default: break;
-    }
-    y[i] = v;
-  }
+/* The plan fuses activations into float32 ops only (plan_fuse.c): one
+ * fused into a float64 op is refused rather than dropped. */
+static int no_fused_activation(const gs_op_call *c, gs_activation act) {
+  if (act == GS_ACT_NONE)
+    return GS_OK;
+  return gs_error(GS_ENOTSUP, "node %s: a fused activation in float64 is not supported",
+                  c->node_name);
 }
 
 int gs__gemm_f64(const gs_op_call *c, double *const *p) {
   const gs_gemm_attrs *g = c->attrs;
+  int rc = no_fused_activation(c, g->act);
+  if (rc < 0)
+    return rc;
   double *y = p[c->n_in];
   bool has_c = c->n_in > 2 && p[2] && g->beta != 0;
   if (has_c)
     gs__cpu_broadcast_copy(&c->in[2].shape, p[2], &c->out[0].shape, y, sizeof(double));
   dgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, p[0], c->in[0].shape.dims[1], p[1],
         c->in[1].shape.dims[1], has_c ? g->beta : 0.0, y, g->n);
-  activate(g->act, g->act_lo, g->act_hi, y, g->m * g->n);
   return 0;
 }
 
 int gs__matmul_f64(const gs_op_call *c, double *const *p) {
   const gs_matmul_attrs *m = c->attrs;
+  int rc = no_fused_activation(c, m->act);
+  if (rc < 0)
+    return rc;
   double *y = p[c->n_in];
   const double *bias = m->has_bias ? p[2] : NULL;
   for (int64_t b = 0; b < m->batch; b++) {
@@ -96,7 +91,6 @@ int gs__matmul_f64(const gs_op_call *c, double *const *p) {
     dgemm(false, false, m->m, m->n, m->k, 1.0, p[0] + oa, m->k, p[1] + ob, m->n,
           bias ? 1.0 : 0.0, yb, m->n);
   }
-  activate(m->act, m->act_lo, m->act_hi, y, m->batch * m->m * m->n);
   return 0;
 }
 
@@ -167,6 +161,9 @@ static int conv_pairs(const gs_op_call *c, double *const *p, const geom *g, int6
  * splits its dgemm's rows instead. */
 int gs__conv_f64(const gs_op_call *c, double *const *p) {
   const gs_conv_attrs *a = c->attrs;
+  int rc = no_fused_activation(c, a->act);
+  if (rc < 0)
+    return rc;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
   geom g;
   make_geom(&g, a->spatial, xs->dims + 2, ys->dims + 2, a->kernel, a->stride, a->dilation,
@@ -185,7 +182,6 @@ int gs__conv_f64(const gs_op_call *c, double *const *p) {
   GS_PARALLEL_RANGES(pairs, grain, lo, hi, if (conv_pairs(c, p, &g, lo, hi) < 0) failed = 1);
   if (failed)
     return gs_error(GS_ENOMEM, "out of memory for the im2col buffer of node %s", c->node_name);
-  activate(a->act, a->act_lo, a->act_hi, p[c->n_in], gs_shape_numel(ys));
   return 0;
 }
 

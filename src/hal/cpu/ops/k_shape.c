@@ -10,9 +10,6 @@
 
 #include <stdlib.h>
 
-void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
-                            void *dst, size_t esz);
-
 static size_t esize(const gs_tensor_desc *d) { return gs_dtype_size(d->dtype); }
 
 /* Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: the bytes as they are. */

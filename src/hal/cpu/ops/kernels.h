@@ -146,6 +146,11 @@ typedef struct gs_cpu_kernel_entry {
 #define GS_CPU_KERNEL(name, func) {name, {.fn = func}}
 int gs__cpu_register_table(gs_backend_t *be, const gs_cpu_kernel_entry *table, size_t count);
 
+/* dst (dense, of dst_shape) = src (of src_shape) broadcast to it, elements
+ * of esz bytes (k_elementwise.c): Expand, and Gemm's C. */
+void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
+                            void *dst, size_t esz);
+
 /* Registration of each family's CPU kernels, and of them all (called when
  * the built-in CPU backend starts). */
 int gs__cpu_register_ops(gs_backend_t *be);
