@@ -116,53 +116,64 @@ def fmt(v, unit=""):
     return "-" if v is None else f"{v:.2f}{unit}"
 
 
+def required(result):
+    """gs-bench-models' seconds for gpusrv on cpu0, which the tables cannot do without."""
+    seconds, why = result
+    if seconds is None:
+        raise SystemExit(f"bench/float64: {why}")
+    return seconds
+
+
+def matmul_table(args, d, cores, has_opencl):
+    mm64, mm32 = os.path.join(d, "mm64.onnx"), os.path.join(d, "mm32.onnx")
+    matmul_model(mm64, np.float64)
+    matmul_model(mm32, np.float32)
+    x = np.random.default_rng(3).standard_normal((N, N))
+    flop = 2.0 * N ** 3
+    print(f"float64 MatMul {N}^3, GFLOP/s, {cores} core(s)")
+    print("| threads | gpusrv cpu0 f64 | onnxruntime f64 | gpusrv / onnxruntime | numpy f64 |"
+          " gpusrv cpu0 f32 | gpusrv opencl0 f64 |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for threads in sorted({1, cores}):
+        ours = required(gpusrv(args.build, mm64, N, threads, args.seconds))
+        peer = onnxruntime(mm64, x, threads, args.seconds)
+        f32, _ = gpusrv(args.build, mm32, N, threads, args.seconds)
+        cl = gpusrv(args.build, mm64, N, threads, args.seconds, "opencl0")[0] if has_opencl else None
+        print(f"| {threads} | {flop / ours * 1e-9:.2f} | {flop / peer * 1e-9:.2f} | "
+              f"{peer / ours:.2f}x | {flop / numpy_matmul(threads, args.seconds) * 1e-9:.2f} | "
+              f"{fmt(f32 and flop / f32 * 1e-9)} | {fmt(cl and flop / cl * 1e-9)} |")
+
+
+def cnn_table(args, d, cores, has_opencl, batch=32):
+    cnn64, cnn32 = os.path.join(d, "cnn64.onnx"), os.path.join(d, "cnn32.onnx")
+    cnn_model(cnn64, np.float64)
+    cnn_model(cnn32, np.float32)
+    print(f"\nCNN (3x32x32 images, two Conv layers, batch {batch}), images/s")
+    print("| threads | gpusrv cpu0 f64 | gpusrv cpu0 f32 model, --precision fp64 |"
+          " gpusrv cpu0 f32 | f64 / f32 time | gpusrv opencl0 f64 |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for threads in sorted({1, cores}):
+        t64 = required(gpusrv(args.build, cnn64, batch, threads, args.seconds))
+        wide, _ = gpusrv(args.build, cnn32, batch, threads, args.seconds,
+                         extra=("--precision", "fp64"))
+        t32 = required(gpusrv(args.build, cnn32, batch, threads, args.seconds))
+        cl = gpusrv(args.build, cnn64, batch, threads, args.seconds, "opencl0")[0] if has_opencl else None
+        print(f"| {threads} | {batch / t64:.0f} | {fmt(wide and batch / wide)} | "
+              f"{batch / t32:.0f} | {t64 / t32:.2f}x | {fmt(cl and batch / cl)} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--seconds", type=float, default=2.0)
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
-    flop = 2.0 * N ** 3
     smi = subprocess.run([os.path.join(args.build, "gpusrv"), "smi", "--json"], capture_output=True,
                          text=True, env=plugins(args.build))
     has_opencl = '"opencl0"' in smi.stdout
     with tempfile.TemporaryDirectory() as d:
-        mm64, mm32 = os.path.join(d, "mm64.onnx"), os.path.join(d, "mm32.onnx")
-        cnn64, cnn32 = os.path.join(d, "cnn64.onnx"), os.path.join(d, "cnn32.onnx")
-        matmul_model(mm64, np.float64)
-        matmul_model(mm32, np.float32)
-        cnn_model(cnn64, np.float64)
-        cnn_model(cnn32, np.float32)
-        x = np.random.default_rng(3).standard_normal((N, N))
-        print(f"float64 MatMul {N}^3, GFLOP/s, {cores} core(s)")
-        print("| threads | gpusrv cpu0 f64 | onnxruntime f64 | gpusrv / onnxruntime | numpy f64 |"
-              " gpusrv cpu0 f32 | gpusrv opencl0 f64 |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
-        for threads in sorted({1, cores}):
-            ours, why = gpusrv(args.build, mm64, N, threads, args.seconds)
-            if ours is None:
-                raise SystemExit(f"bench/float64: {why}")
-            peer = onnxruntime(mm64, x, threads, args.seconds)
-            f32, _ = gpusrv(args.build, mm32, N, threads, args.seconds)
-            cl = gpusrv(args.build, mm64, N, threads, args.seconds, "opencl0")[0] if has_opencl else None
-            print(f"| {threads} | {flop / ours * 1e-9:.2f} | {flop / peer * 1e-9:.2f} | "
-                  f"{peer / ours:.2f}x | {flop / numpy_matmul(threads, args.seconds) * 1e-9:.2f} | "
-                  f"{fmt(f32 and flop / f32 * 1e-9)} | {fmt(cl and flop / cl * 1e-9)} |")
-        batch = 32
-        print(f"\nCNN (3x32x32 images, two Conv layers, batch {batch}), images/s")
-        print("| threads | gpusrv cpu0 f64 | gpusrv cpu0 f32 model, --precision fp64 |"
-              " gpusrv cpu0 f32 | f64 / f32 time | gpusrv opencl0 f64 |")
-        print("|---:|---:|---:|---:|---:|---:|")
-        for threads in sorted({1, cores}):
-            t64, why = gpusrv(args.build, cnn64, batch, threads, args.seconds)
-            if t64 is None:
-                raise SystemExit(f"bench/float64: {why}")
-            wide, _ = gpusrv(args.build, cnn32, batch, threads, args.seconds,
-                             extra=("--precision", "fp64"))
-            t32, _ = gpusrv(args.build, cnn32, batch, threads, args.seconds)
-            cl = gpusrv(args.build, cnn64, batch, threads, args.seconds, "opencl0")[0] if has_opencl else None
-            print(f"| {threads} | {batch / t64:.0f} | {fmt(wide and batch / wide)} | "
-                  f"{batch / t32:.0f} | {t64 / t32:.2f}x | {fmt(cl and batch / cl)} |")
+        matmul_table(args, d, cores, has_opencl)
+        cnn_table(args, d, cores, has_opencl)
 
 
 if __name__ == "__main__":
