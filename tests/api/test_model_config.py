@@ -96,3 +96,35 @@ instance_group { count: 2 kind: KIND_CPU }
         assert a["max_batch_size"] == 16 and a["precision"] == "fp64"
         assert a["dynamic_batching"]["preferred_batch_size"] == [4, 8]
         assert a["dynamic_batching"]["default_queue_policy"]["timeout_action"] == "DELAY"
+
+
+def test_a_model_served_at_fp64_computes_in_double(tmp_path):
+    """precision fp64 widens a float32 model and computes it in double:
+    (x + 1e8) - 1e8 comes back as x, where float32 gives 0 or 8."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    for name, precision in (("wide", "fp64"), ("plain", "fp32")):
+        (tmp_path / name / "1").mkdir(parents=True)
+        g = helper.make_graph(
+            [helper.make_node("Add", ["x", "big"], ["a"]), helper.make_node("Sub", ["a", "big"], ["y"])],
+            "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 4])],
+            [numpy_helper.from_array(np.array(1e8, np.float32), "big")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        onnx.save(m, str(tmp_path / name / "1" / "model.onnx"))
+        (tmp_path / name / "config.json").write_text(
+            json.dumps({"max_batch_size": 8, "precision": precision}))
+    x = [0.25, -1.5, 3.0, 0.125]
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": x}]})
+    with serving(tmp_path) as port:
+        got = {}
+        for name in ("wide", "plain"):
+            status, raw, _ = request(port, "POST", f"/v2/models/{name}/infer", body)
+            assert status == 200, raw
+            out = json.loads(raw)["outputs"][0]
+            assert out["datatype"] == "FP32"
+            got[name] = out["data"]
+    assert got["wide"] == x
+    assert got["plain"] != x  # float32 itself loses x
