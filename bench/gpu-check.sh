@@ -5,11 +5,17 @@
 # (H2D/D2H, GEMM, the digits model, the pipelines; with a second GPU the
 # exchange and the model split over both) and the first request served on
 # cuda0 cold and warmed up; everything it prints also
-# goes to one results file. Its steps' limits add up to 8 minutes.
+# goes to one results file. Its steps' limits add up to 14 minutes (10 with
+# GPUSRV_BUILD); on an H200 it ran in 3.5 minutes.
 #
 #   bench/gpu-check.sh [RESULTS_FILE]      (default: gpu-check-results.txt,
 #                                           or $OUT/gpu-check-results.txt)
 # Needs what `make` needs (scripts/install-deps.sh) and the NVIDIA driver.
+# GPUSRV_BUILD=DIR uses binaries built elsewhere (same layout as build/)
+# instead of building; PYTHON=... names the Python with numpy, onnx,
+# onnxruntime, mpmath and pytest (default .venv/bin/python); where its onnx
+# is not 1.17, GSTEST_NODE_DIR=DIR names a copy of onnx 1.17's
+# backend/test/data/node for the node tests.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 results=${1:-${OUT:+$OUT/}gpu-check-results.txt}
@@ -27,8 +33,9 @@ run() { # run a step with a time limit, its output into the results
 
 say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 run 10 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
-build=build-gpu
-run 200 bash -c "set -o pipefail; cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build $build -j \$(nproc) 2>&1 | tail -3"
+build=${GPUSRV_BUILD:-build-gpu}
+[ -n "${GPUSRV_BUILD:-}" ] ||
+  run 200 bash -c "set -o pipefail; cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build $build -j \$(nproc) 2>&1 | tail -3"
 if [ ! -f "$build/gpusrv-cuda.so" ]; then
   say "gpu-check: the CUDA plugin did not build (is the CUDA toolkit installed?)"
   exit 1
@@ -38,12 +45,20 @@ export GPUSRV_PLUGIN_PATH=$PWD/$build
 # GPUs that reach each other directly (P2P).
 run 15 env GPUSRV_LOG=info "$build/gpusrv" smi
 run 45 "$build/tests/hal_conformance" cuda
-py=.venv/bin/python
-if [ -x "$py" ]; then
-  # (the op tests fail where an op falls back to the CPU on cuda0 without saying why)
-  run 100 env GPUSRV_BIN=$build/gpusrv GSTEST_DEVICE=cuda0 "$py" -m pytest -q -x tests/engine/test_ops.py tests/engine/test_models.py
+py=${PYTHON:-.venv/bin/python}
+if [ -x "$py" ] || command -v "$py" >/dev/null; then
+  export GPUSRV_BIN=$PWD/$build/gpusrv GSTEST_DEVICE=cuda0 GSTEST_REQUIRE_DEVICE=1
   # float64: the second module (GS_REAL_F64) and cuBLAS GemmEx in 64F
-  run 60 env GPUSRV_BIN=$build/gpusrv GSTEST_DEVICE=cuda0 "$py" -m pytest -q tests/engine/test_float64.py
+  run 60 "$py" -m pytest -q -p no:cacheprovider tests/engine/test_float64.py
+  # (the op tests fail where an op falls back to the CPU on cuda0 without saying why)
+  xdist=; "$py" -c 'import xdist' 2>/dev/null && xdist="-n $(nproc)"
+  run 200 "$py" -m pytest -q -p no:cacheprovider $xdist tests/engine/test_ops.py tests/engine/test_models.py
+  # The ONNX project's node tests on cuda0, then on cpu0 beside it: a case that
+  # passes on cpu0 and is wrong or crashes on cuda0 is a CUDA kernel's fault.
+  for dev in cuda0 cpu0; do
+    list=$(dirname "$results")/node-$dev.txt
+    run 90 bash -c "GSTEST_DEVICE=$dev GSTEST_NODE_WORKERS=$(nproc) '$py' tests/engine/onnx_node_cases.py --list > '$list'; tail -1 '$list'"
+  done
 else
   say "gpu-check: no .venv (scripts/install-deps.sh makes it): op and model tests not run"
 fi

@@ -318,7 +318,10 @@ bool gs_device_supports_op(const gs_device_t *device, const char *op);
  * backend's kernel may cover some types or shapes of an op only). */
 bool gs_device_supports_launch(const gs_device_t *device, const char *op, const void *params,
                                size_t params_size);
-/* Queues the kernel registered under `op`. GS_ENOTSUP if there is none. */
+/* Queues the kernel registered under `op`. GS_ENOTSUP if there is none.
+ * Arguments the kernel rejects (sizes past a buffer) fail either this call,
+ * where the backend checks before queueing (CUDA), or the stream's next
+ * synchronize, where it checks when the work runs (CPU, OpenCL). */
 int gs_stream_launch(gs_stream_t *s, const char *op, const gs_kernel_args *args);
 
 /* Op kernels run now, on the calling thread, over host memory: the built-in

@@ -31,7 +31,10 @@ import onnx
 from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WHEEL_NODE_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+# GSTEST_NODE_DIR: the 1.17 cases from elsewhere, where the onnx installed is
+# another version (bench/gpu-check.sh on a machine with its own Python).
+WHEEL_NODE_DIR = os.environ.get("GSTEST_NODE_DIR") or os.path.join(
+    os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
 NODE_SETS = {  # name: (the cases' directory, the expected failures)
     "1.17": (WHEEL_NODE_DIR, os.path.join(HERE, "onnx_node_expected_failures.txt")),
     "1.20": (os.path.join(HERE, "..", "..", ".venv", "onnx-node-1.20.1"),
@@ -284,7 +287,10 @@ def main(argv):
     names = case_names()
     if len(argv) > 1 and not argv[1].startswith("--"):
         names = [n for n in names if argv[1] in n]
-    res = run_all(names)
+    if not names:
+        print(f"no cases in {NODE_DIR}", file=sys.stderr)
+        return 1
+    res = run_all(names, workers=int(os.environ.get("GSTEST_NODE_WORKERS", "4")))
     counts = {}
     for n, (ending, detail) in res.items():
         counts[ending] = counts.get(ending, 0) + 1

@@ -459,6 +459,8 @@ static int cu_elapsed(void *start, void *end, uint64_t *ns) {
     return rc;
   float ms = 0;
   CUresult r = cu.cuEventElapsedTime(&ms, a->ev, b->ev);
+  if (r == CUDA_ERROR_NOT_READY) /* the HAL's contract, as the other backends answer */
+    return gs_error(GS_ESTATE, "event_elapsed: an event has not completed yet");
   if (r != CUDA_SUCCESS)
     return gs__cu_fail(r, "cuEventElapsedTime");
   *ns = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
