@@ -15,7 +15,8 @@
 # instead of building; PYTHON=... names the Python with numpy, onnx,
 # onnxruntime, mpmath and pytest (default .venv/bin/python); where its onnx
 # is not 1.17, GSTEST_NODE_DIR=DIR names a copy of onnx 1.17's
-# backend/test/data/node for the node tests.
+# backend/test/data/node for the node tests. bench/gpu-prebuilt.sh sets all
+# three for a machine that has the driver and Python but cannot build gpusrv.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 results=${1:-${OUT:+$OUT/}gpu-check-results.txt}
