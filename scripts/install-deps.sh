@@ -10,7 +10,7 @@ debs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev l
       libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev libb64-0d libsqlite3-dev libssl-dev task-spooler
       libncurses-dev tmux chromium prometheus libfftw3-dev libopenblas-dev
       libjpeg62-turbo-dev libpng-dev
-      ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev
+      ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd libclblast-dev libvkfft-dev
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
       podman runc uidmap fuse-overlayfs slirp4netns busybox-static slurmd
       slurmctld slurm-client slurmrestd slurmdbd mariadb-server slurm-wlm-jwt-plugin munge openmpi-bin libopenmpi-dev libpmix2

@@ -2,6 +2,7 @@
 primes and large powers of two, in float32 and float64, forward and inverse,
 real and complex, onesided, cut and zero-padded, along any axis (opsets 17
 and 20); MelWeightMatrix against the ONNX reference; and the refusals.
+Under GSTEST_DEVICE=opencl0 the same cases run through VkFFT on the device.
 onnxruntime checks the same ops in test_ops.py's way where it has them."""
 import os
 import tempfile
@@ -12,9 +13,14 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from gsonnx import check_op, load_outputs, make_model, refusal, run_gpusrv
+from gsonnx import (DEVICE, check_op, cpu_fallback_ops, load_outputs, make_model, refusal,
+                    run_gpusrv)
 
 rng = np.random.default_rng(2026)
+
+# Devices whose backend has an FFT library (VkFFT on OpenCL): there DFT and
+# STFT must not fall back to the CPU. CUDA has none yet (cuFFT is not used).
+FFT_DEVICES = ("opencl0",)
 
 
 def run(model, feeds):
@@ -22,8 +28,11 @@ def run(model, feeds):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
         onnx.save(model, path)
-        p = run_gpusrv(path, feeds, d)
+        p = run_gpusrv(path, feeds, d, extra=("--report",))
         assert p.returncode == 0, p.stderr
+        if DEVICE in FFT_DEVICES:
+            fell_back = cpu_fallback_ops(p.stdout) & {"DFT", "STFT"}
+            assert not fell_back, f"{fell_back} ran on the CPU on {DEVICE}: {p.stdout}"
         return load_outputs(d, [o.name for o in model.graph.output])
 
 

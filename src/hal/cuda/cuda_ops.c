@@ -240,6 +240,8 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
   if (count > GS_DEVOPS_MAX)
     return gs_error(GS_EINTERNAL, "CUDA: %zu ops for %d slots", count, GS_DEVOPS_MAX);
   for (size_t i = 0; i < count; i++) {
+    if (gs_devops_needs_fft(&dops[i]))
+      continue; /* no FFT library here yet (cuFFT): DFT and STFT run on the CPU */
     devop_kernels[i] = (cu_kernel){dops[i].name, &dops[i], devop_supports, devop_launch};
     int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);
     if (rc < 0)

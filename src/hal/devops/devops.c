@@ -1355,6 +1355,8 @@ static const gs_devop ops[] = {
     {"GatherND", 0, gs__devops_nd_supports, gs__devops_run_gather_nd},
     {"ScatterND", 1, gs__devops_nd_supports, gs__devops_run_scatter_nd},
     {"OneHot", 0, gs__devops_one_hot_supports, gs__devops_run_one_hot},
+    {"DFT", 0, gs__devops_dft_supports, gs__devops_run_dft},
+    {"STFT", 1, gs__devops_dft_supports, gs__devops_run_dft},
 };
 
 _Static_assert(sizeof ops / sizeof ops[0] <= GS_DEVOPS_MAX, "GS_DEVOPS_MAX is too small");

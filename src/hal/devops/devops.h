@@ -36,7 +36,7 @@
   X(gather_elements_b8) X(gather_elements_b16) X(gather_elements_b32) X(gather_elements_b64)     \
   X(gather_nd_b8) X(gather_nd_b16) X(gather_nd_b32) X(gather_nd_b64)                             \
   X(one_hot_b8) X(one_hot_b16) X(one_hot_b32) X(one_hot_b64)                                     \
-  X(scatter_elements_any) X(scatter_nd_any) X(lrn_fp) X(hardmax_fp)
+  X(scatter_elements_any) X(scatter_nd_any) X(lrn_fp) X(hardmax_fp) X(dft_pack_fp) X(dft_unpack_fp)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,
@@ -113,6 +113,16 @@ typedef struct gs_devops_gemm {
   int64_t stride_a, stride_b, stride_c; /* between batches, elements */
 } gs_devops_gemm;
 
+/* A batched FFT for a backend's FFT library (gs_devops_target.fft): `batch`
+ * transforms of n complex values each, in place in the stream's scratch
+ * buffer from its start, a value as (real, imaginary), float32 or with f64
+ * set float64; the forward transform's exponent is negative, neither
+ * direction is scaled. */
+typedef struct gs_devops_fft {
+  int64_t n, batch;
+  bool inverse, f64;
+} gs_devops_fft;
+
 /* What a backend gives one launch. */
 typedef struct gs_devops_target {
   void *ctx;
@@ -127,6 +137,8 @@ typedef struct gs_devops_target {
    * c = alpha op(a) op(b) + beta c, with a, b, c operands (or
    * GS_DK_SCRATCH) and offsets in elements from each operand's start. */
   int (*gemm)(void *ctx, const struct gs_devops_gemm *g);
+  /* Optional: the FFT, in queue order (see gs_devops_fft). */
+  int (*fft)(void *ctx, const struct gs_devops_fft *f);
   /* Optional: makes the stream's scratch buffer at least `bytes` (never 0) long (its
    * contents are reused in stream order by later launches). */
   int (*scratch)(void *ctx, size_t bytes);
@@ -144,6 +156,10 @@ typedef struct gs_devop {
   bool (*supports)(const struct gs_devop *op, const gs_op_call *c);
   int (*run)(const struct gs_devop *op, const gs_devops_target *t);
 } gs_devop;
+
+/* Whether op needs the target's fft (DFT, STFT): a backend without an FFT
+ * library does not register it, and the plan runs it on the CPU. */
+bool gs_devops_needs_fft(const gs_devop *op);
 
 /* Whether a launch of op's call takes its kernels from the device's float64
  * program (op_kernels.h built with GS_REAL_F64 defined): its data or result

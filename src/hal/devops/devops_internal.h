@@ -85,6 +85,10 @@ int gs__devops_copy_walk(const gs_devops_target *t, int x, int y, size_t size, d
 /* The kernels' code for an element type (op_codes.h's TYPE_), or -1. */
 int gs__devops_type_code(gs_dtype dt);
 
+/* devops_signal.c: DFT and STFT through the target's FFT. */
+bool gs__devops_dft_supports(const gs_devop *op, const gs_op_call *c);
+int gs__devops_run_dft(const gs_devop *op, const gs_devops_target *t);
+
 /* devops_index.c: Trilu, Range, CumSum, Tile, DepthToSpace, SpaceToDepth,
  * GatherElements, ScatterElements, GatherND, ScatterND, OneHot. */
 bool gs__devops_trilu_supports(const gs_devop *op, const gs_op_call *c);

@@ -1504,3 +1504,56 @@ KERNEL matmul_fp(GLOBAL const void *a, ulong ao, GLOBAL const void *b, ulong bo,
     stf(y, yo + i, g.relu && v < 0.0f ? 0.0f : v, fp16);
   }
 }
+
+/* DFT and STFT around the backend's FFT (gs_devops_target.fft): dft_pack_fp
+ * lays each transform's input out as n complex values (real, imaginary) in
+ * the scratch buffer, cut or zero-padded to n and multiplied by the window;
+ * the FFT transforms them in place; dft_unpack_fp writes the first out_len
+ * bins of each, scaled by 1 / n for an inverse, to the output. A line is
+ * DFT's (outer, inner) pair or STFT's (batch, frame). */
+typedef struct dft_geom {
+  long lines, n, out_len, inner, in_len, parts; /* parts: 2 for complex input */
+  long take;                                    /* input values per line: min(in_len or window, n) */
+  long frames, step;                            /* STFT */
+  int stft, has_window, inverse, pad_;
+} dft_geom;
+
+KERNEL dft_pack_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, ulong wo,
+                   GLOBAL void *s, ulong so, dft_geom g) {
+  FOR_EACH(id, (ulong)(g.lines * g.n)) {
+    long t = (long)(id / (ulong)g.n), i = (long)(id % (ulong)g.n);
+    long take = g.take, src = 0;
+    if (g.stft) {
+      long b = t / g.frames, start = (t % g.frames) * g.step;
+      if (take > g.in_len - start)
+        take = g.in_len - start; /* the window runs past the signal: zeros */
+      src = (b * g.in_len + start + i) * g.parts;
+    } else {
+      src = ((t / g.inner * g.in_len + i) * g.inner + t % g.inner) * g.parts;
+    }
+    real re = 0.0f, im = 0.0f;
+    if (i < take) {
+      re = ldf(x, xo + (ulong)src, 0);
+      if (g.parts == 2)
+        im = ldf(x, xo + (ulong)src + 1, 0);
+      if (g.has_window) {
+        real v = ldf(w, wo + (ulong)i, 0);
+        re *= v;
+        im *= v;
+      }
+    }
+    stf(s, so + 2 * id, re, 0);
+    stf(s, so + 2 * id + 1, im, 0);
+  }
+}
+
+KERNEL dft_unpack_fp(GLOBAL const void *s, ulong so, GLOBAL void *y, ulong yo, dft_geom g) {
+  real scale = g.inverse ? REAL_C(1.0) / (real)g.n : REAL_C(1.0);
+  FOR_EACH(id, (ulong)(g.lines * g.out_len)) {
+    long t = (long)(id / (ulong)g.out_len), k = (long)(id % (ulong)g.out_len);
+    long dst = g.stft ? t * g.out_len + k : (t / g.inner * g.out_len + k) * g.inner + t % g.inner;
+    ulong at = 2 * (ulong)(t * g.n + k);
+    stf(y, yo + 2 * (ulong)dst, ldf(s, so + at, 0) * scale, 0);
+    stf(y, yo + 2 * (ulong)dst + 1, ldf(s, so + at + 1, 0) * scale, 0);
+  }
+}

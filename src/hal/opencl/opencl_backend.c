@@ -8,6 +8,9 @@
  * per device at start (hal/devops' kernels with them). Telemetry: memory
  * only (size, and this process's use). */
 #include "hal/opencl/opencl_internal.h"
+#ifdef GS_HAVE_VKFFT
+#include "hal/opencl/opencl_fft.h"
+#endif
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -399,6 +402,9 @@ static int build_kernels(ocl_device *d, const char *dev_name, bool *fp64) {
 }
 
 static void release_device(ocl_device *d) {
+#ifdef GS_HAVE_VKFFT
+  gs__ocl_fft_release(d);
+#endif
   gs__ocl_release_op_kernels(d);
   if (d->axpy)
     clReleaseKernel(d->axpy);

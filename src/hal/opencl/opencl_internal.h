@@ -30,7 +30,11 @@ typedef struct ocl_device {
   bool groups_fit;  /* the device runs those kernels in groups of GS_DK_GROUP */
   bool groups_fit64; /* and those of program64 */
   _Atomic uint64_t device_bytes; /* device memory this process holds (segments) */
+  struct ocl_fft_plans *fft;      /* VkFFT's plans (opencl_fft.c), made on first use */
 } ocl_device;
+
+/* How many FFT plans (sizes) a device keeps. */
+#define GS_OCL_FFT_PLANS 8
 
 typedef struct ocl_stream {
   void *worker; /* the HAL worker stream that runs our operations in order */

@@ -1,7 +1,8 @@
 /* opencl_ops.c - the engine's ops on OpenCL: devops.c's ops (their kernels
  * are hal/devops/op_kernels.h, built into the device's programs, float32
  * and float64) queued through this plugin's gs_devops_target, whose GEMM
- * (MatMul, Gemm, Conv; float32 and float64) is CLBlast's. Each kernel says which launches it runs
+ * (MatMul, Gemm, Conv; float32 and float64) is CLBlast's and FFT (DFT,
+ * STFT) VkFFT's. Each kernel says which launches it runs
  * (kernel_supports); the plan runs the others on the CPU.
  * A launch receives its node's gs_op_call, as the CPU's kernels do, and runs
  * on the stream's worker in order with everything else on that stream;
@@ -10,6 +11,9 @@
 
 #ifdef GS_HAVE_CLBLAST
 #include <clblast_c.h>
+#endif
+#ifdef GS_HAVE_VKFFT
+#include "hal/opencl/opencl_fft.h"
 #endif
 
 /* ---- the launch target ------------------------------------------------------------------- */
@@ -111,11 +115,23 @@ static int target_gemm(void *ctx, const gs_devops_gemm *g);
 #endif
 static int target_scratch(void *ctx, size_t bytes);
 
+#ifdef GS_HAVE_VKFFT
+static int target_fft(void *ctx, const gs_devops_fft *f) {
+  const launch_op *l = ctx;
+  if (!l->s->scratch)
+    return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
+  return gs__ocl_fft(l->s->dev, l->s->queue, l->s->scratch, f->n, f->batch, f->inverse, f->f64);
+}
+#endif
+
 static gs_devops_target target_of(const launch_op *l, const gs_op_call *c) {
   return (gs_devops_target){.ctx = (void *)l, .call = c, .launch = target_launch,
                             .copy = target_copy, .row_groups = l->s->dev->row_groups,
 #ifdef GS_HAVE_CLBLAST
                             .gemm = target_gemm,
+#endif
+#ifdef GS_HAVE_VKFFT
+                            .fft = target_fft,
 #endif
                             .scratch = target_scratch};
 }
@@ -239,6 +255,10 @@ int gs__ocl_register_ops(gs_backend_t *backend) {
   if (count > GS_DEVOPS_MAX)
     return gs_error(GS_EINTERNAL, "OpenCL: %zu ops for %d slots", count, GS_DEVOPS_MAX);
   for (size_t i = 0; i < count; i++) {
+#ifndef GS_HAVE_VKFFT
+    if (gs_devops_needs_fft(&dops[i]))
+      continue; /* DFT and STFT stay on the CPU */
+#endif
     devop_kernels[i] = (ocl_kernel){dops[i].name, &dops[i], devop_supports, run_devop};
     int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);
     if (rc < 0)
