@@ -1,9 +1,12 @@
-"""bench/fft.py BUILD [--seconds S]: FFT speed on the CPU, GFLOP/s counting
+"""bench/fft.py BUILD [--seconds S] [--device ID]: FFT speed, GFLOP/s counting
 5 N log2 N per complex transform of N points. In the same run, for each
-size and thread count: gpusrv's DFT (a model of one DFT node run by
-gs-bench-models: a whole run, the input copied in and the output out, one
+size and thread count: gpusrv's DFT on the CPU (a model of one DFT node run
+by gs-bench-models: a whole run, the input copied in and the output out, one
 FFTW_ESTIMATE plan made per run), FFTW called directly (gs-bench-fftw:
-FFTW_MEASURE plans made once, no copies) and numpy.fft (one thread)."""
+FFTW_MEASURE plans made once, no copies) and numpy.fft (one thread).
+--device: a second table, the same model on that device (opencl0: VkFFT,
+its plan made once per size; the copies to and from the device counted)
+beside gpusrv on the CPU with all cores."""
 import argparse
 import json
 import math
@@ -33,10 +36,11 @@ def dft_model(path, n):
     onnx.save(m, path)
 
 
-def gpusrv(build, path, batch, threads, seconds):
+def gpusrv(build, path, batch, threads, seconds, device="cpu0"):
     p = subprocess.run([os.path.join(build, "bench", "gs-bench-models"), path, "--batch",
                         str(batch), "--iters", "100000", "--seconds", str(seconds), "--threads",
-                        str(threads)], capture_output=True, text=True)
+                        str(threads), "--device", device], capture_output=True, text=True,
+                       env={"GPUSRV_PLUGIN_PATH": os.path.abspath(build), **os.environ})
     if p.returncode != 0:
         raise SystemExit(f"bench/fft: {p.stderr.strip()}")
     return json.loads(p.stdout)["p50_us"] * 1e-6
@@ -66,6 +70,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--device", help="also time the DFT on this device (opencl0, cuda0)")
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
     print(f"complex float32 FFTs, GFLOP/s (5 N log2 N per transform), {cores} core(s)")
@@ -81,6 +86,20 @@ def main():
                 peer = gflops(n, batch, fftw(args.build, n, batch, threads, args.seconds))
                 print(f"| {n} | {batch} | {threads} | {ours:.2f} | {peer:.2f} | "
                       f"{ours / peer:.2f}x | {gflops(n, batch, np_t):.2f} |")
+        if args.device:
+            device_table(args, d, cores)
+
+
+def device_table(args, d, cores):
+    print(f"\nthe same DFT on {args.device}, GFLOP/s of whole runs (copies in and out counted)")
+    print(f"| N | transforms | gpusrv on {args.device} | gpusrv on cpu0 ({cores} threads) | "
+          f"{args.device} / cpu0 |")
+    print("|---:|---:|---:|---:|---:|")
+    for n, batch in SIZES:
+        path = os.path.join(d, f"dft{n}.onnx")
+        dev = gflops(n, batch, gpusrv(args.build, path, batch, cores, args.seconds, args.device))
+        cpu = gflops(n, batch, gpusrv(args.build, path, batch, cores, args.seconds))
+        print(f"| {n} | {batch} | {dev:.2f} | {cpu:.2f} | {dev / cpu:.2f}x |")
 
 
 if __name__ == "__main__":
