@@ -103,6 +103,22 @@ def test_onesided_cut_padded_and_axes(opset):
         close(got, as_pairs(want, np.float64), np.float32)
 
 
+def test_many_sizes_in_one_model():
+    # Ten sizes, more than a device keeps plans for, then the first again:
+    # on opencl0 its plan was replaced, and the scratch buffer it first ran
+    # on has grown into another since.
+    sizes = [8, 12, 16, 20, 24, 30, 32, 36, 40, 4096, 8]
+    inputs, nodes, outputs = {}, [], []
+    for i, n in enumerate(sizes):
+        inputs[f"x{i}"] = rng.standard_normal((2, n, 1)).astype(np.float32)
+        nodes.append(helper.make_node("DFT", [f"x{i}"], [f"y{i}"], axis=1))
+        outputs.append((f"y{i}", np.float32))
+    got = run(make_model(nodes, inputs, {}, outputs, opset=17), inputs)
+    for i in range(len(sizes)):
+        want = np.fft.fft(inputs[f"x{i}"][..., 0].astype(np.float64), axis=1)
+        close(got[f"y{i}"], as_pairs(want, np.float64), np.float32)
+
+
 def test_default_axis_differs_between_opsets():
     # Opset 17's default axis is 1, opset 20's is -2: the same rank-4 input
     # is transformed along different dims.

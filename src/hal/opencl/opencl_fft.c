@@ -10,10 +10,15 @@
 #include <stdlib.h>
 #include <vkFFT.h>
 
+/* VkFFT keeps the addresses of the buffer and its size that it was given,
+ * and reads them at each launch: they live here, beside the plan, and the
+ * buffer is set before each launch. */
 typedef struct fft_plan {
   int64_t n, batch;
   bool f64, made;
   uint64_t used; /* when last used, by the device's counter */
+  cl_mem buffer;
+  uint64_t bytes;
   VkFFTApplication app;
 } fft_plan;
 
@@ -41,16 +46,16 @@ static int find_plan(ocl_device *d, cl_mem buf, int64_t n, int64_t batch, bool f
   }
   if (p->made)
     deleteVkFFT(&p->app);
-  *p = (fft_plan){.n = n, .batch = batch, .f64 = f64};
-  uint64_t bytes = (uint64_t)n * (uint64_t)batch * 2 * (f64 ? sizeof(double) : sizeof(float));
+  *p = (fft_plan){.n = n, .batch = batch, .f64 = f64, .buffer = buf};
+  p->bytes = (uint64_t)n * (uint64_t)batch * 2 * (f64 ? sizeof(double) : sizeof(float));
   VkFFTConfiguration c = {0};
   c.FFTdim = 1;
   c.size[0] = (uint64_t)n;
   c.numberBatches = (uint64_t)batch;
   c.device = &d->id;
   c.context = &d->ctx;
-  c.buffer = &buf; /* only read while planning: each launch names its buffer */
-  c.bufferSize = &bytes;
+  c.buffer = &p->buffer;
+  c.bufferSize = &p->bytes;
   c.doublePrecision = f64;
   VkFFTResult r = initializeVkFFT(&p->app, c);
   if (r != VKFFT_SUCCESS)
@@ -87,7 +92,8 @@ int gs__ocl_fft(ocl_device *d, cl_command_queue q, cl_mem buf, int64_t n, int64_
   if (rc == 0) {
     VkFFTLaunchParams lp = {0};
     lp.commandQueue = &q;
-    lp.buffer = &buf;
+    p->buffer = buf;
+    lp.buffer = &p->buffer;
     VkFFTResult r = VkFFTAppend(&p->app, inverse ? 1 : -1, &lp);
     if (r != VKFFT_SUCCESS)
       rc = gs_error(GS_EDEVICE, "VkFFT could not queue %lld transforms of %lld points (VkFFT "
