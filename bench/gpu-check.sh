@@ -5,7 +5,7 @@
 # (H2D/D2H, GEMM, the digits model, the pipelines; with a second GPU the
 # exchange and the model split over both) and the first request served on
 # cuda0 cold and warmed up; everything it prints also
-# goes to one results file. Its steps' limits add up to 14 minutes (10 with
+# goes to one results file. Its steps' limits add up to 15 minutes (11 with
 # GPUSRV_BUILD); on an H200 it ran in 3.5 minutes.
 #
 #   bench/gpu-check.sh [RESULTS_FILE]      (default: gpu-check-results.txt,
@@ -51,6 +51,8 @@ if [ -x "$py" ] || command -v "$py" >/dev/null; then
   export GPUSRV_BIN=$PWD/$build/gpusrv GSTEST_DEVICE=cuda0 GSTEST_REQUIRE_DEVICE=1
   # float64: the second module (GS_REAL_F64) and cuBLAS GemmEx in 64F
   run 60 "$py" -m pytest -q -p no:cacheprovider tests/engine/test_float64.py
+  # DFT and STFT through cuFFT, against numpy.fft
+  run 60 "$py" -m pytest -q -p no:cacheprovider tests/engine/test_signal.py
   # (the op tests fail where an op falls back to the CPU on cuda0 without saying why)
   xdist=; "$py" -c 'import xdist' 2>/dev/null && xdist="-n $(nproc)"
   run 200 "$py" -m pytest -q -p no:cacheprovider $xdist tests/engine/test_ops.py tests/engine/test_models.py

@@ -9,7 +9,7 @@
 #       (xz-compressed) and onnx 1.17's node tests from .venv into DIR
 #   bench/gpu-prebuilt.sh run DIR [RESULTS_FILE]     there, from a checkout
 #       holding DIR: uses each carried library only where the machine has
-#       none of that name, finds cuBLAS and NCCL where a Python package put
+#       none of that name, finds cuBLAS, cuFFT and NCCL where a Python package put
 #       them, then runs gpu-check with GPUSRV_BUILD, PYTHON=python3 and
 #       GSTEST_NODE_DIR set.
 # Both machines must be x86-64 with a glibc at least as new as the one the
@@ -45,7 +45,7 @@ run)
   done
   echo "carried libraries used: $(ls "$tmp/missing" | tr '\n' ' ')"
   path=$tmp/missing
-  for n in libcuda.so.1 libcublas.so.13 libnccl.so.2 libnvidia-ml.so.1; do
+  for n in libcuda.so.1 libcublas.so.13 libcufft.so.12 libnccl.so.2 libnvidia-ml.so.1; do
     grep -q "/$n\$" <<<"$known" && continue
     f=$(find /usr /opt -name "$n" 2>/dev/null | grep -v stubs | head -1 || true)
     [ -n "$f" ] && path=$path:$(dirname "$f") && echo "$n: $f"

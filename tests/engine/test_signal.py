@@ -18,9 +18,9 @@ from gsonnx import (DEVICE, check_op, cpu_fallback_ops, load_outputs, make_model
 
 rng = np.random.default_rng(2026)
 
-# Devices whose backend has an FFT library (VkFFT on OpenCL): there DFT and
-# STFT must not fall back to the CPU. CUDA has none yet (cuFFT is not used).
-FFT_DEVICES = ("opencl0",)
+# Devices whose backend has an FFT library (VkFFT on OpenCL, cuFFT on CUDA):
+# there DFT and STFT must not fall back to the CPU.
+FFT_DEVICES = ("opencl0", "cuda0")
 
 
 def run(model, feeds):

@@ -27,6 +27,8 @@ const uint32_t gs_plugin_api_version = GS_HAL_API_VERSION;
 gs_cuda_driver gs__cu;
 gs_cublas gs__cublas;
 bool gs__have_cublas;
+gs_cufft gs__cufft;
+bool gs__have_cufft;
 static gs_nvml nvml;
 static bool have_nvml;
 
@@ -222,6 +224,9 @@ static void cu_stream_destroy(void *stream) {
     cu.cuStreamSynchronize(s->s);
     if (s->blas)
       gs__cublas.cublasDestroy(s->blas);
+    for (int i = 0; i < GS_CUDA_FFT_PLANS; i++)
+      if (s->fft[i].made)
+        gs__cufft.cufftDestroy(s->fft[i].handle);
     for (int i = 0; i < MARKS; i++)
       cu.cuEventDestroy(s->marks[i].ev);
     cu.cuMemFree(s->status);
@@ -877,6 +882,9 @@ static int cu_init(gs_backend_t *backend) {
   gs__have_cublas = gs_cublas_load(&gs__cublas) == GS_OK;
   if (!gs__have_cublas)
     GS_LOGW("cuda", "no cuBLAS, GEMM by a plain kernel, much slower: %s", gs_error_detail());
+  gs__have_cufft = gs_cufft_load(&gs__cufft) == GS_OK;
+  if (!gs__have_cufft)
+    GS_LOGW("cuda", "no cuFFT, DFT and STFT run on the CPU: %s", gs_error_detail());
   if (have_nvml)
     watch_xids(backend);
   enable_peer_access(backend);
@@ -895,6 +903,8 @@ static void cu_shutdown(gs_backend_t *backend) {
     gs_nvml_unload(&nvml);
   if (gs__have_cublas)
     gs_cublas_unload(&gs__cublas);
+  if (gs__have_cufft)
+    gs_cufft_unload(&gs__cufft);
   gs_cuda_driver_unload(&cu);
 }
 

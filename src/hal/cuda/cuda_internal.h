@@ -4,6 +4,7 @@
 #define GS_HAL_CUDA_INTERNAL_H
 
 #include "hal/cuda/cuda_blas.h"
+#include "hal/cuda/cuda_fft.h"
 #include "hal/cuda/cuda_driver.h"
 #include "hal/cuda/nvml.h"
 #include "hal/cuda/xid.h"
@@ -15,6 +16,17 @@
 extern gs_cuda_driver gs__cu;
 extern gs_cublas gs__cublas;
 extern bool gs__have_cublas;
+extern gs_cufft gs__cufft;
+extern bool gs__have_cufft;
+
+/* A cuFFT plan a stream keeps (cuda_ops.c): batch transforms of n points. */
+typedef struct cu_fft_plan {
+  cufftHandle handle;
+  int64_t n, batch;
+  bool f64, made;
+  uint64_t used; /* by the stream's fft_clock */
+} cu_fft_plan;
+#define GS_CUDA_FFT_PLANS 4
 
 typedef struct cu_device {
   CUdevice dev;
@@ -44,6 +56,8 @@ typedef struct cu_stream {
   int error; /* the first failure of a host function, until synchronize */
   char error_detail[256];
   cublasHandle_t blas; /* made on first use, bound to this stream */
+  cu_fft_plan fft[GS_CUDA_FFT_PLANS]; /* cuFFT's, bound to this stream, the oldest replaced */
+  uint64_t fft_clock;
   /* Kernels that can fail write here (devops.h); read at synchronize.
    * Under lock. */
   CUdeviceptr status;

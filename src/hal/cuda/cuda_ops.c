@@ -1,11 +1,13 @@
 /* cuda_ops.c - the engine's ops on CUDA: devops.c's ops (their kernels are
  * hal/devops/op_kernels.h, compiled into the plugin's two fatbins, float32
  * and float64) queued through this plugin's gs_devops_target, whose GEMM
- * (MatMul, Gemm, Conv; float32, float16 and float64) is cuBLAS's where it
- * loaded. Each kernel says which launches it runs
+ * (MatMul, Gemm, Conv; float32, float16 and float64) is cuBLAS's and FFT
+ * (DFT, STFT) cuFFT's where they loaded. Each kernel says which launches it runs
  * (kernel_supports); the plan runs the others on the CPU.
  * A launch receives its node's gs_op_call, as the CPU's kernels do. */
 #include "hal/cuda/cuda_internal.h"
+
+#include <limits.h>
 
 /* ---- the launch target --------------------------------------------------------------------- */
 
@@ -90,11 +92,13 @@ static int target_copy(void *ctx, int src, size_t src_off, int dst, size_t dst_o
 }
 
 static int target_gemm(void *ctx, const gs_devops_gemm *g);
+static int target_fft(void *ctx, const gs_devops_fft *f);
 static int target_scratch(void *ctx, size_t bytes);
 
 static gs_devops_target target_of(const launch *l, const gs_op_call *c) {
   return (gs_devops_target){.ctx = (void *)l, .call = c, .launch = target_launch,
                             .copy = target_copy, .gemm = gs__have_cublas ? target_gemm : NULL,
+                            .fft = gs__have_cufft ? target_fft : NULL,
                             .scratch = target_scratch, .row_groups = true};
 }
 
@@ -204,6 +208,64 @@ static int target_gemm(void *ctx, const gs_devops_gemm *g) {
   return st == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(st, "cublasSgemm");
 }
 
+/* ---- FFT through cuFFT ------------------------------------------------------------------------------ */
+
+static int fft_fail(cufftResult r, const char *what, const gs_devops_fft *f) {
+  return gs_error(r == CUFFT_ALLOC_FAILED ? GS_ENOMEM : GS_EDEVICE,
+                  "%s for %lld transforms of %lld points: cuFFT status %d", what,
+                  (long long)f->batch, (long long)f->n, (int)r);
+}
+
+/* The stream's plan for f's size, made (replacing the least recently used)
+ * where it has none; bound to the stream. */
+static int fft_plan(cu_stream *s, const gs_devops_fft *f, cufftHandle *out) {
+  cu_fft_plan *p = &s->fft[0];
+  for (int i = 0; i < GS_CUDA_FFT_PLANS; i++) {
+    cu_fft_plan *q = &s->fft[i];
+    if (q->made && q->n == f->n && q->batch == f->batch && q->f64 == f->f64) {
+      q->used = ++s->fft_clock;
+      *out = q->handle;
+      return GS_OK;
+    }
+    if (!q->made || q->used < p->used)
+      p = q;
+  }
+  if (p->made)
+    gs__cufft.cufftDestroy(p->handle);
+  *p = (cu_fft_plan){.n = f->n, .batch = f->batch, .f64 = f->f64};
+  int n = (int)f->n; /* DFT's lengths are ints (ops_signal.c) */
+  cufftResult r = gs__cufft.cufftPlanMany(&p->handle, 1, &n, NULL, 1, n, NULL, 1, n,
+                                          f->f64 ? CUFFT_Z2Z : CUFFT_C2C, (int)f->batch);
+  if (r != CUFFT_SUCCESS)
+    return fft_fail(r, "cufftPlanMany", f);
+  if ((r = gs__cufft.cufftSetStream(p->handle, (cudaStream_t)s->s)) != CUFFT_SUCCESS) {
+    gs__cufft.cufftDestroy(p->handle);
+    return fft_fail(r, "cufftSetStream", f);
+  }
+  p->made = true;
+  p->used = ++s->fft_clock;
+  *out = p->handle;
+  return GS_OK;
+}
+
+static int target_fft(void *ctx, const gs_devops_fft *f) {
+  const launch *l = ctx;
+  if (!l->s->scratch)
+    return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
+  if (f->batch > INT_MAX)
+    return gs_error(GS_ENOTSUP, "%s: %lld transforms at once (cuFFT takes an int)", l->k->name,
+                    (long long)f->batch);
+  cufftHandle h = 0;
+  int rc = fft_plan(l->s, f, &h);
+  if (rc < 0)
+    return rc;
+  int dir = f->inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
+  void *data = (void *)(uintptr_t)l->s->scratch;
+  cufftResult r = f->f64 ? gs__cufft.cufftExecZ2Z(h, data, data, dir)
+                         : gs__cufft.cufftExecC2C(h, data, data, dir);
+  return r == CUFFT_SUCCESS ? GS_OK : fft_fail(r, "cufftExec", f);
+}
+
 /* Grows the stream's scratch buffer; the one it replaces may still be read
  * by queued kernels, so the stream is drained first (rare: a larger need). */
 static int target_scratch(void *ctx, size_t bytes) {
@@ -240,8 +302,8 @@ int gs__cuda_register_ops(gs_backend_t *backend) {
   if (count > GS_DEVOPS_MAX)
     return gs_error(GS_EINTERNAL, "CUDA: %zu ops for %d slots", count, GS_DEVOPS_MAX);
   for (size_t i = 0; i < count; i++) {
-    if (gs_devops_needs_fft(&dops[i]))
-      continue; /* no FFT library here yet (cuFFT): DFT and STFT run on the CPU */
+    if (gs_devops_needs_fft(&dops[i]) && !gs__have_cufft)
+      continue; /* DFT and STFT run on the CPU */
     devop_kernels[i] = (cu_kernel){dops[i].name, &dops[i], devop_supports, devop_launch};
     int rc = gs__backend_register_kernel(backend, dops[i].name, &devop_kernels[i]);
     if (rc < 0)
