@@ -4,8 +4,8 @@
 # tests on cuda0, then the copy benchmark, `gpusrv bench --device cuda0`
 # (H2D/D2H, GEMM, the digits model, the pipelines; with a second GPU the
 # exchange and the model split over both) and the first request served on
-# cuda0 cold and warmed up; everything it prints also
-# goes to one results file. Its steps' limits add up to 15 minutes (11 with
+# cuda0 cold and warmed up, and the DFT through cuFFT; everything it prints also
+# goes to one results file. Its steps' limits add up to 17 minutes (13 with
 # GPUSRV_BUILD); on an H200 it ran in 3.5 minutes.
 #
 #   bench/gpu-check.sh [RESULTS_FILE]      (default: gpu-check-results.txt,
@@ -67,6 +67,8 @@ else
 fi
 run 40 "$build/bench/gs-bench-copy" --backend cuda --samples 5
 run 50 env GPUSRV_LOG=warn "$build/gpusrv" bench --device cuda0
+# DFT through cuFFT on cuda0 beside FFTW on the host cores
+[ -x "$py" ] || command -v "$py" >/dev/null && run 90 "$py" bench/fft.py "$build" --device cuda0 --seconds 1
 # The first request served on cuda0, cold and after warm-up (module load, cuBLAS set-up).
 [ -x "$py" ] && run 20 "$py" bench/warmup.py "$build" cuda0
 say "gpu-check: done in ${SECONDS}s; results in $results"

@@ -21,7 +21,7 @@ what=${1:-}; dir=${2:-}
 case "$what" in
 pack)
   programs="gpusrv gpusrv-engine gpusrv-job-shim gpusrv-cuda.so tests/hal_conformance
-            bench/gs-bench-copy bench/gs-bench-models"
+            bench/gs-bench-copy bench/gs-bench-models bench/gs-bench-fftw"
   rm -rf "$dir" && mkdir -p "$dir/build/tests" "$dir/build/bench" "$dir/libs"
   for f in $programs; do cp "build/$f" "$dir/build/$f" && strip "$dir/build/$f"; done
   # glibc's own libraries stay the machine's
