@@ -12,6 +12,7 @@
   X(cublasCreate)                                                                            \
   X(cublasDestroy)                                                                           \
   X(cublasSetStream)                                                                         \
+  X(cublasSetAtomicsMode)                                                                    \
   X(cublasSgemm)                                                                             \
   X(cublasSgemmStridedBatched)                                                               \
   X(cublasGemmEx)                                                                            \

@@ -134,8 +134,14 @@ static int blas_handle(cu_stream *s) {
   cublasStatus_t made = CUBLAS_STATUS_SUCCESS;
   if (!s->blas) {
     made = gs__cublas.cublasCreate(&s->blas);
+    /* Without atomics (cuBLAS's default, set here in case a library changes
+     * it), cuBLAS gives the same bits on every run on one GPU model, as a
+     * deterministic model needs. */
     if (made == CUBLAS_STATUS_SUCCESS &&
-        (made = gs__cublas.cublasSetStream(s->blas, (cudaStream_t)s->s)) != CUBLAS_STATUS_SUCCESS)
+        ((made = gs__cublas.cublasSetStream(s->blas, (cudaStream_t)s->s)) !=
+             CUBLAS_STATUS_SUCCESS ||
+         (made = gs__cublas.cublasSetAtomicsMode(s->blas, CUBLAS_ATOMICS_NOT_ALLOWED)) !=
+             CUBLAS_STATUS_SUCCESS))
       gs__cublas.cublasDestroy(s->blas);
     if (made != CUBLAS_STATUS_SUCCESS)
       s->blas = NULL;
@@ -256,14 +262,18 @@ static int target_fft(void *ctx, const gs_devops_fft *f) {
     return gs_error(GS_ENOTSUP, "%s: %lld transforms at once (cuFFT takes an int)", l->k->name,
                     (long long)f->batch);
   cufftHandle h = 0;
+  pthread_mutex_lock(&l->s->lock); /* the stream's plans, as its cuBLAS handle */
   int rc = fft_plan(l->s, f, &h);
-  if (rc < 0)
-    return rc;
-  int dir = f->inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
-  void *data = (void *)(uintptr_t)l->s->scratch;
-  cufftResult r = f->f64 ? gs__cufft.cufftExecZ2Z(h, data, data, dir)
-                         : gs__cufft.cufftExecC2C(h, data, data, dir);
-  return r == CUFFT_SUCCESS ? GS_OK : fft_fail(r, "cufftExec", f);
+  if (rc == 0) {
+    int dir = f->inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
+    void *data = (void *)(uintptr_t)l->s->scratch;
+    cufftResult r = f->f64 ? gs__cufft.cufftExecZ2Z(h, data, data, dir)
+                           : gs__cufft.cufftExecC2C(h, data, data, dir);
+    if (r != CUFFT_SUCCESS)
+      rc = fft_fail(r, "cufftExec", f);
+  }
+  pthread_mutex_unlock(&l->s->lock);
+  return rc;
 }
 
 /* Grows the stream's scratch buffer; the one it replaces may still be read
