@@ -352,14 +352,29 @@ def test_opencl_kernels_are_cached_on_disk(tmp_path):
     # Two programs: the kernels in float32, and in float64 (PoCL has cl_khr_fp64).
     entries = sorted((tmp_path / "cache").glob("opencl-*.bin"))
     assert len(entries) == 2 and all(e.stat().st_size > 1000 for e in entries)
+    long_ago = 1577836800  # 2020: reading an entry marks it used now
+    for e in entries:
+        os.utime(e, (long_ago, long_ago))
     assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]  # from the cache
+    assert all(e.stat().st_mtime > long_ago + 86400 for e in entries)
     entries[0].write_bytes(b"not a program")
     assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]  # rebuilt
     assert entries[0].stat().st_size > 1000
-    # Without the float64 program (GPUSRV_OPENCL_FP64=0), one.
-    env.update(GPUSRV_CACHE_DIR=str(tmp_path / "cache32"), GPUSRV_OPENCL_FP64="0")
+    # Without the float64 program (GPUSRV_OPENCL_FP64=0), one; written
+    # beside 20 entries of older sources, of which the 16 most recently used
+    # stay (the new one among them).
+    stale = tmp_path / "cache32"
+    stale.mkdir()
+    for i in range(20):
+        old = stale / f"opencl-{i:016x}.bin"
+        old.write_bytes(b"x")
+        os.utime(old, (long_ago + i, long_ago + i))
+    env.update(GPUSRV_CACHE_DIR=str(stale), GPUSRV_OPENCL_FP64="0")
     assert "opencl0" in [d["id"] for d in smi_json(env=env)["devices"]]
-    assert len(list((tmp_path / "cache32").glob("opencl-*.bin"))) == 1
+    kept = sorted(e.name for e in stale.glob("opencl-*.bin"))
+    assert len(kept) == 16
+    assert kept[:15] == [f"opencl-{i:016x}.bin" for i in range(5, 20)]
+    assert (stale / kept[15]).stat().st_size > 1000  # the new entry
 
 
 def test_opencl_telemetry_is_memory_only():

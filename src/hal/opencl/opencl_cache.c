@@ -4,16 +4,26 @@
  * is GPUSRV_CACHE_DIR, else $XDG_CACHE_HOME/gpusrv, else ~/.cache/gpusrv;
  * an entry is named by a hash of the device, its driver, the platform and
  * the source, so a changed driver or kernel source builds anew. A cache that
- * cannot be read or written is only slower; a corrupt entry is rebuilt. */
+ * cannot be read or written is only slower; a corrupt entry is rebuilt.
+ * Entries of older sources would pile up with each upgrade: a read marks
+ * an entry used (its mtime), and a write keeps the GS_OCL_CACHE_KEEP most
+ * recently used. */
 #include "hal/opencl/opencl_internal.h"
 
 #include "base/fileutil.h"
 #include "base/log.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+/* Entries kept: two programs (float32, float64) per kind of device, for
+ * a machine with a few kinds, or a few drivers side by side. */
+#define GS_OCL_CACHE_KEEP 16
 
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
@@ -80,6 +90,52 @@ static cl_program from_binary(ocl_device *d, const char *path) {
   return p;
 }
 
+typedef struct cache_entry {
+  struct timespec used;
+  char name[64];
+} cache_entry;
+
+static int older_first(const void *a, const void *b) {
+  const struct timespec *x = &((const cache_entry *)a)->used, *y = &((const cache_entry *)b)->used;
+  if (x->tv_sec != y->tv_sec)
+    return x->tv_sec < y->tv_sec ? -1 : 1;
+  return x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec;
+}
+
+/* Removes all but the GS_OCL_CACHE_KEEP most recently used entries of dir. */
+static void prune(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  cache_entry *list = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    struct stat st;
+    if (strncmp(e->d_name, "opencl-", 7) != 0 || len < 11 || len >= sizeof list->name ||
+        strcmp(e->d_name + len - 4, ".bin") != 0 ||
+        fstatat(dirfd(d), e->d_name, &st, 0) != 0)
+      continue;
+    if (n == cap) {
+      cache_entry *grown = realloc(list, (cap = cap ? 2 * cap : 32) * sizeof *list);
+      if (!grown)
+        break;
+      list = grown;
+    }
+    list[n].used = st.st_mtim;
+    memcpy(list[n++].name, e->d_name, len + 1);
+  }
+  if (n > GS_OCL_CACHE_KEEP) {
+    qsort(list, n, sizeof *list, older_first);
+    for (size_t i = 0; i < n - GS_OCL_CACHE_KEEP; i++)
+      if (unlinkat(dirfd(d), list[i].name, 0) == 0)
+        GS_LOGD("opencl", "cache: removed %s/%s, the least recently used", dir, list[i].name);
+  }
+  closedir(d);
+  free(list);
+}
+
 static void save_binary(cl_program p, const char *path) {
   size_t size = 0;
   if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
@@ -105,6 +161,8 @@ static void save_binary(cl_program p, const char *path) {
   if (!ok || rename(tmp, path) != 0) {
     unlink(tmp);
     GS_LOGD("opencl", "cannot cache the kernels' binary in %s", path);
+  } else {
+    prune(dir);
   }
   free(bin);
 }
@@ -115,6 +173,7 @@ int gs__ocl_build_program(ocl_device *d, const char *dev_name, const char *sourc
   bool cached = entry_path(d->id, source, path, sizeof path);
   if (cached && (*out = from_binary(d, path))) {
     GS_LOGD("opencl", "%s: kernels from the cache %s", dev_name, path);
+    utimensat(AT_FDCWD, path, NULL, 0); /* used now: pruned last */
     return GS_OK;
   }
   cl_int err;
