@@ -3,7 +3,8 @@
 size and thread count: gpusrv's DFT on the CPU (a model of one DFT node run
 by gs-bench-models: a whole run, the input copied in and the output out, one
 FFTW_ESTIMATE plan made per run), FFTW called directly (gs-bench-fftw:
-FFTW_MEASURE plans made once, no copies) and numpy.fft (one thread).
+FFTW_MEASURE plans made once, no copies) and numpy.fft (one thread); then
+real input beside complex input of the same size.
 --device: a second table, the same model on that device (opencl0: VkFFT,
 its plan made once per size; the copies to and from the device counted)
 beside gpusrv on the CPU with all cores."""
@@ -27,8 +28,8 @@ def gflops(n, batch, seconds):
     return 5.0 * n * math.log2(n) * batch / seconds * 1e-9
 
 
-def dft_model(path, n):
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", n, 2])
+def dft_model(path, n, parts=2):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", n, parts])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n, 2])
     g = helper.make_graph([helper.make_node("DFT", ["x"], ["y"], axis=1)], "dft", [x], [y])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -86,8 +87,24 @@ def main():
                 peer = gflops(n, batch, fftw(args.build, n, batch, threads, args.seconds))
                 print(f"| {n} | {batch} | {threads} | {ours:.2f} | {peer:.2f} | "
                       f"{ours / peer:.2f}x | {gflops(n, batch, np_t):.2f} |")
+        real_table(args, d, cores)
         if args.device:
             device_table(args, d, cores)
+
+
+def real_table(args, d, cores):
+    """Real input ([b, N, 1]) against complex input of the same size, both
+    counted as 5 N log2 N: gpusrv transforms real lines with FFTW's r2c
+    plans (half the work) and mirrors the other bins."""
+    print(f"\nreal input against complex input, gpusrv DFT, {cores} thread(s), GFLOP/s")
+    print("| N | transforms | real input | complex input | real / complex |")
+    print("|---:|---:|---:|---:|---:|")
+    for n, batch in SIZES:
+        real, cplx = os.path.join(d, f"dft{n}r.onnx"), os.path.join(d, f"dft{n}.onnx")
+        dft_model(real, n, parts=1)
+        r = gflops(n, batch, gpusrv(args.build, real, batch, cores, args.seconds))
+        c = gflops(n, batch, gpusrv(args.build, cplx, batch, cores, args.seconds))
+        print(f"| {n} | {batch} | {r:.2f} | {c:.2f} | {r / c:.2f}x |")
 
 
 def device_table(args, d, cores):

@@ -22,6 +22,25 @@ static FFTW(plan) FN(make_plan)(int64_t length, int sign) {
   return plan;
 }
 
+/* The same for the forward transform of real input: n reals to n / 2 + 1
+ * bins (half the work of a complex transform; the other bins are their
+ * mirrors' conjugates). */
+static FFTW(plan) FN(make_plan_real)(int64_t length) {
+  REAL *a = FFTW(alloc_real)((size_t)length);
+  FFTW(complex) *b = FFTW(alloc_complex)((size_t)length / 2 + 1);
+  FFTW(plan) plan = NULL;
+  pthread_mutex_lock(&fft_lock);
+  if (a && b)
+    plan = FFTW(plan_dft_r2c_1d)((int)length, a, b, FFTW_ESTIMATE);
+  pthread_mutex_unlock(&fft_lock);
+  FFTW(free)(a);
+  FFTW(free)(b);
+  return plan;
+}
+
+/* Whether the op's transforms take the real path (make_plan_real). */
+static bool FN(real_path)(const gs_dft_attrs *a) { return !a->complex_in && !a->inverse; }
+
 /* Transforms [lo, hi) of the op: DFT lines (outer x inner) or STFT frames
  * (batch x frames), each copied into `in` (zero-padded or cut to the
  * length), transformed, and written out. -1 when out of memory. */
@@ -53,6 +72,21 @@ static int FN(transform_range)(const gs_dft_attrs *a, bool stft, FFTW(plan) plan
       take = a->in_len < n ? a->in_len : n;
       ys = y + (o * a->out_len * a->inner + j) * 2;
     }
+    if (FN(real_path)(a)) { /* reals in `in`'s first n / 2 + 1 slots, bins to out */
+      REAL *r = (REAL *)in;
+      for (int64_t i = 0; i < take; i++)
+        r[i] = xs[i * stride] * (window ? window[i] : (REAL)1);
+      for (int64_t i = take; i < n; i++)
+        r[i] = 0;
+      FFTW(execute_dft_r2c)(plan, r, out);
+      for (int64_t k = 0; k < a->out_len; k++) {
+        bool mirrored = k > n / 2; /* X[k] = conj(X[n - k]) */
+        const REAL *bin = out[mirrored ? n - k : k];
+        ys[k * out_stride] = bin[0];
+        ys[k * out_stride + 1] = mirrored ? -bin[1] : bin[1];
+      }
+      continue;
+    }
     for (int64_t i = 0; i < take; i++) {
       const REAL *v = xs + i * stride;
       REAL w = window ? window[i] : (REAL)1;
@@ -78,7 +112,9 @@ static int FN(run_transform)(const gs_op_call *c, void *const *ptr, bool stft) {
   int64_t count = stft ? a->outer * a->frames : a->outer * a->inner;
   if (count == 0)
     return 0;
-  FFTW(plan) plan = FN(make_plan)(a->length, a->inverse ? FFTW_BACKWARD : FFTW_FORWARD);
+  FFTW(plan) plan = FN(real_path)(a) ? FN(make_plan_real)(a->length)
+                                      : FN(make_plan)(a->length, a->inverse ? FFTW_BACKWARD
+                                                                            : FFTW_FORWARD);
   if (!plan)
     return gs_error(GS_ENOMEM, "out of memory planning the FFT of node %s", c->node_name);
   const REAL *x = ptr[0], *window = stft && a->has_window ? ptr[2] : NULL;
