@@ -105,6 +105,39 @@ def test_the_op_computes_in_float64(op):
         assert node.op_type not in fell_back, f"{op} ran on the CPU instead of {DEVICE}"
 
 
+def test_conv_transpose_with_groups():
+    """Against each group run alone (neither onnxruntime, in double, nor
+    onnx.reference takes a grouped ConvTranspose)."""
+    w, b = randn(4, 3, 2, 3), randn(6)
+    attrs = {"strides": [1, 2], "output_padding": [0, 1]}
+
+    def model(group, x, w, b):
+        node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], group=group, **attrs)
+        return make_model([node], {"x": x}, {"w": w, "b": b}, outputs=[("y", np.float64)])
+    (got,), fell_back = run(model(2, X4, w, b), {"x": X4})
+    want = np.concatenate([ReferenceEvaluator(model(1, X4[:, 2 * g:2 * g + 2], w[2 * g:2 * g + 2],
+                                                    b[3 * g:3 * g + 3])).run(
+        None, {"x": X4[:, 2 * g:2 * g + 2]})[0] for g in range(2)], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+    if DEVICE in KERNEL_DEVICES:
+        assert "ConvTranspose" not in fell_back
+
+
+def test_layer_norm_keeps_its_statistics_in_float32():
+    """LayerNormalization's optional Mean and InvStdDev outputs are of
+    stash_type's type (float32 by default) while Y is float64."""
+    x = randn(3, 5, 8)
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"], axis=-1)
+    model = make_model([node], {"x": x}, {"s": randn(8), "b": randn(8)},
+                       outputs=[("y", np.float64), ("mean", np.float32), ("inv", np.float32)])
+    got, fell_back = run(model, {"x": x})
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    assert [g.dtype for g in got] == [np.float64, np.float32, np.float32]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-11, atol=1e-12)
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g, w.reshape(g.shape), rtol=1e-6, atol=1e-7)
+
+
 def test_digits_float32_cannot_hold_survive():
     """Values 1e8 apart by thousandths: float32 (spacing 8 there) makes them one
     number and the normalised row zeros; double keeps them."""
