@@ -42,12 +42,11 @@ typedef struct config_field {
 #define AT(field) .offset = offsetof(gs_served_model, field), \
                   .size = sizeof(((gs_served_model *)0)->field)
 
-static const char *const precision_words[] = {"fp32", "fp16", "bf16", "fp64", NULL};
 static const char *const timeout_action_words[] = {"REJECT", "DELAY", NULL};
 
 static const config_field fields[] = {
     {.path = "max_batch_size", .kind = FIELD_INT, AT(max_batch_size), .min = 0, .max = 1 << 20},
-    {.path = "precision", .kind = FIELD_WORD, AT(precision), .words = precision_words},
+    {.path = "precision", .kind = FIELD_WORD, AT(precision), .words = gs_precision_names},
     {.path = "warmup", .kind = FIELD_BOOL, AT(no_warmup), .invert = true},
     {.path = "deterministic", .kind = FIELD_BOOL, AT(deterministic)},
     {.path = "preprocess", .kind = FIELD_RECIPE, AT(prep)},

@@ -15,18 +15,18 @@ int gs_engine_init(void) {
   return GS_OK;
 }
 
-static const char *const precision_names[] = {
+const char *const gs_precision_names[] = {
     [GS_PRECISION_FP32] = "fp32", [GS_PRECISION_FP16] = "fp16", [GS_PRECISION_BF16] = "bf16",
-    [GS_PRECISION_FP64] = "fp64"};
-#define PRECISIONS (int)(sizeof precision_names / sizeof precision_names[0])
+    [GS_PRECISION_FP64] = "fp64", [GS_PRECISION_FP64 + 1] = NULL};
+#define PRECISIONS (GS_PRECISION_FP64 + 1)
 
 const char *gs_precision_name(gs_precision p) {
-  return (unsigned)p < PRECISIONS ? precision_names[p] : "?";
+  return (unsigned)p < PRECISIONS ? gs_precision_names[p] : "?";
 }
 
 bool gs_precision_from_name(const char *name, gs_precision *out) {
   for (int i = 0; i < PRECISIONS; i++)
-    if (name && strcmp(name, precision_names[i]) == 0) {
+    if (name && strcmp(name, gs_precision_names[i]) == 0) {
       *out = (gs_precision)i;
       return true;
     }

@@ -25,7 +25,9 @@ typedef enum {
   GS_PRECISION_FP64
 } gs_precision;
 
-/* "fp32", "fp16", "bf16", "fp64", as configurations and the command line write them. */
+/* "fp32", "fp16", "bf16", "fp64", as configurations and the command line
+ * write them: by gs_precision, NULL after the last (a table's word list). */
+extern const char *const gs_precision_names[];
 const char *gs_precision_name(gs_precision p);
 /* The precision named `name`; false when it names none. */
 bool gs_precision_from_name(const char *name, gs_precision *out);
