@@ -107,6 +107,18 @@ def real_table(args, d, cores):
         print(f"| {n} | {batch} | {r:.2f} | {c:.2f} | {r / c:.2f}x |")
 
 
+def runs_on(build, path, n, device, d):
+    """Whether `gpusrv model run --report` keeps the DFT on the device (a
+    fallback would time the CPU under the device's name)."""
+    x = os.path.join(d, "x.npy")
+    np.save(x, np.zeros((1, n, 2), np.float32))
+    p = subprocess.run([os.path.join(build, "gpusrv"), "model", "run", path, "-i", f"x={x}",
+                        "-o", os.path.join(d, "out"), "--device", device, "--report"],
+                       capture_output=True, text=True,
+                       env={"GPUSRV_PLUGIN_PATH": os.path.abspath(build), **os.environ})
+    return p.returncode == 0 and "run on the CPU instead" not in p.stdout
+
+
 def device_table(args, d, cores):
     print(f"\nthe same DFT on {args.device}, GFLOP/s of whole runs (copies in and out counted)")
     print(f"| N | transforms | gpusrv on {args.device} | gpusrv on cpu0 ({cores} threads) | "
@@ -114,6 +126,9 @@ def device_table(args, d, cores):
     print("|---:|---:|---:|---:|---:|")
     for n, batch in SIZES:
         path = os.path.join(d, f"dft{n}.onnx")
+        if not runs_on(args.build, path, n, args.device, d):
+            print(f"| {n} | {batch} | not on {args.device} (see gpusrv model run --report) | | |")
+            continue
         dev = gflops(n, batch, gpusrv(args.build, path, batch, cores, args.seconds, args.device))
         cpu = gflops(n, batch, gpusrv(args.build, path, batch, cores, args.seconds))
         print(f"| {n} | {batch} | {dev:.2f} | {cpu:.2f} | {dev / cpu:.2f}x |")

@@ -41,14 +41,15 @@ if [ ! -f "$build/gpusrv-cuda.so" ]; then
   say "gpu-check: the CUDA plugin did not build (is the CUDA toolkit installed?)"
   exit 1
 fi
-export GPUSRV_PLUGIN_PATH=$PWD/$build
+build=$(cd "$build" && pwd) # absolute: the tests run from other folders
+export GPUSRV_PLUGIN_PATH=$build
 # Warnings say what is missing (no cuBLAS: "GEMM by a plain kernel"), info lines the
 # GPUs that reach each other directly (P2P).
 run 15 env GPUSRV_LOG=info "$build/gpusrv" smi
 run 45 "$build/tests/hal_conformance" cuda
 py=${PYTHON:-.venv/bin/python}
 if [ -x "$py" ] || command -v "$py" >/dev/null; then
-  export GPUSRV_BIN=$PWD/$build/gpusrv GSTEST_DEVICE=cuda0 GSTEST_REQUIRE_DEVICE=1
+  export GPUSRV_BIN=$build/gpusrv GSTEST_DEVICE=cuda0 GSTEST_REQUIRE_DEVICE=1
   # float64: the second module (GS_REAL_F64) and cuBLAS GemmEx in 64F
   run 60 "$py" -m pytest -q -p no:cacheprovider tests/engine/test_float64.py
   # DFT and STFT through cuFFT, against numpy.fft
@@ -70,5 +71,5 @@ run 50 env GPUSRV_LOG=warn "$build/gpusrv" bench --device cuda0
 # DFT through cuFFT on cuda0 beside FFTW on the host cores
 [ -x "$py" ] || command -v "$py" >/dev/null && run 90 "$py" bench/fft.py "$build" --device cuda0 --seconds 1
 # The first request served on cuda0, cold and after warm-up (module load, cuBLAS set-up).
-[ -x "$py" ] && run 20 "$py" bench/warmup.py "$build" cuda0
+[ -x "$py" ] || command -v "$py" >/dev/null && run 20 "$py" bench/warmup.py "$build" cuda0
 say "gpu-check: done in ${SECONDS}s; results in $results"

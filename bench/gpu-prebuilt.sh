@@ -36,6 +36,7 @@ pack)
 run)
   dir=$(cd "$dir" && pwd)
   tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
   tar xJf "$dir/libs.tar.xz" -C "$tmp"
   tar xJf "$dir/node.tar.xz" -C "$tmp"
   mkdir -p "$tmp/missing"
@@ -45,13 +46,14 @@ run)
   done
   echo "carried libraries used: $(ls "$tmp/missing" | tr '\n' ' ')"
   path=$tmp/missing
-  for n in libcuda.so.1 libcublas.so.13 libcufft.so.12 libnccl.so.2 libnvidia-ml.so.1; do
-    grep -q "/$n\$" <<<"$known" && continue
-    f=$(find /usr /opt -name "$n" 2>/dev/null | grep -v stubs | head -1 || true)
+  # The plugin opens these by soname (cuBLAS and cuFFT of the toolkit it was built with).
+  for n in libcuda.so.1 libcublas.so libcufft.so libnccl.so.2 libnvidia-ml.so.1; do
+    grep -q "/$n" <<<"$known" && continue
+    f=$(find /usr /opt -name "$n*" 2>/dev/null | grep -v stubs | head -1 || true)
     [ -n "$f" ] && path=$path:$(dirname "$f") && echo "$n: $f"
   done
   export LD_LIBRARY_PATH=$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export GPUSRV_BUILD=${dir#"$PWD"/}/build PYTHON=${PYTHON:-python3}
+  export GPUSRV_BUILD=$dir/build PYTHON=${PYTHON:-python3}
   export GPUSRV_PLUGIN_PATH=$dir/build GSTEST_NODE_DIR=$tmp/node
   bash bench/gpu-check.sh ${3:+"$3"}
   ;;

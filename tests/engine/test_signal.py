@@ -13,14 +13,10 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from gsonnx import (DEVICE, check_op, cpu_fallback_ops, load_outputs, make_model, refusal,
-                    run_gpusrv)
+from gsonnx import (DEVICE, KERNEL_DEVICES, check_op, cpu_fallback_ops, load_outputs, make_model,
+                    refusal, run_gpusrv)
 
 rng = np.random.default_rng(2026)
-
-# Devices whose backend has an FFT library (VkFFT on OpenCL, cuFFT on CUDA):
-# there DFT and STFT must not fall back to the CPU.
-FFT_DEVICES = ("opencl0", "cuda0")
 
 
 def run(model, feeds):
@@ -30,7 +26,9 @@ def run(model, feeds):
         onnx.save(model, path)
         p = run_gpusrv(path, feeds, d, extra=("--report",))
         assert p.returncode == 0, p.stderr
-        if DEVICE in FFT_DEVICES:
+        # Both kernel backends have an FFT library (VkFFT on OpenCL, cuFFT
+        # on CUDA): there DFT and STFT must not fall back to the CPU.
+        if DEVICE in KERNEL_DEVICES:
             fell_back = cpu_fallback_ops(p.stdout) & {"DFT", "STFT"}
             assert not fell_back, f"{fell_back} ran on the CPU on {DEVICE}: {p.stdout}"
         return load_outputs(d, [o.name for o in model.graph.output])
@@ -166,6 +164,17 @@ def test_stft_matches_numpy(dtype, length, step, onesided, with_window):
     got = run(m, inputs)["y"]
     want = stft_numpy(signal.astype(np.float64), step, window.astype(np.float64), length, onesided)
     close(got, as_pairs(want, np.float64), dtype)
+
+
+def test_stft_of_a_complex_signal():
+    z = rng.standard_normal((2, 300)) + 1j * rng.standard_normal((2, 300))
+    window = np.hamming(40)
+    x = as_pairs(z, np.float32)
+    node = helper.make_node("STFT", ["x", "step", "w"], ["y"], onesided=0)
+    m = make_model([node], {"x": x}, {"step": np.array(13, np.int64),
+                                      "w": window.astype(np.float32)}, [("y", np.float32)], opset=17)
+    got = run(m, {"x": x})["y"]
+    close(got, as_pairs(stft_numpy(z, 13, window, 40, 0), np.float64), np.float32)
 
 
 def test_stft_against_onnxruntime():

@@ -130,6 +130,9 @@ static int infer_stft(gs_op_call *c, const gs_node *n) {
                          "frame no longer than the signal (%lld)%s", (long long)a->step,
                       (long long)a->length, (long long)x->dims[1],
                       a->window < 1 ? ", and the window not empty" : "");
+  if (a->length > INT_MAX) /* FFTW's lengths are ints */
+    return gs_op_fail(c, "frame_length %lld is out of range (at most 2^31 - 1)",
+                      (long long)a->length);
   a->frames = 1 + (x->dims[1] - a->length) / a->step;
   a->out_len = gs_attr_int(n, "onesided", 1) ? a->length / 2 + 1 : a->length;
   a->complex_in = x->dims[2] == 2;

@@ -1,7 +1,7 @@
 /* cuda_blas.c - finds cuBLAS's entry points (cuda_blas.h). */
 #include "hal/cuda/cuda_blas.h"
 
-#include "base/error.h"
+#include "hal/cuda/dl_table.h"
 
 #include <dlfcn.h>
 #include <string.h>
@@ -11,21 +11,14 @@
 
 int gs_cublas_load(gs_cublas *b) {
   memset(b, 0, sizeof *b);
-  static const char soname[] = "libcublas.so." GS__NAME(CUBLAS_VER_MAJOR);
-  b->library = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (!b->library)
-    return gs_error(GS_ENOENT, "%s cannot be loaded (%s)", soname, dlerror());
-  const char *missing = NULL;
-#define GS__CUBLAS_LOOKUP(fn)                                                \
-  if (!missing && !(*(void **)&b->fn = dlsym(b->library, GS__NAME(fn))))   \
-    missing = GS__NAME(fn);
-  GS_CUBLAS_FUNCS(GS__CUBLAS_LOOKUP)
-#undef GS__CUBLAS_LOOKUP
-  if (missing) {
-    gs_cublas_unload(b);
-    return gs_error(GS_ENOENT, "%s lacks %s", soname, missing);
-  }
-  return GS_OK;
+#define GS__CUBLAS_ENTRY(fn) {GS__NAME(fn), (void **)&b->fn},
+  const gs_dl_entry entries[] = {GS_CUBLAS_FUNCS(GS__CUBLAS_ENTRY)};
+#undef GS__CUBLAS_ENTRY
+  int rc = gs_dl_load("libcublas.so." GS__NAME(CUBLAS_VER_MAJOR), "cuBLAS", entries,
+                      (int)(sizeof entries / sizeof entries[0]), &b->library);
+  if (rc < 0)
+    memset(b, 0, sizeof *b);
+  return rc;
 }
 
 void gs_cublas_unload(gs_cublas *b) {

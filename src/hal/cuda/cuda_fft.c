@@ -1,7 +1,7 @@
 /* cuda_fft.c - finds cuFFT's entry points (cuda_fft.h). */
 #include "hal/cuda/cuda_fft.h"
 
-#include "base/error.h"
+#include "hal/cuda/dl_table.h"
 
 #include <dlfcn.h>
 #include <string.h>
@@ -11,21 +11,14 @@
 
 int gs_cufft_load(gs_cufft *f) {
   memset(f, 0, sizeof *f);
-  static const char soname[] = "libcufft.so." GS__NAME(CUFFT_VER_MAJOR);
-  f->library = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (!f->library)
-    return gs_error(GS_ENOENT, "%s cannot be loaded (%s)", soname, dlerror());
-  const char *missing = NULL;
-#define GS__CUFFT_LOOKUP(fn)                                                 \
-  if (!missing && !(*(void **)&f->fn = dlsym(f->library, GS__NAME(fn))))   \
-    missing = GS__NAME(fn);
-  GS_CUFFT_FUNCS(GS__CUFFT_LOOKUP)
-#undef GS__CUFFT_LOOKUP
-  if (missing) {
-    gs_cufft_unload(f);
-    return gs_error(GS_ENOENT, "%s lacks %s", soname, missing);
-  }
-  return GS_OK;
+#define GS__CUFFT_ENTRY(fn) {#fn, (void **)&f->fn},
+  const gs_dl_entry entries[] = {GS_CUFFT_FUNCS(GS__CUFFT_ENTRY)};
+#undef GS__CUFFT_ENTRY
+  int rc = gs_dl_load("libcufft.so." GS__NAME(CUFFT_VER_MAJOR), "cuFFT", entries,
+                      (int)(sizeof entries / sizeof entries[0]), &f->library);
+  if (rc < 0)
+    memset(f, 0, sizeof *f);
+  return rc;
 }
 
 void gs_cufft_unload(gs_cufft *f) {

@@ -132,6 +132,7 @@ static int blas_fail(cublasStatus_t st, const char *what) {
 static int blas_handle(cu_stream *s) {
   pthread_mutex_lock(&s->lock); /* one handle per stream, bound to it or none */
   cublasStatus_t made = CUBLAS_STATUS_SUCCESS;
+  const char *what = "cublasCreate";
   if (!s->blas) {
     made = gs__cublas.cublasCreate(&s->blas);
     /* Without atomics (cuBLAS's default, set here in case a library changes
@@ -141,13 +142,15 @@ static int blas_handle(cu_stream *s) {
         ((made = gs__cublas.cublasSetStream(s->blas, (cudaStream_t)s->s)) !=
              CUBLAS_STATUS_SUCCESS ||
          (made = gs__cublas.cublasSetAtomicsMode(s->blas, CUBLAS_ATOMICS_NOT_ALLOWED)) !=
-             CUBLAS_STATUS_SUCCESS))
+             CUBLAS_STATUS_SUCCESS)) {
+      what = "cublasSetStream or cublasSetAtomicsMode";
       gs__cublas.cublasDestroy(s->blas);
+    }
     if (made != CUBLAS_STATUS_SUCCESS)
       s->blas = NULL;
   }
   pthread_mutex_unlock(&s->lock);
-  return made == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(made, "cublasCreate");
+  return made == CUBLAS_STATUS_SUCCESS ? GS_OK : blas_fail(made, what);
 }
 
 /* An operand, or the stream's scratch buffer, as a device address. */
@@ -239,7 +242,7 @@ static int fft_plan(cu_stream *s, const gs_devops_fft *f, cufftHandle *out) {
   if (p->made)
     gs__cufft.cufftDestroy(p->handle);
   *p = (cu_fft_plan){.n = f->n, .batch = f->batch, .f64 = f->f64};
-  int n = (int)f->n; /* DFT's lengths are ints (ops_signal.c) */
+  int n = (int)f->n; /* devops_signal.c's supports keeps counts to ints */
   cufftResult r = gs__cufft.cufftPlanMany(&p->handle, 1, &n, NULL, 1, n, NULL, 1, n,
                                           f->f64 ? CUFFT_Z2Z : CUFFT_C2C, (int)f->batch);
   if (r != CUFFT_SUCCESS)
@@ -258,11 +261,13 @@ static int target_fft(void *ctx, const gs_devops_fft *f) {
   const launch *l = ctx;
   if (!l->s->scratch)
     return gs_error(GS_EINTERNAL, "%s: no scratch buffer", l->k->name);
-  if (f->batch > INT_MAX)
-    return gs_error(GS_ENOTSUP, "%s: %lld transforms at once (cuFFT takes an int)", l->k->name,
-                    (long long)f->batch);
+  if (f->batch > INT_MAX || f->n > INT_MAX)
+    return gs_error(GS_ENOTSUP, "%s: %lld transforms of %lld points (cuFFT takes ints)",
+                    l->k->name, (long long)f->batch, (long long)f->n);
+  /* No lock: a stream's launches come from one thread at a time, as its
+   * GEMMs do. (Replacing a plan frees its work area, which waits for the
+   * device: nothing may hold the stream's lock then.) */
   cufftHandle h = 0;
-  pthread_mutex_lock(&l->s->lock); /* the stream's plans, as its cuBLAS handle */
   int rc = fft_plan(l->s, f, &h);
   if (rc == 0) {
     int dir = f->inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
@@ -272,7 +277,6 @@ static int target_fft(void *ctx, const gs_devops_fft *f) {
     if (r != CUFFT_SUCCESS)
       rc = fft_fail(r, "cufftExec", f);
   }
-  pthread_mutex_unlock(&l->s->lock);
   return rc;
 }
 

@@ -1,30 +1,22 @@
 /* nccl.c - loads NCCL (nccl.h). */
 #include "hal/cuda/nccl.h"
 
-#include "base/error.h"
+#include "hal/cuda/dl_table.h"
 
 #include <dlfcn.h>
 #include <string.h>
 
 int gs_nccl_load(gs_nccl *n) {
   memset(n, 0, sizeof *n);
-  n->library = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!n->library)
-    return gs_error(GS_ENOENT, "NCCL (libnccl.so.2) cannot be loaded: %s", dlerror());
-  const char *missing = NULL;
-#define GS__NCCL_LOOKUP(field, symbol, args)                               \
-  if (!missing && !(*(void **)&n->field = dlsym(n->library, symbol)))    \
-    missing = symbol;
-  GS_NCCL_FUNCS(GS__NCCL_LOOKUP)
-#undef GS__NCCL_LOOKUP
-  if (!missing && !(*(void **)&n->error_string = dlsym(n->library, "ncclGetErrorString")))
-    missing = "ncclGetErrorString";
-  if (missing) {
-    dlclose(n->library);
+#define GS__NCCL_ENTRY(field, symbol, args) {symbol, (void **)&n->field},
+  const gs_dl_entry entries[] = {GS_NCCL_FUNCS(GS__NCCL_ENTRY){"ncclGetErrorString",
+                                                               (void **)&n->error_string}};
+#undef GS__NCCL_ENTRY
+  int rc = gs_dl_load("libnccl.so.2", "NCCL", entries, (int)(sizeof entries / sizeof entries[0]),
+                      &n->library);
+  if (rc < 0)
     memset(n, 0, sizeof *n);
-    return gs_error(GS_ENOENT, "NCCL lacks %s (a version too old)", missing);
-  }
-  return GS_OK;
+  return rc;
 }
 
 void gs_nccl_unload(gs_nccl *n) {

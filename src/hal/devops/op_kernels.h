@@ -1518,11 +1518,13 @@ typedef struct dft_geom {
   int stft, has_window, inverse, pad_;
 } dft_geom;
 
+/* Over `items` values: lines past g.lines (the FFT's plan may be made for
+ * more, see devops_signal.c) are zeros. */
 KERNEL dft_pack_fp(GLOBAL const void *x, ulong xo, GLOBAL const void *w, ulong wo,
-                   GLOBAL void *s, ulong so, dft_geom g) {
-  FOR_EACH(id, (ulong)(g.lines * g.n)) {
+                   GLOBAL void *s, ulong so, dft_geom g, ulong items) {
+  FOR_EACH(id, items) {
     long t = (long)(id / (ulong)g.n), i = (long)(id % (ulong)g.n);
-    long take = g.take, src = 0;
+    long take = t < g.lines ? g.take : 0, src = 0;
     if (g.stft) {
       long b = t / g.frames, start = (t % g.frames) * g.step;
       if (take > g.in_len - start)

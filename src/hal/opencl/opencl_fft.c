@@ -1,7 +1,9 @@
 /* opencl_fft.c - VkFFT's OpenCL back end under devops' FFT (opencl_fft.h).
  * Plans are keyed by (n, batch, precision) and kept per device, the oldest
- * replaced; planning and queueing share the device's fft_lock, since a
- * plan's kernel objects take their arguments when queued. */
+ * replaced (devops_signal.c rounds the count of transforms up to a power of
+ * two, so that changing batch sizes make few plans); planning and queueing
+ * hold the plans' lock, since a plan's kernel objects take their arguments
+ * when queued. */
 #define VKFFT_BACKEND 3 /* OpenCL */
 #include "hal/opencl/opencl_fft.h"
 
