@@ -7,7 +7,9 @@ FFTW_MEASURE plans made once, no copies) and numpy.fft (one thread); then
 real input beside complex input of the same size.
 --device: a second table, the same model on that device (opencl0: VkFFT,
 its plan made once per size; the copies to and from the device counted)
-beside gpusrv on the CPU with all cores."""
+beside gpusrv on the CPU with all cores; on a CUDA device, where torch with
+CUDA is installed, beside cuFFT called through torch.fft, with the same
+copies and alone."""
 import argparse
 import json
 import math
@@ -119,11 +121,49 @@ def runs_on(build, path, n, device, d):
     return p.returncode == 0 and "run on the CPU instead" not in p.stdout
 
 
+def torch_fft(n, batch, seconds, device):
+    """torch.fft.fft on `device` (on "cuda" it is cuFFT), the seconds of
+    one transform of the batch: with the copies to and from host memory, as
+    gpusrv's whole runs make them, and of the transform alone."""
+    import torch
+    z = torch.randn(batch, n, dtype=torch.complex64)
+    whole, alone = [], []
+    start = time.perf_counter()
+    while len(whole) < 5 or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        on = z.to(device)
+        t1 = time.perf_counter()
+        out = torch.fft.fft(on, dim=1)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        out.cpu()
+        whole.append(time.perf_counter() - t0)
+        alone.append(t2 - t1)
+    return float(np.median(whole)), float(np.median(alone))
+
+
+def torch_device(device):
+    """torch's name for gpusrv's device where torch can reach it (cuda0 is
+    "cuda:0"), else None: the peer column is left out."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return "cuda:" + device[4:]
+    return None
+
+
 def device_table(args, d, cores):
+    peer = torch_device(args.device)
     print(f"\nthe same DFT on {args.device}, GFLOP/s of whole runs (copies in and out counted)")
-    print(f"| N | transforms | gpusrv on {args.device} | gpusrv on cpu0 ({cores} threads) | "
-          f"{args.device} / cpu0 |")
-    print("|---:|---:|---:|---:|---:|")
+    head = f"| N | transforms | gpusrv on {args.device} | gpusrv on cpu0 ({cores} threads) | " \
+           f"{args.device} / cpu0 |"
+    if peer:
+        head += " cuFFT via torch, whole | gpusrv / it | cuFFT alone |"
+    print(head)
+    print("|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if peer else ""))
     for n, batch in SIZES:
         path = os.path.join(d, f"dft{n}.onnx")
         if not runs_on(args.build, path, n, args.device, d):
@@ -131,7 +171,11 @@ def device_table(args, d, cores):
             continue
         dev = gflops(n, batch, gpusrv(args.build, path, batch, cores, args.seconds, args.device))
         cpu = gflops(n, batch, gpusrv(args.build, path, batch, cores, args.seconds))
-        print(f"| {n} | {batch} | {dev:.2f} | {cpu:.2f} | {dev / cpu:.2f}x |")
+        line = f"| {n} | {batch} | {dev:.2f} | {cpu:.2f} | {dev / cpu:.2f}x |"
+        if peer:
+            whole, alone = (gflops(n, batch, t) for t in torch_fft(n, batch, args.seconds, peer))
+            line += f" {whole:.2f} | {dev / whole:.2f}x | {alone:.2f} |"
+        print(line)
 
 
 if __name__ == "__main__":
