@@ -63,6 +63,12 @@ if [ -x "$py" ] || command -v "$py" >/dev/null; then
     list=$(dirname "$results")/node-$dev.txt
     run 90 bash -c "GSTEST_DEVICE=$dev GSTEST_NODE_WORKERS=$(nproc) '$py' tests/engine/onnx_node_cases.py --list > '$list'; tail -1 '$list'"
   done
+  # The cases that pass on cpu0 and not on cuda0: the CUDA kernels' faults.
+  dir=$(dirname "$results")
+  say "== node cases passing on cpu0, not on cuda0:"
+  join <(awk '$2 == "pass" {print $1}' "$dir/node-cpu0.txt" | sort) \
+       <(awk '$2 != "pass" && NF > 1 {print $1, $2}' "$dir/node-cuda0.txt" | sort) |
+    tee -a "$results" | wc -l | sed 's/^/== count: /' | tee -a "$results"
 else
   say "gpu-check: no .venv (scripts/install-deps.sh makes it): op and model tests not run"
 fi
