@@ -4,7 +4,8 @@
 # pytest, but not gpusrv's build dependencies (a lent machine that cannot
 # install packages). Two steps:
 #
-#   bench/gpu-prebuilt.sh pack DIR     here, after `make build`: copies the
+#   bench/gpu-prebuilt.sh pack DIR     here, after `make build` (DIR: .gpu,
+#       which .gitignore ignores, is the usual choice): copies the
 #       binaries gpu-check needs (stripped), the shared libraries they link
 #       (xz-compressed) and onnx 1.17's node tests from .venv into DIR
 #   bench/gpu-prebuilt.sh run DIR [RESULTS_FILE]     there, from a checkout
