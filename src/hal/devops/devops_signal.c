@@ -19,11 +19,11 @@ _Static_assert(sizeof(dk_dft) == 88, "dk_dft must match op_kernels.h's dft_geom"
 
 bool gs_devops_needs_fft(const gs_devop *op) { return op->run == gs__devops_run_dft; }
 
-
 /* The transforms the FFT is asked for: the lines rounded up to a power of
  * two, so that a server's changing batch sizes make a few FFT plans, not
  * one per size (a plan is costly to make: VkFFT compiles kernels for it);
- * the extra lines are zeros, transformed and never read. */
+ * the extra lines are zeros, transformed and never read. The scratch buffer
+ * then holds up to twice the transforms' values. */
 static int64_t planned_lines(int64_t lines) {
   int64_t p = 1;
   while (p < lines)
