@@ -202,7 +202,10 @@ def test_an_mpi_allreduce_on_two_nodes_through_gpusrv_submit(cluster, desk):
                     cluster.allreduce)
     job = wait_state(desk, job_id, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"})
     log = desk.cli("logs", str(job_id)).stdout
-    assert job["state"] == "COMPLETED", (job, log, desk.cli("logs", str(job_id), "--stderr").stdout)
+    if job["state"] != "COMPLETED":  # whole, not a repr cut short: which rank failed first, and how
+        err = desk.cli("logs", str(job_id), "--stderr").stdout
+        pytest.fail(f"job {job_id} {job['state']}, exit {job.get('exit_code')}\n--- stdout\n{log}"
+                    f"\n--- stderr\n{err}")
     assert "allreduce ok: sum 10, expected 10" in log
     assert len({line.split()[-3] for line in log.splitlines() if line.startswith("rank ")}) == 2
 
