@@ -48,7 +48,8 @@ export GPUSRV_PLUGIN_PATH=$build
 run 15 env GPUSRV_LOG=info "$build/gpusrv" smi
 run 45 "$build/tests/hal_conformance" cuda
 py=${PYTHON:-.venv/bin/python}
-if [ -x "$py" ] || command -v "$py" >/dev/null; then
+have_py=false; { [ -x "$py" ] || command -v "$py" >/dev/null; } && have_py=true
+if $have_py; then
   export GPUSRV_BIN=$build/gpusrv GSTEST_DEVICE=cuda0 GSTEST_REQUIRE_DEVICE=1
   # float64: the second module (GS_REAL_F64) and cuBLAS GemmEx in 64F
   run 60 "$py" -m pytest -q -p no:cacheprovider tests/engine/test_float64.py
@@ -75,7 +76,7 @@ fi
 run 40 "$build/bench/gs-bench-copy" --backend cuda --samples 5
 run 50 env GPUSRV_LOG=warn "$build/gpusrv" bench --device cuda0
 # DFT through cuFFT on cuda0 beside FFTW on the host cores
-[ -x "$py" ] || command -v "$py" >/dev/null && run 90 "$py" bench/fft.py "$build" --device cuda0 --seconds 1
+$have_py && run 90 "$py" bench/fft.py "$build" --device cuda0 --seconds 1
 # The first request served on cuda0, cold and after warm-up (module load, cuBLAS set-up).
-[ -x "$py" ] || command -v "$py" >/dev/null && run 20 "$py" bench/warmup.py "$build" cuda0
+$have_py && run 20 "$py" bench/warmup.py "$build" cuda0
 say "gpu-check: done in ${SECONDS}s; results in $results"

@@ -465,6 +465,10 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
     rc = build_kernels(d, info.name, &fp64);
   if (rc == 0 && !fp64)
     gs__ocl_every_device_fp64 = false;
+#ifdef GS_HAVE_VKFFT
+  if (rc == 0)
+    rc = gs__ocl_fft_init(d);
+#endif
   d->align = align_bits >= 8 ? align_bits / 8 : 128;
   gs_device_caps caps = {
       .host_visible_device_memory = false, /* a cl_mem is not a host address */

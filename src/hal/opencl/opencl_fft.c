@@ -70,9 +70,7 @@ static int find_plan(ocl_device *d, cl_mem buf, int64_t n, int64_t batch, bool f
   return GS_OK;
 }
 
-static int make_plans(ocl_device *d) {
-  if (d->fft)
-    return GS_OK;
+int gs__ocl_fft_init(ocl_device *d) {
   struct ocl_fft_plans *ps = calloc(1, sizeof *ps);
   if (!ps)
     return gs_error(GS_ENOMEM, "out of memory for FFT plans");
@@ -83,14 +81,9 @@ static int make_plans(ocl_device *d) {
 
 int gs__ocl_fft(ocl_device *d, cl_command_queue q, cl_mem buf, int64_t n, int64_t batch,
                 bool inverse, bool f64) {
-  pthread_mutex_lock(&d->kernel_lock); /* d->fft is made once, on first use */
-  int rc = make_plans(d);
-  pthread_mutex_unlock(&d->kernel_lock);
-  if (rc < 0)
-    return rc;
   pthread_mutex_lock(&d->fft->lock);
   fft_plan *p = NULL;
-  rc = find_plan(d, buf, n, batch, f64, &p);
+  int rc = find_plan(d, buf, n, batch, f64, &p);
   if (rc == 0) {
     VkFFTLaunchParams lp = {0};
     lp.commandQueue = &q;

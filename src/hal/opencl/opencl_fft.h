@@ -12,6 +12,8 @@
  * exponent; unscaled both ways. Queued on q in order. */
 int gs__ocl_fft(ocl_device *d, cl_command_queue q, cl_mem buf, int64_t n, int64_t batch,
                 bool inverse, bool f64);
+/* The device's (empty) table of plans, at device creation. */
+int gs__ocl_fft_init(ocl_device *d);
 /* Releases the device's plans (at device release). */
 void gs__ocl_fft_release(ocl_device *d);
 

@@ -30,7 +30,7 @@ typedef struct ocl_device {
   bool groups_fit;  /* the device runs those kernels in groups of GS_DK_GROUP */
   bool groups_fit64; /* and those of program64 */
   _Atomic uint64_t device_bytes; /* device memory this process holds (segments) */
-  struct ocl_fft_plans *fft;      /* VkFFT's plans (opencl_fft.c), made on first use */
+  struct ocl_fft_plans *fft;      /* VkFFT's plans (opencl_fft.c), each made on first use */
 } ocl_device;
 
 /* How many FFT plans (sizes) a device keeps. */
