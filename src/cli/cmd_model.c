@@ -314,8 +314,9 @@ static int run(const char *path, const model_opts *opts) {
     if (r.packed)
       printf("plan: %d products read their constant weights packed in panels\n", r.packed);
     if (r.kept_blocked)
-      printf("plan: %d values between convolutions stay in oneDNN's blocked layout\n",
-             r.kept_blocked);
+      printf("plan: %d values between convolutions stay in oneDNN's blocked layout (blocks "
+             "of %d channels)\n",
+             r.kept_blocked, gs_device_get_caps(dev)->conv_channel_block);
     if (r.cpu_fallback)
       printf("plan: %d kernels run on the CPU instead, with copies, because %s lacks them: %s\n",
              r.cpu_fallback, gs_device_get_info(dev)->id, r.fallback_ops);

@@ -30,14 +30,14 @@ static bool layout_free(const step *s) {
 }
 
 /* Whether value v could be blocked, judged alone: float32, 1 to 3 spatial
- * dims, channels a multiple of 16 (so that it takes the bytes the plan gave
- * it, unpadded), computed by a Conv or a layout-free op, and not handed to
- * or from the caller. */
-static bool candidate(const gs_plan *p, int v, int producer) {
+ * dims, channels a multiple of the device's block (so that it takes the
+ * bytes the plan gave it, unpadded), computed by a Conv or a layout-free
+ * op, and not handed to or from the caller. */
+static bool candidate(const gs_plan *p, int v, int producer, int block) {
   const value *x = &p->values[v];
   if (producer < 0 || x->data || x->graph_input || x->graph_output ||
       x->dtype != GS_DT_FLOAT32 || x->shape.rank < 3 || x->shape.rank > 5 ||
-      x->shape.dims[1] % 16 != 0)
+      x->shape.dims[1] % block != 0)
     return false;
   const step *s = &p->steps[producer];
   return (gs__step_is(s, "Conv") && s->out[0] == v) || layout_free(s);
@@ -98,6 +98,9 @@ static bool mark_convolutions(gs_plan *p, const bool *blocked) {
 }
 
 void gs__plan_keep_blocked(gs_plan *p) {
+  int block = p->device ? gs_device_get_caps(p->device)->conv_channel_block : 0;
+  if (block <= 0)
+    return;
   int *producer = malloc(sizeof(int) * (size_t)(p->n_values + 1));
   bool *blocked = calloc((size_t)p->n_values + 1, sizeof(bool));
   if (!producer || !blocked) { /* an optimisation only: without memory, plain layouts */
@@ -112,7 +115,7 @@ void gs__plan_keep_blocked(gs_plan *p) {
       if (p->steps[s].out[i] >= 0)
         producer[p->steps[s].out[i]] = s;
   for (int v = 0; v < p->n_values; v++)
-    blocked[v] = candidate(p, v, producer[v]);
+    blocked[v] = candidate(p, v, producer[v], block);
   /* Drop what does not fit until the rest does: each pass only removes. */
   for (bool changed = true; changed;) {
     changed = false;

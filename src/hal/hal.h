@@ -28,7 +28,7 @@
 /* Plugins built against a different version are refused at load. It covers
  * this header, hal_impl.h and the op ABI (hal/op/: the tensor descriptor,
  * gs_op_call, the attribute blocks). */
-#define GS_HAL_API_VERSION 7u
+#define GS_HAL_API_VERSION 8u
 
 typedef struct gs_backend gs_backend_t;
 typedef struct gs_device gs_device_t;
@@ -103,6 +103,10 @@ typedef struct gs_device_caps {
   bool inline_streams;             /* GS_STREAM_INLINE runs work in the calling thread */
   bool half_precision;             /* engine plans may keep tensors in float16/bfloat16 */
   bool packed_products;            /* Gemm and MatMul take a constant B packed (op_packed.h) */
+  /* Its Conv kernels can keep activations channel-blocked between them
+   * (gs_conv_attrs.src_blocked), in blocks of this many channels: a plan
+   * blocks only tensors whose channels are a multiple of it. 0: never. */
+  int conv_channel_block;
   size_t min_alignment;            /* every buffer starts at a multiple of this */
 } gs_device_caps;
 

@@ -2,6 +2,7 @@
  * memory (plain and page-locked), and its kernel table. Streams and events
  * are in cpu_stream.c, telemetry in cpu_telemetry.c. */
 #include "hal/cpu/cpu_internal.h"
+#include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/kernels.h"
 
 #include "base/fileutil.h"
@@ -152,6 +153,7 @@ static int cpu_init(gs_backend_t *backend) {
       /* 16-bit tensors in memory; each kernel computes in float32. */
       .half_precision = true,
       .packed_products = true,
+      .conv_channel_block = gs__dnnl_channel_block(),
       .min_alignment = 64,
   };
   int rc = gs__backend_add_device(backend, &info, &caps, cd, NULL);

@@ -102,7 +102,7 @@ dnnl_format_tag_t gs__dnnl_plain_tag(int rank) {
 
 /* The channel block oneDNN's convolutions use on this CPU: 16 with
  * AVX-512, else 8. */
-static int channel_block(void) {
+int gs__dnnl_channel_block(void) {
   /* The ISA values are sets of bits: AVX-512 (core) where all of its are. */
   unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
   return (isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core ? 16
@@ -111,7 +111,7 @@ static int channel_block(void) {
 
 /* The channel-blocked layout activations keep between two convolutions. */
 static dnnl_format_tag_t blocked_tag(int rank) {
-  bool wide = channel_block() == 16;
+  bool wide = gs__dnnl_channel_block() == 16;
   if (rank == 3)
     return wide ? dnnl_aBc16b : dnnl_aBc8b;
   return rank == 4 ? (wide ? dnnl_aBcd16b : dnnl_aBcd8b) : (wide ? dnnl_aBcde16b : dnnl_aBcde8b);
@@ -238,7 +238,7 @@ static bool better_as_gemm(const gs_op_call *c) {
   for (int i = 0; i < a->spatial; i++)
     if (a->kernel[i] != 1 || a->stride[i] != 1 || a->pad_begin[i] || a->pad_end[i])
       return false;
-  int block = channel_block();
+  int block = gs__dnnl_channel_block();
   return c->in[0].shape.dims[1] % block != 0 || c->out[0].shape.dims[1] % block != 0;
 }
 

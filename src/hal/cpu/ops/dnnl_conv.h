@@ -41,6 +41,9 @@ struct dnnl_engine *gs__dnnl_engine(void);
  * engine (*out NULL where they are the same; the caller destroys it). */
 #include <oneapi/dnnl/dnnl.h>
 dnnl_format_tag_t gs__dnnl_plain_tag(int rank);
+/* The channel block of the layouts oneDNN's convolutions keep on this CPU:
+ * 16 with AVX-512, else 8 (what the CPU's caps give as conv_channel_block). */
+int gs__dnnl_channel_block(void);
 dnnl_format_tag_t gs__dnnl_weights_tag(int rank, bool grouped);
 dnnl_status_t gs__dnnl_reorder_between(const dnnl_memory_desc_t *from,
                                       const dnnl_memory_desc_t *to, dnnl_primitive_t *out);
