@@ -499,6 +499,7 @@ def test_split():
     ([0, 1], [-1, 100], [1, 2], [1, 2]),
     ([-1], [-100], [1], [-1]),
     ([3], [0], [2], [-2]),
+    ([0], [5], [1], [2]),  # every other row, each with its whole last dim in one copy
 ])
 def test_slice(starts, ends, axes, steps):
     consts = {"st": np.array(starts, np.int64), "en": np.array(ends, np.int64),

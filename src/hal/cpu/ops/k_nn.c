@@ -13,6 +13,7 @@
 #include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/fastmath.h"
 #include "hal/cpu/ops/k_nn_f64.h"
+#include "hal/cpu/ops/lane_sum.h"
 #include "hal/cpu/ops/nn_geom.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/sgemm_few_rows.h"
@@ -513,7 +514,19 @@ GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bo
               for (int64_t i = 0; i < g.in[2]; i++)
                 rowbuf[i] += r[i];
           }
-          for (int64_t ow = in_lo; ow < in_hi; ow++) {
+          int64_t rest = in_lo; /* the first output the loop of any window takes */
+          if (is_max && g.k[2] == 3 && sw == 2 && g.d[2] == 1) {
+            /* ResNet's and ShuffleNet's 3x3, stride-2 max pooling: a
+             * fixed window the compiler vectorises (the loop below reads
+             * a window of any size one value at a time). */
+            for (int64_t ow = in_lo; ow < in_hi; ow++) {
+              const float *w = rowbuf + 2 * ow - g.p[2];
+              float m = w[1] > w[0] ? w[1] : w[0];
+              yo[ow] = w[2] > m ? w[2] : m;
+            }
+            rest = in_hi;
+          }
+          for (int64_t ow = rest; ow < in_hi; ow++) {
             const float *w = rowbuf + ow * sw - g.p[2];
             float acc = w[0];
             for (int64_t kw = 1; kw < g.k[2]; kw++) {
@@ -656,43 +669,6 @@ static int batchnorm_f32(const gs_op_call *c, float *const *p) {
 
 static int k_batchnorm(const gs_cpu_kernel_call *k) { return run_float(k, batchnorm_f32, gs__batchnorm_f64); }
 
-/* Sums for the normalisations, in double, over 8 lanes that the compiler
- * keeps in vector registers: one running sum waits on each add in turn,
- * which made LayerNorm over ConvNeXt's 96 channels six times slower than a
- * pass over the row should be. The order is fixed, whatever the threads. */
-#define NORM_LANES 8
-
-static inline double lane_sum(const float *x, int64_t n) {
-  double acc[NORM_LANES] = {0}, s = 0;
-  int64_t i = 0;
-  for (; i + NORM_LANES <= n; i += NORM_LANES)
-    for (int l = 0; l < NORM_LANES; l++)
-      acc[l] += x[i + l];
-  for (; i < n; i++)
-    s += x[i];
-  for (int l = 0; l < NORM_LANES; l++)
-    s += acc[l];
-  return s;
-}
-
-/* The sum of (x - centre)^2. */
-static inline double lane_sum_sq(const float *x, int64_t n, float centre) {
-  double acc[NORM_LANES] = {0}, s = 0;
-  int64_t i = 0;
-  for (; i + NORM_LANES <= n; i += NORM_LANES)
-    for (int l = 0; l < NORM_LANES; l++) {
-      double d = (double)(x[i + l] - centre);
-      acc[l] += d * d;
-    }
-  for (; i < n; i++) {
-    double d = (double)(x[i] - centre);
-    s += d * d;
-  }
-  for (int l = 0; l < NORM_LANES; l++)
-    s += acc[l];
-  return s;
-}
-
 /* Rows [lo, hi) of a layer normalisation over rows of `inner` values. */
 GS_VECTOR_CLONES static void layernorm_rows(const gs_op_call *c, float *const *p, int64_t inner,
                                             int64_t lo, int64_t hi) {
@@ -704,8 +680,8 @@ GS_VECTOR_CLONES static void layernorm_rows(const gs_op_call *c, float *const *p
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = x + r * inner;
     float *yr = y + r * inner;
-    float mean = (float)(lane_sum(xr, inner) / (double)inner);
-    double sq = lane_sum_sq(xr, inner, mean);
+    float mean = (float)(gs_lane_sum(xr, inner) / (double)inner);
+    double sq = gs_lane_sum_sq(xr, inner, mean);
     float inv = 1.0f / sqrtf((float)(sq / (double)inner) + a->epsilon);
     if (bias)
       for (int64_t i = 0; i < inner; i++)
@@ -739,7 +715,7 @@ GS_VECTOR_CLONES static void rmsnorm_rows(const gs_op_call *c, float *const *p, 
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = x + r * inner;
     float *yr = y + r * inner;
-    double sq = lane_sum_sq(xr, inner, 0.0f);
+    double sq = gs_lane_sum_sq(xr, inner, 0.0f);
     float inv = 1.0f / sqrtf((float)(sq / (double)inner) + a->epsilon);
     for (int64_t i = 0; i < inner; i++)
       yr[i] = xr[i] * inv * scale[i];

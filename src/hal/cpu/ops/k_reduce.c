@@ -1,6 +1,7 @@
 /* k_reduce.c - CPU kernels of the reductions: the Reduce* family over any
  * set of axes, ArgMax, ArgMin and TopK along one axis. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/lane_sum.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/op/op_launch.h"
 
@@ -66,6 +67,24 @@ static void reduce_runs(reduce_op op, gs_dtype dt, bool is_int, const void *x, i
     }
 }
 
+/* float32 runs of `count` values into float32 outputs [lo, hi), for the
+ * reductions whose sums vectorise (the generic walk reads each value
+ * through a type switch, into one serial sum). In double, as that walk. */
+GS_VECTOR_CLONES static void reduce_runs_f32(reduce_op op, const float *x, int64_t count,
+                                             float *y, int64_t lo, int64_t hi) {
+  for (int64_t o = lo; o < hi; o++) {
+    const float *run = x + o * count;
+    double acc = op == R_SUMSQUARE || op == R_L2 ? gs_lane_sum_sq(run, count, 0.0f)
+                                                 : gs_lane_sum(run, count);
+    y[o] = (float)reduce_finish(op, acc, count);
+  }
+}
+
+static bool fast_f32(reduce_op op, gs_dtype dt) {
+  return dt == GS_DT_FLOAT32 &&
+         (op == R_SUM || op == R_MEAN || op == R_SUMSQUARE || op == R_L2);
+}
+
 static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
   const gs_op_call *c = gs_kcall(k);
   const gs_reduce_attrs *a = c->attrs;
@@ -81,6 +100,17 @@ static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
       s *= xs->dims[d];
     else
       count *= xs->dims[d];
+  }
+  /* Reduced dims all after the kept ones: output i reduces the i-th run of
+   * `count` inputs, in the order the walks below take them, so runs spread
+   * over the threads give the same sums. */
+  bool trailing = true;
+  for (int d = 1; d < xs->rank; d++)
+    trailing = trailing && !(a->reduce[d - 1] && !a->reduce[d]);
+  if (trailing && n_in > 0 && fast_f32(op, dt)) {
+    GS_PARALLEL_RANGES(n_out, GS_PARALLEL_GRAIN / (count ? count : 1), lo, hi,
+                       reduce_runs_f32(op, k->ptr[0], count, y, lo, hi));
+    return 0;
   }
   /* L2, LogSum and LogSumExp go through double for every type. */
   bool is_int = gs_is_int(dt) && op != R_L2 && op != R_LOGSUM && op != R_LOGSUMEXP;
@@ -100,12 +130,6 @@ static int run_reduce(const gs_cpu_kernel_call *k, reduce_op op) {
               : op == R_PROD ? 1
                              : 0;
   }
-  /* Reduced dims all after the kept ones: output i reduces the i-th run of
-   * `count` inputs, in the order the walk below takes them, so runs spread
-   * over the threads give the same sums. */
-  bool trailing = true;
-  for (int d = 1; d < xs->rank; d++)
-    trailing = trailing && !(a->reduce[d - 1] && !a->reduce[d]);
   if (trailing && n_in > 0) {
     GS_PARALLEL_RANGES(n_out, GS_PARALLEL_GRAIN / (count ? count : 1), lo, hi,
                        reduce_runs(op, dt, is_int, k->ptr[0], count, acc, iacc, lo, hi));

@@ -182,7 +182,14 @@ static int k_slice(const gs_cpu_kernel_call *k) {
   int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
   const char *x = k->ptr[0];
   char *y = k->ptr[c->n_in];
+  /* Trailing dims taken whole are one run with the dim before them: a
+   * channel slice of NCHW copies C*H*W values at a time, not W. */
   int last = ys->rank - 1;
+  int64_t inner = 1;
+  while (last > 0 && a->start[last] == 0 && a->step[last] == 1 &&
+         ys->dims[last] == xs->dims[last])
+    inner *= ys->dims[last--];
+  size_t run = (size_t)inner * es;
   for (int64_t i = 0; i < n;) {
     int64_t off = 0;
     for (int d = 0; d < last; d++)
@@ -191,13 +198,14 @@ static int k_slice(const gs_cpu_kernel_call *k) {
     if (last < 0) {
       memcpy(y, x, es);
     } else if (a->step[last] == 1) {
-      memcpy(y + (size_t)i * es, x + (size_t)(off + a->start[last]) * es, (size_t)len * es);
+      memcpy(y + (size_t)i * es, x + (size_t)(off + a->start[last] * xst[last]) * es,
+             (size_t)len * run);
     } else {
       for (int64_t j = 0; j < len; j++)
-        memcpy(y + (size_t)(i + j) * es,
-               x + (size_t)(off + (a->start[last] + j * a->step[last]) * xst[last]) * es, es);
+        memcpy(y + (size_t)(i + j * inner) * es,
+               x + (size_t)(off + (a->start[last] + j * a->step[last]) * xst[last]) * es, run);
     }
-    i += len;
+    i += len * inner;
     for (int d = last - 1; d >= 0; d--) {
       if (++idx[d] < ys->dims[d])
         break;
