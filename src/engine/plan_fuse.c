@@ -278,6 +278,65 @@ static void fuse_activation(gs_plan *p, step *s) {
   p->report.fused++;
 }
 
+/* A Conv whose blocked output only feeds an Add of another blocked tensor
+ * of its shape (a residual sum), and perhaps a Relu after it: oneDNN adds
+ * the tensor and applies the Relu as the convolution writes its output
+ * (post-ops), one pass over memory instead of three. The fused step takes
+ * the Add's place in the run, since the other tensor may be made after the
+ * Conv. Runs once the layout is known: oneDNN adds quickly only in the
+ * output's own layout. */
+static void fuse_residual(gs_plan *p, int s) {
+  step *conv = &p->steps[s];
+  gs_conv_attrs *a = conv->call->attrs;
+  int y = conv->out[0], k = gs__plan_sole_consumer(p, y);
+  if (!a->dst_blocked || a->act != GS_ACT_NONE || a->residual || k < 0 ||
+      !gs__step_is(&p->steps[k], "Add") || p->steps[k].call->n_in != 2)
+    return;
+  step *add = &p->steps[k];
+  int r = add->in[0] == y ? add->in[1] : add->in[0], sum = add->out[0];
+  if (r == y || r < 0 || !p->values[r].blocked || !p->values[sum].blocked ||
+      !gs_shape_equal(&p->values[r].shape, &p->values[y].shape))
+    return;
+  int relu = gs__plan_sole_consumer(p, sum);
+  if (relu >= 0 && (!gs__step_is(&p->steps[relu], "Relu") ||
+                    !p->values[p->steps[relu].out[0]].blocked))
+    relu = -1;
+  gs_op_call *c = conv->call;
+  if (c->n_in < 3) {
+    c->in[2] = (gs_tensor_desc){0};
+    conv->in[2] = -1;
+  }
+  c->in[3] = (gs_tensor_desc){.dtype = p->values[r].dtype, .shape = p->values[r].shape};
+  conv->in[3] = r;
+  c->n_in = 4;
+  a->residual = true;
+  conv->out[0] = sum;
+  if (relu >= 0) {
+    a->act = GS_ACT_RELU;
+    conv->out[0] = p->steps[relu].out[0];
+    p->steps[relu].dead = true;
+    p->report.fused++;
+  }
+  gs__plan_free_call(add->call);
+  *add = *conv;
+  conv->call = NULL; /* moved */
+  conv->dead = true;
+  p->report.fused++;
+}
+
+/* Drops the fused steps, keeping order. */
+static void drop_dead_steps(gs_plan *p) {
+  int n = 0;
+  for (int i = 0; i < p->n_steps; i++) {
+    if (p->steps[i].dead) {
+      gs__plan_free_call(p->steps[i].call);
+      continue;
+    }
+    p->steps[n++] = p->steps[i];
+  }
+  p->n_steps = n;
+}
+
 int gs__plan_fuse(gs_plan *p) {
   for (int i = 0; i < p->n_steps; i++) {
     step *s = &p->steps[i];
@@ -293,16 +352,11 @@ int gs__plan_fuse(gs_plan *p) {
     if (gs__step_is(s, "Conv") || gs__step_is(s, "Gemm") || gs__step_is(s, "MatMul"))
       fuse_activation(p, s);
   }
-  /* Drop the fused steps, keeping order. */
-  int n = 0;
-  for (int i = 0; i < p->n_steps; i++) {
-    if (p->steps[i].dead) {
-      gs__plan_free_call(p->steps[i].call);
-      continue;
-    }
-    p->steps[n++] = p->steps[i];
-  }
-  p->n_steps = n;
+  drop_dead_steps(p);
   gs__plan_keep_blocked(p);
+  for (int i = 0; i < p->n_steps; i++)
+    if (!p->steps[i].dead && gs__step_is(&p->steps[i], "Conv"))
+      fuse_residual(p, i);
+  drop_dead_steps(p);
   return 0;
 }

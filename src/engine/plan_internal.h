@@ -37,6 +37,7 @@ typedef struct value {
   /* A value that shares another's place in the arena (a Reshape's output
    * and its input, which dies there): that value's index, else -1. */
   int alias_of;
+  bool blocked; /* kept in oneDNN's channel-blocked layout (plan_layout.c) */
 } value;
 
 typedef struct step {

@@ -126,8 +126,10 @@ void gs__plan_keep_blocked(gs_plan *p) {
       }
   }
   if (mark_convolutions(p, blocked))
-    for (int v = 0; v < p->n_values; v++)
+    for (int v = 0; v < p->n_values; v++) {
+      p->values[v].blocked = blocked[v];
       p->report.kept_blocked += blocked[v];
+    }
   free(producer);
   free(blocked);
 }

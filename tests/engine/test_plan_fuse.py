@@ -202,3 +202,31 @@ def test_a_broadcast_ends_a_blocked_run():
     model = make_model(nodes, {"x": x}, consts)
     check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
     assert blocked_values(model, {"x": x}) == (1 if DEVICE in (None, "cpu0") else 0)
+
+
+def test_residual_sums_run_inside_the_convolution():
+    # Two residual sums between blocked convolutions: the first, Add then Relu, has its
+    # other operand made by a convolution listed after the one it is fused into (the fused
+    # step runs where the Add was); the second has no Relu and its conv no bias. On the CPU
+    # oneDNN adds them as it writes (3 nodes fused); answers are onnxruntime's. With the
+    # first sum also a graph output, kept in NCHW, the values around it stay NCHW too and
+    # nothing is fused.
+    x = f32(2, 16, 10, 9)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w1"], ["m"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w2", "b2"], ["sc"]),
+             helper.make_node("Add", ["m", "sc"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Conv", ["r", "w3"], ["c"]),
+             helper.make_node("Add", ["r", "c"], ["t"]),
+             helper.make_node("Conv", ["t", "w4"], ["y"])]
+    consts = {"w0": f32(32, 16, 3, 3, lo=-0.2, hi=0.2), "w1": f32(32, 32, 3, 3, lo=-0.1, hi=0.1),
+              "w2": f32(32, 16, 1, 1, lo=-0.3, hi=0.3), "b2": f32(32),
+              "w3": f32(32, 32, 1, 1, lo=-0.3, hi=0.3), "w4": f32(5, 32, 1, 1)}
+    model = make_model(nodes, {"x": x}, consts)
+    check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    on_cpu = DEVICE in (None, "cpu0")
+    assert report(model, {"x": x})[3] == (3 if on_cpu else 0)
+    shared = make_model(nodes, {"x": x}, consts, ["y", "s"])
+    check_model(shared, {"x": x}, rtol=1e-4, atol=1e-4)
+    assert report(shared, {"x": x})[3] == 0

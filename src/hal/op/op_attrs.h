@@ -71,8 +71,13 @@ typedef struct gs_conv_attrs {
   float act_lo, act_hi; /* GS_ACT_CLIP's bounds */
   /* Set by the plan between two convolutions on the CPU (plan_fuse.c): the
    * input is read, the output written, in oneDNN's channel-blocked layout
-   * (nChw8c or nChw16c, by the CPU), not NCHW; channels a multiple of 16. */
+   * (nChw8c or nChw16c, by the CPU), not NCHW; channels a multiple of the
+   * block. */
   bool src_blocked, dst_blocked;
+  /* Set by the plan where the output is blocked (plan_fuse.c): a fourth
+   * input, of the output's shape and layout, is added to the sum before
+   * the activation (a residual connection); in[2] is omitted without a bias. */
+  bool residual;
 } gs_conv_attrs;
 
 typedef struct gs_pool_attrs {

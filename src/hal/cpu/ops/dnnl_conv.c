@@ -46,8 +46,9 @@ struct dnnl_engine *gs__dnnl_engine(void) {
   return engine_ok ? engine : NULL;
 }
 
-int gs__dnnl_set_activation(struct dnnl_primitive_attr *attr, gs_activation act, float lo,
-                            float hi) {
+/* Appends the activation to a chain of post-ops (nothing for none). */
+static dnnl_status_t append_activation(dnnl_post_ops_t ops, gs_activation act, float lo,
+                                       float hi) {
   dnnl_alg_kind_t alg;
   float alpha = 0.0f, beta = 0.0f;
   switch (act) {
@@ -59,20 +60,39 @@ int gs__dnnl_set_activation(struct dnnl_primitive_attr *attr, gs_activation act,
   case GS_ACT_GELU: alg = dnnl_eltwise_gelu_erf; break;
   default: return dnnl_unimplemented;
   }
+  return dnnl_post_ops_append_eltwise(ops, 1.0f, alg, alpha, beta);
+}
+
+/* The post-ops of a product or convolution: a tensor added to its output
+ * (residual: its memory description; NULL for none), then the activation. */
+static dnnl_status_t set_post_ops(struct dnnl_primitive_attr *attr,
+                                  const dnnl_memory_desc_t *residual, gs_activation act,
+                                  float lo, float hi) {
+  if (!residual && act == GS_ACT_NONE)
+    return dnnl_success;
   dnnl_post_ops_t ops;
   dnnl_status_t st = dnnl_post_ops_create(&ops);
   if (st != dnnl_success)
     return st;
-  st = dnnl_post_ops_append_eltwise(ops, 1.0f, alg, alpha, beta);
+  if (residual)
+    st = dnnl_post_ops_append_binary(ops, dnnl_binary_add, residual);
+  if (st == dnnl_success)
+    st = append_activation(ops, act, lo, hi);
   if (st == dnnl_success)
     st = dnnl_primitive_attr_set_post_ops(attr, ops);
   dnnl_post_ops_destroy(ops);
   return st;
 }
 
+int gs__dnnl_set_activation(struct dnnl_primitive_attr *attr, gs_activation act, float lo,
+                            float hi) {
+  return set_post_ops(attr, NULL, act, lo, hi);
+}
+
 typedef struct conv_state {
   dnnl_primitive_t conv, src_reorder, dst_reorder, w_reorder;
   dnnl_memory_t src_plain, src_blocked, dst_plain, dst_blocked, w_plain, w_blocked, bias;
+  dnnl_memory_t residual; /* gs_conv_attrs.residual: in the engine's layout of the output */
   dnnl_stream_t stream; /* runs of one plan are serialised, so one stream serves */
   const void *w_cached; /* the constant weights the blocked copy was made from */
   bool failed;          /* oneDNN could not do this convolution: im2col instead */
@@ -89,7 +109,7 @@ static void destroy_state(void *p) {
   if (s->stream)
     dnnl_stream_destroy(s->stream);
   dnnl_memory_t mems[] = {s->src_plain, s->src_blocked, s->dst_plain, s->dst_blocked,
-                          s->w_plain,   s->w_blocked,   s->bias};
+                          s->w_plain,   s->w_blocked,   s->bias,      s->residual};
   for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
     if (mems[i])
       dnnl_memory_destroy(mems[i]);
@@ -186,7 +206,7 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
                                                  dil, pl, pr));
   dnnl_primitive_attr_t attr = NULL;
   TRY(dnnl_primitive_attr_create(&attr));
-  TRY(gs__dnnl_set_activation(attr, a->act, a->act_lo, a->act_hi));
+  TRY(set_post_ops(attr, a->residual ? &dst_plain : NULL, a->act, a->act_lo, a->act_hi));
   dnnl_primitive_desc_t pd = NULL;
   TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL));
   if (attr)
@@ -206,6 +226,8 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
   TRY(dnnl_memory_create(&s->dst_plain, &dst_plain, engine, DNNL_MEMORY_NONE));
   TRY(dnnl_memory_create(&s->w_plain, &w_plain, engine, DNNL_MEMORY_NONE));
   TRY(dnnl_memory_create(&s->bias, &b_md, engine, DNNL_MEMORY_NONE));
+  if (a->residual)
+    TRY(dnnl_memory_create(&s->residual, &dst_plain, engine, DNNL_MEMORY_NONE));
   if (s->src_reorder)
     TRY(dnnl_memory_create(&s->src_blocked, src_md, engine, DNNL_MEMORY_ALLOCATE));
   if (s->dst_reorder)
@@ -288,6 +310,8 @@ static int conv_run(const gs_op_call *c, float *const *p, bool *done) {
   dnnl_memory_set_data_handle(s->w_plain, p[1]);
   if (a->has_bias)
     dnnl_memory_set_data_handle(s->bias, p[2]);
+  if (a->residual)
+    dnnl_memory_set_data_handle(s->residual, p[3]);
   if (s->w_reorder && (!a->weights_const || s->w_cached != p[1])) {
     st = reorder(stream, s->w_reorder, s->w_plain, s->w_blocked);
     s->w_cached = p[1];
@@ -295,13 +319,18 @@ static int conv_run(const gs_op_call *c, float *const *p, bool *done) {
   if (st == dnnl_success && s->src_reorder)
     st = reorder(stream, s->src_reorder, s->src_plain, s->src_blocked);
   if (st == dnnl_success) {
-    dnnl_exec_arg_t args[] = {
+    dnnl_exec_arg_t args[5] = {
         {DNNL_ARG_SRC, s->src_reorder ? s->src_blocked : s->src_plain},
         {DNNL_ARG_WEIGHTS, s->w_reorder ? s->w_blocked : s->w_plain},
         {DNNL_ARG_DST, s->dst_reorder ? s->dst_blocked : s->dst_plain},
-        {DNNL_ARG_BIAS, s->bias},
     };
-    st = dnnl_primitive_execute(s->conv, stream, a->has_bias ? 4 : 3, args);
+    int n_args = 3;
+    if (a->has_bias)
+      args[n_args++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, s->bias};
+    if (a->residual)
+      args[n_args++] =
+          (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, s->residual};
+    st = dnnl_primitive_execute(s->conv, stream, n_args, args);
   }
   if (st == dnnl_success && s->dst_reorder)
     st = reorder(stream, s->dst_reorder, s->dst_blocked, s->dst_plain);
