@@ -278,6 +278,29 @@ static void fuse_activation(gs_plan *p, step *s) {
   p->report.fused++;
 }
 
+/* BatchNormalization followed by Relu (DenseNet's pre-activation, where no
+ * Conv before it takes the normalisation): one pass over memory, where the
+ * device's BatchNormalization kernel takes the Relu, or where the device
+ * has none and the CPU's runs it. */
+static void fuse_batchnorm_relu(gs_plan *p, step *bn) {
+  int y = bn->out[0], r = gs__plan_sole_consumer(p, y);
+  gs_norm_attrs *a = bn->call->attrs;
+  if (bn->call->n_out != 1 || p->values[y].dtype != GS_DT_FLOAT32 || r < 0 ||
+      !gs__step_is(&p->steps[r], "Relu"))
+    return;
+  a->relu = true;
+  const gs_op_call *c = bn->call;
+  if (!gs_device_supports_launch(p->device, c->op_type, &c, sizeof c)) {
+    a->relu = false;
+    if (gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
+      return;
+    a->relu = true;
+  }
+  bn->out[0] = p->steps[r].out[0];
+  p->steps[r].dead = true;
+  p->report.fused++;
+}
+
 /* A Conv whose blocked output only feeds an Add of another blocked tensor
  * of its shape (a residual sum), and perhaps a Relu after it: oneDNN adds
  * the tensor and applies the Relu as the convolution writes its output
@@ -347,6 +370,8 @@ int gs__plan_fuse(gs_plan *p) {
       rc = fuse_conv_bn(p, s);
     else if (gs__step_is(s, "MatMul"))
       rc = fuse_matmul_add(p, s);
+    else if (gs__step_is(s, "BatchNormalization"))
+      fuse_batchnorm_relu(p, s);
     if (rc < 0)
       return rc;
     if (gs__step_is(s, "Conv") || gs__step_is(s, "Gemm") || gs__step_is(s, "MatMul"))

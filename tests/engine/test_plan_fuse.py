@@ -230,3 +230,22 @@ def test_residual_sums_run_inside_the_convolution():
     shared = make_model(nodes, {"x": x}, consts, ["y", "s"])
     check_model(shared, {"x": x}, rtol=1e-4, atol=1e-4)
     assert report(shared, {"x": x})[3] == 0
+
+
+def test_batchnorm_takes_the_relu_after_it():
+    # DenseNet's pre-activation: a BatchNormalization no Conv before it can take (here
+    # after a Concat), then Relu. The CPU's kernel applies the Relu in its pass; device
+    # kernels do not take it, so the steps stay there. Values near 0 make the Relu matter.
+    x = f32(2, 6, 5, 4)
+    nodes = [helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
+             helper.make_node("BatchNormalization", ["c", "sc", "bi", "mu", "va"], ["b"]),
+             helper.make_node("Relu", ["b"], ["y"])]
+    consts = {"sc": f32(12), "bi": f32(12), "mu": f32(12),
+              "va": np.abs(f32(12)) + np.float32(0.1)}
+    model = make_model(nodes, {"x": x}, consts)
+    check_model(model, {"x": x}, rtol=1e-5, atol=1e-6)
+    assert report(model, {"x": x})[3] == (1 if DEVICE in (None, "cpu0", "testcpu0") else 0)
+    # The normalised values also a graph output: they must stay as they are.
+    shared = make_model(nodes, {"x": x}, consts, ["y", "b"])
+    check_model(shared, {"x": x}, rtol=1e-5, atol=1e-6)
+    assert report(shared, {"x": x})[3] == 0

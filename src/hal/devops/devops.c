@@ -785,7 +785,8 @@ static int run_layernorm(const gs_devop *op, const gs_devops_target *t) {
 }
 
 static bool batchnorm_supports(const gs_devop *op, const gs_op_call *c) {
-  return fp_supports(op, c) && c->n_in == 5 && c->in[0].shape.rank >= 2;
+  return fp_supports(op, c) && c->n_in == 5 && c->in[0].shape.rank >= 2 &&
+         !((const gs_norm_attrs *)c->attrs)->relu;
 }
 
 static int run_batchnorm(const gs_devop *op, const gs_devops_target *t) {

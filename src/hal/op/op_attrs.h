@@ -91,6 +91,9 @@ typedef struct gs_pool_attrs {
 typedef struct gs_norm_attrs {
   float epsilon;
   int axis; /* LayerNormalization: first normalised axis */
+  /* BatchNormalization: a Relu after it runs in its pass (plan_fuse.c),
+   * where the device's kernel takes it (the CPU's, in float32). */
+  bool relu;
 } gs_norm_attrs;
 
 typedef struct gs_reduce_attrs {

@@ -642,8 +642,8 @@ static int k_lppool(const gs_cpu_kernel_call *k) { return run_float(k, lppool_f3
 /* ---- normalisation and softmax ------------------------------------------------------- */
 
 /* Planes [lo, hi) (image by channel) of an inference batch normalisation. */
-GS_VECTOR_CLONES static void batchnorm_planes(float *const *p, float epsilon, int64_t ch,
-                                              int64_t inner, int64_t lo, int64_t hi) {
+GS_VECTOR_CLONES static void batchnorm_planes(float *const *p, float epsilon, bool relu,
+                                              int64_t ch, int64_t inner, int64_t lo, int64_t hi) {
   const float *x = p[0], *scale = p[1], *bias = p[2], *mean = p[3], *var = p[4];
   float *y = p[5];
   for (int64_t pl = lo; pl < hi; pl++) {
@@ -651,8 +651,14 @@ GS_VECTOR_CLONES static void batchnorm_planes(float *const *p, float epsilon, in
     float s = scale[cc] / sqrtf(var[cc] + epsilon), t = bias[cc] - mean[cc] * s;
     const float *xr = x + pl * inner;
     float *yr = y + pl * inner;
-    for (int64_t i = 0; i < inner; i++)
-      yr[i] = xr[i] * s + t;
+    if (relu)
+      for (int64_t i = 0; i < inner; i++) {
+        float v = xr[i] * s + t;
+        yr[i] = v > 0.0f ? v : 0.0f; /* as the Relu kernel computes it */
+      }
+    else
+      for (int64_t i = 0; i < inner; i++)
+        yr[i] = xr[i] * s + t;
   }
 }
 
@@ -663,7 +669,7 @@ static int batchnorm_f32(const gs_op_call *c, float *const *p) {
   for (int i = 2; i < xs->rank; i++)
     inner *= xs->dims[i];
   GS_PARALLEL_RANGES(n * ch, GS_PARALLEL_GRAIN / (inner ? inner : 1), lo, hi,
-                     batchnorm_planes(p, a->epsilon, ch, inner, lo, hi));
+                     batchnorm_planes(p, a->epsilon, a->relu, ch, inner, lo, hi));
   return 0;
 }
 
