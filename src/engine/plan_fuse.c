@@ -238,6 +238,25 @@ static bool match_activation(gs_plan *p, int y, act_match *m) {
   return n > 0 && (match_silu(p, y, readers, n, m) || match_gelu(p, y, readers, n, m));
 }
 
+/* Sets the activation step s's kernel applies on the way out (*act, in its
+ * attrs) where the device's kernel takes it, or where the device has no
+ * kernel for the op at all (the CPU's, which then runs the step, takes
+ * every one). A device kernel that takes the op but not the activation
+ * would lose the step to the CPU: *act stays none then, the steps stay for
+ * the device to run, and the answer is false. */
+static bool set_fused_activation(gs_plan *p, const step *s, gs_activation *act,
+                                 gs_activation want) {
+  const gs_op_call *c = s->call;
+  *act = want;
+  if (gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
+    return true;
+  *act = GS_ACT_NONE;
+  if (gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
+    return false;
+  *act = want;
+  return true;
+}
+
 /* Gemm, MatMul or Conv followed by an activation: it runs inside their
  * kernel, where the device's kernel takes it (device kernels take Relu). */
 static void fuse_activation(gs_plan *p, step *s) {
@@ -259,19 +278,10 @@ static void fuse_activation(gs_plan *p, step *s) {
   }
   if (*act != GS_ACT_NONE)
     return;
-  *act = m.act;
   *lo = m.lo;
   *hi = m.hi;
-  /* A device kernel that takes the op but not the activation would be
-   * lost to the CPU: the steps stay then, for the device to run. Where the
-   * device has no kernel for the op at all, the CPU's runs it fused. */
-  const gs_op_call *c = s->call;
-  if (!gs_device_supports_launch(p->device, c->op_type, &c, sizeof c)) {
-    *act = GS_ACT_NONE;
-    if (gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
-      return;
-    *act = m.act;
-  }
+  if (!set_fused_activation(p, s, act, m.act))
+    return;
   s->out[0] = p->steps[m.steps[m.n - 1]].out[0];
   for (int i = 0; i < m.n; i++)
     p->steps[m.steps[i]].dead = true;
@@ -279,35 +289,26 @@ static void fuse_activation(gs_plan *p, step *s) {
 }
 
 /* BatchNormalization followed by Relu (DenseNet's pre-activation, where no
- * Conv before it takes the normalisation): one pass over memory, where the
- * device's BatchNormalization kernel takes the Relu, or where the device
- * has none and the CPU's runs it. */
+ * Conv before it takes the normalisation): one pass over memory, as
+ * set_fused_activation allows. */
 static void fuse_batchnorm_relu(gs_plan *p, step *bn) {
   int y = bn->out[0], r = gs__plan_sole_consumer(p, y);
   gs_norm_attrs *a = bn->call->attrs;
   if (bn->call->n_out != 1 || p->values[y].dtype != GS_DT_FLOAT32 || r < 0 ||
-      !gs__step_is(&p->steps[r], "Relu"))
+      !gs__step_is(&p->steps[r], "Relu") || !set_fused_activation(p, bn, &a->act, GS_ACT_RELU))
     return;
-  a->relu = true;
-  const gs_op_call *c = bn->call;
-  if (!gs_device_supports_launch(p->device, c->op_type, &c, sizeof c)) {
-    a->relu = false;
-    if (gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
-      return;
-    a->relu = true;
-  }
   bn->out[0] = p->steps[r].out[0];
   p->steps[r].dead = true;
   p->report.fused++;
 }
 
 /* A Conv whose blocked output only feeds an Add of another blocked tensor
- * of its shape (a residual sum), and perhaps a Relu after it: oneDNN adds
- * the tensor and applies the Relu as the convolution writes its output
- * (post-ops), one pass over memory instead of three. The fused step takes
- * the Add's place in the run, since the other tensor may be made after the
- * Conv. Runs once the layout is known: oneDNN adds quickly only in the
- * output's own layout. */
+ * of its shape (a residual sum), and perhaps an activation after it:
+ * oneDNN adds the tensor and applies the activation as the convolution
+ * writes its output (post-ops), one pass over memory instead of three. The
+ * fused step takes the Add's place in the run, since the other tensor may
+ * be made after the Conv. Runs once the layout is known: oneDNN adds
+ * quickly only in the output's own layout. */
 static void fuse_residual(gs_plan *p, int s) {
   step *conv = &p->steps[s];
   gs_conv_attrs *a = conv->call->attrs;
@@ -320,26 +321,50 @@ static void fuse_residual(gs_plan *p, int s) {
   if (r == y || r < 0 || !p->values[r].blocked || !p->values[sum].blocked ||
       !gs_shape_equal(&p->values[r].shape, &p->values[y].shape))
     return;
-  int relu = gs__plan_sole_consumer(p, sum);
-  if (relu >= 0 && (!gs__step_is(&p->steps[relu], "Relu") ||
-                    !p->values[p->steps[relu].out[0]].blocked))
-    relu = -1;
+  act_match m = {0};
+  if (match_activation(p, sum, &m) && !p->values[p->steps[m.steps[m.n - 1]].out[0]].blocked)
+    m.act = GS_ACT_NONE;
   gs_op_call *c = conv->call;
+  int n_in = c->n_in, in2 = conv->in[2];
+  gs_tensor_desc desc2 = c->in[2];
   if (c->n_in < 3) {
     c->in[2] = (gs_tensor_desc){0};
     conv->in[2] = -1;
   }
   c->in[3] = (gs_tensor_desc){.dtype = p->values[r].dtype, .shape = p->values[r].shape};
-  conv->in[3] = r;
   c->n_in = 4;
   a->residual = true;
+  a->act = m.act;
+  a->act_lo = m.lo;
+  a->act_hi = m.hi;
+  const gs_op_call *asked = c;
+  if (!gs_device_supports_launch(p->device, c->op_type, &asked, sizeof asked)) {
+    /* a device that keeps blocked layouts but cannot add in its Conv */
+    c->n_in = n_in;
+    c->in[2] = desc2;
+    conv->in[2] = in2;
+    a->residual = false;
+    a->act = GS_ACT_NONE;
+    return;
+  }
+  conv->in[3] = r;
   conv->out[0] = sum;
-  if (relu >= 0) {
-    a->act = GS_ACT_RELU;
-    conv->out[0] = p->steps[relu].out[0];
-    p->steps[relu].dead = true;
+  /* The values no step makes now leave the report's count of blocked ones:
+   * y, and with an activation the sum and what the activation's steps made
+   * before their last. */
+  int gone[1 + 1 + 5], n_gone = 0;
+  gone[n_gone++] = y;
+  if (m.act != GS_ACT_NONE) {
+    gone[n_gone++] = sum;
+    for (int i = 0; i + 1 < m.n; i++)
+      gone[n_gone++] = p->steps[m.steps[i]].out[0];
+    conv->out[0] = p->steps[m.steps[m.n - 1]].out[0];
+    for (int i = 0; i < m.n; i++)
+      p->steps[m.steps[i]].dead = true;
     p->report.fused++;
   }
+  for (int i = 0; i < n_gone; i++)
+    p->report.kept_blocked -= p->values[gone[i]].blocked;
   gs__plan_free_call(add->call);
   *add = *conv;
   conv->call = NULL; /* moved */

@@ -105,7 +105,9 @@ typedef struct gs_device_caps {
   bool packed_products;            /* Gemm and MatMul take a constant B packed (op_packed.h) */
   /* Its Conv kernels can keep activations channel-blocked between them
    * (gs_conv_attrs.src_blocked), in blocks of this many channels: a plan
-   * blocks only tensors whose channels are a multiple of it. 0: never. */
+   * blocks only tensors whose channels are a multiple of it. 0: never. A
+   * plan still asks the device (gs_device_supports_launch) whether its Conv
+   * takes each blocked or residual call. */
   int conv_channel_block;
   size_t min_alignment;            /* every buffer starts at a multiple of this */
 } gs_device_caps;

@@ -786,7 +786,7 @@ static int run_layernorm(const gs_devop *op, const gs_devops_target *t) {
 
 static bool batchnorm_supports(const gs_devop *op, const gs_op_call *c) {
   return fp_supports(op, c) && c->n_in == 5 && c->in[0].shape.rank >= 2 &&
-         !((const gs_norm_attrs *)c->attrs)->relu;
+         ((const gs_norm_attrs *)c->attrs)->act == GS_ACT_NONE;
 }
 
 static int run_batchnorm(const gs_devop *op, const gs_devops_target *t) {
@@ -900,7 +900,7 @@ static bool conv_supports(const gs_devop *op, const gs_op_call *c) {
   const gs_conv_attrs *a = c->attrs;
   return fp_supports(op, c) && a->spatial >= 1 && a->spatial <= 3 && a->group > 0 &&
          c->in[0].shape.rank == 2 + a->spatial && a->act <= GS_ACT_RELU && !a->src_blocked &&
-         !a->dst_blocked;
+         !a->dst_blocked && !a->residual;
 }
 
 /* Conv through the backend's BLAS: for as many images at a time as fit the

@@ -91,9 +91,9 @@ typedef struct gs_pool_attrs {
 typedef struct gs_norm_attrs {
   float epsilon;
   int axis; /* LayerNormalization: first normalised axis */
-  /* BatchNormalization: a Relu after it runs in its pass (plan_fuse.c),
-   * where the device's kernel takes it (the CPU's, in float32). */
-  bool relu;
+  /* BatchNormalization: the activation after it, run in its pass
+   * (plan_fuse.c); GS_ACT_RELU or none, taken by the CPU's float32 kernel. */
+  gs_activation act;
 } gs_norm_attrs;
 
 typedef struct gs_reduce_attrs {

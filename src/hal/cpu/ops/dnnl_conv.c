@@ -120,13 +120,21 @@ dnnl_format_tag_t gs__dnnl_plain_tag(int rank) {
   return rank == 3 ? dnnl_ncw : rank == 4 ? dnnl_nchw : dnnl_ncdhw;
 }
 
-/* The channel block oneDNN's convolutions use on this CPU: 16 with
- * AVX-512, else 8. */
-int gs__dnnl_channel_block(void) {
+static pthread_once_t block_once = PTHREAD_ONCE_INIT;
+static int block_channels;
+
+static void block_init(void) {
   /* The ISA values are sets of bits: AVX-512 (core) where all of its are. */
   unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-  return (isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core ? 16
-                                                                                           : 8;
+  unsigned avx512 = (unsigned)dnnl_cpu_isa_avx512_core;
+  block_channels = (isa & avx512) == avx512 ? 16 : 8;
+}
+
+/* The channel block oneDNN's convolutions use on this CPU: 16 with
+ * AVX-512, else 8. Asked at every convolution's set-up: found once. */
+int gs__dnnl_channel_block(void) {
+  pthread_once(&block_once, block_init);
+  return block_channels;
 }
 
 /* The channel-blocked layout activations keep between two convolutions. */

@@ -669,7 +669,7 @@ static int batchnorm_f32(const gs_op_call *c, float *const *p) {
   for (int i = 2; i < xs->rank; i++)
     inner *= xs->dims[i];
   GS_PARALLEL_RANGES(n * ch, GS_PARALLEL_GRAIN / (inner ? inner : 1), lo, hi,
-                     batchnorm_planes(p, a->epsilon, a->relu, ch, inner, lo, hi));
+                     batchnorm_planes(p, a->epsilon, a->act == GS_ACT_RELU, ch, inner, lo, hi));
   return 0;
 }
 
