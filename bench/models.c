@@ -1,10 +1,12 @@
 /* models.c - `gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] [--device ID]
- * [--threads T] [--precision P] [--profile]`:
+ * [--threads T] [--precision P] [--profile] [--bound]`:
  * runs a model through gpusrv's engine (on the first device, or ID) on
  * random inputs and prints one JSON
  * line with the latency percentiles and throughput of whole runs (input
- * copy in, every kernel, output copy out). bench/models.py runs it beside
- * onnxruntime. Symbolic dimensions take the batch size. */
+ * copy in, every kernel, output copy out). With --bound the inputs and
+ * outputs stay in buffers of the device (gs_plan_run_buffers), and a run is
+ * its kernels alone, as a library's own product is timed. bench/models.py
+ * runs it beside onnxruntime. Symbolic dimensions take the batch size. */
 #include "base/clock.h"
 #include "engine/engine.h"
 
@@ -64,10 +66,50 @@ static void print_profile(gs_plan *plan) {
   free(ops);
 }
 
+/* --bound: buffers of the plan's device for its inputs (their values copied
+ * in) and outputs. Returns 0 or a GS_E code. */
+static int bind_buffers(gs_plan *plan, void *const *inputs, gs_buffer_t **in_buf,
+                        gs_buffer_t **out_buf) {
+  gs_device_t *dev = gs_plan_device(plan);
+  gs_pool_t *pool = gs_device_pool(dev, GS_MEM_DEVICE);
+  gs_stream_t *s = NULL;
+  int rc = gs_stream_create(dev, &s);
+  for (int i = 0; rc == 0 && i < gs_plan_input_count(plan); i++) {
+    gs_plan_value_info v;
+    gs_plan_input(plan, i, &v);
+    rc = gs_pool_alloc(pool, v.bytes ? v.bytes : 1, NULL, &in_buf[i]);
+    if (rc == 0 && v.bytes)
+      rc = gs_stream_copy_h2d(s, in_buf[i], 0, inputs[i], v.bytes);
+  }
+  for (int i = 0; rc == 0 && i < gs_plan_output_count(plan); i++) {
+    gs_plan_value_info v;
+    gs_plan_output(plan, i, &v);
+    rc = gs_pool_alloc(pool, v.bytes ? v.bytes : 1, NULL, &out_buf[i]);
+  }
+  if (rc == 0)
+    rc = gs_stream_synchronize(s);
+  if (s)
+    gs_stream_destroy(s);
+  return rc;
+}
+
+/* One timed run: whole (copies in and out) or on bound buffers. */
+static int run_once(gs_plan *plan, int n_outputs, void *const *inputs, gs_buffer_t *const *in_buf,
+                    gs_buffer_t *const *out_buf, bool bound) {
+  if (bound)
+    return gs_plan_run_buffers(plan, in_buf, out_buf);
+  void *outputs[16] = {0};
+  gs_plan_value_info out_info[16];
+  int rc = gs_plan_run_alloc(plan, (const void *const *)inputs, outputs, out_info);
+  for (int i = 0; i < n_outputs; i++)
+    free(outputs[i]);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *path = NULL, *device_id = NULL, *precision = "fp32";
   int batch = 1, iters = 200, threads = 0;
-  bool profile = false;
+  bool profile = false, bound = false;
   double seconds = 3.0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc)
@@ -80,6 +122,8 @@ int main(int argc, char **argv) {
       threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--profile"))
       profile = true;
+    else if (!strcmp(argv[i], "--bound"))
+      bound = true;
     else if (!strcmp(argv[i], "--device") && i + 1 < argc)
       device_id = argv[++i];
     else if (!strcmp(argv[i], "--precision") && i + 1 < argc)
@@ -88,7 +132,7 @@ int main(int argc, char **argv) {
       path = argv[i];
     else {
       fprintf(stderr, "usage: gs-bench-models MODEL.onnx [--batch N] [--iters K] [--seconds S] "
-                      "[--device ID] [--threads T] [--precision P] [--profile]\n");
+                      "[--device ID] [--threads T] [--precision P] [--profile] [--bound]\n");
       return 2;
     }
   }
@@ -103,7 +147,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   gs_shape shapes[16];
-  void *inputs[16] = {0}, *outputs[16] = {0};
+  void *inputs[16] = {0};
   if (m->n_inputs > 16 || m->n_outputs > 16) {
     fprintf(stderr, "gs-bench-models: at most 16 inputs and outputs\n");
     return 1;
@@ -141,14 +185,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
     return 1;
   }
-  gs_plan_value_info out_info[16];
+  gs_buffer_t *in_buf[16] = {0}, *out_buf[16] = {0};
+  if (bound && bind_buffers(plan, inputs, in_buf, out_buf) < 0) {
+    fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
+    return 1;
+  }
   for (int w = 0; w < 5; w++) {
-    if (gs_plan_run_alloc(plan, (const void *const *)inputs, outputs, out_info) < 0) {
+    if (run_once(plan, m->n_outputs, inputs, in_buf, out_buf, bound) < 0) {
       fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
       return 1;
     }
-    for (int i = 0; i < m->n_outputs; i++)
-      free(outputs[i]);
   }
   if (profile && gs_plan_profile_start(plan) < 0) {
     fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
@@ -159,13 +205,11 @@ int main(int argc, char **argv) {
   uint64_t start = gs_now_ns(), budget = (uint64_t)(seconds * 1e9);
   while (done < iters && (done < 10 || gs_now_ns() - start < budget)) {
     uint64_t t0 = gs_now_ns();
-    if (gs_plan_run_alloc(plan, (const void *const *)inputs, outputs, out_info) < 0) {
+    if (run_once(plan, m->n_outputs, inputs, in_buf, out_buf, bound) < 0) {
       fprintf(stderr, "gs-bench-models: %s\n", gs_error_detail());
       return 1;
     }
     lat[done++] = gs_now_ns() - t0;
-    for (int i = 0; i < m->n_outputs; i++)
-      free(outputs[i]);
   }
   uint64_t total = gs_now_ns() - start;
   qsort(lat, (size_t)done, sizeof *lat, cmp_u64);
@@ -179,8 +223,11 @@ int main(int argc, char **argv) {
   free(lat);
   if (profile)
     print_profile(plan);
-  for (int i = 0; i < 16; i++)
+  for (int i = 0; i < 16; i++) {
     free(inputs[i]);
+    gs_buffer_free(in_buf[i], NULL);
+    gs_buffer_free(out_buf[i], NULL);
+  }
   gs_plan_destroy(plan);
   gs_model_free(m);
   gs_hal_shutdown();
