@@ -189,6 +189,7 @@ static int cu_stream_create(gs_device_t *device, unsigned flags, void **out) {
   s->d = d;
   pthread_mutex_init(&s->lock, NULL);
   pthread_mutex_init(&s->error_lock, NULL);
+  pthread_mutex_init(&s->ops_lock, NULL);
   const char *what = "cuStreamCreate";
   CUresult r = cu.cuStreamCreate(&s->s, CU_STREAM_NON_BLOCKING);
   if (r == CUDA_SUCCESS)
@@ -211,6 +212,7 @@ static int cu_stream_create(gs_device_t *device, unsigned flags, void **out) {
       cu.cuStreamDestroy(s->s);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->error_lock);
+    pthread_mutex_destroy(&s->ops_lock);
     free(s);
     return gs__cu_fail(r, what);
   }
@@ -236,6 +238,7 @@ static void cu_stream_destroy(void *stream) {
   }
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->error_lock);
+  pthread_mutex_destroy(&s->ops_lock);
   free(s);
 }
 

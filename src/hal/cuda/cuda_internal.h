@@ -47,6 +47,10 @@ typedef struct cu_stream {
   pthread_mutex_t lock;       /* the marks, and the cuBLAS handle's creation; never held
                                * while waiting on the device */
   pthread_mutex_t error_lock; /* error, error_detail: host functions set them */
+  /* One devops op queued at a time (from any thread): they share the
+   * scratch buffer and the FFT plans. May be held while the stream drains
+   * (a larger scratch buffer, a plan replaced). */
+  pthread_mutex_t ops_lock;
   uint64_t issued, passed; /* tickets handed out, and the last one known passed */
   struct {
     uint64_t ticket;

@@ -118,7 +118,10 @@ static int devop_launch(const cu_kernel *k, cu_stream *s, const gs_kernel_args *
     return gs_error(GS_ENOTSUP, "%s on CUDA: not for these types or shapes", k->name);
   launch l = {k, s, a};
   gs_devops_target t = target_of(&l, c);
-  return k->dop->run(k->dop, &t);
+  pthread_mutex_lock(&s->ops_lock);
+  int rc = k->dop->run(k->dop, &t);
+  pthread_mutex_unlock(&s->ops_lock);
+  return rc;
 }
 
 /* ---- GEMM through cuBLAS, and the scratch buffer --------------------------------------------------- */
@@ -239,8 +242,14 @@ static int fft_plan(cu_stream *s, const gs_devops_fft *f, cufftHandle *out) {
     if (!q->made || q->used < p->used)
       p = q;
   }
-  if (p->made)
+  if (p->made) {
+    /* Queued transforms may still use the plan's work area, and cuFFT does
+     * not say that destroying a plan waits for them. */
+    CUresult cr = gs__cu.cuStreamSynchronize(s->s);
+    if (cr != CUDA_SUCCESS)
+      return gs__cu_fail(cr, "cuStreamSynchronize");
     gs__cufft.cufftDestroy(p->handle);
+  }
   *p = (cu_fft_plan){.n = f->n, .batch = f->batch, .f64 = f->f64};
   int n = (int)f->n; /* devops_signal.c's supports keeps counts to ints */
   cufftResult r = gs__cufft.cufftPlanMany(&p->handle, 1, &n, NULL, 1, n, NULL, 1, n,
@@ -264,9 +273,8 @@ static int target_fft(void *ctx, const gs_devops_fft *f) {
   if (f->batch > INT_MAX || f->n > INT_MAX)
     return gs_error(GS_ENOTSUP, "%s: %lld transforms of %lld points (cuFFT takes ints)",
                     l->k->name, (long long)f->batch, (long long)f->n);
-  /* No lock: a stream's launches come from one thread at a time, as its
-   * GEMMs do. (Replacing a plan frees its work area, which waits for the
-   * device: nothing may hold the stream's lock then.) */
+  /* Under the stream's ops_lock (devop_launch), which may be held while a
+   * replaced plan waits for the stream; not under its lock. */
   cufftHandle h = 0;
   int rc = fft_plan(l->s, f, &h);
   if (rc == 0) {

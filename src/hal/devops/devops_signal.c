@@ -35,13 +35,17 @@ static int64_t lines_of(const gs_dft_attrs *a, bool stft) {
   return stft ? a->outer * a->frames : a->outer * a->inner;
 }
 
-/* Sizes the FFT libraries take (int counts): larger ones run on the CPU. */
+/* Sizes the FFT libraries take (int counts, and at most INT_MAX complex
+ * values in all: cuFFT's plain plans index them with ints): larger ones run
+ * on the CPU. */
 bool gs__devops_dft_supports(const gs_devop *op, const gs_op_call *c) {
   gs_dtype dt = c->in[0].dtype;
   const gs_dft_attrs *a = c->attrs;
-  return a && c->n_out == 1 && (dt == GS_DT_FLOAT32 || dt == GS_DT_FLOAT64) &&
-         c->out[0].dtype == dt && a->length <= INT_MAX &&
-         planned_lines(lines_of(a, op->variant == 1)) <= INT_MAX;
+  if (!a || c->n_out != 1 || (dt != GS_DT_FLOAT32 && dt != GS_DT_FLOAT64) ||
+      c->out[0].dtype != dt || a->length > INT_MAX || a->length < 0)
+    return false;
+  int64_t lines = planned_lines(lines_of(a, op->variant == 1));
+  return lines <= INT_MAX && (a->length == 0 || lines <= INT_MAX / a->length);
 }
 
 /* variant 0: DFT, 1: STFT. */
