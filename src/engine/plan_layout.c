@@ -1,9 +1,10 @@
 /* plan_layout.c - which values of a CPU plan stay in oneDNN's channel-
  * blocked layout (nChw8c, nChw16c): the outputs of convolutions read only
- * by convolutions, and by elementwise ops between them (a residual Add, a
- * Relu), whose results are read the same way. Inside such a run no value
- * is reordered; only its edges are (oneDNN's convolutions compute blocked,
- * and reorder NCHW in and out otherwise). */
+ * by convolutions, by elementwise ops between them (a residual Add, a
+ * Relu), whose results are read the same way, and by a squeeze-excitation
+ * (its GlobalAveragePool, and the Mul by one value per channel). Inside
+ * such a run no value is reordered; only its edges are (oneDNN's
+ * convolutions compute blocked, and reorder NCHW in and out otherwise). */
 #include "engine/plan_internal.h"
 
 #include "hal/op/op_attrs.h"
@@ -29,6 +30,31 @@ static bool layout_free(const step *s) {
   return true;
 }
 
+/* Mul of a tensor [N, C, spatial...] by one value per channel ([N or 1, C,
+ * 1...]): a squeeze-excitation's scaling. Blocked, it is a Mul of the
+ * views [N, C/b, spatial, b] and [N or 1, C/b, 1, b], which its call is
+ * rewritten to (scale_blocked). The full operand's index in *full. */
+static bool channel_scale(const step *s, int *full) {
+  const gs_op_call *c = s->call;
+  if (!gs__step_is(s, "Mul") || c->n_in != 2 || c->n_out != 1 || s->in[0] < 0 || s->in[1] < 0)
+    return false;
+  const gs_shape *y = &c->out[0].shape;
+  for (int f = 0; f < 2; f++) {
+    const gs_shape *x = &c->in[f].shape, *k = &c->in[1 - f].shape;
+    if (!gs_shape_equal(x, y) || k->rank != y->rank || y->rank < 3 ||
+        (k->dims[0] != 1 && k->dims[0] != y->dims[0]) || k->dims[1] != y->dims[1])
+      continue;
+    bool ones = true;
+    for (int d = 2; d < k->rank; d++)
+      ones = ones && k->dims[d] == 1;
+    if (ones) {
+      *full = f;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Whether value v could be blocked, judged alone: float32, 1 to 3 spatial
  * dims, channels a multiple of the device's block (so that it takes the
  * bytes the plan gave it, unpadded), computed by a Conv or a layout-free
@@ -40,7 +66,8 @@ static bool candidate(const gs_plan *p, int v, int producer, int block) {
       x->shape.dims[1] % block != 0)
     return false;
   const step *s = &p->steps[producer];
-  return (gs__step_is(s, "Conv") && s->out[0] == v) || layout_free(s);
+  int full;
+  return (gs__step_is(s, "Conv") && s->out[0] == v) || layout_free(s) || channel_scale(s, &full);
 }
 
 /* Whether every input and the output of layout-free step s are blocked. */
@@ -57,14 +84,24 @@ static bool all_blocked(const step *s, const bool *blocked) {
  * are blocked. */
 static bool fits(const gs_plan *p, int v, const int *producer, const bool *blocked) {
   const step *made = &p->steps[producer[v]];
-  if (layout_free(made) && !all_blocked(made, blocked))
+  int full;
+  if (layout_free(made) ? !all_blocked(made, blocked)
+                        : channel_scale(made, &full) && !blocked[made->in[full]])
     return false;
   for (int s = 0; s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     for (int i = 0; i < st->call->n_in; i++) {
       if (st->in[i] != v)
         continue;
-      bool ok = gs__step_is(st, "Conv") ? i == 0 : layout_free(st) && all_blocked(st, blocked);
+      bool ok;
+      if (gs__step_is(st, "Conv"))
+        ok = i == 0;
+      else if (layout_free(st))
+        ok = all_blocked(st, blocked);
+      else if (gs__step_is(st, "GlobalAveragePool"))
+        ok = true;
+      else
+        ok = channel_scale(st, &full) && i == full && blocked[st->out[0]];
       if (!ok)
         return false;
     }
@@ -72,29 +109,54 @@ static bool fits(const gs_plan *p, int v, const int *producer, const bool *block
   return true;
 }
 
-/* Marks the convolutions that read or write blocked values; false, with
- * none marked, where the device cannot run one of them so (device kernels
- * read NCHW only). */
-static bool mark_convolutions(gs_plan *p, const bool *blocked) {
+/* Marks the convolutions and average poolings that read or write blocked
+ * values; false, with none marked, where the device cannot run one of them
+ * so (device kernels read NCHW only). */
+static bool mark_convolutions(gs_plan *p, const bool *blocked, int block) {
   bool ok = true;
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
-    if (!gs__step_is(st, "Conv"))
-      continue;
-    gs_conv_attrs *a = st->call->attrs;
-    a->src_blocked = blocked[st->in[0]];
-    a->dst_blocked = blocked[st->out[0]];
+    bool marked = false;
+    if (gs__step_is(st, "Conv")) {
+      gs_conv_attrs *a = st->call->attrs;
+      a->src_blocked = blocked[st->in[0]];
+      a->dst_blocked = blocked[st->out[0]];
+      marked = a->src_blocked || a->dst_blocked;
+    } else if (gs__step_is(st, "GlobalAveragePool")) {
+      gs_pool_attrs *a = st->call->attrs;
+      a->src_block = blocked[st->in[0]] ? block : 0;
+      marked = a->src_block != 0;
+    }
     const gs_op_call *c = st->call;
-    if ((a->src_blocked || a->dst_blocked) &&
-        !gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
+    if (marked && !gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
       ok = false;
   }
   for (int s = 0; !ok && s < p->n_steps; s++)
     if (gs__step_is(&p->steps[s], "Conv")) {
       gs_conv_attrs *a = p->steps[s].call->attrs;
       a->src_blocked = a->dst_blocked = false;
+    } else if (gs__step_is(&p->steps[s], "GlobalAveragePool")) {
+      ((gs_pool_attrs *)p->steps[s].call->attrs)->src_block = 0;
     }
   return ok;
+}
+
+/* A channel scale whose output is blocked reads and writes [N, C/b,
+ * spatial, b] by [N or 1, C/b, 1, b]: its call says so, and the CPU's Mul
+ * broadcasts that as it would any shapes. */
+static void scale_blocked(step *st, int block) {
+  int full;
+  gs_op_call *c = st->call;
+  channel_scale(st, &full);
+  const gs_shape *y = &c->out[0].shape;
+  int64_t spatial = 1;
+  for (int d = 2; d < y->rank; d++)
+    spatial *= y->dims[d];
+  gs_shape big = {4, {y->dims[0], y->dims[1] / block, spatial, block}};
+  gs_shape small = {4, {c->in[1 - full].shape.dims[0], y->dims[1] / block, 1, block}};
+  c->in[full].shape = big;
+  c->in[1 - full].shape = small;
+  c->out[0].shape = big;
 }
 
 void gs__plan_keep_blocked(gs_plan *p) {
@@ -125,11 +187,17 @@ void gs__plan_keep_blocked(gs_plan *p) {
         changed = true;
       }
   }
-  if (mark_convolutions(p, blocked))
+  if (mark_convolutions(p, blocked, block)) {
     for (int v = 0; v < p->n_values; v++) {
       p->values[v].blocked = blocked[v];
       p->report.kept_blocked += blocked[v];
     }
+    int full;
+    for (int s = 0; s < p->n_steps; s++)
+      if (p->steps[s].out[0] >= 0 && blocked[p->steps[s].out[0]] && !layout_free(&p->steps[s]) &&
+          channel_scale(&p->steps[s], &full))
+        scale_blocked(&p->steps[s], block);
+  }
   free(producer);
   free(blocked);
 }

@@ -251,3 +251,33 @@ def test_batchnorm_takes_the_relu_after_it():
     shared = make_model(nodes, {"x": x}, consts, ["y", "b"])
     check_model(shared, {"x": x}, rtol=1e-5, atol=1e-6)
     assert report(shared, {"x": x})[3] == 0
+
+
+@pytest.mark.parametrize("per_image", [True, False])
+def test_squeeze_excitation_stays_blocked(per_image):
+    # A squeeze-excitation between convolutions, as EfficientNet, MobileNet v3 and RegNetY
+    # have: the pooled mean, two small convolutions and a sigmoid make one value per
+    # channel, and a Mul scales the tensor by it. On the CPU the tensor and its scaled copy
+    # stay in oneDNN's blocked layout (the pooling and the Mul read it so), where before
+    # both were reordered to NCHW. The scale is per image, or one per channel shared by
+    # the batch. Answers are onnxruntime's.
+    x = f32(2, 16, 9, 7)
+    se = [helper.make_node("GlobalAveragePool", ["a"], ["g"]),
+          helper.make_node("Conv", ["g", "w1", "b1"], ["h"]),
+          helper.make_node("Relu", ["h"], ["hr"]),
+          helper.make_node("Conv", ["hr", "w2", "b2"], ["e"]),
+          helper.make_node("Sigmoid", ["e"], ["s"])]
+    if not per_image:
+        se.append(helper.make_node("ReduceMean", ["s", "axes0"], ["s0"], keepdims=1))
+    nodes = ([helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1])] + se +
+             [helper.make_node("Mul", ["a", "s" if per_image else "s0"], ["m"]),
+              helper.make_node("Conv", ["m", "w3"], ["y"])])
+    # The excitation's 12 channels are a multiple of no block: its small values stay NCHW.
+    consts = {"w0": f32(32, 16, 3, 3, lo=-0.2, hi=0.2), "w1": f32(12, 32, 1, 1), "b1": f32(12),
+              "w2": f32(32, 12, 1, 1), "b2": f32(32), "w3": f32(5, 32, 1, 1)}
+    if not per_image:
+        consts["axes0"] = np.array([0], np.int64)
+    model = make_model(nodes, {"x": x}, consts, opset=18)
+    check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    # a and m; the scale s ([N, C, 1, 1]) is read per channel, in NCHW.
+    assert blocked_values(model, {"x": x}) == (2 if DEVICE in (None, "cpu0") else 0)

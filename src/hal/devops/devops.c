@@ -1014,7 +1014,8 @@ static int run_pool(const gs_devop *op, const gs_devops_target *t) {
 
 static bool global_pool_supports(const gs_devop *op, const gs_op_call *c) {
   const gs_pool_attrs *a = c->attrs;
-  return fp_supports(op, c) && c->in[0].shape.rank >= 2 && c->in[0].shape.rank <= 8 && a->lp <= 2;
+  return fp_supports(op, c) && c->in[0].shape.rank >= 2 && c->in[0].shape.rank <= 8 && a->lp <= 2 &&
+         a->src_block == 0;
 }
 
 /* Not float64: the kernel's geometry holds the scales as float32, which

@@ -86,6 +86,10 @@ typedef struct gs_pool_attrs {
   bool count_include_pad;
   bool global;
   int lp; /* LpPool and GlobalLpPool: the norm's p; 0 for max and average pooling */
+  /* GlobalAveragePool on the CPU (plan_layout.c): the input is in oneDNN's
+   * channel-blocked layout, blocks of this many channels; 0: NCHW. The
+   * output, [N, C, 1...], is the same bytes in either layout. */
+  int src_block;
 } gs_pool_attrs;
 
 typedef struct gs_norm_attrs {

@@ -533,9 +533,63 @@ static void f32_range(binary_op op, const gs_bcast *it, const float *a, int64_t 
   }
 }
 
+/* Rows [lo, hi) of x [rows, mid, inner] times v [rows or 1, 1, inner]:
+ * each row's vector scales its `mid` runs of `inner` values. */
+GS_VECTOR_CLONES static void mul_rows(const float *x, const float *v, bool v_per_row, float *y,
+                                      int64_t mid, int64_t inner, int64_t lo, int64_t hi) {
+  for (int64_t r = lo; r < hi; r++) {
+    const float *vr = v + (v_per_row ? r * inner : 0);
+    for (int64_t m = 0; m < mid; m++) {
+      const float *xr = x + (r * mid + m) * inner;
+      float *yr = y + (r * mid + m) * inner;
+      for (int64_t i = 0; i < inner; i++)
+        yr[i] = xr[i] * vr[i];
+    }
+  }
+}
+
+/* A float32 Mul of out's shape [d0, d1, d2, d3] by a vector per [d0 or 1,
+ * d1] ([., ., 1, d3]): a per-channel scale in a channel-blocked layout,
+ * as the plan writes it (plan_layout.c), [N, C/8, H*W, 8] by [N, C/8, 1,
+ * 8]. The generic walk would go 8 values at a time. False where the call
+ * has another form. */
+static bool mul_by_row_vectors(const gs_tensor_desc *da, const void *a, const gs_tensor_desc *db,
+                               const void *b, const gs_tensor_desc *dout, void *out) {
+  const gs_shape *y = &dout->shape;
+  if (y->rank != 4 || da->dtype != GS_DT_FLOAT32 || db->dtype != GS_DT_FLOAT32 ||
+      dout->dtype != GS_DT_FLOAT32)
+    return false;
+  for (int f = 0; f < 2; f++) {
+    const gs_shape *full = f ? &db->shape : &da->shape, *vec = f ? &da->shape : &db->shape;
+    if (!gs_shape_equal(full, y) || vec->rank != 4 || vec->dims[2] != 1 || vec->dims[1] != y->dims[1] ||
+        vec->dims[3] != y->dims[3] || (vec->dims[0] != 1 && vec->dims[0] != y->dims[0]) ||
+        y->dims[2] == 1)
+      continue;
+    const float *x = f ? b : a, *v = f ? a : b;
+    bool per_image = vec->dims[0] != 1 || y->dims[0] == 1;
+    int64_t rows = y->dims[0] * y->dims[1], mid = y->dims[2], inner = y->dims[3];
+    if (!per_image) { /* one vector per channel block, shared by the images */
+      for (int64_t n = 0; n < y->dims[0]; n++) {
+        int64_t off = n * y->dims[1] * mid * inner;
+        for (int64_t c = 0; c < y->dims[1]; c++)
+          mul_rows(x + off + c * mid * inner, v + c * inner, false, (float *)out + off + c * mid * inner,
+                   mid, inner, 0, 1);
+      }
+      return true;
+    }
+    int64_t row_values = mid * inner > 0 ? mid * inner : 1;
+    GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / row_values, lo, hi,
+                       mul_rows(x, v, true, out, mid, inner, lo, hi));
+    return true;
+  }
+  return false;
+}
+
 /* out = a op b with broadcasting; a, b and out given as pointers and descs. */
 static int binary(binary_op op, const gs_tensor_desc *da, const void *a, const gs_tensor_desc *db,
                   const void *b, const gs_tensor_desc *dout, void *out) {
+  if (op == B_MUL && mul_by_row_vectors(da, a, db, b, dout, out))
+    return 0;
   const gs_shape *shapes[2] = {&da->shape, &db->shape};
   gs_bcast it;
   gs_bcast_init(&it, &dout->shape, 2, shapes);

@@ -580,12 +580,51 @@ GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bo
   return 0;
 }
 
+/* Blocks [lo, hi) of a global average pooling of channel-blocked input:
+ * each block's W channels averaged at once, over `size` positions, in four
+ * running sums per channel so that the adds need not wait on each other. */
+#define BLOCKED_MEAN(W)                                                        \
+  for (int64_t b = lo; b < hi; b++) {                                          \
+    const float *xb = x + b * size * (W);                                      \
+    float acc[4][W] = {{0}};                                                   \
+    int64_t i = 0;                                                             \
+    for (; i + 4 <= size; i += 4)                                              \
+      for (int k = 0; k < 4; k++)                                              \
+        for (int l = 0; l < (W); l++)                                          \
+          acc[k][l] += xb[(i + k) * (W) + l];                                  \
+    for (; i < size; i++)                                                      \
+      for (int l = 0; l < (W); l++)                                            \
+        acc[0][l] += xb[i * (W) + l];                                          \
+    for (int l = 0; l < (W); l++)                                              \
+      y[b * (W) + l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) / (float)size; \
+  }
+
+GS_VECTOR_CLONES static void blocked_mean(const float *x, float *y, int width, int64_t size,
+                                          int64_t lo, int64_t hi) {
+  if (width == 8) {
+    BLOCKED_MEAN(8)
+  } else {
+    BLOCKED_MEAN(16)
+  }
+}
+#undef BLOCKED_MEAN
+
 /* Planes spread over the stream's threads. The only failure is running out
  * of memory, said again here: an error's detail belongs to its thread. */
 static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
   const gs_shape *xs = &c->in[0].shape;
   int64_t planes = xs->dims[0] * xs->dims[1];
   int64_t plane = planes ? gs_shape_numel(xs) / planes : 0;
+  const gs_pool_attrs *a = c->attrs;
+  if (a->src_block && plane > 0) { /* set by the plan for GlobalAveragePool only */
+    int width = a->src_block;
+    if ((width != 8 && width != 16) || planes % width != 0)
+      return gs_error(GS_EINVAL, "node %s: no blocked pooling of %lld channels in blocks of %d",
+                      c->node_name, (long long)xs->dims[1], width);
+    GS_PARALLEL_RANGES(planes / width, GS_PARALLEL_GRAIN / (plane * width), lo, hi,
+                       blocked_mean(p[0], p[1], width, plane, lo, hi));
+    return 0;
+  }
   atomic_int failed = 0;
   GS_PARALLEL_RANGES(planes, GS_PARALLEL_GRAIN / (plane ? plane : 1), lo, hi,
                      if (pool_planes(c, p, is_max, lo, hi) < 0) failed = 1);
