@@ -92,7 +92,9 @@ BROADCASTS = [((3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 4), ()), ((1, 4), (3, 1)
               ((2, 1, 3), (2, 5, 1)), ((0, 4), (4,)), ((5,), (5,)),
               # one vector per [image, channel] or per channel, along the third axis (the
               # CPU's Mul takes these rows of a blocked layout's per-channel scale at once)
-              ((2, 3, 4, 8), (2, 3, 1, 8)), ((2, 3, 4, 8), (1, 3, 1, 8)), ((2, 3, 1, 8), (2, 3, 4, 8))]
+              ((2, 3, 4, 8), (2, 3, 1, 8)), ((2, 3, 4, 8), (1, 3, 1, 8)), ((2, 3, 1, 8), (2, 3, 4, 8)),
+              ((1, 3, 1, 8), (2, 3, 4, 8)), ((1, 3, 4, 8), (1, 3, 1, 8)),
+              ((4, 16, 64, 8), (4, 16, 1, 8))]  # the last spread over the threads
 
 
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])

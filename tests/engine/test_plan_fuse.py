@@ -253,15 +253,17 @@ def test_batchnorm_takes_the_relu_after_it():
     assert report(shared, {"x": x})[3] == 0
 
 
+@pytest.mark.parametrize("scale_first", [False, True])
+@pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("per_image", [True, False])
-def test_squeeze_excitation_stays_blocked(per_image):
+def test_squeeze_excitation_stays_blocked(per_image, batch, scale_first):
     # A squeeze-excitation between convolutions, as EfficientNet, MobileNet v3 and RegNetY
     # have: the pooled mean, two small convolutions and a sigmoid make one value per
     # channel, and a Mul scales the tensor by it. On the CPU the tensor and its scaled copy
     # stay in oneDNN's blocked layout (the pooling and the Mul read it so), where before
     # both were reordered to NCHW. The scale is per image, or one per channel shared by
     # the batch. Answers are onnxruntime's.
-    x = f32(2, 16, 9, 7)
+    x = f32(batch, 16, 9, 7)
     se = [helper.make_node("GlobalAveragePool", ["a"], ["g"]),
           helper.make_node("Conv", ["g", "w1", "b1"], ["h"]),
           helper.make_node("Relu", ["h"], ["hr"]),
@@ -270,7 +272,8 @@ def test_squeeze_excitation_stays_blocked(per_image):
     if not per_image:
         se.append(helper.make_node("ReduceMean", ["s", "axes0"], ["s0"], keepdims=1))
     nodes = ([helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1])] + se +
-             [helper.make_node("Mul", ["a", "s" if per_image else "s0"], ["m"]),
+             [helper.make_node("Mul", (["s" if per_image else "s0", "a"] if scale_first
+                                       else ["a", "s" if per_image else "s0"]), ["m"]),
               helper.make_node("Conv", ["m", "w3"], ["y"])])
     # The excitation's 12 channels are a multiple of no block: its small values stay NCHW.
     consts = {"w0": f32(32, 16, 3, 3, lo=-0.2, hi=0.2), "w1": f32(12, 32, 1, 1), "b1": f32(12),

@@ -533,12 +533,12 @@ static void f32_range(binary_op op, const gs_bcast *it, const float *a, int64_t 
   }
 }
 
-/* Rows [lo, hi) of x [rows, mid, inner] times v [rows or 1, 1, inner]:
- * each row's vector scales its `mid` runs of `inner` values. */
-GS_VECTOR_CLONES static void mul_rows(const float *x, const float *v, bool v_per_row, float *y,
+/* Rows [lo, hi) of x [rows, mid, inner] times v: row r's vector, of
+ * `inner` values, is v's (r % v_rows)-th; it scales the row's `mid` runs. */
+GS_VECTOR_CLONES static void mul_rows(const float *x, const float *v, int64_t v_rows, float *y,
                                       int64_t mid, int64_t inner, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) {
-    const float *vr = v + (v_per_row ? r * inner : 0);
+    const float *vr = v + (r % v_rows) * inner;
     for (int64_t m = 0; m < mid; m++) {
       const float *xr = x + (r * mid + m) * inner;
       float *yr = y + (r * mid + m) * inner;
@@ -566,20 +566,13 @@ static bool mul_by_row_vectors(const gs_tensor_desc *da, const void *a, const gs
         y->dims[2] == 1)
       continue;
     const float *x = f ? b : a, *v = f ? a : b;
-    bool per_image = vec->dims[0] != 1 || y->dims[0] == 1;
     int64_t rows = y->dims[0] * y->dims[1], mid = y->dims[2], inner = y->dims[3];
-    if (!per_image) { /* one vector per channel block, shared by the images */
-      for (int64_t n = 0; n < y->dims[0]; n++) {
-        int64_t off = n * y->dims[1] * mid * inner;
-        for (int64_t c = 0; c < y->dims[1]; c++)
-          mul_rows(x + off + c * mid * inner, v + c * inner, false, (float *)out + off + c * mid * inner,
-                   mid, inner, 0, 1);
-      }
+    /* A vector per [image, channel], or per channel shared by the images. */
+    int64_t v_rows = vec->dims[0] * vec->dims[1], row_values = mid * inner > 0 ? mid * inner : 1;
+    if (rows == 0 || v_rows == 0)
       return true;
-    }
-    int64_t row_values = mid * inner > 0 ? mid * inner : 1;
     GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / row_values, lo, hi,
-                       mul_rows(x, v, true, out, mid, inner, lo, hi));
+                       mul_rows(x, v, v_rows, out, mid, inner, lo, hi));
     return true;
   }
   return false;

@@ -618,7 +618,7 @@ static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
   const gs_pool_attrs *a = c->attrs;
   if (a->src_block && plane > 0) { /* set by the plan for GlobalAveragePool only */
     int width = a->src_block;
-    if ((width != 8 && width != 16) || planes % width != 0)
+    if ((width != 8 && width != 16) || xs->dims[1] % width != 0)
       return gs_error(GS_EINVAL, "node %s: no blocked pooling of %lld channels in blocks of %d",
                       c->node_name, (long long)xs->dims[1], width);
     GS_PARALLEL_RANGES(planes / width, GS_PARALLEL_GRAIN / (plane * width), lo, hi,
