@@ -324,29 +324,28 @@ static void fuse_residual(gs_plan *p, int s) {
   act_match m = {0};
   if (match_activation(p, sum, &m) && !p->values[p->steps[m.steps[m.n - 1]].out[0]].blocked)
     m.act = GS_ACT_NONE;
-  gs_op_call *c = conv->call;
-  int n_in = c->n_in, in2 = conv->in[2];
-  gs_tensor_desc desc2 = c->in[2];
-  if (c->n_in < 3) {
-    c->in[2] = (gs_tensor_desc){0};
-    conv->in[2] = -1;
-  }
-  c->in[3] = (gs_tensor_desc){.dtype = p->values[r].dtype, .shape = p->values[r].shape};
-  c->n_in = 4;
-  a->residual = true;
-  a->act = m.act;
-  a->act_lo = m.lo;
-  a->act_hi = m.hi;
-  const gs_op_call *asked = c;
-  if (!gs_device_supports_launch(p->device, c->op_type, &asked, sizeof asked)) {
-    /* a device that keeps blocked layouts but cannot add in its Conv */
-    c->n_in = n_in;
-    c->in[2] = desc2;
-    conv->in[2] = in2;
-    a->residual = false;
-    a->act = GS_ACT_NONE;
+  /* The device is asked about a copy of the fused call, so that a refusal
+   * (a device that keeps blocked layouts but cannot add in its Conv) leaves
+   * the step as it was. */
+  gs_conv_attrs fused_attrs = *a;
+  fused_attrs.residual = true;
+  fused_attrs.act = m.act;
+  fused_attrs.act_lo = m.lo;
+  fused_attrs.act_hi = m.hi;
+  gs_op_call fused = *conv->call;
+  fused.attrs = &fused_attrs;
+  if (fused.n_in < 3)
+    fused.in[2] = (gs_tensor_desc){0};
+  fused.in[3] = (gs_tensor_desc){.dtype = p->values[r].dtype, .shape = p->values[r].shape};
+  fused.n_in = 4;
+  const gs_op_call *asked = &fused;
+  if (!gs_device_supports_launch(p->device, fused.op_type, &asked, sizeof asked))
     return;
-  }
+  *a = fused_attrs;
+  fused.attrs = a;
+  *conv->call = fused;
+  if (conv->call->in[2].dtype == GS_DT_INVALID)
+    conv->in[2] = -1;
   conv->in[3] = r;
   conv->out[0] = sum;
   /* The values no step makes now leave the report's count of blocked ones:

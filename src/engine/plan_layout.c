@@ -112,7 +112,7 @@ static bool fits(const gs_plan *p, int v, const int *producer, const bool *block
 /* Marks the convolutions and average poolings that read or write blocked
  * values; false, with none marked, where the device cannot run one of them
  * so (device kernels read NCHW only). */
-static bool mark_convolutions(gs_plan *p, const bool *blocked, int block) {
+static bool mark_blocked_steps(gs_plan *p, const bool *blocked, int block) {
   bool ok = true;
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
@@ -187,7 +187,7 @@ void gs__plan_keep_blocked(gs_plan *p) {
         changed = true;
       }
   }
-  if (mark_convolutions(p, blocked, block)) {
+  if (mark_blocked_steps(p, blocked, block)) {
     for (int v = 0; v < p->n_values; v++) {
       p->values[v].blocked = blocked[v];
       p->report.kept_blocked += blocked[v];

@@ -291,6 +291,9 @@ int gs__avgpool_f64(const gs_op_call *c, double *const *p) { return pool(c, p, f
 
 int gs__batchnorm_f64(const gs_op_call *c, double *const *p) {
   const gs_norm_attrs *a = c->attrs;
+  int rc = no_fused_activation(c, a->act);
+  if (rc != GS_OK)
+    return rc;
   const gs_shape *xs = &c->in[0].shape;
   int64_t ch = xs->dims[1], inner = 1;
   for (int i = 2; i < xs->rank; i++)
