@@ -35,10 +35,11 @@ def run(model, feeds):
     return int(m.group(1)) if m else 0
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 13, 97, 256, 257])
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 12, 13, 25, 97, 256, 257])
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_gemm_with_packed_weights(rows, trans_b):
-    # Up to 256 rows B is packed; above, oneDNN takes it plain.
+    # Up to 256 rows B is packed; above, oneDNN takes it plain. Tiles are 6 rows
+    # (AVX2) or 12 (AVX-512), in blocks of 96, and 12 and 25 fill them otherwise.
     x = f32(rows, K)
     w = f32(N, K) if trans_b else f32(K, N)
     model = make_model([helper.make_node("Gemm", ["x", "w", "c"], ["p"], transB=trans_b,

@@ -810,9 +810,65 @@ GS_VECTOR_CLONES static void softmax_lanes(float *const *p, bool log_out, int64_
   }
 }
 
+#define SOFTMAX_LANES 16 /* an AVX-512 register of floats */
+
+/* Rows [lo, hi) of a softmax along the last axis (inner 1): the max and
+ * the sum kept in SOFTMAX_LANES lanes that vectorise, where one running max
+ * or sum waits on each value in turn (12 heads of 128 x 128 scores took
+ * nine times onnxruntime's time). */
+GS_VECTOR_CLONES static void softmax_rows(float *const *p, bool log_out, int64_t len, int64_t lo,
+                                          int64_t hi) {
+  for (int64_t row = lo; row < hi; row++) {
+    const float *x = p[0] + row * len;
+    float *y = p[1] + row * len;
+    float lane[SOFTMAX_LANES], mx = -INFINITY, sum = 0;
+    int64_t whole = len / SOFTMAX_LANES * SOFTMAX_LANES;
+    for (int l = 0; l < SOFTMAX_LANES; l++)
+      lane[l] = -INFINITY;
+    for (int64_t i = 0; i < whole; i += SOFTMAX_LANES)
+      for (int l = 0; l < SOFTMAX_LANES; l++)
+        lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+    for (int64_t i = whole; i < len; i++)
+      mx = x[i] > mx ? x[i] : mx;
+    for (int l = 0; l < SOFTMAX_LANES; l++) {
+      mx = lane[l] > mx ? lane[l] : mx;
+      lane[l] = 0;
+    }
+    for (int64_t i = 0; i < whole; i += SOFTMAX_LANES)
+      for (int l = 0; l < SOFTMAX_LANES; l++) {
+        float e = gs_fast_expf(x[i + l] - mx);
+        if (!log_out)
+          y[i + l] = e;
+        lane[l] += e;
+      }
+    for (int64_t i = whole; i < len; i++) {
+      float e = gs_fast_expf(x[i] - mx);
+      if (!log_out)
+        y[i] = e;
+      sum += e;
+    }
+    for (int l = 0; l < SOFTMAX_LANES; l++)
+      sum += lane[l];
+    if (log_out) {
+      float ls = logf(sum);
+      for (int64_t i = 0; i < len; i++)
+        y[i] = x[i] - mx - ls;
+    } else {
+      float inv = 1.0f / sum;
+      for (int64_t i = 0; i < len; i++)
+        y[i] *= inv;
+    }
+  }
+}
+
 static int softmax_f32(const gs_op_call *c, float *const *p, bool log_out) {
   int64_t outer, len, inner;
   gs_launch_softmax_dims(c, &outer, &len, &inner);
+  if (inner == 1) {
+    GS_PARALLEL_RANGES(outer, GS_PARALLEL_GRAIN / (len ? len : 1), lo, hi,
+                       softmax_rows(p, log_out, len, lo, hi));
+    return 0;
+  }
   GS_PARALLEL_RANGES(outer * inner, GS_PARALLEL_GRAIN / (len ? len : 1), lo, hi,
                      softmax_lanes(p, log_out, len, inner, lo, hi));
   return 0;

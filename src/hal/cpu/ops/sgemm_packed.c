@@ -181,13 +181,152 @@ GS_VECTOR_CLONES static void panels(int64_t rows, int64_t n, int64_t k, float al
   }
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+/* ---- AVX-512: a panel's 16 columns in one register ----------------------------------
+ * The tiles above hold eight floats a register, which is all of AVX2 but
+ * half of AVX-512: on a Xeon with two 512-bit FMA units they ran a 128 x
+ * 768 x 3072 product at 93 GFLOP/s on one core, onnxruntime's at 161. Here
+ * a tile is TILE16_ROWS rows by one panel, a register per row; the values
+ * are summed in the same order as above. Written apart (a target
+ * attribute, chosen at run time) because the 16-float vectors would spill
+ * in the AVX2 and baseline builds of the same source. */
+#define AVX512 __attribute__((target("avx512f,avx512vl,fma")))
+#define TILE16_ROWS 12 /* 12 accumulators, B, and A's broadcasts in 32 registers */
+
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+#define splat16(x)                                                                          \
+  ((v16){*(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x), \
+         *(x), *(x)})
+
+/* C[0..cols) = alpha sum + beta C[0..cols) for one row of a tile16. */
+static inline __attribute__((always_inline)) AVX512 void store_row16(v16 sum, float alpha,
+                                                                     float beta, float *c,
+                                                                     int cols) {
+  if (cols == GS_PACKED_PANEL) { /* all but the last panel: whole registers */
+    v16 *row = (v16 *)c;
+    *row = beta == 0.0f ? alpha * sum : alpha * sum + beta * *row;
+    return;
+  }
+  float t[GS_PACKED_PANEL];
+  *(v16 *)t = sum;
+  if (beta == 0.0f)
+    for (int j = 0; j < cols; j++)
+      c[j] = alpha * t[j];
+  else
+    for (int j = 0; j < cols; j++)
+      c[j] = alpha * t[j] + beta * c[j];
+}
+
+/* A tile of ROWS (1 to 12) by one panel, or by two that follow each other
+ * (`two`): 24 accumulators share each broadcast of A, which keeps the FMA
+ * units ahead of the loads. Both are constants where inlined. */
+static inline __attribute__((always_inline)) AVX512 void tile16(const int rows, const bool two,
+                                                                int64_t k, const float *a,
+                                                                int64_t lda, const float *panel,
+                                                                const float *panel2, float alpha,
+                                                                float beta, float *c,
+                                                                int64_t ldc, int cols,
+                                                                int cols2) {
+  v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0}, s8 = {0},
+      s9 = {0}, s10 = {0}, s11 = {0};
+  v16 t0 = {0}, t1 = {0}, t2 = {0}, t3 = {0}, t4 = {0}, t5 = {0}, t6 = {0}, t7 = {0}, t8 = {0},
+      t9 = {0}, t10 = {0}, t11 = {0};
+  for (int64_t p = 0; p < k; p++) {
+    v16 b = *(const v16 *)(panel + p * GS_PACKED_PANEL), b2 = {0};
+    __builtin_prefetch(panel + p * GS_PACKED_PANEL + PREFETCH);
+    if (two) {
+      b2 = *(const v16 *)(panel2 + p * GS_PACKED_PANEL);
+      __builtin_prefetch(panel2 + p * GS_PACKED_PANEL + PREFETCH);
+    }
+#define ROW(i)                          \
+  if (rows > i) {                       \
+    v16 x = splat16(a + i * lda + p);   \
+    s##i += x * b;                      \
+    if (two)                            \
+      t##i += x * b2;                   \
+  }
+    ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11)
+#undef ROW
+  }
+#define STORE(i)                                                         \
+  if (rows > i) {                                                        \
+    store_row16(s##i, alpha, beta, c + i * ldc, cols);                   \
+    if (two)                                                             \
+      store_row16(t##i, alpha, beta, c + i * ldc + GS_PACKED_PANEL, cols2); \
+  }
+  STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7) STORE(8) STORE(9)
+  STORE(10) STORE(11)
+#undef STORE
+}
+
+#define TILE16(n, two)                                                                     \
+  tile16(n, two, k, ai, lda, panel, panel + k_stride, alpha, beta, ci, ldc, cols, cols2)
+
+/* Rows [0, rows) of C against one panel, or two (`two`), over k values. */
+static inline __attribute__((always_inline)) AVX512 void panel_rows16(
+    const bool two, int64_t rows, int64_t k, int64_t k_stride, const float *a, int64_t lda,
+    const float *panel, float alpha, float beta, float *c, int64_t ldc, int cols, int cols2) {
+  int64_t i = 0;
+  for (; i + TILE16_ROWS <= rows; i += TILE16_ROWS) {
+    const float *ai = a + i * lda;
+    float *ci = c + i * ldc;
+    TILE16(TILE16_ROWS, two);
+  }
+  const float *ai = a + i * lda;
+  float *ci = c + i * ldc;
+  switch (rows - i) {
+#define REST(n) \
+  case n: TILE16(n, two); break;
+    REST(11) REST(10) REST(9) REST(8) REST(7) REST(6) REST(5) REST(4) REST(3) REST(2) REST(1)
+#undef REST
+  default: break;
+  }
+}
+#undef TILE16
+
+/* panels() for several rows: panels in pairs, k in blocks of K_BLOCK. */
+static AVX512 void panels16(int64_t rows, int64_t n, int64_t k, float alpha, const float *a,
+                            int64_t lda, const float *packed, float beta, float *c, int64_t ldc,
+                            int64_t lo, int64_t hi) {
+  int64_t stride = k * GS_PACKED_PANEL; /* from a panel to the next */
+  for (int64_t q = lo; q < hi; q += 2) {
+    const float *panel = packed + q * stride;
+    bool two = q + 1 < hi;
+    int cols = panel_cols(n, q), cols2 = two ? panel_cols(n, q + 1) : 0;
+    for (int64_t p = 0; p < k; p += K_BLOCK) {
+      int64_t kb = k - p < K_BLOCK ? k - p : K_BLOCK;
+      const float *pp = panel + p * GS_PACKED_PANEL;
+      float b = p ? 1.0f : beta, *cq = c + q * GS_PACKED_PANEL;
+      if (two)
+        panel_rows16(true, rows, kb, stride, a + p, lda, pp, alpha, b, cq, ldc, cols, cols2);
+      else
+        panel_rows16(false, rows, kb, stride, a + p, lda, pp, alpha, b, cq, ldc, cols, 0);
+    }
+  }
+}
+
+static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#else
+static bool have_avx512(void) { return false; }
+#define panels16 panels
+#endif
+
 void gs__sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                       const float *packed, float beta, float *c, int64_t ldc) {
   int64_t n_panels = (n + GS_PACKED_PANEL - 1) / GS_PACKED_PANEL;
+  /* One row reads B once and waits on memory, not on the FMA units: the
+   * paired-panel path above serves it on every CPU. */
+  bool wide = m > 1 && have_avx512();
   for (int64_t r = 0; r < m; r += BLOCK_ROWS) {
     int64_t rows = m - r < BLOCK_ROWS ? m - r : BLOCK_ROWS;
-    GS_PARALLEL_RANGES(n_panels, 1, lo, hi,
-                       panels(rows, n, k, alpha, a + r * lda, lda, packed, beta, c + r * ldc, ldc,
-                              lo, hi));
+    if (wide)
+      GS_PARALLEL_RANGES(n_panels, 1, lo, hi,
+                         panels16(rows, n, k, alpha, a + r * lda, lda, packed, beta, c + r * ldc,
+                                  ldc, lo, hi));
+    else
+      GS_PARALLEL_RANGES(n_panels, 1, lo, hi,
+                         panels(rows, n, k, alpha, a + r * lda, lda, packed, beta, c + r * ldc,
+                                ldc, lo, hi));
   }
 }
