@@ -374,6 +374,19 @@ def test_softmax_long_rows(op, length):
     check_op(op, {"x": f32(5, length, lo=-10, hi=10)}, {"axis": -1})
 
 
+def test_softmax_of_masked_scores_is_exactly_zero():
+    # Scores masked with -1e9 or -inf (attention's padding) get exactly 0,
+    # as in exact arithmetic: a tiny value there, scaled by 1 / sum, was a
+    # subnormal that slowed the product after it hundreds of times.
+    x = f32(6, 100, lo=-5, hi=5)
+    x[:, 70:] = -1e9
+    x[::2, 90:] = -np.inf
+    y = check_op("Softmax", {"x": x}, {"axis": -1})["y"]
+    assert not y[:, 70:].any()
+    tiny = np.abs(y[(y != 0)]) < np.finfo(np.float32).tiny
+    assert not tiny.any(), "subnormal probabilities"
+
+
 def test_layernorm_long_rows():
     check_op("LayerNormalization", {"x": f32(3, 2, 300)}, {"axis": -1},
              consts={"s": f32(300), "b": f32(300)})

@@ -9,10 +9,10 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float gs_fast_expf(float x) {
+static inline float gs_fast_expf(float arg) {
   /* exp(x) = 2^n * exp(r), x = n ln2 + r, |r| <= ln2/2; the clamps keep
    * 2^n a normal float. */
-  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+  float x = arg < -87.0f ? -87.0f : arg > 88.0f ? 88.0f : arg;
   /* Round to nearest by adding and removing 1.5 * 2^23: plain SSE2, unlike
    * roundf, so that the loop still vectorises on the baseline target. */
   float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -29,7 +29,11 @@ static inline float gs_fast_expf(float x) {
   int32_t bits = ((int32_t)(n == n ? n : 0.0f) + 127) << 23;
   float scale;
   memcpy(&scale, &bits, 4);
-  return p * scale;
+  /* Below -87, exp is under 1.7e-38: 0, so that a masked score (-inf,
+   * -1e9) weighs nothing in a softmax, as in exact arithmetic; a clamped
+   * 1.6e-38 there, scaled by 1/sum, made subnormals that slowed the
+   * product after it six hundred times. */
+  return arg < -87.0f ? 0.0f : p * scale;
 }
 
 static inline float gs_fast_erff(float x) {
