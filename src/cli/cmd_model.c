@@ -313,6 +313,9 @@ static int run(const char *path, const model_opts *opts) {
              r.in_place);
     if (r.packed)
       printf("plan: %d products read their constant weights packed in panels\n", r.packed);
+    if (r.attention)
+      printf("plan: %d attention blocks (MatMul, scale, mask, Softmax, MatMul) run as one "
+             "kernel each\n", r.attention);
     if (r.kept_blocked)
       printf("plan: %d values between convolutions stay in oneDNN's blocked layout (blocks "
              "of %d channels)\n",

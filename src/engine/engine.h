@@ -131,6 +131,7 @@ typedef struct gs_plan_report {
                      * the elementwise ops between them) */
   int in_place;     /* Reshapes and the like whose output shares their input's bytes */
   int packed;       /* products whose constant B is stored packed for the device's kernel */
+  int attention;    /* MatMul, scale, mask, Softmax, MatMul run as one Attention step */
   char fallback_ops[256]; /* their ops, "Conv, Relu" */
   uint64_t arena_bytes;  /* peak of the liveness-planned arena */
   uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse (those that take

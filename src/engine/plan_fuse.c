@@ -385,11 +385,14 @@ static void drop_dead_steps(gs_plan *p) {
 }
 
 int gs__plan_fuse(gs_plan *p) {
+  int rc = gs__plan_fuse_attention(p);
+  if (rc < 0)
+    return rc;
   for (int i = 0; i < p->n_steps; i++) {
     step *s = &p->steps[i];
     if (s->dead)
       continue;
-    int rc = 0;
+    rc = 0;
     if (gs__step_is(s, "Conv"))
       rc = fuse_conv_bn(p, s);
     else if (gs__step_is(s, "MatMul"))

@@ -103,6 +103,10 @@ int gs__plan_sole_consumer(gs_plan *p, int v);
 /* Fuses the plan's steps where a kernel can do two ops' work in one pass
  * (plan_fuse.c), and drops the steps that were fused away. */
 int gs__plan_fuse(gs_plan *p);
+/* Runs attention's MatMul, scale, mask, Softmax and MatMul as one
+ * Attention step where the device has the kernel (plan_attention.c);
+ * called by gs__plan_fuse first, before a product takes the mask as bias. */
+int gs__plan_fuse_attention(gs_plan *p);
 /* Marks the CPU convolutions whose data stays in oneDNN's blocked layout
  * (plan_layout.c); called by gs__plan_fuse once the fused steps are gone. */
 void gs__plan_keep_blocked(gs_plan *p);

@@ -280,6 +280,10 @@ typedef struct gs_attention_attrs {
   bool has_mask, mask_bool;
   int64_t mask_dims[4]; /* the mask's shape right-aligned to 4 dims (1s before) */
   bool has_past, has_nonpad; /* nonpad_kv_seqlen (opset 24): keys j >= it are masked */
+  /* Set by the plan only, where it runs MatMul, scale, mask, Softmax and
+   * MatMul as one Attention (plan_fuse.c): K is given 4-D as its transpose,
+   * [batch, kv_heads, head, kv_seq], as the graph's first MatMul read it. */
+  bool keys_transposed;
 } gs_attention_attrs;
 
 /* RotaryEmbedding (opset 23, ops_attention.c): X 4-D [batch, heads, seq,

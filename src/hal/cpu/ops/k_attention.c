@@ -6,6 +6,7 @@
  * of the ONNX reference at opsets 23 and 24. */
 #include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/parallel.h"
+#include "hal/cpu/ops/softmax_row.h"
 
 #include "base/error.h"
 
@@ -151,13 +152,137 @@ static int attend(attention_run *r) {
   return failed ? gs_error(GS_ENOMEM, "out of memory for attention scores") : GS_OK;
 }
 
+/* ---- float32 without a cache: two GEMMs a block of query rows ------------------
+ * The scores of ROW_BLOCK query rows against every key come from one GEMM
+ * into a buffer of the thread's, which stays in cache while the masks and
+ * the softmax pass along it, and a second GEMM weighs the values; Q, K, V
+ * and Y are read and written where they are, and the scores of the whole
+ * batch are never held (12 heads of 512 x 512 are 12 MiB an image). */
+
+#define ROW_BLOCK 32
+
+/* An operand's rows for (b, head h): where they start and how far apart
+ * they are, in the 4-D layout [b, heads, seq, size] or the 3-D one
+ * [b, seq, heads x size]. */
+static const float *rows_of(const float *x, bool three_d, int64_t heads, int64_t seq,
+                            int64_t size, int64_t b, int64_t h, int64_t *ld) {
+  *ld = three_d ? heads * size : size;
+  return x + (three_d ? b * seq * heads * size + h * size : (b * heads + h) * seq * size);
+}
+
+/* Adds to row i's scores (T floats) what bias_at would, a run at a time:
+ * the mask's row, then -inf from where the short mask, the causal limit
+ * or the keys that are not padding end. */
+static void add_masks(const attention_run *r, int64_t b, int64_t h, int64_t i, float *w) {
+  const gs_attention_attrs *a = r->a;
+  int64_t T = a->total, end = T;
+  if (a->has_mask) {
+    const int64_t *md = a->mask_dims;
+    int64_t n = md[3] < T ? md[3] : T;
+    int64_t m0 = (((md[0] > 1 ? b : 0) * md[1] + (md[1] > 1 ? h : 0)) * md[2] +
+                  (md[2] > 1 ? i : 0)) * md[3];
+    if (r->mask_bool) {
+      for (int64_t j = 0; j < n; j++)
+        w[j] += r->mask_bool[m0 + j] ? 0.0f : -INFINITY;
+    } else {
+      for (int64_t j = 0; j < n; j++)
+        w[j] += r->mask[m0 + j];
+    }
+    end = n;
+  }
+  if (a->causal && i + a->past + 1 < end)
+    end = i + a->past + 1;
+  if (a->has_nonpad && r->nonpad[b] < end)
+    end = r->nonpad[b] > 0 ? r->nonpad[b] : 0;
+  for (int64_t j = end; j < T; j++)
+    w[j] += -INFINITY;
+}
+
+/* Row i's scores (T floats) masked, softcapped (attend_rows' order), then
+ * made exp(s - max): returns 1 / their sum. */
+GS_VECTOR_CLONES static float softmax_scores(const attention_run *r, int64_t b, int64_t h,
+                                             int64_t i, float *w) {
+  const gs_attention_attrs *a = r->a;
+  int64_t T = a->total;
+  add_masks(r, b, h, i, w);
+  if (a->softcap > 0)
+    for (int64_t j = 0; j < T; j++)
+      w[j] = a->softcap * tanhf(w[j] / a->softcap);
+  return 1.0f / gs_softmax_exp_sum_in_place(w, T, gs_softmax_max(w, T));
+}
+
+/* Task t of batch x q_heads x blocks of ROW_BLOCK query rows; w: ROW_BLOCK
+ * x total floats. */
+static void attend_block(const attention_run *r, int64_t t, float *w) {
+  const gs_attention_attrs *a = r->a;
+  int64_t blocks = (a->q_seq + ROW_BLOCK - 1) / ROW_BLOCK, T = a->total;
+  int64_t i0 = t % blocks * ROW_BLOCK, h = t / blocks % a->q_heads, b = t / blocks / a->q_heads;
+  int64_t rows = a->q_seq - i0 < ROW_BLOCK ? a->q_seq - i0 : ROW_BLOCK;
+  int64_t g = h / (a->q_heads / a->kv_heads), ldq, ldk, ldv, ldy;
+  const float *q = rows_of(r->q, a->three_d, a->q_heads, a->q_seq, a->head, b, h, &ldq);
+  const float *v = rows_of(r->v, a->three_d, a->kv_heads, T, a->v_head, b, g, &ldv);
+  float *y = (float *)rows_of(r->y, a->three_d, a->q_heads, a->q_seq, a->v_head, b, h, &ldy);
+  q += i0 * ldq;
+  y += i0 * ldy;
+  if (a->keys_transposed) { /* [b, kv_heads, head, T] */
+    gs__cpu_sgemm(false, false, rows, T, a->head, a->scale, q, ldq,
+                  r->k + (b * a->kv_heads + g) * a->head * T, T, 0.0f, w, T);
+  } else {
+    const float *k = rows_of(r->k, a->three_d, a->kv_heads, T, a->head, b, g, &ldk);
+    gs__cpu_sgemm(false, true, rows, T, a->head, a->scale, q, ldq, k, ldk, 0.0f, w, T);
+  }
+  float inv[ROW_BLOCK];
+  for (int64_t i = 0; i < rows; i++)
+    inv[i] = softmax_scores(r, b, h, i0 + i, w + i * T);
+  gs__cpu_sgemm(false, false, rows, a->v_head, T, 1.0f, w, T, v, ldv, 0.0f, y, ldy);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t e = 0; e < a->v_head; e++)
+      y[i * ldy + e] *= inv[i];
+}
+
+static int attend_f32(attention_run *r) {
+  const gs_attention_attrs *a = r->a;
+  int64_t tasks = a->batch * a->q_heads * ((a->q_seq + ROW_BLOCK - 1) / ROW_BLOCK);
+  bool failed = false;
+  if (a->total == 0) /* no keys: attend_rows' answer, zeros, without reading K or V */
+    return attend(r);
+  GS_PARALLEL_RANGES(tasks, 1, lo, hi, {
+    float *w = malloc(sizeof *w * (size_t)(ROW_BLOCK * a->total));
+    for (int64_t t = lo; w && t < hi; t++)
+      attend_block(r, t, w);
+    if (!w)
+      __atomic_store_n(&failed, true, __ATOMIC_RELAXED);
+    free(w);
+  });
+  return failed ? gs_error(GS_ENOMEM, "out of memory for attention scores") : GS_OK;
+}
+
 static int64_t numel(const gs_tensor_desc *t) { return gs_shape_numel(&t->shape); }
+
+/* float32 with no cache and no 4th output: nothing to convert or join. */
+static bool runs_in_place(const gs_op_call *c) {
+  const gs_attention_attrs *a = c->attrs;
+  return c->in[IN_Q].dtype == GS_DT_FLOAT32 && !a->has_past && c->n_out == 1;
+}
 
 static int k_attention(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   const gs_attention_attrs *a = c->attrs;
   gs_dtype dt = c->in[IN_Q].dtype;
   attention_run r = {.a = a};
+  if (runs_in_place(c)) {
+    r.q = k->ptr[IN_Q];
+    r.k = k->ptr[IN_K];
+    r.v = k->ptr[IN_V];
+    r.mask = a->has_mask && !a->mask_bool ? k->ptr[IN_MASK] : NULL;
+    r.mask_bool = a->mask_bool ? k->ptr[IN_MASK] : NULL;
+    r.nonpad = a->has_nonpad ? k->ptr[IN_NONPAD] : NULL;
+    r.y = k->ptr[c->n_in];
+    return attend_f32(&r);
+  }
+  if (a->keys_transposed) /* the plan fuses float32 without a cache only */
+    return gs_error(GS_ENOTSUP, "node %s: transposed keys need float32 attention without a "
+                    "cache", c->node_name);
   float *owned[6] = {NULL}, *pk = NULL, *pv = NULL, *y = NULL, *qk = NULL;
   const float *kin = NULL, *vin = NULL, *past_k = NULL, *past_v = NULL;
   int rc = GS_OK;

@@ -18,6 +18,7 @@
 #include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/sgemm_few_rows.h"
 #include "hal/cpu/ops/sgemm_packed.h"
+#include "hal/cpu/ops/softmax_row.h"
 #include "hal/op/op_launch.h"
 
 #include "base/error.h"
@@ -85,12 +86,9 @@ static int run_float(const gs_cpu_kernel_call *k, f32_impl impl, gs_f64_impl imp
   return impl64(c, p);
 }
 
-/* Row-major C = alpha op(A) op(B) + beta C through oneDNN, whose GEMM
- * runs on the calling thread's OpenMP team (the stream's threads) as its
- * convolutions do; one thread pool for both. */
-static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                  int64_t ldc) {
+void gs__cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                   int64_t ldc) {
   if (m == 0 || n == 0)
     return;
   if (k == 0) { /* no products: C = beta C (oneDNN refuses a leading dimension of 0) */
@@ -166,7 +164,7 @@ static int gemm_f32(const gs_op_call *c, float *const *p) {
   if (g->b_packed) /* the plan packs B only for A as stored, [m, k] */
     sgemm_packed(g->m, g->n, g->k, g->alpha, p[0], g->k, p[1], has_c ? g->beta : 0.0f, y, g->n);
   else if (g->m && g->n)
-    sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, p[0], c->in[0].shape.dims[1],
+    gs__cpu_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, p[0], c->in[0].shape.dims[1],
           p[1], c->in[1].shape.dims[1], has_c ? g->beta : 0.0f, y, g->n);
   apply_act(g->act, g->act_lo, g->act_hi, y, g->m * g->n);
   return 0;
@@ -197,7 +195,7 @@ static int matmul_f32(const gs_op_call *c, float *const *p) {
       else if (m->k && m->b_packed) /* batch 1: the plan packs B only then */
         sgemm_packed(m->m, m->n, m->k, 1.0f, p[0], m->k, p[1], bias ? 1.0f : 0.0f, yb, m->n);
       else if (m->k)
-        sgemm(false, false, m->m, m->n, m->k, 1.0f, p[0] + oa, m->k, p[1] + ob, m->n,
+        gs__cpu_sgemm(false, false, m->m, m->n, m->k, 1.0f, p[0] + oa, m->k, p[1] + ob, m->n,
               bias ? 1.0f : 0.0f, yb, m->n);
     }
   }
@@ -306,7 +304,7 @@ static int conv_f32(const gs_op_call *c, float *const *p) {
       }
       if (cout_g && g.out_size) {
         if (kk)
-          sgemm(false, false, cout_g, g.out_size, kk, 1.0f, w + grp * cout_g * kk, kk, src,
+          gs__cpu_sgemm(false, false, cout_g, g.out_size, kk, 1.0f, w + grp * cout_g * kk, kk, src,
                 g.out_size, 0.0f, yg, g.out_size);
         else
           memset(yg, 0, sizeof(float) * (size_t)(cout_g * g.out_size));
@@ -347,7 +345,7 @@ static int conv_transpose_f32(const gs_op_call *c, float *const *p) {
       float *yg = y + (n * cout + grp * cout_g) * g.in_size;
       /* cols (cout_g*K x HWin) = W_g^T (cout_g*K x cin_g) * X_g (cin_g x HWin) */
       if (cin_g)
-        sgemm(true, false, rows, g.out_size, cin_g, 1.0f, w + grp * cin_g * rows, rows, xg,
+        gs__cpu_sgemm(true, false, rows, g.out_size, cin_g, 1.0f, w + grp * cin_g * rows, rows, xg,
               g.out_size, 0.0f, cols, g.out_size);
       else
         memset(cols, 0, sizeof(float) * (size_t)(rows * g.out_size));
@@ -810,45 +808,15 @@ GS_VECTOR_CLONES static void softmax_lanes(float *const *p, bool log_out, int64_
   }
 }
 
-#define SOFTMAX_LANES 16 /* an AVX-512 register of floats */
-
-/* Rows [lo, hi) of a softmax along the last axis (inner 1): the max and
- * the sum kept in SOFTMAX_LANES lanes that vectorise, where one running max
- * or sum waits on each value in turn (12 heads of 128 x 128 scores took
- * nine times onnxruntime's time). */
+/* Rows [lo, hi) of a softmax along the last axis (inner 1), in the lanes
+ * of softmax_row.h. */
 GS_VECTOR_CLONES static void softmax_rows(float *const *p, bool log_out, int64_t len, int64_t lo,
                                           int64_t hi) {
   for (int64_t row = lo; row < hi; row++) {
     const float *x = p[0] + row * len;
     float *y = p[1] + row * len;
-    float lane[SOFTMAX_LANES], mx = -INFINITY, sum = 0;
-    int64_t whole = len / SOFTMAX_LANES * SOFTMAX_LANES;
-    for (int l = 0; l < SOFTMAX_LANES; l++)
-      lane[l] = -INFINITY;
-    for (int64_t i = 0; i < whole; i += SOFTMAX_LANES)
-      for (int l = 0; l < SOFTMAX_LANES; l++)
-        lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
-    for (int64_t i = whole; i < len; i++)
-      mx = x[i] > mx ? x[i] : mx;
-    for (int l = 0; l < SOFTMAX_LANES; l++) {
-      mx = lane[l] > mx ? lane[l] : mx;
-      lane[l] = 0;
-    }
-    for (int64_t i = 0; i < whole; i += SOFTMAX_LANES)
-      for (int l = 0; l < SOFTMAX_LANES; l++) {
-        float e = gs_fast_expf(x[i + l] - mx);
-        if (!log_out)
-          y[i + l] = e;
-        lane[l] += e;
-      }
-    for (int64_t i = whole; i < len; i++) {
-      float e = gs_fast_expf(x[i] - mx);
-      if (!log_out)
-        y[i] = e;
-      sum += e;
-    }
-    for (int l = 0; l < SOFTMAX_LANES; l++)
-      sum += lane[l];
+    /* y takes the exps; LogSoftmax writes its own values over them. */
+    float mx = gs_softmax_max(x, len), sum = gs_softmax_exp_sum(x, y, len, mx);
     if (log_out) {
       float ls = logf(sum);
       for (int64_t i = 0; i < len; i++)
