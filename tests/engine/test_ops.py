@@ -6,7 +6,8 @@ import pytest
 
 from onnx import helper
 
-from gsonnx import DEVICE, KERNEL_DEVICES, check_model, check_op, make_model
+from gsonnx import (DEVICE, KERNEL_DEVICES, check_model, check_op, load_outputs, make_model,
+                    run_gpusrv)
 
 rng = np.random.default_rng(1234)
 
@@ -232,6 +233,39 @@ def test_matmul_add_relu_fused(a):
 def test_matmul_int():
     # Integer GEMM is the CPU's: CLBlast and cuBLAS are used for float32.
     check_op("MatMul", {"a": i64(3, 4), "b": i64(4, 2)}, on_device=False)
+
+
+# Einsum of two operands that is a batch of matrix products runs as products
+# (k_einsum.c): labels in any order, transposed operands, broadcasting, a dot
+# product and an outer product; a diagonal keeps the loop. Einsum is the
+# CPU's on every device.
+@pytest.mark.parametrize("equation,a,b", [
+    ("bghid,bghjd->bghij", (2, 3, 2, 5, 8), (2, 3, 2, 6, 8)),   # MaxViT's attention
+    ("bghij,bghjd->bghid", (2, 3, 2, 5, 6), (2, 3, 2, 6, 8)),
+    ("bhqd,bkhd->bhqk", (2, 3, 4, 5), (2, 7, 3, 5)),            # labels out of order
+    ("ij,kj->ki", (4, 9), (3, 9)),                              # B transposed, Y transposed
+    ("...ij,...jk->...ik", (1, 4, 5), (3, 5, 2)),               # a batch broadcast
+    ("i,i->", (17,), (17,)),                                    # a dot product
+    ("i,j->ij", (3,), (4,)),                                    # an outer product
+])
+def test_einsum_as_products(equation, a, b):
+    check_op("Einsum", {"a": f32(*a), "b": f32(*b)}, {"equation": equation}, on_device=False)
+
+
+def test_einsum_of_an_empty_batch(tmp_path):
+    # onnxruntime 1.20 dies of a division by zero here: numpy is the reference.
+    a, b = f32(0, 3, 4), f32(0, 4, 2)
+    model = make_model([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bij,bjk->bik")],
+                       {"a": a, "b": b})
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    p = run_gpusrv(path, {"a": a, "b": b}, str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert load_outputs(str(tmp_path), ["y"])["y"].shape == (0, 3, 2)
+
+
+def test_einsum_diagonal_keeps_the_loop():
+    check_op("Einsum", {"a": f32(4, 4), "b": f32(4)}, {"equation": "ii,i->i"}, on_device=False)
 
 
 # ---- convolution and pooling -------------------------------------------------------------

@@ -31,8 +31,7 @@ static void blas_single_threaded(void) {
   omp_set_num_threads(team);
 }
 
-/* Row-major C = alpha op(A) op(B) + beta C, rows of C cut among the threads. */
-static void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+void gs__cpu_dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                   const double *a, int64_t lda, const double *b, int64_t ldb, double beta,
                   double *c, int64_t ldc) {
   if (m == 0 || n == 0)
@@ -70,7 +69,7 @@ int gs__gemm_f64(const gs_op_call *c, double *const *p) {
   bool has_c = c->n_in > 2 && p[2] && g->beta != 0;
   if (has_c)
     gs__cpu_broadcast_copy(&c->in[2].shape, p[2], &c->out[0].shape, y, sizeof(double));
-  dgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, p[0], c->in[0].shape.dims[1], p[1],
+  gs__cpu_dgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, p[0], c->in[0].shape.dims[1], p[1],
         c->in[1].shape.dims[1], has_c ? g->beta : 0.0, y, g->n);
   return 0;
 }
@@ -88,7 +87,7 @@ int gs__matmul_f64(const gs_op_call *c, double *const *p) {
     double *yb = y + b * m->m * m->n;
     for (int64_t r = 0; bias && r < m->m; r++)
       memcpy(yb + r * m->n, bias, sizeof(double) * (size_t)m->n);
-    dgemm(false, false, m->m, m->n, m->k, 1.0, p[0] + oa, m->k, p[1] + ob, m->n,
+    gs__cpu_dgemm(false, false, m->m, m->n, m->k, 1.0, p[0] + oa, m->k, p[1] + ob, m->n,
           bias ? 1.0 : 0.0, yb, m->n);
   }
   return 0;
@@ -143,7 +142,7 @@ static int conv_pairs(const gs_op_call *c, double *const *p, const geom *g, int6
     int64_t n = pair / a->group, grp = pair % a->group;
     double *yg = p[c->n_in] + (n * cout + grp * cout_g) * g->out_size;
     columns(g, p[0] + (n * cin + grp * cin_g) * g->in_size, cin_g, cols, true);
-    dgemm(false, false, cout_g, g->out_size, kk, 1.0, p[1] + grp * cout_g * kk, kk, cols,
+    gs__cpu_dgemm(false, false, cout_g, g->out_size, kk, 1.0, p[1] + grp * cout_g * kk, kk, cols,
           g->out_size, 0.0, yg, g->out_size);
     for (int64_t o = 0; bias && o < cout_g; o++)
       for (int64_t i = 0; i < g->out_size; i++)
@@ -204,7 +203,7 @@ int gs__conv_transpose_f64(const gs_op_call *c, double *const *p) {
     for (int64_t grp = 0; grp < a->group; grp++) {
       double *yg = y + (n * cout + grp * cout_g) * g.in_size;
       /* cols [cout_g K, HWin] = W_g^T [cout_g K, cin_g] X_g [cin_g, HWin] */
-      dgemm(true, false, rows, g.out_size, cin_g, 1.0, p[1] + grp * cin_g * rows, rows,
+      gs__cpu_dgemm(true, false, rows, g.out_size, cin_g, 1.0, p[1] + grp * cin_g * rows, rows,
             p[0] + (n * cin + grp * cin_g) * g.out_size, g.out_size, 0.0, cols, g.out_size);
       columns(&g, yg, cout_g, cols, false);
       for (int64_t o = 0; bias && o < cout_g; o++)

@@ -10,6 +10,12 @@
 
 typedef int (*gs_f64_impl)(const gs_op_call *c, double *const *p);
 
+/* Row-major C = alpha op(A) op(B) + beta C through BLAS (OpenBLAS, kept to
+ * one thread of its own), rows of C cut among the stream's threads. */
+void gs__cpu_dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                   const double *a, int64_t lda, const double *b, int64_t ldb, double beta,
+                   double *c, int64_t ldc);
+
 int gs__gemm_f64(const gs_op_call *c, double *const *p);
 int gs__matmul_f64(const gs_op_call *c, double *const *p);
 int gs__conv_f64(const gs_op_call *c, double *const *p);
