@@ -116,6 +116,14 @@ static void destroy_state(void *p) {
   free(s);
 }
 
+/* Whether oneDNN chose its reference implementation ("ref:any"), a plain
+ * loop nest many times slower than its JIT kernels. */
+static bool is_reference(const_dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+         impl && strncmp(impl, "ref", 3) == 0;
+}
+
 dnnl_format_tag_t gs__dnnl_plain_tag(int rank) {
   return rank == 3 ? dnnl_ncw : rank == 4 ? dnnl_nchw : dnnl_ncdhw;
 }
@@ -214,7 +222,9 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
   /* Where the plan keeps a side blocked, the primitive is asked for that
    * layout first: left free, oneDNN 2.6 picks its NHWC kernels (brgconv)
    * on AVX-512, and the reorders to and from them took 12 of ResNet-50's
-   * 65 ms. Any layout is the fall-back where no kernel takes the blocked one. */
+   * 65 ms. Any layout is the fall-back where only the reference kernel
+   * takes the blocked one (RegNetY's grouped convolutions ran 75 times
+   * slower on it). */
   for (int pass = a->src_blocked || a->dst_blocked ? 0 : 1; st == dnnl_success && pass < 2;
        pass++) {
     dnnl_convolution_desc_t cd;
@@ -226,10 +236,13 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
                                                     pl, pr);
     if (st == dnnl_success)
       st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL);
-    if (st == dnnl_success)
+    if (st == dnnl_success && (pass == 1 || !is_reference(pd)))
       break;
+    if (st == dnnl_success)
+      dnnl_primitive_desc_destroy(pd);
+    pd = NULL;
     if (pass == 0)
-      st = dnnl_success; /* no kernel for the blocked layout: any */
+      st = dnnl_success; /* no fast kernel for the blocked layout: any */
   }
   if (attr)
     dnnl_primitive_attr_destroy(attr);

@@ -35,6 +35,17 @@ typedef float v8 __attribute__((vector_size(32), aligned(4)));
  * change its ABI with the clone's target). */
 #define splat(x) ((v8){*(x), *(x), *(x), *(x), *(x), *(x), *(x), *(x)})
 
+/* C[0..cols) = alpha t + beta C[0..cols): a row of sums stored. */
+static inline __attribute__((always_inline)) void store_sums(const float *t, float alpha,
+                                                             float beta, float *c, int cols) {
+  if (beta == 0.0f)
+    for (int j = 0; j < cols; j++)
+      c[j] = alpha * t[j];
+  else
+    for (int j = 0; j < cols; j++)
+      c[j] = alpha * t[j] + beta * c[j];
+}
+
 /* C[i][0..cols) = alpha sum[i] + beta C[i][0..cols) for a tile's row i. */
 static inline __attribute__((always_inline)) void store_row(const v8 *lo, const v8 *hi,
                                                             float alpha, float beta, float *c,
@@ -42,12 +53,7 @@ static inline __attribute__((always_inline)) void store_row(const v8 *lo, const 
   float t[GS_PACKED_PANEL];
   *(v8 *)t = *lo; /* by pointer: a vector argument's ABI depends on the clone's target */
   *(v8 *)(t + 8) = *hi;
-  if (beta == 0.0f)
-    for (int j = 0; j < cols; j++)
-      c[j] = alpha * t[j];
-  else
-    for (int j = 0; j < cols; j++)
-      c[j] = alpha * t[j] + beta * c[j];
+  store_sums(t, alpha, beta, c, cols);
 }
 
 /* A tile of ROWS (1 to 6, a constant where inlined, so that every `if`
@@ -210,12 +216,7 @@ static inline __attribute__((always_inline)) AVX512 void store_row16(v16 sum, fl
   }
   float t[GS_PACKED_PANEL];
   *(v16 *)t = sum;
-  if (beta == 0.0f)
-    for (int j = 0; j < cols; j++)
-      c[j] = alpha * t[j];
-  else
-    for (int j = 0; j < cols; j++)
-      c[j] = alpha * t[j] + beta * c[j];
+  store_sums(t, alpha, beta, c, cols);
 }
 
 /* A tile of ROWS (1 to 12) by one panel, or by two that follow each other
