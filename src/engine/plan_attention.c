@@ -142,6 +142,20 @@ static void fold_operands(gs_plan *p, int qk, attention_match *m) {
   }
 }
 
+/* Whether an operand of the step is made by a step it replaces: one value
+ * in two roles (MatMul(y, y) with y a Transpose, Add(s, s), MatMul(P, P)),
+ * which the sole-reader checks let through, as a step reading a value
+ * twice reads it once. */
+static bool made_by_gone_step(const gs_plan *p, const attention_match *m) {
+  int operands[4] = {m->q, m->k, m->v, m->mask};
+  for (int i = 0; i < 4; i++)
+    for (int g = 0; operands[i] >= 0 && g < m->n_gone; g++)
+      for (int o = 0; o < p->steps[m->gone[g]].call->n_out; o++)
+        if (p->steps[m->gone[g]].out[o] == operands[i])
+          return true;
+  return false;
+}
+
 /* Shapes: Q [.., L, d], Kᵀ [.., d, T], V [.., T, dv], all of one rank (3
  * or 4) and the same leading dims; a mask that broadcasts to the scores
  * with all T keys. Fills the attributes (a 3-D graph is one head). */
@@ -249,6 +263,8 @@ static int fuse_at(gs_plan *p, int sm) {
   m.v = p->steps[pv].in[1];
   int kt = m.k; /* Kᵀ as the product read it, for the shapes */
   fold_operands(p, qk, &m);
+  if (made_by_gone_step(p, &m))
+    return 0;
   gs_attention_attrs a;
   if (!shapes_fit(p, &m, kt, &a))
     return 0;

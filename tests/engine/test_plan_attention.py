@@ -125,3 +125,32 @@ def test_a_softmax_over_another_axis_is_not_fused():
                         helper.make_node("Softmax", ["s"], ["p"], axis=2),
                         helper.make_node("MatMul", ["p", "v"], ["y"])], feeds)
     assert run(model, feeds) == 0
+
+
+def test_a_causal_mask_of_two_dims_on_four_dim_scores():
+    b, h, L, d = 2, 3, 19, 8
+    causal = np.triu(np.full((L, L), -np.inf, np.float32), 1)
+    feeds = {"q": f32(b, h, L, d), "kt": f32(b, h, d, L), "v": f32(b, h, L, d)}
+    model = make_model([helper.make_node("MatMul", ["q", "kt"], ["s"]),
+                        helper.make_node("Add", ["s", "causal"], ["sm"]),
+                        helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+                        helper.make_node("MatMul", ["p", "v"], ["y"])], feeds, {"causal": causal})
+    assert run(model, feeds) == (1 if FUSES else 0)
+
+
+@pytest.mark.parametrize("form", ["transposed_twice", "scores_added_to_themselves"])
+def test_a_value_in_two_roles_is_not_fused(form):
+    # One value as both Q and Kᵀ (made by a Transpose the step would take),
+    # or the scores as their own mask: the step would read what nothing makes.
+    b, h, n = 1, 2, 8
+    if form == "transposed_twice":
+        feeds = {"x": f32(b, h, n, n), "v": f32(b, h, n, n)}
+        nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]),
+                 helper.make_node("MatMul", ["t", "t"], ["sm"])]
+    else:
+        feeds = {"q": f32(b, h, n, n), "kt": f32(b, h, n, n), "v": f32(b, h, n, n)}
+        nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]),
+                 helper.make_node("Add", ["s", "s"], ["sm"])]
+    nodes += [helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    assert run(make_model(nodes, feeds), feeds) == 0

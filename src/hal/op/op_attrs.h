@@ -281,8 +281,9 @@ typedef struct gs_attention_attrs {
   int64_t mask_dims[4]; /* the mask's shape right-aligned to 4 dims (1s before) */
   bool has_past, has_nonpad; /* nonpad_kv_seqlen (opset 24): keys j >= it are masked */
   /* Set by the plan only, where it runs MatMul, scale, mask, Softmax and
-   * MatMul as one Attention (plan_fuse.c): K is given 4-D as its transpose,
-   * [batch, kv_heads, head, kv_seq], as the graph's first MatMul read it. */
+   * MatMul as one Attention (plan_attention.c): K is given as its
+   * transpose, [batch, kv_heads, head, kv_seq] (heads 1 for a 3-D graph),
+   * as the graph's first MatMul read it. */
   bool keys_transposed;
 } gs_attention_attrs;
 

@@ -171,29 +171,30 @@ static const float *rows_of(const float *x, bool three_d, int64_t heads, int64_t
 }
 
 /* Adds to row i's scores (T floats) what bias_at would, a run at a time:
- * the mask's row, then -inf from where the short mask, the causal limit
- * or the keys that are not padding end. */
+ * the mask's row up to where the short mask, the causal limit or the keys
+ * that are not padding end, -inf from there (in place of the mask's value,
+ * as bias_at does, so that a masked +inf or NaN in it is not seen). */
 static void add_masks(const attention_run *r, int64_t b, int64_t h, int64_t i, float *w) {
   const gs_attention_attrs *a = r->a;
   int64_t T = a->total, end = T;
-  if (a->has_mask) {
-    const int64_t *md = a->mask_dims;
-    int64_t n = md[3] < T ? md[3] : T;
-    int64_t m0 = (((md[0] > 1 ? b : 0) * md[1] + (md[1] > 1 ? h : 0)) * md[2] +
-                  (md[2] > 1 ? i : 0)) * md[3];
-    if (r->mask_bool) {
-      for (int64_t j = 0; j < n; j++)
-        w[j] += r->mask_bool[m0 + j] ? 0.0f : -INFINITY;
-    } else {
-      for (int64_t j = 0; j < n; j++)
-        w[j] += r->mask[m0 + j];
-    }
-    end = n;
-  }
+  const int64_t *md = a->mask_dims;
+  if (a->has_mask && md[3] < end)
+    end = md[3];
   if (a->causal && i + a->past + 1 < end)
     end = i + a->past + 1;
   if (a->has_nonpad && r->nonpad[b] < end)
     end = r->nonpad[b] > 0 ? r->nonpad[b] : 0;
+  if (a->has_mask) {
+    int64_t m0 = (((md[0] > 1 ? b : 0) * md[1] + (md[1] > 1 ? h : 0)) * md[2] +
+                  (md[2] > 1 ? i : 0)) * md[3];
+    if (r->mask_bool) {
+      for (int64_t j = 0; j < end; j++)
+        w[j] += r->mask_bool[m0 + j] ? 0.0f : -INFINITY;
+    } else {
+      for (int64_t j = 0; j < end; j++)
+        w[j] += r->mask[m0 + j];
+    }
+  }
   for (int64_t j = end; j < T; j++)
     w[j] += -INFINITY;
 }
@@ -259,8 +260,9 @@ static int attend_f32(attention_run *r) {
 
 static int64_t numel(const gs_tensor_desc *t) { return gs_shape_numel(&t->shape); }
 
-/* float32 with no cache and no 4th output: nothing to convert or join. */
-static bool runs_in_place(const gs_op_call *c) {
+/* float32 with no cache and no 4th output: Q, K, V and Y are used where
+ * they are, with nothing to convert or join. */
+static bool uses_operands_directly(const gs_op_call *c) {
   const gs_attention_attrs *a = c->attrs;
   return c->in[IN_Q].dtype == GS_DT_FLOAT32 && !a->has_past && c->n_out == 1;
 }
@@ -270,7 +272,7 @@ static int k_attention(const gs_cpu_kernel_call *k) {
   const gs_attention_attrs *a = c->attrs;
   gs_dtype dt = c->in[IN_Q].dtype;
   attention_run r = {.a = a};
-  if (runs_in_place(c)) {
+  if (uses_operands_directly(c)) {
     r.q = k->ptr[IN_Q];
     r.k = k->ptr[IN_K];
     r.v = k->ptr[IN_V];

@@ -104,22 +104,23 @@ static void gather(gs_dtype dt, const void *src, const int64_t *outer, int64_t n
         *dst++ = gs_ld(dt, src, outer[o] + mid[m] + inner[i]);
 }
 
+static bool same_offsets(const int64_t *off, int64_t n) {
+  for (int64_t i = 1; i < n; i++)
+    if (off[i] != off[0])
+      return false;
+  return true;
+}
+
 static int products(const gs_cpu_kernel_call *k, const gs_einsum_attrs *a, const roles *r,
                     const strides *st) {
   const gs_op_call *c = gs_kcall(k);
   gs_dtype dt = c->in[0].dtype;
   int64_t nb = r->extent[BATCH], nm = r->extent[ROWS], nn = r->extent[COLS], nk = r->extent[SUM];
-  int64_t *off = malloc(sizeof *off * (size_t)(3 * nb + 2 * nm + 2 * nn + 2 * nk + 1));
-  double *ad = malloc(sizeof *ad * (size_t)(nb * nm * nk + 1));
-  double *bd = malloc(sizeof *bd * (size_t)(nb * nk * nn + 1));
-  double *yd = malloc(sizeof *yd * (size_t)(nb * nm * nn + 1));
-  if (!off || !ad || !bd || !yd) {
-    free(off);
-    free(ad);
-    free(bd);
-    free(yd);
+  if (nb * nm * nn == 0) /* an empty output */
+    return GS_OK;
+  int64_t *off = malloc(sizeof *off * (size_t)(3 * nb + 2 * nm + 2 * nn + 2 * nk));
+  if (!off)
     return gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name);
-  }
   int64_t *a_b = off, *b_b = a_b + nb, *y_b = b_b + nb, *a_m = y_b + nb, *y_m = a_m + nm,
           *b_n = y_m + nm, *y_n = b_n + nn, *a_k = y_n + nn, *b_k = a_k + nk;
   role_offsets(a, r, BATCH, st->in[0], a_b);
@@ -131,12 +132,24 @@ static int products(const gs_cpu_kernel_call *k, const gs_einsum_attrs *a, const
   role_offsets(a, r, COLS, st->out, y_n);
   role_offsets(a, r, SUM, st->in[0], a_k);
   role_offsets(a, r, SUM, st->in[1], b_k);
-  gather(dt, k->ptr[0], a_b, nb, a_m, nm, a_k, nk, ad);
-  gather(dt, k->ptr[1], b_b, nb, b_k, nk, b_n, nn, bd);
+  /* An operand the batch broadcasts (its batch offsets all one) is gathered once. */
+  int64_t a_step = same_offsets(a_b, nb) ? 0 : nm * nk, b_step = same_offsets(b_b, nb) ? 0 : nk * nn;
+  double *ad = malloc(sizeof *ad * (size_t)((a_step ? nb : 1) * nm * nk));
+  double *bd = malloc(sizeof *bd * (size_t)((b_step ? nb : 1) * nk * nn));
+  double *yd = malloc(sizeof *yd * (size_t)(nb * nm * nn));
+  if (!ad || !bd || !yd) {
+    free(off);
+    free(ad);
+    free(bd);
+    free(yd);
+    return gs_error(GS_ENOMEM, "out of memory in node %s", c->node_name);
+  }
+  gather(dt, k->ptr[0], a_b, a_step ? nb : 1, a_m, nm, a_k, nk, ad);
+  gather(dt, k->ptr[1], b_b, b_step ? nb : 1, b_k, nk, b_n, nn, bd);
   GS_PARALLEL_RANGES(nb, 1, lo, hi, {
     for (int64_t b = lo; b < hi; b++)
-      gs__cpu_dgemm(false, false, nm, nn, nk, 1.0, ad + b * nm * nk, nk, bd + b * nk * nn, nn,
-                    0.0, yd + b * nm * nn, nn);
+      gs__cpu_dgemm(false, false, nm, nn, nk, 1.0, ad + b * a_step, nk, bd + b * b_step, nn, 0.0,
+                    yd + b * nm * nn, nn);
   });
   void *y = k->ptr[c->n_in];
   const double *v = yd;

@@ -809,7 +809,8 @@ GS_VECTOR_CLONES static void softmax_lanes(float *const *p, bool log_out, int64_
 }
 
 /* Rows [lo, hi) of a softmax along the last axis (inner 1), in the lanes
- * of softmax_row.h. */
+ * of softmax_row.h. y must not be x: the exps go to y before LogSoftmax
+ * reads x again (the plan never gives a Softmax its input's bytes). */
 GS_VECTOR_CLONES static void softmax_rows(float *const *p, bool log_out, int64_t len, int64_t lo,
                                           int64_t hi) {
   for (int64_t row = lo; row < hi; row++) {

@@ -146,8 +146,6 @@ typedef struct gs_cpu_kernel_entry {
 #define GS_CPU_KERNEL(name, func) {name, {.fn = func}}
 int gs__cpu_register_table(gs_backend_t *be, const gs_cpu_kernel_entry *table, size_t count);
 
-/* dst (dense, of dst_shape) = src (of src_shape) broadcast to it, elements
- * of esz bytes (k_elementwise.c): Expand, and Gemm's C. */
 /* Row-major C = alpha op(A) op(B) + beta C through oneDNN (k_nn.c), whose
  * GEMM runs on the calling thread's OpenMP team (the stream's threads) as
  * its convolutions do: one thread pool for both. Inside a parallel region
@@ -155,6 +153,9 @@ int gs__cpu_register_table(gs_backend_t *be, const gs_cpu_kernel_entry *table, s
 void gs__cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                    int64_t ldc);
+
+/* dst (dense, of dst_shape) = src (of src_shape) broadcast to it, elements
+ * of esz bytes (k_elementwise.c): Expand, and Gemm's C. */
 void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
                             void *dst, size_t esz);
 

@@ -1,7 +1,8 @@
 /* sgemm_packed.c - products with B packed in panels of 16 columns
  * (sgemm_packed.h). A tile of up to six rows of C by one panel sums in
- * twelve vector registers over the whole of k, reading one row of the
- * panel (one cache line) and one value of each row of A per step; the
+ * twelve 8-float registers over the whole of k (AVX2; with AVX-512, 12
+ * rows by two panels, below), reading one row of the panel (one cache
+ * line) and one value of each row of A per step; the
  * panels are cut among the stream's threads, rows taken 96 at a time so
  * that they stay in cache while the panels pass. From a few hundred rows
  * oneDNN's sgemm on B plain is faster (1.2x at 1024 rows; a BERT-base
@@ -197,7 +198,7 @@ GS_VECTOR_CLONES static void panels(int64_t rows, int64_t n, int64_t k, float al
  * attribute, chosen at run time) because the 16-float vectors would spill
  * in the AVX2 and baseline builds of the same source. */
 #define AVX512 __attribute__((target("avx512f,avx512vl,fma")))
-#define TILE16_ROWS 12 /* 12 accumulators, B, and A's broadcasts in 32 registers */
+#define TILE16_ROWS 12 /* 24 accumulators for two panels, their B and A's broadcast: 27 of 32 */
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
 
@@ -307,7 +308,9 @@ static AVX512 void panels16(int64_t rows, int64_t n, int64_t k, float alpha, con
   }
 }
 
-static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+static bool have_avx512(void) {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+}
 #else
 static bool have_avx512(void) { return false; }
 #define panels16 panels
