@@ -109,3 +109,26 @@ def test_packed_products_give_the_same_bits_on_one_and_two_threads(rows):
             assert "1 products read their constant weights packed" in p.stdout, p.stdout
             bits.append(load_outputs(d, ["y"])["y"].tobytes())
     assert bits[0] == bits[1]
+
+
+@pytest.mark.skipif(not PACKS, reason="B is packed on the CPU only")
+@pytest.mark.parametrize("rows", [8, 24])
+def test_avx2_and_avx512_tiles_give_the_same_bits(rows):
+    # With AVX-512 the tiles are 12 rows by two panels, else 6 rows by one;
+    # ONEDNN_MAX_CPU_ISA=AVX2 holds the kernel (and oneDNN) to the second on
+    # any machine. Each value is summed over k in the same order in both
+    # (the AVX2 path's lone last row, which sums even and odd k apart, is
+    # left out: 8 rows are 6 + 2 there).
+    x = f32(rows, K)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x},
+                       {"w": f32(K, N)})
+    bits = []
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(model, path)
+        for isa in ({}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}):
+            p = run_gpusrv(path, {"x": x}, d, extra=("--report",), env=isa)
+            assert p.returncode == 0, p.stderr
+            assert "1 products read their constant weights packed" in p.stdout, p.stdout
+            bits.append(load_outputs(d, ["y"])["y"].tobytes())
+    assert bits[0] == bits[1]

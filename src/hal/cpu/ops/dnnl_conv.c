@@ -145,6 +145,8 @@ int gs__dnnl_channel_block(void) {
   return block_channels;
 }
 
+bool gs__dnnl_avx512(void) { return gs__dnnl_channel_block() == 16; }
+
 /* The channel-blocked layout activations keep between two convolutions. */
 static dnnl_format_tag_t blocked_tag(int rank) {
   bool wide = gs__dnnl_channel_block() == 16;

@@ -44,6 +44,10 @@ dnnl_format_tag_t gs__dnnl_plain_tag(int rank);
 /* The channel block of the layouts oneDNN's convolutions keep on this CPU:
  * 16 with AVX-512, else 8 (what the CPU's caps give as conv_channel_block). */
 int gs__dnnl_channel_block(void);
+/* Whether oneDNN uses AVX-512 here: the CPU has it and ONEDNN_MAX_CPU_ISA
+ * does not hold oneDNN below it. The project's own AVX-512 kernels follow
+ * it, so that that one setting tests their AVX2 paths on any machine. */
+bool gs__dnnl_avx512(void);
 dnnl_format_tag_t gs__dnnl_weights_tag(int rank, bool grouped);
 dnnl_status_t gs__dnnl_reorder_between(const dnnl_memory_desc_t *from,
                                       const dnnl_memory_desc_t *to, dnnl_primitive_t *out);

@@ -16,6 +16,7 @@
  * 0.72 and 4.36. */
 #include "hal/cpu/ops/sgemm_packed.h"
 
+#include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/kernels.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/op/op_packed.h"
@@ -308,8 +309,10 @@ static AVX512 void panels16(int64_t rows, int64_t n, int64_t k, float alpha, con
   }
 }
 
+/* Also held to AVX2 with oneDNN, by ONEDNN_MAX_CPU_ISA (dnnl_conv.h). */
 static bool have_avx512(void) {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         gs__dnnl_avx512();
 }
 #else
 static bool have_avx512(void) { return false; }
