@@ -56,6 +56,7 @@ bench: deps
 	.venv/bin/python bench/warmup.py $(BUILD_BENCH)
 	-.venv/bin/python bench/warmup.py $(BUILD_BENCH) opencl0 # where there is one
 	.venv/bin/python bench/fft.py $(BUILD_BENCH)
+	.venv/bin/python bench/attention.py $(BUILD_BENCH)
 	$(BUILD_BENCH)/bench/gs-bench-sched-plan
 	.venv/bin/python bench/sched.py $(BUILD_BENCH)
 	.venv/bin/python bench/cli_startup.py $(BUILD_BENCH) 50
