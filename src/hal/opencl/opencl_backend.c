@@ -465,6 +465,8 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
     rc = build_kernels(d, info.name, &fp64);
   if (rc == 0 && !fp64)
     gs__ocl_every_device_fp64 = false;
+  if (rc == 0 && (type & CL_DEVICE_TYPE_CPU))
+    gs__ocl_fft_max_bytes = GS_OCL_CPU_FFT_MAX_BYTES;
 #ifdef GS_HAVE_VKFFT
   if (rc == 0)
     rc = gs__ocl_fft_init(d);

@@ -88,6 +88,14 @@ int gs__ocl_register_ops(gs_backend_t *backend);
 /* Whether every device of the backend has the float64 program: the ops'
  * `supports` answers for all of them alike (it is not told the device). */
 extern bool gs__ocl_every_device_fp64;
+/* The largest transform (its complex values' bytes, as VkFFT pads it) the
+ * backend's devices run, alike for all of them: unlimited, or, where one is
+ * a CPU device, GS_OCL_CPU_FFT_MAX_BYTES. PoCL 3.1 keeps a work-group's
+ * values on its worker's stack, and VkFFT's single-pass kernel of 1 MiB
+ * (65536 float64 points) overflowed it on an AVX-512 Xeon: a segfault. The
+ * larger ones run on the CPU (FFTW), said in the plan's report. */
+#define GS_OCL_CPU_FFT_MAX_BYTES (512u << 10)
+extern uint64_t gs__ocl_fft_max_bytes;
 int gs__ocl_create_op_kernels(ocl_device *d);
 void gs__ocl_release_op_kernels(ocl_device *d);
 

@@ -139,10 +139,24 @@ static gs_devops_target target_of(const launch_op *l, const gs_op_call *c) {
 /* ---- devops.c's ops ----------------------------------------------------------------------- */
 
 bool gs__ocl_every_device_fp64 = true;
+uint64_t gs__ocl_fft_max_bytes = UINT64_MAX;
+
+/* The bytes of one transform as VkFFT runs it: a power of two as it is,
+ * any other length by Bluestein's algorithm over a power of two of at
+ * least 2n - 1 points. */
+static uint64_t fft_bytes(const gs_op_call *c) {
+  const gs_dft_attrs *a = c->attrs;
+  uint64_t n = (uint64_t)a->length, p = 1;
+  uint64_t want = n & (n - 1) ? 2 * n - 1 : n;
+  while (p < want)
+    p *= 2;
+  return p * 2 * gs_dtype_size(c->in[0].dtype);
+}
 
 static bool devop_supports(const ocl_kernel *k, const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
   return c && (gs__ocl_every_device_fp64 || !gs_devops_needs_f64(k->dop, c)) &&
+         (!gs_devops_needs_fft(k->dop) || !c->attrs || fft_bytes(c) <= gs__ocl_fft_max_bytes) &&
          k->dop->supports(k->dop, c);
 }
 
