@@ -758,6 +758,8 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
       ((gs_conv_attrs *)p->steps[i].call->attrs)->weights_const = true;
     if (gs__step_is(&p->steps[i], "QLinearConv") && p->values[p->steps[i].in[3]].data)
       ((gs_quant_attrs *)p->steps[i].call->attrs)->conv.weights_const = true;
+    if (gs__step_is(&p->steps[i], "ConvInteger") && p->values[p->steps[i].in[1]].data)
+      ((gs_quant_attrs *)p->steps[i].call->attrs)->conv.weights_const = true;
     /* The quantised products, by where each op takes B. */
     static const struct { const char *op; int b; } products[] = {
         {"QLinearMatMul", 3}, {"MatMulInteger", 1}, {"MatMulIntegerToFloat", 1},

@@ -339,6 +339,46 @@ def test_conv_integer(x_type, w_type):
     check_node(m, {"x": x}, want=exact.astype(np.int32))
 
 
+@pytest.mark.parametrize("isa", ["native", "AVX2"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("x_type,w_type", [(np.uint8, np.uint8), (np.uint8, np.int8),
+                                           (np.int8, np.uint8), (np.int8, np.int8)])
+def test_conv_integer_through_onednn(x_type, w_type, per_channel, isa):
+    """ConvInteger as onnxruntime's dynamic quantiser writes it (uint8
+    weights with zero points) runs oneDNN's int8 convolution (seen in
+    ONEDNN_VERBOSE as a convolution into s32), its zero points taken away
+    afterwards: exact with padding, strides, dilations and groups, per
+    tensor and per channel. "AVX2" holds oneDNN to it, as on a CPU without
+    VNNI, where the input goes in two halves; the values are those whose
+    products saturate a pair of int16 sums there (input at its top, int8
+    weights at -128)."""
+    info, winfo = np.iinfo(x_type), np.iinfo(w_type)
+    r = np.random.default_rng(7)  # not the module's: the other tests keep their data
+    x = np.full((2, 32, 9, 8), info.max, x_type)
+    x[:, :, ::3] = r.integers(info.min, info.max + 1, (2, 32, 3, 8))
+    low = 0 if w_type == np.uint8 else -128  # -128 once uint8 weights are moved down
+    w = np.full((16, 16, 3, 3), low, w_type)
+    w[:, :, 1] = r.integers(winfo.min, winfo.max + 1, (16, 16, 3))
+    zx = np.array(r.integers(info.min, info.max + 1), x_type)
+    zw = r.integers(winfo.min, winfo.max + 1, 16 if per_channel else ()).astype(w_type)
+    attrs = dict(pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2])
+    exact = conv_exact(x, w, zx, zw, group=2, **attrs)
+    m = one_node("ConvInteger", {"x": x}, {"w": w, "zx": zx, "zw": zw}, np.int32,
+                 attrs=dict(group=2, **attrs))
+    env = {"ONEDNN_VERBOSE": "1"}
+    if isa != "native":
+        env["ONEDNN_MAX_CPU_ISA"] = isa
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(m, path)
+        p = run_gpusrv(path, {"x": x}, d, env=env)
+        assert p.returncode == 0, p.stderr
+        got = load_outputs(d, ["y"])["y"]
+    convs = [l for l in p.stdout.splitlines() if ",exec," in l and ",convolution," in l]
+    assert convs and all("dst_s32" in l for l in convs), p.stdout[-2000:]
+    np.testing.assert_array_equal(got, exact.astype(np.int32))
+
+
 @pytest.mark.parametrize("x_type", [np.uint8, np.int8])
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_qlinear_conv(x_type, per_channel):

@@ -20,7 +20,18 @@
  *   acc = 128 conv(H) + conv(L) - (shift + x_zero) window_sum + bias,
  * where window_sum (per output channel and position) sums the weights
  * that meet the input rather than the padding, which oneDNN fills with 0
- * where the op means x_zero. */
+ * where the op means x_zero.
+ *
+ * ConvInteger (int32 out, zero points for both operands, which
+ * onnxruntime's dynamic quantiser writes with uint8 weights) runs the same
+ * primitive into int32 without zero points, so that a zero point chosen
+ * anew on every run (DynamicQuantizeLinear) makes no new primitive. uint8
+ * weights become int8 (w - 128, their zero point with them), and the zero
+ * points are taken away afterwards:
+ *   sum (u - zu)(w - zw) = conv(u, w) - zu window_sum - zw box,
+ * over the taps inside the input, where u is the input as the primitive
+ * took it (x, or x + shift when split) and box (per image, group and
+ * output position) sums x - x_zero over the group's channels and taps. */
 #include "hal/cpu/ops/dnnl_qconv.h"
 
 #include "base/error.h"
@@ -43,10 +54,24 @@ typedef struct qconv_state {
   int32_t x_zero, y_zero;
   bool built, failed;
   bool split;          /* no VNNI: the input in two halves (above) */
+  bool integer;        /* ConvInteger: int32 out, zero points taken away here */
   uint8_t *halves;     /* split: H then L, as the input's plain layout */
   int32_t *acc;        /* split: the primitive's int32 result, plain */
-  int32_t *window_sum; /* split: [out channels, positions], from w_cached */
+  int32_t *window_sum; /* split or integer: [out channels, positions], from w_cached */
+  int8_t *w_s8;        /* integer with uint8 weights: w - 128 */
+  uint32_t *box;       /* integer: one image's and group's box sums [positions] */
+  uint32_t *chan_sum;  /* integer: x - x_zero summed over a group's channels [input plane] */
+  int32_t *sources;    /* integer: tap_source of [positions, taps] */
 } qconv_state;
+
+/* Which op a step runs, and where it takes its weights. */
+typedef struct qconv_op {
+  bool integer; /* ConvInteger */
+  int w, w_zero, x_zero;
+} qconv_op;
+
+static const qconv_op qlinear_conv = {.integer = false, .w = 3, .w_zero = 5, .x_zero = 2};
+static const qconv_op conv_integer = {.integer = true, .w = 1, .w_zero = 3, .x_zero = 2};
 
 static void release(qconv_state *s) {
   dnnl_primitive_t prims[] = {s->conv, s->src_reorder, s->dst_reorder, s->w_reorder};
@@ -64,6 +89,10 @@ static void release(qconv_state *s) {
   free(s->halves);
   free(s->acc);
   free(s->window_sum);
+  free(s->w_s8);
+  free(s->box);
+  free(s->chan_sum);
+  free(s->sources);
   memset(s, 0, sizeof *s);
 }
 
@@ -83,9 +112,9 @@ typedef struct qconv_dims {
   dnnl_dims_t src, dst, w, bias, strides, dil, pl, pr;
 } qconv_dims;
 
-static void dims_of(const gs_op_call *c, qconv_dims *d) {
+static void dims_of(const gs_op_call *c, const qconv_op *op, qconv_dims *d) {
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
-  const gs_shape *xs = &c->in[0].shape, *ws = &c->in[3].shape, *ys = &c->out[0].shape;
+  const gs_shape *xs = &c->in[0].shape, *ws = &c->in[op->w].shape, *ys = &c->out[0].shape;
   d->rank = xs->rank;
   for (int i = 0; i < d->rank; i++) {
     d->src[i] = xs->dims[i];
@@ -111,18 +140,69 @@ static void dims_of(const gs_op_call *c, qconv_dims *d) {
   }
 }
 
-static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t engine) {
+/* Where tap `tap` of output position `pos` reads the input: its flat
+ * index in an input channel's plane, or -1 in the padding. */
+static int64_t tap_source(const gs_conv_attrs *a, const gs_shape *xs, const gs_shape *ys,
+                          int64_t pos, int64_t tap) {
+  int64_t src = 0, stride = 1;
+  for (int d = a->spatial - 1; d >= 0; d--) { /* taken apart into the spatial dims, last first */
+    int64_t at = pos % ys->dims[2 + d], k = tap % a->kernel[d];
+    pos /= ys->dims[2 + d], tap /= a->kernel[d];
+    int64_t i = at * a->stride[d] + k * a->dilation[d] - a->pad_begin[d];
+    if (i < 0 || i >= xs->dims[2 + d])
+      return -1;
+    src += i * stride;
+    stride *= xs->dims[2 + d];
+  }
+  return src;
+}
+
+/* The buffers of the output stage done here (split or integer). */
+static bool make_buffers(qconv_state *s, const gs_op_call *c, const qconv_op *op) {
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  size_t in = (size_t)gs_shape_numel(xs), out = (size_t)gs_shape_numel(ys);
+  size_t per_image = out / (size_t)ys->dims[0], plane = 1;
+  for (int d = 2; d < xs->rank; d++)
+    plane *= (size_t)xs->dims[d];
+  if (s->split && (!(s->halves = malloc(2 * in + 1)) ||
+                   !(s->acc = malloc(sizeof *s->acc * (2 * out + 1)))))
+    return false;
+  if (!(s->window_sum = malloc(sizeof *s->window_sum * (per_image + 1))))
+    return false;
+  if (!s->integer)
+    return true;
+  if (c->in[op->w].dtype == GS_DT_UINT8 &&
+      !(s->w_s8 = malloc((size_t)gs_shape_numel(&c->in[op->w].shape) + 1)))
+    return false;
+  size_t outs = per_image / (size_t)ys->dims[1], taps = 1;
+  const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
+  for (int d = 0; d < a->spatial; d++)
+    taps *= (size_t)a->kernel[d];
+  if (!(s->box = malloc(sizeof *s->box * (outs + 1))) ||
+      !(s->chan_sum = malloc(sizeof *s->chan_sum * (plane + 1))) ||
+      !(s->sources = malloc(sizeof *s->sources * (outs * taps + 1))))
+    return false;
+  for (size_t pos = 0; pos < outs; pos++)
+    for (size_t tap = 0; tap < taps; tap++)
+      s->sources[pos * taps + tap] = (int32_t)tap_source(a, xs, ys, (int64_t)pos, (int64_t)tap);
+  return true;
+}
+
+static dnnl_status_t build(qconv_state *s, const gs_op_call *c, const qconv_op *op,
+                           dnnl_engine_t engine) {
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
   qconv_dims d;
-  dims_of(c, &d);
+  dims_of(c, op, &d);
   dnnl_data_type_t xt = q8(c->in[0].dtype), yt = q8(c->out[0].dtype);
-  bool bias = a->has_bias;
-  if (s->split) { /* twice the images, unsigned, into int32; the output stage is ours */
+  bool bias = a->has_bias && !s->integer, ours = s->split || s->integer;
+  if (ours) { /* into int32; the output stage is ours */
+    yt = dnnl_s32;
+    bias = false;
+  }
+  if (s->split) { /* twice the images, unsigned */
     d.src[0] *= 2;
     d.dst[0] *= 2;
     xt = dnnl_u8;
-    yt = dnnl_s32;
-    bias = false;
   }
   dnnl_memory_desc_t src_any, dst_any, w_any, b_md, src_plain, dst_plain, w_plain;
   dnnl_status_t st = dnnl_success;
@@ -144,7 +224,7 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t en
                                                  d.dil, d.pl, d.pr));
   dnnl_primitive_attr_t attr = NULL;
   TRY(dnnl_primitive_attr_create(&attr));
-  if (!s->split) {
+  if (!ours) {
     TRY(dnnl_primitive_attr_set_output_scales(attr, s->n_scales, s->n_scales > 1 ? 1 << 1 : 0,
                                               s->scales));
     TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &s->x_zero));
@@ -174,23 +254,24 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, dnnl_engine_t en
   if (s->w_reorder)
     TRY(dnnl_memory_create(&s->w_blocked, w_md, engine, DNNL_MEMORY_ALLOCATE));
   TRY(dnnl_stream_create(&s->stream, engine, dnnl_stream_default_flags));
-  if (st == dnnl_success && s->split) {
-    size_t in = (size_t)gs_shape_numel(&c->in[0].shape), out = (size_t)gs_shape_numel(&c->out[0].shape);
-    const gs_shape *ys = &c->out[0].shape;
-    s->halves = malloc(2 * in + 1);
-    s->acc = malloc(sizeof *s->acc * (2 * out + 1));
-    s->window_sum = malloc(sizeof *s->window_sum * (size_t)(out / (size_t)ys->dims[0] + 1));
-    if (!s->halves || !s->acc || !s->window_sum)
-      st = dnnl_out_of_memory;
-  }
+  if (st == dnnl_success && ours && !make_buffers(s, c, op))
+    st = dnnl_out_of_memory;
 #undef TRY
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
 
 /* The requantising scales and the zero points of this run into *want;
- * false where oneDNN cannot take the op (weight zero points, uint8 weights). */
-static bool params_of(const gs_op_call *c, void *const *p, qconv_state *want) {
+ * false where oneDNN cannot take the op (weight zero points, uint8 weights).
+ * ConvInteger has none: its zero points are taken away afterwards. */
+static bool params_of(const gs_op_call *c, const qconv_op *op, void *const *p,
+                      qconv_state *want) {
+  if (op->integer) { /* box_sums' sources are int32 */
+    int64_t plane = 1;
+    for (int d = 2; d < c->in[0].shape.rank; d++)
+      plane *= c->in[0].shape.dims[d];
+    return plane < INT32_MAX;
+  }
   if (c->in[3].dtype != GS_DT_INT8)
     return false;
   int64_t n_w = gs_shape_numel(&c->in[5].shape);
@@ -245,16 +326,8 @@ static bool sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_su
       for (int64_t tap = 0; tap < taps; tap++)
         tap_sum[o * taps + tap] += w[(o * chans + ci) * taps + tap];
   for (int64_t pos = 0; pos < outs; pos++) {
-    for (int64_t tap = 0; tap < taps; tap++) {
-      inside[tap] = true;
-      int64_t pr = pos, tr = tap; /* taken apart into the spatial dims, last first */
-      for (int d = a->spatial - 1; d >= 0 && inside[tap]; d--) {
-        int64_t at = pr % ys->dims[2 + d], k = tr % a->kernel[d];
-        pr /= ys->dims[2 + d], tr /= a->kernel[d];
-        int64_t i = at * a->stride[d] + k * a->dilation[d] - a->pad_begin[d];
-        inside[tap] = i >= 0 && i < xs->dims[2 + d];
-      }
-    }
+    for (int64_t tap = 0; tap < taps; tap++)
+      inside[tap] = tap_source(a, xs, ys, pos, tap) >= 0;
     for (int64_t o = 0; o < oc; o++) {
       int32_t sum = 0;
       for (int64_t tap = 0; tap < taps; tap++)
@@ -265,6 +338,48 @@ static bool sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_su
   free(tap_sum);
   free(inside);
   return true;
+}
+
+/* x - x_zero of image img's group g, summed over the group's channels
+ * (into chan_sum, a plane) and then over each output position's taps
+ * inside the input (into box); uint32, which wraps where int32 would
+ * overflow. */
+#define DEFINE_ADD_CHANNEL(SUFFIX, T)                                                           \
+  GS_VECTOR_CLONES                                                                            \
+  static void add_channel_##SUFFIX(uint32_t *sum, const T *x, int64_t n) {                     \
+    for (int64_t i = 0; i < n; i++)                                                            \
+      sum[i] += (uint32_t)(int32_t)x[i];                                                       \
+  }
+DEFINE_ADD_CHANNEL(u8, uint8_t)
+DEFINE_ADD_CHANNEL(s8, int8_t)
+
+static void box_sums(const qconv_state *s, const gs_op_call *c, const void *x, int32_t x_zero,
+                     int64_t img, int64_t g) {
+  const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  int64_t chans = xs->dims[1] / a->group, plane = 1, taps = 1, outs = 1;
+  for (int d = 0; d < a->spatial; d++) {
+    plane *= xs->dims[2 + d];
+    taps *= a->kernel[d];
+    outs *= ys->dims[2 + d];
+  }
+  uint32_t zeros = (uint32_t)chans * (uint32_t)x_zero, *chan_sum = s->chan_sum;
+  for (int64_t i = 0; i < plane; i++)
+    chan_sum[i] = 0u - zeros;
+  for (int64_t ci = 0; ci < chans; ci++) {
+    int64_t at = (img * xs->dims[1] + g * chans + ci) * plane;
+    if (c->in[0].dtype == GS_DT_UINT8)
+      add_channel_u8(chan_sum, (const uint8_t *)x + at, plane);
+    else
+      add_channel_s8(chan_sum, (const int8_t *)x + at, plane);
+  }
+  for (int64_t pos = 0; pos < outs; pos++) {
+    const int32_t *src = s->sources + pos * taps;
+    uint32_t sum = 0;
+    for (int64_t tap = 0; tap < taps; tap++)
+      sum += src[tap] >= 0 ? chan_sum[src[tap]] : 0;
+    s->box[pos] = sum;
+  }
 }
 
 /* x + shift into H (first half) and L (second), as the split takes them. */
@@ -313,24 +428,95 @@ static void finish_split(const qconv_state *s, const gs_op_call *c, const int32_
     }
 }
 
-static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, void *const *p) {
-  bool has_bias = ((const gs_quant_attrs *)c->attrs)->conv.has_bias && !s->split;
+/* ConvInteger's output stage for one output channel's row (see the top):
+ * y = conv - zu window_sum - zw box, conv being 128 high + low when split
+ * and y itself otherwise; in uint32, which wraps as int32 hardware does. */
+GS_VECTOR_CLONES
+static void integer_row(const int32_t *high, const int32_t *low, const int32_t *ws,
+                        const uint32_t *box, uint32_t zu, uint32_t zw, int32_t *y, int64_t n) {
+  if (low)
+    for (int64_t p = 0; p < n; p++)
+      y[p] = (int32_t)(128u * (uint32_t)high[p] + (uint32_t)low[p]);
+  for (int64_t p = 0; p < n; p++)
+    y[p] = (int32_t)((uint32_t)y[p] - zu * (uint32_t)ws[p]);
+  if (zw)
+    for (int64_t p = 0; p < n; p++)
+      y[p] = (int32_t)((uint32_t)y[p] - zw * box[p]);
+}
+
+/* Weight zero point of output channel o, as of int8 weights (uint8 ones
+ * and their zero points are moved down by 128). */
+static int32_t weight_zero(const gs_op_call *c, const qconv_op *op, void *const *p, int64_t o) {
+  gs_dtype t = c->in[op->w].dtype;
+  int32_t shift = t == GS_DT_UINT8 ? 128 : 0;
+  if (!gs_op_given(c, op->w_zero))
+    return -shift;
+  int64_t n = gs_shape_numel(&c->in[op->w_zero].shape);
+  return gs_q_load(t, p[op->w_zero], n > 1 ? o : 0) - shift;
+}
+
+static void finish_integer(const qconv_state *s, const gs_op_call *c, const qconv_op *op,
+                           void *const *p) {
+  const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
+  const gs_shape *ys = &c->out[0].shape;
+  int64_t images = ys->dims[0], chans = ys->dims[1], per_group = chans / a->group;
+  int64_t outs = gs_shape_numel(ys) / (images * chans);
+  int32_t x_zero = gs_op_given(c, op->x_zero) ? gs_q_load(c->in[0].dtype, p[op->x_zero], 0) : 0;
+  uint32_t zu = (uint32_t)x_zero + (s->split && c->in[0].dtype == GS_DT_INT8 ? 128u : 0u);
+  int32_t *y = p[c->n_in];
+  const int32_t *low = s->split ? s->acc + images * chans * outs : NULL;
+  for (int64_t n = 0; n < images; n++)
+    for (int64_t g = 0; g < a->group; g++) {
+      bool boxed = false;
+      for (int64_t o = g * per_group; o < (g + 1) * per_group; o++) {
+        uint32_t zw = (uint32_t)weight_zero(c, op, p, o);
+        if (zw && !boxed) {
+          box_sums(s, c, p[0], x_zero, n, g);
+          boxed = true;
+        }
+        int64_t at = (n * chans + o) * outs;
+        integer_row(s->split ? s->acc + at : y + at, low ? low + at : NULL,
+                    s->window_sum + o * outs, s->box, zu, zw, y + at, outs);
+      }
+    }
+}
+
+/* The weights as the primitive takes them: int8, uint8 ones moved down by
+ * 128 into the state's copy; kept while they stay the same. */
+static dnnl_status_t take_weights(qconv_state *s, const gs_op_call *c, const qconv_op *op,
+                                  void *const *p) {
+  const void *w = p[op->w];
+  if (s->w_s8) {
+    int64_t n = gs_shape_numel(&c->in[op->w].shape);
+    for (int64_t i = 0; i < n; i++)
+      s->w_s8[i] = (int8_t)(((const uint8_t *)w)[i] ^ 0x80);
+  }
+  const int8_t *w_s8 = s->w_s8 ? s->w_s8 : w;
+  dnnl_memory_set_data_handle(s->w_plain, (void *)w_s8);
+  dnnl_status_t st = s->w_reorder ? reorder(s->stream, s->w_reorder, s->w_plain, s->w_blocked)
+                                  : dnnl_success;
+  if (st == dnnl_success && (s->split || s->integer) && !sum_windows(c, w_s8, s->window_sum))
+    st = dnnl_out_of_memory;
+  return st;
+}
+
+static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, const qconv_op *op,
+                             void *const *p) {
+  bool has_bias = ((const gs_quant_attrs *)c->attrs)->conv.has_bias && !s->split && !s->integer;
   if (s->split)
     split_input(c, p[0], s->halves);
   dnnl_memory_set_data_handle(s->src_plain, s->split ? s->halves : p[0]);
   dnnl_memory_set_data_handle(s->dst_plain, s->split ? (void *)s->acc : p[c->n_in]);
-  dnnl_memory_set_data_handle(s->w_plain, p[3]);
+  if (!s->w_s8)
+    dnnl_memory_set_data_handle(s->w_plain, p[op->w]);
   if (has_bias)
     dnnl_memory_set_data_handle(s->bias, p[8]);
   dnnl_status_t st = dnnl_success;
   /* Weights are reordered again where they may have changed. */
   bool weights_const = ((const gs_quant_attrs *)c->attrs)->conv.weights_const;
-  if (!weights_const || s->w_cached != p[3]) {
-    if (s->w_reorder)
-      st = reorder(s->stream, s->w_reorder, s->w_plain, s->w_blocked);
-    if (st == dnnl_success && s->split && !sum_windows(c, p[3], s->window_sum))
-      st = dnnl_out_of_memory;
-    s->w_cached = st == dnnl_success ? p[3] : NULL; /* what failed is done again */
+  if (!weights_const || s->w_cached != p[op->w]) {
+    st = take_weights(s, c, op, p);
+    s->w_cached = st == dnnl_success ? p[op->w] : NULL; /* what failed is done again */
   }
   if (st == dnnl_success && s->src_reorder)
     st = reorder(s->stream, s->src_reorder, s->src_plain, s->src_cl);
@@ -347,13 +533,15 @@ static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, void *const *p
     st = reorder(s->stream, s->dst_reorder, s->dst_cl, s->dst_plain);
   if (st == dnnl_success)
     st = dnnl_stream_wait(s->stream);
-  if (st == dnnl_success && s->split)
+  if (st == dnnl_success && s->integer)
+    finish_integer(s, c, op, p);
+  else if (st == dnnl_success && s->split)
     finish_split(s, c, ((const gs_quant_attrs *)c->attrs)->conv.has_bias ? p[8] : NULL,
                  p[c->n_in]);
   return st;
 }
 
-int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
+static int run(const gs_op_call *c, const qconv_op *op, void *const *p, bool *done) {
   *done = false;
   dnnl_engine_t engine = gs__dnnl_engine();
   if (!engine || !c->state || gs_shape_numel(&c->out[0].shape) == 0)
@@ -368,7 +556,7 @@ int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
   if (s->failed)
     return 0;
   qconv_state want = {0};
-  if (!params_of(c, p, &want)) {
+  if (!params_of(c, op, p, &want)) {
     free(want.scales);
     return 0; /* this run's weights need the im2col path */
   }
@@ -380,7 +568,8 @@ int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
     s->y_zero = want.y_zero;
     s->built = true;
     s->split = !gs__dnnl_int8_exact();
-    if (build(s, c, engine) != dnnl_success) {
+    s->integer = op->integer;
+    if (build(s, c, op, engine) != dnnl_success) {
       GS_LOGD("engine", "node %s: oneDNN cannot run this int8 convolution; using im2col",
               c->node_name);
       s->failed = true;
@@ -389,7 +578,7 @@ int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
   } else {
     free(want.scales);
   }
-  dnnl_status_t st = execute(s, c, p);
+  dnnl_status_t st = execute(s, c, op, p);
   if (st == dnnl_out_of_memory)
     return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 convolution", c->node_name);
   if (st != dnnl_success)
@@ -397,4 +586,12 @@ int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
                     c->node_name, (int)st);
   *done = true;
   return 0;
+}
+
+int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done) {
+  return run(c, &qlinear_conv, p, done);
+}
+
+int gs__dnnl_conv_integer(const gs_op_call *c, void *const *p, bool *done) {
+  return run(c, &conv_integer, p, done);
 }

@@ -1,4 +1,4 @@
-/* dnnl_qconv.h - QLinearConv through oneDNN's int8 convolution. */
+/* dnnl_qconv.h - QLinearConv and ConvInteger through oneDNN's int8 convolution. */
 #ifndef GS_HAL_CPU_OPS_DNNL_QCONV_H
 #define GS_HAL_CPU_OPS_DNNL_QCONV_H
 
@@ -11,5 +11,10 @@
  * computes it another way. Returns a GS_E code only when oneDNN started and
  * failed. The primitive lives in c->state. */
 int gs__dnnl_qconv(const gs_op_call *c, void *const *p, bool *done);
+
+/* The same for ConvInteger, whose int8 or uint8 weights and zero points
+ * of any value (per output channel too) oneDNN runs, the zero points taken
+ * away after it. */
+int gs__dnnl_conv_integer(const gs_op_call *c, void *const *p, bool *done);
 
 #endif

@@ -604,6 +604,10 @@ static int conv_run(const gs_op_call *c, const gs_cpu_kernel_call *k, int w_inde
 
 static int k_conv_integer(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
+  bool done;
+  int rc = gs__dnnl_conv_integer(c, k->ptr, &done);
+  if (rc < 0 || done)
+    return rc;
   conv_io io = {.x_zero = gs_op_given(c, 2) ? gs_q_load(c->in[2].dtype, k->ptr[2], 0) : 0,
                 .out_type = GS_DT_INT32};
   return conv_run(c, k, 1, 3, &io);
