@@ -281,6 +281,49 @@ def test_matmul_integer_per_tensor_and_per_column(a_type, b_type, per_column):
     check_node(m, {"a": a}, want=exact.astype(np.int32))
 
 
+@pytest.mark.parametrize("k", [16, 258, 259])
+@pytest.mark.parametrize("a_type,b_type", [(np.uint8, np.uint8), (np.uint8, np.int8),
+                                           (np.int8, np.uint8), (np.int8, np.int8)])
+def test_batched_products_of_two_inputs(a_type, b_type, k):
+    """Batches of small products whose operands are both inputs (a quantised
+    attention's scores and weighted values) run as float32 GEMMs up to
+    k = 258, where every sum of 8-bit products less their zero points is an
+    exact float32; 259 goes through the integer GEMM. Most values sit at the
+    far end of their type from its zero point, so that element [0, 0] is
+    -k * 255 * 255: 16,776,450 at 258, just under 2**24, and at 259 an odd
+    number that float32 cannot hold, which a float32 GEMM would get wrong
+    there; B broadcasts over A's
+    batch, with a zero point per row of A and per column of B."""
+    ai, bi = np.iinfo(a_type), np.iinfo(b_type)
+    r = np.random.default_rng(k)  # not the module's: the other tests keep their data
+    a = np.full((2, 3, 5, k), ai.min, a_type)  # row 0 and column 0 all at the end
+    a[..., 1:, ::7] = r.integers(ai.min, ai.max + 1, a[..., 1:, ::7].shape)
+    b = np.full((3, k, 7), bi.max, b_type)
+    b[:, ::5, 1:] = r.integers(bi.min, bi.max + 1, b[:, ::5, 1:].shape)
+    za = np.full(5, ai.max, a_type)
+    za[1] = r.integers(ai.min, ai.max + 1)
+    zb = np.full(7, bi.min, b_type)
+    zb[2] = r.integers(bi.min, bi.max + 1)
+    exact = (a.astype(np.int64) - za[:, None]) @ (b.astype(np.int64) - zb)
+    m = one_node("MatMulInteger", {"a": a, "b": b}, {"za": za, "zb": zb}, np.int32)
+    check_node(m, {"a": a, "b": b}, want=exact.astype(np.int32))
+
+
+def test_batched_qlinear_matmul_of_two_inputs():
+    """A quantised attention's product, [batch, heads, rows, k] by
+    [batch, heads, k, n], both uint8 inputs: within a step of onnxruntime."""
+    a, b = q8(np.uint8, (4, 2, 32, 16)), q8(np.uint8, (4, 2, 16, 32))
+    consts = {"as": f(0.03), "az": z(np.uint8, 121), "bs": f(0.02), "bz": z(np.uint8, 130),
+              "ys": f(0.4), "yz": z(np.uint8, 118)}
+    m = one_node("QLinearMatMul", {"a": a, "b": b}, consts, np.uint8,
+                 names=["a", "as", "az", "b", "bs", "bz", "ys", "yz"])
+    want = None
+    if ORT_INT8_SATURATES:  # the exact sum, requantised in double
+        acc = (a.astype(np.int64) - 121) @ (b.astype(np.int64) - 130)
+        want = np.clip(np.rint(acc * (0.03 * 0.02 / 0.4)) + 118, 0, 255).astype(np.uint8)
+    check_node(m, {"a": a, "b": b}, want=want)
+
+
 def test_matmul_integer_per_row_zero_point():
     a, b = q8(np.uint8, (6, 40)), q8(np.int8, (40, 9))
     za = q8(np.uint8, (6,))

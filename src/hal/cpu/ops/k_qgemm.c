@@ -224,6 +224,11 @@ static void row_to_float(const int32_t *acc, const float *scale, const float *bi
                               int64_t n) {                                                     \
     for (int64_t j = 0; j < n; j++)                                                            \
       y[j] = (T)(gs_q_round((float)acc[j] * scale[j], LO - zero, HI - zero) + zero);          \
+  }                                                                                            \
+  GS_VECTOR_CLONES                                                                            \
+  static void all_to_##SUFFIX(const int32_t *acc, float scale, int32_t zero, T *y, int64_t n) { \
+    for (int64_t j = 0; j < n; j++)                                                            \
+      y[j] = (T)(gs_q_round((float)acc[j] * scale, LO - zero, HI - zero) + zero);             \
   }
 DEFINE_ROW_TO_Q8(u8, uint8_t, 0, 255)
 DEFINE_ROW_TO_Q8(s8, int8_t, -128, 127)
@@ -236,6 +241,16 @@ static void finish_rows(const out_stage *o, const int32_t *acc, int64_t m, int64
     return;
   }
   bool quantised = o->type != GS_DT_FLOAT32;
+  if (quantised && !o->row_scale && o->n_b_scale == 1) {
+    /* one scale: every row at once, since rows of a few dozen values
+     * would spend their time in the vector loop's scalar tail */
+    float one = o->a_scale * o->b_scale[0] / o->y_scale;
+    if (o->type == GS_DT_UINT8)
+      all_to_u8(acc, one, o->y_zero, out, m * n);
+    else
+      all_to_s8(acc, one, o->y_zero, out, m * n);
+    return;
+  }
   for (int64_t i = 0; i < m; i++) {
     if (i == 0 || o->row_scale) {
       float sa = o->row_scale ? o->row_scale[i] : o->a_scale;
@@ -277,6 +292,108 @@ static bool one_product(const gs_matmul_attrs *m) {
   return true;
 }
 
+/* A sum of k products of two 8-bit values less their zero points (each at
+ * most 255 * 255 in size) is exact in float32 while k * 65025 < 2^24, and
+ * so is every partial sum: such a product may run as a float32 GEMM. */
+#define GS_Q_FLOAT_EXACT_K 258
+
+#define DEFINE_TO_FLOAT(SUFFIX, T)                                                              \
+  GS_VECTOR_CLONES                                                                            \
+  static void row_to_float_##SUFFIX(const T *src, float zero, float *dst, int64_t n) {         \
+    for (int64_t j = 0; j < n; j++)                                                            \
+      dst[j] = (float)src[j] - zero;                                                           \
+  }                                                                                            \
+  GS_VECTOR_CLONES                                                                            \
+  static void row_to_float_cols_##SUFFIX(const T *src, const float *zero, float *dst,          \
+                                         int64_t n) {                                          \
+    for (int64_t j = 0; j < n; j++)                                                            \
+      dst[j] = (float)src[j] - zero[j];                                                        \
+  }
+DEFINE_TO_FLOAT(u8, uint8_t)
+DEFINE_TO_FLOAT(s8, int8_t)
+
+GS_VECTOR_CLONES
+static void float_to_acc(const float *src, int32_t *dst, int64_t n) {
+  for (int64_t j = 0; j < n; j++)
+    dst[j] = (int32_t)src[j]; /* exact integers (GS_Q_FLOAT_EXACT_K) */
+}
+
+/* Rows of an 8-bit operand less its zero points, as float32: a zero point
+ * per row (A's), or per column in `cols` (B's; NULL for A). */
+static void operand_to_float(const qoperand *o, const void *data, int64_t rows, int64_t n,
+                             const float *cols, float *dst) {
+  if (o->n_zero == 1) { /* one zero point: all rows at once (short rows end in scalar tails) */
+    float zero = (float)zero_at(o, 0);
+    if (o->type == GS_DT_UINT8)
+      row_to_float_u8(data, zero, dst, rows * n);
+    else
+      row_to_float_s8(data, zero, dst, rows * n);
+    return;
+  }
+  for (int64_t r = 0; r < rows; r++) {
+    const void *row = (const uint8_t *)data + r * n;
+    float zero = cols ? 0.0f : (float)zero_at(o, o->n_zero > 1 ? r : 0);
+    if (cols && o->type == GS_DT_UINT8)
+      row_to_float_cols_u8(row, cols, dst + r * n, n);
+    else if (cols)
+      row_to_float_cols_s8(row, cols, dst + r * n, n);
+    else if (o->type == GS_DT_UINT8)
+      row_to_float_u8(row, zero, dst + r * n, n);
+    else
+      row_to_float_s8(row, zero, dst + r * n, n);
+  }
+}
+
+/* Products [from, to) of a batch of small ones (scores and weighted values
+ * of a quantised attention: both operands activations) as float32 GEMMs,
+ * exact for k <= GS_Q_FLOAT_EXACT_K: one call of oneDNN's integer GEMM,
+ * with B shifted and its own allocations, costs more than such a product. */
+static int float_products(const gs_op_call *c, const qoperand *a, const qoperand *b,
+                          const out_stage *o, void *out, int64_t from, int64_t to) {
+  const gs_matmul_attrs *m = &((const gs_quant_attrs *)c->attrs)->matmul;
+  size_t mk = (size_t)(m->m * m->k), kn = (size_t)(m->k * m->n), mn = (size_t)(m->m * m->n);
+  float *buf = malloc(sizeof(float) * (mk + kn + mn + 2 * (size_t)m->n + 1));
+  int32_t *acc = malloc(sizeof *acc * (mn + 1));
+  if (!buf || !acc) {
+    free(buf);
+    free(acc);
+    return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
+  }
+  float *af = buf, *bf = af + mk, *cf = bf + kn, *b_zero = cf + mn, *scale = b_zero + m->n;
+  for (int64_t j = 0; j < m->n; j++)
+    b_zero[j] = (float)zero_at(b, b->n_zero > 1 ? j : 0);
+  size_t elem = gs_dtype_size(o->type);
+  for (int64_t i = from; i < to; i++) {
+    int64_t oa, ob;
+    gs_launch_matmul_offsets(m, i, &oa, &ob);
+    operand_to_float(a, (const uint8_t *)a->data + oa, m->m, m->k, NULL, af);
+    operand_to_float(b, (const uint8_t *)b->data + ob, m->k, m->n, b_zero, bf);
+    gs__cpu_sgemm(false, false, m->m, m->n, m->k, 1.0f, af, m->k, bf, m->n, 0.0f, cf, m->n);
+    float_to_acc(cf, acc, (int64_t)mn);
+    finish_rows(o, acc, m->m, m->n, (char *)out + (size_t)i * mn * elem, scale);
+  }
+  free(buf);
+  free(acc);
+  return 0;
+}
+
+/* The batch's products as float32 GEMMs (float_products), spread over the
+ * threads by whole products. */
+static int batched_in_float(const gs_op_call *c, const qoperand *a, const qoperand *b,
+                            const out_stage *o, void *out) {
+  const gs_matmul_attrs *m = &((const gs_quant_attrs *)c->attrs)->matmul;
+  int64_t per_product = 2 * m->m * m->n * m->k + 1;
+  int64_t grain = (int64_t)(GS_PARALLEL_MIN_FLOPS / (double)per_product) + 1;
+  int rc = 0;
+  GS_PARALLEL_RANGES(m->batch, grain, lo, hi, {
+    int r = float_products(c, a, b, o, out, lo, hi);
+    if (r < 0) {
+      _Pragma("omp critical(gs_q_float_rc)") rc = r;
+    }
+  });
+  return rc;
+}
+
 /* The batched product of a and b, each batch through `o` into out. */
 static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, const out_stage *o,
                    void *out) {
@@ -296,6 +413,10 @@ static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, co
     rc = packed_product(c, a, b, false, rows, m->k, m->n, acc ? acc : out, &done);
     if (rc == 0 && done && acc)
       finish_rows(o, acc, rows, m->n, out, scale);
+  }
+  if (rc == 0 && !done && !whole && m->batch > 1 && m->k > 0 && m->k <= GS_Q_FLOAT_EXACT_K) {
+    rc = batched_in_float(c, a, b, o, out);
+    done = true;
   }
   for (int64_t i = 0; rc == 0 && !done && i < m->batch; i++) {
     int64_t oa, ob;
