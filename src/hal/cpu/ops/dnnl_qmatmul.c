@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/qmath.h"
 #include "hal/cpu/ops/qgemv.h"
 
@@ -170,16 +171,23 @@ static void sum_rows(const gs_qmatmul_shape *q, const void *a, int64_t *rows) {
 /* out -= b_zero rowsum(A)_i + a_zero col_sums_j, wrapping as int32 does;
  * rows NULL where the primitive took B's zero point. corr has room for n. */
 GS_VECTOR_CLONES
-static void take_away_zeros(const gs_qmatmul_shape *q, int64_t a_zero, const int64_t *rows,
-                            const int64_t *col_sums, uint32_t *corr, int32_t *out) {
-  for (int64_t j = 0; j < q->n; j++)
-    corr[j] = (uint32_t)(uint64_t)(a_zero * col_sums[j]);
-  for (int64_t i = 0; i < q->m; i++) {
+GS_VECTOR_CLONES
+static void take_away_rows(const gs_qmatmul_shape *q, const int64_t *rows, const uint32_t *corr,
+                           int32_t *out, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) {
     uint32_t rz = rows ? (uint32_t)(uint64_t)((int64_t)q->b_zero * rows[i]) : 0;
     int32_t *row = out + i * q->n;
     for (int64_t j = 0; j < q->n; j++)
       row[j] = (int32_t)((uint32_t)row[j] - rz - corr[j]);
   }
+}
+
+static void take_away_zeros(const gs_qmatmul_shape *q, int64_t a_zero, const int64_t *rows,
+                            const int64_t *col_sums, uint32_t *corr, int32_t *out) {
+  for (int64_t j = 0; j < q->n; j++)
+    corr[j] = (uint32_t)(uint64_t)(a_zero * col_sums[j]);
+  GS_PARALLEL_RANGES(q->m, GS_PARALLEL_GRAIN / (q->n + 1) + 1, lo, hi,
+                     take_away_rows(q, rows, corr, out, lo, hi));
 }
 
 /* A few rows without VNNI: A B exactly through qgemv.h, then the zero points. */

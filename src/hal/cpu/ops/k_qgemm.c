@@ -234,40 +234,62 @@ DEFINE_ROW_TO_Q8(u8, uint8_t, 0, 255)
 DEFINE_ROW_TO_Q8(s8, int8_t, -128, 127)
 
 /* Rows of C through the output stage; `scale` has room for n floats. */
+/* Row i's scales into scale[0, n): a_scale (or row i's) times b's, over
+ * y's scale where requantised. */
+static void row_scales(const out_stage *o, int64_t i, int64_t n, float *scale) {
+  float sa = o->row_scale ? o->row_scale[i] : o->a_scale;
+  for (int64_t j = 0; j < n; j++) {
+    scale[j] = sa * o->b_scale[o->n_b_scale > 1 ? j : 0];
+    if (o->type != GS_DT_FLOAT32)
+      scale[j] /= o->y_scale;
+  }
+}
+
+/* Rows [lo, hi) of C through the output stage with the scales of `scale`
+ * (all rows'; NULL: each row's own, into `own`, n floats). */
+static void finish_range(const out_stage *o, const int32_t *acc, int64_t lo, int64_t hi, int64_t n,
+                         void *out, const float *scale, float *own) {
+  for (int64_t i = lo; i < hi; i++) {
+    if (!scale)
+      row_scales(o, i, n, own);
+    const float *s = scale ? scale : own;
+    const int32_t *row = acc + i * n;
+    if (o->type == GS_DT_FLOAT32)
+      row_to_float(row, s, o->bias, (float *)out + i * n, n);
+    else if (o->type == GS_DT_UINT8)
+      row_to_u8(row, s, o->y_zero, (uint8_t *)out + i * n, n);
+    else
+      row_to_s8(row, s, o->y_zero, (int8_t *)out + i * n, n);
+  }
+}
+
+/* Rows of C through the output stage, spread over the threads where the
+ * rows share their scales; `scale` has room for n floats. */
 static void finish_rows(const out_stage *o, const int32_t *acc, int64_t m, int64_t n, void *out,
                         float *scale) {
   if (o->type == GS_DT_INT32) {
     memcpy(out, acc, sizeof *acc * (size_t)(m * n));
     return;
   }
-  bool quantised = o->type != GS_DT_FLOAT32;
-  if (quantised && !o->row_scale && o->n_b_scale == 1) {
+  if (o->row_scale) { /* each row its own scales, in the one buffer */
+    finish_range(o, acc, 0, m, n, out, NULL, scale);
+    return;
+  }
+  if (o->type != GS_DT_FLOAT32 && o->n_b_scale == 1) {
     /* one scale: every row at once, since rows of a few dozen values
      * would spend their time in the vector loop's scalar tail */
     float one = o->a_scale * o->b_scale[0] / o->y_scale;
     if (o->type == GS_DT_UINT8)
-      all_to_u8(acc, one, o->y_zero, out, m * n);
+      GS_PARALLEL_RANGES(m * n, GS_PARALLEL_GRAIN, lo, hi,
+                         all_to_u8(acc + lo, one, o->y_zero, (uint8_t *)out + lo, hi - lo));
     else
-      all_to_s8(acc, one, o->y_zero, out, m * n);
+      GS_PARALLEL_RANGES(m * n, GS_PARALLEL_GRAIN, lo, hi,
+                         all_to_s8(acc + lo, one, o->y_zero, (int8_t *)out + lo, hi - lo));
     return;
   }
-  for (int64_t i = 0; i < m; i++) {
-    if (i == 0 || o->row_scale) {
-      float sa = o->row_scale ? o->row_scale[i] : o->a_scale;
-      for (int64_t j = 0; j < n; j++) {
-        scale[j] = sa * o->b_scale[o->n_b_scale > 1 ? j : 0];
-        if (quantised)
-          scale[j] /= o->y_scale;
-      }
-    }
-    const int32_t *row = acc + i * n;
-    if (!quantised)
-      row_to_float(row, scale, o->bias, (float *)out + i * n, n);
-    else if (o->type == GS_DT_UINT8)
-      row_to_u8(row, scale, o->y_zero, (uint8_t *)out + i * n, n);
-    else
-      row_to_s8(row, scale, o->y_zero, (int8_t *)out + i * n, n);
-  }
+  row_scales(o, 0, n, scale);
+  GS_PARALLEL_RANGES(m, GS_PARALLEL_GRAIN / (n + 1) + 1, lo, hi,
+                     finish_range(o, acc, lo, hi, n, out, scale, NULL));
 }
 
 /* The product through oneDNN's matmul with B packed once (dnnl_qmatmul.c):

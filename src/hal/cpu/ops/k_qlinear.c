@@ -77,9 +77,33 @@ int64_t gs__q_split(gs_dtype t, const void *a, int64_t n, uint8_t *hi, uint8_t *
   return sum;
 }
 
+/* min_max over the threads: each piece's range, then theirs. */
+static void min_max_parallel(const float *x, int64_t n, float *lo, float *hi) {
+  enum { MOST = 256 };
+  float los[MOST], his[MOST];
+  int64_t pieces = gs_parallel_pieces(n, GS_PARALLEL_GRAIN);
+  pieces = pieces < MOST ? pieces : MOST;
+  if (pieces <= 1) {
+    min_max(x, n, lo, hi);
+    return;
+  }
+  _Pragma("omp parallel for schedule(static)")
+  for (int64_t p = 0; p < pieces; p++) {
+    int64_t from, to;
+    gs_parallel_range(n, pieces, p, &from, &to);
+    min_max(x + from, to - from, &los[p], &his[p]);
+  }
+  *lo = los[0];
+  *hi = his[0];
+  for (int64_t p = 1; p < pieces; p++) {
+    *lo = los[p] < *lo ? los[p] : *lo;
+    *hi = his[p] > *hi ? his[p] : *hi;
+  }
+}
+
 float gs__q_dynamic_quantize(const float *x, int64_t n, uint8_t *y, uint8_t *zero) {
   float lo, hi;
-  min_max(x, n, &lo, &hi);
+  min_max_parallel(x, n, &lo, &hi);
   float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
   *zero = (uint8_t)gs_q_round(0.0f - lo / scale, 0, 255);
   if (n > 0) /* an empty x has no buffer to offset */
