@@ -22,14 +22,6 @@ static int producer(gs_plan *p, int v) {
   return -1;
 }
 
-static bool known_scalar(gs_plan *p, int v, float *x) {
-  const value *val = v >= 0 ? &p->values[v] : NULL;
-  if (!val || !val->data || val->dtype != GS_DT_FLOAT32 || gs_shape_numel(&val->shape) != 1)
-    return false;
-  *x = *(const float *)val->data;
-  return true;
-}
-
 /* The pattern found: the steps that go, and the operands of the one that stays. */
 typedef struct attention_match {
   int gone[7], n_gone; /* steps that the Attention step replaces */
@@ -62,14 +54,14 @@ static int scaled(gs_plan *p, int v, int reader, bool div, int *x, float *factor
       return -1;
   if (gs__step_is(st, "Mul")) {
     for (int i = 0; i < 2; i++)
-      if (known_scalar(p, st->in[1 - i], &c) &&
+      if (gs__plan_known_scalar(p, st->in[1 - i], &c) &&
           gs_shape_equal(&p->values[st->in[i]].shape, &p->values[v].shape)) {
         *x = st->in[i];
         *factor = c;
         return s;
       }
-  } else if (div && gs__step_is(st, "Div") && known_scalar(p, st->in[1], &c) && c != 0.0f &&
-             gs_shape_equal(&p->values[st->in[0]].shape, &p->values[v].shape)) {
+  } else if (div && gs__step_is(st, "Div") && gs__plan_known_scalar(p, st->in[1], &c) &&
+             c != 0.0f && gs_shape_equal(&p->values[st->in[0]].shape, &p->values[v].shape)) {
     *x = st->in[0];
     *factor = 1.0f / c;
     return s;

@@ -141,8 +141,7 @@ static int fuse_matmul_add(gs_plan *p, step *mm) {
 }
 
 
-/* Value v is a known float32 scalar (any shape of one element): *x. */
-static bool known_scalar(gs_plan *p, int v, float *x) {
+bool gs__plan_known_scalar(gs_plan *p, int v, float *x) {
   const value *val = v >= 0 ? &p->values[v] : NULL;
   if (!val || !val->data || val->dtype != GS_DT_FLOAT32 || gs_shape_numel(&val->shape) != 1)
     return false;
@@ -155,7 +154,7 @@ static bool with_scalar(gs_plan *p, int s, int v, float *x) {
   const step *st = &p->steps[s];
   if (st->call->n_in != 2 || (st->in[0] != v && st->in[1] != v))
     return false;
-  return known_scalar(p, st->in[0] == v ? st->in[1] : st->in[0], x);
+  return gs__plan_known_scalar(p, st->in[0] == v ? st->in[1] : st->in[0], x);
 }
 
 /* The steps an activation spans after the producer: they go, and the last
@@ -195,7 +194,7 @@ static bool match_gelu(gs_plan *p, int y, const int *readers, int n, act_match *
     int div = readers[k], mul = readers[1 - k], erf, add, half;
     float x;
     if (!gs__step_is(&p->steps[div], "Div") || p->steps[div].in[0] != y ||
-        !known_scalar(p, p->steps[div].in[1], &x) || fabsf(x - 1.41421356f) > 1e-5f)
+        !gs__plan_known_scalar(p, p->steps[div].in[1], &x) || fabsf(x - 1.41421356f) > 1e-5f)
       continue;
     if ((erf = gs__plan_sole_consumer(p, p->steps[div].out[0])) < 0 ||
         !gs__step_is(&p->steps[erf], "Erf"))
@@ -230,8 +229,8 @@ static bool match_activation(gs_plan *p, int y, act_match *m) {
     else if (gs__step_is(r, "HardSwish"))
       m->act = GS_ACT_HARDSWISH;
     else if (gs__step_is(r, "Clip") && r->in[0] == y &&
-             (r->call->n_in < 2 || r->in[1] < 0 || known_scalar(p, r->in[1], &m->lo)) &&
-             (r->call->n_in < 3 || r->in[2] < 0 || known_scalar(p, r->in[2], &m->hi)))
+             (r->call->n_in < 2 || r->in[1] < 0 || gs__plan_known_scalar(p, r->in[1], &m->lo)) &&
+             (r->call->n_in < 3 || r->in[2] < 0 || gs__plan_known_scalar(p, r->in[2], &m->hi)))
       m->act = GS_ACT_CLIP;
     return m->act != GS_ACT_NONE;
   }

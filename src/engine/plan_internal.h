@@ -100,6 +100,9 @@ void gs__plan_free_call(gs_op_call *c);
 /* The one live step that reads value v, or -1 if none or several, or v is
  * a graph output (plan_fuse.c). */
 int gs__plan_sole_consumer(gs_plan *p, int v);
+/* Whether value v is a float32 known while planning with one element (of
+ * any shape): its value in *x (plan_fuse.c). */
+bool gs__plan_known_scalar(gs_plan *p, int v, float *x);
 /* Fuses the plan's steps where a kernel can do two ops' work in one pass
  * (plan_fuse.c), and drops the steps that were fused away. */
 int gs__plan_fuse(gs_plan *p);
