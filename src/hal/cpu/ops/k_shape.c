@@ -59,17 +59,6 @@ static void transpose_rows(const char *x, char *y, size_t es, const gs_shape *ys
   }
 }
 
-/* Units [lo, hi) of a batch of 2-D transposes, a unit being one band of
- * `band` output rows of one of the `outer` transposes. */
-static void transpose_bands(const uint32_t *x, uint32_t *y, int64_t m, int64_t n, int64_t step,
-                            int64_t outer_step, int64_t band, int64_t lo, int64_t hi) {
-  int64_t bands = (m + band - 1) / band;
-  for (int64_t u = lo; u < hi; u++) {
-    int64_t b = u / bands, row = u % bands * band;
-    gs__transpose_2d_4(x + b * outer_step, y + b * m * n, m, n, step, row, row + band);
-  }
-}
-
 /* Where the merged output is [outer,] m, n with m contiguous in the source
  * (NCHW <-> NHWC and their kin) and the values four bytes wide, a batch of
  * 2-D transposes in blocks; 1 if it ran. */
@@ -82,15 +71,7 @@ static int transpose_in_blocks(const char *x, char *y, size_t es, const gs_shape
   if (m < 8 || n < 8)
     return 0; /* too thin for a block: the row copy below does as well */
   int64_t outer = r == 3 ? ym->dims[0] : 1, outer_step = r == 3 ? src_stride[0] : 0;
-  /* Narrower bands (down to one block) where wide ones would leave threads
-   * without work: NHWC -> NCHW of 96 channels is three bands of 32. */
-  int64_t band = GS_TRANSPOSE_BAND, threads = omp_get_max_threads();
-  while (band > 8 && outer * ((m + band - 1) / band) < threads)
-    band /= 2;
-  int64_t units = outer * ((m + band - 1) / band);
-  GS_PARALLEL_RANGES(units, GS_PARALLEL_GRAIN / (band * n) + 1, lo, hi,
-                     transpose_bands((const uint32_t *)x, (uint32_t *)y, m, n, step,
-                                     outer_step, band, lo, hi));
+  gs__transpose_batch_4((const uint32_t *)x, (uint32_t *)y, outer, m, n, step, outer_step);
   return 1;
 }
 

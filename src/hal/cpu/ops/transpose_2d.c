@@ -1,6 +1,8 @@
 /* transpose_2d.c - see transpose_2d.h. */
 #include "hal/cpu/ops/transpose_2d.h"
 
+#include "hal/cpu/ops/parallel.h"
+
 #include <stdbool.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -80,4 +82,27 @@ void gs__transpose_2d_4(const uint32_t *x, uint32_t *y, int64_t m, int64_t n, in
       tile_scalar(x, y, n, step, i0, i1, j0, j1);
     }
   }
+}
+
+/* Units [lo, hi) of a batch of 2-D transposes, a unit being one band of
+ * `band` output rows of one of the `outer` transposes. */
+static void transpose_bands(const uint32_t *x, uint32_t *y, int64_t m, int64_t n, int64_t step,
+                            int64_t outer_step, int64_t band, int64_t lo, int64_t hi) {
+  int64_t bands = (m + band - 1) / band;
+  for (int64_t u = lo; u < hi; u++) {
+    int64_t b = u / bands, row = u % bands * band;
+    gs__transpose_2d_4(x + b * outer_step, y + b * m * n, m, n, step, row, row + band);
+  }
+}
+
+void gs__transpose_batch_4(const uint32_t *x, uint32_t *y, int64_t outer, int64_t m, int64_t n,
+                           int64_t step, int64_t outer_step) {
+  /* Narrower bands (down to one block) where wide ones would leave threads
+   * without work: NHWC -> NCHW of 96 channels is three bands of 32. */
+  int64_t band = GS_TRANSPOSE_BAND, threads = omp_get_max_threads();
+  while (band > 8 && outer * ((m + band - 1) / band) < threads)
+    band /= 2;
+  int64_t units = outer * ((m + band - 1) / band);
+  GS_PARALLEL_RANGES(units, GS_PARALLEL_GRAIN / (band * n) + 1, lo, hi,
+                     transpose_bands(x, y, m, n, step, outer_step, band, lo, hi));
 }

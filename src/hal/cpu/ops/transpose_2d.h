@@ -18,4 +18,9 @@
 void gs__transpose_2d_4(const uint32_t *x, uint32_t *y, int64_t m, int64_t n, int64_t step,
                         int64_t row_lo, int64_t row_hi);
 
+/* `outer` such transposes, whole, over the calling thread's team: the b-th
+ * reads x + b * outer_step and writes y + b * m * n. */
+void gs__transpose_batch_4(const uint32_t *x, uint32_t *y, int64_t outer, int64_t m, int64_t n,
+                           int64_t step, int64_t outer_step);
+
 #endif
