@@ -18,6 +18,7 @@ float one), so that gpusrv's error is small beside the error the user
 accepted in quantising."""
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -419,7 +420,41 @@ def test_conv_integer_through_onednn(x_type, w_type, per_channel, isa):
         got = load_outputs(d, ["y"])["y"]
     convs = [l for l in p.stdout.splitlines() if ",exec," in l and ",convolution," in l]
     assert convs and all("dst_s32" in l for l in convs), p.stdout[-2000:]
+    if isa == "AVX2":  # the split: the two halves as one batch of twice the images
+        assert all("mb4_" in l for l in convs), p.stdout[-2000:]
     np.testing.assert_array_equal(got, exact.astype(np.int32))
+
+
+def test_conv_integer_runs_again_with_new_zero_points(tmp_path):
+    """onnxruntime's dynamic form, DynamicQuantizeLinear -> ConvInteger with
+    uint8 weights, run by `gpusrv batch` one image at a time through one
+    plan: each image's range gives the input another zero point, which the
+    kept oneDNN primitive must take (it holds none of them), run after run."""
+    r = np.random.default_rng(9)  # not the module's: the other tests keep their data
+    w = r.integers(0, 256, (16, 8, 3, 3)).astype(np.uint8)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(131, np.uint8), "wz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    # ranges that put the zero point low, high and in between
+    images = np.stack([r.uniform(lo, hi, (8, 10, 9)).astype(np.float32)
+                       for lo, hi in [(-0.2, 3), (-3, 0.1), (-1, 1), (-0.5, 7), (0, 2)]])
+    np.save(str(tmp_path / "x.npy"), images)
+    p = subprocess.run([GPUSRV, "batch", path, "--input", str(tmp_path / "x.npy"), "--output",
+                        str(tmp_path / "out"), "--batch", "1"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = np.load(str(tmp_path / "out" / "y.npy"))
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    want = np.concatenate([sess.run(None, {"x": im[None]})[0] for im in images])
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("x_type", [np.uint8, np.int8])

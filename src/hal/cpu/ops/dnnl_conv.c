@@ -123,9 +123,10 @@ static void destroy_state(void *p) {
 }
 
 /* Channels up to which NCHW <-> NHWC is transposed here rather than by
- * oneDNN's reorder: measured on ShuffleNet (AVX-512 Xeon), the first
- * convolution's 3 and 24 channels went 25.5 -> 20.4 ms with both
- * transposed here, while its depthwise convolutions of 116 and 232 went
+ * oneDNN's reorder: measured on ShuffleNet (AVX-512 Xeon, batch 32), the
+ * first convolution (3 channels in, 24 out) went 25.5 -> 20.4 ms with
+ * both sides transposed here (its input now goes to oneDNN as NCHW,
+ * below), while depthwise convolutions of 116 and 232 channels went
  * 40-70% slower than with oneDNN's reorder. */
 #define GS_OWN_TRANSPOSE_CHANNELS 32
 
@@ -140,13 +141,20 @@ static bool is_nhwc(const dnnl_memory_desc_t *md, int rank, const dnnl_dims_t di
 
 /* NCHW <-> NHWC of images [n, c, spatial...] of `shape` (its spatial dims
  * multiplied), one 2-D transpose per image. */
+static int64_t spatial_size(const gs_shape *shape) {
+  int64_t hw = 1;
+  for (int d = 2; d < shape->rank; d++)
+    hw *= shape->dims[d];
+  return hw;
+}
+
 static void to_nhwc(const gs_shape *shape, const void *x, void *y) {
-  int64_t n = shape->dims[0], c = shape->dims[1], hw = gs_shape_numel(shape) / (n * c);
+  int64_t n = shape->dims[0], c = shape->dims[1], hw = spatial_size(shape);
   gs__transpose_batch_4(x, y, n, hw, c, hw, c * hw);
 }
 
 static void from_nhwc(const gs_shape *shape, const void *x, void *y) {
-  int64_t n = shape->dims[0], c = shape->dims[1], hw = gs_shape_numel(shape) / (n * c);
+  int64_t n = shape->dims[0], c = shape->dims[1], hw = spatial_size(shape);
   gs__transpose_batch_4(x, y, n, c, hw, c, c * hw);
 }
 
@@ -261,6 +269,10 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
    * 65 ms. Any layout is the fall-back where only the reference kernel
    * takes the blocked one (RegNetY's grouped convolutions ran 75 times
    * slower on it). */
+  /* An input of up to 4 channels (an image's: a network's first
+   * convolution) goes in as NCHW: oneDNN's first-layer kernel reads it so,
+   * where any layout chose channels-last and a reorder before it
+   * (ShuffleNet's first convolution at batch 32: 19 -> 13 ms). */
   bool few = !a->src_blocked && a->group == 1 && src[1] <= 4;
   for (int pass = a->src_blocked || a->dst_blocked || few ? 0 : 1; st == dnnl_success && pass < 2;
        pass++) {

@@ -1,5 +1,6 @@
-/* dnnl_qconv.c - QLinearConv through oneDNN's int8 convolution (VNNI where
- * the CPU has it): 8-bit input and output, int8 weights, an int32 bias,
+/* dnnl_qconv.c - QLinearConv and ConvInteger (below) through oneDNN's int8
+ * convolution (VNNI where the CPU has it). QLinearConv: 8-bit input and
+ * output, int8 weights, an int32 bias,
  * the requantising scale per output channel (x_scale * w_scale / y_scale)
  * and the input's and output's zero points given to the primitive, so
  * that one primitive does the op. The primitive is made once per plan
@@ -8,8 +9,8 @@
  * from those (they are inputs, almost always constants) makes it again.
  * The activations are reordered from and to NCHW around each call (oneDNN
  * computes int8 in channels-last), the weights once while they stay the
- * same. oneDNN takes no weight zero points: those ops, and uint8 weights,
- * stay with the caller's im2col path.
+ * same. oneDNN takes no weight zero points: a QLinearConv with them, or
+ * with uint8 weights, stays with the caller's im2col path.
  *
  * Without VNNI (dnnl_conv.h) oneDNN's u8 x s8 kernels add each pair of
  * products in int16, which saturates. There the input is made unsigned and
@@ -292,7 +293,8 @@ static bool params_of(const gs_op_call *c, const qconv_op *op, void *const *p,
 
 static bool same_params(const qconv_state *a, const qconv_state *b) {
   return a->n_scales == b->n_scales && a->x_zero == b->x_zero && a->y_zero == b->y_zero &&
-         memcmp(a->scales, b->scales, sizeof(float) * (size_t)a->n_scales) == 0;
+         (a->n_scales == 0 || /* ConvInteger's: none, and no memcmp of NULL */
+          memcmp(a->scales, b->scales, sizeof(float) * (size_t)a->n_scales) == 0);
 }
 
 static dnnl_status_t reorder(dnnl_stream_t stream, dnnl_primitive_t r, dnnl_memory_t from,
@@ -544,7 +546,10 @@ static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, const qconv_op
 static int run(const gs_op_call *c, const qconv_op *op, void *const *p, bool *done) {
   *done = false;
   dnnl_engine_t engine = gs__dnnl_engine();
-  if (!engine || !c->state || gs_shape_numel(&c->out[0].shape) == 0)
+  /* an empty input or weights with a non-empty output (no input channels)
+   * is the caller's: oneDNN's result and the sums' pointers need data */
+  if (!engine || !c->state || gs_shape_numel(&c->out[0].shape) == 0 ||
+      gs_shape_numel(&c->in[0].shape) == 0 || gs_shape_numel(&c->in[op->w].shape) == 0)
     return 0;
   qconv_state *s = c->state->ptr;
   if (!s) {

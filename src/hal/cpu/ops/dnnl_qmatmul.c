@@ -168,9 +168,7 @@ static void sum_rows(const gs_qmatmul_shape *q, const void *a, int64_t *rows) {
   }
 }
 
-/* out -= b_zero rowsum(A)_i + a_zero col_sums_j, wrapping as int32 does;
- * rows NULL where the primitive took B's zero point. corr has room for n. */
-GS_VECTOR_CLONES
+/* Rows [lo, hi) of out less b_zero rowsum(A)_i and corr_j. */
 GS_VECTOR_CLONES
 static void take_away_rows(const gs_qmatmul_shape *q, const int64_t *rows, const uint32_t *corr,
                            int32_t *out, int64_t lo, int64_t hi) {
@@ -182,6 +180,8 @@ static void take_away_rows(const gs_qmatmul_shape *q, const int64_t *rows, const
   }
 }
 
+/* out -= b_zero rowsum(A)_i + a_zero col_sums_j, wrapping as int32 does;
+ * rows NULL where the primitive took B's zero point. corr has room for n. */
 static void take_away_zeros(const gs_qmatmul_shape *q, int64_t a_zero, const int64_t *rows,
                             const int64_t *col_sums, uint32_t *corr, int32_t *out) {
   for (int64_t j = 0; j < q->n; j++)

@@ -233,7 +233,6 @@ static void row_to_float(const int32_t *acc, const float *scale, const float *bi
 DEFINE_ROW_TO_Q8(u8, uint8_t, 0, 255)
 DEFINE_ROW_TO_Q8(s8, int8_t, -128, 127)
 
-/* Rows of C through the output stage; `scale` has room for n floats. */
 /* Row i's scales into scale[0, n): a_scale (or row i's) times b's, over
  * y's scale where requantised. */
 static void row_scales(const out_stage *o, int64_t i, int64_t n, float *scale) {
@@ -376,10 +375,10 @@ static int float_products(const gs_op_call *c, const qoperand *a, const qoperand
   size_t mk = (size_t)(m->m * m->k), kn = (size_t)(m->k * m->n), mn = (size_t)(m->m * m->n);
   float *buf = malloc(sizeof(float) * (mk + kn + mn + 2 * (size_t)m->n + 1));
   int32_t *acc = malloc(sizeof *acc * (mn + 1));
-  if (!buf || !acc) {
+  if (!buf || !acc) { /* said by the caller: the error text is per thread */
     free(buf);
     free(acc);
-    return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", c->node_name);
+    return GS_ENOMEM;
   }
   float *af = buf, *bf = af + mk, *cf = bf + kn, *b_zero = cf + mn, *scale = b_zero + m->n;
   for (int64_t j = 0; j < m->n; j++)
@@ -413,7 +412,7 @@ static int batched_in_float(const gs_op_call *c, const qoperand *a, const qopera
       _Pragma("omp critical(gs_q_float_rc)") rc = r;
     }
   });
-  return rc;
+  return rc < 0 ? gs_error(rc, "node %s: out of memory for an int8 product", c->node_name) : 0;
 }
 
 /* The batched product of a and b, each batch through `o` into out. */
