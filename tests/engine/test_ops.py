@@ -312,10 +312,11 @@ CONVS = [
     # A first convolution (3 channels in: NCHW straight into oneDNN) and
     # channel counts off oneDNN's block that its channels-last kernels take
     # on AVX-512 (NCHW <-> NHWC transposed by dnnl_conv.c), in 1, 2 and 3 dims.
+    # Sums of 60 to 324 products of values up to 2 in size: two float32 sums
+    # in other orders can differ by more than 1e-5 where the result is near 0.
     dict(x=(2, 3, 34, 30), w=(24, 3, 3, 3), attrs={"pads": [1, 1, 1, 1], "strides": [2, 2]}),
-    dict(x=(2, 20, 12, 11), w=(24, 20, 3, 3), attrs={"pads": [1, 1, 1, 1]}),
-    dict(x=(2, 20, 40), w=(12, 20, 3), attrs={"pads": [1, 1]}),
-    # 324 products a sum, of values near 1: a float32 sum's rounding passes 1e-5
+    dict(x=(2, 20, 12, 11), w=(24, 20, 3, 3), attrs={"pads": [1, 1, 1, 1]}, atol=1e-4),
+    dict(x=(2, 20, 40), w=(12, 20, 3), attrs={"pads": [1, 1]}, atol=1e-4),
     dict(x=(1, 12, 6, 7, 8), w=(20, 12, 3, 3, 3), attrs={}, atol=1e-4),
 ]
 
