@@ -75,8 +75,8 @@ def test_cast_int_to_float():
     check_op("Cast", {"x": i64(3, 4)}, {"to": 1}, outputs=[("y", np.float32)])
 
 
-@pytest.mark.parametrize("src,to", [(np.int64, 1), (np.int32, 1), (np.uint8, 1), (np.int8, 1),
-                                    (np.float64, 1), (np.float32, 11)])
+@pytest.mark.parametrize("src,to", [(np.int64, 1), (np.uint64, 1), (np.int32, 1), (np.uint8, 1),
+                                    (np.int8, 1), (np.float64, 1), (np.float32, 11)])
 def test_cast_rounds_once(tmp_path, src, to):
     """The casts with loops of their own (a quantised model's int32 and
     8-bit tensors made float) give the nearest float, as numpy and
@@ -85,9 +85,11 @@ def test_cast_rounds_once(tmp_path, src, to):
     rng = np.random.default_rng(60)  # not the module's: the other tests keep their data
     if np.issubdtype(src, np.integer):
         info = np.iinfo(src)
-        x = rng.integers(info.min, info.max, size=37, endpoint=True).astype(src)
+        x = rng.integers(info.min, info.max, size=37, endpoint=True, dtype=src)
         if src == np.int64:
             x[:3] = [2**60 + 2**36 + 1, -(2**60 + 2**36 + 1), 2**53 + 1]
+        if src == np.uint64:
+            x[:2] = [2**60 + 2**36 + 1, 2**63 + 2**39 + 1]
         if src == np.int32:
             x[:2] = [2**24 + 1, 2**31 - 1]
     else:

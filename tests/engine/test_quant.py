@@ -425,6 +425,19 @@ def test_conv_integer_through_onednn(x_type, w_type, per_channel, isa):
     np.testing.assert_array_equal(got, exact.astype(np.int32))
 
 
+def test_conv_integer_with_weights_as_an_input():
+    """uint8 weights that are an input, not a constant: moved down to int8
+    and summed again on every run, not kept from the plan."""
+    r = np.random.default_rng(11)  # not the module's: the other tests keep their data
+    x = r.integers(0, 256, (2, 16, 7, 6)).astype(np.uint8)
+    w = r.integers(0, 256, (8, 16, 3, 3)).astype(np.uint8)
+    zx, zw = np.array(121, np.uint8), np.array(140, np.uint8)
+    exact = conv_exact(x, w, zx, zw, pads=[1, 1, 1, 1])
+    m = one_node("ConvInteger", {"x": x, "w": w}, {"zx": zx, "zw": zw}, np.int32,
+                 attrs=dict(pads=[1, 1, 1, 1]))
+    check_node(m, {"x": x, "w": w}, want=exact.astype(np.int32))
+
+
 def test_conv_integer_runs_again_with_new_zero_points(tmp_path):
     """onnxruntime's dynamic form, DynamicQuantizeLinear -> ConvInteger with
     uint8 weights, run by `gpusrv batch` one image at a time through one

@@ -156,8 +156,8 @@ static uint64_t fft_bytes(const gs_op_call *c) {
 static bool devop_supports(const ocl_kernel *k, const void *params, size_t size) {
   const gs_op_call *c = gs_launch_call(params, size);
   return c && (gs__ocl_every_device_fp64 || !gs_devops_needs_f64(k->dop, c)) &&
-         (!gs_devops_needs_fft(k->dop) || !c->attrs || fft_bytes(c) <= gs__ocl_fft_max_bytes) &&
-         k->dop->supports(k->dop, c);
+         k->dop->supports(k->dop, c) &&
+         (!gs_devops_needs_fft(k->dop) || fft_bytes(c) <= gs__ocl_fft_max_bytes);
 }
 
 static int run_devop(const launch_op *l) {

@@ -5,11 +5,12 @@
  * the activations are reordered from and to NCHW around each call, since
  * the rest of the engine works in NCHW. */
 #include "hal/cpu/ops/dnnl_conv.h"
-#include "hal/cpu/ops/transpose_2d.h"
 
 #include "base/error.h"
-#include "hal/cpu/ops/parallel.h"
 #include "base/log.h"
+#include "hal/cpu/ops/parallel.h"
+#include "hal/cpu/ops/transpose_2d.h"
+#include "hal/op/op_launch.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -139,23 +140,15 @@ static bool is_nhwc(const dnnl_memory_desc_t *md, int rank, const dnnl_dims_t di
          dnnl_memory_desc_equal(md, &nhwc);
 }
 
-/* NCHW <-> NHWC of images [n, c, spatial...] of `shape` (its spatial dims
- * multiplied), one 2-D transpose per image. */
-static int64_t spatial_size(const gs_shape *shape) {
-  int64_t hw = 1;
-  for (int d = 2; d < shape->rank; d++)
-    hw *= shape->dims[d];
-  return hw;
-}
-
-static void to_nhwc(const gs_shape *shape, const void *x, void *y) {
-  int64_t n = shape->dims[0], c = shape->dims[1], hw = spatial_size(shape);
-  gs__transpose_batch_4(x, y, n, hw, c, hw, c * hw);
-}
-
-static void from_nhwc(const gs_shape *shape, const void *x, void *y) {
-  int64_t n = shape->dims[0], c = shape->dims[1], hw = spatial_size(shape);
-  gs__transpose_batch_4(x, y, n, c, hw, c, c * hw);
+/* NCHW -> NHWC (to_nhwc) or back of images [n, c, spatial...] of
+ * `shape`, one 2-D transpose per image. */
+static void nhwc_transpose(const gs_shape *shape, bool to_nhwc, const void *x, void *y) {
+  int64_t n, c, hw;
+  gs_launch_split_axis(shape, 1, &n, &c, &hw);
+  if (to_nhwc)
+    gs__transpose_batch_4(x, y, n, hw, c, hw, c * hw);
+  else
+    gs__transpose_batch_4(x, y, n, c, hw, c, c * hw);
 }
 
 /* Whether oneDNN chose its reference implementation ("ref:any"), a plain
@@ -407,7 +400,7 @@ static int conv_run(const gs_op_call *c, float *const *p, bool *done) {
   void *handle = NULL;
   if (st == dnnl_success && s->src_to_nhwc &&
       (st = dnnl_memory_get_data_handle(s->src_blocked, &handle)) == dnnl_success)
-    to_nhwc(&c->in[0].shape, p[0], handle);
+    nhwc_transpose(&c->in[0].shape, true, p[0], handle);
   else if (st == dnnl_success && s->src_reorder)
     st = reorder(stream, s->src_reorder, s->src_plain, s->src_blocked);
   if (st == dnnl_success) {
@@ -430,7 +423,7 @@ static int conv_run(const gs_op_call *c, float *const *p, bool *done) {
     st = dnnl_stream_wait(stream);
   if (st == dnnl_success && s->dst_from_nhwc &&
       (st = dnnl_memory_get_data_handle(s->dst_blocked, &handle)) == dnnl_success)
-    from_nhwc(&c->out[0].shape, handle, p[c->n_in]);
+    nhwc_transpose(&c->out[0].shape, false, handle, p[c->n_in]);
   if (st != dnnl_success)
     return gs_error(GS_EDEVICE, "node %s: oneDNN convolution failed (status %d)", c->node_name,
                     (int)st);

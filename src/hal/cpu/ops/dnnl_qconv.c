@@ -39,6 +39,8 @@
 #include "base/log.h"
 #include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/nn_geom.h"
+#include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/qmath.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -55,7 +57,7 @@ typedef struct qconv_state {
   int32_t x_zero, y_zero;
   bool built, failed;
   bool split;          /* no VNNI: the input in two halves (above) */
-  bool integer;        /* ConvInteger: int32 out, zero points taken away here */
+  geom g;              /* the window's geometry, as built */
   uint8_t *halves;     /* split: H then L, as the input's plain layout */
   int32_t *acc;        /* split: the primitive's int32 result, plain */
   int32_t *window_sum; /* split or integer: [out channels, positions], from w_cached */
@@ -63,16 +65,19 @@ typedef struct qconv_state {
   uint32_t *box;       /* integer: one image's and group's box sums [positions] */
   uint32_t *chan_sum;  /* integer: x - x_zero summed over a group's channels [input plane] */
   int32_t *sources;    /* integer: tap_source of [positions, taps] */
+  int32_t *w_zero;     /* integer: this run's weight zero point per output channel, as int8's */
 } qconv_state;
 
-/* Which op a step runs, and where it takes its weights. */
+/* Which op a step runs, and where it takes its weights (both take x's
+ * zero point as input X_ZERO). */
 typedef struct qconv_op {
-  bool integer; /* ConvInteger */
-  int w, w_zero, x_zero;
+  bool integer; /* ConvInteger: int32 out, zero points taken away here */
+  int w, w_zero;
 } qconv_op;
 
-static const qconv_op qlinear_conv = {.integer = false, .w = 3, .w_zero = 5, .x_zero = 2};
-static const qconv_op conv_integer = {.integer = true, .w = 1, .w_zero = 3, .x_zero = 2};
+#define X_ZERO 2
+static const qconv_op qlinear_conv = {.integer = false, .w = 3, .w_zero = 5};
+static const qconv_op conv_integer = {.integer = true, .w = 1, .w_zero = 3};
 
 static void release(qconv_state *s) {
   dnnl_primitive_t prims[] = {s->conv, s->src_reorder, s->dst_reorder, s->w_reorder};
@@ -94,6 +99,7 @@ static void release(qconv_state *s) {
   free(s->box);
   free(s->chan_sum);
   free(s->sources);
+  free(s->w_zero);
   memset(s, 0, sizeof *s);
 }
 
@@ -143,17 +149,16 @@ static void dims_of(const gs_op_call *c, const qconv_op *op, qconv_dims *d) {
 
 /* Where tap `tap` of output position `pos` reads the input: its flat
  * index in an input channel's plane, or -1 in the padding. */
-static int64_t tap_source(const gs_conv_attrs *a, const gs_shape *xs, const gs_shape *ys,
-                          int64_t pos, int64_t tap) {
+static int64_t tap_source(const geom *g, int64_t pos, int64_t tap) {
   int64_t src = 0, stride = 1;
-  for (int d = a->spatial - 1; d >= 0; d--) { /* taken apart into the spatial dims, last first */
-    int64_t at = pos % ys->dims[2 + d], k = tap % a->kernel[d];
-    pos /= ys->dims[2 + d], tap /= a->kernel[d];
-    int64_t i = at * a->stride[d] + k * a->dilation[d] - a->pad_begin[d];
-    if (i < 0 || i >= xs->dims[2 + d])
+  for (int d = 2; d >= 0; d--) { /* taken apart into the three dims, last first */
+    int64_t at = pos % g->out[d], k = tap % g->k[d];
+    pos /= g->out[d], tap /= g->k[d];
+    int64_t i = at * g->s[d] + k * g->d[d] - g->p[d];
+    if (i < 0 || i >= g->in[d])
       return -1;
     src += i * stride;
-    stride *= xs->dims[2 + d];
+    stride *= g->in[d];
   }
   return src;
 }
@@ -161,31 +166,27 @@ static int64_t tap_source(const gs_conv_attrs *a, const gs_shape *xs, const gs_s
 /* The buffers of the output stage done here (split or integer). */
 static bool make_buffers(qconv_state *s, const gs_op_call *c, const qconv_op *op) {
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  const geom *g = &s->g;
   size_t in = (size_t)gs_shape_numel(xs), out = (size_t)gs_shape_numel(ys);
-  size_t per_image = out / (size_t)ys->dims[0], plane = 1;
-  for (int d = 2; d < xs->rank; d++)
-    plane *= (size_t)xs->dims[d];
+  size_t oc = (size_t)ys->dims[1], outs = (size_t)g->out_size, taps = (size_t)g->k_size;
   if (s->split && (!(s->halves = malloc(2 * in + 1)) ||
                    !(s->acc = malloc(sizeof *s->acc * (2 * out + 1)))))
     return false;
-  if (!(s->window_sum = malloc(sizeof *s->window_sum * (per_image + 1))))
+  if (!(s->window_sum = malloc(sizeof *s->window_sum * (oc * outs + 1))))
     return false;
-  if (!s->integer)
+  if (!op->integer)
     return true;
   if (c->in[op->w].dtype == GS_DT_UINT8 &&
       !(s->w_s8 = malloc((size_t)gs_shape_numel(&c->in[op->w].shape) + 1)))
     return false;
-  size_t outs = per_image / (size_t)ys->dims[1], taps = 1;
-  const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
-  for (int d = 0; d < a->spatial; d++)
-    taps *= (size_t)a->kernel[d];
   if (!(s->box = malloc(sizeof *s->box * (outs + 1))) ||
-      !(s->chan_sum = malloc(sizeof *s->chan_sum * (plane + 1))) ||
-      !(s->sources = malloc(sizeof *s->sources * (outs * taps + 1))))
+      !(s->chan_sum = malloc(sizeof *s->chan_sum * ((size_t)g->in_size + 1))) ||
+      !(s->sources = malloc(sizeof *s->sources * (outs * taps + 1))) ||
+      !(s->w_zero = malloc(sizeof *s->w_zero * (oc + 1))))
     return false;
   for (size_t pos = 0; pos < outs; pos++)
     for (size_t tap = 0; tap < taps; tap++)
-      s->sources[pos * taps + tap] = (int32_t)tap_source(a, xs, ys, (int64_t)pos, (int64_t)tap);
+      s->sources[pos * taps + tap] = (int32_t)tap_source(g, (int64_t)pos, (int64_t)tap);
   return true;
 }
 
@@ -194,8 +195,13 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, const qconv_op *
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
   qconv_dims d;
   dims_of(c, op, &d);
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  make_geom(&s->g, a->spatial, xs->dims + 2, ys->dims + 2, a->kernel, a->stride, a->dilation,
+            a->pad_begin);
+  if (op->integer && s->g.in_size >= INT32_MAX)
+    return dnnl_unimplemented; /* tap sources are int32: the caller's im2col */
   dnnl_data_type_t xt = q8(c->in[0].dtype), yt = q8(c->out[0].dtype);
-  bool bias = a->has_bias && !s->integer, ours = s->split || s->integer;
+  bool bias = a->has_bias && !op->integer, ours = s->split || op->integer;
   if (ours) { /* into int32; the output stage is ours */
     yt = dnnl_s32;
     bias = false;
@@ -267,17 +273,13 @@ static dnnl_status_t build(qconv_state *s, const gs_op_call *c, const qconv_op *
  * ConvInteger has none: its zero points are taken away afterwards. */
 static bool params_of(const gs_op_call *c, const qconv_op *op, void *const *p,
                       qconv_state *want) {
-  if (op->integer) { /* box_sums' sources are int32 */
-    int64_t plane = 1;
-    for (int d = 2; d < c->in[0].shape.rank; d++)
-      plane *= c->in[0].shape.dims[d];
-    return plane < INT32_MAX;
-  }
-  if (c->in[3].dtype != GS_DT_INT8)
+  if (op->integer)
+    return true;
+  if (c->in[op->w].dtype != GS_DT_INT8)
     return false;
-  int64_t n_w = gs_shape_numel(&c->in[5].shape);
+  int64_t n_w = gs_shape_numel(&c->in[op->w_zero].shape);
   for (int64_t i = 0; i < n_w; i++)
-    if (((const int8_t *)p[5])[i] != 0)
+    if (((const int8_t *)p[op->w_zero])[i] != 0)
       return false;
   const float *ws = p[4];
   float xs = *(const float *)p[1], ys = *(const float *)p[6];
@@ -286,7 +288,7 @@ static bool params_of(const gs_op_call *c, const qconv_op *op, void *const *p,
     return false;
   for (int64_t i = 0; i < want->n_scales; i++)
     want->scales[i] = xs * ws[i] / ys;
-  want->x_zero = gs_q_load(c->in[0].dtype, p[2], 0);
+  want->x_zero = gs_q_load(c->in[0].dtype, p[X_ZERO], 0);
   want->y_zero = gs_q_load(c->out[0].dtype, p[7], 0);
   return true;
 }
@@ -306,14 +308,10 @@ static dnnl_status_t reorder(dnnl_stream_t stream, dnnl_primitive_t r, dnnl_memo
 /* The weights of output channel o that meet the input, summed per output
  * position: over the taps whose input lies inside (not in the padding),
  * and over the group's input channels. */
-static bool sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_sum) {
+static bool sum_windows(const qconv_state *s, const gs_op_call *c, const int8_t *w) {
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
-  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  int64_t chans = xs->dims[1] / a->group, taps = 1, outs = 1, oc = ys->dims[1];
-  for (int d = 0; d < a->spatial; d++) {
-    taps *= a->kernel[d];
-    outs *= ys->dims[2 + d];
-  }
+  int64_t chans = c->in[0].shape.dims[1] / a->group, oc = c->out[0].shape.dims[1];
+  int64_t taps = s->g.k_size, outs = s->g.out_size;
   /* Each channel's weights summed over its inputs, a tap at a time; then
    * per position, which taps meet the input is found once for all channels. */
   int32_t *tap_sum = calloc((size_t)(oc * taps + 1), sizeof *tap_sum);
@@ -329,12 +327,12 @@ static bool sum_windows(const gs_op_call *c, const int8_t *w, int32_t *window_su
         tap_sum[o * taps + tap] += w[(o * chans + ci) * taps + tap];
   for (int64_t pos = 0; pos < outs; pos++) {
     for (int64_t tap = 0; tap < taps; tap++)
-      inside[tap] = tap_source(a, xs, ys, pos, tap) >= 0;
+      inside[tap] = tap_source(&s->g, pos, tap) >= 0;
     for (int64_t o = 0; o < oc; o++) {
       int32_t sum = 0;
       for (int64_t tap = 0; tap < taps; tap++)
         sum += inside[tap] ? tap_sum[o * taps + tap] : 0;
-      window_sum[o * outs + pos] = sum;
+      s->window_sum[o * outs + pos] = sum;
     }
   }
   free(tap_sum);
@@ -358,13 +356,9 @@ DEFINE_ADD_CHANNEL(s8, int8_t)
 static void box_sums(const qconv_state *s, const gs_op_call *c, const void *x, int32_t x_zero,
                      int64_t img, int64_t g) {
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
-  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  int64_t chans = xs->dims[1] / a->group, plane = 1, taps = 1, outs = 1;
-  for (int d = 0; d < a->spatial; d++) {
-    plane *= xs->dims[2 + d];
-    taps *= a->kernel[d];
-    outs *= ys->dims[2 + d];
-  }
+  const gs_shape *xs = &c->in[0].shape;
+  int64_t chans = xs->dims[1] / a->group, plane = s->g.in_size, taps = s->g.k_size;
+  int64_t outs = s->g.out_size;
   uint32_t zeros = (uint32_t)chans * (uint32_t)x_zero, *chan_sum = s->chan_sum;
   for (int64_t i = 0; i < plane; i++)
     chan_sum[i] = 0u - zeros;
@@ -446,40 +440,49 @@ static void integer_row(const int32_t *high, const int32_t *low, const int32_t *
       y[p] = (int32_t)((uint32_t)y[p] - zw * box[p]);
 }
 
-/* Weight zero point of output channel o, as of int8 weights (uint8 ones
- * and their zero points are moved down by 128). */
-static int32_t weight_zero(const gs_op_call *c, const qconv_op *op, void *const *p, int64_t o) {
+/* This run's weight zero points per output channel into s->w_zero, as of
+ * int8 weights (uint8 ones and their zero points are moved down by 128). */
+static void weight_zeros(const qconv_state *s, const gs_op_call *c, const qconv_op *op,
+                         void *const *p) {
   gs_dtype t = c->in[op->w].dtype;
   int32_t shift = t == GS_DT_UINT8 ? 128 : 0;
-  if (!gs_op_given(c, op->w_zero))
-    return -shift;
-  int64_t n = gs_shape_numel(&c->in[op->w_zero].shape);
-  return gs_q_load(t, p[op->w_zero], n > 1 ? o : 0) - shift;
+  bool given = gs_op_given(c, op->w_zero);
+  int64_t n = given ? gs_shape_numel(&c->in[op->w_zero].shape) : 0;
+  for (int64_t o = 0; o < c->out[0].shape.dims[1]; o++)
+    s->w_zero[o] = (given ? gs_q_load(t, p[op->w_zero], n > 1 ? o : 0) : 0) - shift;
 }
 
-static void finish_integer(const qconv_state *s, const gs_op_call *c, const qconv_op *op,
-                           void *const *p) {
+/* Output channels [lo, hi) of image n through integer_row; `at0` is the
+ * image's first output. */
+static void integer_rows(const qconv_state *s, int32_t *y, const int32_t *low, uint32_t zu,
+                         int64_t outs, int64_t at0, int64_t lo, int64_t hi) {
+  for (int64_t o = lo; o < hi; o++) {
+    int64_t at = at0 + o * outs;
+    integer_row(s->split ? s->acc + at : y + at, low ? low + at : NULL, s->window_sum + o * outs,
+                s->box, zu, (uint32_t)s->w_zero[o], y + at, outs);
+  }
+}
+
+static void finish_integer(const qconv_state *s, const gs_op_call *c, void *const *p) {
   const gs_conv_attrs *a = &((const gs_quant_attrs *)c->attrs)->conv;
   const gs_shape *ys = &c->out[0].shape;
   int64_t images = ys->dims[0], chans = ys->dims[1], per_group = chans / a->group;
-  int64_t outs = gs_shape_numel(ys) / (images * chans);
-  int32_t x_zero = gs_op_given(c, op->x_zero) ? gs_q_load(c->in[0].dtype, p[op->x_zero], 0) : 0;
+  int64_t outs = s->g.out_size;
+  int32_t x_zero = gs_op_given(c, X_ZERO) ? gs_q_load(c->in[0].dtype, p[X_ZERO], 0) : 0;
   uint32_t zu = (uint32_t)x_zero + (s->split && c->in[0].dtype == GS_DT_INT8 ? 128u : 0u);
   int32_t *y = p[c->n_in];
   const int32_t *low = s->split ? s->acc + images * chans * outs : NULL;
   for (int64_t n = 0; n < images; n++)
     for (int64_t g = 0; g < a->group; g++) {
-      bool boxed = false;
-      for (int64_t o = g * per_group; o < (g + 1) * per_group; o++) {
-        uint32_t zw = (uint32_t)weight_zero(c, op, p, o);
-        if (zw && !boxed) {
-          box_sums(s, c, p[0], x_zero, n, g);
-          boxed = true;
-        }
-        int64_t at = (n * chans + o) * outs;
-        integer_row(s->split ? s->acc + at : y + at, low ? low + at : NULL,
-                    s->window_sum + o * outs, s->box, zu, zw, y + at, outs);
-      }
+      int64_t first = g * per_group;
+      bool boxed = false; /* box sums only where a weight zero point needs them */
+      for (int64_t o = first; !boxed && o < first + per_group; o++)
+        boxed = s->w_zero[o] != 0;
+      if (boxed)
+        box_sums(s, c, p[0], x_zero, n, g);
+      GS_PARALLEL_RANGES(per_group, GS_PARALLEL_GRAIN / (outs + 1) + 1, lo, hi,
+                         integer_rows(s, y, low, zu, outs, n * chans * outs, first + lo,
+                                      first + hi));
     }
 }
 
@@ -488,23 +491,20 @@ static void finish_integer(const qconv_state *s, const gs_op_call *c, const qcon
 static dnnl_status_t take_weights(qconv_state *s, const gs_op_call *c, const qconv_op *op,
                                   void *const *p) {
   const void *w = p[op->w];
-  if (s->w_s8) {
-    int64_t n = gs_shape_numel(&c->in[op->w].shape);
-    for (int64_t i = 0; i < n; i++)
-      s->w_s8[i] = (int8_t)(((const uint8_t *)w)[i] ^ 0x80);
-  }
+  if (s->w_s8)
+    gs__q_flip(w, s->w_s8, gs_shape_numel(&c->in[op->w].shape));
   const int8_t *w_s8 = s->w_s8 ? s->w_s8 : w;
   dnnl_memory_set_data_handle(s->w_plain, (void *)w_s8);
   dnnl_status_t st = s->w_reorder ? reorder(s->stream, s->w_reorder, s->w_plain, s->w_blocked)
                                   : dnnl_success;
-  if (st == dnnl_success && (s->split || s->integer) && !sum_windows(c, w_s8, s->window_sum))
+  if (st == dnnl_success && (s->split || op->integer) && !sum_windows(s, c, w_s8))
     st = dnnl_out_of_memory;
   return st;
 }
 
 static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, const qconv_op *op,
                              void *const *p) {
-  bool has_bias = ((const gs_quant_attrs *)c->attrs)->conv.has_bias && !s->split && !s->integer;
+  bool has_bias = ((const gs_quant_attrs *)c->attrs)->conv.has_bias && !s->split && !op->integer;
   if (s->split)
     split_input(c, p[0], s->halves);
   dnnl_memory_set_data_handle(s->src_plain, s->split ? s->halves : p[0]);
@@ -535,8 +535,10 @@ static dnnl_status_t execute(qconv_state *s, const gs_op_call *c, const qconv_op
     st = reorder(s->stream, s->dst_reorder, s->dst_cl, s->dst_plain);
   if (st == dnnl_success)
     st = dnnl_stream_wait(s->stream);
-  if (st == dnnl_success && s->integer)
-    finish_integer(s, c, op, p);
+  if (st == dnnl_success && op->integer) {
+    weight_zeros(s, c, op, p);
+    finish_integer(s, c, p);
+  }
   else if (st == dnnl_success && s->split)
     finish_split(s, c, ((const gs_quant_attrs *)c->attrs)->conv.has_bias ? p[8] : NULL,
                  p[c->n_in]);
@@ -573,7 +575,6 @@ static int run(const gs_op_call *c, const qconv_op *op, void *const *p, bool *do
     s->y_zero = want.y_zero;
     s->built = true;
     s->split = !gs__dnnl_int8_exact();
-    s->integer = op->integer;
     if (build(s, c, op, engine) != dnnl_success) {
       GS_LOGD("engine", "node %s: oneDNN cannot run this int8 convolution; using im2col",
               c->node_name);

@@ -322,6 +322,7 @@ static int k_isinf(const gs_cpu_kernel_call *k) { return k_float_test(k, false);
   }
 DEFINE_CAST(cast_i32_f32, int32_t, float)
 DEFINE_CAST(cast_i64_f32, int64_t, float)
+DEFINE_CAST(cast_u64_f32, uint64_t, float)
 DEFINE_CAST(cast_u8_f32, uint8_t, float)
 DEFINE_CAST(cast_i8_f32, int8_t, float)
 DEFINE_CAST(cast_f32_f64, float, double)
@@ -332,6 +333,7 @@ typedef void (*cast_fn)(const void *x, void *y, int64_t lo, int64_t hi);
 static cast_fn fast_cast(gs_dtype from, gs_dtype to) {
   static const struct { gs_dtype from, to; cast_fn fn; } casts[] = {
       {GS_DT_INT32, GS_DT_FLOAT32, cast_i32_f32}, {GS_DT_INT64, GS_DT_FLOAT32, cast_i64_f32},
+      {GS_DT_UINT64, GS_DT_FLOAT32, cast_u64_f32},
       {GS_DT_UINT8, GS_DT_FLOAT32, cast_u8_f32},  {GS_DT_INT8, GS_DT_FLOAT32, cast_i8_f32},
       {GS_DT_FLOAT32, GS_DT_FLOAT64, cast_f32_f64}, {GS_DT_FLOAT64, GS_DT_FLOAT32, cast_f64_f32}};
   for (size_t i = 0; i < sizeof casts / sizeof casts[0]; i++)

@@ -81,11 +81,8 @@ static int qgemm_s32_split(const char *node, int64_t m, int64_t n, int64_t k,
       for (int64_t i = 0; i < m; i++)
         rows[i] += 128 * hi[p * m + i] + lo[p * m + i];
   }
-  if (shifted) {
-    const uint8_t *src = b->data;
-    for (size_t x = 0; x < bk; x++)
-      shifted[x] = (int8_t)(src[x] ^ 0x80);
-  }
+  if (shifted)
+    gs__q_flip(b->data, shifted, (int64_t)bk);
   const int8_t *bs = shifted ? shifted : b->data;
   if (!tb) {
     for (int64_t p = 0; p < k; p++)
@@ -148,9 +145,7 @@ static int qgemm_s32(const char *node, int64_t m, int64_t n, int64_t k, const qo
   if (b->type == GS_DT_UINT8) {
     if (!(shifted = malloc((size_t)(k * n > 0 ? k * n : 1))))
       return gs_error(GS_ENOMEM, "node %s: out of memory for an int8 product", node);
-    const uint8_t *src = b->data;
-    for (int64_t i = 0; i < k * n; i++)
-      shifted[i] = (int8_t)(src[i] ^ 0x80);
+    gs__q_flip(b->data, shifted, k * n);
     bdata = shifted;
     bshift = 128;
   }
@@ -320,11 +315,6 @@ static bool one_product(const gs_matmul_attrs *m) {
 
 #define DEFINE_TO_FLOAT(SUFFIX, T)                                                              \
   GS_VECTOR_CLONES                                                                            \
-  static void row_to_float_##SUFFIX(const T *src, float zero, float *dst, int64_t n) {         \
-    for (int64_t j = 0; j < n; j++)                                                            \
-      dst[j] = (float)src[j] - zero;                                                           \
-  }                                                                                            \
-  GS_VECTOR_CLONES                                                                            \
   static void row_to_float_cols_##SUFFIX(const T *src, const float *zero, float *dst,          \
                                          int64_t n) {                                          \
     for (int64_t j = 0; j < n; j++)                                                            \
@@ -344,24 +334,17 @@ static void float_to_acc(const float *src, int32_t *dst, int64_t n) {
 static void operand_to_float(const qoperand *o, const void *data, int64_t rows, int64_t n,
                              const float *cols, float *dst) {
   if (o->n_zero == 1) { /* one zero point: all rows at once (short rows end in scalar tails) */
-    float zero = (float)zero_at(o, 0);
-    if (o->type == GS_DT_UINT8)
-      row_to_float_u8(data, zero, dst, rows * n);
-    else
-      row_to_float_s8(data, zero, dst, rows * n);
+    gs__q_dequantize(data, dst, rows * n, 1.0f, zero_at(o, 0), o->type);
     return;
   }
   for (int64_t r = 0; r < rows; r++) {
     const void *row = (const uint8_t *)data + r * n;
-    float zero = cols ? 0.0f : (float)zero_at(o, o->n_zero > 1 ? r : 0);
     if (cols && o->type == GS_DT_UINT8)
       row_to_float_cols_u8(row, cols, dst + r * n, n);
     else if (cols)
       row_to_float_cols_s8(row, cols, dst + r * n, n);
-    else if (o->type == GS_DT_UINT8)
-      row_to_float_u8(row, zero, dst + r * n, n);
     else
-      row_to_float_s8(row, zero, dst + r * n, n);
+      gs__q_dequantize(row, dst + r * n, n, 1.0f, zero_at(o, r), o->type);
   }
 }
 
@@ -423,6 +406,8 @@ static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, co
     return 0; /* nothing to write */
   size_t elem = gs_dtype_size(o->type);
   bool whole = one_product(m) && !o->row_scale;
+  if (!whole && m->batch > 1 && m->k > 0 && m->k <= GS_Q_FLOAT_EXACT_K)
+    return batched_in_float(c, a, b, o, out); /* with buffers of its own */
   int64_t rows = whole ? m->batch * m->m : m->m; /* of one product */
   int32_t *acc = o->type == GS_DT_INT32 ? NULL : malloc((size_t)(rows * m->n + 1) * sizeof *acc);
   float *scale = malloc((size_t)(m->n + 1) * sizeof *scale);
@@ -434,10 +419,6 @@ static int batched(const gs_op_call *c, const qoperand *a, const qoperand *b, co
     rc = packed_product(c, a, b, false, rows, m->k, m->n, acc ? acc : out, &done);
     if (rc == 0 && done && acc)
       finish_rows(o, acc, rows, m->n, out, scale);
-  }
-  if (rc == 0 && !done && !whole && m->batch > 1 && m->k > 0 && m->k <= GS_Q_FLOAT_EXACT_K) {
-    rc = batched_in_float(c, a, b, o, out);
-    done = true;
   }
   for (int64_t i = 0; rc == 0 && !done && i < m->batch; i++) {
     int64_t oa, ob;

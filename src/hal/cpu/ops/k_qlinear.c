@@ -64,6 +64,12 @@ static void quantize_u8(const float *x, uint8_t *y, float scale, int32_t zero, i
 }
 
 GS_VECTOR_CLONES
+void gs__q_flip(const uint8_t *x, int8_t *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = (int8_t)(x[i] ^ 0x80);
+}
+
+GS_VECTOR_CLONES
 int64_t gs__q_split(gs_dtype t, const void *a, int64_t n, uint8_t *hi, uint8_t *lo) {
   uint8_t flip = t == GS_DT_INT8 ? 0x80 : 0; /* x + 128 for int8, as a byte */
   const uint8_t *bytes = a;

@@ -58,8 +58,7 @@ static void quantize_run(const float *x, void *y, int64_t n, float scale, int32_
 }
 
 GS_VECTOR_CLONES
-static void dequantize_run(const void *x, float *y, int64_t n, float scale, int32_t zero,
-                           gs_dtype q) {
+void gs__q_dequantize(const void *x, float *y, int64_t n, float scale, int32_t zero, gs_dtype q) {
   if (q == GS_DT_UINT8) {
     const uint8_t *in = x;
     for (int64_t i = 0; i < n; i++)
@@ -79,7 +78,7 @@ static void tensor_piece(const qline *l, bool quantize, const void *in, void *ou
   if (quantize)
     quantize_run((const float *)in + lo, (uint8_t *)out + lo, hi - lo, l->one_scale, zero, l->q);
   else
-    dequantize_run((const uint8_t *)in + lo, (float *)out + lo, hi - lo, l->one_scale, zero, l->q);
+    gs__q_dequantize((const uint8_t *)in + lo, (float *)out + lo, hi - lo, l->one_scale, zero, l->q);
 }
 
 static void lines(const qline *l, bool quantize, const void *in, void *out, int64_t lo,
@@ -90,7 +89,7 @@ static void lines(const qline *l, bool quantize, const void *in, void *out, int6
     if (quantize)
       quantize_run((const float *)in + at, (uint8_t *)out + at, l->inner, l->scale[s], zero, l->q);
     else
-      dequantize_run((const uint8_t *)in + at, (float *)out + at, l->inner, l->scale[s], zero,
+      gs__q_dequantize((const uint8_t *)in + at, (float *)out + at, l->inner, l->scale[s], zero,
                      l->q);
   }
 }

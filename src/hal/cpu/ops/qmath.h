@@ -57,4 +57,12 @@ float gs__q_dynamic_quantize(const float *x, int64_t n, uint8_t *y, uint8_t *zer
  * the sum of the unsigned values (k_qlinear.c). */
 int64_t gs__q_split(gs_dtype t, const void *a, int64_t n, uint8_t *hi, uint8_t *lo);
 
+/* n uint8 values moved down by 128 into int8 (x - 128: the top bit
+ * flipped), as oneDNN takes weights and B (k_qlinear.c). */
+void gs__q_flip(const uint8_t *x, int8_t *y, int64_t n);
+
+/* DequantizeLinear of n values of 8-bit type q: (x - zero) * scale, in
+ * float32 (k_quant.c); with scale 1, the values less their zero point. */
+void gs__q_dequantize(const void *x, float *y, int64_t n, float scale, int32_t zero, gs_dtype q);
+
 #endif
