@@ -26,6 +26,7 @@
 
 #include "api/adaptive_wait.h"
 #include "api/autoscale.h"
+#include "api/ensemble.h"
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -508,6 +509,8 @@ static int stage_compute(void *ctx, int s, int64_t seq) {
     }
     if (rc == 0)
       rc = gs_plan_run_buffers(plan, sl->dev_in, sl->dev_out);
+    if (rc == 0)
+      gs_ensemble_count_steps(ip->b->m, plan, sl->n, sl->rows);
     pthread_mutex_unlock(&inst->lock);
     if (rc < 0)
       slot_fail(sl, rc);
@@ -536,14 +539,14 @@ static int stage_d2h(void *ctx, int s, int64_t seq) {
 }
 
 /* Triton's statistics for a batch of n requests: each request's queue time
- * and the batch's input, infer and output times; rows inferred and the
- * batch-size figures when the batch ran (ok). */
-static void count_batch(gs_served_model *m, gs_infer_request *const *reqs, int n, bool ok,
-                        int64_t inferred, int64_t rows, uint64_t input_ns, uint64_t infer_ns,
-                        uint64_t output_ns) {
-  pthread_mutex_lock(&m->stats_lock);
+ * (none where reqs is NULL) and the batch's input, infer and output times;
+ * rows inferred and the batch-size figures when the batch ran (ok). Under
+ * the model's statistics lock. */
+static void count_batch_locked(gs_served_model *m, gs_infer_request *const *reqs, int n, bool ok,
+                               int64_t inferred, int64_t rows, uint64_t input_ns,
+                               uint64_t infer_ns, uint64_t output_ns) {
   for (int k = 0; k < n; k++) {
-    stat_add(&m->stats.queue, reqs[k]->t_batch - reqs[k]->t_arrive);
+    stat_add(&m->stats.queue, reqs ? reqs[k]->t_batch - reqs[k]->t_arrive : 0);
     stat_add(&m->stats.compute_input, input_ns);
     stat_add(&m->stats.compute_infer, infer_ns);
     stat_add(&m->stats.compute_output, output_ns);
@@ -558,6 +561,23 @@ static void count_batch(gs_served_model *m, gs_infer_request *const *reqs, int n
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     m->stats.last_inference_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  }
+}
+
+static void count_batch(gs_served_model *m, gs_infer_request *const *reqs, int n, bool ok,
+                        int64_t inferred, int64_t rows, uint64_t input_ns, uint64_t infer_ns,
+                        uint64_t output_ns) {
+  pthread_mutex_lock(&m->stats_lock);
+  count_batch_locked(m, reqs, n, ok, inferred, rows, input_ns, infer_ns, output_ns);
+  pthread_mutex_unlock(&m->stats_lock);
+}
+
+void gs_batcher_count_step(gs_served_model *m, int requests, int64_t rows, uint64_t ns) {
+  pthread_mutex_lock(&m->stats_lock);
+  count_batch_locked(m, NULL, requests, true, rows, rows, 0, ns, 0);
+  for (int k = 0; k < requests; k++) {
+    stat_add(&m->stats.success, ns);
+    m->stats.latency[gs_latency_bucket(ns)]++;
   }
   pthread_mutex_unlock(&m->stats_lock);
 }

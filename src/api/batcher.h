@@ -22,6 +22,13 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r);
  * callback runs before this returns. */
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r);
 
+/* A run of one of an ensemble's steps (ensemble.h) into its model's
+ * statistics: `requests` requests of `rows` rows in one execution, no
+ * queue and no copies (the step runs inside the ensemble's plan, its
+ * tensors on the device), `ns` of compute, and each request a success
+ * of that long. */
+void gs_batcher_count_step(gs_served_model *m, int requests, int64_t rows, uint64_t ns);
+
 /* For a model whose instance_group says "count": "auto": starts the thread
  * that adds and removes instances (autoscale.h), once the model is loaded
  * and warmed up. The batcher's stop stops it. */

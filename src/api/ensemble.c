@@ -2,9 +2,11 @@
  * (ensemble.h). */
 #include "api/ensemble.h"
 
+#include "api/batcher.h"
 #include "api/image_input.h"
 #include "api/model_config.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "engine/model_compose.h"
 
 #include <dirent.h>
@@ -198,15 +200,14 @@ static int inherit_recipe(gs_served_model *m, const char *repo_dir, const gs_ens
 }
 
 int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out) {
-  const gs_ensemble *e = &m->ensemble;
+  gs_ensemble *e = &m->ensemble;
   gs_compose_step steps[GS_ENSEMBLE_MAX_STEPS] = {0};
   const char *from[GS_ENSEMBLE_MAX_STEPS][2 * GS_ENSEMBLE_MAX_WIRES];
   const char *to[GS_ENSEMBLE_MAX_STEPS][2 * GS_ENSEMBLE_MAX_WIRES];
-  char prefix[GS_ENSEMBLE_MAX_STEPS][GS_ENSEMBLE_NAME + 8];
   const char *inputs[GS_ENSEMBLE_MAX_WIRES], *outputs[GS_ENSEMBLE_MAX_WIRES];
   int rc = GS_OK; /* the ensemble's own recipe, if its config has one, else a step's */
   for (int k = 0; rc == 0 && k < e->n_steps; k++) {
-    const gs_ensemble_step *st = &e->steps[k];
+    gs_ensemble_step *st = &e->steps[k];
     char path[1400];
     if ((rc = step_file(repo_dir, st, path, sizeof path)) < 0)
       break;
@@ -220,12 +221,12 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
     bool again = false; /* the same model twice: a prefix each */
     for (int j = 0; j < k; j++)
       again = again || strcmp(e->steps[j].model, st->model) == 0;
-    snprintf(prefix[k], sizeof prefix[k], again ? "%s#%d" : "%s", st->model, k);
+    snprintf(st->prefix, sizeof st->prefix, again ? "%s#%d" : "%s", st->model, k);
     for (int i = 0; i < st->n_in; i++)
       from[k][i] = st->in_from[i], to[k][i] = st->in_to[i];
     for (int i = 0; i < st->n_out; i++)
       from[k][st->n_in + i] = st->out_from[i], to[k][st->n_in + i] = st->out_to[i];
-    steps[k] = (gs_compose_step){.model = steps[k].model, .name = prefix[k],
+    steps[k] = (gs_compose_step){.model = steps[k].model, .name = st->prefix,
                                  .n_map = st->n_in + st->n_out, .from = from[k], .to = to[k]};
   }
   if (rc < 0) {
@@ -239,4 +240,27 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
     outputs[i] = e->outputs[i];
   return gs_model_compose(steps, e->n_steps, inputs, e->n_inputs, outputs, e->n_outputs, m->name,
                           out);
+}
+
+/* ---- figures per step -------------------------------------------------------------------- */
+
+void gs_ensemble_time_steps(const gs_served_model *m, gs_plan *plan) {
+  const char *names[GS_ENSEMBLE_MAX_STEPS];
+  for (int k = 0; k < m->ensemble.n_steps; k++)
+    names[k] = m->ensemble.steps[k].prefix;
+  if (gs_plan_time_sections(plan, m->ensemble.n_steps, names) < 0)
+    GS_LOGW("api", "ensemble %s: no figures per step for this plan: %s", m->name,
+            gs_error_detail());
+}
+
+void gs_ensemble_count_steps(gs_served_model *m, gs_plan *plan, int requests, int64_t rows) {
+  const gs_ensemble *e = &m->ensemble;
+  uint64_t ns[GS_ENSEMBLE_MAX_STEPS];
+  if (!m->is_ensemble || !gs_plan_take_section_times(plan, ns, e->n_steps))
+    return;
+  for (int k = 0; requests > 0 && k < e->n_steps; k++) {
+    gs_served_model *step = m->repo ? gs_repository_find(m->repo, e->steps[k].model) : NULL;
+    if (step && step != m)
+      gs_batcher_count_step(step, requests, rows, ns[k]);
+  }
 }

@@ -24,4 +24,16 @@ int gs_ensemble_read_config(gs_served_model *m, json_t *root, const char *path);
  * caller frees *out with gs_model_free. */
 int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out);
 
+/* Statistics per step, as Triton keeps them for an ensemble's composing
+ * models: each step's model counts the ensemble's requests and batches it
+ * took part in, with the time of its kernels (engine.h's sections, on the
+ * device's clock). time_steps turns that on for a new plan of m's composed
+ * model; a plan it cannot time (one made in stages) says so in the log and
+ * keeps no figures per step. count_steps, after a run of that plan that
+ * succeeded (the instance's lock still held), adds the run to the step
+ * models found in m's repository; with requests 0 (a warm-up) it drops
+ * the run's times. */
+void gs_ensemble_time_steps(const gs_served_model *m, gs_plan *plan);
+void gs_ensemble_count_steps(gs_served_model *m, gs_plan *plan, int requests, int64_t rows);
+
 #endif

@@ -29,7 +29,7 @@ static void warm_up(gs_served_model *m);
 static void unload_model(gs_served_model *m);
 static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                            const gs_shape *shapes, const void *const *inputs, void **outputs,
-                           gs_plan_value_info *out_info);
+                           gs_plan_value_info *out_info, int requests);
 
 static int cmp_version_desc(const void *a, const void *b) {
   int64_t x = ((const gs_served_version *)a)->number, y = ((const gs_served_version *)b)->number;
@@ -520,7 +520,7 @@ static void warm_up(gs_served_model *m) {
       gs_plan_value_info out_info[GS_REQ_MAX_IO];
       pthread_mutex_lock(&inst->lock);
       int run = run_on_instance(m, inst, v, shapes, (const void *const *)zeros, outputs,
-                                out_info);
+                                out_info, 0);
       pthread_mutex_unlock(&inst->lock);
       for (int i = 0; i < GS_REQ_MAX_IO; i++)
         free(outputs[i]);
@@ -598,6 +598,7 @@ static gs_served_model *add_entry(gs_repository *repo, const char *name) {
   gs_served_model *m = &repo->models[n];
   memset(m, 0, sizeof *m);
   snprintf(m->name, sizeof m->name, "%s", name);
+  m->repo = repo;
   atomic_init(&m->state, GS_MODEL_LOADING);
   m->ledger = repo->ledger;
   pthread_mutex_init(&m->stats_lock, NULL);
@@ -846,6 +847,8 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
       return rc < 0 ? rc : booked;
     }
   }
+  if (!inst->plans[k] && m->is_ensemble)
+    gs_ensemble_time_steps(m, plan); /* a new plan */
   /* Move to the front. */
   for (int i = k; i > 0; i--)
     move_plan(inst, i - 1, i);
@@ -906,14 +909,19 @@ static int book_stages(gs_served_model *m, gs_instance *inst) {
 }
 
 /* One run of version v on `inst`, whose lock the caller holds: its plan
- * for these shapes, outputs allocated (freed again if it fails). */
+ * for these shapes, outputs allocated (freed again if it fails). `requests`
+ * is 1 for a request's run, 0 for a warm-up's (an ensemble's steps count
+ * only requests). */
 static int run_on_instance(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                            const gs_shape *shapes, const void *const *inputs, void **outputs,
-                           gs_plan_value_info *out_info) {
+                           gs_plan_value_info *out_info, int requests) {
   gs_plan *plan = NULL;
   int rc = gs_served_plan(m, inst, v, shapes, inputs, &plan);
   if (rc == 0)
     rc = gs_plan_run_alloc(plan, inputs, outputs, out_info);
+  if (rc == 0 && m->is_ensemble) /* a warm-up's run is no request: taken, not counted */
+    gs_ensemble_count_steps(m, plan, requests,
+                            m->max_batch_size > 0 ? shapes[0].dims[0] : requests);
   /* A run that failed may have planned stages too: booked (or dropped) all the same. */
   if (plan && gs_plan_sizes_at_run(plan)) {
     int booked = book_stages(m, inst);
@@ -933,7 +941,7 @@ int gs_served_run(gs_served_model *m, gs_served_version *v, const gs_shape *shap
   if (m->n_instances == 0)
     return gs_error(GS_ESTATE, "model %s has no instance", m->name);
   gs_instance *inst = take_instance(m);
-  int rc = run_on_instance(m, inst, v, shapes, inputs, outputs, out_info);
+  int rc = run_on_instance(m, inst, v, shapes, inputs, outputs, out_info, 1);
   pthread_mutex_unlock(&inst->lock);
   return rc;
 }

@@ -128,6 +128,9 @@ typedef struct gs_ensemble_step {
   /* input_map: the step model's input `in_from[i]` reads ensemble tensor
    * `in_to[i]`; output_map: its output `out_from[i]` is tensor `out_to[i]` */
   int n_in, n_out;
+  /* Its nodes' prefix in the composed model, "<model>" or "<model>#<k>" for
+   * a model that is a step twice (model_compose.h); set by the compose. */
+  char prefix[GS_ENSEMBLE_NAME + 8];
   char in_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], in_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
   char out_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], out_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
 } gs_ensemble_step;
@@ -140,6 +143,7 @@ typedef struct gs_ensemble {
 
 typedef struct gs_served_model {
   char name[128];
+  struct gs_repository *repo; /* the repository it is an entry of */
   int64_t max_batch_size; /* 0: inputs carry no batch dimension of their own */
   gs_precision precision;
   /* dynamic_batching of the model's configuration */

@@ -161,4 +161,18 @@ typedef struct gs_plan_step_time {
  * its input's bytes) read 0. */
 int gs_plan_profile(gs_plan *plan, gs_plan_step_time *out, int max, uint64_t *runs);
 
+/* Sections: a model whose nodes are named "<section>/<node>" (an
+ * ensemble's steps, model_compose.h) can have each run sum the time of
+ * each section's kernels, measured with events on the device's clock (so
+ * on CUDA and OpenCL the time they ran, not the time they were queued).
+ * A kernel of no listed section counts to the section that ran before it;
+ * copies in and out count to none. `names` need not outlive the call.
+ * Returns 0; GS_ENOTSUP for a plan made in stages or a device without
+ * event timing; GS_ENOMEM. */
+int gs_plan_time_sections(gs_plan *plan, int n, const char *const *names);
+/* Each section's time summed over the runs that succeeded since the last
+ * call, into ns[0..n-1], and from zero again; false (ns untouched) where
+ * the plan's sections are not timed, or are not n. */
+bool gs_plan_take_section_times(gs_plan *plan, uint64_t *ns, int n);
+
 #endif

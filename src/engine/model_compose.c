@@ -28,6 +28,22 @@ static char *renamed(const gs_compose_step *s, const char *name) {
   return out;
 }
 
+/* A node's name in the whole: "<step>/<name>", or "<step>/<op>_<index>"
+ * for a node the exporter left unnamed, so that every node names its step
+ * (a plan times the steps by these prefixes: engine.h's sections). Never
+ * an ensemble tensor's name, which a node may share with a wired input.
+ * malloc'd; NULL when out of memory. */
+static char *node_name(const gs_compose_step *s, const gs_node *node, int index) {
+  char unnamed[96];
+  const char *name = node->name && node->name[0] ? node->name : unnamed;
+  snprintf(unnamed, sizeof unnamed, "%s_%d", node->op_type, index);
+  size_t n = strlen(s->name) + strlen(name) + 2;
+  char *out = malloc(n);
+  if (out)
+    snprintf(out, n, "%s/%s", s->name, name);
+  return out;
+}
+
 static int rename_all(const gs_compose_step *s, char **names, int n) {
   for (int i = 0; i < n; i++) {
     char *to = renamed(s, names[i]);
@@ -212,7 +228,7 @@ static int take_step(gs_model *whole, gs_compose_step *s) {
   int rc = GS_OK;
   for (int i = 0; rc == 0 && i < m->n_nodes; i++) {
     gs_node *node = &m->nodes[i];
-    char *name = renamed(s, node->name);
+    char *name = node_name(s, node, i);
     if (!name)
       return gs_error(GS_ENOMEM, "out of memory composing an ensemble");
     free(node->name);

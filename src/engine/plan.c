@@ -550,6 +550,7 @@ void gs_plan_destroy(gs_plan *p) {
   free(p->baked_values);
   free(p->baked_bytes);
   free(p->step_ns);
+  gs__plan_sections_free(p->sections);
   free(p->values);
   free(p->steps);
   free(p->inputs);
@@ -995,10 +996,14 @@ static int run_step(gs_plan *p, const step *st) {
  * departure, each timed when profiling. The run lock is held. */
 static int run_steps(gs_plan *p) {
   int rc = 0;
+  if (p->sections)
+    gs__plan_sections_begin(p);
   for (int s = 0; rc == 0 && s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     if (st->empty || st->in_place)
       continue;
+    if (p->sections)
+      gs__plan_sections_step(p, s);
     if (!p->step_ns) {
       rc = run_step(p, st);
       continue;
@@ -1009,6 +1014,8 @@ static int run_steps(gs_plan *p) {
   }
   if (rc == 0 && p->step_ns)
     p->profiled_runs++;
+  if (p->sections)
+    gs__plan_sections_end(p);
   return rc;
 }
 
@@ -1096,6 +1103,8 @@ static int run_with(gs_plan *p, const void *const *host_in, void *const *host_ou
                   : gs_stream_copy_d2d(p->stream, dev_out[i], 0, buf, off, v->bytes);
   }
   int sync = gs_stream_synchronize(p->stream);
+  if (rc == 0 && sync == 0 && p->sections)
+    gs__plan_sections_add(p);
   for (int i = 0; i < p->model->n_inputs; i++)
     p->values[p->inputs[i]].bound = NULL;
   for (int i = 0; i < p->model->n_outputs; i++)

@@ -40,6 +40,9 @@ typedef struct value {
   bool blocked; /* kept in oneDNN's channel-blocked layout (plan_layout.c) */
 } value;
 
+/* Where a run's time goes by section (plan_sections.c). */
+typedef struct gs_plan_sections gs_plan_sections;
+
 typedef struct step {
   const gs_node *node; /* NULL for the casts a reduced-precision plan adds */
   gs_op_call *call;
@@ -90,6 +93,7 @@ struct gs_plan {
   gs_plan_report report;
   uint64_t *step_ns;      /* profiling (gs_plan_profile_start): per step, summed */
   uint64_t profiled_runs;
+  gs_plan_sections *sections; /* gs_plan_time_sections; NULL: not timed */
 };
 
 /* Adds a value (its name borrowed unless owns_name is set after); returns
@@ -116,6 +120,16 @@ void gs__plan_keep_blocked(gs_plan *p);
 /* Stores constant weights in the layout their kernels read fastest
  * (plan_weights.c): a product's B packed where the device takes it so. */
 int gs__plan_lay_out_weights(gs_plan *p);
+
+/* Section timing's hooks in a run (plan_sections.c), under the run lock
+ * and only where p->sections: begin before the first step, step before
+ * each step's launch, end after the last, add once the run has
+ * synchronised without an error. */
+void gs__plan_sections_begin(gs_plan *p);
+void gs__plan_sections_step(gs_plan *p, int step_index);
+void gs__plan_sections_end(gs_plan *p);
+void gs__plan_sections_add(gs_plan *p);
+void gs__plan_sections_free(gs_plan_sections *s);
 
 static inline bool gs__step_is(const step *s, const char *name) {
   return strcmp(s->call->op_type, name) == 0;

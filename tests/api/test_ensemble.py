@@ -4,6 +4,8 @@ preprocess recipe, then a softmax and top-k) as one model: tritonclient
 over HTTP and gRPC sees one model whose answers equal onnxruntime running
 the steps in turn on torchvision's preprocessing; on a device the tensor
 between the steps never crosses to the host (the device's copy counters);
+each step's model counts the ensemble's requests and its kernels' time in
+its own statistics, as Triton counts composing models;
 wirings that do not add up are the ensemble's load failure, saying why."""
 import io
 import json
@@ -102,6 +104,11 @@ def served(tmp_path_factory):
     (repo / "pipeline" / "config.pbtxt").write_text(PIPELINE_PBTXT)
     bad = {
         "on_device": ensemble([CLASSIFY, TOPK], instance_group=[{"count": 1, "kind": "opencl"}]),
+        "unbatched": {k: v for k, v in ensemble([CLASSIFY, TOPK]).items()
+                      if k != "dynamic_batching"},  # run on the request's thread
+        "topk_twice": ensemble([{**TOPK, "output_map": {"values": "V1", "indices": "I1"}},
+                                {**TOPK, "input_map": {"scores": "V1"}}],
+                               inputs=("LOGITS",), outputs=("SCORES", "CLASSES")),
         "reversed": ensemble([TOPK, CLASSIFY]),  # steps in any order: data decides
         "ghost": ensemble([CLASSIFY, {**TOPK, "model_name": "nowhere"}]),
         "unwired": ensemble([CLASSIFY, {**TOPK, "input_map": {}}]),
@@ -192,6 +199,65 @@ def test_on_a_device_the_tensor_between_steps_stays_there(served, tmp_path):
         assert {k: after[k] - before[k] for k in before} == {"h2d": 1, "d2h": 2}
         np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
         np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
+
+
+def step_figures(client, name):
+    s = client.get_inference_statistics(name)["model_stats"][0]
+    st = s["inference_stats"]
+    return {"inferences": int(s.get("inference_count", 0)),
+            "executions": int(s.get("execution_count", 0)),
+            "successes": int(st["success"].get("count", 0)),
+            "infer_ns": int(st["compute_infer"].get("ns", 0)),
+            "queue_ns": int(st["queue"].get("ns", 0))}
+
+
+def infer_images(client, name, n):
+    for _ in range(n):
+        x = triton.InferInput("IMAGE", [2, 1], "BYTES")
+        x.set_data_from_numpy(np.array([[f] for f in IMAGES], dtype=object))
+        client.infer(name, [x])
+
+
+@pytest.mark.parametrize("ensemble_name", ["pipeline", "unbatched", "on_device"])
+def test_each_steps_model_counts_the_ensembles_work(served, ensemble_name):
+    _, port, _ = served
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    if not c.is_model_ready(ensemble_name):
+        pytest.skip(f"{ensemble_name} is not ready here (no OpenCL device?)")
+    names = ("classifier", "topk", ensemble_name)
+    before = {n: step_figures(c, n) for n in names}
+    infer_images(c, ensemble_name, 6)
+    after = {n: step_figures(c, n) for n in names}
+    d = {n: {k: after[n][k] - before[n][k] for k in after[n]} for n in names}
+    whole = d[ensemble_name]
+    for step in ("classifier", "topk"):
+        # Each request's two rows, in as many executions as the ensemble ran.
+        assert d[step]["inferences"] == 12, (step, d)
+        assert d[step]["successes"] == 6, (step, d)
+        assert d[step]["executions"] == whole["executions"], (step, d)
+        assert d[step]["queue_ns"] == 0, (step, d)
+        assert d[step]["infer_ns"] > 0, (step, d)
+    # The steps' kernels run inside the ensemble's compute, and the
+    # convolution takes longer than a softmax and top-k of ten values.
+    assert d["classifier"]["infer_ns"] + d["topk"]["infer_ns"] <= whole["infer_ns"], d
+    assert d["classifier"]["infer_ns"] > d["topk"]["infer_ns"], d
+
+
+def test_a_model_twice_in_an_ensemble_counts_both_runs(served):
+    _, port, _ = served
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    before = step_figures(c, "topk")
+    x = triton.InferInput("LOGITS", [1, 10], "FP32")
+    x.set_data_from_numpy(np.arange(10, dtype=np.float32)[None])
+    r = c.infer("topk_twice", [x])
+    # top-3 of the softmax of the top-3 of the softmax of 0..9
+    p = np.exp(np.arange(10) - 9.0)
+    p = np.sort(p / p.sum())[::-1][:3]
+    q = np.exp(p - p.max())
+    np.testing.assert_allclose(r.as_numpy("SCORES")[0], q / q.sum(), rtol=1e-5)
+    after = step_figures(c, "topk")
+    assert after["inferences"] - before["inferences"] == 2
+    assert after["successes"] - before["successes"] == 2
 
 
 def test_wirings_that_do_not_add_up_are_the_load_failure(served):
