@@ -333,6 +333,32 @@ def test_conv(case, bias):
              atol=case.get("atol"))
 
 
+@pytest.mark.parametrize("c_in, c_out", [(24, 24), (24, 116), (116, 24)])
+def test_conv_off_block_channels_transposed_by_the_engine(c_in, c_out, tmp_path):
+    """Where oneDNN's convolution reads or writes channels-last and the
+    engine's tensor is NCHW, a side of up to 32 channels is transposed by
+    the engine: oneDNN makes and runs no reorder of that activation (seen
+    with ONEDNN_VERBOSE=2); a wider side keeps oneDNN's reorder. On a CPU
+    whose oneDNN picks another layout there is nothing to see."""
+    if DEVICE and DEVICE != "cpu0":
+        pytest.skip("oneDNN runs the CPU device's convolutions")
+    x, w = f32(2, c_in, 9, 8), f32(c_out, c_in, 3, 3)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                         {"x": x}, {"w": w}), path)
+    p = run_gpusrv(path, {"x": x}, str(tmp_path), env={"ONEDNN_VERBOSE": "2"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    conv = [l for l in lines if ",exec," in l and ",convolution," in l]
+    assert len(conv) == 1, p.stdout[-2000:]
+    if "src_f32::blocked:acdb" not in conv[0] or "dst_f32::blocked:acdb" not in conv[0]:
+        pytest.skip(f"oneDNN chose another layout here: {conv[0][:200]}")
+    reordered = {int(l.split(",")[-2].split("x")[1]) for l in lines
+                 if ",reorder," in l and l.split(",")[-2].startswith("2x")}
+    assert reordered == {c for c in (c_in, c_out) if c > 32}, p.stdout[-3000:]
+    check_op("Conv", {"x": x}, {"pads": [1, 1, 1, 1]}, consts={"w": w}, atol=1e-4)
+
+
 CONV_TRANSPOSES = [
     dict(x=(1, 3, 4, 4), w=(3, 2, 3, 3), attrs={}),
     dict(x=(2, 4, 5, 5), w=(4, 3, 3, 3), attrs={"strides": [2, 2], "pads": [1, 1, 1, 1],

@@ -210,12 +210,70 @@ dnnl_status_t gs__dnnl_reorder_between(const dnnl_memory_desc_t *from,
   return st;
 }
 
+/* The convolution's descriptors: the layouts it may choose (`*_any`) and
+ * the engine's buffers' (`*_plain`), its weights (any), bias and geometry. */
+typedef struct conv_mds {
+  dnnl_memory_desc_t src_any, dst_any, w_any, b_md, src_plain, dst_plain, w_plain;
+  dnnl_dims_t strides, dil, pl, pr;
+} conv_mds;
+
+/* The primitive descriptor. Where the plan keeps a side blocked, the
+ * primitive is asked for that layout first: left free, oneDNN 2.6 picks
+ * its NHWC kernels (brgconv) on AVX-512, and the reorders to and from them
+ * took 12 of ResNet-50's 65 ms. Any layout is the fall-back where only the
+ * reference kernel takes the blocked one (RegNetY's grouped convolutions
+ * ran 75 times slower on it). An input of up to 4 channels (an image's: a
+ * network's first convolution) is asked for as NCHW the same way:
+ * oneDNN's first-layer kernel reads it so, where any layout chose
+ * channels-last and a reorder before it (ShuffleNet's first convolution at
+ * batch 32: 19 -> 13 ms). */
+static dnnl_status_t make_pd(const gs_conv_attrs *a, const conv_mds *d,
+                             const_dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd) {
+  bool few = !a->src_blocked && a->group == 1 && d->src_plain.dims[1] <= 4;
+  bool plain_first = a->src_blocked || a->dst_blocked || few;
+  dnnl_status_t st = dnnl_success;
+  *pd = NULL;
+  for (int pass = plain_first ? 0 : 1; pass < 2; pass++) {
+    dnnl_convolution_desc_t cd;
+    const dnnl_memory_desc_t *sd =
+        pass == 0 && (a->src_blocked || few) ? &d->src_plain : &d->src_any;
+    const dnnl_memory_desc_t *dd = pass == 0 && a->dst_blocked ? &d->dst_plain : &d->dst_any;
+    st = dnnl_dilated_convolution_forward_desc_init(
+        &cd, dnnl_forward_inference, dnnl_convolution_direct, sd, &d->w_any,
+        a->has_bias ? &d->b_md : NULL, dd, d->strides, d->dil, d->pl, d->pr);
+    if (st == dnnl_success)
+      st = dnnl_primitive_desc_create(pd, &cd, attr, engine, NULL);
+    if (st != dnnl_success || pass == 1 || !is_reference(*pd))
+      return st;
+    dnnl_primitive_desc_destroy(*pd); /* no fast kernel for the plain or blocked layout */
+    *pd = NULL;
+  }
+  return st;
+}
+
+/* Where the primitive's layout of one side differs from the engine's
+ * buffer: a buffer of the primitive's layout, and either oneDNN's reorder
+ * between the two or (own_transpose) the engine's NCHW <-> NHWC. */
+static dnnl_status_t join_layouts(const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *prim,
+                                  bool to_prim, bool own_transpose, dnnl_primitive_t *reorder,
+                                  dnnl_memory_t *separate) {
+  if (dnnl_memory_desc_equal(plain, prim))
+    return dnnl_success;
+  dnnl_status_t st = dnnl_success;
+  if (!own_transpose)
+    st = gs__dnnl_reorder_between(to_prim ? plain : prim, to_prim ? prim : plain, reorder);
+  if (st == dnnl_success)
+    st = dnnl_memory_create(separate, prim, engine, DNNL_MEMORY_ALLOCATE);
+  return st;
+}
+
 static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
   const gs_conv_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ws = &c->in[1].shape, *ys = &c->out[0].shape;
   int rank = xs->rank;
   bool grouped = a->group > 1;
-  dnnl_dims_t src, dst, w, bias = {ys->dims[1]}, strides, dil, pl, pr;
+  dnnl_dims_t src, dst, w, bias = {ys->dims[1]};
+  conv_mds d;
   for (int i = 0; i < rank; i++) {
     src[i] = xs->dims[i];
     dst[i] = ys->dims[i];
@@ -231,61 +289,32 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
       w[i] = ws->dims[i];
   }
   for (int i = 0; i < a->spatial; i++) {
-    strides[i] = a->stride[i];
-    dil[i] = a->dilation[i] - 1; /* oneDNN counts the gaps */
-    pl[i] = a->pad_begin[i];
-    pr[i] = a->pad_end[i];
+    d.strides[i] = a->stride[i];
+    d.dil[i] = a->dilation[i] - 1; /* oneDNN counts the gaps */
+    d.pl[i] = a->pad_begin[i];
+    d.pr[i] = a->pad_end[i];
   }
-  dnnl_memory_desc_t src_any, dst_any, w_any, b_md, src_plain, dst_plain, w_plain;
   dnnl_status_t st = dnnl_success;
 #define TRY(x) \
   if (st == dnnl_success) \
   st = (x)
-  TRY(dnnl_memory_desc_init_by_tag(&src_any, rank, src, dnnl_f32, dnnl_format_tag_any));
-  TRY(dnnl_memory_desc_init_by_tag(&dst_any, rank, dst, dnnl_f32, dnnl_format_tag_any));
-  TRY(dnnl_memory_desc_init_by_tag(&w_any, wr, w, dnnl_f32, dnnl_format_tag_any));
-  TRY(dnnl_memory_desc_init_by_tag(&b_md, 1, bias, dnnl_f32, dnnl_x));
+  TRY(dnnl_memory_desc_init_by_tag(&d.src_any, rank, src, dnnl_f32, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&d.dst_any, rank, dst, dnnl_f32, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&d.w_any, wr, w, dnnl_f32, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&d.b_md, 1, bias, dnnl_f32, dnnl_x));
   /* "plain": the layout of the engine's buffer, NCHW unless the plan keeps
    * it blocked; a reorder joins it to the primitive's where they differ. */
-  TRY(dnnl_memory_desc_init_by_tag(&src_plain, rank, src, dnnl_f32,
+  TRY(dnnl_memory_desc_init_by_tag(&d.src_plain, rank, src, dnnl_f32,
                                    a->src_blocked ? blocked_tag(rank) : gs__dnnl_plain_tag(rank)));
-  TRY(dnnl_memory_desc_init_by_tag(&dst_plain, rank, dst, dnnl_f32,
+  TRY(dnnl_memory_desc_init_by_tag(&d.dst_plain, rank, dst, dnnl_f32,
                                    a->dst_blocked ? blocked_tag(rank) : gs__dnnl_plain_tag(rank)));
-  TRY(dnnl_memory_desc_init_by_tag(&w_plain, wr, w, dnnl_f32, gs__dnnl_weights_tag(rank, grouped)));
+  TRY(dnnl_memory_desc_init_by_tag(&d.w_plain, wr, w, dnnl_f32,
+                                   gs__dnnl_weights_tag(rank, grouped)));
   dnnl_primitive_attr_t attr = NULL;
   TRY(dnnl_primitive_attr_create(&attr));
-  TRY(set_post_ops(attr, a->residual ? &dst_plain : NULL, a->act, a->act_lo, a->act_hi));
+  TRY(set_post_ops(attr, a->residual ? &d.dst_plain : NULL, a->act, a->act_lo, a->act_hi));
   dnnl_primitive_desc_t pd = NULL;
-  /* Where the plan keeps a side blocked, the primitive is asked for that
-   * layout first: left free, oneDNN 2.6 picks its NHWC kernels (brgconv)
-   * on AVX-512, and the reorders to and from them took 12 of ResNet-50's
-   * 65 ms. Any layout is the fall-back where only the reference kernel
-   * takes the blocked one (RegNetY's grouped convolutions ran 75 times
-   * slower on it). */
-  /* An input of up to 4 channels (an image's: a network's first
-   * convolution) goes in as NCHW: oneDNN's first-layer kernel reads it so,
-   * where any layout chose channels-last and a reorder before it
-   * (ShuffleNet's first convolution at batch 32: 19 -> 13 ms). */
-  bool few = !a->src_blocked && a->group == 1 && src[1] <= 4;
-  for (int pass = a->src_blocked || a->dst_blocked || few ? 0 : 1; st == dnnl_success && pass < 2;
-       pass++) {
-    dnnl_convolution_desc_t cd;
-    const dnnl_memory_desc_t *sd = pass == 0 && (a->src_blocked || few) ? &src_plain : &src_any;
-    const dnnl_memory_desc_t *dd = pass == 0 && a->dst_blocked ? &dst_plain : &dst_any;
-    st = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                    dnnl_convolution_direct, sd, &w_any,
-                                                    a->has_bias ? &b_md : NULL, dd, strides, dil,
-                                                    pl, pr);
-    if (st == dnnl_success)
-      st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL);
-    if (st == dnnl_success && (pass == 1 || !is_reference(pd)))
-      break;
-    if (st == dnnl_success)
-      dnnl_primitive_desc_destroy(pd);
-    pd = NULL;
-    if (pass == 0)
-      st = dnnl_success; /* no fast kernel for the blocked layout: any */
-  }
+  TRY(make_pd(a, &d, attr, &pd));
   if (attr)
     dnnl_primitive_attr_destroy(attr);
   if (st != dnnl_success)
@@ -293,28 +322,25 @@ static dnnl_status_t build(conv_state *s, const gs_op_call *c) {
   const dnnl_memory_desc_t *src_md = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
   const dnnl_memory_desc_t *dst_md = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
   const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  TRY(dnnl_primitive_create(&s->conv, pd));
-  TRY(gs__dnnl_reorder_between(&src_plain, src_md, &s->src_reorder));
-  TRY(gs__dnnl_reorder_between(dst_md, &dst_plain, &s->dst_reorder));
-  TRY(gs__dnnl_reorder_between(&w_plain, w_md, &s->w_reorder));
-  /* Plain memories wrap the engine's buffers (handles set per call); the
-   * blocked ones own their storage. */
-  TRY(dnnl_memory_create(&s->src_plain, &src_plain, engine, DNNL_MEMORY_NONE));
-  TRY(dnnl_memory_create(&s->dst_plain, &dst_plain, engine, DNNL_MEMORY_NONE));
-  TRY(dnnl_memory_create(&s->w_plain, &w_plain, engine, DNNL_MEMORY_NONE));
-  TRY(dnnl_memory_create(&s->bias, &b_md, engine, DNNL_MEMORY_NONE));
-  if (a->residual)
-    TRY(dnnl_memory_create(&s->residual, &dst_plain, engine, DNNL_MEMORY_NONE));
-  if (s->src_reorder)
-    TRY(dnnl_memory_create(&s->src_blocked, src_md, engine, DNNL_MEMORY_ALLOCATE));
-  if (s->dst_reorder)
-    TRY(dnnl_memory_create(&s->dst_blocked, dst_md, engine, DNNL_MEMORY_ALLOCATE));
-  if (s->w_reorder)
-    TRY(dnnl_memory_create(&s->w_blocked, w_md, engine, DNNL_MEMORY_ALLOCATE));
-  s->src_to_nhwc = s->src_reorder && !a->src_blocked && src[1] <= GS_OWN_TRANSPOSE_CHANNELS &&
+  s->src_to_nhwc = !a->src_blocked && src[1] <= GS_OWN_TRANSPOSE_CHANNELS &&
                    is_nhwc(src_md, rank, src);
-  s->dst_from_nhwc = s->dst_reorder && !a->dst_blocked && dst[1] <= GS_OWN_TRANSPOSE_CHANNELS &&
+  s->dst_from_nhwc = !a->dst_blocked && dst[1] <= GS_OWN_TRANSPOSE_CHANNELS &&
                      is_nhwc(dst_md, rank, dst);
+  TRY(dnnl_primitive_create(&s->conv, pd));
+  /* Plain memories wrap the engine's buffers (handles set per call); the
+   * primitive's own layouts have storage of their own. */
+  TRY(join_layouts(&d.src_plain, src_md, true, s->src_to_nhwc, &s->src_reorder, &s->src_blocked));
+  TRY(join_layouts(&d.dst_plain, dst_md, false, s->dst_from_nhwc, &s->dst_reorder,
+                   &s->dst_blocked));
+  TRY(join_layouts(&d.w_plain, w_md, true, false, &s->w_reorder, &s->w_blocked));
+  s->src_to_nhwc = s->src_to_nhwc && s->src_blocked; /* both layouts one where a side is 1 */
+  s->dst_from_nhwc = s->dst_from_nhwc && s->dst_blocked;
+  TRY(dnnl_memory_create(&s->src_plain, &d.src_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->dst_plain, &d.dst_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->w_plain, &d.w_plain, engine, DNNL_MEMORY_NONE));
+  TRY(dnnl_memory_create(&s->bias, &d.b_md, engine, DNNL_MEMORY_NONE));
+  if (a->residual)
+    TRY(dnnl_memory_create(&s->residual, &d.dst_plain, engine, DNNL_MEMORY_NONE));
 #undef TRY
   dnnl_primitive_desc_destroy(pd);
   return st;
@@ -405,9 +431,9 @@ static int conv_run(const gs_op_call *c, float *const *p, bool *done) {
     st = reorder(stream, s->src_reorder, s->src_plain, s->src_blocked);
   if (st == dnnl_success) {
     dnnl_exec_arg_t args[5] = {
-        {DNNL_ARG_SRC, s->src_reorder ? s->src_blocked : s->src_plain},
-        {DNNL_ARG_WEIGHTS, s->w_reorder ? s->w_blocked : s->w_plain},
-        {DNNL_ARG_DST, s->dst_reorder ? s->dst_blocked : s->dst_plain},
+        {DNNL_ARG_SRC, s->src_blocked ? s->src_blocked : s->src_plain},
+        {DNNL_ARG_WEIGHTS, s->w_blocked ? s->w_blocked : s->w_plain},
+        {DNNL_ARG_DST, s->dst_blocked ? s->dst_blocked : s->dst_plain},
     };
     int n_args = 3;
     if (a->has_bias)
@@ -417,7 +443,7 @@ static int conv_run(const gs_op_call *c, float *const *p, bool *done) {
           (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, s->residual};
     st = dnnl_primitive_execute(s->conv, stream, n_args, args);
   }
-  if (st == dnnl_success && s->dst_reorder && !s->dst_from_nhwc)
+  if (st == dnnl_success && s->dst_reorder)
     st = reorder(stream, s->dst_reorder, s->dst_blocked, s->dst_plain);
   if (st == dnnl_success)
     st = dnnl_stream_wait(stream);
