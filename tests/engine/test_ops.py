@@ -359,6 +359,56 @@ def test_conv_off_block_channels_transposed_by_the_engine(c_in, c_out, tmp_path)
     check_op("Conv", {"x": x}, {"pads": [1, 1, 1, 1]}, consts={"w": w}, atol=1e-4)
 
 
+# Depthwise convolutions that the engine's own NCHW kernel takes
+# (depthwise_conv.c: more than 32 channels, planes of 576 outputs or more):
+# stride 1 and 2 windows of 3x3, dilation with uneven pads, strides 3 x 2 on
+# a 3x2 window, a 5x5 window.
+DEPTHWISE = [
+    dict(x=(2, 40, 24, 24), k=(3, 3), attrs={"pads": [1, 1, 1, 1]}),
+    dict(x=(1, 36, 50, 48), k=(3, 3), attrs={"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    dict(x=(1, 34, 30, 28), k=(5, 5), attrs={"pads": [4, 3, 2, 4], "dilations": [2, 2]}),
+    dict(x=(1, 33, 80, 75), k=(3, 2), attrs={"pads": [0, 1, 2, 0], "strides": [3, 2]}),
+    dict(x=(2, 48, 28, 28), k=(5, 5), attrs={"pads": [2, 2, 2, 2]}),
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=range(len(DEPTHWISE)))
+@pytest.mark.parametrize("bias", [False, True])
+def test_depthwise_conv(case, bias, tmp_path):
+    """One filter per channel, against onnxruntime; on cpu0 no oneDNN
+    convolution runs (ONEDNN_VERBOSE), so the engine's kernel did."""
+    ch = case["x"][1]
+    x, w = f32(*case["x"]), f32(ch, 1, *case["k"])
+    attrs = {"group": ch, **case["attrs"]}
+    consts = {"w": w, **({"b": f32(ch)} if bias else {})}
+    check_op("Conv", {"x": x}, attrs, consts=consts, atol=1e-4)
+    if DEVICE and DEVICE != "cpu0":
+        return
+    path = str(tmp_path / "m.onnx")
+    onnx.save(make_model([helper.make_node("Conv", ["x", *consts], ["y"], **attrs)], {"x": x},
+                         consts), path)
+    p = run_gpusrv(path, {"x": x}, str(tmp_path), env={"ONEDNN_VERBOSE": "1"})
+    assert p.returncode == 0, p.stderr
+    assert ",convolution," not in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.parametrize("act", ["Relu", "Clip", "HardSwish", "Sigmoid"])
+def test_depthwise_conv_with_its_activation(act):
+    """The activation the plan fuses into the convolution, applied by the
+    depthwise kernel (Sigmoid then Mul: SiLU)."""
+    x, w, b = f32(2, 40, 24, 24), f32(40, 1, 3, 3), f32(40)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=40, pads=[1, 1, 1, 1])]
+    consts = {"w": w, "b": b}
+    if act == "Clip":
+        consts.update(lo=np.array(0, np.float32), hi=np.array(6, np.float32))
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    elif act == "Sigmoid":
+        nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    else:
+        nodes.append(helper.make_node(act, ["c"], ["y"]))
+    check_model(make_model(nodes, {"x": x}, consts), {"x": x}, atol=1e-4)
+
+
 CONV_TRANSPOSES = [
     dict(x=(1, 3, 4, 4), w=(3, 2, 3, 3), attrs={}),
     dict(x=(2, 4, 5, 5), w=(4, 3, 3, 3), attrs={"strides": [2, 2], "pads": [1, 1, 1, 1],

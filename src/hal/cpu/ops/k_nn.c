@@ -10,6 +10,7 @@
  * two reorders - a full pass over memory each - around an op that is itself
  * one pass. The loops below make that one pass, vectorised. */
 #include "hal/cpu/ops/kernels.h"
+#include "hal/cpu/ops/depthwise_conv.h"
 #include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/fastmath.h"
 #include "hal/cpu/ops/k_nn_f64.h"
@@ -117,9 +118,8 @@ static void sgemm_packed(int64_t m, int64_t n, int64_t k, float alpha, const flo
   gs_parallel_restore(saved);
 }
 
-/* Elements [lo, hi) of y through a fused activation. */
-GS_VECTOR_CLONES static void act_range(gs_activation act, float min, float max, float *y,
-                                       int64_t lo, int64_t hi) {
+GS_VECTOR_CLONES void gs__cpu_act_range(gs_activation act, float min, float max, float *y,
+                                        int64_t lo, int64_t hi) {
   switch (act) {
   case GS_ACT_NONE: break;
   case GS_ACT_RELU:
@@ -150,7 +150,7 @@ GS_VECTOR_CLONES static void act_range(gs_activation act, float min, float max, 
 /* y through the activation fused into its op (plan_fuse.c). */
 static void apply_act(gs_activation act, float min, float max, float *y, int64_t n) {
   if (act != GS_ACT_NONE)
-    GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, lo, hi, act_range(act, min, max, y, lo, hi));
+    GS_PARALLEL_RANGES(n, GS_PARALLEL_GRAIN, lo, hi, gs__cpu_act_range(act, min, max, y, lo, hi));
 }
 
 /* ---- Gemm and MatMul ------------------------------------------------------------- */
@@ -262,6 +262,8 @@ static void im2col(const geom *g, const float *x, int64_t channels, float *cols)
 }
 
 static int conv_f32(const gs_op_call *c, float *const *p) {
+  if (gs__depthwise_conv_fits(c))
+    return gs__depthwise_conv(c, p);
   bool done;
   int rc = gs__dnnl_conv(c, p, &done);
   if (rc < 0 || done)

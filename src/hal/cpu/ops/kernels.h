@@ -154,6 +154,10 @@ void gs__cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                    int64_t ldc);
 
+/* Elements [lo, hi) of y through an activation fused into its op
+ * (plan_fuse.c; GS_ACT_NONE leaves them), on the calling thread (k_nn.c). */
+void gs__cpu_act_range(gs_activation act, float min, float max, float *y, int64_t lo, int64_t hi);
+
 /* dst (dense, of dst_shape) = src (of src_shape) broadcast to it, elements
  * of esz bytes (k_elementwise.c): Expand, and Gemm's C. */
 void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
