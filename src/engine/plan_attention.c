@@ -14,14 +14,6 @@
 
 #include <stdlib.h>
 
-/* The live step whose first output is v, or -1 (an input or a weight). */
-static int producer(gs_plan *p, int v) {
-  for (int s = 0; v >= 0 && s < p->n_steps; s++)
-    if (!p->steps[s].dead && p->steps[s].out[0] == v)
-      return s;
-  return -1;
-}
-
 /* The pattern found: the steps that go, and the operands of the one that stays. */
 typedef struct attention_match {
   int gone[7], n_gone; /* steps that the Attention step replaces */
@@ -33,7 +25,7 @@ typedef struct attention_match {
 /* v is made by a plain product (no bias, activation or packing) read only
  * by step `reader`; its step, or -1. */
 static int plain_matmul(gs_plan *p, int v, int reader) {
-  int s = producer(p, v);
+  int s = gs__plan_producer(p, v);
   if (s < 0 || !gs__step_is(&p->steps[s], "MatMul") || gs__plan_sole_consumer(p, v) != reader)
     return -1;
   const gs_matmul_attrs *m = p->steps[s].call->attrs;
@@ -43,7 +35,7 @@ static int plain_matmul(gs_plan *p, int v, int reader) {
 /* v = Mul(x, c) or Div(x, c) of a known scalar, read only by `reader`:
  * its step, *x and the factor, or -1. `div` allows Div. */
 static int scaled(gs_plan *p, int v, int reader, bool div, int *x, float *factor) {
-  int s = producer(p, v);
+  int s = gs__plan_producer(p, v);
   float c;
   if (s < 0 || p->steps[s].call->n_in != 2 || gs__plan_sole_consumer(p, v) != reader)
     return -1;
@@ -72,7 +64,7 @@ static int scaled(gs_plan *p, int v, int reader, bool div, int *x, float *factor
 /* The scores before Softmax step sm: MatMul, then perhaps a scale, then
  * perhaps an added mask. Fills qk's step into m->gone, and m->mask. */
 static int scores_matmul(gs_plan *p, int sm, attention_match *m) {
-  int x = p->steps[sm].in[0], reader = sm, s = producer(p, x);
+  int x = p->steps[sm].in[0], reader = sm, s = gs__plan_producer(p, x);
   if (s >= 0 && gs__step_is(&p->steps[s], "Add") && p->steps[s].call->n_in == 2 &&
       gs__plan_sole_consumer(p, x) == sm) {
     for (int i = 0; i < 2; i++) { /* which side the scores come in on */
@@ -124,7 +116,7 @@ static void fold_operands(gs_plan *p, int qk, attention_match *m) {
     m->k = x;
     reader = s;
   }
-  if ((t = producer(p, m->k)) >= 0 && gs__step_is(&p->steps[t], "Transpose") &&
+  if ((t = gs__plan_producer(p, m->k)) >= 0 && gs__step_is(&p->steps[t], "Transpose") &&
       gs__plan_sole_consumer(p, m->k) == reader &&
       swaps_last_two(((const gs_transpose_attrs *)p->steps[t].call->attrs)->perm,
                      p->values[m->k].shape.rank)) {

@@ -36,6 +36,13 @@ int gs__plan_sole_consumer(gs_plan *p, int v) {
   return consumers(p, v, &s, 1) == 1 ? s : -1;
 }
 
+int gs__plan_producer(const gs_plan *p, int v) {
+  for (int s = 0; v >= 0 && s < p->n_steps; s++)
+    if (!p->steps[s].dead && p->steps[s].out[0] == v)
+      return s;
+  return -1;
+}
+
 /* Conv (constant float32 weights) followed by BatchNormalization (constant
  * parameters): new weights W*s and bias (b - mean)*s + B, s = scale/sqrt(var+eps). */
 static int fuse_conv_bn(gs_plan *p, step *conv) {
@@ -387,6 +394,7 @@ int gs__plan_fuse(gs_plan *p) {
   int rc = gs__plan_fuse_attention(p);
   if (rc < 0)
     return rc;
+  gs__plan_fuse_shuffle(p);
   for (int i = 0; i < p->n_steps; i++) {
     step *s = &p->steps[i];
     if (s->dead)

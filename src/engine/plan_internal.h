@@ -104,6 +104,8 @@ void gs__plan_free_call(gs_op_call *c);
 /* The one live step that reads value v, or -1 if none or several, or v is
  * a graph output (plan_fuse.c). */
 int gs__plan_sole_consumer(gs_plan *p, int v);
+/* The live step whose first output is v, or -1 (an input or a weight). */
+int gs__plan_producer(const gs_plan *p, int v);
 /* Whether value v is a float32 known while planning with one element (of
  * any shape): its value in *x (plan_fuse.c). */
 bool gs__plan_known_scalar(gs_plan *p, int v, float *x);
@@ -114,6 +116,9 @@ int gs__plan_fuse(gs_plan *p);
  * Attention step where the device has the kernel (plan_attention.c);
  * called by gs__plan_fuse first, before a product takes the mask as bias. */
 int gs__plan_fuse_attention(gs_plan *p);
+/* Runs a channel shuffle (Concat, Reshape, Transpose) as one Concat step
+ * (plan_shuffle.c); called by gs__plan_fuse. */
+void gs__plan_fuse_shuffle(gs_plan *p);
 /* Marks the CPU convolutions whose data stays in oneDNN's blocked layout
  * (plan_layout.c); called by gs__plan_fuse once the fused steps are gone. */
 void gs__plan_keep_blocked(gs_plan *p);

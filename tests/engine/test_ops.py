@@ -676,6 +676,24 @@ def test_slice(starts, ends, axes, steps):
     check_op("Slice", {"x": f32(4, 5, 6)}, consts=consts)
 
 
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([58], [116], [1], [1]),            # ShuffleNet's second half of the channels
+    ([1, 0], [100, 13], [1, 3], [3, 2]),  # strided in two dims
+    ([0, 13], [32, -100], [0, 3], [1, -1]),
+])
+def test_slice_spread_over_threads(starts, ends, axes, steps):
+    """Slices large enough that their runs are spread over the threads."""
+    consts = {"st": np.array(starts, np.int64), "en": np.array(ends, np.int64),
+              "ax": np.array(axes, np.int64), "sp": np.array(steps, np.int64)}
+    check_op("Slice", {"x": f32(32, 116, 7, 14)}, consts=consts)
+
+
+def test_concat_spread_over_threads():
+    """A Concat large enough that its rows are spread over the threads."""
+    check_op("Concat", {"a": f32(32, 58, 14, 14), "b": f32(32, 3, 14, 14),
+                        "c": f32(32, 61, 14, 14)}, {"axis": 1})
+
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_gather(axis):
     x = f32(4, 5, 3)

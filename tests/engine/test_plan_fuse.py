@@ -284,3 +284,47 @@ def test_squeeze_excitation_stays_blocked(per_image, batch, scale_first):
     check_model(model, {"x": x}, rtol=1e-4, atol=1e-4)
     # a and m; the scale s ([N, C, 1, 1]) is read per channel, in NCHW.
     assert blocked_values(model, {"x": x}) == (2 if DEVICE in (None, "cpu0") else 0)
+
+
+def shuffle_model(groups, channels, spatial, perm=None, concat_out=False, dtype=np.float32):
+    """ShuffleNet's channel shuffle as torch.onnx writes it: Concat along the
+    channels, Reshape to [N, G, C, ...], Transpose of axes 1 and 2, Reshape
+    back to [N, G C, ...]."""
+    n = 2
+    inputs = {f"x{g}": (rng.uniform(-2, 2, (n, channels, *spatial)) * 100).astype(dtype)
+              for g in range(groups)}
+    rank = 3 + len(spatial)
+    consts = {"mid": np.array([n, groups, channels, *spatial], np.int64),
+              "flat": np.array([n, groups * channels, *spatial], np.int64)}
+    nodes = [helper.make_node("Concat", list(inputs), ["c"], axis=1),
+             helper.make_node("Reshape", ["c", "mid"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"],
+                              perm=perm or [0, 2, 1, *range(3, rank)]),
+             helper.make_node("Reshape", ["t", "flat"], ["y"])]
+    outputs = [("y", dtype)] + ([("c", dtype)] if concat_out else [])
+    return make_model(nodes, inputs, consts, outputs), inputs
+
+
+@pytest.mark.parametrize("groups, channels, spatial",
+                         [(2, 58, (7, 6)), (3, 5, (4,)), (2, 4, (3, 2, 2)), (4, 1, (5, 5)),
+                          (2, 58, (28, 28))])
+def test_channel_shuffle_is_one_concat(groups, channels, spatial):
+    """The Concat interleaves the channels itself (plan_shuffle.c): the
+    Transpose and the Reshape before it go, the answers stay."""
+    model, feeds = shuffle_model(groups, channels, spatial)
+    check_model(model, feeds)
+    assert report(model, feeds)[3] == 2
+
+
+@pytest.mark.parametrize("case", ["other_perm", "concat_read_elsewhere", "int64"])
+def test_what_is_not_a_channel_shuffle_stays(case):
+    """Another permutation, or the Concat's output also a graph output,
+    runs as written; other types shuffle too."""
+    if case == "other_perm":
+        model, feeds = shuffle_model(2, 3, (4, 5), perm=[0, 2, 1, 4, 3])
+    elif case == "concat_read_elsewhere":
+        model, feeds = shuffle_model(2, 3, (4, 5), concat_out=True)
+    else:
+        model, feeds = shuffle_model(2, 3, (4, 5), dtype=np.int64)
+    check_model(model, feeds)
+    assert report(model, feeds)[3] == (2 if case == "int64" else 0)

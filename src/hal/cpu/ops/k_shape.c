@@ -109,6 +109,25 @@ static int k_transpose(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
+/* Rows [lo, hi) of a Concat's output: each the inputs' rows in turn. */
+static void concat_rows(const gs_cpu_kernel_call *k, int axis, int64_t inner, size_t es,
+                        int64_t lo, int64_t hi) {
+  const gs_op_call *c = gs_kcall(k);
+  size_t out_row = (size_t)(c->out[0].shape.dims[axis] * inner) * es;
+  char *y = k->ptr[c->n_in];
+  for (int64_t o = lo; o < hi; o++) {
+    size_t at = 0;
+    for (int j = 0; j < c->n_in; j++) {
+      size_t chunk = (size_t)(c->in[j].shape.dims[axis] * inner) * es;
+      if (chunk)
+        memcpy(y + (size_t)o * out_row + at, (const char *)k->ptr[j] + (size_t)o * chunk, chunk);
+      at += chunk;
+    }
+  }
+}
+
+/* Spread over the threads by rows before the axis: a channel shuffle's
+ * Concat (plan_shuffle.c) has a row per image and channel. */
 static int k_concat(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   int axis = ((const gs_axis_attrs *)c->attrs)->axis;
@@ -119,15 +138,9 @@ static int k_concat(const gs_cpu_kernel_call *k) {
     outer *= ys->dims[i];
   for (int i = axis + 1; i < ys->rank; i++)
     inner *= ys->dims[i];
-  char *y = k->ptr[c->n_in];
-  size_t out_row = (size_t)(ys->dims[axis] * inner) * es;
-  size_t at = 0;
-  for (int j = 0; j < c->n_in; j++) {
-    size_t chunk = (size_t)(c->in[j].shape.dims[axis] * inner) * es;
-    for (int64_t o = 0; o < outer && chunk; o++)
-      memcpy(y + (size_t)o * out_row + at, (const char *)k->ptr[j] + (size_t)o * chunk, chunk);
-    at += chunk;
-  }
+  int64_t row = ys->dims[axis] * inner;
+  int64_t grain = row > 0 ? GS_PARALLEL_GRAIN / row + 1 : outer + 1;
+  GS_PARALLEL_RANGES(outer, grain, lo, hi, concat_rows(k, axis, inner, es, lo, hi));
   return 0;
 }
 
@@ -153,16 +166,48 @@ static int k_split(const gs_cpu_kernel_call *k) {
   return 0;
 }
 
+/* Runs [lo, hi) of a Slice's output: run r is the output's index r over
+ * the dims before `last`, taking dim `last` (and the whole dims after it,
+ * `inner` values each) from the input. */
+static void slice_runs(const gs_cpu_kernel_call *k, const int64_t *xst, int last, int64_t inner,
+                       int64_t lo, int64_t hi) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_slice_attrs *a = c->attrs;
+  const gs_shape *ys = &c->out[0].shape;
+  size_t es = esize(&c->in[0]), run = (size_t)inner * es;
+  int64_t len = ys->dims[last];
+  const char *x = k->ptr[0];
+  char *y = k->ptr[c->n_in];
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t off = 0, rest = r;
+    for (int d = last - 1; d >= 0; d--) {
+      off += (a->start[d] + rest % ys->dims[d] * a->step[d]) * xst[d];
+      rest /= ys->dims[d];
+    }
+    char *out = y + (size_t)(r * len) * run;
+    if (a->step[last] == 1) {
+      memcpy(out, x + (size_t)(off + a->start[last] * xst[last]) * es, (size_t)len * run);
+      continue;
+    }
+    for (int64_t j = 0; j < len; j++)
+      memcpy(out + (size_t)j * run,
+             x + (size_t)(off + (a->start[last] + j * a->step[last]) * xst[last]) * es, run);
+  }
+}
+
 static int k_slice(const gs_cpu_kernel_call *k) {
   const gs_op_call *c = gs_kcall(k);
   const gs_slice_attrs *a = c->attrs;
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  size_t es = esize(&c->in[0]);
   int64_t xst[GS_MAX_DIMS];
   gs_launch_contiguous_strides(xs, xst);
-  int64_t n = gs_shape_numel(ys), idx[GS_MAX_DIMS] = {0};
-  const char *x = k->ptr[0];
-  char *y = k->ptr[c->n_in];
+  int64_t n = gs_shape_numel(ys);
+  if (n == 0)
+    return 0;
+  if (ys->rank == 0) {
+    memcpy(k->ptr[c->n_in], k->ptr[0], esize(&c->in[0]));
+    return 0;
+  }
   /* Trailing dims taken whole are one run with the dim before them: a
    * channel slice of NCHW copies C*H*W values at a time, not W. */
   int last = ys->rank - 1;
@@ -170,29 +215,9 @@ static int k_slice(const gs_cpu_kernel_call *k) {
   while (last > 0 && a->start[last] == 0 && a->step[last] == 1 &&
          ys->dims[last] == xs->dims[last])
     inner *= ys->dims[last--];
-  size_t run = (size_t)inner * es;
-  for (int64_t i = 0; i < n;) {
-    int64_t off = 0;
-    for (int d = 0; d < last; d++)
-      off += (a->start[d] + idx[d] * a->step[d]) * xst[d];
-    int64_t len = last >= 0 ? ys->dims[last] : 1;
-    if (last < 0) {
-      memcpy(y, x, es);
-    } else if (a->step[last] == 1) {
-      memcpy(y + (size_t)i * es, x + (size_t)(off + a->start[last] * xst[last]) * es,
-             (size_t)len * run);
-    } else {
-      for (int64_t j = 0; j < len; j++)
-        memcpy(y + (size_t)(i + j * inner) * es,
-               x + (size_t)(off + (a->start[last] + j * a->step[last]) * xst[last]) * es, run);
-    }
-    i += len * inner;
-    for (int d = last - 1; d >= 0; d--) {
-      if (++idx[d] < ys->dims[d])
-        break;
-      idx[d] = 0;
-    }
-  }
+  int64_t per_run = ys->dims[last] * inner;
+  GS_PARALLEL_RANGES(n / per_run, GS_PARALLEL_GRAIN / per_run + 1, lo, hi,
+                     slice_runs(k, xst, last, inner, lo, hi));
   return 0;
 }
 
