@@ -244,12 +244,14 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
 
 /* ---- figures per step -------------------------------------------------------------------- */
 
-void gs_ensemble_time_steps(const gs_served_model *m, gs_plan *plan) {
+void gs_ensemble_time_steps(gs_served_model *m, gs_plan *plan) {
   const char *names[GS_ENSEMBLE_MAX_STEPS];
   for (int k = 0; k < m->ensemble.n_steps; k++)
     names[k] = m->ensemble.steps[k].prefix;
-  if (gs_plan_time_sections(plan, m->ensemble.n_steps, names) < 0)
-    GS_LOGW("api", "ensemble %s: no figures per step for this plan: %s", m->name,
+  /* Once per load, not once per shape; instances plan side by side. */
+  if (gs_plan_time_sections(plan, m->ensemble.n_steps, names) < 0 &&
+      !atomic_exchange(&m->ensemble.untimed_said, true))
+    GS_LOGW("api", "ensemble %s: its steps' models get no figures from it: %s", m->name,
             gs_error_detail());
 }
 

@@ -28,12 +28,12 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
  * models: each step's model counts the ensemble's requests and batches it
  * took part in, with the time of its kernels (engine.h's sections, on the
  * device's clock). time_steps turns that on for a new plan of m's composed
- * model; a plan it cannot time (one made in stages) says so in the log and
- * keeps no figures per step. count_steps, after a run of that plan that
- * succeeded (the instance's lock still held), adds the run to the step
- * models found in m's repository; with requests 0 (a warm-up) it drops
- * the run's times. */
-void gs_ensemble_time_steps(const gs_served_model *m, gs_plan *plan);
+ * model (the caller holds the instance's lock); a plan it cannot time (one
+ * made in stages) keeps no figures per step, which the log says once per
+ * load. count_steps, after a run of that plan that succeeded (the
+ * instance's lock still held), adds the run to the step models found in
+ * m's repository; with requests 0 (a warm-up) it drops the run's times. */
+void gs_ensemble_time_steps(gs_served_model *m, gs_plan *plan);
 void gs_ensemble_count_steps(gs_served_model *m, gs_plan *plan, int requests, int64_t rows);
 
 #endif

@@ -137,6 +137,7 @@ typedef struct gs_ensemble_step {
 
 typedef struct gs_ensemble {
   int n_steps, n_inputs, n_outputs;
+  _Atomic bool untimed_said; /* the log said a plan of it keeps no figures per step */
   gs_ensemble_step steps[GS_ENSEMBLE_MAX_STEPS];
   char inputs[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], outputs[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
 } gs_ensemble;

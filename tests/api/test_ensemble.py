@@ -23,7 +23,7 @@ import tritonclient.http as triton
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
-from test_serve import ROOT, request, start
+from test_serve import ROOT, admin_token, request, start
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
 from test_batch_images import IMAGENET, photo, reference  # noqa: E402
@@ -241,6 +241,20 @@ def test_each_steps_model_counts_the_ensembles_work(served, ensemble_name):
     # convolution takes longer than a softmax and top-k of ten values.
     assert d["classifier"]["infer_ns"] + d["topk"]["infer_ns"] <= whole["infer_ns"], d
     assert d["classifier"]["infer_ns"] > d["topk"]["infer_ns"], d
+
+
+def test_an_ensembles_warm_up_is_not_counted(served):
+    """Loading the ensemble again makes and runs its plans (the warm-up);
+    its steps' models count requests only."""
+    repo, port, _ = served
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    before = {n: step_figures(c, n) for n in ("classifier", "topk")}
+    c.load_model("pipeline", headers={"Authorization": "Bearer " + admin_token(repo, port)})
+    assert c.is_model_ready("pipeline")
+    assert {n: step_figures(c, n) for n in ("classifier", "topk")} == before
+    infer_images(c, "pipeline", 1)  # and the warmed-up plans count from their first request
+    after = step_figures(c, "classifier")
+    assert after["inferences"] - before["classifier"]["inferences"] == 2
 
 
 def test_a_model_twice_in_an_ensemble_counts_both_runs(served):

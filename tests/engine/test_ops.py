@@ -369,6 +369,10 @@ DEPTHWISE = [
     dict(x=(1, 34, 30, 28), k=(5, 5), attrs={"pads": [4, 3, 2, 4], "dilations": [2, 2]}),
     dict(x=(1, 33, 80, 75), k=(3, 2), attrs={"pads": [0, 1, 2, 0], "strides": [3, 2]}),
     dict(x=(2, 48, 28, 28), k=(5, 5), attrs={"pads": [2, 2, 2, 2]}),
+    dict(x=(1, 40, 61, 70), k=(3, 3), attrs={"pads": [1, 2, 0, 1], "strides": [2, 3]}),
+    dict(x=(1, 40, 90, 90), k=(3, 3), attrs={"pads": [5, 5, 5, 5], "strides": [4, 4]}),
+    dict(x=(1, 40, 60, 60), k=(3, 3), attrs={"pads": [3, 3, 3, 3], "strides": [2, 2],
+                                             "dilations": [3, 3]}),
 ]
 
 
@@ -390,6 +394,13 @@ def test_depthwise_conv(case, bias, tmp_path):
     p = run_gpusrv(path, {"x": x}, str(tmp_path), env={"ONEDNN_VERBOSE": "1"})
     assert p.returncode == 0, p.stderr
     assert ",convolution," not in p.stdout, p.stdout[-2000:]
+    # The same window on 16 channels stays with oneDNN, and its log says so.
+    x16, w16 = x[:, :16], w[:16]
+    consts16 = {"w": w16, **({"b": consts["b"][:16]} if bias else {})}
+    onnx.save(make_model([helper.make_node("Conv", ["x", *consts16], ["y"],
+                                           **{**attrs, "group": 16})], {"x": x16}, consts16), path)
+    p = run_gpusrv(path, {"x": x16}, str(tmp_path), env={"ONEDNN_VERBOSE": "1"})
+    assert p.returncode == 0 and ",convolution," in p.stdout, p.stdout[-2000:]
 
 
 @pytest.mark.parametrize("act", ["Relu", "Clip", "HardSwish", "Sigmoid"])

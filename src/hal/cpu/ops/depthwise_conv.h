@@ -6,8 +6,9 @@
  * blocked (not a multiple of oneDNN's block) is reordered into its layout
  * and back around each one: ShuffleNet's 58, 116 and 232 channels, where
  * those reorders took more time than the convolutions. A channel's plane
- * is contiguous in NCHW, and its filter a few taps: each output row is a
- * few vectorised passes over input rows, with no reorder. */
+ * is contiguous in NCHW, and its filter a few taps: the plane is laid out
+ * once (padding written out, strides cut into phases) and each tap is one
+ * vectorised pass over the whole plane, with no reorder. */
 #ifndef GS_HAL_CPU_OPS_DEPTHWISE_CONV_H
 #define GS_HAL_CPU_OPS_DEPTHWISE_CONV_H
 

@@ -243,10 +243,14 @@ static dnnl_status_t make_pd(const gs_conv_attrs *a, const conv_mds *d,
         a->has_bias ? &d->b_md : NULL, dd, d->strides, d->dil, d->pl, d->pr);
     if (st == dnnl_success)
       st = dnnl_primitive_desc_create(pd, &cd, attr, engine, NULL);
-    if (st != dnnl_success || pass == 1 || !is_reference(*pd))
+    if (pass == 1 || (st == dnnl_success && !is_reference(*pd)))
       return st;
-    dnnl_primitive_desc_destroy(*pd); /* no fast kernel for the plain or blocked layout */
+    /* No kernel, or only the reference one, for the plain or blocked
+     * layout: any layout then. */
+    if (st == dnnl_success)
+      dnnl_primitive_desc_destroy(*pd);
     *pd = NULL;
+    st = dnnl_success;
   }
   return st;
 }
