@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from gsonnx import DEVICE, check_model, make_model, run_gpusrv
+from gsonnx import DEVICE, check_model, cpu_fallback_ops, make_model, run_gpusrv
 
 rng = np.random.default_rng(11)
 
@@ -305,6 +305,15 @@ def shuffle_model(groups, channels, spatial, perm=None, concat_out=False, dtype=
     return make_model(nodes, inputs, consts, outputs), inputs
 
 
+def shuffle_fused(model, feeds):
+    """The steps the plan fused, and what it would fuse in a shuffle: two
+    where the device runs Concat itself (a device without the kernel, as
+    testcpu0, leaves the steps to the CPU's fallback as written)."""
+    text = report_text(model, feeds)
+    fused = int(re.search(r"(\d+) fused\)", text).group(1))
+    return fused, 0 if "Concat" in cpu_fallback_ops(text) else 2
+
+
 @pytest.mark.parametrize("groups, channels, spatial",
                          [(2, 58, (7, 6)), (3, 5, (4,)), (2, 4, (3, 2, 2)), (4, 1, (5, 5)),
                           (2, 58, (28, 28))])
@@ -313,7 +322,8 @@ def test_channel_shuffle_is_one_concat(groups, channels, spatial):
     Transpose and the Reshape before it go, the answers stay."""
     model, feeds = shuffle_model(groups, channels, spatial)
     check_model(model, feeds)
-    assert report(model, feeds)[3] == 2
+    fused, expected = shuffle_fused(model, feeds)
+    assert fused == expected
 
 
 @pytest.mark.parametrize("case", ["other_perm", "concat_read_elsewhere", "int64"])
@@ -327,4 +337,5 @@ def test_what_is_not_a_channel_shuffle_stays(case):
     else:
         model, feeds = shuffle_model(2, 3, (4, 5), dtype=np.int64)
     check_model(model, feeds)
-    assert report(model, feeds)[3] == (2 if case == "int64" else 0)
+    fused, expected = shuffle_fused(model, feeds)
+    assert fused == (expected if case == "int64" else 0)
