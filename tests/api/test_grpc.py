@@ -23,7 +23,8 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
-from test_serve import PERF_ANALYZER, ROOT, add_model, admin_token, free_port, request, start, stats
+from test_serve import (PERF_ANALYZER, ROOT, add_model, admin_token, free_port, free_ports,
+                        request, start, stats)
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "engine"))
 from models import simple_add_sub  # noqa: E402
@@ -511,7 +512,7 @@ def test_message_over_the_limit_is_resource_exhausted(repo):
 def start_needing_tokens(repo, model="mlp"):
     """A server with --auth required (start() polls a route that would need a
     token), up once `model` is ready."""
-    port, gport = free_port(), free_port()
+    port, gport = free_ports(2)
     state = repo.parent / f"state-auth-{port}"
     proc = subprocess.Popen([os.environ.get("GPUSRV_BIN", os.path.join(ROOT, "build", "gpusrv")),
                              "serve", "--model-repository", str(repo), "--http-port", str(port),

@@ -29,8 +29,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(n):
+    """n distinct free ports: their sockets are held together while chosen
+    (two free_port() calls can return the same port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def start(repo, *extra, env=None):
-    port = free_port()
+    port, grpc_port = free_ports(2)
     # The server's output goes to a file: a pipe nobody reads would fill up
     # and block it.
     log = open(os.path.join(str(repo), f"serve-{port}.log"), "w+")
@@ -38,7 +51,6 @@ def start(repo, *extra, env=None):
     state = ["--state-dir", os.path.join(str(repo), f"state-{port}")]
     if "--state-dir" in extra:  # the caller's, outside the repository
         state = []
-    grpc_port = free_port()
     proc = subprocess.Popen([GPUSRV, "serve", "--model-repository", str(repo), "--http-port",
                              str(port), "--grpc-port", str(grpc_port), *state, *extra],
                             stdout=log, stderr=log, text=True, env={**os.environ, **(env or {})})

@@ -80,6 +80,8 @@ def start_tls(repo, pki, cert="server", *extra, cert_path=None, key_path=None, g
     of `pki` (or the files given), and gRPC on `grpc_port` (0: none);
     (process, port, log path)."""
     port = free_port()
+    while port == grpc_port:  # the caller's port was chosen apart from this one
+        port = free_port()
     log_path = str(repo.parent / f"{repo.name}-serve-{port}.log")
     log = open(log_path, "w")
     proc = subprocess.Popen(
