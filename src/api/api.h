@@ -19,7 +19,7 @@ typedef struct gs_serve_settings {
   int64_t max_bodies_bytes;
   int64_t max_connections_per_client;
   int64_t http_threads;
-  int64_t grpc_threads;
+  int64_t grpc_pollers, grpc_threads;
   int64_t drain_seconds;
   int64_t model_memory_limit;
   char auth[GS_CONFIG_STR];

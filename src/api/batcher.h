@@ -22,6 +22,12 @@ int gs_batcher_submit(gs_batcher *b, gs_infer_request *r);
  * callback runs before this returns. */
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r);
 
+/* Whether m's runs outside a batcher have been short, by a moving mean of
+ * their compute: short enough for a thread that serves other calls to run
+ * them in passing (GS_BATCHER_SHORT_NS). False before the first run. */
+#define GS_BATCHER_SHORT_NS 100000
+bool gs_batcher_inline_is_short(const gs_served_model *m);
+
 /* A run of one of an ensemble's steps (ensemble.h) into its model's
  * statistics: `requests` requests of `rows` rows in one execution, no
  * queue and no copies (the step runs inside the ensemble's plan, its

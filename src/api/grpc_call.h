@@ -6,6 +6,7 @@
 
 #include "api/grpc_server.h"
 #include "api/infer_request.h"
+#include "base/workers.h"
 #include "kserve.pb-c.h" /* generated from kserve.proto */
 
 #include <grpc/grpc.h>
@@ -78,6 +79,13 @@ struct gs_grpc_call {
   bool unpack_refused; /* the last message did not fit the server's budget */
   int pending;         /* a stream's requests still being answered */
   int queued;          /* its replies waiting to be sent */
+  /* A stream's work handed to the worker threads runs one item at a time,
+   * in order (its replies keep its requests' order): `chain` runs the items
+   * listed from chain_head on one worker; chain_running while it is queued
+   * or running. */
+  gs_work chain;
+  gs_work *chain_head, *chain_tail;
+  bool chain_running;
 };
 
 /* ---- for handlers ----------------------------------------------------------------------- */
@@ -130,6 +138,12 @@ gs_grpc_watches *gs_grpc_call_watches(gs_grpc_call *c);
  * after its reply. */
 void gs_grpc_call_hold(gs_grpc_call *c);
 void gs_grpc_call_release(gs_grpc_call *c);
+
+/* Hands w to the server's worker threads, for work too long to run on the
+ * polling thread (a slow model's inference): false where it has none, and
+ * the caller then runs it itself. The handler holds the call meanwhile. A
+ * stream's items run one at a time, in the order handed. */
+bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w);
 
 /* The principal behind the call's bearer token (checked before the handler
  * ran); `admin` false where no token was given. */

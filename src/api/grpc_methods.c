@@ -336,6 +336,7 @@ static void repository_model_unload(gs_grpc_call *c, ProtobufCMessage *in) {
 /* One inference: the call it answers, its message (whose raw tensors the
  * request reads in place) and the request. */
 typedef struct infer_op {
+  gs_work work; /* where it is handed to a worker thread */
   gs_grpc_call *call;
   Inference__ModelInferRequest *message;
   gs_infer_request request;
@@ -370,6 +371,19 @@ static void on_inline(gs_infer_request *r, void *ctx) {
   (void)ctx;
 }
 
+/* A model without dynamic batching, run on this thread. */
+static void run_inline(infer_op *op) {
+  gs_served_model *m = op->request.model;
+  op->request.done = on_inline;
+  gs_batcher_run_inline(m, &op->request);
+  gs_served_release(m);
+  infer_reply(op);
+}
+
+static void run_handed_off(gs_work *w) {
+  run_inline((infer_op *)((char *)w - offsetof(infer_op, work)));
+}
+
 static void model_infer(gs_grpc_call *c, ProtobufCMessage *in) {
   Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)in;
   gs_served_version *v;
@@ -396,9 +410,14 @@ static void model_infer(gs_grpc_call *c, ProtobufCMessage *in) {
   if (st) {
     r->status = st;
     snprintf(r->error, sizeof r->error, "%s", why);
-  } else if (!m->dynamic_batching) { /* nothing to wait for: run it on this thread */
-    r->done = on_inline;
-    gs_batcher_run_inline(m, r);
+  } else if (!m->dynamic_batching) {
+    /* Nothing to wait for: a short run goes on here, on the polling thread,
+     * with no hand-off; a long one (or one whose length is not known yet)
+     * goes to a worker thread, so that it holds up no other call. */
+    op->work.run = run_handed_off;
+    if (gs_batcher_inline_is_short(m) || !gs_grpc_hand_off(c, &op->work))
+      run_inline(op);
+    return;
   } else {
     r->done = on_batched;
     r->ctx = op;

@@ -1,5 +1,6 @@
 /* grpc_server.c - the gRPC endpoint's transport on gRPC's C core: one
- * completion queue polled by a few threads, calls asked for without
+ * completion queue polled by one thread or a few (and worker threads that
+ * long inferences are handed to), calls asked for without
  * registering methods (the path picks the handler), unary calls as two
  * batches (receive; then reply, status and close), and bidirectional
  * streams with one receive and one send in flight at a time. */
@@ -11,6 +12,7 @@
 #include "base/error.h"
 #include "base/fileutil.h"
 #include "base/log.h"
+#include "base/workers.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
@@ -37,6 +39,7 @@ struct gs_grpc_server {
   grpc_resource_quota *quota;
   pthread_t threads[MAX_THREADS];
   int n_threads;
+  gs_workers *workers; /* NULL: none */
   atomic_int live_calls; /* accepted and not yet freed */
   /* Request messages are unpacked against a budget (--max-bodies-bytes):
    * protobuf-c's structs can take many times a message's bytes (an int64
@@ -139,6 +142,8 @@ static void on_status(gs_grpc_call *c, bool ok);
 static void on_closed(gs_grpc_call *c, bool ok);
 static void receive(gs_grpc_call *c, bool with_initial_metadata);
 
+static void run_chain(gs_work *chain); /* below, with gs_grpc_hand_off */
+
 static gs_grpc_call *call_new(gs_grpc_server *g) {
   gs_grpc_call *c = calloc(1, sizeof *c);
   if (!c)
@@ -153,6 +158,7 @@ static gs_grpc_call *call_new(gs_grpc_server *g) {
   c->on_status = (gs_grpc_tag){c, on_status};
   c->on_closed = (gs_grpc_tag){c, on_closed};
   c->status_details = grpc_empty_slice();
+  c->chain.run = run_chain;
   pthread_mutex_init(&c->lock, NULL);
   atomic_init(&c->refs, 1);
   return c;
@@ -724,6 +730,8 @@ static grpc_server_credentials *credentials(gs_grpc_server *g) {
 }
 
 static void free_server(gs_grpc_server *g) {
+  /* What they run replies to calls through the queue, which is still polled. */
+  gs_workers_stop(g->workers);
   /* Nobody polls the queue: the shutdown's notice is waited for here. */
   while (g->server && g->n_threads == 0 && atomic_load(&g->quiescing) &&
          !atomic_load(&g->shut_down) && next_event(g, true))
@@ -798,8 +806,8 @@ int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out) {
     return gs_error(GS_EIO, "cannot serve gRPC on %s (port in use?)", address);
   }
   grpc_server_start(g->server);
-  int n = settings->threads < 1 ? 1 : settings->threads > MAX_THREADS ? MAX_THREADS
-                                                                        : settings->threads;
+  int n = settings->pollers < 1 ? 1 : settings->pollers > MAX_THREADS ? MAX_THREADS
+                                                                        : settings->pollers;
   for (int i = 0; i < n; i++) {
     if (pthread_create(&g->threads[i], NULL, poll_main, g) != 0)
       break;
@@ -810,10 +818,56 @@ int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out) {
     free_server(g);
     return gs_error(GS_ENOMEM, "cannot start gRPC's threads");
   }
+  if (settings->workers > 0 && !(g->workers = gs_workers_start(settings->workers)))
+    GS_LOGW("grpc", "no worker threads (%s): every inference runs on a polling thread",
+            gs_error_detail());
   for (int i = 0; i < WAITING_CALLS; i++)
     ask_for_call(g);
   *out = g;
   return GS_OK;
+}
+
+/* A stream's items handed off, in turn, on one worker thread; the call is
+ * held while the chain runs. */
+static void run_chain(gs_work *chain) {
+  gs_grpc_call *c = (gs_grpc_call *)((char *)chain - offsetof(gs_grpc_call, chain));
+  for (;;) {
+    pthread_mutex_lock(&c->lock);
+    gs_work *w = c->chain_head;
+    if (w && !(c->chain_head = w->next))
+      c->chain_tail = NULL;
+    c->chain_running = w != NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (!w)
+      break;
+    w->run(w);
+  }
+  gs_grpc_call_release(c);
+}
+
+bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w) {
+  gs_workers *ws = c->server->workers;
+  if (!ws)
+    return false;
+  if (!c->method->streaming) {
+    gs_workers_queue(ws, w);
+    return true;
+  }
+  w->next = NULL;
+  pthread_mutex_lock(&c->lock);
+  if (c->chain_tail)
+    c->chain_tail->next = w;
+  else
+    c->chain_head = w;
+  c->chain_tail = w;
+  bool start = !c->chain_running;
+  c->chain_running = true;
+  pthread_mutex_unlock(&c->lock);
+  if (start) {
+    gs_grpc_call_hold(c);
+    gs_workers_queue(ws, &c->chain);
+  }
+  return true;
 }
 
 void gs_grpc_quiesce(gs_grpc_server *g) {

@@ -16,7 +16,13 @@ typedef struct gs_grpc_server gs_grpc_server;
 typedef struct gs_grpc_settings {
   const char *host; /* an IPv4 address */
   int port;
-  int threads;                 /* polling the completion queue */
+  /* Threads polling the completion queue: each event that passes from one
+   * poller to another costs gRPC's core a hand-off, so one is the fastest
+   * where it keeps up. */
+  int pollers;
+  /* Threads running inferences too long to run on a poller in passing
+   * (gs_grpc_hand_off); 0: every inference runs on its poller. */
+  int workers;
   int64_t max_message_bytes;   /* a larger request gets RESOURCE_EXHAUSTED */
   int64_t max_buffered_bytes;  /* what all calls' buffers may hold (gRPC's resource quota) */
   gs_repository *repo;

@@ -192,6 +192,9 @@ typedef struct gs_served_model {
   pthread_mutex_t stats_lock;
   gs_model_stats stats;
   _Atomic int64_t queue_length; /* requests waiting in its batcher now */
+  /* A moving mean of the compute of its runs outside a batcher (0: none
+   * yet), for gs_batcher_inline_is_short. */
+  _Atomic uint64_t inline_compute_ns;
   /* Idle unloading: the configured limit (0: never), requests between
    * arrival and answer, and when the last one came or went. */
   int64_t idle_unload_s;

@@ -59,7 +59,12 @@ const gs_config_option gs_serve_options[] = {
         "Connections one client address may hold open", max_connections_per_client),
     OPT("http-threads", GS_CFG_INT, "4", 1, 256, "Threads serving HTTP connections",
         http_threads),
-    OPT("grpc-threads", GS_CFG_INT, "4", 1, 64, "Threads serving gRPC calls", grpc_threads),
+    OPT("grpc-pollers", GS_CFG_INT, "1", 1, 64,
+        "Threads polling gRPC's completion queue (more cost hand-offs between them)",
+        grpc_pollers),
+    OPT("grpc-threads", GS_CFG_INT, "4", 0, 256,
+        "Threads running gRPC inferences of models without dynamic batching whose runs take "
+        "over 100 us (0: all on the polling threads)", grpc_threads),
     OPT("drain-seconds", GS_CFG_INT, "30", 0, 3600,
         "On SIGINT/SIGTERM, how long requests in flight may take to finish", drain_seconds),
     OPT("model-memory-limit", GS_CFG_BYTES, "0", 0, (int64_t)1 << 50,
@@ -861,7 +866,8 @@ static int start_grpc(server *s) {
     return gs_error(GS_EINVAL, "--grpc-port and --http-port are both %lld",
                     (long long)st->http_port);
   gs_grpc_settings g = {.host = st->host, .port = (int)st->grpc_port,
-                        .threads = (int)st->grpc_threads,
+                        .pollers = (int)st->grpc_pollers,
+                        .workers = (int)st->grpc_threads,
                         .max_message_bytes = st->max_request_bytes,
                         .max_buffered_bytes = st->max_bodies_bytes, .repo = &s->repo,
                         .frontdesk = s->frontdesk, .reading_needs_token = s->reading_needs_token,

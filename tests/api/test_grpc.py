@@ -472,6 +472,84 @@ def test_a_stream_that_is_not_read_is_read_no_further(tmp_path):
         assert proc.wait(timeout=30) == 0
 
 
+def slow_model(path, n_products=128, n=1024):
+    """x @ I, n_products times over, for x of n x n: about 0.3 TFLOP, a second or
+    more on a 2-core machine; y equals x."""
+    names = ["x"] + [f"p{k}" for k in range(1, n_products)] + ["y"]
+    nodes = [H.make_node("MatMul", [names[k], "eye"], [names[k + 1]]) for k in range(n_products)]
+    eye = onnx.numpy_helper.from_array(np.eye(n, dtype=np.float32), "eye")
+    g = H.make_graph(nodes, "slow", [H.make_tensor_value_info("x", T.FLOAT, [n, n])],
+                     [H.make_tensor_value_info("y", T.FLOAT, [n, n])], [eye])
+    path.parent.mkdir(parents=True)
+    onnx.save(H.make_model(g, opset_imports=[H.make_opsetid("", 17)]), str(path))
+
+
+def test_a_slow_model_holds_up_no_other_call(tmp_path):
+    """One thread polls gRPC's queue (the default); an inference of a model
+    without dynamic batching whose runs are long goes to a worker thread. So
+    while a slow model runs, health checks and a small model's inferences
+    are answered; with every inference on the polling thread
+    (--grpc-threads 0) they would wait for it."""
+    root = tmp_path / "models"
+    slow_model(root / "slow" / "1" / "model.onnx")
+    (root / "simple" / "1").mkdir(parents=True)
+    onnx.save(simple_add_sub(), str(root / "simple" / "1" / "model.onnx"))
+    proc, port = start(root)
+    try:
+        c = tg.InferenceServerClient(f"127.0.0.1:{proc.grpc_port}")
+        x = np.random.default_rng(3).standard_normal((1024, 1024)).astype(np.float32)
+        slow_in = tg.InferInput("x", [1024, 1024], "FP32")
+        slow_in.set_data_from_numpy(x)
+        done = queue.Queue()
+        c.async_infer("slow", [slow_in], lambda result, error: done.put((result, error)))
+        time.sleep(0.1)  # on its way, or running
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        for _ in range(10):
+            assert c.is_server_live()
+            inputs = [tg.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for i in inputs:
+                i.set_data_from_numpy(a)
+            r = c.infer("simple", inputs)
+            assert np.array_equal(r.as_numpy("OUTPUT0"), a + a)
+        assert done.empty(), "the small model waited for the slow one"
+        result, error = done.get(timeout=120)
+        assert error is None, error
+        assert np.array_equal(result.as_numpy("y"), x)
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
+def test_a_streams_long_inferences_keep_their_order(tmp_path):
+    """A stream's requests of a model whose runs are long go to the worker
+    threads one at a time: its replies come in the order of its requests."""
+    root = tmp_path / "models"
+    slow_model(root / "medium" / "1" / "model.onnx", n_products=4, n=384)
+    proc, port = start(root)
+    total = 24
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{proc.grpc_port}")
+        xs = [np.full((384, 384), k, dtype=np.float32) for k in range(total)]
+
+        def requests():
+            for k in range(total):
+                q = pb.ModelInferRequest(model_name="medium", id=str(k))
+                q.inputs.add(name="x", datatype="FP32", shape=[384, 384])
+                q.raw_input_contents.append(xs[k].tobytes())
+                yield q
+        replies = pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
+        for k, r in enumerate(replies):
+            assert not r.error_message, r.error_message
+            assert r.infer_response.id == str(k)
+            assert np.frombuffer(r.infer_response.raw_output_contents[0], np.float32)[0] == k
+        assert k == total - 1
+        channel.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
 def test_a_client_that_leaves_mid_stream(server):
     channel = grpc.insecure_channel(f"127.0.0.1:{server[1]}")
     s = pb_grpc.GRPCInferenceServiceStub(channel)
