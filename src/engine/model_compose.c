@@ -12,6 +12,15 @@
 /* onnx.c */
 int gs__model_check(gs_model *m, bool check_support);
 
+/* "<step>/<name>", malloc'd; NULL when out of memory. */
+static char *prefixed(const gs_compose_step *s, const char *name) {
+  size_t n = strlen(s->name) + strlen(name) + 2;
+  char *out = malloc(n);
+  if (out)
+    snprintf(out, n, "%s/%s", s->name, name);
+  return out;
+}
+
 /* What a step's tensor is called in the whole: the ensemble tensor it is
  * wired to, "" for an omitted optional input, else "<step>/<name>".
  * malloc'd; NULL when out of memory. */
@@ -19,13 +28,7 @@ static char *renamed(const gs_compose_step *s, const char *name) {
   for (int i = 0; i < s->n_map; i++)
     if (strcmp(s->from[i], name) == 0)
       return strdup(s->to[i]);
-  if (!name[0])
-    return strdup("");
-  size_t n = strlen(s->name) + strlen(name) + 2;
-  char *out = malloc(n);
-  if (out)
-    snprintf(out, n, "%s/%s", s->name, name);
-  return out;
+  return name[0] ? prefixed(s, name) : strdup("");
 }
 
 /* A node's name in the whole: "<step>/<name>", or "<step>/<op>_<index>"
@@ -35,13 +38,8 @@ static char *renamed(const gs_compose_step *s, const char *name) {
  * malloc'd; NULL when out of memory. */
 static char *node_name(const gs_compose_step *s, const gs_node *node, int index) {
   char unnamed[96];
-  const char *name = node->name && node->name[0] ? node->name : unnamed;
   snprintf(unnamed, sizeof unnamed, "%s_%d", node->op_type, index);
-  size_t n = strlen(s->name) + strlen(name) + 2;
-  char *out = malloc(n);
-  if (out)
-    snprintf(out, n, "%s/%s", s->name, name);
-  return out;
+  return prefixed(s, node->name && node->name[0] ? node->name : unnamed);
 }
 
 static int rename_all(const gs_compose_step *s, char **names, int n) {
@@ -240,9 +238,12 @@ static int take_step(gs_model *whole, gs_compose_step *s) {
     rc = rename_all(s, &m->inits[i].name, 1);
   if (rc < 0)
     return rc;
-  memcpy(whole->nodes + whole->n_nodes, m->nodes, (size_t)m->n_nodes * sizeof *m->nodes);
+  /* A step without weights (or nodes) has NULL arrays, as may the whole. */
+  if (m->n_nodes > 0)
+    memcpy(whole->nodes + whole->n_nodes, m->nodes, (size_t)m->n_nodes * sizeof *m->nodes);
   whole->n_nodes += m->n_nodes;
-  memcpy(whole->inits + whole->n_inits, m->inits, (size_t)m->n_inits * sizeof *m->inits);
+  if (m->n_inits > 0)
+    memcpy(whole->inits + whole->n_inits, m->inits, (size_t)m->n_inits * sizeof *m->inits);
   whole->n_inits += m->n_inits;
   m->n_nodes = m->n_inits = 0; /* moved: the shell frees none of them */
   return GS_OK;

@@ -83,6 +83,18 @@ def topk_graph():
          helper.make_tensor_value_info("indices", TensorProto.INT64, ["N", 3])], initializer=[k])
 
 
+def ones_graph():
+    """As many ones as the sum of x: a shape computed from the values, so that
+    a plan of it is made in stages at run time."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    return helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=1),
+         helper.make_node("Cast", ["sum"], ["n"], to=TensorProto.INT64),
+         helper.make_node("ConstantOfShape", ["n"], ["ones"], value=one)],
+        "ones", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10])],
+        [helper.make_tensor_value_info("ones", TensorProto.FLOAT, ["K"])])
+
+
 def ensemble(steps, inputs=("IMAGE",), outputs=("SCORES", "CLASSES"), **extra):
     return {"platform": "ensemble", "max_batch_size": 8, "dynamic_batching": {},
             "input": [{"name": n} for n in inputs], "output": [{"name": n} for n in outputs],
@@ -100,6 +112,7 @@ def served(tmp_path_factory):
     repo = tmp_path_factory.mktemp("repo")
     save(repo, "classifier", classifier_graph(), {"max_batch_size": 8, "preprocess": RECIPE})
     save(repo, "topk", topk_graph(), {"max_batch_size": 8})
+    save(repo, "ones", ones_graph(), {})
     (repo / "pipeline" / "1").mkdir(parents=True)  # Triton's ensembles keep an empty version
     (repo / "pipeline" / "config.pbtxt").write_text(PIPELINE_PBTXT)
     bad = {
@@ -109,6 +122,10 @@ def served(tmp_path_factory):
         "topk_twice": ensemble([{**TOPK, "output_map": {"values": "V1", "indices": "I1"}},
                                 {**TOPK, "input_map": {"scores": "V1"}}],
                                inputs=("LOGITS",), outputs=("SCORES", "CLASSES")),
+        "staged": {"platform": "ensemble", "input": [{"name": "X"}],
+                   "output": [{"name": "ONES"}], "ensemble_scheduling": {"step": [
+                       {"model_name": "ones", "input_map": {"x": "X"},
+                        "output_map": {"ones": "ONES"}}]}},
         "reversed": ensemble([TOPK, CLASSIFY]),  # steps in any order: data decides
         "ghost": ensemble([CLASSIFY, {**TOPK, "model_name": "nowhere"}]),
         "unwired": ensemble([CLASSIFY, {**TOPK, "input_map": {}}]),
@@ -272,6 +289,24 @@ def test_a_model_twice_in_an_ensemble_counts_both_runs(served):
     after = step_figures(c, "topk")
     assert after["inferences"] - before["inferences"] == 2
     assert after["successes"] - before["successes"] == 2
+
+
+def test_an_ensemble_planned_in_stages_keeps_its_own_figures_and_says_so(served):
+    """A step whose output's shape depends on values: the ensemble's plan is
+    made in stages, which time no steps. The ensemble counts its requests,
+    the step's model counts nothing from it, and the log says why once."""
+    repo, port, _ = served
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    before = step_figures(c, "ones")
+    for k in range(3):
+        x = triton.InferInput("X", [10], "FP32")
+        x.set_data_from_numpy(np.full(10, k, np.float32))
+        np.testing.assert_array_equal(c.infer("staged", [x]).as_numpy("ONES"), np.ones(10 * k))
+    assert step_figures(c, "ones") == before
+    assert step_figures(c, "staged")["successes"] == 3
+    logs = "".join(open(f).read() for f in repo.glob(f"serve-{port}.log"))
+    said = re.findall(r"ensemble staged: its steps' models get no figures from it: .+", logs)
+    assert len(said) == 1, said
 
 
 def test_wirings_that_do_not_add_up_are_the_load_failure(served):
