@@ -222,6 +222,8 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
     for (int j = 0; j < k; j++)
       again = again || strcmp(e->steps[j].model, st->model) == 0;
     snprintf(st->prefix, sizeof st->prefix, again ? "%s#%d" : "%s", st->model, k);
+    /* Entries stay where they are until the repository is freed. */
+    st->served = m->repo ? gs_repository_find(m->repo, st->model) : NULL;
     for (int i = 0; i < st->n_in; i++)
       from[k][i] = st->in_from[i], to[k][i] = st->in_to[i];
     for (int i = 0; i < st->n_out; i++)
@@ -261,7 +263,7 @@ void gs_ensemble_count_steps(gs_served_model *m, gs_plan *plan, int requests, in
   if (!m->is_ensemble || !gs_plan_take_section_times(plan, ns, e->n_steps))
     return;
   for (int k = 0; requests > 0 && k < e->n_steps; k++) {
-    gs_served_model *step = m->repo ? gs_repository_find(m->repo, e->steps[k].model) : NULL;
+    gs_served_model *step = e->steps[k].served;
     if (step && step != m)
       gs_batcher_count_step(step, requests, rows, ns[k]);
   }

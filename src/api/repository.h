@@ -131,6 +131,9 @@ typedef struct gs_ensemble_step {
   /* Its nodes' prefix in the composed model, "<model>" or "<model>#<k>" for
    * a model that is a step twice (model_compose.h); set by the compose. */
   char prefix[GS_ENSEMBLE_NAME + 8];
+  /* The repository's entry for the model (its statistics count the step's
+   * runs); set by the compose, NULL where the repository has none. */
+  struct gs_served_model *served;
   char in_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], in_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
   char out_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], out_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
 } gs_ensemble_step;

@@ -25,7 +25,7 @@ static bool swaps_first_axes(const gs_transpose_attrs *t, int rank) {
 static bool even_channel_concat(const gs_plan *p, int k, int64_t *channels) {
   const gs_op_call *c = p->steps[k].call;
   if (!gs__step_is(&p->steps[k], "Concat") || ((const gs_axis_attrs *)c->attrs)->axis != 1 ||
-      c->n_in < 2 || c->in[0].shape.rank < 2 || c->in[0].shape.rank > GS_MAX_DIMS - 1)
+      c->n_in < 2 || c->in[0].shape.rank < 2)
     return false;
   for (int i = 1; i < c->n_in; i++)
     if (!gs_shape_equal(&c->in[i].shape, &c->in[0].shape) || c->in[i].dtype != c->in[0].dtype)

@@ -394,12 +394,18 @@ def test_depthwise_conv(case, bias, tmp_path):
     p = run_gpusrv(path, {"x": x}, str(tmp_path), env={"ONEDNN_VERBOSE": "1"})
     assert p.returncode == 0, p.stderr
     assert ",convolution," not in p.stdout, p.stdout[-2000:]
-    # The same window on 16 channels stays with oneDNN, and its log says so.
-    x16, w16 = x[:, :16], w[:16]
-    consts16 = {"w": w16, **({"b": consts["b"][:16]} if bias else {})}
-    onnx.save(make_model([helper.make_node("Conv", ["x", *consts16], ["y"],
-                                           **{**attrs, "group": 16})], {"x": x16}, consts16), path)
-    p = run_gpusrv(path, {"x": x16}, str(tmp_path), env={"ONEDNN_VERBOSE": "1"})
+
+
+def test_depthwise_conv_on_16_channels_stays_with_onednn(tmp_path):
+    """The control of the test above: on 16 channels the engine's kernel does
+    not take the window, and oneDNN's log says that it ran the convolution."""
+    if DEVICE and DEVICE != "cpu0":
+        pytest.skip("oneDNN runs convolutions on cpu0 only")
+    x, w = f32(1, 16, 24, 24), f32(16, 1, 3, 3)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=16,
+                                           pads=[1, 1, 1, 1])], {"x": x}, {"w": w}), path)
+    p = run_gpusrv(path, {"x": x}, str(tmp_path), env={"ONEDNN_VERBOSE": "1"})
     assert p.returncode == 0 and ",convolution," in p.stdout, p.stdout[-2000:]
 
 
