@@ -736,7 +736,9 @@ static void release_pipeline(instance_pipeline *ip) {
 }
 
 void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
-  r->t_arrive = r->t_batch = gs_now_ns();
+  r->t_batch = gs_now_ns();
+  if (!r->t_arrive) /* else set where it waited for a thread */
+    r->t_arrive = r->t_batch;
   atomic_fetch_add(&m->in_flight, 1);
   int rc = gs_served_run(m, r->version, r->shapes, r->inputs, r->outputs, r->out_info);
   uint64_t t1 = gs_now_ns();

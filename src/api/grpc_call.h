@@ -139,11 +139,14 @@ gs_grpc_watches *gs_grpc_call_watches(gs_grpc_call *c);
 void gs_grpc_call_hold(gs_grpc_call *c);
 void gs_grpc_call_release(gs_grpc_call *c);
 
-/* Hands w to the server's worker threads, for work too long to run on the
- * polling thread (a slow model's inference): false where it has none, and
- * the caller then runs it itself. The handler holds the call meanwhile. A
- * stream's items run one at a time, in the order handed. */
-bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w);
+/* Hands w to the server's worker threads, for work too long to run on a
+ * polling thread (a slow model's inference), unless `may_run_here` and
+ * nothing of the call's is with them. False: the caller runs w itself, now
+ * (also where the server has no workers). The handler holds the call
+ * meanwhile. A stream's items run one at a time, in the order handed, and
+ * one it may run itself waits behind those handed before it: its replies
+ * keep its requests' order. */
+bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w, bool may_run_here);
 
 /* The principal behind the call's bearer token (checked before the handler
  * ran); `admin` false where no token was given. */

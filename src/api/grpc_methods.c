@@ -5,6 +5,7 @@
 
 #include "api/batcher.h"
 #include "api/kserve.h"
+#include "base/clock.h"
 #include "base/error.h"
 
 #include "health.pb-c.h"
@@ -371,17 +372,31 @@ static void on_inline(gs_infer_request *r, void *ctx) {
   (void)ctx;
 }
 
-/* A model without dynamic batching, run on this thread. */
+/* A model without dynamic batching, run on this thread. The reply is made
+ * before the model's use ends: it reads the version's outputs. */
 static void run_inline(infer_op *op) {
   gs_served_model *m = op->request.model;
   op->request.done = on_inline;
   gs_batcher_run_inline(m, &op->request);
-  gs_served_release(m);
   infer_reply(op);
+  gs_served_release(m);
 }
 
+/* On a worker thread. The model's use, taken on the polling thread, ends
+ * here (a read hold of its rwlock: glibc's keeps no owner for readers). A
+ * call that ended while it waited (the client left, the server stops) is
+ * not run. */
 static void run_handed_off(gs_work *w) {
-  run_inline((infer_op *)((char *)w - offsetof(infer_op, work)));
+  infer_op *op = (infer_op *)((char *)w - offsetof(infer_op, work));
+  if (!gs_grpc_call_gone(op->call)) {
+    run_inline(op);
+    return;
+  }
+  gs_served_model *m = op->request.model;
+  op->request.status = 503;
+  snprintf(op->request.error, sizeof op->request.error, "the call ended before its turn");
+  infer_reply(op);
+  gs_served_release(m);
 }
 
 static void model_infer(gs_grpc_call *c, ProtobufCMessage *in) {
@@ -415,7 +430,8 @@ static void model_infer(gs_grpc_call *c, ProtobufCMessage *in) {
      * with no hand-off; a long one (or one whose length is not known yet)
      * goes to a worker thread, so that it holds up no other call. */
     op->work.run = run_handed_off;
-    if (gs_batcher_inline_is_short(m) || !gs_grpc_hand_off(c, &op->work))
+    r->t_arrive = gs_now_ns(); /* a wait for a worker is its queue time */
+    if (!gs_grpc_hand_off(c, &op->work, gs_batcher_inline_is_short(m)))
       run_inline(op);
     return;
   } else {

@@ -47,6 +47,7 @@ struct gs_grpc_server {
   ProtobufCAllocator allocator;
   atomic_llong unpacked_bytes;
   atomic_bool quiescing;
+  atomic_bool cancelling; /* gs_grpc_stop cancels every call */
   atomic_bool shut_down; /* the server's shutdown notice arrived */
   gs_grpc_tag on_shutdown;
   /* TLS: the certificate configuration gRPC takes at its next handshake
@@ -377,7 +378,7 @@ bool gs_grpc_call_gone(gs_grpc_call *c) {
   pthread_mutex_lock(&c->lock);
   bool gone = c->broken || c->finishing;
   pthread_mutex_unlock(&c->lock);
-  return gone;
+  return gone || atomic_load(&c->server->cancelling);
 }
 
 gs_grpc_watches *gs_grpc_call_watches(gs_grpc_call *c) { return c->server->watches; }
@@ -767,6 +768,7 @@ int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out) {
   atomic_init(&g->unpacked_bytes, 0);
   atomic_init(&g->live_calls, 0);
   atomic_init(&g->quiescing, false);
+  atomic_init(&g->cancelling, false);
   atomic_init(&g->shut_down, false);
   pthread_mutex_init(&g->tls_lock, NULL);
   g->watches = gs_grpc_watches_open(settings->repo); /* NULL: Watch is refused */
@@ -827,34 +829,44 @@ int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out) {
   return GS_OK;
 }
 
-/* A stream's items handed off, in turn, on one worker thread; the call is
- * held while the chain runs. */
+/* A stream's next item handed off, on a worker thread; then the chain goes
+ * to the back of the workers' queue if more wait, so that one busy stream
+ * takes no more than its turns. The call is held while the chain runs. */
 static void run_chain(gs_work *chain) {
   gs_grpc_call *c = (gs_grpc_call *)((char *)chain - offsetof(gs_grpc_call, chain));
-  for (;;) {
-    pthread_mutex_lock(&c->lock);
-    gs_work *w = c->chain_head;
-    if (w && !(c->chain_head = w->next))
-      c->chain_tail = NULL;
-    c->chain_running = w != NULL;
-    pthread_mutex_unlock(&c->lock);
-    if (!w)
-      break;
-    w->run(w);
-  }
-  gs_grpc_call_release(c);
+  pthread_mutex_lock(&c->lock);
+  gs_work *w = c->chain_head;
+  if (w && !(c->chain_head = w->next))
+    c->chain_tail = NULL;
+  pthread_mutex_unlock(&c->lock);
+  if (w)
+    w->run(w); /* its reply is queued when this returns */
+  pthread_mutex_lock(&c->lock);
+  bool more = c->chain_head != NULL;
+  c->chain_running = more;
+  pthread_mutex_unlock(&c->lock);
+  if (more)
+    gs_workers_queue(c->server->workers, &c->chain);
+  else
+    gs_grpc_call_release(c);
 }
 
-bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w) {
+bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w, bool may_run_here) {
   gs_workers *ws = c->server->workers;
   if (!ws)
     return false;
   if (!c->method->streaming) {
+    if (may_run_here)
+      return false;
     gs_workers_queue(ws, w);
     return true;
   }
   w->next = NULL;
   pthread_mutex_lock(&c->lock);
+  if (may_run_here && !c->chain_running) { /* every earlier reply is queued */
+    pthread_mutex_unlock(&c->lock);
+    return false;
+  }
   if (c->chain_tail)
     c->chain_tail->next = w;
   else
@@ -885,6 +897,7 @@ void gs_grpc_stop(gs_grpc_server *g) {
   if (!g)
     return;
   gs_grpc_quiesce(g);
+  atomic_store(&g->cancelling, true); /* what waits for a worker is not run */
   grpc_server_cancel_all_calls(g->server);
   /* A cancelled call's request may still be in a batcher: its reply finds
    * the call cancelled, and then the call is freed. */

@@ -63,8 +63,8 @@ const gs_config_option gs_serve_options[] = {
         "Threads polling gRPC's completion queue (more cost hand-offs between them)",
         grpc_pollers),
     OPT("grpc-threads", GS_CFG_INT, "4", 0, 256,
-        "Threads running gRPC inferences of models without dynamic batching whose runs take "
-        "over 100 us (0: all on the polling threads)", grpc_threads),
+        "Threads running gRPC inferences of models without dynamic batching whose mean run is "
+        "100 us or more, or not yet known (0: all on the polling threads)", grpc_threads),
     OPT("drain-seconds", GS_CFG_INT, "30", 0, 3600,
         "On SIGINT/SIGTERM, how long requests in flight may take to finish", drain_seconds),
     OPT("model-memory-limit", GS_CFG_BYTES, "0", 0, (int64_t)1 << 50,
