@@ -311,6 +311,9 @@ static int run(const char *path, const model_opts *opts) {
     if (r.in_place)
       printf("plan: reshapes that copy nothing (the output takes the input's memory): %d\n",
              r.in_place);
+    if (r.overwritten)
+      printf("plan: elementwise steps that write over an input dying there: %d\n",
+             r.overwritten);
     if (r.packed)
       printf("plan: %d products read their constant weights packed in panels\n", r.packed);
     if (r.attention)

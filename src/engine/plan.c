@@ -336,36 +336,95 @@ static bool keeps_bytes(const step *st) {
          (gs__step_is(st, "Identity") && st->call->n_out == 1);
 }
 
+/* Elementwise ops whose kernels may overwrite an input of the output's
+ * shape (gs_device_caps.elementwise_in_place). */
+static bool elementwise(const step *st) {
+  static const char *const ops[] = {
+      "Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish",
+      "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Softplus",
+      "Elu", "Selu", "Clip", NULL};
+  for (int i = 0; ops[i]; i++)
+    if (gs__step_is(st, ops[i]))
+      return true;
+  return false;
+}
+
+/* Whether step s's output may take the place of its input k, which dies
+ * there: same bytes, type, shape and layout, neither a graph input nor a
+ * graph output (the caller may bind its own buffers to those). */
+static bool may_take_place(const gs_plan *p, int s, int k) {
+  const step *st = &p->steps[s];
+  int in = st->in[k], out = st->out[0];
+  if (in < 0 || out < 0)
+    return false;
+  const value *vi = &p->values[in], *vo = &p->values[out];
+  return vi->in_arena && !vi->data && !vi->graph_input && !vo->graph_output &&
+         vi->last_use == s && vi->bytes == vo->bytes && vi->dtype == vo->dtype &&
+         vi->dtype != GS_DT_BYTES && vi->blocked == vo->blocked;
+}
+
+/* Value out of step s shares in's place in the arena from now on. */
+static void share_place(gs_plan *p, int s, int in, int out) {
+  value *vi = &p->values[in], *vo = &p->values[out];
+  int root = vi->alias_of >= 0 ? vi->alias_of : in;
+  value *vr = &p->values[root];
+  vo->alias_of = root;
+  int until = vo->last_use > s ? vo->last_use : s;
+  if (vr->last_use < until)
+    vr->last_use = until;
+}
+
+/* An elementwise step on a device whose kernels allow it writes over an
+ * input that dies there and has the output's shape: one tensor fewer in
+ * the arena, and no output lines to bring into the cache. The input must
+ * be the only one of the step's inputs in that place. (A step that falls
+ * back to the CPU copies its inputs out before its output comes back.) */
+static bool overwrite_input(gs_plan *p, int s) {
+  const step *st = &p->steps[s];
+  const gs_op_call *c = st->call;
+  if (st->dead || c->n_out != 1 || !elementwise(st))
+    return false;
+  for (int k = 0; k < c->n_in; k++) {
+    int in = st->in[k];
+    if (!may_take_place(p, s, k) || !gs_shape_equal(&c->in[k].shape, &c->out[0].shape) ||
+        !gs_shape_equal(&p->values[in].shape, &p->values[st->out[0]].shape))
+      continue;
+    int root = p->values[in].alias_of >= 0 ? p->values[in].alias_of : in;
+    bool alone = true;
+    for (int j = 0; j < c->n_in; j++) {
+      int o = st->in[j];
+      alone = alone && (o < 0 || o == in ||
+                        (o != root && p->values[o].alias_of != root));
+    }
+    if (!alone)
+      continue;
+    share_place(p, s, in, st->out[0]);
+    p->report.overwritten++;
+    return true;
+  }
+  return false;
+}
+
 /* A step that only reshapes a value that dies there writes nothing: its
  * output takes the input's place in the arena, which lives as long as
  * either does (a channel shuffle's Reshape, Transpose, Reshape copies once,
- * not three times). Graph inputs and outputs keep places of their own:
- * the caller may bind its buffers to them. Counts them in the report. */
-static void share_places(gs_plan *p) {
+ * not three times). An elementwise step may write over its input
+ * (overwrite_input). Counts both in the report. */
+static void share_places(gs_plan *p, bool overwrite) {
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
-    int in = st->in[0], out = st->out[0];
-    if (!keeps_bytes(st) || in < 0 || out < 0)
+    if (overwrite && overwrite_input(p, s))
       continue;
-    value *vi = &p->values[in], *vo = &p->values[out];
-    if (!vi->in_arena || vi->data || vi->graph_input || vo->graph_output ||
-        vi->last_use != s || vi->bytes != vo->bytes || vi->dtype != vo->dtype ||
-        vi->dtype == GS_DT_BYTES)
+    if (!keeps_bytes(st) || !may_take_place(p, s, 0))
       continue;
-    int root = vi->alias_of >= 0 ? vi->alias_of : in;
-    value *vr = &p->values[root];
-    vo->alias_of = root;
-    int until = vo->last_use > s ? vo->last_use : s;
-    if (vr->last_use < until)
-      vr->last_use = until;
+    share_place(p, s, st->in[0], st->out[0]);
     st->in_place = true;
     p->report.in_place++;
   }
 }
 
-/* Greedy by size: the biggest tensors are placed first, each at the lowest
- * offset that no tensor alive at the same time overlaps. */
-static int plan_memory(gs_plan *p) {
+/* When each value is written and last read, before any shares a place. */
+static void find_lifetimes(gs_plan *p) {
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
     for (int i = 0; i < st->call->n_in; i++)
@@ -387,14 +446,13 @@ static int plan_memory(gs_plan *p) {
     if (!v->data)
       v->last_use = p->n_steps;
   }
-  share_places(p);
-  int *order = malloc(sizeof(int) * (size_t)(p->n_values + 1)), n = 0;
-  interval *busy = malloc(sizeof(interval) * (size_t)(p->n_values + 1));
-  if (!order || !busy) {
-    free(order);
-    free(busy);
-    return gs_error(GS_ENOMEM, "out of memory planning memory");
-  }
+}
+
+/* Greedy by size: the biggest tensors are placed first, each at the lowest
+ * offset that no tensor alive at the same time overlaps. order and busy
+ * have room for every value. */
+static void place_arena(gs_plan *p, int *order, interval *busy) {
+  int n = 0;
   for (int i = 0; i < p->n_values; i++)
     if (p->values[i].in_arena && !p->values[i].data && p->values[i].alias_of < 0) {
       if (p->values[i].last_use < p->values[i].def)
@@ -403,10 +461,15 @@ static int plan_memory(gs_plan *p) {
     }
   qsort_r(order, (size_t)n, sizeof(int), cmp_by_size, p->values);
   uint64_t peak = 0, naive = 0;
+  /* Without reuse: every tensor but a reshape's that copies nothing. */
+  for (int i = 0; i < p->n_values; i++) {
+    const value *v = &p->values[i];
+    if (v->in_arena && !v->data && !(v->def >= 0 && p->steps[v->def].in_place))
+      naive += align_up(v->bytes);
+  }
   for (int a = 0; a < n; a++) {
     value *v = &p->values[order[a]];
     size_t need = align_up(v->bytes);
-    naive += need;
     /* The placed tensors alive at the same time, by offset; the first gap
      * that fits wins. */
     int n_busy = 0;
@@ -430,10 +493,47 @@ static int plan_memory(gs_plan *p) {
   for (int i = 0; i < p->n_values; i++)
     if (p->values[i].alias_of >= 0)
       p->values[i].offset = p->values[p->values[i].alias_of].offset;
-  free(order);
-  free(busy);
   p->report.arena_bytes = peak;
   p->report.naive_bytes = naive;
+}
+
+/* Lifetimes, shared places (with or without elementwise steps writing
+ * over their inputs), then offsets, from scratch. */
+static void place_values(gs_plan *p, bool overwrite, int *order, interval *busy) {
+  for (int i = 0; i < p->n_values; i++) {
+    p->values[i].alias_of = -1;
+    p->values[i].last_use = -1;
+  }
+  for (int s = 0; s < p->n_steps; s++)
+    p->steps[s].in_place = false;
+  p->report.in_place = p->report.overwritten = 0;
+  find_lifetimes(p);
+  share_places(p, overwrite);
+  place_arena(p, order, busy);
+}
+
+/* Elementwise steps writing over their inputs make fewer, longer-lived
+ * tensors, which the greedy placement can pack worse: the arena is placed
+ * both ways and the smaller kept (with them on a tie: their outputs then
+ * need no cache lines of their own). */
+static int plan_memory(gs_plan *p) {
+  int *order = malloc(sizeof(int) * (size_t)(p->n_values + 1));
+  interval *busy = malloc(sizeof(interval) * (size_t)(p->n_values + 1));
+  if (!order || !busy) {
+    free(order);
+    free(busy);
+    return gs_error(GS_ENOMEM, "out of memory planning memory");
+  }
+  bool overwrite = p->device && gs_device_get_caps(p->device)->elementwise_in_place;
+  place_values(p, overwrite, order, busy);
+  if (overwrite && p->report.overwritten > 0) {
+    uint64_t with = p->report.arena_bytes;
+    place_values(p, false, order, busy);
+    if (with <= p->report.arena_bytes)
+      place_values(p, true, order, busy);
+  }
+  free(order);
+  free(busy);
   return 0;
 }
 

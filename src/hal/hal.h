@@ -109,6 +109,10 @@ typedef struct gs_device_caps {
    * plan still asks the device (gs_device_supports_launch) whether its Conv
    * takes each blocked or residual call. */
   int conv_channel_block;
+  /* Its elementwise kernels (unary, Clip, and binary arithmetic) may write
+   * their output over an input of the output's shape and type: each element
+   * is read before it is written, and by the same index. */
+  bool elementwise_in_place;
   size_t min_alignment;            /* every buffer starts at a multiple of this */
 } gs_device_caps;
 

@@ -154,6 +154,7 @@ static int cpu_init(gs_backend_t *backend) {
       .half_precision = true,
       .packed_products = true,
       .conv_channel_block = gs__dnnl_channel_block(),
+      .elementwise_in_place = true, /* k_elementwise.c */
       .min_alignment = 64,
   };
   int rc = gs__backend_add_device(backend, &info, &caps, cd, NULL);
