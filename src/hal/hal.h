@@ -111,7 +111,8 @@ typedef struct gs_device_caps {
   int conv_channel_block;
   /* Its elementwise kernels (unary, Clip, and binary arithmetic) may write
    * their output over an input of the output's shape and type: each element
-   * is read before it is written, and by the same index. */
+   * is read before it is written, and by the same index (the CPU's
+   * k_elementwise.c, and devops' op_kernels.h for OpenCL and CUDA). */
   bool elementwise_in_place;
   size_t min_alignment;            /* every buffer starts at a multiple of this */
 } gs_device_caps;

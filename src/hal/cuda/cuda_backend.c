@@ -799,6 +799,7 @@ static int add_device(gs_backend_t *backend, int ordinal) {
       .process_list = d->nvml != NULL,
       .inline_streams = false,
       .half_precision = true, /* float16 kernels (devops); bfloat16 runs on the CPU */
+      .elementwise_in_place = true, /* op_kernels.h: element i read, then written */
       .min_alignment = 256,    /* cuMemAlloc's alignment */
   };
   gs_device_t *dev = NULL;

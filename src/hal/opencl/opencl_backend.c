@@ -482,6 +482,7 @@ static int add_device(gs_backend_t *backend, cl_device_id id) {
       .process_list = false,
       .inline_streams = false,
       .half_precision = true, /* float16 kernels (devops); bfloat16 runs on the CPU */
+      .elementwise_in_place = true, /* op_kernels.h: element i read, then written */
       .min_alignment = d->align < 64 ? 64 : d->align,
   };
   gs_device_t *dev = NULL;
