@@ -135,8 +135,8 @@ typedef struct gs_plan_report {
   int attention;    /* MatMul, scale, mask, Softmax, MatMul run as one Attention step */
   char fallback_ops[256]; /* their ops, "Conv, Relu" */
   uint64_t arena_bytes;  /* peak of the liveness-planned arena */
-  uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse (those that take
-                          * another's bytes in place counted once) */
+  uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse (a copy-free
+                          * reshape's output not counted: it is its input) */
   uint64_t weights_bytes;        /* the plan's own */
   uint64_t shared_weights_bytes; /* read from its weight set */
   uint64_t shared_weights_added; /* of those, what this plan uploaded to the set */

@@ -389,6 +389,8 @@ static bool overwrite_input(gs_plan *p, int s) {
     if (!may_take_place(p, s, k) || !gs_shape_equal(&c->in[k].shape, &c->out[0].shape) ||
         !gs_shape_equal(&p->values[in].shape, &p->values[st->out[0]].shape))
       continue;
+    /* A guard: the members of one place live one after another, so no
+     * step should read two of them. */
     int root = p->values[in].alias_of >= 0 ? p->values[in].alias_of : in;
     bool alone = true;
     for (int j = 0; j < c->n_in; j++) {
@@ -524,13 +526,12 @@ static int plan_memory(gs_plan *p) {
     free(busy);
     return gs_error(GS_ENOMEM, "out of memory planning memory");
   }
-  bool overwrite = p->device && gs_device_get_caps(p->device)->elementwise_in_place;
-  place_values(p, overwrite, order, busy);
-  if (overwrite && p->report.overwritten > 0) {
-    uint64_t with = p->report.arena_bytes;
-    place_values(p, false, order, busy);
-    if (with <= p->report.arena_bytes)
-      place_values(p, true, order, busy);
+  place_values(p, false, order, busy);
+  if (p->device && gs_device_get_caps(p->device)->elementwise_in_place) {
+    uint64_t without = p->report.arena_bytes;
+    place_values(p, true, order, busy);
+    if (p->report.arena_bytes > without) /* rarer: place again as before */
+      place_values(p, false, order, busy);
   }
   free(order);
   free(busy);

@@ -28,7 +28,7 @@
 /* Plugins built against a different version are refused at load. It covers
  * this header, hal_impl.h and the op ABI (hal/op/: the tensor descriptor,
  * gs_op_call, the attribute blocks). */
-#define GS_HAL_API_VERSION 9u
+#define GS_HAL_API_VERSION 10u
 
 typedef struct gs_backend gs_backend_t;
 typedef struct gs_device gs_device_t;

@@ -70,9 +70,36 @@ def test_elementwise_steps_write_over_inputs_that_die():
              onnx.helper.make_node("Tanh", ["c"], ["t"]),
              onnx.helper.make_node("Add", ["t", "c"], ["u"]),
              onnx.helper.make_node("Neg", ["u"], ["y"])]
-    _, report = check_model(make_model(nodes, {"x": x}, {"w": w}), {"x": x}, with_report=True)
+    _, report = check_model(make_model(nodes, {"x": x}, {"w": w}), {"x": x}, with_report=True,
+                            on_device=["Sigmoid", "Mul", "Tanh", "Add", "Neg"])
     m = re.search(r"write over an input dying there: (\d+)", report)
     assert m and int(m.group(1)) == 3, report
+
+
+def test_a_squeeze_excitation_between_convolutions_writes_over_its_input():
+    """EfficientNet's block: Conv, then its pooled, squeezed and sigmoided
+    scale times it, then a 1x1 Conv. The Mul may run on the channel-blocked
+    tensor between the convolutions (cpu0); it writes over it either way,
+    and the values equal onnxruntime's."""
+    from gsonnx import make_model
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 32, 10, 10)).astype(np.float32)
+    consts = {"w1": rng.standard_normal((32, 32, 3, 3)).astype(np.float32) * 0.1,
+              "wr": rng.standard_normal((8, 32, 1, 1)).astype(np.float32),
+              "we": rng.standard_normal((32, 8, 1, 1)).astype(np.float32),
+              "w2": rng.standard_normal((32, 32, 1, 1)).astype(np.float32)}
+    nodes = [onnx.helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             onnx.helper.make_node("GlobalAveragePool", ["a"], ["p"]),
+             onnx.helper.make_node("Conv", ["p", "wr"], ["q"]),
+             onnx.helper.make_node("Relu", ["q"], ["r"]),
+             onnx.helper.make_node("Conv", ["r", "we"], ["e"]),
+             onnx.helper.make_node("Sigmoid", ["e"], ["s"]),
+             onnx.helper.make_node("Mul", ["a", "s"], ["c"]),
+             onnx.helper.make_node("Conv", ["c", "w2"], ["y"])]
+    _, report = check_model(make_model(nodes, {"x": x}, consts), {"x": x}, with_report=True,
+                            on_device=["Mul", "Conv"])
+    m = re.search(r"write over an input dying there: (\d+)", report)
+    assert m and int(m.group(1)) >= 1, report
 
 
 @pytest.mark.parametrize("name", ["cnn", "mlp", "transformer"])
