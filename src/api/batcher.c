@@ -743,11 +743,15 @@ void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
   int rc = gs_served_run(m, r->version, r->shapes, r->inputs, r->outputs, r->out_info);
   uint64_t t1 = gs_now_ns();
   /* The mean moves by an eighth of each run's difference from it (races
-   * between threads lose a sample, which a mean can spare). */
-  uint64_t mean = atomic_load_explicit(&m->inline_compute_ns, memory_order_relaxed);
-  uint64_t run_ns = t1 - r->t_batch;
-  atomic_store_explicit(&m->inline_compute_ns, mean ? mean - mean / 8 + run_ns / 8 : run_ns,
-                        memory_order_relaxed);
+   * between threads lose a sample, which a mean can spare). It counts the
+   * wait for a free instance too: that is how long a caller's thread is
+   * held. A failed run, often refused before it computes, is left out. */
+  if (rc == 0) {
+    uint64_t mean = atomic_load_explicit(&m->inline_compute_ns, memory_order_relaxed);
+    uint64_t run_ns = t1 - r->t_batch;
+    atomic_store_explicit(&m->inline_compute_ns, mean ? mean - mean / 8 + run_ns / 8 : run_ns,
+                          memory_order_relaxed);
+  }
   /* In the HTTP thread: no queue, no copies of its own; the plan's run is
    * the compute. */
   count_batch(m, &r, 1, rc == 0, r->batch, r->batch, 0, t1 - r->t_batch, 0);

@@ -80,12 +80,8 @@ struct gs_grpc_call {
   int pending;         /* a stream's requests still being answered */
   int queued;          /* its replies waiting to be sent */
   /* A stream's work handed to the worker threads runs one item at a time,
-   * in order (its replies keep its requests' order): `chain` runs the items
-   * listed from chain_head on one worker; chain_running while it is queued
-   * or running. */
-  gs_work chain;
-  gs_work *chain_head, *chain_tail;
-  bool chain_running;
+   * in order, so that its replies keep its requests' order. */
+  gs_serial in_order;
 };
 
 /* ---- for handlers ----------------------------------------------------------------------- */
@@ -145,7 +141,8 @@ void gs_grpc_call_release(gs_grpc_call *c);
  * (also where the server has no workers). The handler holds the call
  * meanwhile. A stream's items run one at a time, in the order handed, and
  * one it may run itself waits behind those handed before it: its replies
- * keep its requests' order. */
+ * keep its requests' order. A handed-off call learns when its client
+ * leaves (gs_grpc_call_gone), a unary one too. */
 bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w, bool may_run_here);
 
 /* The principal behind the call's bearer token (checked before the handler

@@ -372,14 +372,19 @@ static void on_inline(gs_infer_request *r, void *ctx) {
   (void)ctx;
 }
 
-/* A model without dynamic batching, run on this thread. The reply is made
- * before the model's use ends: it reads the version's outputs. */
-static void run_inline(infer_op *op) {
+/* The reply is made before the model's use ends: it reads the version's
+ * outputs. */
+static void answer(infer_op *op) {
   gs_served_model *m = op->request.model;
-  op->request.done = on_inline;
-  gs_batcher_run_inline(m, &op->request);
   infer_reply(op);
   gs_served_release(m);
+}
+
+/* A model without dynamic batching, run on this thread. */
+static void run_inline(infer_op *op) {
+  op->request.done = on_inline;
+  gs_batcher_run_inline(op->request.model, &op->request);
+  answer(op);
 }
 
 /* On a worker thread. The model's use, taken on the polling thread, ends
@@ -392,11 +397,9 @@ static void run_handed_off(gs_work *w) {
     run_inline(op);
     return;
   }
-  gs_served_model *m = op->request.model;
   op->request.status = 503;
   snprintf(op->request.error, sizeof op->request.error, "the call ended before its turn");
-  infer_reply(op);
-  gs_served_release(m);
+  answer(op);
 }
 
 static void model_infer(gs_grpc_call *c, ProtobufCMessage *in) {

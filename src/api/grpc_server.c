@@ -143,7 +143,7 @@ static void on_status(gs_grpc_call *c, bool ok);
 static void on_closed(gs_grpc_call *c, bool ok);
 static void receive(gs_grpc_call *c, bool with_initial_metadata);
 
-static void run_chain(gs_work *chain); /* below, with gs_grpc_hand_off */
+static void hold_while_busy(gs_serial *s, bool busy); /* below, with gs_grpc_hand_off */
 
 static gs_grpc_call *call_new(gs_grpc_server *g) {
   gs_grpc_call *c = calloc(1, sizeof *c);
@@ -159,8 +159,8 @@ static gs_grpc_call *call_new(gs_grpc_server *g) {
   c->on_status = (gs_grpc_tag){c, on_status};
   c->on_closed = (gs_grpc_tag){c, on_closed};
   c->status_details = grpc_empty_slice();
-  c->chain.run = run_chain;
   pthread_mutex_init(&c->lock, NULL);
+  gs_serial_init(&c->in_order, g->workers, hold_while_busy);
   atomic_init(&c->refs, 1);
   return c;
 }
@@ -183,6 +183,7 @@ static void call_free(gs_grpc_call *c) {
     free(o);
   }
   pthread_mutex_destroy(&c->lock);
+  gs_serial_destroy(&c->in_order);
   free(c);
   if (counted) /* last: gs_grpc_stop may free the server once this reaches 0 */
     atomic_fetch_sub(&g->live_calls, 1);
@@ -829,56 +830,37 @@ int gs_grpc_start(const gs_grpc_settings *settings, gs_grpc_server **out) {
   return GS_OK;
 }
 
-/* A stream's next item handed off, on a worker thread; then the chain goes
- * to the back of the workers' queue if more wait, so that one busy stream
- * takes no more than its turns. The call is held while the chain runs. */
-static void run_chain(gs_work *chain) {
-  gs_grpc_call *c = (gs_grpc_call *)((char *)chain - offsetof(gs_grpc_call, chain));
-  pthread_mutex_lock(&c->lock);
-  gs_work *w = c->chain_head;
-  if (w && !(c->chain_head = w->next))
-    c->chain_tail = NULL;
-  pthread_mutex_unlock(&c->lock);
-  if (w)
-    w->run(w); /* its reply is queued when this returns */
-  pthread_mutex_lock(&c->lock);
-  bool more = c->chain_head != NULL;
-  c->chain_running = more;
-  pthread_mutex_unlock(&c->lock);
-  if (more)
-    gs_workers_queue(c->server->workers, &c->chain);
+/* The call is held while its stream's serial has work. */
+static void hold_while_busy(gs_serial *s, bool busy) {
+  gs_grpc_call *c = (gs_grpc_call *)((char *)s - offsetof(gs_grpc_call, in_order));
+  if (busy)
+    gs_grpc_call_hold(c);
   else
     gs_grpc_call_release(c);
+}
+
+/* A unary call asks for its close with its reply. One handed off asks
+ * now, so that when its turn comes gs_grpc_call_gone can tell whether the
+ * client has left (cancelled, or past its deadline). */
+static void ask_for_close(gs_grpc_call *c) {
+  c->close_asked = true;
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->cancelled;
+  start(c, &op, 1, &c->on_closed);
 }
 
 bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w, bool may_run_here) {
   gs_workers *ws = c->server->workers;
   if (!ws)
     return false;
-  if (!c->method->streaming) {
-    if (may_run_here)
-      return false;
-    gs_workers_queue(ws, w);
-    return true;
-  }
-  w->next = NULL;
-  pthread_mutex_lock(&c->lock);
-  if (may_run_here && !c->chain_running) { /* every earlier reply is queued */
-    pthread_mutex_unlock(&c->lock);
+  if (c->method->streaming) /* may run here only once every earlier reply is queued */
+    return gs_serial_queue(&c->in_order, w, may_run_here);
+  if (may_run_here)
     return false;
-  }
-  if (c->chain_tail)
-    c->chain_tail->next = w;
-  else
-    c->chain_head = w;
-  c->chain_tail = w;
-  bool start = !c->chain_running;
-  c->chain_running = true;
-  pthread_mutex_unlock(&c->lock);
-  if (start) {
-    gs_grpc_call_hold(c);
-    gs_workers_queue(ws, &c->chain);
-  }
+  ask_for_close(c);
+  gs_workers_queue(ws, w);
   return true;
 }
 

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #define MAX_WORKERS 256
@@ -85,3 +86,52 @@ void gs_workers_stop(gs_workers *ws) {
   pthread_mutex_destroy(&ws->lock);
   free(ws);
 }
+
+/* The serial's turn: its first item, then back in the queue if more wait. */
+static void serial_turn(gs_work *turn) {
+  gs_serial *s = (gs_serial *)((char *)turn - offsetof(gs_serial, turn));
+  pthread_mutex_lock(&s->lock);
+  gs_work *w = s->head;
+  if (w && !(s->head = w->next))
+    s->tail = NULL;
+  pthread_mutex_unlock(&s->lock);
+  if (w)
+    w->run(w);
+  pthread_mutex_lock(&s->lock);
+  bool more = s->head != NULL;
+  s->running = more;
+  pthread_mutex_unlock(&s->lock);
+  if (more)
+    gs_workers_queue(s->workers, &s->turn);
+  else
+    s->busy(s, false);
+}
+
+void gs_serial_init(gs_serial *s, gs_workers *ws, void (*busy)(gs_serial *s, bool busy)) {
+  *s = (gs_serial){.turn = {.run = serial_turn}, .workers = ws, .busy = busy};
+  pthread_mutex_init(&s->lock, NULL);
+}
+
+bool gs_serial_queue(gs_serial *s, gs_work *w, bool unless_idle) {
+  w->next = NULL;
+  pthread_mutex_lock(&s->lock);
+  if (unless_idle && !s->running) {
+    pthread_mutex_unlock(&s->lock);
+    return false;
+  }
+  if (s->tail)
+    s->tail->next = w;
+  else
+    s->head = w;
+  s->tail = w;
+  bool start = !s->running;
+  s->running = true;
+  pthread_mutex_unlock(&s->lock);
+  if (start) {
+    s->busy(s, true);
+    gs_workers_queue(s->workers, &s->turn);
+  }
+  return true;
+}
+
+void gs_serial_destroy(gs_serial *s) { pthread_mutex_destroy(&s->lock); }

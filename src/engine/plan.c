@@ -363,10 +363,16 @@ static bool may_take_place(const gs_plan *p, int s, int k) {
          vi->dtype != GS_DT_BYTES && vi->blocked == vo->blocked;
 }
 
+/* The value that owns v's place in the arena (v itself, or the value it
+ * shares a place with). */
+static int root_of(const gs_plan *p, int v) {
+  return p->values[v].alias_of >= 0 ? p->values[v].alias_of : v;
+}
+
 /* Value out of step s shares in's place in the arena from now on. */
 static void share_place(gs_plan *p, int s, int in, int out) {
-  value *vi = &p->values[in], *vo = &p->values[out];
-  int root = vi->alias_of >= 0 ? vi->alias_of : in;
+  value *vo = &p->values[out];
+  int root = root_of(p, in);
   value *vr = &p->values[root];
   vo->alias_of = root;
   int until = vo->last_use > s ? vo->last_use : s;
@@ -376,9 +382,12 @@ static void share_place(gs_plan *p, int s, int in, int out) {
 
 /* An elementwise step on a device whose kernels allow it writes over an
  * input that dies there and has the output's shape: one tensor fewer in
- * the arena, and no output lines to bring into the cache. The input must
- * be the only one of the step's inputs in that place. (A step that falls
- * back to the CPU copies its inputs out before its output comes back.) */
+ * the arena, and no output lines to bring into the cache. No other input
+ * of the step can be in that place: the values sharing a place live one
+ * after another (each dies where the next is made), so only the input
+ * itself read twice (Mul(x, x)) meets it there, and the kernels read
+ * element i of every input before writing it. (A step that falls back to
+ * the CPU copies its inputs out before its output comes back.) */
 static bool overwrite_input(gs_plan *p, int s) {
   const step *st = &p->steps[s];
   const gs_op_call *c = st->call;
@@ -388,17 +397,6 @@ static bool overwrite_input(gs_plan *p, int s) {
     int in = st->in[k];
     if (!may_take_place(p, s, k) || !gs_shape_equal(&c->in[k].shape, &c->out[0].shape) ||
         !gs_shape_equal(&p->values[in].shape, &p->values[st->out[0]].shape))
-      continue;
-    /* A guard: the members of one place live one after another, so no
-     * step should read two of them. */
-    int root = p->values[in].alias_of >= 0 ? p->values[in].alias_of : in;
-    bool alone = true;
-    for (int j = 0; j < c->n_in; j++) {
-      int o = st->in[j];
-      alone = alone && (o < 0 || o == in ||
-                        (o != root && p->values[o].alias_of != root));
-    }
-    if (!alone)
       continue;
     share_place(p, s, in, st->out[0]);
     p->report.overwritten++;
@@ -493,15 +491,14 @@ static void place_arena(gs_plan *p, int *order, interval *busy) {
       peak = (uint64_t)at + need;
   }
   for (int i = 0; i < p->n_values; i++)
-    if (p->values[i].alias_of >= 0)
-      p->values[i].offset = p->values[p->values[i].alias_of].offset;
+    p->values[i].offset = p->values[root_of(p, i)].offset;
   p->report.arena_bytes = peak;
   p->report.naive_bytes = naive;
 }
 
-/* Lifetimes, shared places (with or without elementwise steps writing
- * over their inputs), then offsets, from scratch. */
-static void place_values(gs_plan *p, bool overwrite, int *order, interval *busy) {
+/* Lifetimes and shared places (with or without elementwise steps writing
+ * over their inputs), from scratch. */
+static void share_values(gs_plan *p, bool overwrite) {
   for (int i = 0; i < p->n_values; i++) {
     p->values[i].alias_of = -1;
     p->values[i].last_use = -1;
@@ -511,13 +508,12 @@ static void place_values(gs_plan *p, bool overwrite, int *order, interval *busy)
   p->report.in_place = p->report.overwritten = 0;
   find_lifetimes(p);
   share_places(p, overwrite);
-  place_arena(p, order, busy);
 }
 
 /* Elementwise steps writing over their inputs make fewer, longer-lived
- * tensors, which the greedy placement can pack worse: the arena is placed
- * both ways and the smaller kept (with them on a tie: their outputs then
- * need no cache lines of their own). */
+ * tensors, which the greedy placement can pack worse: where any step
+ * would, the arena is placed both ways and the smaller kept (with them on
+ * a tie: their outputs then need no cache lines of their own). */
 static int plan_memory(gs_plan *p) {
   int *order = malloc(sizeof(int) * (size_t)(p->n_values + 1));
   interval *busy = malloc(sizeof(interval) * (size_t)(p->n_values + 1));
@@ -526,12 +522,20 @@ static int plan_memory(gs_plan *p) {
     free(busy);
     return gs_error(GS_ENOMEM, "out of memory planning memory");
   }
-  place_values(p, false, order, busy);
-  if (p->device && gs_device_get_caps(p->device)->elementwise_in_place) {
+  bool may_overwrite = p->device && gs_device_get_caps(p->device)->elementwise_in_place;
+  share_values(p, may_overwrite);
+  if (p->report.overwritten > 0) {
+    share_values(p, false);
+    place_arena(p, order, busy);
     uint64_t without = p->report.arena_bytes;
-    place_values(p, true, order, busy);
-    if (p->report.arena_bytes > without) /* rarer: place again as before */
-      place_values(p, false, order, busy);
+    share_values(p, true);
+    place_arena(p, order, busy);
+    if (p->report.arena_bytes > without) { /* rarer: place again as before */
+      share_values(p, false);
+      place_arena(p, order, busy);
+    }
+  } else {
+    place_arena(p, order, busy);
   }
   free(order);
   free(busy);

@@ -527,6 +527,39 @@ def test_a_slow_model_holds_up_no_other_call(tmp_path):
         assert proc.wait(timeout=60) == 0
 
 
+def test_a_call_that_ends_while_it_waits_for_a_worker_is_not_run(tmp_path):
+    """With one worker thread, a slow call runs while a second waits for the
+    worker; the second's client gives up (its deadline passes) before its
+    turn comes, so the server answers it 503 without running it. A third
+    call queued behind it runs: the model ran twice, not three times."""
+    root = tmp_path / "models"
+    slow_model(root / "slow" / "1" / "model.onnx")
+    proc, port = start(root, "--grpc-threads", "1")
+    try:
+        c = tg.InferenceServerClient(f"127.0.0.1:{proc.grpc_port}")
+        x = np.random.default_rng(4).standard_normal((1024, 1024)).astype(np.float32)
+        slow_in = tg.InferInput("x", [1024, 1024], "FP32")
+        slow_in.set_data_from_numpy(x)
+        first, third = queue.Queue(), queue.Queue()
+        t0 = time.time()
+        c.async_infer("slow", [slow_in], lambda result, error: first.put((result, error)))
+        time.sleep(0.05)
+        with pytest.raises(InferenceServerException, match="(?i)deadline"):
+            c.infer("slow", [slow_in], client_timeout=0.2)
+        c.async_infer("slow", [slow_in], lambda result, error: third.put((result, error)))
+        for done in (first, third):
+            result, error = done.get(timeout=240)
+            assert error is None, error
+            assert np.array_equal(result.as_numpy("y"), x)
+        if time.time() - t0 < 0.6:
+            pytest.skip("the slow model ran too fast here for a call to wait behind it")
+        assert stats(port, "slow")["execution_count"] == 2
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
 def stream_in_order(port, model, xs, name="x"):
     """Sends xs on one stream of ModelStreamInfer; checks that reply k
     answers request k with xs[k]'s values (an Identity-like model)."""
