@@ -316,6 +316,9 @@ static int run(const char *path, const model_opts *opts) {
              r.overwritten);
     if (r.packed)
       printf("plan: %d products read their constant weights packed in panels\n", r.packed);
+    if (r.squeeze_excite)
+      printf("plan: %d squeeze-excitation blocks (GlobalAveragePool, Conv, Conv, gate, Mul) "
+             "run as one kernel each\n", r.squeeze_excite);
     if (r.attention)
       printf("plan: %d attention blocks (MatMul, scale, mask, Softmax, MatMul) run as one "
              "kernel each\n", r.attention);

@@ -133,6 +133,7 @@ typedef struct gs_plan_report {
   int overwritten;  /* elementwise steps that write over an input dying there */
   int packed;       /* products whose constant B is stored packed for the device's kernel */
   int attention;    /* MatMul, scale, mask, Softmax, MatMul run as one Attention step */
+  int squeeze_excite; /* GlobalAveragePool, Conv, Conv, gate, Mul run as one step */
   char fallback_ops[256]; /* their ops, "Conv, Relu" */
   uint64_t arena_bytes;  /* peak of the liveness-planned arena */
   uint64_t naive_bytes;  /* sum of all intermediate tensors, without reuse (a copy-free

@@ -337,12 +337,13 @@ static bool keeps_bytes(const step *st) {
 }
 
 /* Elementwise ops whose kernels may overwrite an input of the output's
- * shape (gs_device_caps.elementwise_in_place). */
+ * shape (gs_device_caps.elementwise_in_place); SqueezeExcite, which only
+ * the CPU runs, reads all of x before it writes. */
 static bool elementwise(const step *st) {
   static const char *const ops[] = {
       "Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish",
       "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Softplus",
-      "Elu", "Selu", "Clip", NULL};
+      "Elu", "Selu", "Clip", "SqueezeExcite", NULL};
   for (int i = 0; ops[i]; i++)
     if (gs__step_is(st, ops[i]))
       return true;

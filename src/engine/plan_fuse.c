@@ -412,6 +412,9 @@ int gs__plan_fuse(gs_plan *p) {
       fuse_activation(p, s);
   }
   drop_dead_steps(p);
+  if ((rc = gs__plan_fuse_squeeze_excite(p)) < 0)
+    return rc;
+  drop_dead_steps(p);
   gs__plan_keep_blocked(p);
   for (int i = 0; i < p->n_steps; i++)
     if (!p->steps[i].dead && gs__step_is(&p->steps[i], "Conv"))

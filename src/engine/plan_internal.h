@@ -116,6 +116,10 @@ int gs__plan_fuse(gs_plan *p);
  * Attention step where the device has the kernel (plan_attention.c);
  * called by gs__plan_fuse first, before a product takes the mask as bias. */
 int gs__plan_fuse_attention(gs_plan *p);
+/* Runs a squeeze-excitation block (GlobalAveragePool, two 1x1 Convs, a
+ * gate, Mul) as one SqueezeExcite step where the device has the kernel
+ * (plan_squeeze.c); called by gs__plan_fuse once activations are fused. */
+int gs__plan_fuse_squeeze_excite(gs_plan *p);
 /* Runs a channel shuffle (Concat, Reshape, Transpose) as one Concat step
  * (plan_shuffle.c); called by gs__plan_fuse. */
 void gs__plan_fuse_shuffle(gs_plan *p);

@@ -2,7 +2,8 @@
  * blocked layout (nChw8c, nChw16c): the outputs of convolutions read only
  * by convolutions, by elementwise ops between them (a residual Add, a
  * Relu), whose results are read the same way, and by a squeeze-excitation
- * (its GlobalAveragePool, and the Mul by one value per channel). Inside
+ * (its GlobalAveragePool, and the Mul by one value per channel; or the
+ * SqueezeExcite step that does both, plan_squeeze.c). Inside
  * such a run no value is reordered; only its edges are (oneDNN's
  * convolutions compute blocked, and reorder NCHW in and out otherwise). */
 #include "engine/plan_internal.h"
@@ -67,7 +68,8 @@ static bool candidate(const gs_plan *p, int v, int producer, int block) {
     return false;
   const step *s = &p->steps[producer];
   int full;
-  return (gs__step_is(s, "Conv") && s->out[0] == v) || layout_free(s) || channel_scale(s, &full);
+  return ((gs__step_is(s, "Conv") || gs__step_is(s, "SqueezeExcite")) && s->out[0] == v) ||
+         layout_free(s) || channel_scale(s, &full);
 }
 
 /* Whether every input and the output of layout-free step s are blocked. */
@@ -86,7 +88,8 @@ static bool fits(const gs_plan *p, int v, const int *producer, const bool *block
   const step *made = &p->steps[producer[v]];
   int full;
   if (layout_free(made) ? !all_blocked(made, blocked)
-                        : channel_scale(made, &full) && !blocked[made->in[full]])
+      : gs__step_is(made, "SqueezeExcite") ? !blocked[made->in[0]]
+                                            : channel_scale(made, &full) && !blocked[made->in[full]])
     return false;
   for (int s = 0; s < p->n_steps; s++) {
     const step *st = &p->steps[s];
@@ -100,6 +103,8 @@ static bool fits(const gs_plan *p, int v, const int *producer, const bool *block
         ok = all_blocked(st, blocked);
       else if (gs__step_is(st, "GlobalAveragePool"))
         ok = true;
+      else if (gs__step_is(st, "SqueezeExcite")) /* x and y in one layout */
+        ok = i == 0 && blocked[st->out[0]];
       else
         ok = channel_scale(st, &full) && i == full && blocked[st->out[0]];
       if (!ok)
@@ -126,6 +131,10 @@ static bool mark_blocked_steps(gs_plan *p, const bool *blocked, int block) {
       gs_pool_attrs *a = st->call->attrs;
       a->src_block = blocked[st->in[0]] ? block : 0;
       marked = a->src_block != 0;
+    } else if (gs__step_is(st, "SqueezeExcite")) {
+      gs_squeeze_excite_attrs *a = st->call->attrs;
+      a->block = blocked[st->in[0]] ? block : 0;
+      marked = a->block != 0;
     }
     const gs_op_call *c = st->call;
     if (marked && !gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
@@ -137,6 +146,8 @@ static bool mark_blocked_steps(gs_plan *p, const bool *blocked, int block) {
       a->src_blocked = a->dst_blocked = false;
     } else if (gs__step_is(&p->steps[s], "GlobalAveragePool")) {
       ((gs_pool_attrs *)p->steps[s].call->attrs)->src_block = 0;
+    } else if (gs__step_is(&p->steps[s], "SqueezeExcite")) {
+      ((gs_squeeze_excite_attrs *)p->steps[s].call->attrs)->block = 0;
     }
   return ok;
 }

@@ -260,9 +260,10 @@ def test_squeeze_excitation_stays_blocked(per_image, batch, scale_first):
     # A squeeze-excitation between convolutions, as EfficientNet, MobileNet v3 and RegNetY
     # have: the pooled mean, two small convolutions and a sigmoid make one value per
     # channel, and a Mul scales the tensor by it. On the CPU the tensor and its scaled copy
-    # stay in oneDNN's blocked layout (the pooling and the Mul read it so), where before
-    # both were reordered to NCHW. The scale is per image, or one per channel shared by
-    # the batch. Answers are onnxruntime's.
+    # stay in oneDNN's blocked layout (the pooling and the Mul read it so, or the one
+    # SqueezeExcite step they become where the scale is per image: test_plan_squeeze.py),
+    # where before both were reordered to NCHW. The scale is per image, or one per channel
+    # shared by the batch. Answers are onnxruntime's.
     x = f32(batch, 16, 9, 7)
     se = [helper.make_node("GlobalAveragePool", ["a"], ["g"]),
           helper.make_node("Conv", ["g", "w1", "b1"], ["h"]),

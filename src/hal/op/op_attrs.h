@@ -80,6 +80,23 @@ typedef struct gs_conv_attrs {
   bool residual;
 } gs_conv_attrs;
 
+/* SqueezeExcite, a step the plan makes (plan_squeeze.c; the CPU's kernel,
+ * k_squeeze.c): y = x * gate(W2 act(W1 mean(x) + b1) + b2), per image and
+ * channel, for x [N, C, spatial...] and mean(x) [N, C] over the spatial
+ * dims. in[1] W1 [R, C, 1...], in[2] b1 [R], in[3] W2 [C, R, 1...], in[4]
+ * b2 [C]; a bias left out (dtype GS_DT_INVALID) is zero. */
+typedef enum { GS_GATE_SIGMOID, GS_GATE_HARD_SIGMOID } gs_gate;
+typedef struct gs_squeeze_excite_attrs {
+  int64_t squeezed;         /* R */
+  gs_activation act;        /* after W1 */
+  float act_lo, act_hi;     /* GS_ACT_CLIP's bounds */
+  gs_gate gate;
+  float gate_alpha, gate_beta; /* HardSigmoid's: max(0, min(1, alpha v + beta)) */
+  /* Set by the plan (plan_layout.c): x and y are in oneDNN's channel-blocked
+   * layout, blocks of this many channels; 0: NCHW. */
+  int block;
+} gs_squeeze_excite_attrs;
+
 typedef struct gs_pool_attrs {
   int spatial;
   int64_t kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];

@@ -599,7 +599,7 @@ GS_VECTOR_CLONES static int pool_planes(const gs_op_call *c, float *const *p, bo
       y[b * (W) + l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) / (float)size; \
   }
 
-GS_VECTOR_CLONES static void blocked_mean(const float *x, float *y, int width, int64_t size,
+GS_VECTOR_CLONES void gs__cpu_blocked_mean(const float *x, float *y, int width, int64_t size,
                                           int64_t lo, int64_t hi) {
   if (width == 8) {
     BLOCKED_MEAN(8)
@@ -622,7 +622,7 @@ static int pool_f32(const gs_op_call *c, float *const *p, bool is_max) {
       return gs_error(GS_EINVAL, "node %s: no blocked pooling of %lld channels in blocks of %d",
                       c->node_name, (long long)xs->dims[1], width);
     GS_PARALLEL_RANGES(planes / width, GS_PARALLEL_GRAIN / (plane * width), lo, hi,
-                       blocked_mean(p[0], p[1], width, plane, lo, hi));
+                       gs__cpu_blocked_mean(p[0], p[1], width, plane, lo, hi));
     return 0;
   }
   atomic_int failed = 0;

@@ -158,6 +158,12 @@ void gs__cpu_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
  * (plan_fuse.c; GS_ACT_NONE leaves them), on the calling thread (k_nn.c). */
 void gs__cpu_act_range(gs_activation act, float min, float max, float *y, int64_t lo, int64_t hi);
 
+/* Blocks [lo, hi) of x in oneDNN's channel-blocked layout (width 8 or
+ * 16), each `size` positions of `width` channels: the channels' means, to
+ * y[b * width + l] (k_nn.c; GlobalAveragePool and SqueezeExcite). */
+void gs__cpu_blocked_mean(const float *x, float *y, int width, int64_t size, int64_t lo,
+                          int64_t hi);
+
 /* dst (dense, of dst_shape) = src (of src_shape) broadcast to it, elements
  * of esz bytes (k_elementwise.c): Expand, and Gemm's C. */
 void gs__cpu_broadcast_copy(const gs_shape *src_shape, const void *src, const gs_shape *dst_shape,
@@ -182,5 +188,6 @@ int gs__cpu_register_linalg(gs_backend_t *be);
 int gs__cpu_register_rnn(gs_backend_t *be);
 int gs__cpu_register_detect(gs_backend_t *be);
 int gs__cpu_register_attention(gs_backend_t *be);
+int gs__cpu_register_squeeze(gs_backend_t *be);
 
 #endif

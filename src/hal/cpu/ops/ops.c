@@ -44,6 +44,8 @@ int gs__cpu_register_ops(gs_backend_t *be) {
     rc = gs__cpu_register_detect(be);
   if (rc == 0)
     rc = gs__cpu_register_attention(be);
+  if (rc == 0)
+    rc = gs__cpu_register_squeeze(be);
   return rc;
 }
 
