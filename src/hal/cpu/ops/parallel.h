@@ -14,9 +14,11 @@
 
 /* Arithmetic below which a GEMM or a convolution runs on one thread: a
  * team's barrier costs microseconds, and far more where the team's
- * threads wait for cores (a busy server), while ~4 MFLOP take some 50 us
- * on one core. */
-#define GS_PARALLEL_MIN_FLOPS 4e6
+ * threads wait for cores (a busy server), while 1 MFLOP takes some 10 us
+ * on one core. At 4 MFLOP, MobileNetV3 and EfficientNet-B0 at batch 1 ran
+ * 14% and 8% slower on two threads (bench/RESULTS.md, issue 27's scaling):
+ * most of their convolutions are smaller than that. */
+#define GS_PARALLEL_MIN_FLOPS 1e6
 
 /* Makes the calling thread's team one thread for work of `flops` below
  * GS_PARALLEL_MIN_FLOPS; returns what gs_parallel_restore() needs. */
