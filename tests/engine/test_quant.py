@@ -522,16 +522,24 @@ def test_qlinear_conv_exact_without_vnni(monkeypatch, x_type):
     check_node(m, {"x": x}, want=want)
 
 
-def test_qlinear_conv_nonzero_weight_zero_points_exact():
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 4, 7, 7), (5, 4, 3, 3), {}),
+    ((2, 4, 9, 8), (6, 2, 3, 3), dict(group=2, pads=[1, 0, 2, 1], strides=[2, 1],
+                                      dilations=[1, 2])),
+    ((1, 3, 5, 6, 4), (4, 3, 2, 3, 2), dict(pads=[0, 1, 1, 1, 0, 1], strides=[1, 2, 1])),
+])
+def test_qlinear_conv_nonzero_weight_zero_points_exact(x_shape, w_shape, attrs):
     """onnxruntime takes only zero weight zero points with int8 weights:
-    here the exact sum, requantised in double, within one step."""
-    x, w = q8(np.uint8, (1, 4, 7, 7)), q8(np.uint8, (5, 4, 3, 3))
-    zx, zw = np.uint8(120), rng.integers(100, 150, 5).astype(np.uint8)
-    acc = conv_exact(x, w, zx, zw)
+    here the exact sum, requantised in double, within one step. oneDNN
+    takes none either, so these run the im2col path: its padding, strides,
+    dilations, groups and three spatial dims."""
+    x, w = q8(np.uint8, x_shape), q8(np.uint8, w_shape)
+    zx, zw = np.uint8(120), rng.integers(100, 150, w_shape[0]).astype(np.uint8)
+    acc = conv_exact(x, w, zx, zw, **attrs)
     want = np.clip(np.rint(acc * (0.02 * 0.004 / 0.1)) + 128, 0, 255).astype(np.uint8)
     consts = {"xs": f(0.02), "xz": z(np.uint8, zx), "w": w, "ws": f(0.004), "wz": zw,
               "ys": f(0.1), "yz": z(np.uint8, 128)}
-    m = one_node("QLinearConv", {"x": x}, consts, np.uint8,
+    m = one_node("QLinearConv", {"x": x}, consts, np.uint8, attrs=attrs,
                  names=["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"])
     check_node(m, {"x": x}, want=want)
 

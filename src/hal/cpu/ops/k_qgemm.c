@@ -9,6 +9,7 @@
 #include "hal/cpu/ops/dnnl_conv.h"
 #include "hal/cpu/ops/dnnl_qconv.h"
 #include "hal/cpu/ops/dnnl_qmatmul.h"
+#include "hal/cpu/ops/nn_geom.h"
 #include "hal/cpu/ops/parallel.h"
 #include "hal/cpu/ops/qmath.h"
 #include "hal/op/op_launch.h"
@@ -564,45 +565,25 @@ static int k_qgemm(const gs_cpu_kernel_call *k) {
 /* ---- the convolutions ------------------------------------------------------------------ */
 
 /* Where im2col reads: the window's geometry in three spatial dims, the
- * op's own last (a 2-D convolution is [1, H, W]), and the group's first
- * input element. Inputs are bytes: a uint8 one is flipped to int8 by its
- * top bit (x - 128), as qgemm_s32 takes B. */
-typedef struct window {
-  int64_t in[3], out[3], kern[3], stride[3], dil[3], pad[3];
-  int64_t plane, outs, taps, base;
+ * op's own last (a 2-D convolution is [1, H, W]; nn_geom.h), and the
+ * group's first input element. Inputs are bytes: a uint8 one is flipped to
+ * int8 by its top bit (x - 128), as qgemm_s32 takes B. */
+typedef struct col_source {
+  geom g;
+  int64_t base;
   uint8_t flip, pad_value;
-} window;
+} col_source;
 
-static window window_of(const gs_op_call *c, const gs_conv_attrs *a, int32_t x_zero, int64_t img,
+static col_source col_source_of(const gs_op_call *c, const gs_conv_attrs *a, int32_t x_zero, int64_t img,
                         int64_t g) {
   const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
-  window w = {.in = {1, 1, 1}, .out = {1, 1, 1}, .kern = {1, 1, 1}, .stride = {1, 1, 1},
-              .dil = {1, 1, 1}};
-  for (int d = 0, at = 3 - a->spatial; d < a->spatial; d++, at++) {
-    w.in[at] = xs->dims[2 + d];
-    w.out[at] = ys->dims[2 + d];
-    w.kern[at] = a->kernel[d];
-    w.stride[at] = a->stride[d];
-    w.dil[at] = a->dilation[d];
-    w.pad[at] = a->pad_begin[d];
-  }
-  w.plane = w.in[0] * w.in[1] * w.in[2];
-  w.outs = w.out[0] * w.out[1] * w.out[2];
-  w.taps = w.kern[0] * w.kern[1] * w.kern[2];
-  w.base = (img * xs->dims[1] + g * (xs->dims[1] / a->group)) * w.plane;
+  col_source w;
+  make_geom(&w.g, a->spatial, &xs->dims[2], &ys->dims[2], a->kernel, a->stride, a->dilation,
+            a->pad_begin);
+  w.base = (img * xs->dims[1] + g * (xs->dims[1] / a->group)) * w.g.in_size;
   w.flip = c->in[0].dtype == GS_DT_UINT8 ? 0x80 : 0;
   w.pad_value = (uint8_t)((uint8_t)x_zero ^ w.flip);
   return w;
-}
-
-/* The outputs o in [0, n) whose input o * stride + offset lies in [0, len). */
-static void inside(int64_t n, int64_t stride, int64_t offset, int64_t len, int64_t *lo,
-                   int64_t *hi) {
-  *lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
-  *hi = len - offset <= 0 ? 0 : (len - offset - 1) / stride + 1;
-  *lo = *lo < n ? *lo : n;
-  *hi = *hi < n ? *hi : n;
-  *hi = *hi > *lo ? *hi : *lo;
 }
 
 GS_VECTOR_CLONES
@@ -617,30 +598,30 @@ static void copy_flipped(uint8_t *dst, const uint8_t *src, int64_t n, int64_t st
 }
 
 /* Rows [lo, hi) of the columns: row (ci, tap), column output position. */
-static void im2col_rows(const window *w, const uint8_t *x, uint8_t *col, int64_t lo, int64_t hi) {
+static void im2col_rows(const col_source *w, const uint8_t *x, uint8_t *col, int64_t lo, int64_t hi) {
+  const geom *g = &w->g;
   for (int64_t r = lo; r < hi; r++) {
-    int64_t ci = r / w->taps, tap = r % w->taps;
-    int64_t k[3] = {tap / (w->kern[1] * w->kern[2]), tap / w->kern[2] % w->kern[1],
-                    tap % w->kern[2]};
+    int64_t ci = r / g->k_size, tap = r % g->k_size;
+    int64_t k[3] = {tap / (g->k[1] * g->k[2]), tap / g->k[2] % g->k[1], tap % g->k[2]};
     int64_t off[3], from[3], to[3];
     for (int d = 0; d < 3; d++) {
-      off[d] = k[d] * w->dil[d] - w->pad[d];
-      inside(w->out[d], w->stride[d], off[d], w->in[d], &from[d], &to[d]);
+      off[d] = k[d] * g->d[d] - g->p[d];
+      valid_range(g->out[d], g->s[d], off[d], g->in[d], &from[d], &to[d]);
     }
-    uint8_t *row = col + r * w->outs;
-    const uint8_t *src = x + w->base + ci * w->plane;
-    int64_t line = w->out[2];
-    for (int64_t o0 = 0; o0 < w->out[0]; o0++)
-      for (int64_t o1 = 0; o1 < w->out[1]; o1++) {
-        uint8_t *dst = row + (o0 * w->out[1] + o1) * line;
+    uint8_t *row = col + r * g->out_size;
+    const uint8_t *src = x + w->base + ci * g->in_size;
+    int64_t line = g->out[2];
+    for (int64_t o0 = 0; o0 < g->out[0]; o0++)
+      for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
+        uint8_t *dst = row + (o0 * g->out[1] + o1) * line;
         if (o0 < from[0] || o0 >= to[0] || o1 < from[1] || o1 >= to[1]) {
           memset(dst, w->pad_value, (size_t)line);
           continue;
         }
-        int64_t i0 = o0 * w->stride[0] + off[0], i1 = o1 * w->stride[1] + off[1];
+        int64_t i0 = o0 * g->s[0] + off[0], i1 = o1 * g->s[1] + off[1];
         memset(dst, w->pad_value, (size_t)from[2]);
-        copy_flipped(dst + from[2], src + (i0 * w->in[1] + i1) * w->in[2] + from[2] * w->stride[2] + off[2],
-                     to[2] - from[2], w->stride[2], w->flip);
+        copy_flipped(dst + from[2], src + (i0 * g->in[1] + i1) * g->in[2] + from[2] * g->s[2] + off[2],
+                     to[2] - from[2], g->s[2], w->flip);
         memset(dst + to[2], w->pad_value, (size_t)(line - to[2]));
       }
   }
@@ -651,9 +632,9 @@ static void im2col_rows(const window *w, const uint8_t *x, uint8_t *col, int64_t
  * contributes nothing to the product. */
 static void im2col(const gs_op_call *c, const gs_conv_attrs *a, const void *x, int32_t x_zero,
                    int64_t img, int64_t g, int8_t *col) {
-  window w = window_of(c, a, x_zero, img, g);
-  int64_t rows = c->in[0].shape.dims[1] / a->group * w.taps;
-  GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (w.outs + 1) + 1, lo, hi,
+  col_source w = col_source_of(c, a, x_zero, img, g);
+  int64_t rows = c->in[0].shape.dims[1] / a->group * w.g.k_size;
+  GS_PARALLEL_RANGES(rows, GS_PARALLEL_GRAIN / (w.g.out_size + 1) + 1, lo, hi,
                      im2col_rows(&w, x, (uint8_t *)col, lo, hi));
 }
 
