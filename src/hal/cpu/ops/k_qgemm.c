@@ -368,11 +368,16 @@ static int float_products(const gs_op_call *c, const qoperand *a, const qoperand
   for (int64_t j = 0; j < m->n; j++)
     b_zero[j] = (float)zero_at(b, b->n_zero > 1 ? j : 0);
   size_t elem = gs_dtype_size(o->type);
+  int64_t converted_a = -1, converted_b = -1; /* an operand broadcast over the batch: once */
   for (int64_t i = from; i < to; i++) {
     int64_t oa, ob;
     gs_launch_matmul_offsets(m, i, &oa, &ob);
-    operand_to_float(a, (const uint8_t *)a->data + oa, m->m, m->k, NULL, af);
-    operand_to_float(b, (const uint8_t *)b->data + ob, m->k, m->n, b_zero, bf);
+    if (oa != converted_a)
+      operand_to_float(a, (const uint8_t *)a->data + oa, m->m, m->k, NULL, af);
+    if (ob != converted_b)
+      operand_to_float(b, (const uint8_t *)b->data + ob, m->k, m->n, b_zero, bf);
+    converted_a = oa;
+    converted_b = ob;
     gs__cpu_sgemm(false, false, m->m, m->n, m->k, 1.0f, af, m->k, bf, m->n, 0.0f, cf, m->n);
     float_to_acc(cf, acc, (int64_t)mn);
     finish_rows(o, acc, m->m, m->n, (char *)out + (size_t)i * mn * elem, scale);
