@@ -81,6 +81,25 @@ def test_dft_matches_numpy(dtype, n):
           dtype)
 
 
+def test_a_length_that_bluestein_pads_past_the_device_limit_runs_on_the_cpu():
+    """VkFFT runs a length that is not a power of two by Bluestein's
+    algorithm, over a power of two of at least 2n - 1 points. 40,000 float32
+    points take 320 KB, but their transform 131,072 points, 1 MiB: over what
+    OpenCL's CPU devices take (opencl_internal.h), so on opencl0 the DFT runs
+    on the CPU instead. The values are numpy's either way."""
+    x = rng.standard_normal((1, 40000, 1)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        onnx.save(dft_model(x, 17), path)
+        p = run_gpusrv(path, {"x": x}, d, extra=("--report",))
+        assert p.returncode == 0, p.stderr
+        got = load_outputs(d, ["y"])["y"]
+    if DEVICE == "opencl0":
+        assert "DFT" in cpu_fallback_ops(p.stdout), p.stdout
+    close(got, as_pairs(np.fft.fft(x[..., 0].astype(np.float64), axis=1), np.float64),
+          np.float32)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [5, 64, 257])
 def test_inverse_dft_of_complex_input(dtype, n):
