@@ -310,7 +310,10 @@ static int run(const char *path, const model_opts *opts) {
            gs_device_get_info(dev)->id);
     if (r.in_place)
       printf("plan: reshapes that copy nothing (the output takes the input's memory): %d\n",
-             r.in_place);
+             r.in_place - r.slice_views);
+    if (r.slice_views)
+      printf("plan: slices read in place (a contiguous part of the input): %d\n",
+             r.slice_views);
     if (r.overwritten)
       printf("plan: elementwise steps that write over an input dying there: %d\n",
              r.overwritten);

@@ -130,6 +130,7 @@ typedef struct gs_plan_report {
   int kept_blocked; /* values kept in oneDNN's blocked layout (between convolutions, through
                      * the elementwise ops between them) */
   int in_place;     /* Reshapes and the like whose output shares their input's bytes */
+  int slice_views;  /* of them, Slices whose output is a contiguous part of their input */
   int overwritten;  /* elementwise steps that write over an input dying there */
   int packed;       /* products whose constant B is stored packed for the device's kernel */
   int attention;    /* MatMul, scale, mask, Softmax, MatMul run as one Attention step */

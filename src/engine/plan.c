@@ -370,12 +370,14 @@ static int root_of(const gs_plan *p, int v) {
   return p->values[v].alias_of >= 0 ? p->values[v].alias_of : v;
 }
 
-/* Value out of step s shares in's place in the arena from now on. */
+/* Value out of step s shares in's place in the arena from now on (at
+ * the same bytes, also where in is a view). */
 static void share_place(gs_plan *p, int s, int in, int out) {
   value *vo = &p->values[out];
   int root = root_of(p, in);
   value *vr = &p->values[root];
   vo->alias_of = root;
+  vo->view_offset = p->values[in].view_offset;
   int until = vo->last_use > s ? vo->last_use : s;
   if (vr->last_use < until)
     vr->last_use = until;
@@ -383,12 +385,13 @@ static void share_place(gs_plan *p, int s, int in, int out) {
 
 /* An elementwise step on a device whose kernels allow it writes over an
  * input that dies there and has the output's shape: one tensor fewer in
- * the arena, and no output lines to bring into the cache. No other input
- * of the step can be in that place: the values sharing a place live one
- * after another (each dies where the next is made), so only the input
- * itself read twice (Mul(x, x)) meets it there, and the kernels read
- * element i of every input before writing it. (A step that falls back to
- * the CPU copies its inputs out before its output comes back.) */
+ * the arena, and no output lines to bring into the cache. Nothing else in
+ * that place may be read later (a Slice's view of it), nor by the step
+ * itself (a view read beside it, broadcast, would be read after its
+ * bytes were written); the input read twice (Mul(x, x)) is fine: the
+ * kernels read element i of every input before writing it. (A step that
+ * falls back to the CPU copies its inputs out before its output comes
+ * back.) */
 static bool overwrite_input(gs_plan *p, int s) {
   const step *st = &p->steps[s];
   const gs_op_call *c = st->call;
@@ -397,7 +400,13 @@ static bool overwrite_input(gs_plan *p, int s) {
   for (int k = 0; k < c->n_in; k++) {
     int in = st->in[k];
     if (!may_take_place(p, s, k) || !gs_shape_equal(&c->in[k].shape, &c->out[0].shape) ||
-        !gs_shape_equal(&p->values[in].shape, &p->values[st->out[0]].shape))
+        !gs_shape_equal(&p->values[in].shape, &p->values[st->out[0]].shape) ||
+        p->values[root_of(p, in)].last_use != s)
+      continue;
+    bool alone = true;
+    for (int j = 0; j < c->n_in; j++)
+      alone = alone && (st->in[j] < 0 || st->in[j] == in || root_of(p, st->in[j]) != root_of(p, in));
+    if (!alone)
       continue;
     share_place(p, s, in, st->out[0]);
     p->report.overwritten++;
@@ -406,15 +415,69 @@ static bool overwrite_input(gs_plan *p, int s) {
   return false;
 }
 
+/* Slice step s whose output is one contiguous run of its input's bytes
+ * (outer dims of one, then a range of one dim, then whole dims: a channel
+ * split at batch 1), starting at a multiple of ARENA_ALIGN: its offset in
+ * bytes, or -1. */
+static int64_t contiguous_slice(const gs_plan *p, int s) {
+  const step *st = &p->steps[s];
+  const gs_op_call *c = st->call;
+  if (!gs__step_is(st, "Slice") || st->dead || c->n_out != 1 || st->in[0] < 0 ||
+      st->out[0] < 0)
+    return -1;
+  const gs_slice_attrs *a = c->attrs;
+  const gs_shape *xs = &c->in[0].shape, *ys = &c->out[0].shape;
+  int r = xs->rank, d = r - 1;
+  if (ys->rank != r || r < 1 || gs_shape_numel(ys) <= 0)
+    return -1;
+  while (d > 0 && ys->dims[d] == xs->dims[d] && a->start[d] == 0 && a->step[d] == 1)
+    d--; /* dims after d are whole */
+  if (ys->dims[d] > 1 && a->step[d] != 1)
+    return -1;
+  int64_t offset = 0, stride = (int64_t)gs_dtype_size(c->in[0].dtype);
+  for (int k = r - 1; k >= 0; k--) {
+    if (k < d && ys->dims[k] != 1)
+      return -1;
+    offset += a->start[k] * stride;
+    stride *= xs->dims[k];
+  }
+  return offset % ARENA_ALIGN == 0 ? offset : -1;
+}
+
+/* A Slice that reads a contiguous part of a value computed in the arena
+ * (contiguous_slice) copies nothing: its output is a view of that part,
+ * and the value's place lives as long as the view. Never of a graph input
+ * or output (the caller's buffers may stand in for their places), of a
+ * blocked value, or of strings. */
+static bool slice_view(gs_plan *p, int s) {
+  step *st = &p->steps[s];
+  int64_t offset = contiguous_slice(p, s);
+  if (offset < 0)
+    return false;
+  int in = st->in[0], out = st->out[0];
+  const value *vi = &p->values[in], *vo = &p->values[out];
+  const value *vr = &p->values[root_of(p, in)];
+  if (!vi->in_arena || vi->data || vi->graph_input || vi->blocked || vr->graph_output ||
+      vo->graph_output || vo->blocked || vi->dtype == GS_DT_BYTES || vo->dtype != vi->dtype)
+    return false;
+  share_place(p, s, in, out);
+  p->values[out].view_offset = vi->view_offset + offset;
+  st->in_place = true;
+  p->report.in_place++;
+  p->report.slice_views++;
+  return true;
+}
+
 /* A step that only reshapes a value that dies there writes nothing: its
  * output takes the input's place in the arena, which lives as long as
  * either does (a channel shuffle's Reshape, Transpose, Reshape copies once,
- * not three times). An elementwise step may write over its input
- * (overwrite_input). Counts both in the report. */
+ * not three times). A Slice of a contiguous part is a view of it
+ * (slice_view), and an elementwise step may write over its input
+ * (overwrite_input). Counts them in the report. */
 static void share_places(gs_plan *p, bool overwrite) {
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
-    if (overwrite && overwrite_input(p, s))
+    if ((overwrite && overwrite_input(p, s)) || slice_view(p, s))
       continue;
     if (!keeps_bytes(st) || !may_take_place(p, s, 0))
       continue;
@@ -462,7 +525,8 @@ static void place_arena(gs_plan *p, int *order, interval *busy) {
     }
   qsort_r(order, (size_t)n, sizeof(int), cmp_by_size, p->values);
   uint64_t peak = 0, naive = 0;
-  /* Without reuse: every tensor but a reshape's that copies nothing. */
+  /* Without reuse: every tensor but a reshape's or a slice's that copies
+   * nothing. */
   for (int i = 0; i < p->n_values; i++) {
     const value *v = &p->values[i];
     if (v->in_arena && !v->data && !(v->def >= 0 && p->steps[v->def].in_place))
@@ -492,7 +556,7 @@ static void place_arena(gs_plan *p, int *order, interval *busy) {
       peak = (uint64_t)at + need;
   }
   for (int i = 0; i < p->n_values; i++)
-    p->values[i].offset = p->values[root_of(p, i)].offset;
+    p->values[i].offset = p->values[root_of(p, i)].offset + p->values[i].view_offset;
   p->report.arena_bytes = peak;
   p->report.naive_bytes = naive;
 }
@@ -502,11 +566,12 @@ static void place_arena(gs_plan *p, int *order, interval *busy) {
 static void share_values(gs_plan *p, bool overwrite) {
   for (int i = 0; i < p->n_values; i++) {
     p->values[i].alias_of = -1;
+    p->values[i].view_offset = 0;
     p->values[i].last_use = -1;
   }
   for (int s = 0; s < p->n_steps; s++)
     p->steps[s].in_place = false;
-  p->report.in_place = p->report.overwritten = 0;
+  p->report.in_place = p->report.overwritten = p->report.slice_views = 0;
   find_lifetimes(p);
   share_places(p, overwrite);
 }

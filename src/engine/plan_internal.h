@@ -35,8 +35,11 @@ typedef struct value {
   uint64_t from_inputs;
   bool graph_input; /* a model input itself, as the caller gives it */
   /* A value that shares another's place in the arena (a Reshape's output
-   * and its input, which dies there): that value's index, else -1. */
+   * and its input, which dies there): that value's index, else -1. A
+   * Slice's output may be a view of part of its input's place: it starts
+   * view_offset bytes into it (0 otherwise). */
   int alias_of;
+  int64_t view_offset;
   bool blocked; /* kept in oneDNN's channel-blocked layout (plan_layout.c) */
 } value;
 

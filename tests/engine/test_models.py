@@ -112,6 +112,86 @@ def test_a_squeeze_excitation_between_convolutions_writes_over_its_input():
     assert counts == ([1, 0] if DEVICE in (None, "cpu0") else [2, 1]), counts
 
 
+def slice_node(src, out, start, end, axis=1, step=None):
+    """A Slice of src along `axis` (constants named after the output)."""
+    names = [src, f"{out}_s", f"{out}_e", f"{out}_a"] + ([f"{out}_p"] if step else [])
+    consts = {f"{out}_s": np.array([start], np.int64), f"{out}_e": np.array([end], np.int64),
+              f"{out}_a": np.array([axis], np.int64)}
+    if step:
+        consts[f"{out}_p"] = np.array([step], np.int64)
+    return onnx.helper.make_node("Slice", names, [out]), consts
+
+
+def slice_case(case):
+    """A Conv's output c [batch, 8, 4, 4] (64 bytes a channel) sliced as the
+    case says, and the slices through later steps."""
+    from gsonnx import make_model
+    rng = np.random.default_rng(9)
+    batch = 2 if case == "batch of two" else 1
+    side = 3 if case == "unaligned" else 4  # 36 bytes a channel: a run from channel 1 is not
+    x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
+    consts = {"w": rng.standard_normal((8, 3, 1, 1)).astype(np.float32)}
+    nodes = [onnx.helper.make_node("Conv", ["x", "w"], ["c"])]
+    outputs = ["y"]
+
+    def add(node_consts):
+        nodes.append(node_consts[0])
+        consts.update(node_consts[1])
+
+    if case in ("channel split", "batch of two", "also an output"):
+        # ShuffleNet's split: each half through its own step, then joined again.
+        add(slice_node("c", "a", 0, 4))
+        add(slice_node("c", "b", 4, 8))
+        nodes += [onnx.helper.make_node("Relu", ["a"], ["ra"]),
+                  onnx.helper.make_node("Sigmoid", ["b"], ["sb"]),
+                  onnx.helper.make_node("Concat", ["ra", "sb"], ["y"], axis=1)]
+        if case == "also an output":
+            outputs.append("c")
+    elif case == "a view read beside its root":
+        # Mul(c, c[:, :1]) broadcast: c dies there, but the step reads the view
+        # of its first channel after writing over it, were c written over.
+        add(slice_node("c", "v", 0, 1))
+        nodes += [onnx.helper.make_node("Mul", ["c", "v"], ["m"]),
+                  onnx.helper.make_node("Neg", ["m"], ["y"])]
+    elif case == "overlapping views":
+        # Relu of the first view may not write over bytes the second reads later.
+        add(slice_node("c", "a", 0, 4))
+        add(slice_node("c", "b", 2, 6))
+        nodes += [onnx.helper.make_node("Relu", ["a"], ["ra"]),
+                  onnx.helper.make_node("Neg", ["b"], ["nb"]),
+                  onnx.helper.make_node("Concat", ["ra", "nb"], ["y"], axis=1)]
+    elif case == "a graph input":
+        nodes = []
+        add(slice_node("x", "a", 1, 3))
+        nodes.append(onnx.helper.make_node("Relu", ["a"], ["y"]))
+    elif case == "unaligned":
+        add(slice_node("c", "a", 1, 5))  # one run, 36 bytes in
+        nodes.append(onnx.helper.make_node("Relu", ["a"], ["y"]))
+    elif case == "strided":
+        add(slice_node("c", "a", 0, 8, step=2))
+        nodes.append(onnx.helper.make_node("Relu", ["a"], ["y"]))
+    if case == "a graph input":
+        consts = {k: v for k, v in consts.items() if k != "w"}
+    return make_model(nodes, {"x": x}, consts, outputs), {"x": x}
+
+
+@pytest.mark.parametrize("case, views", [
+    ("channel split", 2), ("a view read beside its root", 1), ("overlapping views", 2),
+    ("batch of two", 0), ("also an output", 0), ("a graph input", 0), ("unaligned", 0),
+    ("strided", 0)])
+def test_a_contiguous_slice_is_read_in_place(case, views):
+    """A Slice whose output is one run of its input's bytes, starting on the
+    arena's 64-byte alignment, copies nothing: its output is a view of that
+    part of the input (ShuffleNet v2's channel split at batch 1). Never
+    where the caller's buffers may stand in for the input (a graph input or
+    output), and no step writes over bytes a view still reads. The values
+    equal onnxruntime's in every case, on every device."""
+    model, feeds = slice_case(case)
+    _, report = check_model(model, feeds, with_report=True)
+    m = re.search(r"slices read in place \(a contiguous part of the input\): (\d+)", report)
+    assert (int(m.group(1)) if m else 0) == views, report
+
+
 @pytest.mark.parametrize("name", ["cnn", "mlp", "transformer"])
 def test_fallback_is_reported(tmp_path, name):
     """A backend with none of the engine's kernels (testcpu0) runs every op
