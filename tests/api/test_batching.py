@@ -160,3 +160,45 @@ def test_timeout_action(tmp_path):
             for t in threads:
                 t.join()
             assert results == [want] * 8, (model, results)
+
+
+def test_slices_of_inputs_and_outputs_the_batcher_binds(tmp_path):
+    """Through the batcher, a plan reads its inputs from, and writes its
+    outputs to, the batch's own buffers, not its arena. A Slice of an input
+    or of an output is then copied, never made a view of the arena's place,
+    which those buffers stand in for (a view would read bytes never
+    written). At one row a batch each Slice is one contiguous run; the
+    outputs equal onnxruntime's."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    consts = [numpy_helper.from_array(np.array([v], np.int64), n)
+              for n, v in (("zero", 0), ("half", 16), ("end", 32), ("one", 1))]
+    nodes = [helper.make_node("Slice", ["x", "zero", "half", "one"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y1"]),
+             helper.make_node("Abs", ["x"], ["o"]),
+             helper.make_node("Slice", ["o", "half", "end", "one"], ["s"]),
+             helper.make_node("Neg", ["s"], ["y2"])]
+    graph = helper.make_graph(
+        nodes, "slices", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", w])
+         for n, w in (("o", 32), ("y1", 16), ("y2", 16))], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (tmp_path / "sl" / "1").mkdir(parents=True)
+    path = str(tmp_path / "sl" / "1" / "model.onnx")
+    onnx.save(model, path)
+    (tmp_path / "sl" / "config.json").write_text(json.dumps(
+        {"max_batch_size": 1, "dynamic_batching": {"max_queue_delay_microseconds": 0}}))
+    x = np.random.default_rng(8).standard_normal((1, 32)).astype(np.float32)
+    import onnxruntime as ort
+    want = dict(zip(["o", "y1", "y2"], ort.InferenceSession(path).run(None, {"x": x})))
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 32], "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).encode()
+    with serving(tmp_path) as port:
+        for _ in range(3):  # the first run plans; the later ones reuse the plan
+            status, raw, _ = request(port, "POST", "/v2/models/sl/infer", body)
+            assert status == 200, raw
+            got = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"])
+                   for o in json.loads(raw)["outputs"]}
+            for name, w in want.items():
+                np.testing.assert_allclose(got[name], w, rtol=1e-6, err_msg=name)

@@ -529,9 +529,10 @@ def test_a_slow_model_holds_up_no_other_call(tmp_path):
 
 def test_a_call_that_ends_while_it_waits_for_a_worker_is_not_run(tmp_path):
     """With one worker thread, a slow call runs while a second waits for the
-    worker; the second's client gives up (its deadline passes) before its
-    turn comes, so the server answers it 503 without running it. A third
-    call queued behind it runs: the model ran twice, not three times."""
+    worker; the second's client gives up (its deadline, a quarter of a slow
+    run, passes) before its turn comes, so the server answers it 503
+    without running it. A third call queued behind it runs: with the first
+    call timed alone, the model ran three times, not four."""
     root = tmp_path / "models"
     slow_model(root / "slow" / "1" / "model.onnx")
     proc, port = start(root, "--grpc-threads", "1")
@@ -540,20 +541,22 @@ def test_a_call_that_ends_while_it_waits_for_a_worker_is_not_run(tmp_path):
         x = np.random.default_rng(4).standard_normal((1024, 1024)).astype(np.float32)
         slow_in = tg.InferInput("x", [1024, 1024], "FP32")
         slow_in.set_data_from_numpy(x)
-        first, third = queue.Queue(), queue.Queue()
         t0 = time.time()
+        assert np.array_equal(c.infer("slow", [slow_in]).as_numpy("y"), x)
+        alone = time.time() - t0
+        if alone < 0.4:
+            pytest.skip(f"the slow model took {alone:.2f} s here: too short for a call to wait")
+        first, third = queue.Queue(), queue.Queue()
         c.async_infer("slow", [slow_in], lambda result, error: first.put((result, error)))
-        time.sleep(0.05)
+        time.sleep(alone / 8)
         with pytest.raises(InferenceServerException, match="(?i)deadline"):
-            c.infer("slow", [slow_in], client_timeout=0.2)
+            c.infer("slow", [slow_in], client_timeout=alone / 4)
         c.async_infer("slow", [slow_in], lambda result, error: third.put((result, error)))
         for done in (first, third):
             result, error = done.get(timeout=240)
             assert error is None, error
             assert np.array_equal(result.as_numpy("y"), x)
-        if time.time() - t0 < 0.6:
-            pytest.skip("the slow model ran too fast here for a call to wait behind it")
-        assert stats(port, "slow")["execution_count"] == 2
+        assert stats(port, "slow")["execution_count"] == 3
         c.close()
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -31,8 +31,9 @@ ACTS = {
     "relu6": [helper.make_node("Clip", ["h", "lo", "hi"], ["hr"])],
 }
 GATES = {
-    "sigmoid": helper.make_node("Sigmoid", ["e"], ["s"]),
-    "hardsigmoid": helper.make_node("HardSigmoid", ["e"], ["s"], alpha=1 / 6, beta=0.5),
+    "sigmoid": helper.make_node("Sigmoid", ["e"], ["s"], name="gate"),
+    "hardsigmoid": helper.make_node("HardSigmoid", ["e"], ["s"], alpha=1 / 6, beta=0.5,
+                                    name="gate"),
 }
 
 
@@ -41,8 +42,8 @@ def se_model(channels=32, squeezed=8, batch=1, spatial=(9, 7), act="relu", gate=
              changes=None):
     """A squeeze-excitation of x [batch, channels, *spatial], between two
     convolutions unless told otherwise (x is then the graph input, or m the
-    output). changes: node name -> (replacement node, the constants it
-    reads), for the cases that must not fuse."""
+    output). changes: node name -> (a replacement node or a list of them,
+    the constants they read), for the cases that must not fuse."""
     x = f32(batch, 3 if conv_before else channels, *spatial)
     ones = [1] * len(spatial)
     consts = {"w1": f32(squeezed, channels, *ones), "w2": f32(channels, squeezed, *ones),
@@ -61,14 +62,16 @@ def se_model(channels=32, squeezed=8, batch=1, spatial=(9, 7), act="relu", gate=
               helper.make_node("Conv", ["hr" if ACTS[act] else "h", "w2", *bias("b2")], ["e"],
                                name="expand"),
               GATES[gate],
-              helper.make_node("Mul", ["s", src] if gate_first else [src, "s"], ["m"])]
+              helper.make_node("Mul", ["s", src] if gate_first else [src, "s"], ["m"],
+                               name="scale")]
     if conv_after:
         consts["w3"] = f32(5, channels, *ones)
         nodes.append(helper.make_node("Conv", ["m", "w3"], ["y"]))
     else:
-        nodes.append(helper.make_node("Identity", ["m"], ["y"]))
-    for name, (node, more) in (changes or {}).items():
-        nodes = [node if n.name == name else n for n in nodes]
+        nodes.append(helper.make_node("Identity", ["m"], ["y"], name="tail"))
+    for name, (new, more) in (changes or {}).items():
+        at = [n.name for n in nodes].index(name)
+        nodes[at:at + 1] = new if isinstance(new, list) else [new]
         consts.update(more)
     consts = {k: v for k, v in consts.items()
               if any(k in n.input for n in nodes)}  # unread initializers would be refused
@@ -102,6 +105,15 @@ def test_a_squeeze_excitation_is_one_step(case):
     assert blocks == (1 if FUSES else 0), text
 
 
+def test_x_read_after_the_block_is_not_written_over():
+    """x also feeds a residual Add after the block: the block is still one
+    step, which then writes an output of its own, and x keeps its values."""
+    model, feeds = se_model(conv_after=False,
+                            changes={"tail": (helper.make_node("Add", ["m", "a"], ["y"]), {})})
+    blocks, text = run(model, feeds)
+    assert blocks == (1 if FUSES else 0), text
+
+
 def test_the_step_writes_over_x_and_keeps_it_blocked():
     """x dies at the Mul: the fused step writes its output over it, and
     between the two convolutions both stay in the blocked layout."""
@@ -125,6 +137,12 @@ def test_the_step_writes_over_x_and_keeps_it_blocked():
         "Conv", ["hr", "w2g", "b2"], ["e"], group=2, name="expand"), {"w2g": f32(32, 4, 1, 1)})}}),
     ("the pooling takes the maximum", {"changes": {"pool": (helper.make_node(
         "GlobalMaxPool", ["a"], ["p"], name="pool"), {})}}),
+    ("the gate scales another tensor", {"changes": {"scale": ([
+        helper.make_node("Conv", ["x", "w0b"], ["a2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["a2", "s"], ["m"])], {"w0b": f32(32, 3, 3, 3)})}}),
+    ("the second product has an activation", {"changes": {"gate": ([
+        helper.make_node("Relu", ["e"], ["er"]), helper.make_node("Sigmoid", ["er"], ["s"])],
+        {})}}),
     ("the second product's weights are an input", {"changes": {"expand": (helper.make_node(
         "Conv", ["hr", "w2in", "b2"], ["e"], name="expand"), {})}}),
 ])
