@@ -256,6 +256,19 @@ static void on_closed(gs_grpc_call *c, bool ok) {
   gs_grpc_call_release(c);
 }
 
+/* Asks for the call's close now: a stream at its start, a unary call
+ * handed to a worker (which otherwise asks with its reply), so that
+ * gs_grpc_call_gone can tell whether the client has left (cancelled, or
+ * past its deadline). */
+static void ask_for_close(gs_grpc_call *c) {
+  c->close_asked = true;
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->cancelled;
+  start(c, &op, 1, &c->on_closed);
+}
+
 static void receive(gs_grpc_call *c, bool with_initial_metadata) {
   grpc_op ops[2];
   size_t n = 0;
@@ -534,14 +547,8 @@ static void on_new(gs_grpc_call *c, bool ok) {
     if (denied) {
       finish(c, gs_grpc_status_of(denied), why, NULL);
     } else {
-      if (c->method->streaming) { /* its close tells when the client gives up */
-        c->close_asked = true;
-        grpc_op op;
-        memset(&op, 0, sizeof op);
-        op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-        op.data.recv_close_on_server.cancelled = &c->cancelled;
-        start(c, &op, 1, &c->on_closed);
-      }
+      if (c->method->streaming) /* its close tells when the client gives up */
+        ask_for_close(c);
       receive(c, c->method->streaming); /* a unary call's goes with its reply */
     }
   }
@@ -837,18 +844,6 @@ static void hold_while_busy(gs_serial *s, bool busy) {
     gs_grpc_call_hold(c);
   else
     gs_grpc_call_release(c);
-}
-
-/* A unary call asks for its close with its reply. One handed off asks
- * now, so that when its turn comes gs_grpc_call_gone can tell whether the
- * client has left (cancelled, or past its deadline). */
-static void ask_for_close(gs_grpc_call *c) {
-  c->close_asked = true;
-  grpc_op op;
-  memset(&op, 0, sizeof op);
-  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  op.data.recv_close_on_server.cancelled = &c->cancelled;
-  start(c, &op, 1, &c->on_closed);
 }
 
 bool gs_grpc_hand_off(gs_grpc_call *c, gs_work *w, bool may_run_here) {

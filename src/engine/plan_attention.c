@@ -8,11 +8,7 @@
  * is read as it was before the Transpose. */
 #include "engine/plan_internal.h"
 
-#include "base/error.h"
-#include "engine/op.h"
 #include "hal/op/op_attrs.h"
-
-#include <stdlib.h>
 
 /* The pattern found: the steps that go, and the operands of the one that stays. */
 typedef struct attention_match {
@@ -184,36 +180,10 @@ static bool shapes_fit(gs_plan *p, const attention_match *m, int kt, gs_attentio
 /* The Attention call for the match, in place of the second MatMul's, if
  * the device takes it: 1 fused, 0 not, or a GS_E code. */
 static int replace(gs_plan *p, int pv, const attention_match *m, const gs_attention_attrs *aa) {
-  step *st = &p->steps[pv];
-  gs_op_call *c = calloc(1, sizeof *c);
-  gs_attention_attrs *a = NULL;
-  if (c) {
-    c->op_type = "Attention";
-    c->node_name = st->call->node_name; /* the model's, as the MatMul's was */
-    a = gs_op_attrs(c, sizeof *a);
-    c->state = calloc(1, sizeof *c->state);
-  }
-  if (!a || !c->state) {
-    gs__plan_free_call(c);
-    return gs_error(GS_ENOMEM, "out of memory planning attention at node %s",
-                    st->call->node_name);
-  }
-  *a = *aa;
   int ins[4] = {m->q, m->k, m->v, m->mask};
-  c->n_in = m->mask >= 0 ? 4 : 3;
-  c->n_out = 1;
-  for (int i = 0; i < c->n_in; i++)
-    c->in[i] = (gs_tensor_desc){.dtype = p->values[ins[i]].dtype, .shape = p->values[ins[i]].shape};
-  c->out[0] = st->call->out[0];
-  const gs_op_call *asked = c;
-  if (!gs_device_supports_launch(p->device, c->op_type, &asked, sizeof asked)) {
-    gs__plan_free_call(c);
-    return 0;
-  }
-  gs__plan_free_call(st->call);
-  st->call = c;
-  for (int i = 0; i < GS_OP_MAX_IO; i++)
-    st->in[i] = i < c->n_in ? ins[i] : -1;
+  int rc = gs__plan_replace_step(p, pv, "Attention", aa, sizeof *aa, ins, m->mask >= 0 ? 4 : 3);
+  if (rc <= 0)
+    return rc;
   for (int i = 0; i < m->n_gone; i++)
     p->steps[m->gone[i]].dead = true;
   p->report.fused += m->n_gone;

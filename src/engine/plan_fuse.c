@@ -5,11 +5,13 @@
 #include "engine/plan_internal.h"
 
 #include "base/error.h"
+#include "engine/op.h"
 #include "hal/op/op_attrs.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Up to `max` live steps that read value v; the count, or -1 when v is a
  * graph output (it must stay) or more steps read it. */
@@ -34,6 +36,42 @@ static int consumers(gs_plan *p, int v, int *out, int max) {
 int gs__plan_sole_consumer(gs_plan *p, int v) {
   int s = -1;
   return consumers(p, v, &s, 1) == 1 ? s : -1;
+}
+
+int gs__plan_replace_step(gs_plan *p, int s, const char *op_type, const void *attrs,
+                          size_t attrs_size, const int *ins, int n_in) {
+  step *st = &p->steps[s];
+  gs_op_call *c = calloc(1, sizeof *c);
+  void *a = NULL;
+  if (c) {
+    c->op_type = op_type;
+    c->node_name = st->call->node_name; /* the model's, as the step's was */
+    a = gs_op_attrs(c, attrs_size);
+    c->state = calloc(1, sizeof *c->state);
+  }
+  if (!a || !c->state) {
+    gs__plan_free_call(c);
+    return gs_error(GS_ENOMEM, "out of memory planning %s at node %s", op_type,
+                    st->call->node_name);
+  }
+  memcpy(a, attrs, attrs_size);
+  c->n_in = n_in;
+  c->n_out = 1;
+  for (int i = 0; i < n_in; i++)
+    if (ins[i] >= 0)
+      c->in[i] = (gs_tensor_desc){.dtype = p->values[ins[i]].dtype,
+                                  .shape = p->values[ins[i]].shape};
+  c->out[0] = st->call->out[0];
+  const gs_op_call *asked = c;
+  if (!gs_device_supports_launch(p->device, c->op_type, &asked, sizeof asked)) {
+    gs__plan_free_call(c);
+    return 0;
+  }
+  gs__plan_free_call(st->call);
+  st->call = c;
+  for (int i = 0; i < GS_OP_MAX_IO; i++)
+    st->in[i] = i < n_in ? ins[i] : -1;
+  return 1;
 }
 
 int gs__plan_producer(const gs_plan *p, int v) {

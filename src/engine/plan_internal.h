@@ -109,6 +109,12 @@ void gs__plan_free_call(gs_op_call *c);
 int gs__plan_sole_consumer(gs_plan *p, int v);
 /* The live step whose first output is v, or -1 (an input or a weight). */
 int gs__plan_producer(const gs_plan *p, int v);
+/* A fused step's call (op_type, a copy of attrs, inputs ins[0..n_in), -1
+ * where left out, step s's output) in place of step s's, if the device
+ * takes it: 1 replaced, 0 not (step s unchanged), or GS_ENOMEM
+ * (plan_fuse.c). The caller marks the steps it replaces dead. */
+int gs__plan_replace_step(gs_plan *p, int s, const char *op_type, const void *attrs,
+                          size_t attrs_size, const int *ins, int n_in);
 /* Whether value v is a float32 known while planning with one element (of
  * any shape): its value in *x (plan_fuse.c). */
 bool gs__plan_known_scalar(gs_plan *p, int v, float *x);

@@ -7,11 +7,7 @@
  * pixel, become two small GEMMs. */
 #include "engine/plan_internal.h"
 
-#include "base/error.h"
-#include "engine/op.h"
 #include "hal/op/op_attrs.h"
-
-#include <stdlib.h>
 
 /* The steps found, and the operands of the one that replaces them. */
 typedef struct squeeze_match {
@@ -129,38 +125,10 @@ static bool match_at(gs_plan *p, int mul, squeeze_match *m) {
 /* The SqueezeExcite call in place of the Mul's, if the device takes it:
  * 1 fused, 0 not, or a GS_E code. */
 static int replace(gs_plan *p, int mul, const squeeze_match *m) {
-  step *st = &p->steps[mul];
-  gs_op_call *c = calloc(1, sizeof *c);
-  gs_squeeze_excite_attrs *a = NULL;
-  if (c) {
-    c->op_type = "SqueezeExcite";
-    c->node_name = st->call->node_name; /* the model's, as the Mul's was */
-    a = gs_op_attrs(c, sizeof *a);
-    c->state = calloc(1, sizeof *c->state);
-  }
-  if (!a || !c->state) {
-    gs__plan_free_call(c);
-    return gs_error(GS_ENOMEM, "out of memory planning a squeeze-excitation at node %s",
-                    st->call->node_name);
-  }
-  *a = m->attrs;
   int ins[5] = {m->x, m->w1, m->b1, m->w2, m->b2};
-  c->n_in = 5;
-  c->n_out = 1;
-  for (int i = 0; i < c->n_in; i++)
-    if (ins[i] >= 0)
-      c->in[i] = (gs_tensor_desc){.dtype = p->values[ins[i]].dtype,
-                                  .shape = p->values[ins[i]].shape};
-  c->out[0] = st->call->out[0];
-  const gs_op_call *asked = c;
-  if (!gs_device_supports_launch(p->device, c->op_type, &asked, sizeof asked)) {
-    gs__plan_free_call(c);
-    return 0;
-  }
-  gs__plan_free_call(st->call);
-  st->call = c;
-  for (int i = 0; i < GS_OP_MAX_IO; i++)
-    st->in[i] = i < c->n_in ? ins[i] : -1;
+  int rc = gs__plan_replace_step(p, mul, "SqueezeExcite", &m->attrs, sizeof m->attrs, ins, 5);
+  if (rc <= 0)
+    return rc;
   int gone[4] = {m->pool, m->reduce, m->expand, m->gate};
   for (int i = 0; i < 4; i++)
     p->steps[gone[i]].dead = true;

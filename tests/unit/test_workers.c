@@ -136,16 +136,22 @@ static void gate(gs_work *w) {
     sched_yield();
 }
 
-static void a_serial_takes_turns_with_other_work(void) {
-  static item items[4];
-  static gs_work held = {.run = gate};
+/* One worker, the counters reset, and a serial on it. */
+static gs_workers *one_worker_serial(gs_serial *s) {
   atomic_store(&n_order, 0);
   atomic_store(&let_go, false);
   atomic_store(&busy_count, 0);
   gs_workers *ws = gs_workers_start(1);
   CHECK(ws != NULL);
+  gs_serial_init(s, ws, serial_busy);
+  return ws;
+}
+
+static void a_serial_takes_turns_with_other_work(void) {
+  static item items[4];
+  static gs_work held = {.run = gate};
   gs_serial s;
-  gs_serial_init(&s, ws, serial_busy);
+  gs_workers *ws = one_worker_serial(&s);
   gs_workers_queue(ws, &held);
   for (int i = 0; i < 3; i++) {
     items[i] = (item){.work = {.run = note}, .index = i};
@@ -168,13 +174,8 @@ static void a_serial_takes_turns_with_other_work(void) {
 
 static void an_idle_serial_refuses_when_asked(void) {
   static item items[2];
-  atomic_store(&n_order, 0);
-  atomic_store(&let_go, false);
-  atomic_store(&busy_count, 0);
-  gs_workers *ws = gs_workers_start(1);
-  CHECK(ws != NULL);
   gs_serial s;
-  gs_serial_init(&s, ws, serial_busy);
+  gs_workers *ws = one_worker_serial(&s);
   items[0] = (item){.work = {.run = note}, .index = 0};
   CHECK(!gs_serial_queue(&s, &items[0].work, true)); /* idle: the caller runs it */
   CHECK_EQ(atomic_load(&busy_count), 0);
