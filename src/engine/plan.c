@@ -404,8 +404,10 @@ static bool overwrite_input(gs_plan *p, int s) {
         p->values[root_of(p, in)].last_use != s)
       continue;
     bool alone = true;
-    for (int j = 0; j < c->n_in; j++)
-      alone = alone && (st->in[j] < 0 || st->in[j] == in || root_of(p, st->in[j]) != root_of(p, in));
+    for (int j = 0; j < c->n_in; j++) {
+      int o = st->in[j];
+      alone = alone && (o < 0 || o == in || root_of(p, o) != root_of(p, in));
+    }
     if (!alone)
       continue;
     share_place(p, s, in, st->out[0]);

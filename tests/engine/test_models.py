@@ -138,13 +138,17 @@ def slice_case(case):
         nodes.append(node_consts[0])
         consts.update(node_consts[1])
 
+    def split_and_join(first, second, second_op):
+        """c's channels [first) and [second) each through a step, then joined."""
+        add(slice_node("c", "a", *first))
+        add(slice_node("c", "b", *second))
+        nodes.extend([onnx.helper.make_node("Relu", ["a"], ["ra"]),
+                      onnx.helper.make_node(second_op, ["b"], ["tb"]),
+                      onnx.helper.make_node("Concat", ["ra", "tb"], ["y"], axis=1)])
+
     if case in ("channel split", "batch of two", "also an output"):
         # ShuffleNet's split: each half through its own step, then joined again.
-        add(slice_node("c", "a", 0, 4))
-        add(slice_node("c", "b", 4, 8))
-        nodes += [onnx.helper.make_node("Relu", ["a"], ["ra"]),
-                  onnx.helper.make_node("Sigmoid", ["b"], ["sb"]),
-                  onnx.helper.make_node("Concat", ["ra", "sb"], ["y"], axis=1)]
+        split_and_join((0, 4), (4, 8), "Sigmoid")
         if case == "also an output":
             outputs.append("c")
     elif case == "a view read beside its root":
@@ -155,11 +159,7 @@ def slice_case(case):
                   onnx.helper.make_node("Neg", ["m"], ["y"])]
     elif case == "overlapping views":
         # Relu of the first view may not write over bytes the second reads later.
-        add(slice_node("c", "a", 0, 4))
-        add(slice_node("c", "b", 2, 6))
-        nodes += [onnx.helper.make_node("Relu", ["a"], ["ra"]),
-                  onnx.helper.make_node("Neg", ["b"], ["nb"]),
-                  onnx.helper.make_node("Concat", ["ra", "nb"], ["y"], axis=1)]
+        split_and_join((0, 4), (2, 6), "Neg")
     elif case == "a graph input":
         nodes = []
         add(slice_node("x", "a", 1, 3))

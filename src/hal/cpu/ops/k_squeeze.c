@@ -25,7 +25,9 @@ static void plane_means(const float *x, float *mean, int64_t size, int64_t lo, i
  * HardSigmoid's clamp). */
 GS_VECTOR_CLONES static void bias_rows(float *v, const float *bias, int64_t n, int64_t lo,
                                        int64_t hi) {
-  for (int64_t r = lo; bias && r < hi; r++)
+  if (!bias)
+    return;
+  for (int64_t r = lo; r < hi; r++)
     for (int64_t i = 0; i < n; i++)
       v[r * n + i] += bias[i];
 }
@@ -70,18 +72,17 @@ GS_VECTOR_CLONES static void scale_runs(const float *x, const float *gate, float
 }
 #undef SCALE_RUNS
 
-/* The gate of each image and channel, [n, channels], from their means. */
+/* The gate of each image and channel, [n, channels], from their means
+ * (gs__cpu_sgemm keeps a small product on one thread itself). */
 static void gates(const gs_op_call *c, const float *const *p, int64_t n, int64_t channels,
                   float *mean, float *hidden, float *gate) {
   const gs_squeeze_excite_attrs *a = c->attrs;
   int64_t r = a->squeezed;
   const float *b1 = gs_op_given(c, 2) ? p[2] : NULL, *b2 = gs_op_given(c, 4) ? p[4] : NULL;
-  int saved = gs_parallel_small(4.0 * (double)(n * r * channels));
   gs__cpu_sgemm(false, true, n, r, channels, 1.0f, mean, channels, p[1], channels, 0.0f, hidden, r);
   bias_rows(hidden, b1, r, 0, n);
   gs__cpu_act_range(a->act, a->act_lo, a->act_hi, hidden, 0, n * r);
   gs__cpu_sgemm(false, true, n, channels, r, 1.0f, hidden, r, p[3], r, 0.0f, gate, channels);
-  gs_parallel_restore(saved);
   bias_rows(gate, b2, channels, 0, n);
   gate_range(a, gate, 0, n * channels);
 }
