@@ -2,6 +2,7 @@
  * model metadata, model configuration in Triton's shape, and inference with
  * JSON tensors and with the binary tensor data extension. */
 #include "api/kserve.h"
+#include "api/header_cache.h"
 #include "api/image_input.h"
 #include "api/kserve_data.h"
 
@@ -606,6 +607,9 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
   if (header_len > len)
     return gs_http_reply_error(err, 400, "Inference-Header-Content-Length is larger than the body"),
            GS_EINVAL;
+  if (header_len &&
+      gs_header_cache_take(m, v, body, header_len, body + header_len, len - header_len, r))
+    return GS_OK;
   size_t json_len = header_len ? header_len : len;
   json_error_t jerr;
   json_t *req = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &jerr);
@@ -758,6 +762,8 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
       r->binary[idx] = json_is_true(json_object_get(p, "binary_data"));
   }
   json_decref(req);
+  if (header_len)
+    gs_header_cache_keep(v, body, header_len, body + header_len, len - header_len, r);
   return GS_OK;
 fail:
   json_decref(req);

@@ -291,6 +291,11 @@ static void begin_load(const gs_repository *repo, gs_served_model *m) {
 /* Whether the load of m has run past its time limit; the first time, its
  * reason says so and names the step it stopped at. Checked between steps:
  * one step (reading a file, running a warm-up plan) is not interrupted. */
+static uint64_t next_version_serial(void) {
+  static _Atomic uint64_t last;
+  return atomic_fetch_add(&last, 1) + 1;
+}
+
 static bool load_overdue(gs_served_model *m, const char *step) {
   if (m->load_overdue)
     return true;
@@ -308,6 +313,7 @@ static bool load_overdue(gs_served_model *m, const char *step) {
 static void load_ensemble(gs_served_model *m, const char *repo_dir, const char *dir) {
   gs_served_version *ver = &m->versions[m->n_versions++];
   memset(ver, 0, sizeof *ver);
+  ver->serial = next_version_serial();
   ver->number = 1;
   DIR *d = opendir(dir);
   for (struct dirent *de; d && (de = readdir(d));) {
@@ -372,6 +378,7 @@ static void load_model(gs_served_model *m, const char *repo_dir, const char *dir
       break;
     gs_served_version *ver = &m->versions[m->n_versions++];
     memset(ver, 0, sizeof *ver);
+    ver->serial = next_version_serial();
     ver->number = v;
     snprintf(path, sizeof path, "%s/%s/model.onnx", dir, de->d_name);
     if (gs_model_load(path, &ver->model) < 0 || check_batching(m, ver->model) < 0 ||

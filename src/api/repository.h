@@ -45,6 +45,9 @@ typedef struct gs_load_waiter {
 typedef struct gs_served_version {
   int64_t number;
   gs_model *model; /* NULL when it failed to load */
+  /* Unique to one load of the version in this process (the struct is
+   * reused by the model's next load): what caches key on. */
+  uint64_t serial;
   char reason[512];
 } gs_served_version;
 
