@@ -1,7 +1,8 @@
 """bench/serve: perf_analyzer at concurrency 1, 4 and 16 against `gpusrv serve`
-over HTTP and gRPC, beside (a) a null server on the same HTTP library with
-gpusrv's own replies canned (gs-bench-null-http: the floor a request path on
-libmicrohttpd can reach here), (b) NVIDIA Triton 2.51 serving the same model
+over HTTP and gRPC, beside (a) null servers on the same libraries with
+gpusrv's own replies canned (gs-bench-null-http and gs-bench-null-grpc: the
+floor a request path on libmicrohttpd, or on gRPC's C core with one polling
+thread, can reach here), (b) NVIDIA Triton 2.51 serving the same model
 through its python backend (onnxruntime inside), over both protocols, where
 .venv-triton holds it, and (c) onnxruntime's in-process latency and a loopback
 TCP round trip; then Triton's add/sub model and the digits MLP with two
@@ -131,6 +132,38 @@ def capture_replies(port, d):
     return routes
 
 
+def capture_grpc_replies(gport, d):
+    """The same over gRPC: gpusrv's serialized replies to the calls
+    perf_analyzer -i grpc makes, as METHOD=FILE for gs-bench-null-grpc (which
+    counts ModelStatistics itself)."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    pixels = np.full(64, 0.5, np.float32).tobytes()
+    calls = {
+        "ServerLive": pb.ServerLiveRequest(), "ServerReady": pb.ServerReadyRequest(),
+        "ServerMetadata": pb.ServerMetadataRequest(),
+        "ModelReady": pb.ModelReadyRequest(name="digits"),
+        "ModelMetadata": pb.ModelMetadataRequest(name="digits"),
+        "ModelConfig": pb.ModelConfigRequest(name="digits"),
+        "ModelInfer": pb.ModelInferRequest(
+            model_name="digits",
+            inputs=[pb.ModelInferRequest.InferInputTensor(name="pixels", datatype="FP32", shape=[1, 64])],
+            outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="probs")],
+            raw_input_contents=[pixels]),
+    }
+    routes = []
+    with grpc.insecure_channel(f"127.0.0.1:{gport}") as channel:
+        for method, message in calls.items():
+            # No deserializer: the reply's bytes as they came.
+            reply = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")(
+                message.SerializeToString(), timeout=10)
+            f = os.path.join(d, f"grpc-{method}.bin")
+            with open(f, "wb") as out:
+                out.write(reply)
+            routes.append(f"{method}={f}")
+    return routes
+
+
 def start_triton(d, onnx_path):
     """Triton 2.51 (the tritonserver of the nvidia-pytriton 0.7.0 wheel in
     .venv-triton) serving the digits model through its python backend, whose
@@ -245,6 +278,9 @@ def main():
         null = subprocess.Popen([os.path.join(build, "bench", "gs-bench-null-http"), str(null_port),
                                  "4", *capture_replies(port, d)])
         wait_http(null_port)
+        null_gport = free_port()
+        null_grpc = subprocess.Popen([os.path.join(build, "bench", "gs-bench-null-grpc"),
+                                      str(null_gport), *capture_grpc_replies(gport, d)])
         digits_onnx = os.path.join(repo, "digits", "1", "model.onnx")
         triton, why_not = start_triton(d, digits_onnx)
         floors = {
@@ -271,9 +307,13 @@ def main():
                 row("gpusrv", "http", "digits", c, http,
                     f"{(http[1] - http[3]) / p50:.2f}x {http[0] / ips:.2f}x",
                     "(p50 - compute vs null p50; infer/s vs null)")
+                null_grpc_fig = perf("digits", null_gport, c, pa, extra=("-i", "grpc"))
+                row("null", "grpc", "digits", c, (*null_grpc_fig[:3], 0.0), "(the floor)")
                 grpc_fig = perf("digits", gport, c, pa, extra=("-i", "grpc"))
-                row("gpusrv", "grpc", "digits", c, grpc_fig, f"{grpc_fig[1] / http[1]:.2f}x",
-                    "(p50 vs gpusrv http p50)")
+                row("gpusrv", "grpc", "digits", c, grpc_fig,
+                    f"{grpc_fig[1] / http[1]:.2f}x {(grpc_fig[1] - grpc_fig[3]) / null_grpc_fig[1]:.2f}x "
+                    f"{grpc_fig[0] / null_grpc_fig[0]:.2f}x",
+                    "(p50 vs gpusrv http p50; p50 - compute vs null grpc p50; infer/s vs null)")
                 if triton:
                     for proto, tport in (("http", triton[1]), ("grpc", triton[2])):
                         try:
@@ -296,7 +336,7 @@ def main():
                         row("gpusrv", proto, model, c, fig, f"{fig[0] / limit:.1%}",
                             "(infer/s vs cores / onnxruntime p50)")
         finally:
-            for p in (server, null) + ((triton[0],) if triton else ()):
+            for p in (server, null, null_grpc) + ((triton[0],) if triton else ()):
                 p.terminate()
                 p.wait(timeout=30)
         print("goals (issue 23): http p50 - compute <= 1.15x null p50 at c1, and infer/s >= 0.8x "
