@@ -223,7 +223,7 @@ int gs_grpc_infer_parse(const Inference__ModelInferRequest *q, size_t message_by
       return 400;
     }
   for (int i = 0; i < model->n_inputs; i++)
-    if (r->given[i] != model->inputs[i].dtype && (st = gs_image_input_convert(r, i, why, whylen)))
+    if (r->image[i] && (st = gs_image_input_convert(r, i, why, whylen)))
       return st;
   return requested_outputs(q, r, why, whylen);
 }

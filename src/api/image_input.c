@@ -10,14 +10,17 @@
 
 int gs_image_input_find(const gs_served_model *m, const gs_model *model, bool *nchw, int *h,
                         int *w) {
+  /* A model that finishes the recipe itself takes uint8 pixels, h x w x 3. */
+  gs_image_layout layout = m->prep_on_device ? GS_LAYOUT_NHWC : m->prep.layout;
   for (int i = 0; i < model->n_inputs; i++) {
     const gs_value_info *in = &model->inputs[i];
     bool first = in->rank == 4 && in->dims[1] == 3 && in->dims[2] > 0 && in->dims[3] > 0;
     bool last = in->rank == 4 && in->dims[3] == 3 && in->dims[1] > 0 && in->dims[2] > 0;
-    if (m->prep.layout == GS_LAYOUT_NCHW ? !first : m->prep.layout == GS_LAYOUT_NHWC ? !last
-                                                                                    : !first && !last)
+    if (layout == GS_LAYOUT_NCHW ? !first : layout == GS_LAYOUT_NHWC ? !last : !first && !last)
       continue;
-    *nchw = m->prep.layout == GS_LAYOUT_NCHW || (m->prep.layout == GS_LAYOUT_AUTO && first);
+    if (m->prep_on_device && in->dtype != GS_DT_UINT8)
+      continue;
+    *nchw = layout == GS_LAYOUT_NCHW || (layout == GS_LAYOUT_AUTO && first);
     *h = (int)in->dims[*nchw ? 2 : 1];
     *w = (int)in->dims[*nchw ? 3 : 2];
     return i;
@@ -38,8 +41,10 @@ bool gs_image_input_form(const gs_served_model *m, const gs_model *model, int id
     return false;
   if (given == GS_DT_BYTES)
     return rank == 1 || (rank == 2 && dims[1] == 1);
-  return given == GS_DT_UINT8 && rank == 4 && dims[3] == 3 && dims[1] > 0 && dims[2] > 0 &&
-         dims[1] <= 65536 && dims[2] <= 65536;
+  bool pixels = given == GS_DT_UINT8 && rank == 4 && dims[3] == 3 && dims[1] > 0 && dims[2] > 0 &&
+                dims[1] <= 65536 && dims[2] <= 65536;
+  /* Pixels of the size a model that takes pixels itself takes are its tensor. */
+  return pixels && !(m->prep_on_device && dims[1] == h && dims[2] == w);
 }
 
 /* UINT8 pixels as an "image" the recipe reads: nothing to decode. */
@@ -56,6 +61,9 @@ int gs_image_input_convert(gs_infer_request *r, int idx, char *why, size_t whyle
   bool nchw;
   int h, w;
   gs_image_input_find(m, r->version->model, &nchw, &h, &w);
+  gs_prep recipe = m->prep;
+  if (m->prep_on_device) /* the model does the rest */
+    gs_prep_geometry_only(&recipe);
   int64_t n = r->shapes[idx].dims[0];
   size_t row_bytes = (size_t)3 * h * w * gs_dtype_size(in->dtype);
   char *rows = malloc(row_bytes * (size_t)n);
@@ -69,10 +77,10 @@ int gs_image_input_convert(gs_infer_request *r, int idx, char *why, size_t whyle
     int rc;
     if (r->given[idx] == GS_DT_BYTES) {
       const gs_bytes_ref *file = &((const gs_bytes_ref *)r->inputs[idx])[i];
-      rc = gs_prep_encoded(&m->prep, file->data, file->len, h, w, nchw, in->dtype,
+      rc = gs_prep_encoded(&recipe, file->data, file->len, h, w, nchw, in->dtype,
                            rows + (size_t)i * row_bytes);
     } else {
-      rc = prep_pixels(&m->prep, (const uint8_t *)r->inputs[idx] + (size_t)i * pixels,
+      rc = prep_pixels(&recipe, (const uint8_t *)r->inputs[idx] + (size_t)i * pixels,
                        (int)given->dims[1], (int)given->dims[2], h, w, nchw, in->dtype,
                        rows + (size_t)i * row_bytes);
     }
@@ -87,6 +95,7 @@ int gs_image_input_convert(gs_infer_request *r, int idx, char *why, size_t whyle
   r->owned[idx] = rows;
   r->inputs[idx] = rows;
   r->given[idx] = in->dtype;
+  r->image[idx] = false;
   r->shapes[idx] = (gs_shape){.rank = 4, .dims = {n, nchw ? 3 : h, nchw ? h : w, nchw ? w : 3}};
   return 0;
 }

@@ -22,6 +22,8 @@ struct gs_infer_request {
   /* Each input's datatype as sent: the model's, or an image form
    * (image_input.h) until gs_image_input_convert makes it the model's. */
   gs_dtype given[GS_REQ_MAX_IO];
+  /* Sent in an image form, not yet made the model's tensor. */
+  bool image[GS_REQ_MAX_IO];
   const void *inputs[GS_REQ_MAX_IO]; /* into the request body, or owned[] */
   void *owned[GS_REQ_MAX_IO];
   bool send[GS_REQ_MAX_IO], binary[GS_REQ_MAX_IO]; /* which outputs, and how */

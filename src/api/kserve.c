@@ -548,7 +548,10 @@ int gs_kserve_check_input(gs_infer_request *r, const char *name, const char *dat
   }
   const gs_value_info *want = &model->inputs[idx];
   gs_dtype given = datatype ? gs_kserve_dtype_from_name(datatype) : GS_DT_INVALID;
-  bool image = given != want->dtype && gs_image_input_form(m, model, idx, given, rank, dims);
+  /* A model that takes pixels itself (its recipe finished on the device)
+   * takes them as its own tensor only at its own size. */
+  bool image = (given != want->dtype || m->prep_on_device) &&
+               gs_image_input_form(m, model, idx, given, rank, dims);
   if (given != want->dtype && !image) {
     snprintf(why, whylen, "input '%s': expected datatype %s%s, got %s", name,
              gs_kserve_dtype_name(want->dtype),
@@ -583,6 +586,7 @@ int gs_kserve_check_input(gs_infer_request *r, const char *name, const char *dat
   }
   r->shapes[idx] = sh;
   r->given[idx] = given;
+  r->image[idx] = image;
   *count = gs_shape_numel(&sh);
   /* Every value takes a byte or more of the message in any form (JSON,
    * binary, a string's length): a shape that holds more cannot be honest,
@@ -739,8 +743,7 @@ int gs_kserve_parse(gs_served_model *m, gs_served_version *v, const char *body, 
       goto fail;
     }
   for (int i = 0; i < model->n_inputs; i++)
-    if (r->given[i] != model->inputs[i].dtype &&
-        (status = gs_image_input_convert(r, i, why, sizeof why)) != 0)
+    if (r->image[i] && (status = gs_image_input_convert(r, i, why, sizeof why)) != 0)
       goto fail;
   status = 400;
   /* Which outputs, and which of them go as binary. */

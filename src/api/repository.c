@@ -61,6 +61,55 @@ static int check_preprocess(const gs_served_model *m, const gs_model *model) {
   return gs_image_input_find(m, model, &nchw, &h, &w) < 0 ? GS_EINVAL : GS_OK;
 }
 
+/* Where a recipe's type, layout and normalisation run (image.h's finish):
+ * in the model, on its devices, with finish=device where every instance's
+ * device has memory of its own, and with finish=auto where those devices
+ * are moreover not CPUs (an OpenCL CPU device runs them on the same cores,
+ * slower than the CPU's own loop: bench/images); on the CPU otherwise.
+ * There a quarter of float32's bytes cross the bus. Called once the
+ * instances are made and before any plan; an ensemble keeps the CPU's. */
+static int place_preprocess(gs_served_model *m) {
+  if (!m->has_prep || m->is_ensemble || m->prep.finish == GS_FINISH_CPU)
+    return GS_OK;
+  bool own_memory = m->n_instances > 0, gpus = own_memory;
+  for (int i = 0; i < m->n_instances; i++) {
+    gs_device_t *d = m->instances[i].device;
+    own_memory = own_memory && !gs_device_get_caps(d)->host_visible_device_memory;
+    gpus = gpus && gs_device_get_info(d)->type != GS_DEVICE_CPU;
+  }
+  if (!own_memory || (m->prep.finish == GS_FINISH_AUTO && !gpus))
+    return GS_OK;
+  for (int i = 0; i < m->n_versions; i++) {
+    gs_served_version *v = &m->versions[i];
+    bool nchw;
+    int h, w, idx = v->model ? gs_image_input_find(m, v->model, &nchw, &h, &w) : -1;
+    if (idx < 0)
+      continue;
+    if (v->model->inputs[idx].dtype != GS_DT_FLOAT32) {
+      if (m->prep.finish == GS_FINISH_AUTO)
+        return GS_OK; /* all versions alike: the CPU's */
+      return gs_error(GS_EINVAL, "preprocess finish=device needs a float32 image input; "
+                                 "version %lld's '%s' is %s", (long long)v->number,
+                      v->model->inputs[idx].name, gs_dtype_name(v->model->inputs[idx].dtype));
+    }
+  }
+  for (int i = 0; i < m->n_versions; i++) {
+    gs_served_version *v = &m->versions[i];
+    bool nchw;
+    int h, w, idx = v->model ? gs_image_input_find(m, v->model, &nchw, &h, &w) : -1;
+    if (idx < 0)
+      continue;
+    gs_model *model = v->model, *whole;
+    v->model = NULL; /* taken by the composition, whatever it returns */
+    int rc = gs_prep_compose(&m->prep, model, idx, h, w, nchw, m->name, &whole);
+    if (rc < 0)
+      return rc; /* the load fails as a whole */
+    v->model = whole;
+  }
+  m->prep_on_device = true;
+  return GS_OK;
+}
+
 /* Whether device d is of the kind an instance group asks for. */
 static bool kind_matches(const char *kind, gs_device_t *d) {
   const gs_device_info *info = gs_device_get_info(d);
@@ -345,7 +394,7 @@ static void load_model(gs_served_model *m, const char *repo_dir, const char *dir
   m->reason[0] = '\0';
   m->n_versions = 0;
   /* what only a configuration sets, and an earlier one may have */
-  m->has_prep = m->is_ensemble = false;
+  m->has_prep = m->is_ensemble = m->prep_on_device = false;
   m->prep_spec[0] = '\0';
   snprintf(path, sizeof path, "%s/config.json", dir);
   int rc = 0;
@@ -402,6 +451,10 @@ static void load_model(gs_served_model *m, const char *repo_dir, const char *dir
   if (any && load_overdue(m, "before making its instances"))
     any = false;
   if (any && make_instances(m) < 0) {
+    snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
+    any = false;
+  }
+  if (any && place_preprocess(m) < 0) {
     snprintf(m->reason, sizeof m->reason, "%s", gs_error_detail());
     any = false;
   }

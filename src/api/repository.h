@@ -163,6 +163,10 @@ typedef struct gs_served_model {
   bool has_prep;
   gs_prep prep;
   char prep_spec[256];
+  /* The recipe's type, layout and normalisation are part of every version's
+   * model (its finish on the device, gs_prep_compose): the image input then
+   * takes uint8 [n, h, w, 3], and the CPU only decodes, resizes and crops. */
+  bool prep_on_device;
   /* platform "ensemble": its versions are its steps composed (ensemble.h) */
   bool is_ensemble;
   gs_ensemble ensemble;

@@ -9,7 +9,6 @@
 #include "hal/cpu/ops/kernels.h" /* gs_ld, gs_st */
 #include "engine/dataset.h"
 #include "engine/image_set.h"
-#include "engine/model_compose.h"
 #include "engine/model_split.h"
 #include "engine/npy.h"
 
@@ -570,52 +569,16 @@ static int place_prep(batch_run *b, gs_shape *shape) {
                  gs_device_get_info(first)->type != GS_DEVICE_CPU);
   if (!own_memory || !wanted || b->model->inputs[0].dtype != GS_DT_FLOAT32)
     return GS_OK;
-  gs_model *graph;
-  int rc = gs_prep_graph(&o->prep, b->image_h, b->image_w, b->nchw, b->model->opset, &graph);
-  if (rc < 0)
-    return rc;
-  const gs_model *model = b->model;
-  const char *prep_from[2] = {"pixels", "normalised"};
-  const char *prep_to[2] = {"gs_pixels", model->inputs[0].name};
-  const char *model_names[1 + MAX_VALUES], *outputs[MAX_VALUES];
-  model_names[0] = model->inputs[0].name;
-  for (int i = 0; i < model->n_outputs; i++)
-    model_names[1 + i] = outputs[i] = model->outputs[i].name;
-  gs_compose_step steps[2] = {
-      {.model = graph, .name = "preprocess", .n_map = 2, .from = prep_from, .to = prep_to},
-      {.model = b->model, .name = "model", .n_map = 1 + model->n_outputs, .from = model_names,
-       .to = model_names}};
-  const char *inputs[1] = {"gs_pixels"};
   gs_model *whole;
-  /* the names the steps are wired by live in the model being composed: copied first */
-  char *held[1 + MAX_VALUES] = {0};
-  for (int i = 0; i < 1 + model->n_outputs; i++)
-    if (!(held[i] = strdup(model_names[i])))
-      rc = gs_error(GS_ENOMEM, "out of memory composing the preprocessing graph");
-  for (int i = 0; i < 1 + model->n_outputs; i++)
-    model_names[i] = held[i];
-  prep_to[1] = held[0];
-  for (int i = 0; i < model->n_outputs; i++)
-    outputs[i] = held[1 + i];
-  int n_outputs = model->n_outputs;
+  int rc = gs_prep_compose(&o->prep, b->model, 0, b->image_h, b->image_w, b->nchw,
+                           o->model_path, &whole);
   b->model = NULL; /* taken by the composition, whatever it returns */
-  if (rc == 0)
-    rc = gs_model_compose(steps, 2, inputs, 1, outputs, n_outputs, o->model_path, &whole);
-  else {
-    gs_model_free(graph);
-    gs_model_free(steps[1].model);
-  }
-  for (int i = 0; i < 1 + n_outputs; i++)
-    free(held[i]);
   if (rc < 0)
     return rc;
   b->model = whole;
   b->prep_on_device = true;
   b->nchw = false;
-  b->cpu_prep.scale = 1; /* uint8 as they are */
-  b->cpu_prep.n_mean = b->cpu_prep.n_std = 1;
-  b->cpu_prep.mean[0] = 0;
-  b->cpu_prep.std[0] = 1;
+  gs_prep_geometry_only(&b->cpu_prep);
   *shape = (gs_shape){4, {shape->dims[0], b->image_h, b->image_w, 3}};
   return GS_OK;
 }

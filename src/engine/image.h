@@ -69,6 +69,10 @@ void gs_prep_defaults(gs_prep *p);
 /* Parses a spec of comma-separated KEY=VALUE into *p (from its present
  * values). GS_EINVAL naming what is wrong. */
 int gs_prep_parse(const char *spec, gs_prep *p);
+/* Keeps the recipe's resize and crop, and makes it leave values as they
+ * are (scale 1, mean 0, std 1) in rows of h x w x 3: what the CPU does
+ * where gs_prep_compose leaves the rest to the model. */
+void gs_prep_geometry_only(gs_prep *p);
 /* Whether the recipe changes an image's size (resize or crop). */
 bool gs_prep_has_geometry(const gs_prep *p);
 
@@ -92,6 +96,15 @@ int gs_prep_encoded(const gs_prep *p, const void *data, size_t size, int out_h, 
  * the bus. The caller frees *out with gs_model_free. */
 typedef struct gs_model gs_model;
 int gs_prep_graph(const gs_prep *p, int h, int w, bool nchw, int64_t opset, gs_model **out);
+
+/* `model` (taken, whatever this returns) with gs_prep_graph's steps joined
+ * before its input `input`: the whole (*out, named `name`) takes that input
+ * as uint8 [N, h, w, 3] pixels under the same name, and its other inputs
+ * and outputs as the model does. The caller frees *out with gs_model_free.
+ * GS_ENOTSUP for a model of more than GS_PREP_MAX_VALUES inputs or outputs. */
+#define GS_PREP_MAX_VALUES 8
+int gs_prep_compose(const gs_prep *p, gs_model *model, int input, int h, int w, bool nchw,
+                    const char *name, gs_model **out);
 
 /* Resizes src (src->width x src->height) to a dw x dh image, as Pillow's
  * resize does with that filter, and writes only the window [x0, x0 + ww) x

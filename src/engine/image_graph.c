@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "engine/model.h"
+#include "engine/model_compose.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,4 +150,63 @@ int gs_prep_graph(const gs_prep *p, int h, int w, bool nchw, int64_t opset, gs_m
   }
   *out = m;
   return GS_OK;
+}
+
+/* The names that wire the composition, copied: they live in the model
+ * that gs_model_compose takes apart. */
+typedef struct wiring {
+  int n;
+  char *names[2 * GS_PREP_MAX_VALUES]; /* the model's inputs, then its outputs */
+} wiring;
+
+static void wiring_free(wiring *w) {
+  for (int i = 0; i < w->n; i++)
+    free(w->names[i]);
+}
+
+static int wiring_of(const gs_model *model, wiring *w) {
+  w->n = 0;
+  if (model->n_inputs > GS_PREP_MAX_VALUES || model->n_outputs > GS_PREP_MAX_VALUES)
+    return gs_error(GS_ENOTSUP, "a recipe joins models of at most %d inputs and outputs",
+                    GS_PREP_MAX_VALUES);
+  for (int i = 0; i < model->n_inputs + model->n_outputs; i++) {
+    const gs_value_info *v = i < model->n_inputs ? &model->inputs[i]
+                                                 : &model->outputs[i - model->n_inputs];
+    if (!(w->names[w->n] = strdup(v->name)))
+      return gs_error(GS_ENOMEM, "out of memory composing the preprocessing graph");
+    w->n++;
+  }
+  return GS_OK;
+}
+
+int gs_prep_compose(const gs_prep *p, gs_model *model, int input, int h, int w, bool nchw,
+                    const char *name, gs_model **out) {
+  *out = NULL;
+  gs_model *graph = NULL;
+  wiring names;
+  int rc = wiring_of(model, &names);
+  if (rc == 0)
+    rc = gs_prep_graph(p, h, w, nchw, model->opset, &graph);
+  if (rc < 0) {
+    wiring_free(&names);
+    gs_model_free(model);
+    return rc;
+  }
+  /* The model's own input becomes the recipe's output; the whole takes
+   * pixels under the input's name. */
+  static const char *const normalised = "gs_normalised";
+  const char *prep_from[2] = {"pixels", "normalised"};
+  const char *prep_to[2] = {names.names[input], normalised};
+  const char *model_to[2 * GS_PREP_MAX_VALUES];
+  for (int i = 0; i < names.n; i++)
+    model_to[i] = i == input ? normalised : names.names[i];
+  int n_in = model->n_inputs, n_out = model->n_outputs;
+  gs_compose_step steps[2] = {
+      {.model = graph, .name = "preprocess", .n_map = 2, .from = prep_from, .to = prep_to},
+      {.model = model, .name = "model", .n_map = names.n, .from = (const char *const *)names.names,
+       .to = model_to}};
+  rc = gs_model_compose(steps, 2, (const char *const *)names.names, n_in,
+                        (const char *const *)names.names + n_in, n_out, name, out);
+  wiring_free(&names);
+  return rc;
 }

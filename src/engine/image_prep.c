@@ -18,6 +18,14 @@ void gs_prep_defaults(gs_prep *p) {
                  .interpolation = GS_FILTER_BILINEAR, .layout = GS_LAYOUT_AUTO};
 }
 
+void gs_prep_geometry_only(gs_prep *p) {
+  p->scale = 1;
+  p->n_mean = p->n_std = 1;
+  p->mean[0] = 0;
+  p->std[0] = 1;
+  p->layout = GS_LAYOUT_NHWC;
+}
+
 bool gs_prep_has_geometry(const gs_prep *p) {
   return p->resize_short || p->resize_h || p->crop_h;
 }

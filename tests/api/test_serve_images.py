@@ -7,6 +7,7 @@ cannot take."""
 import io
 import json
 import os
+import re
 import signal
 import sys
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tg
 import tritonclient.http as triton
+from onnx import TensorProto
 from PIL import Image
 
 from test_serve import ROOT, admin_token, request, start
@@ -172,3 +174,98 @@ def test_a_reload_without_the_recipe_takes_only_the_model_s_tensor(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def copied_bytes(port, device):
+    text = request(port, "GET", "/metrics")[1].decode()
+    return {d: int(v) for d, v in re.findall(
+        r'gpusrv_device_copy_bytes_total\{device="%s",direction="(\w+)"\} (\d+)' % device, text)}
+
+
+@pytest.fixture(scope="module")
+def finishes(tmp_path_factory):
+    """The recipe's finish on served models: the same recipe and model on
+    opencl0 with finish=device and finish=auto (which leaves an OpenCL CPU
+    device to the CPU), on cpu0 with finish=device (no memory of its own:
+    the CPU's), and finish=device for a float16 input (refused)."""
+    repo = tmp_path_factory.mktemp("finish")
+    opencl = [{"count": 1, "kind": "opencl"}]
+    for name, finish, group, dtype in (("device", "device", opencl, TensorProto.FLOAT),
+                                       ("auto", "auto", opencl, TensorProto.FLOAT),
+                                       ("cpu", "device", None, TensorProto.FLOAT),
+                                       ("half", "device", opencl, TensorProto.FLOAT16)):
+        (repo / name / "1").mkdir(parents=True)
+        config = {"max_batch_size": 8, "preprocess": f"{RECIPE},finish={finish}"}
+        if group:
+            config["instance_group"] = group
+        (repo / name / "config.json").write_text(json.dumps(config))
+        identity_model(repo / name / "1" / "model.onnx", ["N", 3, 32, 32], dtype)
+    proc, port = start(repo)
+    index = {m["name"]: m for m in json.loads(request(port, "POST", "/v2/repository/index",
+                                                      b"{}")[1])}
+    yield port, proc.grpc_port, index
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+def needs_opencl(index):
+    if index["auto"]["state"] != "READY":
+        pytest.skip(f"no OpenCL device here: {index['auto'].get('reason')}")
+
+
+def test_finished_on_the_device_a_model_takes_pixels_and_answers_as_the_cpu(finishes):
+    port, grpc_port, index = finishes
+    needs_opencl(index)
+    inputs = {name: json.loads(request(port, "GET", f"/v2/models/{name}")[1])["inputs"][0]
+              for name in ("device", "auto", "cpu")}
+    assert inputs["device"] == {"name": "x", "datatype": "UINT8", "shape": [-1, 32, 32, 3]}
+    assert inputs["auto"]["datatype"] == inputs["cpu"]["datatype"] == "FP32"
+    expect = np.stack([want(f) for f in FILES])
+    images = np.array([[f] for f in FILES], dtype=object)
+    for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
+                        (tg.InferenceServerClient(f"127.0.0.1:{grpc_port}"), tg)):
+        for name in ("device", "auto", "cpu"):
+            x = mod.InferInput("x", [2, 1], "BYTES")
+            x.set_data_from_numpy(images)
+            got = client.infer(name, [x]).as_numpy("y")
+            np.testing.assert_allclose(got, expect, rtol=0, atol=2e-6, err_msg=name)
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    # Pixels of another size go through the recipe; of the model's size, they
+    # are its tensor: normalised only.
+    pixels = photo(70, 50, 3)
+    x = triton.InferInput("x", [1, 50, 70, 3], "UINT8")
+    x.set_data_from_numpy(pixels[None])
+    np.testing.assert_allclose(c.infer("device", [x]).as_numpy("y"),
+                               want(encoded(pixels, "PNG"))[None], rtol=0, atol=2e-6)
+    own = photo(32, 32, 4)
+    x = triton.InferInput("x", [1, 32, 32, 3], "UINT8")
+    x.set_data_from_numpy(own[None])
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    normalised = ((own / 255 - mean) / std).transpose(2, 0, 1)[None]
+    np.testing.assert_allclose(c.infer("device", [x]).as_numpy("y"), normalised, rtol=0, atol=2e-6)
+    # Floats are not what it takes now.
+    x = triton.InferInput("x", [1, 3, 32, 32], "FP32")
+    x.set_data_from_numpy(normalised.astype(np.float32))
+    with pytest.raises(Exception, match="expected datatype UINT8"):
+        c.infer("device", [x])
+
+
+def test_finished_on_the_device_a_quarter_of_the_bytes_cross(finishes):
+    port, _, index = finishes
+    needs_opencl(index)
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    moved = {}
+    for name in ("device", "auto"):
+        x = triton.InferInput("x", [2, 1], "BYTES")
+        x.set_data_from_numpy(np.array([[f] for f in FILES], dtype=object))
+        before = copied_bytes(port, "opencl0")
+        c.infer(name, [x])
+        moved[name] = copied_bytes(port, "opencl0")["h2d"] - before["h2d"]
+    assert moved == {"device": 2 * 32 * 32 * 3, "auto": 2 * 3 * 32 * 32 * 4}
+
+
+def test_finish_device_needs_a_float32_image_input(finishes):
+    _, _, index = finishes
+    needs_opencl(index)
+    assert index["half"]["state"] == "UNAVAILABLE"
+    assert "finish=device needs a float32 image input" in index["half"]["reason"]
