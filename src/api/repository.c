@@ -68,40 +68,49 @@ static int check_preprocess(const gs_served_model *m, const gs_model *model) {
  * slower than the CPU's own loop: bench/images); on the CPU otherwise.
  * There a quarter of float32's bytes cross the bus. Called once the
  * instances are made and before any plan; an ensemble keeps the CPU's. */
-static int place_preprocess(gs_served_model *m) {
+static bool finish_on_device(const gs_served_model *m) {
   if (!m->has_prep || m->is_ensemble || m->prep.finish == GS_FINISH_CPU)
-    return GS_OK;
+    return false;
   bool own_memory = m->n_instances > 0, gpus = own_memory;
   for (int i = 0; i < m->n_instances; i++) {
     gs_device_t *d = m->instances[i].device;
     own_memory = own_memory && !gs_device_get_caps(d)->host_visible_device_memory;
     gpus = gpus && gs_device_get_info(d)->type != GS_DEVICE_CPU;
   }
-  if (!own_memory || (m->prep.finish == GS_FINISH_AUTO && !gpus))
+  return own_memory && (m->prep.finish == GS_FINISH_DEVICE || gpus);
+}
+
+/* The recipe joins every version's model where finish_on_device says so:
+ * GS_EINVAL for finish=device and an image input not float32. */
+static int place_preprocess(gs_served_model *m) {
+  if (!finish_on_device(m))
     return GS_OK;
+  struct {
+    int idx, h, w;
+    bool nchw;
+  } image[GS_REPO_MAX_VERSIONS]; /* each version's image input */
   for (int i = 0; i < m->n_versions; i++) {
     gs_served_version *v = &m->versions[i];
-    bool nchw;
-    int h, w, idx = v->model ? gs_image_input_find(m, v->model, &nchw, &h, &w) : -1;
-    if (idx < 0)
+    image[i].idx = v->model ? gs_image_input_find(m, v->model, &image[i].nchw, &image[i].h,
+                                                  &image[i].w)
+                            : -1;
+    const gs_value_info *in = image[i].idx >= 0 ? &v->model->inputs[image[i].idx] : NULL;
+    if (!in || in->dtype == GS_DT_FLOAT32)
       continue;
-    if (v->model->inputs[idx].dtype != GS_DT_FLOAT32) {
-      if (m->prep.finish == GS_FINISH_AUTO)
-        return GS_OK; /* all versions alike: the CPU's */
-      return gs_error(GS_EINVAL, "preprocess finish=device needs a float32 image input; "
-                                 "version %lld's '%s' is %s", (long long)v->number,
-                      v->model->inputs[idx].name, gs_dtype_name(v->model->inputs[idx].dtype));
-    }
+    if (m->prep.finish == GS_FINISH_AUTO)
+      return GS_OK; /* all versions alike: the CPU's */
+    return gs_error(GS_EINVAL, "preprocess finish=device needs a float32 image input; "
+                               "version %lld's '%s' is %s", (long long)v->number, in->name,
+                    gs_dtype_name(in->dtype));
   }
   for (int i = 0; i < m->n_versions; i++) {
     gs_served_version *v = &m->versions[i];
-    bool nchw;
-    int h, w, idx = v->model ? gs_image_input_find(m, v->model, &nchw, &h, &w) : -1;
-    if (idx < 0)
+    if (image[i].idx < 0)
       continue;
     gs_model *model = v->model, *whole;
     v->model = NULL; /* taken by the composition, whatever it returns */
-    int rc = gs_prep_compose(&m->prep, model, idx, h, w, nchw, m->name, &whole);
+    int rc = gs_prep_compose(&m->prep, model, image[i].idx, image[i].h, image[i].w,
+                             image[i].nchw, m->name, &whole);
     if (rc < 0)
       return rc; /* the load fails as a whole */
     v->model = whole;
