@@ -252,8 +252,11 @@ json_t *gs_kserve_model_config(gs_served_model *m, gs_served_version *v) {
     json_object_set_new(j, "dynamic_batching", db);
   }
   json_object_set_new(j, "instance_group", instance_groups_json(m));
-  if (m->has_prep)
+  if (m->has_prep) {
     json_object_set_new(j, "preprocess", json_string(m->prep_spec));
+    /* where its type, layout and normalisation run (image.h's finish) */
+    json_object_set_new(j, "preprocess_finish", json_string(m->prep_on_device ? "device" : "cpu"));
+  }
   json_object_set_new(j, "precision", json_string(gs_precision_name(m->precision)));
   return j;
 }

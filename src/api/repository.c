@@ -116,6 +116,8 @@ static int place_preprocess(gs_served_model *m) {
     v->model = whole;
   }
   m->prep_on_device = true;
+  GS_LOGI("api", "model %s: the recipe's type, layout and normalisation run on its devices; "
+                 "its image input takes uint8 pixels", m->name);
   return GS_OK;
 }
 

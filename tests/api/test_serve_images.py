@@ -220,6 +220,9 @@ def test_finished_on_the_device_a_model_takes_pixels_and_answers_as_the_cpu(fini
               for name in ("device", "auto", "cpu")}
     assert inputs["device"] == {"name": "x", "datatype": "UINT8", "shape": [-1, 32, 32, 3]}
     assert inputs["auto"]["datatype"] == inputs["cpu"]["datatype"] == "FP32"
+    finish = {name: json.loads(request(port, "GET", f"/v2/models/{name}/config")[1])
+              ["preprocess_finish"] for name in ("device", "auto", "cpu")}
+    assert finish == {"device": "device", "auto": "cpu", "cpu": "cpu"}
     expect = np.stack([want(f) for f in FILES])
     images = np.array([[f] for f in FILES], dtype=object)
     for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
