@@ -136,7 +136,8 @@ static void finish(call *c) {
     grpc_byte_buffer_destroy(c->received);
   if (c->reply)
     grpc_byte_buffer_destroy(c->reply);
-  grpc_call_unref(c->call);
+  if (c->call)
+    grpc_call_unref(c->call);
   grpc_call_details_destroy(&c->details);
   grpc_metadata_array_destroy(&c->metadata);
   grpc_slice_unref(c->status_details);
@@ -146,11 +147,11 @@ static void finish(call *c) {
 static void on_event(call *c, bool ok) {
   switch (c->next) {
   case ARRIVED: {
-    wait_for_call();
-    if (!ok) {
-      free(c);
+    if (!ok) { /* the server is shutting down: no more calls */
+      finish(c);
       return;
     }
+    wait_for_call();
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;

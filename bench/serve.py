@@ -156,7 +156,7 @@ def capture_grpc_replies(gport, d):
         for method, message in calls.items():
             # No deserializer: the reply's bytes as they came.
             reply = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")(
-                message.SerializeToString(), timeout=10)
+                message.SerializeToString(), timeout=10, wait_for_ready=True)
             f = os.path.join(d, f"grpc-{method}.bin")
             with open(f, "wb") as out:
                 out.write(reply)
@@ -271,34 +271,40 @@ def main():
         with open(os.path.join(repo, "digitsdb", "config.json"), "w") as f:
             json.dump(config, f)
         port, gport, null_port = free_port(), free_port(), free_port()
-        server = subprocess.Popen([os.path.join(build, "gpusrv"), "serve", "--model-repository", repo,
-                                   "--state-dir", os.path.join(d, "state"), "--http-port", str(port),
-                                   "--grpc-port", str(gport)], stderr=subprocess.DEVNULL)
-        wait_http(port, "/v2/models/digitsdb/ready")
-        null = subprocess.Popen([os.path.join(build, "bench", "gs-bench-null-http"), str(null_port),
-                                 "4", *capture_replies(port, d)])
-        wait_http(null_port)
-        null_gport = free_port()
-        null_grpc = subprocess.Popen([os.path.join(build, "bench", "gs-bench-null-grpc"),
-                                      str(null_gport), *capture_grpc_replies(gport, d)])
-        digits_onnx = os.path.join(repo, "digits", "1", "model.onnx")
-        triton, why_not = start_triton(d, digits_onnx)
-        floors = {
-            "simple": ort_p50_us(os.path.join(repo, "simple", "1", "model.onnx"),
-                                 {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)}),
-            "digits": ort_p50_us(digits_onnx, {"pixels": np.ones((1, 64), np.float32)}),
-        }
-        transport = loopback_floor_us(build)
-        cores = os.cpu_count()
-        print(f"bench/serve: perf_analyzer (batch 1, binary tensors) against gpusrv serve; {cores} cores; "
-              f"loopback TCP round trip: {transport:.0f} us p50; onnxruntime in-process p50: "
-              f"simple {floors['simple']:.1f} us, digits {floors['digits']:.1f} us")
-        print("compute: the server's own compute per request (its statistics: compute input + "
-              "infer + output); overhead: p50 - compute")
-        print(f"{'server':7} {'proto':5} {'model':8} {'conc':>4} {'infer/s':>9} {'p50 us':>8} "
-              f"{'p99 us':>8} {'compute':>8} {'overhead':>9} {'vs floor':>14}")
-        pa = os.path.join(d, "pa.csv")
+        procs = []  # stopped at the end, also when something fails on the way
         try:
+            server = subprocess.Popen([os.path.join(build, "gpusrv"), "serve", "--model-repository", repo,
+                                       "--state-dir", os.path.join(d, "state"), "--http-port", str(port),
+                                       "--grpc-port", str(gport)], stderr=subprocess.DEVNULL)
+            procs.append(server)
+            wait_http(port, "/v2/models/digitsdb/ready")
+            null = subprocess.Popen([os.path.join(build, "bench", "gs-bench-null-http"), str(null_port),
+                                     "4", *capture_replies(port, d)])
+            procs.append(null)
+            wait_http(null_port)
+            null_gport = free_port()
+            null_grpc = subprocess.Popen([os.path.join(build, "bench", "gs-bench-null-grpc"),
+                                          str(null_gport), *capture_grpc_replies(gport, d)])
+            procs.append(null_grpc)
+            digits_onnx = os.path.join(repo, "digits", "1", "model.onnx")
+            triton, why_not = start_triton(d, digits_onnx)
+            if triton:
+                procs.append(triton[0])
+            floors = {
+                "simple": ort_p50_us(os.path.join(repo, "simple", "1", "model.onnx"),
+                                     {"INPUT0": np.ones((1, 16), np.int32), "INPUT1": np.ones((1, 16), np.int32)}),
+                "digits": ort_p50_us(digits_onnx, {"pixels": np.ones((1, 64), np.float32)}),
+            }
+            transport = loopback_floor_us(build)
+            cores = os.cpu_count()
+            print(f"bench/serve: perf_analyzer (batch 1, binary tensors) against gpusrv serve; {cores} cores; "
+                  f"loopback TCP round trip: {transport:.0f} us p50; onnxruntime in-process p50: "
+                  f"simple {floors['simple']:.1f} us, digits {floors['digits']:.1f} us")
+            print("compute: the server's own compute per request (its statistics: compute input + "
+                  "infer + output); overhead: p50 - compute")
+            print(f"{'server':7} {'proto':5} {'model':8} {'conc':>4} {'infer/s':>9} {'p50 us':>8} "
+                  f"{'p99 us':>8} {'compute':>8} {'overhead':>9} {'vs floor':>14}")
+            pa = os.path.join(d, "pa.csv")
             for c in (1, 4, 16):
                 ips, p50, p99, _ = perf("digits", null_port, c, pa)
                 null_fig = (ips, p50, p99, 0.0)
@@ -336,7 +342,7 @@ def main():
                         row("gpusrv", proto, model, c, fig, f"{fig[0] / limit:.1%}",
                             "(infer/s vs cores / onnxruntime p50)")
         finally:
-            for p in (server, null, null_grpc) + ((triton[0],) if triton else ()):
+            for p in procs:
                 p.terminate()
                 p.wait(timeout=30)
         print("goals (issue 23): http p50 - compute <= 1.15x null p50 at c1, and infer/s >= 0.8x "

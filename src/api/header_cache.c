@@ -1,6 +1,7 @@
 /* header_cache.c - a thread's last parsed inference headers (header_cache.h). */
 #include "api/header_cache.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -29,6 +30,11 @@ typedef struct kept_header {
 
 static _Thread_local kept_header kept[KEPT];
 static _Thread_local int next_slot;
+static _Atomic uint64_t hits;
+
+uint64_t gs_header_cache_hits(void) {
+  return atomic_load_explicit(&hits, memory_order_relaxed);
+}
 
 static kept_header *find(const gs_served_version *v, const char *header, size_t len) {
   for (int i = 0; i < KEPT; i++) {
@@ -62,6 +68,7 @@ bool gs_header_cache_take(gs_served_model *m, gs_served_version *v, const char *
   }
   memcpy(r->send, k->send, sizeof r->send);
   memcpy(r->binary, k->binary, sizeof r->binary);
+  atomic_fetch_add_explicit(&hits, 1, memory_order_relaxed);
   return true;
 }
 

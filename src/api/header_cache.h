@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* When this thread kept `header` (len bytes) for version v of m, fills r
  * (zeroed by the caller) as its parse did, reading the inputs from
@@ -27,6 +28,9 @@
 bool gs_header_cache_take(gs_served_model *m, gs_served_version *v, const char *header,
                           size_t len, const char *binary, size_t binary_len,
                           gs_infer_request *r);
+
+/* Requests that took a kept parse, in all threads since the start. */
+uint64_t gs_header_cache_hits(void);
 
 /* Keeps what parsing `header` set in r, when every input of r is read in
  * place from `binary` (binary_len bytes after the header) as the model's

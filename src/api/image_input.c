@@ -43,8 +43,11 @@ bool gs_image_input_form(const gs_served_model *m, const gs_model *model, int id
     return rank == 1 || (rank == 2 && dims[1] == 1);
   bool pixels = given == GS_DT_UINT8 && rank == 4 && dims[3] == 3 && dims[1] > 0 && dims[2] > 0 &&
                 dims[1] <= 65536 && dims[2] <= 65536;
-  /* Pixels of the size a model that takes pixels itself takes are its tensor. */
-  return pixels && !(m->prep_on_device && dims[1] == h && dims[2] == w);
+  /* A model that takes pixels itself takes those of its size as its tensor
+   * where the recipe would leave them as they are; others go through it,
+   * as they do where the CPU finishes the recipe. */
+  return pixels && !(m->prep_on_device && dims[1] == h && dims[2] == w &&
+                     gs_prep_keeps_size(&m->prep, w, h));
 }
 
 /* UINT8 pixels as an "image" the recipe reads: nothing to decode. */

@@ -4,6 +4,7 @@
  * size histogram under gpusrv_* names. */
 #include "api/metrics.h"
 #include "api/batcher.h"
+#include "api/header_cache.h"
 
 #include "base/error.h"
 #include "hal/hal.h"
@@ -535,6 +536,10 @@ int gs_metrics_render(gs_repository *repo, gs_frontdesk *fd, gs_http_reply *r) {
           (unsigned long long)(k ? cs.d2h_bytes : cs.d2h));
     }
   }
+  header(&t, "gpusrv_http_inference_headers_reused_total", "counter",
+         "Inference requests whose JSON header repeated one already parsed, byte for byte");
+  put(&t, "gpusrv_http_inference_headers_reused_total %llu\n",
+      (unsigned long long)gs_header_cache_hits());
   if (repo->ledger) {
     static const char *const ledger_names[] = {"booked", "bookable"};
     for (int k = 0; k < 2; k++) {

@@ -80,8 +80,10 @@ static bool finish_on_device(const gs_served_model *m) {
   return own_memory && (m->prep.finish == GS_FINISH_DEVICE || gpus);
 }
 
-/* The recipe joins every version's model where finish_on_device says so:
- * GS_EINVAL for finish=device and an image input not float32. */
+/* The recipe joins every version's model where finish_on_device says so,
+ * and every version can take it (a float32 image input, a model
+ * gs_prep_can_compose takes); where one cannot, finish=auto leaves the
+ * recipe to the CPU and finish=device is the load's failure. */
 static int place_preprocess(gs_served_model *m) {
   if (!finish_on_device(m))
     return GS_OK;
@@ -95,13 +97,14 @@ static int place_preprocess(gs_served_model *m) {
                                                   &image[i].w)
                             : -1;
     const gs_value_info *in = image[i].idx >= 0 ? &v->model->inputs[image[i].idx] : NULL;
-    if (!in || in->dtype == GS_DT_FLOAT32)
-      continue;
-    if (m->prep.finish == GS_FINISH_AUTO)
-      return GS_OK; /* all versions alike: the CPU's */
-    return gs_error(GS_EINVAL, "preprocess finish=device needs a float32 image input; "
-                               "version %lld's '%s' is %s", (long long)v->number, in->name,
-                    gs_dtype_name(in->dtype));
+    int rc = !in ? GS_OK
+             : in->dtype != GS_DT_FLOAT32
+                 ? gs_error(GS_EINVAL, "preprocess finish=device needs a float32 image input; "
+                                       "version %lld's '%s' is %s", (long long)v->number,
+                            in->name, gs_dtype_name(in->dtype))
+                 : gs_prep_can_compose(v->model);
+    if (rc < 0)
+      return m->prep.finish == GS_FINISH_AUTO ? GS_OK : rc; /* auto: all versions on the CPU */
   }
   for (int i = 0; i < m->n_versions; i++) {
     gs_served_version *v = &m->versions[i];
@@ -348,14 +351,14 @@ static void begin_load(const gs_repository *repo, gs_served_model *m) {
   m->load_overdue = false;
 }
 
-/* Whether the load of m has run past its time limit; the first time, its
- * reason says so and names the step it stopped at. Checked between steps:
- * one step (reading a file, running a warm-up plan) is not interrupted. */
 static uint64_t next_version_serial(void) {
   static _Atomic uint64_t last;
   return atomic_fetch_add(&last, 1) + 1;
 }
 
+/* Whether the load of m has run past its time limit; the first time, its
+ * reason says so and names the step it stopped at. Checked between steps:
+ * one step (reading a file, running a warm-up plan) is not interrupted. */
 static bool load_overdue(gs_served_model *m, const char *step) {
   if (m->load_overdue)
     return true;
@@ -633,6 +636,7 @@ static void unload_model(gs_served_model *m) {
   m->timeout_delays = false;
   m->priority_levels = 0;
   m->default_priority = 0;
+  m->has_prep = m->prep_on_device = false;
   m->n_groups = 0;
   m->idle_unload_s = 0;
 }

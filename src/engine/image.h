@@ -73,6 +73,8 @@ int gs_prep_parse(const char *spec, gs_prep *p);
  * are (scale 1, mean 0, std 1) in rows of h x w x 3: what the CPU does
  * where gs_prep_compose leaves the rest to the model. */
 void gs_prep_geometry_only(gs_prep *p);
+/* Whether the recipe's resize and crop leave a w x h image as it is. */
+bool gs_prep_keeps_size(const gs_prep *p, int w, int h);
 /* Whether the recipe changes an image's size (resize or crop). */
 bool gs_prep_has_geometry(const gs_prep *p);
 
@@ -101,10 +103,14 @@ int gs_prep_graph(const gs_prep *p, int h, int w, bool nchw, int64_t opset, gs_m
  * before its input `input`: the whole (*out, named `name`) takes that input
  * as uint8 [N, h, w, 3] pixels under the same name, and its other inputs
  * and outputs as the model does. The caller frees *out with gs_model_free.
- * GS_ENOTSUP for a model of more than GS_PREP_MAX_VALUES inputs or outputs. */
+ * GS_ENOTSUP where gs_prep_can_compose says so. */
 #define GS_PREP_MAX_VALUES 8
 int gs_prep_compose(const gs_prep *p, gs_model *model, int input, int h, int w, bool nchw,
                     const char *name, gs_model **out);
+/* Whether gs_prep_compose can join the recipe to `model`: GS_ENOTSUP with
+ * the reason for more than GS_PREP_MAX_VALUES inputs or outputs, graph
+ * attributes (If, Loop, Scan), or an input or output named gs_normalised. */
+int gs_prep_can_compose(const gs_model *model);
 
 /* Resizes src (src->width x src->height) to a dw x dh image, as Pillow's
  * resize does with that filter, and writes only the window [x0, x0 + ww) x

@@ -164,11 +164,34 @@ static void wiring_free(wiring *w) {
     free(w->names[i]);
 }
 
+/* The name of the recipe's output inside the whole. */
+static const char *const normalised = "gs_normalised";
+
+int gs_prep_can_compose(const gs_model *model) {
+  if (model->n_inputs > GS_PREP_MAX_VALUES || model->n_outputs > GS_PREP_MAX_VALUES)
+    return gs_error(GS_ENOTSUP, "the recipe joins models of at most %d inputs and outputs; "
+                                "this one has %d and %d", GS_PREP_MAX_VALUES, model->n_inputs,
+                    model->n_outputs);
+  for (int i = 0; i < model->n_nodes; i++)
+    for (int a = 0; a < model->nodes[i].n_attrs; a++)
+      if (model->nodes[i].attrs[a].type == GS_ATTR_GRAPH)
+        return gs_error(GS_ENOTSUP, "the recipe cannot join a model with If, Loop or Scan yet "
+                                    "(node %s, %s)", model->nodes[i].name, model->nodes[i].op_type);
+  for (int i = 0; i < model->n_inputs + model->n_outputs; i++) {
+    const gs_value_info *v = i < model->n_inputs ? &model->inputs[i]
+                                                 : &model->outputs[i - model->n_inputs];
+    if (strcmp(v->name, normalised) == 0)
+      return gs_error(GS_ENOTSUP, "the recipe cannot join a model with a tensor named %s",
+                      normalised);
+  }
+  return GS_OK;
+}
+
 static int wiring_of(const gs_model *model, wiring *w) {
   w->n = 0;
-  if (model->n_inputs > GS_PREP_MAX_VALUES || model->n_outputs > GS_PREP_MAX_VALUES)
-    return gs_error(GS_ENOTSUP, "a recipe joins models of at most %d inputs and outputs",
-                    GS_PREP_MAX_VALUES);
+  int rc = gs_prep_can_compose(model);
+  if (rc < 0)
+    return rc;
   for (int i = 0; i < model->n_inputs + model->n_outputs; i++) {
     const gs_value_info *v = i < model->n_inputs ? &model->inputs[i]
                                                  : &model->outputs[i - model->n_inputs];
@@ -194,7 +217,6 @@ int gs_prep_compose(const gs_prep *p, gs_model *model, int input, int h, int w, 
   }
   /* The model's own input becomes the recipe's output; the whole takes
    * pixels under the input's name. */
-  static const char *const normalised = "gs_normalised";
   const char *prep_from[2] = {"pixels", "normalised"};
   const char *prep_to[2] = {names.names[input], normalised};
   const char *model_to[2 * GS_PREP_MAX_VALUES];

@@ -241,6 +241,12 @@ static void geometry_of(const gs_prep *p, int w, int h, geometry *g) {
   crop_edge(g->rh, g->ch, &g->y0, &g->wh, &g->pad_y);
 }
 
+bool gs_prep_keeps_size(const gs_prep *p, int w, int h) {
+  geometry g;
+  geometry_of(p, w, h, &g);
+  return g.rw == w && g.rh == h && g.cw == w && g.ch == h && g.x0 == 0 && g.y0 == 0;
+}
+
 /* gs_image_need_fn: the source pixels the recipe reads. */
 static void recipe_needs(int width, int height, void *ctx, int box[4]) {
   const gs_prep *p = ctx;

@@ -5,6 +5,7 @@ loaded now. Each HTTP thread keeps its own headers, so every case sends
 enough requests for each of the server's threads to see the header again."""
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -17,6 +18,12 @@ from models import mlp  # noqa: E402
 from test_serve import add_model, admin_token, ort_run, request, serving  # noqa: E402
 
 ROUNDS = 24  # several requests for each HTTP thread
+THREADS = 8  # at most: each thread parses a header the first time it sees it
+
+
+def reused(port):
+    text = request(port, "GET", "/metrics")[1].decode()
+    return int(re.search(r"^gpusrv_http_inference_headers_reused_total (\d+)$", text, re.M).group(1))
 
 
 def header(width, rows=1, request_id=None):
@@ -55,12 +62,14 @@ def test_a_repeated_header_reads_each_requests_own_data(repo, model):
     rng = np.random.default_rng(5)
     head = header(256, rows=2, request_id="same-id")
     with serving(repo) as port:
+        before = reused(port)
         for _ in range(ROUNDS):
             x = rng.standard_normal((2, 256)).astype(np.float32)
             status, reply, got = infer(port, model, head, x.tobytes())
             assert status == 200, reply
             assert reply["id"] == "same-id" and reply["model_name"] == model
             np.testing.assert_allclose(got, ort_run(path, {"x": x}), rtol=1e-4, atol=1e-6)
+        assert ROUNDS - THREADS <= reused(port) - before <= ROUNDS - 1
 
 
 def test_one_header_sent_to_two_models_is_parsed_for_each(repo):

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tg
 import tritonclient.http as triton
-from onnx import TensorProto
+import onnx
+from onnx import TensorProto, helper
 from PIL import Image
 
 from test_serve import ROOT, admin_token, request, start
@@ -182,24 +183,50 @@ def copied_bytes(port, device):
         r'gpusrv_device_copy_bytes_total\{device="%s",direction="(\w+)"\} (\d+)' % device, text)}
 
 
+def if_model(path):
+    """The identity through an If whose branches both pass x on: a model the
+    recipe cannot join yet."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 32, 32])
+    branch = lambda name: helper.make_graph(  # noqa: E731
+        [helper.make_node("Identity", ["x"], [name])], name, [],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Constant", [], ["c"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("a"), else_branch=branch("b"))]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "if", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
 @pytest.fixture(scope="module")
 def finishes(tmp_path_factory):
     """The recipe's finish on served models: the same recipe and model on
     opencl0 with finish=device and finish=auto (which leaves an OpenCL CPU
     device to the CPU), on cpu0 with finish=device (no memory of its own:
-    the CPU's), and finish=device for a float16 input (refused)."""
+    the CPU's); a recipe that only crops; and finish=device for a float16
+    input and for a model with an If (refused). "gpu" tells whether this
+    machine has a GPU, which auto would finish on."""
     repo = tmp_path_factory.mktemp("finish")
     opencl = [{"count": 1, "kind": "opencl"}]
-    for name, finish, group, dtype in (("device", "device", opencl, TensorProto.FLOAT),
-                                       ("auto", "auto", opencl, TensorProto.FLOAT),
-                                       ("cpu", "device", None, TensorProto.FLOAT),
-                                       ("half", "device", opencl, TensorProto.FLOAT16)):
+    crop = f"center_crop=32,{IMAGENET}"
+    for name, recipe, group, dtype in (
+            ("device", f"{RECIPE},finish=device", opencl, TensorProto.FLOAT),
+            ("auto", f"{RECIPE},finish=auto", opencl, TensorProto.FLOAT),
+            ("cpu", f"{RECIPE},finish=device", None, TensorProto.FLOAT),
+            ("cropped", f"{crop},finish=device", opencl, TensorProto.FLOAT),
+            ("half", f"{RECIPE},finish=device", opencl, TensorProto.FLOAT16),
+            ("branches", f"{RECIPE},finish=device", opencl, None),
+            ("gpu", None, [{"count": 1, "kind": "KIND_GPU"}], TensorProto.FLOAT)):
         (repo / name / "1").mkdir(parents=True)
-        config = {"max_batch_size": 8, "preprocess": f"{RECIPE},finish={finish}"}
-        if group:
-            config["instance_group"] = group
+        config = {"max_batch_size": 8, "instance_group": group or []}
+        if recipe:
+            config["preprocess"] = recipe
+        if not group:
+            del config["instance_group"]
         (repo / name / "config.json").write_text(json.dumps(config))
-        identity_model(repo / name / "1" / "model.onnx", ["N", 3, 32, 32], dtype)
+        if dtype is None:
+            if_model(repo / name / "1" / "model.onnx")
+        else:
+            identity_model(repo / name / "1" / "model.onnx", ["N", 3, 32, 32], dtype)
     proc, port = start(repo)
     index = {m["name"]: m for m in json.loads(request(port, "POST", "/v2/repository/index",
                                                       b"{}")[1])}
@@ -213,16 +240,22 @@ def needs_opencl(index):
         pytest.skip(f"no OpenCL device here: {index['auto'].get('reason')}")
 
 
+def auto_finish(index):
+    """Where finish=auto finishes on opencl0: on it where it is a GPU."""
+    return "device" if index["gpu"]["state"] == "READY" else "cpu"
+
+
 def test_finished_on_the_device_a_model_takes_pixels_and_answers_as_the_cpu(finishes):
     port, grpc_port, index = finishes
     needs_opencl(index)
     inputs = {name: json.loads(request(port, "GET", f"/v2/models/{name}")[1])["inputs"][0]
               for name in ("device", "auto", "cpu")}
     assert inputs["device"] == {"name": "x", "datatype": "UINT8", "shape": [-1, 32, 32, 3]}
-    assert inputs["auto"]["datatype"] == inputs["cpu"]["datatype"] == "FP32"
+    assert inputs["cpu"]["datatype"] == "FP32"
+    assert inputs["auto"]["datatype"] == {"device": "UINT8", "cpu": "FP32"}[auto_finish(index)]
     finish = {name: json.loads(request(port, "GET", f"/v2/models/{name}/config")[1])
               ["preprocess_finish"] for name in ("device", "auto", "cpu")}
-    assert finish == {"device": "device", "auto": "cpu", "cpu": "cpu"}
+    assert finish == {"device": "device", "auto": auto_finish(index), "cpu": "cpu"}
     expect = np.stack([want(f) for f in FILES])
     images = np.array([[f] for f in FILES], dtype=object)
     for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
@@ -233,24 +266,34 @@ def test_finished_on_the_device_a_model_takes_pixels_and_answers_as_the_cpu(fini
             got = client.infer(name, [x]).as_numpy("y")
             np.testing.assert_allclose(got, expect, rtol=0, atol=2e-6, err_msg=name)
     c = triton.InferenceServerClient(f"127.0.0.1:{port}")
-    # Pixels of another size go through the recipe; of the model's size, they
-    # are its tensor: normalised only.
-    pixels = photo(70, 50, 3)
-    x = triton.InferInput("x", [1, 50, 70, 3], "UINT8")
-    x.set_data_from_numpy(pixels[None])
-    np.testing.assert_allclose(c.infer("device", [x]).as_numpy("y"),
-                               want(encoded(pixels, "PNG"))[None], rtol=0, atol=2e-6)
-    own = photo(32, 32, 4)
-    x = triton.InferInput("x", [1, 32, 32, 3], "UINT8")
-    x.set_data_from_numpy(own[None])
-    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
-    normalised = ((own / 255 - mean) / std).transpose(2, 0, 1)[None]
-    np.testing.assert_allclose(c.infer("device", [x]).as_numpy("y"), normalised, rtol=0, atol=2e-6)
+    # Pixels go through the recipe as they do on the CPU, also pixels of the
+    # model's own size where the recipe would change them (resize=40 makes
+    # 32x32 40x40, then crops).
+    for w, h, seed in ((70, 50, 3), (32, 32, 4)):
+        pixels = photo(w, h, seed)
+        x = triton.InferInput("x", [1, h, w, 3], "UINT8")
+        x.set_data_from_numpy(pixels[None])
+        np.testing.assert_allclose(c.infer("device", [x]).as_numpy("y"),
+                                   want(encoded(pixels, "PNG"))[None], rtol=0, atol=2e-6)
     # Floats are not what it takes now.
     x = triton.InferInput("x", [1, 3, 32, 32], "FP32")
-    x.set_data_from_numpy(normalised.astype(np.float32))
+    x.set_data_from_numpy(np.zeros((1, 3, 32, 32), np.float32))
     with pytest.raises(Exception, match="expected datatype UINT8"):
         c.infer("device", [x])
+
+
+def test_pixels_a_recipe_leaves_as_they_are_are_the_model_s_tensor(finishes):
+    port, _, index = finishes
+    needs_opencl(index)
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    own = photo(32, 32, 4)
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    normalised = ((own / 255 - mean) / std).transpose(2, 0, 1)[None]
+    for rows in (own[None], np.stack([own, own])):
+        x = triton.InferInput("x", list(rows.shape), "UINT8")
+        x.set_data_from_numpy(rows)
+        got = c.infer("cropped", [x]).as_numpy("y")
+        np.testing.assert_allclose(got, np.concatenate([normalised] * len(rows)), rtol=0, atol=2e-6)
 
 
 def test_finished_on_the_device_a_quarter_of_the_bytes_cross(finishes):
@@ -264,11 +307,14 @@ def test_finished_on_the_device_a_quarter_of_the_bytes_cross(finishes):
         before = copied_bytes(port, "opencl0")
         c.infer(name, [x])
         moved[name] = copied_bytes(port, "opencl0")["h2d"] - before["h2d"]
-    assert moved == {"device": 2 * 32 * 32 * 3, "auto": 2 * 3 * 32 * 32 * 4}
+    pixels, floats = 2 * 32 * 32 * 3, 2 * 3 * 32 * 32 * 4
+    assert moved == {"device": pixels, "auto": pixels if auto_finish(index) == "device" else floats}
 
 
-def test_finish_device_needs_a_float32_image_input(finishes):
+def test_finish_device_a_model_cannot_take_is_its_load_failure(finishes):
     _, _, index = finishes
     needs_opencl(index)
     assert index["half"]["state"] == "UNAVAILABLE"
     assert "finish=device needs a float32 image input" in index["half"]["reason"]
+    assert index["branches"]["state"] == "UNAVAILABLE"
+    assert "cannot join a model with If, Loop or Scan yet" in index["branches"]["reason"]
