@@ -80,7 +80,8 @@ struct gs_grpc_call {
   int pending;         /* a stream's requests still being answered */
   int queued;          /* its replies waiting to be sent */
   /* A stream's work handed to the worker threads runs one item at a time,
-   * in order, so that its replies keep its requests' order. */
+   * in order, so that its replies keep its requests' order (set up only for a
+   * stream, once its method is known). */
   gs_serial in_order;
 };
 

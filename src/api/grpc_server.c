@@ -160,7 +160,6 @@ static gs_grpc_call *call_new(gs_grpc_server *g) {
   c->on_closed = (gs_grpc_tag){c, on_closed};
   c->status_details = grpc_empty_slice();
   pthread_mutex_init(&c->lock, NULL);
-  gs_serial_init(&c->in_order, g->workers, hold_while_busy);
   atomic_init(&c->refs, 1);
   return c;
 }
@@ -183,7 +182,8 @@ static void call_free(gs_grpc_call *c) {
     free(o);
   }
   pthread_mutex_destroy(&c->lock);
-  gs_serial_destroy(&c->in_order);
+  if (c->method && c->method->streaming)
+    gs_serial_destroy(&c->in_order);
   free(c);
   if (counted) /* last: gs_grpc_stop may free the server once this reaches 0 */
     atomic_fetch_sub(&g->live_calls, 1);
@@ -534,6 +534,8 @@ static void on_new(gs_grpc_call *c, bool ok) {
   if (!atomic_load(&g->quiescing))
     ask_for_call(g);
   c->method = find_method(c->details.method);
+  if (c->method && c->method->streaming) /* a stream's replies go in order; a unary call has one */
+    gs_serial_init(&c->in_order, g->workers, hold_while_busy);
   char why[300];
   if (!c->method) {
     char path[200];
