@@ -569,6 +569,9 @@ static int place_prep(batch_run *b, gs_shape *shape) {
                  gs_device_get_info(first)->type != GS_DEVICE_CPU);
   if (!own_memory || !wanted || b->model->inputs[0].dtype != GS_DT_FLOAT32)
     return GS_OK;
+  /* auto leaves a model the recipe cannot join to the CPU; device says why */
+  if (o->prep.finish == GS_FINISH_AUTO && gs_prep_can_compose(b->model) < 0)
+    return GS_OK;
   gs_model *whole;
   int rc = gs_prep_compose(&o->prep, b->model, 0, b->image_h, b->image_w, b->nchw,
                            o->model_path, &whole);
