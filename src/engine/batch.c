@@ -8,6 +8,7 @@
 #include "base/fileutil.h"
 #include "hal/cpu/ops/kernels.h" /* gs_ld, gs_st */
 #include "engine/dataset.h"
+#include "engine/image_pack.h"
 #include "engine/image_set.h"
 #include "engine/model_split.h"
 #include "engine/npy.h"
@@ -28,7 +29,7 @@
 #define MAX_PARTS GS_BATCH_MAX_DEVICES
 _Static_assert(MAX_PARTS <= GS_SPLIT_MAX_PARTS, "every device gets a part");
 _Static_assert(MAX_VALUES >= GS_SPLIT_MAX_CROSSING, "a slot holds every value crossing a cut");
-_Static_assert(4 + 2 * MAX_PARTS <= GS_PIPELINE_MAX_STAGES, "every part's stages fit a pipeline");
+_Static_assert(5 + 2 * MAX_PARTS <= GS_PIPELINE_MAX_STAGES, "every part's stages fit a pipeline");
 
 /* The model on one device: the whole model, or with several devices one
  * part of it (model_split.h), which takes what the part before computed. */
@@ -54,7 +55,9 @@ typedef struct image_file {
 typedef struct slot {
   void *raw;                               /* rows as the data set holds them */
   image_file *files;                       /* or each row's image file */
-  gs_buffer_t *staged_in;                  /* pinned: the model's input type */
+  gs_buffer_t *staged_in;                  /* pinned: the model's input type, or the pack's staging */
+  gs_image_pack *pack;                     /* images resized on the device: packed for it */
+  gs_buffer_t *packed;                     /* ... and its staging on part 0's device */
   gs_buffer_t *in[MAX_PARTS][MAX_VALUES];  /* each part's inputs, on its device */
   gs_buffer_t *out[MAX_PARTS][MAX_VALUES]; /* each part's outputs, on its device */
   gs_buffer_t *staged_out[MAX_VALUES];     /* pinned: the model's outputs */
@@ -72,6 +75,10 @@ typedef struct batch_run {
   bool nchw;
   gs_prep cpu_prep;     /* what the CPU does of the recipe: all of it, or resize and crop */
   bool prep_on_device;  /* the rest in the plan (gs_prep_graph) */
+  bool resize_on_device; /* resize and crop too, in the resize stage (image_pack.h) */
+  gs_stream_t *resize_stream; /* on part 0's device */
+  gs_buffer_t *resize_mid;    /* the horizontal passes' output, one for the stage */
+  atomic_llong resized_there; /* images the resize stage resized (not rows the CPU made) */
   pthread_mutex_t failed_lock;
   int failed_fd;        /* output_dir/failed.txt, made at the first failure */
   atomic_llong failed;
@@ -194,6 +201,25 @@ static int preprocess_images(batch_run *b, slot *sl, int64_t seq, void *dst) {
   return GS_OK;
 }
 
+/* The same where the device resizes: each image decoded and packed for
+ * the resize stage (image_pack.h) into `staging`. */
+static int pack_images(batch_run *b, slot *sl, int64_t seq, void *staging) {
+  gs_image_pack_begin(sl->pack, staging);
+  for (int64_t r = 0; r < sl->rows; r++) {
+    image_file *f = &sl->files[r];
+    int rc = GS_EINVAL;
+    if (f->why[0])
+      gs_image_pack_zeros(sl->pack);
+    else
+      rc = gs_image_pack_encoded(sl->pack, f->bytes, f->size);
+    if (rc < 0 &&
+        note_failed_row(b, seq * b->batch + r, f->why[0] ? f->why : gs_error_detail()) < 0)
+      return GS_EIO;
+  }
+  atomic_fetch_add(&b->resized_there, gs_image_pack_on_device(sl->pack));
+  return GS_OK;
+}
+
 /* Type conversion and normalisation into pinned staging; a short last
  * batch is padded with zeros (its rows are not written out). */
 static int preprocess(void *ctx, int s, int64_t seq) {
@@ -202,7 +228,9 @@ static int preprocess(void *ctx, int s, int64_t seq) {
   void *dst = gs_buffer_host_ptr(sl->staged_in);
   gs_dtype to = b->in.dtype;
   int64_t n = sl->rows * b->row_elems, total = (int64_t)b->batch * b->row_elems;
-  int rc = b->images ? preprocess_images(b, sl, seq, dst) : GS_OK;
+  int rc = b->resize_on_device ? pack_images(b, sl, seq, dst)
+           : b->images        ? preprocess_images(b, sl, seq, dst)
+                              : GS_OK;
   gs_dtype from = b->images ? to : gs_dataset_dtype(b->ds);
   const double scale = b->o->prep.scale, mean = b->o->prep.mean[0];
   const double inv_std = 1.0 / b->o->prep.std[0];
@@ -224,7 +252,7 @@ static int preprocess(void *ctx, int s, int64_t seq) {
     for (int64_t i = 0; i < n; i++)
       gs_st(to, dst, i, (gs_ld(from, sl->raw, i) * scale - mean) * inv_std); /* saturating */
   }
-  if (n < total)
+  if (n < total && !b->resize_on_device) /* packed images: the rows past them stay as they were */
     memset((char *)dst + (size_t)n * gs_dtype_size(to), 0,
            (size_t)(total - n) * gs_dtype_size(to));
   return rc;
@@ -235,9 +263,23 @@ static int h2d(void *ctx, int s, int64_t seq) {
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
   gs_stream_t *stream = b->parts[0].in_stream;
-  int rc = gs_stream_copy_h2d(stream, sl->in[0][0], 0, gs_buffer_host_ptr(sl->staged_in),
-                              b->in.bytes);
+  int rc = b->resize_on_device
+               ? gs_stream_copy_h2d(stream, sl->packed, 0, gs_buffer_host_ptr(sl->staged_in),
+                                    gs_image_pack_used(sl->pack))
+               : gs_stream_copy_h2d(stream, sl->in[0][0], 0, gs_buffer_host_ptr(sl->staged_in),
+                                    b->in.bytes);
   int sync = gs_stream_synchronize(stream);
+  return rc < 0 ? rc : sync;
+}
+
+/* The packed images resized and cropped into the model's input rows. */
+static int resize(void *ctx, int s, int64_t seq) {
+  (void)seq;
+  batch_run *b = ctx;
+  slot *sl = &b->slots[s];
+  int rc = gs_image_pack_launch(sl->pack, b->resize_stream, sl->packed, b->resize_mid,
+                                sl->in[0][0]);
+  int sync = gs_stream_synchronize(b->resize_stream);
   return rc < 0 ? rc : sync;
 }
 
@@ -304,6 +346,8 @@ static void teardown(batch_run *b) {
       free(sl->files[r].bytes);
     free(sl->files);
     gs_buffer_free(sl->staged_in, NULL);
+    gs_buffer_free(sl->packed, NULL);
+    gs_image_pack_free(sl->pack);
     for (int k = 0; k < MAX_PARTS; k++)
       for (int i = 0; i < MAX_VALUES; i++) {
         gs_buffer_free(sl->in[k][i], NULL);
@@ -313,6 +357,9 @@ static void teardown(batch_run *b) {
       gs_buffer_free(sl->staged_out[i], NULL);
   }
   free(b->slots);
+  gs_buffer_free(b->resize_mid, NULL);
+  if (b->resize_stream)
+    gs_stream_destroy(b->resize_stream);
   for (int i = 0; i < b->n_out; i++)
     if (b->out_fd[i] >= 0)
       close(b->out_fd[i]);
@@ -476,6 +523,20 @@ static int touch_inputs(const part *p, gs_buffer_t *const in[MAX_VALUES]) {
   return rc < 0 ? rc : sync;
 }
 
+/* A slot's image pack and its staging on part 0's device (the resize
+ * stage's buffer with the first); *staging: the pinned bytes it needs. */
+static int alloc_pack(batch_run *b, slot *sl, size_t *staging) {
+  size_t mid;
+  gs_pool_t *dev = gs_device_pool(b->parts[0].device, GS_MEM_DEVICE);
+  int rc = gs_image_pack_create(&b->cpu_prep, b->batch, b->image_h, b->image_w, &sl->pack,
+                                staging, &mid);
+  if (rc == 0)
+    rc = gs_pool_alloc(dev, *staging, NULL, &sl->packed);
+  if (rc == 0 && !b->resize_mid)
+    rc = gs_pool_alloc(dev, mid, NULL, &b->resize_mid);
+  return rc;
+}
+
 static int alloc_slots(batch_run *b) {
   b->n_slots = b->o->slots > 0 ? b->o->slots : 4;
   b->slots = calloc((size_t)b->n_slots, sizeof *b->slots);
@@ -494,7 +555,11 @@ static int alloc_slots(batch_run *b) {
       return gs_error(GS_ENOMEM, "out of memory for a batch of %zu bytes", raw_bytes);
     if (b->images && !(sl->files = calloc((size_t)b->batch, sizeof *sl->files)))
       return gs_error(GS_ENOMEM, "out of memory for a batch of %d images", b->batch);
-    rc = gs_pool_alloc(pinned_in, b->in.bytes, NULL, &sl->staged_in);
+    size_t staging = b->in.bytes;
+    if (b->resize_on_device)
+      rc = alloc_pack(b, sl, &staging);
+    if (rc == 0)
+      rc = gs_pool_alloc(pinned_in, staging, NULL, &sl->staged_in);
     for (int k = 0; rc == 0 && k < b->n_parts; k++) {
       const part *p = &b->parts[k];
       gs_pool_t *dev = gs_device_pool(p->device, GS_MEM_DEVICE);
@@ -582,6 +647,8 @@ static int place_prep(batch_run *b, gs_shape *shape) {
   b->prep_on_device = true;
   b->nchw = false;
   gs_prep_geometry_only(&b->cpu_prep);
+  /* resize and crop as well, where the device has their kernel */
+  b->resize_on_device = gs_prep_has_geometry(&o->prep) && gs_device_supports_op(first, GS_IMAGE_TAPS_OP);
   *shape = (gs_shape){4, {shape->dims[0], b->image_h, b->image_w, 3}};
   return GS_OK;
 }
@@ -643,7 +710,9 @@ static int prepare(batch_run *b) {
                       o->model_path, b->out[i].name);
     b->out_row_bytes[i] = b->out[i].bytes / (size_t)b->batch;
   }
-  if ((rc = gs_stream_create(last->device, &b->d2h)) < 0 || (rc = alloc_slots(b)) < 0)
+  if ((rc = gs_stream_create(last->device, &b->d2h)) < 0 ||
+      (b->resize_on_device && (rc = gs_stream_create(b->parts[0].device, &b->resize_stream)) < 0) ||
+      (rc = alloc_slots(b)) < 0)
     return rc;
   return open_outputs(b);
 }
@@ -668,19 +737,22 @@ static int count_batches(void *ctx, int s, int64_t seq) {
 }
 
 /* ingest, preprocess, h2d, compute, d2h, write; with several devices the
- * compute of each part, an exchange before every part but the first. */
+ * compute of each part, an exchange before every part but the first; with
+ * images resized on the device, resize after h2d. */
 static int stages_of(batch_run *b, gs_pipeline_stage stages[GS_PIPELINE_MAX_STAGES]) {
   const gs_batch_options *o = b->o;
   int readers = o->readers > 0 ? o->readers : 2;
   /* Within the pipeline's thread limit. */
   int workers = preprocess_threads(o);
-  int room = GS_PIPELINE_MAX_THREADS - readers - 2 - 2 * b->n_parts;
+  int room = GS_PIPELINE_MAX_THREADS - readers - 2 - 2 * b->n_parts - b->resize_on_device;
   if (workers > room)
     workers = room > 0 ? room : 1;
   int n = 0;
   stages[n++] = (gs_pipeline_stage){"ingest", readers, ingest, b, false};
   stages[n++] = (gs_pipeline_stage){"preprocess", workers, preprocess, b, false};
   stages[n++] = (gs_pipeline_stage){"h2d", 1, h2d, b, false};
+  if (b->resize_on_device)
+    stages[n++] = (gs_pipeline_stage){"resize", 1, resize, b, false};
   for (int k = 0; k < b->n_parts; k++) {
     part *p = &b->parts[k];
     const char *id = gs_device_get_info(p->device)->id;
@@ -708,6 +780,7 @@ static void run_init(batch_run *b, const gs_batch_options *o) {
   pthread_mutex_init(&b->failed_lock, NULL);
   atomic_init(&b->written, 0);
   atomic_init(&b->failed, 0);
+  atomic_init(&b->resized_there, 0);
 }
 
 int gs_batch_profile(const gs_batch_options *o, double alone[GS_PIPELINE_MAX_STAGES],
@@ -780,6 +853,8 @@ int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *s
     *o->failed = atomic_load(&b.failed);
   if (o->prep_on_device)
     *o->prep_on_device = b.prep_on_device;
+  if (o->resized_on_device)
+    *o->resized_on_device = b.resize_on_device ? atomic_load(&b.resized_there) : -1;
   teardown(&b);
   return rc;
 }

@@ -48,6 +48,11 @@ typedef struct gs_batch_options {
   /* Set where the recipe's type, layout and normalisation ran on the
    * device, in the plan (gs_prep_graph); else the CPU did it all. */
   bool *prep_on_device;
+  /* Where the recipe's resize and crop ran on the device as well (the
+   * "resize" stage, image_pack.h), how many images it resized (the CPU
+   * resized the others: padded crops, images too large for its staging);
+   * -1 where the CPU resized them all. */
+  int64_t *resized_on_device;
 } gs_batch_options;
 
 /* Runs the whole data set; *stats gets each stage's figures. Malformed

@@ -78,6 +78,22 @@ bool gs_prep_keeps_size(const gs_prep *p, int w, int h);
 /* Whether the recipe changes an image's size (resize or crop). */
 bool gs_prep_has_geometry(const gs_prep *p);
 
+/* Where the recipe puts a w x h image: resized to rw x rh, of which the
+ * window [x0, x0 + ww) x [y0, y0 + wh) shows, at (pad_x, pad_y) of a crop
+ * of cw x ch (zeros around it where the crop is the larger). */
+typedef struct gs_prep_geometry {
+  int rw, rh, cw, ch, x0, y0, ww, wh, pad_x, pad_y;
+} gs_prep_geometry;
+void gs_prep_geometry_of(const gs_prep *p, int w, int h, gs_prep_geometry *g);
+/* Whether that geometry of a w x h image makes a row of out_w x out_h
+ * within gs_prep_image's limits (no resized side over 65,536 pixels);
+ * GS_EINVAL saying why where not. */
+int gs_prep_check_geometry(const gs_prep_geometry *g, int w, int h, int out_h, int out_w);
+
+/* Decodes an image file's bytes, only the part the recipe reads, with
+ * gs_image_decode's refusals. The caller frees *out with gs_image_free. */
+int gs_prep_decode(const gs_prep *p, const void *data, size_t size, gs_image *out);
+
 /* Makes a decoded image one row of the model's input by the recipe:
  * out_h x out_w after resize and crop, written as 3 x out_h x out_w (nchw)
  * or out_h x out_w x 3 (nhwc) values of `dtype`. GS_EINVAL where the
@@ -118,6 +134,23 @@ int gs_prep_can_compose(const gs_model *model);
  * must hold the pixels gs_image_resize_needs names. */
 int gs_image_resize(const gs_image *src, int dw, int dh, gs_image_filter mode, int x0, int y0,
                     int ww, int wh, uint8_t *dst);
+
+/* A resize's weights along one edge, as gs_image_resize applies them:
+ * output i of n reads count[i] inputs from start[i], with ksize weights
+ * each (k[i * ksize + j]), fixed point of GS_RESIZE_FRACTION_BITS; each
+ * pass sums from one half, then clamps and keeps the integer part as 8
+ * bits. Nearest is one input of weight 1, so is an edge left as it is. */
+#define GS_RESIZE_FRACTION_BITS 22
+typedef struct gs_resize_taps {
+  int n, ksize;
+  int *start, *count;
+  int32_t *k;
+} gs_resize_taps;
+/* The taps of outputs [from, from + n) of a resize of in_size to out_size;
+ * the caller frees them with gs_resize_taps_free. */
+int gs_image_resize_taps(int in_size, int out_size, int from, int n, gs_image_filter mode,
+                         gs_resize_taps *t);
+void gs_resize_taps_free(gs_resize_taps *t);
 /* The source pixels that window reads, as gs_image_need_fn's box. */
 void gs_image_resize_needs(int sw, int sh, int dw, int dh, gs_image_filter mode, int x0, int y0,
                            int ww, int wh, int box[4]);

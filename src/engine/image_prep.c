@@ -188,12 +188,7 @@ int gs_prep_parse(const char *spec, gs_prep *p) {
 
 /* ---- an image into a row ------------------------------------------------------------------- */
 
-/* Where an image's pixels go: resized to rw x rh, of which the window
- * [x0, x0 + ww) x [y0, y0 + wh) shows, at (pad_x, pad_y) of a crop of
- * cw x ch (zeros around it where the crop is the larger). */
-typedef struct geometry {
-  int rw, rh, cw, ch, x0, y0, ww, wh, pad_x, pad_y;
-} geometry;
+typedef gs_prep_geometry geometry;
 
 /* The largest side a resize may make. */
 #define RESIZED_MAX 65536
@@ -233,7 +228,7 @@ static void crop_edge(int size, int crop, int *from, int *shown, int *pad) {
   }
 }
 
-static void geometry_of(const gs_prep *p, int w, int h, geometry *g) {
+void gs_prep_geometry_of(const gs_prep *p, int w, int h, geometry *g) {
   resized_size(p, w, h, &g->rw, &g->rh);
   g->cw = p->crop_h ? p->crop_w : g->rw;
   g->ch = p->crop_h ? p->crop_h : g->rh;
@@ -243,7 +238,7 @@ static void geometry_of(const gs_prep *p, int w, int h, geometry *g) {
 
 bool gs_prep_keeps_size(const gs_prep *p, int w, int h) {
   geometry g;
-  geometry_of(p, w, h, &g);
+  gs_prep_geometry_of(p, w, h, &g);
   return g.rw == w && g.rh == h && g.cw == w && g.ch == h && g.x0 == 0 && g.y0 == 0;
 }
 
@@ -251,7 +246,7 @@ bool gs_prep_keeps_size(const gs_prep *p, int w, int h) {
 static void recipe_needs(int width, int height, void *ctx, int box[4]) {
   const gs_prep *p = ctx;
   geometry g;
-  geometry_of(p, width, height, &g);
+  gs_prep_geometry_of(p, width, height, &g);
   gs_image_resize_needs(width, height, g.rw, g.rh, p->interpolation, g.x0, g.y0, g.ww, g.wh, box);
 }
 
@@ -320,29 +315,40 @@ static int place_image(const gs_prep *p, const gs_image *img, const geometry *g,
 int gs_prep_image(const gs_prep *p, const gs_image *img, int out_h, int out_w, bool nchw,
                   gs_dtype dtype, void *out) {
   geometry g;
-  geometry_of(p, img->width, img->height, &g);
-  if (g.rw > RESIZED_MAX || g.rh > RESIZED_MAX)
-    return gs_error(GS_EINVAL, "a %dx%d image would be resized to over %d pixels a side",
-                    img->width, img->height, RESIZED_MAX);
-  if (g.cw != out_w || g.ch != out_h)
-    return gs_error(GS_EINVAL, "a %dx%d image becomes %dx%d (width x height) through the "
-                               "preprocess recipe; the model takes %dx%d",
-                    img->width, img->height, g.cw, g.ch, out_w, out_h);
+  gs_prep_geometry_of(p, img->width, img->height, &g);
+  int rc = gs_prep_check_geometry(&g, img->width, img->height, out_h, out_w);
+  if (rc < 0)
+    return rc;
   uint8_t *canvas = malloc((size_t)out_h * out_w * 3);
   if (!canvas)
     return gs_error(GS_ENOMEM, "out of memory preprocessing a %dx%d image", img->width,
                     img->height);
-  int rc = place_image(p, img, &g, canvas);
+  rc = place_image(p, img, &g, canvas);
   if (rc == 0)
     write_row(p, canvas, out_h, out_w, nchw, dtype, out);
   free(canvas);
   return rc;
 }
 
+int gs_prep_check_geometry(const geometry *g, int w, int h, int out_h, int out_w) {
+  if (g->rw > RESIZED_MAX || g->rh > RESIZED_MAX)
+    return gs_error(GS_EINVAL, "a %dx%d image would be resized to over %d pixels a side", w, h,
+                    RESIZED_MAX);
+  if (g->cw != out_w || g->ch != out_h)
+    return gs_error(GS_EINVAL, "a %dx%d image becomes %dx%d (width x height) through the "
+                               "preprocess recipe; the model takes %dx%d",
+                    w, h, g->cw, g->ch, out_w, out_h);
+  return GS_OK;
+}
+
+int gs_prep_decode(const gs_prep *p, const void *data, size_t size, gs_image *out) {
+  return gs_image_decode(data, size, GS_IMAGE_MAX_PIXELS, recipe_needs, (void *)p, out);
+}
+
 int gs_prep_encoded(const gs_prep *p, const void *data, size_t size, int out_h, int out_w,
                     bool nchw, gs_dtype dtype, void *out) {
   gs_image img;
-  int rc = gs_image_decode(data, size, GS_IMAGE_MAX_PIXELS, recipe_needs, (void *)p, &img);
+  int rc = gs_prep_decode(p, data, size, &img);
   if (rc < 0)
     return rc;
   rc = gs_prep_image(p, &img, out_h, out_w, nchw, dtype, out);

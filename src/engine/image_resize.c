@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PRECISION_BITS (32 - 8 - 2)
+#define PRECISION_BITS GS_RESIZE_FRACTION_BITS
+_Static_assert(GS_RESIZE_FRACTION_BITS == 32 - 8 - 2, "Pillow's precision");
 
 typedef struct filter {
   double (*weight)(double x);
@@ -42,16 +43,7 @@ static double cubic(double x) {
   return 0.0;
 }
 
-/* For output coordinates [from, from + n) of a resize of in_size to
- * out_size: the first input each reads (start[i]), how many (count[i]),
- * and ksize fixed-point weights each (k[i * ksize ...]). */
-typedef struct coeffs {
-  int n, ksize;
-  int *start, *count;
-  int32_t *k;
-} coeffs;
-
-static void coeffs_free(coeffs *c) {
+void gs_resize_taps_free(gs_resize_taps *c) {
   free(c->start);
   free(c->count);
   free(c->k);
@@ -59,18 +51,28 @@ static void coeffs_free(coeffs *c) {
   c->k = NULL;
 }
 
-static int coeffs_make(int in_size, int out_size, int from, int n, const filter *f, coeffs *c) {
-  double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
-  double support = f->support * filterscale, ss = 1.0 / filterscale;
+/* c's arrays for n outputs of ksize weights each, zeroed. */
+static int taps_alloc(int n, int ksize, gs_resize_taps *c) {
   c->n = n;
-  c->ksize = (int)ceil(support) * 2 + 1;
+  c->ksize = ksize;
   c->start = malloc((size_t)n * sizeof *c->start);
   c->count = malloc((size_t)n * sizeof *c->count);
-  c->k = calloc((size_t)n * (size_t)c->ksize, sizeof *c->k);
-  double *w = malloc((size_t)c->ksize * sizeof *w);
-  if (!c->start || !c->count || !c->k || !w) {
-    free(w);
-    coeffs_free(c);
+  c->k = calloc((size_t)n * (size_t)ksize, sizeof *c->k);
+  if (c->start && c->count && c->k)
+    return GS_OK;
+  gs_resize_taps_free(c);
+  return gs_error(GS_ENOMEM, "out of memory for resize weights");
+}
+
+static int coeffs_make(int in_size, int out_size, int from, int n, const filter *f, gs_resize_taps *c) {
+  double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
+  double support = f->support * filterscale, ss = 1.0 / filterscale;
+  int rc = taps_alloc(n, (int)ceil(support) * 2 + 1, c);
+  double *w = rc == 0 ? malloc((size_t)c->ksize * sizeof *w) : NULL;
+  if (rc < 0)
+    return rc;
+  if (!w) {
+    gs_resize_taps_free(c);
     return gs_error(GS_ENOMEM, "out of memory for resize weights");
   }
   for (int i = 0; i < n; i++) {
@@ -155,7 +157,7 @@ static void transpose_pixels(const uint8_t *in, size_t in_stride, int rows, int 
  * (rows of cx->n pixels): done as a vertical pass on the transposed
  * pixels, whose loops vectorise where the pixel-by-pixel sums do not
  * (three channels, a handful of taps). `sum` holds rows x 3 values. */
-static int horizontal_pass(const gs_image *src, int row_lo, int rows, const coeffs *cx,
+static int horizontal_pass(const gs_image *src, int row_lo, int rows, const gs_resize_taps *cx,
                            uint8_t *mid, int32_t *sum) {
   int col_lo = cx->start[0], last = cx->n - 1; /* the windows only move right */
   int cols = cx->start[last] + cx->count[last] - col_lo;
@@ -215,6 +217,44 @@ static void source_span(int in_size, int out_size, int from, int n, gs_image_fil
   *hi = *hi > in_size ? in_size : *hi;
 }
 
+/* Nearest as taps: one input each, of weight 1, the input resize_nearest
+ * reads (the same stepping, so the same rounding). */
+static int nearest_taps(int in_size, int out_size, int from, int n, gs_resize_taps *c) {
+  int rc = taps_alloc(n, 1, c);
+  if (rc < 0)
+    return rc;
+  double a = (double)in_size / out_size, xx = a * 0.5;
+  for (int i = 0; i < from; i++)
+    xx += a;
+  for (int i = 0; i < n; i++, xx += a) {
+    c->start[i] = (int)xx;
+    c->count[i] = 1;
+    c->k[i] = 1 << PRECISION_BITS;
+  }
+  return GS_OK;
+}
+
+int gs_image_resize_taps(int in_size, int out_size, int from, int n, gs_image_filter mode,
+                         gs_resize_taps *t) {
+  *t = (gs_resize_taps){0};
+  if (in_size <= 0 || out_size <= 0 || from < 0 || n <= 0 || from + n > out_size)
+    return gs_error(GS_EINVAL, "resize taps of %d to %d, outputs %d to %d", in_size, out_size,
+                    from, from + n);
+  if (mode == GS_FILTER_NEAREST)
+    return nearest_taps(in_size, out_size, from, n, t);
+  if (in_size == out_size) { /* gs_image_resize copies this edge */
+    int rc = taps_alloc(n, 1, t);
+    for (int i = 0; rc == 0 && i < n; i++) {
+      t->start[i] = from + i;
+      t->count[i] = 1;
+      t->k[i] = 1 << PRECISION_BITS;
+    }
+    return rc;
+  }
+  const filter f = filter_of(mode);
+  return coeffs_make(in_size, out_size, from, n, &f, t);
+}
+
 void gs_image_resize_needs(int sw, int sh, int dw, int dh, gs_image_filter mode, int x0, int y0,
                            int ww, int wh, int box[4]) {
   source_span(sw, dw, x0, ww, mode, &box[0], &box[2]);
@@ -234,7 +274,7 @@ int gs_image_resize(const gs_image *src, int dw, int dh, gs_image_filter mode, i
   }
   const filter f = filter_of(mode);
   bool horizontal = dw != sw, vertical = dh != sh;
-  coeffs cx = {0}, cy = {0};
+  gs_resize_taps cx = {0}, cy = {0};
   int rc = horizontal ? coeffs_make(sw, dw, x0, ww, &f, &cx) : GS_OK;
   if (rc == 0 && vertical)
     rc = coeffs_make(sh, dh, y0, wh, &f, &cy);
@@ -261,7 +301,7 @@ int gs_image_resize(const gs_image *src, int dw, int dh, gs_image_filter mode, i
   }
   free(mid);
   free(sum);
-  coeffs_free(&cx);
-  coeffs_free(&cy);
+  gs_resize_taps_free(&cx);
+  gs_resize_taps_free(&cy);
   return rc;
 }

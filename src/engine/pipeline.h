@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define GS_PIPELINE_MAX_STAGES 16
+#define GS_PIPELINE_MAX_STAGES 18
 #define GS_PIPELINE_MAX_THREADS 64
 
 /* One stage. `run` works on the item `seq` held in slot `slot`. The first

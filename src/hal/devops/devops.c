@@ -1044,6 +1044,24 @@ static int run_resize(const gs_devop *op, const gs_devops_target *t) {
   return LAUNCH(t, GS_DK_resize_fp, n, BUF(0, es), BUF(c->n_in, es), VAL(n), VAL(g), VAL(half));
 }
 
+/* ---- images ------------------------------------------------------------------------------------ */
+
+static bool image_taps_supports(const gs_devop *op, const gs_op_call *c) {
+  (void)op;
+  const gs_image_taps_attrs *a = c->attrs;
+  return a && c->n_in == 2 && c->n_out == 1 && c->in[0].dtype == GS_DT_UINT8 &&
+         c->in[1].dtype == GS_DT_UINT8 && c->out[0].dtype == GS_DT_UINT8 && a->images > 0 &&
+         a->passes_at % 8 == 0;
+}
+
+static int run_image_taps(const gs_devop *op, const gs_devops_target *t) {
+  (void)op;
+  const gs_image_taps_attrs *a = t->call->attrs;
+  uint64_t n = (uint64_t)a->elements;
+  return LAUNCH(t, GS_DK_image_taps_u8, n, BUF(0, 1), BUF(1, 1), BUF(2, 1), VAL(n),
+                VAL(a->images), VAL(a->passes_at));
+}
+
 /* ---- MatMul and Gemm -------------------------------------------------------------- */
 
 /* For float16, and float32 where the backend has no BLAS library. */
@@ -1359,6 +1377,7 @@ static const gs_devop ops[] = {
     {"OneHot", 0, gs__devops_one_hot_supports, gs__devops_run_one_hot},
     {"DFT", 0, gs__devops_dft_supports, gs__devops_run_dft},
     {"STFT", 1, gs__devops_dft_supports, gs__devops_run_dft},
+    {GS_IMAGE_TAPS_OP, 0, image_taps_supports, run_image_taps},
 };
 
 _Static_assert(sizeof ops / sizeof ops[0] <= GS_DEVOPS_MAX, "GS_DEVOPS_MAX is too small");

@@ -36,7 +36,8 @@
   X(gather_elements_b8) X(gather_elements_b16) X(gather_elements_b32) X(gather_elements_b64)     \
   X(gather_nd_b8) X(gather_nd_b16) X(gather_nd_b32) X(gather_nd_b64)                             \
   X(one_hot_b8) X(one_hot_b16) X(one_hot_b32) X(one_hot_b64)                                     \
-  X(scatter_elements_any) X(scatter_nd_any) X(lrn_fp) X(hardmax_fp) X(dft_pack_fp) X(dft_unpack_fp)
+  X(scatter_elements_any) X(scatter_nd_any) X(lrn_fp) X(hardmax_fp) X(dft_pack_fp) X(dft_unpack_fp) \
+  X(image_taps_u8)
 
 typedef enum {
 #define GS_DK_ENUM(name) GS_DK_##name,

@@ -1463,6 +1463,51 @@ KERNEL resize_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
   }
 }
 
+/* ---- images: a pass of a Pillow resize ---------------------------------------------------------- */
+
+/* One pass of the separable resize of a batch's images (engine/
+ * image_pack.c; image_resize.c's arithmetic, run on the device), an image
+ * per taps_pass. Element e of an image's output, from its `first` element
+ * of the launch, is (line r, output o, byte c) with
+ * e = (r * n_out + o) * inner + c: the 8-bit value of the fixed-point sum
+ * (22 fraction bits, from one half) over o's taps, written at y + y_at + e.
+ * The taps at t + taps_at are start[n_out], count[n_out], then ksize
+ * weights per output; tap j of o reads x + x_at + r * in_line +
+ * (start[o] + j) * in_tap + c. A horizontal pass has inner 3 (a pixel) and
+ * in_tap 3; a vertical one has inner and in_tap a row's bytes, one line.
+ * Integer sums: the bytes are the CPU's. Offsets are bytes (8-aligned). */
+typedef struct taps_pass {
+  long first, x_at, y_at, taps_at, n_out, inner, in_tap, in_line, ksize;
+} taps_pass;
+
+#define TAPS_FRACTION_BITS 22
+
+KERNEL image_taps_u8(GLOBAL const uchar *x, ulong xo, GLOBAL const uchar *t, ulong to,
+                     GLOBAL uchar *y, ulong yo, ulong n, long images, long passes_at) {
+  GLOBAL const taps_pass *passes = (GLOBAL const taps_pass *)(t + to + passes_at);
+  FOR_EACH(i, n) {
+    long lo = 0, hi = images - 1; /* the last pass whose first element is at or before i */
+    while (lo < hi) {
+      long mid = (lo + hi + 1) / 2;
+      if (passes[mid].first <= (long)i)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    GLOBAL const taps_pass *g = passes + lo;
+    long e = (long)i - g->first, c = e % g->inner, rest = e / g->inner;
+    long o = rest % g->n_out, r = rest / g->n_out;
+    GLOBAL const int *start = (GLOBAL const int *)(t + to + g->taps_at);
+    GLOBAL const int *count = start + g->n_out, *w = count + g->n_out + o * g->ksize;
+    GLOBAL const uchar *p = x + xo + g->x_at + r * g->in_line + (long)start[o] * g->in_tap + c;
+    int sum = 1 << (TAPS_FRACTION_BITS - 1);
+    for (int j = 0; j < count[o]; j++)
+      sum += (int)p[j * g->in_tap] * w[j];
+    sum = sum < 0 ? 0 : sum > (255 << TAPS_FRACTION_BITS) ? (255 << TAPS_FRACTION_BITS) : sum;
+    y[yo + g->y_at + e] = (uchar)(sum >> TAPS_FRACTION_BITS);
+  }
+}
+
 /* ---- GEMM without a BLAS ------------------------------------------------------------------------ */
 
 /* y[b] = alpha A[b] B[b] (+ beta y[b], + bias on every row), Relu after if

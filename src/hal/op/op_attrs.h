@@ -183,6 +183,21 @@ typedef struct gs_resize_attrs {
   bool device_ok;
 } gs_resize_attrs;
 
+/* gpusrv's own op GS_IMAGE_TAPS_OP, which no model names: one pass of a
+ * Pillow resize over each image of a batch (engine/image_pack.c queues it;
+ * the kernel is op_kernels.h's image_taps_u8, which says what a pass
+ * describes). Operands: the pixels (uint8), the table (uint8: the taps,
+ * and `images` taps_pass records at byte passes_at), the output (uint8);
+ * `elements` output bytes in all. */
+#define GS_IMAGE_TAPS_OP "gpusrv.ImageTaps"
+typedef struct gs_image_taps_attrs {
+  int64_t images, passes_at, elements;
+} gs_image_taps_attrs;
+/* A taps_pass record of the table, field for field. */
+typedef struct gs_image_taps_pass {
+  int64_t first, x_at, y_at, taps_at, n_out, inner, in_tap, in_line, ksize;
+} gs_image_taps_pass;
+
 typedef struct gs_shape_attrs {
   int start, end; /* Shape: the slice of dims it returns */
 } gs_shape_attrs;
