@@ -16,7 +16,13 @@ same T cores (taskset, sched_setaffinity):
   where present), else it is left out and said so.
 
 Each peer's processes are started and warmed on a few images before the
-clock starts."""
+clock starts.
+
+Where opencl0 is there, a second table shows what moves off the CPU when
+a device finishes the recipe (finish=device): the preprocess stage's
+images/s (the CPU's own work: decoding only, the resize stage's kernels
+resizing and cropping) against the whole recipe on the CPU, and the bytes
+that cross per image."""
 import argparse
 import json
 import os
@@ -57,16 +63,40 @@ def corner_model(path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-def gpusrv(build, folder, model, out, threads):
+def gpusrv_batch(build, folder, model, out, threads, extra=(), recipe=RECIPE):
     p = subprocess.run(["taskset", "-c", f"0-{threads - 1}", os.path.join(build, "gpusrv"),
                         "batch", model, "--input", folder,
-                        "--output", out, "--preprocess", RECIPE, "--workers", str(threads),
-                        "--batch", "16", "--json"], capture_output=True, text=True)
+                        "--output", out, "--preprocess", recipe, "--workers", str(threads),
+                        "--batch", "16", "--json", *extra], capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"bench/images: gpusrv batch: {p.stderr.strip()}")
-    r = json.loads(p.stdout)
+    return json.loads(p.stdout)
+
+
+def gpusrv(build, folder, model, out, threads):
+    r = gpusrv_batch(build, folder, model, out, threads)
     stage = next(s for s in r["stages"] if s["stage"] == "preprocess")
     return r["rows_per_s"], stage["batches_per_s_alone"] * 16  # all its threads
+
+
+def cpu_share(build, folder, model, out, threads):
+    """Where a device finishes the recipe (opencl0 here): the preprocess
+    stage's images/s (the CPU's work) and the bytes crossing per image, with
+    the CPU resizing (finish=device on a device without the resize kernel
+    is the same as the CPU's crop to uint8) and with the device resizing."""
+    print(f"\nthe CPU's share where opencl0 finishes the recipe ({threads} threads; PoCL runs "
+          "its kernels on these same cores, so its whole-run rate says nothing of a GPU's)")
+    print(f"{'CPU does':>24} {'stage img/s':>12} {'KiB/image h2d':>14} {'resized there':>14}")
+    rows = {}
+    for label, finish in (("decode+resize+crop+norm", "cpu"), ("decode only", "device")):
+        r = gpusrv_batch(build, folder, model, out, threads, ("--device", "opencl0"),
+                         f"{RECIPE},finish={finish}")
+        stage = next(s for s in r["stages"] if s["stage"] == "preprocess")
+        rows[finish] = stage["batches_per_s_alone"] * 16
+        print(f"{label:>24} {rows[finish]:>12.0f} {r['h2d_bytes'] / 1024 / r['rows']:>14.0f} "
+              f"{r['resized_on_device']:>14}")
+    print(f"the CPU's preprocess stage: {rows['device'] / rows['cpu']:.2f}x the images/s when "
+          "the device resizes")
 
 
 # ---- the peers, each run in worker processes -----------------------------------------------
@@ -151,6 +181,9 @@ def main():
             print(f"{t:>7} {whole:>13.0f} {stage:>10.0f} {whole / stage:>10.0%} {pil:>10.0f} "
                   f"{tv if tv is None else round(tv):>12} {whole / pil:>6.2f}x "
                   f"{'-' if tv is None else f'{whole / tv:.2f}x':>7}")
+        if "opencl0" in subprocess.run([os.path.join(args.build, "gpusrv"), "smi", "--json"],
+                                       capture_output=True, text=True).stdout:
+            cpu_share(args.build, folder, model, os.path.join(tmp, "out"), args.threads[-1])
         if not has_torch:
             print(f"torchvision: not measured ({args.torch_python} cannot import it)")
         print("goals: gpusrv batch >= 1.5x torchvision's images/s on the same cores; the whole "

@@ -61,23 +61,16 @@ static int check_preprocess(const gs_served_model *m, const gs_model *model) {
   return gs_image_input_find(m, model, &nchw, &h, &w) < 0 ? GS_EINVAL : GS_OK;
 }
 
-/* Where a recipe's type, layout and normalisation run (image.h's finish):
- * in the model, on its devices, with finish=device where every instance's
- * device has memory of its own, and with finish=auto where those devices
- * are moreover not CPUs (an OpenCL CPU device runs them on the same cores,
- * slower than the CPU's own loop: bench/images); on the CPU otherwise.
- * There a quarter of float32's bytes cross the bus. Called once the
- * instances are made and before any plan; an ensemble keeps the CPU's. */
+/* Where a recipe's type, layout and normalisation run: gs_prep_finishes_on
+ * every instance's device. Called once the instances are made and before
+ * any plan; an ensemble keeps the CPU's. */
 static bool finish_on_device(const gs_served_model *m) {
-  if (!m->has_prep || m->is_ensemble || m->prep.finish == GS_FINISH_CPU)
+  if (!m->has_prep || m->is_ensemble || m->n_instances > GS_REPO_MAX_INSTANCES)
     return false;
-  bool own_memory = m->n_instances > 0, gpus = own_memory;
-  for (int i = 0; i < m->n_instances; i++) {
-    gs_device_t *d = m->instances[i].device;
-    own_memory = own_memory && !gs_device_get_caps(d)->host_visible_device_memory;
-    gpus = gpus && gs_device_get_info(d)->type != GS_DEVICE_CPU;
-  }
-  return own_memory && (m->prep.finish == GS_FINISH_DEVICE || gpus);
+  gs_device_t *devices[GS_REPO_MAX_INSTANCES];
+  for (int i = 0; i < m->n_instances; i++)
+    devices[i] = m->instances[i].device;
+  return gs_prep_finishes_on(&m->prep, devices, m->n_instances);
 }
 
 /* The recipe joins every version's model where finish_on_device says so,

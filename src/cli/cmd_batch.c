@@ -220,7 +220,8 @@ static int run_as_job(const char *url, const char *token, json_t *forward, const
 }
 
 static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devices,
-                          bool prep_on_device, int64_t resized_on_device, bool json_out) {
+                          bool prep_on_device, int64_t resized_on_device, int64_t h2d_bytes,
+                          bool json_out) {
   const char *prep_where = prep_on_device ? "cpu+device" : "cpu";
   double wall = (double)r->wall_ns / 1e9;
   int slowest = gs_pipeline_slowest(r);
@@ -241,13 +242,14 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
                             busy > 0 ? (double)s->items / busy : 0.0, "waiting_s",
                             (double)(s->wait_in_ns + s->wait_out_ns) / 1e9 / s->threads));
     }
-    json_t *j = json_pack("{s:I, s:I, s:f, s:f, s:o, s:s, s:s, s:s, s:I}", "rows",
+    json_t *j = json_pack("{s:I, s:I, s:f, s:f, s:o, s:s, s:s, s:s, s:I, s:I}", "rows",
                           (json_int_t)rows,
                           "batches", (json_int_t)r->items, "seconds", wall, "rows_per_s",
                           wall > 0 ? (double)rows / wall : 0.0, "stages", stages, "bottleneck",
                           slowest >= 0 ? r->stages[slowest].name : "", "exchange", exchange,
                           "preprocess_on", prep_where, "resized_on_device",
-                          (json_int_t)(resized_on_device > 0 ? resized_on_device : 0));
+                          (json_int_t)(resized_on_device > 0 ? resized_on_device : 0),
+                          "h2d_bytes", (json_int_t)h2d_bytes);
     json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     putchar('\n');
     json_decref(j);
@@ -265,6 +267,8 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
            k == slowest ? "  <- bottleneck" : "");
   }
   printf("exchange: %s\n", exchange);
+  printf("h2d: %.1f MiB, %.0f KiB a row\n", (double)h2d_bytes / (1 << 20),
+         rows > 0 ? (double)h2d_bytes / 1024 / (double)rows : 0.0);
   if (resized_on_device >= 0)
     printf("preprocess: decode on the CPU; resize and crop on the device (the resize stage) "
            "for %lld of %lld images, the rest on the CPU; type, layout and normalisation on "
@@ -341,9 +345,9 @@ static int batch_run_cmd(int argc, char **argv) {
     return rc;
   int64_t failed = 0;
   bool prep_on_device = false;
-  int64_t resized_on_device = -1;
+  int64_t resized_on_device = -1, h2d_bytes = 0;
   gs_batch_options o = {.input = b.input, .failed = &failed, .prep_on_device = &prep_on_device,
-                        .resized_on_device = &resized_on_device,
+                        .resized_on_device = &resized_on_device, .h2d_bytes = &h2d_bytes,
                         .output_dir = b.output, .batch = (int)b.batch, .slots = (int)b.slots,
                         .readers = b.readers > 16 ? 16 : (int)b.readers,
                         .workers = b.workers > 32 ? 32 : (int)b.workers};
@@ -401,7 +405,8 @@ static int batch_run_cmd(int argc, char **argv) {
     gs_hal_shutdown();
     return GS_EXIT_FAILED;
   }
-  print_summary(&r, rows, o.n_devices, prep_on_device, resized_on_device, json_out);
+  print_summary(&r, rows, o.n_devices, prep_on_device, resized_on_device, h2d_bytes,
+                json_out);
   if (failed)
     fprintf(stderr, "gpusrv: batch: %lld image%s could not be read; %s zeros: %s/failed.txt "
                     "says which and why\n", (long long)failed, failed == 1 ? "" : "s",

@@ -79,6 +79,7 @@ typedef struct batch_run {
   gs_stream_t *resize_stream; /* on part 0's device */
   gs_buffer_t *resize_mid;    /* the horizontal passes' output, one for the stage */
   atomic_llong resized_there; /* images the resize stage resized (not rows the CPU made) */
+  atomic_llong h2d_bytes;     /* what the h2d stage copied */
   pthread_mutex_t failed_lock;
   int failed_fd;        /* output_dir/failed.txt, made at the first failure */
   atomic_llong failed;
@@ -263,11 +264,10 @@ static int h2d(void *ctx, int s, int64_t seq) {
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
   gs_stream_t *stream = b->parts[0].in_stream;
-  int rc = b->resize_on_device
-               ? gs_stream_copy_h2d(stream, sl->packed, 0, gs_buffer_host_ptr(sl->staged_in),
-                                    gs_image_pack_used(sl->pack))
-               : gs_stream_copy_h2d(stream, sl->in[0][0], 0, gs_buffer_host_ptr(sl->staged_in),
-                                    b->in.bytes);
+  size_t bytes = b->resize_on_device ? gs_image_pack_used(sl->pack) : b->in.bytes;
+  int rc = gs_stream_copy_h2d(stream, b->resize_on_device ? sl->packed : sl->in[0][0], 0,
+                              gs_buffer_host_ptr(sl->staged_in), bytes);
+  atomic_fetch_add(&b->h2d_bytes, (long long)bytes);
   int sync = gs_stream_synchronize(stream);
   return rc < 0 ? rc : sync;
 }
@@ -628,11 +628,8 @@ static int place_prep(batch_run *b, gs_shape *shape) {
   const gs_batch_options *o = b->o;
   gs_device_t *first = o->n_devices ? o->devices[0] : gs_hal_device(0);
   b->cpu_prep = o->prep;
-  bool own_memory = first && !gs_device_get_caps(first)->host_visible_device_memory;
-  bool wanted = o->prep.finish == GS_FINISH_DEVICE ||
-                (o->prep.finish == GS_FINISH_AUTO && first &&
-                 gs_device_get_info(first)->type != GS_DEVICE_CPU);
-  if (!own_memory || !wanted || b->model->inputs[0].dtype != GS_DT_FLOAT32)
+  if (!gs_prep_finishes_on(&o->prep, &first, first ? 1 : 0) ||
+      b->model->inputs[0].dtype != GS_DT_FLOAT32)
     return GS_OK;
   /* auto leaves a model the recipe cannot join to the CPU; device says why */
   if (o->prep.finish == GS_FINISH_AUTO && gs_prep_can_compose(b->model) < 0)
@@ -781,6 +778,7 @@ static void run_init(batch_run *b, const gs_batch_options *o) {
   atomic_init(&b->written, 0);
   atomic_init(&b->failed, 0);
   atomic_init(&b->resized_there, 0);
+  atomic_init(&b->h2d_bytes, 0);
 }
 
 int gs_batch_profile(const gs_batch_options *o, double alone[GS_PIPELINE_MAX_STAGES],
@@ -853,6 +851,8 @@ int gs_batch_run(const gs_batch_options *o, int64_t *rows, gs_pipeline_result *s
     *o->failed = atomic_load(&b.failed);
   if (o->prep_on_device)
     *o->prep_on_device = b.prep_on_device;
+  if (o->h2d_bytes)
+    *o->h2d_bytes = atomic_load(&b.h2d_bytes);
   if (o->resized_on_device)
     *o->resized_on_device = b.resize_on_device ? atomic_load(&b.resized_there) : -1;
   teardown(&b);

@@ -53,6 +53,8 @@ typedef struct gs_batch_options {
    * resized the others: padded crops, images too large for its staging);
    * -1 where the CPU resized them all. */
   int64_t *resized_on_device;
+  /* The bytes the h2d stage copied to the first device, where not NULL. */
+  int64_t *h2d_bytes;
 } gs_batch_options;
 
 /* Runs the whole data set; *stats gets each stage's figures. Malformed

@@ -7,6 +7,7 @@
 #ifndef GS_ENGINE_IMAGE_H
 #define GS_ENGINE_IMAGE_H
 
+#include "hal/op/op_attrs.h" /* GS_IMAGE_TAPS_FRACTION_BITS */
 #include "hal/op/tensor.h"
 
 #include <stdbool.h>
@@ -115,6 +116,14 @@ int gs_prep_encoded(const gs_prep *p, const void *data, size_t size, int out_h, 
 typedef struct gs_model gs_model;
 int gs_prep_graph(const gs_prep *p, int h, int w, bool nchw, int64_t opset, gs_model **out);
 
+/* Where the recipe's finish runs for a model on `devices` (n of them):
+ * true (in the model, on them) where each has memory of its own and
+ * finish=device, or finish=auto and none is a CPU (an OpenCL CPU device
+ * would run the kernels on the CPU's cores, slower than its own loop:
+ * bench/images); false (on the CPU) otherwise, and for no devices. */
+typedef struct gs_device gs_device_t;
+bool gs_prep_finishes_on(const gs_prep *p, gs_device_t *const *devices, int n);
+
 /* `model` (taken, whatever this returns) with gs_prep_graph's steps joined
  * before its input `input`: the whole (*out, named `name`) takes that input
  * as uint8 [N, h, w, 3] pixels under the same name, and its other inputs
@@ -140,7 +149,7 @@ int gs_image_resize(const gs_image *src, int dw, int dh, gs_image_filter mode, i
  * each (k[i * ksize + j]), fixed point of GS_RESIZE_FRACTION_BITS; each
  * pass sums from one half, then clamps and keeps the integer part as 8
  * bits. Nearest is one input of weight 1, so is an edge left as it is. */
-#define GS_RESIZE_FRACTION_BITS 22
+#define GS_RESIZE_FRACTION_BITS GS_IMAGE_TAPS_FRACTION_BITS
 typedef struct gs_resize_taps {
   int n, ksize;
   int *start, *count;

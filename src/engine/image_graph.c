@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "engine/model.h"
 #include "engine/model_compose.h"
+#include "hal/hal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,4 +232,16 @@ int gs_prep_compose(const gs_prep *p, gs_model *model, int input, int h, int w, 
                         (const char *const *)names.names + n_in, n_out, name, out);
   wiring_free(&names);
   return rc;
+}
+
+bool gs_prep_finishes_on(const gs_prep *p, gs_device_t *const *devices, int n) {
+  if (p->finish == GS_FINISH_CPU || n <= 0)
+    return false;
+  bool own_memory = true, gpus = true;
+  for (int i = 0; i < n; i++) {
+    own_memory = own_memory && devices[i] &&
+                 !gs_device_get_caps(devices[i])->host_visible_device_memory;
+    gpus = gpus && devices[i] && gs_device_get_info(devices[i])->type != GS_DEVICE_CPU;
+  }
+  return own_memory && (p->finish == GS_FINISH_DEVICE || gpus);
 }

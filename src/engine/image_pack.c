@@ -138,7 +138,10 @@ static uint8_t *add_row(gs_image_pack *pk) {
   return add_block(pk, pk->out_h, pk->out_w, &pk->same_x, 0, &pk->same_y, 0);
 }
 
-void gs_image_pack_zeros(gs_image_pack *pk) { memset(add_row(pk), 0, pk->out_bytes); }
+void gs_image_pack_zeros(gs_image_pack *pk) {
+  if (pk->n < pk->batch)
+    memset(add_row(pk), 0, pk->out_bytes);
+}
 
 /* The device's passes for an image whose window needs no padding, where
  * its pixels fit; false (nothing packed) where they do not. */
@@ -172,6 +175,26 @@ static int pack_for_device(gs_image_pack *pk, const gs_image *img, const gs_prep
   return rc;
 }
 
+int gs_image_pack_image(gs_image_pack *pk, const gs_image *img) {
+  if (pk->n >= pk->batch)
+    return gs_error(GS_EINVAL, "an image pack of %d images is full", pk->batch);
+  gs_prep_geometry g;
+  gs_prep_geometry_of(&pk->prep, img->width, img->height, &g);
+  int rc = gs_prep_check_geometry(&g, img->width, img->height, pk->out_h, pk->out_w);
+  bool packed = false, padded = g.ww < g.cw || g.wh < g.ch;
+  if (rc == 0 && !padded)
+    rc = pack_for_device(pk, img, &g, &packed);
+  if (rc == 0 && !packed) {
+    uint8_t *row = add_row(pk);
+    rc = gs_prep_image(&pk->prep, img, pk->out_h, pk->out_w, false, GS_DT_UINT8, row);
+    if (rc < 0)
+      memset(row, 0, pk->out_bytes);
+  } else if (rc < 0) {
+    gs_image_pack_zeros(pk);
+  }
+  return rc;
+}
+
 int gs_image_pack_encoded(gs_image_pack *pk, const void *data, size_t size) {
   if (pk->n >= pk->batch)
     return gs_error(GS_EINVAL, "an image pack of %d images is full", pk->batch);
@@ -181,20 +204,7 @@ int gs_image_pack_encoded(gs_image_pack *pk, const void *data, size_t size) {
     gs_image_pack_zeros(pk);
     return rc;
   }
-  gs_prep_geometry g;
-  gs_prep_geometry_of(&pk->prep, img.width, img.height, &g);
-  rc = gs_prep_check_geometry(&g, img.width, img.height, pk->out_h, pk->out_w);
-  bool packed = false, padded = g.ww < g.cw || g.wh < g.ch;
-  if (rc == 0 && !padded)
-    rc = pack_for_device(pk, &img, &g, &packed);
-  if (rc == 0 && !packed) {
-    uint8_t *row = add_row(pk);
-    rc = gs_prep_image(&pk->prep, &img, pk->out_h, pk->out_w, false, GS_DT_UINT8, row);
-    if (rc < 0)
-      memset(row, 0, pk->out_bytes);
-  } else if (rc < 0) {
-    gs_image_pack_zeros(pk);
-  }
+  rc = gs_image_pack_image(pk, &img);
   gs_image_free(&img);
   return rc;
 }

@@ -39,6 +39,9 @@ void gs_image_pack_begin(gs_image_pack *pk, void *staging);
  * or made a row, a row of zeros is packed in its place and this returns
  * GS_EINVAL with the reason, for the caller to note and go on. */
 int gs_image_pack_encoded(gs_image_pack *pk, const void *data, size_t size);
+/* The same from a decoded image, which must hold the part the recipe
+ * reads (gs_prep_decode's). */
+int gs_image_pack_image(gs_image_pack *pk, const gs_image *img);
 /* Packs a row of zeros (an image that could not be read). */
 void gs_image_pack_zeros(gs_image_pack *pk);
 /* The staging bytes packed so far, the first that must cross. */

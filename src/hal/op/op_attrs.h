@@ -190,6 +190,7 @@ typedef struct gs_resize_attrs {
  * and `images` taps_pass records at byte passes_at), the output (uint8);
  * `elements` output bytes in all. */
 #define GS_IMAGE_TAPS_OP "gpusrv.ImageTaps"
+#define GS_IMAGE_TAPS_FRACTION_BITS 22 /* the weights' fixed point */
 typedef struct gs_image_taps_attrs {
   int64_t images, passes_at, elements;
 } gs_image_taps_attrs;

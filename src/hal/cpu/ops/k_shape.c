@@ -509,6 +509,33 @@ static int k_resize(const gs_cpu_kernel_call *k) {
   return rc;
 }
 
+/* gpusrv's GS_IMAGE_TAPS_OP (op_attrs.h) on the host: op_kernels.h's
+ * image_taps_u8, image by image, the same integer sums. */
+static int k_image_taps(const gs_cpu_kernel_call *k) {
+  const gs_op_call *c = gs_kcall(k);
+  const gs_image_taps_attrs *a = c->attrs;
+  const uint8_t *x = k->ptr[0], *t = k->ptr[1];
+  uint8_t *y = k->ptr[2];
+  const gs_image_taps_pass *passes = (const void *)(t + a->passes_at);
+  const int32_t most = 255 << GS_IMAGE_TAPS_FRACTION_BITS;
+  for (int64_t b = 0; b < a->images; b++) {
+    const gs_image_taps_pass *g = &passes[b];
+    int64_t end = b + 1 < a->images ? passes[b + 1].first : a->elements;
+    const int32_t *start = (const int32_t *)(t + g->taps_at), *count = start + g->n_out;
+    for (int64_t e = 0; e < end - g->first; e++) {
+      int64_t ch = e % g->inner, rest = e / g->inner, o = rest % g->n_out, r = rest / g->n_out;
+      const uint8_t *p = x + g->x_at + r * g->in_line + start[o] * g->in_tap + ch;
+      const int32_t *w = count + g->n_out + o * g->ksize;
+      int32_t sum = 1 << (GS_IMAGE_TAPS_FRACTION_BITS - 1);
+      for (int j = 0; j < count[o]; j++)
+        sum += p[j * g->in_tap] * w[j];
+      sum = sum < 0 ? 0 : sum > most ? most : sum;
+      y[g->y_at + e] = (uint8_t)(sum >> GS_IMAGE_TAPS_FRACTION_BITS);
+    }
+  }
+  return 0;
+}
+
 #define KERNEL GS_CPU_KERNEL
 static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("Reshape", k_copy),     KERNEL("Flatten", k_copy),
@@ -519,6 +546,7 @@ static const gs_cpu_kernel_entry kernels[] = {
     KERNEL("Gather", k_gather),    KERNEL("Expand", k_expand),
     KERNEL("Shape", k_shape),      KERNEL("ConstantOfShape", k_constant_of_shape),
     KERNEL("Pad", k_pad),          KERNEL("Resize", k_resize),
+    KERNEL(GS_IMAGE_TAPS_OP, k_image_taps),
 };
 
 int gs__cpu_register_shape(gs_backend_t *be) {
