@@ -242,13 +242,13 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
                             busy > 0 ? (double)s->items / busy : 0.0, "waiting_s",
                             (double)(s->wait_in_ns + s->wait_out_ns) / 1e9 / s->threads));
     }
-    json_t *j = json_pack("{s:I, s:I, s:f, s:f, s:o, s:s, s:s, s:s, s:I, s:I}", "rows",
+    json_t *j = json_pack("{s:I, s:I, s:f, s:f, s:o, s:s, s:s, s:s, s:o, s:I}", "rows",
                           (json_int_t)rows,
                           "batches", (json_int_t)r->items, "seconds", wall, "rows_per_s",
                           wall > 0 ? (double)rows / wall : 0.0, "stages", stages, "bottleneck",
                           slowest >= 0 ? r->stages[slowest].name : "", "exchange", exchange,
                           "preprocess_on", prep_where, "resized_on_device",
-                          (json_int_t)(resized_on_device > 0 ? resized_on_device : 0),
+                          resized_on_device >= 0 ? json_integer(resized_on_device) : json_null(),
                           "h2d_bytes", (json_int_t)h2d_bytes);
     json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     putchar('\n');
@@ -267,7 +267,7 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
            k == slowest ? "  <- bottleneck" : "");
   }
   printf("exchange: %s\n", exchange);
-  printf("h2d: %.1f MiB, %.0f KiB a row\n", (double)h2d_bytes / (1 << 20),
+  printf("to the device: %.1f MiB, %.0f KiB a row\n", (double)h2d_bytes / (1 << 20),
          rows > 0 ? (double)h2d_bytes / 1024 / (double)rows : 0.0);
   if (resized_on_device >= 0)
     printf("preprocess: decode on the CPU; resize and crop on the device (the resize stage) "

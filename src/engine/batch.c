@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/fileutil.h"
+#include "base/log.h"
 #include "hal/cpu/ops/kernels.h" /* gs_ld, gs_st */
 #include "engine/dataset.h"
 #include "engine/image_pack.h"
@@ -222,7 +223,8 @@ static int pack_images(batch_run *b, slot *sl, int64_t seq, void *staging) {
 }
 
 /* Type conversion and normalisation into pinned staging; a short last
- * batch is padded with zeros (its rows are not written out). */
+ * batch is padded with zeros (its rows are not written out; where the
+ * device resizes they keep the last batch's bytes, equally unwritten). */
 static int preprocess(void *ctx, int s, int64_t seq) {
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
@@ -523,18 +525,52 @@ static int touch_inputs(const part *p, gs_buffer_t *const in[MAX_VALUES]) {
   return rc < 0 ? rc : sync;
 }
 
-/* A slot's image pack and its staging on part 0's device (the resize
- * stage's buffer with the first); *staging: the pinned bytes it needs. */
-static int alloc_pack(batch_run *b, slot *sl, size_t *staging) {
-  size_t mid;
-  gs_pool_t *dev = gs_device_pool(b->parts[0].device, GS_MEM_DEVICE);
-  int rc = gs_image_pack_create(&b->cpu_prep, b->batch, b->image_h, b->image_w, &sl->pack,
-                                staging, &mid);
+/* Each slot's image pack with its staging, pinned and on part 0's device,
+ * and the resize stage's buffer. Where memory runs short the CPU resizes
+ * instead, and the log says so. */
+static int alloc_packs(batch_run *b) {
+  gs_device_t *first = b->parts[0].device;
+  gs_pool_t *dev = gs_device_pool(first, GS_MEM_DEVICE);
+  gs_pool_t *pinned = gs_device_pool(first, GS_MEM_PINNED_HOST);
+  int rc = GS_OK;
+  for (int s = 0; rc == 0 && s < b->n_slots; s++) {
+    slot *sl = &b->slots[s];
+    size_t staging, mid;
+    rc = gs_image_pack_create(&b->cpu_prep, b->batch, b->image_h, b->image_w, &sl->pack,
+                              &staging, &mid);
+    if (rc == 0)
+      rc = gs_pool_alloc(dev, staging, NULL, &sl->packed);
+    if (rc == 0)
+      rc = gs_pool_alloc(pinned, staging, NULL, &sl->staged_in);
+    if (rc == 0 && !b->resize_mid)
+      rc = gs_pool_alloc(dev, mid, NULL, &b->resize_mid);
+  }
+  if (rc != GS_ENOMEM)
+    return rc;
+  GS_LOGW("engine", "batch: no memory for the device's resize (%s); the CPU resizes",
+          gs_error_detail());
+  for (int s = 0; s < b->n_slots; s++) {
+    slot *sl = &b->slots[s];
+    gs_image_pack_free(sl->pack);
+    gs_buffer_free(sl->packed, NULL);
+    gs_buffer_free(sl->staged_in, NULL);
+    sl->pack = NULL;
+    sl->packed = sl->staged_in = NULL;
+  }
+  gs_buffer_free(b->resize_mid, NULL);
+  b->resize_mid = NULL;
+  b->resize_on_device = false;
+  return GS_OK;
+}
+
+/* touch_inputs for the resize stage's buffers. */
+static int touch_pack(batch_run *b, slot *sl) {
+  gs_stream_t *s = b->parts[0].in_stream;
+  int rc = gs_stream_memset(s, sl->packed, 0, 0, gs_buffer_size(sl->packed));
   if (rc == 0)
-    rc = gs_pool_alloc(dev, *staging, NULL, &sl->packed);
-  if (rc == 0 && !b->resize_mid)
-    rc = gs_pool_alloc(dev, mid, NULL, &b->resize_mid);
-  return rc;
+    rc = gs_stream_memset(s, b->resize_mid, 0, 0, gs_buffer_size(b->resize_mid));
+  int sync = gs_stream_synchronize(s);
+  return rc < 0 ? rc : sync;
 }
 
 static int alloc_slots(batch_run *b) {
@@ -548,18 +584,15 @@ static int alloc_slots(batch_run *b) {
   size_t raw_bytes = b->images ? 0
                                 : (size_t)b->batch * (size_t)b->row_elems *
                                       gs_dtype_size(gs_dataset_dtype(b->ds));
-  int rc = GS_OK;
+  int rc = b->resize_on_device ? alloc_packs(b) : GS_OK;
   for (int s = 0; rc == 0 && s < b->n_slots; s++) {
     slot *sl = &b->slots[s];
     if (!(sl->raw = malloc(raw_bytes ? raw_bytes : 1)))
       return gs_error(GS_ENOMEM, "out of memory for a batch of %zu bytes", raw_bytes);
     if (b->images && !(sl->files = calloc((size_t)b->batch, sizeof *sl->files)))
       return gs_error(GS_ENOMEM, "out of memory for a batch of %d images", b->batch);
-    size_t staging = b->in.bytes;
-    if (b->resize_on_device)
-      rc = alloc_pack(b, sl, &staging);
-    if (rc == 0)
-      rc = gs_pool_alloc(pinned_in, staging, NULL, &sl->staged_in);
+    if (!sl->staged_in) /* where the device resizes, alloc_packs made it */
+      rc = gs_pool_alloc(pinned_in, b->in.bytes, NULL, &sl->staged_in);
     for (int k = 0; rc == 0 && k < b->n_parts; k++) {
       const part *p = &b->parts[k];
       gs_pool_t *dev = gs_device_pool(p->device, GS_MEM_DEVICE);
@@ -572,6 +605,8 @@ static int alloc_slots(batch_run *b) {
       rc = gs_pool_alloc(pinned_out, b->out[i].bytes, NULL, &sl->staged_out[i]);
     for (int k = 0; rc == 0 && k < b->n_parts; k++)
       rc = touch_inputs(&b->parts[k], sl->in[k]);
+    if (rc == 0 && b->resize_on_device)
+      rc = touch_pack(b, sl);
   }
   return rc;
 }

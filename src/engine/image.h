@@ -117,10 +117,11 @@ typedef struct gs_model gs_model;
 int gs_prep_graph(const gs_prep *p, int h, int w, bool nchw, int64_t opset, gs_model **out);
 
 /* Where the recipe's finish runs for a model on `devices` (n of them):
- * true (in the model, on them) where each has memory of its own and
- * finish=device, or finish=auto and none is a CPU (an OpenCL CPU device
- * would run the kernels on the CPU's cores, slower than its own loop:
- * bench/images); false (on the CPU) otherwise, and for no devices. */
+ * in the model, on them (true) only where each has memory of its own, and
+ * there with finish=device, or with finish=auto where moreover none is a
+ * CPU (an OpenCL CPU device would run the kernels on the CPU's cores,
+ * slower than its own loop: bench/images). On the CPU (false) otherwise,
+ * and for no devices. */
 typedef struct gs_device gs_device_t;
 bool gs_prep_finishes_on(const gs_prep *p, gs_device_t *const *devices, int n);
 

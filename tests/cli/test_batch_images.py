@@ -313,10 +313,11 @@ def test_on_a_device_the_recipe_ends_there_with_the_cpu_s_bits(images, tmp_path,
 @pytest.fixture(scope="module")
 def assorted(tmp_path_factory):
     """Photos of many sizes for the device's resize: one too large for its
-    staging at --batch 2 (2 MiB), one smaller than the crop, one cut short."""
+    staging at --batch 4 (4 MiB), one smaller than the crop, one smaller
+    only in height, one cut short (alone in the last, short batch)."""
     d = tmp_path_factory.mktemp("assorted")
     for i, (w, h) in enumerate([(500, 375), (375, 500), (2000, 1500), (200, 150), (257, 256),
-                                (224, 224), (640, 427)]):
+                                (224, 224), (640, 427), (300, 200)]):
         Image.fromarray(photo(w, h, 40 + i)).save(d / f"a{i}.{'png' if i % 2 else 'jpg'}")
     jpeg_cut(str(d / "b_cut.jpg"))
     return d
@@ -333,14 +334,15 @@ def test_the_device_resizes_and_crops_with_the_cpu_s_bytes(assorted, tmp_path, f
     failed.txt, as on the CPU, its row black pixels normalised."""
     need_opencl()
     model = identity_model(tmp_path / "id.onnx", ["N", 3, 224, 224])
-    # of the 7 readable: all but the 2000x1500 (resize), all but the 200x150 (crop only)
-    for recipe, on_device in ((f"resize=256,center_crop=224,interpolation={filt}", 6),
+    # of the 8 readable: all but the 2000x1500 (resize); all but the 200x150 and the
+    # 300x200 (crop only: padded)
+    for recipe, on_device in ((f"resize=256,center_crop=224,interpolation={filt}", 7),
                               (f"center_crop=224,interpolation={filt}", 6)):
         outs = {}
         for device in ("cpu0", "opencl0"):
             out = tmp_path / f"{device}-{len(outs)}-{recipe[:6]}"
             p = run("batch", model, "-i", str(assorted), "-o", str(out), "--device", device,
-                    "--batch", "2", "--json", "--preprocess", f"{recipe},{IMAGENET},finish=device")
+                    "--batch", "4", "--json", "--preprocess", f"{recipe},{IMAGENET},finish=device")
             summary = json.loads(p.stdout)
             outs[device] = np.load(out / "y.npy")
             failed = (out / "failed.txt").read_text()
@@ -349,12 +351,12 @@ def test_the_device_resizes_and_crops_with_the_cpu_s_bytes(assorted, tmp_path, f
                 assert "resize" in [s["stage"] for s in summary["stages"]], summary
                 assert summary["resized_on_device"] == on_device, (recipe, summary)
             else:
-                assert summary["resized_on_device"] == 0 and summary["preprocess_on"] == "cpu"
-        np.testing.assert_array_equal(outs["opencl0"][:7], outs["cpu0"][:7])
-        assert outs["cpu0"][:7].std() > 0.1
+                assert summary["resized_on_device"] is None and summary["preprocess_on"] == "cpu"
+        np.testing.assert_array_equal(outs["opencl0"][:8], outs["cpu0"][:8])
+        assert outs["cpu0"][:8].std() > 0.1
         # b_cut sorts last: zeros on the CPU; black pixels normalised on the device
-        assert not outs["cpu0"][7].any()
-        np.testing.assert_allclose(outs["opencl0"][7], np.broadcast_to(
+        assert not outs["cpu0"][8].any()
+        np.testing.assert_allclose(outs["opencl0"][8], np.broadcast_to(
             (-MEAN / STD)[:, None, None], (3, 224, 224)), rtol=1e-6)
 
 

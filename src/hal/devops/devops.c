@@ -1051,7 +1051,10 @@ static bool image_taps_supports(const gs_devop *op, const gs_op_call *c) {
   const gs_image_taps_attrs *a = c->attrs;
   return a && c->n_in == 2 && c->n_out == 1 && c->in[0].dtype == GS_DT_UINT8 &&
          c->in[1].dtype == GS_DT_UINT8 && c->out[0].dtype == GS_DT_UINT8 && a->images > 0 &&
-         a->passes_at % 8 == 0;
+         a->passes_at % 8 == 0 &&
+         a->passes_at + a->images * (int64_t)sizeof(gs_image_taps_pass) <=
+             gs_launch_numel(&c->in[1].shape) &&
+         a->elements <= gs_launch_numel(&c->out[0].shape);
 }
 
 static int run_image_taps(const gs_devop *op, const gs_devops_target *t) {

@@ -1480,7 +1480,7 @@ typedef struct taps_pass {
   long first, x_at, y_at, taps_at, n_out, inner, in_tap, in_line, ksize;
 } taps_pass;
 
-#define TAPS_FRACTION_BITS 22
+#define TAPS_FRACTION_BITS 22 /* op_attrs.h's GS_IMAGE_TAPS_FRACTION_BITS */
 
 KERNEL image_taps_u8(GLOBAL const uchar *x, ulong xo, GLOBAL const uchar *t, ulong to,
                      GLOBAL uchar *y, ulong yo, ulong n, long images, long passes_at) {
