@@ -4,9 +4,10 @@
 # tests on cuda0, then the copy benchmark, `gpusrv bench --device cuda0`
 # (H2D/D2H, GEMM, the digits model, the pipelines; with a second GPU the
 # exchange and the model split over both) and the first request served on
-# cuda0 cold and warmed up, and the DFT through cuFFT; everything it prints also
-# goes to one results file. Its steps' limits add up to 17 minutes (13 with
-# GPUSRV_BUILD); on an H200 it ran in 3.5 minutes.
+# cuda0 cold and warmed up, the DFT through cuFFT, and gpusrv batch's images
+# resized on cuda0 (its bytes against the CPU's, then images/s); everything it
+# prints also goes to one results file. Its steps' limits add up to 21 minutes
+# (17 with GPUSRV_BUILD); on an H200 it ran in 3.5 minutes before the images.
 #
 #   bench/gpu-check.sh [RESULTS_FILE]      (default: gpu-check-results.txt,
 #                                           or $OUT/gpu-check-results.txt)
@@ -58,6 +59,9 @@ if $have_py; then
   # (the op tests fail where an op falls back to the CPU on cuda0 without saying why)
   xdist=; "$py" -c 'import xdist' 2>/dev/null && xdist="-n $(nproc)"
   run 200 "$py" -m pytest -q -p no:cacheprovider $xdist tests/engine/test_ops.py tests/engine/test_models.py
+  # gpusrv batch's images resized on cuda0 (image_taps_u8): the CPU's bytes, every filter
+  run 60 env GSTEST_IMAGE_DEVICE=cuda0 "$py" -m pytest -q -p no:cacheprovider \
+    tests/cli/test_batch_images.py -k device_resizes
   # The ONNX project's node tests on cuda0, then on cpu0 beside it: a case that
   # passes on cpu0 and is wrong or crashes on cuda0 is a CUDA kernel's fault.
   for dev in cuda0 cpu0; do
@@ -77,6 +81,8 @@ run 40 "$build/bench/gs-bench-copy" --backend cuda --samples 5
 run 50 env GPUSRV_LOG=warn "$build/gpusrv" bench --device cuda0
 # DFT through cuFFT on cuda0 beside FFTW on the host cores
 $have_py && run 90 "$py" bench/fft.py "$build" --device cuda0 --seconds 1
+# Images/s of gpusrv batch with the recipe on the CPU and finished on cuda0 (resize included)
+$have_py && run 150 "$py" bench/images.py "$build" --images 400 --threads "$(nproc)" --device cuda0
 # The first request served on cuda0, cold and after warm-up (module load, cuBLAS set-up).
 $have_py && run 20 "$py" bench/warmup.py "$build" cuda0
 say "gpu-check: done in ${SECONDS}s; results in $results"

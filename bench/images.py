@@ -18,8 +18,8 @@ same T cores (taskset, sched_setaffinity):
 Each peer's processes are started and warmed on a few images before the
 clock starts.
 
-Where opencl0 is there, a second table shows what moves off the CPU when
-a device finishes the recipe (finish=device): the preprocess stage's
+Where --device (opencl0) is there, a second table shows what moves off
+the CPU when a device finishes the recipe (finish=device): the preprocess stage's
 images/s (the CPU's own work: decoding only, the resize stage's kernels
 resizing and cropping) against the whole recipe on the CPU, and the bytes
 that cross per image."""
@@ -79,22 +79,29 @@ def gpusrv(build, folder, model, out, threads):
     return r["rows_per_s"], stage["batches_per_s_alone"] * 16  # all its threads
 
 
-def cpu_share(build, folder, model, out, threads):
-    """Where a device finishes the recipe (opencl0 here): the preprocess
-    stage's images/s (the CPU's work) and the bytes crossing per image, with
-    the CPU resizing (finish=device on a device without the resize kernel
-    is the same as the CPU's crop to uint8) and with the device resizing."""
-    print(f"\nthe CPU's share where opencl0 finishes the recipe ({threads} threads; PoCL runs "
-          "its kernels on these same cores, so its whole-run rate says nothing of a GPU's)")
-    print(f"{'CPU does':>24} {'stage img/s':>12} {'KiB/image h2d':>14} {'resized there':>14}")
+def cpu_share(build, folder, model, out, threads, device):
+    """Where a device finishes the recipe: the preprocess stage's images/s
+    (the CPU's work) and the bytes crossing per image, with the CPU doing
+    the whole recipe (finish=cpu) and with the device resizing, cropping
+    and normalising (finish=device); and the whole run's images/s. The
+    stage's figure comes from a run of one slot, where no other stage runs
+    beside it: PoCL's kernels would otherwise take its cores."""
+    print(f"\nthe CPU's share where {device} finishes the recipe ({threads} threads"
+          + ("; PoCL runs its kernels on these same cores, so its whole run says nothing of a "
+             "GPU's)" if device.startswith("opencl") else ")"))
+    print(f"{'CPU does':>24} {'stage img/s':>12} {'KiB/image h2d':>14} {'resized there':>14} "
+          f"{'whole run img/s':>16}")
     rows = {}
     for label, finish in (("decode+resize+crop+norm", "cpu"), ("decode only", "device")):
-        r = gpusrv_batch(build, folder, model, out, threads, ("--device", "opencl0"),
+        r = gpusrv_batch(build, folder, model, out, threads, ("--device", device),
                          f"{RECIPE},finish={finish}")
-        stage = next(s for s in r["stages"] if s["stage"] == "preprocess")
+        alone = gpusrv_batch(build, folder, model, out, threads,
+                             ("--device", device, "--slots", "1"), f"{RECIPE},finish={finish}")
+        stage = next(s for s in alone["stages"] if s["stage"] == "preprocess")
         rows[finish] = stage["batches_per_s_alone"] * 16
+        there = r["resized_on_device"]
         print(f"{label:>24} {rows[finish]:>12.0f} {r['h2d_bytes'] / 1024 / r['rows']:>14.0f} "
-              f"{r['resized_on_device']:>14}")
+              f"{'-' if there is None else there:>14} {r['rows_per_s']:>16.0f}")
     print(f"the CPU's preprocess stage: {rows['device'] / rows['cpu']:.2f}x the images/s when "
           "the device resizes")
 
@@ -147,6 +154,8 @@ def main():
     ap.add_argument("--images", type=int, default=600)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--torch-python", default=os.path.join(ROOT, ".venv-zoo", "bin", "python"))
+    ap.add_argument("--device", default="opencl0",
+                    help="the device of the second table (cuda0 on a GPU)")
     ap.add_argument("--peer", help=argparse.SUPPRESS)  # torchvision, run under --torch-python
     ap.add_argument("--folder", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -181,9 +190,11 @@ def main():
             print(f"{t:>7} {whole:>13.0f} {stage:>10.0f} {whole / stage:>10.0%} {pil:>10.0f} "
                   f"{tv if tv is None else round(tv):>12} {whole / pil:>6.2f}x "
                   f"{'-' if tv is None else f'{whole / tv:.2f}x':>7}")
-        if "opencl0" in subprocess.run([os.path.join(args.build, "gpusrv"), "smi", "--json"],
-                                       capture_output=True, text=True).stdout:
-            cpu_share(args.build, folder, model, os.path.join(tmp, "out"), args.threads[-1])
+        smi = subprocess.run([os.path.join(args.build, "gpusrv"), "smi", "--json"],
+                             capture_output=True, text=True).stdout
+        if f'"{args.device}"' in smi:
+            cpu_share(args.build, folder, model, os.path.join(tmp, "out"), args.threads[-1],
+                      args.device)
         if not has_torch:
             print(f"torchvision: not measured ({args.torch_python} cannot import it)")
         print("goals: gpusrv batch >= 1.5x torchvision's images/s on the same cores; the whole "

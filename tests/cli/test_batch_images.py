@@ -273,10 +273,10 @@ def test_crops_larger_than_the_image_pad_and_nhwc_bytes(images, tmp_path):
         np.testing.assert_array_equal(row, reference(path, crop=224, normalise=False))
 
 
-def need_opencl():
+def need_opencl(device="opencl0"):
     devices = [d["id"] for d in json.loads(run("smi", "--json").stdout)["devices"]]
-    if "opencl0" not in devices:
-        why = f"no opencl0 on this machine (devices: {devices})"
+    if device not in devices:
+        why = f"no {device} on this machine (devices: {devices})"
         if os.environ.get("GSTEST_REQUIRE_DEVICE") == "1":
             pytest.fail(why)
         pytest.skip(why)
@@ -284,11 +284,11 @@ def need_opencl():
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_on_a_device_the_recipe_ends_there_with_the_cpu_s_bits(images, tmp_path, layout):
-    """With finish=device on opencl0 the CPU decodes, resizes and crops;
-    uint8 crosses to the device, whose own Cast, Transpose, Mul and Add
-    kernels finish the recipe: the same values, bit for bit, as the CPU's
-    whole recipe. Left to auto, PoCL (an OpenCL CPU device, on the same
-    cores) leaves it all to the CPU."""
+    """With finish=device on opencl0 the CPU decodes; uint8 crosses to the
+    device, which resizes and crops (the next test) and whose own Cast,
+    Transpose, Mul and Add kernels finish the recipe: the same values, bit
+    for bit, as the CPU's whole recipe. Left to auto, PoCL (an OpenCL CPU
+    device, on the same cores) leaves it all to the CPU."""
     need_opencl()
     d, _ = images
     shape = ["N", 3, 224, 224] if layout == "nchw" else ["N", 224, 224, 3]
@@ -331,15 +331,17 @@ def test_the_device_resizes_and_crops_with_the_cpu_s_bytes(assorted, tmp_path, f
     device does not take are resized by the CPU, and the summary counts
     them: one too large for the staging, and, with a crop but no resize,
     one smaller than the crop (padded). A file cut short is named in
-    failed.txt, as on the CPU, its row black pixels normalised."""
-    need_opencl()
+    failed.txt, as on the CPU, its row black pixels normalised.
+    GSTEST_IMAGE_DEVICE names another device (bench/gpu-check.sh: cuda0)."""
+    dev = os.environ.get("GSTEST_IMAGE_DEVICE", "opencl0")
+    need_opencl(dev)
     model = identity_model(tmp_path / "id.onnx", ["N", 3, 224, 224])
     # of the 8 readable: all but the 2000x1500 (resize); all but the 200x150 and the
     # 300x200 (crop only: padded)
     for recipe, on_device in ((f"resize=256,center_crop=224,interpolation={filt}", 7),
                               (f"center_crop=224,interpolation={filt}", 6)):
         outs = {}
-        for device in ("cpu0", "opencl0"):
+        for device in ("cpu0", dev):
             out = tmp_path / f"{device}-{len(outs)}-{recipe[:6]}"
             p = run("batch", model, "-i", str(assorted), "-o", str(out), "--device", device,
                     "--batch", "4", "--json", "--preprocess", f"{recipe},{IMAGENET},finish=device")
@@ -347,16 +349,16 @@ def test_the_device_resizes_and_crops_with_the_cpu_s_bytes(assorted, tmp_path, f
             outs[device] = np.load(out / "y.npy")
             failed = (out / "failed.txt").read_text()
             assert "b_cut.jpg" in failed and len(failed.splitlines()) == 1, failed
-            if device == "opencl0":
+            if device == dev:
                 assert "resize" in [s["stage"] for s in summary["stages"]], summary
                 assert summary["resized_on_device"] == on_device, (recipe, summary)
             else:
                 assert summary["resized_on_device"] is None and summary["preprocess_on"] == "cpu"
-        np.testing.assert_array_equal(outs["opencl0"][:8], outs["cpu0"][:8])
+        np.testing.assert_array_equal(outs[dev][:8], outs["cpu0"][:8])
         assert outs["cpu0"][:8].std() > 0.1
         # b_cut sorts last: zeros on the CPU; black pixels normalised on the device
         assert not outs["cpu0"][8].any()
-        np.testing.assert_allclose(outs["opencl0"][8], np.broadcast_to(
+        np.testing.assert_allclose(outs[dev][8], np.broadcast_to(
             (-MEAN / STD)[:, None, None], (3, 224, 224)), rtol=1e-6)
 
 

@@ -1495,8 +1495,17 @@ KERNEL image_taps_u8(GLOBAL const uchar *x, ulong xo, GLOBAL const uchar *t, ulo
         hi = mid - 1;
     }
     GLOBAL const taps_pass *g = passes + lo;
-    long e = (long)i - g->first, c = e % g->inner, rest = e / g->inner;
-    long o = rest % g->n_out, r = rest / g->n_out;
+    long e = (long)i - g->first, c, o, r;
+    if (((e | g->inner | g->n_out) >> 31) == 0) { /* 32-bit division: 64-bit is emulated on GPUs */
+      uint rest = (uint)e / (uint)g->inner;
+      c = (long)((uint)e - rest * (uint)g->inner);
+      o = (long)(rest % (uint)g->n_out);
+      r = (long)(rest / (uint)g->n_out);
+    } else {
+      c = e % g->inner;
+      o = (e / g->inner) % g->n_out;
+      r = e / g->inner / g->n_out;
+    }
     GLOBAL const int *start = (GLOBAL const int *)(t + to + g->taps_at);
     GLOBAL const int *count = start + g->n_out, *w = count + g->n_out + o * g->ksize;
     GLOBAL const uchar *p = x + xo + g->x_at + r * g->in_line + (long)start[o] * g->in_tap + c;
