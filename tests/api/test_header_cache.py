@@ -117,3 +117,26 @@ def test_a_model_loaded_again_parses_the_header_again(repo, tmp_path):
             assert status == 200, reply
             want = ort_run(str(root / "changing" / "1" / "model.onnx"), {"x": y})
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_a_header_over_a_kibibyte_is_parsed_every_time(repo):
+    """Headers are kept up to 1 KiB: a longer one (a request parameter of
+    1100 bytes) is parsed in full each time, and answers as a kept one
+    would."""
+    x = np.random.default_rng(7).standard_normal((1, 256)).astype(np.float32)
+    want = ort_run(str(repo / "inline" / "1" / "model.onnx"), {"x": x})
+    h = json.loads(header(256, request_id="long"))
+    h["parameters"] = {"note": "n" * 1100}
+    head = json.dumps(h).encode()
+    assert len(head) > 1024
+    with serving(repo) as port:
+        before = reused(port)
+        for _ in range(ROUNDS):
+            status, reply, got = infer(port, "inline", head, x.tobytes())
+            assert status == 200 and reply["id"] == "long", reply
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+        assert reused(port) == before
+        short = header(256, request_id="short")
+        for _ in range(ROUNDS):
+            assert infer(port, "inline", short, x.tobytes())[0] == 200
+        assert reused(port) - before >= ROUNDS - THREADS  # the counter does move

@@ -197,13 +197,23 @@ def if_model(path):
                                 opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
+def outputs_model(path, names):
+    """x passed on to each output of `names`."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 3, 32, 32]) for n in names]
+    nodes = [helper.make_node("Identity", ["x"], [n]) for n in names]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "outs", [x], outs),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
 @pytest.fixture(scope="module")
 def finishes(tmp_path_factory):
     """The recipe's finish on served models: the same recipe and model on
     opencl0 with finish=device and finish=auto (which leaves an OpenCL CPU
     device to the CPU), on cpu0 with finish=device (no memory of its own:
     the CPU's); a recipe that only crops; and finish=device for a float16
-    input and for a model with an If (refused). "gpu" tells whether this
+    input, for a model with an If, one with 9 outputs and one with an output
+    named as the recipe's own tensor (refused). "gpu" tells whether this
     machine has a GPU, which auto would finish on."""
     repo = tmp_path_factory.mktemp("finish")
     opencl = [{"count": 1, "kind": "opencl"}]
@@ -215,6 +225,8 @@ def finishes(tmp_path_factory):
             ("cropped", f"{crop},finish=device", opencl, TensorProto.FLOAT),
             ("half", f"{RECIPE},finish=device", opencl, TensorProto.FLOAT16),
             ("branches", f"{RECIPE},finish=device", opencl, None),
+            ("wide", f"{RECIPE},finish=device", opencl, [f"y{i}" for i in range(9)]),
+            ("named", f"{RECIPE},finish=device", opencl, ["gs_normalised"]),
             ("gpu", None, [{"count": 1, "kind": "KIND_GPU"}], TensorProto.FLOAT)):
         (repo / name / "1").mkdir(parents=True)
         config = {"max_batch_size": 8, "instance_group": group or []}
@@ -225,6 +237,8 @@ def finishes(tmp_path_factory):
         (repo / name / "config.json").write_text(json.dumps(config))
         if dtype is None:
             if_model(repo / name / "1" / "model.onnx")
+        elif isinstance(dtype, list):
+            outputs_model(repo / name / "1" / "model.onnx", dtype)
         else:
             identity_model(repo / name / "1" / "model.onnx", ["N", 3, 32, 32], dtype)
     proc, port = start(repo)
@@ -318,3 +332,7 @@ def test_finish_device_a_model_cannot_take_is_its_load_failure(finishes):
     assert "finish=device needs a float32 image input" in index["half"]["reason"]
     assert index["branches"]["state"] == "UNAVAILABLE"
     assert "cannot join a model with If, Loop or Scan yet" in index["branches"]["reason"]
+    assert index["wide"]["state"] == "UNAVAILABLE"
+    assert "at most 8 inputs and outputs; this one has 1 and 9" in index["wide"]["reason"]
+    assert index["named"]["state"] == "UNAVAILABLE"
+    assert "a tensor named gs_normalised" in index["named"]["reason"]
