@@ -27,10 +27,12 @@
 #include "api/adaptive_wait.h"
 #include "api/autoscale.h"
 #include "api/ensemble.h"
+#include "api/image_input.h"
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/image_pack.h"
 #include "engine/pipeline.h"
 
 #include <stdio.h>
@@ -51,6 +53,13 @@ typedef struct batch_slot {
   int n_out;
   gs_plan_value_info out_info[GS_REQ_MAX_IO];
   gs_buffer_t *dev_out[GS_REQ_MAX_IO], *staged_out[GS_REQ_MAX_IO];
+  /* Where the device resizes (resize_on_device): the image input's pack,
+   * for rows of pack_h x pack_w, its staging (pinned, and on the device),
+   * and which input it holds this batch (-1: none). */
+  gs_image_pack *pack;
+  int pack_h, pack_w, packed_input;
+  size_t pack_bytes, mid_bytes;
+  gs_buffer_t *pack_staged, *pack_dev;
   bool open;  /* holds requests not yet answered */
   int status; /* 0 while all goes well, else the HTTP status its requests get */
   char error[600];
@@ -62,6 +71,7 @@ typedef struct instance_pipeline {
   gs_instance *inst;
   gs_stream_t *h2d, *d2h;
   bool direct; /* the host addresses the device's memory: no staging, no copies */
+  gs_buffer_t *pack_mid; /* the h2d stage's, for the resize's horizontal passes */
   batch_slot slots[BATCH_SLOTS];
   pthread_t thread;
   bool leaving; /* the autoscaler is taking it away: it takes no more batches (under lock) */
@@ -100,6 +110,11 @@ struct gs_batcher {
 
 void gs_infer_request_clear(gs_infer_request *r) {
   for (int i = 0; i < GS_REQ_MAX_IO; i++) {
+    for (int64_t k = 0; r->decoded[i] && k < r->n_owned[i]; k++)
+      gs_image_free(&r->decoded[i][k]);
+    free(r->decoded[i]);
+    r->decoded[i] = NULL;
+    r->n_owned[i] = 0;
     free(r->owned[i]);
     if (!r->output_borrowed[i])
       free(r->outputs[i]);
@@ -396,6 +411,85 @@ static int ensure_buffer(gs_pool_t *pool, gs_buffer_t **buf, size_t bytes) {
   return gs_pool_alloc(pool, bytes ? bytes : 1, NULL, buf);
 }
 
+/* ---- images the device resizes -------------------------------------------------------------- */
+
+/* Row j of request r's image input i as an image: one it sent decoded, or
+ * the model's own h x w pixels sent as its tensor. */
+static gs_image row_image(const gs_infer_request *r, int i, int64_t j, int h, int w) {
+  if (r->decoded[i])
+    return r->decoded[i][j];
+  size_t bytes = (size_t)h * w * 3;
+  return (gs_image){.width = w, .height = h, .w = w, .h = h, .stride = (size_t)w * 3,
+                    .rgb = (uint8_t *)r->inputs[i] + (size_t)j * bytes};
+}
+
+/* The slot's pack for h x w rows, with its staging; false where memory is
+ * short. */
+static bool pack_ready(instance_pipeline *ip, batch_slot *sl, int h, int w) {
+  gs_served_model *m = ip->b->m;
+  if (sl->pack && (sl->pack_h != h || sl->pack_w != w)) { /* another version's size */
+    gs_image_pack_free(sl->pack);
+    sl->pack = NULL;
+  }
+  if (!sl->pack) {
+    if (gs_image_pack_create(&m->prep, m->max_batch_size, h, w, &sl->pack, &sl->pack_bytes,
+                             &sl->mid_bytes) < 0)
+      return false;
+    sl->pack_h = h;
+    sl->pack_w = w;
+  }
+  gs_device_t *d = ip->inst->device;
+  return ensure_buffer(gs_device_pool(d, GS_MEM_PINNED_HOST), &sl->pack_staged,
+                       sl->pack_bytes) == 0 &&
+         ensure_buffer(gs_device_pool(d, GS_MEM_DEVICE), &sl->pack_dev, sl->pack_bytes) == 0;
+}
+
+/* The batch's rows of image input i: packed for the device's resize, or,
+ * where the pack's memory is short, resized by the CPU into staged_in[i]. */
+static int gather_images(instance_pipeline *ip, batch_slot *sl, int i, int h, int w) {
+  gs_served_model *m = ip->b->m;
+  int rc = GS_OK;
+  if (sl->rows <= m->max_batch_size && pack_ready(ip, sl, h, w)) {
+    gs_image_pack_begin(sl->pack, gs_buffer_host_ptr(sl->pack_staged));
+    for (int k = 0; rc == 0 && k < sl->n; k++)
+      for (int64_t j = 0; rc == 0 && j < sl->reqs[k]->shapes[i].dims[0]; j++) {
+        gs_image img = row_image(sl->reqs[k], i, j, h, w);
+        rc = gs_image_pack_image(sl->pack, &img);
+      }
+    if (rc == 0) {
+      sl->packed_input = i;
+      atomic_fetch_add(&m->device_resizes, (uint64_t)gs_image_pack_on_device(sl->pack));
+    }
+    return rc;
+  }
+  gs_prep geometry = m->prep;
+  gs_prep_geometry_only(&geometry);
+  size_t row = (size_t)h * w * 3;
+  rc = ensure_buffer(gs_device_pool(ip->inst->device, GS_MEM_PINNED_HOST), &sl->staged_in[i],
+                     sl->in_bytes[i]);
+  uint8_t *to = rc == 0 ? gs_buffer_host_ptr(sl->staged_in[i]) : NULL;
+  for (int k = 0; rc == 0 && k < sl->n; k++)
+    for (int64_t j = 0; rc == 0 && j < sl->reqs[k]->shapes[i].dims[0]; j++, to += row) {
+      gs_image img = row_image(sl->reqs[k], i, j, h, w);
+      rc = gs_prep_image(&geometry, &img, h, w, false, GS_DT_UINT8, to);
+    }
+  return rc;
+}
+
+/* The packed images to the device, resized there into dev_in[i]. */
+static int h2d_images(instance_pipeline *ip, batch_slot *sl, int i) {
+  gs_pool_t *dev = gs_device_pool(ip->inst->device, GS_MEM_DEVICE);
+  int rc = ensure_buffer(dev, &sl->dev_in[i], sl->in_bytes[i]);
+  if (rc == 0)
+    rc = ensure_buffer(dev, &ip->pack_mid, sl->mid_bytes);
+  if (rc == 0)
+    rc = gs_stream_copy_h2d(ip->h2d, sl->pack_dev, 0, gs_buffer_host_ptr(sl->pack_staged),
+                            gs_image_pack_used(sl->pack));
+  return rc == 0 ? gs_image_pack_launch(sl->pack, ip->h2d, sl->pack_dev, ip->pack_mid,
+                                        sl->dev_in[i])
+                 : rc;
+}
+
 static int stage_gather(void *ctx, int s, int64_t seq) {
   (void)seq;
   instance_pipeline *ip = ctx;
@@ -427,6 +521,12 @@ static int stage_gather(void *ctx, int s, int64_t seq) {
   const gs_model *model = first->version->model;
   gs_pool_t *into = gs_device_pool(ip->inst->device,
                                    ip->direct ? GS_MEM_DEVICE : GS_MEM_PINNED_HOST);
+  bool nchw;
+  int h = 0, w = 0;
+  int images = b->m->resize_on_device && !ip->direct
+                   ? gs_image_input_find(b->m, model, &nchw, &h, &w)
+                   : -1;
+  sl->packed_input = -1;
   for (int k = 0; k < sl->n; k++)
     sl->reqs[k]->t_batch = sl->t_batch;
   for (int i = 0; i < model->n_inputs; i++) {
@@ -435,6 +535,14 @@ static int stage_gather(void *ctx, int s, int64_t seq) {
       sl->shapes[i].dims[0] = sl->rows;
     size_t elem = gs_dtype_size(model->inputs[i].dtype);
     sl->in_bytes[i] = (size_t)gs_shape_numel(&sl->shapes[i]) * elem;
+    if (i == images) {
+      int rc = gather_images(ip, sl, i, h, w);
+      if (rc < 0) {
+        slot_fail(sl, rc);
+        break;
+      }
+      continue;
+    }
     gs_buffer_t **buf = ip->direct ? &sl->dev_in[i] : &sl->staged_in[i];
     int rc = ensure_buffer(into, buf, sl->in_bytes[i]);
     if (rc < 0) {
@@ -459,7 +567,9 @@ static int stage_h2d(void *ctx, int s, int64_t seq) {
   int n_in = sl->reqs[0]->version->model->n_inputs, rc = GS_OK;
   gs_pool_t *dev = gs_device_pool(ip->inst->device, GS_MEM_DEVICE);
   for (int i = 0; sl->status == 0 && rc == 0 && i < n_in; i++)
-    if ((rc = ensure_buffer(dev, &sl->dev_in[i], sl->in_bytes[i])) == 0 && sl->in_bytes[i])
+    if (i == sl->packed_input)
+      rc = h2d_images(ip, sl, i);
+    else if ((rc = ensure_buffer(dev, &sl->dev_in[i], sl->in_bytes[i])) == 0 && sl->in_bytes[i])
       rc = gs_stream_copy_h2d(ip->h2d, sl->dev_in[i], 0, gs_buffer_host_ptr(sl->staged_in[i]),
                               sl->in_bytes[i]);
   int sync = gs_stream_synchronize(ip->h2d);
@@ -721,6 +831,13 @@ static void *instance_main(void *arg) {
 }
 
 static void release_pipeline(instance_pipeline *ip) {
+  for (int s = 0; s < BATCH_SLOTS; s++) {
+    batch_slot *sl = &ip->slots[s];
+    gs_image_pack_free(sl->pack);
+    gs_buffer_free(sl->pack_staged, NULL);
+    gs_buffer_free(sl->pack_dev, NULL);
+  }
+  gs_buffer_free(ip->pack_mid, NULL);
   for (int s = 0; s < BATCH_SLOTS; s++)
     for (int i = 0; i < GS_REQ_MAX_IO; i++) {
       batch_slot *sl = &ip->slots[s];

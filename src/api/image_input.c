@@ -58,12 +58,63 @@ static int prep_pixels(const gs_prep *p, const uint8_t *rgb, int ih, int iw, int
   return gs_prep_image(p, &img, h, w, nchw, dtype, row);
 }
 
+/* Where the device resizes: input idx's images decoded (or, for pixels,
+ * seen where they are) and checked against the recipe, for the batcher to
+ * pack (infer_request.h's decoded). */
+static int decode_images(gs_infer_request *r, int idx, int h, int w, char *why, size_t whylen) {
+  const gs_value_info *in = &r->version->model->inputs[idx];
+  const gs_shape *given = &r->shapes[idx];
+  int64_t n = given->dims[0];
+  bool files = r->given[idx] == GS_DT_BYTES;
+  gs_image *imgs = calloc((size_t)(n > 0 ? n : 1), sizeof *imgs);
+  if (!imgs) {
+    snprintf(why, whylen, "out of memory for %lld images of input '%s'", (long long)n, in->name);
+    return 500;
+  }
+  size_t pixels = files ? 0 : (size_t)given->dims[1] * given->dims[2] * 3;
+  int rc = GS_OK;
+  int64_t i = 0, held = 0; /* images decoded, which are the request's to free */
+  for (; rc == 0 && i < n; i++) {
+    gs_image *img = &imgs[i];
+    if (files) {
+      const gs_bytes_ref *file = &((const gs_bytes_ref *)r->inputs[idx])[i];
+      rc = gs_prep_decode(&r->model->prep, file->data, file->len, img);
+      held += rc == 0;
+    } else {
+      int iw = (int)given->dims[2], ih = (int)given->dims[1];
+      *img = (gs_image){.width = iw, .height = ih, .w = iw, .h = ih, .stride = (size_t)iw * 3,
+                        .rgb = (uint8_t *)r->inputs[idx] + (size_t)i * pixels};
+    }
+    gs_prep_geometry g;
+    if (rc == 0) {
+      gs_prep_geometry_of(&r->model->prep, img->width, img->height, &g);
+      rc = gs_prep_check_geometry(&g, img->width, img->height, h, w);
+    }
+  }
+  if (rc < 0) {
+    snprintf(why, whylen, "input '%s': image %lld: %s", in->name, (long long)(i - 1),
+             gs_error_detail());
+    for (int64_t k = 0; k < held; k++)
+      gs_image_free(&imgs[k]);
+    free(imgs);
+    return rc == GS_ENOMEM ? 500 : 400;
+  }
+  r->decoded[idx] = imgs;
+  r->n_owned[idx] = held;
+  r->given[idx] = in->dtype;
+  r->image[idx] = false;
+  r->shapes[idx] = (gs_shape){.rank = 4, .dims = {n, h, w, 3}};
+  return 0;
+}
+
 int gs_image_input_convert(gs_infer_request *r, int idx, char *why, size_t whylen) {
   const gs_served_model *m = r->model;
   const gs_value_info *in = &r->version->model->inputs[idx];
   bool nchw;
   int h, w;
   gs_image_input_find(m, r->version->model, &nchw, &h, &w);
+  if (m->resize_on_device)
+    return decode_images(r, idx, h, w, why, whylen);
   gs_prep recipe = m->prep;
   if (m->prep_on_device) /* the model does the rest */
     gs_prep_geometry_only(&recipe);

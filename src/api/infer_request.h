@@ -26,6 +26,13 @@ struct gs_infer_request {
   bool image[GS_REQ_MAX_IO];
   const void *inputs[GS_REQ_MAX_IO]; /* into the request body, or owned[] */
   void *owned[GS_REQ_MAX_IO];
+  /* Where the model's device resizes (gs_served_model.resize_on_device):
+   * the image input's images, decoded (image_input.h), shapes[i].dims[0] of
+   * them, for the batcher to pack; NULL otherwise. n_owned: how many hold
+   * pixels that are the request's to free (decoded files); the others
+   * point into inputs[i]. */
+  gs_image *decoded[GS_REQ_MAX_IO];
+  int64_t n_owned[GS_REQ_MAX_IO];
   bool send[GS_REQ_MAX_IO], binary[GS_REQ_MAX_IO]; /* which outputs, and how */
   /* Results, filled by the batcher: outputs (malloc'd) or status + error. */
   void *outputs[GS_REQ_MAX_IO];

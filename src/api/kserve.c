@@ -256,6 +256,8 @@ json_t *gs_kserve_model_config(gs_served_model *m, gs_served_version *v) {
     json_object_set_new(j, "preprocess", json_string(m->prep_spec));
     /* where its type, layout and normalisation run (image.h's finish) */
     json_object_set_new(j, "preprocess_finish", json_string(m->prep_on_device ? "device" : "cpu"));
+    json_object_set_new(j, "preprocess_resize",
+                        json_string(m->resize_on_device ? "device" : "cpu"));
   }
   json_object_set_new(j, "precision", json_string(gs_precision_name(m->precision)));
   return j;

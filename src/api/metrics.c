@@ -285,6 +285,18 @@ static void model_lifecycle_metrics(gs_repository *repo, text *t) {
         gs_served_ready(m) ? atomic_load(&m->active_instances) : 0);
     gs_served_release(m);
   }
+  header(t, "gpusrv_model_images_resized_on_device_total", "counter",
+         "Images a model's devices resized and cropped (its recipe with finish=device and a "
+         "batcher); the CPU resized the others");
+  for (int i = 0; i < n; i++) {
+    gs_served_model *m = &repo->models[i];
+    if (!listed(repo, i) || !gs_served_try_use(m))
+      continue;
+    if (m->resize_on_device)
+      put(t, "gpusrv_model_images_resized_on_device_total{model=\"%s\"} %llu\n", m->name,
+          (unsigned long long)atomic_load(&m->device_resizes));
+    gs_served_release(m);
+  }
   header(t, "gpusrv_model_instance_steps_total", "counter",
          "Steps of autoscaled models' instance counts (\"count\": \"auto\"): up, down, "
          "and up refused (no room in the ledger, or the instance could not start)");

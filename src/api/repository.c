@@ -112,8 +112,13 @@ static int place_preprocess(gs_served_model *m) {
     v->model = whole;
   }
   m->prep_on_device = true;
-  GS_LOGI("api", "model %s: the recipe's type, layout and normalisation run on its devices; "
-                 "its image input takes uint8 pixels", m->name);
+  m->resize_on_device = m->dynamic_batching && gs_prep_has_geometry(&m->prep);
+  for (int i = 0; i < m->n_instances; i++)
+    m->resize_on_device = m->resize_on_device &&
+                          gs_device_supports_op(m->instances[i].device, GS_IMAGE_TAPS_OP);
+  GS_LOGI("api", "model %s: the recipe's %stype, layout and normalisation run on its devices; "
+                 "its image input takes uint8 pixels", m->name,
+          m->resize_on_device ? "resize, crop, " : "");
   return GS_OK;
 }
 
@@ -401,7 +406,7 @@ static void load_model(gs_served_model *m, const char *repo_dir, const char *dir
   m->reason[0] = '\0';
   m->n_versions = 0;
   /* what only a configuration sets, and an earlier one may have */
-  m->has_prep = m->is_ensemble = m->prep_on_device = false;
+  m->has_prep = m->is_ensemble = m->prep_on_device = m->resize_on_device = false;
   m->prep_spec[0] = '\0';
   snprintf(path, sizeof path, "%s/config.json", dir);
   int rc = 0;
@@ -629,7 +634,7 @@ static void unload_model(gs_served_model *m) {
   m->timeout_delays = false;
   m->priority_levels = 0;
   m->default_priority = 0;
-  m->has_prep = m->prep_on_device = false;
+  m->has_prep = m->prep_on_device = m->resize_on_device = false;
   m->n_groups = 0;
   m->idle_unload_s = 0;
 }

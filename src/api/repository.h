@@ -167,6 +167,11 @@ typedef struct gs_served_model {
    * model (its finish on the device, gs_prep_compose): the image input then
    * takes uint8 [n, h, w, 3], and the CPU only decodes, resizes and crops. */
   bool prep_on_device;
+  /* ... and its resize and crop too, in the batcher's h2d stage
+   * (engine/image_pack.h): where it has a batcher, its recipe resizes or
+   * crops, and every instance's device has the kernel. */
+  bool resize_on_device;
+  _Atomic uint64_t device_resizes; /* images the devices resized */
   /* platform "ensemble": its versions are its steps composed (ensemble.h) */
   bool is_ensemble;
   gs_ensemble ensemble;

@@ -211,7 +211,8 @@ def finishes(tmp_path_factory):
     """The recipe's finish on served models: the same recipe and model on
     opencl0 with finish=device and finish=auto (which leaves an OpenCL CPU
     device to the CPU), on cpu0 with finish=device (no memory of its own:
-    the CPU's); a recipe that only crops; and finish=device for a float16
+    the CPU's); "batched", as on opencl0 with a batcher, whose device also
+    resizes; a recipe that only crops; and finish=device for a float16
     input, for a model with an If, one with 9 outputs and one with an output
     named as the recipe's own tensor (refused). "gpu" tells whether this
     machine has a GPU, which auto would finish on."""
@@ -220,6 +221,7 @@ def finishes(tmp_path_factory):
     crop = f"center_crop=32,{IMAGENET}"
     for name, recipe, group, dtype in (
             ("device", f"{RECIPE},finish=device", opencl, TensorProto.FLOAT),
+            ("batched", f"{RECIPE},finish=device", opencl, TensorProto.FLOAT),
             ("auto", f"{RECIPE},finish=auto", opencl, TensorProto.FLOAT),
             ("cpu", f"{RECIPE},finish=device", None, TensorProto.FLOAT),
             ("cropped", f"{crop},finish=device", opencl, TensorProto.FLOAT),
@@ -230,6 +232,8 @@ def finishes(tmp_path_factory):
             ("gpu", None, [{"count": 1, "kind": "KIND_GPU"}], TensorProto.FLOAT)):
         (repo / name / "1").mkdir(parents=True)
         config = {"max_batch_size": 8, "instance_group": group or []}
+        if name == "batched":
+            config["dynamic_batching"] = {"max_queue_delay_microseconds": 20000}
         if recipe:
             config["preprocess"] = recipe
         if not group:
@@ -336,3 +340,56 @@ def test_finish_device_a_model_cannot_take_is_its_load_failure(finishes):
     assert "at most 8 inputs and outputs; this one has 1 and 9" in index["wide"]["reason"]
     assert index["named"]["state"] == "UNAVAILABLE"
     assert "a tensor named gs_normalised" in index["named"]["reason"]
+
+
+def resized_on_device(port, model):
+    text = request(port, "GET", "/metrics")[1].decode()
+    found = re.search(r'^gpusrv_model_images_resized_on_device_total\{model="%s"\} (\d+)$' % model,
+                      text, re.M)
+    return int(found.group(1)) if found else None
+
+
+def test_with_a_batcher_the_device_resizes_too(finishes):
+    """A model whose device finishes the recipe and which has a batcher:
+    the request's thread only decodes, and the batcher packs the images for
+    the device, which resizes, crops and normalises them (engine/
+    image_pack.h) with the CPU's bytes. Files over both protocols, pixels of
+    another size, and the model's own pixels as its tensor, also in one
+    batch of concurrent requests; the metric counts the images resized
+    there. Without a batcher ("device") the CPU resizes."""
+    port, grpc_port, index = finishes
+    needs_opencl(index)
+    config = {name: json.loads(request(port, "GET", f"/v2/models/{name}/config")[1])
+              for name in ("batched", "device")}
+    assert config["batched"]["preprocess_resize"] == "device"
+    assert config["device"]["preprocess_resize"] == "cpu"
+    assert resized_on_device(port, "device") is None
+    before = resized_on_device(port, "batched")
+    expect = np.stack([want(f) for f in FILES])
+    images = np.array([[f] for f in FILES], dtype=object)
+    for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
+                        (tg.InferenceServerClient(f"127.0.0.1:{grpc_port}"), tg)):
+        x = mod.InferInput("x", [2, 1], "BYTES")
+        x.set_data_from_numpy(images)
+        np.testing.assert_allclose(client.infer("batched", [x]).as_numpy("y"), expect, rtol=0,
+                                   atol=2e-6)
+    assert resized_on_device(port, "batched") - before == 4
+    # Pixels through the recipe, and pixels of the model's own size that a
+    # recipe of resize=40 also changes, in requests the batcher may join.
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}", concurrency=4)
+    sent = [photo(70, 50, 3), photo(32, 32, 4), photo(640, 480, 5), photo(33, 90, 6)]
+    pending = []
+    for pixels in sent:
+        x = triton.InferInput("x", [1, *pixels.shape], "UINT8")
+        x.set_data_from_numpy(pixels[None])
+        pending.append(c.async_infer("batched", [x]))
+    for pixels, p in zip(sent, pending):
+        np.testing.assert_allclose(p.get_result().as_numpy("y"),
+                                   want(encoded(pixels, "PNG"))[None], rtol=0, atol=2e-6)
+    assert resized_on_device(port, "batched") - before == 8
+    # A broken file is its request's 400, as where the CPU resizes.
+    x = triton.InferInput("x", [1, 1], "BYTES")
+    x.set_data_from_numpy(np.array([[FILES[0][:200]]], dtype=object))
+    with pytest.raises(Exception, match="image 0: .*not a readable JPEG"):
+        c.infer("batched", [x])
+
