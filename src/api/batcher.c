@@ -413,18 +413,20 @@ static int ensure_buffer(gs_pool_t *pool, gs_buffer_t **buf, size_t bytes) {
 
 /* ---- images the device resizes -------------------------------------------------------------- */
 
-/* Row j of request r's image input i as an image: one it sent decoded, or
- * the model's own h x w pixels sent as its tensor. */
-static gs_image row_image(const gs_infer_request *r, int i, int64_t j, int h, int w) {
-  if (r->decoded[i])
-    return r->decoded[i][j];
-  size_t bytes = (size_t)h * w * 3;
-  return (gs_image){.width = w, .height = h, .w = w, .h = h, .stride = (size_t)w * 3,
-                    .rgb = (uint8_t *)r->inputs[i] + (size_t)j * bytes};
+/* Row j of request r's image input i: a decoded image (NULL where the
+ * request sent the model's own tensor, whose rows go as they are). */
+static const gs_image *row_image(const gs_infer_request *r, int i, int64_t j) {
+  return r->decoded[i] ? &r->decoded[i][j] : NULL;
 }
 
-/* The slot's pack for h x w rows, with its staging; false where memory is
- * short. */
+static const uint8_t *row_bytes(const gs_infer_request *r, int i, int64_t j, size_t row) {
+  return (const uint8_t *)r->inputs[i] + (size_t)j * row;
+}
+
+/* The slot's pack for h x w rows, with its staging, and the h2d stage's
+ * buffer for the passes (made here, once, and never moved: the h2d stage
+ * may be using it); false where memory is short or that buffer is too
+ * small for these rows. */
 static bool pack_ready(instance_pipeline *ip, batch_slot *sl, int h, int w) {
   gs_served_model *m = ip->b->m;
   if (sl->pack && (sl->pack_h != h || sl->pack_w != w)) { /* another version's size */
@@ -439,39 +441,47 @@ static bool pack_ready(instance_pipeline *ip, batch_slot *sl, int h, int w) {
     sl->pack_w = w;
   }
   gs_device_t *d = ip->inst->device;
-  return ensure_buffer(gs_device_pool(d, GS_MEM_PINNED_HOST), &sl->pack_staged,
+  gs_pool_t *dev = gs_device_pool(d, GS_MEM_DEVICE);
+  if (!ip->pack_mid && gs_pool_alloc(dev, sl->mid_bytes, NULL, &ip->pack_mid) < 0)
+    return false;
+  return gs_buffer_size(ip->pack_mid) >= sl->mid_bytes &&
+         ensure_buffer(gs_device_pool(d, GS_MEM_PINNED_HOST), &sl->pack_staged,
                        sl->pack_bytes) == 0 &&
-         ensure_buffer(gs_device_pool(d, GS_MEM_DEVICE), &sl->pack_dev, sl->pack_bytes) == 0;
+         ensure_buffer(dev, &sl->pack_dev, sl->pack_bytes) == 0;
 }
 
 /* The batch's rows of image input i: packed for the device's resize, or,
  * where the pack's memory is short, resized by the CPU into staged_in[i]. */
 static int gather_images(instance_pipeline *ip, batch_slot *sl, int i, int h, int w) {
   gs_served_model *m = ip->b->m;
+  size_t row = (size_t)h * w * 3;
   int rc = GS_OK;
   if (sl->rows <= m->max_batch_size && pack_ready(ip, sl, h, w)) {
     gs_image_pack_begin(sl->pack, gs_buffer_host_ptr(sl->pack_staged));
     for (int k = 0; rc == 0 && k < sl->n; k++)
       for (int64_t j = 0; rc == 0 && j < sl->reqs[k]->shapes[i].dims[0]; j++) {
-        gs_image img = row_image(sl->reqs[k], i, j, h, w);
-        rc = gs_image_pack_image(sl->pack, &img);
+        const gs_image *img = row_image(sl->reqs[k], i, j);
+        if (img)
+          rc = gs_image_pack_image(sl->pack, img);
+        else
+          gs_image_pack_row(sl->pack, row_bytes(sl->reqs[k], i, j, row));
       }
-    if (rc == 0) {
+    if (rc == 0)
       sl->packed_input = i;
-      atomic_fetch_add(&m->device_resizes, (uint64_t)gs_image_pack_on_device(sl->pack));
-    }
     return rc;
   }
   gs_prep geometry = m->prep;
   gs_prep_geometry_only(&geometry);
-  size_t row = (size_t)h * w * 3;
   rc = ensure_buffer(gs_device_pool(ip->inst->device, GS_MEM_PINNED_HOST), &sl->staged_in[i],
                      sl->in_bytes[i]);
   uint8_t *to = rc == 0 ? gs_buffer_host_ptr(sl->staged_in[i]) : NULL;
   for (int k = 0; rc == 0 && k < sl->n; k++)
     for (int64_t j = 0; rc == 0 && j < sl->reqs[k]->shapes[i].dims[0]; j++, to += row) {
-      gs_image img = row_image(sl->reqs[k], i, j, h, w);
-      rc = gs_prep_image(&geometry, &img, h, w, false, GS_DT_UINT8, to);
+      const gs_image *img = row_image(sl->reqs[k], i, j);
+      if (img)
+        rc = gs_prep_image(&geometry, img, h, w, false, GS_DT_UINT8, to);
+      else
+        memcpy(to, row_bytes(sl->reqs[k], i, j, row), row);
     }
   return rc;
 }
@@ -481,13 +491,13 @@ static int h2d_images(instance_pipeline *ip, batch_slot *sl, int i) {
   gs_pool_t *dev = gs_device_pool(ip->inst->device, GS_MEM_DEVICE);
   int rc = ensure_buffer(dev, &sl->dev_in[i], sl->in_bytes[i]);
   if (rc == 0)
-    rc = ensure_buffer(dev, &ip->pack_mid, sl->mid_bytes);
-  if (rc == 0)
     rc = gs_stream_copy_h2d(ip->h2d, sl->pack_dev, 0, gs_buffer_host_ptr(sl->pack_staged),
                             gs_image_pack_used(sl->pack));
-  return rc == 0 ? gs_image_pack_launch(sl->pack, ip->h2d, sl->pack_dev, ip->pack_mid,
-                                        sl->dev_in[i])
-                 : rc;
+  if (rc == 0)
+    rc = gs_image_pack_launch(sl->pack, ip->h2d, sl->pack_dev, ip->pack_mid, sl->dev_in[i]);
+  if (rc == 0)
+    atomic_fetch_add(&ip->b->m->device_resizes, (uint64_t)gs_image_pack_on_device(sl->pack));
+  return rc;
 }
 
 static int stage_gather(void *ctx, int s, int64_t seq) {

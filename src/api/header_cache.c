@@ -78,8 +78,9 @@ static bool all_binary_in_place(const gs_infer_request *r, const char *binary, s
   const gs_model *model = r->version->model;
   for (int i = 0; i < model->n_inputs; i++) {
     const char *at = r->inputs[i];
-    if (r->owned[i] || r->given[i] != model->inputs[i].dtype || !at || at < binary ||
-        at > binary + binary_len)
+    /* decoded: images the device resizes, their shape no longer the body's */
+    if (r->owned[i] || r->decoded[i] || r->given[i] != model->inputs[i].dtype || !at ||
+        at < binary || at > binary + binary_len)
       return false;
   }
   return true;

@@ -286,8 +286,8 @@ static void model_lifecycle_metrics(gs_repository *repo, text *t) {
     gs_served_release(m);
   }
   header(t, "gpusrv_model_images_resized_on_device_total", "counter",
-         "Images a model's devices resized and cropped (its recipe with finish=device and a "
-         "batcher); the CPU resized the others");
+         "Images that went through a model's devices' resize and crop (its recipe with "
+         "finish=device and a batcher); the CPU resized the others");
   for (int i = 0; i < n; i++) {
     gs_served_model *m = &repo->models[i];
     if (!listed(repo, i) || !gs_served_try_use(m))

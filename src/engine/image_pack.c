@@ -138,6 +138,11 @@ static uint8_t *add_row(gs_image_pack *pk) {
   return add_block(pk, pk->out_h, pk->out_w, &pk->same_x, 0, &pk->same_y, 0);
 }
 
+void gs_image_pack_row(gs_image_pack *pk, const uint8_t *row) {
+  if (pk->n < pk->batch)
+    memcpy(add_row(pk), row, pk->out_bytes);
+}
+
 void gs_image_pack_zeros(gs_image_pack *pk) {
   if (pk->n < pk->batch)
     memset(add_row(pk), 0, pk->out_bytes);

@@ -42,6 +42,9 @@ int gs_image_pack_encoded(gs_image_pack *pk, const void *data, size_t size);
 /* The same from a decoded image, which must hold the part the recipe
  * reads (gs_prep_decode's). */
 int gs_image_pack_image(gs_image_pack *pk, const gs_image *img);
+/* Packs a row of the model's own out_h x out_w x 3 bytes, which the passes
+ * copy as they are (the recipe is not applied to it). */
+void gs_image_pack_row(gs_image_pack *pk, const uint8_t *row);
 /* Packs a row of zeros (an image that could not be read). */
 void gs_image_pack_zeros(gs_image_pack *pk);
 /* The staging bytes packed so far, the first that must cross. */

@@ -393,3 +393,37 @@ def test_with_a_batcher_the_device_resizes_too(finishes):
     with pytest.raises(Exception, match="image 0: .*not a readable JPEG"):
         c.infer("batched", [x])
 
+
+
+def test_with_a_batcher_repeated_headers_raw_requests_and_grpc_pixels(finishes):
+    """Pixels of one size sent again and again repeat their JSON header: each
+    request still goes through the recipe with its own pixels (a kept header
+    must not stand for a decoded image). A raw request (Inference-Header-
+    Content-Length: 0) is the model's own uint8 tensor, which goes to the
+    device as it is, not through the recipe; so do own-size pixels where the
+    recipe would leave them. Pixels over gRPC too."""
+    port, grpc_port, index = finishes
+    needs_opencl(index)
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    for seed in range(24):  # several per HTTP thread
+        pixels = photo(70, 50, 100 + seed)
+        x = triton.InferInput("x", [1, 50, 70, 3], "UINT8")
+        x.set_data_from_numpy(pixels[None])
+        np.testing.assert_allclose(c.infer("batched", [x]).as_numpy("y"),
+                                   want(encoded(pixels, "PNG"))[None], rtol=0, atol=2e-6)
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    own = photo(32, 32, 9)
+    normalised = ((own / 255 - mean) / std).transpose(2, 0, 1)[None]
+    before = resized_on_device(port, "batched")
+    status, raw, headers = request(port, "POST", "/v2/models/batched/infer", own.tobytes(),
+                                   {"Inference-Header-Content-Length": "0"})
+    assert status == 200, raw
+    got = np.frombuffer(raw[int(headers["Inference-Header-Content-Length"]):], np.float32)
+    np.testing.assert_allclose(got.reshape(1, 3, 32, 32), normalised, rtol=0, atol=2e-6)
+    assert resized_on_device(port, "batched") == before  # copied as it is
+    g = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    pixels = photo(90, 33, 11)
+    x = tg.InferInput("x", [1, 33, 90, 3], "UINT8")
+    x.set_data_from_numpy(pixels[None])
+    np.testing.assert_allclose(g.infer("batched", [x]).as_numpy("y"),
+                               want(encoded(pixels, "PNG"))[None], rtol=0, atol=2e-6)
