@@ -110,11 +110,12 @@ struct gs_batcher {
 
 void gs_infer_request_clear(gs_infer_request *r) {
   for (int i = 0; i < GS_REQ_MAX_IO; i++) {
-    for (int64_t k = 0; r->decoded[i] && k < r->n_owned[i]; k++)
-      gs_image_free(&r->decoded[i][k]);
+    for (int64_t k = 0; r->decoded[i] && k < r->n_decoded[i]; k++)
+      if (r->decoded[i][k].owned)
+        gs_image_free(&r->decoded[i][k].img);
     free(r->decoded[i]);
     r->decoded[i] = NULL;
-    r->n_owned[i] = 0;
+    r->n_decoded[i] = 0;
     free(r->owned[i]);
     if (!r->output_borrowed[i])
       free(r->outputs[i]);
@@ -413,13 +414,16 @@ static int ensure_buffer(gs_pool_t *pool, gs_buffer_t **buf, size_t bytes) {
 
 /* ---- images the device resizes -------------------------------------------------------------- */
 
-/* Row j of request r's image input i: a decoded image (NULL where the
- * request sent the model's own tensor, whose rows go as they are). */
+/* Row j of request r's image input i: an image for the recipe, or NULL
+ * for a row that goes as it is (row_bytes): the model's own tensor as the
+ * request sent it, or a row the CPU made of an image too large to hold. */
 static const gs_image *row_image(const gs_infer_request *r, int i, int64_t j) {
-  return r->decoded[i] ? &r->decoded[i][j] : NULL;
+  return r->decoded[i] && !r->decoded[i][j].as_is ? &r->decoded[i][j].img : NULL;
 }
 
 static const uint8_t *row_bytes(const gs_infer_request *r, int i, int64_t j, size_t row) {
+  if (r->decoded[i])
+    return r->decoded[i][j].img.rgb;
   return (const uint8_t *)r->inputs[i] + (size_t)j * row;
 }
 

@@ -3,6 +3,7 @@
 #include "api/image_input.h"
 
 #include "base/error.h"
+#include "engine/image_pack.h" /* GS_IMAGE_PACK_BUDGET */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,49 +59,74 @@ static int prep_pixels(const gs_prep *p, const uint8_t *rgb, int ih, int iw, int
   return gs_prep_image(p, &img, h, w, nchw, dtype, row);
 }
 
+/* An image too large to hold while its request waits (the pack would
+ * leave it to the CPU anyway): made its h x w row now, which the device
+ * copies as it is. */
+static int row_now(const gs_prep *recipe, gs_request_image *e, int h, int w) {
+  if (e->img.h * e->img.stride <= GS_IMAGE_PACK_BUDGET)
+    return GS_OK;
+  gs_prep geometry = *recipe;
+  gs_prep_geometry_only(&geometry);
+  uint8_t *row = malloc((size_t)h * w * 3);
+  if (!row)
+    return gs_error(GS_ENOMEM, "out of memory for a %dx%d row", w, h);
+  int rc = gs_prep_image(&geometry, &e->img, h, w, false, GS_DT_UINT8, row);
+  if (rc < 0) {
+    free(row);
+    return rc;
+  }
+  if (e->owned)
+    gs_image_free(&e->img);
+  *e = (gs_request_image){.img = {.width = w, .height = h, .w = w, .h = h,
+                                  .stride = (size_t)w * 3, .rgb = row},
+                          .as_is = true, .owned = true};
+  return GS_OK;
+}
+
 /* Where the device resizes: input idx's images decoded (or, for pixels,
  * seen where they are) and checked against the recipe, for the batcher to
  * pack (infer_request.h's decoded). */
 static int decode_images(gs_infer_request *r, int idx, int h, int w, char *why, size_t whylen) {
   const gs_value_info *in = &r->version->model->inputs[idx];
   const gs_shape *given = &r->shapes[idx];
+  const gs_prep *recipe = &r->model->prep;
   int64_t n = given->dims[0];
   bool files = r->given[idx] == GS_DT_BYTES;
-  gs_image *imgs = calloc((size_t)(n > 0 ? n : 1), sizeof *imgs);
+  gs_request_image *imgs = calloc((size_t)(n > 0 ? n : 1), sizeof *imgs);
   if (!imgs) {
     snprintf(why, whylen, "out of memory for %lld images of input '%s'", (long long)n, in->name);
     return 500;
   }
   size_t pixels = files ? 0 : (size_t)given->dims[1] * given->dims[2] * 3;
   int rc = GS_OK;
-  int64_t i = 0, held = 0; /* images decoded, which are the request's to free */
+  int64_t i = 0;
   for (; rc == 0 && i < n; i++) {
-    gs_image *img = &imgs[i];
+    gs_request_image *e = &imgs[i];
     if (files) {
       const gs_bytes_ref *file = &((const gs_bytes_ref *)r->inputs[idx])[i];
-      rc = gs_prep_decode(&r->model->prep, file->data, file->len, img);
-      held += rc == 0;
+      rc = gs_prep_decode(recipe, file->data, file->len, &e->img);
+      e->owned = rc == 0;
     } else {
       int iw = (int)given->dims[2], ih = (int)given->dims[1];
-      *img = (gs_image){.width = iw, .height = ih, .w = iw, .h = ih, .stride = (size_t)iw * 3,
-                        .rgb = (uint8_t *)r->inputs[idx] + (size_t)i * pixels};
+      e->img = (gs_image){.width = iw, .height = ih, .w = iw, .h = ih,
+                          .stride = (size_t)iw * 3,
+                          .rgb = (uint8_t *)r->inputs[idx] + (size_t)i * pixels};
     }
     gs_prep_geometry g;
     if (rc == 0) {
-      gs_prep_geometry_of(&r->model->prep, img->width, img->height, &g);
-      rc = gs_prep_check_geometry(&g, img->width, img->height, h, w);
+      gs_prep_geometry_of(recipe, e->img.width, e->img.height, &g);
+      rc = gs_prep_check_geometry(&g, e->img.width, e->img.height, h, w);
     }
+    if (rc == 0)
+      rc = row_now(recipe, e, h, w);
   }
+  r->decoded[idx] = imgs; /* freed with the request, also on failure */
+  r->n_decoded[idx] = i;
   if (rc < 0) {
     snprintf(why, whylen, "input '%s': image %lld: %s", in->name, (long long)(i - 1),
              gs_error_detail());
-    for (int64_t k = 0; k < held; k++)
-      gs_image_free(&imgs[k]);
-    free(imgs);
     return rc == GS_ENOMEM ? 500 : 400;
   }
-  r->decoded[idx] = imgs;
-  r->n_owned[idx] = held;
   r->given[idx] = in->dtype;
   r->image[idx] = false;
   r->shapes[idx] = (gs_shape){.rank = 4, .dims = {n, h, w, 3}};

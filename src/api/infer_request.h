@@ -9,6 +9,15 @@
 
 typedef struct gs_infer_request gs_infer_request;
 
+/* An image of a request's image input where the device resizes: decoded
+ * (or seen where the request's pixels are), or, where that was too large
+ * to hold while the request waits, already made its row by the CPU
+ * (as_is). owned: pixels the request frees. */
+typedef struct gs_request_image {
+  gs_image img;
+  bool as_is, owned;
+} gs_request_image;
+
 struct gs_infer_request {
   gs_served_model *model;
   gs_served_version *version;
@@ -27,12 +36,10 @@ struct gs_infer_request {
   const void *inputs[GS_REQ_MAX_IO]; /* into the request body, or owned[] */
   void *owned[GS_REQ_MAX_IO];
   /* Where the model's device resizes (gs_served_model.resize_on_device):
-   * the image input's images, decoded (image_input.h), shapes[i].dims[0] of
-   * them, for the batcher to pack; NULL otherwise. n_owned: how many hold
-   * pixels that are the request's to free (decoded files); the others
-   * point into inputs[i]. */
-  gs_image *decoded[GS_REQ_MAX_IO];
-  int64_t n_owned[GS_REQ_MAX_IO];
+   * the image input's images (image_input.h), n_decoded of them, for the
+   * batcher to pack; NULL otherwise. */
+  gs_request_image *decoded[GS_REQ_MAX_IO];
+  int64_t n_decoded[GS_REQ_MAX_IO];
   bool send[GS_REQ_MAX_IO], binary[GS_REQ_MAX_IO]; /* which outputs, and how */
   /* Results, filled by the batcher: outputs (malloc'd) or status + error. */
   void *outputs[GS_REQ_MAX_IO];

@@ -56,7 +56,7 @@ typedef struct image_file {
 typedef struct slot {
   void *raw;                               /* rows as the data set holds them */
   image_file *files;                       /* or each row's image file */
-  gs_buffer_t *staged_in;                  /* pinned: the model's input type, or the pack's staging */
+  gs_buffer_t *staged_in;                  /* pinned: the model's input type, or the pack */
   gs_image_pack *pack;                     /* images resized on the device: packed for it */
   gs_buffer_t *packed;                     /* ... and its staging on part 0's device */
   gs_buffer_t *in[MAX_PARTS][MAX_VALUES];  /* each part's inputs, on its device */
@@ -680,7 +680,8 @@ static int place_prep(batch_run *b, gs_shape *shape) {
   b->nchw = false;
   gs_prep_geometry_only(&b->cpu_prep);
   /* resize and crop as well, where the device has their kernel */
-  b->resize_on_device = gs_prep_has_geometry(&o->prep) && gs_device_supports_op(first, GS_IMAGE_TAPS_OP);
+  b->resize_on_device =
+      gs_prep_has_geometry(&o->prep) && gs_device_supports_op(first, GS_IMAGE_TAPS_OP);
   *shape = (gs_shape){4, {shape->dims[0], b->image_h, b->image_w, 3}};
   return GS_OK;
 }

@@ -121,10 +121,11 @@ static uint8_t *add_block(gs_image_pack *pk, int rows, int cols, const gs_resize
       .first = pk->h_elements, .x_at = (int64_t)pixels, .y_at = (int64_t)pk->mid_used,
       .taps_at = (int64_t)taps_x, .n_out = tx->n, .inner = 3, .in_tap = 3,
       .in_line = (int64_t)cols * 3, .ksize = tx->ksize};
+  int64_t row_at = (int64_t)((size_t)pk->n * pk->out_bytes); /* rows are dense */
   passes[pk->batch + pk->n] = (gs_image_taps_pass){
-      .first = (int64_t)((size_t)pk->n * pk->out_bytes), .x_at = (int64_t)pk->mid_used,
-      .y_at = (int64_t)((size_t)pk->n * pk->out_bytes), .taps_at = (int64_t)taps_y, .n_out = ty->n, .inner = (int64_t)tx->n * 3,
-      .in_tap = (int64_t)tx->n * 3, .in_line = 0, .ksize = ty->ksize};
+      .first = row_at, .x_at = (int64_t)pk->mid_used, .y_at = row_at, .taps_at = (int64_t)taps_y,
+      .n_out = ty->n, .inner = (int64_t)tx->n * 3, .in_tap = (int64_t)tx->n * 3, .in_line = 0,
+      .ksize = ty->ksize};
   size_t mid = (size_t)rows * tx->n * 3;
   pk->h_elements += (int64_t)mid;
   pk->mid_used += align8(mid);

@@ -64,7 +64,8 @@ static int taps_alloc(int n, int ksize, gs_resize_taps *c) {
   return gs_error(GS_ENOMEM, "out of memory for resize weights");
 }
 
-static int coeffs_make(int in_size, int out_size, int from, int n, const filter *f, gs_resize_taps *c) {
+static int coeffs_make(int in_size, int out_size, int from, int n, const filter *f,
+                       gs_resize_taps *c) {
   double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
   double support = f->support * filterscale, ss = 1.0 / filterscale;
   int rc = taps_alloc(n, (int)ceil(support) * 2 + 1, c);

@@ -387,6 +387,14 @@ def test_with_a_batcher_the_device_resizes_too(finishes):
         np.testing.assert_allclose(p.get_result().as_numpy("y"),
                                    want(encoded(pixels, "PNG"))[None], rtol=0, atol=2e-6)
     assert resized_on_device(port, "batched") - before == 8
+    # An image whose decoded part is over 1 MiB is made its row on the
+    # request's thread (not held while it waits), and crosses as it is.
+    big = encoded(photo(1000, 800, 7), "PNG")
+    x = triton.InferInput("x", [1, 1], "BYTES")
+    x.set_data_from_numpy(np.array([[big]], dtype=object))
+    np.testing.assert_allclose(c.infer("batched", [x]).as_numpy("y"), want(big)[None], rtol=0,
+                               atol=2e-6)
+    assert resized_on_device(port, "batched") - before == 8
     # A broken file is its request's 400, as where the CPU resizes.
     x = triton.InferInput("x", [1, 1], "BYTES")
     x.set_data_from_numpy(np.array([[FILES[0][:200]]], dtype=object))

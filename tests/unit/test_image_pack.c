@@ -29,7 +29,8 @@ static gs_image photo(int w, int h, unsigned seed) {
       for (int c = 0; c < 3; c++) {
         int v = (c == 0 ? x * 255 / w : c == 1 ? y * 255 / h : (x + y) * 128 / (w + h)) +
                 rand() % 49 - 24;
-        img.rgb[(size_t)y * img.stride + (size_t)x * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        v = v < 0 ? 0 : v > 255 ? 255 : v;
+        img.rgb[(size_t)y * img.stride + (size_t)x * 3 + c] = (uint8_t)v;
       }
   return img;
 }

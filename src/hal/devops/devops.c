@@ -1044,7 +1044,7 @@ static int run_resize(const gs_devop *op, const gs_devops_target *t) {
   return LAUNCH(t, GS_DK_resize_fp, n, BUF(0, es), BUF(c->n_in, es), VAL(n), VAL(g), VAL(half));
 }
 
-/* ---- images ------------------------------------------------------------------------------------ */
+/* ---- images ------------------------------------------------------------------------------- */
 
 static bool image_taps_supports(const gs_devop *op, const gs_op_call *c) {
   (void)op;

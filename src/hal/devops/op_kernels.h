@@ -1463,7 +1463,7 @@ KERNEL resize_fp(GLOBAL const void *x, ulong xo, GLOBAL void *y, ulong yo, ulong
   }
 }
 
-/* ---- images: a pass of a Pillow resize ---------------------------------------------------------- */
+/* ---- images: a pass of a Pillow resize ----------------------------------------------------- */
 
 /* One pass of the separable resize of a batch's images (engine/
  * image_pack.c; image_resize.c's arithmetic, run on the device), an image
