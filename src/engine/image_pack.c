@@ -181,9 +181,15 @@ static int pack_for_device(gs_image_pack *pk, const gs_image *img, const gs_prep
   return rc;
 }
 
+/* GS_EINVAL where the pack holds its batch already. */
+static int room_left(const gs_image_pack *pk) {
+  return pk->n < pk->batch ? GS_OK
+                           : gs_error(GS_EINVAL, "an image pack of %d images is full", pk->batch);
+}
+
 int gs_image_pack_image(gs_image_pack *pk, const gs_image *img) {
-  if (pk->n >= pk->batch)
-    return gs_error(GS_EINVAL, "an image pack of %d images is full", pk->batch);
+  if (room_left(pk) < 0)
+    return GS_EINVAL;
   gs_prep_geometry g;
   gs_prep_geometry_of(&pk->prep, img->width, img->height, &g);
   int rc = gs_prep_check_geometry(&g, img->width, img->height, pk->out_h, pk->out_w);
@@ -202,8 +208,8 @@ int gs_image_pack_image(gs_image_pack *pk, const gs_image *img) {
 }
 
 int gs_image_pack_encoded(gs_image_pack *pk, const void *data, size_t size) {
-  if (pk->n >= pk->batch)
-    return gs_error(GS_EINVAL, "an image pack of %d images is full", pk->batch);
+  if (room_left(pk) < 0) /* before decoding */
+    return GS_EINVAL;
   gs_image img;
   int rc = gs_prep_decode(&pk->prep, data, size, &img);
   if (rc < 0) {

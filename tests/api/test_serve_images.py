@@ -71,15 +71,24 @@ def served(tmp_path_factory):
 FILES = [encoded(photo(500, 375, 1), "JPEG"), encoded(photo(201, 260, 2), "PNG")]
 
 
-def test_encoded_images_over_http_and_grpc_equal_torchvision_s_recipe(served):
-    port, grpc_port = served
-    expect = np.stack([want(f) for f in FILES])
+def files_over_both(port, grpc_port, model):
+    """FILES sent to `model` as BYTES [2, 1] by tritonclient over HTTP, then
+    gRPC: the two replies' "y"."""
     images = np.array([[f] for f in FILES], dtype=object)
+    got = []
     for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
                         (tg.InferenceServerClient(f"127.0.0.1:{grpc_port}"), tg)):
         x = mod.InferInput("x", [2, 1], "BYTES")
         x.set_data_from_numpy(images)
-        got = client.infer("classify", [x]).as_numpy("y")
+        got.append(client.infer(model, [x]).as_numpy("y"))
+    return got
+
+
+def test_encoded_images_over_http_and_grpc_equal_torchvision_s_recipe(served):
+    port, grpc_port = served
+    expect = np.stack([want(f) for f in FILES])
+    images = np.array([[f] for f in FILES], dtype=object)
+    for got in files_over_both(port, grpc_port, "classify"):
         assert got.shape == (2, 3, 32, 32)
         np.testing.assert_allclose(got, expect, rtol=0, atol=2e-6)
     # [n] as well as [n, 1].
@@ -275,13 +284,8 @@ def test_finished_on_the_device_a_model_takes_pixels_and_answers_as_the_cpu(fini
               ["preprocess_finish"] for name in ("device", "auto", "cpu")}
     assert finish == {"device": "device", "auto": auto_finish(index), "cpu": "cpu"}
     expect = np.stack([want(f) for f in FILES])
-    images = np.array([[f] for f in FILES], dtype=object)
-    for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
-                        (tg.InferenceServerClient(f"127.0.0.1:{grpc_port}"), tg)):
-        for name in ("device", "auto", "cpu"):
-            x = mod.InferInput("x", [2, 1], "BYTES")
-            x.set_data_from_numpy(images)
-            got = client.infer(name, [x]).as_numpy("y")
+    for name in ("device", "auto", "cpu"):
+        for got in files_over_both(port, grpc_port, name):
             np.testing.assert_allclose(got, expect, rtol=0, atol=2e-6, err_msg=name)
     c = triton.InferenceServerClient(f"127.0.0.1:{port}")
     # Pixels go through the recipe as they do on the CPU, also pixels of the
@@ -366,13 +370,8 @@ def test_with_a_batcher_the_device_resizes_too(finishes):
     assert resized_on_device(port, "device") is None
     before = resized_on_device(port, "batched")
     expect = np.stack([want(f) for f in FILES])
-    images = np.array([[f] for f in FILES], dtype=object)
-    for client, mod in ((triton.InferenceServerClient(f"127.0.0.1:{port}"), triton),
-                        (tg.InferenceServerClient(f"127.0.0.1:{grpc_port}"), tg)):
-        x = mod.InferInput("x", [2, 1], "BYTES")
-        x.set_data_from_numpy(images)
-        np.testing.assert_allclose(client.infer("batched", [x]).as_numpy("y"), expect, rtol=0,
-                                   atol=2e-6)
+    for got in files_over_both(port, grpc_port, "batched"):
+        np.testing.assert_allclose(got, expect, rtol=0, atol=2e-6)
     assert resized_on_device(port, "batched") - before == 4
     # Pixels through the recipe, and pixels of the model's own size that a
     # recipe of resize=40 also changes, in requests the batcher may join.
