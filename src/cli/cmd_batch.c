@@ -267,8 +267,11 @@ static void print_summary(const gs_pipeline_result *r, int64_t rows, int n_devic
            k == slowest ? "  <- bottleneck" : "");
   }
   printf("exchange: %s\n", exchange);
-  printf("to the device: %.1f MiB, %.0f KiB a row\n", (double)h2d_bytes / (1 << 20),
-         rows > 0 ? (double)h2d_bytes / 1024 / (double)rows : 0.0);
+  if (h2d_bytes == 0 && rows > 0)
+    printf("to the device: nothing copied (the host writes the device's memory in place)\n");
+  else
+    printf("to the device: %.1f MiB, %.0f KiB a row\n", (double)h2d_bytes / (1 << 20),
+           rows > 0 ? (double)h2d_bytes / 1024 / (double)rows : 0.0);
   if (resized_on_device >= 0)
     printf("preprocess: decode on the CPU; resize and crop on the device (the resize stage) "
            "for %lld of %lld images, the rest on the CPU; type, layout and normalisation on "

@@ -56,12 +56,13 @@ typedef struct image_file {
 typedef struct slot {
   void *raw;                               /* rows as the data set holds them */
   image_file *files;                       /* or each row's image file */
-  gs_buffer_t *staged_in;                  /* pinned: the model's input type, or the pack */
+  gs_buffer_t *staged_in;                  /* pinned: the model's input type, or the pack;
+                                            * NULL where direct_in */
   gs_image_pack *pack;                     /* images resized on the device: packed for it */
   gs_buffer_t *packed;                     /* ... and its staging on part 0's device */
   gs_buffer_t *in[MAX_PARTS][MAX_VALUES];  /* each part's inputs, on its device */
   gs_buffer_t *out[MAX_PARTS][MAX_VALUES]; /* each part's outputs, on its device */
-  gs_buffer_t *staged_out[MAX_VALUES];     /* pinned: the model's outputs */
+  gs_buffer_t *staged_out[MAX_VALUES];     /* pinned: the model's outputs; NULL where direct_out */
   int64_t rows;                            /* real rows in this batch (the last may be short) */
 } slot;
 
@@ -81,6 +82,10 @@ typedef struct batch_run {
   gs_buffer_t *resize_mid;    /* the horizontal passes' output, one for the stage */
   atomic_llong resized_there; /* images the resize stage resized (not rows the CPU made) */
   atomic_llong h2d_bytes;     /* what the h2d stage copied */
+  /* A device whose memory the host reads and writes (the CPU's): the
+   * preprocess stage writes part 0's input in place and the write stage
+   * reads the last part's outputs in place, so h2d and d2h copy nothing. */
+  bool direct_in, direct_out;
   pthread_mutex_t failed_lock;
   int failed_fd;        /* output_dir/failed.txt, made at the first failure */
   atomic_llong failed;
@@ -228,7 +233,7 @@ static int pack_images(batch_run *b, slot *sl, int64_t seq, void *staging) {
 static int preprocess(void *ctx, int s, int64_t seq) {
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
-  void *dst = gs_buffer_host_ptr(sl->staged_in);
+  void *dst = gs_buffer_host_ptr(b->direct_in ? sl->in[0][0] : sl->staged_in);
   gs_dtype to = b->in.dtype;
   int64_t n = sl->rows * b->row_elems, total = (int64_t)b->batch * b->row_elems;
   int rc = b->resize_on_device ? pack_images(b, sl, seq, dst)
@@ -265,6 +270,8 @@ static int h2d(void *ctx, int s, int64_t seq) {
   (void)seq;
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
+  if (b->direct_in)
+    return GS_OK;
   gs_stream_t *stream = b->parts[0].in_stream;
   size_t bytes = b->resize_on_device ? gs_image_pack_used(sl->pack) : b->in.bytes;
   int rc = gs_stream_copy_h2d(stream, b->resize_on_device ? sl->packed : sl->in[0][0], 0,
@@ -310,6 +317,8 @@ static int d2h(void *ctx, int s, int64_t seq) {
   batch_run *b = ctx;
   slot *sl = &b->slots[s];
   int rc = GS_OK, last = b->n_parts - 1;
+  if (b->direct_out)
+    return GS_OK;
   for (int i = 0; rc == 0 && i < b->n_out; i++)
     rc = gs_stream_copy_d2h(b->d2h, gs_buffer_host_ptr(sl->staged_out[i]), sl->out[last][i], 0,
                             b->out[i].bytes);
@@ -324,7 +333,8 @@ static int write_out(void *ctx, int s, int64_t seq) {
     size_t bytes = (size_t)sl->rows * b->out_row_bytes[i];
     off_t at = (off_t)(b->out_data_offset[i] + (size_t)seq * (size_t)b->batch *
                                                    b->out_row_bytes[i]);
-    const char *src = gs_buffer_host_ptr(sl->staged_out[i]);
+    const char *src = gs_buffer_host_ptr(b->direct_out ? sl->out[b->n_parts - 1][i]
+                                                      : sl->staged_out[i]);
     for (size_t done = 0; done < bytes;) {
       ssize_t put = pwrite(b->out_fd[i], src + done, bytes - done, at + (off_t)done);
       if (put <= 0)
@@ -585,13 +595,16 @@ static int alloc_slots(batch_run *b) {
                                 : (size_t)b->batch * (size_t)b->row_elems *
                                       gs_dtype_size(gs_dataset_dtype(b->ds));
   int rc = b->resize_on_device ? alloc_packs(b) : GS_OK;
+  b->direct_in = !b->resize_on_device &&
+                 gs_device_get_caps(first->device)->host_visible_device_memory;
+  b->direct_out = gs_device_get_caps(last->device)->host_visible_device_memory;
   for (int s = 0; rc == 0 && s < b->n_slots; s++) {
     slot *sl = &b->slots[s];
     if (!(sl->raw = malloc(raw_bytes ? raw_bytes : 1)))
       return gs_error(GS_ENOMEM, "out of memory for a batch of %zu bytes", raw_bytes);
     if (b->images && !(sl->files = calloc((size_t)b->batch, sizeof *sl->files)))
       return gs_error(GS_ENOMEM, "out of memory for a batch of %d images", b->batch);
-    if (!sl->staged_in) /* where the device resizes, alloc_packs made it */
+    if (!sl->staged_in && !b->direct_in) /* where the device resizes, alloc_packs made it */
       rc = gs_pool_alloc(pinned_in, b->in.bytes, NULL, &sl->staged_in);
     for (int k = 0; rc == 0 && k < b->n_parts; k++) {
       const part *p = &b->parts[k];
@@ -601,7 +614,7 @@ static int alloc_slots(batch_run *b) {
       for (int i = 0; rc == 0 && i < p->n_out; i++)
         rc = gs_pool_alloc(dev, p->out[i].bytes, NULL, &sl->out[k][i]);
     }
-    for (int i = 0; rc == 0 && i < b->n_out; i++)
+    for (int i = 0; rc == 0 && !b->direct_out && i < b->n_out; i++)
       rc = gs_pool_alloc(pinned_out, b->out[i].bytes, NULL, &sl->staged_out[i]);
     for (int k = 0; rc == 0 && k < b->n_parts; k++)
       rc = touch_inputs(&b->parts[k], sl->in[k]);

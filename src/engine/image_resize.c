@@ -106,20 +106,32 @@ static inline uint8_t clip8(int32_t v) {
 
 /* One output row of the vertical pass over `n` bytes a row: `in` is the
  * first of the `count` rows it reads from the horizontal pass's output.
- * Row by row into `sum` (n values), so that the loops vectorise; integer
- * sums do not depend on their order. */
-GS_VECTOR_CLONES static void pass_vertical(const uint8_t *in, size_t stride, const int32_t *k, int count, int n,
-                          int32_t *sum, uint8_t *out) {
-  for (int v = 0; v < n; v++)
-    sum[v] = 1 << (PRECISION_BITS - 1);
-  for (int j = 0; j < count; j++) {
-    const uint8_t *row = in + (size_t)j * stride;
-    const int32_t kj = k[j];
-    for (int v = 0; v < n; v++)
-      sum[v] += row[v] * kj;
+ * In blocks of BLOCK bytes whose sums stay in vector registers while every
+ * row's taps are added, then the rest one sum at a time; integer sums do
+ * not depend on their order. */
+GS_VECTOR_CLONES static void pass_vertical(const uint8_t *in, size_t stride, const int32_t *k,
+                                           int count, int n, uint8_t *out) {
+  enum { BLOCK = 64 };
+  int v0 = 0;
+  for (; v0 + BLOCK <= n; v0 += BLOCK) {
+    int32_t sum[BLOCK];
+    for (int v = 0; v < BLOCK; v++)
+      sum[v] = 1 << (PRECISION_BITS - 1);
+    for (int j = 0; j < count; j++) {
+      const uint8_t *row = in + (size_t)j * stride + v0;
+      const int32_t kj = k[j];
+      for (int v = 0; v < BLOCK; v++)
+        sum[v] += row[v] * kj;
+    }
+    for (int v = 0; v < BLOCK; v++)
+      out[v0 + v] = clip8(sum[v]);
   }
-  for (int v = 0; v < n; v++)
-    out[v] = clip8(sum[v]);
+  for (; v0 < n; v0++) {
+    int32_t sum = 1 << (PRECISION_BITS - 1);
+    for (int j = 0; j < count; j++)
+      sum += in[(size_t)j * stride + v0] * k[j];
+    out[v0] = clip8(sum);
+  }
 }
 
 /* Pixel (x, y) of the whole image, which src holds. */
@@ -157,9 +169,9 @@ static void transpose_pixels(const uint8_t *in, size_t in_stride, int rows, int 
 /* The horizontal pass over source rows [row_lo, row_lo + rows) into mid
  * (rows of cx->n pixels): done as a vertical pass on the transposed
  * pixels, whose loops vectorise where the pixel-by-pixel sums do not
- * (three channels, a handful of taps). `sum` holds rows x 3 values. */
+ * (three channels, a handful of taps). */
 static int horizontal_pass(const gs_image *src, int row_lo, int rows, const gs_resize_taps *cx,
-                           uint8_t *mid, int32_t *sum) {
+                           uint8_t *mid) {
   int col_lo = cx->start[0], last = cx->n - 1; /* the windows only move right */
   int cols = cx->start[last] + cx->count[last] - col_lo;
   size_t line = (size_t)rows * 3;
@@ -172,7 +184,7 @@ static int horizontal_pass(const gs_image *src, int row_lo, int rows, const gs_r
   transpose_pixels(pixel(src, col_lo, row_lo), src->stride, rows, cols, columns);
   for (int x = 0; x < cx->n; x++)
     pass_vertical(columns + (size_t)(cx->start[x] - col_lo) * line, line,
-                  &cx->k[(size_t)x * cx->ksize], cx->count[x], (int)line, sum, done + (size_t)x * line);
+                  &cx->k[(size_t)x * cx->ksize], cx->count[x], (int)line, done + (size_t)x * line);
   transpose_pixels(done, line, cx->n, rows, mid);
   free(columns);
   free(done);
@@ -283,25 +295,23 @@ int gs_image_resize(const gs_image *src, int dw, int dh, gs_image_filter mode, i
   int row_lo = rc == 0 && vertical ? cy.start[0] : y0;
   int row_hi = rc == 0 && vertical ? cy.start[wh - 1] + cy.count[wh - 1] : y0 + wh;
   int rows = row_hi - row_lo;
-  size_t stride = (size_t)ww * 3, longest = stride > (size_t)rows * 3 ? stride : (size_t)rows * 3;
+  size_t stride = (size_t)ww * 3;
   uint8_t *mid = rc == 0 ? malloc(stride * (size_t)rows) : NULL;
-  int32_t *sum = rc == 0 ? malloc(longest * sizeof *sum) : NULL;
-  if (rc == 0 && (!mid || !sum))
+  if (rc == 0 && !mid)
     rc = gs_error(GS_ENOMEM, "out of memory resizing a %dx%d image", sw, sh);
   if (rc == 0 && horizontal)
-    rc = horizontal_pass(src, row_lo, rows, &cx, mid, sum);
+    rc = horizontal_pass(src, row_lo, rows, &cx, mid);
   for (int y = 0; rc == 0 && !horizontal && y < rows; y++)
     memcpy(mid + (size_t)y * stride, pixel(src, x0, row_lo + y), stride);
   for (int y = 0; rc == 0 && y < wh; y++) {
     if (vertical)
       pass_vertical(mid + (size_t)(cy.start[y] - row_lo) * stride, stride,
-                    &cy.k[(size_t)y * cy.ksize], cy.count[y], (int)stride, sum,
+                    &cy.k[(size_t)y * cy.ksize], cy.count[y], (int)stride,
                     dst + (size_t)y * stride);
     else
       memcpy(dst + (size_t)y * stride, mid + (size_t)y * stride, stride);
   }
   free(mid);
-  free(sum);
   gs_resize_taps_free(&cx);
   gs_resize_taps_free(&cy);
   return rc;

@@ -56,6 +56,21 @@ def test_npy_equals_model_run_in_order(data):
     assert "bottleneck" in p.stdout and "exchange: n/a" in p.stdout
     assert "1000 rows in 16 batches" in p.stdout
     assert p.stderr == ""  # no progress bar when stderr is not a terminal
+    # The CPU device's memory is the host's: the rows are written there in
+    # place (the slots above then share nothing), and nothing is copied.
+    assert "to the device: nothing copied" in p.stdout
+
+
+def test_bytes_copied_to_a_device_of_its_own(data):
+    d, x, ref = data
+    need_devices("opencl0")
+    p = run("batch", DIGITS, "--input", str(d / "x.npy"), "--output", str(d / "ocl"), "--batch",
+            "64", "-d", "opencl0", "--json")
+    np.testing.assert_allclose(np.load(d / "ocl" / "probs.npy"), ref, rtol=1e-4, atol=1e-5)
+    assert json.loads(p.stdout)["h2d_bytes"] == 16 * 64 * 64 * 4  # whole batches, float32
+    p = run("batch", DIGITS, "--input", str(d / "x.npy"), "--output", str(d / "cpu"), "--batch",
+            "64", "-d", "cpu0", "--json")
+    assert json.loads(p.stdout)["h2d_bytes"] == 0
 
 
 def test_directory_and_csv_and_uint8(data):
