@@ -140,16 +140,17 @@ static inline const uint8_t *pixel(const gs_image *src, int x, int y) {
 }
 
 /* A transpose of 3-byte pixels, in tiles that stay in cache: out's row c
- * (rows x 3 bytes) is in's column c. A pixel moves as 4 bytes where the
- * fourth is in's next pixel and out's next (written after): one load and
- * one store instead of three of each. */
-static void transpose_pixels(const uint8_t *in, size_t in_stride, int rows, int cols,
-                             uint8_t *out) {
+ * (rows x 3 bytes) is in's column c, for rows [r_lo, r_hi) and columns
+ * [c_lo, cols). A pixel moves as 4 bytes where the fourth is in's next
+ * pixel and out's next (written after): one load and one store instead of
+ * three of each. */
+static void transpose_tiles(const uint8_t *in, size_t in_stride, int rows, int cols, int r_lo,
+                            int r_hi, int c_lo, uint8_t *out) {
   enum { TILE = 16 };
   size_t out_stride = (size_t)rows * 3;
-  for (int r0 = 0; r0 < rows; r0 += TILE)
-    for (int c0 = 0; c0 < cols; c0 += TILE) {
-      int r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < cols ? c0 + TILE : cols;
+  for (int r0 = r_lo; r0 < r_hi; r0 += TILE)
+    for (int c0 = c_lo; c0 < cols; c0 += TILE) {
+      int r1 = r0 + TILE < r_hi ? r0 + TILE : r_hi, c1 = c0 + TILE < cols ? c0 + TILE : cols;
       for (int c = c0; c < c1; c++) {
         uint8_t *o = out + (size_t)c * out_stride;
         const uint8_t *i = in + (size_t)c * 3;
@@ -164,6 +165,57 @@ static void transpose_pixels(const uint8_t *in, size_t in_stride, int rows, int 
           memcpy(o + (size_t)r * 3, i + (size_t)r * in_stride, 3);
       }
     }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_GATHER_TRANSPOSE 1
+
+/* The same with AVX-512: 16 rows of one column gathered as 4-byte pixels
+ * at once, their fourth bytes shuffled out, and stored as 48 bytes. The
+ * strips of 16 rows stay in the first-level cache while every column is
+ * gathered from them. Returns the rows done (a multiple of 16); every
+ * column but the last, whose fourth bytes lie past the image. */
+__attribute__((target("avx512f,avx512bw"))) static int
+transpose_gathered(const uint8_t *in, size_t in_stride, int rows, int cols, uint8_t *out) {
+  if (cols < 2 || in_stride > INT32_MAX / 16)
+    return 0;
+  const __m512i offsets = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32((int)in_stride));
+  /* Per 16-byte lane: its 4 pixels' 12 bytes first; then the lanes' 12
+   * bytes side by side. */
+  const __m512i squeeze = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+  const __m512i join = _mm512_setr_epi32(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 15, 15, 15, 15);
+  const __mmask64 bytes48 = (1ull << 48) - 1;
+  size_t out_stride = (size_t)rows * 3;
+  int r0 = 0;
+  for (; r0 + 16 <= rows; r0 += 16) {
+    const uint8_t *strip = in + (size_t)r0 * in_stride;
+    for (int c = 0; c + 1 < cols; c++) {
+      __m512i px = _mm512_i32gather_epi32(offsets, strip + (size_t)c * 3, 1);
+      px = _mm512_permutexvar_epi32(join, _mm512_shuffle_epi8(px, squeeze));
+      _mm512_mask_storeu_epi8(out + (size_t)c * out_stride + (size_t)r0 * 3, bytes48, px);
+    }
+  }
+  return r0;
+}
+#endif
+
+static void transpose_pixels(const uint8_t *in, size_t in_stride, int rows, int cols,
+                             uint8_t *out) {
+#ifdef HAVE_GATHER_TRANSPOSE
+  if (__builtin_cpu_supports("avx512bw")) {
+    int done = transpose_gathered(in, in_stride, rows, cols, out);
+    if (done > 0) {
+      transpose_tiles(in, in_stride, rows, cols, done, rows, 0, out); /* the rows left */
+      transpose_tiles(in, in_stride, rows, cols, 0, done, cols - 1, out); /* the last column */
+      return;
+    }
+  }
+#endif
+  transpose_tiles(in, in_stride, rows, cols, 0, rows, 0, out);
 }
 
 /* The horizontal pass over source rows [row_lo, row_lo + rows) into mid
