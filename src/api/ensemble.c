@@ -167,10 +167,20 @@ static int step_file(const char *repo_dir, const gs_ensemble_step *st, char *pat
   return GS_OK;
 }
 
-/* Where step st's model has a recipe on an input the ensemble's request
- * fills, the ensemble takes images there by it. */
-static int inherit_recipe(gs_served_model *m, const char *repo_dir, const gs_ensemble_step *st,
-                          const gs_model *model) {
+/* Whether a model's instance_group places it on the host's cores alone. */
+static bool placed_on_cpu(const gs_served_model *cfg) {
+  for (int g = 0; g < cfg->n_groups; g++)
+    if (strcmp(cfg->groups[g].kind, "KIND_CPU") != 0 && strcmp(cfg->groups[g].kind, "cpu") != 0)
+      return false;
+  return cfg->n_groups > 0;
+}
+
+/* What the ensemble takes from step st's configuration: where its model
+ * has a recipe on an input the ensemble's request fills, the ensemble takes
+ * images there by it; where its model is placed on the CPU, so is the step
+ * (st->on_host). */
+static int read_step_config(gs_served_model *m, const char *repo_dir, gs_ensemble_step *st,
+                            const gs_model *model) {
   gs_served_model *cfg = calloc(1, sizeof *cfg);
   if (!cfg)
     return gs_error(GS_ENOMEM, "out of memory reading step %s's configuration", st->model);
@@ -183,6 +193,7 @@ static int inherit_recipe(gs_served_model *m, const char *repo_dir, const gs_ens
   else if (snprintf(path, sizeof path, "%s/%s/config.pbtxt", repo_dir, st->model),
            stat(path, &sb) == 0)
     rc = gs_model_config_read_pbtxt(cfg, path);
+  st->on_host = rc == 0 && placed_on_cpu(cfg);
   bool nchw;
   int h, w, idx = rc == 0 && cfg->has_prep ? gs_image_input_find(cfg, model, &nchw, &h, &w) : -1;
   for (int i = 0; idx >= 0 && i < st->n_in; i++) {
@@ -217,7 +228,7 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
       rc = gs_error_prefix(rc, where);
       break;
     }
-    rc = inherit_recipe(m, repo_dir, st, steps[k].model);
+    rc = read_step_config(m, repo_dir, st, steps[k].model);
     bool again = false; /* the same model twice: a prefix each */
     for (int j = 0; j < k; j++)
       again = again || strcmp(e->steps[j].model, st->model) == 0;
@@ -236,6 +247,10 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
       gs_model_free(steps[k].model);
     return rc;
   }
+  e->n_host_sections = 0;
+  for (int k = 0; k < e->n_steps; k++)
+    if (e->steps[k].on_host)
+      e->host_sections[e->n_host_sections++] = e->steps[k].prefix;
   for (int i = 0; i < e->n_inputs; i++)
     inputs[i] = e->inputs[i];
   for (int i = 0; i < e->n_outputs; i++)

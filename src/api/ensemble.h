@@ -5,7 +5,14 @@
  * (engine/model_compose.h), planned and run as any other: the tensors
  * between steps stay in the instance's device memory, and clients see one
  * model. A step's "preprocess" recipe on an input the ensemble's request
- * fills becomes the ensemble's (image_input.h). */
+ * fills becomes the ensemble's (image_input.h).
+ *
+ * A step whose model's instance_group is KIND_CPU (or kind "cpu") alone
+ * runs on the host's cores while the others run on the instance's device:
+ * what crosses between them is copied once each way at the step's edges.
+ * Every other step runs on the instance's device, wherever its own model
+ * is placed: steps on two devices of their own (two GPUs) are not split
+ * between them. The config reply says which ("runs_on"). */
 #ifndef GS_API_ENSEMBLE_H
 #define GS_API_ENSEMBLE_H
 

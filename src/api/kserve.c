@@ -217,9 +217,11 @@ static json_t *ensemble_json(const gs_ensemble *e) {
       json_object_set_new(in, st->in_from[i], json_string(st->in_to[i]));
     for (int i = 0; i < st->n_out; i++)
       json_object_set_new(out, st->out_from[i], json_string(st->out_to[i]));
-    json_array_append_new(steps, json_pack("{s:s, s:I, s:o, s:o}", "model_name", st->model,
+    /* gpusrv's own: where the step's kernels run (ensemble.h). */
+    json_array_append_new(steps, json_pack("{s:s, s:I, s:o, s:o, s:s}", "model_name", st->model,
                                            "model_version", (json_int_t)st->version, "input_map",
-                                           in, "output_map", out));
+                                           in, "output_map", out, "runs_on",
+                                           st->on_host ? "cpu" : "instance"));
   }
   return json_pack("{s:o}", "step", steps);
 }

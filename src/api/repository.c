@@ -891,7 +891,9 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
     evict_plan(m, inst, k); /* before the new plan takes its memory */
     gs_plan_options opt = {.device = inst->device, .precision = m->precision, .weights = w->set,
                            .input_values = inputs, .threads = inst->threads,
-                           .deterministic = m->deterministic};
+                           .deterministic = m->deterministic,
+                           .host_sections = m->ensemble.host_sections,
+                           .n_host_sections = m->is_ensemble ? m->ensemble.n_host_sections : 0};
     int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     gs_plan_report r = {0};
     if (rc == 0)

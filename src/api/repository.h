@@ -137,6 +137,10 @@ typedef struct gs_ensemble_step {
   /* The repository's entry for the model (its statistics count the step's
    * runs); set by the compose, NULL where the repository has none. */
   struct gs_served_model *served;
+  /* Its model's instance_group places it on the CPU alone (KIND_CPU or
+   * kind "cpu"): where the ensemble's instance is on a device of its own,
+   * the step's kernels run on the host (gs_plan_options.host_sections). */
+  bool on_host;
   char in_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], in_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
   char out_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], out_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
 } gs_ensemble_step;
@@ -145,6 +149,9 @@ typedef struct gs_ensemble {
   int n_steps, n_inputs, n_outputs;
   _Atomic bool untimed_said; /* the log said a plan of it keeps no figures per step */
   gs_ensemble_step steps[GS_ENSEMBLE_MAX_STEPS];
+  /* The prefixes of the steps on_host, for the plans of the composed model. */
+  const char *host_sections[GS_ENSEMBLE_MAX_STEPS];
+  int n_host_sections;
   char inputs[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], outputs[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
 } gs_ensemble;
 

@@ -58,6 +58,15 @@ typedef struct gs_plan_options {
   /* Iterations one Loop node may run in a run before the run fails (a Loop
    * whose condition never turns false would run forever); 0: 10 million. */
   int64_t loop_limit;
+  /* Sections (nodes named "<section>/<node>", as an ensemble's steps are)
+   * whose kernels run on the host, as a step the device has no kernel for
+   * does: an ensemble's step whose model is placed on the CPU. A value
+   * crosses between the device and the host once at the sections' edges;
+   * the values between their own nodes stay in host memory. NULL: none.
+   * No effect on a device whose memory is the host's. Borrowed: the names
+   * must outlive the plan. */
+  const char *const *host_sections;
+  int n_host_sections;
 } gs_plan_options;
 
 /* Builds a plan of `model` for the given shapes of its inputs (one per
@@ -127,6 +136,11 @@ typedef struct gs_plan_report {
   int folded;       /* nodes computed while planning */
   int fused;        /* nodes merged into another's kernel */
   int cpu_fallback; /* steps that run on the CPU because the device lacks the kernel */
+  int host_steps;   /* steps of gs_plan_options.host_sections run on the host */
+  /* Copies between the device and the host that a run makes around the
+   * steps run on the host, each way, and their bytes. */
+  int host_copies[2]; /* [0]: to the device, [1]: to the host */
+  uint64_t host_copy_bytes[2];
   int kept_blocked; /* values kept in oneDNN's blocked layout (between convolutions, through
                      * the elementwise ops between them) */
   int in_place;     /* Reshapes and the like whose output shares their input's bytes */

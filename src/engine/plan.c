@@ -643,17 +643,26 @@ static int place_weights(gs_plan *p, uint64_t *total) {
 /* ---- running on the CPU what the device cannot run ------------------------------------ */
 
 
-/* Marks a step the device has no kernel for, and lays out its operands in
- * the staging buffer (offsets kept in host[] until the buffer exists). */
-static int plan_fallback(gs_plan *p, step *st, uint64_t *staging_bytes) {
+/* Marks a step that runs on the host: the device has no kernel for it, or
+ * it is a step of one of the sections the options place there. */
+static int plan_fallback(gs_plan *p, step *st, const gs_plan_options *opt) {
   const gs_op_call *c = st->call;
-  if (gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
+  bool host_section = opt && opt->n_host_sections > 0 && !st->empty && !st->in_place &&
+                      !gs_device_get_caps(p->device)->host_visible_device_memory &&
+                      gs__plan_section_of(c->node_name, opt->n_host_sections,
+                                          opt->host_sections) >= 0;
+  if (!host_section && gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
     return 0;
   st->cpu_kernel = gs_host_kernel_find(c->op_type);
   if (!st->cpu_kernel)
     return gs_error(GS_ENOTSUP, "%s has no kernel for %s (node %s), and neither has the CPU",
-                    gs_device_get_info(p->device)->id, c->op_type, c->node_name);
+                    host_section ? "the host" : gs_device_get_info(p->device)->id, c->op_type,
+                    c->node_name);
   st->on_cpu = true;
+  if (host_section) {
+    p->report.host_steps++;
+    return 0;
+  }
   p->report.cpu_fallback++;
   if (!strstr(p->report.fallback_ops, c->op_type) &&
       strlen(p->report.fallback_ops) + strlen(c->op_type) + 3 < sizeof p->report.fallback_ops) {
@@ -661,18 +670,81 @@ static int plan_fallback(gs_plan *p, step *st, uint64_t *staging_bytes) {
       strcat(p->report.fallback_ops, ", ");
     strcat(p->report.fallback_ops, c->op_type);
   }
-  size_t at = 0;
-  for (int i = 0; i < c->n_in + c->n_out; i++) {
-    int v = i < c->n_in ? st->in[i] : st->out[i - c->n_in];
-    st->host[i] = NULL;
-    if (v < 0 || (i < c->n_in && p->values[v].data))
-      continue; /* omitted, or constant: read from the host copy */
-    st->host[i] = (void *)(uintptr_t)(at + 1); /* an offset, resolved later */
-    at += align_up(p->values[v].bytes);
-  }
-  if (at > *staging_bytes)
-    *staging_bytes = at;
   return 0;
+}
+
+/* A step on the host that launches: it writes its outputs' host copies. */
+static bool runs_on_host(const step *st) {
+  return st->on_cpu && !st->dead && !st->empty && !st->in_place;
+}
+
+/* Whether a step on the host (host true) or any other (false) reads value
+ * v; the caller reads a graph output from the device. */
+static bool read_where(const gs_plan *p, int v, bool host) {
+  if (!host && p->values[v].graph_output)
+    return true;
+  for (int s = 0; s < p->n_steps; s++) {
+    const step *st = &p->steps[s];
+    if (st->dead || runs_on_host(st) != host)
+      continue;
+    for (int i = 0; i < st->call->n_in; i++)
+      if (st->in[i] == v)
+        return true;
+  }
+  return false;
+}
+
+/* The staging buffer of the steps on the host: each value a host step
+ * writes for another to read keeps a place of its own (`kept`), where the
+ * steps after it read it without a copy; the other operands are copied
+ * into places each step reuses, after the kept ones. Operand places stay
+ * in host[] as offsets plus one until the buffer exists
+ * (resolve_fallback). Counts the copies a run makes in the report. */
+static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
+  size_t *kept_at = calloc((size_t)p->n_values, sizeof *kept_at); /* offset + 1; 0: none */
+  if (!kept_at)
+    return gs_error(GS_ENOMEM, "out of memory planning the host's steps");
+  size_t kept = 0, scratch = 0;
+  for (int s = 0; s < p->n_steps; s++)
+    for (int o = 0; runs_on_host(&p->steps[s]) && o < p->steps[s].call->n_out; o++) {
+      int v = p->steps[s].out[o];
+      if (v >= 0 && !kept_at[v] && read_where(p, v, true)) {
+        kept_at[v] = kept + 1;
+        kept += align_up(p->values[v].bytes);
+      }
+    }
+  for (int s = 0; s < p->n_steps; s++) {
+    step *st = &p->steps[s];
+    const gs_op_call *c = st->call;
+    if (!st->on_cpu)
+      continue;
+    size_t at = 0;
+    st->stays_on_host = 0;
+    for (int i = 0; i < c->n_in + c->n_out; i++) {
+      bool input = i < c->n_in;
+      int v = input ? st->in[i] : st->out[i - c->n_in];
+      st->host[i] = NULL;
+      if (v < 0 || (input && p->values[v].data))
+        continue; /* omitted, or constant: read from the host copy */
+      bool stays = kept_at[v] && (input || !read_where(p, v, false));
+      if (stays)
+        st->stays_on_host |= 1ull << i;
+      else if (runs_on_host(st) && p->values[v].bytes) {
+        p->report.host_copies[input]++;
+        p->report.host_copy_bytes[input] += p->values[v].bytes;
+      }
+      if (kept_at[v]) {
+        st->host[i] = (void *)(uintptr_t)kept_at[v];
+        continue;
+      }
+      st->host[i] = (void *)(uintptr_t)(kept + at + 1);
+      at += align_up(p->values[v].bytes);
+    }
+    scratch = at > scratch ? at : scratch;
+  }
+  free(kept_at);
+  *staging_bytes = kept + scratch;
+  return GS_OK;
 }
 
 static void resolve_fallback(gs_plan *p, step *st) {
@@ -925,7 +997,9 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   /* A step whose op has no kernel on the device runs on the CPU instead. */
   uint64_t staging_bytes = 0;
   for (int s = 0; rc == 0 && s < p->n_steps; s++)
-    rc = plan_fallback(p, &p->steps[s], &staging_bytes);
+    rc = plan_fallback(p, &p->steps[s], opt);
+  if (rc == 0)
+    rc = lay_out_staging(p, &staging_bytes);
   /* Kernels may prepare constant weights once (oneDNN's reordered layout). */
   for (int i = 0; rc == 0 && i < p->n_steps; i++) {
     if (gs__step_is(&p->steps[i], "Conv") && p->values[p->steps[i].in[1]].data)
@@ -1128,7 +1202,7 @@ static int launch_fallback(gs_plan *p, const step *st) {
   int rc = 0;
   for (int i = 0; rc == 0 && i < c->n_in; i++) {
     int v = st->in[i];
-    if (v < 0 || p->values[v].data || !p->values[v].bytes)
+    if (v < 0 || p->values[v].data || !p->values[v].bytes || (st->stays_on_host >> i & 1))
       continue;
     gs_buffer_t *buf;
     size_t off;
@@ -1139,7 +1213,7 @@ static int launch_fallback(gs_plan *p, const step *st) {
     rc = gs_stream_host_func(p->stream, run_fallback, (void *)st);
   for (int o = 0; rc == 0 && o < c->n_out; o++) {
     int v = st->out[o];
-    if (v < 0 || !p->values[v].bytes)
+    if (v < 0 || !p->values[v].bytes || (st->stays_on_host >> (c->n_in + o) & 1))
       continue;
     gs_buffer_t *buf;
     size_t off;

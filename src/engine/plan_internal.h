@@ -58,6 +58,10 @@ typedef struct step {
    * operand (constant data, or its place in the plan's staging buffer). */
   const gs_host_kernel *cpu_kernel;
   void *host[GS_OP_MAX_IO];
+  /* ... and the operands not copied: an input a step before it on the CPU
+   * left in the staging, an output only such steps read (bit per operand,
+   * inputs first, as host[]). */
+  uint64_t stays_on_host;
 } step;
 
 struct gs_plan {
@@ -98,6 +102,10 @@ struct gs_plan {
   uint64_t profiled_runs;
   gs_plan_sections *sections; /* gs_plan_time_sections; NULL: not timed */
 };
+
+/* The index among `names` of the section node `node_name` belongs to (its
+ * name is "<section>/..."), or -1 (plan_sections.c). */
+int gs__plan_section_of(const char *node_name, int n, const char *const *names);
 
 /* Adds a value (its name borrowed unless owns_name is set after); returns
  * its index or a GS_E code. May move p->values. */

@@ -38,7 +38,7 @@ void gs__plan_sections_free(gs_plan_sections *s) {
   free(s);
 }
 
-static int section_of(const char *node_name, int n, const char *const *names) {
+int gs__plan_section_of(const char *node_name, int n, const char *const *names) {
   for (int k = 0; node_name && k < n; k++) {
     size_t len = strlen(names[k]);
     if (strncmp(node_name, names[k], len) == 0 && node_name[len] == '/')
@@ -75,7 +75,7 @@ int gs_plan_time_sections(gs_plan *p, int n, const char *const *names) {
     rc = s->of_step && s->ns ? GS_OK : GS_ENOMEM;
   }
   for (int i = 0; rc == 0 && i < p->n_steps; i++)
-    s->of_step[i] = section_of(p->steps[i].call->node_name, n, names);
+    s->of_step[i] = gs__plan_section_of(p->steps[i].call->node_name, n, names);
   if (rc == 0) {
     s->cap = count_marks(p, s);
     s->opens = calloc((size_t)s->cap, sizeof *s->opens);

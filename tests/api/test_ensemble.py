@@ -112,11 +112,15 @@ def served(tmp_path_factory):
     repo = tmp_path_factory.mktemp("repo")
     save(repo, "classifier", classifier_graph(), {"max_batch_size": 8, "preprocess": RECIPE})
     save(repo, "topk", topk_graph(), {"max_batch_size": 8})
+    save(repo, "topk_cpu", topk_graph(),
+         {"max_batch_size": 8, "instance_group": [{"count": 1, "kind": "KIND_CPU"}]})
     save(repo, "ones", ones_graph(), {})
     (repo / "pipeline" / "1").mkdir(parents=True)  # Triton's ensembles keep an empty version
     (repo / "pipeline" / "config.pbtxt").write_text(PIPELINE_PBTXT)
     bad = {
         "on_device": ensemble([CLASSIFY, TOPK], instance_group=[{"count": 1, "kind": "opencl"}]),
+        "topk_on_cpu": ensemble([CLASSIFY, {**TOPK, "model_name": "topk_cpu"}],
+                                instance_group=[{"count": 1, "kind": "opencl"}]),
         "unbatched": {k: v for k, v in ensemble([CLASSIFY, TOPK]).items()
                       if k != "dynamic_batching"},  # run on the request's thread
         "topk_twice": ensemble([{**TOPK, "output_map": {"values": "V1", "indices": "I1"}},
@@ -214,6 +218,34 @@ def test_on_a_device_the_tensor_between_steps_stays_there(served, tmp_path):
         # The image's tensor in; SCORES and CLASSES out; LOGITS never: two
         # models called in turn would copy it out and back in.
         assert {k: after[k] - before[k] for k in before} == {"h2d": 1, "d2h": 2}
+        np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
+        np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
+
+
+def test_a_step_placed_on_the_cpu_runs_there_and_crosses_once(served, tmp_path):
+    """The top-k step's model is KIND_CPU, the ensemble's instance on
+    opencl0: the softmax and top-k run on the host. LOGITS goes down once,
+    and the probabilities between the two stay on the host; SCORES and
+    CLASSES go up to the device, where the batcher reads the outputs."""
+    repo, port, _ = served
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    if not c.is_model_ready("topk_on_cpu"):
+        pytest.skip("topk_on_cpu is not ready here (no OpenCL device?)")
+    steps = c.get_model_config("topk_on_cpu")["ensemble_scheduling"]["step"]
+    assert [s["runs_on"] for s in steps] == ["instance", "cpu"]
+    assert [s["runs_on"] for s in c.get_model_config("on_device")["ensemble_scheduling"]
+            ["step"]] == ["instance", "instance"]
+    values, indices = steps_in_turn(repo, IMAGES[:1], tmp_path)
+    for _ in range(2):
+        x = triton.InferInput("IMAGE", [1, 1], "BYTES")
+        x.set_data_from_numpy(np.array([IMAGES[:1]], dtype=object))
+        before = copies(port, "opencl0")
+        r = c.infer("topk_on_cpu", [x])
+        after = copies(port, "opencl0")
+        # In: the image's tensor, then SCORES and CLASSES from the host. Out:
+        # LOGITS to the host, then SCORES and CLASSES to the client. A copy
+        # around each node would add the probabilities both ways.
+        assert {k: after[k] - before[k] for k in before} == {"h2d": 3, "d2h": 3}
         np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
         np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
 
