@@ -175,10 +175,18 @@ static bool placed_on_cpu(const gs_served_model *cfg) {
   return cfg->n_groups > 0;
 }
 
+/* The first device a model's instance_group names, where it is here. */
+static gs_device_t *named_device(const gs_served_model *cfg) {
+  for (int g = 0; g < cfg->n_groups; g++)
+    if (cfg->groups[g].n_devices > 0)
+      return gs_instance_group_device(&cfg->groups[g], 0);
+  return NULL;
+}
+
 /* What the ensemble takes from step st's configuration: where its model
  * has a recipe on an input the ensemble's request fills, the ensemble takes
  * images there by it; where its model is placed on the CPU, so is the step
- * (st->on_host). */
+ * (st->on_host), else on the device it names (st->device). */
 static int read_step_config(gs_served_model *m, const char *repo_dir, gs_ensemble_step *st,
                             const gs_model *model) {
   gs_served_model *cfg = calloc(1, sizeof *cfg);
@@ -194,6 +202,7 @@ static int read_step_config(gs_served_model *m, const char *repo_dir, gs_ensembl
            stat(path, &sb) == 0)
     rc = gs_model_config_read_pbtxt(cfg, path);
   st->on_host = rc == 0 && placed_on_cpu(cfg);
+  st->device = rc == 0 && !st->on_host ? named_device(cfg) : NULL;
   bool nchw;
   int h, w, idx = rc == 0 && cfg->has_prep ? gs_image_input_find(cfg, model, &nchw, &h, &w) : -1;
   for (int i = 0; idx >= 0 && i < st->n_in; i++) {
@@ -247,10 +256,16 @@ int gs_ensemble_compose(gs_served_model *m, const char *repo_dir, gs_model **out
       gs_model_free(steps[k].model);
     return rc;
   }
-  e->n_host_sections = 0;
-  for (int k = 0; k < e->n_steps; k++)
-    if (e->steps[k].on_host)
-      e->host_sections[e->n_host_sections++] = e->steps[k].prefix;
+  e->n_host_sections = e->n_device_sections = 0;
+  for (int k = 0; k < e->n_steps; k++) {
+    gs_ensemble_step *st = &e->steps[k];
+    if (st->on_host)
+      e->host_sections[e->n_host_sections++] = st->prefix;
+    if (st->device) {
+      e->device_sections[e->n_device_sections] = st->prefix;
+      e->section_devices[e->n_device_sections++] = st->device;
+    }
+  }
   for (int i = 0; i < e->n_inputs; i++)
     inputs[i] = e->inputs[i];
   for (int i = 0; i < e->n_outputs; i++)

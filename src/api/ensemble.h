@@ -9,10 +9,12 @@
  *
  * A step whose model's instance_group is KIND_CPU (or kind "cpu") alone
  * runs on the host's cores while the others run on the instance's device:
- * what crosses between them is copied once each way at the step's edges.
- * Every other step runs on the instance's device, wherever its own model
- * is placed: steps on two devices of their own (two GPUs) are not split
- * between them. The config reply says which ("runs_on"). */
+ * what crosses between them is copied once each way at the step's edges
+ * (gs_plan_options.host_sections). A step whose model's instance_group
+ * names a device runs there: the plan is then a chain across devices
+ * (plan_chain.h), a tensor crossing only between steps on different
+ * devices. Every other step runs on the instance's device. The config
+ * reply says which ("runs_on"). */
 #ifndef GS_API_ENSEMBLE_H
 #define GS_API_ENSEMBLE_H
 

@@ -221,7 +221,9 @@ static json_t *ensemble_json(const gs_ensemble *e) {
     json_array_append_new(steps, json_pack("{s:s, s:I, s:o, s:o, s:s}", "model_name", st->model,
                                            "model_version", (json_int_t)st->version, "input_map",
                                            in, "output_map", out, "runs_on",
-                                           st->on_host ? "cpu" : "instance"));
+                                           st->on_host  ? "cpu"
+                                           : st->device ? gs_device_get_info(st->device)->id
+                                                        : "instance"));
   }
   return json_pack("{s:o}", "step", steps);
 }

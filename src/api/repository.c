@@ -149,6 +149,12 @@ static gs_device_t *nth_gpu(const char *entry) {
   return NULL;
 }
 
+gs_device_t *gs_instance_group_device(const gs_instance_group *g, int i) {
+  gs_device_t *d = !strcmp(g->kind, "KIND_GPU") ? nth_gpu(g->devices[i])
+                                                 : gs_hal_device_find(g->devices[i]);
+  return d && kind_matches(g->kind, d) ? d : NULL;
+}
+
 /* Instance i's share of its device's cores: instances of one model on one
  * device run at once, and more threads than cores would only make them
  * take turns. */
@@ -190,9 +196,8 @@ static int make_instances(gs_served_model *m) {
     int np = 0;
     if (g->n_devices) {
       for (int i = 0; i < g->n_devices; i++) {
-        gs_device_t *d = !strcmp(g->kind, "KIND_GPU") ? nth_gpu(g->devices[i])
-                                                       : gs_hal_device_find(g->devices[i]);
-        if (!d || !kind_matches(g->kind, d))
+        gs_device_t *d = gs_instance_group_device(g, i);
+        if (!d)
           return gs_error(GS_EINVAL, "instance_group: no %s device '%s' here", g->kind, g->devices[i]);
         if (held_whole(m, d, owner))
           return refuse_held(m, d, owner);
@@ -893,7 +898,11 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                            .input_values = inputs, .threads = inst->threads,
                            .deterministic = m->deterministic,
                            .host_sections = m->ensemble.host_sections,
-                           .n_host_sections = m->is_ensemble ? m->ensemble.n_host_sections : 0};
+                           .n_host_sections = m->is_ensemble ? m->ensemble.n_host_sections : 0,
+                           .device_sections = m->ensemble.device_sections,
+                           .section_devices = m->ensemble.section_devices,
+                           .n_device_sections = m->is_ensemble ? m->ensemble.n_device_sections
+                                                               : 0};
     int rc = gs_plan_create(v->model, shapes, &opt, &plan);
     gs_plan_report r = {0};
     if (rc == 0)

@@ -102,6 +102,10 @@ typedef struct gs_instance_group {
   int64_t min, max, queue_budget_us, scale_down_ms;
 } gs_instance_group;
 
+/* Device i of a group's devices (a KIND_GPU group's are indexes among the
+ * GPUs, or ids), if it is there and of the group's kind; else NULL. */
+gs_device_t *gs_instance_group_device(const gs_instance_group *g, int i);
+
 /* Triton's statistics: how many, and how long in all. */
 typedef struct gs_duration_stat {
   uint64_t count, ns;
@@ -141,6 +145,10 @@ typedef struct gs_ensemble_step {
    * kind "cpu"): where the ensemble's instance is on a device of its own,
    * the step's kernels run on the host (gs_plan_options.host_sections). */
   bool on_host;
+  /* Else the device its model's instance_group names first (NULL: none
+   * named, or not here): where the ensemble's instance is on another, the
+   * step's kernels run there (gs_plan_options.device_sections). */
+  gs_device_t *device;
   char in_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], in_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
   char out_from[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], out_to[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
 } gs_ensemble_step;
@@ -152,6 +160,10 @@ typedef struct gs_ensemble {
   /* The prefixes of the steps on_host, for the plans of the composed model. */
   const char *host_sections[GS_ENSEMBLE_MAX_STEPS];
   int n_host_sections;
+  /* The prefixes of the steps with a device, and those devices. */
+  const char *device_sections[GS_ENSEMBLE_MAX_STEPS];
+  gs_device_t *section_devices[GS_ENSEMBLE_MAX_STEPS];
+  int n_device_sections;
   char inputs[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME], outputs[GS_ENSEMBLE_MAX_WIRES][GS_ENSEMBLE_NAME];
 } gs_ensemble;
 

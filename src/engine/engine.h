@@ -67,6 +67,15 @@ typedef struct gs_plan_options {
    * must outlive the plan. */
   const char *const *host_sections;
   int n_host_sections;
+  /* Sections whose kernels run on another device: device_sections[i] on
+   * section_devices[i]; a section listed in neither runs on `device`. The
+   * plan is then a chain of parts, one per change of device in node order,
+   * and a value crosses between devices only where a part reads what a
+   * part on another device made (plan_chain.h). Shapes that depend on
+   * values are not supported then. Borrowed, as host_sections. */
+  const char *const *device_sections;
+  gs_device_t *const *section_devices;
+  int n_device_sections;
 } gs_plan_options;
 
 /* Builds a plan of `model` for the given shapes of its inputs (one per
@@ -141,6 +150,11 @@ typedef struct gs_plan_report {
    * steps run on the host, each way, and their bytes. */
   int host_copies[2]; /* [0]: to the device, [1]: to the host */
   uint64_t host_copy_bytes[2];
+  /* A chain across devices (gs_plan_options.device_sections): its parts,
+   * and what those on other devices than the plan's hold there (the other
+   * figures are of the parts on the plan's device). */
+  int chain_parts;
+  uint64_t other_devices_bytes;
   int kept_blocked; /* values kept in oneDNN's blocked layout (between convolutions, through
                      * the elementwise ops between them) */
   int in_place;     /* Reshapes and the like whose output shares their input's bytes */

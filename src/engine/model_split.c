@@ -501,23 +501,32 @@ static int make_stage(const split_scan *s, int from, int to, gs_model **out) {
   return GS_OK;
 }
 
-int gs_model_cut(const gs_model *m, int node, gs_model *out[3]) {
-  if (node < 0 || node >= m->n_nodes)
-    return gs_error(GS_EINVAL, "no node %d to cut the model at", node);
+int gs_model_cut_at(const gs_model *m, const int *bounds, int n, gs_model *out[]) {
+  for (int k = 0; k < n; k++)
+    out[k] = NULL;
+  for (int k = 0; k < n; k++)
+    if (bounds[k] > bounds[k + 1] || (k == 0 && bounds[0] != 0))
+      return gs_error(GS_EINVAL, "stage %d of a cut: nodes %d to %d", k, bounds[k], bounds[k + 1]);
+  if (bounds[n] != m->n_nodes)
+    return gs_error(GS_EINVAL, "a cut ends at node %d of %d", bounds[n], m->n_nodes);
   split_scan s = {0};
   int rc = scan(m, &s);
-  int bounds[4] = {0, node, node + 1, m->n_nodes};
-  for (int k = 0; k < 3; k++)
-    out[k] = NULL;
-  for (int k = 0; rc == 0 && k < 3; k++)
+  for (int k = 0; rc == 0 && k < n; k++)
     rc = make_stage(&s, bounds[k], bounds[k + 1], &out[k]);
   scan_free(&s);
   if (rc < 0)
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < n; k++) {
       gs_model_part_free(out[k]);
       out[k] = NULL;
     }
   return rc;
+}
+
+int gs_model_cut(const gs_model *m, int node, gs_model *out[3]) {
+  if (node < 0 || node >= m->n_nodes)
+    return gs_error(GS_EINVAL, "no node %d to cut the model at", node);
+  int bounds[4] = {0, node, node + 1, m->n_nodes};
+  return gs_model_cut_at(m, bounds, 3, out);
 }
 
 int gs_model_with_branch(const gs_model *stage, const gs_model *branch, gs_model **out) {

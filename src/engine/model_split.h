@@ -43,6 +43,9 @@ int gs_model_part_set_constant(gs_model *part, int input, const gs_shape *shape,
  * Static values are made again by copies of their nodes where read. Free
  * each stage with gs_model_part_free. */
 int gs_model_cut(const gs_model *m, int node, gs_model *out[3]);
+/* The same for n stages, stage k holding nodes [bounds[k], bounds[k + 1])
+ * of m (bounds[0] is 0, bounds[n] is m->n_nodes; a stage may be empty). */
+int gs_model_cut_at(const gs_model *m, const int *bounds, int n, gs_model *out[]);
 
 /* Stage `stage` of gs_model_cut around an If, Loop or Scan node (its last
  * node), with `branch` (one of the node's graph attributes) in the node's

@@ -12,6 +12,7 @@
 #include "engine/op.h"
 #include "hal/op/op_attrs.h"
 #include "engine/plan_internal.h"
+#include "engine/plan_chain.h"
 #include "engine/plan_stages.h"
 #include "engine/weight_set.h"
 
@@ -776,6 +777,7 @@ void gs_plan_destroy(gs_plan *p) {
   if (!p)
     return;
   gs__plan_stages_destroy(p->stages);
+  gs__plan_chain_destroy(p->chain);
   if (p->stream)
     gs_stream_synchronize(p->stream);
   gs_buffer_free(p->arena, p->stream);
@@ -1148,8 +1150,30 @@ static int plan_create(const gs_model *m, const gs_shape *input_shapes, const gs
   }
 }
 
+/* A plan across devices (plan_chain.h). */
+static int plan_across(const gs_model *m, const gs_shape *shapes, const gs_plan_options *opt,
+                       gs_plan **out) {
+  gs_plan *p = calloc(1, sizeof *p);
+  if (!p)
+    return gs_error(GS_ENOMEM, "out of memory creating a plan");
+  pthread_mutex_init(&p->run_lock, NULL);
+  gs_strmap_init(&p->index);
+  gs_strmap_init(&p->keep_f32);
+  p->model = m;
+  p->device = opt->device;
+  int rc = gs__plan_chain_create(m, shapes, opt, &p->chain, &p->report);
+  if (rc < 0) {
+    gs_plan_destroy(p);
+    return rc;
+  }
+  *out = p;
+  return GS_OK;
+}
+
 int gs_plan_create(const gs_model *m, const gs_shape *input_shapes, const gs_plan_options *opt,
                    gs_plan **out) {
+  if (gs__plan_chain_needed(m, opt))
+    return plan_across(m, input_shapes, opt, out);
   return plan_create(m, input_shapes, opt, true, out);
 }
 
@@ -1159,6 +1183,8 @@ int gs__plan_create_node(const gs_model *m, const gs_shape *shapes, const gs_pla
 }
 
 bool gs_plan_fits(const gs_plan *p, const void *const *inputs) {
+  if (p->chain)
+    return true; /* never planned for values */
   if (p->stages)
     return gs_plan_fits(gs__plan_stages_head(p->stages), inputs);
   for (int i = 0; p->baked && i < p->model->n_inputs; i++)
@@ -1176,6 +1202,8 @@ bool gs_plan_takes_values(const gs_plan *p) {
 bool gs_plan_sizes_at_run(const gs_plan *p) { return p->stages != NULL; }
 
 uint64_t gs_plan_device_bytes(const gs_plan *p) {
+  if (p->chain)
+    return gs__plan_chain_device_bytes(p->chain);
   if (p->stages)
     return gs__plan_stages_device_bytes(p->stages);
   return p->report.arena_bytes + p->report.weights_bytes;
@@ -1268,8 +1296,8 @@ static int run_steps(gs_plan *p) {
 
 /* Both take the run lock: a run reads and adds to the profile under it. */
 int gs_plan_profile_start(gs_plan *p) {
-  if (p->stages)
-    return gs_error(GS_ENOTSUP, "a plan made in stages has no profile");
+  if (p->stages || p->chain)
+    return gs_error(GS_ENOTSUP, "a plan made in stages or across devices has no profile");
   int rc = GS_OK;
   pthread_mutex_lock(&p->run_lock);
   if (!p->step_ns && !(p->step_ns = calloc((size_t)p->n_steps + 1, sizeof *p->step_ns)))
@@ -1366,11 +1394,24 @@ static int sized_at_run(const gs_plan *p) {
                   p->model->path ? p->model->path : "the model");
 }
 
+/* A run of a plan across devices, under the run lock. */
+static int run_chain(gs_plan *p, const void *const *host_in, void *const *host_out,
+                     gs_buffer_t *const *dev_in, gs_buffer_t *const *dev_out) {
+  pthread_mutex_lock(&p->run_lock);
+  int rc = gs__plan_chain_run(p->chain, host_in, host_out, dev_in, dev_out);
+  pthread_mutex_unlock(&p->run_lock);
+  return rc;
+}
+
 int gs_plan_run(gs_plan *p, const void *const *inputs, void *const *outputs) {
+  if (p->chain)
+    return run_chain(p, inputs, outputs, NULL, NULL);
   return p->stages ? sized_at_run(p) : run_with(p, inputs, outputs, NULL, NULL);
 }
 
 int gs_plan_run_buffers(gs_plan *p, gs_buffer_t *const *inputs, gs_buffer_t *const *outputs) {
+  if (p->chain)
+    return run_chain(p, NULL, NULL, inputs, outputs);
   return p->stages ? sized_at_run(p) : run_with(p, NULL, NULL, inputs, outputs);
 }
 
@@ -1411,6 +1452,10 @@ static void describe(const gs_plan *p, int v, gs_plan_value_info *out) {
 
 /* Named as the model names them, whatever values the plan added between. */
 void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) {
+  if (p->chain) { /* the first part takes the model's inputs, in order */
+    gs__plan_chain_input(p->chain, i, out);
+    return;
+  }
   if (p->stages) {
     gs_plan_input(gs__plan_stages_head(p->stages), i, out);
     return;
@@ -1424,6 +1469,10 @@ void gs_plan_input(const gs_plan *p, int i, gs_plan_value_info *out) {
 }
 
 void gs_plan_output(const gs_plan *p, int i, gs_plan_value_info *out) {
+  if (p->chain) {
+    gs__plan_chain_output(p->chain, i, out);
+    return;
+  }
   if (p->stages) { /* as declared until a run sizes it */
     const gs_value_info *d = &p->model->outputs[i];
     *out = (gs_plan_value_info){.name = d->name, .dtype = d->dtype,

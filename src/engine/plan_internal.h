@@ -97,6 +97,9 @@ struct gs_plan {
   /* A plan made in stages (plan_stages.h): everything above but model,
    * device and report is unused then. */
   gs_plan_stages *stages;
+  /* A plan across devices (plan_chain.h): likewise, everything above but
+   * model, device and report is unused then. */
+  struct gs_plan_chain *chain;
   gs_plan_report report;
   uint64_t *step_ns;      /* profiling (gs_plan_profile_start): per step, summed */
   uint64_t profiled_runs;

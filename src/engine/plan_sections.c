@@ -63,6 +63,8 @@ static int count_marks(const gs_plan *p, const gs_plan_sections *s) {
 int gs_plan_time_sections(gs_plan *p, int n, const char *const *names) {
   if (p->stages)
     return gs_error(GS_ENOTSUP, "a plan made in stages is not timed by section");
+  if (p->chain)
+    return gs_error(GS_ENOTSUP, "a plan across devices is not timed by section");
   if (!gs_device_get_caps(p->device)->event_timing)
     return gs_error(GS_ENOTSUP, "device %s does not time events",
                     gs_device_get_info(p->device)->id);

@@ -23,7 +23,7 @@ import tritonclient.http as triton
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
-from test_serve import ROOT, admin_token, request, start
+from test_serve import ROOT, admin_token, request, serving, start
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
 from test_batch_images import IMAGENET, photo, reference  # noqa: E402
@@ -114,6 +114,12 @@ def served(tmp_path_factory):
     save(repo, "topk", topk_graph(), {"max_batch_size": 8})
     save(repo, "topk_cpu", topk_graph(),
          {"max_batch_size": 8, "instance_group": [{"count": 1, "kind": "KIND_CPU"}]})
+    save(repo, "topk_opencl1", topk_graph(),
+         {"max_batch_size": 8, "instance_group": [{"kind": "opencl", "devices": ["opencl1"]}]})
+    for device in ("opencl0", "opencl1"):
+        save(repo, f"classifier_{device}", classifier_graph(),
+             {"max_batch_size": 8, "preprocess": RECIPE,
+              "instance_group": [{"count": 1, "kind": "opencl", "devices": [device]}]})
     save(repo, "ones", ones_graph(), {})
     (repo / "pipeline" / "1").mkdir(parents=True)  # Triton's ensembles keep an empty version
     (repo / "pipeline" / "config.pbtxt").write_text(PIPELINE_PBTXT)
@@ -121,6 +127,19 @@ def served(tmp_path_factory):
         "on_device": ensemble([CLASSIFY, TOPK], instance_group=[{"count": 1, "kind": "opencl"}]),
         "topk_on_cpu": ensemble([CLASSIFY, {**TOPK, "model_name": "topk_cpu"}],
                                 instance_group=[{"count": 1, "kind": "opencl"}]),
+        # The classifier's model on another device than the ensemble's instance.
+        "across": ensemble([{**CLASSIFY, "model_name": "classifier_opencl1"}, TOPK],
+                           instance_group=[{"count": 1, "kind": "opencl",
+                                            "devices": ["opencl0"]}]),
+        "across_unbatched": {k: v for k, v in ensemble(
+            [{**CLASSIFY, "model_name": "classifier_opencl1"}, TOPK],
+            instance_group=[{"count": 1, "kind": "opencl", "devices": ["opencl0"]}]).items()
+            if k != "dynamic_batching"},  # run from host memory on the request's thread
+        "across_back": ensemble([CLASSIFY, {**TOPK, "model_name": "topk_opencl1"}],
+                                instance_group=[{"count": 1, "kind": "opencl",
+                                                 "devices": ["opencl0"]}]),
+        "across_cpu": ensemble([{**CLASSIFY, "model_name": "classifier_opencl0"}, TOPK],
+                               instance_group=[{"count": 1, "kind": "KIND_CPU"}]),
         "unbatched": {k: v for k, v in ensemble([CLASSIFY, TOPK]).items()
                       if k != "dynamic_batching"},  # run on the request's thread
         "topk_twice": ensemble([{**TOPK, "output_map": {"values": "V1", "indices": "I1"}},
@@ -146,7 +165,7 @@ def served(tmp_path_factory):
     for name, config in bad.items():
         (repo / name).mkdir()
         (repo / name / "config.json").write_text(json.dumps(config))
-    proc, port = start(repo)
+    proc, port = start(repo, env={"POCL_DEVICES": "pthread pthread"})  # opencl0 and opencl1
     yield repo, port, proc.grpc_port
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
@@ -248,6 +267,87 @@ def test_a_step_placed_on_the_cpu_runs_there_and_crosses_once(served, tmp_path):
         assert {k: after[k] - before[k] for k in before} == {"h2d": 3, "d2h": 3}
         np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
         np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,counts", [
+    # The image's tensor from opencl0 to opencl1 (staged through the host:
+    # out of one, into the other), LOGITS back from opencl1 to opencl0; then
+    # SCORES and CLASSES to the client. Nothing between the classifier's own
+    # nodes or the top-k's crosses.
+    ("across", {"opencl0": {"h2d": 2, "d2h": 3}, "opencl1": {"h2d": 1, "d2h": 1}}),
+    # Without a batcher the run starts and ends in host memory: the image
+    # into opencl1, LOGITS across, SCORES and CLASSES out of opencl0.
+    ("across_unbatched", {"opencl0": {"h2d": 1, "d2h": 2}, "opencl1": {"h2d": 1, "d2h": 1}}),
+    # The top-k on opencl1: the image read where it is, LOGITS to opencl1,
+    # SCORES and CLASSES back to opencl0 (where the batcher reads outputs).
+    ("across_back", {"opencl0": {"h2d": 3, "d2h": 3}, "opencl1": {"h2d": 1, "d2h": 2}}),
+    # The instance on the CPU, the classifier on opencl0: the image in, LOGITS out.
+    ("across_cpu", {"opencl0": {"h2d": 1, "d2h": 1}}),
+])
+def test_steps_on_devices_of_their_own_cross_between_them_only(served, tmp_path, name, counts):
+    repo, port, _ = served
+    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+    if not c.is_model_ready(name):
+        pytest.skip(f"{name} is not ready here (no two OpenCL devices?)")
+    placed = {"across": ["opencl1", "instance"], "across_unbatched": ["opencl1", "instance"],
+              "across_back": ["instance", "opencl1"],
+              "across_cpu": ["opencl0", "instance"]}[name]
+    assert [s["runs_on"] for s in c.get_model_config(name)["ensemble_scheduling"]["step"]] == \
+        placed
+    values, indices = steps_in_turn(repo, IMAGES, tmp_path)
+    for run in range(3):
+        x = triton.InferInput("IMAGE", [2, 1], "BYTES")
+        x.set_data_from_numpy(np.array([[f] for f in IMAGES], dtype=object))
+        before = {d: copies(port, d) for d in counts}
+        r = c.infer(name, [x])
+        after = {d: copies(port, d) for d in counts}
+        if run > 0:  # the first plans for two rows, and uploads their weights
+            assert {d: {k: after[d][k] - before[d][k] for k in before[d]}
+                    for d in counts} == counts
+        np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
+        np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
+
+
+PLUGINS = os.environ.get("GPUSRV_TEST_PLUGINS", os.path.join(ROOT, "build", "tests", "plugins"))
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(PLUGINS, "gpusrv-testcpu.so")),
+                    reason="the test plugins are not built")
+def test_steps_across_two_cpu_devices(tmp_path):
+    """The same across cpu0 and testcpu0 (the CPU backend as a plugin of its
+    own, which the sanitizer build has too): the top-k's model on testcpu0,
+    the ensemble's instance on cpu0."""
+    save(tmp_path, "classifier", classifier_graph(), {"max_batch_size": 8, "preprocess": RECIPE})
+    save(tmp_path, "topk", topk_graph(),
+         {"max_batch_size": 8, "instance_group": [{"kind": "testcpu", "devices": ["testcpu0"]}]})
+    for name, extra in (("batched", {}), ("unbatched", None)):
+        config = ensemble([CLASSIFY, TOPK], instance_group=[{"kind": "cpu", "devices": ["cpu0"]}])
+        if extra is None:
+            del config["dynamic_batching"]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    values, indices = steps_in_turn(tmp_path, IMAGES, tmp_path)
+    with serving(tmp_path, env={"GPUSRV_PLUGIN_PATH": PLUGINS}) as port:
+        c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+        for name in ("batched", "unbatched"):
+            assert [s["runs_on"] for s in c.get_model_config(name)["ensemble_scheduling"]
+                    ["step"]] == ["instance", "testcpu0"]
+            for run in range(3):
+                x = triton.InferInput("IMAGE", [2, 1], "BYTES")
+                x.set_data_from_numpy(np.array([[f] for f in IMAGES], dtype=object))
+                before = copies(port, "testcpu0")
+                r = c.infer(name, [x])
+                after = copies(port, "testcpu0")
+                # Into testcpu0: LOGITS, then SCORES and CLASSES (testcpu0 has no
+                # kernels: its softmax and top-k run through the CPU fallback,
+                # LOGITS down to it, the probabilities kept there, the two
+                # outputs up). Out of it: LOGITS to that fallback, and without
+                # a batcher SCORES and CLASSES to the host too.
+                if run > 0:  # the first plans, and uploads TopK's k
+                    assert {k: after[k] - before[k] for k in before} == \
+                        {"h2d": 3, "d2h": 1 if name == "batched" else 3}
+                np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
+                np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-5, atol=1e-6)
 
 
 def step_figures(client, name):
