@@ -362,6 +362,30 @@ def test_the_device_resizes_and_crops_with_the_cpu_s_bytes(assorted, tmp_path, f
             (-MEAN / STD)[:, None, None], (3, 224, 224)), rtol=1e-6)
 
 
+def test_short_of_device_memory_the_cpu_resizes_instead(assorted, tmp_path):
+    """Where the device cannot hold the packs (PoCL held to 1 GiB, a batch
+    of 400 images asking 400 MiB of staging in one allocation), the CPU
+    resizes: the log says so, the summary says no image was resized on the
+    device, and the rows are the same bytes."""
+    need_opencl()
+    model = identity_model(tmp_path / "id.onnx", ["N", 3, 32, 32])
+    recipe = f"resize=40,center_crop=32,{IMAGENET},finish=device"
+    outs = {}
+    for limit in (None, "1"):
+        out = tmp_path / f"out-{limit}"
+        env = {**os.environ, **({"POCL_MEMORY_LIMIT": limit} if limit else {})}
+        p = subprocess.run([GPUSRV, "batch", model, "-i", str(assorted), "-o", str(out),
+                            "--device", "opencl0", "--batch", "400", "--json", "--preprocess",
+                            recipe], capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr
+        summary = json.loads(p.stdout)
+        short = "no memory for the device's resize" in p.stderr
+        assert short == (limit is not None), p.stderr
+        assert (summary["resized_on_device"] is None) == short, summary
+        outs[limit] = np.load(out / "y.npy")
+    np.testing.assert_array_equal(outs["1"], outs[None])
+
+
 def test_recipes_and_models_refused_saying_why(images, tmp_path):
     d, model = images
     photos = str(d / "photos")
