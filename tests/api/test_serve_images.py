@@ -402,6 +402,33 @@ def test_with_a_batcher_the_device_resizes_too(finishes):
 
 
 
+def test_short_of_device_memory_the_batcher_resizes_on_the_cpu(tmp_path):
+    """A batcher of 300 images whose device cannot hold their packs (PoCL
+    held to 1 GiB: 300 MiB of staging asked in one allocation) resizes on
+    the CPU in its gather stage: the same answers, and no image counted as
+    resized on the device."""
+    (tmp_path / "big" / "1").mkdir(parents=True)
+    identity_model(tmp_path / "big" / "1" / "model.onnx", ["N", 3, 32, 32], TensorProto.FLOAT)
+    (tmp_path / "big" / "config.json").write_text(json.dumps({
+        "max_batch_size": 300, "dynamic_batching": {}, "preprocess": f"{RECIPE},finish=device",
+        "instance_group": [{"count": 1, "kind": "opencl"}]}))
+    proc, port = start(tmp_path, env={"POCL_MEMORY_LIMIT": "1"})
+    try:
+        index = {m["name"]: m for m in json.loads(request(port, "POST", "/v2/repository/index",
+                                                          b"{}")[1])}
+        if index["big"]["state"] != "READY":
+            pytest.skip(f"no OpenCL device here: {index['big'].get('reason')}")
+        config = json.loads(request(port, "GET", "/v2/models/big/config")[1])
+        assert config["preprocess_resize"] == "device"  # as configured; memory decides per batch
+        expect = np.stack([want(f) for f in FILES])
+        for got in files_over_both(port, proc.grpc_port, "big"):
+            np.testing.assert_allclose(got, expect, rtol=0, atol=2e-6)
+        assert resized_on_device(port, "big") == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
 def test_with_a_batcher_repeated_headers_raw_requests_and_grpc_pixels(finishes):
     """Pixels of one size sent again and again repeat their JSON header: each
     request still goes through the recipe with its own pixels (a kept header
