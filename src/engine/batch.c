@@ -573,11 +573,12 @@ static int alloc_packs(batch_run *b) {
   return GS_OK;
 }
 
-/* touch_inputs for the resize stage's buffers. */
+/* touch_inputs for the resize stage's buffers: the slot's, and with the
+ * first slot the one the stage shares. */
 static int touch_pack(batch_run *b, slot *sl) {
   gs_stream_t *s = b->parts[0].in_stream;
   int rc = gs_stream_memset(s, sl->packed, 0, 0, gs_buffer_size(sl->packed));
-  if (rc == 0)
+  if (rc == 0 && sl == &b->slots[0])
     rc = gs_stream_memset(s, b->resize_mid, 0, 0, gs_buffer_size(b->resize_mid));
   int sync = gs_stream_synchronize(s);
   return rc < 0 ? rc : sync;
