@@ -172,10 +172,11 @@ static void transpose_tiles(const uint8_t *in, size_t in_stride, int rows, int c
 #define HAVE_GATHER_TRANSPOSE 1
 
 /* The same with AVX-512: 16 rows of one column gathered as 4-byte pixels
- * at once, their fourth bytes shuffled out, and stored as 48 bytes. The
- * strips of 16 rows stay in the first-level cache while every column is
- * gathered from them. Returns the rows done (a multiple of 16); every
- * column but the last, whose fourth bytes lie past the image. */
+ * at once, their fourth bytes shuffled out, and stored as 48 bytes. Strip
+ * by strip of 16 rows, column after column: each gather reads the 16 cache
+ * lines the one before read, or the next ones. Returns the rows done (a
+ * multiple of 16); every column but the last, whose fourth bytes may lie
+ * past the image. */
 __attribute__((target("avx512f,avx512bw"))) static int
 transpose_gathered(const uint8_t *in, size_t in_stride, int rows, int cols, uint8_t *out) {
   if (cols < 2 || in_stride > INT32_MAX / 16)

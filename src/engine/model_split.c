@@ -334,6 +334,10 @@ int gs_model_part_set_constant(gs_model *part, int input, const gs_shape *shape,
   const gs_value_info *in = &part->inputs[input];
   gs_const_tensor t = {.name = in->name, .dtype = in->dtype, .shape = *shape,
                        .data = (void *)data, .bytes = bytes};
+  gs_const_tensor *grown = realloc(part->inits, sizeof *grown * ((size_t)part->n_inits + 2));
+  if (!grown)
+    return gs_error(GS_ENOMEM, "out of memory splitting the model");
+  part->inits = grown;
   part->inits[part->n_inits] = t;
   int rc = gs_strmap_put(&part->init_index, t.name, part->n_inits);
   if (rc < 0)

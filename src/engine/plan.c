@@ -480,6 +480,8 @@ static bool slice_view(gs_plan *p, int s) {
 static void share_places(gs_plan *p, bool overwrite) {
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
+    if (st->host_section) /* its kernels run on the host, on host copies */
+      continue;
     if ((overwrite && overwrite_input(p, s)) || slice_view(p, s))
       continue;
     if (!keeps_bytes(st) || !may_take_place(p, s, 0))
@@ -617,8 +619,8 @@ static int place_weights(gs_plan *p, uint64_t *total) {
   bool *used = calloc((size_t)p->n_values + 1, 1);
   if (!used)
     return gs_error(GS_ENOMEM, "out of memory placing weights");
-  for (int s = 0; s < p->n_steps; s++)
-    for (int i = 0; i < p->steps[s].call->n_in; i++)
+  for (int s = 0; s < p->n_steps; s++) /* a host section's steps read the host copies */
+    for (int i = 0; !p->steps[s].host_section && i < p->steps[s].call->n_in; i++)
       if (p->steps[s].in[i] >= 0)
         used[p->steps[s].in[i]] = true;
   for (int i = 0; i < p->model->n_outputs; i++)
@@ -644,21 +646,36 @@ static int place_weights(gs_plan *p, uint64_t *total) {
 /* ---- running on the CPU what the device cannot run ------------------------------------ */
 
 
+/* The steps of the sections the options place on the host, on a device
+ * whose memory is not the host's (where it is, every step runs there). */
+static void mark_host_sections(gs_plan *p, const gs_plan_options *opt) {
+  if (!opt || opt->n_host_sections <= 0 ||
+      gs_device_get_caps(p->device)->host_visible_device_memory)
+    return;
+  for (int s = 0; s < p->n_steps; s++)
+    p->steps[s].host_section = gs__plan_section_of(p->steps[s].call->node_name,
+                                                   opt->n_host_sections, opt->host_sections) >= 0;
+}
+
 /* Marks a step that runs on the host: the device has no kernel for it, or
  * it is a step of one of the sections the options place there. */
-static int plan_fallback(gs_plan *p, step *st, const gs_plan_options *opt) {
+static int plan_fallback(gs_plan *p, step *st) {
   const gs_op_call *c = st->call;
-  bool host_section = opt && opt->n_host_sections > 0 && !st->empty && !st->in_place &&
-                      !gs_device_get_caps(p->device)->host_visible_device_memory &&
-                      gs__plan_section_of(c->node_name, opt->n_host_sections,
-                                          opt->host_sections) >= 0;
+  bool host_section = st->host_section && !st->empty;
   if (!host_section && gs_device_supports_launch(p->device, c->op_type, &c, sizeof c))
     return 0;
   st->cpu_kernel = gs_host_kernel_find(c->op_type);
   if (!st->cpu_kernel)
-    return gs_error(GS_ENOTSUP, "%s has no kernel for %s (node %s), and neither has the CPU",
-                    host_section ? "the host" : gs_device_get_info(p->device)->id, c->op_type,
-                    c->node_name);
+    return host_section
+               ? gs_error(GS_ENOTSUP, "the CPU has no kernel for %s (node %s)", c->op_type,
+                          c->node_name)
+               : gs_error(GS_ENOTSUP, "%s has no kernel for %s (node %s), and neither has the "
+                                      "CPU", gs_device_get_info(p->device)->id, c->op_type,
+                          c->node_name);
+  if (c->n_in + c->n_out > GS_OP_MAX_IO) /* host[] and stays_on_host hold that many */
+    return gs_error(GS_ENOTSUP, "node %s (%s) has %d inputs and outputs: over %d to run on "
+                                "the CPU", c->node_name, c->op_type, c->n_in + c->n_out,
+                    GS_OP_MAX_IO);
   st->on_cpu = true;
   if (host_section) {
     p->report.host_steps++;
@@ -679,41 +696,61 @@ static bool runs_on_host(const step *st) {
   return st->on_cpu && !st->dead && !st->empty && !st->in_place;
 }
 
-/* Whether a step on the host (host true) or any other (false) reads value
- * v; the caller reads a graph output from the device. */
-static bool read_where(const gs_plan *p, int v, bool host) {
+/* How many steps on the host (host true), or whether any other step
+ * (false), read value v; the caller reads a graph output from the device. */
+static int readers(const gs_plan *p, int v, bool host) {
   if (!host && p->values[v].graph_output)
-    return true;
+    return 1;
+  int n = 0;
   for (int s = 0; s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     if (st->dead || runs_on_host(st) != host)
       continue;
     for (int i = 0; i < st->call->n_in; i++)
-      if (st->in[i] == v)
-        return true;
+      if (st->in[i] == v) {
+        n++;
+        break;
+      }
+    if (n > 0 && !host)
+      break;
   }
-  return false;
+  return n;
 }
 
-/* The staging buffer of the steps on the host: each value a host step
- * writes for another to read keeps a place of its own (`kept`), where the
- * steps after it read it without a copy; the other operands are copied
- * into places each step reuses, after the kept ones. Operand places stay
- * in host[] as offsets plus one until the buffer exists
- * (resolve_fallback). Counts the copies a run makes in the report. */
+/* Whether value v keeps a place of its own in the staging: a host step
+ * makes it for another to read, or two host steps or more read it (the
+ * first copies it down, the others read that copy). */
+static bool keeps_host_copy(const gs_plan *p, int v, bool made_on_host) {
+  return !p->values[v].data && readers(p, v, true) > (made_on_host ? 0 : 1);
+}
+
+/* The staging buffer of the steps on the host: each value that
+ * keeps_host_copy keeps a place of its own (`kept`); the other operands
+ * are copied into places each step reuses, after the kept ones. A value
+ * copies once each way at most: down where a host step first reads it, up
+ * where a host step makes it for a step on the device or the caller.
+ * Operand places stay in host[] as offsets plus one until the buffer
+ * exists (resolve_fallback). Counts the copies a run makes in the report. */
 static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
-  size_t *kept_at = calloc((size_t)p->n_values, sizeof *kept_at); /* offset + 1; 0: none */
-  if (!kept_at)
+  size_t *kept_at = calloc((size_t)p->n_values + 1, sizeof *kept_at); /* offset + 1; 0: none */
+  bool *current = calloc((size_t)p->n_values + 1, 1); /* its kept copy holds it, so far */
+  if (!kept_at || !current) {
+    free(kept_at);
+    free(current);
     return gs_error(GS_ENOMEM, "out of memory planning the host's steps");
+  }
   size_t kept = 0, scratch = 0;
-  for (int s = 0; s < p->n_steps; s++)
-    for (int o = 0; runs_on_host(&p->steps[s]) && o < p->steps[s].call->n_out; o++) {
-      int v = p->steps[s].out[o];
-      if (v >= 0 && !kept_at[v] && read_where(p, v, true)) {
+  for (int s = 0; s < p->n_steps; s++) {
+    const step *st = &p->steps[s];
+    for (int i = 0; runs_on_host(st) && i < st->call->n_in + st->call->n_out; i++) {
+      bool made = i >= st->call->n_in;
+      int v = made ? st->out[i - st->call->n_in] : st->in[i];
+      if (v >= 0 && !kept_at[v] && keeps_host_copy(p, v, made)) {
         kept_at[v] = kept + 1;
         kept += align_up(p->values[v].bytes);
       }
     }
+  }
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
     const gs_op_call *c = st->call;
@@ -727,7 +764,7 @@ static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
       st->host[i] = NULL;
       if (v < 0 || (input && p->values[v].data))
         continue; /* omitted, or constant: read from the host copy */
-      bool stays = kept_at[v] && (input || !read_where(p, v, false));
+      bool stays = input ? current[v] : kept_at[v] && !readers(p, v, false);
       if (stays)
         st->stays_on_host |= 1ull << i;
       else if (runs_on_host(st) && p->values[v].bytes) {
@@ -735,6 +772,7 @@ static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
         p->report.host_copy_bytes[input] += p->values[v].bytes;
       }
       if (kept_at[v]) {
+        current[v] = current[v] || runs_on_host(st);
         st->host[i] = (void *)(uintptr_t)kept_at[v];
         continue;
       }
@@ -744,6 +782,7 @@ static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
     scratch = at > scratch ? at : scratch;
   }
   free(kept_at);
+  free(current);
   *staging_bytes = kept + scratch;
   return GS_OK;
 }
@@ -988,6 +1027,8 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   if (rc == 0)
     rc = gs__plan_fuse(p);
   if (rc == 0)
+    mark_host_sections(p, opt);
+  if (rc == 0)
     rc = gs__plan_lay_out_weights(p);
   if (rc == 0)
     rc = plan_memory(p);
@@ -999,7 +1040,7 @@ static int plan_build(const gs_model *m, const gs_shape *input_shapes, const gs_
   /* A step whose op has no kernel on the device runs on the CPU instead. */
   uint64_t staging_bytes = 0;
   for (int s = 0; rc == 0 && s < p->n_steps; s++)
-    rc = plan_fallback(p, &p->steps[s], opt);
+    rc = plan_fallback(p, &p->steps[s]);
   if (rc == 0)
     rc = lay_out_staging(p, &staging_bytes);
   /* Kernels may prepare constant weights once (oneDNN's reordered layout). */

@@ -7,6 +7,7 @@
 #include "engine/model_split.h"
 #include "engine/plan_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ typedef struct chain_part {
 
 struct gs_plan_chain {
   const gs_model *m;
+  gs_model ordered; /* m with its nodes in the order the parts run them (borrowed) */
   gs_device_t *home; /* the plan's device: the run's inputs and outputs */
   gs_stream_t *home_stream;
   int n;
@@ -57,7 +59,7 @@ bool gs__plan_chain_needed(const gs_model *m, const gs_plan_options *opt) {
 void gs__plan_chain_destroy(gs_plan_chain *c) {
   if (!c)
     return;
-  for (int k = 0; k < c->n; k++) {
+  for (int k = c->n - 1; k >= 0; k--) { /* a part may read weights an earlier part's plan made */
     chain_part *p = &c->parts[k];
     gs_plan_destroy(p->plan);
     for (int i = 0; i < CHAIN_MAX_VALUES; i++) {
@@ -68,12 +70,64 @@ void gs__plan_chain_destroy(gs_plan_chain *c) {
     gs_model_part_free(p->model);
   }
   gs_stream_destroy(c->home_stream);
+  free(c->ordered.nodes);
   free(c);
 }
 
-/* Node bounds where the device changes: parts [bounds[k], bounds[k + 1]). */
-static int cut_by_device(gs_plan_chain *c, const gs_plan_options *opt, int bounds[]) {
+/* Whether node i can run once the nodes marked done have: each input is a
+ * graph input, a weight, or made by a done node (producer[] by name). */
+static bool ready(const gs_model *m, int i, const gs_strmap *producer, const bool *done) {
+  for (int k = 0; k < m->nodes[i].n_in; k++) {
+    const char *in = m->nodes[i].inputs[k];
+    int p = in[0] ? gs_strmap_get(producer, in) : -1;
+    if (p >= 0 && !done[p])
+      return false;
+  }
+  return true;
+}
+
+/* c->ordered: m's nodes in an order of data that stays on one device as
+ * long as it can (steps that do not depend on each other may be listed
+ * interleaved): the first ready node on the current device, else the
+ * first ready node, whose device becomes current. */
+static int order_by_device(gs_plan_chain *c, const gs_plan_options *opt) {
   const gs_model *m = c->m;
+  int n = m->n_nodes, rc = GS_OK;
+  gs_strmap producer;
+  gs_strmap_init(&producer);
+  bool *done = calloc((size_t)n + 1, 1);
+  c->ordered = *m;
+  c->ordered.nodes = malloc(sizeof *m->nodes * ((size_t)n + 1));
+  if (!done || !c->ordered.nodes)
+    rc = gs_error(GS_ENOMEM, "out of memory planning across devices");
+  for (int i = 0; rc == 0 && i < n; i++)
+    for (int k = 0; rc == 0 && k < m->nodes[i].n_out; k++)
+      if (m->nodes[i].outputs[k][0] && gs_strmap_put(&producer, m->nodes[i].outputs[k], i) < 0)
+        rc = gs_error(GS_ENOMEM, "out of memory planning across devices");
+  gs_device_t *current = NULL;
+  for (int placed = 0; rc == 0 && placed < n; placed++) {
+    int pick = -1;
+    for (int i = 0; i < n && (pick < 0 || device_of(m, pick, opt) != current); i++)
+      if (!done[i] && ready(m, i, &producer, done) &&
+          (pick < 0 || device_of(m, i, opt) == current))
+        pick = i;
+    if (pick < 0)
+      rc = gs_error(GS_EINVAL, "the model's nodes have no order of data (a cycle)");
+    else {
+      done[pick] = true;
+      current = device_of(m, pick, opt);
+      c->ordered.nodes[placed] = m->nodes[pick];
+    }
+  }
+  gs_strmap_free(&producer);
+  free(done);
+  return rc;
+}
+
+/* Node bounds of c->ordered where the device changes: parts [bounds[k],
+ * bounds[k + 1]). */
+static int cut_by_device(gs_plan_chain *c, const gs_plan_options *opt, int bounds[]) {
+  const gs_model *m = &c->ordered;
   c->n = 0;
   bounds[0] = 0;
   for (int i = 0; i < m->n_nodes; i++) {
@@ -111,36 +165,41 @@ static int find_source(gs_plan_chain *c, int k, int i) {
 /* Plans part k for the shapes its sources give, with its buffers. */
 static int plan_part(gs_plan_chain *c, int k, const gs_shape *shapes, const gs_plan_options *opt) {
   chain_part *p = &c->parts[k];
-  p->n_in = p->model->n_inputs;
   p->n_out = p->model->n_outputs;
-  if (p->n_in > CHAIN_MAX_VALUES || p->n_out > CHAIN_MAX_VALUES)
+  if (p->model->n_inputs > CHAIN_MAX_VALUES || p->n_out > CHAIN_MAX_VALUES)
     return gs_error(GS_ENOTSUP, "a part of the chain has over %d inputs or outputs",
                     CHAIN_MAX_VALUES);
   gs_shape in_shapes[CHAIN_MAX_VALUES];
   int rc = GS_OK;
-  for (int i = 0; rc == 0 && i < p->n_in; i++) {
+  for (int i = 0; rc == 0 && i < p->model->n_inputs;) {
     if ((rc = find_source(c, k, i)) < 0)
       break;
     source s = p->from[i];
     if (s.part < 0) {
-      in_shapes[i] = shapes[s.index];
+      in_shapes[i++] = shapes[s.index];
       continue;
     }
     gs_plan_value_info info;
     gs_plan_output(c->parts[s.part].plan, s.index, &info);
-    in_shapes[i] = info.shape;
     p->model->inputs[i].dtype = info.dtype; /* a crossing value is declared untyped */
+    if (info.data) { /* known while planning the part before (a shape): a weight here */
+      rc = gs_model_part_set_constant(p->model, i, &info.shape, info.data, info.bytes);
+      continue;
+    }
+    in_shapes[i++] = info.shape;
   }
+  p->n_in = p->model->n_inputs;
   gs_plan_options part_opt = *opt;
   part_opt.device = p->device;
   part_opt.weights = p->device == opt->device ? opt->weights : NULL;
   part_opt.input_values = NULL;
   part_opt.n_device_sections = 0;
-  if (rc == 0)
-    rc = gs_plan_create(p->model, in_shapes, &part_opt, &p->plan);
-  if (rc == 0 && (gs_plan_sizes_at_run(p->plan) || gs_plan_takes_values(p->plan)))
-    rc = gs_error(GS_ENOTSUP, "a model across devices whose shapes depend on values: not "
-                              "supported (plan it on one device)");
+  if (rc == 0 && (rc = gs_plan_create(p->model, in_shapes, &part_opt, &p->plan)) < 0) {
+    char where[96]; /* planned without input values: shapes that depend on them fail here */
+    snprintf(where, sizeof where, "the part on %s of a model across devices",
+             gs_device_get_info(p->device)->id);
+    rc = gs_error_prefix(rc, where);
+  }
   if (rc == 0)
     rc = gs_stream_create_ex(p->device, GS_STREAM_INLINE, &p->stream);
   gs_pool_t *pool = gs_device_pool(p->device, GS_MEM_DEVICE);
@@ -182,6 +241,20 @@ static void sum_report(const gs_plan_chain *c, gs_plan_report *r) {
   for (int k = 0; k < c->n; k++) {
     gs_plan_report pr;
     gs_plan_get_report(c->parts[k].plan, &pr);
+    r->folded += pr.folded; /* what the parts did, wherever they are */
+    r->fused += pr.fused;
+    r->in_place += pr.in_place;
+    r->cpu_fallback += pr.cpu_fallback;
+    r->host_steps += pr.host_steps;
+    for (int way = 0; way < 2; way++) {
+      r->host_copies[way] += pr.host_copies[way];
+      r->host_copy_bytes[way] += pr.host_copy_bytes[way];
+    }
+    if (pr.fallback_ops[0] && strlen(r->fallback_ops) + strlen(pr.fallback_ops) + 3 <
+                                  sizeof r->fallback_ops)
+      snprintf(r->fallback_ops + strlen(r->fallback_ops),
+               sizeof r->fallback_ops - strlen(r->fallback_ops), "%s%s",
+               r->fallback_ops[0] ? ", " : "", pr.fallback_ops);
     uint64_t held = gs_plan_device_bytes(c->parts[k].plan);
     for (int i = 0; i < CHAIN_MAX_VALUES; i++)
       held += (c->parts[k].in[i] ? gs_buffer_size(c->parts[k].in[i]) : 0) +
@@ -210,8 +283,10 @@ int gs__plan_chain_create(const gs_model *m, const gs_shape *shapes, const gs_pl
   c->home = opt->device;
   int bounds[CHAIN_MAX_PARTS + 1];
   gs_model *parts[CHAIN_MAX_PARTS];
-  int rc = cut_by_device(c, opt, bounds);
-  if (rc == 0 && (rc = gs_model_cut_at(m, bounds, c->n, parts)) == 0)
+  int rc = order_by_device(c, opt);
+  if (rc == 0)
+    rc = cut_by_device(c, opt, bounds);
+  if (rc == 0 && (rc = gs_model_cut_at(&c->ordered, bounds, c->n, parts)) == 0)
     for (int k = 0; k < c->n; k++)
       c->parts[k].model = parts[k];
   for (int k = 0; rc == 0 && k < c->n; k++)

@@ -52,7 +52,8 @@ typedef struct step {
   int in[GS_OP_MAX_IO], out[GS_OP_MAX_IO]; /* value indices, -1: omitted */
   bool dead;                               /* fused into another step */
   bool empty;                              /* every output empty: nothing to launch */
-  bool on_cpu;                             /* fallback: the device lacks this kernel */
+  bool on_cpu; /* runs on the host: the device lacks the kernel, or host_section */
+  bool host_section; /* a step of gs_plan_options.host_sections (never in place) */
   bool in_place;                           /* output shares its input's bytes: nothing to launch */
   /* For a fallback step: the CPU kernel, and the host address of each
    * operand (constant data, or its place in the plan's staging buffer). */
