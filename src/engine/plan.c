@@ -1135,16 +1135,25 @@ static int check_bake(const gs_model *m, const gs_shape *shapes, const gs_plan_o
   return GS_OK;
 }
 
-/* A plan made in stages around node `node` (plan_stages.h). */
-static int plan_in_stages(const gs_model *m, int node, const gs_shape *shapes,
-                          const gs_plan_options *opt, gs_plan **out) {
+/* A plan of m with nothing planned yet, for one made of other plans
+ * (in stages, or across devices); NULL when out of memory. */
+static gs_plan *plan_of_plans(const gs_model *m) {
   gs_plan *p = calloc(1, sizeof *p);
   if (!p)
-    return gs_error(GS_ENOMEM, "out of memory creating a plan");
+    return NULL;
   pthread_mutex_init(&p->run_lock, NULL);
   gs_strmap_init(&p->index);
   gs_strmap_init(&p->keep_f32);
   p->model = m;
+  return p;
+}
+
+/* A plan made in stages around node `node` (plan_stages.h). */
+static int plan_in_stages(const gs_model *m, int node, const gs_shape *shapes,
+                          const gs_plan_options *opt, gs_plan **out) {
+  gs_plan *p = plan_of_plans(m);
+  if (!p)
+    return gs_error(GS_ENOMEM, "out of memory creating a plan");
   int rc = gs__plan_stages_create(m, node, shapes, opt, &p->stages);
   if (rc < 0) {
     gs_plan_destroy(p);
@@ -1194,13 +1203,9 @@ static int plan_create(const gs_model *m, const gs_shape *input_shapes, const gs
 /* A plan across devices (plan_chain.h). */
 static int plan_across(const gs_model *m, const gs_shape *shapes, const gs_plan_options *opt,
                        gs_plan **out) {
-  gs_plan *p = calloc(1, sizeof *p);
+  gs_plan *p = plan_of_plans(m);
   if (!p)
     return gs_error(GS_ENOMEM, "out of memory creating a plan");
-  pthread_mutex_init(&p->run_lock, NULL);
-  gs_strmap_init(&p->index);
-  gs_strmap_init(&p->keep_f32);
-  p->model = m;
   p->device = opt->device;
   int rc = gs__plan_chain_create(m, shapes, opt, &p->chain, &p->report);
   if (rc < 0) {

@@ -220,56 +220,41 @@ def copies(port, device):
         r'gpusrv_device_copies_total\{device="%s",direction="(\w+)"\} (\d+)' % device, text)}
 
 
+def infer_counting(port, name, images, devices):
+    """`name` on `images` (BYTES [n, 1]) over HTTP: the reply, and the
+    copies each of `devices` made for it, by direction."""
+    x = triton.InferInput("IMAGE", [len(images), 1], "BYTES")
+    x.set_data_from_numpy(np.array([[f] for f in images], dtype=object))
+    before = {d: copies(port, d) for d in devices}
+    r = triton.InferenceServerClient(f"127.0.0.1:{port}").infer(name, [x])
+    after = {d: copies(port, d) for d in devices}
+    return r, {d: {k: after[d][k] - before[d][k] for k in before[d]} for d in devices}
+
+
 def test_on_a_device_the_tensor_between_steps_stays_there(served, tmp_path):
     repo, port, _ = served
     index = {m["name"]: m for m in json.loads(request(port, "POST", "/v2/repository/index",
                                                       b"{}")[1])}
     if index["on_device"]["state"] != "READY":
         pytest.skip(f"no OpenCL device here: {index['on_device'].get('reason')}")
+    config = json.loads(request(port, "GET", "/v2/models/on_device/config")[1])
+    assert [s["runs_on"] for s in config["ensemble_scheduling"]["step"]] == ["instance"] * 2
     values, indices = steps_in_turn(repo, IMAGES[:1], tmp_path)
-    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
     for _ in range(2):
-        x = triton.InferInput("IMAGE", [1, 1], "BYTES")
-        x.set_data_from_numpy(np.array([IMAGES[:1]], dtype=object))
-        before = copies(port, "opencl0")
-        r = c.infer("on_device", [x])
-        after = copies(port, "opencl0")
+        r, counts = infer_counting(port, "on_device", IMAGES[:1], ["opencl0"])
         # The image's tensor in; SCORES and CLASSES out; LOGITS never: two
         # models called in turn would copy it out and back in.
-        assert {k: after[k] - before[k] for k in before} == {"h2d": 1, "d2h": 2}
-        np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
-        np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
-
-
-def test_a_step_placed_on_the_cpu_runs_there_and_crosses_once(served, tmp_path):
-    """The top-k step's model is KIND_CPU, the ensemble's instance on
-    opencl0: the softmax and top-k run on the host. LOGITS goes down once,
-    and the probabilities between the two stay on the host; SCORES and
-    CLASSES go up to the device, where the batcher reads the outputs."""
-    repo, port, _ = served
-    c = triton.InferenceServerClient(f"127.0.0.1:{port}")
-    if not c.is_model_ready("topk_on_cpu"):
-        pytest.skip("topk_on_cpu is not ready here (no OpenCL device?)")
-    steps = c.get_model_config("topk_on_cpu")["ensemble_scheduling"]["step"]
-    assert [s["runs_on"] for s in steps] == ["instance", "cpu"]
-    assert [s["runs_on"] for s in c.get_model_config("on_device")["ensemble_scheduling"]
-            ["step"]] == ["instance", "instance"]
-    values, indices = steps_in_turn(repo, IMAGES[:1], tmp_path)
-    for _ in range(2):
-        x = triton.InferInput("IMAGE", [1, 1], "BYTES")
-        x.set_data_from_numpy(np.array([IMAGES[:1]], dtype=object))
-        before = copies(port, "opencl0")
-        r = c.infer("topk_on_cpu", [x])
-        after = copies(port, "opencl0")
-        # In: the image's tensor, then SCORES and CLASSES from the host. Out:
-        # LOGITS to the host, then SCORES and CLASSES to the client. A copy
-        # around each node would add the probabilities both ways.
-        assert {k: after[k] - before[k] for k in before} == {"h2d": 3, "d2h": 3}
+        assert counts == {"opencl0": {"h2d": 1, "d2h": 2}}
         np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
         np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name,counts", [
+    # The top-k's model is KIND_CPU, the instance on opencl0: the softmax and
+    # top-k run on the host. In: the image's tensor, then SCORES and CLASSES
+    # from the host. Out: LOGITS to the host, then SCORES and CLASSES to the
+    # client. A copy around each node would add the probabilities both ways.
+    ("topk_on_cpu", {"opencl0": {"h2d": 3, "d2h": 3}}),
     # The image's tensor from opencl0 to opencl1 (staged through the host:
     # out of one, into the other), LOGITS back from opencl1 to opencl0; then
     # SCORES and CLASSES to the client. Nothing between the classifier's own
@@ -284,28 +269,26 @@ def test_a_step_placed_on_the_cpu_runs_there_and_crosses_once(served, tmp_path):
     # The instance on the CPU, the classifier on opencl0: the image in, LOGITS out.
     ("across_cpu", {"opencl0": {"h2d": 1, "d2h": 1}}),
 ])
-def test_steps_on_devices_of_their_own_cross_between_them_only(served, tmp_path, name, counts):
+def test_steps_placed_off_the_instance_cross_between_devices_only(served, tmp_path, name,
+                                                                  counts):
     repo, port, _ = served
     c = triton.InferenceServerClient(f"127.0.0.1:{port}")
-    step = {"across": "classifier_opencl1", "across_unbatched": "classifier_opencl1",
-            "across_back": "topk_opencl1", "across_cpu": "classifier_opencl0"}[name]
+    step = {"topk_on_cpu": "classifier_opencl0", "across": "classifier_opencl1",
+            "across_unbatched": "classifier_opencl1", "across_back": "topk_opencl1",
+            "across_cpu": "classifier_opencl0"}[name]
     if not c.is_model_ready(step):  # its device is not here: the step runs on the instance's
         pytest.skip(f"{step} is not ready here (no two OpenCL devices?)")
-    placed = {"across": ["opencl1", "instance"], "across_unbatched": ["opencl1", "instance"],
+    placed = {"topk_on_cpu": ["instance", "cpu"], "across": ["opencl1", "instance"],
+              "across_unbatched": ["opencl1", "instance"],
               "across_back": ["instance", "opencl1"],
               "across_cpu": ["opencl0", "instance"]}[name]
     assert [s["runs_on"] for s in c.get_model_config(name)["ensemble_scheduling"]["step"]] == \
         placed
     values, indices = steps_in_turn(repo, IMAGES, tmp_path)
     for run in range(3):
-        x = triton.InferInput("IMAGE", [2, 1], "BYTES")
-        x.set_data_from_numpy(np.array([[f] for f in IMAGES], dtype=object))
-        before = {d: copies(port, d) for d in counts}
-        r = c.infer(name, [x])
-        after = {d: copies(port, d) for d in counts}
+        r, made = infer_counting(port, name, IMAGES, list(counts))
         if run > 0:  # the first plans for two rows, and uploads their weights
-            assert {d: {k: after[d][k] - before[d][k] for k in before[d]}
-                    for d in counts} == counts
+            assert made == counts
         np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
         np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-4, atol=1e-5)
 
@@ -335,19 +318,15 @@ def test_steps_across_two_cpu_devices(tmp_path):
             assert [s["runs_on"] for s in c.get_model_config(name)["ensemble_scheduling"]
                     ["step"]] == ["instance", "testcpu0"]
             for run in range(3):
-                x = triton.InferInput("IMAGE", [2, 1], "BYTES")
-                x.set_data_from_numpy(np.array([[f] for f in IMAGES], dtype=object))
-                before = copies(port, "testcpu0")
-                r = c.infer(name, [x])
-                after = copies(port, "testcpu0")
+                r, made = infer_counting(port, name, IMAGES, ["testcpu0"])
                 # Into testcpu0: LOGITS, then SCORES and CLASSES (testcpu0 has no
                 # kernels: its softmax and top-k run through the CPU fallback,
                 # LOGITS down to it, the probabilities kept there, the two
                 # outputs up). Out of it: LOGITS to that fallback, and without
                 # a batcher SCORES and CLASSES to the host too.
                 if run > 0:  # the first plans, and uploads TopK's k
-                    assert {k: after[k] - before[k] for k in before} == \
-                        {"h2d": 3, "d2h": 1 if name == "batched" else 3}
+                    assert made == {"testcpu0": {"h2d": 3,
+                                                 "d2h": 1 if name == "batched" else 3}}
                 np.testing.assert_array_equal(r.as_numpy("CLASSES"), indices)
                 np.testing.assert_allclose(r.as_numpy("SCORES"), values, rtol=1e-5, atol=1e-6)
 
