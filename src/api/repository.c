@@ -872,6 +872,24 @@ static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
   return true;
 }
 
+/* A plan across devices also holds memory on devices other than its
+ * instance's (an ensemble's steps placed there): booked with it, in the
+ * same booking (parts after parts[0]), and refused on a device held whole
+ * by another. */
+static int plan_elsewhere(const gs_served_model *m, const gs_plan *plan, gs_booking_part *parts,
+                          int *n_parts) {
+  gs_device_t *devices[GS_ENSEMBLE_MAX_STEPS];
+  uint64_t bytes[GS_ENSEMBLE_MAX_STEPS];
+  int n = gs_plan_other_devices(plan, devices, bytes, GS_ENSEMBLE_MAX_STEPS);
+  char owner[GS_LEDGER_OWNER_MAX];
+  for (int j = 0; j < n; j++) {
+    if (held_whole(m, devices[j], owner))
+      return refuse_held(m, devices[j], owner);
+    parts[(*n_parts)++] = (gs_booking_part){devices[j], bytes[j], 0};
+  }
+  return GS_OK;
+}
+
 /* The plan for these shapes on this instance, from its cache or made now
  * and booked. The cache is a most-recently-used-first prefix of plans[];
  * when full, or when the booking does not fit, the least recently used
@@ -914,9 +932,12 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
      * while a plan using them is cached). */
     int booked = rc;
     booked_bytes = r.arena_bytes + r.weights_bytes;
+    gs_booking_part parts[1 + GS_ENSEMBLE_MAX_STEPS] = {{inst->device, booked_bytes, 0}};
+    int n_parts = 1;
     if (booked == 0 && m->ledger)
-      while ((booked = gs_book_memory(m->ledger, inst->device, booked_bytes, inst->owner,
-                                      &booking)) == GS_ENOMEM &&
+      booked = plan_elsewhere(m, plan, parts, &n_parts);
+    if (booked == 0 && m->ledger)
+      while ((booked = gs_book(m->ledger, parts, n_parts, inst->owner, &booking)) == GS_ENOMEM &&
              last >= 0)
         evict_plan(m, inst, last--);
     if (booked == 0)

@@ -116,6 +116,10 @@ int gs_plan_run(gs_plan *plan, const void *const *inputs, void *const *outputs);
 int gs_plan_run_buffers(gs_plan *plan, gs_buffer_t *const *inputs, gs_buffer_t *const *outputs);
 /* The device the plan runs on. */
 gs_device_t *gs_plan_device(const gs_plan *plan);
+/* The devices other than gs_plan_device on which a plan across devices
+ * (gs_plan_options.device_sections) holds memory, each once with its
+ * bytes, at most `max`: their count; 0 for any other plan. */
+int gs_plan_other_devices(const gs_plan *plan, gs_device_t **devices, uint64_t *bytes, int max);
 
 typedef struct gs_plan_value_info {
   const char *name;

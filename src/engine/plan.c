@@ -1532,3 +1532,7 @@ void gs_plan_output(const gs_plan *p, int i, gs_plan_value_info *out) {
 }
 void gs_plan_get_report(const gs_plan *p, gs_plan_report *out) { *out = p->report; }
 gs_device_t *gs_plan_device(const gs_plan *p) { return p->device; }
+
+int gs_plan_other_devices(const gs_plan *p, gs_device_t **devices, uint64_t *bytes, int max) {
+  return p->chain ? gs__plan_chain_other_devices(p->chain, devices, bytes, max) : 0;
+}

@@ -234,6 +234,14 @@ static int find_outputs(gs_plan_chain *c) {
   return GS_OK;
 }
 
+/* What part k holds on its device: its plan's memory and its buffers. */
+static uint64_t part_bytes(const chain_part *p) {
+  uint64_t held = gs_plan_device_bytes(p->plan);
+  for (int i = 0; i < CHAIN_MAX_VALUES; i++)
+    held += (p->in[i] ? gs_buffer_size(p->in[i]) : 0) + (p->out[i] ? gs_buffer_size(p->out[i]) : 0);
+  return held;
+}
+
 static void sum_report(const gs_plan_chain *c, gs_plan_report *r) {
   memset(r, 0, sizeof *r);
   r->nodes = c->m->n_nodes;
@@ -255,10 +263,7 @@ static void sum_report(const gs_plan_chain *c, gs_plan_report *r) {
       snprintf(r->fallback_ops + strlen(r->fallback_ops),
                sizeof r->fallback_ops - strlen(r->fallback_ops), "%s%s",
                r->fallback_ops[0] ? ", " : "", pr.fallback_ops);
-    uint64_t held = gs_plan_device_bytes(c->parts[k].plan);
-    for (int i = 0; i < CHAIN_MAX_VALUES; i++)
-      held += (c->parts[k].in[i] ? gs_buffer_size(c->parts[k].in[i]) : 0) +
-              (c->parts[k].out[i] ? gs_buffer_size(c->parts[k].out[i]) : 0);
+    uint64_t held = part_bytes(&c->parts[k]);
     if (c->parts[k].device != c->home) {
       r->other_devices_bytes += held;
       continue;
@@ -375,4 +380,24 @@ uint64_t gs__plan_chain_device_bytes(const gs_plan_chain *c) {
   gs_plan_report r;
   sum_report(c, &r);
   return r.arena_bytes + r.weights_bytes;
+}
+
+int gs__plan_chain_other_devices(const gs_plan_chain *c, gs_device_t **devices, uint64_t *bytes,
+                                 int max) {
+  int n = 0;
+  for (int k = 0; k < c->n; k++) {
+    if (c->parts[k].device == c->home)
+      continue;
+    int j = 0;
+    while (j < n && devices[j] != c->parts[k].device)
+      j++;
+    if (j == n && n == max)
+      continue;
+    if (j == n) {
+      devices[n] = c->parts[k].device;
+      bytes[n++] = 0;
+    }
+    bytes[j] += part_bytes(&c->parts[k]);
+  }
+  return n;
 }

@@ -41,5 +41,8 @@ void gs__plan_chain_input(const gs_plan_chain *c, int i, gs_plan_value_info *out
 void gs__plan_chain_output(const gs_plan_chain *c, int i, gs_plan_value_info *out);
 /* Memory the chain holds on the plan's device. */
 uint64_t gs__plan_chain_device_bytes(const gs_plan_chain *c);
+/* gs_plan_other_devices of the chain. */
+int gs__plan_chain_other_devices(const gs_plan_chain *c, gs_device_t **devices, uint64_t *bytes,
+                                 int max);
 
 #endif

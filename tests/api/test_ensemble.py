@@ -220,6 +220,13 @@ def copies(port, device):
         r'gpusrv_device_copies_total\{device="%s",direction="(\w+)"\} (\d+)' % device, text)}
 
 
+def booked_bytes(port, device):
+    text = request(port, "GET", "/metrics")[1].decode()
+    found = re.search(r'^gpusrv_device_memory_booked_bytes\{device="%s"\} (\d+)$' % device,
+                      text, re.M)
+    return int(found.group(1))
+
+
 def infer_counting(port, name, images, devices):
     """`name` on `images` (BYTES [n, 1]) over HTTP: the reply, and the
     copies each of `devices` made for it, by direction."""
@@ -318,7 +325,10 @@ def test_steps_across_two_cpu_devices(tmp_path):
             assert [s["runs_on"] for s in c.get_model_config(name)["ensemble_scheduling"]
                     ["step"]] == ["instance", "testcpu0"]
             for run in range(3):
+                booked = booked_bytes(port, "testcpu0")
                 r, made = infer_counting(port, name, IMAGES, ["testcpu0"])
+                if run == 0:  # a plan for two rows: its part on testcpu0 books memory there
+                    assert booked_bytes(port, "testcpu0") > booked
                 # Into testcpu0: LOGITS, then SCORES and CLASSES (testcpu0 has no
                 # kernels: its softmax and top-k run through the CPU fallback,
                 # LOGITS down to it, the probabilities kept there, the two
