@@ -154,6 +154,7 @@ typedef struct gs_plan_report {
    * steps run on the host, each way, and their bytes. */
   int host_copies[2]; /* [0]: to the device, [1]: to the host */
   uint64_t host_copy_bytes[2];
+  uint64_t host_staging_bytes; /* the pinned host memory those steps' operands take */
   /* A chain across devices (gs_plan_options.device_sections): its parts,
    * and what those on other devices than the plan's hold there (the other
    * figures are of the parts on the plan's device). */

@@ -330,6 +330,20 @@ static int cmp_interval(const void *a, const void *b) {
 /* Arena and weight offsets are multiples of ARENA_ALIGN. */
 static size_t align_up(size_t v) { return (v + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
+/* The lowest offset where `need` bytes overlap none of the n places in
+ * busy (sorted here by start): the first gap that fits. */
+static int64_t first_fit(interval *busy, int n, size_t need) {
+  qsort(busy, (size_t)n, sizeof *busy, cmp_interval);
+  int64_t at = 0;
+  for (int b = 0; b < n && need; b++) {
+    if (at + (int64_t)need <= busy[b].start)
+      break;
+    if (busy[b].end > at)
+      at = busy[b].end;
+  }
+  return at;
+}
+
 /* Ops whose output holds its input's bytes unchanged, only with another shape. */
 static bool keeps_bytes(const step *st) {
   return gs__step_is(st, "Reshape") || gs__step_is(st, "Flatten") ||
@@ -548,14 +562,7 @@ static void place_arena(gs_plan *p, int *order, interval *busy) {
       if (w->bytes && !(w->last_use < v->def || v->last_use < w->def))
         busy[n_busy++] = (interval){w->offset, w->offset + (int64_t)align_up(w->bytes)};
     }
-    qsort(busy, (size_t)n_busy, sizeof *busy, cmp_interval);
-    int64_t at = 0;
-    for (int b = 0; b < n_busy && need; b++) {
-      if (at + (int64_t)need <= busy[b].start)
-        break;
-      if (busy[b].end > at)
-        at = busy[b].end;
-    }
+    int64_t at = first_fit(busy, n_busy, need);
     v->offset = at;
     if ((uint64_t)at + need > peak)
       peak = (uint64_t)at + need;
@@ -724,9 +731,74 @@ static bool keeps_host_copy(const gs_plan *p, int v, bool made_on_host) {
   return !p->values[v].data && readers(p, v, true) > (made_on_host ? 0 : 1);
 }
 
+/* A kept value's host steps: the first that writes or reads it, and the last. */
+typedef struct host_life {
+  int v, from, to;
+} host_life;
+
+static int cmp_life_by_size(const void *a, const void *b, void *ctx) {
+  const value *v = ctx;
+  size_t x = v[((const host_life *)a)->v].bytes, y = v[((const host_life *)b)->v].bytes;
+  return (x < y) - (x > y);
+}
+
+/* Places the values that keeps_host_copy in the staging as the arena's are
+ * placed (place_arena): biggest first, each at the first offset where no
+ * value whose host steps overlap its own lies. kept_at[v] gets the offset
+ * plus one; *kept the peak. */
+static int place_kept(const gs_plan *p, size_t *kept_at, size_t *kept) {
+  int *life_of = malloc(sizeof(int) * ((size_t)p->n_values + 1));
+  host_life *life = malloc(sizeof *life * ((size_t)p->n_values + 1));
+  interval *busy = malloc(sizeof *busy * ((size_t)p->n_values + 1));
+  int n = 0;
+  if (!life_of || !life || !busy) {
+    free(life_of);
+    free(life);
+    free(busy);
+    return gs_error(GS_ENOMEM, "out of memory planning the host's steps");
+  }
+  for (int i = 0; i < p->n_values; i++)
+    life_of[i] = -1;
+  for (int s = 0; s < p->n_steps; s++) {
+    const step *st = &p->steps[s];
+    for (int i = 0; runs_on_host(st) && i < st->call->n_in + st->call->n_out; i++) {
+      bool made = i >= st->call->n_in;
+      int v = made ? st->out[i - st->call->n_in] : st->in[i];
+      if (v < 0 || p->values[v].data)
+        continue;
+      if (life_of[v] < 0 && keeps_host_copy(p, v, made)) {
+        life_of[v] = n;
+        life[n++] = (host_life){v, s, s};
+      }
+      if (life_of[v] >= 0)
+        life[life_of[v]].to = s;
+    }
+  }
+  qsort_r(life, (size_t)n, sizeof *life, cmp_life_by_size, p->values);
+  *kept = 0;
+  for (int a = 0; a < n; a++) {
+    int n_busy = 0;
+    for (int b = 0; b < a; b++)
+      if (!(life[b].to < life[a].from || life[a].to < life[b].from))
+        busy[n_busy++] = (interval){(int64_t)kept_at[life[b].v] - 1,
+                                    (int64_t)(kept_at[life[b].v] - 1 +
+                                              align_up(p->values[life[b].v].bytes))};
+    size_t need = align_up(p->values[life[a].v].bytes);
+    int64_t at = first_fit(busy, n_busy, need);
+    kept_at[life[a].v] = (size_t)at + 1;
+    if ((size_t)at + need > *kept)
+      *kept = (size_t)at + need;
+  }
+  free(life_of);
+  free(life);
+  free(busy);
+  return GS_OK;
+}
+
 /* The staging buffer of the steps on the host: each value that
- * keeps_host_copy keeps a place of its own (`kept`); the other operands
- * are copied into places each step reuses, after the kept ones. A value
+ * keeps_host_copy keeps a place of its own while host steps use it
+ * (place_kept); the other operands are copied into places each step
+ * reuses, after the kept ones. A value
  * copies once each way at most: down where a host step first reads it, up
  * where a host step makes it for a step on the device or the caller.
  * Operand places stay in host[] as offsets plus one until the buffer
@@ -734,22 +806,13 @@ static bool keeps_host_copy(const gs_plan *p, int v, bool made_on_host) {
 static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
   size_t *kept_at = calloc((size_t)p->n_values + 1, sizeof *kept_at); /* offset + 1; 0: none */
   bool *current = calloc((size_t)p->n_values + 1, 1); /* its kept copy holds it, so far */
-  if (!kept_at || !current) {
+  size_t kept = 0, scratch = 0;
+  int rc = kept_at && current ? place_kept(p, kept_at, &kept)
+                              : gs_error(GS_ENOMEM, "out of memory planning the host's steps");
+  if (rc < 0) {
     free(kept_at);
     free(current);
-    return gs_error(GS_ENOMEM, "out of memory planning the host's steps");
-  }
-  size_t kept = 0, scratch = 0;
-  for (int s = 0; s < p->n_steps; s++) {
-    const step *st = &p->steps[s];
-    for (int i = 0; runs_on_host(st) && i < st->call->n_in + st->call->n_out; i++) {
-      bool made = i >= st->call->n_in;
-      int v = made ? st->out[i - st->call->n_in] : st->in[i];
-      if (v >= 0 && !kept_at[v] && keeps_host_copy(p, v, made)) {
-        kept_at[v] = kept + 1;
-        kept += align_up(p->values[v].bytes);
-      }
-    }
+    return rc;
   }
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
@@ -784,6 +847,7 @@ static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
   free(kept_at);
   free(current);
   *staging_bytes = kept + scratch;
+  p->report.host_staging_bytes = *staging_bytes;
   return GS_OK;
 }
 

@@ -254,6 +254,7 @@ static void sum_report(const gs_plan_chain *c, gs_plan_report *r) {
     r->in_place += pr.in_place;
     r->cpu_fallback += pr.cpu_fallback;
     r->host_steps += pr.host_steps;
+    r->host_staging_bytes += pr.host_staging_bytes;
     for (int way = 0; way < 2; way++) {
       r->host_copies[way] += pr.host_copies[way];
       r->host_copy_bytes[way] += pr.host_copy_bytes[way];
