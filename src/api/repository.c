@@ -872,6 +872,19 @@ static bool same_shapes(const gs_shape *a, const gs_shape *b, int n) {
   return true;
 }
 
+/* An ensemble's steps placed on a device held whole by another (a job, a
+ * Slurm job): refused before anything is made there (plan_elsewhere looks
+ * again when booking). */
+static int steps_held_elsewhere(const gs_served_model *m, const gs_instance *inst) {
+  char owner[GS_LEDGER_OWNER_MAX];
+  for (int j = 0; m->is_ensemble && j < m->ensemble.n_device_sections; j++) {
+    gs_device_t *d = m->ensemble.section_devices[j];
+    if (d != inst->device && held_whole(m, d, owner))
+      return refuse_held(m, d, owner);
+  }
+  return GS_OK;
+}
+
 /* A plan across devices also holds memory on devices other than its
  * instance's (an ensemble's steps placed there): booked with it, in the
  * same booking (parts after parts[0]), and refused on a device held whole
@@ -881,6 +894,9 @@ static int plan_elsewhere(const gs_served_model *m, const gs_plan *plan, gs_book
   gs_device_t *devices[GS_ENSEMBLE_MAX_STEPS];
   uint64_t bytes[GS_ENSEMBLE_MAX_STEPS];
   int n = gs_plan_other_devices(plan, devices, bytes, GS_ENSEMBLE_MAX_STEPS);
+  if (n > GS_ENSEMBLE_MAX_STEPS)
+    return gs_error(GS_ENOTSUP, "model %s: a plan on %d other devices (at most %d)", m->name, n,
+                    GS_ENSEMBLE_MAX_STEPS);
   char owner[GS_LEDGER_OWNER_MAX];
   for (int j = 0; j < n; j++) {
     if (held_whole(m, devices[j], owner))
@@ -921,7 +937,9 @@ static int plan_for(gs_served_model *m, gs_instance *inst, gs_served_version *v,
                            .section_devices = m->ensemble.section_devices,
                            .n_device_sections = m->is_ensemble ? m->ensemble.n_device_sections
                                                                : 0};
-    int rc = gs_plan_create(v->model, shapes, &opt, &plan);
+    int rc = steps_held_elsewhere(m, inst);
+    if (rc == 0)
+      rc = gs_plan_create(v->model, shapes, &opt, &plan);
     gs_plan_report r = {0};
     if (rc == 0)
       gs_plan_get_report(plan, &r);

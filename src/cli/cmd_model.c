@@ -334,10 +334,11 @@ static int run(const char *path, const model_opts *opts) {
              r.cpu_fallback, gs_device_get_info(dev)->id, r.fallback_ops);
     if (r.cpu_fallback || r.host_steps)
       printf("plan: values copied around them per run: %d to the host, %d to the device "
-             "(%.1f KiB); those between them stay on the host, in %.1f KiB of staging\n",
+             "(%.1f KiB); those between them stay on the host, in %.1f KiB of staging "
+             "(%.1f KiB unshared)\n",
              r.host_copies[1], r.host_copies[0],
              (double)(r.host_copy_bytes[0] + r.host_copy_bytes[1]) / 1024,
-             (double)r.host_staging_bytes / 1024);
+             (double)r.host_staging_bytes / 1024, (double)r.host_staging_naive_bytes / 1024);
     if (r.staged)
       printf("plan: in stages (a node's output size depends on computed values): the figures "
              "are of the first stage; the rest is planned while running\n");

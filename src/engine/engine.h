@@ -69,9 +69,10 @@ typedef struct gs_plan_options {
   int n_host_sections;
   /* Sections whose kernels run on another device: device_sections[i] on
    * section_devices[i]; a section listed in neither runs on `device`. The
-   * plan is then a chain of parts, one per change of device in node order,
-   * and a value crosses between devices only where a part reads what a
-   * part on another device made (plan_chain.h). Shapes that depend on
+   * plan is then a chain of parts, one per change of device in an order of
+   * data that keeps each device's nodes together, and a value crosses
+   * between devices only where a part reads what a part on another device
+   * made (plan_chain.h). Shapes that depend on
    * values are not supported then. Borrowed, as host_sections. */
   const char *const *device_sections;
   gs_device_t *const *section_devices;
@@ -118,7 +119,8 @@ int gs_plan_run_buffers(gs_plan *plan, gs_buffer_t *const *inputs, gs_buffer_t *
 gs_device_t *gs_plan_device(const gs_plan *plan);
 /* The devices other than gs_plan_device on which a plan across devices
  * (gs_plan_options.device_sections) holds memory, each once with its
- * bytes, at most `max`: their count; 0 for any other plan. */
+ * bytes: their count (0 for any other plan), of which the first `max` are
+ * filled in. */
 int gs_plan_other_devices(const gs_plan *plan, gs_device_t **devices, uint64_t *bytes, int max);
 
 typedef struct gs_plan_value_info {
@@ -155,6 +157,7 @@ typedef struct gs_plan_report {
   int host_copies[2]; /* [0]: to the device, [1]: to the host */
   uint64_t host_copy_bytes[2];
   uint64_t host_staging_bytes; /* the pinned host memory those steps' operands take */
+  uint64_t host_staging_naive_bytes; /* ... were no two kept values to share a place */
   /* A chain across devices (gs_plan_options.device_sections): its parts,
    * and what those on other devices than the plan's hold there (the other
    * figures are of the parts on the plan's device). */

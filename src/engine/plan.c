@@ -506,6 +506,20 @@ static void share_places(gs_plan *p, bool overwrite) {
   }
 }
 
+/* A value a host section's step makes for host sections' steps alone (not
+ * a graph output): it lives in the host's staging, and needs no place in
+ * the arena. */
+static bool host_only(const gs_plan *p, int v) {
+  const value *val = &p->values[v];
+  if (val->def < 0 || val->graph_output || !p->steps[val->def].host_section)
+    return false;
+  for (int s = 0; s < p->n_steps; s++)
+    for (int i = 0; !p->steps[s].host_section && i < p->steps[s].call->n_in; i++)
+      if (p->steps[s].in[i] == v)
+        return false;
+  return true;
+}
+
 /* When each value is written and last read, before any shares a place. */
 static void find_lifetimes(gs_plan *p) {
   for (int s = 0; s < p->n_steps; s++) {
@@ -519,6 +533,9 @@ static void find_lifetimes(gs_plan *p) {
         p->values[st->out[i]].in_arena = true;
       }
   }
+  for (int i = 0; i < p->n_values; i++)
+    if (host_only(p, i))
+      p->values[i].in_arena = false;
   for (int i = 0; i < p->model->n_inputs; i++) {
     value *v = &p->values[p->inputs[i]];
     v->in_arena = true;
@@ -703,15 +720,17 @@ static bool runs_on_host(const step *st) {
   return st->on_cpu && !st->dead && !st->empty && !st->in_place;
 }
 
-/* How many steps on the host (host true), or whether any other step
- * (false), read value v; the caller reads a graph output from the device. */
+/* How many steps on the host (host true), or whether any step the device
+ * runs (false), read value v; the caller reads a graph output from the
+ * device. An empty step reads nothing; an in-place step's output is its
+ * input's place on the device. */
 static int readers(const gs_plan *p, int v, bool host) {
   if (!host && p->values[v].graph_output)
     return 1;
   int n = 0;
   for (int s = 0; s < p->n_steps; s++) {
     const step *st = &p->steps[s];
-    if (st->dead || runs_on_host(st) != host)
+    if (st->dead || runs_on_host(st) != host || (!host && st->empty))
       continue;
     for (int i = 0; i < st->call->n_in; i++)
       if (st->in[i] == v) {
@@ -745,8 +764,8 @@ static int cmp_life_by_size(const void *a, const void *b, void *ctx) {
 /* Places the values that keeps_host_copy in the staging as the arena's are
  * placed (place_arena): biggest first, each at the first offset where no
  * value whose host steps overlap its own lies. kept_at[v] gets the offset
- * plus one; *kept the peak. */
-static int place_kept(const gs_plan *p, size_t *kept_at, size_t *kept) {
+ * plus one; *kept the peak, *naive their sum. */
+static int place_kept(const gs_plan *p, size_t *kept_at, size_t *kept, size_t *naive) {
   int *life_of = malloc(sizeof(int) * ((size_t)p->n_values + 1));
   host_life *life = malloc(sizeof *life * ((size_t)p->n_values + 1));
   interval *busy = malloc(sizeof *busy * ((size_t)p->n_values + 1));
@@ -776,6 +795,8 @@ static int place_kept(const gs_plan *p, size_t *kept_at, size_t *kept) {
   }
   qsort_r(life, (size_t)n, sizeof *life, cmp_life_by_size, p->values);
   *kept = 0;
+  for (int a = 0; a < n; a++)
+    *naive += align_up(p->values[life[a].v].bytes);
   for (int a = 0; a < n; a++) {
     int n_busy = 0;
     for (int b = 0; b < a; b++)
@@ -806,8 +827,8 @@ static int place_kept(const gs_plan *p, size_t *kept_at, size_t *kept) {
 static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
   size_t *kept_at = calloc((size_t)p->n_values + 1, sizeof *kept_at); /* offset + 1; 0: none */
   bool *current = calloc((size_t)p->n_values + 1, 1); /* its kept copy holds it, so far */
-  size_t kept = 0, scratch = 0;
-  int rc = kept_at && current ? place_kept(p, kept_at, &kept)
+  size_t kept = 0, naive = 0, scratch = 0;
+  int rc = kept_at && current ? place_kept(p, kept_at, &kept, &naive)
                               : gs_error(GS_ENOMEM, "out of memory planning the host's steps");
   if (rc < 0) {
     free(kept_at);
@@ -827,7 +848,7 @@ static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
       st->host[i] = NULL;
       if (v < 0 || (input && p->values[v].data))
         continue; /* omitted, or constant: read from the host copy */
-      bool stays = input ? current[v] : kept_at[v] && !readers(p, v, false);
+      bool stays = input ? current[v] : !readers(p, v, false);
       if (stays)
         st->stays_on_host |= 1ull << i;
       else if (runs_on_host(st) && p->values[v].bytes) {
@@ -848,6 +869,7 @@ static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
   free(current);
   *staging_bytes = kept + scratch;
   p->report.host_staging_bytes = *staging_bytes;
+  p->report.host_staging_naive_bytes = naive + scratch;
   return GS_OK;
 }
 

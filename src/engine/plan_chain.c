@@ -30,6 +30,7 @@ typedef struct chain_part {
   /* Inputs copied here from another device or the host (NULL: read where
    * they are), and the outputs, on this part's device. */
   gs_buffer_t *in[CHAIN_MAX_VALUES], *out[CHAIN_MAX_VALUES];
+  bool unread[CHAIN_MAX_VALUES]; /* inputs no node of the part reads: not copied */
 } chain_part;
 
 struct gs_plan_chain {
@@ -75,21 +76,43 @@ void gs__plan_chain_destroy(gs_plan_chain *c) {
 }
 
 /* Whether node i can run once the nodes marked done have: each input is a
- * graph input, a weight, or made by a done node (producer[] by name). */
-static bool ready(const gs_model *m, int i, const gs_strmap *producer, const bool *done) {
+ * graph input, a weight, or made by a done node (producer[] by name). 2
+ * where it reads what a node made, 1 where it reads none (a Constant, a
+ * node of graph inputs), 0 where it cannot run yet. */
+static int ready(const gs_model *m, int i, const gs_strmap *producer, const bool *done) {
+  int how = 1;
   for (int k = 0; k < m->nodes[i].n_in; k++) {
     const char *in = m->nodes[i].inputs[k];
     int p = in[0] ? gs_strmap_get(producer, in) : -1;
     if (p >= 0 && !done[p])
-      return false;
+      return 0;
+    how = p >= 0 ? 2 : how;
   }
-  return true;
+  return how;
+}
+
+/* The next node: the first ready one on the current device; else the
+ * first ready one that reads what a node made, so that a later step's
+ * Constant (always ready) does not open a part of its own; else the first
+ * ready one. -1: none is ready. */
+static int next_node(const gs_model *m, const gs_plan_options *opt, const gs_strmap *producer,
+                     const bool *done, gs_device_t *current) {
+  int reading = -1, any = -1;
+  for (int i = 0; i < m->n_nodes; i++) {
+    int how = done[i] ? 0 : ready(m, i, producer, done);
+    if (how && device_of(m, i, opt) == current)
+      return i;
+    if (how == 2 && reading < 0)
+      reading = i;
+    if (how && any < 0)
+      any = i;
+  }
+  return reading >= 0 ? reading : any;
 }
 
 /* c->ordered: m's nodes in an order of data that stays on one device as
  * long as it can (steps that do not depend on each other may be listed
- * interleaved): the first ready node on the current device, else the
- * first ready node, whose device becomes current. */
+ * interleaved): next_node in turn, whose device becomes current. */
 static int order_by_device(gs_plan_chain *c, const gs_plan_options *opt) {
   const gs_model *m = c->m;
   int n = m->n_nodes, rc = GS_OK;
@@ -106,11 +129,7 @@ static int order_by_device(gs_plan_chain *c, const gs_plan_options *opt) {
         rc = gs_error(GS_ENOMEM, "out of memory planning across devices");
   gs_device_t *current = NULL;
   for (int placed = 0; rc == 0 && placed < n; placed++) {
-    int pick = -1;
-    for (int i = 0; i < n && (pick < 0 || device_of(m, pick, opt) != current); i++)
-      if (!done[i] && ready(m, i, &producer, done) &&
-          (pick < 0 || device_of(m, i, opt) == current))
-        pick = i;
+    int pick = next_node(m, opt, &producer, done, current);
     if (pick < 0)
       rc = gs_error(GS_EINVAL, "the model's nodes have no order of data (a cycle)");
     else {
@@ -162,6 +181,18 @@ static int find_source(gs_plan_chain *c, int k, int i) {
                   name);
 }
 
+/* Whether a node of m reads the value `name`. */
+static bool reads(const gs_model *m, const char *name) {
+  for (int i = 0; i < m->n_nodes; i++)
+    for (int k = 0; k < m->nodes[i].n_in; k++)
+      if (strcmp(m->nodes[i].inputs[k], name) == 0)
+        return true;
+  for (int o = 0; o < m->n_outputs; o++) /* handed on as it came */
+    if (strcmp(m->outputs[o].name, name) == 0)
+      return true;
+  return false;
+}
+
 /* Plans part k for the shapes its sources give, with its buffers. */
 static int plan_part(gs_plan_chain *c, int k, const gs_shape *shapes, const gs_plan_options *opt) {
   chain_part *p = &c->parts[k];
@@ -189,9 +220,16 @@ static int plan_part(gs_plan_chain *c, int k, const gs_shape *shapes, const gs_p
     in_shapes[i++] = info.shape;
   }
   p->n_in = p->model->n_inputs;
+  /* A value an earlier part knew while planning is a weight here whose data
+   * that part's plan holds: never shared through the model's weight set,
+   * where another plan's data at the same address would pass for it. */
+  bool made_weights = false;
+  for (int i = 0; i < p->model->n_inits; i++)
+    made_weights = made_weights || gs_strmap_get(&c->ordered.init_index,
+                                                 p->model->inits[i].name) < 0;
   gs_plan_options part_opt = *opt;
   part_opt.device = p->device;
-  part_opt.weights = p->device == opt->device ? opt->weights : NULL;
+  part_opt.weights = p->device == opt->device && !made_weights ? opt->weights : NULL;
   part_opt.input_values = NULL;
   part_opt.n_device_sections = 0;
   if (rc == 0 && (rc = gs_plan_create(p->model, in_shapes, &part_opt, &p->plan)) < 0) {
@@ -207,7 +245,8 @@ static int plan_part(gs_plan_chain *c, int k, const gs_shape *shapes, const gs_p
     source s = p->from[i];
     gs_plan_value_info info;
     gs_plan_input(p->plan, i, &info);
-    if (s.part < 0 || c->parts[s.part].device != p->device)
+    p->unread[i] = !reads(p->model, p->model->inputs[i].name); /* the first takes them all */
+    if (!p->unread[i] && (s.part < 0 || c->parts[s.part].device != p->device))
       rc = gs_pool_alloc(pool, info.bytes ? info.bytes : 1, NULL, &p->in[i]);
   }
   for (int o = 0; rc == 0 && o < p->n_out; o++) {
@@ -324,7 +363,7 @@ static int part_input(gs_plan_chain *c, int k, int i, const void *const *host_in
   gs_buffer_t *from = s.part >= 0 ? c->parts[s.part].out[s.index] : dev_in ? dev_in[s.index] : NULL;
   gs_device_t *at = s.part >= 0 ? c->parts[s.part].device : dev_in ? c->home : NULL;
   *buf = at == p->device ? from : p->in[i];
-  if (at == p->device || !info.bytes)
+  if (at == p->device || !info.bytes || p->unread[i])
     return GS_OK;
   return from ? gs_stream_copy_peer(p->stream, p->in[i], 0, from, 0, info.bytes)
               : gs_stream_copy_h2d(p->stream, p->in[i], 0, host_in[s.index], info.bytes);
@@ -390,10 +429,12 @@ int gs__plan_chain_other_devices(const gs_plan_chain *c, gs_device_t **devices, 
     if (c->parts[k].device == c->home)
       continue;
     int j = 0;
-    while (j < n && devices[j] != c->parts[k].device)
+    while (j < n && j < max && devices[j] != c->parts[k].device)
       j++;
-    if (j == n && n == max)
+    if (j == n && n >= max) {
+      n++; /* counted, not filled in */
       continue;
+    }
     if (j == n) {
       devices[n] = c->parts[k].device;
       bytes[n++] = 0;

@@ -1,7 +1,8 @@
 /* plan_chain.h - plans whose sections run on devices of their own: an
  * ensemble whose steps' models sit on different devices
- * (gs_plan_options.device_sections). The model is cut where the device
- * changes, in node order, into parts (gs_model_cut_at); each part is
+ * (gs_plan_options.device_sections). The nodes are put in an order of
+ * data that keeps each device's together, and cut where the device
+ * changes into parts (gs_model_cut_at); each part is
  * planned on its device, as any plan is, and a run runs them in turn. A
  * value crosses between devices only where a part on one reads what a part
  * on another made (gs_stream_copy_peer: directly where the backend can,
@@ -41,7 +42,8 @@ void gs__plan_chain_input(const gs_plan_chain *c, int i, gs_plan_value_info *out
 void gs__plan_chain_output(const gs_plan_chain *c, int i, gs_plan_value_info *out);
 /* Memory the chain holds on the plan's device. */
 uint64_t gs__plan_chain_device_bytes(const gs_plan_chain *c);
-/* gs_plan_other_devices of the chain. */
+/* gs_plan_other_devices of the chain (the count may exceed max: only max
+ * are filled in). */
 int gs__plan_chain_other_devices(const gs_plan_chain *c, gs_device_t **devices, uint64_t *bytes,
                                  int max);
 

@@ -90,6 +90,19 @@ static void test_a_section_on_another_device_is_a_chain(void) {
       split, &r2);
   CHECK(r1.chain_parts == 0 && r2.chain_parts == 2);
   CHECK(r2.other_devices_bytes > 0);
+  /* What it holds on testcpu0, for the ledger. */
+  gs_shape shape = {.rank = 2, .dims = {ROWS, 64}};
+  gs_plan *plan;
+  CHECK_OK(gs_plan_create(m, &shape,
+                          &(gs_plan_options){.device = cpu, .threads = 1,
+                                             .device_sections = sections_b,
+                                             .section_devices = devices, .n_device_sections = 1},
+                          &plan));
+  gs_device_t *held[2] = {NULL, NULL};
+  uint64_t bytes[2] = {0, 0};
+  CHECK_EQ(gs_plan_other_devices(plan, held, bytes, 2), 1);
+  CHECK(held[0] == other && bytes[0] == r2.other_devices_bytes);
+  gs_plan_destroy(plan);
   CHECK(r2.weights_bytes < r1.weights_bytes); /* b's weights are on testcpu0 */
   for (int k = 0; k < 2; k++)
     check_close(split[k], one[k], ROWS * 10);
@@ -119,6 +132,7 @@ static void test_a_host_section_runs_on_the_host_and_keeps_its_weights_there(voi
   CHECK_EQ(r2.host_copies[1], 1);
   CHECK_EQ(r2.host_copies[0], 1);
   CHECK(r2.weights_bytes < r1.weights_bytes); /* b's weights stay on the host */
+  CHECK(r2.arena_bytes < r1.arena_bytes);     /* and the values between its steps */
   for (int k = 0; k < 2; k++)
     check_close(on_host[k], on_device[k], ROWS * 10);
   gs_model_free(m);
