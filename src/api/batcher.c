@@ -395,10 +395,14 @@ static int next_batch(gs_batcher *b, const instance_pipeline *ip, gs_infer_reque
 
 /* ---- the stages ------------------------------------------------------------------------ */
 
+/* A failed run's HTTP status: the request's fault, a device another holds
+ * for now (an ensemble's step on a GPU a job holds whole), or the server's. */
+static int run_status(int rc) { return rc == GS_EINVAL ? 400 : rc == GS_EBUSY ? 503 : 500; }
+
 static void slot_fail(batch_slot *sl, int rc) {
   if (sl->status)
     return;
-  sl->status = rc == GS_EINVAL ? 400 : 500;
+  sl->status = run_status(rc);
   snprintf(sl->error, sizeof sl->error, "%s", gs_error_detail());
 }
 
@@ -886,7 +890,7 @@ void gs_batcher_run_inline(gs_served_model *m, gs_infer_request *r) {
   /* In the HTTP thread: no queue, no copies of its own; the plan's run is
    * the compute. */
   count_batch(m, &r, 1, rc == 0, r->batch, r->batch, 0, t1 - r->t_batch, 0);
-  finish(r, rc == 0 ? 200 : rc == GS_EINVAL ? 400 : 500, rc == 0 ? NULL : gs_error_detail());
+  finish(r, rc == 0 ? 200 : run_status(rc), rc == 0 ? NULL : gs_error_detail());
 }
 
 bool gs_batcher_inline_is_short(const gs_served_model *m) {

@@ -162,6 +162,43 @@ def test_a_model_instance_is_not_given_a_gpu_slurm_holds(tmp_path, fake_slurm):
         assert status == 200, body
 
 
+def test_an_ensemble_step_is_not_run_on_a_gpu_slurm_holds(tmp_path, fake_slurm):
+    """An ensemble on fakegpu0 whose second step's model is pinned to
+    fakegpu1: its plan spans both GPUs, booking each. While a Slurm job holds
+    fakegpu1 the ensemble is refused there, naming the job; once the job
+    has ended it runs, and its booking holds memory on both."""
+    _, env = fake_slurm
+    with daemon(tmp_path, env=env) as d:
+        relu_model(d.repo, "first", {"max_batch_size": 4})
+        relu_model(d.repo, "second", {"max_batch_size": 4, "instance_group": [
+            {"kind": "KIND_GPU", "devices": ["fakegpu1"]}]})
+        (d.repo / "both").mkdir()
+        (d.repo / "both" / "config.json").write_text(json.dumps({
+            "platform": "ensemble", "max_batch_size": 4,
+            "instance_group": [{"kind": "KIND_GPU", "devices": ["fakegpu0"]}],
+            "input": [{"name": "X"}], "output": [{"name": "Y"}],
+            "ensemble_scheduling": {"step": [
+                {"model_name": "first", "input_map": {"x": "X"}, "output_map": {"y": "H"}},
+                {"model_name": "second", "input_map": {"x": "H"}, "output_map": {"y": "Y"}}]}}))
+        body = {"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
+                            "data": [-1, 2, -3, 4]}]}
+        assert hook(d, "prolog", job=401, gpus="1").returncode == 0
+        status, reply = d.request("POST", "/v2/repository/models/both/load", {}, d.admin)
+        assert status == 200, reply  # its plans are made as requests come
+        status, reply = d.request("POST", "/v2/models/both/infer", body)
+        assert status == 503, (status, reply)  # held for now: unavailable
+        assert "model both: fakegpu1 is held whole by slurm job 401 (alice)" in reply["error"]
+        assert hook(d, "epilog", job=401).returncode == 0
+        status, reply = d.request("POST", "/v2/repository/models/both/load", {}, d.admin)
+        assert status == 200, reply
+        status, reply = d.request("POST", "/v2/models/both/infer", body)
+        assert status == 200 and reply["outputs"][0]["data"] == [0, 2, 0, 4], reply
+        status, reply = d.request("GET", "/api/v1/bookings", token=d.admin)
+        held = {p["device"] for b in reply["bookings"] if b["owner"].startswith("model both")
+                for p in b["devices"]}
+        assert held == {"fakegpu0", "fakegpu1"}, reply
+
+
 def test_a_model_is_refused_when_slurm_holds_every_gpu_of_its_kind(tmp_path, fake_slurm):
     _, env = fake_slurm
     with daemon(tmp_path, env=env) as d:
