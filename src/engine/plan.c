@@ -720,34 +720,39 @@ static bool runs_on_host(const step *st) {
   return st->on_cpu && !st->dead && !st->empty && !st->in_place;
 }
 
-/* How many steps on the host (host true), or whether any step the device
- * runs (false), read value v; the caller reads a graph output from the
- * device. An empty step reads nothing; an in-place step's output is its
- * input's place on the device. */
-static int readers(const gs_plan *p, int v, bool host) {
-  if (!host && p->values[v].graph_output)
-    return 1;
-  int n = 0;
+/* Per value, in one pass over the steps: how many steps on the host read
+ * it, and whether a step the device runs reads it, or the caller (a graph
+ * output, read from the device). An empty step reads nothing; an in-place
+ * step's output is its input's place on the device. */
+static void count_readers(const gs_plan *p, int *host_reads, bool *device_reads) {
+  for (int v = 0; v < p->n_values; v++) {
+    host_reads[v] = 0;
+    device_reads[v] = p->values[v].graph_output;
+  }
   for (int s = 0; s < p->n_steps; s++) {
     const step *st = &p->steps[s];
-    if (st->dead || runs_on_host(st) != host || (!host && st->empty))
+    bool host = runs_on_host(st);
+    if (st->dead || (!host && st->empty))
       continue;
-    for (int i = 0; i < st->call->n_in; i++)
-      if (st->in[i] == v) {
-        n++;
-        break;
-      }
-    if (n > 0 && !host)
-      break;
+    for (int i = 0; i < st->call->n_in; i++) {
+      int v = st->in[i], j = 0;
+      while (j < i && st->in[j] != v) /* a step that reads v twice reads it once */
+        j++;
+      if (v < 0 || j < i)
+        continue;
+      if (host)
+        host_reads[v]++;
+      else
+        device_reads[v] = true;
+    }
   }
-  return n;
 }
 
 /* Whether value v keeps a place of its own in the staging: a host step
  * makes it for another to read, or two host steps or more read it (the
  * first copies it down, the others read that copy). */
-static bool keeps_host_copy(const gs_plan *p, int v, bool made_on_host) {
-  return !p->values[v].data && readers(p, v, true) > (made_on_host ? 0 : 1);
+static bool keeps_host_copy(const gs_plan *p, const int *host_reads, int v, bool made_on_host) {
+  return !p->values[v].data && host_reads[v] > (made_on_host ? 0 : 1);
 }
 
 /* A kept value's host steps: the first that writes or reads it, and the last. */
@@ -765,7 +770,8 @@ static int cmp_life_by_size(const void *a, const void *b, void *ctx) {
  * placed (place_arena): biggest first, each at the first offset where no
  * value whose host steps overlap its own lies. kept_at[v] gets the offset
  * plus one; *kept the peak, *naive their sum. */
-static int place_kept(const gs_plan *p, size_t *kept_at, size_t *kept, size_t *naive) {
+static int place_kept(const gs_plan *p, const int *host_reads, size_t *kept_at, size_t *kept,
+                      size_t *naive) {
   int *life_of = malloc(sizeof(int) * ((size_t)p->n_values + 1));
   host_life *life = malloc(sizeof *life * ((size_t)p->n_values + 1));
   interval *busy = malloc(sizeof *busy * ((size_t)p->n_values + 1));
@@ -785,7 +791,7 @@ static int place_kept(const gs_plan *p, size_t *kept_at, size_t *kept, size_t *n
       int v = made ? st->out[i - st->call->n_in] : st->in[i];
       if (v < 0 || p->values[v].data)
         continue;
-      if (life_of[v] < 0 && keeps_host_copy(p, v, made)) {
+      if (life_of[v] < 0 && keeps_host_copy(p, host_reads, v, made)) {
         life_of[v] = n;
         life[n++] = (host_life){v, s, s};
       }
@@ -819,20 +825,28 @@ static int place_kept(const gs_plan *p, size_t *kept_at, size_t *kept, size_t *n
 /* The staging buffer of the steps on the host: each value that
  * keeps_host_copy keeps a place of its own while host steps use it
  * (place_kept); the other operands are copied into places each step
- * reuses, after the kept ones. A value
- * copies once each way at most: down where a host step first reads it, up
+ * reuses, after the kept ones. A value copies once each way at most: down where a host step first reads it, up
  * where a host step makes it for a step on the device or the caller.
  * Operand places stay in host[] as offsets plus one until the buffer
  * exists (resolve_fallback). Counts the copies a run makes in the report. */
 static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
   size_t *kept_at = calloc((size_t)p->n_values + 1, sizeof *kept_at); /* offset + 1; 0: none */
   bool *current = calloc((size_t)p->n_values + 1, 1); /* its kept copy holds it, so far */
+  int *host_reads = malloc(sizeof(int) * ((size_t)p->n_values + 1));
+  bool *device_reads = malloc((size_t)p->n_values + 1);
   size_t kept = 0, naive = 0, scratch = 0;
-  int rc = kept_at && current ? place_kept(p, kept_at, &kept, &naive)
-                              : gs_error(GS_ENOMEM, "out of memory planning the host's steps");
+  int rc = GS_OK;
+  if (!kept_at || !current || !host_reads || !device_reads)
+    rc = gs_error(GS_ENOMEM, "out of memory planning the host's steps");
+  if (rc == 0) {
+    count_readers(p, host_reads, device_reads);
+    rc = place_kept(p, host_reads, kept_at, &kept, &naive);
+  }
   if (rc < 0) {
     free(kept_at);
     free(current);
+    free(host_reads);
+    free(device_reads);
     return rc;
   }
   for (int s = 0; s < p->n_steps; s++) {
@@ -848,7 +862,7 @@ static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
       st->host[i] = NULL;
       if (v < 0 || (input && p->values[v].data))
         continue; /* omitted, or constant: read from the host copy */
-      bool stays = input ? current[v] : !readers(p, v, false);
+      bool stays = input ? current[v] : !device_reads[v];
       if (stays)
         st->stays_on_host |= 1ull << i;
       else if (runs_on_host(st) && p->values[v].bytes) {
@@ -867,6 +881,8 @@ static int lay_out_staging(gs_plan *p, uint64_t *staging_bytes) {
   }
   free(kept_at);
   free(current);
+  free(host_reads);
+  free(device_reads);
   *staging_bytes = kept + scratch;
   p->report.host_staging_bytes = *staging_bytes;
   p->report.host_staging_naive_bytes = naive + scratch;
